@@ -1,0 +1,1 @@
+"""FSDP2 T5 training with exact checkpoint resume. Run ``python -m training --help``."""

@@ -1,0 +1,42 @@
+"""Entry point: ``torchrun ... -m training [options]`` (see ``python -m training --help``).
+
+Exit codes: 0 finished (or already finished), 2 invalid configuration, 3 incompatible checkpoint,
+128+signum after checkpointing on SIGTERM/SIGUSR1 (relaunch to resume).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+
+from training.checkpoint import CheckpointIncompatible
+from training.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # FSDP2 + T5 emit this per step; harmless (gradients match an unsharded model).
+    warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
+    try:
+        cfg = load_config(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from training.trainer import Trainer  # torch import after argument errors are reported
+    trainer = None
+    try:
+        trainer = Trainer(cfg)
+        return trainer.train()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except CheckpointIncompatible as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    finally:
+        if trainer is not None:
+            trainer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

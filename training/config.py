@@ -1,0 +1,315 @@
+"""Typed job configuration: defaults < TOML preset < --config file < CLI flags.
+
+Every field is documented in place; `python -m training --help` prints those docs. Each component
+receives only its own slice (``cfg.model``, ``cfg.checkpoint``, ...). All cross-field checks live in
+:func:`validate`.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message names the value and the fix."""
+
+
+@dataclass
+class JobConfig:
+    out_dir: str = ""
+    """Run directory for checkpoints and metrics. Empty: runs/<preset>."""
+    seed: int = 1234
+    """Seed for model init (identical on every rank), data order and dropout."""
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 256
+    """Hidden size."""
+    d_kv: int = 32
+    """Size of each attention head's key/value projection."""
+    d_ff: int = 1024
+    """Feed-forward inner size (gated-GELU)."""
+    num_layers: int = 4
+    """Encoder blocks."""
+    num_decoder_layers: int = 4
+    """Decoder blocks."""
+    num_heads: int = 8
+    """Attention heads."""
+    vocab_size: int = 384
+    """Vocabulary size; 384 = the byte-level (ByT5) vocabulary the built-in tokenizer uses."""
+    dropout: float = 0.1
+    """Dropout rate (randomness is seeded per rank and checkpointed)."""
+    init_from: str = ""
+    """Optional local directory with pretrained T5 weights (e.g. on FSx). Never a hub name."""
+
+
+@dataclass
+class DataConfig:
+    source: str = "builtin"
+    """'builtin' (offline corpus of real English text: the Python standard library's documentation
+    strings, present wherever Python is), or a path to a .jsonl / .parquet file or a directory of them."""
+    text_field: str = "text"
+    """Field holding the text in JSONL/Parquet records."""
+    seq_len: int = 128
+    """Encoder input length in tokens (after span corruption)."""
+    noise_density: float = 0.15
+    """Fraction of tokens masked by T5 span corruption."""
+    mean_span_len: float = 3.0
+    """Mean length of a masked span."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank (0 = in the training process)."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 60
+    """Total optimizer steps."""
+    global_batch: int = 8
+    """Samples per step across all ranks; fixed when the world size changes (must divide by it)."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    warmup_steps: int = 10
+    """Linear warmup steps, then cosine decay to 10% of lr at `steps`."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+
+
+@dataclass
+class ParallelConfig:
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto' (cuda when available)."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16' (bf16 parameters/compute with fp32 gradient reduction; use on GPU)."""
+    activation_checkpointing: bool = False
+    """Recompute each T5 block's activations in the backward pass to save memory."""
+    threads: int = 1
+    """Intra-op CPU threads per process (torchrun does not set this with one process per node)."""
+    init_timeout_s: float = 300.0
+    """Process-group timeout until the first step completes (rendezvous, checkpoint load)."""
+    train_timeout_s: float = 60.0
+    """Process-group timeout after the first step: how long a collective waits for a hung or vanished
+    peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = ""
+    """Checkpoint directory (shared storage on clusters). Empty: <out_dir>/checkpoints."""
+    interval: int = 10
+    """Save every this many steps (the final step and a signal always save)."""
+    keep_last: int = 3
+    """Complete checkpoints to keep; older ones are deleted after a newer one commits."""
+    async_save: bool = True
+    """Write checkpoints in the background (training continues after a short copy)."""
+
+
+@dataclass
+class MetricsConfig:
+    path: str = ""
+    """Per-step metrics JSONL (rank 0, appended across restarts). Empty: <out_dir>/metrics.jsonl."""
+    log_every: int = 1
+    """Print a progress line every this many steps."""
+
+
+@dataclass
+class FaultConfig:
+    """Fault-injection hooks for tests and chaos runs; all off by default."""
+
+    sigkill_at_step: int = 0
+    """If > 0: rank `fault.rank` SIGKILLs itself right after this step (once per out_dir)."""
+    rank: int = 0
+    """Rank that `sigkill_at_step` kills."""
+    slow_commit_s: float = 0.0
+    """Sleep this long after a checkpoint's data is written and before its commit marker."""
+
+
+@dataclass
+class Config:
+    preset: str = "debug"
+    """Preset the values started from (training/presets/<name>.toml)."""
+    job: JobConfig = field(default_factory=JobConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = [f.name for f in fields(Config) if f.name != "preset"]
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Docstrings written under each dataclass field (the attribute-docstring convention)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            docs[a.target.id] = " ".join(str(b.value.value).split())
+    return docs
+
+
+def _coerce(value: Any, typ: type, name: str) -> Any:
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if typ is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} is not a valid {typ.__name__}") from None
+
+
+def _apply(cfg: Config, section: str, key: str, value: Any, origin: str) -> None:
+    if section not in SECTIONS:
+        raise ConfigError(f"unknown config section [{section}] in {origin}; valid: {', '.join(SECTIONS)}")
+    sub = getattr(cfg, section)
+    types = {f.name: f.type for f in fields(sub)}
+    if key not in types:
+        raise ConfigError(f"unknown option {section}.{key} in {origin}; valid: "
+                          + ", ".join(f"{section}.{k}" for k in types))
+    typ = {"int": int, "float": float, "str": str, "bool": bool}[types[key]]
+    setattr(sub, key, _coerce(value, typ, f"{section}.{key}"))
+
+
+def _apply_toml(cfg: Config, path: Path) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: top-level key {section!r} must be a [section] table")
+        for key, value in values.items():
+            _apply(cfg, section, key, value, str(path))
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m training",
+        description=("FSDP2 T5 training with exact checkpoint resume. Values come from the defaults, then the "
+                     "preset, then --config, then the --section.field flags below. Resumes automatically from "
+                     "the newest complete checkpoint in checkpoint.dir. Launch with torchrun."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--preset", default="debug", help=f"preset: one of {', '.join(presets())}")
+    p.add_argument("--config", default=None, help="TOML file with [section] tables, applied after the preset")
+    defaults = Config()
+    for section in SECTIONS:
+        sub = getattr(defaults, section)
+        g = p.add_argument_group(section, inspect.getdoc(type(sub)) if type(sub).__doc__ else None)
+        docs = field_docs(type(sub))
+        for f in fields(sub):
+            g.add_argument(f"--{section}.{f.name}", dest=f"{section}.{f.name}", default=None,
+                           metavar=f.type.upper(),
+                           help=f"{docs.get(f.name, '')} (default: {getattr(sub, f.name)!r})")
+    return p
+
+
+def load_config(argv: list[str] | None = None) -> Config:
+    """Parse CLI args into a validated Config (defaults < preset < --config < flags)."""
+    args = build_arg_parser().parse_args(argv)
+    cfg = Config(preset=args.preset)
+    preset_path = PRESET_DIR / f"{args.preset}.toml"
+    if not preset_path.is_file():
+        raise ConfigError(f"unknown preset {args.preset!r}; choose one of: {', '.join(presets())}")
+    _apply_toml(cfg, preset_path)
+    if args.config:
+        _apply_toml(cfg, Path(args.config))
+    for name, value in vars(args).items():
+        if "." in name and value is not None:
+            section, key = name.split(".", 1)
+            _apply(cfg, section, key, value, "command line")
+    return finalize(cfg)
+
+
+def finalize(cfg: Config) -> Config:
+    """Fill derived defaults (paths) and validate."""
+    if not cfg.job.out_dir:
+        cfg.job.out_dir = os.path.join("runs", cfg.preset)
+    if not cfg.checkpoint.dir:
+        cfg.checkpoint.dir = os.path.join(cfg.job.out_dir, "checkpoints")
+    if not cfg.metrics.path:
+        cfg.metrics.path = os.path.join(cfg.job.out_dir, "metrics.jsonl")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Every cross-field check in one place. World-size checks happen at start (see check_world)."""
+    m, d, t, p, c = cfg.model, cfg.data, cfg.train, cfg.parallel, cfg.checkpoint
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(msg)
+
+    for name in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads"):
+        need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
+    need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
+    need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
+    if m.init_from:
+        need(os.path.isdir(m.init_from),
+             f"model.init_from={m.init_from!r} is not a local directory; pass a directory with config.json and "
+             "weights (hub names are not downloaded)")
+    need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
+    need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
+    need(d.mean_span_len >= 1.0, f"data.mean_span_len={d.mean_span_len} must be >= 1")
+    need(d.num_workers >= 0, f"data.num_workers={d.num_workers} must be >= 0")
+    if d.source != "builtin":
+        need(os.path.exists(d.source),
+             f"data.source={d.source!r} does not exist; use 'builtin' or a path to .jsonl/.parquet data")
+    need(t.steps > 0, f"train.steps={t.steps} must be > 0")
+    need(t.global_batch > 0, f"train.global_batch={t.global_batch} must be > 0")
+    need(t.lr > 0, f"train.lr={t.lr} must be > 0")
+    need(0 <= t.warmup_steps <= t.steps,
+         f"train.warmup_steps={t.warmup_steps} must be between 0 and train.steps={t.steps}")
+    need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
+    need(t.max_grad_norm >= 0, f"train.max_grad_norm={t.max_grad_norm} must be >= 0 (0 disables)")
+    need(p.device in ("auto", "cpu", "cuda"), f"parallel.device={p.device!r}: use auto, cpu or cuda")
+    need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
+    need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
+    need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
+    need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
+    need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
+    need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
+    need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0,
+         "fault.* values must be >= 0")
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    """Checks that need the world size, run once the process group exists."""
+    if cfg.train.global_batch % world_size:
+        raise ConfigError(
+            f"train.global_batch={cfg.train.global_batch} is not divisible by the world size {world_size}; "
+            f"pick a global batch that every world size the job may run at divides (e.g. "
+            f"{world_size * max(1, cfg.train.global_batch // world_size)})")
+    if cfg.fault.sigkill_at_step and cfg.fault.rank >= world_size:
+        raise ConfigError(f"fault.rank={cfg.fault.rank} >= world size {world_size}")

@@ -1,0 +1,210 @@
+"""Data: an offline text corpus, byte-level tokens, T5 span corruption, and a resumable global order.
+
+Sample ``i`` is a pure function of ``(corpus, seed, i)``. The order of samples is a seeded permutation
+per epoch, and the position in that order is one integer, the *global sample offset* (samples consumed
+by all ranks together). Rank ``r`` of ``W`` takes slice ``r`` of every global batch, so the offset means
+the same thing at any world size: resuming at a different world size neither repeats nor skips a sample.
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import random
+import sysconfig
+from dataclasses import dataclass
+
+import torch
+
+from training.config import DataConfig
+
+PAD, EOS, UNK = 0, 1, 2
+BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
+VOCAB = 384
+FIRST_SENTINEL = VOCAB - 1  # <extra_id_0> = 383, <extra_id_1> = 382, ...
+MIN_DOC_CHARS = 200
+
+
+def encode(text: str) -> list[int]:
+    """Byte-level token ids, identical to ``ByT5Tokenizer()(text, add_special_tokens=False)``."""
+    return [b + BYTE_OFFSET for b in text.encode("utf-8")]
+
+
+def decode(ids: list[int]) -> str:
+    return bytes(i - BYTE_OFFSET for i in ids if BYTE_OFFSET <= i < BYTE_OFFSET + 256).decode("utf-8", "replace")
+
+
+def builtin_documents() -> list[str]:
+    """Real English text available offline wherever Python runs: the standard library's docstrings
+    (modules, classes, functions) longer than 200 characters, in a fixed file order."""
+    docs = []
+    for path in sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= MIN_DOC_CHARS:
+                    docs.append(" ".join(doc.split()))
+    if not docs:
+        raise RuntimeError("the built-in corpus is empty: this Python has no standard-library sources; "
+                           "pass data.source=<path to .jsonl/.parquet text>")
+    return docs
+
+
+def file_documents(source: str, text_field: str) -> list[str]:
+    """Texts from a .jsonl / .parquet file, or every such file in a directory (sorted)."""
+    if os.path.isdir(source):
+        files = sorted(f for ext in ("jsonl", "parquet") for f in glob.glob(os.path.join(source, f"**/*.{ext}"),
+                                                                              recursive=True))
+    else:
+        files = [source]
+    if not files:
+        raise ValueError(f"data.source={source!r} holds no .jsonl or .parquet files")
+    docs = []
+    for path in files:
+        if path.endswith(".jsonl"):
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        rec = json.loads(line)
+                        if text_field not in rec:
+                            raise ValueError(f"{path}:{n} has no field {text_field!r}; set data.text_field")
+                        docs.append(str(rec[text_field]))
+        elif path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            table = pq.read_table(path, columns=[text_field])
+            docs.extend(str(t) for t in table.column(text_field).to_pylist())
+        else:
+            raise ValueError(f"data.source file {path!r} is neither .jsonl nor .parquet")
+    return docs
+
+
+def span_lengths(raw_len: int, noise_density: float, mean_span: float) -> tuple[int, int]:
+    """(noise tokens, noise spans) for a raw window, as in T5's random_spans_noise_mask."""
+    num_noise = min(max(int(round(raw_len * noise_density)), 1), raw_len - 1)
+    num_spans = max(int(round(num_noise / mean_span)), 1)
+    return num_noise, num_spans
+
+
+def raw_length_for(seq_len: int, noise_density: float, mean_span: float) -> tuple[int, int]:
+    """Largest raw window whose corrupted input (+EOS) fits seq_len, and the target length it needs."""
+    raw = seq_len
+    while True:
+        noise, spans = span_lengths(raw + 1, noise_density, mean_span)
+        if raw + 1 - noise + spans + 1 > seq_len:
+            break
+        raw += 1
+    noise, spans = span_lengths(raw, noise_density, mean_span)
+    return raw, noise + spans + 1
+
+
+def _split(total: int, parts: int, rng: random.Random) -> list[int]:
+    """Split `total` into `parts` positive integers, uniformly at random."""
+    cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
+    bounds = [0, *cuts, total]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+class SpanCorruptionDataset(torch.utils.data.Dataset):
+    """Fixed-length windows of the token stream, corrupted with T5 span corruption.
+
+    ``input_ids``: kept tokens with each masked span replaced by one sentinel, then EOS, padded.
+    ``labels``: each sentinel followed by its span, then EOS, padded with -100 (ignored by the loss).
+    """
+
+    def __init__(self, tokens: torch.Tensor, cfg: DataConfig, seed: int):
+        self.tokens = tokens
+        self.cfg = cfg
+        self.seed = seed
+        self.raw_len, self.target_len = raw_length_for(cfg.seq_len, cfg.noise_density, cfg.mean_span_len)
+        self.n = len(tokens) // self.raw_len
+        if self.n < 1:
+            raise ValueError(f"the corpus has {len(tokens)} tokens, fewer than one sample of {self.raw_len}")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        raw = self.tokens[i * self.raw_len:(i + 1) * self.raw_len].tolist()
+        rng = random.Random(self.seed * 1_000_003 + i)
+        noise, spans = span_lengths(len(raw), self.cfg.noise_density, self.cfg.mean_span_len)
+        noise_lens = _split(noise, spans, rng)
+        keep_lens = _split(len(raw) - noise, spans, rng)
+        inp, tgt, pos = [], [], 0
+        for s, (k, m) in enumerate(zip(keep_lens, noise_lens)):
+            inp += raw[pos:pos + k]
+            pos += k
+            sentinel = FIRST_SENTINEL - s
+            inp.append(sentinel)
+            tgt.append(sentinel)
+            tgt += raw[pos:pos + m]
+            pos += m
+        inp.append(EOS)
+        tgt.append(EOS)
+        x = torch.full((self.cfg.seq_len,), PAD, dtype=torch.long)
+        x[:len(inp)] = torch.tensor(inp)
+        y = torch.full((self.target_len,), -100, dtype=torch.long)
+        y[:len(tgt)] = torch.tensor(tgt)
+        return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
+
+
+def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
+    docs = builtin_documents() if cfg.source == "builtin" else file_documents(cfg.source, cfg.text_field)
+    stream: list[int] = []
+    for d in docs:
+        stream += encode(d)
+        stream.append(EOS)
+    return SpanCorruptionDataset(torch.tensor(stream, dtype=torch.int16), cfg, seed)
+
+
+@dataclass
+class GlobalOrder:
+    """Maps a global sample offset to dataset indices: a seeded permutation per epoch."""
+
+    num_samples: int
+    seed: int
+
+    def index(self, offset: int) -> int:
+        epoch, pos = divmod(offset, self.num_samples)
+        return int(self._perm(epoch)[pos])
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if getattr(self, "_cached", (None,))[0] != epoch:
+            g = torch.Generator().manual_seed(self.seed + 7919 * epoch)
+            self._cached = (epoch, torch.randperm(self.num_samples, generator=g))
+        return self._cached[1]
+
+    def rank_indices(self, offset: int, global_batch: int, rank: int, world: int) -> list[int]:
+        """Dataset indices rank `rank` trains on for the global batch starting at `offset`."""
+        per = global_batch // world
+        start = offset + rank * per
+        return [self.index(o) for o in range(start, start + per)]
+
+
+class ResumableBatchSampler(torch.utils.data.Sampler):
+    """Yields this rank's index list for each global batch, from a starting global offset onwards."""
+
+    def __init__(self, order: GlobalOrder, global_batch: int, rank: int, world: int, start_offset: int):
+        self.order, self.gb, self.rank, self.world = order, global_batch, rank, world
+        self.start_offset = start_offset
+
+    def __iter__(self):
+        offset = self.start_offset
+        while True:
+            yield self.order.rank_indices(offset, self.gb, self.rank, self.world)
+            offset += self.gb
+
+
+def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: int, global_batch: int,
+                     rank: int, world: int, start_offset: int) -> torch.utils.data.DataLoader:
+    """An endless loader of this rank's micro-batches starting at the global offset `start_offset`."""
+    sampler = ResumableBatchSampler(GlobalOrder(len(dataset), seed), global_batch, rank, world, start_offset)
+    # The loader gets its own generator so creating it does not consume the global (dropout) RNG.
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
+                                       generator=torch.Generator().manual_seed(seed),
+                                       persistent_workers=cfg.num_workers > 0)

@@ -1,0 +1,61 @@
+"""Model construction and parallelisation: T5 from a config (random init, nothing downloaded), FSDP2."""
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from training.config import ModelConfig, ParallelConfig
+
+
+def build_t5_config(cfg: ModelConfig):
+    from transformers import T5Config
+    # transformers 5.x always ties lm_head to the shared embedding; passing tie_word_embeddings=False
+    # would only drop the d_model**-0.5 output scaling and make the initial loss explode.
+    return T5Config(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv, d_ff=cfg.d_ff,
+                    num_layers=cfg.num_layers, num_decoder_layers=cfg.num_decoder_layers,
+                    num_heads=cfg.num_heads, feed_forward_proj="gated-gelu", dropout_rate=cfg.dropout,
+                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+
+
+def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
+    """T5ForConditionalGeneration on the CPU, identical on every rank (same seed), or loaded from
+    a local pretrained directory (``cfg.init_from``)."""
+    from transformers import T5ForConditionalGeneration
+    torch.manual_seed(seed)
+    if cfg.init_from:
+        model = T5ForConditionalGeneration.from_pretrained(cfg.init_from, local_files_only=True,
+                                                           dropout_rate=cfg.dropout)
+        mine = build_t5_config(cfg)
+        for key in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "vocab_size"):
+            if getattr(model.config, key) != getattr(mine, key):
+                raise ValueError(f"model.init_from={cfg.init_from!r} has {key}={getattr(model.config, key)} but "
+                                 f"the config says model.{key}={getattr(mine, key)}; make them agree")
+        return model
+    return T5ForConditionalGeneration(build_t5_config(cfg))
+
+
+def model_signature(cfg: ModelConfig) -> dict[str, int]:
+    """The shape-defining fields a checkpoint must match to be loaded into this model."""
+    return {k: getattr(cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
+                                         "num_heads", "vocab_size")}
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def apply_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute every T5 block in the backward pass (non-reentrant, compatible with FSDP2)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def apply_fsdp(model: torch.nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
+    """Shard each T5 block (encoder and decoder) as its own FSDP2 unit, then the root
+    (embeddings, final norms, tied head), so only one block's parameters are gathered at a time."""
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if cfg.precision == "bf16" else MixedPrecisionPolicy()
+    for stack in (model.encoder, model.decoder):
+        for block in stack.block:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)

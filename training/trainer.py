@@ -1,0 +1,210 @@
+"""The training loop: FSDP2 T5 with span corruption, checkpoint resume, signals and metrics."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+
+from training.checkpoint import CheckpointManager
+from training.config import Config, check_world
+from training.data import build_dataloader, build_dataset
+from training.metrics import MetricsLogger
+from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
+from training.state import Progress, RngState, TrainState
+
+log = logging.getLogger("training")
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def _ensure_env() -> None:
+    """Allow a plain `python -m training` (no torchrun): a world of one on a free local port."""
+    if "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def _lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:  # step = optimizer steps taken so far
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return f
+
+
+class Trainer:
+    """Builds everything from a Config; `train()` runs to `train.steps` and returns the exit code."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        _ensure_env()
+        p = cfg.parallel
+        torch.set_num_threads(p.threads)
+        use_cuda = p.device == "cuda" or (p.device == "auto" and torch.cuda.is_available())
+        if p.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("parallel.device=cuda but no CUDA device is visible; use parallel.device=cpu")
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if use_cuda:
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+            backend = "cpu:gloo,cuda:nccl"
+        else:
+            self.device = torch.device("cpu")
+            backend = "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=p.init_timeout_s))
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        check_world(cfg, self.world)
+        self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+        self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
+        self.mesh = init_device_mesh(self.device.type, (self.world,))
+
+        self.model = build_model(cfg.model, seed=cfg.job.seed)
+        self.n_params = count_params(self.model)
+        if p.activation_checkpointing:
+            apply_activation_checkpointing(self.model)
+        apply_fsdp(self.model, self.mesh, p)
+        if use_cuda:
+            self.model.to(self.device)
+        t = cfg.train
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
+                                           betas=(0.9, 0.95), foreach=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
+        self.progress = Progress()
+        self.rng = RngState(self.device)
+        self.state = {"train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
+                      RngState.key(self.rank): self.rng}
+        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world_size=self.world,
+                                      signature=model_signature(cfg.model), slow_commit_s=cfg.fault.slow_commit_s,
+                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
+        self.dataset = build_dataset(cfg.data, cfg.job.seed)
+        self._signal = 0
+        for s in HANDLED_SIGNALS:
+            signal.signal(s, self._on_signal)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self._signal = signum  # acted on at the next step boundary, by all ranks together
+
+    def _agreed_signal(self) -> int:
+        flag = torch.tensor([self._signal], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+    def _resume(self) -> int | None:
+        info = self.ckpt.load(self.state)
+        if info is None:
+            self.metrics.info(f"fresh start: no complete checkpoint in {self.cfg.checkpoint.dir}")
+            return None
+        self.metrics.info(f"resumed from step {info['step']} (saved at world size {info['world_size']}, "
+                          f"now {self.world}) in {self.cfg.checkpoint.dir}")
+        return info["step"]
+
+    def _maybe_inject_fault(self, step: int) -> None:
+        f = self.cfg.fault
+        if f.sigkill_at_step != step or self.rank != f.rank:
+            return
+        marker = Path(self.cfg.job.out_dir) / f".fault-sigkill-step{step}"
+        if marker.exists():
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        print(f"[fault] rank {self.rank} SIGKILLs itself after step {step}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, float, int]:
+        ids = batch["input_ids"].to(self.device, non_blocking=True)
+        mask = batch["attention_mask"].to(self.device, non_blocking=True)
+        labels = batch["labels"].to(self.device, non_blocking=True)
+        counts = torch.stack([(labels != -100).sum(), mask.sum()]).to(torch.float64)
+        dist.all_reduce(counts)
+        n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
+        decoder_ids = self.model._shift_right(labels)
+        logits = self.model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        loss_sum = F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1),
+                                   ignore_index=-100, reduction="sum")
+        # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
+        # The gradient is then that of the global mean loss, whatever the world size.
+        (loss_sum * (self.world / n_targets)).backward()
+        max_norm = self.cfg.train.max_grad_norm or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        loss = loss_sum.detach().to(torch.float64)
+        dist.all_reduce(loss)
+        return loss.item() / n_targets, grad_norm.item(), int(n_tokens)
+
+    def train(self) -> int:
+        cfg, t = self.cfg, self.cfg.train
+        resumed = self._resume()
+        self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
+                           host=socket.gethostname(), params=self.n_params, preset=cfg.preset)
+        if self.progress.step >= t.steps:
+            self.metrics.info(f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
+                              f"{cfg.checkpoint.dir}; nothing to do")
+            return 0
+        self.metrics.info(f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
+                          f"{self.device.type}/{cfg.parallel.precision}, steps {self.progress.step + 1}..{t.steps}, "
+                          f"global batch {t.global_batch}, {len(self.dataset)} samples per epoch")
+        loader = iter(build_dataloader(self.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch,
+                                       rank=self.rank, world=self.world, start_offset=self.progress.data_offset))
+        if not self.rng.apply_loaded():
+            # Fresh start, or a rank that did not exist when the checkpoint was written (world grew).
+            torch.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
+            if self.device.type == "cuda":
+                torch.cuda.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
+        self.model.train()
+        exit_code, past_first_step = 0, False
+        while self.progress.step < t.steps:
+            t0 = time.perf_counter()
+            offset = self.progress.data_offset
+            loss, grad_norm, n_tokens = self._step(next(loader))
+            self.progress.step += 1
+            self.progress.tokens_seen += n_tokens
+            self.progress.data_offset += t.global_batch
+            step = self.progress.step
+            step_time = time.perf_counter() - t0
+            if not past_first_step:
+                past_first_step = True
+                # Past start-up: from here a hung or vanished peer must fail fast so the job restarts.
+                dist.distributed_c10d._set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
+            sig = self._agreed_signal()
+            final = step == t.steps
+            blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final)
+            self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
+                              tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
+                              world_size=self.world, restart_count=self.restart_count, data_offset=offset)
+            self._maybe_inject_fault(step)
+            if sig:
+                name = signal.Signals(sig).name
+                self.metrics.event("signal", signal=name, step=step)
+                self.metrics.info(f"{name}: checkpoint of step {step} saved; exiting. Relaunch to resume.")
+                exit_code = 128 + sig
+                break
+        else:
+            self.metrics.event("end", step=self.progress.step)
+            self.metrics.info(f"finished {t.steps} steps; final checkpoint "
+                              f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}")
+        return exit_code
+
+    def close(self) -> None:
+        try:
+            self.ckpt.close()
+        finally:
+            self.metrics.close()
+            if dist.is_initialized():
+                dist.destroy_process_group()
