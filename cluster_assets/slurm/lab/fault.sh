@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# fault.sh: inject failures into the lab. NODE is n1..nN.
+#   kill-node NODE      power loss: SIGKILL every process of the node (slurmd, slurmstepd, job tasks,
+#                       torchrun agents and workers) and, in netns mode, unplug its link. slurmctld notices
+#                       by itself (NOT_RESPONDING after ~SlurmdTimeout, DOWN and job requeue after ~2x).
+#   revive NODE         power back on: wait until Slurm has marked a killed node DOWN (reviving earlier
+#                       leaves its lost job steps unnoticed and the job hangs), plug the link, restart
+#                       slurmd, then return the node to service safely (see below).
+#   kill-workers NODE   SIGKILL only the training worker processes (children of the torchrun agent) on
+#                       the node: the agent restarts its worker group inside the allocation.
+#   kill-tasks NODE     SIGKILL every srun-launched task on the node (agent and workers); the batch script
+#                       and its srun survive.
+#   pids NODE | state NODE | wait NODE REGEX [TIMEOUT_S]
+# "Safe return to service": a node that slurmctld marked DOWN is brought back DRAINed; we wait until it
+# responds and its stale steps are gone, wait >1 s, then RESUME it. Without this a requeued job (same job
+# id) can land on it in the second in which slurmd revokes the old incarnation's credential, and the
+# launch fails with "Job credential revoked".
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cmd="${1:-}"; n="${2:-}"
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+case "$cmd" in -h|--help|help|"") usage; exit 0 ;; esac
+[[ -n "$n" ]] || { usage >&2; die "$cmd: missing NODE"; }
+i="$(node_idx "$n")"
+(( i >= 1 && i <= SLAB_NODES )) || die "no node $n in this lab (nodes n1..n$SLAB_NODES)"
+[[ -s "$R/run/mode" ]] || die "the lab at $R is not up (run: scripts/slurm_lab.sh up)"
+
+slurmd_pid() { pidfile_pid "$R/run/slurmd-$n.pid"; }
+stale_pids() { local sp; sp="$(slurmd_pid)"; node_pids_alive "$n" | grep -vx "${sp:-x}" || true; }
+# node PIDs whose environment has a variable named $1
+node_pids_with_var() {
+  local p
+  for p in $(node_pids_alive "$n"); do grep -qz "^$1=" "/proc/$p/environ" 2>/dev/null && echo "$p"; done
+}
+kill9() { (($#)) && kill -9 "$@" 2>/dev/null || true; }
+
+safe_resume() {   # $1 = "drained" when we drained the node before bringing it back
+  local t=$SECONDS st
+  while st="$(node_state "$n")"; [[ "$st" == *NOT_RESPONDING* || "$st" == DOWN* ]]; do
+    (( SECONDS - t > 30 )) && die "$n still $st 30 s after restart"
+    sleep 0.2
+  done
+  if [[ "${1:-}" == drained ]]; then
+    t=$SECONDS
+    while [[ -n "$(stale_pids)" ]] && (( SECONDS - t < 15 )); do sleep 0.2; done
+    sleep 1.2
+    scontrol update NodeName="$n" State=RESUME
+  fi
+  wait_nodes 'idle|alloc|mix|comp' 30 "$n"
+}
+
+case "$cmd" in
+  pids)  node_pids_alive "$n" ;;
+  state) node_state "$n" ;;
+  wait)  wait_nodes "${3:?usage: wait NODE REGEX [TIMEOUT_S]}" "${4:-30}" "$n" ;;
+  kill-node)
+    if [[ "$(cur_mode)" == netns ]]; then ip link set "${SLAB_PFX}-h$i" down; fi
+    p=$(node_pids_alive "$n" | tr '\n' ' ')
+    kill9 $p
+    p2=$(node_pids_alive "$n" | tr '\n' ' ')   # children forked while we were killing
+    kill9 $p2
+    touch "$R/run/killed-$n"
+    log "killed node $n: pids $p$p2" ;;
+  revive)
+    if [[ -e "$R/run/killed-$n" ]]; then
+      wait_nodes 'down\*?|drain\*?|drng\*?' $((4 * SLAB_SLURMD_TIMEOUT + 20)) "$n" || true
+      rm -f "$R/run/killed-$n"
+    fi
+    drained=""
+    if [[ "$(node_state "$n")" == DOWN* ]]; then
+      scontrol update NodeName="$n" State=DRAIN Reason=slab-revive; drained=drained
+    fi
+    if [[ "$(cur_mode)" == netns ]]; then ip link set "${SLAB_PFX}-h$i" up; fi
+    p=$(slurmd_pid); if pid_alive "$p"; then kill -9 "$p"; sleep 0.2; fi
+    start_slurmd "$i"
+    safe_resume "$drained"
+    log "revived $n ($(node_state "$n"))" ;;
+  kill-workers)
+    p=$(node_pids_with_var TORCHELASTIC_RESTART_COUNT | tr '\n' ' ')
+    [[ -n "$p" ]] || die "no torchrun worker processes on $n"
+    kill9 $p
+    log "killed training workers on $n: $p" ;;
+  kill-tasks)
+    # srun-launched tasks carry a numeric SLURM_STEP_ID; the batch script (step "batch") is spared
+    p=$(for q in $(node_pids_alive "$n"); do
+          grep -qzE '^SLURM_STEP_ID=[0-9]+$' "/proc/$q/environ" 2>/dev/null && echo "$q"; done | tr '\n' ' ')
+    [[ -n "$p" ]] || die "no srun task processes on $n"
+    kill9 $p
+    log "killed srun tasks on $n: $p" ;;
+  *) usage >&2; die "unknown command '$cmd'" ;;
+esac

@@ -1,0 +1,121 @@
+# lib.sh: settings and helpers shared by up.sh / down.sh / fault.sh / status.sh. Source it; don't run it.
+#
+# The lab is a real Slurm 22.05 cluster on this machine: munged + slurmctld on the host and one slurmd per
+# "node" n1..nN, each in its own network + UTS + mount namespace (netns mode) or all on loopback with
+# per-node ports (loopback mode). Everything it owns lives under $SLAB_ROOT; network namespaces and links
+# carry the $SLAB_PFX prefix. Processes are found by PID files, namespace membership and a per-lab
+# environment tag, never by name alone, so two labs (e.g. a user's and a test's) can run side by side.
+
+SLAB_LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SLAB_REPO="$(cd "$SLAB_LAB_DIR/../../.." && pwd)"
+SLAB_ROOT="${SLAB_ROOT:-$SLAB_REPO/.slurm-lab}"
+R="$SLAB_ROOT"
+
+# Settings chosen by `up` are frozen in $R/lab.env so that fault/down/status act on the lab that is
+# actually running, whatever the caller's environment says.
+if [[ -s "$R/lab.env" && -z "${SLAB_IGNORE_SAVED:-}" ]]; then
+  # shellcheck disable=SC1091
+  source "$R/lab.env"
+fi
+SLAB_NODES="${SLAB_NODES:-2}"                  # compute nodes n1..nN
+SLAB_MODE="${SLAB_MODE:-auto}"                 # netns | loopback | auto (netns when namespaces work)
+SLAB_CPUS="${SLAB_CPUS:-2}"                    # CPUs advertised per node (config_overrides: need not exist)
+SLAB_NET="${SLAB_NET:-10.77.0}"                # netns mode: /24 on a bridge; .1 = controller, .1X = nX
+SLAB_PFX="${SLAB_PFX:-slab}"                   # prefix of netns and link names (<= 8 chars: IFNAMSIZ)
+SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-16817}"
+SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-16818}"  # netns: same port in every namespace; loopback: port+i-1
+SLAB_SLURMD_TIMEOUT="${SLAB_SLURMD_TIMEOUT:-6}" # a dead node is marked DOWN ~2x this after it dies
+SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-10}"     # >= 5; a requeued job is held cred_expire+1 s before rerun
+
+CONF="$R/etc/slurm.conf"
+MSOCK="$R/run/munge.sock"
+export SLURM_CONF="$CONF"
+
+log()  { echo "[slurm-lab $(date +%T)] $*" >&2; }
+die()  { echo "[slurm-lab] ERROR: $*" >&2; exit 1; }
+
+node_name() { echo "n$1"; }
+node_idx()  { local n="$1"; [[ "$n" =~ ^n([0-9]+)$ ]] || die "bad node name '$n' (expected n1..n$SLAB_NODES)"; echo "${BASH_REMATCH[1]}"; }
+node_ns()   { echo "${SLAB_PFX}-n$1"; }
+node_ip()   { echo "$SLAB_NET.$((10 + $1))"; }
+node_tag()  { echo "$SLAB_PFX:$R:n$1"; }        # SLAB_NODE_TAG of that node's slurmd (inherited by slurmstepd)
+cur_mode()  { cat "$R/run/mode" 2>/dev/null || true; }
+pidfile_pid() { [[ -s "$1" ]] && tr -dc '0-9' < "$1" || true; }
+
+# Alive and not a zombie: here PID 1 may never reap orphans, so `kill -0` alone succeeds on zombies.
+pid_alive() {
+  [[ "${1:-}" =~ ^[0-9]+$ ]] && kill -0 "$1" 2>/dev/null \
+    && [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]
+}
+
+# PIDs whose environment contains the exact entry $1 (a fixed string "NAME=value").
+pids_with_env() {
+  local want="$1" f
+  for f in /proc/[0-9]*/environ; do
+    grep -qzxF -- "$want" "$f" 2>/dev/null && { f="${f#/proc/}"; echo "${f%/environ}"; }
+  done
+}
+
+# The PIDs read from stdin plus all their descendants (job tasks are children of slurmstepd, torchrun
+# workers children of the agent, data-loader workers children of the workers).
+with_descendants() {
+  local roots; roots="$(grep -E '^[0-9]+$' || true)"
+  [[ -z "$roots" ]] && return 0
+  ps -e -o pid=,ppid= | awk -v roots="$roots" '
+    BEGIN { n = split(roots, r, "\n"); for (i = 1; i <= n; i++) q[c++] = r[i] }
+    { kids[$2] = kids[$2] " " $1 }
+    END { for (i = 0; i < c; i++) { p = q[i]; if (seen[p]++) continue; print p
+                                    m = split(kids[p], k, " "); for (j = 1; j <= m; j++) q[c++] = k[j] } }'
+}
+
+# Every process of node nX: its slurmd and slurmstepds (tagged by environment), their descendants (job
+# tasks, torchrun agents, workers) and, in netns mode, anything else inside its network namespace.
+node_pids() {
+  local i; i="$(node_idx "$1")"
+  { pidfile_pid "$R/run/slurmd-n$i.pid"; echo; pids_with_env "SLAB_NODE_TAG=$(node_tag "$i")"; } | with_descendants
+  if [[ "$(cur_mode)" == netns ]]; then ip netns pids "$(node_ns "$i")" 2>/dev/null || true; fi
+}
+node_pids_alive() { local p; for p in $(node_pids "$1" | sort -un); do [[ "$p" != "$$" ]] && pid_alive "$p" && echo "$p"; done; }
+
+# Start slurmd for node index i. netns mode: inside the node's namespace with its own hostname and a
+# private /etc/hosts. nsenter --net, not `ip netns exec`: the latter remounts /sys and hides
+# /sys/fs/cgroup, which slurmd 22.05 insists on.
+start_slurmd() {
+  local i="$1" n; n="$(node_name "$i")"
+  mkdir -p "$R/state/$n"
+  rm -f "$R/run/slurmd-$n.pid"
+  if [[ "$(cur_mode)" == netns ]]; then
+    nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount --propagation private \
+      sh -c "mount --bind '$R/etc/hosts' /etc/hosts && hostname '$n' \
+             && exec env SLAB_NODE_TAG='$(node_tag "$i")' SLURM_CONF='$CONF' slurmd -N '$n'"
+  else
+    env SLAB_NODE_TAG="$(node_tag "$i")" SLURM_CONF="$CONF" slurmd -N "$n"
+  fi
+}
+
+# Wait until every listed node's short state (sinfo %t) matches the regex; default all nodes.
+wait_nodes() {
+  local re="$1" to="${2:-30}" nodes="${3:-}" t0=$SECONDS out=""
+  while (( SECONDS - t0 < to )); do
+    out="$(sinfo -h -N ${nodes:+-n "$nodes"} -o '%N %t' 2>/dev/null | sort -u)"
+    if [[ -n "$out" ]] && ! grep -qvE " ($re)\$" <<<"$out"; then return 0; fi
+    sleep 0.2
+  done
+  log "timeout after ${to}s waiting for ${nodes:-all nodes} to match '$re'; have: $(echo $out)"
+  return 1
+}
+
+node_state() { scontrol show node "$1" -o 2>/dev/null | grep -oE ' State=[^ ]+' | cut -d= -f2; }
+
+# Our daemons even when PID files are gone: slurm/munge binaries whose command line names $R or whose
+# environment carries this lab's SLURM_CONF or node tag.
+our_daemons() {
+  local d p i tags=(-e "SLURM_CONF=$CONF")
+  for ((i = 1; i <= SLAB_NODES; i++)); do tags+=(-e "SLAB_NODE_TAG=$(node_tag "$i")"); done
+  for d in /proc/[0-9]*; do
+    p="${d#/proc/}"
+    case "$(cat "$d/comm" 2>/dev/null)" in munged|slurmctld|slurmd|slurmstepd|slurmscriptd) ;; *) continue ;; esac
+    if tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -qF -- "$R/" \
+       || grep -qzxF "${tags[@]}" "$d/environ" 2>/dev/null; then echo "$p"; fi
+  done
+}
