@@ -1,0 +1,1 @@
+"""AWS ParallelCluster configuration (pure function) and its offline schema validator."""

@@ -1,0 +1,133 @@
+"""The AWS ParallelCluster 3 cluster configuration, produced by one pure function.
+
+The ParallelCluster stack passes the returned dict (with CloudFormation tokens for subnet, file-system and
+security-group IDs) to the ``Custom::PclusterCluster`` resource. Tests call the same function with
+placeholder IDs and validate the result with the real ``aws-parallelcluster`` schema, which rejects unknown
+keys and bad enums/IDs (it cannot parse tokens, hence the placeholders).
+
+No CDK imports: importable from any venv.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+#: Where the FSx for Lustre file system is mounted on every node (same path as in the EKS pods).
+FSX_MOUNT_DIR = "/fsx"
+GPU_QUEUE = "gpu"
+
+
+def build_cluster_config(
+    *,
+    head_node_instance_type: str,
+    head_node_subnet_id: str,
+    compute_subnet_id: str,
+    gpu_instance_type: str,
+    compute_resource_name: str,
+    max_nodes: int,
+    fsx_file_system_id: str,
+    additional_security_group_ids: Sequence[str],
+    bucket_name: str,
+    efa: bool = True,
+    placement_group: bool = True,
+    min_nodes: int = 0,
+    region: Optional[str] = None,
+    ssh_key_name: Optional[str] = None,
+    os: str = "alinux2023",
+    head_node_root_gib: int = 100,
+    compute_root_gib: int = 512,
+    scaledown_idle_minutes: int = 10,
+    tags: Optional[dict[str, str]] = None,
+) -> dict[str, Any]:
+    """Render the cluster configuration (the YAML document ``pcluster create-cluster`` takes) as a dict.
+
+    Args:
+        head_node_instance_type: head node (slurmctld, login) instance type.
+        head_node_subnet_id: subnet of the head node (private with NAT is fine; reach it with SSM).
+        compute_subnet_id: the ONE subnet of the GPU queue (a cluster placement group lives in one AZ).
+        gpu_instance_type: compute instance type, e.g. ``p5.48xlarge``.
+        compute_resource_name: Slurm compute-resource name (``[a-z][a-z0-9-]*``), e.g. ``p5-48xlarge``.
+        max_nodes: MaxCount of the queue: the most GPU nodes a job can get.
+        min_nodes: MinCount: nodes kept running when idle (0 = launch on demand, pay only while used).
+        fsx_file_system_id: existing FSx for Lustre file system mounted at ``/fsx`` on every node.
+        additional_security_group_ids: security groups added to head and compute nodes (the Lustre-client
+            group that the file system's security group admits on ports 988 and 1018-1023).
+        bucket_name: S3 bucket the nodes may read and write (data, checkpoints).
+        efa: enable EFA on the GPU compute resource.
+        placement_group: put the GPU queue in a cluster placement group. Disable it when targeting a
+            Capacity Block or AWS-provided ODCR, which carry their own placement.
+        region: optional ``Region`` key (omitted = the region the provider stack runs in).
+        ssh_key_name: optional EC2 key pair for SSH to the head node.
+        os: ParallelCluster base OS.
+        head_node_root_gib / compute_root_gib: encrypted root volume sizes.
+        scaledown_idle_minutes: idle minutes before dynamic nodes are terminated.
+        tags: extra tags for every cluster resource.
+    """
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes={max_nodes}: the GPU queue needs at least 1 node")
+    if not 0 <= min_nodes <= max_nodes:
+        raise ValueError(f"min_nodes={min_nodes}: must be between 0 and max_nodes ({max_nodes})")
+    if not additional_security_group_ids:
+        raise ValueError("additional_security_group_ids: pass the Lustre client security group, or nodes "
+                         "cannot mount the file system")
+
+    head_node: dict[str, Any] = {
+        "InstanceType": head_node_instance_type,
+        "Networking": {
+            "SubnetId": head_node_subnet_id,
+            "AdditionalSecurityGroups": list(additional_security_group_ids),
+        },
+        "LocalStorage": {"RootVolume": {"Size": head_node_root_gib, "Encrypted": True}},
+        # IMDSv2 is always required by ParallelCluster 3; Secured also blocks non-root users from IMDS.
+        "Imds": {"Secured": True},
+        "Iam": {"S3Access": [{"BucketName": bucket_name, "EnableWriteAccess": True}]},
+    }
+    if ssh_key_name:
+        head_node["Ssh"] = {"KeyName": ssh_key_name}
+
+    queue: dict[str, Any] = {
+        "Name": GPU_QUEUE,
+        "CapacityType": "ONDEMAND",
+        "Networking": {
+            "SubnetIds": [compute_subnet_id],
+            "PlacementGroup": {"Enabled": placement_group},
+            "AdditionalSecurityGroups": list(additional_security_group_ids),
+        },
+        "ComputeResources": [{
+            "Name": compute_resource_name,
+            "InstanceType": gpu_instance_type,
+            "MinCount": min_nodes,
+            "MaxCount": max_nodes,
+            "Efa": {"Enabled": efa},
+        }],
+        "ComputeSettings": {
+            "LocalStorage": {"RootVolume": {"Size": compute_root_gib, "Encrypted": True}},
+        },
+        # Whole nodes per job: one torchrun agent per node, all 8 GPUs.
+        "JobExclusiveAllocation": True,
+        # Run the GPU health check before a job starts on a node; a failing node is drained and replaced
+        # instead of crashing the job again after every restart.
+        "HealthChecks": {"Gpu": {"Enabled": True}},
+        "Iam": {"S3Access": [{"BucketName": bucket_name, "EnableWriteAccess": True}]},
+    }
+
+    config: dict[str, Any] = {
+        "Image": {"Os": os},
+        "HeadNode": head_node,
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmSettings": {"ScaledownIdletime": scaledown_idle_minutes},
+            "SlurmQueues": [queue],
+        },
+        "SharedStorage": [{
+            "Name": "fsx",
+            "StorageType": "FsxLustre",
+            "MountDir": FSX_MOUNT_DIR,
+            "FsxLustreSettings": {"FileSystemId": fsx_file_system_id},
+        }],
+        "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},
+    }
+    if region:
+        config["Region"] = region
+    if tags:
+        config["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    return config
