@@ -1,0 +1,395 @@
+"""Submit the T5 job to EKS as a Kubeflow Trainer TrainJob, follow node 0's log, wait, report.
+
+    python -m cluster_assets.k8s.submit [options] [-- TRAINING ARGS]
+    python -m cluster_assets.k8s.submit --dry-run --nodes 2 -- --train.steps 500   # print the YAML only
+    python -m cluster_assets.k8s.submit --print-runtime                              # the runtime the stack installs
+
+Training arguments (``--section.field value``, see ``python -m training --help``) may also be given without
+``--``: every unknown option that contains a dot is passed to the training job. Defaults come from the EKS
+stack's configuration (stacks/config.py: namespace, runtime name, GPU instance type, image tag) and from the
+environment the Makefile exports (PRESET, NODES, NPROC, DRY_RUN; IMAGE overrides the image).
+
+Exit codes: 0 the TrainJob completed (or dry run), 1 it failed or timed out, 2 bad arguments or the cluster
+is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cluster_assets.k8s import schema
+from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
+                                         train_job_manifest)
+
+DEFAULT_PRESET = "t5-base"
+DEFAULT_FSX_MOUNT = "/fsx"
+DEFAULT_PVC = "fsx-claim"
+#: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
+PLACEHOLDER_IMAGE = "t5-failover-train:set-image-with--image"
+
+
+def _infra_defaults() -> dict[str, Any]:
+    """Defaults the EKS stack was configured with (stacks/config.py), without importing CDK."""
+    try:
+        from stacks.config import InfraConfig
+        from stacks.gpu_instances import GPU_INSTANCES
+    except ImportError:  # a checkout without the stacks package: plain defaults
+        return {"namespace": "training", "runtime": "t5-fault-tolerant", "instance_type": "p5.48xlarge",
+                "shapes": {"p5.48xlarge": (8, 32)}, "image_tag": "0.1.0", "max_restarts": 10}
+    c = InfraConfig()
+    return {"namespace": c.training_namespace, "runtime": c.runtime_name, "instance_type": c.gpu_instance_type,
+            "shapes": {k: (v.gpus, v.efa_interfaces) for k, v in GPU_INSTANCES.items()},
+            "image_tag": c.image_tag, "max_restarts": c.max_restarts}
+
+
+def _pvc_default() -> str:
+    try:
+        from stacks import eks_names  # type: ignore[attr-defined]  # optional: the EKS stack's PVC name
+        return eks_names.FSX_PVC_NAME
+    except (ImportError, AttributeError):
+        return DEFAULT_PVC
+
+
+def image_from_outputs(path: str) -> str:
+    """The ECR repository URI from a ``cdk deploy --outputs-file`` JSON ({stack: {OutputKey: value}})."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise TrainJobError(f"--outputs-file {path}: cannot read JSON ({e})") from None
+    found = [v for outputs in data.values() if isinstance(outputs, dict)
+             for k, v in outputs.items() if "ecr" in k.lower() and "uri" in k.lower() or
+             k.lower().endswith("repositoryuri")]
+    if not found:
+        raise TrainJobError(f"--outputs-file {path}: no ECR repository URI output (a key like EcrRepositoryUri); "
+                            "pass --image instead")
+    return found[0]
+
+
+def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str]:
+    """Unknown CLI options that look like training flags (``--a.b``), plus everything after ``--``."""
+    for a in unknown:
+        if a.startswith("-") and "." not in a.split("=")[0]:
+            raise TrainJobError(f"unknown option {a}: submit options are listed by --help; training options look "
+                                "like --section.field (python -m training --help)")
+    return unknown + after_dashes
+
+
+def check_training_args(cfg: TrainJobConfig) -> None:
+    """Validate the training arguments here, before anything reaches the cluster.
+
+    Uses the training package's own parser and checks (unknown options, bad values, global batch not
+    divisible by the world size). Paths that only exist on the cluster (under the FSx mount) are skipped.
+    """
+    try:
+        from training.config import ConfigError, check_world, load_config
+    except ImportError:  # pragma: no cover - the training package is in this repository
+        return
+    argv, skip, i = [], {"--data.source", "--model.init_from"}, 0
+    targs = list(cfg.training_args)
+    while i < len(targs):
+        a = targs[i]
+        name, eq, val = a.partition("=")
+        if name == "--config":
+            path = val if eq else (targs[i + 1] if i + 1 < len(targs) else "")
+            if not path.startswith(cfg.fsx_mount_path.rstrip("/") + "/"):
+                raise TrainJobError(f"--config {path}: the pods cannot read files from this machine; put the TOML "
+                                    f"on FSx (under {cfg.fsx_mount_path}/) or pass --section.field flags")
+            i += 1 if eq else 2
+            continue
+        if name in skip:  # a cluster path (FSx/S3 data, pretrained weights): checked when the job starts
+            i += 1 if eq else 2
+            continue
+        argv.append(a)
+        i += 1
+    import contextlib
+    import io
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            tcfg = load_config(["--preset", cfg.preset, *argv])
+        check_world(tcfg, cfg.world_size)
+    except SystemExit:
+        msg = err.getvalue().strip().splitlines()
+        raise TrainJobError(f"training arguments rejected: {msg[-1] if msg else argv}") from None
+    except ConfigError as e:
+        raise TrainJobError(f"training arguments rejected: {e} (world size {cfg.num_nodes} node(s) x "
+                            f"{cfg.nproc_per_node} = {cfg.world_size})") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = _infra_defaults()
+    env = os.environ
+    p = argparse.ArgumentParser(prog="python -m cluster_assets.k8s.submit", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("job")
+    g.add_argument("--name", help=f"TrainJob name = per-job directory on FSx (re-use a name to resume its "
+                                  f"checkpoints; <= {MAX_NAME_LEN} chars). Default: t5-<preset>-<timestamp>")
+    g.add_argument("--preset", default=env.get("PRESET") or DEFAULT_PRESET,
+                   help=f"training preset (env PRESET; default {DEFAULT_PRESET})")
+    g.add_argument("--namespace", default=d["namespace"], help="namespace with the FSx PVC (default %(default)s)")
+    g.add_argument("--runtime", default=d["runtime"], help="ClusterTrainingRuntime name (default %(default)s)")
+    g.add_argument("--image", default=env.get("IMAGE"),
+                   help="training image (env IMAGE); default: --outputs-file's ECR URI + --image-tag")
+    g.add_argument("--outputs-file", help="`cdk deploy --outputs-file` JSON to take the ECR repository URI from")
+    g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or d["image_tag"],
+                   help="tag to use with the ECR URI (env IMAGE_TAG; default %(default)s)")
+    g = p.add_argument_group("size")
+    g.add_argument("--nodes", type=int, default=int(env.get("NODES") or 2), help="nodes/pods (env NODES; 2)")
+    g.add_argument("--instance-type", default=d["instance_type"],
+                   help="GPU instance type: sets GPUs and EFA interfaces per node (default %(default)s)")
+    g.add_argument("--gpus-per-node", type=int, help="nvidia.com/gpu per pod (default: the instance's; 0 = CPU)")
+    g.add_argument("--efa-per-node", type=int, help="EFA interfaces per pod (default: the instance's; 0 = none)")
+    g.add_argument("--nproc-per-node", type=int, default=int(env["NPROC"]) if env.get("NPROC") else None,
+                   help="workers per pod (env NPROC; default one per GPU, 1 without GPUs)")
+    g.add_argument("--cpu", default="", help="CPU request per pod (e.g. 32); default none")
+    g.add_argument("--memory", default="64Gi", help="memory request per pod (default %(default)s)")
+    g = p.add_argument_group("advanced")
+    g.add_argument("--fsx-mount", default=DEFAULT_FSX_MOUNT, help="FSx mount path in the runtime (default /fsx)")
+    g.add_argument("--pvc", default=_pvc_default(), help="FSx PVC the runtime mounts (for --print-runtime and "
+                                                         "the pre-flight check; default %(default)s)")
+    g.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
+                   help="extra `python -m training.launch` option (repeatable), e.g. --launcher-arg=--max-restarts=5")
+    g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra container env")
+    g = p.add_argument_group("run")
+    g.add_argument("--dry-run", action="store_true", default=env.get("DRY_RUN", "") not in ("", "0", "false"),
+                   help="print the TrainJob YAML and exit (env DRY_RUN=1); no cluster needed")
+    g.add_argument("--print-runtime", action="store_true",
+                   help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
+    g.add_argument("--max-restarts", type=int, default=d["max_restarts"],
+                   help="runtime maxRestarts for --print-runtime (the stack sets it; default %(default)s)")
+    g.add_argument("--context", help="kubeconfig context (default: current)")
+    g.add_argument("--detach", action="store_true", help="submit and exit without waiting")
+    g.add_argument("--no-logs", action="store_true", help="wait without streaming node 0's log")
+    g.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds (0 = never)")
+    g.add_argument("--skip-image-check", action="store_true", help="don't look the image tag up in ECR first")
+    return p
+
+
+def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJobConfig:
+    shapes = _infra_defaults()["shapes"]
+    gpus, efa = a.gpus_per_node, a.efa_per_node
+    if gpus is None or efa is None:
+        if a.instance_type not in shapes:
+            raise TrainJobError(f"--instance-type {a.instance_type!r} is unknown; use one of {', '.join(sorted(shapes))}"
+                                " or give --gpus-per-node and --efa-per-node")
+        sg, se = shapes[a.instance_type]
+        gpus = sg if gpus is None else gpus
+        efa = se if efa is None else efa
+    nproc = a.nproc_per_node if a.nproc_per_node is not None else (gpus or 1)
+    image = a.image
+    if not image and a.outputs_file:
+        image = f"{image_from_outputs(a.outputs_file)}:{a.image_tag}"
+    if not image:
+        if not a.dry_run:
+            raise TrainJobError("no image: pass --image <ECR URI>:<tag> (or IMAGE=...), or --outputs-file with the "
+                                "stack outputs (`cdk deploy --outputs-file cdk-outputs.json`); push it with "
+                                "`make image`")
+        image = PLACEHOLDER_IMAGE
+        print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {image}",
+              file=sys.stderr)
+    env_pairs = []
+    for e in a.env:
+        k, eq, v = e.partition("=")
+        if not eq:
+            raise TrainJobError(f"--env {e!r}: expected NAME=VALUE")
+        env_pairs.append((k, v))
+    name = a.name or default_name(a.preset)
+    cfg = TrainJobConfig(name=name, namespace=a.namespace, image=image, runtime_name=a.runtime,
+                         fsx_mount_path=a.fsx_mount, num_nodes=a.nodes, nproc_per_node=nproc, gpus_per_node=gpus,
+                         efa_per_node=efa, cpu_request=a.cpu, memory_request=a.memory, preset=a.preset,
+                         training_args=tuple(training_args), launcher_args=tuple(a.launcher_arg),
+                         env=tuple(env_pairs))
+    return cfg
+
+
+def default_name(preset: str) -> str:
+    base = preset if preset.startswith("t5") else f"t5-{preset}"
+    base = "".join(c if c.isalnum() else "-" for c in base.lower()).strip("-")[:24]
+    return f"{base}-{time.strftime('%m%d-%H%M%S')}"
+
+
+def runtime_manifest(a: argparse.Namespace, cfg: TrainJobConfig) -> dict[str, Any]:
+    """Our ClusterTrainingRuntime, rendered by the same function the EKS stack installs it with."""
+    from cluster_assets.k8s.runtime import build_cluster_training_runtime
+    return schema.validate(build_cluster_training_runtime(
+        name=cfg.runtime_name, pvc_name=a.pvc, image=cfg.image, max_restarts=a.max_restarts,
+        gpus_per_node=cfg.gpus_per_node, efa_per_node=cfg.efa_per_node, fsx_mount_path=cfg.fsx_mount_path))
+
+
+# ------------------------------------------------------------------------------------------- submit/watch
+def check_image(image: str) -> str | None:
+    """Look an ECR image tag up with boto3; returns a problem or None (skipped without credentials)."""
+    import re
+    m = re.match(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)(?::([^@]+))?$", image)
+    if not m:
+        return None
+    account, region, repo, tag = m.groups()
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        boto3.client("ecr", region_name=region).describe_images(
+            registryId=account, repositoryName=repo, imageIds=[{"imageTag": tag or "latest"}])
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            return (f"image {image} is missing in ECR ({code}): build and push it with `make image` "
+                    f"(or pass the tag that exists with --image-tag)")
+        print(f"note: could not check the image in ECR ({code}); continuing", file=sys.stderr)
+    except BotoCoreError as e:
+        print(f"note: could not check the image in ECR ({type(e).__name__}); continuing", file=sys.stderr)
+    return None
+
+
+def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> None:
+    """Everything that would make the TrainJob fail for reasons a user can fix before submitting."""
+    from cluster_assets.k8s.cluster import ClusterError
+    cluster.check_trainer()
+    rt = cluster.get_runtime(cfg.runtime_name)
+    cluster.check_namespace(cfg.namespace)
+    claims = [v["persistentVolumeClaim"]["claimName"] for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
+              for v in rj["template"]["spec"]["template"]["spec"].get("volumes", []) if "persistentVolumeClaim" in v]
+    for c in claims:
+        cluster.check_pvc(cfg.namespace, c)
+    if cluster.train_job_exists(cfg.namespace, cfg.name):
+        raise ClusterError(f"TrainJob {cfg.namespace}/{cfg.name} already exists: pick another --name, or delete "
+                           f"it first (`kubectl delete trainjob -n {cfg.namespace} {cfg.name}`; its checkpoints "
+                           f"on FSx stay, and re-submitting the same name resumes from them)")
+    if not a.skip_image_check:
+        problem = check_image(cfg.image)
+        if problem:
+            raise ClusterError(problem)
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return c
+    return None
+
+
+def follow_node0(cluster, ns: str, name: str, stop: threading.Event) -> None:
+    """Stream node 0's log, moving to the new node-0 pod after each JobSet restart."""
+    from cluster_assets.k8s.cluster import pod_attempt
+    seen: set[str] = set()
+    while not stop.is_set():
+        try:
+            pod = cluster.node_pod(ns, name, 0)
+        except Exception:  # noqa: BLE001 - transient API errors: retry
+            pod = None
+        if pod is None or pod.metadata.uid in seen or pod.status.phase == "Pending":
+            stop.wait(3)
+            continue
+        seen.add(pod.metadata.uid)
+        tag = f"[node-0 attempt {pod_attempt(pod)}]"
+        for line in cluster.follow_logs(ns, pod.metadata.name):
+            print(f"{tag} {line}", flush=True)
+            if stop.is_set():
+                return
+
+
+def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float) -> int:
+    """Wait for the TrainJob to finish; print restarts and pod problems; return the exit code."""
+    from cluster_assets.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
+    ns, name = cfg.namespace, cfg.name
+    stop = threading.Event()
+    if logs:
+        threading.Thread(target=follow_node0, args=(cluster, ns, name, stop), daemon=True).start()
+    t0, last_restarts, last_pending = time.time(), 0, 0.0
+    try:
+        while True:
+            tj = cluster.get_train_job(ns, name)
+            if tj is None:
+                raise ClusterError(f"TrainJob {ns}/{name} disappeared (deleted?)")
+            js = cluster.get_jobset(ns, name) or {}
+            restarts = (js.get("status") or {}).get("restarts", 0) or 0
+            if restarts != last_restarts:
+                print(f"[submit] JobSet restart #{restarts} (all pods recreated; training resumes from the newest "
+                      f"complete checkpoint in {cfg.job_dir}/checkpoints)", flush=True)
+                last_restarts = restarts
+            done, failed = condition(tj, "Complete"), condition(tj, "Failed")
+            if done or failed:
+                stop.set()
+                took = time.time() - t0
+                c = done or failed
+                print(f"[submit] TrainJob {ns}/{name} {'completed' if done else 'FAILED'} after {took:,.0f} s, "
+                      f"{restarts} JobSet restart(s): {c.get('reason', '')} {c.get('message', '')}".rstrip(),
+                      flush=True)
+                print(f"[submit] checkpoints and metrics: {cfg.job_dir}/ on FSx (S3-linked)", flush=True)
+                return 0 if done else 1
+            for pod in cluster.pods(ns, name):
+                problem = pod_problem(pod)
+                if problem:
+                    raise ClusterError(f"pod {pod.metadata.name} cannot start: {problem}; the image {cfg.image} is "
+                                       f"missing or not pullable: push it with `make image`, then delete the TrainJob "
+                                       f"(`kubectl delete trainjob -n {ns} {name}`) and submit again")
+                reason = pod_pending_reason(pod)
+                if reason and time.time() - last_pending > 60:
+                    print(f"[submit] waiting to schedule {pod.metadata.name}: {reason}", flush=True)
+                    last_pending = time.time()
+            if timeout_s and time.time() - t0 > timeout_s:
+                print(f"[submit] timed out after {timeout_s:.0f} s; the TrainJob keeps running "
+                      f"(kubectl get trainjob -n {ns} {name})", file=sys.stderr)
+                return 1
+            time.sleep(5)
+    finally:
+        stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    after = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, after = argv[:i], argv[i + 1:]
+    parser = build_parser()
+    a, unknown = parser.parse_known_args(argv)
+    try:
+        cfg = config_from_args(a, split_training_args(unknown, after))
+        manifest = train_job_manifest(cfg)
+        check_training_args(cfg)
+        docs = []
+        if a.print_runtime:
+            docs.append(runtime_manifest(a, cfg))
+        if a.dry_run:
+            docs.append(manifest)
+    except (TrainJobError, schema.SchemaError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if docs:
+        print(to_yaml(*docs), end="")
+        return 0
+
+    from cluster_assets.k8s.cluster import ClusterError, connect
+    try:
+        cluster = connect(a.context)
+        print(f"[submit] cluster {cluster.host} (context {cluster.context})", flush=True)
+        preflight(cluster, a, cfg)
+        cluster.create_train_job(manifest)
+        print(f"[submit] created TrainJob {cfg.namespace}/{cfg.name}: {cfg.num_nodes} node(s) x "
+              f"{cfg.nproc_per_node} worker(s), image {cfg.image}, job dir {cfg.job_dir}", flush=True)
+        if a.detach:
+            print(f"[submit] detached; watch with `kubectl get trainjob -n {cfg.namespace} {cfg.name} -w`")
+            return 0
+        return watch(cluster, cfg, logs=not a.no_logs, timeout_s=a.timeout)
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\n[submit] stopped watching; the TrainJob keeps running (kubectl delete trainjob -n "
+              f"{cfg.namespace} {cfg.name} to stop it)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
