@@ -1,0 +1,22 @@
+"""Shared test helpers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+# A model small enough that end-to-end tests take seconds per run on 2 cores.
+TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "--model.num_layers", "2",
+        "--model.num_decoder_layers", "2", "--model.num_heads", "4", "--data.seq_len", "64",
+        "--train.global_batch", "4", "--train.warmup_steps", "2", "--parallel.threads", "1"]
+
+
+def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`torchrun --standalone -m training` with `args`; returns the completed process (text output)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "training", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)

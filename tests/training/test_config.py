@@ -1,0 +1,68 @@
+"""Config precedence and validation: bad values fail fast with a message naming the value and the fix."""
+import subprocess
+import sys
+
+import pytest
+
+from training.config import ConfigError, check_world, load_config, presets
+
+
+def test_presets_exist():
+    assert {"debug", "t5-60m", "t5-small", "t5-base", "t5-large", "t5-3b"} <= set(presets())
+
+
+def test_precedence_defaults_preset_file_cli(tmp_path):
+    cfg = load_config([])
+    assert cfg.preset == "debug" and cfg.model.d_model == 256 and cfg.train.steps == 100  # preset over default
+    f = tmp_path / "c.toml"
+    f.write_text("[train]\nsteps = 7\nlr = 0.01\n")
+    cfg = load_config(["--config", str(f), "--train.steps", "9"])
+    assert cfg.train.steps == 9 and cfg.train.lr == 0.01  # CLI over file over preset
+    assert cfg.checkpoint.dir == "runs/debug/checkpoints" and cfg.metrics.path == "runs/debug/metrics.jsonl"
+    big = load_config(["--preset", "t5-large"])
+    assert (big.model.d_model, big.model.num_layers, big.parallel.precision) == (1024, 24, "bf16")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--train.steps", "0"], "train.steps=0"),
+    (["--train.steps", "ten"], "train.steps='ten' is not a valid int"),
+    (["--parallel.precision", "fp8"], "parallel.precision='fp8'"),
+    (["--checkpoint.keep_last", "0"], "checkpoint.keep_last=0"),
+    (["--model.vocab_size", "100"], "model.vocab_size=100"),
+    (["--data.source", "/nonexistent/corpus.jsonl"], "data.source='/nonexistent/corpus.jsonl' does not exist"),
+    (["--model.init_from", "google/t5-small"], "is not a local directory"),
+    (["--checkpoint.async_save", "maybe"], "checkpoint.async_save='maybe' is not a valid bool"),
+    (["--preset", "t5-11b"], "unknown preset 't5-11b'"),
+    (["--train.warmup_steps", "-5"], "train.warmup_steps=-5"),
+])
+def test_bad_values_name_the_value(args, needle):
+    with pytest.raises(ConfigError, match=None) as e:
+        load_config(args)
+    assert needle in str(e.value)
+
+
+def test_unknown_keys_in_file_are_rejected(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[train]\nstepz = 3\n")
+    with pytest.raises(ConfigError, match="unknown option train.stepz.*valid: train.steps"):
+        load_config(["--config", str(f)])
+
+
+def test_global_batch_must_divide_world():
+    cfg = load_config(["--train.global_batch", "6"])
+    check_world(cfg, 3)
+    with pytest.raises(ConfigError, match="train.global_batch=6 is not divisible by the world size 4"):
+        check_world(cfg, 4)
+
+
+def test_cli_reports_bad_config_with_exit_2():
+    r = subprocess.run([sys.executable, "-m", "training", "--train.lr", "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "train.lr=-1.0 must be > 0" in r.stderr
+
+
+def test_help_documents_every_field():
+    r = subprocess.run([sys.executable, "-m", "training", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for flag in ("--checkpoint.async_save", "--parallel.train_timeout_s", "--data.source", "--fault.slow_commit_s"):
+        assert flag in r.stdout
+    assert "Process-group timeout after the first step" in r.stdout

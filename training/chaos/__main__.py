@@ -1,0 +1,114 @@
+"""``python -m training.chaos``: run failure scenarios against simulated nodes and print a pass/fail table.
+
+Computes an uninterrupted reference run once (cached by config + training code under --cache), then runs
+each scenario on a fresh checkpoint directory, and writes report.json and timeline.png to --out.
+Exit code 0 when every scenario passed, 1 otherwise, 2 for a bad setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from training.chaos.config import REPO, ChaosConfig, ChaosConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = ChaosConfig()
+    p = argparse.ArgumentParser(prog="python -m training.chaos", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenarios", default="abcdefgh", help="letters to run, e.g. abdf (default: all)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes),
+                   help="simulated nodes (env NODES; default 2)")
+    p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("NPROC") or d.nproc_per_node),
+                   help="workers per node (env NPROC; default 1)")
+    p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
+    p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
+    p.add_argument("--global-batch", type=int, default=d.global_batch, help=f"(default {d.global_batch})")
+    p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
+    p.add_argument("--train-timeout-s", type=int, default=d.train_timeout_s,
+                   help=f"process-group timeout after step 1 (default {d.train_timeout_s})")
+    p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
+    p.add_argument("--scenario-timeout-s", type=float, default=d.scenario_timeout_s,
+                   help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})")
+    p.add_argument("--out", type=Path, help="run directory (default .chaos/runs/<time>)")
+    p.add_argument("--cache", type=Path, default=REPO / ".chaos" / "cache", help="reference-run cache")
+    p.add_argument("--keep", action="store_true", help="keep the checkpoints of passing scenarios")
+    p.add_argument("--dry-run", action="store_true", help="print the config and one agent's command; run nothing")
+    p.add_argument("train_args", nargs="*", help="after --: extra training flags for every run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    cfg = ChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
+                      global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
+                      max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
+                      extra_args=tuple(a.train_args))
+    try:
+        cfg.validate()
+    except ChaosConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from training.chaos.scenarios import reference, run_scenario, scenarios
+    table = scenarios(cfg)
+    keys = [k for k in a.scenarios.lower() if k in table]
+    bad = sorted(set(a.scenarios.lower()) - set(table) - set(", "))
+    if bad or not keys:
+        print(f"error: unknown scenario(s) {bad or a.scenarios!r}; choose from {''.join(table)}", file=sys.stderr)
+        return 2
+    if a.list:
+        for s in table.values():
+            print(f"{s.key}  {s.name:<20} {s.title}")
+        return 0
+    if a.dry_run:
+        from training.launch import LaunchConfig, RDZV_ENV, format_argv, torchrun_argv
+        launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
+                              rdzv_id="chaos-<scenario>", rdzv_endpoint="127.0.0.1:<store port>",
+                              max_restarts=cfg.max_restarts, train_timeout_s=cfg.train_timeout_s,
+                              train_args=tuple(cfg.training_args("<run>/<scenario>/job")))
+        print(f"config: {cfg}\nscenarios: {''.join(keys)}\nreference key: {cfg.reference_key()}")
+        print("agent command (per node; b uses --nnodes=1:N):")
+        print(format_argv(torchrun_argv(replace(launch, rdzv_endpoint="127.0.0.1:29400")), RDZV_ENV))
+        return 0
+    out = a.out or REPO / ".chaos" / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"[chaos] {len(keys)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
+          f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}; output {out}", flush=True)
+    t_all = time.time()
+    ref = reference(cfg, a.cache, out)
+    if not a.keep and (out / "reference").exists():
+        shutil.rmtree(out / "reference" / "job" / "checkpoints", ignore_errors=True)
+    results = []
+    for k in keys:
+        r = run_scenario(cfg, table[k], ref, out, keep=a.keep)
+        results.append(r)
+        print(f"[chaos] {k}. {r.name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
+    from training.chaos import report
+    rows = report.targets(cfg, {r.key: r for r in results})
+    png = report.timeline_png(out / "timeline.png", results,
+                              f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
+                              f"{cfg.steps} steps, checkpoint every {cfg.interval}")
+    report.write_json(out / "report.json", cfg, results, ref, rows, png)
+    print()
+    print(report.table(cfg, results, ref))
+    print(report.targets_table(rows))
+    print(f"report: {out / 'report.json'}\ntimeline: {png}\ntotal {time.time() - t_all:.0f} s")
+    last = REPO / ".chaos" / "last"
+    if last.is_symlink() or last.exists():
+        last.unlink()
+    try:
+        last.symlink_to(out.resolve())
+    except OSError:
+        pass
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Simulated nodes on loopback: one standalone rendezvous store + one torchrun agent per node.
+
+Every agent runs the exact command line of ``training.launch`` (``torchrun_argv``). Output of each agent
+(and its workers) is timestamped line by line as it arrives, so the harness can tell when a failure was
+noticed. Only processes started here are ever signalled: agents are our children, workers are checked to
+be children of one of our agents before anything is sent to them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from training.launch import LaunchConfig, launch_env, start_store, torchrun_argv
+
+
+class ClusterError(RuntimeError):
+    """The simulated cluster could not do what a scenario asked (message says what and why)."""
+
+
+class LogTap:
+    """Reads a process's output on a thread; keeps ``(time, line)`` and writes ``<time> <line>`` to a file."""
+
+    def __init__(self, stream, path: Path):
+        self.lines: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+        self._file = open(path, "w", buffering=1)
+        self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _run(self, stream) -> None:
+        for line in iter(stream.readline, ""):
+            t = time.time()
+            line = line.rstrip("\n")
+            with self._lock:
+                self.lines.append((t, line))
+            self._file.write(f"{t:.3f} {line}\n")
+        self._file.close()
+
+    def snapshot(self) -> list[tuple[float, str]]:
+        with self._lock:
+            return list(self.lines)
+
+    def join(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
+
+
+@dataclass
+class Node:
+    """One launch of simulated node ``index`` (a restarted node is a new Node with a higher generation)."""
+
+    index: int
+    generation: int
+    proc: subprocess.Popen
+    tap: LogTap
+    started: float
+    ended: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"node{self.index}" + (f".{self.generation}" if self.generation else "")
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (scan of /proc: threads of the agent may spawn workers too)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _ppid(int(d)) == pid:
+            out.append(int(d))
+    return sorted(out)
+
+
+def proc_env(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+@dataclass
+class LocalCluster:
+    """A store plus ``launch.max_nodes`` agents under ``workdir`` (logs in ``workdir/logs``).
+
+    Attributes:
+        workdir: scenario directory (the job's out_dir lives inside it too).
+        launch: the agents' LaunchConfig; its endpoint is replaced by the store this cluster starts.
+        events: what the harness did, in order: ``{"time", "kind", "node", "detail"}``.
+    """
+
+    workdir: Path
+    launch: LaunchConfig
+    events: list[dict] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    store: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def start_store(self) -> None:
+        self.store, port = start_store(str(self.workdir), self.launch.python)
+        self.launch = replace(self.launch, rdzv_endpoint=f"127.0.0.1:{port}", external_store=True)
+        self.event("store", None, f"rendezvous store pid {self.store.pid} on port {port}")
+
+    def start_node(self, index: int, *, kind: str = "start") -> Node:
+        gen = sum(1 for n in self.nodes if n.index == index)
+        env = launch_env(self.launch)
+        # INFO shows the agent's own decisions (worker group FAILED / restarting / new nodes waiting).
+        env.update(LOGLEVEL="INFO", OMP_NUM_THREADS="1", T5_NODE_RANK=str(index))
+        name = f"node{index}" + (f".{gen}" if gen else "")
+        proc = subprocess.Popen(torchrun_argv(self.launch), env=env, cwd=str(Path(__file__).resolve().parents[2]),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        node = Node(index, gen, proc, LogTap(proc.stdout, self.workdir / "logs" / f"{name}.log"), time.time())
+        self.nodes.append(node)
+        self.event(kind, index, f"agent pid {proc.pid}")
+        return node
+
+    def start_all(self, *, kind: str = "start") -> None:
+        if self.store is None:
+            self.start_store()
+        for i in range(self.launch.max_nodes):
+            self.start_node(i, kind=kind)
+
+    def relaunch(self, rdzv_id: str) -> None:
+        """A new attempt of the whole job (e.g. after preemption): same store, new rendezvous id."""
+        self.launch = replace(self.launch, rdzv_id=rdzv_id)
+        self.start_all(kind="relaunch")
+
+    def event(self, kind: str, node: int | None, detail: str, *, label: str = "",
+              agents_hit: tuple[str, ...] = ()) -> dict:
+        """Record what the harness did. ``label`` names a fault for the report; ``agents_hit`` lists the
+        agents the fault itself killed or signalled (their exit codes are expected to be non-zero)."""
+        ev = {"time": time.time(), "kind": kind, "node": node, "detail": detail, "label": label or kind,
+              "agents_hit": list(agents_hit)}
+        self.events.append(ev)
+        print(f"[chaos]   {time.strftime('%H:%M:%S')} {kind}{'' if node is None else f' node{node}'}: {detail}",
+              flush=True)
+        return ev
+
+    # ---- inspection -------------------------------------------------------------------------------
+    def current(self, index: int) -> Node:
+        for n in reversed(self.nodes):
+            if n.index == index:
+                return n
+        raise ClusterError(f"node{index} was never started")
+
+    def alive(self) -> list[Node]:
+        return [n for n in self.nodes if n.proc.poll() is None]
+
+    def workers(self, index: int) -> list[int]:
+        """Worker pids of node ``index``'s current agent."""
+        agent = self.current(index).proc
+        if agent.poll() is not None:
+            return []
+        return [p for p in children(agent.pid) if "RANK" in proc_env(p)]
+
+    def rank_of(self, pid: int) -> int | None:
+        r = proc_env(pid).get("RANK")
+        return int(r) if r is not None and r.isdigit() else None
+
+    def node_of_rank(self, rank: int) -> int | None:
+        for n in {n.index for n in self.nodes}:
+            if any(self.rank_of(p) == rank for p in self.workers(n)):
+                return n
+        return None
+
+    def log_lines(self) -> list[tuple[float, str, str]]:
+        """Every node's timestamped output: ``(time, node name, line)`` sorted by time."""
+        out = [(t, n.name, line) for n in self.nodes for t, line in n.tap.snapshot()]
+        return sorted(out)
+
+    # ---- faults -----------------------------------------------------------------------------------
+    def _verified_worker(self, index: int, pid: int) -> None:
+        if _ppid(pid) != self.current(index).proc.pid:
+            raise ClusterError(f"pid {pid} is not a worker of node{index}'s agent: refusing to signal it")
+
+    def signal_worker(self, index: int, sig: signal.Signals, *, rank: int | None = None) -> int:
+        """Send ``sig`` to one worker of node ``index`` (the given global rank, else the first)."""
+        pids = self.workers(index)
+        if rank is not None:
+            pids = [p for p in pids if self.rank_of(p) == rank]
+        if not pids:
+            raise ClusterError(f"node{index} has no running worker" + (f" with rank {rank}" if rank is not None else ""))
+        pid = pids[0]
+        self._verified_worker(index, pid)
+        os.kill(pid, sig)
+        name = signal.Signals(sig).name
+        self.event("fault", index, f"{name} worker pid {pid} (rank {self.rank_of(pid)})", label=f"{name} worker")
+        return pid
+
+    def kill_node(self, index: int, *, record: bool = True) -> None:
+        """SIGKILL node ``index``: its agent and every worker, as if the machine lost power."""
+        node = self.current(index)
+        pids = self.workers(index)  # collect first: once the agent is gone its workers are reparented
+        if node.proc.poll() is None:
+            os.kill(node.proc.pid, signal.SIGKILL)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if record:
+            self.event("fault", index, f"SIGKILL node (agent {node.proc.pid} + workers {pids})",
+                       label="SIGKILL node", agents_hit=(node.name,))
+
+    def signal_everything(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""
+        targets, hit = [], []
+        for n in self.alive():
+            targets += [n.proc.pid, *self.workers(n.index)]
+            hit.append(n.name)
+        for p in targets:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        name = signal.Signals(sig).name
+        self.event("fault", None, f"{name} to every process {targets}", label=f"{name} all", agents_hit=tuple(hit))
+
+    # ---- waiting and cleanup ----------------------------------------------------------------------
+    def wait_exit(self, timeout: float) -> dict[str, int | None]:
+        """Wait for every agent to exit; returns exit codes by node name (None = still running)."""
+        deadline = time.monotonic() + timeout
+        for n in self.nodes:
+            try:
+                n.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self._stamp_ends()
+        return {n.name: n.proc.poll() for n in self.nodes}
+
+    def _stamp_ends(self) -> None:
+        for n in self.nodes:
+            if n.ended is None and n.proc.poll() is not None:
+                n.ended = time.time()
+
+    def exit_codes(self) -> dict[str, int | None]:
+        self._stamp_ends()
+        return {n.name: n.proc.poll() for n in self.nodes}
+
+    def close(self) -> None:
+        """Stop everything this cluster started (SIGKILL works on stopped processes too)."""
+        for n in self.nodes:
+            if n.proc.poll() is None:
+                for p in self.workers(n.index) if n is self.current(n.index) else []:
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                n.proc.kill()
+            n.proc.wait()
+            n.tap.join()
+        self._stamp_ends()
+        if self.store is not None and self.store.poll() is None:
+            self.store.terminate()
+            try:
+                self.store.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.store.kill()
+                self.store.wait()

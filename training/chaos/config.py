@@ -1,0 +1,111 @@
+"""What the chaos harness runs: one typed config for the job, the reference run and every scenario."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Files whose content changes the training math: a cached reference run is only valid for the same code.
+# The launcher, the store and this harness only decide *when* processes run, not what they compute.
+_NOT_MATH = {"launch.py", "rdzv_store.py", "compare.py", "__main__.py"}
+
+
+class ChaosConfigError(ValueError):
+    """A chaos setting that cannot work (the message names the value and the fix)."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """The job every scenario runs (and the uninterrupted reference it is compared with).
+
+    Attributes:
+        nodes: simulated nodes (torchrun agents on loopback).
+        nproc_per_node: worker processes per node.
+        preset: training preset (``training/presets/<preset>.toml``).
+        steps: optimizer steps of the job.
+        global_batch: samples per step, fixed across world sizes: must divide by every world size the job
+            passes through (``nproc_per_node`` x each node count from ``nodes - 1`` to ``nodes``).
+        warmup_steps: learning-rate warm-up (the presets' value can exceed a short chaos job).
+        interval: checkpoint every this many steps (a SIGKILL loses at most this many steps).
+        train_timeout_s: process-group timeout after step 1: how long a hung peer blocks the others.
+        max_restarts: torchrun ``--max-restarts`` (scenario h exceeds it on purpose).
+        slow_commit_s: scenario f widens the "async checkpoint written, not yet committed" window by this.
+        atol: tolerance for the final weights when the world size changed (scenario b).
+        extra_args: further training flags for every run, e.g. ``("--model.num_layers", "2")``.
+        scenario_timeout_s: a scenario still running after this is stopped and fails.
+    """
+
+    nodes: int = 2
+    nproc_per_node: int = 1
+    preset: str = "debug"
+    steps: int = 16
+    global_batch: int = 8
+    warmup_steps: int = 2
+    interval: int = 4
+    train_timeout_s: int = 10
+    max_restarts: int = 3
+    slow_commit_s: float = 6.0
+    atol: float = 1e-4
+    extra_args: tuple[str, ...] = ()
+    scenario_timeout_s: float = 300.0
+
+    @property
+    def kill_step(self) -> int:
+        """Faults are injected once this step is logged: mid-interval, so a SIGKILL loses steps."""
+        return self.interval + 2
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def validate(self) -> None:
+        if self.nodes < 2:
+            raise ChaosConfigError(f"nodes={self.nodes}: node-loss scenarios need at least 2 nodes (NODES=2)")
+        if self.nproc_per_node < 1:
+            raise ChaosConfigError(f"nproc_per_node={self.nproc_per_node} must be >= 1")
+        for n in (self.nodes - 1, self.nodes):
+            w = n * self.nproc_per_node
+            if self.global_batch % w:
+                raise ChaosConfigError(
+                    f"global_batch={self.global_batch} does not divide by world size {w} ({n} node(s) x "
+                    f"{self.nproc_per_node} proc), which scenario b passes through; use a multiple of "
+                    f"{_lcm(self.nodes * self.nproc_per_node, (self.nodes - 1) * self.nproc_per_node)}")
+        if self.interval < 2:
+            raise ChaosConfigError(f"interval={self.interval}: use >= 2 so a kill lands between checkpoints")
+        if self.steps < 3 * self.interval:
+            raise ChaosConfigError(f"steps={self.steps} < 3 x interval ({3 * self.interval}): scenarios need "
+                                   f"room to fail, resume and fail again")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ChaosConfigError(f"warmup_steps={self.warmup_steps} must be in 0..steps={self.steps}")
+        if self.train_timeout_s < 1:
+            raise ChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
+
+    def training_args(self, out_dir: str | Path, *extra: str) -> list[str]:
+        """Training-module flags shared by the reference and every scenario (plus ``extra``)."""
+        return ["--preset", self.preset, "--job.out_dir", str(out_dir),
+                "--train.steps", str(self.steps), "--train.global_batch", str(self.global_batch),
+                "--train.warmup_steps", str(self.warmup_steps),
+                "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
+                "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
+                *self.extra_args, *extra]
+
+    def reference_key(self) -> str:
+        """Hash of everything that decides the reference run's final weights (config + training code)."""
+        math = {k: v for k, v in asdict(self).items()
+                if k in ("nodes", "nproc_per_node", "preset", "steps", "global_batch", "warmup_steps",
+                         "interval", "extra_args")}
+        h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
+        training = REPO / "training"
+        for f in sorted(training.glob("*.py")) + sorted((training / "presets").glob("*.toml")):
+            if f.name not in _NOT_MATH:
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+        return h.hexdigest()[:16]
+
+
+def _lcm(a: int, b: int) -> int:
+    from math import gcd
+    return a * b // gcd(a, b)
