@@ -408,6 +408,7 @@ class Emulator:
         self.master_port = master_port or _free_port()
         self.echo = echo or (lambda s: None)
         self.events: list[Event] = []
+        self.fault_log: list[dict] = []  # {"label", "time", "step", "pod"} per injected fault
         self.restarts = 0
         self.restarts_towards_max = 0
         self.pod_failures = 0
@@ -589,7 +590,9 @@ class Emulator:
         if target is None:
             self._event("fault skipped", f"no running pod for node {f.rank}")
             return
-        self._event(f"fault {f.kind}", f"{target.name} at step {step}")
+        self._event(f"fault {f.kind}", f"node {f.rank} pod {target.name} at step {step}")
+        self.fault_log.append({"label": f"{f.kind} node-{f.rank} pod", "time": self.events[-1].time,
+                               "step": step, "pod": target.name})
         if f.kind == "kill":
             target.kill_all(signal.SIGKILL)
         else:

@@ -93,17 +93,17 @@ def analyze(events: list[dict[str, Any]], faults: list[dict[str, Any]], total_st
 
 
 def emulator_report(emu: Any, metrics_path: Path, t0: float) -> dict[str, Any]:
-    """Report of one emulator run (faults located from its event log)."""
+    """Report of one emulator run; each fault is timed from the emulator's own event log:
+    detect = fault -> Job failed, pods_recreated = fault -> the restarted pods were started."""
     text = metrics_path.read_text() if metrics_path.exists() else ""
-    faults, failed_at = [], {}
-    for ev in emu.events:
-        if ev.what.startswith("fault ") and ev.what != "fault skipped":
-            faults.append({"label": f"{ev.what[6:]} {ev.detail.split(' at ')[0]}", "time": ev.time,
-                           "at": ev.detail})
-        if ev.what == "Job failed" and faults and faults[-1]["label"] not in failed_at:
-            failed_at[faults[-1]["label"]] = ev.time
+    faults: list[dict[str, Any]] = [dict(f, detect_s=None, pods_recreated_s=None) for f in emu.fault_log]
     for f in faults:
-        f["detect_s"] = round(failed_at[f["label"]] - f["time"], 2) if f["label"] in failed_at else None
+        later = [ev for ev in emu.events if ev.time > f["time"]]
+        failed = next((ev for ev in later if ev.what == "Job failed"), None)
+        started = next((ev for ev in later if ev.what in ("pods started", "pod replaced by the Job controller")),
+                       None)
+        f["detect_s"] = round(failed.time - f["time"], 2) if failed else None
+        f["pods_recreated_s"] = round(started.time - f["time"], 2) if started else None
     total = None
     try:
         total_arg = emu.job_arg("--train.steps")
@@ -115,7 +115,8 @@ def emulator_report(emu: Any, metrics_path: Path, t0: float) -> dict[str, Any]:
                trainjob=emu.r.job_name, state=emu.state, message=emu.message, jobset_restarts=emu.restarts,
                max_restarts=emu.r.max_restarts, pod_failures=emu.pod_failures,
                nodes=emu.r.num_nodes, nproc_per_node=emu.r.nproc_per_node, total_s=round(emu.events[-1].time - t0, 1),
-               differences=emu.differences(), metrics=str(metrics_path))
+               differences=emu.differences(), metrics=str(metrics_path),
+               events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events])
     return rep
 
 
@@ -131,11 +132,13 @@ def format_report(rep: dict[str, Any]) -> str:
              + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {_fmt(rep.get('max_restarts'))})"
              + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
              + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")]
-    hdr = f"{'fault':<28} {'last step':>9} {'detect':>8} {'recover':>9} {'lost':>5} {'resumed from':>12}"
+    hdr = (f"{'fault':<28} {'last step':>9} {'detect':>8} {'new pods':>9} {'recover':>9} {'lost':>5} "
+           f"{'resumed from':>12}")
     lines += [hdr, "-" * len(hdr)]
     for f in rep["faults"]:
         lines.append(f"{f['label'][:28]:<28} {f['last_step_before']:>9} {_fmt(f.get('detect_s'), ' s'):>8} "
-                     f"{_fmt(f.get('recover_s'), ' s'):>9} {_fmt(f.get('steps_lost')):>5} "
+                     f"{_fmt(f.get('pods_recreated_s'), ' s'):>9} {_fmt(f.get('recover_s'), ' s'):>9} "
+                     f"{_fmt(f.get('steps_lost')):>5} "
                      f"{_fmt(f.get('resumed_from')):>12}")
     if not rep["faults"]:
         lines.append("(no faults injected)")
@@ -148,6 +151,8 @@ def format_report(rep: dict[str, Any]) -> str:
               + (f"; total {rep['total_s']} s" if rep.get("total_s") is not None else "")]
     if rep.get("bitwise") is not None:
         lines.append(f"final weights vs uninterrupted reference: {rep['bitwise']}")
+    lines.append("detect: fault -> Job failed (or JobSet restart seen); new pods: fault -> replacement pods "
+                 "created; recover: fault -> first step of the resumed attempt; lost: steps recomputed")
     for d in rep.get("differences") or []:
         lines.append(f"  emulated: {d}")
     return "\n".join(lines)

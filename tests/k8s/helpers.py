@@ -1,0 +1,28 @@
+"""Render the TrainJob + runtime the way a user does (the submit CLI's dry run) and load them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import ROOT
+
+# 2 pods x 1 CPU process: what a user passes to run the GPU job shape on CPU-only nodes.
+CPU_SHAPE = ["--nodes", "2", "--nproc-per-node", "1", "--gpus-per-node", "0", "--efa-per-node", "0",
+             "--memory", "2Gi", "--preset", "debug"]
+
+
+def submit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cluster_assets.k8s.submit", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def render(name: str, *training_args: str, cli: tuple[str, ...] = ()) -> tuple[dict, dict, str]:
+    """(runtime, trainjob, yaml text) from `submit --dry-run --print-runtime` with the CPU shape."""
+    r = submit_cli("--dry-run", "--print-runtime", "--name", name, "--image", "t5-failover-train:test",
+                   *CPU_SHAPE, *cli, "--", *training_args)
+    assert r.returncode == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    kinds = {d["kind"]: d for d in docs}
+    return kinds["ClusterTrainingRuntime"], kinds["TrainJob"], r.stdout
