@@ -134,10 +134,10 @@ class CheckpointManager:
                     f"checkpoint {p} was written for model {info.get('signature')}, but this run's model is "
                     f"{self.signature}. Use the model settings it was written with, or point checkpoint.dir "
                     f"at a new directory to start fresh (nothing was loaded or overwritten)")
-            stored = set(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata)
-            wanted = {k: v for k, v in state.items()
-                      if any(s == k or s.startswith(k + ".") for s in stored)}
             try:
+                stored = set(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata)
+                wanted = {k: v for k, v in state.items()
+                          if any(s == k or s.startswith(k + ".") for s in stored)}
                 dcp.load(wanted, checkpoint_id=str(p), process_group=self.group)
             except Exception as e:  # noqa: BLE001 - any read failure means "try the previous one"
                 if self.rank == 0:
