@@ -30,6 +30,10 @@ class SlurmConfigError(ValueError):
     """An invalid job setting; the message names the setting, the bad value and what to use instead."""
 
 
+class SharedDirError(SlurmConfigError):
+    """The shared directory is missing on this host (an environment problem, not a bad value)."""
+
+
 def parse_time_limit(value: str) -> int:
     """Slurm ``--time`` string -> seconds (``30`` = 30 min, ``1:30:00``, ``2-00:00:00``, ...)."""
     m = _TIME.fullmatch(value.strip())
@@ -49,9 +53,9 @@ def parse_time_limit(value: str) -> int:
 class SlurmJobConfig:
     """One training job on a Slurm cluster: what to run, where its state lives, how it survives failures."""
 
-    run_name: str = "t5-debug"
-    """Name of the run: job name, and the directories ``<shared_dir>/runs/<run_name>`` (log, metrics,
-    rendered script) and ``<shared_dir>/checkpoints/<run_name>``. Resubmitting the same name resumes."""
+    run_name: str = ""
+    """Name of the run (empty: the preset's name): job name, and the directories ``<shared_dir>/runs/<name>``
+    (log, metrics, rendered script) and ``<shared_dir>/checkpoints/<name>``. Resubmitting a name resumes it."""
     preset: str = "debug"
     """Training preset (``training/presets/<name>.toml``)."""
     train_args: tuple[str, ...] = ()
@@ -118,12 +122,16 @@ class SlurmJobConfig:
 
     # ------------------------------------------------------------------ derived
     @property
+    def name(self) -> str:
+        return self.run_name or self.preset
+
+    @property
     def run_dir(self) -> str:
-        return f"{self.shared_dir.rstrip('/')}/runs/{self.run_name}"
+        return f"{self.shared_dir.rstrip('/')}/runs/{self.name}"
 
     @property
     def checkpoint_dir(self) -> str:
-        return f"{self.shared_dir.rstrip('/')}/checkpoints/{self.run_name}"
+        return f"{self.shared_dir.rstrip('/')}/checkpoints/{self.name}"
 
     @property
     def metrics_path(self) -> str:
@@ -214,7 +222,7 @@ class SlurmJobConfig:
         def bad(name: str, value: Any, fix: str) -> SlurmConfigError:
             return SlurmConfigError(f"{name}={value!r}: {fix}")
 
-        if not _NAME.fullmatch(self.run_name):
+        if self.run_name and not _NAME.fullmatch(self.run_name):
             raise bad("run_name", self.run_name, "use 1-64 letters, digits, '.', '_' or '-' (it names directories)")
         if not _NAME.fullmatch(self.preset):
             raise bad("preset", self.preset, "use a preset name such as debug or t5-base")
@@ -289,7 +297,7 @@ class SlurmJobConfig:
     def _check_paths(self) -> None:
         shared = Path(self.shared_dir)
         if not shared.is_dir():
-            raise SlurmConfigError(
+            raise SharedDirError(
                 f"shared_dir={self.shared_dir!r} does not exist on this host; pass the shared file system every "
                 f"node mounts (/fsx on ParallelCluster; the lab's shared dir locally: scripts/slurm_lab.sh env)")
         if not (Path(self.repo_dir) / "training" / "presets" / f"{self.preset}.toml").is_file() \
@@ -313,4 +321,4 @@ def field_docs() -> dict[str, str]:
     return out
 
 
-__all__ = ["SlurmJobConfig", "SlurmConfigError", "parse_time_limit", "field_docs", "RESERVED_TRAIN_FLAGS"]
+__all__ = ["SlurmJobConfig", "SlurmConfigError", "SharedDirError", "parse_time_limit", "field_docs", "RESERVED_TRAIN_FLAGS"]

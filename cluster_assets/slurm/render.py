@@ -4,7 +4,7 @@
         --preset t5-base --time 12:00:00 --run-name base-1 --output job.sbatch -- --train.steps 20000
     sbatch job.sbatch
 
-Values come from the defaults, then ``--config FILE.toml`` (a ``[slurm]`` table with the field names below),
+Values come from the defaults, then ``--slurm-config FILE.toml`` (a ``[slurm]`` table with the field names below),
 then the flags. Everything after ``--`` goes to ``python -m training``. Exit 2 on a bad setting.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def summary(cfg: SlurmJobConfig) -> str:
     hw = (f"{cfg.gpus_per_node} GPU(s)/node" + (" + EFA" if cfg.efa else "")) if cfg.gpus_per_node else "CPU"
     where = f"container {cfg.container_image} via pyxis (else venv)" if cfg.container_image else \
         f"venv {cfg.venv_python}"
-    return (f"run {cfg.run_name}: preset {cfg.preset}, {cfg.nodes} node(s) x {cfg.procs_per_node} proc(s), {hw}; "
+    return (f"run {cfg.name}: preset {cfg.preset}, {cfg.nodes} node(s) x {cfg.procs_per_node} proc(s), {hw}; "
             f"{where}; checkpoints {cfg.checkpoint_dir}")
 
 
@@ -85,7 +85,7 @@ def render(cfg: SlurmJobConfig) -> str:
         env_lines = ["# (CPU job: no NCCL/EFA settings)"]
     values = {
         "SUMMARY": summary(cfg),
-        "JOB_NAME": cfg.run_name,
+        "JOB_NAME": cfg.name,
         "NODES": str(cfg.nodes),
         "LOG": cfg.log_pattern,
         "RUN_DIR": cfg.run_dir,
@@ -157,13 +157,11 @@ _BOOLS = {"requeue": "--requeue", "requeue_on_failure": "--requeue-on-failure", 
 _LISTS = {"container_mounts": "--container-mount", "extra_sbatch": "--sbatch", "extra_env": "--env"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    doc = (__doc__ or "").split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m cluster_assets.slurm.render", description=doc[0],
-                                epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    """The SlurmJobConfig flags (shared by the renderer and the submitter) and the training-args remainder."""
     docs = field_docs()
     defaults = SlurmJobConfig()
-    p.add_argument("--config", help="TOML file with a [slurm] table of the settings below")
+    p.add_argument("--slurm-config", help="TOML file with a [slurm] table of the settings below")
     for name, (flag, kw) in _FLAGS.items():
         p.add_argument(flag, dest=name, default=None,
                        help=f"{docs.get(name, '')} (default: {getattr(defaults, name)!r})".replace("%", "%%"), **kw)
@@ -173,18 +171,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name, flag in _LISTS.items():
         p.add_argument(flag, dest=name, action="append", default=None,
                        help=f"(repeatable) {docs.get(name, '')}".replace("%", "%%"))
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then python -m training flags")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = (__doc__ or "").split("\n\n")
+    p = argparse.ArgumentParser(prog="python -m cluster_assets.slurm.render", description=doc[0],
+                                epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", "-o", help="write the script here (default: stdout)")
     p.add_argument("--print-config", action="store_true", help="print the resolved settings as JSON and exit")
     p.add_argument("--no-check-training-args", dest="check_training", action="store_false",
                    help="skip validating the training flags with python -m training's parser")
     p.add_argument("--check-paths", action="store_true",
                    help="also check that shared_dir exists here and the preset is in repo_dir")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then python -m training flags")
+    add_job_arguments(p)
     return p
 
 
 def config_from_args(a: argparse.Namespace) -> SlurmJobConfig:
-    cfg = SlurmJobConfig.from_toml(a.config) if a.config else SlurmJobConfig()
+    cfg = SlurmJobConfig.from_toml(a.slurm_config) if a.slurm_config else SlurmJobConfig()
     over = {}
     for name in (*_FLAGS, *_BOOLS):
         if getattr(a, name) is not None:

@@ -1,0 +1,194 @@
+"""Submit the training job to Slurm and follow it: ``make train PLATFORM=slurm`` (scripts/train_slurm.sh).
+
+    python -m cluster_assets.slurm.submit [job options] [training flags]
+    python -m cluster_assets.slurm.submit --nodes 4 --instance-type p5.48xlarge --preset t5-base \\
+        --time 12:00:00 --train.steps 20000
+
+Renders the batch script (cluster_assets/slurm/render.py) into ``<shared_dir>/runs/<run>/job.sbatch``, submits
+it with sbatch, prints the job id, follows the job log and reports the final state. Exit 0 when the job
+completed, 1 when it failed or was cancelled, 2 on a bad setting, 3 when Slurm or the shared directory is
+missing. Ctrl-C stops following; the job keeps running.
+
+Job options are the renderer's (below). Training flags are every ``--section.field VALUE``, ``--config FILE``
+and anything after ``--``. Environment defaults (flags win): PRESET, NODES, NPROC, SHARED_DIR, RUN_NAME,
+TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML with a [slurm] table), DRY_RUN=1.
+The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from cluster_assets.slurm import slurmctl
+from cluster_assets.slurm.config import SharedDirError, SlurmConfigError, SlurmJobConfig
+from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
+
+ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
+             "RUN_NAME": "--run-name", "TIME_LIMIT": "--time", "PARTITION": "--partition",
+             "INSTANCE_TYPE": "--instance-type", "CONTAINER_IMAGE": "--container-image",
+             "SLURM_JOB_CONFIG": "--slurm-config"}
+EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
+
+
+def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(job options, training flags): dotted flags, ``--config`` and everything after ``--`` are training's."""
+    ours: list[str] = []
+    train: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            train += argv[i + 1:]
+            break
+        name = a.split("=", 1)[0]
+        if a.startswith("--") and ("." in name or name == "--config"):
+            take = 1 if "=" in a else 2  # training flags always take one value (booleans as true/false)
+            train += argv[i:i + take]
+            i += take
+            continue
+        ours.append(a)
+        i += 1
+    return ours, train
+
+
+def env_args(env: Mapping[str, str]) -> list[str]:
+    out: list[str] = []
+    for var, flag in ENV_FLAGS.items():
+        if env.get(var):
+            out += [flag, env[var]]
+    if env.get("DRY_RUN", "").lower() in ("1", "true", "yes"):
+        out.append("--dry-run")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = (__doc__ or "").split("\n\n")
+    p = argparse.ArgumentParser(prog="scripts/train_slurm.sh", description=doc[0], epilog="\n\n".join(doc[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
+    p.add_argument("--no-follow", dest="follow", action="store_false", help="submit, print the job id, return")
+    p.add_argument("--follow-timeout", type=float, default=0,
+                   help="stop following after this many seconds (0 = until the job ends); the job keeps running")
+    add_job_arguments(p)
+    return p
+
+
+def default_shared_dir(lab: slurmctl.Lab | None) -> str:
+    if Path("/fsx").is_dir():
+        return "/fsx"
+    if lab is not None:
+        return str(lab.shared_dir)
+    raise SharedDirError("no shared directory: pass --shared-dir DIR (or SHARED_DIR=DIR), a file system every "
+                           "node mounts at the same path (/fsx on ParallelCluster); for the local lab run "
+                           "`make slurm-up` first")
+
+
+def follow(job: int, log: Path, env: Mapping[str, str], timeout_s: float = 0, out=sys.stdout) -> int:
+    """Print the job log as it grows and state changes until the job ends; return the exit code to use."""
+    pos, last, t0 = 0, None, time.monotonic()
+    final: slurmctl.JobInfo | None = None
+    while True:
+        info = slurmctl.job_info(job, env=env)
+        if log.is_file():
+            with open(log, errors="replace") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            if chunk:
+                out.write(chunk)
+                out.flush()
+        if info is None:
+            done = log.is_file() and "DONE:" in log.read_text(errors="replace")[-4000:]
+            print(f"[train-slurm] job {job}: record purged by slurmctld; the log says "
+                  f"{'it finished' if done else 'it did not finish'} ({log})", file=out, flush=True)
+            return 0 if done else EXIT_FAILED
+        key = (info.state, info.restarts, info.reason if info.state == "PENDING" else "")
+        if key != last:
+            extra = f" ({info.reason})" if info.state == "PENDING" and info.reason not in ("", "None") else ""
+            where = f" on {info.node_list}" if info.state == "RUNNING" else ""
+            again = f", requeued {info.restarts}x" if info.restarts else ""
+            print(f"[train-slurm] job {job}: {info.state}{extra}{where}{again}", file=out, flush=True)
+            last = key
+        if info.terminal:
+            final = info
+            break
+        if timeout_s and time.monotonic() - t0 > timeout_s:
+            print(f"[train-slurm] stopped following after {timeout_s:.0f} s; job {job} keeps running "
+                  f"(squeue -j {job}; log {log})", file=out, flush=True)
+            return EXIT_FAILED
+        time.sleep(2)
+    time.sleep(0.5)  # the last lines may land right after the state change
+    if log.is_file():
+        with open(log, errors="replace") as f:
+            f.seek(pos)
+            out.write(f.read())
+    ok = final.succeeded
+    print(f"[train-slurm] job {job} {'COMPLETED' if ok else 'FAILED: ' + final.state} (exit code {final.exit_code}, "
+          f"requeued {final.restarts}x); log {log}", file=out, flush=True)
+    return 0 if ok else EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, train = split_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(env_args(os.environ) + ours + (["--", *train] if train else []))
+    try:
+        env, lab = slurmctl.resolve_environment()
+        if a.shared_dir is None:
+            a.shared_dir = default_shared_dir(lab)
+        cfg: SlurmJobConfig = config_from_args(a)
+        if cfg.slurm_conf is None and env.get("SLURM_CONF"):
+            cfg = replace(cfg, slurm_conf=env["SLURM_CONF"])
+        cfg = cfg.with_instance_type().validate(check_paths=True)
+        check_training_args(cfg)
+        text = render(cfg)
+    except SlurmConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ENVIRONMENT if isinstance(e, SharedDirError) else EXIT_CONFIG
+    if a.dry_run:
+        sys.stdout.write(text)
+        return 0
+    try:
+        slurmctl.require("sbatch")
+    except slurmctl.SlurmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    run_dir = Path(cfg.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)  # sbatch does not create the --output directory
+        script = run_dir / "job.sbatch"
+        script.write_text(text)
+    except OSError as e:
+        print(f"error: cannot write {run_dir} ({e}): the shared directory must be writable", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    if lab is not None:
+        print(f"[train-slurm] using the local Slurm lab ({lab.root}); SLURM_CONF={env['SLURM_CONF']}", flush=True)
+    try:
+        job = slurmctl.sbatch(script, env=env)
+    except slurmctl.SlurmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    log = Path(cfg.log_pattern.replace("%j", str(job)))
+    print(f"[train-slurm] submitted job {job}: {summary(cfg)}", flush=True)
+    print(f"[train-slurm] log {log}; cancel with: scancel {job}; checkpoint + requeue now with: "
+          f"scancel --batch --signal=USR1 {job}", flush=True)
+    if not a.follow:
+        return 0
+    try:
+        return follow(job, log, env, a.follow_timeout)
+    except KeyboardInterrupt:
+        print(f"\n[train-slurm] stopped following; job {job} keeps running (scancel {job} to stop it)")
+        return 130
+    except slurmctl.SlurmError as e:
+        print(f"error while following job {job}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
