@@ -331,3 +331,28 @@ def _coerce(key: str, raw: Any, hint: Any) -> Any:
             raise ConfigError(f"context {key}={raw!r}: expected a list of strings (JSON or comma-separated)")
         return tuple(items)
     raise TypeError(f"no coercion for {key}: {hint}")  # programming error: a new field type
+
+
+def field_docs() -> dict[str, str]:
+    """Context key -> the field's docstring (read from this module's source, so docs live in one place)."""
+    import ast  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    tree = ast.parse(inspect.getsource(InfraConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    keys = {f.name: f.metadata["context_key"] for f in dataclasses.fields(InfraConfig)}
+    return {keys[name]: doc for name, doc in docs.items() if name in keys}
+
+
+def defaults() -> dict[str, Any]:
+    """Context key -> default value (JSON-friendly: tuples as lists), for every field."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(InfraConfig):
+        value = f.default
+        out[f.metadata["context_key"]] = list(value) if isinstance(value, tuple) else value
+    return out

@@ -20,7 +20,7 @@ def build_cluster_config(
     *,
     head_node_instance_type: str,
     head_node_subnet_id: str,
-    compute_subnet_id: str,
+    compute_subnet_ids: Sequence[str],
     gpu_instance_type: str,
     compute_resource_name: str,
     max_nodes: int,
@@ -43,7 +43,7 @@ def build_cluster_config(
     Args:
         head_node_instance_type: head node (slurmctld, login) instance type.
         head_node_subnet_id: subnet of the head node (private with NAT is fine; reach it with SSM).
-        compute_subnet_id: the ONE subnet of the GPU queue (a cluster placement group lives in one AZ).
+        compute_subnet_ids: subnets of the GPU queue; exactly one with a placement group (it lives in one AZ).
         gpu_instance_type: compute instance type, e.g. ``p5.48xlarge``.
         compute_resource_name: Slurm compute-resource name (``[a-z][a-z0-9-]*``), e.g. ``p5-48xlarge``.
         max_nodes: MaxCount of the queue: the most GPU nodes a job can get.
@@ -66,6 +66,11 @@ def build_cluster_config(
         raise ValueError(f"max_nodes={max_nodes}: the GPU queue needs at least 1 node")
     if not 0 <= min_nodes <= max_nodes:
         raise ValueError(f"min_nodes={min_nodes}: must be between 0 and max_nodes ({max_nodes})")
+    if not compute_subnet_ids:
+        raise ValueError("compute_subnet_ids: give the GPU queue at least one subnet")
+    if placement_group and len(compute_subnet_ids) != 1:
+        raise ValueError(f"compute_subnet_ids has {len(compute_subnet_ids)} subnets but placement_group=True: a "
+                         "cluster placement group lives in one AZ; pass one subnet or disable the placement group")
     if not additional_security_group_ids:
         raise ValueError("additional_security_group_ids: pass the Lustre client security group, or nodes "
                          "cannot mount the file system")
@@ -88,7 +93,7 @@ def build_cluster_config(
         "Name": GPU_QUEUE,
         "CapacityType": "ONDEMAND",
         "Networking": {
-            "SubnetIds": [compute_subnet_id],
+            "SubnetIds": list(compute_subnet_ids),
             "PlacementGroup": {"Enabled": placement_group},
             "AdditionalSecurityGroups": list(additional_security_group_ids),
         },

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# make synth PLATFORM=eks|parallelcluster [ARGS="-c key=value ..."]
+# Synthesize the CDK app offline (no AWS credentials, no context lookups) with the project's pinned CDK CLI
+# (package.json/package-lock.json: aws-cdk 2.1148.1, installed into node_modules on first use).
+# Templates go to cdk.out/<platform>/. cdk-nag AwsSolutions runs during synth: findings fail it.
+# Extra arguments go to `cdk synth` (e.g. -c gpuInstanceType=p4d.24xlarge -c gpuNodes=4).
+set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+  echo "Context keys: .venv/bin/python app.py --help"
+  exit 0
+fi
+cd "$(dirname "$0")/.."
+platform="${PLATFORM:-eks}"
+case "$platform" in
+  eks|parallelcluster) ;;
+  *) echo "error: PLATFORM=$platform: synth supports PLATFORM=eks or PLATFORM=parallelcluster" >&2; exit 2 ;;
+esac
+
+scripts/venv.sh >/dev/null  # the app runs in the project venv (cdk.json: .venv/bin/python app.py)
+
+command -v node >/dev/null || { echo "error: node (>= 18) is required for the CDK CLI; install Node.js 22 or 24" >&2; exit 2; }
+want=$(node -p "require('./package.json').devDependencies['aws-cdk']")
+have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
+if [ "$have" != "$want" ]; then
+  echo "[synth] installing the pinned CDK CLI aws-cdk@$want (npm ci)" >&2
+  npm ci --no-audit --no-fund --loglevel=error >&2
+fi
+
+export CDK_DISABLE_CLI_TELEMETRY=true
+# jsii prints a 12-line banner on Node 20 (EOL); say it once, briefly, instead.
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 22 ]; then
+  echo "[synth] note: Node $node_major is end-of-life for jsii/CDK; Node 22 or 24 is recommended" >&2
+  export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="$node_major" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+fi
+
+out="cdk.out/$platform"
+echo "[synth] cdk synth PLATFORM=$platform -> $out" >&2
+start=$(date +%s.%N)
+node_modules/.bin/cdk synth --quiet --no-lookups --output "$out" -c "platform=$platform" "$@"
+end=$(date +%s.%N)
+for t in "$out"/*.template.json; do
+  printf '  %-56s %7d bytes\n' "$t" "$(wc -c < "$t")"
+done
+awk -v s="$start" -v e="$end" -v p="$platform" 'BEGIN { printf "synth time (%s): %.1f s\n", p, e - s }'

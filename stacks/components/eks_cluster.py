@@ -1,0 +1,81 @@
+"""EKS control plane (aws_eks_v2), system node group and the managed add-ons the training needs."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from constructs import Construct
+
+SYSTEM_POOL_LABEL = {"t5-failover/pool": "system"}
+
+
+class TrainingEksCluster(Construct):
+    """EKS cluster with a private-subnet system node group, Pod Identity and the FSx CSI driver.
+
+    ``aws_eks_v2`` gives a native ``AWS::EKS::Cluster`` with access entries and no nested stacks. Its
+    default capacity (Auto Mode) is turned off: GPU capacity is a managed node group we fully control.
+
+    Attributes:
+        cluster: the ``eks.Cluster``.
+        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers run here).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str, kubernetes_version: str,
+                 vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet], system_instance_type: str,
+                 api_allowed_cidrs: Sequence[str], admin_principal_arn: Optional[str],
+                 system_nodes: int = 2) -> None:
+        super().__init__(scope, construct_id)
+        if api_allowed_cidrs:
+            endpoint = eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*api_allowed_cidrs)
+        else:
+            endpoint = eks.EndpointAccess.PRIVATE
+        secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
+                              description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
+                              removal_policy=cdk.RemovalPolicy.DESTROY)
+        self.cluster = eks.Cluster(
+            self, "Cluster",
+            cluster_name=cluster_name,
+            version=eks.KubernetesVersion.of(kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=list(subnets))],
+            endpoint_access=endpoint,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            secrets_encryption_key=secrets_key,
+            cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
+                             eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                             eks.ClusterLoggingTypes.SCHEDULER],
+            # The kubectl/helm handler runs in the private subnets: it reaches the API through the private
+            # endpoint (whatever api_allowed_cidrs says) and pulls charts through NAT.
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
+                private_subnets=list(subnets),
+            ),
+        )
+        if admin_principal_arn:
+            self.cluster.grant_access("Admin", admin_principal_arn, [
+                eks.AccessPolicy.from_access_policy_name(
+                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
+        self.system_nodes = self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(system_instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=system_nodes, desired_size=system_nodes, max_size=system_nodes + 2,
+            disk_size=50,
+            subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            labels=SYSTEM_POOL_LABEL,
+            enable_node_auto_repair=True,
+        )
+        # Pod Identity: the training service account gets S3 access without IRSA's OIDC plumbing. The
+        # cluster creates this add-on once, on first use (a second explicit add-on would be a duplicate).
+        self.pod_identity_agent = self.cluster.eks_pod_identity_agent
+        # Static FSx volumes only (the file system comes from the storage stack), so the driver needs no IAM:
+        # mounting is done by the node plugin. The add-on version follows the cluster version's default.
+        self.fsx_csi_driver = eks.Addon(self, "FsxCsiDriver", cluster=self.cluster,
+                                        addon_name="aws-fsx-csi-driver")
+        for addon in (self.pod_identity_agent, self.fsx_csi_driver):
+            addon.node.add_dependency(self.system_nodes)
