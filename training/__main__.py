@@ -6,7 +6,9 @@ Exit codes: 0 finished (or already finished), 2 invalid configuration, 3 incompa
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 import warnings
 
 from training.checkpoint import CheckpointIncompatible
@@ -26,16 +28,24 @@ def main(argv: list[str] | None = None) -> int:
     trainer = None
     try:
         trainer = Trainer(cfg)
-        return trainer.train()
+        code = trainer.train()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        code = 2
     except CheckpointIncompatible as e:
         print(f"error: {e}", file=sys.stderr)
-        return 3
-    finally:
-        if trainer is not None:
-            trainer.close()
+        code = 3
+    except BaseException:
+        # A peer died or hung (collective timeout) or a step failed. Do not wait for an in-flight async
+        # save: its collectives wait on the same dead peer, and an uncommitted checkpoint is ignored on
+        # resume anyway. Exit now so the launcher restarts the group.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    if trainer is not None:
+        trainer.close()
+    return code
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import glob
+import hashlib
 import json
 import os
 import random
+import sys
 import sysconfig
 from dataclasses import dataclass
 
@@ -153,13 +155,44 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
 
 
-def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
-    docs = builtin_documents() if cfg.source == "builtin" else file_documents(cfg.source, cfg.text_field)
+CORPUS_VERSION = 1  # bump when builtin_documents() or encode() change, to invalidate caches
+
+
+def _token_stream(docs: list[str]) -> torch.Tensor:
     stream: list[int] = []
     for d in docs:
         stream += encode(d)
         stream.append(EOS)
-    return SpanCorruptionDataset(torch.tensor(stream, dtype=torch.int16), cfg, seed)
+    return torch.tensor(stream, dtype=torch.int16)
+
+
+def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
+    """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
+    and every restarted worker would pay that on the recovery path."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
+    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
+    path = os.path.join(cache_dir, f"corpus-{key}.pt")
+    try:
+        return torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError):
+        pass  # absent or unreadable: rebuild
+    tokens = _token_stream(builtin_documents())
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        torch.save(tokens, tmp)
+        os.replace(tmp, path)  # atomic, so concurrent ranks never read half a file
+    except OSError:
+        pass  # a read-only home is fine: just no cache
+    return tokens
+
+
+def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
+    tokens = builtin_tokens() if cfg.source == "builtin" else _token_stream(file_documents(cfg.source,
+                                                                                           cfg.text_field))
+    return SpanCorruptionDataset(tokens, cfg, seed)
 
 
 @dataclass
