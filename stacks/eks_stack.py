@@ -34,7 +34,7 @@ class EksStack(cdk.Stack):
             self, "Gpu", cluster=cluster, spec=config.gpu, node_count=config.gpu_nodes,
             subnets=subnets[:config.gpu_subnet_count], placement_group=config.placement_group,
             extra_security_group_ids=[storage.lustre.client_security_group.security_group_id],
-            root_volume_gib=config.gpu_root_volume_gib, name_tag=f"{config.cluster_name}-gpu")
+            root_volume_gib=config.gpu_root_volume_gib, name_tag=f"{config.cluster_name}-node")
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster,
                                                gpu_node_labels=GPU_POOL_LABEL)
         self.trainer = KubeflowTrainer(self, "Trainer", cluster=cluster,

@@ -1,0 +1,1 @@
+"""Tests of the CDK infrastructure (tests/infra): synth, intent assertions, cfn-lint, cdk-nag, pcluster schema."""

@@ -1,0 +1,135 @@
+"""InfraConfig: context parsing, validation with clear errors, and cdk.json/docs staying in sync."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from stacks.config import ConfigError, InfraConfig, defaults, field_docs
+from stacks.gpu_instances import GPU_INSTANCES, gpu_instance
+from tests.infra.support import ROOT
+
+
+def test_defaults_are_valid_and_env_agnostic() -> None:
+    cfg = InfraConfig()
+    assert (cfg.platform, cfg.gpu_instance_type, cfg.kubernetes_version, cfg.trainer_chart_version) == \
+        ("eks", "p5.48xlarge", "1.35", "2.3.0")
+    assert cfg.account is None and cfg.region is None  # synthesizes offline
+    assert cfg.gpu.efa_interfaces == 32 and cfg.gpu.gpus == 8
+
+
+def test_config_is_frozen() -> None:
+    with pytest.raises(Exception):
+        InfraConfig().gpu_nodes = 3  # type: ignore[misc]
+
+
+def test_cli_strings_are_coerced_to_field_types() -> None:
+    cfg = InfraConfig.from_context({
+        "gpuNodes": "4", "placementGroup": "false", "gpuSubnetCount": "2", "maxAzs": "3",
+        "apiAllowedCidrs": "203.0.113.0/24, 198.51.100.7/32", "availabilityZones": '["us-east-1a","us-east-1b","us-east-1c"]',
+        "region": "us-east-1", "bucketName": "", "fsxStorageCapacityGiB": "4800",
+    })
+    assert cfg.gpu_nodes == 4 and cfg.placement_group is False and cfg.gpu_subnet_count == 2
+    assert cfg.api_allowed_cidrs == ("203.0.113.0/24", "198.51.100.7/32")
+    assert cfg.availability_zones == ("us-east-1a", "us-east-1b", "us-east-1c")
+    assert cfg.bucket_name is None  # "" means unset
+    assert cfg.fsx_storage_capacity_gib == 4800
+    assert InfraConfig.from_context({"apiAllowedCidrs": "[]"}).api_allowed_cidrs == ()
+
+
+BAD_INPUTS = [
+    ({"platform": "k8s"}, r"platform='k8s'.*eks, parallelcluster"),
+    ({"gpuInstanceType": "p9.96xlarge"}, r"gpuInstanceType='p9.96xlarge'.*p4d.24xlarge.*p5.48xlarge"),
+    ({"gpuNodes": "0"}, r"gpuNodes=0: need at least 1"),
+    ({"gpuNodes": "two"}, r"gpuNodes='two': expected an integer"),
+    ({"gpuSubnetCount": "2"}, r"gpuSubnetCount=2: a CLUSTER placement group lives in one AZ.*placementGroup=false"),
+    ({"gpuSubnetCount": "3", "placementGroup": "false"}, r"gpuSubnetCount=3: use 1..maxAzs \(2\)"),
+    ({"placementGroup": "maybe"}, r"placementGroup='maybe': expected true or false"),
+    ({"fsxStorageCapacityGiB": "3000"}, r"fsxStorageCapacityGiB=3000: .*1200 GiB or a multiple of 2400.*2400 or 4800"),
+    ({"fsxStorageCapacityGiB": "600"}, r"fsxStorageCapacityGiB=600"),
+    ({"fsxThroughputPerTiB": "200"}, r"fsxThroughputPerTiB=200: .*125, 250, 500, 1000"),
+    ({"kubernetesVersion": "1.29"}, r"kubernetesVersion='1.29'.*1.34, 1.35, 1.36.*kubectl"),
+    ({"trainerChartVersion": "2.1.0"}, r"trainerChartVersion='2.1.0'.*>= 2.2.0"),
+    ({"trainerChartVersion": "3.0.0"}, r"trainerChartVersion='3.0.0'"),
+    ({"bucketName": "Bad_Bucket"}, r"bucketName='Bad_Bucket': not a valid S3 bucket name"),
+    ({"s3Prefix": "t5"}, r"s3Prefix='t5'.*trailing '/'"),
+    ({"account": "1234"}, r"account='1234': an AWS account id is 12 digits"),
+    ({"region": "mars"}, r"region='mars'"),
+    ({"availabilityZones": "us-east-1a"}, r"availabilityZones=\['us-east-1a'\]: list exactly maxAzs \(2\)"),
+    ({"availabilityZones": "us-west-2a,us-west-2b", "region": "us-east-1"}, r"us-west-2a.*not in region us-east-1"),
+    ({"namePrefix": "T5"}, r"namePrefix='T5'"),
+    ({"vpcCidr": "10.0.0.0/8"}, r"vpcCidr='10.0.0.0/8': use an IPv4 block from /16 to /20"),
+    ({"natGateways": "0"}, r"natGateways=0.*NAT"),
+    ({"headNodeInstanceType": "p5.48xlarge"}, r"not a GPU type"),
+    ({"trainingNamespace": "kube-system"}, r"trainingNamespace='kube-system'"),
+    ({"runtimeName": "T5_Runtime"}, r"runtimeName='T5_Runtime'.*DNS-1123"),
+    ({"adminRoleArn": "admin"}, r"adminRoleArn='admin'"),
+    ({"apiAllowedCidrs": "everywhere"}, r"apiAllowedCidrs='everywhere'"),
+    ({"maxRestarts": "-1"}, r"maxRestarts=-1"),
+    ({"gpuRootVolumeGiB": "20"}, r"gpuRootVolumeGiB=20"),
+]
+
+
+@pytest.mark.parametrize("context,message", BAD_INPUTS, ids=[next(iter(c)) for c, _ in BAD_INPUTS])
+def test_bad_inputs_fail_with_the_value_and_the_fix(context: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        InfraConfig.from_context(context)
+    assert str(err.value).startswith("context ")
+
+
+def test_unknown_keys_are_reported_but_cdk_keys_are_not() -> None:
+    ctx = {"gpuInstanceTyp": "x", "platform": "eks", "@aws-cdk/core:x": True, "aws:cdk:enable-path-metadata": True,
+           "availability-zones:account=1:region=r": []}
+    assert InfraConfig.unknown_keys(ctx) == ["gpuInstanceTyp"]
+
+
+def test_every_supported_instance_type_has_one_efa_per_network_card() -> None:
+    assert {"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "g6e.48xlarge"} <= set(GPU_INSTANCES)
+    assert {t: (s.gpus, s.efa_interfaces) for t, s in GPU_INSTANCES.items() if t in
+            ("p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "g6e.48xlarge")} == \
+        {"p4d.24xlarge": (8, 4), "p5.48xlarge": (8, 32), "p5en.48xlarge": (8, 16), "g6e.48xlarge": (8, 4)}
+    for spec in GPU_INSTANCES.values():
+        assert spec.efa_interfaces == spec.network_cards
+        assert re.fullmatch(r"[a-z][a-z0-9-]*", spec.compute_resource_name)
+    with pytest.raises(ValueError, match="p9.x.*not a supported GPU instance type"):
+        gpu_instance("p9.x")
+
+
+def test_cdk_json_documents_every_key_with_matching_defaults() -> None:
+    cdk_json = json.loads((ROOT / "cdk.json").read_text())
+    assert cdk_json["notices"] is False
+    assert cdk_json["app"] == ".venv/bin/python app.py"
+    ctx = cdk_json["context"]
+    keys = set(InfraConfig.context_keys())
+    assert set(ctx["//keys"]) == keys, "cdk.json //keys must document exactly the InfraConfig keys"
+    assert all(len(doc) > 20 for doc in ctx["//keys"].values())
+    for key, value in defaults().items():
+        if value is None:
+            assert key not in ctx, f"{key}: optional keys are documented, not set"
+        else:
+            assert ctx[key] == value, f"cdk.json {key}={ctx[key]!r} differs from the InfraConfig default {value!r}"
+    assert field_docs().keys() == keys, "every InfraConfig field needs a docstring"
+
+
+def test_deploy_guide_lists_every_context_key() -> None:
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    missing = [k for k in InfraConfig.context_keys() if f"`{k}`" not in guide]
+    assert not missing, f"docs/deploy.md context-key table lacks {missing}"
+
+
+def test_app_help_lists_keys_without_starting_cdk() -> None:
+    proc = subprocess.run([sys.executable, "app.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for key in ("gpuInstanceType", "fsxStorageCapacityGiB", "trainerChartVersion"):
+        assert key in proc.stdout
+
+
+def test_app_rejects_bad_context_before_synthesis() -> None:
+    proc = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ,
+                               "CDK_CONTEXT_JSON": json.dumps({"gpuNodes": 0}), "CDK_OUTDIR": "/tmp/t5-infra-unused"})
+    assert proc.returncode == 2
+    assert "gpuNodes=0: need at least 1 GPU node" in proc.stderr
