@@ -303,6 +303,7 @@ class Pod:
     conditions: set[str] = field(default_factory=set)
     exit_code: int | None = None
     started: float = 0.0
+    handled: bool = False  # the Job controller has acted on this pod's end
 
     def start(self) -> None:
         import subprocess
@@ -555,8 +556,10 @@ class Emulator:
             while pending and step >= pending[0].at_step:
                 self._inject(pending.pop(0), pods, step)
             for i, p in enumerate(pods):
-                if p.exit_code is not None or p.poll() is None:
+                # a fault's terminate thread may have reaped the pod already: 'handled' is ours alone
+                if p.handled or p.poll() is None:
                     continue
+                p.handled = True
                 if p.exit_code == 0:
                     succeeded.add(p.rank)
                     self._event("pod succeeded", p.name)
