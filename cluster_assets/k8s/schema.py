@@ -66,7 +66,8 @@ def roundtrip(obj: dict[str, Any]) -> pydantic.BaseModel:
     try:
         typed = MODELS[kind].from_dict(obj)
     except pydantic.ValidationError as e:
-        problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        # from_dict validates nested models one by one: name the model the field belongs to
+        problems = [f"{e.title}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
         raise SchemaError(f"{kind} does not match {TRAINER_API_PIN}:\n  " + "\n  ".join(problems)) from None
     except (TypeError, ValueError, AttributeError) as e:
         raise SchemaError(f"{kind} does not match {TRAINER_API_PIN}: {e}") from None

@@ -1,0 +1,141 @@
+"""Rendered TrainJob/runtime validate against the pinned Trainer API models; bad inputs fail clearly."""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import yaml
+
+from cluster_assets.k8s import schema
+from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
+from tests.k8s.helpers import CPU_SHAPE, submit_cli
+
+
+def cfg(**kw) -> TrainJobConfig:
+    base = dict(name="t5-base-test", namespace="training", image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:1",
+                runtime_name="t5-fault-tolerant", fsx_mount_path="/fsx")
+    return TrainJobConfig(**{**base, **kw})
+
+
+def gpu_runtime() -> dict:
+    return build_cluster_training_runtime(name="t5-fault-tolerant", pvc_name="fsx-claim", image="img:1",
+                                          max_restarts=10, gpus_per_node=8, efa_per_node=32)
+
+
+# ------------------------------------------------------------------------------------------ round trips
+def test_gpu_trainjob_round_trips_and_says_what_it_should():
+    tj = train_job_manifest(cfg(num_nodes=4, training_args=("--train.steps", "100")))
+    typed = schema.roundtrip(tj)
+    tr = typed.spec.trainer
+    assert tr.num_nodes == 4 and tr.num_proc_per_node == 8
+    assert tr.command[:5] == ["python", "-m", "training.launch", "--from-env", "pet"]
+    assert "$(PET_NNODES)" in tr.command  # fixed world size, expanded by the kubelet
+    assert tr.args[:4] == ["--preset", "t5-base", "--job.out_dir", "/fsx/jobs/t5-base-test"]
+    limits = tj["spec"]["trainer"]["resourcesPerNode"]["limits"]
+    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"}
+    assert typed.spec.runtime_ref.name == "t5-fault-tolerant"
+    assert "backoffLimit" not in str(tj)  # TrainJob has no such field (the runtime owns failure handling)
+
+
+def test_shipped_runtime_round_trips():
+    schema.roundtrip(gpu_runtime())
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d["spec"]["trainer"].update(numNode=2), r"spec.trainer.numNode: unknown field"),
+    (lambda d: d["spec"].update(podTemplateOverrides=[]), r"spec.podTemplateOverrides: unknown field"),  # v2.1
+    (lambda d: d["spec"].update(backoffLimit=3), r"spec.backoffLimit: unknown field"),
+    (lambda d: d["spec"]["trainer"].update(numNodes="2"), r"numNodes"),
+    (lambda d: d["spec"]["trainer"].update(numProcPerNode="auto"), r"numProcPerNode"),  # int since v2.2
+    (lambda d: d.update(apiVersion="kubeflow.org/v1"), r"apiVersion"),
+    (lambda d: d.update(kind="PyTorchJob"), r"kind"),
+    (lambda d: d["spec"]["runtimeRef"].pop("name"), r"RuntimeRef.name"),
+])
+def test_schema_rejects(mutate, match):
+    tj = copy.deepcopy(train_job_manifest(cfg()))
+    mutate(tj)
+    with pytest.raises(schema.SchemaError, match=match):
+        schema.roundtrip(tj)
+
+
+def test_schema_rejects_unknown_runtime_field():
+    rt = gpu_runtime()
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backofLimit"] = 0
+    with pytest.raises(schema.SchemaError, match=r"replicatedJobs\[0\].template.spec.backofLimit: unknown field"):
+        schema.roundtrip(rt)
+
+
+# --------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kw, match", [
+    (dict(name="T5_Job"), "name 'T5_Job' is not valid"),
+    (dict(name="t5-" + "x" * 40), "at most 40"),
+    (dict(num_nodes=0), "--nodes 0 is invalid"),
+    (dict(nproc_per_node=0), "--nproc-per-node 0 is invalid"),
+    (dict(nproc_per_node=16), "each worker needs its own GPU"),
+    (dict(gpus_per_node=-1), "--gpus-per-node -1"),
+    (dict(image=""), "pass --image"),
+    (dict(memory_request="lots"), "not a Kubernetes quantity"),
+    (dict(memory_request=""), "memory request with hugepages"),
+    (dict(env=(("PET_NNODES", "3"),)), "PET_NNODES is reserved"),
+    (dict(training_args=("--job.out_dir", "/tmp/x")), "submit with the same --name"),
+    (dict(fsx_mount_path="fsx"), "must be absolute"),
+])
+def test_bad_settings_are_named(kw, match):
+    with pytest.raises(TrainJobError, match=match):
+        train_job_manifest(cfg(**kw))
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def test_dry_run_prints_a_valid_trainjob_offline(tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "DRY_RUN": "1", "NODES": "2"}
+    r = submit_cli("--image", "img:1", env=env)
+    assert r.returncode == 0, r.stderr
+    (tj,) = list(yaml.safe_load_all(r.stdout))
+    schema.roundtrip(tj)
+    assert tj["spec"]["trainer"]["numNodes"] == 2 and tj["metadata"]["namespace"] == "training"
+
+
+def test_dry_run_without_image_uses_a_marked_placeholder():
+    r = submit_cli("--dry-run")
+    assert r.returncode == 0
+    assert "placeholder image" in r.stderr
+    schema.roundtrip(yaml.safe_load(r.stdout))
+
+
+def test_training_flags_pass_through_without_dashes():
+    r = submit_cli("--dry-run", "--image", "img:1", "--train.steps", "50", "--", "--checkpoint.interval", "5")
+    assert r.returncode == 0, r.stderr
+    args = yaml.safe_load(r.stdout)["spec"]["trainer"]["args"]
+    assert args[-4:] == ["--train.steps", "50", "--checkpoint.interval", "5"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--nodes", "3", *CPU_SHAPE[2:], "--", "--train.global_batch", "8"], "not divisible by the world size 3"),
+    (["--", "--train.stepz", "5"], "training arguments rejected"),
+    (["--", "--config", "/home/me/job.toml"], "put the TOML on FSx"),
+    (["--bogus"], "unknown option --bogus"),
+    (["--nodes", "0"], "--nodes 0 is invalid"),
+    (["--instance-type", "p3.2xlarge"], "unknown; use one of"),
+    (["--env", "NOEQUALS"], "expected NAME=VALUE"),
+])
+def test_cli_rejects_bad_input(args, match):
+    r = submit_cli("--dry-run", "--image", "img:1", *args)
+    assert r.returncode == 2
+    assert match in r.stderr, r.stderr
+
+
+def test_cluster_paths_are_not_checked_locally():
+    r = submit_cli("--dry-run", "--image", "img:1", "--", "--data.source", "/fsx/data/c4")
+    assert r.returncode == 0, r.stderr
+
+
+def test_image_from_cdk_outputs(tmp_path):
+    out = tmp_path / "cdk-outputs.json"
+    out.write_text('{"t5ft-eks": {"ClusterName": "t5ft", "EcrRepositoryUri": '
+                   '"123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train"}}')
+    r = submit_cli("--dry-run", "--outputs-file", str(out), "--image-tag", "abc123")
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout)["spec"]["trainer"]["image"] == \
+        "123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train:abc123"
