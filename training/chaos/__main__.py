@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -82,12 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[chaos] {len(keys)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
           f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}; output {out}", flush=True)
     t_all = time.time()
-    ref = reference(cfg, a.cache, out)
-    if not a.keep and (out / "reference").exists():
-        shutil.rmtree(out / "reference" / "job" / "checkpoints", ignore_errors=True)
+    refs = {}
     results = []
     for k in keys:
-        r = run_scenario(cfg, table[k], ref, out, keep=a.keep)
+        math = table[k].math
+        if math not in refs:
+            refs[math] = reference(cfg, a.cache, out, math)
+        r = run_scenario(cfg, table[k], refs[math], out, keep=a.keep)
         results.append(r)
         print(f"[chaos] {k}. {r.name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
     from training.chaos import report
@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
                               f"{cfg.steps} steps, checkpoint every {cfg.interval}")
+    ref = refs.get((), next(iter(refs.values())))
     report.write_json(out / "report.json", cfg, results, ref, rows, png)
     print()
     print(report.table(cfg, results, ref))

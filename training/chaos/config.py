@@ -92,11 +92,15 @@ class ChaosConfig:
                 "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
                 *self.extra_args, *extra]
 
-    def reference_key(self) -> str:
-        """Hash of everything that decides the reference run's final weights (config + training code)."""
+    def reference_key(self, math_args: tuple[str, ...] = ()) -> str:
+        """Hash of everything that decides the reference run's final weights (config + training code).
+
+        ``math_args``: scenario-specific training flags that change the result (e.g. dropout off for b).
+        """
         math = {k: v for k, v in asdict(self).items()
                 if k in ("nodes", "nproc_per_node", "preset", "steps", "global_batch", "warmup_steps",
                          "interval", "extra_args")}
+        math["math_args"] = list(math_args)
         h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
         training = REPO / "training"
         for f in sorted(training.glob("*.py")) + sorted((training / "presets").glob("*.toml")):

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# make chaos-test: kill workers and nodes of a running job and prove nothing is lost.
+#   PLATFORM=local (default)  simulated nodes on this machine (python -m training.chaos)
+#   PLATFORM=slurm            scripts/chaos_slurm.sh (a real Slurm cluster)
+#   PLATFORM=eks              scripts/chaos_eks.sh (Kubernetes)
+# Local variables: NODES (default 2), NPROC (per node, default 1), PRESET (default debug), DRY_RUN=1
+# prints the plan and one agent's command. Extra arguments go to python -m training.chaos, e.g.
+#   make chaos-test ARGS="--scenarios abd"      (python -m training.chaos --help lists all options)
+# Writes .chaos/runs/<time>/report.json and timeline.png (.chaos/last points at the newest run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+platform="${PLATFORM:-local}"
+delegate() {  # the cluster variants live with the Slurm / Kubernetes work
+  [ -x "$1" ] || { echo "error: PLATFORM=$platform needs $1, which is not in this checkout" >&2; exit 2; }
+  exec "$@"
+}
+case "$platform" in
+  local) ;;
+  slurm|parallelcluster) delegate scripts/chaos_slurm.sh "$@" ;;
+  eks) delegate scripts/chaos_eks.sh "$@" ;;
+  *) echo "error: PLATFORM=$platform is not one of: local, slurm, eks" >&2; exit 2 ;;
+esac
+for v in NODES NPROC; do
+  val="${!v:-}"
+  if [ -n "$val" ] && ! [[ "$val" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: $v=$val must be a positive integer" >&2; exit 2
+  fi
+done
+py=$(scripts/venv.sh)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+if [ -n "${DRY_RUN:-}" ] && [ "${DRY_RUN}" != 0 ]; then
+  exec "$py" -m training.chaos --dry-run "$@"
+fi
+exec "$py" -m training.chaos "$@"

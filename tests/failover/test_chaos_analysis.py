@@ -1,0 +1,121 @@
+"""Report arithmetic of the chaos harness: attempts, effective steps, exactly-once, recovery figures."""
+import json
+
+import pytest
+
+from training.chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
+                                     load_records, max_loss_diff, recovery, split_attempts)
+from training.chaos.config import ChaosConfig, ChaosConfigError
+from training.chaos.report import targets
+
+GB = 8
+
+
+def start(t, resumed=None, world=2):
+    return {"event": "start", "time": t, "world_size": world, "restart_count": 0, "resumed_from": resumed}
+
+
+def step(t, n, world=2, loss=None, dt=1.0):
+    return {"event": "step", "time": t, "step": n, "loss": loss if loss is not None else 10.0 - n,
+            "world_size": world, "step_time_s": dt, "data_offset": (n - 1) * GB}
+
+
+def history():
+    """Steps 1..6 at world 2, killed; resumed from 4 at world 1 for 5..7, killed before its next checkpoint;
+    resumed from 4 again, back at world 2, for 5..10."""
+    return ([start(0)] + [step(n, n) for n in range(1, 7)]
+            + [start(20, 4, 1)] + [step(20 + n, n, 1) for n in (5, 6, 7)]
+            + [start(40, 4)] + [step(40 + n, n) for n in range(5, 11)] + [{"event": "end", "time": 60, "step": 10}])
+
+
+def test_split_attempts_and_effective_chain():
+    attempts = split_attempts(history())
+    assert [a.resumed_from for a in attempts] == [0, 4, 4]
+    assert [a.last_step for a in attempts] == [6, 7, 10]
+    assert attempts[-1].ended
+    eff = effective_steps(attempts)
+    assert [r["step"] for r in eff] == list(range(1, 11))
+    assert [r["time"] for r in eff][:4] == [1, 2, 3, 4]  # steps 1-4 from the first attempt
+    assert all(r["time"] > 40 for r in eff[4:])  # 5-10 from the last; the middle attempt was a dead end
+    assert exactly_once(eff, GB, 10) == []
+
+
+def test_chain_with_a_gap_is_reported():
+    recs = [start(0)] + [step(n, n) for n in (1, 2, 4)] + [start(10, 4)] + [step(10 + n, n) for n in (5, 6)]
+    with pytest.raises(ChainError, match=r"lacks steps \[3\]"):
+        effective_steps(split_attempts(recs))
+
+
+def test_exactly_once_catches_overlap_and_gap():
+    eff = [step(n, n) for n in range(1, 5)]
+    eff[2] = dict(eff[2], data_offset=8)  # step 3 re-reads step 2's samples
+    problems = exactly_once(eff, GB, 4)
+    assert any("overlap" in p for p in problems)
+    eff = [step(n, n) for n in (1, 2, 4)]
+    assert any("missing [3]" in p for p in exactly_once(eff, GB, 4))
+    assert any("gap" in p for p in exactly_once(eff, GB, 4))
+
+
+def test_recovery_figures_from_logs_and_metrics():
+    recs = history()
+    attempts = split_attempts(recs)
+    logs = [(6.5, "node1", "E... failed (exitcode: -9) local_rank: 0"),
+            (5.0, "node0", "step 5/10"), (6.9, "node0", "[default] Worker group FAILED. 3/3 attempts left")]
+    r = recovery("SIGKILL worker", 6.2, attempts, logs, recs, until=30)
+    assert r.detect_s == pytest.approx(0.3)
+    assert r.recover_s == pytest.approx(25 - 6.2)  # first step of the attempt that started at 20
+    assert r.steps_lost == 2  # 6 completed, resumed from 4
+    assert r.restarts == 1 and r.world_after == 1
+    # a rejoin is over at the first step back at full size
+    rj = recovery("rejoin", 30, attempts, logs, recs, want_world=2, detect=False)
+    assert rj.recover_s == pytest.approx(45 - 30) and rj.steps_lost == 3 and rj.detect_s is None
+
+
+def test_signal_counts_as_detection_and_loses_nothing():
+    recs = ([start(0)] + [step(n, n) for n in range(1, 6)] + [{"event": "signal", "time": 5.4, "signal": "SIGTERM",
+                                                               "step": 6}, step(6, 6)]
+            + [start(30, 6)] + [step(30 + n, n) for n in range(7, 9)])
+    attempts = split_attempts(recs)
+    assert first_detection(5.1, [], recs) == pytest.approx(5.4)
+    r = recovery("SIGTERM all", 5.1, attempts, [], recs)
+    assert r.steps_lost == 0 and r.recover_s == pytest.approx(37 - 5.1)
+
+
+def test_goodput_and_loss_diff():
+    eff = [step(n, n, dt=2.0) for n in range(1, 6)]
+    useful, ratio = goodput(eff, wall_s=20.0)
+    assert useful == 10.0 and ratio == 0.5
+    ref = [step(n, n) for n in range(1, 6)]
+    assert max_loss_diff(eff, ref) == 0.0
+    assert max_loss_diff([dict(eff[0], loss=9.5)], ref) == pytest.approx(0.5)
+
+
+def test_torn_metrics_line_is_ignored(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text(json.dumps(start(0)) + "\n" + '{"event": "st')
+    assert load_records(p) == [start(0)]
+
+
+def test_chaos_config_rejects_batch_that_a_smaller_world_cannot_split():
+    with pytest.raises(ChaosConfigError, match="does not divide by world size 3"):
+        ChaosConfig(nodes=4, global_batch=8).validate()
+    ChaosConfig(nodes=3, global_batch=12).validate()
+    assert ChaosConfig().reference_key() != ChaosConfig().reference_key(("--model.dropout", "0"))
+    assert ChaosConfig(slow_commit_s=1).reference_key() == ChaosConfig().reference_key()
+
+
+def test_targets_table_reports_worst_value():
+    from training.chaos.analysis import Recovery
+    from training.chaos.scenarios import ScenarioResult
+
+    def res(key, *recs):
+        return ScenarioResult(key=key, name=key, title=key, recoveries=list(recs))
+    rec = Recovery("SIGKILL worker", 0, 0.5, 8.0, 2, 1, 2)
+    node = Recovery("SIGKILL node", 0, 1.0, 20.0, 5, 1, 1)
+    rejoin = Recovery("rejoin", 0, None, 11.0, 1, 1, 2)
+    rows = {r["target"]: r for r in targets(ChaosConfig(), {"a": res("a", rec), "b": res("b", node, rejoin)})}
+    assert rows["worker kill -> next step (s)"]["met"]
+    assert not rows["node loss -> next step (s)"]["met"]
+    assert rows["rejoin -> next full-size step (s)"]["value"] == 11.0
+    lost = rows["steps lost on SIGKILL (worker, node, first node)"]
+    assert lost["values"] == [2, 5] and not lost["met"]  # 5 > checkpoint interval 4

@@ -1,0 +1,158 @@
+"""training.launch: LaunchConfig -> torchrun argv, and the local / Slurm / Kubeflow PET mappings."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.launch import (DEFAULT_RDZV_PORT, LaunchConfig, LaunchError, RdzvTuning, build_parser,
+                             config_from_args, config_from_pet, config_from_slurm, expand_first_host, launch_env,
+                             preflight, rdzv_conf, slurm_first_host, torchrun_argv)
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM = {"SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2", "SLURM_JOB_ID": "4242",
+         "SLURM_JOB_NODELIST": "gpu[07-09,12]", "SLURM_GPUS_ON_NODE": "8"}
+PET = {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1",
+       "PET_MASTER_ADDR": "t5-run-node-0-0.t5-run", "PET_MASTER_PORT": "29500"}
+
+
+def flag(argv, name):
+    """Value of --name=VALUE in argv (exactly one occurrence)."""
+    hits = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+    assert len(hits) == 1, (name, argv)
+    return hits[0]
+
+
+def test_argv_has_elastic_rendezvous_and_training_module():
+    cfg = LaunchConfig(min_nodes=1, max_nodes=2, nproc_per_node=1, rdzv_endpoint="127.0.0.1:4000",
+                       rdzv_id="job7", max_restarts=5, train_args=("--preset", "debug"))
+    argv = torchrun_argv(cfg)
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert flag(argv, "nnodes") == "1:2"
+    assert flag(argv, "nproc-per-node") == "1"
+    assert flag(argv, "max-restarts") == "5"
+    assert flag(argv, "rdzv-backend") == "c10d"
+    assert flag(argv, "rdzv-endpoint") == "127.0.0.1:4000"
+    assert flag(argv, "rdzv-id") == "job7"
+    i = argv.index("--module")
+    assert argv[i + 1] == "training"
+    assert argv[i + 2:] == ["--preset", "debug", "--parallel.train_timeout_s", "30"]
+
+
+def test_rdzv_conf_is_tuned_and_external_store_is_a_client():
+    conf = dict(kv.split("=") for kv in rdzv_conf(LaunchConfig()).split(","))
+    assert conf == {"last_call_timeout": "3", "close_timeout": "10", "join_timeout": "120", "read_timeout": "30",
+                    "keep_alive_interval": "1", "keep_alive_max_attempt": "3", "is_host": "false"}
+    hosted = rdzv_conf(LaunchConfig(external_store=False, tuning=RdzvTuning(keep_alive_max_attempt=2)))
+    assert "is_host" not in hosted and "keep_alive_max_attempt=2" in hosted
+
+
+def test_env_disables_shared_rendezvous_store():
+    env = launch_env(LaunchConfig(node_rank=3), base={"PATH": "/bin"})
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["T5_NODE_RANK"] == "3" and env["PATH"] == "/bin"
+
+
+def test_explicit_train_timeout_is_not_overridden():
+    argv = torchrun_argv(LaunchConfig(train_args=("--parallel.train_timeout_s", "7")))
+    assert argv.count("--parallel.train_timeout_s") == 1 and argv[-1] == "7"
+    assert "--parallel.train_timeout_s" not in torchrun_argv(LaunchConfig(train_timeout_s=0))
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (dict(min_nodes=0), "min nodes 0"),
+    (dict(min_nodes=3, max_nodes=2), "max nodes 2 < min nodes 3"),
+    (dict(rdzv_endpoint="nohost"), "not HOST:PORT"),
+    (dict(rdzv_id="a b"), "rendezvous id"),
+    (dict(nproc_per_node="many"), "--nproc-per-node 'many'"),
+    (dict(max_restarts=-1), "--max-restarts -1"),
+])
+def test_bad_values_are_named(bad, needle):
+    with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
+        torchrun_argv(LaunchConfig(**bad))
+
+
+def test_slurm_mapping_uses_scontrol_expansion(tmp_path, monkeypatch):
+    if not shutil.which("scontrol"):
+        pytest.skip("Slurm client not installed")
+    conf = tmp_path / "slurm.conf"  # scontrol only needs a readable config to expand hostlists
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=gpu[01-12] State=UNKNOWN\n"
+                    "PartitionName=p Nodes=ALL\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    assert slurm_first_host("gpu[07-09,12]") == "gpu07"
+    cfg = config_from_slurm(SLURM)
+    assert (cfg.max_nodes, cfg.min_nodes, cfg.nproc_per_node, cfg.node_rank) == (4, 1, 8, 2)
+    assert cfg.rdzv_endpoint == f"gpu07:{DEFAULT_RDZV_PORT}" and not cfg.external_store
+    assert cfg.rdzv_id == "slurm-4242"
+
+
+def test_slurm_requeue_gets_a_fresh_rendezvous_and_external_store_wins():
+    env = dict(SLURM, SLURM_RESTART_COUNT="2", T5_RDZV_ENDPOINT="head:29999", T5_MIN_NODES="3")
+    cfg = config_from_slurm(env, first_host=expand_first_host)
+    assert cfg.rdzv_id == "slurm-4242-r2"
+    assert cfg.rdzv_endpoint == "head:29999" and cfg.external_store
+    assert flag(torchrun_argv(cfg), "nnodes") == "3:4"
+
+
+def test_slurm_missing_variable_says_which():
+    env = {k: v for k, v in SLURM.items() if k != "SLURM_JOB_ID"}
+    with pytest.raises(LaunchError, match="SLURM_JOB_ID is not set"):
+        config_from_slurm(env, first_host=expand_first_host)
+
+
+@pytest.mark.parametrize("nodelist, first", [("n1", "n1"), ("node[03-05,9],gpu1", "node03"),
+                                             ("a-b[10-11]-x", "a-b10-x"), ("c1,c2", "c1")])
+def test_hostlist_fallback_expansion(nodelist, first):
+    assert expand_first_host(nodelist) == first
+
+
+def test_pet_mapping_matches_kubeflow_trainer_torch_plugin():
+    cfg = config_from_pet(PET)
+    assert (cfg.max_nodes, cfg.min_nodes, cfg.nproc_per_node, cfg.node_rank) == (3, 1, 8, 1)
+    assert cfg.rdzv_endpoint == "t5-run-node-0-0.t5-run:29500" and not cfg.external_store
+    assert cfg.rdzv_id == "trainjob-t5-run"
+    cfg = config_from_pet(dict(PET, PET_NNODES="2:3", PET_NPROC_PER_NODE="auto"))
+    assert (cfg.min_nodes, cfg.max_nodes, cfg.nproc_per_node) == (2, 3, "auto")
+
+
+def test_pet_missing_variable_says_which():
+    with pytest.raises(LaunchError, match="PET_MASTER_ADDR is not set"):
+        config_from_pet({k: v for k, v in PET.items() if k != "PET_MASTER_ADDR"})
+
+
+def test_local_and_cluster_share_the_same_argv_shape():
+    """Apart from sizes, endpoint and id, a local agent runs exactly what a Slurm/PET node runs."""
+    def shape(argv):
+        return [a.split("=", 1)[0] if a.startswith("--") else a for a in argv]
+    p = build_parser()
+    local = config_from_args(p.parse_args(["--nodes", "2", "--", "--preset", "debug"]), env={})
+    pet = config_from_args(p.parse_args(["--from-env", "pet", "--rdzv-endpoint", "store:1", "--",
+                                         "--preset", "debug"]), env=PET)
+    assert shape(torchrun_argv(local)) == shape(torchrun_argv(pet))
+    assert rdzv_conf(local) == rdzv_conf(pet)  # both against an external store: is_host=false
+
+
+def test_preflight_rejects_bad_training_args_before_any_agent_starts():
+    with pytest.raises(LaunchError, match="train.global_batch"):
+        preflight(LaunchConfig(train_args=("--train.global_batch", "0")))
+    with pytest.raises(LaunchError, match="divides by none"):
+        preflight(LaunchConfig(min_nodes=3, max_nodes=3, train_args=("--train.global_batch", "8")))
+    warn = preflight(LaunchConfig(min_nodes=1, max_nodes=3, train_args=("--train.global_batch", "8")))
+    assert warn and "[3]" in warn[0]
+
+
+def test_cli_print_and_errors():
+    run = [sys.executable, "-m", "training.launch"]
+    out = subprocess.run(run + ["--print", "--nodes", "3", "--", "--preset", "debug", "--train.global_batch", "12"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    agents = [line for line in out.stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(agents) == 3 and "training.rdzv_store" in out.stdout
+    assert all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in a for a in agents)
+    out = subprocess.run(run + ["--from-env", "pet", "--print"], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "PET_NNODES is not set" in out.stderr
+    out = subprocess.run(run + ["--print", "--preset", "debug"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and "after '--'" in out.stderr
+    assert subprocess.run(run + ["--help"], capture_output=True, timeout=60, cwd=ROOT).returncode == 0
