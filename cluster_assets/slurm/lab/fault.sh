@@ -30,7 +30,8 @@ stale_pids() { local sp; sp="$(slurmd_pid)"; node_pids_alive "$n" | grep -vx "${
 # node PIDs whose environment has a variable named $1
 node_pids_with_var() {
   local p
-  for p in $(node_pids_alive "$n"); do grep -qz "^$1=" "/proc/$p/environ" 2>/dev/null && echo "$p"; done
+  for p in $(node_pids_alive "$n"); do if grep -qz "^$1=" "/proc/$p/environ" 2>/dev/null; then echo "$p"; fi; done
+  return 0
 }
 kill9() { (($#)) && kill -9 "$@" 2>/dev/null || true; }
 
@@ -83,7 +84,7 @@ case "$cmd" in
   kill-tasks)
     # srun-launched tasks carry a numeric SLURM_STEP_ID; the batch script (step "batch") is spared
     p=$(for q in $(node_pids_alive "$n"); do
-          grep -qzE '^SLURM_STEP_ID=[0-9]+$' "/proc/$q/environ" 2>/dev/null && echo "$q"; done | tr '\n' ' ')
+          if grep -qzE '^SLURM_STEP_ID=[0-9]+$' "/proc/$q/environ" 2>/dev/null; then echo "$q"; fi; done | tr '\n' ' ')
     [[ -n "$p" ]] || die "no srun task processes on $n"
     kill9 $p
     log "killed srun tasks on $n: $p" ;;

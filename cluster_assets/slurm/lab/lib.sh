@@ -75,7 +75,13 @@ node_pids() {
   { pidfile_pid "$R/run/slurmd-n$i.pid"; echo; pids_with_env "SLAB_NODE_TAG=$(node_tag "$i")"; } | with_descendants
   if [[ "$(cur_mode)" == netns ]]; then ip netns pids "$(node_ns "$i")" 2>/dev/null || true; fi
 }
-node_pids_alive() { local p; for p in $(node_pids "$1" | sort -un); do [[ "$p" != "$$" ]] && pid_alive "$p" && echo "$p"; done; }
+node_pids_alive() {
+  local p
+  for p in $(node_pids "$1" | sort -un); do
+    if [[ "$p" != "$$" ]] && pid_alive "$p"; then echo "$p"; fi
+  done
+  return 0
+}
 
 # Start slurmd for node index i. netns mode: inside the node's namespace with its own hostname and a
 # private /etc/hosts. nsenter --net, not `ip netns exec`: the latter remounts /sys and hides
