@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--namespace", default=d["namespace"], help="namespace with the FSx PVC (default %(default)s)")
     g.add_argument("--runtime", default=d["runtime"], help="ClusterTrainingRuntime name (default %(default)s)")
     g.add_argument("--image", default=env.get("IMAGE"),
-                   help="training image (env IMAGE); default: --outputs-file's ECR URI + --image-tag")
+                   help="training image (env IMAGE); default: --outputs-file's ECR URI + --image-tag, else the "
+                        "installed runtime's image (the stack's ECR repository + its imageTag)")
     g.add_argument("--outputs-file", help="`cdk deploy --outputs-file` JSON to take the ECR repository URI from")
     g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or d["image_tag"],
                    help="tag to use with the ECR URI (env IMAGE_TAG; default %(default)s)")
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-logs", action="store_true", help="wait without streaming node 0's log")
     g.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds (0 = never)")
     g.add_argument("--skip-image-check", action="store_true", help="don't look the image tag up in ECR first")
+    g.add_argument("--poll", type=float, default=5.0, help="seconds between status checks (default 5)")
     return p
 
 
@@ -188,13 +190,13 @@ def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJo
     if not image and a.outputs_file:
         image = f"{image_from_outputs(a.outputs_file)}:{a.image_tag}"
     if not image:
-        if not a.dry_run:
-            raise TrainJobError("no image: pass --image <ECR URI>:<tag> (or IMAGE=...), or --outputs-file with the "
-                                "stack outputs (`cdk deploy --outputs-file cdk-outputs.json`); push it with "
-                                "`make image`")
+        # Submitting: the runtime's default image (the stack's ECR repository + imageTag) is filled in from
+        # the cluster after connecting. Dry run (offline): a placeholder that is clearly not real.
         image = PLACEHOLDER_IMAGE
-        print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {image}",
-              file=sys.stderr)
+        if a.dry_run:
+            print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {image} (a "
+                  f"submission uses the image of the installed runtime, i.e. the stack's ECR repository)",
+                  file=sys.stderr)
     env_pairs = []
     for e in a.env:
         k, eq, v = e.partition("=")
@@ -251,8 +253,10 @@ def check_image(image: str) -> str | None:
     return None
 
 
-def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> None:
-    """Everything that would make the TrainJob fail for reasons a user can fix before submitting."""
+def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None:
+    """Everything that would make the TrainJob fail for reasons a user can fix before submitting.
+
+    Returns the runtime's default image (its ``node`` container's), used when no --image was given."""
     from cluster_assets.k8s.cluster import ClusterError
     cluster.check_trainer()
     rt = cluster.get_runtime(cfg.runtime_name)
@@ -265,10 +269,13 @@ def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> None:
         raise ClusterError(f"TrainJob {cfg.namespace}/{cfg.name} already exists: pick another --name, or delete "
                            f"it first (`kubectl delete trainjob -n {cfg.namespace} {cfg.name}`; its checkpoints "
                            f"on FSx stay, and re-submitting the same name resumes from them)")
-    if not a.skip_image_check:
+    if not a.skip_image_check and cfg.image != PLACEHOLDER_IMAGE:
         problem = check_image(cfg.image)
         if problem:
             raise ClusterError(problem)
+    containers = [c for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
+                  for c in rj["template"]["spec"]["template"]["spec"].get("containers", []) if c.get("name") == "node"]
+    return containers[0].get("image") if containers else None
 
 
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -298,7 +305,7 @@ def follow_node0(cluster, ns: str, name: str, stop: threading.Event) -> None:
                 return
 
 
-def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float) -> int:
+def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s: float = 5.0) -> int:
     """Wait for the TrainJob to finish; print restarts and pod problems; return the exit code."""
     from cluster_assets.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
     ns, name = cfg.namespace, cfg.name
@@ -341,7 +348,7 @@ def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float) -> int:
                 print(f"[submit] timed out after {timeout_s:.0f} s; the TrainJob keeps running "
                       f"(kubectl get trainjob -n {ns} {name})", file=sys.stderr)
                 return 1
-            time.sleep(5)
+            time.sleep(poll_s)
     finally:
         stop.set()
 
@@ -374,14 +381,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster = connect(a.context)
         print(f"[submit] cluster {cluster.host} (context {cluster.context})", flush=True)
-        preflight(cluster, a, cfg)
+        runtime_image = preflight(cluster, a, cfg)
+        if cfg.image == PLACEHOLDER_IMAGE:
+            if not runtime_image:
+                raise ClusterError(f"no image: runtime {cfg.runtime_name} has none; pass --image <ECR URI>:<tag>")
+            cfg = replace(cfg, image=runtime_image)
+            manifest = train_job_manifest(cfg)
+            if not a.skip_image_check and (problem := check_image(cfg.image)):
+                raise ClusterError(problem)
         cluster.create_train_job(manifest)
         print(f"[submit] created TrainJob {cfg.namespace}/{cfg.name}: {cfg.num_nodes} node(s) x "
               f"{cfg.nproc_per_node} worker(s), image {cfg.image}, job dir {cfg.job_dir}", flush=True)
         if a.detach:
             print(f"[submit] detached; watch with `kubectl get trainjob -n {cfg.namespace} {cfg.name} -w`")
             return 0
-        return watch(cluster, cfg, logs=not a.no_logs, timeout_s=a.timeout)
+        return watch(cluster, cfg, logs=not a.no_logs, timeout_s=a.timeout, poll_s=a.poll)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,127 @@
+"""A minimal stand-in for the Kubernetes API server's REST responses, on loopback over plain HTTP.
+
+No real API server can run on this machine (no kind/k3s/envtest binaries reach it), so the submit CLI's
+cluster paths are exercised against recorded-shape responses: /version, CRDs, the ClusterTrainingRuntime,
+namespace, PVC, TrainJob create/get, JobSet get, pod list. State is a dict the test sets up; the CLI talks
+to it through a real kubeconfig with the real ``kubernetes`` client.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+CRDS = ("trainjobs.trainer.kubeflow.org", "clustertrainingruntimes.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io")
+
+
+def crd(name: str) -> dict[str, Any]:
+    plural, group = name.split(".", 1)
+    version = "v1alpha2" if group.startswith("jobset") else "v1alpha1"
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
+            "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "kind": plural.title()},
+                     "versions": [{"name": version, "served": True, "storage": True}]}}
+
+
+class Stub:
+    """Cluster state + a server answering the calls the submit CLI makes."""
+
+    def __init__(self) -> None:
+        self.crds = set(CRDS)
+        self.runtimes: dict[str, dict] = {}
+        self.namespaces = {"training"}
+        self.pvcs = {("training", "fsx-claim"): "Bound"}
+        self.trainjobs: dict[tuple[str, str], dict] = {}
+        self.pods: list[dict] = []  # pod JSON returned for every TrainJob
+        self.finish_as = "Complete"  # condition a created TrainJob reports on its second read
+        self.reads: dict[tuple[str, str], int] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "stub",
+            "clusters": [{"name": "stub", "cluster": {"server": self.url}}],
+            "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "stub"}}],
+            "users": [{"name": "stub", "user": {"token": "t"}}]}))
+        return path
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+    # --------------------------------------------------------------------------------------------- routing
+    def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        path = path.split("?")[0]
+        if path.rstrip("/") == "/version":
+            return 200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-stub", "gitCommit": "0",
+                         "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
+                         "compiler": "gc", "platform": "linux/amd64"}
+        if m := re.fullmatch(r"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/([^/]+)", path):
+            return (200, crd(m[1])) if m[1] in self.crds else (404, None)
+        if m := re.fullmatch(r"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/([^/]+)", path):
+            return (200, self.runtimes[m[1]]) if m[1] in self.runtimes else (404, None)
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)", path):
+            return (200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": m[1]}}) \
+                if m[1] in self.namespaces else (404, None)
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)", path):
+            phase = self.pvcs.get((m[1], m[2]))
+            return (200, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": m[2]},
+                          "spec": {}, "status": {"phase": phase}}) if phase else (404, None)
+        if m := re.fullmatch(r"/apis/trainer.kubeflow.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?", path):
+            ns, name = m[1], m[2]
+            if method == "POST":
+                key = (ns, body["metadata"]["name"])
+                if key in self.trainjobs:
+                    return 409, None
+                self.trainjobs[key] = body
+                return 201, body
+            if (ns, name) not in self.trainjobs:
+                return 404, None
+            self.reads[(ns, name)] = self.reads.get((ns, name), 0) + 1
+            tj = dict(self.trainjobs[(ns, name)])
+            if self.reads[(ns, name)] >= 2 and self.finish_as:
+                tj["status"] = {"conditions": [{"type": self.finish_as, "status": "True", "reason": "Stub",
+                                                "message": "stub says so"}]}
+            return 200, tj
+        if re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/[^/]+/jobsets/[^/]+", path):
+            return 200, {"status": {"restarts": 0}}
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path):
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log", path):
+            return 200, "step 1/1 | stub log line\n"
+        return 404, None
+
+    def _handler(self):
+        stub = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _do(self, method: str) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n)) if n else None
+                code, obj = stub.route(method, self.path, body)
+                if obj is None:
+                    obj = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                           "reason": "NotFound" if code == 404 else "AlreadyExists", "message": f"stub {code}"}
+                data = obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain" if isinstance(obj, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._do("GET")
+
+            def do_POST(self):
+                self._do("POST")
+
+        return H

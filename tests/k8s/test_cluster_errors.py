@@ -1,0 +1,118 @@
+"""Submitting without a usable cluster fails with the reason and the fix (exit 2), never a traceback."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from tests.k8s.apiserver_stub import Stub
+from tests.k8s.helpers import submit_cli
+
+ARGS = ("--image", "t5:1", "--skip-image-check", "--no-logs", "--nodes", "2", "--name", "t5-stub", "--poll", "0.2")
+
+
+def env_with(kubeconfig) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "DRY_RUN"}
+    env["KUBECONFIG"] = str(kubeconfig)
+    return env
+
+
+def test_no_kubeconfig(tmp_path):
+    r = submit_cli(*ARGS, env=env_with(tmp_path / "missing"))
+    assert r.returncode == 2
+    assert "no kubeconfig" in r.stderr and "aws eks update-kubeconfig" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unreachable_cluster(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(f"""apiVersion: v1
+kind: Config
+current-context: gone
+clusters: [{{name: gone, cluster: {{server: "https://127.0.0.1:{port}", insecure-skip-tls-verify: true}}}}]
+contexts: [{{name: gone, context: {{cluster: gone, user: u}}}}]
+users: [{{name: u, user: {{token: x}}}}]
+""")
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2
+    assert "cannot reach the Kubernetes API" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_broken_kubeconfig(tmp_path):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nope\n")
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2 and "cannot use kubeconfig" in r.stderr
+
+
+@pytest.fixture
+def stub(tmp_path):
+    s = Stub()
+    s.runtimes["t5-fault-tolerant"] = build_cluster_training_runtime(
+        name="t5-fault-tolerant", pvc_name="fsx-claim", image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0",
+        max_restarts=10, gpus_per_node=8, efa_per_node=32)
+    yield s, s.kubeconfig(tmp_path / "kubeconfig")
+    s.close()
+
+
+def test_trainer_not_installed(stub):
+    s, kc = stub
+    s.crds.discard("trainjobs.trainer.kubeflow.org")
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2
+    assert "Kubeflow Trainer is not installed" in r.stderr and "trainjobs.trainer.kubeflow.org" in r.stderr
+
+
+def test_runtime_missing(stub):
+    s, kc = stub
+    s.runtimes.clear()
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2 and "ClusterTrainingRuntime 't5-fault-tolerant' is missing" in r.stderr
+
+
+def test_pvc_missing(stub):
+    s, kc = stub
+    s.pvcs.clear()
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2 and "PersistentVolumeClaim 'fsx-claim'" in r.stderr
+
+
+def test_submit_waits_for_completion_and_uses_the_runtime_image(stub):
+    s, kc = stub
+    r = submit_cli(*[a for a in ARGS if a not in ("--image", "t5:1")], env=env_with(kc))
+    assert r.returncode == 0, r.stderr
+    assert "completed" in r.stdout
+    (tj,) = s.trainjobs.values()
+    assert tj["spec"]["trainer"]["image"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0"
+
+
+def test_failed_trainjob_exits_1(stub):
+    s, kc = stub
+    s.finish_as = "Failed"
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 1 and "FAILED" in r.stdout
+
+
+def test_existing_name_is_refused(stub):
+    s, kc = stub
+    assert submit_cli(*ARGS, env=env_with(kc)).returncode == 0
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2 and "already exists" in r.stderr and "resumes" in r.stderr
+
+
+def test_image_that_cannot_be_pulled(stub):
+    s, kc = stub
+    s.finish_as = None
+    s.pods = [{"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "t5-stub-node-0-0-x", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
+               "status": {"phase": "Pending", "containerStatuses": [{
+                   "name": "node", "image": "t5:1", "imageID": "", "ready": False, "restartCount": 0,
+                   "state": {"waiting": {"reason": "ImagePullBackOff", "message": "manifest unknown"}}}]}}]
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2
+    assert "ImagePullBackOff" in r.stderr and "make image" in r.stderr
