@@ -33,8 +33,8 @@ class SharedLustre(Construct):
             self, "ClientSg", vpc=vpc, allow_all_outbound=True,
             description="Lustre clients (GPU nodes, head node): Lustre ports from the file system")
         for port in LUSTRE_PORTS:
-            # File-system servers talk to each other, clients call the servers, and servers call back clients.
-            self.server_security_group.add_ingress_rule(self.server_security_group, port, "Lustre between servers")
+            # Clients call the servers and servers call back clients. (Server-to-server traffic: the L2 below
+            # admits its own group on 988-1023.)
             self.server_security_group.add_ingress_rule(self.client_security_group, port, "Lustre from clients")
             self.client_security_group.add_ingress_rule(self.server_security_group, port, "Lustre from servers")
 

@@ -103,10 +103,12 @@ class TrainingNamespace(Construct):
             sid="ReadWriteCheckpoints",
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             resources=[f"{bucket_arn}/{checkpoint_prefix}*"]))
-        for prefix in (data_prefix, checkpoint_prefix):
-            acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{prefix}*]",
-                        f"Objects under s3://<bucket>/{prefix} are created by training at run time; the wildcard is "
-                        "scoped to that one prefix of the project bucket.")
+        acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{data_prefix}*]",
+                    f"Read-only access to whatever training data is uploaded under s3://<bucket>/{data_prefix}; "
+                    "object keys are unknown at deploy time, so the grant is scoped to that one prefix.")
+        acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{checkpoint_prefix}*]",
+                    f"Training writes a new step directory per checkpoint under s3://<bucket>/{checkpoint_prefix}; "
+                    "the keys are created at run time, so the grant is scoped to that one prefix.")
 
         self.runtime = build_cluster_training_runtime(
             name=runtime_name, pvc_name=self.pvc_name, image=image, max_restarts=max_restarts,

@@ -60,7 +60,8 @@ def synthesize(context: dict[str, Any], outdir: Path) -> Synthesized:
 
 def run_cfn_lint(templates: list[Path]) -> list[dict[str, Any]]:
     """Run the real cfn-lint (project venv) on ``templates``; returns its JSON findings."""
-    proc = subprocess.run([sys.executable, "-m", "cfnlint", "--format", "json", *map(str, templates)],
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    proc = subprocess.run([str(cfn_lint), "--format", "json", *map(str, templates)],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode not in (0, 2, 4, 6, 8, 10, 12, 14) or not proc.stdout.strip():
         raise RuntimeError(f"cfn-lint failed to run (rc={proc.returncode}): {proc.stderr[-2000:]}")
