@@ -239,7 +239,8 @@ class Runner:
     def __init__(self, cfg: ChaosConfig, lab: Lab, out_dir: Path):
         self.cfg, self.lab, self.out_dir = cfg, lab, out_dir
         self.shared = Path(cfg.work_dir) / "shared"
-        self.python = str(REPO_DIR / ".venv" / "bin" / "python")
+        # this interpreter: the project venv (scripts/venv.sh), on a file system every lab node sees
+        self.python = sys.executable
 
     def job_config(self, run_name: str) -> SlurmJobConfig:
         return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=self.cfg.job_train_args,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster_assets.slurm import slurmctl
-from cluster_assets.slurm.config import SharedDirError, SlurmConfigError, SlurmJobConfig
+from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
 from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
 
 ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
@@ -143,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.shared_dir is None:
             a.shared_dir = default_shared_dir(lab)
         cfg: SlurmJobConfig = config_from_args(a)
+        if not cfg.python and cfg.repo_dir == str(REPO_DIR) and sys.prefix != sys.base_prefix:
+            cfg = replace(cfg, python=sys.executable)  # the venv scripts/venv.sh made (VENV may move it)
         if cfg.slurm_conf is None and env.get("SLURM_CONF"):
             cfg = replace(cfg, slurm_conf=env["SLURM_CONF"])
         cfg = cfg.with_instance_type().validate(check_paths=True)

@@ -1,0 +1,227 @@
+"""Batch-script renderer and submit CLI: what the script contains, that it is valid bash, bad inputs rejected."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cluster_assets.slurm import submit
+from cluster_assets.slurm.config import SlurmConfigError, SlurmJobConfig, parse_time_limit
+from cluster_assets.slurm.render import efa_env, render
+from cluster_assets.slurm.slurmctl import parse_job
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = SlurmJobConfig(shared_dir="/fsx", run_name="r1")
+
+
+def sbatch_opts(text: str) -> list[str]:
+    return re.findall(r"^#SBATCH (\S+)", text, flags=re.M)
+
+
+def bash_syntax_ok(text: str, tmp_path: Path) -> None:
+    f = tmp_path / "job.sbatch"
+    f.write_text(text)
+    out = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_cpu_job_defaults(tmp_path):
+    text = render(BASE)
+    bash_syntax_ok(text, tmp_path)
+    opts = sbatch_opts(text)
+    for want in ("--nodes=2", "--ntasks-per-node=1", "--requeue", "--signal=B:USR1@300", "--open-mode=append",
+                 "--output=/fsx/runs/r1/slurm-%j.out", "--exclusive", "--job-name=r1"):
+        assert want in opts, (want, opts)
+    assert not any(o.startswith(("--gpus", "--time", "--partition")) for o in opts)
+    # checkpoints and metrics on shared storage, owned by the job
+    assert "CKPT_DIR=/fsx/checkpoints/r1" in text and "METRICS=/fsx/runs/r1/metrics.jsonl" in text
+    # one launcher agent per node, killed together, under a timeout, with the launcher's interface
+    srun = text[text.index("timeout --kill-after"):]
+    assert "srun --kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
+    assert "-m training.launch --from-env slurm --nodes \"$NODES\" --min-nodes \"$NODES\"" in text
+    assert "trap on_usr1 USR1" in text and 'scontrol requeue "$JOB"' in text
+    assert not re.search(r"^export (FI_|NCCL_)", text, flags=re.M)  # nothing to tune for NCCL/EFA on CPU
+    assert "--container-image" in text  # pyxis detection is always there; used only with an image
+    assert "CONTAINER_IMAGE=''" in text
+
+
+def test_gpu_instance_types_set_gpus_and_efa(tmp_path):
+    p5 = replace(BASE, instance_type="p5.48xlarge", time_limit="12:00:00", partition="gpu")
+    text = render(p5)
+    bash_syntax_ok(text, tmp_path)
+    opts = sbatch_opts(text)
+    assert {"--gpus-per-node=8", "--time=12:00:00", "--partition=gpu"} <= set(opts)
+    assert "NPROC_PER_NODE=8" in text
+    assert "export FI_PROVIDER=efa" in text and "export FI_EFA_USE_DEVICE_RDMA=1" in text
+    assert "export FI_EFA_FORK_SAFE=1" in text and "/opt/amazon/efa/lib" in text
+    g5 = efa_env(replace(BASE, instance_type="g5.48xlarge").with_instance_type())
+    assert g5["FI_PROVIDER"] == "efa" and "FI_EFA_USE_DEVICE_RDMA" not in g5  # no GPUDirect RDMA on g5
+    assert efa_env(BASE) == {}
+    # GPU without EFA: NCCL basics only
+    plain = efa_env(replace(BASE, gpus_per_node=4))
+    assert "FI_PROVIDER" not in plain and plain["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_container_image_train_args_and_extras_are_quoted(tmp_path):
+    cfg = replace(BASE, container_image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t5-failover:0.1.0",
+                  train_args=("--train.steps", "200", "--data.source", "/fsx/data/my corpus.jsonl"),
+                  extra_env=("NCCL_DEBUG=INFO",), extra_sbatch=("--account=ml",), requeue=False)
+    text = render(cfg)
+    bash_syntax_ok(text, tmp_path)
+    assert "CONTAINER_IMAGE=123456789012.dkr.ecr.us-east-1.amazonaws.com/t5-failover:0.1.0" in text
+    assert "CONTAINER_MOUNTS=/fsx:/fsx" in text
+    assert "TRAIN_ARGS=(--train.steps 200 --data.source '/fsx/data/my corpus.jsonl')" in text
+    assert "export NCCL_DEBUG=INFO" in text
+    opts = sbatch_opts(text)
+    assert "--account=ml" in opts and "--no-requeue" in opts and "--requeue" not in opts
+    # the TRAIN_ARGS array expands back to the exact arguments
+    line = next(x for x in text.splitlines() if x.startswith("TRAIN_ARGS="))
+    out = subprocess.run(["bash", "-c", line + '; printf "%s\\n" "${TRAIN_ARGS[@]}"'], capture_output=True, text=True)
+    assert out.stdout.splitlines() == list(cfg.train_args)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"nodes": 0}, "nodes="),
+    ({"run_name": "a/b"}, "run_name="),
+    ({"preset": "../x"}, "preset="),
+    ({"time_limit": "soon"}, "time_limit="),
+    ({"time_limit": "5", "signal_before_timeout_s": 300}, "signal_before_timeout_s=300 is not shorter"),
+    ({"signal_before_timeout_s": 0}, "signal_before_timeout_s="),
+    ({"instance_type": "p9.huge"}, "instance_type='p9.huge'"),
+    ({"gpus_per_node": 2, "nproc_per_node": 4}, "nproc_per_node=4"),
+    ({"efa": True}, "efa=True"),
+    ({"shared_dir": "fsx"}, "shared_dir='fsx'"),
+    ({"repo_dir": "/my repo"}, "repo_dir="),
+    ({"python": "python3"}, "python="),
+    ({"train_args": ("--checkpoint.dir", "/tmp/x")}, "--checkpoint.dir is set by the job"),
+    ({"train_args": ("--job.out_dir=/tmp/x",)}, "--job.out_dir is set by the job"),
+    ({"train_args": ("--preset", "t5-base")}, "preset setting"),
+    ({"extra_sbatch": ("--account ml",)}, "extra_sbatch="),
+    ({"extra_env": ("1BAD=x",)}, "extra_env="),
+    ({"container_mounts": ("fsx:/fsx",)}, "container_mounts="),
+    ({"container_image": "has space"}, "container_image="),
+    ({"rdzv_port": 80}, "rdzv_port=80"),
+    ({"max_requeues": -1}, "max_requeues=-1"),
+    ({"step_timeout_s": 5}, "step_timeout_s=5"),
+    ({"slurm_conf": "etc/slurm.conf"}, "slurm_conf="),
+])
+def test_bad_settings_are_rejected_naming_the_value(change, field):
+    with pytest.raises(SlurmConfigError) as e:
+        render(replace(BASE, **change))
+    assert field in str(e.value)
+
+
+def test_time_limit_parsing():
+    assert parse_time_limit("30") == 1800
+    assert parse_time_limit("10:30") == 630
+    assert parse_time_limit("04:00:00") == 14400
+    assert parse_time_limit("2-00") == 172800
+    assert parse_time_limit("1-02:03:04") == 93784
+    assert replace(BASE, time_limit="1:00:00").srun_timeout_s == 3600 + 600
+    with pytest.raises(SlurmConfigError, match="not a Slurm time"):
+        parse_time_limit("1h")
+
+
+def test_toml_config(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('[slurm]\nnodes = 4\ninstance_type = "p4d.24xlarge"\nshared_dir = "/fsx"\nextra_env = ["A=1"]\n')
+    cfg = SlurmJobConfig.from_toml(f).with_instance_type().validate()
+    assert (cfg.nodes, cfg.gpus_per_node, cfg.gpudirect_rdma, cfg.extra_env) == (4, 8, True, ("A=1",))
+    f.write_text('[slurm]\nnodez = 4\n')
+    with pytest.raises(SlurmConfigError, match="unknown setting 'nodez'"):
+        SlurmJobConfig.from_toml(f)
+    f.write_text('[slurm]\nnodes = "4"\n')
+    with pytest.raises(SlurmConfigError, match="nodes='4' .* must be an integer"):
+        SlurmJobConfig.from_toml(f)
+
+
+def run_cli(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_render_cli(tmp_path):
+    assert run_cli("cluster_assets.slurm.render", "--help").returncode == 0
+    out = tmp_path / "job.sbatch"
+    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--nodes", "3", "--run-name", "x",
+                "--output", str(out), "--", "--train.steps", "7")
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --nodes=3" in out.read_text() and "TRAIN_ARGS=(--train.steps 7)" in out.read_text()
+    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--print-config")
+    assert json.loads(r.stdout)["checkpoint_dir"] == "/fsx/checkpoints/debug"
+    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--nodes", "0")
+    assert r.returncode == 2 and "error: nodes=0" in r.stderr
+    # training flags are checked with the training package's own parser before anything is queued
+    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--", "--train.steps", "-3")
+    assert r.returncode == 2 and "train.steps=-3" in r.stderr
+
+
+def test_node_agent_reports_success_after_a_requested_stop(tmp_path):
+    """The per-node wrapper: a stop request (SIGTERM) + non-zero agent exit -> 0; a plain failure passes through."""
+    text = render(BASE)
+    start = text.index("NODE_AGENT='")
+    assign = text[start:text.index("exit \"$rc\"'", start) + len("exit \"$rc\"'")]
+    script = tmp_path / "agent.sh"
+    script.write_text(assign + '\nexec bash -c "$NODE_AGENT" t5-node-agent "$@"\n')
+    # an "agent" that checkpoints on SIGTERM and exits 143 after a moment (like torchrun + workers)
+    agent = ["bash", "-c", "trap 'kill $!; sleep 0.3; exit 143' TERM; sleep 30 & wait"]
+    p = subprocess.Popen(["bash", str(script), *agent], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    for pid in [p.pid] + [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                                         text=True).stdout.split()]:
+        os.kill(pid, signal.SIGTERM)  # Slurm signals every process of the step
+    _, err = p.communicate(timeout=10)
+    assert p.returncode == 0 and "stopped on request (agent exit 143)" in err
+    assert subprocess.run(["bash", str(script), "bash", "-c", "exit 3"]).returncode == 3
+    r = subprocess.run(["bash", str(script), "/nonexistent/python", "-m", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "is not present on this node" in r.stderr
+
+
+def test_submit_argument_split_and_environment_defaults():
+    ours, train = submit.split_args(["--nodes", "4", "--train.steps", "9", "--config=x.toml", "--no-follow",
+                                     "--parallel.precision=bf16", "--", "--train.lr", "1e-4"])
+    assert ours == ["--nodes", "4", "--no-follow"]
+    assert train == ["--train.steps", "9", "--config=x.toml", "--parallel.precision=bf16", "--train.lr", "1e-4"]
+    assert submit.env_args({"NODES": "3", "PRESET": "t5-base", "DRY_RUN": "1", "UNRELATED": "x"}) == \
+        ["--preset", "t5-base", "--nodes", "3", "--dry-run"]
+
+
+def submit_env(tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "SHARED_DIR", "NODES", "PRESET")}
+    env.update(SLAB_ROOT=str(tmp_path / "no-lab"), **extra)
+    return env
+
+
+@pytest.mark.skipif(Path("/fsx").exists(), reason="this host mounts /fsx, the default shared directory")
+def test_submit_errors_without_shared_dir_or_slurm(tmp_path):
+    r = run_cli("cluster_assets.slurm.submit", "--train.steps", "2", env=submit_env(tmp_path))
+    assert r.returncode == 3 and "no shared directory" in r.stderr
+    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path / "missing"), env=submit_env(tmp_path))
+    assert r.returncode == 3 and "does not exist on this host" in r.stderr
+    bin_dir = tmp_path / "bin"  # a PATH without Slurm's commands
+    bin_dir.mkdir()
+    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path),
+                env=submit_env(tmp_path, PATH=str(bin_dir)))
+    assert r.returncode == 3 and "sbatch not found" in r.stderr and "make slurm-up" in r.stderr
+    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--train.steps", "3",
+                env=submit_env(tmp_path, NODES="3"))
+    assert r.returncode == 0 and "#SBATCH --nodes=3" in r.stdout and "TRAIN_ARGS=(--train.steps 3)" in r.stdout
+
+
+def test_parse_scontrol_job_line():
+    line = ("JobId=12 JobName=chaos-a UserId=root(0) JobState=PENDING Reason=BeginTime Dependency=(null) "
+            "Requeue=1 Restarts=1 BatchFlag=1 ExitCode=0:0 NodeList=n[1-2] BatchHost=n1 "
+            "TRES=cpu=4,mem=2000M,node=2 Command=/x/job.sbatch")
+    info = parse_job(line)
+    assert (info.job_id, info.state, info.reason, info.restarts, info.node_list, info.batch_host) == \
+        (12, "PENDING", "BeginTime", 1, "n[1-2]", "n1")
+    assert not info.terminal and info.fields["TRES"] == "cpu=4,mem=2000M,node=2"
+    assert parse_job(line.replace("PENDING", "COMPLETED")).succeeded
