@@ -116,3 +116,13 @@ def test_image_that_cannot_be_pulled(stub):
     r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 2
     assert "ImagePullBackOff" in r.stderr and "make image" in r.stderr
+
+
+def test_chaos_without_cluster_fails_clearly(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    r = subprocess.run([sys.executable, "-m", "cluster_assets.k8s.chaos", "--image", "t5:1"], cwd=ROOT,
+                       env=env_with(tmp_path / "missing"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no kubeconfig" in r.stderr
