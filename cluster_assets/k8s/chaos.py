@@ -30,7 +30,7 @@ from typing import Any
 
 from cluster_assets.k8s import report
 from cluster_assets.k8s.cluster import ClusterError, connect
-from cluster_assets.k8s.submit import (PLACEHOLDER_IMAGE, build_parser, check_training_args, condition,
+from cluster_assets.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
                                        config_from_args, default_name, preflight, split_training_args)
 from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
 
@@ -178,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, after = argv[:i], argv[i + 1:]
-    a, unknown = chaos_parser().parse_known_args(argv)
-    a.dry_run = False
-    a.name = a.name or default_name(f"chaos-{a.preset}")
+    parser = chaos_parser()
+    a, unknown = parser.parse_known_args(argv)
+    a.name = a.name or default_name("chaos")
+    plan_only, a.dry_run = a.dry_run, False  # DRY_RUN=1: print the plan and the TrainJob, touch nothing
     try:
+        apply_output_defaults(a, parser)
         targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
                  *split_training_args(unknown, after)]
         cfg = config_from_args(a, targs)
@@ -190,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     gap = a.gap or 3 * a.interval
+    if plan_only:
+        from cluster_assets.k8s.trainjob import to_yaml
+        print(f"# chaos plan: submit {cfg.name}; at step {2 * a.interval + 1} delete the pod of node 1; {gap} steps "
+              f"after it resumed delete node 0's pod" + ("; then drain the GPU node of node 1" if a.drain_node else "")
+              + "; wait for completion; check continuity, steps lost <= checkpoint interval, completion")
+        print(to_yaml(train_job_manifest(cfg)), end="")
+        return 0
     run = None
     try:
         cluster = connect(a.context)

@@ -57,19 +57,38 @@ def _pvc_default() -> str:
         return DEFAULT_PVC
 
 
-def image_from_outputs(path: str) -> str:
-    """The ECR repository URI from a ``cdk deploy --outputs-file`` JSON ({stack: {OutputKey: value}})."""
+#: EKS stack outputs (stacks/eks_stack.py) -> the submit option they provide a default for.
+OUTPUT_DEFAULTS = {"TrainingNamespace": "namespace", "RuntimeName": "runtime", "FsxClaimName": "pvc",
+                   "GpuInstanceType": "instance_type"}
+
+
+def read_outputs(path: str) -> dict[str, str]:
+    """All outputs of a ``cdk deploy --outputs-file`` JSON ({stack: {OutputKey: value}}), merged."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise TrainJobError(f"--outputs-file {path}: cannot read JSON ({e})") from None
-    found = [v for outputs in data.values() if isinstance(outputs, dict)
-             for k, v in outputs.items() if "ecr" in k.lower() and "uri" in k.lower() or
-             k.lower().endswith("repositoryuri")]
+    return {k: str(v) for outputs in data.values() if isinstance(outputs, dict) for k, v in outputs.items()}
+
+
+def image_from_outputs(path: str) -> str:
+    """The ECR repository URI from a ``cdk deploy --outputs-file`` JSON."""
+    found = [v for k, v in read_outputs(path).items()
+             if ("ecr" in k.lower() and "uri" in k.lower()) or k.lower().endswith("repositoryuri")]
     if not found:
         raise TrainJobError(f"--outputs-file {path}: no ECR repository URI output (a key like EcrRepositoryUri); "
                             "pass --image instead")
     return found[0]
+
+
+def apply_output_defaults(a: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Options left at their defaults take the EKS stack's outputs (namespace, runtime, PVC, instance type)."""
+    if not a.outputs_file:
+        return
+    outputs = read_outputs(a.outputs_file)
+    for key, dest in OUTPUT_DEFAULTS.items():
+        if key in outputs and getattr(a, dest) == parser.get_default(dest):
+            setattr(a, dest, outputs[key])
 
 
 def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str]:
@@ -362,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a, unknown = parser.parse_known_args(argv)
     try:
+        apply_output_defaults(a, parser)
         cfg = config_from_args(a, split_training_args(unknown, after))
         manifest = train_job_manifest(cfg)
         check_training_args(cfg)

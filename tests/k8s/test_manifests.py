@@ -134,8 +134,13 @@ def test_cluster_paths_are_not_checked_locally():
 def test_image_from_cdk_outputs(tmp_path):
     out = tmp_path / "cdk-outputs.json"
     out.write_text('{"t5ft-eks": {"ClusterName": "t5ft", "EcrRepositoryUri": '
-                   '"123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train"}}')
+                   '"123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train", "TrainingNamespace": "team-a", '
+                   '"RuntimeName": "t5-ft-b", "GpuInstanceType": "p4d.24xlarge"}}')
     r = submit_cli("--dry-run", "--outputs-file", str(out), "--image-tag", "abc123")
     assert r.returncode == 0, r.stderr
-    assert yaml.safe_load(r.stdout)["spec"]["trainer"]["image"] == \
-        "123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train:abc123"
+    tj = yaml.safe_load(r.stdout)
+    assert tj["spec"]["trainer"]["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/t5ft-train:abc123"
+    assert tj["metadata"]["namespace"] == "team-a" and tj["spec"]["runtimeRef"]["name"] == "t5-ft-b"
+    assert tj["spec"]["trainer"]["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == "4"  # p4d
+    r = submit_cli("--dry-run", "--outputs-file", str(out), "--namespace", "mine")  # explicit flags win
+    assert yaml.safe_load(r.stdout)["metadata"]["namespace"] == "mine"
