@@ -82,3 +82,18 @@ def test_imported_bucket_is_linked_with_its_prefix_and_not_created(pcluster: Syn
     t.resource_count_is("AWS::S3::Bucket", 0)
     t.has_resource_properties("AWS::FSx::DataRepositoryAssociation", {
         "DataRepositoryPath": "s3://example-existing-training-bucket/t5/"})
+
+
+def test_explicit_env_with_explicit_azs_needs_no_context_lookup() -> None:
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from stacks.network_stack import NetworkStack
+
+    app = cdk.App()
+    stack = NetworkStack(app, "Net", env=cdk.Environment(account="123456789012", region="eu-west-1"),
+                         cidr="10.1.0.0/16", max_azs=2, availability_zones=("eu-west-1b", "eu-west-1c"),
+                         nat_gateways=1)
+    subnets = Template.from_stack(stack).find_resources("AWS::EC2::Subnet")
+    # Without the override ec2.Vpc would look the AZs up (offline: placeholder names like dummy1a).
+    assert sorted({s["Properties"]["AvailabilityZone"] for s in subnets.values()}) == ["eu-west-1b", "eu-west-1c"]
