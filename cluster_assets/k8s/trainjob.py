@@ -8,7 +8,8 @@ What the rendered object says, and why:
 * ``runtimeRef``: our fault-tolerant ``ClusterTrainingRuntime`` (JobSet gang restart on any pod failure,
   Job ``backoffLimit: 0``, FSx volume, ``/dev/shm``, EFA). The runtime owns the failure semantics; the
   TrainJob only says what to run and how big.
-* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --``. The launcher maps
+* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s 0 --``
+  (the last keeps the preset's process-group timeout). The launcher maps
   the ``PET_*`` variables the Trainer torch plugin injects to torchrun (c10d rendezvous on node 0 with the
   tuned timeouts, ``--max-restarts`` for worker crashes inside a pod). ``$(PET_NNODES)`` is expanded by the
   kubelet from the container env: MIN = MAX nodes, because on Kubernetes a lost pod is replaced by a JobSet
@@ -152,8 +153,10 @@ def check(cfg: TrainJobConfig) -> None:
 
 def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
     """(command, args) of container ``node``: the launcher in PET mode, then the training arguments."""
+    # --train-timeout-s 0: keep the preset's process-group timeout (300 s for the GPU presets: a synchronous
+    # checkpoint of a large model on FSx takes longer than the launcher's 30 s default).
     command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", "$(PET_NNODES)",
-               *cfg.launcher_args, "--"]
+               "--train-timeout-s", "0", *cfg.launcher_args, "--"]
     args = ["--preset", cfg.preset, "--job.out_dir", cfg.job_dir, *cfg.training_args]
     return command, args
 
