@@ -78,6 +78,8 @@ class ChaosConfig:
     """Leave a lab this run started running at the end."""
     scenario_timeout_s: float = 420.0
     """Give up on a scenario after this long."""
+    rdzv_port: int = 29400
+    """Base port of the jobs' rendezvous store (+ job id % 1000); change it when labs run side by side."""
     kill_node: str = "last"
     """Which node of the allocation scenarios a/b hit: last (not the batch host) or first (the batch host
     and rendezvous store)."""
@@ -246,7 +248,7 @@ class Runner:
         return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=self.cfg.job_train_args,
                               nodes=self.cfg.nodes, shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
                               python=self.python, slurm_conf=self.lab.env["SLURM_CONF"], max_requeues=3,
-                              max_restarts=3, shutdown_timeout_s=60,
+                              max_restarts=3, shutdown_timeout_s=60, rdzv_port=self.cfg.rdzv_port,
                               step_timeout_s=int(self.cfg.scenario_timeout_s) + 60)
 
     def fresh(self, job: SlurmJobConfig) -> None:
@@ -287,7 +289,7 @@ class Runner:
             rc = subprocess.run(
                 [str(REPO_DIR / "scripts" / "train_slurm.sh"), "--run-name", job.run_name, "--shared-dir",
                  str(self.shared), "--nodes", str(self.cfg.nodes), "--preset", self.cfg.preset,
-                 "--python", self.python, "--max-restarts", "0", "--no-requeue",
+                 "--python", self.python, "--max-restarts", "0", "--no-requeue", "--rdzv-port", str(job.rdzv_port),
                  "--step-timeout", str(job.step_timeout_s), "--follow-timeout", str(self.cfg.scenario_timeout_s),
                  "--", *self.cfg.job_train_args],
                 env=self.lab.env, stdout=f, stderr=subprocess.STDOUT, timeout=self.cfg.scenario_timeout_s + 120,
@@ -506,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,
                    help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)")
     p.add_argument("--keep-lab", action="store_true", help="leave a lab this run started running")
+    p.add_argument("--rdzv-port", type=int, default=d.rdzv_port, help=f"rendezvous base port (default {d.rdzv_port})")
     p.add_argument("--scenario-timeout", type=float, default=d.scenario_timeout_s, help="seconds per scenario")
     p.add_argument("--out", type=Path, help="report directory (default <work-dir>/reports/<time>)")
     p.add_argument("train_args", nargs="*", help="after --: extra training flags for every job")
@@ -517,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ChaosConfig(scenarios=a.scenarios, nodes=a.nodes, preset=a.preset, steps=a.steps, interval=a.interval,
                       fault_step=a.fault_step, train_args=tuple(a.train_args), work_dir=os.path.abspath(a.work_dir),
                       lab_root=os.path.abspath(a.lab_root), keep_lab=a.keep_lab,
-                      scenario_timeout_s=a.scenario_timeout, kill_node=a.kill_node)
+                      scenario_timeout_s=a.scenario_timeout, kill_node=a.kill_node, rdzv_port=a.rdzv_port)
     try:
         cfg.validate()
     except ValueError as e:
