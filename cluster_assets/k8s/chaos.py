@@ -104,16 +104,25 @@ class Run:
         f = {"label": label, "time": t, "step": step, "detail": detail}
         self.wait_for("the JobSet restart", lambda: self.restarts() > before)
         f["detect_s"] = round(time.time() - t, 1)  # resolution: the poll interval
+        f["pods_recreated_s"] = self.recreated_after(t, before)
         self.log(f"JobSet restart #{self.restarts()} seen after {f['detect_s']} s; waiting for training to resume")
 
         def resumed():
             starts = [e for e in self.events() if e["event"] == "start" and e["time"] > t]
             return starts and any(e["event"] == "step" and e["time"] > starts[0]["time"] for e in self.events())
         self.wait_for("the first step after the restart", resumed)
-        f["pods_recreated_s"] = None
+        if f["pods_recreated_s"] is None:
+            f["pods_recreated_s"] = self.recreated_after(t, before)
         self.log(f"{label}: training resumed")
         self.faults.append(f)
         return f
+
+    def recreated_after(self, t: float, attempt_before: int) -> float | None:
+        """Seconds from the fault to the creation of the restarted gang's first pod (API server clock)."""
+        from cluster_assets.k8s.cluster import pod_attempt
+        new = [p.metadata.creation_timestamp.timestamp() for p in self.c.pods(self.cfg.namespace, self.cfg.name)
+               if pod_attempt(p) > attempt_before and p.metadata.creation_timestamp]
+        return round(min(new) - t, 1) if new else None
 
     def delete_pod(self, rank: int) -> str:
         pod = self.wait_for(f"a running pod of node {rank}", lambda: (p := self.c.node_pod(
@@ -223,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.create_train_job(train_job_manifest(cfg))
         run.log(f"created TrainJob {cfg.namespace}/{cfg.name} ({cfg.num_nodes} x {cfg.nproc_per_node}, {a.steps} "
                 f"steps, checkpoint every {a.interval}); reader pod {run.reader}")
-        cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path)
+        cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path, near_jobset=cfg.name)
         t0 = time.time()
         next_step = 2 * a.interval + 1
         for label, action in plan:

@@ -226,15 +226,28 @@ class Cluster:
         return evicted
 
     # ---------------------------------------------------------------------------------- files on FSx
-    def start_reader(self, namespace: str, name: str, image: str, claim: str, mount_path: str) -> str:
-        """A small long-lived pod that mounts the FSx PVC read-only, to read job files with ``exec``."""
+    def start_reader(self, namespace: str, name: str, image: str, claim: str, mount_path: str,
+                     near_jobset: str | None = None, timeout_s: float = 900) -> str:
+        """A small long-lived pod that mounts the FSx PVC read-only, to read job files with ``exec``.
+
+        It tolerates the GPU taint and prefers a node running ``near_jobset``'s pods: there the (large)
+        training image is already pulled, so it starts in seconds instead of a multi-GB pull."""
         c = _client()[0]
+        affinity = None
+        if near_jobset:
+            affinity = c.V1Affinity(pod_affinity=c.V1PodAffinity(
+                preferred_during_scheduling_ignored_during_execution=[c.V1WeightedPodAffinityTerm(
+                    weight=100, pod_affinity_term=c.V1PodAffinityTerm(
+                        topology_key="kubernetes.io/hostname",
+                        label_selector=c.V1LabelSelector(match_labels={L_JOBSET: near_jobset})))]))
         pod = c.V1Pod(
             metadata=c.V1ObjectMeta(name=name, namespace=namespace, labels={"app.kubernetes.io/part-of": "t5-failover",
                                                                            "t5-failover/role": "fsx-reader"}),
             spec=c.V1PodSpec(
                 restart_policy="Never",
                 termination_grace_period_seconds=1,
+                affinity=affinity,
+                tolerations=[c.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
                 containers=[c.V1Container(
                     name="reader", image=image, command=["sleep", "86400"],
                     resources=c.V1ResourceRequirements(requests={"cpu": "50m", "memory": "64Mi"}),
@@ -247,7 +260,7 @@ class Cluster:
         except ApiException as e:
             if e.status != 409:
                 raise _api_error(e, f"creating reader pod {namespace}/{name}") from None
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             p = self._call("reading reader pod", self.core.read_namespaced_pod, name, namespace)
             if p and p.status.phase == "Running":
@@ -256,7 +269,7 @@ class Cluster:
                 if cs.state.waiting and cs.state.waiting.reason in IMAGE_ERRORS:
                     raise ClusterError(f"reader pod cannot pull {image}: {cs.state.waiting.message}")
             time.sleep(3)
-        raise ClusterError(f"reader pod {namespace}/{name} did not start in 300 s (kubectl describe pod -n "
+        raise ClusterError(f"reader pod {namespace}/{name} did not start in {timeout_s:.0f} s (kubectl describe pod -n "
                            f"{namespace} {name})")
 
     def exec_read(self, namespace: str, pod: str, path: str, container: str | None = None) -> str:

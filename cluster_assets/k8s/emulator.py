@@ -489,7 +489,12 @@ class Emulator:
         while True:
             pods = self._start_pods(attempt)
             failed = [0]  # Job failure count towards backoffLimit
-            outcome = self._watch(pods, attempt, pending, progress, deadline, failed)
+            try:
+                outcome = self._watch(pods, attempt, pending, progress, deadline, failed)
+            except BaseException:  # Ctrl-C, a test timeout: leave no training processes behind
+                for p in pods:
+                    p.kill_all()
+                raise
             if outcome[0] == "Complete":
                 self.state = "Complete"
                 self._event("TrainJob Complete", f"JobSet restarts {self.restarts}")
