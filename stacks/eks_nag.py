@@ -49,8 +49,10 @@ def acknowledge_cluster(cluster: eks.Cluster) -> None:
     acknowledge(provider, managed_policy_finding("AmazonEC2ContainerRegistryReadOnly"),
                 "The kubectl provider pulls Helm charts from private ECR (oci://) with this read-only policy; "
                 "added by aws-cdk-lib for OCI chart support.")
-    ecr_public = ('AwsSolutions-IAM4[Policy::{"Fn::If":["EksClusterKubectlProviderHandlerHasEcrPublicC426D1A5",'
-                  '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
+    (has_ecr_public,) = [c for c in provider.node.find_all()
+                         if isinstance(c, cdk.CfnCondition) and c.node.id == "HasEcrPublic"]
+    ecr_public = ('AwsSolutions-IAM4[Policy::{"Fn::If":["' + str(cdk.Stack.of(provider).resolve(has_ecr_public.logical_id))
+                  + '",{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
                   'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]')
     acknowledge(provider, ecr_public,
                 "Read-only ECR Public access for the kubectl provider's oci:// chart pulls, attached by "
