@@ -304,8 +304,10 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return None
 
 
-def follow_node0(cluster, ns: str, name: str, stop: threading.Event) -> None:
-    """Stream node 0's log, moving to the new node-0 pod after each JobSet restart."""
+def follow_node0(cluster, ns: str, name: str, stop: threading.Event, finishing: threading.Event) -> None:
+    """Stream node 0's log, moving to the new node-0 pod after each JobSet restart.
+
+    ``finishing``: the TrainJob is done; return once the current log stream has ended."""
     from cluster_assets.k8s.cluster import pod_attempt
     seen: set[str] = set()
     while not stop.is_set():
@@ -314,6 +316,8 @@ def follow_node0(cluster, ns: str, name: str, stop: threading.Event) -> None:
         except Exception:  # noqa: BLE001 - transient API errors: retry
             pod = None
         if pod is None or pod.metadata.uid in seen or pod.status.phase == "Pending":
+            if finishing.is_set():
+                return
             stop.wait(3)
             continue
         seen.add(pod.metadata.uid)
@@ -328,9 +332,11 @@ def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s:
     """Wait for the TrainJob to finish; print restarts and pod problems; return the exit code."""
     from cluster_assets.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
     ns, name = cfg.namespace, cfg.name
-    stop = threading.Event()
+    stop, finishing = threading.Event(), threading.Event()
+    tail = None
     if logs:
-        threading.Thread(target=follow_node0, args=(cluster, ns, name, stop), daemon=True).start()
+        tail = threading.Thread(target=follow_node0, args=(cluster, ns, name, stop, finishing), daemon=True)
+        tail.start()
     t0, last_restarts, last_pending = time.time(), 0, 0.0
     try:
         while True:
@@ -345,6 +351,9 @@ def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s:
                 last_restarts = restarts
             done, failed = condition(tj, "Complete"), condition(tj, "Failed")
             if done or failed:
+                finishing.set()
+                if tail is not None:  # let node 0's last lines (final checkpoint, summary) arrive first
+                    tail.join(timeout=15)
                 stop.set()
                 took = time.time() - t0
                 c = done or failed

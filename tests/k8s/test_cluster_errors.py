@@ -126,3 +126,15 @@ def test_chaos_without_cluster_fails_clearly(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cluster_assets.k8s.chaos", "--image", "t5:1"], cwd=ROOT,
                        env=env_with(tmp_path / "missing"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no kubeconfig" in r.stderr
+
+
+def test_node0_log_is_streamed(stub):
+    s, kc = stub
+    s.pods = [{"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "t5-stub-node-0-0-abc", "uid": "u1",
+                            "labels": {"batch.kubernetes.io/job-completion-index": "0",
+                                       "jobset.sigs.k8s.io/restart-attempt": "0"}},
+               "status": {"phase": "Running"}}]
+    r = submit_cli(*[a for a in ARGS if a != "--no-logs"], env=env_with(kc))
+    assert r.returncode == 0, r.stderr
+    assert "[node-0 attempt 0] step 1/1 | stub log line" in r.stdout
