@@ -341,7 +341,7 @@ def field_docs() -> dict[str, str]:
     tree = ast.parse(inspect.getsource(InfraConfig))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
             docs[node.target.id] = " ".join(nxt.value.value.split())

@@ -51,7 +51,8 @@ def acknowledge_cluster(cluster: eks.Cluster) -> None:
                 "added by aws-cdk-lib for OCI chart support.")
     (has_ecr_public,) = [c for c in provider.node.find_all()
                          if isinstance(c, cdk.CfnCondition) and c.node.id == "HasEcrPublic"]
-    ecr_public = ('AwsSolutions-IAM4[Policy::{"Fn::If":["' + str(cdk.Stack.of(provider).resolve(has_ecr_public.logical_id))
+    condition_id = str(cdk.Stack.of(provider).resolve(has_ecr_public.logical_id))
+    ecr_public = ('AwsSolutions-IAM4[Policy::{"Fn::If":["' + condition_id
                   + '",{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
                   'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]')
     acknowledge(provider, ecr_public,

@@ -1,6 +1,7 @@
 """InfraConfig: context parsing, validation with clear errors, and cdk.json/docs staying in sync."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -22,14 +23,15 @@ def test_defaults_are_valid_and_env_agnostic() -> None:
 
 
 def test_config_is_frozen() -> None:
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         InfraConfig().gpu_nodes = 3  # type: ignore[misc]
 
 
 def test_cli_strings_are_coerced_to_field_types() -> None:
     cfg = InfraConfig.from_context({
         "gpuNodes": "4", "placementGroup": "false", "gpuSubnetCount": "2", "maxAzs": "3",
-        "apiAllowedCidrs": "203.0.113.0/24, 198.51.100.7/32", "availabilityZones": '["us-east-1a","us-east-1b","us-east-1c"]',
+        "apiAllowedCidrs": "203.0.113.0/24, 198.51.100.7/32",
+        "availabilityZones": '["us-east-1a","us-east-1b","us-east-1c"]',
         "region": "us-east-1", "bucketName": "", "fsxStorageCapacityGiB": "4800",
     })
     assert cfg.gpu_nodes == 4 and cfg.placement_group is False and cfg.gpu_subnet_count == 2

@@ -52,7 +52,8 @@ def bare_cluster() -> tuple[cdk.Stack, eks.Cluster, ec2.Vpc]:
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
     cluster = eks.Cluster(stack, "Cluster", version=eks.KubernetesVersion.V1_35, vpc=vpc,
                           default_capacity_type=eks.DefaultCapacityType.NODEGROUP, default_capacity=0,
-                          kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(stack, "L")))
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=KubectlV35Layer(stack, "L")))
     return stack, cluster, vpc
 
 
