@@ -51,7 +51,7 @@ class EksStack(cdk.Stack):
             runtime_name=config.runtime_name, image=f"{repo.repository_uri}:{config.image_tag}",
             max_restarts=config.max_restarts, gpus_per_node=config.gpu.gpus,
             efa_per_node=config.gpu.efa_interfaces, gpu_node_labels=GPU_POOL_LABEL, num_nodes=config.gpu_nodes)
-        # The CSI node plugin must be present before a pod mounts the claim; nodes must exist for the plugins.
+        # The FSx CSI driver (its node plugin mounts the claim) is installed before the training namespace.
         self.training.node.add_dependency(self.eks.fsx_csi_driver)
         acknowledge_eks_findings(self, cluster=cluster,
                                  nodegroups=[self.eks.system_nodes, self.gpu_nodes.nodegroup])
