@@ -200,9 +200,10 @@ class LocalCluster:
             raise ClusterError(f"node{index} has no running worker" + (f" with rank {rank}" if rank is not None else ""))
         pid = pids[0]
         self._verified_worker(index, pid)
+        rank = self.rank_of(pid)  # read before the signal: a killed process has no /proc entry
         os.kill(pid, sig)
         name = signal.Signals(sig).name
-        self.event("fault", index, f"{name} worker pid {pid} (rank {self.rank_of(pid)})", label=f"{name} worker")
+        self.event("fault", index, f"{name} worker pid {pid} (rank {rank})", label=f"{name} worker")
         return pid
 
     def kill_node(self, index: int, *, record: bool = True) -> None:

@@ -117,36 +117,43 @@ def write_json(path: Path, cfg: ChaosConfig, results: list[ScenarioResult], ref:
 
 
 def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
-    """One row per scenario: loss (left axis) and world size (right axis) over wall time."""
+    """One row per scenario: loss (left axis) and world size (right axis) over wall time.
+
+    Each worker-group incarnation is drawn separately, so downtime shows as a gap (world size 0); shaded
+    red spans run from a failure to the first step after recovery.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from training.chaos.analysis import split_attempts
 
     n = len(results)
-    fig, axes = plt.subplots(n, 1, figsize=(13, 2.6 * n + 0.8), squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(13, 2.5 * n + 1.4), squeeze=False)
     for ax, r in zip(axes[:, 0], results):
-        steps = [x for x in r.timeline if x.get("event") == "step"]
-        eff_ids = _effective_ids(r)
         t0 = r.t0
-        kept = [x for x in steps if id(x) in eff_ids]
-        redo = [x for x in steps if id(x) not in eff_ids]
-        if kept:
-            ax.plot([x["time"] - t0 for x in kept], [x["loss"] for x in kept], "o-", color="tab:blue", ms=3,
-                    lw=1.2, label="loss (kept)")
-        if redo:
-            ax.plot([x["time"] - t0 for x in redo], [x["loss"] for x in redo], "x", color="0.55", ms=5,
-                    label="loss (recomputed later)")
-        ax.set_ylabel("loss", color="tab:blue")
+        eff_ids = _effective_ids(r)
         ax2 = ax.twinx()
-        if steps:
-            ax2.step([x["time"] - t0 for x in steps], [x["world_size"] for x in steps], where="post",
-                     color="tab:orange", lw=2, label="world size")
+        worlds = [1]
+        for a in split_attempts(r.timeline):
+            kept = [x for x in a.steps if id(x) in eff_ids]
+            redo = [x for x in a.steps if id(x) not in eff_ids]
+            if kept:
+                ax.plot([x["time"] - t0 for x in kept], [x["loss"] for x in kept], "o-", color="tab:blue",
+                        ms=3, lw=1.2)
+            if redo:
+                ax.plot([x["time"] - t0 for x in redo], [x["loss"] for x in redo], "x", color="0.5", ms=6)
+            end = a.steps[-1]["time"] if a.steps else a.start["time"]
+            w = a.start.get("world_size", 0)
+            worlds.append(w)
+            ax2.hlines(w, a.start["time"] - t0, end - t0, color="tab:orange", lw=3, alpha=0.8)
+            ax.axvline(a.start["time"] - t0, color="tab:green", ls=":", lw=1.2)
+        ax2.set_ylim(0, max(worlds) + 1)
+        ax2.set_yticks(range(0, max(worlds) + 1))
         ax2.set_ylabel("world size", color="tab:orange")
-        ax2.set_ylim(0, max([x["world_size"] for x in steps] + [1]) + 1)
-        ax2.yaxis.get_major_locator().set_params(integer=True)
-        for x in r.timeline:
-            if x.get("event") == "start":
-                ax.axvline(x["time"] - t0, color="tab:green", ls=":", lw=1.2)
+        ax.set_ylabel("loss", color="tab:blue")
         for e in r.events:
             if e["kind"] == "fault":
                 ax.axvline(e["time"] - t0, color="tab:red", lw=1.8)
@@ -156,25 +163,33 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
                 ax.axvline(e["time"] - t0, color="tab:purple", ls="--", lw=1.2)
                 ax.annotate(e["kind"], (e["time"] - t0, 0.0), xycoords=("data", "axes fraction"),
                             xytext=(3, 4), textcoords="offset points", color="tab:purple", fontsize=8)
+        for x in r.recoveries:
+            if x.recover_s is not None:
+                ax.axvspan(x.time - t0, x.time - t0 + x.recover_s, color="tab:red", alpha=0.10, lw=0)
+                ax.annotate(f"{x.recover_s:.1f} s", (x.time - t0 + x.recover_s / 2, 0.5),
+                            xycoords=("data", "axes fraction"), ha="center", color="tab:red", fontsize=8)
         f = _faults(r)
         fig_txt = ""
         if f and f[0].recover_s is not None:
-            fig_txt = f" | recover {f[0].recover_s:.1f} s, lost {f[0].steps_lost} steps"
+            fig_txt = f"  |  detect {_fmt(f[0].detect_s)} s, recover {f[0].recover_s:.1f} s, lost {f[0].steps_lost} steps"
+        elif f:
+            fig_txt = f"  |  {len(f)} failures, job stopped: exit codes {list(r.exit_codes.values())}"
         ax.set_title(f"{r.key}. {r.name}: {'PASS' if r.passed else 'FAIL'}{fig_txt}", loc="left", fontsize=10)
-        ax.set_xlim(left=0)
+        last = max([x["time"] for x in r.timeline] + [e["time"] for e in r.events] + [t0 + 1]) - t0
+        ax.set_xlim(0, last * 1.08)  # room for the labels of a failure at the very end
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("seconds since the scenario started")
-    from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color="tab:blue", marker="o", ms=3, label="loss (kept)"),
-               Line2D([], [], color="0.55", marker="x", ls="", label="loss (recomputed later)"),
-               Line2D([], [], color="tab:orange", lw=2, label="world size"),
+    handles = [Line2D([], [], color="tab:blue", marker="o", ms=3, label="loss (step kept)"),
+               Line2D([], [], color="0.5", marker="x", ls="", label="loss (step recomputed later)"),
+               Line2D([], [], color="tab:orange", lw=3, label="world size while training"),
                Line2D([], [], color="tab:red", lw=1.8, label="failure injected"),
+               Patch(color="tab:red", alpha=0.15, label="failure -> next step"),
                Line2D([], [], color="tab:green", ls=":", label="workers (re)started"),
                Line2D([], [], color="tab:purple", ls="--", label="node rejoin / replace / relaunch")]
-    fig.legend(handles=handles, loc="upper center", ncol=6, fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.15 / (2.6 * n + 0.8)))
-    fig.suptitle(title, fontsize=12, y=1 - 0.02 / (2.6 * n + 0.8) * 10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / (2.6 * n + 0.8)))
+    fig.suptitle(title, fontsize=12)
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    h = 2.5 * n + 1.4
+    fig.tight_layout(rect=(0, 0.9 / h, 1, 1 - 0.1 / h))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -90,6 +90,7 @@ class Run:
                               train_args=tuple(cfg.training_args(self.out, *extra)))
         self.cluster = LocalCluster(workdir, launch)
         self.result: ScenarioResult | None = None  # set by run_scenario; late checks read its figures
+        self.store_alive_at_end = False
         self.deadline = time.monotonic() + cfg.scenario_timeout_s
 
     def records(self) -> list[dict]:
@@ -167,8 +168,9 @@ def scenario_c(run: Run) -> Expect:
     # A fixed-size job (MIN = MAX) waits for a replacement, as Slurm requeue / a Kubernetes pod restart
     # would provide; the store is not on any node, so the survivors never lose the rendezvous.
     run.cluster.start_node(first, kind="replace")
-    return Expect("bitwise", checks=[lambda: Check("store survived", run.cluster.store.poll() is None,
-                                                   "standalone rendezvous store still running")])
+    return Expect("bitwise", checks=[lambda: Check(
+        "store survived", run.store_alive_at_end, "the standalone rendezvous store ran until the job ended"
+        if run.store_alive_at_end else "the rendezvous store died")])
 
 
 def scenario_d(run: Run) -> Expect:
@@ -406,6 +408,7 @@ def run_scenario(cfg: ChaosConfig, sc: Scenario, ref: Reference, root: Path, kee
         res.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     finally:
         codes = run.cluster.exit_codes()
+        run.store_alive_at_end = run.cluster.store is not None and run.cluster.store.poll() is None
         run.cluster.close()
     res.wall_s = max((n.ended or time.time()) for n in run.cluster.nodes) - min(n.started for n in run.cluster.nodes) \
         if run.cluster.nodes else time.time() - t0
