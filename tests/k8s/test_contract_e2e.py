@@ -58,10 +58,14 @@ def test_kill_pod_gang_restart_resume_bitwise(tmp_path, capsys):
     assert fault["detect_s"] is not None and fault["recover_s"] is not None
     assert rep["segments"] == 2 and rep["continuity_ok"], rep
     assert rep["completed"] and rep["end_step"] == STEPS
-    assert 0 <= fault["steps_lost"] <= 2 + 1  # at most a checkpoint interval (+ the async save in flight)
+    # never resumed from older than the newest checkpoint known committed at the kill (an async save in
+    # flight may or may not complete), so only steps after that checkpoint are recomputed
+    events = [json.loads(line) for line in (fsx / "jobs/t5-contract-chaos/metrics.jsonl").read_text().splitlines()]
+    committed = [e["step"] for e in events if e["event"] == "checkpoint" and e["time"] < fault["time"]]
+    assert max(committed, default=0) <= fault["resumed_from"] <= fault["last_step_before"]
+    assert fault["steps_lost"] == fault["last_step_before"] - fault["resumed_from"]
     # every pod of the restart attempt ran, not just the replaced one
-    events = [e["what"] for e in rep["events"]]
-    assert events.count("pods started") == 2
+    assert [e["what"] for e in rep["events"]].count("pods started") == 2
 
     final = f"checkpoints/step_{STEPS:08d}"
     cmp = subprocess.run([sys.executable, "-m", "training.compare", str(fsx / "jobs/t5-contract-ref" / final),
