@@ -345,12 +345,14 @@ class Runner:
             else:
                 out.error = f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {jid} {info.state if info else '?'})"
                 slurmctl.scancel(jid, env=self.lab.env)
-        except Exception as e:  # noqa: BLE001 - one scenario's failure is reported, the others still run
+        except BaseException as e:  # noqa: BLE001 - one scenario's failure is reported, the others still run
             out.error = f"{type(e).__name__}: {e}"
             try:
                 slurmctl.scancel(jid, env=self.lab.env)
             except slurmctl.SlurmError:
                 pass
+            if not isinstance(e, Exception):  # Ctrl-C: the job is cancelled, the node revived, then stop
+                raise
         finally:
             reviver = watch.get("reviver")
             if reviver is not None:
