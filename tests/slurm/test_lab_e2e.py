@@ -97,6 +97,19 @@ def test_lab_is_idempotent_and_reports_status(netns_lab):
     assert bad.returncode != 0 and "no node n7" in bad.stderr
 
 
+def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
+    """`make train PLATFORM=slurm` on a job that cannot train: job id, the error from the nodes, FAILED, exit 1."""
+    env, _ = netns_lab
+    env = dict(env, SLURM_CONF=f"{env['SLAB_ROOT']}/etc/slurm.conf", PLATFORM="slurm")
+    r = subprocess.run([str(ROOT / "scripts" / "train.sh"), "--shared-dir", str(tmp_path), "--run-name", "bad",
+                        "--max-restarts", "0", "--train.steps", "4", "--train.global_batch", "3"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "[train-slurm] submitted job" in r.stdout
+    assert "train.global_batch=3" in r.stdout  # the training error, followed from the job log
+    assert "ERROR: training failed" in r.stdout and "FAILED" in r.stdout.splitlines()[-1]
+
+
 def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     """a) node killed -> DOWN + requeue + revive + resume; b) workers killed -> torchrun restart, no requeue;
     c) pre-timeout signal -> checkpoint + self-requeue, 0 steps lost. All bitwise equal to the reference.
