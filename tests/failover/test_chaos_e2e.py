@@ -1,6 +1,6 @@
 """End to end: real torchrun agents on loopback, a standalone rendezvous store, real SIGKILL/SIGTERM.
 
-Scenarios a, b, d and f of the chaos harness on a lean job (debug preset, 1 proc per node, 12 steps,
+Scenarios a, b, d and f of the chaos harness on a lean job (debug preset, 1 proc per node, 10 steps,
 dropout off so that all four share one reference run, cached under .chaos/cache). Timings are recorded
 in the report, never asserted: the CI machine is shared.
 """
@@ -13,7 +13,7 @@ from training.chaos.scenarios import reference, run_scenario, scenarios
 
 pytestmark = pytest.mark.e2e
 
-CFG = ChaosConfig(steps=12, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"),
+CFG = ChaosConfig(steps=10, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"),
                   scenario_timeout_s=240)
 
 
@@ -59,3 +59,17 @@ def test_f_partial_async_checkpoint_is_ignored(ref, tmp_path):
     res = run("f", ref, tmp_path)
     check = next(c for c in res.checks if c.name == "partial checkpoint ignored")
     assert f"resumed from step {CFG.interval}" in check.detail
+
+
+def test_launcher_local_mode_runs_two_nodes_against_its_own_store(tmp_path):
+    """`python -m training.launch --nodes 2`: store + 2 agents + a finished job, store stopped after."""
+    import subprocess
+    import sys
+
+    from tests.conftest import TINY
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "2", "--", *TINY,
+                          "--job.out_dir", str(tmp_path), "--train.steps", "3", "--checkpoint.interval", "2"],
+                         cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "[launch] rendezvous store pid" in out.stdout and "is_host=false" in out.stdout
+    assert "world 2" in out.stdout and (tmp_path / "checkpoints" / "step_00000003" / "COMMITTED.json").exists()

@@ -189,7 +189,7 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
     fig.suptitle(title, fontsize=12)
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
     h = 2.5 * n + 1.4
-    fig.tight_layout(rect=(0, 0.9 / h, 1, 1 - 0.1 / h))
+    fig.tight_layout(rect=(0, 0.9 / h, 1, 1 - 0.45 / h))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
