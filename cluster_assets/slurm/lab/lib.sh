@@ -17,13 +17,16 @@ if [[ -s "$R/lab.env" && -z "${SLAB_IGNORE_SAVED:-}" ]]; then
   # shellcheck disable=SC1091
   source "$R/lab.env"
 fi
+# Defaults that must differ between labs (namespace/link prefix, subnet, ports) derive from the root, so two
+# checkouts on one machine get two independent labs and `down` in one never touches the other's.
+_SLAB_H="$(printf '%s' "$R" | cksum | cut -d' ' -f1)"
 SLAB_NODES="${SLAB_NODES:-2}"                  # compute nodes n1..nN
 SLAB_MODE="${SLAB_MODE:-auto}"                 # netns | loopback | auto (netns when namespaces work)
 SLAB_CPUS="${SLAB_CPUS:-2}"                    # CPUs advertised per node (config_overrides: need not exist)
-SLAB_NET="${SLAB_NET:-10.77.0}"                # netns mode: /24 on a bridge; .1 = controller, .1X = nX
-SLAB_PFX="${SLAB_PFX:-slab}"                   # prefix of netns and link names (<= 8 chars: IFNAMSIZ)
-SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-16817}"
-SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-16818}"  # netns: same port in every namespace; loopback: port+i-1
+SLAB_NET="${SLAB_NET:-10.77.$((_SLAB_H % 250 + 1))}"  # netns mode: /24 on a bridge; .1 = controller, .1X = nX
+SLAB_PFX="${SLAB_PFX:-sl$(printf '%04x' $((_SLAB_H % 65536)))}"  # netns/link name prefix (<= 8 chars: IFNAMSIZ)
+SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-$((16000 + (_SLAB_H % 300) * 10))}"
+SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-$((SLAB_CTLD_PORT + 1))}"  # netns: same port in every namespace; loopback: port+i-1
 SLAB_SLURMD_TIMEOUT="${SLAB_SLURMD_TIMEOUT:-6}" # a dead node is marked DOWN ~2x this after it dies
 SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-10}"     # >= 5; a requeued job is held cred_expire+1 s before rerun
 

@@ -13,6 +13,7 @@ T0=$(date +%s%N)
 [[ "$SLAB_NODES" =~ ^[1-9][0-9]?$ ]] || die "SLAB_NODES=$SLAB_NODES: expected 1..99 nodes"
 [[ "$SLAB_MODE" =~ ^(auto|netns|loopback)$ ]] || die "SLAB_MODE=$SLAB_MODE: expected auto, netns or loopback"
 (( ${#SLAB_PFX} <= 8 )) || die "SLAB_PFX=$SLAB_PFX is too long for link names (max 8 characters)"
+(( ${#MSOCK} <= 100 )) || die "SLAB_ROOT=$R is too long for munge's socket path ($MSOCK, max 100 characters); set a shorter SLAB_ROOT"
 
 # ---------- packages (Debian bookworm: slurm-wlm 22.05) ----------
 missing=()
