@@ -172,6 +172,9 @@ class CheckpointManager:
         else:
             dcp.save(state, checkpoint_id=str(path), process_group=self.group)
             self._commit(step)
+            # Nobody leaves before rank 0's marker is down: a sync save precedes an exit (signal, last step),
+            # and a rank exiting early makes torchrun/srun tear down the others, rank 0 mid-commit included.
+            dist.barrier(group=self.group)
         return time.perf_counter() - t0
 
     def _on_async_done(self, fut, step: int, done: threading.Event) -> None:

@@ -147,6 +147,9 @@ class LaunchConfig:
             raise LaunchError(f"--shutdown-timeout {self.shutdown_timeout_s} < 1 s")
         if self.train_timeout_s < 0:
             raise LaunchError(f"--train-timeout-s {self.train_timeout_s} < 0 (0 = leave to the training config)")
+        if self.tuning.join_timeout < 1:
+            raise LaunchError(f"--join-timeout {self.tuning.join_timeout} < 1 s: give a replacement node "
+                              f"time to boot (default 120)")
 
 
 # ----------------------------------------------------------------------------------------- argv building
@@ -463,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-timeout", type=int, help="seconds between SIGTERM and SIGKILL of workers (30)")
     p.add_argument("--train-timeout-s", type=int,
                    help="process-group timeout after step 1, for hang detection (default 30; 0 = training's)")
+    p.add_argument("--join-timeout", type=int, metavar="SECONDS",
+                   help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
+                        "and image pull (default 120)")
     p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
                    help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product, default 1x3)")
     p.add_argument("--module", default="training", help="module the workers run (default training)")
@@ -492,12 +498,14 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
         over["shutdown_timeout_s"] = a.shutdown_timeout
     if a.train_timeout_s is not None:
         over["train_timeout_s"] = a.train_timeout_s
+    if a.join_timeout is not None:
+        over["tuning"] = replace(cfg.tuning, join_timeout=a.join_timeout)
     if a.keep_alive:
         try:
             iv, att = (int(x) for x in a.keep_alive.lower().split("x"))
         except ValueError:
             raise LaunchError(f"--keep-alive {a.keep_alive!r}: expected INTERVALxATTEMPTS, e.g. 1x3") from None
-        over["tuning"] = replace(cfg.tuning, keep_alive_interval=iv, keep_alive_max_attempt=att)
+        over["tuning"] = replace(over.get("tuning", cfg.tuning), keep_alive_interval=iv, keep_alive_max_attempt=att)
     targs = list(a.train_args)
     if targs and targs[0] == "--":
         targs = targs[1:]

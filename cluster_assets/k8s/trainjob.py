@@ -8,8 +8,9 @@ What the rendered object says, and why:
 * ``runtimeRef``: our fault-tolerant ``ClusterTrainingRuntime`` (JobSet gang restart on any pod failure,
   Job ``backoffLimit: 0``, FSx volume, ``/dev/shm``, EFA). The runtime owns the failure semantics; the
   TrainJob only says what to run and how big.
-* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s 0 --``
-  (the last keeps the preset's process-group timeout). The launcher maps
+* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s 0
+  --join-timeout 600 --`` (``--train-timeout-s 0`` keeps the preset's process-group timeout; 600 s lets the
+  rendezvous wait for a pod scheduled on a replacement GPU node to pull the image). The launcher maps
   the ``PET_*`` variables the Trainer torch plugin injects to torchrun (c10d rendezvous on node 0 with the
   tuned timeouts, ``--max-restarts`` for worker crashes inside a pod). ``$(PET_NNODES)`` is expanded by the
   kubelet from the container env: MIN = MAX nodes, because on Kubernetes a lost pod is replaced by a JobSet
@@ -106,6 +107,9 @@ class TrainJobConfig:
         return self.num_nodes * self.nproc_per_node
 
 
+K8S_JOIN_TIMEOUT_S = 600
+"""Rendezvous join timeout on Kubernetes: covers scheduling onto a replacement node plus the image pull."""
+
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -155,8 +159,11 @@ def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
     """(command, args) of container ``node``: the launcher in PET mode, then the training arguments."""
     # --train-timeout-s 0: keep the preset's process-group timeout (300 s for the GPU presets: a synchronous
     # checkpoint of a large model on FSx takes longer than the launcher's 30 s default).
+    # --join-timeout 600: after a gang restart, a pod placed on a fresh GPU node pulls a multi-GB image first;
+    # with the launcher's 120 s the pods already running would give up and force another restart.
+    # launcher_args come later, so a user's own value wins (argparse: last one counts).
     command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", "$(PET_NNODES)",
-               "--train-timeout-s", "0", *cfg.launcher_args, "--"]
+               "--train-timeout-s", "0", "--join-timeout", str(K8S_JOIN_TIMEOUT_S), *cfg.launcher_args, "--"]
     args = ["--preset", cfg.preset, "--job.out_dir", cfg.job_dir, *cfg.training_args]
     return command, args
 

@@ -67,10 +67,17 @@ def test_explicit_train_timeout_is_not_overridden():
     (dict(rdzv_id="a b"), "rendezvous id"),
     (dict(nproc_per_node="many"), "--nproc-per-node 'many'"),
     (dict(max_restarts=-1), "--max-restarts -1"),
+    (dict(tuning=RdzvTuning(join_timeout=0)), "--join-timeout 0"),
 ])
 def test_bad_values_are_named(bad, needle):
     with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         torchrun_argv(LaunchConfig(**bad))
+
+
+def test_join_timeout_and_keep_alive_flags_both_reach_rdzv_conf():
+    a = build_parser().parse_args(["--join-timeout", "600", "--keep-alive", "2x5", "--", "--preset", "debug"])
+    conf = dict(kv.split("=") for kv in rdzv_conf(config_from_args(a, env={})).split(","))
+    assert (conf["join_timeout"], conf["keep_alive_interval"], conf["keep_alive_max_attempt"]) == ("600", "2", "5")
 
 
 def test_slurm_mapping_uses_scontrol_expansion(tmp_path, monkeypatch):

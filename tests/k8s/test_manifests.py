@@ -39,6 +39,20 @@ def test_gpu_trainjob_round_trips_and_says_what_it_should():
     assert "backoffLimit" not in str(tj)  # TrainJob has no such field (the runtime owns failure handling)
 
 
+def test_command_parses_with_the_real_launcher_and_waits_for_replacement_nodes():
+    from training.launch import build_parser, config_from_args, rdzv_conf
+    pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1",
+           "PET_MASTER_ADDR": "job-node-0-0.job", "PET_MASTER_PORT": "29400"}
+
+    def launcher_conf(**kw) -> dict:
+        command, args = (train_job_manifest(cfg(**kw))["spec"]["trainer"][k] for k in ("command", "args"))
+        argv = [pet["PET_NNODES"] if a == "$(PET_NNODES)" else a for a in command[3:]] + args
+        return dict(kv.split("=") for kv in rdzv_conf(config_from_args(build_parser().parse_args(argv), pet)).split(","))
+
+    assert launcher_conf()["join_timeout"] == "600"  # image pull on a replacement node, not 120 s
+    assert launcher_conf(launcher_args=("--join-timeout", "900"))["join_timeout"] == "900"  # the user's wins
+
+
 def test_shipped_runtime_round_trips():
     schema.roundtrip(gpu_runtime())
 
