@@ -31,7 +31,8 @@ from typing import Any
 from cluster_assets.k8s import report
 from cluster_assets.k8s.cluster import ClusterError, connect
 from cluster_assets.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
-                                       config_from_args, default_name, preflight, split_training_args)
+                                       config_from_args, default_name, preflight, split_at_dashes,
+                                       split_training_args)
 from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
 
 
@@ -182,11 +183,7 @@ def verdicts(rep: dict[str, Any], expected_faults: int, interval: int) -> list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    after = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, after = argv[:i], argv[i + 1:]
+    argv, after = split_at_dashes(argv)
     parser = chaos_parser()
     a, unknown = parser.parse_known_args(argv)
     a.name = a.name or default_name("chaos")

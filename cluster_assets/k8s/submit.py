@@ -91,6 +91,15 @@ def apply_output_defaults(a: argparse.Namespace, parser: argparse.ArgumentParser
             setattr(a, dest, outputs[key])
 
 
+def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """(our options, the training arguments after a bare ``--``); ``None`` = ``sys.argv[1:]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
 def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str]:
     """Unknown CLI options that look like training flags (``--a.b``), plus everything after ``--``."""
     for a in unknown:
@@ -382,11 +391,7 @@ def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    after = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, after = argv[:i], argv[i + 1:]
+    argv, after = split_at_dashes(argv)
     parser = build_parser()
     a, unknown = parser.parse_known_args(argv)
     try:
