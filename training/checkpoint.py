@@ -19,10 +19,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from training.config import CheckpointConfig
+from training.staging import ReusedBufferStager
 
 log = logging.getLogger("training.checkpoint")
 MARKER = "COMMITTED.json"
@@ -101,6 +103,8 @@ class CheckpointManager:
         # without racing the training group, and a slow writer is not cut off by the short training timeout.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(hours=1))
         self._pending: tuple[int, Any, threading.Event] | None = None
+        # Host buffers for async saves, reused by every save of the run (pinned when the state is on a GPU).
+        self._stager = ReusedBufferStager(pin_memory=torch.cuda.is_available() and torch.cuda.is_initialized())
         self.last_committed: int | None = None
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -166,7 +170,8 @@ class CheckpointManager:
         dist.barrier(group=self.group)
         if self.cfg.async_save and not sync:
             done = threading.Event()
-            fut = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
+            fut = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group,
+                                 async_stager=self._stager)
             fut.add_done_callback(lambda f, s=step, e=done: self._on_async_done(f, s, e))
             self._pending = (step, fut, done)
         else:
@@ -224,4 +229,7 @@ class CheckpointManager:
                 shutil.rmtree(p, ignore_errors=True)
 
     def close(self) -> None:
-        self.wait()
+        try:
+            self.wait()
+        finally:
+            self._stager.close()

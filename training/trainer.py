@@ -79,8 +79,10 @@ class Trainer:
         if use_cuda:
             self.model.to(self.device)
         t = cfg.train
+        # Fused (one kernel for all parameters) on CUDA: the foreach version took ~60 ms of a 0.6 s t5-large
+        # step on an H100. foreach on the CPU, where the exact-resume figures were established.
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
-                                           betas=(0.9, 0.95), foreach=True)
+                                           betas=(0.9, 0.95), fused=use_cuda, foreach=not use_cuda)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
         self.progress = Progress()
         self.rng = RngState(self.device)

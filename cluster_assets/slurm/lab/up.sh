@@ -16,17 +16,7 @@ T0=$(date +%s%N)
 (( ${#MSOCK} <= 100 )) || die "SLAB_ROOT=$R is too long for munge's socket path ($MSOCK, max 100 characters); set a shorter SLAB_ROOT"
 
 # ---------- packages (Debian bookworm: slurm-wlm 22.05) ----------
-missing=()
-for b in munged mungekey slurmctld slurmd sbatch ip nsenter unshare; do command -v "$b" >/dev/null || missing+=("$b"); done
-if ((${#missing[@]})); then
-  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install Slurm 22.05 + munge yourself"
-  log "installing slurmctld slurmd slurm-client munge (apt-get; missing: ${missing[*]})"
-  pkgs=(slurmctld slurmd slurm-client munge iproute2 util-linux procps)
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 \
-    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null; } \
-    || die "apt-get install ${pkgs[*]} failed"
-fi
+"$SLAB_LAB_DIR/install.sh"
 
 # ---------- mode ----------
 if [[ "$SLAB_MODE" == auto ]]; then

@@ -1,0 +1,71 @@
+"""Checkpoint staging into host buffers that are allocated once and reused by every later save.
+
+An async save first copies the training state somewhere training cannot change it ("staging"), then
+writes that copy in the background. DCP's default stager allocates a fresh, unpinned host copy of the
+whole state on every save; for t5-large on one H100 that blocked training 8.7 s per save (14 steps).
+:class:`ReusedBufferStager` keeps one host buffer per tensor for the life of the run (page-locked on
+CUDA, so the device-to-host copy runs at full PCIe speed), so a save costs one copy into memory that
+already exists. It uses only public APIs (the ``AsyncStager`` protocol, ``DTensor.from_local``), so it
+behaves the same on the CPU wheel the tests pin and on the CUDA builds in the cluster images.
+
+    stager = ReusedBufferStager(pin_memory=torch.cuda.is_available())
+    dcp.async_save(state, checkpoint_id=path, async_stager=stager)
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.staging import AsyncStager
+from torch.distributed.tensor import DTensor
+
+
+class ReusedBufferStager(AsyncStager):
+    """Copies a state dict into per-tensor host buffers kept between saves; returns the staged copy.
+
+    Staging is synchronous: when ``stage`` returns, the copy is complete and training may change the
+    originals. Buffers are keyed by the tensor's path in the state dict, so the previous save's write
+    must have finished before the next ``stage`` (the checkpoint manager keeps one save in flight).
+    """
+
+    # stage() has already finished copying when it returns: DCP need not call synchronize_staging().
+    _synchronize_after_execute = False
+
+    def __init__(self, *, pin_memory: bool):
+        self.pin_memory = pin_memory
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        staged = self._copy(state_dict, "")
+        if self.pin_memory:
+            torch.cuda.synchronize()  # the non-blocking device-to-host copies have landed
+        return staged
+
+    def _buffer_for(self, path: str, t: torch.Tensor) -> torch.Tensor:
+        buf = self._buffers.get(path)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=self.pin_memory)
+            self._buffers[path] = buf
+        return buf
+
+    def _copy(self, x: Any, path: str) -> Any:
+        if isinstance(x, DTensor):
+            local = self._copy(x.to_local(), path)
+            return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
+                                      shape=x.shape, stride=x.stride())
+        if isinstance(x, torch.Tensor):
+            buf = self._buffer_for(path, x)
+            buf.copy_(x.detach(), non_blocking=self.pin_memory and x.is_cuda)
+            return buf
+        if isinstance(x, dict):
+            return {k: self._copy(v, f"{path}/{k}") for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._copy(v, f"{path}/{i}") for i, v in enumerate(x))
+        return copy.deepcopy(x)  # numbers, strings, small objects: a private copy for the writer thread
+
+    def synchronize_staging(self) -> None:
+        """Nothing to wait for: ``stage`` is synchronous."""
+
+    def close(self) -> None:
+        self._buffers.clear()
