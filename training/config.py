@@ -51,6 +51,10 @@ class ModelConfig:
     """Dropout rate (randomness is seeded per rank and checkpointed)."""
     init_from: str = ""
     """Optional local directory with pretrained T5 weights (e.g. on FSx). Never a hub name."""
+    attention: str = "sdpa"
+    """Attention kernel: 'sdpa' or 'eager'. T5's learned position bias is a mask that needs a gradient, so
+    on GPUs SDPA falls back to its fp32 math kernel; 'eager' was 14% faster and used 8 GiB less for t5-large
+    on an H100, so the GPU presets use it. Same weights and checkpoints either way."""
 
 
 @dataclass
@@ -275,6 +279,7 @@ def validate(cfg: Config) -> None:
         need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
+    need(m.attention in ("sdpa", "eager"), f"model.attention={m.attention!r}: use sdpa or eager")
     if m.init_from:
         need(os.path.isdir(m.init_from),
              f"model.init_from={m.init_from!r} is not a local directory; pass a directory with config.json and "

@@ -34,6 +34,7 @@ def test_precedence_defaults_preset_file_cli(tmp_path):
     (["--checkpoint.async_save", "maybe"], "checkpoint.async_save='maybe' is not a valid bool"),
     (["--preset", "t5-11b"], "unknown preset 't5-11b'"),
     (["--train.warmup_steps", "-5"], "train.warmup_steps=-5"),
+    (["--model.attention", "flash"], "model.attention='flash'"),
 ])
 def test_bad_values_name_the_value(args, needle):
     with pytest.raises(ConfigError, match=None) as e:
