@@ -1,0 +1,30 @@
+"""`python -m training.bench report`: the table and target lines `make bench` prints, from result files."""
+from __future__ import annotations
+
+import json
+
+from training import bench
+
+
+def _row(preset: str, step_s: float, async_s: float, base_s: float, **extra) -> dict:
+    blocks = {"async": async_s, "sync": 2.5, "baseline": base_s}
+    return {"preset": preset, "params": 63.1e6, "world_size": 2, "device": "cpu", "step_s": step_s,
+            "tokens_per_s": 353.0, "mfu": None, "ckpt_block_s": blocks,
+            "ckpt_block_over_step": {k: v / step_s for k, v in blocks.items()},
+            "baseline_over_async": base_s / async_s, "step_s_during_async_write": 5.0, **extra}
+
+
+def test_report_prints_first_save_steady_state_and_target_verdicts(tmp_path, capsys):
+    met = tmp_path / "met.json"
+    met.write_text(json.dumps(_row("t5-60m", 3.5, 0.175, 2.95, ckpt_block_first_async_s=0.9)))
+    missed = tmp_path / "missed.json"
+    missed.write_text(json.dumps(_row("t5-60m", 3.5, 0.7, 2.8)))  # no first-save figure: an older result file
+    summary = tmp_path / "summary.json"
+    assert bench.main(["report", str(met), str(missed), "--json", str(summary)]) == 0
+    out = capsys.readouterr().out
+    assert "1st async" in out.splitlines()[0]
+    assert "0.900" in out and "nan" in out  # the first save when recorded, a visible gap when not
+    verdicts = [line for line in out.splitlines() if line.startswith("targets (t5-60m)")]
+    assert "5.0% MET" in verdicts[0] and "16.9x MET" in verdicts[0]
+    assert "20.0% MISSED" in verdicts[1] and "4.0x MISSED" in verdicts[1]
+    assert [r["preset"] for r in json.loads(summary.read_text())] == ["t5-60m", "t5-60m"]
