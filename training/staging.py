@@ -5,8 +5,9 @@ writes that copy in the background. DCP's default stager allocates a fresh, unpi
 whole state on every save; for t5-large on one H100 that blocked training 8.7 s per save (14 steps).
 :class:`ReusedBufferStager` keeps one host buffer per tensor for the life of the run (page-locked on
 CUDA, so the device-to-host copy runs at full PCIe speed), so a save costs one copy into memory that
-already exists. It uses only public APIs (the ``AsyncStager`` protocol, ``DTensor.from_local``), so it
-behaves the same on the CPU wheel the tests pin and on the CUDA builds in the cluster images.
+already exists: 0.61 s there, after a first save of 7.7 s that allocates and pins the buffers. It uses
+only public APIs (the ``AsyncStager`` protocol, ``DTensor.from_local``); tested with torch 2.13 on CPUs
+and 2.11 on CUDA.
 
     stager = ReusedBufferStager(pin_memory=torch.cuda.is_available())
     dcp.async_save(state, checkpoint_id=path, async_stager=stager)
