@@ -80,6 +80,10 @@ class TrainConfig:
     """Total optimizer steps."""
     global_batch: int = 8
     """Samples per step across all ranks; fixed when the world size changes (must divide by it)."""
+    micro_batch: int = 0
+    """Most samples a rank puts through one forward/backward. A larger per-rank share (global_batch / world
+    size, which grows when a node is lost and the job continues smaller) is split into micro-batches whose
+    gradients are accumulated, so GPU memory stays what the full-size job needed. 0 = no limit."""
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
     warmup_steps: int = 10
@@ -293,6 +297,7 @@ def validate(cfg: Config) -> None:
              f"data.source={d.source!r} does not exist; use 'builtin' or a path to .jsonl/.parquet data")
     need(t.steps > 0, f"train.steps={t.steps} must be > 0")
     need(t.global_batch > 0, f"train.global_batch={t.global_batch} must be > 0")
+    need(t.micro_batch >= 0, f"train.micro_batch={t.micro_batch} must be >= 0 (0 = no limit)")
     need(t.lr > 0, f"train.lr={t.lr} must be > 0")
     need(t.warmup_steps >= 0, f"train.warmup_steps={t.warmup_steps} must be >= 0")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")

@@ -125,6 +125,12 @@ class Trainer:
         print(f"[fault] rank {self.rank} SIGKILLs itself after step {step}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def _per_rank_batch_text(self) -> str:
+        per_rank = self.cfg.train.global_batch // self.world
+        micro = self.cfg.train.micro_batch or per_rank
+        n = -(-per_rank // micro)
+        return f"{per_rank} per rank" + (f" in {n} micro-batches of <= {micro}" if n > 1 else "")
+
     def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, float, int]:
         ids = batch["input_ids"].to(self.device, non_blocking=True)
         mask = batch["attention_mask"].to(self.device, non_blocking=True)
@@ -132,13 +138,19 @@ class Trainer:
         counts = torch.stack([(labels != -100).sum(), mask.sum()]).to(torch.float64)
         dist.all_reduce(counts)
         n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
-        decoder_ids = self.model._shift_right(labels)
-        logits = self.model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
-        loss_sum = F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1),
-                                   ignore_index=-100, reduction="sum")
-        # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
-        # The gradient is then that of the global mean loss, whatever the world size.
-        (loss_sum * (self.world / n_targets)).backward()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
+        # reduce-scatters its gradients, so only sharded gradients are held in between).
+        micro = self.cfg.train.micro_batch or ids.size(0)
+        for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), mask.split(micro), labels.split(micro)):
+            logits = self.model(input_ids=mb_ids, attention_mask=mb_mask,
+                                decoder_input_ids=self.model._shift_right(mb_labels)).logits
+            mb_loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), mb_labels.view(-1),
+                                      ignore_index=-100, reduction="sum")
+            # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
+            # The gradient is then that of the global mean loss, whatever the world size or micro-batching.
+            (mb_loss * (self.world / n_targets)).backward()
+            loss_sum += mb_loss.detach()
         max_norm = self.cfg.train.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):
@@ -146,9 +158,8 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        loss = loss_sum.detach().to(torch.float64)
-        dist.all_reduce(loss)
-        return loss.item() / n_targets, grad_norm.item(), int(n_tokens)
+        dist.all_reduce(loss_sum)
+        return loss_sum.item() / n_targets, grad_norm.item(), int(n_tokens)
 
     def train(self) -> int:
         cfg, t = self.cfg, self.cfg.train
@@ -161,7 +172,8 @@ class Trainer:
             return 0
         self.metrics.info(f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
                           f"{self.device.type}/{cfg.parallel.precision}, steps {self.progress.step + 1}..{t.steps}, "
-                          f"global batch {t.global_batch}, {len(self.dataset)} samples per epoch")
+                          f"global batch {t.global_batch} ({self._per_rank_batch_text()}), "
+                          f"{len(self.dataset)} samples per epoch")
         loader = iter(build_dataloader(self.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch,
                                        rank=self.rank, world=self.world, start_offset=self.progress.data_offset))
         if not self.rng.apply_loaded():

@@ -79,20 +79,43 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
     assert compare(saved, step_dir(resave_root, 6)) == []
 
 
-def test_reshard_world2_to_world1_every_sample_once(reference_no_dropout, tmp_path, monkeypatch):
+@pytest.mark.parametrize("micro_batch, per_rank", [("0", "4 per rank)"), ("2", "4 per rank in 2 micro-batches of <= 2)")])
+def test_reshard_world2_to_world1_every_sample_once(reference_no_dropout, tmp_path, monkeypatch, micro_batch,
+                                                    per_rank):
+    """The survivor of a 2-rank job takes the whole global batch; with train.micro_batch it does so in
+    micro-batches no larger than each rank's share was before (what bounds GPU memory after a node loss)."""
     reference = reference_no_dropout
     ckpts = tmp_path / "checkpoints"
     shutil.copytree(step_dir(reference / "checkpoints", 6), step_dir(ckpts, 6))
-    assert_reload_at_world1_is_lossless(step_dir(ckpts, 6), tmp_path / "resaved", monkeypatch)
-    r = run(tmp_path, 1, "--checkpoint.interval", "1", "--model.dropout", "0")
+    if micro_batch == "0":
+        assert_reload_at_world1_is_lossless(step_dir(ckpts, 6), tmp_path / "resaved", monkeypatch)
+    r = run(tmp_path, 1, "--checkpoint.interval", "1", "--model.dropout", "0", "--train.micro_batch", micro_batch)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "saved at world size 2, now 1" in r.stdout
+    assert f"global batch 4 ({per_rank}" in r.stdout
     # Only the reduction order differs from the uninterrupted 2-rank run: equal within fp tolerance.
     assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(ckpts, STEPS), atol=1e-4) == []
     steps = effective_steps(tmp_path / "metrics.jsonl")
     assert sorted(steps) == [7, 8]
     assert [steps[s]["data_offset"] for s in (7, 8)] == [6 * 4, 7 * 4]  # continues exactly where 2 ranks stopped
     assert {steps[s]["world_size"] for s in steps} == {1}
+
+
+def test_micro_batches_accumulate_the_same_gradient_and_resume_bitwise(reference_no_dropout, tmp_path):
+    """Two micro-batches of 1 per rank: the same training as whole batches (within fp tolerance), and a SIGKILL +
+    resume in that mode is bitwise equal to its own uninterrupted run."""
+    micro = ("--model.dropout", "0", "--train.micro_batch", "1")
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    r = run(straight, 2, *micro)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "global batch 4 (2 per rank in 2 micro-batches of <= 1)" in r.stdout
+    final = step_dir(straight / "checkpoints", STEPS)
+    assert compare(step_dir(reference_no_dropout / "checkpoints", STEPS), final, atol=1e-5) == []
+    r = run(killed, 2, *micro, "--fault.sigkill_at_step", "5", "--fault.rank", "0")
+    assert r.returncode != 0 and "SIGKILL" in r.stdout + r.stderr
+    r = run(killed, 2, *micro)
+    assert r.returncode == 0 and "resumed from step 3" in r.stdout, r.stdout + r.stderr
+    assert compare(final, step_dir(killed / "checkpoints", STEPS)) == []
 
 
 def test_checkpoint_of_another_model_is_refused(reference, tmp_path):
