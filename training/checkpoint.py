@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
@@ -103,8 +102,8 @@ class CheckpointManager:
         # without racing the training group, and a slow writer is not cut off by the short training timeout.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(hours=1))
         self._pending: tuple[int, Any, threading.Event] | None = None
-        # Host buffers for async saves, reused by every save of the run (pinned when the state is on a GPU).
-        self._stager = ReusedBufferStager(pin_memory=torch.cuda.is_available() and torch.cuda.is_initialized())
+        # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
+        self._stager = ReusedBufferStager()
         self.last_committed: int | None = None
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ already exists: 0.61 s there, after a first save of 7.7 s that allocates and pin
 only public APIs (the ``AsyncStager`` protocol, ``DTensor.from_local``); tested with torch 2.13 on CPUs
 and 2.11 on CUDA.
 
-    stager = ReusedBufferStager(pin_memory=torch.cuda.is_available())
+    stager = ReusedBufferStager()
     dcp.async_save(state, checkpoint_id=path, async_stager=stager)
 """
 from __future__ import annotations
@@ -33,20 +33,22 @@ class ReusedBufferStager(AsyncStager):
     # stage() has already finished copying when it returns: DCP need not call synchronize_staging().
     _synchronize_after_execute = False
 
-    def __init__(self, *, pin_memory: bool):
-        self.pin_memory = pin_memory
+    def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
+        self._from_cuda = False
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        self._from_cuda = False
         staged = self._copy(state_dict, "")
-        if self.pin_memory:
+        if self._from_cuda:
             torch.cuda.synchronize()  # the non-blocking device-to-host copies have landed
         return staged
 
     def _buffer_for(self, path: str, t: torch.Tensor) -> torch.Tensor:
         buf = self._buffers.get(path)
         if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
-            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=self.pin_memory)
+            # Page-locked only for GPU tensors: that is what makes their copy fast (and non-blocking).
+            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
             self._buffers[path] = buf
         return buf
 
@@ -57,7 +59,8 @@ class ReusedBufferStager(AsyncStager):
                                       shape=x.shape, stride=x.stride())
         if isinstance(x, torch.Tensor):
             buf = self._buffer_for(path, x)
-            buf.copy_(x.detach(), non_blocking=self.pin_memory and x.is_cuda)
+            buf.copy_(x.detach(), non_blocking=x.is_cuda)
+            self._from_cuda |= x.is_cuda
             return buf
         if isinstance(x, dict):
             return {k: self._copy(v, f"{path}/{k}") for k, v in x.items()}
