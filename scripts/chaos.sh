@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # make chaos-test: kill workers and nodes of a running job and prove nothing is lost.
-#   PLATFORM=local (default)  simulated nodes on this machine (python -m training.chaos)
+#   PLATFORM=local (default)  simulated nodes on this machine (python -m chaos.local)
 #   PLATFORM=slurm            scripts/chaos_slurm.sh (a real Slurm cluster)
 #   PLATFORM=eks              scripts/chaos_eks.sh (Kubernetes)
 # Local variables: NODES (default 2), NPROC (per node, default 1), PRESET (default debug), DRY_RUN=1
-# prints the plan and one agent's command. Extra arguments go to python -m training.chaos, e.g.
-#   make chaos-test ARGS="--scenarios abd"      (python -m training.chaos --help lists all options)
+# prints the plan and one agent's command. Extra arguments go to python -m chaos.local, e.g.
+#   make chaos-test ARGS="--scenarios abd"      (python -m chaos.local --help lists all options)
 # Writes .chaos/runs/<time>/report.json and timeline.png (.chaos/last points at the newest run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,6 @@ done
 py=$(scripts/venv.sh)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 if [ -n "${DRY_RUN:-}" ] && [ "${DRY_RUN}" != 0 ]; then
-  exec "$py" -m training.chaos --dry-run "$@"
+  exec "$py" -m chaos.local --dry-run "$@"
 fi
-exec "$py" -m training.chaos "$@"
+exec "$py" -m chaos.local "$@"

@@ -10,7 +10,7 @@
 # Needs root. See docs/slurm.md.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-lab="$root/cluster_assets/slurm/lab"
+lab="$root/testbed/slurm_lab"
 export SLAB_ROOT="${SLAB_ROOT:-$root/.slurm-lab}"
 [[ -n "${NODES:-}" && -z "${SLAB_NODES:-}" ]] && export SLAB_NODES="$NODES"
 cmd="${1:-help}"; shift || true

@@ -3,8 +3,8 @@
 # ClusterTrainingRuntime, follow node 0's log and wait for the end (docs/kubernetes.md).
 #   DRY_RUN=1  print the TrainJob YAML instead (offline; no cluster or credentials needed)
 # Reads PRESET, NODES, NPROC, DRY_RUN, IMAGE from the environment. Arguments go to
-# python -m cluster_assets.k8s.submit (--help): its own options, and training overrides (--section.field).
+# python -m tools.k8s.submit (--help): its own options, and training overrides (--section.field).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(scripts/venv.sh)
-exec "$py" -m cluster_assets.k8s.submit "$@"
+exec "$py" -m tools.k8s.submit "$@"

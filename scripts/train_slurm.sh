@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(scripts/venv.sh)
-exec "$py" -m cluster_assets.slurm.submit "$@"
+exec "$py" -m tools.slurm.submit "$@"

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, get_type_hints
 
-from stacks.gpu_instances import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
+from cluster_facts import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
 
 PLATFORMS = ("eks", "parallelcluster")
 #: Kubernetes versions the pinned kubectl layer (v1.35) may manage: kubectl supports +-1 minor version skew.
@@ -54,7 +54,7 @@ class InfraConfig:
     """Prefix of stack, cluster and resource names (lowercase letters, digits, hyphens; 2-20 chars)."""
 
     gpu_instance_type: str = field(default="p5.48xlarge", metadata=_key("gpuInstanceType"))
-    """GPU instance type, one of ``stacks/gpu_instances.py`` (sets GPUs and EFA interfaces per node)."""
+    """GPU instance type, one of ``cluster_facts.py`` (sets GPUs and EFA interfaces per node)."""
 
     gpu_nodes: int = field(default=2, metadata=_key("gpuNodes"))
     """Number of GPU nodes (EKS: node group size; ParallelCluster: the Slurm queue's MaxCount)."""

@@ -3,7 +3,7 @@
 The same :class:`SlurmJobConfig` renders the batch script (:mod:`cluster_assets.slurm.render`) for AWS
 ParallelCluster (checkpoints on ``/fsx``, the ECR image through pyxis) and for the local Slurm lab (a shared
 directory on this machine, the project venv). GPU facts come from the infrastructure's own instance table
-(:mod:`stacks.gpu_instances`), so the job and the cluster agree on GPUs per node and EFA.
+(:mod:`cluster_facts`), so the job and the cluster agree on GPUs per node and EFA.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from stacks.gpu_instances import GPU_INSTANCES
+from cluster_facts import GPU_INSTANCES
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # Instance families whose EFA supports GPUDirect RDMA (GPU memory <-> NIC without a host copy).

@@ -9,7 +9,7 @@ from constructs import Construct
 
 from cluster_assets.k8s.runtime import GPU_TAINT_KEY
 from stacks.components.gpu_launch_template import GpuLaunchTemplate
-from stacks.gpu_instances import GpuInstanceSpec
+from cluster_facts import GpuInstanceSpec
 
 GPU_POOL_LABEL = {"t5-failover/pool": "gpu"}
 #: The NVIDIA device plugin chart's default node affinity selects nodes carrying this label.

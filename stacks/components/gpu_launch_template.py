@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from stacks.gpu_instances import GpuInstanceSpec
+from cluster_facts import GpuInstanceSpec
 
 
 def efa_network_interfaces(spec: GpuInstanceSpec, security_group_ids: Sequence[str]

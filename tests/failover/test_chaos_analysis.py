@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from training.chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
+from chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
                                      load_records, max_loss_diff, recovery, split_attempts)
-from training.chaos.config import ChaosConfig, ChaosConfigError
-from training.chaos.report import targets
+from chaos.local.config import ChaosConfig, ChaosConfigError
+from chaos.report import targets
 
 GB = 8
 
@@ -105,8 +105,8 @@ def test_chaos_config_rejects_batch_that_a_smaller_world_cannot_split():
 
 
 def test_targets_table_reports_worst_value():
-    from training.chaos.analysis import Recovery
-    from training.chaos.scenarios import ScenarioResult
+    from chaos.analysis import Recovery
+    from chaos.local.scenarios import ScenarioResult
 
     def res(key, *recs):
         return ScenarioResult(key=key, name=key, title=key, recoveries=list(recs))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from training.chaos.config import REPO, ChaosConfig
-from training.chaos.scenarios import reference, run_scenario, scenarios
+from chaos.local.config import REPO, ChaosConfig
+from chaos.local.scenarios import reference, run_scenario, scenarios
 
 pytestmark = pytest.mark.e2e
 

@@ -83,7 +83,7 @@ def test_join_timeout_and_keep_alive_flags_both_reach_rdzv_conf():
 def test_slurm_mapping_uses_scontrol_expansion(tmp_path, monkeypatch):
     if not shutil.which("scontrol"):
         # The lab's installer (root + apt-get, as CI has) brings the Slurm client; skip only when it cannot.
-        inst = subprocess.run([str(ROOT / "cluster_assets/slurm/lab/install.sh")], capture_output=True, text=True)
+        inst = subprocess.run([str(ROOT / "testbed/slurm_lab/install.sh")], capture_output=True, text=True)
         if inst.returncode != 0 or not shutil.which("scontrol"):
             pytest.skip(f"Slurm client not installed and the lab installer could not install it: {inst.stderr[-300:]}")
     conf = tmp_path / "slurm.conf"  # scontrol only needs a readable config to expand hostlists

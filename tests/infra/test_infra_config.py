@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from stacks.config import ConfigError, InfraConfig, defaults, field_docs
-from stacks.gpu_instances import GPU_INSTANCES, gpu_instance
+from cluster_facts import GPU_INSTANCES, gpu_instance
 from tests.infra.support import ROOT
 
 

@@ -11,7 +11,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
 from stacks.components.eks_gpu_nodes import GpuNodeGroup
 from stacks.components.gpu_launch_template import GpuLaunchTemplate
-from stacks.gpu_instances import GPU_INSTANCES
+from cluster_facts import GPU_INSTANCES
 
 
 def launch_template_data(instance_type: str, *, placement_group: bool = True) -> dict:

@@ -15,8 +15,8 @@ CPU_SHAPE = ["--nodes", "2", "--nproc-per-node", "1", "--gpus-per-node", "0", "-
 
 
 def submit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m cluster_assets.k8s.submit ARGS` run in-process (same code path as the CLI, ~1 s cheaper)."""
-    from cluster_assets.k8s import submit
+    """`python -m tools.k8s.submit ARGS` run in-process (same code path as the CLI, ~1 s cheaper)."""
+    from tools.k8s import submit
     out, err = io.StringIO(), io.StringIO()
     if env is None:  # the ambient environment, minus what the Makefile may export (tests say it explicitly)
         env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")}

@@ -123,7 +123,7 @@ def test_chaos_without_cluster_fails_clearly(tmp_path):
     import sys
 
     from tests.conftest import ROOT
-    r = subprocess.run([sys.executable, "-m", "cluster_assets.k8s.chaos", "--image", "t5:1"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "chaos.eks", "--image", "t5:1"], cwd=ROOT,
                        env=env_with(tmp_path / "missing"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no kubeconfig" in r.stderr
 

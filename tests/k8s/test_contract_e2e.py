@@ -32,7 +32,7 @@ def emulate(tmp: Path, name: str, *faults: str) -> tuple[subprocess.CompletedPro
             "--workdir", str(tmp / f"{name}-pods"), "--master-port", "0", "--report", str(rep), "--timeout", "400"]
     for f in faults:
         args += ["--fault", f]
-    r = subprocess.run([sys.executable, "-m", "cluster_assets.k8s.emulator", *args], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "testbed.k8s_emulator", *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=480)
     report = json.loads(rep.read_text()) if rep.exists() else {}
     return r, report, fsx

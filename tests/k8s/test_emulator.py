@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_assets.k8s.emulator import ContractError, Emulator, Fault, render
+from testbed.k8s_emulator import ContractError, Emulator, Fault, render
 from cluster_assets.k8s.runtime import build_cluster_training_runtime
 from tests.k8s.helpers import render as render_cli
 

@@ -1,8 +1,8 @@
 """Chaos-report arithmetic (shared by the emulator and the EKS chaos harness) on hand-made metrics."""
 from __future__ import annotations
 
-from cluster_assets.k8s import report
-from cluster_assets.k8s.chaos import verdicts
+from chaos import k8s_report as report
+from chaos.eks import verdicts
 
 
 def metrics(*segments: tuple[int | None, range, float], end: int | None = None) -> list[dict]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_assets.slurm.chaos import ChaosConfig, Outcome, Tail, analyse, parse_metrics, table
+from chaos.slurm import ChaosConfig, Outcome, Tail, analyse, parse_metrics, table
 
 
 def rec(event, t, **kw):

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB = ROOT / "cluster_assets" / "slurm" / "lab"
+LAB = ROOT / "testbed" / "slurm_lab"
 pytestmark = pytest.mark.e2e
 _SEQ = iter(range(100))
 
@@ -118,7 +118,7 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     out = tmp_path / "report"
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "cluster_assets.slurm.chaos", "--scenarios", "abc", "--steps", "8", "--interval", "2",
+        [sys.executable, "-m", "chaos.slurm", "--scenarios", "abc", "--steps", "8", "--interval", "2",
          "--fault-step", "3", "--work-dir", str(tmp_path / "work"), "--lab-root", env["SLAB_ROOT"],
          "--rdzv-port", str(int(env["SLAB_CTLD_PORT"]) + 5), "--scenario-timeout", "300", "--out", str(out),
          # the debug preset with a tiny model: this test is about Slurm's mechanics, and it must stay lean

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster_assets.slurm import submit
+from tools.slurm import submit
 from cluster_assets.slurm.config import SlurmConfigError, SlurmJobConfig, parse_time_limit
 from cluster_assets.slurm.render import efa_env, render
-from cluster_assets.slurm.slurmctl import parse_job
+from tools.slurm.slurmctl import parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = SlurmJobConfig(shared_dir="/fsx", run_name="r1")
@@ -202,16 +202,16 @@ def submit_env(tmp_path: Path, **extra: str) -> dict:
 
 @pytest.mark.skipif(Path("/fsx").exists(), reason="this host mounts /fsx, the default shared directory")
 def test_submit_errors_without_shared_dir_or_slurm(tmp_path):
-    r = run_cli("cluster_assets.slurm.submit", "--train.steps", "2", env=submit_env(tmp_path))
+    r = run_cli("tools.slurm.submit", "--train.steps", "2", env=submit_env(tmp_path))
     assert r.returncode == 3 and "no shared directory" in r.stderr
-    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path / "missing"), env=submit_env(tmp_path))
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path / "missing"), env=submit_env(tmp_path))
     assert r.returncode == 3 and "does not exist on this host" in r.stderr
     bin_dir = tmp_path / "bin"  # a PATH without Slurm's commands
     bin_dir.mkdir()
-    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path),
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path),
                 env=submit_env(tmp_path, PATH=str(bin_dir)))
     assert r.returncode == 3 and "sbatch not found" in r.stderr and "make slurm-up" in r.stderr
-    r = run_cli("cluster_assets.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--train.steps", "3",
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--train.steps", "3",
                 env=submit_env(tmp_path, NODES="3"))
     assert r.returncode == 0 and "#SBATCH --nodes=3" in r.stdout and "TRAIN_ARGS=(--train.steps 3)" in r.stdout
 

@@ -123,7 +123,7 @@ def scancel(job_id: int, *, signal: str | None = None, batch: bool = False,
 # ------------------------------------------------------------------------------------------ the local lab
 @dataclass(frozen=True)
 class Lab:
-    """A running local Slurm lab (cluster_assets/slurm/lab): its root, slurm.conf and shared directory."""
+    """A running local Slurm lab (testbed/slurm_lab): its root, slurm.conf and shared directory."""
 
     root: Path
 

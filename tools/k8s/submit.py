@@ -1,8 +1,8 @@
 """Submit the T5 job to EKS as a Kubeflow Trainer TrainJob, follow node 0's log, wait, report.
 
-    python -m cluster_assets.k8s.submit [options] [-- TRAINING ARGS]
-    python -m cluster_assets.k8s.submit --dry-run --nodes 2 -- --train.steps 500   # print the YAML only
-    python -m cluster_assets.k8s.submit --print-runtime                              # the runtime the stack installs
+    python -m tools.k8s.submit [options] [-- TRAINING ARGS]
+    python -m tools.k8s.submit --dry-run --nodes 2 -- --train.steps 500   # print the YAML only
+    python -m tools.k8s.submit --print-runtime                              # the runtime the stack installs
 
 Training arguments (``--section.field value``, see ``python -m training --help``) may also be given without
 ``--``: every unknown option that contains a dot is passed to the training job. Defaults come from the EKS
@@ -39,7 +39,7 @@ def _infra_defaults() -> dict[str, Any]:
     """Defaults the EKS stack was configured with (stacks/config.py), without importing CDK."""
     try:
         from stacks.config import InfraConfig
-        from stacks.gpu_instances import GPU_INSTANCES
+        from cluster_facts import GPU_INSTANCES
     except ImportError:  # a checkout without the stacks package: plain defaults
         return {"namespace": "training", "runtime": "t5-fault-tolerant", "instance_type": "p5.48xlarge",
                 "shapes": {"p5.48xlarge": (8, 32)}, "image_tag": "0.1.0", "max_restarts": 10}
@@ -154,7 +154,7 @@ def check_training_args(cfg: TrainJobConfig) -> None:
 def build_parser() -> argparse.ArgumentParser:
     d = _infra_defaults()
     env = os.environ
-    p = argparse.ArgumentParser(prog="python -m cluster_assets.k8s.submit", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tools.k8s.submit", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("job")
@@ -285,7 +285,7 @@ def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None
     """Everything that would make the TrainJob fail for reasons a user can fix before submitting.
 
     Returns the runtime's default image (its ``node`` container's), used when no --image was given."""
-    from cluster_assets.k8s.cluster import ClusterError
+    from tools.k8s.cluster import ClusterError
     cluster.check_trainer()
     rt = cluster.get_runtime(cfg.runtime_name)
     cluster.check_namespace(cfg.namespace)
@@ -317,7 +317,7 @@ def follow_node0(cluster, ns: str, name: str, stop: threading.Event, finishing: 
     """Stream node 0's log, moving to the new node-0 pod after each JobSet restart.
 
     ``finishing``: the TrainJob is done; return once the current log stream has ended."""
-    from cluster_assets.k8s.cluster import pod_attempt
+    from tools.k8s.cluster import pod_attempt
     seen: set[str] = set()
     while not stop.is_set():
         try:
@@ -339,7 +339,7 @@ def follow_node0(cluster, ns: str, name: str, stop: threading.Event, finishing: 
 
 def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s: float = 5.0) -> int:
     """Wait for the TrainJob to finish; print restarts and pod problems; return the exit code."""
-    from cluster_assets.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
+    from tools.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
     ns, name = cfg.namespace, cfg.name
     stop, finishing = threading.Event(), threading.Event()
     tail = None
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(*docs), end="")
         return 0
 
-    from cluster_assets.k8s.cluster import ClusterError, connect
+    from tools.k8s.cluster import ClusterError, connect
     try:
         cluster = connect(a.context)
         print(f"[submit] cluster {cluster.host} (context {cluster.context})", flush=True)

@@ -56,7 +56,7 @@ def analyze(events: list[dict[str, Any]], faults: list[dict[str, Any]], total_st
     for f in faults:
         t = f["time"]
         nxt = next((s for s in segments if s["start"]["time"] > t and s["steps"]), None)
-        # last step completed before the recovering attempt started (as in training/chaos/analysis.py)
+        # last step completed before the recovering attempt started (as in chaos/analysis.py)
         cutoff = nxt["start"]["time"] if nxt else float("inf")
         before = [e["step"] for e in steps if e["time"] < cutoff]
         row = dict(f)

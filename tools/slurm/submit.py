@@ -1,7 +1,7 @@
 """Submit the training job to Slurm and follow it: ``make train PLATFORM=slurm`` (scripts/train_slurm.sh).
 
-    python -m cluster_assets.slurm.submit [job options] [training flags]
-    python -m cluster_assets.slurm.submit --nodes 4 --instance-type p5.48xlarge --preset t5-base \\
+    python -m tools.slurm.submit [job options] [training flags]
+    python -m tools.slurm.submit --nodes 4 --instance-type p5.48xlarge --preset t5-base \\
         --time 12:00:00 --train.steps 20000
 
 Renders the batch script (cluster_assets/slurm/render.py) into ``<shared_dir>/runs/<run>/job.sbatch``, submits
@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cluster_assets.slurm import slurmctl
+from tools.slurm import slurmctl
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
 from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
 

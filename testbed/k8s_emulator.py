@@ -30,7 +30,7 @@ Deliberate differences from a cluster (printed in every report): ``PET_MASTER_AD
 runs don't collide; the old pods of a restart are gone before the new ones start (Recreate on a cluster may
 overlap them, each in its own network namespace); no scheduling, images, GPUs, EFA or resource limits.
 
-    python -m cluster_assets.k8s.emulator --runtime R.yaml --trainjob T.yaml --fsx-dir /tmp/fsx \
+    python -m testbed.k8s_emulator --runtime R.yaml --trainjob T.yaml --fsx-dir /tmp/fsx \
         [--fault kill:1@4] [--master-port 0] [--report report.json]
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ TRAINER_PORT = 29500  # constants.ContainerTrainerPort in Trainer v2.3
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes Job default
 DEFAULT_GRACE_S = 30  # Kubernetes pod default terminationGracePeriodSeconds
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ContractError(ValueError):
@@ -674,8 +674,8 @@ def load_manifest(path: str | Path, kind: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cluster_assets.k8s import report
-    p = argparse.ArgumentParser(prog="python -m cluster_assets.k8s.emulator",
+    from chaos import k8s_report as report
+    p = argparse.ArgumentParser(prog="python -m testbed.k8s_emulator",
                                 description=__doc__.split("\n\n")[0],
                                 epilog="See docs/kubernetes.md (the contract emulator).")
     p.add_argument("--runtime", required=True, help="YAML with the rendered ClusterTrainingRuntime")

@@ -34,11 +34,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cluster_assets.slurm import slurmctl
+from tools.slurm import slurmctl
 from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
 
-LAB_DIR = Path(__file__).with_name("lab")
+LAB_DIR = Path(__file__).resolve().parents[1] / "testbed" / "slurm_lab"
 SCENARIOS = {
     "a": "kill a node outright -> DOWN, requeue, revive, resume",
     "b": "kill the training processes on a node -> torchrun restart, no requeue",
@@ -500,7 +500,7 @@ def preflight() -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = ChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m cluster_assets.slurm.chaos", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m chaos.slurm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default=d.scenarios, help=f"letters to run (default {d.scenarios})")
     p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes), help="nodes (env NODES; 2)")

@@ -1,4 +1,4 @@
-"""``python -m training.chaos``: run failure scenarios against simulated nodes and print a pass/fail table.
+"""``python -m chaos.local``: run failure scenarios against simulated nodes and print a pass/fail table.
 
 Computes an uninterrupted reference run once (cached by config + training code under --cache), then runs
 each scenario on a fresh checkpoint directory, and writes report.json and timeline.png to --out.
@@ -14,12 +14,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from training.chaos.config import REPO, ChaosConfig, ChaosConfigError
+from chaos.local.config import REPO, ChaosConfig, ChaosConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = ChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m training.chaos", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m chaos.local", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default="abcdefgh", help="letters to run, e.g. abdf (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from training.chaos.scenarios import reference, run_scenario, scenarios
+    from chaos.local.scenarios import reference, run_scenario, scenarios
     table = scenarios(cfg)
     keys = [k for k in a.scenarios.lower() if k in table]
     bad = sorted(set(a.scenarios.lower()) - set(table) - set(", "))
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         r = run_scenario(cfg, table[k], refs[math], out, keep=a.keep)
         results.append(r)
         print(f"[chaos] {k}. {r.name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
-    from training.chaos import report
+    from chaos import report
     rows = report.targets(cfg, {r.key: r for r in results})
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "

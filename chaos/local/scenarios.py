@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.chaos.analysis import (ChainError, Recovery, effective_steps, exactly_once, goodput,
+from chaos.analysis import (ChainError, Recovery, effective_steps, exactly_once, goodput,
                                      load_records, max_loss_diff, recovery, split_attempts)
-from training.chaos.cluster import ClusterError, LocalCluster
-from training.chaos.config import ChaosConfig
+from chaos.local.cluster import ClusterError, LocalCluster
+from chaos.local.config import ChaosConfig
 from training.launch import LaunchConfig
 
 MARKER = "COMMITTED.json"  # the training core's commit marker (written last, by rank 0)

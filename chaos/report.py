@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from training.chaos.analysis import Recovery, goodput
-from training.chaos.config import ChaosConfig
-from training.chaos.scenarios import Reference, ScenarioResult
+from chaos.analysis import Recovery, goodput
+from chaos.local.config import ChaosConfig
+from chaos.local.scenarios import Reference, ScenarioResult
 
 # (label, scenario, which figure, target, comparison) -- reported, never asserted: this machine is shared.
 TARGETS = [
@@ -128,7 +128,7 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from training.chaos.analysis import split_attempts
+    from chaos.analysis import split_attempts
 
     n = len(results)
     fig, axes = plt.subplots(n, 1, figsize=(13, 2.5 * n + 1.4), squeeze=False)
@@ -196,7 +196,7 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
 
 
 def _effective_ids(r: ScenarioResult) -> set[int]:
-    from training.chaos.analysis import ChainError, effective_steps, split_attempts
+    from chaos.analysis import ChainError, effective_steps, split_attempts
     try:
         return {id(x) for x in effective_steps(split_attempts(r.timeline))}
     except ChainError:

@@ -1,6 +1,6 @@
 """Chaos test on a live EKS cluster: break a running TrainJob and prove nothing is lost.
 
-    python -m cluster_assets.k8s.chaos [--nodes 2] [--preset t5-base] [--steps 600] [--interval 25]
+    python -m chaos.eks [--nodes 2] [--preset t5-base] [--steps 600] [--interval 25]
                                        [--drain-node] [submit options] [-- training args]
 
 1. Submits a TrainJob (the same one ``make train PLATFORM=eks`` builds) and starts a small reader pod that
@@ -28,9 +28,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster_assets.k8s import report
-from cluster_assets.k8s.cluster import ClusterError, connect
-from cluster_assets.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
+from chaos import k8s_report as report
+from tools.k8s.cluster import ClusterError, connect
+from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
                                        config_from_args, default_name, preflight, split_at_dashes,
                                        split_training_args)
 from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
@@ -38,7 +38,7 @@ from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
 
 def chaos_parser() -> argparse.ArgumentParser:
     p = build_parser()
-    p.prog = "python -m cluster_assets.k8s.chaos"
+    p.prog = "python -m chaos.eks"
     p.description = __doc__.split("\n\n")[0]
     p.epilog = "\n\n".join(__doc__.split("\n\n")[1:])
     g = p.add_argument_group("chaos")
@@ -120,7 +120,7 @@ class Run:
 
     def recreated_after(self, t: float, attempt_before: int) -> float | None:
         """Seconds from the fault to the creation of the restarted gang's first pod (API server clock)."""
-        from cluster_assets.k8s.cluster import pod_attempt
+        from tools.k8s.cluster import pod_attempt
         new = [p.metadata.creation_timestamp.timestamp() for p in self.c.pods(self.cfg.namespace, self.cfg.name)
                if pod_attempt(p) > attempt_before and p.metadata.creation_timestamp]
         return round(min(new) - t, 1) if new else None

@@ -56,5 +56,5 @@ def gpu_instance(instance_type: str) -> GpuInstanceSpec:
     except KeyError:
         raise ValueError(
             f"gpuInstanceType={instance_type!r} is not a supported GPU instance type; use one of "
-            f"{', '.join(sorted(GPU_INSTANCES))} (or add it to stacks/gpu_instances.py with its GPU and "
+            f"{', '.join(sorted(GPU_INSTANCES))} (or add it to cluster_facts.py with its GPU and "
             f"network-card counts)") from None

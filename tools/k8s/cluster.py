@@ -114,7 +114,7 @@ class Cluster:
             f"reading ClusterTrainingRuntime {name}", self.custom.get_cluster_custom_object,
             TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes", name,
             not_found=(f"ClusterTrainingRuntime {name!r} is missing on {self.host}: deploy the EKS stack (it "
-                       f"installs it), or apply it with `python -m cluster_assets.k8s.submit --print-runtime | "
+                       f"installs it), or apply it with `python -m tools.k8s.submit --print-runtime | "
                        f"kubectl apply -f -`"))
 
     def check_namespace(self, namespace: str) -> None:

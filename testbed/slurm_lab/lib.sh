@@ -7,7 +7,7 @@
 # environment tag, never by name alone, so two labs (e.g. a user's and a test's) can run side by side.
 
 SLAB_LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-SLAB_REPO="$(cd "$SLAB_LAB_DIR/../../.." && pwd)"
+SLAB_REPO="$(cd "$SLAB_LAB_DIR/../.." && pwd)"
 SLAB_ROOT="${SLAB_ROOT:-$SLAB_REPO/.slurm-lab}"
 R="$SLAB_ROOT"
 

@@ -1,0 +1,1 @@
+"""Local chaos harness: simulated nodes on this machine (``python -m chaos.local``)."""

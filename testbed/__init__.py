@@ -1,0 +1,1 @@
+"""Test infrastructure: the Kubernetes contract emulator and the local Slurm lab (never shipped to clusters)."""

@@ -1,0 +1,1 @@
+"""Slurm tools: ``python -m tools.slurm.submit``; thin wrappers over sbatch/scontrol/squeue."""
