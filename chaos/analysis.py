@@ -1,4 +1,7 @@
-"""Pure arithmetic over the training metrics JSONL and the timestamped agent logs.
+"""Pure arithmetic over a job's ``metrics.jsonl``: the same on every platform.
+
+The harnesses collect the records (a local file, a Slurm shared directory, FSx through a pod) and the times at
+which the platform noticed a failure; everything computed from them lives here.
 
 Definitions (used in the report and docs/failover.md):
 
@@ -6,8 +9,9 @@ Definitions (used in the report and docs/failover.md):
 * effective step record: the record of a step that the final weights actually contain. A later attempt
   that resumed from step r overrides every record after r, so walking the attempts backwards gives the
   chain; a step recorded twice was recomputed ("lost").
-* time to detect: failure -> first sign that the system noticed (an agent logging a failed/restarting
-  worker group, or the job logging the signal it received).
+* time to detect: failure -> first sign that the system noticed (platform-specific evidence such as an agent
+  logging a failed/restarting worker group, Slurm marking the node DOWN or a JobSet restart; or the job
+  logging the signal it received).
 * time to recover: failure -> first step completed by an attempt that started after the failure.
 * steps lost: last step completed before the recovering attempt started - the step it resumed from.
 * goodput: sum of effective steps' step_time_s / wall time of the whole scenario.
@@ -26,18 +30,28 @@ DETECT_RE = re.compile(r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will 
                        r"Received Signals?\.SIG|Received SIG\w+ death signal")
 
 
-def load_records(path: str | Path) -> list[dict]:
-    """Metrics JSONL -> list of dicts (a torn last line from a killed writer is ignored)."""
+def parse_records(text: str) -> list[dict]:
+    """Metrics JSONL text -> event dicts (a torn last line from a killed or still-writing writer is ignored)."""
     out = []
-    p = Path(path)
-    if not p.exists():
-        return out
-    for line in p.read_text().splitlines():
+    for line in text.splitlines():
         try:
-            out.append(json.loads(line))
+            r = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(r, dict) and "event" in r:
+            out.append(r)
     return out
+
+
+def load_records(path: str | Path) -> list[dict]:
+    """``parse_records`` of a file ([] while it does not exist)."""
+    p = Path(path)
+    return parse_records(p.read_text()) if p.exists() else []
+
+
+def torchrun_detections(lines: list[tuple[float, str]], after: float = 0.0) -> list[float]:
+    """Times of timestamped agent log lines (``(time, line)``) that say a worker failure was noticed."""
+    return [t for t, line in lines if t >= after and DETECT_RE.search(line)]
 
 
 @dataclass
@@ -145,18 +159,19 @@ class Recovery:
     world_after: int | None
 
 
-def first_detection(t_fail: float, log_lines: list[tuple[float, str, str]], records: list[dict]) -> float | None:
-    """Earliest time after ``t_fail`` an agent logged a failure/restart or the job logged a signal."""
-    cands = [t for t, _, line in log_lines if t >= t_fail and DETECT_RE.search(line)]
+def first_detection(t_fail: float, detections: list[float], records: list[dict]) -> float | None:
+    """Earliest time at or after ``t_fail`` the platform noticed a failure or the job logged a signal."""
+    cands = [t for t in detections if t >= t_fail]
     cands += [r["time"] for r in records if r.get("event") == "signal" and r["time"] >= t_fail]
     return min(cands) if cands else None
 
 
-def recovery(kind: str, t_fail: float, attempts: list[Attempt], log_lines: list[tuple[float, str, str]],
+def recovery(kind: str, t_fail: float, attempts: list[Attempt], detections: list[float],
              records: list[dict], until: float | None = None, *, want_world: int | None = None,
              detect: bool = True) -> Recovery:
     """Figures for a disruption at ``t_fail`` (attempts starting before ``until`` count as its restarts).
 
+    ``detections``: times at which the platform noticed a failure (see ``first_detection``).
     ``want_world``: the disruption is over only at a step with this world size (a rejoin).
     """
     after = [a for a in attempts if a.start["time"] >= t_fail and (until is None or a.start["time"] < until)]
@@ -171,7 +186,7 @@ def recovery(kind: str, t_fail: float, attempts: list[Attempt], log_lines: list[
         done_before = [s["step"] for b in attempts if b.start["time"] < rec_attempt.start["time"]
                        for s in b.steps]
         steps_lost = max(0, (max(done_before) if done_before else 0) - rec_attempt.resumed_from)
-    det = first_detection(t_fail, log_lines, records) if detect else None
+    det = first_detection(t_fail, detections, records) if detect else None
     return Recovery(kind=kind, time=t_fail, detect_s=None if det is None else det - t_fail,
                     recover_s=None if rec_step is None else rec_step["time"] - t_fail,
                     steps_lost=steps_lost, restarts=len(after),
@@ -189,3 +204,12 @@ def max_loss_diff(effective: list[dict], reference: list[dict]) -> float | None:
     ref = {r["step"]: r["loss"] for r in reference}
     diffs = [abs(r["loss"] - ref[r["step"]]) for r in effective if r["step"] in ref]
     return max(diffs) if diffs else None
+
+
+def world_sizes(records: list[dict]) -> list[int]:
+    """The sequence of world sizes the job's steps ran at (consecutive repeats collapsed)."""
+    out: list[int] = []
+    for r in records:
+        if r.get("event") == "step" and (not out or out[-1] != r["world_size"]):
+            out.append(r["world_size"])
+    return out

@@ -1,22 +1,27 @@
 """Chaos test on a live EKS cluster: break a running TrainJob and prove nothing is lost.
 
     python -m chaos.eks [--nodes 2] [--preset t5-base] [--steps 600] [--interval 25]
-                                       [--drain-node] [submit options] [-- training args]
+                        [--reference-job NAME] [--drain-node] [submit options] [-- training args]
 
-1. Submits a TrainJob (the same one ``make train PLATFORM=eks`` builds) and starts a small reader pod that
-   mounts the FSx volume read-only, to read the job's metrics JSONL while it runs.
-2. Faults, each once the job is past the previous recovery by ``--gap`` steps:
-   a. delete the pod of a node that is not node 0 (``kubectl delete pod``: SIGTERM, grace period);
-   b. delete node 0's pod (the rendezvous host);
-   c. with ``--drain-node``: drain the GPU node hosting node 1 (cordon + evict; needs a spare GPU node,
-      i.e. the node group has more nodes than the job uses); it is uncordoned at the end.
-   After each: the JobSet restart counter must go up, and a new attempt must log steps.
-3. Waits for the TrainJob to complete, reads the metrics from FSx and checks step continuity (every step
-   1..N logged, each attempt consecutive from its resume point), steps lost per fault (<= the checkpoint
-   interval), and completion; prints the same table as the contract emulator and writes JSON.
+1. The reference: an uninterrupted TrainJob with the same arguments (``<name>-ref``, run first and to the end),
+   or an earlier one named with ``--reference-job`` (its files on FSx are reused; same arguments required).
+2. Submits the chaos TrainJob (the same one ``make train PLATFORM=eks`` builds) and starts a small reader pod
+   that mounts the FSx volume read-only, to read the job's metrics JSONL while it runs.
+3. Faults, each once the job is past the previous recovery by ``--gap`` steps (catalog names):
+   node-kill: delete the pod of a node that is not node 0 (``kubectl delete pod``: SIGTERM, grace period);
+   first-node-kill: delete node 0's pod;
+   node-drain (with ``--drain-node``): drain the GPU node hosting node 1 (cordon + evict; needs a spare GPU
+   node, i.e. the node group has more nodes than the job uses); it is uncordoned at the end.
+   Evidence per fault: the pod is gone or replaced (new uid); the JobSet restart counter goes up.
+4. Waits for the TrainJob to complete, reads both jobs' metrics from FSx and judges the run with the common
+   chaos verdict (``chaos.verdict``): every fault confirmed, noticed and recovered from, steps recomputed per
+   fault, completion, every sample used exactly once, final weights bitwise equal to the reference (compared
+   by ``python -m training.compare`` inside the reader pod, on FSx), same losses. Prints the common table
+   and writes JSON.
 
 Exit: 0 every check passed, 1 a check failed (the report says which), 2 no usable cluster/bad arguments.
-Costs GPU time: the TrainJob is deleted at the end unless --keep (its files stay on FSx).
+Costs GPU time (twice the job without --reference-job): TrainJobs are deleted at the end unless --keep (their
+files stay on FSx). Bitwise equality holds for a deterministic job; on GPUs use --atol (docs/failover.md).
 """
 from __future__ import annotations
 
@@ -28,12 +33,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from chaos import k8s_report as report
+from chaos import kubernetes as k8s_verdict
+from chaos.analysis import parse_records
+from chaos.report import ScenarioResult, table, write_json
+from chaos.verdict import Fault, Observation, judge
+from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
 from tools.k8s.cluster import ClusterError, connect
 from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
-                                       config_from_args, default_name, preflight, split_at_dashes,
-                                       split_training_args)
-from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
+                              config_from_args, default_name, preflight, split_at_dashes, split_training_args)
 
 
 def chaos_parser() -> argparse.ArgumentParser:
@@ -46,40 +53,45 @@ def chaos_parser() -> argparse.ArgumentParser:
     g.add_argument("--interval", type=int, default=25, help="checkpoint.interval (default 25)")
     g.add_argument("--gap", type=int, default=0, help="steps between a recovery and the next fault (default 3x interval)")
     g.add_argument("--drain-node", action="store_true", help="also drain a GPU node (needs a spare GPU node)")
-    g.add_argument("--keep", action="store_true", help="keep the TrainJob at the end (default: delete it)")
+    g.add_argument("--reference-job", default="",
+                   help="an earlier uninterrupted TrainJob with the same arguments whose FSx files to compare with "
+                        "(default: run <name>-ref first)")
+    g.add_argument("--atol", type=float, default=0.0, help="weight tolerance vs the reference (default 0: bitwise)")
+    g.add_argument("--keep", action="store_true", help="keep the TrainJobs at the end (default: delete them)")
     g.add_argument("--report", default="reports/chaos-eks.json", help="report JSON path (default %(default)s)")
     g.add_argument("--phase-timeout", type=float, default=1800, help="max seconds to wait for one phase")
     return p
 
 
-class Run:
-    """One chaos run against a live TrainJob."""
+class EksChaosRun:
+    """One chaos run against a live TrainJob; ``faults`` collects what was done and its evidence."""
 
-    def __init__(self, cluster, cfg, claim: str, poll_s: float, phase_timeout: float):
-        self.c, self.cfg, self.claim, self.poll_s, self.phase_timeout = cluster, cfg, claim, poll_s, phase_timeout
+    def __init__(self, cluster, cfg, poll_s: float, phase_timeout: float):
+        self.c, self.cfg, self.poll_s, self.phase_timeout = cluster, cfg, poll_s, phase_timeout
         self.reader = f"{cfg.name}-fsx-reader"[:63]
-        self.metrics_path = f"{cfg.job_dir}/metrics.jsonl"
-        self.faults: list[dict[str, Any]] = []
+        self.faults: list[Fault] = []
+        self.detections: list[float] = []
         self.cordoned: list[str] = []
 
     def log(self, msg: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    def events(self) -> list[dict[str, Any]]:
-        return report.parse_events(self.c.exec_read(self.cfg.namespace, self.reader, self.metrics_path))
+    def records(self, job_dir: str | None = None) -> list[dict[str, Any]]:
+        path = f"{job_dir or self.cfg.job_dir}/metrics.jsonl"
+        return parse_records(self.c.exec_read(self.cfg.namespace, self.reader, path))
 
     def last_step(self) -> int:
-        return max((e["step"] for e in self.events() if e["event"] == "step"), default=0)
+        return max((e["step"] for e in self.records() if e["event"] == "step"), default=0)
 
     def restarts(self) -> int:
         js = self.c.get_jobset(self.cfg.namespace, self.cfg.name) or {}
         return (js.get("status") or {}).get("restarts", 0) or 0
 
-    def state(self) -> str | None:
-        tj = self.c.get_train_job(self.cfg.namespace, self.cfg.name)
+    def state(self, name: str | None = None) -> str | None:
+        tj = self.c.get_train_job(self.cfg.namespace, name or self.cfg.name)
         if condition(tj, "Failed"):
             c = condition(tj, "Failed")
-            raise ClusterError(f"TrainJob failed: {c.get('reason')} {c.get('message')}")
+            raise ClusterError(f"TrainJob {name or self.cfg.name} failed: {c.get('reason')} {c.get('message')}")
         return "Complete" if condition(tj, "Complete") else None
 
     def wait_for(self, what: str, pred) -> Any:
@@ -96,47 +108,44 @@ class Run:
         return self.wait_for(f"step {step}", lambda: (s if (s := self.last_step()) >= step else 0)
                              if not self.state() else -1)
 
-    def inject(self, label: str, action) -> dict[str, Any]:
+    def inject(self, label: str, action) -> None:
+        """Do ``action`` (returns (detail, confirmed, evidence)); wait for the JobSet restart and the resume."""
         before = self.restarts()
         step = self.last_step()
         t = time.time()
-        detail = action()
-        self.log(f"FAULT {label}: {detail} (at step {step}, JobSet restarts {before})")
-        f = {"label": label, "time": t, "step": step, "detail": detail}
+        detail, confirmed, evidence = action()
+        self.log(f"FAULT {label}: {detail} (at step {step}, JobSet restarts {before}); {evidence}")
+        self.faults.append(Fault(label, t, confirmed, evidence))
         self.wait_for("the JobSet restart", lambda: self.restarts() > before)
-        f["detect_s"] = round(time.time() - t, 1)  # resolution: the poll interval
-        f["pods_recreated_s"] = self.recreated_after(t, before)
-        self.log(f"JobSet restart #{self.restarts()} seen after {f['detect_s']} s; waiting for training to resume")
+        self.detections.append(time.time())  # resolution: the poll interval
+        self.log(f"JobSet restart #{self.restarts()} seen after {self.detections[-1] - t:.1f} s; waiting for training")
 
         def resumed():
-            starts = [e for e in self.events() if e["event"] == "start" and e["time"] > t]
-            return starts and any(e["event"] == "step" and e["time"] > starts[0]["time"] for e in self.events())
+            recs = self.records()
+            starts = [e for e in recs if e["event"] == "start" and e["time"] > t]
+            return starts and any(e["event"] == "step" and e["time"] > starts[0]["time"] for e in recs)
         self.wait_for("the first step after the restart", resumed)
-        if f["pods_recreated_s"] is None:
-            f["pods_recreated_s"] = self.recreated_after(t, before)
         self.log(f"{label}: training resumed")
-        self.faults.append(f)
-        return f
 
-    def recreated_after(self, t: float, attempt_before: int) -> float | None:
-        """Seconds from the fault to the creation of the restarted gang's first pod (API server clock)."""
-        from tools.k8s.cluster import pod_attempt
-        new = [p.metadata.creation_timestamp.timestamp() for p in self.c.pods(self.cfg.namespace, self.cfg.name)
-               if pod_attempt(p) > attempt_before and p.metadata.creation_timestamp]
-        return round(min(new) - t, 1) if new else None
-
-    def delete_pod(self, rank: int) -> str:
+    def delete_pod(self, rank: int) -> tuple[str, bool, str]:
         pod = self.wait_for(f"a running pod of node {rank}", lambda: (p := self.c.node_pod(
             self.cfg.namespace, self.cfg.name, rank)) and p.status.phase == "Running" and p)
+        uid = pod.metadata.uid
         self.c.delete_pod(self.cfg.namespace, pod.metadata.name)
-        return f"deleted pod {pod.metadata.name} on {pod.spec.node_name}"
 
-    def drain(self, rank: int) -> str:
+        def gone():
+            now = self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)
+            return now is None or now.metadata.uid != uid or now.metadata.deletion_timestamp is not None
+        ok = bool(self.wait_for(f"pod {pod.metadata.name} to go", gone))
+        return f"deleted pod {pod.metadata.name} on {pod.spec.node_name}", ok, f"pod uid {uid} terminating or replaced"
+
+    def drain(self, rank: int) -> tuple[str, bool, str]:
         pod = self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)
         node = pod.spec.node_name
         self.cordoned.append(node)
         evicted = self.c.drain(node)
-        return f"drained node {node} (evicted {len(evicted)} pod(s))"
+        ok = any(pod.metadata.name in e for e in evicted)
+        return f"drained node {node}", ok, f"evicted {len(evicted)} pod(s), node {rank}'s among them: {ok}"
 
     def spare_gpu_nodes(self) -> int:
         nodes = self.c.core.list_node(_request_timeout=30).items
@@ -144,7 +153,20 @@ class Run:
                and not n.spec.unschedulable]
         return len(gpu) - self.cfg.num_nodes
 
-    def cleanup(self, keep: bool) -> None:
+    def compare(self, ref_dir: str, steps: int, atol: float) -> list[str] | None:
+        """``python -m training.compare`` on FSx inside the reader pod (the training image has it)."""
+        final = f"checkpoints/step_{steps:08d}"
+        argv = ["python", "-m", "training.compare", f"{ref_dir}/{final}", f"{self.cfg.job_dir}/{final}"]
+        if atol:
+            argv += ["--atol", str(atol)]
+        rc, out = self.c.exec_run(self.cfg.namespace, self.reader, argv)
+        self.log(f"compare vs reference: exit {rc}\n{out.strip()[-1500:]}")
+        if rc == 0:
+            return []
+        lines = [line for line in out.splitlines() if line.strip()]
+        return lines[-10:] or [f"training.compare exited {rc}"]
+
+    def cleanup(self, keep: bool, names: list[str]) -> None:
         for node in self.cordoned:
             try:
                 self.c.cordon(node, unschedulable=False)
@@ -155,31 +177,12 @@ class Run:
             self.c.delete_pod(self.cfg.namespace, self.reader, grace_s=0)
         except ClusterError:
             pass
-        if not keep:
+        for name in [] if keep else names:
             try:
-                self.c.delete_train_job(self.cfg.namespace, self.cfg.name)
-                self.log(f"deleted TrainJob {self.cfg.name} (files stay in {self.cfg.job_dir})")
+                self.c.delete_train_job(self.cfg.namespace, name)
+                self.log(f"deleted TrainJob {name} (its files stay on FSx)")
             except ClusterError:
                 pass
-
-
-def verdicts(rep: dict[str, Any], expected_faults: int, interval: int) -> list[str]:
-    """Failed checks (empty = pass)."""
-    bad = []
-    if not rep["completed"]:
-        bad.append("the job did not complete")
-    if not rep["continuity_ok"]:
-        bad.append(f"step continuity broken: missing {rep['missing_steps'][:10]} {rep['continuity_problems']}")
-    if len(rep["faults"]) != expected_faults:
-        bad.append(f"{len(rep['faults'])} of {expected_faults} faults injected (job too short? raise --steps)")
-    for f in rep["faults"]:
-        if f.get("recover_s") is None:
-            bad.append(f"{f['label']}: no recovery seen")
-        elif f["steps_lost"] > interval:
-            bad.append(f"{f['label']}: {f['steps_lost']} steps lost > checkpoint interval {interval}")
-    if rep["jobset_restarts"] < expected_faults:
-        bad.append(f"JobSet restarted {rep['jobset_restarts']} times for {expected_faults} faults")
-    return bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,18 +197,25 @@ def main(argv: list[str] | None = None) -> int:
                  *split_training_args(unknown, after)]
         cfg = config_from_args(a, targs)
         check_training_args(cfg)
+        steps, global_batch, interval = k8s_verdict.training_shape(["--preset", cfg.preset, *targs])
     except (TrainJobError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     gap = a.gap or 3 * a.interval
+    names = ["node-kill", "first-node-kill"] + (["node-drain"] if a.drain_node else [])
+    ref_cfg = replace(cfg, name=f"{cfg.name}-ref"[:63]) if not a.reference_job else None
     if plan_only:
         from cluster_assets.k8s.trainjob import to_yaml
-        print(f"# chaos plan: submit {cfg.name}; at step {2 * a.interval + 1} delete the pod of node 1; {gap} steps "
-              f"after it resumed delete node 0's pod" + ("; then drain the GPU node of node 1" if a.drain_node else "")
-              + "; wait for completion; check continuity, steps lost <= checkpoint interval, completion")
+        ref = a.reference_job or f"{ref_cfg.name} (run first, uninterrupted)"
+        print(f"# chaos plan: reference {ref}; submit {cfg.name}; at step {2 * a.interval + 1} node-kill (delete the "
+              f"pod of node 1); {gap} steps after it resumed first-node-kill (delete node 0's pod)"
+              + ("; then node-drain (drain the GPU node of node 1)" if a.drain_node else "")
+              + "; wait for completion; judge: faults confirmed + noticed + recovered, steps recomputed, completion, "
+                "exactly-once data, weights vs the reference")
         print(to_yaml(train_job_manifest(cfg)), end="")
         return 0
     run = None
+    created: list[str] = []
     try:
         cluster = connect(a.context)
         runtime_image = preflight(cluster, a, cfg)
@@ -215,21 +225,29 @@ def main(argv: list[str] | None = None) -> int:
         claim = next(v["persistentVolumeClaim"]["claimName"] for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
                      for v in rj["template"]["spec"]["template"]["spec"].get("volumes", [])
                      if "persistentVolumeClaim" in v)
-        run = Run(cluster, cfg, claim, poll_s=max(1.0, min(a.poll, 5.0)), phase_timeout=a.phase_timeout)
-        plan = [("delete pod of node 1", lambda: run.delete_pod(1)), ("delete pod of node 0", lambda: run.delete_pod(0))]
         if cfg.num_nodes < 2:
             print("error: the chaos test needs --nodes 2 or more (a pod that is not node 0)", file=sys.stderr)
             return 2
+        run = EksChaosRun(cluster, cfg, poll_s=max(1.0, min(a.poll, 5.0)), phase_timeout=a.phase_timeout)
+        plan = [("node-kill", lambda: run.delete_pod(1)), ("first-node-kill", lambda: run.delete_pod(0))]
         if a.drain_node:
             if run.spare_gpu_nodes() < 1:
                 print("error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
                       "group size (gpuNodes) or drop --drain-node", file=sys.stderr)
                 return 2
-            plan.append(("drain GPU node of node 1", lambda: run.drain(1)))
+            plan.append(("node-drain", lambda: run.drain(1)))
+        cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path)
+        if ref_cfg is not None:
+            ref_cfg = replace(ref_cfg, image=cfg.image)
+            cluster.create_train_job(train_job_manifest(ref_cfg))
+            created.append(ref_cfg.name)
+            run.log(f"reference: TrainJob {ref_cfg.name}, uninterrupted; waiting for it to complete")
+            run.wait_for("the reference TrainJob to complete", lambda: run.state(ref_cfg.name))
+        ref_dir = ref_cfg.job_dir if ref_cfg is not None else f"{cfg.job_dir.rsplit('/', 1)[0]}/{a.reference_job}"
         cluster.create_train_job(train_job_manifest(cfg))
+        created.append(cfg.name)
         run.log(f"created TrainJob {cfg.namespace}/{cfg.name} ({cfg.num_nodes} x {cfg.nproc_per_node}, {a.steps} "
                 f"steps, checkpoint every {a.interval}); reader pod {run.reader}")
-        cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path, near_jobset=cfg.name)
         t0 = time.time()
         next_step = 2 * a.interval + 1
         for label, action in plan:
@@ -239,21 +257,33 @@ def main(argv: list[str] | None = None) -> int:
             next_step = run.last_step() + gap
         run.log("waiting for the TrainJob to complete")
         run.wait_for("completion", run.state)
-        events = run.events()
-        rep = report.analyze(events, run.faults, a.steps)
-        rep.update(title="EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
-                   trainjob=cfg.name, state="Complete", jobset_restarts=run.restarts(),
-                   max_restarts=(rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
-                   nodes=cfg.num_nodes, nproc_per_node=cfg.nproc_per_node, total_s=round(time.time() - t0, 1),
-                   metrics=f"{cfg.job_dir}/metrics.jsonl (FSx)")
-        bad = verdicts(rep, len(plan), a.interval)
-        rep["verdict"] = "PASS" if not bad else "FAIL: " + "; ".join(bad)
-        print(report.format_report(rep))
-        print(f"verdict: {rep['verdict']}")
+        records = run.records()
+        final = f"{cfg.job_dir}/checkpoints/step_{steps:08d}/COMMITTED.json"
+        obs = Observation(
+            records=records, faults=run.faults, detections=run.detections, exited_ok=True,
+            exit_detail="TrainJob Complete", steps=steps, global_batch=global_batch,
+            final_committed=bool(cluster.exec_read(cfg.namespace, run.reader, final)),
+            weight_diffs=run.compare(ref_dir, steps, a.atol), reference_records=run.records(ref_dir),
+            wall_s=time.time() - t0, facts={"jobset_restarts": run.restarts()})
+        expect = k8s_verdict.expectation(interval)
+        if a.atol:
+            expect = replace(expect, outcome="close", atol=a.atol)
+        res = ScenarioResult(name=",".join(n for n, _ in plan[:len(run.faults)]), title="pod faults on EKS",
+                             t0=t0, events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
+                             figures={"JobSet restarts": run.restarts()}, workdir=cfg.job_dir)
+        res.apply(judge(obs, expect, [k8s_verdict.check_jobset_restarts]))
+        res.wall_s = obs.wall_s
+        rep = {**res.to_json(), "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
+               "trainjob": cfg.name, "state": "Complete", "jobset_restarts": run.restarts(),
+               "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
+               "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir}
+        print(k8s_verdict.format_report(rep))
+        print(f"verdict: {'PASS' if res.passed else 'FAIL'}")
         Path(a.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.report).write_text(json.dumps(rep, indent=2))
+        write_json(Path(a.report), "eks", {"trainjob": cfg.name, "steps": steps, "interval": interval,
+                                           "nodes": cfg.num_nodes}, [res], {"job_dir": ref_dir}, [], None)
         print(f"report: {a.report}")
-        return 0 if not bad else 1
+        return 0 if res.passed else 1
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if run is None else 1
@@ -261,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if run is not None:
-            run.cleanup(a.keep)
+            run.cleanup(a.keep, created)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,75 @@
-"""The chaos report: a pass/fail table on stdout, ``report.json`` and a PNG timeline."""
+"""The chaos report for every platform: a pass/fail table, ``report.json`` and a PNG timeline.
+
+Harnesses turn each scenario run into a :class:`ScenarioResult` (the verdict plus what happened when); this
+module prints and saves them the same way whatever the platform.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chaos.analysis import Recovery, goodput
-from chaos.local.config import ChaosConfig
-from chaos.local.scenarios import Reference, ScenarioResult
+from chaos.verdict import Check, Verdict
 
 # (label, scenario, which figure, target, comparison) -- reported, never asserted: this machine is shared.
+# A target of None means "the checkpoint interval".
 TARGETS = [
-    ("worker kill -> next step (s)", "a", "recover_s", 10.0, "<="),
-    ("node loss -> next step (s)", "b", "recover_s", 15.0, "<="),
-    ("rejoin -> next full-size step (s)", "b:rejoin", "recover_s", 12.0, "<="),
-    ("hang detected (s)", "e", "detect_s", 30.0, "<="),
-    ("steps lost on SIGTERM", "d", "steps_lost", 0, "=="),
-    ("steps lost on SIGKILL (worker, node, first node)", "a,b,c", "steps_lost", None, "<="),
+    ("worker kill -> next step (s)", "worker-kill", "recover_s", 10.0, "<="),
+    ("node loss -> next step (s)", "node-loss-rejoin", "recover_s", 15.0, "<="),
+    ("rejoin -> next full-size step (s)", "node-loss-rejoin:rejoin", "recover_s", 12.0, "<="),
+    ("hang detected (s)", "hang", "detect_s", 30.0, "<="),
+    ("steps lost on a termination notice", "preemption", "steps_lost", 0, "=="),
+    ("steps lost on SIGKILL (worker, node, first node)", "worker-kill,node-kill,node-loss-rejoin,first-node-kill",
+     "steps_lost", None, "<="),
 ]
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario run on one platform: the verdict and what happened when.
+
+    Attributes:
+        name: scenario name (``chaos.catalog.SCENARIOS``).
+        title: what the harness did, in words.
+        outcome: the expectation's outcome (``bitwise``, ``close`` or ``fail``).
+        checks, recoveries, world_sizes, useful_s, goodput: from the verdict.
+        wall_s: the scenario's wall time.
+        t0: its start (wall clock), the zero of the timeline.
+        events: what the harness did (``{"time", "kind", "label", ...}``; kind ``fault`` marks a fault).
+        timeline: the job's metrics records (start/step/signal/checkpoint/end) for the PNG.
+        figures: platform-specific numbers shown as extra columns (e.g. Slurm requeues).
+        error: a harness error, if any.
+        workdir: where the scenario's logs and job files are.
+    """
+
+    name: str
+    title: str
+    outcome: str = "bitwise"
+    passed: bool = False
+    checks: list[Check] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+    world_sizes: list[int] = field(default_factory=list)
+    useful_s: float = 0.0
+    goodput: float = 0.0
+    wall_s: float = 0.0
+    t0: float = 0.0
+    events: list[dict] = field(default_factory=list)
+    timeline: list[dict] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+    error: str | None = None
+    workdir: str = ""
+
+    def apply(self, v: Verdict) -> "ScenarioResult":
+        self.passed, self.checks, self.recoveries = v.passed, v.checks, v.recoveries
+        self.world_sizes, self.useful_s, self.goodput = v.world_sizes, v.useful_s, v.goodput
+        return self
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("timeline")
+        return d
 
 
 def _fmt(v, nd: int = 1) -> str:
@@ -32,7 +83,7 @@ def _faults(r: ScenarioResult) -> list[Recovery]:
 
 
 def figure(results: dict[str, ScenarioResult], spec: str, attr: str) -> list:
-    """Values of ``attr`` for the recoveries a target refers to (``b:rejoin`` = b's rejoin)."""
+    """Values of ``attr`` for the recoveries a target refers to (``name:rejoin`` = that scenario's rejoin)."""
     vals = []
     for key in spec.split(","):
         key, _, kind = key.partition(":")
@@ -44,10 +95,11 @@ def figure(results: dict[str, ScenarioResult], spec: str, attr: str) -> list:
     return vals
 
 
-def targets(cfg: ChaosConfig, results: dict[str, ScenarioResult]) -> list[dict]:
+def targets(interval: int, results: dict[str, ScenarioResult]) -> list[dict]:
+    """The TARGETS rows that have figures in ``results`` (keyed by scenario name), worst value each."""
     out = []
     for label, spec, attr, target, op in TARGETS:
-        target = cfg.interval if target is None else target
+        target = interval if target is None else target
         vals = figure(results, spec, attr)
         if not vals:
             continue
@@ -58,7 +110,7 @@ def targets(cfg: ChaosConfig, results: dict[str, ScenarioResult]) -> list[dict]:
 
 
 def summary(results: list[ScenarioResult]) -> dict:
-    done = [r for r in results if r.expect != "fail"]
+    done = [r for r in results if r.outcome != "fail"]
     useful = sum(r.useful_s for r in done)
     wall = sum(r.wall_s for r in done)
     return {"passed": sum(r.passed for r in results), "total": len(results),
@@ -66,9 +118,12 @@ def summary(results: list[ScenarioResult]) -> dict:
             "all_wall_s": sum(r.wall_s for r in results)}
 
 
-def table(cfg: ChaosConfig, results: list[ScenarioResult], ref: Reference) -> str:
-    head = (f"{'':2}{'scenario':<20}{'verdict':<8}{'detect s':>9}{'recover s':>10}{'lost':>6}{'restarts':>9}"
-            f"{'worlds':>10}{'goodput':>9}{'wall s':>8}")
+def table(results: list[ScenarioResult], reference_goodput: float | None = None,
+          columns: tuple[str, ...] = ()) -> str:
+    """The pass/fail table; ``columns`` names extra per-platform ``figures`` to show (e.g. ``requeues``)."""
+    width = max([20] + [len(r.name) + 1 for r in results])
+    head = (f"{'scenario':<{width}}{'verdict':<8}{'detect s':>9}{'recover s':>10}{'lost':>6}{'restarts':>9}"
+            + "".join(f"{c:>{len(c) + 2}}" for c in columns) + f"{'worlds':>10}{'goodput':>9}{'wall s':>8}")
     lines = [head, "-" * len(head)]
     for r in results:
         f = _faults(r)
@@ -80,20 +135,20 @@ def table(cfg: ChaosConfig, results: list[ScenarioResult], ref: Reference) -> st
             recover += f"/{_fmt(rj[0].recover_s)}"
             lost += f"/{_fmt(rj[0].steps_lost)}"
         restarts = sum(x.restarts for x in r.recoveries)
-        lines.append(f"{r.key:<2}{r.name:<20}{'PASS' if r.passed else 'FAIL':<8}"
+        lines.append(f"{r.name:<{width}}{'PASS' if r.passed else 'FAIL':<8}"
                      f"{_fmt(first.detect_s) if first else '-':>9}{recover:>10}{lost:>6}{restarts:>9}"
-                     f"{'>'.join(map(str, r.world_sizes)) or '-':>10}"
-                     f"{(f'{r.goodput:.0%}' if r.expect != 'fail' else '-'):>9}{r.wall_s:>8.0f}")
+                     + "".join(f"{_fmt(r.figures.get(c)):>{len(c) + 2}}" for c in columns)
+                     + f"{'>'.join(map(str, r.world_sizes)) or '-':>10}"
+                     f"{(f'{r.goodput:.0%}' if r.outcome != 'fail' else '-'):>9}{r.wall_s:>8.0f}")
         for c in r.checks:
             if not c.ok:
                 lines.append(f"{'':4}x {c.name}: {c.detail}")
     s = summary(results)
-    _, ref_gp = goodput(ref.effective, ref.wall_s)
     lines.append("-" * len(head))
+    ref = f"; uninterrupted reference {reference_goodput:.0%}" if reference_goodput is not None else ""
     lines.append(f"{s['passed']}/{s['total']} scenarios passed; goodput of the completing scenarios "
-                 f"{s['goodput']:.0%} ({s['useful_step_s']:.0f} s useful step time / {s['wall_s']:.0f} s wall; "
-                 f"uninterrupted reference {ref_gp:.0%})")
-    lines.append("(b: recover/lost shown as node-loss/rejoin; restarts = worker-group starts after the faults)")
+                 f"{s['goodput']:.0%} ({s['useful_step_s']:.0f} s useful step time / {s['wall_s']:.0f} s wall{ref})")
+    lines.append("(recover/lost of a rejoin shown after a slash; restarts = job attempts started after the faults)")
     return "\n".join(lines)
 
 
@@ -105,15 +160,18 @@ def targets_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def write_json(path: Path, cfg: ChaosConfig, results: list[ScenarioResult], ref: Reference,
+def write_json(path: Path, platform: str, config: dict, results: list[ScenarioResult], reference: dict,
                target_rows: list[dict], png: Path | None) -> None:
-    _, ref_gp = goodput(ref.effective, ref.wall_s)
-    data = {"config": asdict(cfg), "reference": {"key": cfg.reference_key(), "cached": ref.cached,
-                                                 "checkpoint": str(ref.final), "wall_s": ref.wall_s,
-                                                 "goodput": ref_gp},
+    """``report.json``: the platform, its config, the reference run, every scenario, targets and summary."""
+    data = {"platform": platform, "config": config, "reference": reference,
             "scenarios": [r.to_json() for r in results], "targets": target_rows, "summary": summary(results),
+            "passed": bool(results) and all(r.passed for r in results),
             "timeline_png": str(png) if png else None}
     path.write_text(json.dumps(data, indent=1, default=str))
+
+
+def reference_goodput(records_effective: list[dict], wall_s: float) -> float:
+    return goodput(records_effective, wall_s)[1]
 
 
 def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
@@ -174,7 +232,7 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
             fig_txt = f"  |  detect {_fmt(f[0].detect_s)} s, recover {f[0].recover_s:.1f} s, lost {f[0].steps_lost} steps"
         elif f:
             fig_txt = f"  |  {len(f)} failures, job stopped: exit codes {list(r.exit_codes.values())}"
-        ax.set_title(f"{r.key}. {r.name}: {'PASS' if r.passed else 'FAIL'}{fig_txt}", loc="left", fontsize=10)
+        ax.set_title(f"{r.name}: {'PASS' if r.passed else 'FAIL'}{fig_txt}", loc="left", fontsize=10)
         last = max([x["time"] for x in r.timeline] + [e["time"] for e in r.events] + [t0 + 1]) - t0
         ax.set_xlim(0, last * 1.08)  # room for the labels of a failure at the very end
         ax.grid(alpha=0.3)

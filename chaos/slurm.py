@@ -1,23 +1,21 @@
 """Chaos test on a real Slurm cluster (the local lab by default): ``make chaos-test PLATFORM=slurm``.
 
 Runs the debug job on 2 nodes with checkpoints on the shared directory, once without faults (the reference,
-cached by config and training code) and once per scenario:
+cached by config and training code) and once per scenario (``--scenarios NAME,NAME``; default all):
 
-  a  kill one node outright (every process, link unplugged): Slurm marks it DOWN and requeues the job; the
-     node is revived; the job resumes from the last complete checkpoint and finishes
-  b  kill only the training worker processes on one node: torchrun restarts the worker group inside the
-     allocation, no requeue
-  c  the pre-timeout signal (SIGUSR1 to the batch script, as Slurm's --signal=B:USR1@T sends it): the job
-     checkpoints, requeues itself and finishes with no step lost
+{listing}
 
-Verdict per scenario: the job completed, its final weights are bitwise equal to the reference's (same world
-size), and the scenario's expectations hold (requeues, restarts, steps lost). Prints a table and writes
-report.json. Exit 0 when every scenario passed, 1 otherwise, 2 for a bad setting, 3 when the lab can't run.
+On Slurm, node-kill unplugs and kills a node outright: Slurm marks it DOWN and requeues the job, the node is
+revived, the job resumes. worker-kill kills only the training processes on a node: torchrun restarts the worker
+group inside the allocation, no requeue. preemption sends SIGUSR1 to the batch script as Slurm's
+``--signal=B:USR1@T`` does: the job checkpoints and requeues itself.
 
-Definitions: time to detect = fault -> first sign the system noticed (a: Slurm marks the node DOWN;
-b: a torchrun agent logs the failed worker group; c: the job logs the signal); time to recover = fault ->
-first step completed by an attempt that started after the fault; steps lost = last step completed before
-that attempt started - the step it resumed from.
+Each scenario is judged by ``chaos.verdict.judge`` (the same checks as on the other platforms: fault injected
+and confirmed, noticed, restarted, steps recomputed, completed, exactly-once data, final weights bitwise equal
+to the reference) plus its Slurm checks (requeue or not). Prints the common table and writes report.json and
+timeline.png. Exit 0 when every scenario passed, 1 otherwise, 2 for a bad setting, 3 when the lab can't run.
+Slurm's "detect" is the time until the node is DOWN (node-kill), an agent logs the failed worker group
+(worker-kill) or the job logs the signal (preemption).
 """
 from __future__ import annotations
 
@@ -25,27 +23,24 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from tools.slurm import slurmctl
+from chaos import catalog, report
+from chaos.analysis import parse_records, torchrun_detections
+from chaos.report import ScenarioResult
+from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
+from tools.slurm import slurmctl
+from training.checkpoint import MARKER
 
-LAB_DIR = Path(__file__).resolve().parents[1] / "testbed" / "slurm_lab"
-SCENARIOS = {
-    "a": "kill a node outright -> DOWN, requeue, revive, resume",
-    "b": "kill the training processes on a node -> torchrun restart, no requeue",
-    "c": "pre-timeout signal -> checkpoint, self-requeue, 0 steps lost",
-}
-# torchrun agent lines that mean "a worker failure was noticed" (as in the local chaos harness)
-DETECT_RE = re.compile(r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will restart worker group")
+LAB_DIR = REPO_DIR / "testbed" / "slurm_lab"
 
 
 def say(msg: str) -> None:
@@ -53,11 +48,11 @@ def say(msg: str) -> None:
 
 
 @dataclass(frozen=True)
-class ChaosConfig:
-    """Settings of one chaos run."""
+class SlurmChaosConfig:
+    """Settings of one Slurm chaos run."""
 
-    scenarios: str = "abc"
-    """Scenario letters to run, in order."""
+    scenarios: str = "all"
+    """Comma-separated scenario names to run, in order ("all": every scenario Slurm supports)."""
     nodes: int = 2
     """Nodes per job (the lab is brought up with this many)."""
     preset: str = "debug"
@@ -65,7 +60,7 @@ class ChaosConfig:
     steps: int = 12
     """Training steps per job: small, so that every scenario finishes in about a minute."""
     interval: int = 2
-    """Checkpoint interval (steps); steps lost on a crash are at most this."""
+    """Checkpoint interval (steps); steps lost on a crash are at most this plus one save in flight."""
     fault_step: int = 5
     """Inject the fault once the job has logged this step."""
     train_args: tuple[str, ...] = ()
@@ -81,13 +76,15 @@ class ChaosConfig:
     rdzv_port: int = 29400
     """Base port of the jobs' rendezvous store (+ job id % 1000); change it when labs run side by side."""
     kill_node: str = "last"
-    """Which node of the allocation scenarios a/b hit: last (not the batch host) or first (the batch host
-    and rendezvous store)."""
+    """Which node of the allocation node-kill/worker-kill hit: last (not the batch host) or first (the batch
+    host and rendezvous store)."""
+
+    @property
+    def names(self) -> list[str]:
+        return catalog.select("slurm", self.scenarios)
 
     def validate(self) -> None:
-        bad = [s for s in self.scenarios if s not in SCENARIOS]
-        if bad or not self.scenarios:
-            raise ValueError(f"--scenarios {self.scenarios!r}: use letters from {''.join(SCENARIOS)}")
+        self.names  # noqa: B018 - raises UnknownScenario (a ValueError) naming the supported scenarios
         if self.nodes < 2:
             raise ValueError(f"--nodes {self.nodes}: node faults need at least 2 nodes")
         if not 1 <= self.interval < self.fault_step < self.steps:
@@ -140,24 +137,20 @@ class Lab:
         return subprocess.Popen([str(LAB_DIR / "fault.sh"), cmd, node], env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
+    def pids(self, node: str) -> set[int]:
+        return {int(p) for p in self.fault("pids", node).split()}
+
     def worker_pids(self, node: str) -> set[int]:
         """torchrun worker processes (they carry TORCHELASTIC_RESTART_COUNT) on a node."""
         pids = set()
-        for p in self.fault("pids", node).split():
+        for p in self.pids(node):
             try:
                 env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
             if any(e.startswith(b"TORCHELASTIC_RESTART_COUNT=") for e in env):
-                pids.add(int(p))
+                pids.add(p)
         return pids
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 # ------------------------------------------------------------------------------------------- job watching
@@ -180,68 +173,52 @@ class Tail:
         return [(now, line) for line in lines]
 
 
-def parse_metrics(lines: list[str]) -> list[dict]:
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a killed writer
-            continue
-    return out
+# ------------------------------------------------------------------------------------------- scenarios
+def check_requeued(obs: Observation) -> Check:
+    n = obs.facts["requeues"]
+    return Check("Slurm requeued the job", n >= 1, f"{n} requeue(s), final state {obs.facts['final_state']}")
 
 
-@dataclass
-class Outcome:
-    """One job's observed course and figures (times are seconds after the fault)."""
-
-    scenario: str
-    description: str
-    job_id: int = 0
-    final_state: str = ""
-    exit_code: str = ""
-    requeues: int = 0
-    torchrun_restarts: int = 0
-    fault_node: str = ""
-    fault_after_step: int | None = None
-    detect_s: float | None = None
-    recover_s: float | None = None
-    steps_lost: int | None = None
-    resumed_from: int | None = None
-    newest_committed: int | None = None
-    wall_s: float = 0.0
-    bitwise_equal: bool | None = None
-    compare_output: str = ""
-    checks: dict[str, bool] = field(default_factory=dict)
-    events: list[dict] = field(default_factory=list)
-    error: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return not self.error and bool(self.checks) and all(self.checks.values())
+def check_restarted_in_allocation(obs: Observation) -> Check:
+    n, r = obs.facts["requeues"], obs.facts["torchrun restarts"]
+    return Check("torchrun restarted the workers, no requeue", n == 0 and r >= 1,
+                 f"{r} torchrun restart(s), {n} requeue(s)")
 
 
-def analyse(out: Outcome, records: list[dict], t_fault: float | None) -> None:
-    """Fill recover_s, steps_lost, resumed_from, torchrun_restarts from the metrics records."""
-    starts = [r for r in records if r.get("event") == "start"]
-    out.torchrun_restarts = max((int(r.get("restart_count") or 0) for r in starts), default=0)
-    if t_fault is None:
-        return
-    after = [r for r in starts if r["time"] > t_fault]
+def check_resumed_newest(obs: Observation) -> Check:
+    """The first attempt after the fault resumed from the newest checkpoint committed before it started."""
+    t = obs.faults[0].time if obs.faults else float("inf")
+    after = [r for r in obs.records if r.get("event") == "start" and r["time"] > t]
     if not after:
-        return
-    rec_start = after[0]
-    out.resumed_from = rec_start.get("resumed_from") or 0
-    before = [r["step"] for r in records if r.get("event") == "step" and r["time"] < rec_start["time"]]
-    out.steps_lost = max(before, default=0) - out.resumed_from
-    committed = [r["step"] for r in records if r.get("event") == "checkpoint" and r["time"] < rec_start["time"]]
-    out.newest_committed = max(committed, default=0)
-    first = next((r for r in records if r.get("event") == "step" and r["time"] > rec_start["time"]), None)
-    if first:
-        out.recover_s = round(first["time"] - t_fault, 2)
+        return Check("resumed from the newest complete checkpoint", False, "no attempt started after the fault")
+    committed = [r["step"] for r in obs.records if r.get("event") == "checkpoint" and r["time"] < after[0]["time"]]
+    resumed, newest = after[0].get("resumed_from") or 0, max(committed, default=0)
+    return Check("resumed from the newest complete checkpoint", resumed == newest,
+                 f"resumed from step {resumed}; newest committed before the restart: {newest}")
+
+
+@dataclass(frozen=True)
+class SlurmScenario:
+    name: str
+    how: str
+    expect: Expectation
+    checks: tuple[Callable[[Observation], Check], ...]
+
+
+def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
+    lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
+    return {s.name: s for s in [
+        SlurmScenario("node-kill", "kill a node outright -> DOWN, requeue, revive, resume",
+                      Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
+        SlurmScenario("worker-kill", "kill the training processes on a node -> torchrun restart, no requeue",
+                      Expectation(max_steps_lost=lost), (check_restarted_in_allocation, check_resumed_newest)),
+        SlurmScenario("preemption", "pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost",
+                      Expectation(max_steps_lost=0), (check_requeued, check_resumed_newest)),
+    ]}
 
 
 class Runner:
-    def __init__(self, cfg: ChaosConfig, lab: Lab, out_dir: Path):
+    def __init__(self, cfg: SlurmChaosConfig, lab: Lab, out_dir: Path):
         self.cfg, self.lab, self.out_dir = cfg, lab, out_dir
         self.shared = Path(cfg.work_dir) / "shared"
         # this interpreter: the project venv (scripts/venv.sh), on a file system every lab node sees
@@ -272,7 +249,7 @@ class Runner:
         h = hashlib.sha256()
         h.update(json.dumps([self.cfg.nodes, self.cfg.preset, self.cfg.job_train_args]).encode())
         for p in sorted((REPO_DIR / "training").rglob("*")):
-            if p.suffix in (".py", ".toml") and "chaos" not in p.parts:
+            if p.suffix in (".py", ".toml"):
                 h.update(p.relative_to(REPO_DIR).as_posix().encode())
                 h.update(p.read_bytes())
         return h.hexdigest()[:12]
@@ -281,7 +258,7 @@ class Runner:
         """The uninterrupted run, via scripts/train_slurm.sh (cached by config + training code)."""
         job = self.job_config(f"reference-{self.reference_key()}")
         final = self.final_checkpoint(job)
-        if (final / "COMMITTED.json").is_file():
+        if (final / MARKER).is_file():
             say(f"reference: cached ({final})")
             return job, None
         self.fresh(job)
@@ -297,9 +274,9 @@ class Runner:
                  "--", *self.cfg.job_train_args],
                 env=self.lab.env, stdout=f, stderr=subprocess.STDOUT, timeout=self.cfg.scenario_timeout_s + 120,
             ).returncode
-        if rc != 0 or not (final / "COMMITTED.json").is_file():
+        if rc != 0 or not (final / MARKER).is_file():
             raise RuntimeError(f"reference run failed (exit {rc}); see {log}")
-        starts = [r for r in parse_metrics(Path(job.metrics_path).read_text().splitlines()) if r.get("event") == "start"]
+        starts = [r for r in parse_records(Path(job.metrics_path).read_text()) if r["event"] == "start"]
         if len(starts) != 1:
             shutil.rmtree(job.checkpoint_dir, ignore_errors=True)
             raise RuntimeError(f"the reference run was interrupted ({len(starts)} starts); see {log}")
@@ -308,45 +285,50 @@ class Runner:
         return job, wall
 
     # ---------------------------------------------------------------- one scenario
-    def scenario(self, letter: str, ref: SlurmJobConfig) -> Outcome:
-        out = Outcome(scenario=letter, description=SCENARIOS[letter])
-        job = self.job_config(f"chaos-{letter}")
+    def scenario(self, sc: SlurmScenario, ref: SlurmJobConfig) -> ScenarioResult:
+        job = self.job_config(f"chaos-{sc.name}")
         self.fresh(job)
+        res = ScenarioResult(name=sc.name, title=sc.how, outcome=sc.expect.outcome, workdir=job.run_dir,
+                             t0=time.time())
         t_start = time.monotonic()
-        out.job_id = jid = self.submit(job)
-        say(f"{letter}: {SCENARIOS[letter]}: job {jid}")
+        jid = self.submit(job)
+        res.figures["job"] = jid
+        say(f"{sc.name}: {sc.how}: job {jid}")
         metrics, log = Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid))))
         records: list[dict] = []
-        t_fault: float | None = None
+        logs: list[tuple[float, str]] = []
+        faults: list[Fault] = []
+        detections: list[float] = []
         watch: dict = {}
         deadline = t_start + self.cfg.scenario_timeout_s
         info = None
         try:
             while time.monotonic() < deadline:
-                records += parse_metrics([line for _, line in metrics.read()])
-                loglines = log.read()
+                records += parse_records("\n".join(line for _, line in metrics.read()))
+                logs += log.read()
                 info = slurmctl.job_info(jid, env=self.lab.env)
                 if info is None:
                     raise RuntimeError(f"job {jid} vanished from slurmctld")
-                last_step = max((r["step"] for r in records if r.get("event") == "step"), default=0)
-                if t_fault is None and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
-                    t_fault = self.inject(letter, out, info, last_step, watch)
-                elif t_fault is not None and out.detect_s is None:
-                    t = self.detected(letter, watch, loglines, records, t_fault)
-                    if t is not None:
-                        out.detect_s = round(t - t_fault, 2)
-                        out.events.append({"event": "detected", "time": t})
-                        say(f"{letter}: detected after {out.detect_s:.1f} s")
-                if t_fault is not None:
-                    self.after_fault(letter, watch, info, out)
+                last_step = max((r["step"] for r in records if r["event"] == "step"), default=0)
+                if not faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
+                    faults.append(self.inject(sc.name, info, last_step, watch))
+                    res.events.append({"time": faults[0].time, "kind": "fault", "label": faults[0].label})
+                elif faults and sc.name == "node-kill" and "down" not in watch:
+                    state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
+                    if state.startswith("DOWN"):
+                        watch["down"] = time.time()
+                        detections.append(watch["down"])
+                        say(f"{sc.name}: {watch['killed_node']} is DOWN")
+                if faults:
+                    self.after_fault(sc.name, watch, info, res)
                 if info.terminal:
                     break
                 time.sleep(0.25)
             else:
-                out.error = f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {jid} {info.state if info else '?'})"
+                res.error = f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {jid} {info.state if info else '?'})"
                 slurmctl.scancel(jid, env=self.lab.env)
         except BaseException as e:  # noqa: BLE001 - one scenario's failure is reported, the others still run
-            out.error = f"{type(e).__name__}: {e}"
+            res.error = f"{type(e).__name__}: {e}"
             try:
                 slurmctl.scancel(jid, env=self.lab.env)
             except slurmctl.SlurmError:
@@ -360,133 +342,111 @@ class Runner:
             if watch.get("killed_node") and not watch.get("revived"):
                 self.lab.fault("revive", watch["killed_node"])  # leave the lab whole for the next scenario
         time.sleep(0.5)
-        records += parse_metrics([line for _, line in metrics.read()])
-        out.wall_s = round(time.monotonic() - t_start, 1)
-        if info is not None:
-            out.final_state, out.exit_code, out.requeues = info.state, info.exit_code, info.restarts
-        analyse(out, records, t_fault)
-        if t_fault is None and not out.error:
-            out.error = f"the job ended before step {self.cfg.fault_step}; no fault was injected"
-        self.verdict(letter, out, job, ref)
-        return out
+        records += parse_records("\n".join(line for _, line in metrics.read()))
+        logs += log.read()
+        res.wall_s = round(time.monotonic() - t_start, 1)
+        if not faults and not res.error:
+            res.error = f"the job ended before step {self.cfg.fault_step}; no fault was injected"
+        starts = [r for r in records if r["event"] == "start"]
+        res.figures.update(requeues=info.restarts if info else None,
+                           **{"torchrun restarts": max((int(r.get("restart_count") or 0) for r in starts), default=0)})
+        final = self.final_checkpoint(job)
+        obs = Observation(
+            records=records, faults=faults,
+            detections=detections + (torchrun_detections(logs) if sc.name == "worker-kill" else []),
+            exited_ok=info is not None and info.succeeded if info is not None and info.terminal else None,
+            exit_detail=f"job {jid} {info.state if info else '?'} exit {info.exit_code if info else '?'}",
+            steps=self.cfg.steps, global_batch=global_batch(self.cfg), final_committed=(final / MARKER).is_file(),
+            weight_diffs=compare_weights(final, self.final_checkpoint(ref)),
+            reference_records=parse_records(Path(ref.metrics_path).read_text()), wall_s=res.wall_s, error=res.error,
+            logs=logs, checkpoint_dir=Path(job.checkpoint_dir),
+            facts={**res.figures, "final_state": info.state if info else None})
+        res.apply(judge(obs, sc.expect, sc.checks))
+        res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
+        say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
+            + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks))
+        return res
 
-    def inject(self, letter: str, out: Outcome, info: slurmctl.JobInfo, last_step: int, watch: dict) -> float:
+    def inject(self, name: str, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
+        """Inject the fault and confirm its effect."""
         hosts = slurmctl.run(["scontrol", "show", "hostnames", info.node_list], env=self.lab.env).split()
         node = hosts[-1] if self.cfg.kill_node == "last" else hosts[0]
-        out.fault_after_step = last_step
         watch["restarts0"] = info.restarts
-        if letter == "a":
-            out.fault_node = watch["killed_node"] = node
+        if name == "node-kill":
+            watch["killed_node"] = node
             t = time.time()
             self.lab.fault("kill-node", node)
-            say(f"a: killed node {node} after step {last_step}")
-        elif letter == "b":
-            out.fault_node = node
+            left = self.lab.pids(node)
+            say(f"node-kill: killed node {node} after step {last_step}")
+            return Fault(f"kill node {node}", t, not left,
+                         f"no process left on {node}" if not left else f"{len(left)} processes survived on {node}")
+        if name == "worker-kill":
+            before = self.lab.worker_pids(node)
             t = time.time()
             self.lab.fault("kill-workers", node)
-            say(f"b: killed the training processes on {node} after step {last_step}")
-        else:
-            out.fault_node = info.batch_host
-            t = time.time()
-            slurmctl.scancel(info.job_id, signal="USR1", batch=True, env=self.lab.env)
-            say(f"c: sent SIGUSR1 to the batch script (as --signal=B:USR1@T does) after step {last_step}")
-        out.events.append({"event": "fault", "time": t, "node": out.fault_node, "after_step": last_step})
-        return t
+            survived = before & self.lab.worker_pids(node)
+            say(f"worker-kill: killed the training processes on {node} after step {last_step}")
+            return Fault(f"kill workers on {node}", t, bool(before) and not survived,
+                         f"workers {sorted(before)} gone" if before and not survived else
+                         f"workers before {sorted(before)}, still alive {sorted(survived)}")
+        t = time.time()
+        slurmctl.scancel(info.job_id, signal="USR1", batch=True, env=self.lab.env)
+        say(f"preemption: sent SIGUSR1 to the batch script (as --signal=B:USR1@T does) after step {last_step}")
+        return Fault(f"SIGUSR1 to batch on {info.batch_host}", t, True,
+                     f"scancel --signal=USR1 --batch {info.job_id} accepted by slurmctld")
 
-    def detected(self, letter: str, watch: dict, loglines: list[tuple[float, str]], records: list[dict],
-                 t_fault: float) -> float | None:
-        if letter == "a":
-            state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
-            return time.time() if state.startswith("DOWN") else None
-        if letter == "b":
-            return next((t for t, line in loglines if t >= t_fault and DETECT_RE.search(line)), None)
-        return next((t for t, line in loglines if t >= t_fault and "SIGUSR1" in line), None)
-
-    def after_fault(self, letter: str, watch: dict, info: slurmctl.JobInfo, out: Outcome) -> None:
+    def after_fault(self, name: str, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult) -> None:
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
             watch["requeued"] = time.time()
-            out.events.append({"event": "requeued", "time": watch["requeued"]})
-            say(f"{letter}: job requeued (restart {info.restarts})")
-        if letter == "a" and out.detect_s is not None and "reviver" not in watch:
+            res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})
+            say(f"{name}: job requeued (restart {info.restarts})")
+        if name == "node-kill" and "down" in watch and "reviver" not in watch:
             watch["reviver"] = self.lab.fault_async("revive", watch["killed_node"])
-            say(f"a: reviving {watch['killed_node']}")
+            say(f"node-kill: reviving {watch['killed_node']}")
         rv = watch.get("reviver")
         if rv is not None and not watch.get("revived") and rv.poll() is not None:
             watch["revived"] = True
-            out.events.append({"event": "revived", "time": time.time(), "rc": rv.returncode})
+            res.events.append({"time": time.time(), "kind": "replace", "label": "node revived"})
             if rv.returncode != 0:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
-            say(f"a: {watch['killed_node']} is back")
-
-    def verdict(self, letter: str, out: Outcome, job: SlurmJobConfig, ref: SlurmJobConfig) -> None:
-        c = out.checks
-        c["job completed"] = out.final_state == "COMPLETED" and out.exit_code == "0:0"
-        if c["job completed"]:
-            cmp = subprocess.run([self.python, "-m", "training.compare", str(self.final_checkpoint(ref)),
-                                  str(self.final_checkpoint(job))], capture_output=True, text=True, cwd=REPO_DIR,
-                                 timeout=300)
-            out.compare_output = (cmp.stdout + cmp.stderr).strip()[-2000:]
-            out.bitwise_equal = cmp.returncode == 0
-        c["final weights bitwise equal to the reference"] = bool(out.bitwise_equal)
-        c["resumed from the newest complete checkpoint"] = \
-            out.resumed_from is not None and out.resumed_from == out.newest_committed
-        # async saves: one save may still be in flight when the fault hits, so the bound is 2 intervals
-        lost_ok = out.steps_lost is not None and out.steps_lost < 2 * self.cfg.interval
-        if letter == "a":
-            c["Slurm detected the dead node and requeued the job"] = out.detect_s is not None and out.requeues >= 1
-            c[f"steps lost < 2 x checkpoint interval ({self.cfg.interval})"] = lost_ok
-        elif letter == "b":
-            c["torchrun restarted the workers"] = out.torchrun_restarts >= 1
-            c["no requeue"] = out.requeues == 0
-            c[f"steps lost < 2 x checkpoint interval ({self.cfg.interval})"] = lost_ok
-        else:
-            c["the job requeued itself"] = out.requeues >= 1
-            c["0 steps lost"] = out.steps_lost == 0
-        say(f"{letter}: {'PASS' if out.passed else 'FAIL'} ({out.final_state} {out.exit_code}, {out.wall_s:.0f} s)"
-            + "".join(f"\n    {'ok ' if v else 'NO '} {k}" for k, v in c.items())
-            + (f"\n    error: {out.error}" if out.error else ""))
+            say(f"node-kill: {watch['killed_node']} is back")
 
 
-# ------------------------------------------------------------------------------------------------ report
-def table(outcomes: list[Outcome]) -> str:
-    def f(v, fmt="{:.1f}"):
-        return "-" if v is None else fmt.format(v)
-    rows = [("scenario", "result", "detect s", "recover s", "steps lost", "requeues", "torchrun restarts",
-             "bitwise", "wall s")]
-    for o in outcomes:
-        rows.append((f"{o.scenario}: {o.description.split(' ->')[0]}", "PASS" if o.passed else "FAIL",
-                     f(o.detect_s), f(o.recover_s), f(o.steps_lost, "{}"), str(o.requeues),
-                     str(o.torchrun_restarts), {True: "equal", False: "DIFFERENT", None: "-"}[o.bitwise_equal],
-                     f(o.wall_s, "{:.0f}")))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def global_batch(cfg: SlurmChaosConfig) -> int:
+    """The job's samples per step, as the training config resolves it (preset < flags)."""
+    from training.config import load_config
+    return load_config(["--preset", cfg.preset, *cfg.job_train_args]).train.global_batch
 
 
-def run(cfg: ChaosConfig, out_dir: Path, progress: Callable[[str], None] = say) -> dict:
+# ------------------------------------------------------------------------------------------------ run
+COLUMNS = ("requeues", "torchrun restarts")
+
+
+def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = say) -> dict:
     cfg.validate()
     out_dir.mkdir(parents=True, exist_ok=True)
     lab = Lab(cfg.lab_root, cfg.nodes)
     t0 = time.monotonic()
     lab.up()
-    report: dict = {"config": asdict(cfg), "lab": (Path(cfg.lab_root) / "run" / "settings").read_text().strip()}
+    lab_settings = (Path(cfg.lab_root) / "run" / "settings").read_text().strip()
+    table = scenarios(cfg)
     try:
         runner = Runner(cfg, lab, out_dir)
         ref, ref_wall = runner.reference()
-        report["reference"] = {"checkpoint": str(runner.final_checkpoint(ref)), "wall_s": ref_wall,
-                               "cached": ref_wall is None}
-        outcomes = [runner.scenario(letter, ref) for letter in cfg.scenarios]
+        reference = {"checkpoint": str(runner.final_checkpoint(ref)), "wall_s": ref_wall, "cached": ref_wall is None}
+        results = [runner.scenario(table[name], ref) for name in cfg.names]
     finally:
         if lab.started_here and not cfg.keep_lab:
             lab.down()
             progress("lab: down (this run started it)")
-    report["scenarios"] = [{**asdict(o), "passed": o.passed} for o in outcomes]
-    report["passed"] = all(o.passed for o in outcomes)
-    report["wall_s"] = round(time.monotonic() - t0, 1)
-    report["table"] = table(outcomes)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
-    return report
+    rows = report.targets(cfg.interval, {r.name: r for r in results})
+    png = report.timeline_png(out_dir / "timeline.png", results,
+                              f"Slurm chaos test: {cfg.nodes} nodes, {cfg.preset}, {cfg.steps} steps, "
+                              f"checkpoint every {cfg.interval} ({lab_settings})")
+    report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
+                      rows, png)
+    return {"passed": all(r.passed for r in results), "results": results, "wall_s": time.monotonic() - t0,
+            "table": report.table(results, columns=COLUMNS), "targets": report.targets_table(rows)}
 
 
 def preflight() -> str | None:
@@ -499,17 +459,19 @@ def preflight() -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = ChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m chaos.slurm", description=__doc__,
+    d = SlurmChaosConfig()
+    p = argparse.ArgumentParser(prog="python -m chaos.slurm", description=__doc__.format(
+                                    listing=catalog.listing("slurm")),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenarios", default=d.scenarios, help=f"letters to run (default {d.scenarios})")
+    p.add_argument("--scenarios", default=d.scenarios, help="comma-separated scenario names (default: all)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes), help="nodes (env NODES; 2)")
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
     p.add_argument("--fault-step", type=int, default=d.fault_step, help=f"fault after this step (default {d.fault_step})")
     p.add_argument("--kill-node", choices=["last", "first"], default=d.kill_node,
-                   help="node hit by a/b: last (default) or first (batch host + rendezvous store)")
+                   help="node hit by node-kill/worker-kill: last (default) or first (batch host + rendezvous store)")
     p.add_argument("--work-dir", default=d.work_dir, help=f"shared dir for jobs + reports (default {d.work_dir})")
     p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,
                    help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)")
@@ -523,10 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    cfg = ChaosConfig(scenarios=a.scenarios, nodes=a.nodes, preset=a.preset, steps=a.steps, interval=a.interval,
-                      fault_step=a.fault_step, train_args=tuple(a.train_args), work_dir=os.path.abspath(a.work_dir),
-                      lab_root=os.path.abspath(a.lab_root), keep_lab=a.keep_lab,
-                      scenario_timeout_s=a.scenario_timeout, kill_node=a.kill_node, rdzv_port=a.rdzv_port)
+    if a.list:
+        print(catalog.listing("slurm"))
+        return 0
+    cfg = SlurmChaosConfig(scenarios=a.scenarios, nodes=a.nodes, preset=a.preset, steps=a.steps, interval=a.interval,
+                           fault_step=a.fault_step, train_args=tuple(a.train_args),
+                           work_dir=os.path.abspath(a.work_dir), lab_root=os.path.abspath(a.lab_root),
+                           keep_lab=a.keep_lab, scenario_timeout_s=a.scenario_timeout, kill_node=a.kill_node,
+                           rdzv_port=a.rdzv_port)
     try:
         cfg.validate()
     except ValueError as e:
@@ -537,12 +503,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot run the Slurm chaos test here: {why}", file=sys.stderr)
         return 3
     out_dir = a.out or Path(cfg.work_dir) / "reports" / time.strftime("%Y%m%d-%H%M%S")
-    report = run(cfg, out_dir)
+    rep = run(cfg, out_dir)
     print()
-    print(report["table"])
-    print(f"\n{'PASS' if report['passed'] else 'FAIL'}: {sum(s['passed'] for s in report['scenarios'])}/"
-          f"{len(report['scenarios'])} scenarios in {report['wall_s']:.0f} s; report {out_dir / 'report.json'}")
-    return 0 if report["passed"] else 1
+    print(rep["table"])
+    print(rep["targets"])
+    n = len(rep["results"])
+    print(f"\n{'PASS' if rep['passed'] else 'FAIL'}: {sum(r.passed for r in rep['results'])}/{n} scenarios in "
+          f"{rep['wall_s']:.0f} s; report {out_dir / 'report.json'}, timeline {out_dir / 'timeline.png'}")
+    return 0 if rep["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -409,7 +409,7 @@ class Emulator:
         self.master_port = master_port or _free_port()
         self.echo = echo or (lambda s: None)
         self.events: list[Event] = []
-        self.fault_log: list[dict] = []  # {"label", "time", "step", "pod"} per injected fault
+        self.fault_log: list[dict] = []  # {"label", "time", "step", "pod", "kind", "rank"} per injected fault
         self.restarts = 0
         self.restarts_towards_max = 0
         self.pod_failures = 0
@@ -600,7 +600,7 @@ class Emulator:
             return
         self._event(f"fault {f.kind}", f"node {f.rank} pod {target.name} at step {step}")
         self.fault_log.append({"label": f"{f.kind} node-{f.rank} pod", "time": self.events[-1].time,
-                               "step": step, "pod": target.name})
+                               "step": step, "pod": target.name, "kind": f.kind, "rank": f.rank})
         if f.kind == "kill":
             target.kill_all(signal.SIGKILL)
         else:
@@ -674,7 +674,7 @@ def load_manifest(path: str | Path, kind: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from chaos import k8s_report as report
+    from chaos import kubernetes as verdicts
     p = argparse.ArgumentParser(prog="python -m testbed.k8s_emulator",
                                 description=__doc__.split("\n\n")[0],
                                 epilog="See docs/kubernetes.md (the contract emulator).")
@@ -688,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--report", help="write the report JSON here")
+    p.add_argument("--reference", type=Path,
+                   help="final checkpoint of an uninterrupted run of the same job: the verdict compares weights")
     a = p.parse_args(argv)
     try:
         emu = Emulator(load_manifest(a.runtime, "ClusterTrainingRuntime"), load_manifest(a.trainjob, "TrainJob"),
@@ -698,11 +700,11 @@ def main(argv: list[str] | None = None) -> int:
     mpath = emu.metrics_path()
     t0 = time.time()
     state = emu.run(faults=a.fault, progress=lambda: last_step(mpath), timeout_s=a.timeout)
-    rep = report.emulator_report(emu, mpath, t0)
-    print(report.format_report(rep))
+    rep = verdicts.emulator_result(emu, mpath, t0, a.reference, judged=bool(a.fault))
+    print(verdicts.format_report(rep))
     if a.report:
-        Path(a.report).write_text(json.dumps(rep, indent=2))
-    return 0 if state == "Complete" else 1
+        Path(a.report).write_text(json.dumps(rep, indent=2, default=str))
+    return 0 if state == "Complete" and (rep["passed"] or not a.fault) else 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 Computes an uninterrupted reference run once (cached by config + training code under --cache), then runs
 each scenario on a fresh checkpoint directory, and writes report.json and timeline.png to --out.
+Scenarios (``--scenarios NAME,NAME``; default all):
+
+{listing}
+
 Exit code 0 when every scenario passed, 1 otherwise, 2 for a bad setting.
 """
 
@@ -11,17 +15,20 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from chaos.local.config import REPO, ChaosConfig, ChaosConfigError
+from chaos import catalog
+from chaos.local.config import REPO, LocalChaosConfig, LocalChaosConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = ChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m chaos.local", description=__doc__,
+    d = LocalChaosConfig()
+    p = argparse.ArgumentParser(prog="python -m chaos.local", description=__doc__.format(
+                                    listing=catalog.listing("local")),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenarios", default="abcdefgh", help="letters to run, e.g. abdf (default: all)")
+    p.add_argument("--scenarios", default="all",
+                   help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes),
                    help="simulated nodes (env NODES; default 2)")
@@ -46,59 +53,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    cfg = ChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
-                      global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
-                      max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
-                      extra_args=tuple(a.train_args))
+    cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
+                           global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
+                           max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
+                           extra_args=tuple(a.train_args))
     try:
         cfg.validate()
-    except ChaosConfigError as e:
+        names = catalog.select("local", a.scenarios)
+    except (LocalChaosConfigError, catalog.UnknownScenario) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from chaos.local.scenarios import reference, run_scenario, scenarios
-    table = scenarios(cfg)
-    keys = [k for k in a.scenarios.lower() if k in table]
-    bad = sorted(set(a.scenarios.lower()) - set(table) - set(", "))
-    if bad or not keys:
-        print(f"error: unknown scenario(s) {bad or a.scenarios!r}; choose from {''.join(table)}", file=sys.stderr)
-        return 2
     if a.list:
-        for s in table.values():
-            print(f"{s.key}  {s.name:<20} {s.title}")
+        print(catalog.listing("local"))
         return 0
     if a.dry_run:
-        from training.launch import LaunchConfig, RDZV_ENV, format_argv, torchrun_argv
+        from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
         launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
                               rdzv_id="chaos-<scenario>", rdzv_endpoint="127.0.0.1:<store port>",
                               max_restarts=cfg.max_restarts, train_timeout_s=cfg.train_timeout_s,
                               train_args=tuple(cfg.training_args("<run>/<scenario>/job")))
-        print(f"config: {cfg}\nscenarios: {''.join(keys)}\nreference key: {cfg.reference_key()}")
-        print("agent command (per node; b uses --nnodes=1:N):")
+        print(f"config: {cfg}\nscenarios: {', '.join(names)}\nreference key: {cfg.reference_key()}")
+        print("agent command (per node; node-loss-rejoin uses --nnodes=1:N):")
         print(format_argv(torchrun_argv(replace(launch, rdzv_endpoint="127.0.0.1:29400")), RDZV_ENV))
         return 0
+    from chaos import report
+    from chaos.local.scenarios import reference, run_scenario, scenarios
+    table = scenarios(cfg)
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"[chaos] {len(keys)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
+    print(f"[chaos] {len(names)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
           f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}; output {out}", flush=True)
     t_all = time.time()
     refs = {}
     results = []
-    for k in keys:
-        math = table[k].math
+    for name in names:
+        math = table[name].math
         if math not in refs:
             refs[math] = reference(cfg, a.cache, out, math)
-        r = run_scenario(cfg, table[k], refs[math], out, keep=a.keep)
+        r = run_scenario(cfg, table[name], refs[math], out, keep=a.keep)
         results.append(r)
-        print(f"[chaos] {k}. {r.name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
-    from chaos import report
-    rows = report.targets(cfg, {r.key: r for r in results})
+        print(f"[chaos] {name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
+    rows = report.targets(cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
                               f"{cfg.steps} steps, checkpoint every {cfg.interval}")
     ref = refs.get((), next(iter(refs.values())))
-    report.write_json(out / "report.json", cfg, results, ref, rows, png)
+    ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
+    report.write_json(out / "report.json", "local", asdict(cfg), results,
+                      {"key": cfg.reference_key(), "cached": ref.cached, "checkpoint": str(ref.final),
+                       "wall_s": ref.wall_s, "goodput": ref_gp}, rows, png)
     print()
-    print(report.table(cfg, results, ref))
+    print(report.table(results, ref_gp))
     print(report.targets_table(rows))
     print(f"report: {out / 'report.json'}\ntimeline: {png}\ntotal {time.time() - t_all:.0f} s")
     last = REPO / ".chaos" / "last"

@@ -66,6 +66,30 @@ class Node:
         return f"node{self.index}" + (f".{self.generation}" if self.generation else "")
 
 
+def _state(pid: int) -> str | None:
+    """The process state letter from /proc (R, S, T = stopped, Z = zombie, ...); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def confirm(pid: int, sig: signal.Signals, timeout: float = 5.0) -> tuple[bool, str]:
+    """Whether ``sig`` took effect on ``pid`` (gone or a zombie for SIGKILL, stopped for SIGSTOP), and how we know."""
+    want = {signal.SIGKILL: (None, "Z", "X"), signal.SIGSTOP: ("T", "t")}.get(sig)
+    if want is None:
+        return True, f"{signal.Signals(sig).name} delivered to pid {pid}"
+    deadline = time.monotonic() + timeout
+    while True:
+        st = _state(pid)
+        if st in want:
+            return True, f"pid {pid} {'stopped' if sig == signal.SIGSTOP else 'is gone'} (/proc state {st or 'none'})"
+        if time.monotonic() > deadline:
+            return False, f"pid {pid} still in state {st} {timeout:.0f} s after {signal.Signals(sig).name}"
+        time.sleep(0.02)
+
+
 def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -144,11 +168,14 @@ class LocalCluster:
         self.start_all(kind="relaunch")
 
     def event(self, kind: str, node: int | None, detail: str, *, label: str = "",
-              agents_hit: tuple[str, ...] = ()) -> dict:
-        """Record what the harness did. ``label`` names a fault for the report; ``agents_hit`` lists the
-        agents the fault itself killed or signalled (their exit codes are expected to be non-zero)."""
-        ev = {"time": time.time(), "kind": kind, "node": node, "detail": detail, "label": label or kind,
-              "agents_hit": list(agents_hit)}
+              agents_hit: tuple[str, ...] = (), t: float | None = None, confirmed: bool = True,
+              evidence: str = "") -> dict:
+        """Record what the harness did (at ``t``, default now). ``label`` names a fault for the report;
+        ``agents_hit`` lists the agents the fault itself killed or signalled (their exit codes are expected to
+        be non-zero); ``confirmed``/``evidence``: whether and how the fault's effect was verified."""
+        ev = {"time": time.time() if t is None else t, "kind": kind, "node": node, "detail": detail,
+              "label": label or kind, "agents_hit": list(agents_hit), "confirmed": confirmed,
+              "evidence": evidence or detail}
         self.events.append(ev)
         print(f"[chaos]   {time.strftime('%H:%M:%S')} {kind}{'' if node is None else f' node{node}'}: {detail}",
               flush=True)
@@ -201,15 +228,19 @@ class LocalCluster:
         pid = pids[0]
         self._verified_worker(index, pid)
         rank = self.rank_of(pid)  # read before the signal: a killed process has no /proc entry
+        t = time.time()
         os.kill(pid, sig)
+        ok, how = confirm(pid, sig)
         name = signal.Signals(sig).name
-        self.event("fault", index, f"{name} worker pid {pid} (rank {rank})", label=f"{name} worker")
+        self.event("fault", index, f"{name} worker pid {pid} (rank {rank})", label=f"{name} worker", t=t,
+                   confirmed=ok, evidence=how)
         return pid
 
     def kill_node(self, index: int, *, record: bool = True) -> None:
         """SIGKILL node ``index``: its agent and every worker, as if the machine lost power."""
         node = self.current(index)
         pids = self.workers(index)  # collect first: once the agent is gone its workers are reparented
+        t = time.time()
         if node.proc.poll() is None:
             os.kill(node.proc.pid, signal.SIGKILL)
         for p in pids:
@@ -218,22 +249,34 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
         if record:
+            try:
+                node.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            gone = [confirm(p, signal.SIGKILL)[0] for p in pids]
+            ok = node.proc.poll() is not None and bool(pids) and all(gone)
             self.event("fault", index, f"SIGKILL node (agent {node.proc.pid} + workers {pids})",
-                       label="SIGKILL node", agents_hit=(node.name,))
+                       label="SIGKILL node", agents_hit=(node.name,), t=t, confirmed=ok,
+                       evidence=f"agent exit code {node.proc.poll()}, {sum(gone)}/{len(pids)} workers gone")
 
     def signal_everything(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""
-        targets, hit = [], []
+        targets, hit, delivered = [], [], []
         for n in self.alive():
             targets += [n.proc.pid, *self.workers(n.index)]
             hit.append(n.name)
+        t = time.time()
         for p in targets:
             try:
                 os.kill(p, sig)
+                delivered.append(p)
             except ProcessLookupError:
                 pass
         name = signal.Signals(sig).name
-        self.event("fault", None, f"{name} to every process {targets}", label=f"{name} all", agents_hit=tuple(hit))
+        workers = [p for p in delivered if p not in {n.proc.pid for n in self.nodes}]
+        self.event("fault", None, f"{name} to every process {targets}", label=f"{name} all", agents_hit=tuple(hit),
+                   t=t, confirmed=bool(workers),
+                   evidence=f"delivered to {len(delivered)}/{len(targets)} processes ({len(workers)} workers)")
 
     # ---- waiting and cleanup ----------------------------------------------------------------------
     def wait_exit(self, timeout: float) -> dict[str, int | None]:

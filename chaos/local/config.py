@@ -1,4 +1,4 @@
-"""What the chaos harness runs: one typed config for the job, the reference run and every scenario."""
+"""What the local chaos harness runs: one typed config for the job, the reference run and every scenario."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store and this harness only decide *when* processes run, not what they compute.
-_NOT_MATH = {"launch.py", "rdzv_store.py", "compare.py", "__main__.py"}
+# (training/launch/ is a package and is not hashed: only training/*.py and the presets are.)
+_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py"}
 
 
-class ChaosConfigError(ValueError):
+class LocalChaosConfigError(ValueError):
     """A chaos setting that cannot work (the message names the value and the fix)."""
 
 
 @dataclass(frozen=True)
-class ChaosConfig:
+class LocalChaosConfig:
     """The job every scenario runs (and the uninterrupted reference it is compared with).
 
     Attributes:
@@ -31,9 +32,9 @@ class ChaosConfig:
         warmup_steps: learning-rate warm-up (the presets' value can exceed a short chaos job).
         interval: checkpoint every this many steps (a SIGKILL loses at most this many steps).
         train_timeout_s: process-group timeout after step 1: how long a hung peer blocks the others.
-        max_restarts: torchrun ``--max-restarts`` (scenario h exceeds it on purpose).
-        slow_commit_s: scenario f widens the "async checkpoint written, not yet committed" window by this.
-        atol: tolerance for the final weights when the world size changed (scenario b).
+        max_restarts: torchrun ``--max-restarts`` (``restarts-exhausted`` exceeds it on purpose).
+        slow_commit_s: ``kill-during-save`` widens the "async checkpoint written, not yet committed" window by this.
+        atol: tolerance for the final weights when the world size changed (``node-loss-rejoin``).
         extra_args: further training flags for every run, e.g. ``("--model.num_layers", "2")``.
         scenario_timeout_s: a scenario still running after this is stopped and fails.
     """
@@ -63,25 +64,25 @@ class ChaosConfig:
 
     def validate(self) -> None:
         if self.nodes < 2:
-            raise ChaosConfigError(f"nodes={self.nodes}: node-loss scenarios need at least 2 nodes (NODES=2)")
+            raise LocalChaosConfigError(f"nodes={self.nodes}: node-loss scenarios need at least 2 nodes (NODES=2)")
         if self.nproc_per_node < 1:
-            raise ChaosConfigError(f"nproc_per_node={self.nproc_per_node} must be >= 1")
+            raise LocalChaosConfigError(f"nproc_per_node={self.nproc_per_node} must be >= 1")
         for n in (self.nodes - 1, self.nodes):
             w = n * self.nproc_per_node
             if self.global_batch % w:
-                raise ChaosConfigError(
+                raise LocalChaosConfigError(
                     f"global_batch={self.global_batch} does not divide by world size {w} ({n} node(s) x "
-                    f"{self.nproc_per_node} proc), which scenario b passes through; use a multiple of "
+                    f"{self.nproc_per_node} proc), which node-loss-rejoin passes through; use a multiple of "
                     f"{_lcm(self.nodes * self.nproc_per_node, (self.nodes - 1) * self.nproc_per_node)}")
         if self.interval < 2:
-            raise ChaosConfigError(f"interval={self.interval}: use >= 2 so a kill lands between checkpoints")
+            raise LocalChaosConfigError(f"interval={self.interval}: use >= 2 so a kill lands between checkpoints")
         if self.steps < 3 * self.interval:
-            raise ChaosConfigError(f"steps={self.steps} < 3 x interval ({3 * self.interval}): scenarios need "
+            raise LocalChaosConfigError(f"steps={self.steps} < 3 x interval ({3 * self.interval}): scenarios need "
                                    f"room to fail, resume and fail again")
         if not 0 <= self.warmup_steps <= self.steps:
-            raise ChaosConfigError(f"warmup_steps={self.warmup_steps} must be in 0..steps={self.steps}")
+            raise LocalChaosConfigError(f"warmup_steps={self.warmup_steps} must be in 0..steps={self.steps}")
         if self.train_timeout_s < 1:
-            raise ChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
+            raise LocalChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
 
     def training_args(self, out_dir: str | Path, *extra: str) -> list[str]:
         """Training-module flags shared by the reference and every scenario (plus ``extra``)."""

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
-                                     load_records, max_loss_diff, recovery, split_attempts)
-from chaos.local.config import ChaosConfig, ChaosConfigError
-from chaos.report import targets
+from chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput, load_records,
+                            max_loss_diff, parse_records, recovery, split_attempts, torchrun_detections)
+from chaos.local.config import LocalChaosConfig, LocalChaosConfigError
+from chaos.report import ScenarioResult, table, targets
 
 GB = 8
 
@@ -59,15 +59,17 @@ def test_exactly_once_catches_overlap_and_gap():
 def test_recovery_figures_from_logs_and_metrics():
     recs = history()
     attempts = split_attempts(recs)
-    logs = [(6.5, "node1", "E... failed (exitcode: -9) local_rank: 0"),
-            (5.0, "node0", "step 5/10"), (6.9, "node0", "[default] Worker group FAILED. 3/3 attempts left")]
-    r = recovery("SIGKILL worker", 6.2, attempts, logs, recs, until=30)
+    logs = [(6.5, "E... failed (exitcode: -9) local_rank: 0"),
+            (5.0, "step 5/10"), (6.9, "[default] Worker group FAILED. 3/3 attempts left")]
+    detections = torchrun_detections(logs)
+    assert detections == [6.5, 6.9]
+    r = recovery("SIGKILL worker", 6.2, attempts, detections, recs, until=30)
     assert r.detect_s == pytest.approx(0.3)
     assert r.recover_s == pytest.approx(25 - 6.2)  # first step of the attempt that started at 20
     assert r.steps_lost == 2  # 6 completed, resumed from 4
     assert r.restarts == 1 and r.world_after == 1
     # a rejoin is over at the first step back at full size
-    rj = recovery("rejoin", 30, attempts, logs, recs, want_world=2, detect=False)
+    rj = recovery("rejoin", 30, attempts, detections, recs, want_world=2, detect=False)
     assert rj.recover_s == pytest.approx(45 - 30) and rj.steps_lost == 3 and rj.detect_s is None
 
 
@@ -94,28 +96,35 @@ def test_torn_metrics_line_is_ignored(tmp_path):
     p = tmp_path / "m.jsonl"
     p.write_text(json.dumps(start(0)) + "\n" + '{"event": "st')
     assert load_records(p) == [start(0)]
+    assert load_records(tmp_path / "missing.jsonl") == []
+    assert parse_records('[1, 2]\n{"no": "event"}\n' + json.dumps(start(1))) == [start(1)]
 
 
 def test_chaos_config_rejects_batch_that_a_smaller_world_cannot_split():
-    with pytest.raises(ChaosConfigError, match="does not divide by world size 3"):
-        ChaosConfig(nodes=4, global_batch=8).validate()
-    ChaosConfig(nodes=3, global_batch=12).validate()
-    assert ChaosConfig().reference_key() != ChaosConfig().reference_key(("--model.dropout", "0"))
-    assert ChaosConfig(slow_commit_s=1).reference_key() == ChaosConfig().reference_key()
+    with pytest.raises(LocalChaosConfigError, match="does not divide by world size 3"):
+        LocalChaosConfig(nodes=4, global_batch=8).validate()
+    LocalChaosConfig(nodes=3, global_batch=12).validate()
+    assert LocalChaosConfig().reference_key() != LocalChaosConfig().reference_key(("--model.dropout", "0"))
+    assert LocalChaosConfig(slow_commit_s=1).reference_key() == LocalChaosConfig().reference_key()
 
 
-def test_targets_table_reports_worst_value():
+def test_targets_and_table_by_scenario_name():
     from chaos.analysis import Recovery
-    from chaos.local.scenarios import ScenarioResult
 
-    def res(key, *recs):
-        return ScenarioResult(key=key, name=key, title=key, recoveries=list(recs))
+    def res(name, *recs, **kw):
+        return ScenarioResult(name=name, title=name, recoveries=list(recs), passed=True, **kw)
     rec = Recovery("SIGKILL worker", 0, 0.5, 8.0, 2, 1, 2)
     node = Recovery("SIGKILL node", 0, 1.0, 20.0, 5, 1, 1)
     rejoin = Recovery("rejoin", 0, None, 11.0, 1, 1, 2)
-    rows = {r["target"]: r for r in targets(ChaosConfig(), {"a": res("a", rec), "b": res("b", node, rejoin)})}
+    results = {"worker-kill": res("worker-kill", rec), "node-loss-rejoin": res("node-loss-rejoin", node, rejoin)}
+    rows = {r["target"]: r for r in targets(4, results)}
     assert rows["worker kill -> next step (s)"]["met"]
     assert not rows["node loss -> next step (s)"]["met"]
     assert rows["rejoin -> next full-size step (s)"]["value"] == 11.0
     lost = rows["steps lost on SIGKILL (worker, node, first node)"]
     assert lost["values"] == [2, 5] and not lost["met"]  # 5 > checkpoint interval 4
+    text = table([results["worker-kill"], res("node-kill", node, figures={"requeues": 1})], columns=("requeues",))
+    lines = text.splitlines()
+    assert "requeues" in lines[0]
+    row = next(line for line in lines if line.startswith("node-kill"))
+    assert row.split()[1:7] == ["PASS", "1.0", "20.0", "5", "1", "1"]

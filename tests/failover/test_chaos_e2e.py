@@ -1,20 +1,24 @@
 """End to end: real torchrun agents on loopback, a standalone rendezvous store, real SIGKILL/SIGTERM.
 
-Scenarios a, b, d and f of the chaos harness on a lean job (debug preset, 1 proc per node, 10 steps,
-dropout off so that all four share one reference run, cached under .chaos/cache). Timings are recorded
-in the report, never asserted: the CI machine is shared.
+Four scenarios of the local chaos harness (worker-kill, node-loss-rejoin, preemption, kill-during-save) on a
+lean job (debug preset, 1 proc per node, 10 steps, dropout off so that all four share one reference run,
+cached under .chaos/cache), and every local verdict judged on that real uninterrupted run, where it must fail.
+Timings are recorded in the report, never asserted: the CI machine is shared.
 """
 from pathlib import Path
 
 import pytest
 
-from chaos.local.config import REPO, ChaosConfig
-from chaos.local.scenarios import reference, run_scenario, scenarios
+from chaos import catalog
+from chaos.local.config import REPO, LocalChaosConfig
+from chaos.local.scenarios import base_facts, reference, run_scenario, scenarios
+from chaos.verdict import Fault, Observation, compare_weights, judge
+from training.checkpoint import MARKER
 
 pytestmark = pytest.mark.e2e
 
-CFG = ChaosConfig(steps=10, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"),
-                  scenario_timeout_s=240)
+CFG = LocalChaosConfig(steps=10, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"),
+                       scenario_timeout_s=240)
 
 
 @pytest.fixture(scope="module")
@@ -22,25 +26,47 @@ def ref(tmp_path_factory):
     return reference(CFG, REPO / ".chaos" / "cache", tmp_path_factory.mktemp("chaos-ref"))
 
 
-def run(key: str, ref, tmp_path: Path):
-    sc = scenarios(CFG)[key]
-    # b's own dropout-off reference is the shared one here: its math flags are already in extra_args
+def run(name: str, ref, tmp_path: Path):
+    sc = scenarios(CFG)[name]
+    # node-loss-rejoin's own dropout-off reference is the shared one here: its math flags are in extra_args
     res = run_scenario(CFG, sc, ref, tmp_path)
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
-    assert res.passed, f"scenario {key} failed ({res.workdir}/logs): {failed}"
+    assert res.passed, f"scenario {name} failed ({res.workdir}/logs): {failed}"
+    names = {c.name for c in res.checks}
+    assert {"fault injected", "failure noticed", "job restarted"} <= names
     return res
 
 
-def test_a_worker_kill_resumes_bitwise(ref, tmp_path):
-    res = run("a", ref, tmp_path)
+def test_every_local_verdict_fails_on_a_real_run_without_its_fault(ref):
+    """The uninterrupted reference run (real records, real agent logs, its own final checkpoint) judged as
+    each scenario, the fault claimed and confirmed by the harness: every verdict fails on the job's evidence."""
+    t = next(r["time"] for r in ref.records if r.get("event") == "step" and r["step"] == CFG.kill_step)
+    facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True, "max_restarts": 1,
+             "partial_checkpoint": f"step_{2 * CFG.interval:08d}", "corrupt_checkpoint": f"step_{2 * CFG.interval:08d}",
+             "truncated": {"file": "x.distcp", "from": 2, "to": 1}}
+    for name in catalog.PLATFORMS["local"]:
+        sc = scenarios(CFG)[name]
+        obs = Observation(records=ref.records, faults=[Fault(name, t, True, "claimed, never done")],
+                          rejoins=[t + 1] if name == "node-loss-rejoin" else [], exited_ok=True,
+                          exit_detail="exit codes 0", steps=CFG.steps, global_batch=CFG.global_batch,
+                          final_committed=(ref.final / MARKER).exists(),
+                          weight_diffs=compare_weights(ref.final, ref.final), reference_records=ref.records,
+                          wall_s=ref.wall_s, logs=ref.logs, checkpoint_dir=ref.final.parent, facts=facts)
+        v = judge(obs, sc.expect, sc.checks)
+        assert not v.passed, f"{name} passed on an uninterrupted run: {v.checks}"
+        assert {c.name for c in v.failed()} - {"fault injected"}, name
+
+
+def test_worker_kill_resumes_bitwise(ref, tmp_path):
+    res = run("worker-kill", ref, tmp_path)
     rec = res.recoveries[0]
     assert rec.kind == "SIGKILL worker" and rec.restarts >= 1
     assert 0 < rec.steps_lost <= CFG.interval + 1  # killed mid-interval: only steps after the checkpoint
     assert res.world_sizes == [CFG.world]
 
 
-def test_b_node_loss_shrinks_then_rejoins(ref, tmp_path):
-    res = run("b", ref, tmp_path)
+def test_node_loss_shrinks_then_rejoins(ref, tmp_path):
+    res = run("node-loss-rejoin", ref, tmp_path)
     assert res.world_sizes[0] == CFG.world and CFG.world - 1 in res.world_sizes and res.world_sizes[-1] == CFG.world
     kinds = [r.kind for r in res.recoveries]
     assert kinds == ["SIGKILL node", "rejoin"]
@@ -49,14 +75,14 @@ def test_b_node_loss_shrinks_then_rejoins(ref, tmp_path):
     assert "every sample exactly once" in names and f"weights within {CFG.atol:g} of reference" in names
 
 
-def test_d_preemption_checkpoints_on_signal_and_loses_nothing(ref, tmp_path):
-    res = run("d", ref, tmp_path)
+def test_preemption_checkpoints_on_signal_and_loses_nothing(ref, tmp_path):
+    res = run("preemption", ref, tmp_path)
     assert [r.steps_lost for r in res.recoveries] == [0]
     assert any(e["kind"] == "relaunch" for e in res.events)
 
 
-def test_f_partial_async_checkpoint_is_ignored(ref, tmp_path):
-    res = run("f", ref, tmp_path)
+def test_partial_async_checkpoint_is_ignored(ref, tmp_path):
+    res = run("kill-during-save", ref, tmp_path)
     check = next(c for c in res.checks if c.name == "partial checkpoint ignored")
     assert f"resumed from step {CFG.interval}" in check.detail
 

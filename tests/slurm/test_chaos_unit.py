@@ -1,57 +1,96 @@
-"""Chaos harness arithmetic and settings (no cluster): figures from metrics records, table, bad settings."""
+"""Slurm chaos harness without a cluster: settings, log tailing, and its verdicts on hand-made observations."""
 from __future__ import annotations
 
 import pytest
 
-from chaos.slurm import ChaosConfig, Outcome, Tail, analyse, parse_metrics, table
+from chaos.slurm import SlurmChaosConfig, Tail, scenarios
+from chaos.verdict import Fault, Observation, judge
+
+CFG = SlurmChaosConfig()
 
 
 def rec(event, t, **kw):
     return {"event": event, "time": float(t), **kw}
 
 
-def test_figures_from_metrics_records():
-    records = [rec("start", 0, restart_count=0, resumed_from=None)]
-    records += [rec("step", i, step=i) for i in range(1, 6)]
-    records += [rec("checkpoint", 2.5, step=2, committed=True), rec("checkpoint", 4.6, step=4, committed=True)]
-    # fault at t=5.5 (after step 5); the next attempt starts at t=20 from step 4, first step at t=25
-    records += [rec("start", 20, restart_count=1, resumed_from=4), rec("step", 25, step=5), rec("step", 26, step=6)]
-    out = Outcome("b", "x")
-    analyse(out, records, t_fault=5.5)
-    assert (out.resumed_from, out.newest_committed, out.steps_lost, out.recover_s, out.torchrun_restarts) == \
-        (4, 4, 1, 19.5, 1)
-    # no fault injected: nothing after-the-fact is computed
-    out2 = Outcome("a", "x")
-    analyse(out2, records, t_fault=None)
-    assert out2.steps_lost is None and out2.recover_s is None
+def step(t, n):
+    return rec("step", t, step=n, loss=10.0 - n, world_size=2, step_time_s=1.0, data_offset=(n - 1) * 8)
 
 
-def test_signal_stop_loses_nothing():
-    records = [rec("start", 0, restart_count=0, resumed_from=None), rec("step", 1, step=1), rec("step", 2, step=2),
-               rec("checkpoint", 2.2, step=2, committed=True), rec("signal", 2.3, signal="SIGTERM", step=2),
-               rec("start", 30, restart_count=0, resumed_from=2), rec("step", 33, step=3)]
-    out = Outcome("c", "x")
-    analyse(out, records, t_fault=1.5)
-    assert out.steps_lost == 0 and out.resumed_from == out.newest_committed == 2 and out.recover_s == 31.5
+def observation(records, faults, requeues, restarts, detections=()):
+    return Observation(records=records, faults=faults, detections=list(detections), exited_ok=True,
+                       exit_detail="COMPLETED 0:0", steps=CFG.steps, global_batch=8, final_committed=True,
+                       weight_diffs=[], reference_records=[], wall_s=30.0,
+                       facts={"requeues": requeues, "torchrun restarts": restarts, "final_state": "COMPLETED"})
 
 
-def test_table_and_pass_rule():
-    ok = Outcome("a", "kill a node outright -> DOWN", detect_s=12.3, recover_s=40.0, steps_lost=1, requeues=1,
-                 bitwise_equal=True, checks={"x": True}, wall_s=70)
-    bad = Outcome("b", "kill workers -> restart", checks={"x": True}, error="timed out")
-    assert ok.passed and not bad.passed and not Outcome("c", "y").passed
-    text = table([ok, bad])
-    assert "a: kill a node outright" in text and "PASS" in text and "FAIL" in text and "12.3" in text
+def uninterrupted():
+    recs = [rec("start", 0, restart_count=0, resumed_from=None)] + [step(n, n) for n in range(1, CFG.steps + 1)]
+    recs += [rec("checkpoint", n + 0.5, step=n) for n in range(2, CFG.steps + 1, 2)]
+    return sorted(recs, key=lambda r: r["time"]) + [rec("end", CFG.steps + 1, step=CFG.steps)]
+
+
+def node_kill_run():
+    """Killed after step 5 (t=5.5); checkpoint 4 committed; requeued, resumed from 4 at t=20."""
+    recs = [rec("start", 0, restart_count=0, resumed_from=None)] + [step(n, n) for n in range(1, 6)]
+    recs += [rec("checkpoint", 2.5, step=2), rec("checkpoint", 4.6, step=4)]
+    recs += [rec("start", 20, restart_count=0, resumed_from=4)] + [step(20 + n, n) for n in range(5, CFG.steps + 1)]
+    return sorted(recs, key=lambda r: r["time"]) + [rec("end", 40, step=CFG.steps)]
+
+
+def test_node_kill_verdict_passes_with_requeue_and_resume():
+    sc = scenarios(CFG)["node-kill"]
+    v = judge(observation(node_kill_run(), [Fault("kill node n2", 5.5, True, "no process left")], 1, 0, [17.0]),
+              sc.expect, sc.checks)
+    assert v.passed, v.failed()
+    (r,) = v.recoveries
+    assert (r.steps_lost, r.detect_s, r.recover_s) == (1, 11.5, 19.5)
+
+
+@pytest.mark.parametrize("name", ["node-kill", "worker-kill", "preemption"])
+def test_slurm_verdict_fails_without_its_fault(name):
+    """An uninterrupted job, the fault claimed and confirmed, Slurm figures as a real fault would leave them."""
+    sc = scenarios(CFG)[name]
+    v = judge(observation(uninterrupted(), [Fault(name, 5.5, True, "claimed")], requeues=1, restarts=1),
+              sc.expect, sc.checks)
+    failed = {c.name for c in v.failed()}
+    assert not v.passed and "fault injected" not in failed
+    assert {"job restarted", "failure noticed"} <= failed
+
+
+def test_worker_kill_must_not_requeue():
+    sc = scenarios(CFG)["worker-kill"]
+    recs = node_kill_run()
+    fault = [Fault("kill workers on n2", 5.5, True, "workers gone")]
+    assert judge(observation(recs, fault, requeues=0, restarts=1, detections=[5.6]), sc.expect, sc.checks).passed
+    failed = {c.name for c in judge(observation(recs, fault, 1, 0, [5.6]), sc.expect, sc.checks).failed()}
+    assert failed == {"torchrun restarted the workers, no requeue"}
+
+
+def test_resume_from_an_older_checkpoint_fails():
+    sc = scenarios(CFG)["node-kill"]
+    recs = [r if not (r["event"] == "start" and r["time"] == 20) else dict(r, resumed_from=2) for r in node_kill_run()]
+    recs = [r for r in recs if not (r["event"] == "step" and r["time"] > 20)]
+    recs += [step(20 + n, n) for n in range(3, CFG.steps + 1)] + [rec("end", 40, step=CFG.steps)]
+    recs = sorted([r for r in recs if r["event"] != "end"], key=lambda r: r["time"]) + [rec("end", 40, step=CFG.steps)]
+    failed = {c.name: c.detail for c in judge(observation(recs, [Fault("kill", 5.5, True, "x")], 1, 0, [17.0]),
+                                              sc.expect, sc.checks).failed()}
+    assert "resumed from step 2" in failed["resumed from the newest complete checkpoint"]
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"scenarios": "ax"}, "--scenarios"), ({"nodes": 1}, "at least 2 nodes"),
+    ({"scenarios": "node-kill,hang"}, "hang (not on slurm)"), ({"scenarios": "bogus"}, "unknown scenario"),
+    ({"nodes": 1}, "at least 2 nodes"),
     ({"fault_step": 2, "interval": 2}, "interval (2) < fault step (2)"), ({"fault_step": 12, "steps": 12}, "< steps"),
     ({"kill_node": "middle"}, "--kill-node"),
 ])
 def test_bad_chaos_settings(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
-        ChaosConfig(**kw).validate()
+        SlurmChaosConfig(**kw).validate()
+
+
+def test_default_runs_every_slurm_scenario():
+    assert SlurmChaosConfig().names == ["node-kill", "worker-kill", "preemption"]
 
 
 def test_tail_returns_only_complete_lines(tmp_path):
@@ -62,5 +101,4 @@ def test_tail_returns_only_complete_lines(tmp_path):
     assert [line for _, line in t.read()] == ['{"event": "start", "time": 1}']
     with open(f, "a") as fh:
         fh.write('ep", "time": 2, "step": 1}\n')
-    assert parse_metrics([line for _, line in t.read()]) == [{"event": "step", "time": 2, "step": 1}]
-    assert parse_metrics(['{"torn', '{"event": "end", "time": 3}']) == [{"event": "end", "time": 3}]
+    assert [line for _, line in t.read()] == ['{"event": "step", "time": 2, "step": 1}']

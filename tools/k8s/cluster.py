@@ -284,6 +284,21 @@ class Cluster:
             raise _api_error(e, f"reading {path} in pod {namespace}/{pod}") from None
 
 
+    def exec_run(self, namespace: str, pod: str, argv: list[str], container: str | None = None) -> tuple[int, str]:
+        """Run ``argv`` inside a running pod; returns (exit code, stdout + stderr)."""
+        from kubernetes.stream import stream
+        import shlex
+        cmd = ["sh", "-c", f"{shlex.join(argv)} 2>&1; echo __exit=$?"]
+        try:
+            out = stream(self.core.connect_get_namespaced_pod_exec, pod, namespace, command=cmd,
+                         container=container, stderr=False, stdin=False, stdout=True, tty=False,
+                         _preload_content=True)
+        except Exception as e:  # noqa: BLE001
+            raise _api_error(e, f"running {argv[:3]} in pod {namespace}/{pod}") from None
+        body, _, code = out.rpartition("__exit=")
+        return (int(code.strip()) if code.strip().isdigit() else 255), body
+
+
 def shlex_quote(s: str) -> str:
     import shlex
     return shlex.quote(s)

@@ -1,0 +1,49 @@
+"""The chaos scenarios by name: one name means the same fault on every platform.
+
+Each platform harness implements the subset it can inject (``PLATFORMS``) and says so in ``--help`` and
+``--list``; an unknown or unsupported name is refused with the supported list.
+"""
+from __future__ import annotations
+
+SCENARIOS: dict[str, str] = {
+    "worker-kill": "SIGKILL one training process: its node's agent restarts the worker group, the job resumes",
+    "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
+    "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
+    "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
+    "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
+    "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
+    "kill-during-save": "SIGKILL rank 0 while an async checkpoint is written but not committed: it is ignored",
+    "corrupt-checkpoint": "truncate a shard of the newest checkpoint, then kill a worker: resume from the previous",
+    "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
+    "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
+}
+
+PLATFORMS: dict[str, tuple[str, ...]] = {
+    "local": ("worker-kill", "node-loss-rejoin", "first-node-kill", "preemption", "hang", "kill-during-save",
+              "corrupt-checkpoint", "restarts-exhausted"),
+    "slurm": ("node-kill", "worker-kill", "preemption"),
+    "eks": ("node-kill", "first-node-kill", "node-drain"),
+}
+
+
+class UnknownScenario(ValueError):
+    """A scenario name that does not exist or that the platform cannot inject."""
+
+
+def select(platform: str, spec: str) -> list[str]:
+    """Scenario names from a comma-separated ``spec`` ("all" or "" = every scenario the platform supports)."""
+    supported = PLATFORMS[platform]
+    if spec.strip() in ("", "all"):
+        return list(supported)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [n for n in names if n not in supported]
+    if bad:
+        where = [f"{n} (not on {platform})" if n in SCENARIOS else n for n in bad]
+        raise UnknownScenario(f"unknown scenario(s) {', '.join(where)}; {platform} supports: "
+                              f"{', '.join(supported)}")
+    return names
+
+
+def listing(platform: str) -> str:
+    """One line per scenario the platform supports: name and what it does."""
+    return "\n".join(f"{n:<20} {SCENARIOS[n]}" for n in PLATFORMS[platform])

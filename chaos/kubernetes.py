@@ -1,0 +1,108 @@
+"""Kubernetes chaos verdicts, shared by the contract emulator (pods as local processes) and the live EKS harness.
+
+Both hand the core (``chaos.verdict``) the same kind of observation: the job's metrics records, the faults with
+the evidence that each pod really died, the times the JobSet noticed (a Job failed / the JobSet restarted),
+whether the TrainJob completed, and the final weights compared with an uninterrupted reference run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.report import ScenarioResult
+from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
+
+# Fault kinds of the emulator / the live harness -> the catalog's names.
+KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain"}
+
+
+def scenario_name(kind: str, rank: int) -> str:
+    """The catalog name of a pod fault: losing node 0's pod is first-node-kill whatever the kind."""
+    return "first-node-kill" if rank == 0 and kind != "evict" else KIND_NAMES[kind]
+
+
+def expectation(interval: int | None) -> Expectation:
+    """Every pod fault: noticed, the gang re-formed and trained, at most one interval + one save in flight lost."""
+    return Expectation(max_steps_lost=None if interval is None else 2 * interval - 1)
+
+
+def check_jobset_restarts(obs: Observation) -> Check:
+    """One JobSet restart per fault at least: the runtime's failure policy, not luck, brought the job back."""
+    n, want = obs.facts.get("jobset_restarts", 0), len(obs.faults)
+    return Check("JobSet restarted the gang", n >= want, f"{n} JobSet restart(s) for {want} fault(s)")
+
+
+def training_shape(train_argv: list[str]) -> tuple[int, int, int]:
+    """(steps, global_batch, checkpoint interval) the training CLI resolves from a TrainJob's arguments."""
+    from training.config import load_config
+    c = load_config(list(train_argv))
+    return c.train.steps, c.train.global_batch, c.checkpoint.interval
+
+
+def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | None,
+                    judged: bool) -> dict[str, Any]:
+    """Judge one emulator run (``judged``: faults were asked for) and return its JSON report.
+
+    Evidence per fault: the emulator logged the target pod failing after it; "noticed" = the Job failed.
+    """
+    from chaos.analysis import load_records
+    records = load_records(metrics_path)
+    cmd = list(emu.r.command)
+    train_argv = cmd[cmd.index("--") + 1:] if "--" in cmd else []
+    steps, global_batch, interval = training_shape(train_argv)
+    faults, names = [], []
+    for f in emu.fault_log:
+        died = next((ev for ev in emu.events if ev.time >= f["time"] and f["pod"] in ev.detail
+                     and ev.what in ("pod failed", "pods terminated")), None)
+        faults.append(Fault(f["label"], f["time"], died is not None,
+                            f"{died.what}: {died.detail[:120]}" if died else f"pod {f['pod']} never failed"))
+        names.append(scenario_name(f["kind"], f["rank"]))
+    out_dir = metrics_path.parent
+    final = out_dir / "checkpoints" / f"step_{steps:08d}"
+    ref_records = load_records(reference.parent.parent / "metrics.jsonl") if reference else []
+    obs = Observation(
+        records=records, faults=faults, detections=[ev.time for ev in emu.events if ev.what == "Job failed"],
+        exited_ok={"Complete": True, "Failed": False}.get(emu.state), exit_detail=f"TrainJob {emu.state}",
+        steps=steps, global_batch=global_batch, final_committed=(final / "COMMITTED.json").exists(),
+        weight_diffs=compare_weights(final, reference) if reference else None, reference_records=ref_records,
+        wall_s=(emu.events[-1].time - t0) if emu.events else 0.0, facts={"jobset_restarts": emu.restarts})
+    res = ScenarioResult(name=",".join(names) or "no-fault", title="pod faults under Trainer v2.3 + JobSet",
+                         t0=t0, workdir=str(out_dir),
+                         events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
+                         figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures})
+    if judged:
+        res.apply(judge(obs, expectation(interval), [check_jobset_restarts]))
+    res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
+    rep = res.to_json()
+    rep.update(title="Kubernetes contract emulator (Trainer v2.3 + JobSet semantics, pods as local processes)",
+               trainjob=emu.r.job_name, state=emu.state, message=emu.message, jobset_restarts=emu.restarts,
+               max_restarts=emu.r.max_restarts, pod_failures=emu.pod_failures, nodes=emu.r.num_nodes,
+               nproc_per_node=emu.r.nproc_per_node, differences=emu.differences(), metrics=str(metrics_path),
+               pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events])
+    return rep
+
+
+def header(rep: dict[str, Any]) -> str:
+    """The Kubernetes line above the common table: TrainJob state, JobSet restarts, shape."""
+    return (f"=== {rep.get('title', 'Kubernetes chaos report')} ===\n"
+            f"TrainJob {rep.get('trainjob')}: {rep.get('state')}" + (f" ({rep['message']})" if rep.get("message") else "")
+            + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
+            + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
+            + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else ""))
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    """Header, the common table (one row for the run's faults), the checks, and the emulator's differences."""
+    from chaos.analysis import Recovery
+    from chaos.report import table
+    res = ScenarioResult(**{k: rep[k] for k in ScenarioResult.__dataclass_fields__ if k in rep})
+    res.recoveries = [Recovery(**r) if isinstance(r, dict) else r for r in res.recoveries]
+    res.checks = [Check(**c) if isinstance(c, dict) else c for c in res.checks]
+    lines = [header(rep), table([res], columns=("JobSet restarts", "pod failures"))]
+    for r in res.recoveries:
+        lines.append(f"  {r.kind}: detect {r.detect_s} s, recover {r.recover_s} s, {r.steps_lost} step(s) recomputed")
+    lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
+    lines.append("detect: fault -> Job failed (or JobSet restart seen); recover: fault -> first step of the resumed "
+                 "attempt; lost: steps recomputed")
+    lines += [f"  emulated: {d}" for d in rep.get("differences") or []]
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Every chaos verdict needs its fault: a run in which nothing happened fails every scenario on every platform.
+
+The observation of an uninterrupted run is judged as each scenario would judge it, with the fault recorded by
+the harness as if it had been injected and *confirmed* (a harness that lies). The verdict must still fail, and
+on the job's own evidence (nothing noticed a failure, no restart, no signal, no fallback), not only because the
+fault is missing. The same observation with the fault's effects passes, so the checks are not simply broken.
+The e2e variant judges a real uninterrupted run (tests/failover/test_chaos_e2e.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+from chaos import catalog
+from chaos.local.config import LocalChaosConfig
+from chaos.local.scenarios import base_facts, scenarios
+from chaos.verdict import Expectation, Fault, Observation, judge
+
+CFG = LocalChaosConfig()
+GB = CFG.global_batch
+JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "checkpoint on signal, clean exit",
+                "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
+                "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
+                "job stopped with an error", "clear failure message"}
+
+
+def start(t, resumed=None, world=2, restart=0):
+    return {"event": "start", "time": t, "world_size": world, "restart_count": restart, "resumed_from": resumed}
+
+
+def step(t, n, world=2):
+    return {"event": "step", "time": t, "step": n, "loss": 10.0 - n, "world_size": world, "step_time_s": 1.0,
+            "data_offset": (n - 1) * GB}
+
+
+def uninterrupted(steps=CFG.steps):
+    recs = [start(0)] + [step(n, n) for n in range(1, steps + 1)]
+    recs += [{"event": "checkpoint", "time": n + 0.5, "step": n} for n in range(CFG.interval, steps + 1, CFG.interval)]
+    return sorted(recs, key=lambda r: r["time"]) + [{"event": "end", "time": steps + 1, "step": steps}]
+
+
+def no_fault_observation(name: str) -> Observation:
+    """An uninterrupted run, with the scenario's fault *claimed* at the kill step and its facts filled in."""
+    t = CFG.kill_step + 0.5
+    facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True,
+             "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
+             "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50}}
+    return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
+                       rejoins=[t + 3] if name == "node-loss-rejoin" else [], exited_ok=True,
+                       exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
+                       final_committed=True, weight_diffs=[], reference_records=uninterrupted(), wall_s=20.0,
+                       logs=[(1.0, "step 1/16 loss 9.0")], facts=facts)
+
+
+@pytest.mark.parametrize("name", catalog.PLATFORMS["local"])
+def test_local_verdict_fails_without_its_fault(name):
+    sc = scenarios(CFG)[name]
+    v = judge(no_fault_observation(name), sc.expect, sc.checks)
+    failed = {c.name for c in v.failed()}
+    assert not v.passed, f"{name} passed on a run with no fault: {v.checks}"
+    assert "fault injected" not in failed  # the harness claimed it: the job's own evidence must be what fails
+    assert failed & JOB_EVIDENCE, f"{name} failed only on {failed}"
+
+
+@pytest.mark.parametrize("name", catalog.PLATFORMS["local"])
+def test_unconfirmed_fault_fails_the_verdict(name):
+    sc = scenarios(CFG)[name]
+    obs = no_fault_observation(name)
+    obs.faults = [Fault(name, obs.faults[0].time, False, "pid 123 still running 5 s after SIGKILL")]
+    failed = {c.name: c.detail for c in judge(obs, sc.expect, sc.checks).failed()}
+    assert "still running" in failed["fault injected"]
+
+
+def test_worker_kill_passes_with_its_evidence():
+    """The same run with a real kill's traces (detection, restart from step 4, steps 5-6 recomputed) passes."""
+    recs = ([start(0)] + [step(n, n) for n in range(1, 7)] + [{"event": "checkpoint", "time": 4.5, "step": 4}]
+            + [start(10, 4, restart=1)] + [step(10 + n, n) for n in range(5, CFG.steps + 1)]
+            + [{"event": "end", "time": 30, "step": CFG.steps}])
+    obs = no_fault_observation("worker-kill")
+    obs.records, obs.detections = recs, [6.6]
+    v = judge(obs, scenarios(CFG)["worker-kill"].expect)
+    assert v.passed, v.failed()
+    (r,) = v.recoveries
+    assert r.steps_lost == 2 and r.detect_s == pytest.approx(0.1) and r.recover_s == pytest.approx(15 - 6.5)
+
+
+def test_steps_lost_bound_and_unequal_weights_fail():
+    recs = ([start(0)] + [step(n, n) for n in range(1, 7)]
+            + [start(10, 0, restart=1)] + [step(10 + n, n) for n in range(1, CFG.steps + 1)]
+            + [{"event": "end", "time": 40, "step": CFG.steps}])
+    obs = no_fault_observation("worker-kill")
+    obs.records, obs.detections, obs.weight_diffs = recs, [6.6], ["model.shared.weight: max |diff| 1e-3"]
+    failed = {c.name for c in judge(obs, Expectation(max_steps_lost=2)).failed()}
+    assert failed == {"steps recomputed <= 2", "weights bitwise == reference"}
+
+
+def test_exactly_once_and_history_problems_fail():
+    obs = no_fault_observation("worker-kill")
+    recs = ([start(0)] + [step(n, n) for n in range(1, 7)] + [start(10, 4, restart=1)]
+            + [dict(step(10 + n, n), data_offset=(n - 2) * GB) for n in range(5, CFG.steps + 1)]
+            + [{"event": "end", "time": 40, "step": CFG.steps}])
+    obs.records, obs.detections = recs, [6.6]
+    failed = {c.name: c.detail for c in judge(obs, Expectation()).failed()}
+    assert "overlap" in failed["every sample exactly once"]
