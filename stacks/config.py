@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, get_type_hints
 
 from cluster_facts import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
+from training.field_docs import field_docs as _field_docs
 
 PLATFORMS = ("eks", "parallelcluster")
 #: Kubernetes versions the pinned kubectl layer (v1.35) may manage: kubectl supports +-1 minor version skew.
@@ -335,18 +336,8 @@ def _coerce(key: str, raw: Any, hint: Any) -> Any:
 
 def field_docs() -> dict[str, str]:
     """Context key -> the field's docstring (read from this module's source, so docs live in one place)."""
-    import ast  # noqa: PLC0415
-    import inspect  # noqa: PLC0415
-
-    tree = ast.parse(inspect.getsource(InfraConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
     keys = {f.name: f.metadata["context_key"] for f in dataclasses.fields(InfraConfig)}
-    return {keys[name]: doc for name, doc in docs.items() if name in keys}
+    return {keys[name]: doc for name, doc in _field_docs(InfraConfig).items()}
 
 
 def defaults() -> dict[str, Any]:

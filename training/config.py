@@ -7,7 +7,6 @@ receives only its own slice (``cfg.model``, ``cfg.checkpoint``, ...). All cross-
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import inspect
 import os
@@ -15,6 +14,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from training.field_docs import field_docs
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -165,17 +166,6 @@ SECTIONS = [f.name for f in fields(Config) if f.name != "preset"]
 
 def presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Docstrings written under each dataclass field (the attribute-docstring convention)."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            docs[a.target.id] = " ".join(str(b.value.value).split())
-    return docs
 
 
 def _coerce(value: Any, typ: type, name: str) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_facts import GPU_INSTANCES
+from training.field_docs import field_docs as _field_docs
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # Instance families whose EFA supports GPUDirect RDMA (GPU memory <-> NIC without a host copy).
@@ -308,17 +309,8 @@ class SlurmJobConfig:
 
 
 def field_docs() -> dict[str, str]:
-    """Field name -> first sentence of its docstring (for ``--help``)."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(SlurmJobConfig))
-    out: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            out[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
-    return out
+    """Field name -> its docstring on one line (for ``--help``)."""
+    return _field_docs(SlurmJobConfig)
 
 
 __all__ = ["SlurmJobConfig", "SlurmConfigError", "SharedDirError", "parse_time_limit", "field_docs", "RESERVED_TRAIN_FLAGS"]

@@ -166,3 +166,12 @@ def test_cli_print_and_errors():
     out = subprocess.run(run + ["--print", "--preset", "debug"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "after '--'" in out.stderr
     assert subprocess.run(run + ["--help"], capture_output=True, timeout=60, cwd=ROOT).returncode == 0
+
+
+def test_package_reexports_resolve_without_importing_torch():
+    """Callers import from the package; it runs before torch is needed, so importing it must not load torch."""
+    code = ("import sys, training.launch as launch; [getattr(launch, n) for n in launch.__all__]; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

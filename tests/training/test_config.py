@@ -1,10 +1,12 @@
 """Config precedence and validation: bad values fail fast with a message naming the value and the fix."""
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
 from training.config import ConfigError, check_world, load_config, presets
+from training.field_docs import field_docs
 
 
 def test_presets_exist():
@@ -67,3 +69,27 @@ def test_help_documents_every_field():
     for flag in ("--checkpoint.async_save", "--parallel.train_timeout_s", "--data.source", "--fault.slow_commit_s"):
         assert flag in r.stdout
     assert "Process-group timeout after the first step" in r.stdout
+
+
+@dataclass
+class _Documented:
+    """A config documented both ways.
+
+    Attributes:
+        both: from the section.
+        listed: only in the
+            section, over two lines.
+    """
+
+    inline: int = 1
+    """Written under
+    the field."""
+    both: int = 2
+    """Loses to the section."""
+    listed: int = 3
+    undocumented: int = 4
+
+
+def test_field_docs_reads_inline_and_attributes_section_docstrings():
+    assert field_docs(_Documented) == {"inline": "Written under the field.", "both": "from the section.",
+                                       "listed": "only in the section, over two lines."}

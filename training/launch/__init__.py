@@ -1,0 +1,31 @@
+"""Elastic launcher: one torchrun command line for this machine, Slurm and Kubeflow Trainer.
+
+``python -m training.launch --help`` documents the CLI (:mod:`training.launch.cli`). The modules, one concern each:
+
+* :mod:`~training.launch.config`: the typed :class:`LaunchConfig` and :class:`LaunchError`;
+* :mod:`~training.launch.commands`: torchrun / store command lines and agent environment from a config;
+* :mod:`~training.launch.from_env`: local, Slurm and Kubeflow ``PET_*`` variables -> config;
+* :mod:`~training.launch.hostlist`: the first host of a Slurm hostlist;
+* :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
+* :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node).
+
+The names below are re-exported so callers can keep ``from training.launch import ...``. Importing this
+package never imports torch: it runs before torch is needed.
+"""
+
+from training.launch.cli import build_parser, config_from_args, main
+from training.launch.commands import format_argv, launch_env, rdzv_conf, store_argv, torchrun_argv, training_argv
+from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError, RdzvTuning
+from training.launch.from_env import config_from_env, config_from_local, config_from_pet, config_from_slurm
+from training.launch.hostlist import expand_first_host, slurm_first_host
+from training.launch.local import run_local, start_store
+from training.launch.preflight import preflight
+
+__all__ = [
+    "DEFAULT_RDZV_PORT", "RDZV_ENV", "LaunchConfig", "LaunchError", "RdzvTuning",
+    "format_argv", "launch_env", "rdzv_conf", "store_argv", "torchrun_argv", "training_argv",
+    "config_from_env", "config_from_local", "config_from_pet", "config_from_slurm",
+    "expand_first_host", "slurm_first_host",
+    "preflight", "run_local", "start_store",
+    "build_parser", "config_from_args", "main",
+]

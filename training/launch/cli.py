@@ -1,0 +1,150 @@
+"""Elastic launcher: one torchrun command line for this machine, Slurm and Kubeflow Trainer.
+
+Every platform goes through the same typed :class:`LaunchConfig` and the same :func:`torchrun_argv`, so the
+local multi-node run exercises exactly the torchrun arguments the clusters use:
+
+* ``--nnodes=MIN:MAX`` elastic membership, ``--max-restarts`` for worker failures;
+* c10d rendezvous with tuned timeouts (``--rdzv-conf``) and a fast keep-alive, so a lost node is noticed in
+  seconds instead of ~50 s;
+* ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: works around a torch 2.13 deadlock when a node joins a later
+  rendezvous round (pytorch#147064);
+* the rendezvous store can live outside every training node (``is_host=false`` against
+  ``python -m training.rdzv_store``), so the job survives losing *any* node, including rank 0's;
+* a short process-group timeout after the first step (``--parallel.train_timeout_s``) so a hung peer is
+  detected in seconds, not the 10-30 minute defaults.
+
+Usage::
+
+    python -m training.launch [--from-env local|slurm|pet] [options] [-- TRAINING ARGS]
+    python -m training.launch --nodes 2 -- --preset debug --train.steps 20      # 2 simulated nodes here
+    python -m training.launch --from-env slurm --print -- --preset t5-base       # show, don't run
+    srun --ntasks-per-node=1 python -m training.launch --from-env slurm -- --preset t5-base
+    # Kubeflow Trainer container `node`:  python -m training.launch --from-env pet -- --preset t5-base
+
+Environment read by the mappings (flags win over environment):
+
+* local: NODES (default 2), NPROC (default 1); starts its own rendezvous store unless --rdzv-endpoint.
+* slurm: SLURM_JOB_NUM_NODES, SLURM_NODEID, SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_JOB_NODELIST
+  (first host via ``scontrol show hostnames``), SLURM_GPUS_ON_NODE.
+* pet (Kubeflow Trainer v2 torch plugin): PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
+  PET_MASTER_ADDR, PET_MASTER_PORT.
+* all: T5_RDZV_ENDPOINT (HOST:PORT of a standalone store -> is_host=false), T5_RDZV_ID, T5_MIN_NODES.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from typing import Mapping
+
+from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv
+from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError
+from training.launch.from_env import config_from_env
+from training.launch.local import run_local
+from training.launch.preflight import preflight
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher's flags; this module's docstring is the ``--help`` text (usage and environment as epilog)."""
+    doc = __doc__.split("\n\n")
+    p = argparse.ArgumentParser(prog="python -m training.launch", description=doc[0] + "\n\n" + doc[1],
+                                epilog="\n\n".join(doc[2:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from-env", choices=["local", "slurm", "pet"], default="local",
+                   help="where node count/rank/endpoint come from (default local: simulated nodes here)")
+    p.add_argument("--nodes", type=int, help="MAX nodes (local: how many agents to start; default NODES or 2)")
+    p.add_argument("--min-nodes", type=int, help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)")
+    p.add_argument("--nproc-per-node", help="workers per node (int|gpu|cpu|auto)")
+    p.add_argument("--max-restarts", type=int, help="worker-group restarts before failing (default 3)")
+    p.add_argument("--rdzv-endpoint", help="HOST:PORT of a standalone store (implies is_host=false)")
+    p.add_argument("--rdzv-id", help="rendezvous id (default derived from the platform)")
+    p.add_argument("--node-hosts-store", action="store_true",
+                   help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)")
+    p.add_argument("--shutdown-timeout", type=int, help="seconds between SIGTERM and SIGKILL of workers (30)")
+    p.add_argument("--train-timeout-s", type=int,
+                   help="process-group timeout after step 1, for hang detection (default 30; 0 = training's)")
+    p.add_argument("--join-timeout", type=int, metavar="SECONDS",
+                   help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
+                        "and image pull (default 120)")
+    p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
+                   help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product, default 1x3)")
+    p.add_argument("--module", default="training", help="module the workers run (default training)")
+    p.add_argument("--print", dest="print_only", action="store_true", help="print the command(s), run nothing")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the training module's arguments")
+    return p
+
+
+def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> LaunchConfig:
+    """Platform mapping first, then explicit flags on top."""
+    cfg = config_from_env(a.from_env, env)
+    over: dict = {"module": a.module}
+    if a.nodes is not None:
+        over["max_nodes"] = a.nodes
+    if a.min_nodes is not None:
+        over["min_nodes"] = a.min_nodes
+    if a.nproc_per_node is not None:
+        over["nproc_per_node"] = int(a.nproc_per_node) if a.nproc_per_node.isdigit() else a.nproc_per_node
+    if a.max_restarts is not None:
+        over["max_restarts"] = a.max_restarts
+    if a.rdzv_endpoint:
+        over["rdzv_endpoint"] = a.rdzv_endpoint
+        over["external_store"] = not a.node_hosts_store
+    if a.rdzv_id:
+        over["rdzv_id"] = a.rdzv_id
+    if a.shutdown_timeout is not None:
+        over["shutdown_timeout_s"] = a.shutdown_timeout
+    if a.train_timeout_s is not None:
+        over["train_timeout_s"] = a.train_timeout_s
+    if a.join_timeout is not None:
+        over["tuning"] = replace(cfg.tuning, join_timeout=a.join_timeout)
+    if a.keep_alive:
+        try:
+            iv, att = (int(x) for x in a.keep_alive.lower().split("x"))
+        except ValueError:
+            raise LaunchError(f"--keep-alive {a.keep_alive!r}: expected INTERVALxATTEMPTS, e.g. 1x3") from None
+        over["tuning"] = replace(over.get("tuning", cfg.tuning), keep_alive_interval=iv, keep_alive_max_attempt=att)
+    targs = list(a.train_args)
+    if targs and targs[0] == "--":
+        targs = targs[1:]
+    over["train_args"] = tuple(targs)
+    cfg = replace(cfg, **over)
+    if cfg.min_nodes > cfg.max_nodes:  # e.g. T5_MIN_NODES=2 with --nodes 1: say which values clash
+        raise LaunchError(f"min nodes {cfg.min_nodes} > max nodes {cfg.max_nodes}: lower --min-nodes/T5_MIN_NODES")
+    cfg.validate()
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the launcher; returns the exit code (2: bad settings). On Slurm/Kubeflow the agent replaces this process."""
+    parser = build_parser()
+    a, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unknown launcher option(s) {' '.join(unknown)}: training arguments go after '--' "
+                     f"(python -m training.launch [options] -- --preset debug ...)")
+    try:
+        cfg = config_from_args(a)
+        for w in preflight(cfg):
+            print(f"[launch] warning: {w}", file=sys.stderr)
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.from_env == "local":
+        nodes = cfg.max_nodes
+        own_store = not (a.rdzv_endpoint or os.environ.get("T5_RDZV_ENDPOINT"))
+        if a.print_only:
+            if own_store:
+                print("# standalone rendezvous store (no training node hosts it):")
+                print(format_argv(store_argv(DEFAULT_RDZV_PORT, python=cfg.python)))
+            print(f"# one agent per simulated node, {nodes} node(s):")
+            for i in range(nodes):
+                print(format_argv(torchrun_argv(cfg), dict(RDZV_ENV, T5_NODE_RANK=str(i))))
+            return 0
+        return run_local(cfg, nodes, own_store)
+    argv_, env = torchrun_argv(cfg), launch_env(cfg)
+    if a.print_only:
+        print(format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, "T5_NODE_RANK") if k in env}))
+        return 0
+    print(f"[launch] {format_argv(argv_, RDZV_ENV)}", flush=True)
+    os.execvpe(argv_[0], argv_, env)  # the agent replaces us: signals from Slurm/kubelet reach it directly
+    return 127  # not reached

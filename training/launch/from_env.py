@@ -1,0 +1,111 @@
+"""Platform environment -> :class:`LaunchConfig`: local simulated nodes, Slurm, Kubeflow Trainer (``PET_*``).
+
+Each mapping reads only the variables its platform sets, plus the overrides every mapping honours
+(T5_RDZV_ENDPOINT, T5_RDZV_ID, T5_MIN_NODES); a missing variable raises :class:`LaunchError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping
+
+from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError
+from training.launch.hostlist import slurm_first_host
+
+
+def _int_env(env: Mapping[str, str], name: str, hint: str) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        raise LaunchError(f"{name} is not set: {hint}")
+    try:
+        return int(raw)
+    except ValueError:
+        raise LaunchError(f"{name}={raw!r} is not an integer: {hint}") from None
+
+
+def _nnodes(raw: str, name: str) -> tuple[int | None, int]:
+    """Parse ``N`` or ``MIN:MAX``; returns (min or None, max)."""
+    try:
+        if ":" in raw:
+            lo, hi = raw.split(":", 1)
+            return int(lo), int(hi)
+        return None, int(raw)
+    except ValueError:
+        raise LaunchError(f"{name}={raw!r}: expected N or MIN:MAX") from None
+
+
+def _common(env: Mapping[str, str], default_endpoint: str, default_id: str) -> dict:
+    """Overrides every mapping honours: an external store, an explicit id, the MIN of --nnodes."""
+    ext = env.get("T5_RDZV_ENDPOINT", "")
+    out: dict = {"rdzv_endpoint": ext or default_endpoint, "external_store": bool(ext),
+                 "rdzv_id": env.get("T5_RDZV_ID") or default_id}
+    if env.get("T5_MIN_NODES"):
+        out["min_nodes"] = _int_env(env, "T5_MIN_NODES", "set it to the fewest nodes to keep training with")
+    return out
+
+
+def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] = slurm_first_host) -> LaunchConfig:
+    """Map a Slurm allocation (one launcher per node, e.g. ``srun --ntasks-per-node=1``) to a LaunchConfig.
+
+    The rendezvous id includes SLURM_RESTART_COUNT so a requeued job starts a fresh rendezvous.
+    Without T5_RDZV_ENDPOINT the first allocated host serves the store (plain c10d).
+    """
+    hint = "run inside an sbatch/salloc allocation (srun --ntasks-per-node=1 python -m training.launch ...)"
+    nnodes = _int_env(env, "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in env else "SLURM_NNODES", hint)
+    job = _int_env(env, "SLURM_JOB_ID", hint)
+    restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise LaunchError(f"SLURM_JOB_NODELIST is not set: {hint}")
+    node_rank = _int_env(env, "SLURM_NODEID", hint)
+    gpus = env.get("SLURM_GPUS_ON_NODE", "")
+    common = _common(env, f"{first_host(nodelist)}:{env.get('T5_RDZV_PORT', DEFAULT_RDZV_PORT)}",
+                     f"slurm-{job}" + (f"-r{restart}" if restart else ""))
+    return LaunchConfig(max_nodes=nnodes, nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
+                        node_rank=node_rank, **common)
+
+
+def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
+    """Map the Kubeflow Trainer v2.3 torch plugin's ``PET_*`` variables (container ``node``) to a LaunchConfig.
+
+    PET_MASTER_ADDR is ``<job>-node-0-0.<job>``: the part after the first dot (the TrainJob name) is the
+    rendezvous id unless T5_RDZV_ID is set. Without T5_RDZV_ENDPOINT node 0 serves the store.
+    """
+    hint = "this mapping runs inside a Kubeflow TrainJob pod (torch runtime, container 'node')"
+    raw = env.get("PET_NNODES")
+    if not raw:
+        raise LaunchError(f"PET_NNODES is not set: {hint}")
+    lo, hi = _nnodes(raw, "PET_NNODES")
+    nproc_raw = env.get("PET_NPROC_PER_NODE", "1")
+    nproc: int | str = int(nproc_raw) if nproc_raw.isdigit() else nproc_raw
+    node_rank = _int_env(env, "PET_NODE_RANK", hint)
+    addr = env.get("PET_MASTER_ADDR")
+    if not addr:
+        raise LaunchError(f"PET_MASTER_ADDR is not set: {hint}")
+    port = _int_env(env, "PET_MASTER_PORT", hint)
+    job = addr.split(".", 1)[1].split(".", 1)[0] if "." in addr else addr
+    common = _common(env, f"{addr}:{port}", f"trainjob-{job}")
+    common.setdefault("min_nodes", lo if lo is not None else 1)
+    return LaunchConfig(max_nodes=hi, nproc_per_node=nproc, node_rank=node_rank, **common)
+
+
+def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
+    """Local simulated nodes: NODES and NPROC (Makefile variables); the store endpoint is filled in at start."""
+    nodes = int(env.get("NODES") or 2)
+    nproc_raw = env.get("NPROC") or "1"
+    common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local")
+    common["external_store"] = True  # local runs always use a standalone store (started by run_local)
+    return LaunchConfig(max_nodes=nodes, nproc_per_node=int(nproc_raw) if nproc_raw.isdigit() else nproc_raw,
+                        **common)
+
+
+def config_from_env(kind: str, env: Mapping[str, str] | None = None) -> LaunchConfig:
+    """``local`` | ``slurm`` | ``pet`` -> LaunchConfig (flags are applied on top by the CLI)."""
+    env = os.environ if env is None else env
+    if kind == "local":
+        return config_from_local(env)
+    if kind == "slurm":
+        return config_from_slurm(env)
+    if kind == "pet":
+        return config_from_pet(env)
+    raise LaunchError(f"--from-env {kind!r}: use local, slurm or pet")

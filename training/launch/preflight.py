@@ -1,0 +1,36 @@
+"""Checks of the training arguments before any agent starts, so a typo fails in seconds, not minutes."""
+
+from __future__ import annotations
+
+from training.launch.commands import training_argv
+from training.launch.config import LaunchConfig, LaunchError
+
+
+def preflight(cfg: LaunchConfig) -> list[str]:
+    """Validate the training arguments before any agent starts; returns warnings, raises LaunchError.
+
+    torchrun retries a worker that exits 2 (bad config) ``--max-restarts`` times, start-up included, so a
+    typo would cost minutes before failing. Only for the project's own training module.
+    """
+    if cfg.module != "training":
+        return []
+    from training.config import ConfigError, load_config  # no torch import: cheap
+    try:
+        tcfg = load_config(training_argv(cfg))
+    except ConfigError as e:
+        raise LaunchError(f"training arguments: {e}") from None
+    except SystemExit:  # argparse already printed what is wrong
+        raise LaunchError("training arguments rejected (see above); python -m training --help lists them") from None
+    if not isinstance(cfg.nproc_per_node, int):
+        return []
+    gb = tcfg.train.global_batch
+    worlds = [n * cfg.nproc_per_node for n in range(cfg.min_nodes, cfg.max_nodes + 1)]
+    bad = [w for w in worlds if gb % w]
+    if len(bad) == len(worlds):
+        raise LaunchError(f"train.global_batch={gb} divides by none of the world sizes {worlds} this launch "
+                          f"allows ({cfg.min_nodes}..{cfg.max_nodes} nodes x {cfg.nproc_per_node}); pick a multiple "
+                          f"of {cfg.max_nodes * cfg.nproc_per_node}")
+    if bad:
+        return [f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
+                f"them the workers exit with a config error; raise --min-nodes or choose another global batch"]
+    return []
