@@ -231,7 +231,7 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
         if f and f[0].recover_s is not None:
             fig_txt = f"  |  detect {_fmt(f[0].detect_s)} s, recover {f[0].recover_s:.1f} s, lost {f[0].steps_lost} steps"
         elif f:
-            fig_txt = f"  |  {len(f)} failures, job stopped: exit codes {list(r.exit_codes.values())}"
+            fig_txt = f"  |  {len(f)} failures, job stopped: {r.figures.get('exit codes', '-')}"
         ax.set_title(f"{r.name}: {'PASS' if r.passed else 'FAIL'}{fig_txt}", loc="left", fontsize=10)
         last = max([x["time"] for x in r.timeline] + [e["time"] for e in r.events] + [t0 + 1]) - t0
         ax.set_xlim(0, last * 1.08)  # room for the labels of a failure at the very end

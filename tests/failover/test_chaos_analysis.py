@@ -128,3 +128,18 @@ def test_targets_and_table_by_scenario_name():
     assert "requeues" in lines[0]
     row = next(line for line in lines if line.startswith("node-kill"))
     assert row.split()[1:7] == ["PASS", "1.0", "20.0", "5", "1", "1"]
+
+
+def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
+    from chaos.analysis import Recovery
+    from chaos.report import timeline_png
+    ok = ScenarioResult(name="worker-kill", title="x", passed=True, timeline=history(), t0=0.0,
+                        recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, 18.8, 2, 1, 1)],
+                        events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"},
+                                {"time": 30, "kind": "rejoin", "label": "rejoin"}])
+    failed = ScenarioResult(name="restarts-exhausted", title="y", outcome="fail", timeline=history()[:8], t0=0.0,
+                            recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, None, None, 1, None)],
+                            events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"}],
+                            figures={"exit codes": {"node0": 1}})
+    png = timeline_png(tmp_path / "t.png", [ok, failed], "title")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
