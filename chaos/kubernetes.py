@@ -70,6 +70,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                          t0=t0, workdir=str(out_dir),
                          events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
                          figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures})
+    res.wall_s = obs.wall_s
     if judged:
         res.apply(judge(obs, expectation(interval), [check_jobset_restarts]))
     res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
@@ -100,7 +101,9 @@ def format_report(rep: dict[str, Any]) -> str:
     res.checks = [Check(**c) if isinstance(c, dict) else c for c in res.checks]
     lines = [header(rep), table([res], columns=("JobSet restarts", "pod failures"))]
     for r in res.recoveries:
-        lines.append(f"  {r.kind}: detect {r.detect_s} s, recover {r.recover_s} s, {r.steps_lost} step(s) recomputed")
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        lines.append(f"  {r.kind}: detect {fmt(r.detect_s)} s, recover {fmt(r.recover_s)} s, "
+                     f"{r.steps_lost} step(s) recomputed")
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
     lines.append("detect: fault -> Job failed (or JobSet restart seen); recover: fault -> first step of the resumed "
                  "attempt; lost: steps recomputed")
