@@ -353,7 +353,7 @@ class Runner:
         final = self.final_checkpoint(job)
         obs = Observation(
             records=records, faults=faults,
-            detections=detections + (torchrun_detections(logs) if sc.name == "worker-kill" else []),
+            detections=detections + self.log_detections(sc.name, logs),
             exited_ok=info is not None and info.succeeded if info is not None and info.terminal else None,
             exit_detail=f"job {jid} {info.state if info else '?'} exit {info.exit_code if info else '?'}",
             steps=self.cfg.steps, global_batch=global_batch(self.cfg), final_committed=(final / MARKER).is_file(),
@@ -366,6 +366,16 @@ class Runner:
         say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
             + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks))
         return res
+
+    @staticmethod
+    def log_detections(name: str, logs: list[tuple[float, str]]) -> list[float]:
+        """Job-log lines that show a fault was noticed: an agent's failed worker group (worker-kill), the batch
+        script receiving the pre-timeout signal (preemption). node-kill is noticed by Slurm (node DOWN)."""
+        if name == "worker-kill":
+            return torchrun_detections(logs)
+        if name == "preemption":
+            return [t for t, line in logs if "SIGUSR1" in line]
+        return []
 
     def inject(self, name: str, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
         """Inject the fault and confirm its effect."""

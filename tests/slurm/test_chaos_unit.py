@@ -102,3 +102,12 @@ def test_tail_returns_only_complete_lines(tmp_path):
     with open(f, "a") as fh:
         fh.write('ep", "time": 2, "step": 1}\n')
     assert [line for _, line in t.read()] == ['{"event": "step", "time": 2, "step": 1}']
+
+
+def test_log_lines_that_count_as_noticed():
+    from chaos.slurm import Runner
+    logs = [(1.0, "[job] step 5"), (2.0, "[job] received SIGUSR1: checkpoint and requeue"),
+            (3.0, "E failed (exitcode: -9) local_rank: 0")]
+    assert Runner.log_detections("preemption", logs) == [2.0]
+    assert Runner.log_detections("worker-kill", logs) == [3.0]
+    assert Runner.log_detections("node-kill", logs) == []
