@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, get_type_hints
 
-from cluster_facts import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
+from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, GPU_INSTANCES,
+                           RUNTIME_NAME, TRAINING_NAMESPACE, GpuInstanceSpec, gpu_instance)
 from training.field_docs import field_docs as _field_docs
 
 PLATFORMS = ("eks", "parallelcluster")
@@ -54,8 +55,8 @@ class InfraConfig:
     name_prefix: str = field(default="t5ft", metadata=_key("namePrefix"))
     """Prefix of stack, cluster and resource names (lowercase letters, digits, hyphens; 2-20 chars)."""
 
-    gpu_instance_type: str = field(default="p5.48xlarge", metadata=_key("gpuInstanceType"))
-    """GPU instance type, one of ``cluster_facts.py`` (sets GPUs and EFA interfaces per node)."""
+    gpu_instance_type: str = field(default=DEFAULT_GPU_INSTANCE_TYPE, metadata=_key("gpuInstanceType"))
+    """GPU instance type, one of ``cluster_facts.GPU_INSTANCES`` (sets GPUs and EFA interfaces per node)."""
 
     gpu_nodes: int = field(default=2, metadata=_key("gpuNodes"))
     """Number of GPU nodes (EKS: node group size; ParallelCluster: the Slurm queue's MaxCount)."""
@@ -111,16 +112,16 @@ class InfraConfig:
     trainer_chart_version: str = field(default="2.3.0", metadata=_key("trainerChartVersion"))
     """Kubeflow Trainer Helm chart version (v2.x; installs JobSet too). The runtime targets the 2.2+ API."""
 
-    training_namespace: str = field(default="training", metadata=_key("trainingNamespace"))
+    training_namespace: str = field(default=TRAINING_NAMESPACE, metadata=_key("trainingNamespace"))
     """Kubernetes namespace for TrainJobs, the FSx PVC and the S3 service account."""
 
-    runtime_name: str = field(default="t5-fault-tolerant", metadata=_key("runtimeName"))
+    runtime_name: str = field(default=RUNTIME_NAME, metadata=_key("runtimeName"))
     """Name of the fault-tolerant ClusterTrainingRuntime the stack installs."""
 
-    max_restarts: int = field(default=10, metadata=_key("maxRestarts"))
+    max_restarts: int = field(default=DEFAULT_MAX_RESTARTS, metadata=_key("maxRestarts"))
     """JobSet failurePolicy.maxRestarts: whole-job restarts (resume from the last checkpoint) before failing."""
 
-    image_tag: str = field(default="0.1.0", metadata=_key("imageTag"))
+    image_tag: str = field(default=DEFAULT_IMAGE_TAG, metadata=_key("imageTag"))
     """Tag of the training image in the stack's ECR repository used as the runtime's default image
     (tags are immutable; ``make image`` pushes one, a TrainJob may override the image)."""
 

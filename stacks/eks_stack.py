@@ -6,6 +6,7 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
+from cluster_facts import FSX_MOUNT_PATH
 from stacks.components.eks_charts import GpuDevicePlugins, KubeflowTrainer
 from stacks.components.eks_cluster import SYSTEM_POOL_LABEL, TrainingEksCluster
 from stacks.components.eks_gpu_nodes import GPU_POOL_LABEL, GpuNodeGroup
@@ -50,7 +51,8 @@ class EksStack(cdk.Stack):
             checkpoint_prefix=config.checkpoint_prefix, trainer_chart=self.trainer.chart,
             runtime_name=config.runtime_name, image=f"{repo.repository_uri}:{config.image_tag}",
             max_restarts=config.max_restarts, gpus_per_node=config.gpu.gpus,
-            efa_per_node=config.gpu.efa_interfaces, gpu_node_labels=GPU_POOL_LABEL, num_nodes=config.gpu_nodes)
+            efa_per_node=config.gpu.efa_interfaces, gpudirect_rdma=config.gpu.gpudirect_rdma,
+            gpu_node_labels=GPU_POOL_LABEL, num_nodes=config.gpu_nodes)
         # The FSx CSI driver (its node plugin mounts the claim) is installed before the training namespace.
         self.training.node.add_dependency(self.eks.fsx_csi_driver)
         acknowledge_eks_findings(self, cluster=cluster,
@@ -63,7 +65,7 @@ class EksStack(cdk.Stack):
              "Run this to point kubectl at the cluster"),
             ("TrainingNamespace", config.training_namespace, "Namespace for TrainJobs"),
             ("RuntimeName", config.runtime_name, "ClusterTrainingRuntime to reference from TrainJobs"),
-            ("FsxClaimName", self.training.pvc_name, "PVC of the FSx file system (mounted at /fsx)"),
+            ("FsxClaimName", self.training.pvc_name, f"PVC of the FSx file system (mounted at {FSX_MOUNT_PATH})"),
             ("ServiceAccountName", self.training.service_account_name, "Service account with S3 access"),
             ("EcrRepositoryUri", repo.repository_uri, "Push the training image here (make image)"),
             ("FsxFileSystemId", storage.lustre.file_system.file_system_id, "FSx for Lustre file system id"),

@@ -6,7 +6,8 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from cluster_assets.parallelcluster.config import FSX_MOUNT_DIR, GPU_QUEUE, build_cluster_config
+from cluster_assets.parallelcluster.config import build_cluster_config
+from cluster_facts import FSX_MOUNT_PATH, GPU_QUEUE
 from stacks.components.parallelcluster import ParallelClusterResource
 from stacks.config import PCLUSTER_VERSION, InfraConfig
 from stacks.network_stack import NetworkStack
@@ -51,7 +52,7 @@ class PclusterStack(cdk.Stack):
             ("HeadNodeSessionCommand", f"aws ssm start-session --target {head_instance} --region {cdk.Aws.REGION}",
              "Open a shell on the head node (no SSH key or public IP needed)"),
             ("SlurmPartition", GPU_QUEUE, "Slurm partition of the GPU nodes"),
-            ("FsxMountDir", FSX_MOUNT_DIR, "Where FSx for Lustre is mounted on every node"),
+            ("FsxMountDir", FSX_MOUNT_PATH, "Where FSx for Lustre is mounted on every node"),
             ("ValidationMessages", self.pcluster.attribute("validationMessages"),
              "ParallelCluster configuration warnings of the last create/update"),
             ("EcrRepositoryUri", storage.images.repository.repository_uri, "ECR repository of the training image"),

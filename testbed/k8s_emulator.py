@@ -124,8 +124,6 @@ class Rendered:
     grace_s: float
     max_restarts: int | None  # None: no failurePolicy -> first Job failure fails the JobSet
     failure_rules: list[dict]
-    restart_strategy: str
-    success_operator: str
 
 
 def render(runtime: dict, trainjob: dict) -> Rendered:
@@ -221,16 +219,15 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
         raise ContractError("a Job podFailurePolicy requires pod restartPolicy: Never")
     fp = js.get("failurePolicy")
     strategy = (fp or {}).get("restartStrategy", "Recreate")
+    # Both recreate every pod; the emulator removes the old pods before it starts new ones, which satisfies both.
     if strategy not in ("Recreate", "BlockingRecreate"):
         raise ContractError(f"JobSet restartStrategy {strategy!r} is not emulated (Recreate, BlockingRecreate)")
-    sp = js.get("successPolicy") or {}
     return Rendered(
         job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=command + args,
         env=env, working_dir=ctr.get("workingDir"), mounts=mounts,
         backoff_limit=jspec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), pod_failure_rules=pfp,
         restart_policy=restart_policy, grace_s=float(pspec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
         max_restarts=None if fp is None else fp.get("maxRestarts", 0), failure_rules=(fp or {}).get("rules") or [],
-        restart_strategy=strategy, success_operator=sp.get("operator", "All"),
     )
 
 

@@ -100,7 +100,7 @@ class CheckpointManager:
         self.on_commit = on_commit or (lambda step: None)
         # Checkpoint collectives get their own gloo group: async saves run them on a background thread
         # without racing the training group, and a slow writer is not cut off by the short training timeout.
-        self.group = dist.new_group(backend="gloo", timeout=timedelta(hours=1))
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.timeout_s))
         self._pending: tuple[int, Any, threading.Event] | None = None
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
         self._stager = ReusedBufferStager()

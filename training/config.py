@@ -122,6 +122,9 @@ class CheckpointConfig:
     """Complete checkpoints to keep; older ones are deleted after a newer one commits."""
     async_save: bool = True
     """Write checkpoints in the background (training continues after a short copy)."""
+    timeout_s: float = 3600.0
+    """Timeout of the checkpoint collectives (their own gloo group): how long a save or load waits for the
+    slowest rank's write or read before it fails."""
 
 
 @dataclass
@@ -297,6 +300,7 @@ def validate(cfg: Config) -> None:
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
     need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
+    need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0,

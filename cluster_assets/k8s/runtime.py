@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, nccl_env, platform_timeouts
+
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 #: The replicated job and container the Trainer torch plugin injects PET_* variables into.
 NODE = "node"
@@ -28,8 +30,6 @@ NODE = "node"
 NON_RETRYABLE_EXIT_CODES = (2, 3)
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-#: Taint the EKS GPU node group carries; training pods tolerate it.
-GPU_TAINT_KEY = "nvidia.com/gpu"
 
 
 def build_cluster_training_runtime(
@@ -40,11 +40,12 @@ def build_cluster_training_runtime(
     max_restarts: int,
     gpus_per_node: int,
     efa_per_node: int,
+    gpudirect_rdma: bool = False,
     num_nodes: int = 1,
     namespace: Optional[str] = None,
-    fsx_mount_path: str = "/fsx",
+    fsx_mount_path: str = FSX_MOUNT_PATH,
     shm_size: str = "64Gi",
-    termination_grace_period_s: int = 120,
+    termination_grace_period_s: int = platform_timeouts("eks").grace_s,
     non_retryable_exit_codes: Sequence[int] = NON_RETRYABLE_EXIT_CODES,
     node_selector: Optional[dict[str, str]] = None,
     env: Optional[dict[str, str]] = None,
@@ -59,6 +60,8 @@ def build_cluster_training_runtime(
         max_restarts: JobSet ``failurePolicy.maxRestarts``: whole-job restarts before the TrainJob fails.
         gpus_per_node: ``nvidia.com/gpu`` per pod (one pod per node); 0 for CPU-only test clusters.
         efa_per_node: ``vpc.amazonaws.com/efa`` interfaces per pod; 0 disables EFA (no resource, no env).
+        gpudirect_rdma: the instance type's EFA supports GPUDirect RDMA
+            (:attr:`cluster_facts.GpuInstanceSpec.gpudirect_rdma`); only with EFA.
         num_nodes: default ``mlPolicy.numNodes`` (TrainJob ``spec.trainer.numNodes`` overrides it).
         namespace: None renders a cluster-scoped ``ClusterTrainingRuntime``; a namespace renders the same
             spec as a namespaced ``TrainingRuntime`` there (handy for per-team or test installs).
@@ -66,7 +69,8 @@ def build_cluster_training_runtime(
         shm_size: size limit of the memory-backed ``/dev/shm`` (NCCL and data-loader workers need more than
             the container default of 64 MiB).
         termination_grace_period_s: time between SIGTERM and SIGKILL; the training package saves a
-            checkpoint at the next step boundary on SIGTERM, so this must exceed one step plus a save.
+            checkpoint at the next step boundary on SIGTERM, and the torchrun agent waits for that up to its
+            shutdown timeout, which this must exceed. Default: the EKS row of :data:`cluster_facts.TIMEOUTS`.
         non_retryable_exit_codes: container exit codes that fail the TrainJob without restarting.
         node_selector: optional node labels the pods must match (e.g. the GPU node group's label).
         env: extra environment for the ``node`` container. ``PET_*`` names are reserved for the Trainer.
@@ -87,8 +91,10 @@ def build_cluster_training_runtime(
         raise ValueError(f"env {reserved}: PET_* variables are set by the Trainer torch plugin; remove them")
     if termination_grace_period_s < 30:
         raise ValueError(f"termination_grace_period_s={termination_grace_period_s}: allow >= 30 s to checkpoint")
+    if gpudirect_rdma and not (gpus_per_node and efa_per_node):
+        raise ValueError("gpudirect_rdma=True needs GPUs and EFA (gpus_per_node and efa_per_node > 0)")
 
-    container_env = _default_env(efa_per_node) | dict(env or {})
+    container_env = _default_env(gpus_per_node, efa_per_node, gpudirect_rdma) | dict(env or {})
     # Quantities as strings: the canonical Kubernetes form (and what the typed API models round-trip).
     limits: dict[str, str] = {}
     if gpus_per_node:
@@ -188,15 +194,16 @@ def build_cluster_training_runtime(
     }
 
 
-def _default_env(efa_per_node: int) -> dict[str, str]:
-    """Environment every training pod gets: torch elastic fix-ups, and EFA/NCCL settings when EFA is on."""
+def _default_env(gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool) -> dict[str, str]:
+    """Environment every training pod gets: the rendezvous fix-up, and on GPU pods the NCCL/EFA environment
+    shared with the Slurm batch script (:func:`cluster_facts.nccl_env`)."""
     env = {
-        # torch 2.13: a node joining a later rendezvous round deadlocks without this (STACK-NOTES §3).
+        # torch 2.13: a node joining a later rendezvous round deadlocks while agents share the rendezvous
+        # TCPStore with their workers (pytorch#147064). The launcher sets it as well; the runtime sets it for
+        # any TrainJob that runs torchrun itself instead of the launcher. (Slurm jobs always go through the
+        # launcher, so the batch script does not need it.)
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        # Surface NCCL errors as exceptions so a hung peer fails the pod instead of blocking forever.
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "NCCL_DEBUG": "WARN",
     }
-    if efa_per_node:
-        env |= {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_PROTO": "simple"}
+    if gpus_per_node:
+        env |= nccl_env(efa=efa_per_node > 0, gpudirect_rdma=gpudirect_rdma)
     return env

@@ -8,13 +8,14 @@ What the rendered object says, and why:
 * ``runtimeRef``: our fault-tolerant ``ClusterTrainingRuntime`` (JobSet gang restart on any pod failure,
   Job ``backoffLimit: 0``, FSx volume, ``/dev/shm``, EFA). The runtime owns the failure semantics; the
   TrainJob only says what to run and how big.
-* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s 0
-  --join-timeout 600 --`` (``--train-timeout-s 0`` keeps the preset's process-group timeout; 600 s lets the
-  rendezvous wait for a pod scheduled on a replacement GPU node to pull the image). The launcher maps
-  the ``PET_*`` variables the Trainer torch plugin injects to torchrun (c10d rendezvous on node 0 with the
-  tuned timeouts, ``--max-restarts`` for worker crashes inside a pod). ``$(PET_NNODES)`` is expanded by the
-  kubelet from the container env: MIN = MAX nodes, because on Kubernetes a lost pod is replaced by a JobSet
-  gang restart, and a fixed world size keeps resume bitwise exact.
+* ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s T
+  --shutdown-timeout S --join-timeout J --``, with T, S, J from the EKS row of :data:`cluster_facts.TIMEOUTS`
+  (the process-group timeout after step 1; the agent's wait for its workers to checkpoint, which the
+  runtime's pod grace period exceeds; the rendezvous wait for a pod scheduled on a replacement GPU node to
+  pull the image). The launcher maps the ``PET_*`` variables the Trainer torch plugin injects to torchrun
+  (c10d rendezvous on node 0 with the tuned timeouts, ``--max-restarts`` for worker crashes inside a pod).
+  ``$(PET_NNODES)`` is expanded by the kubelet from the container env: MIN = MAX nodes, because on Kubernetes
+  a lost pod is replaced by a JobSet gang restart, and a fixed world size keeps resume bitwise exact.
 * ``args``: the training module's arguments: preset, a per-job directory on the FSx volume
   (``<mount>/jobs/<name>``: checkpoints + metrics, so a re-submitted job of the same name resumes), then
   the user's overrides (last wins).
@@ -31,17 +32,8 @@ import yaml
 from kubeflow_trainer_api import models as m
 
 from cluster_assets.k8s import schema
+from cluster_facts import platform_timeouts
 
-#: GPUs and EFA interfaces of the GPU instance types the EKS stack supports (one EFA per network card).
-INSTANCE_SHAPES: dict[str, tuple[int, int]] = {
-    "p5.48xlarge": (8, 32),
-    "p5e.48xlarge": (8, 32),
-    "p5en.48xlarge": (8, 16),
-    "p4d.24xlarge": (8, 4),
-    "p4de.24xlarge": (8, 4),
-    "g6e.48xlarge": (8, 4),
-}
-DEFAULT_INSTANCE_TYPE = "p5.48xlarge"
 #: 2 MiB hugepages the EFA libfabric provider needs per pod (AWS EFA-on-EKS guidance).
 EFA_HUGEPAGES = "5120Mi"
 #: Environment names the Trainer torch plugin owns; v2.3's webhook rejects them in ``trainer.env``.
@@ -107,9 +99,6 @@ class TrainJobConfig:
         return self.num_nodes * self.nproc_per_node
 
 
-K8S_JOIN_TIMEOUT_S = 600
-"""Rendezvous join timeout on Kubernetes: covers scheduling onto a replacement node plus the image pull."""
-
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -157,13 +146,14 @@ def check(cfg: TrainJobConfig) -> None:
 
 def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
     """(command, args) of container ``node``: the launcher in PET mode, then the training arguments."""
-    # --train-timeout-s 0: keep the preset's process-group timeout (300 s for the GPU presets: a synchronous
-    # checkpoint of a large model on FSx takes longer than the launcher's 30 s default).
-    # --join-timeout 600: after a gang restart, a pod placed on a fresh GPU node pulls a multi-GB image first;
-    # with the launcher's 120 s the pods already running would give up and force another restart.
-    # launcher_args come later, so a user's own value wins (argparse: last one counts).
+    t = platform_timeouts("eks")
+    # The EKS timeouts (cluster_facts.TIMEOUTS): hang detection after step 1, the agent's wait for a
+    # checkpoint-on-SIGTERM (the runtime's pod grace period exceeds it), and the rendezvous wait for a pod on a
+    # fresh GPU node that pulls a multi-GB image first (shorter, and the pods already running would give up
+    # and force another restart). launcher_args come later, so a user's own value wins (argparse: last counts).
     command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", "$(PET_NNODES)",
-               "--train-timeout-s", "0", "--join-timeout", str(K8S_JOIN_TIMEOUT_S), *cfg.launcher_args, "--"]
+               "--train-timeout-s", str(t.train_pg_timeout_s), "--shutdown-timeout", str(t.shutdown_timeout_s),
+               "--join-timeout", str(t.rdzv_join_timeout_s), *cfg.launcher_args, "--"]
     args = ["--preset", cfg.preset, "--job.out_dir", cfg.job_dir, *cfg.training_args]
     return command, args
 

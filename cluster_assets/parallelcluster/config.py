@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-#: Where the FSx for Lustre file system is mounted on every node (same path as in the EKS pods).
-FSX_MOUNT_DIR = "/fsx"
-GPU_QUEUE = "gpu"
+from cluster_facts import FSX_MOUNT_PATH, GPU_QUEUE
 
 
 def build_cluster_config(
@@ -126,7 +124,7 @@ def build_cluster_config(
         "SharedStorage": [{
             "Name": "fsx",
             "StorageType": "FsxLustre",
-            "MountDir": FSX_MOUNT_DIR,
+            "MountDir": FSX_MOUNT_PATH,
             "FsxLustreSettings": {"FileSystemId": fsx_file_system_id},
         }],
         "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},

@@ -2,8 +2,9 @@
 
 The same :class:`SlurmJobConfig` renders the batch script (:mod:`cluster_assets.slurm.render`) for AWS
 ParallelCluster (checkpoints on ``/fsx``, the ECR image through pyxis) and for the local Slurm lab (a shared
-directory on this machine, the project venv). GPU facts come from the infrastructure's own instance table
-(:mod:`cluster_facts`), so the job and the cluster agree on GPUs per node and EFA.
+directory on this machine, the project venv). GPU facts come from the infrastructure's own instance table and
+the time limits from the Slurm row of the timeouts table (both in :mod:`cluster_facts`), so the job and the
+cluster agree on GPUs per node, EFA and how long a stop may take.
 """
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from cluster_facts import GPU_INSTANCES
+from cluster_facts import FSX_MOUNT_PATH, GPU_INSTANCES, SHUTDOWN_MARGIN_S, platform_timeouts
 from training.field_docs import field_docs as _field_docs
 
 REPO_DIR = Path(__file__).resolve().parents[2]
-# Instance families whose EFA supports GPUDirect RDMA (GPU memory <-> NIC without a host copy).
-GPUDIRECT_RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6")
+SLURM_TIMEOUTS = platform_timeouts("slurm")
 # Training flags the batch script owns: they must point at shared storage, so they derive from shared_dir.
 RESERVED_TRAIN_FLAGS = ("--job.out_dir", "--checkpoint.dir", "--metrics.path")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -81,9 +81,10 @@ class SlurmJobConfig:
     """Slurm partition (ParallelCluster: the queue name). Unset = the cluster's default partition."""
     time_limit: str | None = None
     """Slurm ``--time`` (e.g. ``04:00:00``). The job checkpoints and requeues itself before it runs out."""
-    signal_before_timeout_s: int = 300
+    signal_before_timeout_s: int = SLURM_TIMEOUTS.grace_s
     """Seconds before the time limit at which Slurm sends SIGUSR1 to the batch script (``--signal``),
-    which makes training checkpoint and the job requeue itself. Must cover one step plus a checkpoint."""
+    which makes training checkpoint and the job requeue itself. Must exceed ``shutdown_timeout_s`` by
+    at least 30 s."""
     requeue: bool = True
     """Let Slurm requeue the job after a node failure (``--requeue``) and let it requeue itself."""
     max_requeues: int = 5
@@ -93,12 +94,12 @@ class SlurmJobConfig:
     incarnation committed a newer checkpoint than it started from (progress was made; no crash loops)."""
     max_restarts: int = 3
     """torchrun worker-group restarts inside one allocation (a crashed worker costs seconds, no requeue)."""
-    shutdown_timeout_s: int = 120
+    shutdown_timeout_s: int = SLURM_TIMEOUTS.shutdown_timeout_s
     """Seconds an agent waits for its workers to checkpoint after SIGTERM before it SIGKILLs them."""
     rdzv_port: int = 29400
     """Base port of the rendezvous store on the first node; the job uses ``rdzv_port + job_id % 1000``."""
 
-    shared_dir: str = "/fsx"
+    shared_dir: str = FSX_MOUNT_PATH
     """Storage every node mounts at the same path (FSx for Lustre on ParallelCluster). Checkpoints,
     metrics and the job log live here so that a requeued job resumes on any nodes."""
     repo_dir: str = str(REPO_DIR)
@@ -173,9 +174,8 @@ class SlurmJobConfig:
             raise SlurmConfigError(
                 f"instance_type={self.instance_type!r} is not a known GPU instance type; use one of "
                 f"{', '.join(sorted(GPU_INSTANCES))}, or leave it unset and give gpus_per_node/efa yourself")
-        family = self.instance_type.split(".")[0]
         return replace(self, gpus_per_node=self.gpus_per_node or spec.gpus, efa=True,
-                       gpudirect_rdma=self.gpudirect_rdma or family.startswith(GPUDIRECT_RDMA_FAMILIES))
+                       gpudirect_rdma=self.gpudirect_rdma or spec.gpudirect_rdma)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], origin: str = "config") -> SlurmJobConfig:
@@ -238,6 +238,8 @@ class SlurmJobConfig:
                       f"more processes than the {self.gpus_per_node} GPUs per node; use at most one per GPU")
         if (self.efa or self.gpudirect_rdma) and not self.gpus_per_node:
             raise bad("efa", self.efa, "EFA/NCCL settings apply to GPU nodes; set gpus_per_node or instance_type")
+        if self.gpudirect_rdma and not self.efa:
+            raise bad("gpudirect_rdma", self.gpudirect_rdma, "GPUDirect RDMA is an EFA feature; set efa as well")
         if self.partition is not None and not _NAME.fullmatch(self.partition):
             raise bad("partition", self.partition, "use the partition (queue) name shown by sinfo")
         if not 1 <= self.signal_before_timeout_s <= 65535:
@@ -257,6 +259,12 @@ class SlurmJobConfig:
             raise bad("max_restarts", self.max_restarts, "use 0..1000")
         if not 1 <= self.shutdown_timeout_s <= 3600:
             raise bad("shutdown_timeout_s", self.shutdown_timeout_s, "use 1..3600 seconds")
+        if self.signal_before_timeout_s < self.shutdown_timeout_s + SHUTDOWN_MARGIN_S:
+            raise SlurmConfigError(
+                f"signal_before_timeout_s={self.signal_before_timeout_s} leaves less than {SHUTDOWN_MARGIN_S} s "
+                f"beyond shutdown_timeout_s={self.shutdown_timeout_s}: the time limit could kill the job while the "
+                f"agents still wait for the checkpoint; raise signal_before_timeout_s to at least "
+                f"{self.shutdown_timeout_s + SHUTDOWN_MARGIN_S} or lower shutdown_timeout_s")
         if not 1024 <= self.rdzv_port <= 64535:
             raise bad("rdzv_port", self.rdzv_port, "use 1024..64535 (the job adds job_id % 1000)")
         if self.step_timeout_s is not None and self.step_timeout_s < 60:

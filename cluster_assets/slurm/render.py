@@ -17,7 +17,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
-from cluster_assets.slurm.config import SlurmConfigError, SlurmJobConfig, field_docs
+from cluster_assets.slurm.config import SLURM_TIMEOUTS, SlurmConfigError, SlurmJobConfig, field_docs
+from cluster_facts import nccl_env
 
 TEMPLATE = Path(__file__).with_name("job.sbatch.in")
 
@@ -27,26 +28,11 @@ def _q(value: str | None) -> str:
 
 
 def efa_env(cfg: SlurmJobConfig) -> dict[str, str]:
-    """NCCL/libfabric environment for the job's nodes; empty on CPU nodes (nothing to tune there)."""
+    """NCCL/EFA environment of the job's nodes: the one the EKS runtime uses too
+    (:func:`cluster_facts.nccl_env`); empty on CPU nodes (no NCCL there)."""
     if not cfg.gpus_per_node:
         return {}
-    env = {
-        "NCCL_DEBUG": "WARN",
-        # bootstrap/socket traffic on the primary interface, never loopback or container bridges
-        "NCCL_SOCKET_IFNAME": "^lo,docker,veth",
-        # a failed or hung collective raises instead of blocking until the watchdog's 10 min
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    }
-    if cfg.efa:
-        env.update({
-            "FI_PROVIDER": "efa",               # aws-ofi-nccl plugin over EFA, not TCP sockets
-            "FI_EFA_FORK_SAFE": "1",            # data-loader workers fork while EFA memory is registered
-            "FI_EFA_USE_HUGE_PAGE": "0",        # huge-page buffers break fork-safety
-            "NCCL_NET_PLUGIN": "ofi",           # aws-ofi-nccl (libnccl-net-ofi.so)
-        })
-    if cfg.gpudirect_rdma:
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"     # GPUDirect RDMA: GPU memory straight to the NIC
-    return env
+    return nccl_env(efa=cfg.efa, gpudirect_rdma=cfg.gpudirect_rdma)
 
 
 def sbatch_lines(cfg: SlurmJobConfig) -> list[str]:
@@ -78,7 +64,8 @@ def render(cfg: SlurmJobConfig) -> str:
     env = {**efa_env(cfg), **dict(kv.split("=", 1) for kv in cfg.extra_env)}
     env_lines = [f"export {k}={_q(v)}" for k, v in env.items()]
     if cfg.efa:
-        # EFA/aws-ofi-nccl libraries of the ParallelCluster/DLAMI images (venv mode; containers bring theirs)
+        # Slurm only: in venv mode the job runs on the ParallelCluster AMI, whose EFA installer puts libfabric
+        # and aws-ofi-nccl outside the default library path (an EKS pod runs the image, which sets its own).
         env_lines.append('for d in /opt/amazon/efa/lib /opt/amazon/ofi-nccl/lib /opt/aws-ofi-nccl/lib; do '
                          '[[ -d "$d" ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; done')
     if not env_lines:
@@ -100,6 +87,8 @@ def render(cfg: SlurmJobConfig) -> str:
         "NPROC": str(cfg.procs_per_node),
         "MAX_RESTARTS": str(cfg.max_restarts),
         "SHUTDOWN_TIMEOUT": str(cfg.shutdown_timeout_s),
+        "TRAIN_TIMEOUT": str(SLURM_TIMEOUTS.train_pg_timeout_s),
+        "JOIN_TIMEOUT": str(SLURM_TIMEOUTS.rdzv_join_timeout_s),
         "RDZV_PORT": str(cfg.rdzv_port),
         "STEP_TIMEOUT": str(cfg.srun_timeout_s),
         "REQUEUE": "1" if cfg.requeue else "0",

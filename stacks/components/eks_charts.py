@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from cluster_assets.k8s.runtime import GPU_TAINT_KEY
+from cluster_facts import GPU_TAINT_KEY
 from stacks import versions
 
 GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
@@ -42,7 +42,7 @@ class KubeflowTrainer(Construct):
     """Kubeflow Trainer v2 control plane from its OCI Helm chart, with JobSet as a chart dependency.
 
     Helm, not ``add_manifest``: the Trainer CRDs are ~740 KB, beyond what ``kubectl create`` can store in the
-    last-applied annotation (STACK-NOTES §4). The chart is pulled at deploy time over NAT.
+    last-applied annotation that ``kubectl create --save-config`` writes (limit ~256 KB). The chart is pulled at deploy time over NAT.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, chart_version: str,

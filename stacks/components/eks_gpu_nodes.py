@@ -7,9 +7,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from cluster_assets.k8s.runtime import GPU_TAINT_KEY
+from cluster_facts import GPU_TAINT_KEY, GpuInstanceSpec
 from stacks.components.gpu_launch_template import GpuLaunchTemplate
-from cluster_facts import GpuInstanceSpec
 
 GPU_POOL_LABEL = {"t5-failover/pool": "gpu"}
 #: The NVIDIA device plugin chart's default node affinity selects nodes carrying this label.

@@ -31,7 +31,8 @@ class GpuLaunchTemplate(Construct):
     """Launch template (and optional CLUSTER placement group) for one GPU instance type.
 
     The instance type lives here rather than in the node group: aws-cdk-lib's GPU list lacks the p5
-    family and rejects ``p5.48xlarge`` with the NVIDIA AMI type (STACK-NOTES §4).
+    family and rejects ``p5.48xlarge`` with the NVIDIA AMI type at synth (without an AMI type a p5 would
+    silently get the non-NVIDIA AMI).
 
     Attributes:
         launch_template: the ``AWS::EC2::LaunchTemplate``.

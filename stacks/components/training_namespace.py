@@ -10,6 +10,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from cluster_facts import FSX_PVC_NAME
 from stacks.nag import acknowledge
 
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -68,10 +69,10 @@ class TrainingNamespace(Construct):
                  file_system: fsx.LustreFileSystem, fsx_capacity_gib: int, bucket_arn: str,
                  bucket_arn_nag_name: str, data_prefix: str, checkpoint_prefix: str, trainer_chart: eks.HelmChart,
                  runtime_name: str, image: str, max_restarts: int, gpus_per_node: int, efa_per_node: int,
-                 gpu_node_labels: Mapping[str, str], num_nodes: int) -> None:
+                 gpudirect_rdma: bool, gpu_node_labels: Mapping[str, str], num_nodes: int) -> None:
         super().__init__(scope, construct_id)
         self.namespace = namespace
-        self.pvc_name = "fsx-claim"
+        self.pvc_name = FSX_PVC_NAME
         self.service_account_name = "t5-train"
         self.runtime_name = runtime_name
         ns = cluster.add_manifest("Namespace", {
@@ -112,7 +113,7 @@ class TrainingNamespace(Construct):
 
         self.runtime = build_cluster_training_runtime(
             name=runtime_name, pvc_name=self.pvc_name, image=image, max_restarts=max_restarts,
-            gpus_per_node=gpus_per_node, efa_per_node=efa_per_node, num_nodes=num_nodes,
+            gpus_per_node=gpus_per_node, efa_per_node=efa_per_node, gpudirect_rdma=gpudirect_rdma, num_nodes=num_nodes,
             node_selector=dict(gpu_node_labels),
             # Pods cannot reach IMDS (hop limit 1); boto3 and the AWS CLI need the region from the env.
             env={"AWS_REGION": cdk.Aws.REGION},

@@ -82,7 +82,10 @@ def test_storage_shm_and_devices() -> None:
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["FI_PROVIDER"] == "efa" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env  # only for types with GPUDirect RDMA
+    rdma = node_job(render(gpudirect_rdma=True))["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in rdma
 
 
 def test_cpu_variant_has_no_device_requests() -> None:
@@ -90,7 +93,7 @@ def test_cpu_variant_has_no_device_requests() -> None:
     assert rt["kind"] == "TrainingRuntime" and rt["metadata"]["namespace"] == "ci"
     pod = node_job(rt)["template"]["spec"]["template"]["spec"]
     assert "resources" not in pod["containers"][0] and "tolerations" not in pod
-    assert "FI_PROVIDER" not in json.dumps(pod)
+    assert "FI_" not in json.dumps(pod) and "NCCL_" not in json.dumps(pod)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -99,6 +102,7 @@ def test_cpu_variant_has_no_device_requests() -> None:
     ({"pvc_name": ""}, "pvc_name"),
     ({"num_nodes": 0}, "num_nodes"),
     ({"termination_grace_period_s": 5}, "termination_grace_period_s"),
+    ({"efa_per_node": 0, "gpudirect_rdma": True}, "gpudirect_rdma"),
 ])
 def test_bad_arguments_are_rejected(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

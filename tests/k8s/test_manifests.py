@@ -10,6 +10,7 @@ import yaml
 from cluster_assets.k8s import schema
 from cluster_assets.k8s.runtime import build_cluster_training_runtime
 from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
+from cluster_facts import platform_timeouts
 from tests.k8s.helpers import CPU_SHAPE, submit_cli
 
 
@@ -49,8 +50,17 @@ def test_command_parses_with_the_real_launcher_and_waits_for_replacement_nodes()
         argv = [pet["PET_NNODES"] if a == "$(PET_NNODES)" else a for a in command[3:]] + args
         return dict(kv.split("=") for kv in rdzv_conf(config_from_args(build_parser().parse_args(argv), pet)).split(","))
 
-    assert launcher_conf()["join_timeout"] == "600"  # image pull on a replacement node, not 120 s
+    eks = platform_timeouts("eks")
+    assert launcher_conf()["join_timeout"] == str(eks.rdzv_join_timeout_s)  # image pull on a replacement node
+    assert eks.rdzv_join_timeout_s > 120  # the launcher's own default is too short for that
     assert launcher_conf(launcher_args=("--join-timeout", "900"))["join_timeout"] == "900"  # the user's wins
+    command, args = (train_job_manifest(cfg())["spec"]["trainer"][k] for k in ("command", "args"))
+    argv = [pet["PET_NNODES"] if a == "$(PET_NNODES)" else a for a in command[3:]] + args
+    launch = config_from_args(build_parser().parse_args(argv), pet)
+    # the agent waits for a checkpoint-on-SIGTERM as long as the EKS table says (the pod grace period is longer)
+    assert launch.shutdown_timeout_s == eks.shutdown_timeout_s < gpu_runtime()["spec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert launch.train_timeout_s == eks.train_pg_timeout_s  # no longer 0 (= "whatever the preset says")
 
 
 def test_shipped_runtime_round_trips():

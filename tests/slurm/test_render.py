@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tools.slurm import submit
 from cluster_assets.slurm.config import SlurmConfigError, SlurmJobConfig, parse_time_limit
 from cluster_assets.slurm.render import efa_env, render
+from cluster_facts import platform_timeouts
+from tools.slurm import submit
 from tools.slurm.slurmctl import parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,8 @@ def test_cpu_job_defaults(tmp_path):
     text = render(BASE)
     bash_syntax_ok(text, tmp_path)
     opts = sbatch_opts(text)
-    for want in ("--nodes=2", "--ntasks-per-node=1", "--requeue", "--signal=B:USR1@300", "--open-mode=append",
+    lead = platform_timeouts("slurm").grace_s
+    for want in ("--nodes=2", "--ntasks-per-node=1", "--requeue", f"--signal=B:USR1@{lead}", "--open-mode=append",
                  "--output=/fsx/runs/r1/slurm-%j.out", "--exclusive", "--job-name=r1"):
         assert want in opts, (want, opts)
     assert not any(o.startswith(("--gpus", "--time", "--partition")) for o in opts)
@@ -60,14 +62,14 @@ def test_gpu_instance_types_set_gpus_and_efa(tmp_path):
     opts = sbatch_opts(text)
     assert {"--gpus-per-node=8", "--time=12:00:00", "--partition=gpu"} <= set(opts)
     assert "NPROC_PER_NODE=8" in text
-    assert "export FI_PROVIDER=efa" in text and "export FI_EFA_USE_DEVICE_RDMA=1" in text
-    assert "export FI_EFA_FORK_SAFE=1" in text and "/opt/amazon/efa/lib" in text
+    assert "export FI_EFA_USE_HUGE_PAGE=0" in text and "export FI_EFA_USE_DEVICE_RDMA=1" in text
+    assert "/opt/amazon/efa/lib" in text  # the AMI's EFA libraries in venv mode
     g5 = efa_env(replace(BASE, instance_type="g5.48xlarge").with_instance_type())
-    assert g5["FI_PROVIDER"] == "efa" and "FI_EFA_USE_DEVICE_RDMA" not in g5  # no GPUDirect RDMA on g5
+    assert g5["FI_EFA_USE_HUGE_PAGE"] == "0" and "FI_EFA_USE_DEVICE_RDMA" not in g5  # no GPUDirect RDMA on g5
     assert efa_env(BASE) == {}
     # GPU without EFA: NCCL basics only
     plain = efa_env(replace(BASE, gpus_per_node=4))
-    assert "FI_PROVIDER" not in plain and plain["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert not any(k.startswith("FI_") for k in plain) and plain["NCCL_DEBUG"] == "WARN"
 
 
 def test_container_image_train_args_and_extras_are_quoted(tmp_path):
@@ -95,6 +97,8 @@ def test_container_image_train_args_and_extras_are_quoted(tmp_path):
     ({"time_limit": "soon"}, "time_limit="),
     ({"time_limit": "5", "signal_before_timeout_s": 300}, "signal_before_timeout_s=300 is not shorter"),
     ({"signal_before_timeout_s": 0}, "signal_before_timeout_s="),
+    ({"shutdown_timeout_s": 600}, "beyond shutdown_timeout_s=600"),  # the time limit would cut the save off
+    ({"gpus_per_node": 8, "gpudirect_rdma": True}, "gpudirect_rdma=True"),
     ({"instance_type": "p9.huge"}, "instance_type='p9.huge'"),
     ({"gpus_per_node": 2, "nproc_per_node": 4}, "nproc_per_node=4"),
     ({"efa": True}, "efa=True"),

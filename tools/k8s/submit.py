@@ -5,9 +5,10 @@
     python -m tools.k8s.submit --print-runtime                              # the runtime the stack installs
 
 Training arguments (``--section.field value``, see ``python -m training --help``) may also be given without
-``--``: every unknown option that contains a dot is passed to the training job. Defaults come from the EKS
-stack's configuration (stacks/config.py: namespace, runtime name, GPU instance type, image tag) and from the
-environment the Makefile exports (PRESET, NODES, NPROC, DRY_RUN; IMAGE overrides the image).
+``--``: every unknown option that contains a dot is passed to the training job. Defaults are the EKS stack's
+defaults (cluster_facts: namespace, runtime name, FSx claim and mount, GPU instance type, image tag; a
+deployment's own values come from ``--outputs-file``) and the environment the Makefile exports (PRESET,
+NODES, NPROC, DRY_RUN; IMAGE overrides the image).
 
 Exit codes: 0 the TrainJob completed (or dry run), 1 it failed or timed out, 2 bad arguments or the cluster
 is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing).
@@ -27,34 +28,12 @@ from typing import Any
 from cluster_assets.k8s import schema
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
+from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
+                           FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
 
 DEFAULT_PRESET = "t5-base"
-DEFAULT_FSX_MOUNT = "/fsx"
-DEFAULT_PVC = "fsx-claim"
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
 PLACEHOLDER_IMAGE = "t5-failover-train:set-image-with--image"
-
-
-def _infra_defaults() -> dict[str, Any]:
-    """Defaults the EKS stack was configured with (stacks/config.py), without importing CDK."""
-    try:
-        from stacks.config import InfraConfig
-        from cluster_facts import GPU_INSTANCES
-    except ImportError:  # a checkout without the stacks package: plain defaults
-        return {"namespace": "training", "runtime": "t5-fault-tolerant", "instance_type": "p5.48xlarge",
-                "shapes": {"p5.48xlarge": (8, 32)}, "image_tag": "0.1.0", "max_restarts": 10}
-    c = InfraConfig()
-    return {"namespace": c.training_namespace, "runtime": c.runtime_name, "instance_type": c.gpu_instance_type,
-            "shapes": {k: (v.gpus, v.efa_interfaces) for k, v in GPU_INSTANCES.items()},
-            "image_tag": c.image_tag, "max_restarts": c.max_restarts}
-
-
-def _pvc_default() -> str:
-    try:
-        from stacks import eks_names  # type: ignore[attr-defined]  # optional: the EKS stack's PVC name
-        return eks_names.FSX_PVC_NAME
-    except (ImportError, AttributeError):
-        return DEFAULT_PVC
 
 
 #: EKS stack outputs (stacks/eks_stack.py) -> the submit option they provide a default for.
@@ -152,7 +131,6 @@ def check_training_args(cfg: TrainJobConfig) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = _infra_defaults()
     env = os.environ
     p = argparse.ArgumentParser(prog="python -m tools.k8s.submit", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -162,17 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
                                   f"checkpoints; <= {MAX_NAME_LEN} chars). Default: t5-<preset>-<timestamp>")
     g.add_argument("--preset", default=env.get("PRESET") or DEFAULT_PRESET,
                    help=f"training preset (env PRESET; default {DEFAULT_PRESET})")
-    g.add_argument("--namespace", default=d["namespace"], help="namespace with the FSx PVC (default %(default)s)")
-    g.add_argument("--runtime", default=d["runtime"], help="ClusterTrainingRuntime name (default %(default)s)")
+    g.add_argument("--namespace", default=TRAINING_NAMESPACE, help="namespace with the FSx PVC (default %(default)s)")
+    g.add_argument("--runtime", default=RUNTIME_NAME, help="ClusterTrainingRuntime name (default %(default)s)")
     g.add_argument("--image", default=env.get("IMAGE"),
                    help="training image (env IMAGE); default: --outputs-file's ECR URI + --image-tag, else the "
                         "installed runtime's image (the stack's ECR repository + its imageTag)")
     g.add_argument("--outputs-file", help="`cdk deploy --outputs-file` JSON to take the ECR repository URI from")
-    g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or d["image_tag"],
+    g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or DEFAULT_IMAGE_TAG,
                    help="tag to use with the ECR URI (env IMAGE_TAG; default %(default)s)")
     g = p.add_argument_group("size")
     g.add_argument("--nodes", type=int, default=int(env.get("NODES") or 2), help="nodes/pods (env NODES; 2)")
-    g.add_argument("--instance-type", default=d["instance_type"],
+    g.add_argument("--instance-type", default=DEFAULT_GPU_INSTANCE_TYPE,
                    help="GPU instance type: sets GPUs and EFA interfaces per node (default %(default)s)")
     g.add_argument("--gpus-per-node", type=int, help="nvidia.com/gpu per pod (default: the instance's; 0 = CPU)")
     g.add_argument("--efa-per-node", type=int, help="EFA interfaces per pod (default: the instance's; 0 = none)")
@@ -181,8 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cpu", default="", help="CPU request per pod (e.g. 32); default none")
     g.add_argument("--memory", default="64Gi", help="memory request per pod (default %(default)s)")
     g = p.add_argument_group("advanced")
-    g.add_argument("--fsx-mount", default=DEFAULT_FSX_MOUNT, help="FSx mount path in the runtime (default /fsx)")
-    g.add_argument("--pvc", default=_pvc_default(), help="FSx PVC the runtime mounts (for --print-runtime and "
+    g.add_argument("--fsx-mount", default=FSX_MOUNT_PATH, help="FSx mount path in the runtime (default %(default)s)")
+    g.add_argument("--pvc", default=FSX_PVC_NAME, help="FSx PVC the runtime mounts (for --print-runtime and "
                                                          "the pre-flight check; default %(default)s)")
     g.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="extra `python -m training.launch` option (repeatable), e.g. --launcher-arg=--max-restarts=5")
@@ -192,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the TrainJob YAML and exit (env DRY_RUN=1); no cluster needed")
     g.add_argument("--print-runtime", action="store_true",
                    help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
-    g.add_argument("--max-restarts", type=int, default=d["max_restarts"],
+    g.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
                    help="runtime maxRestarts for --print-runtime (the stack sets it; default %(default)s)")
     g.add_argument("--context", help="kubeconfig context (default: current)")
     g.add_argument("--detach", action="store_true", help="submit and exit without waiting")
@@ -204,15 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJobConfig:
-    shapes = _infra_defaults()["shapes"]
     gpus, efa = a.gpus_per_node, a.efa_per_node
     if gpus is None or efa is None:
-        if a.instance_type not in shapes:
-            raise TrainJobError(f"--instance-type {a.instance_type!r} is unknown; use one of {', '.join(sorted(shapes))}"
-                                " or give --gpus-per-node and --efa-per-node")
-        sg, se = shapes[a.instance_type]
-        gpus = sg if gpus is None else gpus
-        efa = se if efa is None else efa
+        spec = GPU_INSTANCES.get(a.instance_type)
+        if spec is None:
+            raise TrainJobError(f"--instance-type {a.instance_type!r} is unknown; use one of "
+                                f"{', '.join(sorted(GPU_INSTANCES))} or give --gpus-per-node and --efa-per-node")
+        gpus = spec.gpus if gpus is None else gpus
+        efa = spec.efa_interfaces if efa is None else efa
     nproc = a.nproc_per_node if a.nproc_per_node is not None else (gpus or 1)
     image = a.image
     if not image and a.outputs_file:
@@ -249,9 +226,12 @@ def default_name(preset: str) -> str:
 def runtime_manifest(a: argparse.Namespace, cfg: TrainJobConfig) -> dict[str, Any]:
     """Our ClusterTrainingRuntime, rendered by the same function the EKS stack installs it with."""
     from cluster_assets.k8s.runtime import build_cluster_training_runtime
+    spec = GPU_INSTANCES.get(a.instance_type)
+    rdma = bool(spec and spec.gpudirect_rdma and cfg.gpus_per_node and cfg.efa_per_node)
     return schema.validate(build_cluster_training_runtime(
         name=cfg.runtime_name, pvc_name=a.pvc, image=cfg.image, max_restarts=a.max_restarts,
-        gpus_per_node=cfg.gpus_per_node, efa_per_node=cfg.efa_per_node, fsx_mount_path=cfg.fsx_mount_path))
+        gpus_per_node=cfg.gpus_per_node, efa_per_node=cfg.efa_per_node, gpudirect_rdma=rdma,
+        fsx_mount_path=cfg.fsx_mount_path))
 
 
 # ------------------------------------------------------------------------------------------- submit/watch

@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from tools.slurm import slurmctl
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
 from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
+from cluster_facts import FSX_MOUNT_PATH
+from tools.slurm import slurmctl
 
 ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
              "RUN_NAME": "--run-name", "TIME_LIMIT": "--time", "PARTITION": "--partition",
@@ -79,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_shared_dir(lab: slurmctl.Lab | None) -> str:
-    if Path("/fsx").is_dir():
-        return "/fsx"
+    if Path(FSX_MOUNT_PATH).is_dir():
+        return FSX_MOUNT_PATH
     if lab is not None:
         return str(lab.shared_dir)
     raise SharedDirError("no shared directory: pass --shared-dir DIR (or SHARED_DIR=DIR), a file system every "

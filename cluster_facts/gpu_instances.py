@@ -1,9 +1,9 @@
-"""GPU instance types the platforms support, with the facts the stacks need per type.
+"""GPU instance types the platforms support, with the facts the stacks and the job renderers need per type.
 
 Why a table: the number of EFA interfaces a launch template must declare equals the instance's number of
 network cards (one EFA per card), and getting it wrong either fails at launch or silently leaves bandwidth
-unused. aws-cdk-lib's own GPU list also misses the p5 family (see STACK-NOTES §4), so the stacks do not rely
-on it. Figures are from the EC2 accelerated-computing instance specifications.
+unused. aws-cdk-lib's own GPU list also misses the p5 family (a p5 with the NVIDIA AMI type fails at synth),
+so the stacks do not rely on it. Figures are from the EC2 accelerated-computing instance specifications.
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ class GpuInstanceSpec:
     """Network cards; a launch template can attach at most one interface per card."""
     efa_interfaces: int
     """EFA interfaces to attach (one per network card: the first ``efa``, the rest ``efa-only``)."""
+    gpudirect_rdma: bool = False
+    """Its EFA supports GPUDirect RDMA (GPU memory to the NIC without a host copy): the p4d and p5 families.
+    Asking libfabric for device RDMA on a type without it fails the NCCL network set-up."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.efa_interfaces <= self.network_cards:
@@ -38,11 +41,16 @@ class GpuInstanceSpec:
 GPU_INSTANCES: dict[str, GpuInstanceSpec] = {
     spec.instance_type: spec
     for spec in (
-        GpuInstanceSpec("p4d.24xlarge", gpus=8, gpu_model="A100 40 GB", network_cards=4, efa_interfaces=4),
-        GpuInstanceSpec("p4de.24xlarge", gpus=8, gpu_model="A100 80 GB", network_cards=4, efa_interfaces=4),
-        GpuInstanceSpec("p5.48xlarge", gpus=8, gpu_model="H100 80 GB", network_cards=32, efa_interfaces=32),
-        GpuInstanceSpec("p5e.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=32, efa_interfaces=32),
-        GpuInstanceSpec("p5en.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=16, efa_interfaces=16),
+        GpuInstanceSpec("p4d.24xlarge", gpus=8, gpu_model="A100 40 GB", network_cards=4, efa_interfaces=4,
+                        gpudirect_rdma=True),
+        GpuInstanceSpec("p4de.24xlarge", gpus=8, gpu_model="A100 80 GB", network_cards=4, efa_interfaces=4,
+                        gpudirect_rdma=True),
+        GpuInstanceSpec("p5.48xlarge", gpus=8, gpu_model="H100 80 GB", network_cards=32, efa_interfaces=32,
+                        gpudirect_rdma=True),
+        GpuInstanceSpec("p5e.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=32, efa_interfaces=32,
+                        gpudirect_rdma=True),
+        GpuInstanceSpec("p5en.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=16, efa_interfaces=16,
+                        gpudirect_rdma=True),
         GpuInstanceSpec("g6e.48xlarge", gpus=8, gpu_model="L40S 48 GB", network_cards=4, efa_interfaces=4),
         GpuInstanceSpec("g5.48xlarge", gpus=8, gpu_model="A10G 24 GB", network_cards=1, efa_interfaces=1),
     )
@@ -56,5 +64,5 @@ def gpu_instance(instance_type: str) -> GpuInstanceSpec:
     except KeyError:
         raise ValueError(
             f"gpuInstanceType={instance_type!r} is not a supported GPU instance type; use one of "
-            f"{', '.join(sorted(GPU_INSTANCES))} (or add it to cluster_facts.py with its GPU and "
+            f"{', '.join(sorted(GPU_INSTANCES))} (or add it to cluster_facts/gpu_instances.py with its GPU and "
             f"network-card counts)") from None

@@ -1,0 +1,36 @@
+"""Names and defaults that the stacks deploy and the cluster-side code refers to.
+
+The stacks create these objects (``stacks/config.py`` defaults, the EKS training namespace, the
+ParallelCluster queue); the runtime renderer, the submit tools and the batch script must use the same
+names, so both sides import them from here. A deployment may override the namespace, runtime name, instance
+type, image tag and restart budget with CDK context; the submit tool then reads the deployed values from the
+stack outputs (``--outputs-file``), and these constants are only its defaults.
+"""
+from __future__ import annotations
+
+TRAINING_NAMESPACE = "training"
+"""Kubernetes namespace of the TrainJobs, the FSx claim and the S3 service account (context trainingNamespace)."""
+
+RUNTIME_NAME = "t5-fault-tolerant"
+"""Name of the fault-tolerant ClusterTrainingRuntime the EKS stack installs (context runtimeName)."""
+
+FSX_PVC_NAME = "fsx-claim"
+"""PersistentVolumeClaim of the FSx for Lustre volume in the training namespace."""
+
+FSX_MOUNT_PATH = "/fsx"
+"""Where FSx for Lustre is mounted: in every training pod and on every ParallelCluster node."""
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+"""Taint (NoSchedule) of the EKS GPU node group; training pods and GPU device plugins tolerate it."""
+
+GPU_QUEUE = "gpu"
+"""Slurm partition (ParallelCluster queue) of the GPU nodes."""
+
+DEFAULT_GPU_INSTANCE_TYPE = "p5.48xlarge"
+"""GPU instance type of a default deployment (context gpuInstanceType)."""
+
+DEFAULT_IMAGE_TAG = "0.1.0"
+"""Training image tag the runtime uses by default (context imageTag)."""
+
+DEFAULT_MAX_RESTARTS = 10
+"""JobSet whole-job restarts before a TrainJob fails (context maxRestarts)."""
