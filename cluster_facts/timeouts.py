@@ -60,10 +60,12 @@ TIMEOUTS: dict[str, PlatformTimeouts] = {
     # CPU presets on one machine: a t5-60m save takes seconds; hang detection in tens of seconds.
     "local": PlatformTimeouts(init_pg_timeout_s=300, train_pg_timeout_s=30, checkpoint_pg_timeout_s=600,
                               shutdown_timeout_s=60, grace_s=120, rdzv_join_timeout_s=120),
-    # GPU presets on FSx: a full t5-3b save takes ~2 min at the default FSx throughput.
-    "slurm": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=300, checkpoint_pg_timeout_s=1800,
+    # GPU presets on FSx: a full t5-3b save takes ~2 min at the default FSx throughput. A hung peer is found
+    # within a minute: far above a step (t5-large 0.5 s on an H100) or the first async save's staging (7.7 s),
+    # and training never waits on a write in a collective of the training group.
+    "slurm": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=60, checkpoint_pg_timeout_s=1800,
                               shutdown_timeout_s=300, grace_s=360, rdzv_join_timeout_s=600),
-    "eks": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=300, checkpoint_pg_timeout_s=1800,
+    "eks": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=60, checkpoint_pg_timeout_s=1800,
                             shutdown_timeout_s=300, grace_s=360, rdzv_join_timeout_s=600),
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make image [ARGS="--tag TAG --stack STACK --region REGION --dry-run"]
-# Build the training image (cluster_assets/docker/Dockerfile: AWS PyTorch DLC + training/) and push it to
+# Build the training image (cluster_assets/docker/Dockerfile: AWS PyTorch DLC + training/ + cluster_facts/) and push it to
 # the ECR repository of the deployed storage stack. Needs Docker, the AWS CLI and AWS credentials.
 #   --tag TAG        image tag (default: IMAGE_TAG, else the git commit, +"-dirty" with local changes);
 #                    ECR tags are immutable, so an existing tag is reported and not rebuilt
@@ -32,7 +32,7 @@ run() { if [ "$dry" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
 if [ -z "$tag" ]; then
   tag=$(git rev-parse --short=12 HEAD 2>/dev/null || echo "")
   [ -n "$tag" ] || die "no git commit to tag the image with; pass --tag TAG (or IMAGE_TAG=...)"
-  if [ -n "$(git status --porcelain -- training requirements.txt cluster_assets/docker 2>/dev/null)" ]; then
+  if [ -n "$(git status --porcelain -- training cluster_facts requirements.txt cluster_assets/docker 2>/dev/null)" ]; then
     tag="$tag-dirty"
   fi
 fi
@@ -76,7 +76,8 @@ trap 'rm -rf "$ctx"' EXIT
 # Minimal build context: never send .venv, cdk.out or runs/ to the daemon.
 cp cluster_assets/docker/Dockerfile requirements.txt "$ctx"/
 cp -r training "$ctx"/training
-find "$ctx/training" -name __pycache__ -prune -exec rm -rf {} +
+cp -r cluster_facts "$ctx"/cluster_facts
+find "$ctx/training" "$ctx/cluster_facts" -name __pycache__ -prune -exec rm -rf {} +
 
 echo "[image] building $image" >&2
 if [ "$dry" = 1 ]; then

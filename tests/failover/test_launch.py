@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster_facts import platform_timeouts
+
 from training.launch import (DEFAULT_RDZV_PORT, LaunchConfig, LaunchError, RdzvTuning, build_parser,
-                             config_from_args, config_from_pet, config_from_slurm, expand_first_host, launch_env,
+                             config_from_args, config_from_env, config_from_pet, config_from_slurm, expand_first_host, launch_env,
                              preflight, rdzv_conf, slurm_first_host, torchrun_argv)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +39,11 @@ def test_argv_has_elastic_rendezvous_and_training_module():
     assert flag(argv, "rdzv-id") == "job7"
     i = argv.index("--module")
     assert argv[i + 1] == "training"
-    assert argv[i + 2:] == ["--preset", "debug", "--parallel.train_timeout_s", "30"]
+    local = platform_timeouts("local")
+    assert argv[i + 2:] == ["--preset", "debug", "--parallel.train_timeout_s", str(local.train_pg_timeout_s),
+                            "--parallel.init_timeout_s", str(local.init_pg_timeout_s),
+                            "--checkpoint.timeout_s", str(local.checkpoint_pg_timeout_s)]
+    assert flag(argv, "shutdown-timeout") == str(local.shutdown_timeout_s)
 
 
 def test_rdzv_conf_is_tuned_and_external_store_is_a_client():
@@ -56,8 +62,26 @@ def test_env_disables_shared_rendezvous_store():
 
 def test_explicit_train_timeout_is_not_overridden():
     argv = torchrun_argv(LaunchConfig(train_args=("--parallel.train_timeout_s", "7")))
-    assert argv.count("--parallel.train_timeout_s") == 1 and argv[-1] == "7"
+    assert argv.count("--parallel.train_timeout_s") == 1 and argv[argv.index("--parallel.train_timeout_s") + 1] == "7"
     assert "--parallel.train_timeout_s" not in torchrun_argv(LaunchConfig(train_timeout_s=0))
+    argv = torchrun_argv(LaunchConfig(train_args=("--checkpoint.timeout_s=99",)))
+    assert "--checkpoint.timeout_s" not in argv and "--checkpoint.timeout_s=99" in argv
+
+
+@pytest.mark.parametrize("kind, env, platform", [
+    ("slurm", {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n1", "SLURM_NODEID": "0",
+               "T5_RDZV_ENDPOINT": "10.0.0.1:29400"}, "slurm"),
+    ("pet", {"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "j-node-0-0.j", "PET_MASTER_PORT": "29500"},
+     "eks"),
+    ("local", {}, "local"),
+])
+def test_each_mapping_takes_its_platforms_timeouts(kind, env, platform):
+    """One table: the launcher on Slurm / EKS / here waits exactly as cluster_facts.TIMEOUTS says."""
+    cfg = config_from_env(kind, env)
+    t = platform_timeouts(platform)
+    assert (cfg.shutdown_timeout_s, cfg.train_timeout_s, cfg.init_timeout_s, cfg.checkpoint_timeout_s,
+            cfg.tuning.join_timeout) == (t.shutdown_timeout_s, t.train_pg_timeout_s, t.init_pg_timeout_s,
+                                         t.checkpoint_pg_timeout_s, t.rdzv_join_timeout_s)
 
 
 @pytest.mark.parametrize("bad, needle", [
@@ -132,15 +156,19 @@ def test_pet_missing_variable_says_which():
 
 
 def test_local_and_cluster_share_the_same_argv_shape():
-    """Apart from sizes, endpoint and id, a local agent runs exactly what a Slurm/PET node runs."""
+    """Apart from sizes, timeouts (each platform's row), endpoint and id, a local agent runs exactly what a
+    Slurm/PET node runs."""
+    import re
+
     def shape(argv):
-        return [a.split("=", 1)[0] if a.startswith("--") else a for a in argv]
+        return [a.split("=", 1)[0] if a.startswith("--") else "N" if a.isdigit() else a for a in argv]
     p = build_parser()
     local = config_from_args(p.parse_args(["--nodes", "2", "--", "--preset", "debug"]), env={})
     pet = config_from_args(p.parse_args(["--from-env", "pet", "--rdzv-endpoint", "store:1", "--",
                                          "--preset", "debug"]), env=PET)
     assert shape(torchrun_argv(local)) == shape(torchrun_argv(pet))
-    assert rdzv_conf(local) == rdzv_conf(pet)  # both against an external store: is_host=false
+    # both against an external store (is_host=false), same tuning keys
+    assert re.sub(r"\d+", "N", rdzv_conf(local)) == re.sub(r"\d+", "N", rdzv_conf(pet))
 
 
 def test_preflight_rejects_bad_training_args_before_any_agent_starts():

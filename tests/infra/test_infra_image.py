@@ -17,6 +17,7 @@ def test_dockerfile_pins_the_dlc_base_by_full_tag_and_keeps_its_torch() -> None:
     assert re.fullmatch(r"[\w./-]+/pytorch-training:\d+\.\d+\.\d+-gpu-py3\d+-cu\d+-ubuntu\d+\.\d+-ec2", base), base
     assert "FROM ${BASE_IMAGE}" in text
     assert "COPY training/" in text
+    assert "COPY cluster_facts/" in text  # training.launch imports it
     # torch comes from the DLC (CUDA build); the project's requirements pin the CPU wheel.
     assert re.search(r"grep -vE '\^\(torch\|", text) and "-c /tmp/constraints.txt" in text
 

@@ -61,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-id", help="rendezvous id (default derived from the platform)")
     p.add_argument("--node-hosts-store", action="store_true",
                    help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)")
-    p.add_argument("--shutdown-timeout", type=int, help="seconds between SIGTERM and SIGKILL of workers (30)")
+    p.add_argument("--shutdown-timeout", type=int, help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, cluster_facts.TIMEOUTS)")
     p.add_argument("--train-timeout-s", type=int,
-                   help="process-group timeout after step 1, for hang detection (default 30; 0 = training's)")
+                   help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = training's)")
     p.add_argument("--join-timeout", type=int, metavar="SECONDS",
                    help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
                         "and image pull (default 120)")

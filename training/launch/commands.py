@@ -26,11 +26,14 @@ def rdzv_conf(cfg: LaunchConfig) -> str:
 
 
 def training_argv(cfg: LaunchConfig) -> list[str]:
-    """The training module's arguments, plus the short process-group timeout unless already given."""
+    """The training module's arguments, plus the platform's process-group timeouts the args do not set."""
     args = list(cfg.train_args)
-    given = any(a == "--parallel.train_timeout_s" or a.startswith("--parallel.train_timeout_s=") for a in args)
-    if cfg.train_timeout_s and not given:
-        args += ["--parallel.train_timeout_s", str(cfg.train_timeout_s)]
+    for flag, value in (("--parallel.train_timeout_s", cfg.train_timeout_s),
+                        ("--parallel.init_timeout_s", cfg.init_timeout_s),
+                        ("--checkpoint.timeout_s", cfg.checkpoint_timeout_s)):
+        given = any(a == flag or a.startswith(flag + "=") for a in args)
+        if value and not given:
+            args += [flag, str(value)]
     return args
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from cluster_facts import PlatformTimeouts, platform_timeouts
+
 DEFAULT_RDZV_PORT = 29400
+_LOCAL = platform_timeouts("local")
 # torch 2.13: a node joining a later rendezvous round deadlocks while agents share the rendezvous TCPStore
 # with their workers (pytorch#147064). With this set, each round's rank-0 worker hosts its own store.
 RDZV_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -38,7 +41,7 @@ class RdzvTuning:
 
     last_call_timeout: int = 3
     close_timeout: int = 10
-    join_timeout: int = 120
+    join_timeout: int = _LOCAL.rdzv_join_timeout_s
     read_timeout: int = 30
     keep_alive_interval: int = 1
     keep_alive_max_attempt: int = 3
@@ -65,6 +68,10 @@ class LaunchConfig:
             cover a checkpoint-on-signal.
         train_timeout_s: process-group timeout after the first step (hang detection), passed to the
             training core as ``--parallel.train_timeout_s`` unless the training args set it; 0 = don't.
+        init_timeout_s: process-group timeout until the first step (``--parallel.init_timeout_s``), same rule.
+        checkpoint_timeout_s: the checkpoint group's timeout (``--checkpoint.timeout_s``), same rule.
+        The four timeouts and ``tuning.join_timeout`` default to the platform's row of
+        ``cluster_facts.TIMEOUTS`` (local here; the Slurm and PET mappings use theirs).
         node_rank: this node's index as the cluster numbers it (informational: elastic rendezvous
             assigns ranks; exported as T5_NODE_RANK for logs).
         module: Python module each worker runs (``torchrun --module``).
@@ -80,8 +87,10 @@ class LaunchConfig:
     external_store: bool = True
     max_restarts: int = 3
     tuning: RdzvTuning = field(default_factory=RdzvTuning)
-    shutdown_timeout_s: int = 30
-    train_timeout_s: int = 30
+    shutdown_timeout_s: int = _LOCAL.shutdown_timeout_s
+    train_timeout_s: int = _LOCAL.train_pg_timeout_s
+    init_timeout_s: int = _LOCAL.init_pg_timeout_s
+    checkpoint_timeout_s: int = _LOCAL.checkpoint_pg_timeout_s
     node_rank: int | None = None
     module: str = "training"
     train_args: tuple[str, ...] = ()
@@ -114,3 +123,11 @@ class LaunchConfig:
         if self.tuning.join_timeout < 1:
             raise LaunchError(f"--join-timeout {self.tuning.join_timeout} < 1 s: give a replacement node "
                               f"time to boot (default 120)")
+
+
+def with_platform_timeouts(cfg: LaunchConfig, timeouts: PlatformTimeouts) -> LaunchConfig:
+    """``cfg`` with every timeout (and the rendezvous join timeout) taken from a platform's row."""
+    from dataclasses import replace
+    return replace(cfg, shutdown_timeout_s=timeouts.shutdown_timeout_s, train_timeout_s=timeouts.train_pg_timeout_s,
+                   init_timeout_s=timeouts.init_pg_timeout_s, checkpoint_timeout_s=timeouts.checkpoint_pg_timeout_s,
+                   tuning=replace(cfg.tuning, join_timeout=timeouts.rdzv_join_timeout_s))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping
 
-from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError
+from cluster_facts import platform_timeouts
+from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError, with_platform_timeouts
 from training.launch.hostlist import slurm_first_host
 
 
@@ -61,8 +62,9 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
     gpus = env.get("SLURM_GPUS_ON_NODE", "")
     common = _common(env, f"{first_host(nodelist)}:{env.get('T5_RDZV_PORT', DEFAULT_RDZV_PORT)}",
                      f"slurm-{job}" + (f"-r{restart}" if restart else ""))
-    return LaunchConfig(max_nodes=nnodes, nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
-                        node_rank=node_rank, **common)
+    cfg = LaunchConfig(max_nodes=nnodes, nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
+                       node_rank=node_rank, **common)
+    return with_platform_timeouts(cfg, platform_timeouts("slurm"))
 
 
 def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
@@ -86,7 +88,8 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     job = addr.split(".", 1)[1].split(".", 1)[0] if "." in addr else addr
     common = _common(env, f"{addr}:{port}", f"trainjob-{job}")
     common.setdefault("min_nodes", lo if lo is not None else 1)
-    return LaunchConfig(max_nodes=hi, nproc_per_node=nproc, node_rank=node_rank, **common)
+    cfg = LaunchConfig(max_nodes=hi, nproc_per_node=nproc, node_rank=node_rank, **common)
+    return with_platform_timeouts(cfg, platform_timeouts("eks"))
 
 
 def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
