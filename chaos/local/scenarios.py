@@ -79,6 +79,11 @@ class ScenarioRun:
             return None
         return self.wait_for(hit, f"step {step}" + (f" at world size {world}" if world else ""))
 
+    def start_until_kill_step(self) -> None:
+        """Start every node and wait until the job logged ``cfg.kill_step`` (mid checkpoint interval)."""
+        self.cluster.start_all()
+        self.wait_step(self.cfg.kill_step)
+
     def wait_start_after(self, t: float) -> dict:
         return self.wait_for(lambda: next((r for r in self.records()
                                            if r.get("event") == "start" and r["time"] > t), None),
@@ -93,15 +98,13 @@ def _victim(run: ScenarioRun) -> int:
 
 
 def inject_worker_kill(run: ScenarioRun) -> None:
-    run.cluster.start_all()
-    run.wait_step(run.cfg.kill_step)
+    run.start_until_kill_step()
     run.cluster.signal_worker(_victim(run), signal.SIGKILL)
 
 
 def inject_node_loss_rejoin(run: ScenarioRun) -> None:
     cfg = run.cfg
-    run.cluster.start_all()
-    run.wait_step(cfg.kill_step)
+    run.start_until_kill_step()
     victim = _victim(run)
     run.cluster.kill_node(victim)
     t_kill = run.cluster.events[-1]["time"]
@@ -112,8 +115,7 @@ def inject_node_loss_rejoin(run: ScenarioRun) -> None:
 
 
 def inject_first_node_kill(run: ScenarioRun) -> None:
-    run.cluster.start_all()
-    run.wait_step(run.cfg.kill_step)
+    run.start_until_kill_step()
     first = run.cluster.node_of_rank(0)
     if first is None:
         raise ScenarioFailed("could not find the node running rank 0")
@@ -126,8 +128,7 @@ def inject_first_node_kill(run: ScenarioRun) -> None:
 
 
 def inject_preemption(run: ScenarioRun) -> None:
-    run.cluster.start_all()
-    run.wait_step(run.cfg.kill_step)
+    run.start_until_kill_step()
     run.cluster.signal_everything(signal.SIGTERM)
     first_gen = list(run.cluster.nodes)
     limit = run.cluster.launch.shutdown_timeout_s + 60
@@ -140,8 +141,7 @@ def inject_preemption(run: ScenarioRun) -> None:
 
 
 def inject_hang(run: ScenarioRun) -> None:
-    run.cluster.start_all()
-    run.wait_step(run.cfg.kill_step)
+    run.start_until_kill_step()
     run.cluster.signal_worker(_victim(run), signal.SIGSTOP)
 
 
@@ -178,8 +178,7 @@ def inject_corrupt_checkpoint(run: ScenarioRun) -> None:
 
 
 def inject_restarts_exhausted(run: ScenarioRun) -> None:
-    run.cluster.start_all()
-    run.wait_step(run.cfg.kill_step)
+    run.start_until_kill_step()
     victim = _victim(run)
     killed: list[int] = []
     t_last = 0.0
