@@ -104,7 +104,6 @@ class CheckpointManager:
         self._pending: tuple[int, Any, threading.Event] | None = None
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
         self._stager = ReusedBufferStager()
-        self.last_committed: int | None = None
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -147,7 +146,6 @@ class CheckpointManager:
                     log.warning("WARNING: checkpoint %s could not be loaded (%s); falling back to an older one",
                                 p, str(e).splitlines()[0][:300])
                 continue
-            self.last_committed = info["step"]
             info["missing_keys"] = sorted(set(state) - set(wanted))
             return info
         return None
@@ -199,7 +197,6 @@ class CheckpointManager:
             self._pending = None
 
     def _commit(self, step: int) -> None:
-        self.last_committed = step
         if self.rank != 0:
             return
         if self.slow_commit_s:
