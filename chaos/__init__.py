@@ -1,4 +1,8 @@
-"""Chaos harness: kill workers and nodes of a local elastic job and prove nothing is lost.
+"""Chaos tests: break a running training job on purpose and prove it recovers with nothing lost.
 
-``python -m chaos.local --help``; ``make chaos-test`` runs every scenario. See docs/failover.md.
+The core is the same for every platform: ``catalog`` (scenario names), ``analysis`` (arithmetic over a job's
+metrics.jsonl), ``verdict`` (the checks, each with its evidence) and ``report`` (table, report.json, PNG).
+The harnesses only start jobs, inject faults and collect what happened: ``python -m chaos.local`` (simulated
+nodes here, ``make chaos-test``), ``python -m chaos.slurm`` (a Slurm cluster), ``python -m chaos.eks`` (a live
+EKS cluster; ``kubernetes`` holds the pod verdict it shares with the contract emulator). See docs/failover.md.
 """
