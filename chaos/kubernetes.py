@@ -22,8 +22,9 @@ def scenario_name(kind: str, rank: int) -> str:
 
 
 def expectation(interval: int | None) -> Expectation:
-    """Every pod fault: noticed, the gang re-formed and trained, at most one interval + one save in flight lost."""
-    return Expectation(max_steps_lost=None if interval is None else 2 * interval - 1)
+    """Every pod fault: noticed, the gang re-formed and trained, at most two intervals recomputed (the newest
+    save may still be in flight when the pod dies, and the kill can land a step after it was triggered)."""
+    return Expectation(max_steps_lost=None if interval is None else 2 * interval)
 
 
 def check_jobset_restarts(obs: Observation) -> Check:
