@@ -71,9 +71,12 @@ def test_kill_pod_gang_restart_resume_bitwise(tmp_path, capsys):
     events = [json.loads(line) for line in (fsx / "jobs/t5-contract-chaos/metrics.jsonl").read_text().splitlines()]
     t_fault = rep["events"][0]["time"]
     committed = [e["step"] for e in events if e["event"] == "checkpoint" and e["time"] < t_fault]
-    last = max(e["step"] for e in events if e["event"] == "step" and e["time"] < t_fault)
+    restart = next(e for e in events if e["event"] == "start" and e["time"] > t_fault)
     # null = started from scratch: the first checkpoint's async save had not committed at the kill
-    resumed = next(e["resumed_from"] for e in events if e["event"] == "start" and e["time"] > t_fault) or 0
+    resumed = restart["resumed_from"] or 0
+    # recomputed = the last step done before the new attempt started (the surviving pod may log one more
+    # after the kill) - the step it resumed from
+    last = max(e["step"] for e in events if e["event"] == "step" and e["time"] < restart["time"])
     assert max(committed, default=0) <= resumed <= last and rec["steps_lost"] == last - resumed
     # every pod of the restart attempt ran, not just the replaced one
     assert [e["what"] for e in rep["pod_events"]].count("pods started") == 2
