@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from chaos.analysis import effective_steps, load_records, split_attempts
+from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.catalog import SCENARIOS
 from chaos.local.cluster import ClusterError, LocalCluster
 from chaos.local.config import LocalChaosConfig
@@ -202,7 +202,7 @@ def _restarted_attempts(obs: Observation) -> list:
 
 def check_shrank_and_grew(obs: Observation) -> Check:
     full, small = obs.facts["world"], obs.facts["world"] - obs.facts["nproc_per_node"]
-    worlds = [w for w in _worlds(obs.records)]
+    worlds = world_sizes(obs.records)
     ok = bool(obs.rejoins) and small in worlds and worlds[-1] == full
     return Check("shrank and grew back", ok, f"world sizes {worlds}, rejoin at {len(obs.rejoins)} time(s)")
 
@@ -277,11 +277,6 @@ def check_checkpoints_intact(obs: Observation) -> Check:
             return Check("checkpoints intact", False, f"{good[0].name} does not load: {e}")
     return Check("checkpoints intact", bool(good) and not bad,
                  f"complete: {[p.name for p in good]}, incomplete/corrupt: {[p.name for p, _ in bad]}")
-
-
-def _worlds(records: list[dict]) -> list[int]:
-    from chaos.analysis import world_sizes
-    return world_sizes(records)
 
 
 # ------------------------------------------------------------------------------------------ the table

@@ -101,3 +101,10 @@ def test_exactly_once_and_history_problems_fail():
     obs.records, obs.detections = recs, [6.6]
     failed = {c.name: c.detail for c in judge(obs, Expectation()).failed()}
     assert "overlap" in failed["every sample exactly once"]
+
+
+def test_broken_reference_history_skips_the_loss_check_instead_of_crashing():
+    obs = no_fault_observation("worker-kill")
+    obs.reference_records = [start(0), step(1, 1), step(2, 3)]  # step 2 missing
+    names = {c.name for c in judge(obs, Expectation(restart=False, noticed=False)).checks}
+    assert "losses == reference" not in names and "weights bitwise == reference" in names
