@@ -93,13 +93,18 @@ def run(argv: list[str]) -> int:
         trainer.ckpt.wait()
         blocks: dict[str, list[float]] = {"async": [], "sync": [], "baseline": []}
         during_async: list[float] = []
+        writes: list[float] = []     # async save call -> committed (background write + checksums + marker)
+        checksums: list[float] = []  # this rank's share of the CRC32C checksums, inside that write
         for _ in range(a.saves):
             step += 1
             trainer.ckpt.cfg.async_save = True
+            t_save = time.perf_counter()
             blocks["async"].append(trainer.ckpt.save(step, trainer.state, force=True))
             for _ in range(2):  # steps while the background write is in flight
                 during_async.append(timed_step()[0])
             trainer.ckpt.wait()
+            writes.append(time.perf_counter() - t_save)
+            checksums.append(trainer.ckpt.checksum_s)
             step += 1
             blocks["sync"].append(trainer.ckpt.save(step, trainer.state, force=True, sync=True))
             blocks["baseline"].append(_baseline_save(trainer, tmp / f"baseline_{step}.pt"))
@@ -117,6 +122,8 @@ def run(argv: list[str]) -> int:
                 "mfu": (flops / step_s / 1e12 / (peak * trainer.world)) if peak else None,
                 "ckpt_block_s": med, "ckpt_block_over_step": {k: v / step_s for k, v in med.items()},
                 "ckpt_block_first_async_s": async_first,
+                "async_write_s": statistics.median(writes), "checksum_s": statistics.median(checksums),
+                "checksum_over_async_write": statistics.median(checksums) / statistics.median(writes),
                 "baseline_over_async": med["baseline"] / med["async"] if med["async"] else None,
                 "ckpt_block_all_s": blocks,
             }
@@ -149,6 +156,11 @@ def report(argv: list[str]) -> int:
               f"{r.get('ckpt_block_first_async_s', float('nan')):>10.3f}"
               f"{b['async']:>9.3f}{100 * f['async']:>7.1f}%{b['sync']:>8.3f}{100 * f['sync']:>7.1f}%"
               f"{b['baseline']:>8.3f}{100 * f['baseline']:>7.1f}%{r['baseline_over_async']:>10.1f}x")
+    for r in rows:
+        if "checksum_s" in r:
+            print(f"{r['preset']}: checkpoint checksums (CRC32C, each rank its share, in the background writer) "
+                  f"{r['checksum_s']:.3f} s of the {r['async_write_s']:.2f} s async save = "
+                  f"{100 * r['checksum_over_async_write']:.1f}%")
     for r in rows:
         if r["preset"] == "t5-60m":
             ok1 = r["ckpt_block_over_step"]["async"] <= 0.10

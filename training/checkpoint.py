@@ -1,9 +1,21 @@
-"""Checkpoint manager: owns the save policy, commit markers, discovery, fallback and retention.
+"""Checkpoint manager: owns the save policy, commit markers, discovery, verification, fallback and retention.
 
-Layout: ``<dir>/step_00000010/`` holds the torch.distributed.checkpoint (DCP) files of every rank plus
-``COMMITTED.json``, written by rank 0 only after every rank's data and DCP's ``.metadata`` are on disk
-(for async saves: after the background write finished). The marker records each file's size, so a
-truncated file is noticed before loading. "Latest" is the newest step directory with a valid marker.
+Layout: ``<dir>/step_00000010/`` holds the torch.distributed.checkpoint (DCP) files of every rank, an
+ownership file ``.t5-failover`` written when the directory is created, and ``COMMITTED.json``, written by
+rank 0 only after every rank's data and DCP's ``.metadata`` are on disk (for async saves: after the
+background write finished). The marker records each file's size and CRC32C (computed by the background
+writer, split over the ranks) and the run's fingerprint (:mod:`training.run_identity`).
+
+Rules that keep a user's data safe:
+
+* only directories this project created (ownership file, or a commit marker of ours) are ever loaded,
+  pruned or overwritten; anything else in ``checkpoint.dir`` is left alone, with one warning at start;
+* "latest" is the newest *complete* checkpoint whose files match their sizes and checksums; a checkpoint
+  that fails verification or loading is moved to ``<dir>/quarantine/`` (never deleted) and the previous
+  one is used;
+* a checkpoint of another model shape (exit 3) or another run (exit 4) is never loaded;
+* a failed save is reported at the next step boundary with its reason (exit 6), the previous complete
+  checkpoint untouched.
 
 Call ``save(step, state)`` after every step; the manager decides whether that step is saved.
 """
@@ -21,17 +33,22 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from training.config import CheckpointConfig
+from training.errors import CheckpointIncompatible, CheckpointStorageError, RunChanged
+from training.integrity import crc32c_file, share, storage_reason
+from training.run_identity import Change, diff, show
 from training.staging import ReusedBufferStager
 
 log = logging.getLogger("training.checkpoint")
 MARKER = "COMMITTED.json"
+OWNED = ".t5-failover"
 PREFIX = "step_"
-
-
-class CheckpointIncompatible(RuntimeError):
-    """The checkpoint directory holds a checkpoint of a different model; loading it would be wrong."""
+QUARANTINE = "quarantine"
+LOCK = ".t5-failover.lock"
+PROBE = ".t5-failover-probe"
+OURS_AT_ROOT = {QUARANTINE, LOCK}
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -45,35 +62,51 @@ def parse_step(path: Path) -> int | None:
     return int(name[len(PREFIX):])
 
 
-def verify(path: Path) -> tuple[bool, str]:
-    """(True, "") if `path` is a complete checkpoint; else (False, why)."""
-    marker = path / MARKER
-    if not marker.is_file():
-        return False, "no commit marker (the save did not finish)"
-    try:
-        info = json.loads(marker.read_text())
-        files = info["files"]
-    except (OSError, ValueError, KeyError) as e:
-        return False, f"unreadable commit marker ({e})"
-    for name, size in files.items():
-        f = path / name
-        if not f.is_file():
-            return False, f"file {name} is missing"
-        if f.stat().st_size != size:
-            return False, f"file {name} has {f.stat().st_size} bytes, {size} were written (truncated or corrupt)"
-    return True, ""
-
-
 def read_marker(path: Path) -> dict[str, Any]:
     return json.loads((path / MARKER).read_text())
 
 
+def _file_sizes(info: dict[str, Any]) -> dict[str, int]:
+    """{file: size} from a marker (format 1 recorded sizes only, format 2 size and crc32c)."""
+    return {n: (v["size"] if isinstance(v, dict) else v) for n, v in info["files"].items()}
+
+
+def is_ours(path: Path) -> bool:
+    """True for a step directory this project created (ownership file, or a commit marker of ours)."""
+    if (path / OWNED).is_file():
+        return True
+    try:
+        info = read_marker(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and {"step", "signature", "files"} <= info.keys()
+
+
+def verify(path: Path) -> tuple[bool, str]:
+    """(True, "") if `path` has a valid commit marker and every file has its recorded size; else (False, why).
+
+    Cheap (no reading of data); checksums are verified by the manager, shared over the ranks, before loading."""
+    if not (path / MARKER).is_file():
+        return False, "no commit marker (the save did not finish)"
+    try:
+        sizes = _file_sizes(read_marker(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return False, f"unreadable commit marker {path / MARKER} ({e})"
+    for name, size in sizes.items():
+        f = path / name
+        if not f.is_file():
+            return False, f"file {f} is missing"
+        if f.stat().st_size != size:
+            return False, f"file {f} has {f.stat().st_size} bytes, {size} were written (truncated or corrupt)"
+    return True, ""
+
+
 def scan(root: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """(complete checkpoints newest first, [(rejected dir, reason)] newest first)."""
+    """(complete checkpoints newest first, [(rejected dir, reason)] newest first); only our own directories."""
     root = Path(root)
     if not root.is_dir():
         return [], []
-    dirs = sorted((p for p in root.iterdir() if p.is_dir() and parse_step(p) is not None),
+    dirs = sorted((p for p in root.iterdir() if p.is_dir() and parse_step(p) is not None and is_ours(p)),
                   key=parse_step, reverse=True)
     good, bad = [], []
     for p in dirs:
@@ -82,32 +115,104 @@ def scan(root: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return good, bad
 
 
+def foreign_entries(root: str | Path) -> list[str]:
+    """Names in `root` this project did not write (never loaded, pruned or overwritten)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    ours = lambda p: p.name in OURS_AT_ROOT or (p.is_dir() and parse_step(p) is not None and is_ours(p))  # noqa: E731
+    return sorted(p.name for p in root.iterdir() if not ours(p))
+
+
 def latest_complete(root: str | Path) -> Path | None:
     good, _ = scan(root)
     return good[0] if good else None
 
 
 class CheckpointManager:
-    """Saves (sync or async on its own gloo group), commits, discovers, loads with fallback, prunes."""
+    """Saves (sync or async on its own gloo group), commits, discovers, verifies, loads with fallback, prunes.
+
+    `fingerprint` identifies the run (see training.run_identity); `accept` names the fingerprint fields a
+    resume may change. `before_save` runs (on every rank) right before a checkpoint is taken, e.g. a check
+    that the state is finite; it may raise to prevent the save.
+    """
 
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world_size: int, signature: dict[str, Any],
+                 fingerprint: dict[str, Any] | None = None, accept: set[str] = frozenset(),
+                 before_save: Callable[[int], None] | None = None,
                  slow_commit_s: float = 0.0, on_commit: Callable[[int], None] | None = None):
         self.cfg = cfg
         self.root = Path(cfg.dir)
         self.rank, self.world_size = rank, world_size
         self.signature = signature
+        self.fingerprint = fingerprint or {}
+        self.accept = set(accept)
+        self.accepted: list[Change] = []
+        self.before_save = before_save or (lambda step: None)
         self.slow_commit_s = slow_commit_s
         self.on_commit = on_commit or (lambda step: None)
         # Checkpoint collectives get their own gloo group: async saves run them on a background thread
         # without racing the training group, and a slow writer is not cut off by the short training timeout.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.timeout_s))
         self._pending: tuple[int, Any, threading.Event] | None = None
+        self.failure: str | None = None  # why the last async save failed, once known
+        self.checksum_s = 0.0            # this rank's seconds spent on checksums by the last commit
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
         self._stager = ReusedBufferStager()
-        if rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
 
-    # ---- discovery and loading -------------------------------------------------------------------
+    # ---- start-up checks ---------------------------------------------------------------------------
+    def _agree(self, problem: str | None) -> str | None:
+        """Rank 0's finding, on every rank."""
+        payload = [problem]
+        dist.broadcast_object_list(payload, src=0, group=self.group)
+        return payload[0]
+
+    def check_storage(self, checkpoint_bytes: int) -> None:
+        """Before training: the directory is writable and has room for one more checkpoint (rank 0 checks)."""
+        problem = None
+        if self.rank == 0:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe = self.root / f"{PROBE}-{os.getpid()}"
+                with open(probe, "wb") as f:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+                    os.fsync(f.fileno())
+                probe.unlink()
+                free = shutil.disk_usage(self.root).free
+                if free < checkpoint_bytes:
+                    problem = (f"checkpoint.dir {self.root} has {free / 1e6:,.0f} MB free, but one checkpoint of "
+                               f"this run needs about {checkpoint_bytes / 1e6:,.0f} MB: free space there or point "
+                               "--checkpoint.dir at a larger file system")
+            except OSError as e:
+                problem = (f"checkpoint.dir {self.root} is not writable: {storage_reason(e)}; point "
+                           "--checkpoint.dir at a writable directory")
+            foreign = foreign_entries(self.root) if problem is None else []
+            if foreign:
+                shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+                log.warning("WARNING: checkpoint.dir %s also holds entries this job did not write (%s); they are "
+                            "never loaded, pruned or overwritten. A directory of its own per run is safer.",
+                            self.root, shown)
+        problem = self._agree(problem)
+        if problem:
+            raise CheckpointStorageError(problem)
+
+    def check_no_clash(self, first_step: int, last_step: int) -> None:
+        """Refuse to start if a foreign directory sits where this run will save (it would be overwritten)."""
+        problem = None
+        if self.rank == 0:
+            clash = [p.name for p in sorted(self.root.glob(f"{PREFIX}*"))
+                     if p.is_dir() and (s := parse_step(p)) is not None and first_step <= s <= last_step
+                     and p.name == step_dir(self.root, s).name and not is_ours(p)]
+            if clash:
+                problem = (f"checkpoint.dir {self.root} holds {', '.join(clash[:5])}, which this job did not write "
+                           "but would save into; move them, or point --checkpoint.dir at a directory of its own "
+                           "(nothing was changed)")
+        problem = self._agree(problem)
+        if problem:
+            raise CheckpointStorageError(problem)
+
+    # ---- discovery, verification and loading ---------------------------------------------------------
     def _candidates(self) -> list[str]:
         """Rank 0 scans and broadcasts, so every rank tries the same checkpoints in the same order."""
         payload: list[Any] = [None]
@@ -116,35 +221,98 @@ class CheckpointManager:
             newest_good = parse_step(good[0]) if good else -1
             for p, why in bad:
                 if parse_step(p) > newest_good:
-                    log.warning("WARNING: skipping checkpoint %s: %s; falling back to an older one", p, why)
+                    if (p / MARKER).exists():  # committed once, now damaged: keep it for inspection
+                        self._quarantine(p, why)
+                    else:
+                        log.warning("WARNING: skipping checkpoint %s: %s; falling back to an older one", p, why)
             payload = [[str(p) for p in good]]
         dist.broadcast_object_list(payload, src=0, group=self.group)
         return payload[0]
 
-    def load(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        """Load the newest complete checkpoint into the Stateful objects in `state`.
+    def _quarantine(self, path: Path, why: str) -> None:
+        """Rank 0: move a damaged checkpoint aside (never delete it) and say so in one line."""
+        if self.rank != 0:
+            return
+        dest = self.root / QUARANTINE / f"{path.name}.{int(time.time())}"
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+            (dest / "QUARANTINED.txt").write_text(f"{why}\n")
+            where = f"moved to {dest}"
+        except OSError as e:
+            where = f"could not be moved aside ({e}); it stays in place and is skipped"
+        log.warning("WARNING: checkpoint %s is damaged: %s; %s; falling back to an older one", path, why, where)
 
-        Returns its commit record, or None for a fresh start. Raises CheckpointIncompatible if it was
-        written for another model shape. A checkpoint that fails to load is skipped with a warning.
-        Keys absent from a checkpoint (per-rank RNG of ranks that did not exist) are left as they are.
+    def _verify_checksums(self, path: Path) -> str | None:
+        """Every rank checksums its share of the files; the first mismatch (agreed on every rank) or None."""
+        problem = None
+        try:
+            files = read_marker(path)["files"]
+            sums = {n: v["crc32c"] for n, v in files.items() if isinstance(v, dict) and "crc32c" in v}
+            for name in share({n: _file_sizes({"files": files})[n] for n in sums}, self.rank, self.world_size):
+                got = crc32c_file(path / name)
+                if got != sums[name]:
+                    problem = f"file {path / name} fails its checksum (crc32c {got}, {sums[name]} was written)"
+                    break
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problem = f"cannot verify {path}: {e}"
+        found: list[Any] = [None] * self.world_size
+        dist.all_gather_object(found, problem, group=self.group)
+        return next((p for p in found if p), None)
+
+    def _check_identity(self, path: Path, info: dict[str, Any], progress: dict[str, int]) -> None:
+        if info.get("signature") != self.signature:
+            raise CheckpointIncompatible(
+                f"checkpoint {path} was written for model {info.get('signature')}, but this run's model is "
+                f"{self.signature}. Use the model settings it was written with, or point checkpoint.dir "
+                f"at a new directory to start fresh (nothing was loaded or overwritten)")
+        saved = info.get("run")
+        if saved is None:
+            if self.rank == 0 and self.fingerprint:
+                log.warning("WARNING: checkpoint %s records no run settings (written by an older version); "
+                            "resuming without checking them", path)
+            return
+        changes = diff(saved, self.fingerprint)
+        refused = [c for c in changes if c.field not in self.accept]
+        step, offset = progress.get("step", info["step"]), progress.get("data_offset", 0)
+        if refused:
+            lines = "\n".join(f"  {c.field}: {show(c.saved)} -> {show(c.now)}" for c in refused)
+            effects = "\n".join(f"  {c.field}: {c.effect(step, offset)}" for c in refused)
+            raise RunChanged(
+                f"the newest checkpoint {path} belongs to a run with other settings:\n{lines}\n"
+                f"Nothing was loaded, changed or deleted. Either start a new run elsewhere "
+                f"(--job.out_dir DIR, or --checkpoint.dir DIR), or continue this one with the change:\n"
+                f"  --checkpoint.accept_changes {','.join(c.field for c in refused)}\n"
+                f"which does this:\n{effects}")
+        self.accepted = changes
+
+    def load(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Load the newest complete, verified checkpoint into the Stateful objects in `state`.
+
+        Returns its commit record, or None for a fresh start. Raises CheckpointIncompatible (another model)
+        or RunChanged (other run settings, not accepted) without loading anything. A checkpoint that fails
+        verification or loading is quarantined and the previous one is tried. Keys absent from a checkpoint
+        (per-rank RNG of ranks that did not exist) are left as they are.
         """
         for path in self._candidates():
             p = Path(path)
             info = read_marker(p)
-            if info.get("signature") != self.signature:
-                raise CheckpointIncompatible(
-                    f"checkpoint {p} was written for model {info.get('signature')}, but this run's model is "
-                    f"{self.signature}. Use the model settings it was written with, or point checkpoint.dir "
-                    f"at a new directory to start fresh (nothing was loaded or overwritten)")
-            try:
-                stored = set(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata)
-                wanted = {k: v for k, v in state.items()
-                          if any(s == k or s.startswith(k + ".") for s in stored)}
-                dcp.load(wanted, checkpoint_id=str(p), process_group=self.group)
-            except Exception as e:  # noqa: BLE001 - any read failure means "try the previous one"
-                if self.rank == 0:
-                    log.warning("WARNING: checkpoint %s could not be loaded (%s); falling back to an older one",
-                                p, str(e).splitlines()[0][:300])
+            self._check_identity(p, info, info.get("progress", {}))
+            problem = self._verify_checksums(p)
+            if problem is None:
+                try:
+                    stored = set(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata)
+                    wanted = {k: v for k, v in state.items()
+                              if any(s == k or s.startswith(k + ".") for s in stored)}
+                    dcp.load(wanted, checkpoint_id=str(p), process_group=self.group)
+                except (Exception, CheckpointException) as e:  # noqa: BLE001 - any read failure: previous one
+                    problem = f"it could not be loaded ({storage_reason(e)})"
+            # Every rank must take the same branch, whatever it saw itself.
+            found: list[Any] = [None] * self.world_size
+            dist.all_gather_object(found, problem, group=self.group)
+            problem = next((x for x in found if x), None)
+            if problem:
+                self._quarantine(p, problem)
                 continue
             info["missing_keys"] = sorted(set(state) - set(wanted))
             return info
@@ -154,17 +322,34 @@ class CheckpointManager:
     def due(self, step: int) -> bool:
         return step % self.cfg.interval == 0
 
-    def save(self, step: int, state: dict[str, Any], *, force: bool = False, sync: bool = False) -> float:
-        """Save `state` at `step` if the policy says so (or `force`). Returns the seconds training was blocked."""
+    def save(self, step: int, state: dict[str, Any], *, force: bool = False, sync: bool = False,
+             progress: dict[str, int] | None = None) -> float:
+        """Save `state` at `step` if the policy says so (or `force`). Returns the seconds training was blocked.
+
+        Raises CheckpointStorageError if a synchronous save fails (the previous checkpoint stays intact)."""
         if not (force or self.due(step)):
             return 0.0
+        self.before_save(step)
         t0 = time.perf_counter()
         self.wait()  # one save in flight at a time
+        if self.failure:
+            raise CheckpointStorageError(self.failure)
         path = step_dir(self.root, step)
-        if self.rank == 0 and path.exists():
-            # A leftover of an earlier attempt at this step (crash, or a rerun after resuming earlier).
-            shutil.rmtree(path)
-        dist.barrier(group=self.group)
+        problem = None
+        if self.rank == 0:
+            try:
+                if path.exists():
+                    if not is_ours(path):
+                        raise OSError(f"{path} exists and was not written by this job; it is left alone")
+                    shutil.rmtree(path)  # a leftover of an earlier attempt at this step (crash, rerun)
+                path.mkdir(parents=True)
+                (path / OWNED).write_text(json.dumps({"step": step, "created": time.time()}))
+            except OSError as e:
+                problem = self._failure_text(step, e)
+        problem = self._agree(problem)
+        if problem:
+            raise CheckpointStorageError(problem)
+        self._progress = dict(progress or {})
         if self.cfg.async_save and not sync:
             done = threading.Event()
             fut = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group,
@@ -172,39 +357,72 @@ class CheckpointManager:
             fut.add_done_callback(lambda f, s=step, e=done: self._on_async_done(f, s, e))
             self._pending = (step, fut, done)
         else:
-            dcp.save(state, checkpoint_id=str(path), process_group=self.group)
-            self._commit(step)
+            try:
+                dcp.save(state, checkpoint_id=str(path), process_group=self.group)
+                self._commit(step)
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported with its reason
+                self._discard(step)
+                raise CheckpointStorageError(self._failure_text(step, e)) from None
             # Nobody leaves before rank 0's marker is down: a sync save precedes an exit (signal, last step),
             # and a rank exiting early makes torchrun/srun tear down the others, rank 0 mid-commit included.
             dist.barrier(group=self.group)
         return time.perf_counter() - t0
 
+    def _failure_text(self, step: int, e: BaseException) -> str:
+        good = latest_complete(self.root) if self.rank == 0 else None
+        kept = f"the newest complete checkpoint {good} is intact" if good else "no earlier checkpoint exists"
+        return (f"the checkpoint of step {step} could not be written to {self.root}: {storage_reason(e)}. "
+                f"Training stopped; {kept}. Free space or fix the directory, then rerun to resume")
+
     def _on_async_done(self, fut, step: int, done: threading.Event) -> None:
         try:
             fut.result()
             self._commit(step)
-        except Exception as e:  # noqa: BLE001 - an uncommitted checkpoint is simply never used
-            log.error("ERROR: async checkpoint of step %d failed (%s); it stays uncommitted", step, e)
+        except (Exception, CheckpointException) as e:  # noqa: BLE001 - the trainer stops at the next step
+            self.failure = self._failure_text(step, e)  # the trainer stops at the next step and says it once
+            self._discard(step)
         finally:
             done.set()
 
+    def _discard(self, step: int) -> None:
+        """Rank 0: remove the incomplete directory of a failed save (ours, never committed) to free space."""
+        if self.rank == 0:
+            shutil.rmtree(step_dir(self.root, step), ignore_errors=True)
+
     def wait(self) -> None:
-        """Block until the in-flight async save (if any) is written and committed."""
+        """Block until the in-flight async save (if any) is written and committed (or has failed)."""
         if self._pending is not None:
-            _, fut, done = self._pending
-            fut.result()
+            _, _, done = self._pending
             done.wait()
             self._pending = None
 
     def _commit(self, step: int) -> None:
+        """Collective: checksum the files (each rank its share), then rank 0 writes the commit marker."""
+        path = step_dir(self.root, step)
+        sizes: list[Any] = [None]
+        if self.rank == 0:
+            sizes = [{f.name: f.stat().st_size for f in sorted(path.iterdir())
+                      if f.is_file() and f.name not in (MARKER, MARKER + ".tmp")}]
+        dist.broadcast_object_list(sizes, src=0, group=self.group)
+        t0 = time.perf_counter()
+        try:
+            mine: Any = {n: crc32c_file(path / n) for n in share(sizes[0], self.rank, self.world_size)}
+        except OSError as e:
+            mine = e  # reported on rank 0 after the gather, so no rank waits for a peer that gave up
+        self.checksum_s = time.perf_counter() - t0
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.group)
+        errors = [g for g in gathered if isinstance(g, BaseException)]
+        if errors:
+            raise errors[0]
         if self.rank != 0:
             return
+        sums = {n: c for g in gathered for n, c in g.items()}
         if self.slow_commit_s:
             time.sleep(self.slow_commit_s)
-        path = step_dir(self.root, step)
-        files = {f.name: f.stat().st_size for f in sorted(path.iterdir()) if f.is_file() and f.name != MARKER}
-        record = {"step": step, "world_size": self.world_size, "signature": self.signature,
-                  "files": files, "time": time.time()}
+        record = {"format": 2, "step": step, "world_size": self.world_size, "signature": self.signature,
+                  "run": self.fingerprint, "progress": self._progress,
+                  "files": {n: {"size": s, "crc32c": sums[n]} for n, s in sizes[0].items()}, "time": time.time()}
         tmp = path / (MARKER + ".tmp")
         with open(tmp, "w") as f:
             json.dump(record, f, indent=1)
@@ -215,12 +433,16 @@ class CheckpointManager:
         self._prune()
 
     def _prune(self) -> None:
-        """Keep the newest `keep_last` complete checkpoints; drop everything older than the oldest kept."""
+        """Keep the newest `keep_last` complete checkpoints; drop our older ones and our older unfinished saves.
+
+        Committed checkpoints that no longer verify are not touched here (they are quarantined when a load
+        meets them); directories this project did not create are never touched."""
         good, bad = scan(self.root)
         if len(good) <= self.cfg.keep_last:
             return
         oldest_kept = parse_step(good[self.cfg.keep_last - 1])
-        for p in good[self.cfg.keep_last:] + [b for b, _ in bad]:
+        unfinished = [b for b, _ in bad if not (b / MARKER).exists()]
+        for p in good[self.cfg.keep_last:] + unfinished:
             if parse_step(p) < oldest_kept:
                 shutil.rmtree(p, ignore_errors=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from training.field_docs import field_docs
+from training.run_identity import parse_accept
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -93,6 +95,9 @@ class TrainConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables)."""
+    max_bad_steps: int = 1
+    """Stop (exit 5) after this many steps in a row with a non-finite loss or gradient norm. Such a step's
+    update is skipped and it is never checkpointed, so the last good checkpoints are kept."""
 
 
 @dataclass
@@ -125,6 +130,10 @@ class CheckpointConfig:
     timeout_s: float = 3600.0
     """Timeout of the checkpoint collectives (their own gloo group): how long a save or load waits for the
     slowest rank's write or read before it fails."""
+    accept_changes: str = ""
+    """Resume even though these run settings differ from the checkpoint's (comma-separated, e.g.
+    'train.lr,data.source', or 'all'); each change then applies from the resumed step on. Empty: a resume
+    with changed settings stops (exit 4) and lists them. The world size may always change."""
 
 
 @dataclass
@@ -145,6 +154,8 @@ class FaultConfig:
     """Rank that `sigkill_at_step` kills."""
     slow_commit_s: float = 0.0
     """Sleep this long after a checkpoint's data is written and before its commit marker."""
+    nan_at_step: int = 0
+    """If > 0: the loss of this step is made NaN on every rank (tests the non-finite guard)."""
 
 
 @dataclass
@@ -295,15 +306,22 @@ def validate(cfg: Config) -> None:
     need(t.warmup_steps >= 0, f"train.warmup_steps={t.warmup_steps} must be >= 0")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
     need(t.max_grad_norm >= 0, f"train.max_grad_norm={t.max_grad_norm} must be >= 0 (0 disables)")
+    need(t.max_bad_steps >= 1, f"train.max_bad_steps={t.max_bad_steps} must be >= 1")
+    need(math.isfinite(t.lr), f"train.lr={t.lr} must be finite")
     need(p.device in ("auto", "cpu", "cuda"), f"parallel.device={p.device!r}: use auto, cpu or cuda")
     need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
     need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
+    try:
+        parse_accept(c.accept_changes)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
-    need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0,
+    need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
+         and cfg.fault.nan_at_step >= 0,
          "fault.* values must be >= 0")
 
 

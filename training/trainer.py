@@ -16,10 +16,14 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
 from training.checkpoint import CheckpointManager
+from training.errors import CheckpointStorageError
 from training.config import Config, check_world
 from training.data import build_dataloader, build_dataset
+from training.guard import NonFiniteGuard
+from training.integrity import storage_reason
 from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
+from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
 from training.state import Progress, RngState, TrainState
 
 log = logging.getLogger("training")
@@ -68,7 +72,13 @@ class Trainer:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         check_world(cfg, self.world)
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
+        try:
+            self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
+            problem = None
+        except OSError as e:
+            problem = (f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
+                       "--metrics.path or --job.out_dir at a writable directory")
+        self._raise_if_any(problem, CheckpointStorageError)
         self.mesh = init_device_mesh(self.device.type, (self.world,))
 
         self.model = build_model(cfg.model, seed=cfg.job.seed)
@@ -88,10 +98,17 @@ class Trainer:
         self.rng = RngState(self.device)
         self.state = {"train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
                       RngState.key(self.rank): self.rng}
-        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world_size=self.world,
-                                      signature=model_signature(cfg.model), slow_commit_s=cfg.fault.slow_commit_s,
-                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
+        self.guard = NonFiniteGuard(t.max_bad_steps)
+        fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
+        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world_size=self.world,
+                                      signature=model_signature(cfg.model), fingerprint=fingerprint,
+                                      accept=parse_accept(cfg.checkpoint.accept_changes),
+                                      before_save=lambda step: self.guard.check_weights(self.model, step),
+                                      slow_commit_s=cfg.fault.slow_commit_s,
+                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
+        # fp32 weights + AdamW's two fp32 moments: what one checkpoint of this model takes on storage.
+        self.ckpt.check_storage(checkpoint_bytes=12 * self.n_params)
         self._signal = 0
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)
@@ -99,10 +116,20 @@ class Trainer:
     def _on_signal(self, signum, _frame) -> None:
         self._signal = signum  # acted on at the next step boundary, by all ranks together
 
-    def _agreed_signal(self) -> int:
-        flag = torch.tensor([self._signal], dtype=torch.int64, device=self.device)
+    def _raise_if_any(self, problem: str | None, error: type[Exception]) -> None:
+        """Raise `error` on every rank if any rank found a problem (rank 0's or the first one's text)."""
+        found: list = [None] * self.world
+        dist.all_gather_object(found, problem)
+        problem = next((p for p in found if p), None)
+        if problem:
+            raise error(problem)
+
+    def _agreed_stop(self) -> tuple[int, bool]:
+        """(signal any rank received, whether any rank's background save failed), the same on every rank."""
+        flag = torch.tensor([self._signal, int(self.ckpt.failure is not None)], dtype=torch.int64,
+                            device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item())
+        return int(flag[0].item()), bool(flag[1].item())
 
     def _resume(self) -> int | None:
         info = self.ckpt.load(self.state)
@@ -111,7 +138,25 @@ class Trainer:
             return None
         self.metrics.info(f"resumed from step {info['step']} (saved at world size {info['world_size']}, "
                           f"now {self.world}) in {self.cfg.checkpoint.dir}")
+        self._apply_accepted_changes()
         return info["step"]
+
+    def _apply_accepted_changes(self) -> None:
+        """Make accepted setting changes take effect: the loaded optimizer/scheduler state carries the old ones."""
+        t, fields = self.cfg.train, {c.field for c in self.ckpt.accepted}
+        for c in self.ckpt.accepted:
+            self.metrics.info(f"accepted change {c.field}: {show(c.saved)} -> {show(c.now)}: "
+                              f"{c.effect(self.progress.step, self.progress.data_offset)}")
+        if fields & {"train.lr", "train.warmup_steps", "train.steps"}:
+            # LambdaLR keeps base_lrs in its state and takes its curve from the (new) lambda: rebase the
+            # curve on the new peak and set the current lr from it, so the very next step uses it.
+            self.scheduler.base_lrs = [t.lr for _ in self.optimizer.param_groups]
+            for g, fn in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+                g["initial_lr"] = t.lr
+                g["lr"] = t.lr * fn(self.scheduler.last_epoch)
+        if "train.weight_decay" in fields:
+            for g in self.optimizer.param_groups:
+                g["weight_decay"] = t.weight_decay
 
     def _maybe_inject_fault(self, step: int) -> None:
         f = self.cfg.fault
@@ -139,6 +184,7 @@ class Trainer:
         dist.all_reduce(counts)
         n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        step = self.progress.step + 1
         # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
         # reduce-scatters its gradients, so only sharded gradients are held in between).
         micro = self.cfg.train.micro_batch or ids.size(0)
@@ -149,23 +195,29 @@ class Trainer:
                                       ignore_index=-100, reduction="sum")
             # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
             # The gradient is then that of the global mean loss, whatever the world size or micro-batching.
+            if self.cfg.fault.nan_at_step == step:
+                mb_loss = mb_loss * float("nan")
             (mb_loss * (self.world / n_targets)).backward()
             loss_sum += mb_loss.detach()
         max_norm = self.cfg.train.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        self.optimizer.step()
+        dist.all_reduce(loss_sum)
+        loss, norm = loss_sum.item() / n_targets, grad_norm.item()
+        if self.guard.step_ok(step, loss, norm):  # a non-finite step keeps the weights as they were
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        dist.all_reduce(loss_sum)
-        return loss_sum.item() / n_targets, grad_norm.item(), int(n_tokens)
+        return loss, norm, int(n_tokens)
 
     def train(self) -> int:
         cfg, t = self.cfg, self.cfg.train
         resumed = self._resume()
+        self.ckpt.check_no_clash(self.progress.step + 1, t.steps)
         self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
-                           host=socket.gethostname(), params=self.n_params, preset=cfg.preset)
+                           host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
+                           accepted_changes=[c.field for c in self.ckpt.accepted])
         if self.progress.step >= t.steps:
             self.metrics.info(f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
                               f"{cfg.checkpoint.dir}; nothing to do")
@@ -196,9 +248,13 @@ class Trainer:
                 past_first_step = True
                 # Past start-up: from here a hung or vanished peer must fail fast so the job restarts.
                 dist.distributed_c10d._set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
-            sig = self._agreed_signal()
+            sig, save_failed = self._agreed_stop()
+            if save_failed:  # stop before doing more work that could not be saved
+                self.ckpt.wait()
+                raise CheckpointStorageError(self.ckpt.failure or "a peer's checkpoint write failed (see its log)")
             final = step == t.steps
-            blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final)
+            blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final,
+                                     progress=self.progress.state_dict())
             self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
                               tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
                               world_size=self.world, restart_count=self.restart_count, data_offset=offset)

@@ -16,7 +16,8 @@ def _row(preset: str, step_s: float, async_s: float, base_s: float, **extra) -> 
 
 def test_report_prints_first_save_steady_state_and_target_verdicts(tmp_path, capsys):
     met = tmp_path / "met.json"
-    met.write_text(json.dumps(_row("t5-60m", 3.5, 0.175, 2.95, ckpt_block_first_async_s=0.9)))
+    met.write_text(json.dumps(_row("t5-60m", 3.5, 0.175, 2.95, ckpt_block_first_async_s=0.9, checksum_s=0.12,
+                                   async_write_s=8.0, checksum_over_async_write=0.015)))
     missed = tmp_path / "missed.json"
     missed.write_text(json.dumps(_row("t5-60m", 3.5, 0.7, 2.8)))  # no first-save figure: an older result file
     summary = tmp_path / "summary.json"
@@ -24,6 +25,8 @@ def test_report_prints_first_save_steady_state_and_target_verdicts(tmp_path, cap
     out = capsys.readouterr().out
     assert "1st async" in out.splitlines()[0]
     assert "0.900" in out and "nan" in out  # the first save when recorded, a visible gap when not
+    assert "t5-60m: checkpoint checksums (CRC32C, each rank its share, in the background writer) 0.120 s of the " \
+           "8.00 s async save = 1.5%" in out
     verdicts = [line for line in out.splitlines() if line.startswith("targets (t5-60m)")]
     assert "5.0% MET" in verdicts[0] and "16.9x MET" in verdicts[0]
     assert "20.0% MISSED" in verdicts[1] and "4.0x MISSED" in verdicts[1]

@@ -1,0 +1,28 @@
+"""The job's known failures, each with its exit code (torch-free, so the entry point imports it cheaply).
+
+Every rank raises these together (the decision is agreed first), so a wrapper can tell from the exit code
+whether a rerun can help: 2-5 need a change of settings or data, 6 needs storage fixed, then a rerun resumes.
+"""
+from __future__ import annotations
+
+from training.config import ConfigError
+
+
+class CheckpointIncompatible(RuntimeError):
+    """The checkpoint directory holds a checkpoint of a different model; loading it would be wrong."""
+
+
+class RunChanged(RuntimeError):
+    """The newest checkpoint belongs to a run with other settings; the message lists them and the ways on."""
+
+
+class Diverged(RuntimeError):
+    """Training produced non-finite values; nothing non-finite was checkpointed."""
+
+
+class CheckpointStorageError(RuntimeError):
+    """Checkpoints cannot be written (no space, read-only, permissions); the message says why and where."""
+
+
+EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, CheckpointIncompatible: 3, RunChanged: 4, Diverged: 5,
+                                          CheckpointStorageError: 6}
