@@ -174,88 +174,316 @@ def reference_goodput(records_effective: list[dict], wall_s: float) -> float:
     return goodput(records_effective, wall_s)[1]
 
 
-def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Path:
-    """One row per scenario: loss (left axis) and world size (right axis) over wall time.
+# ------------------------------------------------------------------------------------------ the timeline
+# What the timeline draws: ``timeline_marks`` turns one scenario into these marks, ``timeline_png`` draws them.
+MARK_KINDS = {
+    "failure": "a fault: injected (t) -> noticed (detected) -> first step of a restarted attempt (t_end)",
+    "rejoin": "a lost node back (t) -> first step at full world size again (t_end); not a failure",
+    "action": "another harness action: relaunch, requeue, replacement node, corrupted checkpoint",
+    "signal": "the job logged a signal it received",
+    "attempt": "a worker group ran from its start (t) to its last record (t_end) at world size value, "
+               "resumed from step",
+    "checkpoint": "checkpoint of step committed",
+    "step": "step computed once and kept (value: its loss)",
+    "recomputed": "step computed again after a restart; this copy was kept",
+    "discarded": "step computed, then lost: its attempt ended before a checkpoint kept it",
+}
+ACTIONS = ("replace", "relaunch", "requeue", "corrupt")  # harness events drawn as actions (plus fault, rejoin)
 
-    Each worker-group incarnation is drawn separately, so downtime shows as a gap (world size 0); shaded
-    red spans run from a failure to the first step after recovery.
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in PNG pixels, origin bottom left
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One thing the timeline draws (``MARK_KINDS``); times in seconds since the scenario's ``t0``.
+
+    Attributes:
+        kind: a ``MARK_KINDS`` key.
+        t: when it happened (a span's start).
+        t_end: a span's end (None: a point, or a span that never ended).
+        step: the step number (steps, checkpoints, signals) or the step an attempt resumed from.
+        value: a step's loss, an attempt's world size, the world size a rejoin grew back to.
+        label: text for the picture (a fault's or action's name, a signal's name).
+        detected: a failure: when it was noticed.
+        lost: a failure or rejoin: steps recomputed because of it.
+    """
+
+    kind: str
+    t: float
+    t_end: float | None = None
+    step: int | None = None
+    value: float | None = None
+    label: str = ""
+    detected: float | None = None
+    lost: int | None = None
+
+
+@dataclass
+class Timeline:
+    """What ``timeline_png`` drew, for checking it without reading pixels.
+
+    Attributes:
+        path: the PNG.
+        marks: per scenario (in the order given), the marks drawn.
+        lanes: per scenario, the PNG boxes of its ``events``, ``steps`` and ``loss`` axes.
+        labels: per scenario, the boxes of the texts drawn in its events lane (the only texts inside axes).
+        legend: the box of the legend.
+    """
+
+    path: Path
+    marks: list[list[Mark]]
+    lanes: list[dict[str, Box]]
+    labels: list[list[Box]]
+    legend: Box
+
+
+def _kept_ids(attempts) -> set[int]:
+    """ids of the step records the final weights contain (``analysis.effective_steps``). When the history is
+    not one consistent chain, a record counts as kept unless a later attempt resumed from before its step."""
+    from chaos.analysis import ChainError, effective_steps
+    try:
+        return {id(x) for x in effective_steps(attempts)}
+    except ChainError:
+        return {id(s) for i, a in enumerate(attempts) for s in a.steps
+                if not any(b.resumed_from < s["step"] for b in attempts[i + 1:])}
+
+
+def timeline_marks(r: ScenarioResult) -> list[Mark]:
+    """Everything the timeline shows for one scenario (``MARK_KINDS``), in time order: a pure function of the
+    job's records (``r.timeline``), the harness's events and the recovery figures."""
+    from chaos.analysis import split_attempts
+    t0 = r.t0
+    attempts = split_attempts(r.timeline)
+    kept = _kept_ids(attempts)
+    # each attempt's last record (any event), for its span
+    last: list[float] = []
+    for x in r.timeline:
+        if x.get("event") == "start":
+            last.append(x["time"])
+        elif last:
+            last[-1] = max(last[-1], x["time"])
+    marks: list[Mark] = []
+    done: set[int] = set()  # step numbers computed by earlier attempts
+    for a, end in zip(attempts, last):
+        marks.append(Mark("attempt", a.start["time"] - t0, end - t0, step=a.resumed_from,
+                          value=a.start.get("world_size") or (a.steps[0]["world_size"] if a.steps else None)))
+        for s in a.steps:
+            kind = ("recomputed" if s["step"] in done else "step") if id(s) in kept else "discarded"
+            marks.append(Mark(kind, s["time"] - t0, step=s["step"], value=s.get("loss")))
+        done |= {s["step"] for s in a.steps}
+        marks += [Mark("signal", x["time"] - t0, step=x.get("step"), label=str(x.get("signal", "signal")))
+                  for x in a.signals]
+    marks += [Mark("checkpoint", x["time"] - t0, step=x["step"]) for x in r.timeline
+              if x.get("event") == "checkpoint" and x.get("committed", True)]
+    for x in r.recoveries:
+        end = None if x.recover_s is None else x.time + x.recover_s - t0
+        if x.kind == "rejoin":
+            marks.append(Mark("rejoin", x.time - t0, end, value=x.world_after, label="rejoin", lost=x.steps_lost))
+        else:
+            marks.append(Mark("failure", x.time - t0, end, label=x.kind, lost=x.steps_lost,
+                              detected=None if x.detect_s is None else x.time + x.detect_s - t0))
+    covered = {(m.kind, round(m.t, 3)) for m in marks}
+    for e in r.events:  # harness events without recovery figures (a harness error, a platform's extra actions)
+        kind = {"fault": "failure", "rejoin": "rejoin"}.get(e["kind"], "action" if e["kind"] in ACTIONS else None)
+        if kind and (kind, round(e["time"] - t0, 3)) not in covered:
+            marks.append(Mark(kind, e["time"] - t0, label=e.get("label") or e["kind"]))
+    order = list(MARK_KINDS)
+    return sorted(marks, key=lambda m: (m.t, order.index(m.kind), m.step or 0))
+
+
+def _title(r: ScenarioResult) -> str:
+    f = _faults(r)
+    txt = f"{r.name}: {'PASS' if r.passed else 'FAIL'}"
+    if f and f[0].recover_s is not None:
+        txt += (f"  |  {f[0].kind}: noticed after {_fmt(f[0].detect_s)} s, training after {f[0].recover_s:.1f} s, "
+                f"{f[0].steps_lost} step(s) recomputed")
+    elif f:
+        txt += f"  |  {len(f)} failure(s), job stopped: {r.figures.get('exit codes', '-')}"
+    for x in [x for x in r.recoveries if x.kind == "rejoin"][:1]:
+        if x.recover_s is not None:
+            txt += f"  |  rejoin: world {x.world_after} after {x.recover_s:.1f} s, {x.steps_lost} recomputed"
+        else:
+            txt += "  |  rejoin: never back at full size"
+    return txt
+
+
+def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Timeline:
+    """One block per scenario, three lanes over the same wall-time axis (seconds since the scenario started):
+
+    * events: faults (red: injected -> noticed, dark; noticed -> training again, light), rejoins and other
+      harness actions (purple), worker groups at their world size (green full size, olive smaller) and
+      committed checkpoints (black diamonds with their step);
+    * steps: the step number of every step record, so a restart shows as a drop back to the step it resumed
+      from: steps kept (blue), computed again after a restart (orange), lost with their attempt (grey crosses),
+      checkpoint commits (black diamonds);
+    * loss of the same records.
+
+    Texts sit in the events lane or outside the axes (the legend is below them all); the data lanes carry none.
+    Returns what was drawn (:class:`Timeline`), see ``timeline_marks``.
     """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
-    from chaos.analysis import split_attempts
-
+    dpi, width = 90, 13.0
+    left, right = 1.15, 0.3  # inches
+    h_title, h_head, h_events, h_steps, h_loss, h_ticks, h_gap, h_legend = 0.5, 0.3, 1.05, 1.35, 0.8, 0.45, 0.3, 1.0
+    block = h_head + h_events + h_steps + h_loss + h_ticks + 2 * 0.06
     n = len(results)
-    fig, axes = plt.subplots(n, 1, figsize=(13, 2.5 * n + 1.4), squeeze=False)
-    for ax, r in zip(axes[:, 0], results):
-        t0 = r.t0
-        eff_ids = _effective_ids(r)
-        ax2 = ax.twinx()
-        worlds = [1]
-        for a in split_attempts(r.timeline):
-            kept = [x for x in a.steps if id(x) in eff_ids]
-            redo = [x for x in a.steps if id(x) not in eff_ids]
-            if kept:
-                ax.plot([x["time"] - t0 for x in kept], [x["loss"] for x in kept], "o-", color="tab:blue",
-                        ms=3, lw=1.2)
-            if redo:
-                ax.plot([x["time"] - t0 for x in redo], [x["loss"] for x in redo], "x", color="0.5", ms=6)
-            end = a.steps[-1]["time"] if a.steps else a.start["time"]
-            w = a.start.get("world_size", 0)
-            worlds.append(w)
-            ax2.hlines(w, a.start["time"] - t0, end - t0, color="tab:orange", lw=3, alpha=0.8)
-            ax.axvline(a.start["time"] - t0, color="tab:green", ls=":", lw=1.2)
-        ax2.set_ylim(0, max(worlds) + 1)
-        ax2.set_yticks(range(0, max(worlds) + 1))
-        ax2.set_ylabel("world size", color="tab:orange")
-        ax.set_ylabel("loss", color="tab:blue")
-        for e in r.events:
-            if e["kind"] == "fault":
-                ax.axvline(e["time"] - t0, color="tab:red", lw=1.8)
-                ax.annotate(e["label"], (e["time"] - t0, 1.0), xycoords=("data", "axes fraction"),
-                            xytext=(3, -12), textcoords="offset points", color="tab:red", fontsize=8)
-            elif e["kind"] in ("rejoin", "replace", "relaunch", "corrupt"):
-                ax.axvline(e["time"] - t0, color="tab:purple", ls="--", lw=1.2)
-                ax.annotate(e["kind"], (e["time"] - t0, 0.0), xycoords=("data", "axes fraction"),
-                            xytext=(3, 4), textcoords="offset points", color="tab:purple", fontsize=8)
-        for x in r.recoveries:
-            if x.recover_s is not None:
-                ax.axvspan(x.time - t0, x.time - t0 + x.recover_s, color="tab:red", alpha=0.10, lw=0)
-                ax.annotate(f"{x.recover_s:.1f} s", (x.time - t0 + x.recover_s / 2, 0.5),
-                            xycoords=("data", "axes fraction"), ha="center", color="tab:red", fontsize=8)
-        f = _faults(r)
-        fig_txt = ""
-        if f and f[0].recover_s is not None:
-            fig_txt = f"  |  detect {_fmt(f[0].detect_s)} s, recover {f[0].recover_s:.1f} s, lost {f[0].steps_lost} steps"
-        elif f:
-            fig_txt = f"  |  {len(f)} failures, job stopped: {r.figures.get('exit codes', '-')}"
-        ax.set_title(f"{r.name}: {'PASS' if r.passed else 'FAIL'}{fig_txt}", loc="left", fontsize=10)
-        last = max([x["time"] for x in r.timeline] + [e["time"] for e in r.events] + [t0 + 1]) - t0
-        ax.set_xlim(0, last * 1.08)  # room for the labels of a failure at the very end
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("seconds since the scenario started")
-    handles = [Line2D([], [], color="tab:blue", marker="o", ms=3, label="loss (step kept)"),
-               Line2D([], [], color="0.5", marker="x", ls="", label="loss (step recomputed later)"),
-               Line2D([], [], color="tab:orange", lw=3, label="world size while training"),
-               Line2D([], [], color="tab:red", lw=1.8, label="failure injected"),
-               Patch(color="tab:red", alpha=0.15, label="failure -> next step"),
-               Line2D([], [], color="tab:green", ls=":", label="workers (re)started"),
-               Line2D([], [], color="tab:purple", ls="--", label="node rejoin / replace / relaunch")]
-    fig.suptitle(title, fontsize=12)
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
-    h = 2.5 * n + 1.4
-    fig.tight_layout(rect=(0, 0.9 / h, 1, 1 - 0.45 / h))
-    fig.savefig(path, dpi=90)
+    height = h_title + n * block + (n - 1) * h_gap + h_legend
+    fig = plt.figure(figsize=(width, height), dpi=dpi)
+    colors = {"failure": "tab:red", "rejoin": "tab:purple", "action": "tab:purple", "step": "tab:blue",
+              "recomputed": "tab:orange", "discarded": "0.45", "checkpoint": "black", "full": "tab:green",
+              "small": "tab:olive", "signal": "darkred"}
+    rows = {"faults": 3, "rejoins, actions": 2, "workers": 1, "checkpoints": 0}
+
+    def axes_at(top: float, h: float):  # top: inches from the figure's top
+        return fig.add_axes(((left / width), 1 - (top + h) / height, 1 - (left + right) / width, h / height))
+
+    all_marks, lane_axes, texts, titles = [], [], [], []
+    top = h_title
+    for r in results:
+        marks = timeline_marks(r)
+        all_marks.append(marks)
+        ev = axes_at(top + h_head, h_events)
+        st = axes_at(top + h_head + h_events + 0.06, h_steps)
+        lo = axes_at(top + h_head + h_events + h_steps + 0.12, h_loss)
+        top += block + h_gap
+        lane_axes.append({"events": ev, "steps": st, "loss": lo})
+        row_texts: list = []  # (text, end of the bar it must fit in, or None)
+        texts.append(row_texts)
+        end = max([m.t_end or m.t for m in marks] + [e["time"] - r.t0 for e in r.events] + [1.0])
+        xmax = end * 1.03
+        for ax in (ev, st, lo):
+            ax.set_xlim(0, xmax)
+            ax.grid(axis="x", alpha=0.3)
+        for ax in (ev, st):
+            ax.tick_params(labelbottom=False)
+        ev.set_ylim(-0.6, 3.85)
+        ev.set_yticks(list(rows.values()), list(rows), fontsize=8)
+        ev.tick_params(axis="y", length=0)
+        titles.append(ev.set_title(_title(r), loc="left", fontsize=10))
+
+        def label(x: float, y: float, text: str, color: str) -> None:
+            near_end = x > 0.8 * xmax
+            row_texts.append((ev.text(x + (-0.004 if near_end else 0.004) * xmax, y, text, fontsize=7.5,
+                                      color=color, ha="right" if near_end else "left", va="bottom"), None))
+
+        worlds = [m.value for m in marks if m.kind == "attempt" and m.value]
+        full = max(worlds) if worlds else None
+        fails = [m.t for m in marks if m.kind == "failure"]
+        for m in marks:
+            if m.kind == "failure":
+                y = rows["faults"]
+                stop = m.t_end if m.t_end is not None else min([t for t in fails if t > m.t] + [xmax])
+                mid = m.detected if m.detected is not None and m.detected <= stop else m.t
+                if mid > m.t:
+                    ev.barh(y, mid - m.t, left=m.t, height=0.4, color=colors["failure"], alpha=0.9)
+                ev.barh(y, stop - mid, left=mid, height=0.4, color=colors["failure"], alpha=0.3,
+                        hatch="///" if m.t_end is None else None, edgecolor=colors["failure"], lw=0)
+                ev.plot([m.t], [y], marker="|", ms=12, mew=2, color=colors["failure"])
+                label(m.t, y + 0.24, m.label + (f" ({m.lost} recomputed)" if m.lost is not None else ""), "darkred")
+            elif m.kind == "rejoin":
+                y = rows["rejoins, actions"]
+                if m.t_end is not None:
+                    ev.barh(y, m.t_end - m.t, left=m.t, height=0.4, color=colors["rejoin"], alpha=0.3, lw=0)
+                ev.plot([m.t], [y], marker="^", ms=7, color=colors["rejoin"])
+                label(m.t, y + 0.24, m.label, colors["rejoin"])
+            elif m.kind == "action":
+                y = rows["rejoins, actions"]
+                ev.plot([m.t], [y], marker="v", ms=6, color=colors["action"], mfc="white")
+                label(m.t, y + 0.24, m.label, colors["action"])
+            elif m.kind == "signal":
+                ev.plot([m.t], [rows["workers"]], marker="*", ms=9, color=colors["signal"], mec="white", mew=0.5,
+                        zorder=3)
+            elif m.kind == "attempt":
+                c = colors["full"] if m.value == full else colors["small"]
+                ev.barh(rows["workers"], max(m.t_end - m.t, xmax * 0.002), left=m.t, height=0.5, color=c,
+                        alpha=0.75, lw=0)
+                row_texts.append((ev.text(m.t + 0.004 * xmax, rows["workers"], f"world {m.value:g}" if m.value
+                                          else "world ?", fontsize=7, color="white", va="center", ha="left"),
+                                  m.t_end))
+            elif m.kind == "checkpoint":
+                ev.plot([m.t], [rows["checkpoints"]], "D", ms=5, color=colors["checkpoint"])
+                row_texts.append((ev.text(m.t + 0.004 * xmax, rows["checkpoints"] + 0.05, str(m.step), fontsize=7,
+                                          va="center", ha="left"), None))
+                st.plot([m.t], [m.step], "D", ms=5, color=colors["checkpoint"], zorder=4)
+        # shade the disruptions across the data lanes too (no text there)
+        for m in marks:
+            if m.kind in ("failure", "rejoin") and m.t_end is not None:
+                for ax in (st, lo):
+                    ax.axvspan(m.t, m.t_end, color=colors[m.kind], alpha=0.08, lw=0)
+        # steps and losses, attempt by attempt (a line never joins two attempts)
+        att = [m for m in marks if m.kind == "attempt"]
+        for i, a in enumerate(att):
+            stop = att[i + 1].t if i + 1 < len(att) else float("inf")
+            mine = [m for m in marks if m.kind in ("step", "recomputed", "discarded") and a.t <= m.t < stop]
+            st.plot([a.t], [a.step or 0], marker=">", ms=6, color=colors["full"], zorder=3)
+            if mine:  # dotted while starting up at the step it resumed from, then a line through its steps
+                xs = [m.t for m in mine]
+                st.plot([a.t, xs[0]], [a.step or 0] * 2, color=colors["full"], ls=":", lw=1.2, zorder=1)
+                st.plot(xs, [m.step for m in mine], color="0.6", lw=0.9, zorder=1)
+                lo.plot(xs, [m.value for m in mine], color="0.6", lw=0.9, zorder=1)
+        for kind, style in (("step", dict(marker="o", ms=3.5)), ("recomputed", dict(marker="o", ms=6, mec="black",
+                                                                                     mew=0.6)),
+                            ("discarded", dict(marker="x", ms=6, mew=1.5))):
+            pts = [m for m in marks if m.kind == kind]
+            if pts:
+                st.plot([m.t for m in pts], [m.step for m in pts], ls="", color=colors[kind], zorder=3, **style)
+                lo.plot([m.t for m in pts], [m.value for m in pts], ls="", color=colors[kind], zorder=3, **style)
+        st.set_ylabel("step", fontsize=9)
+        st.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+        st.set_ylim(-0.08 * max([m.step or 0 for m in marks] + [1]), None)
+        st.grid(axis="y", alpha=0.3)
+        lo.set_ylabel("loss", fontsize=9)
+        lo.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        lo.set_xlabel("seconds since the scenario started", fontsize=8, labelpad=1)
+        for ax in (ev, st, lo):
+            ax.tick_params(labelsize=8)
+
+    handles = [
+        Patch(color=colors["failure"], alpha=0.9, label="fault injected -> noticed"),
+        Patch(color=colors["failure"], alpha=0.3, label="noticed -> training again (hatched: never)"),
+        Line2D([], [], marker="*", ls="", color=colors["signal"], label="job logged a signal"),
+        Patch(color=colors["rejoin"], alpha=0.3, label="node rejoined -> full world size again (not a failure)"),
+        Line2D([], [], marker="v", ls="", color=colors["action"], mfc="white",
+               label="harness: relaunch / requeue / replacement / corruption"),
+        Patch(color=colors["full"], alpha=0.75, label="worker group at full world size"),
+        Patch(color=colors["small"], alpha=0.75, label="worker group at a smaller world size"),
+        Line2D([], [], marker=">", ls="", color=colors["full"], label="(re)start, at the step it resumed from"),
+        Line2D([], [], marker="D", ls="", ms=5, color=colors["checkpoint"], label="checkpoint committed (step)"),
+        Line2D([], [], marker="o", ms=3.5, color=colors["step"], ls="", label="step kept"),
+        Line2D([], [], marker="o", ms=6, mec="black", mew=0.6, color=colors["recomputed"], ls="",
+               label="step computed again after a restart (kept)"),
+        Line2D([], [], marker="x", ms=6, mew=1.5, color=colors["discarded"], ls="",
+               label="step lost (its attempt ended before a checkpoint kept it)"),
+    ]
+    fig.suptitle(title, fontsize=12, x=left / width, ha="left", y=1 - 0.15 / height, va="top")
+    legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(left / width, 0.1 / height), ncol=3,
+                        fontsize=8.5, frameon=False, borderaxespad=0)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for t in titles:  # a long title shrinks to fit the figure's width
+        while t.get_window_extent(renderer).x1 > fig.bbox.x1 - 4 and t.get_fontsize() > 6:
+            t.set_fontsize(t.get_fontsize() - 0.5)
+    def box(b) -> Box:
+        return tuple(float(v) for v in b.extents)
+    boxes_t: list[list[Box]] = []
+    for row, ax in zip(texts, lane_axes):
+        placed: list = []
+        for t, bar_end in sorted(row, key=lambda tb: tb[0].get_position()[0]):
+            bb = t.get_window_extent(renderer)
+            too_wide = bar_end is not None and bb.x1 > ax["events"].transData.transform((bar_end, 0))[0]
+            if too_wide or any(bb.overlaps(p) for p in placed):
+                t.set_visible(False)
+            else:
+                placed.append(bb)
+        boxes_t.append([box(b) for b in placed])
+    lanes = [{k: box(ax.get_window_extent(renderer)) for k, ax in d.items()} for d in lane_axes]
+    out = Timeline(Path(path), all_marks, lanes, boxes_t, box(legend.get_window_extent(renderer)))
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
     plt.close(fig)
-    return path
-
-
-def _effective_ids(r: ScenarioResult) -> set[int]:
-    from chaos.analysis import ChainError, effective_steps, split_attempts
-    try:
-        return {id(x) for x in effective_steps(split_attempts(r.timeline))}
-    except ChainError:
-        return set()
+    return out

@@ -452,7 +452,7 @@ def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = 
     rows = report.targets(cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out_dir / "timeline.png", results,
                               f"Slurm chaos test: {cfg.nodes} nodes, {cfg.preset}, {cfg.steps} steps, "
-                              f"checkpoint every {cfg.interval} ({lab_settings})")
+                              f"checkpoint every {cfg.interval} ({lab_settings})").path
     report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
                       rows, png)
     return {"passed": all(r.passed for r in results), "results": results, "wall_s": time.monotonic() - t0,

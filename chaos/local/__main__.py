@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = report.targets(cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
-                              f"{cfg.steps} steps, checkpoint every {cfg.interval}")
+                              f"{cfg.steps} steps, checkpoint every {cfg.interval}").path
     ref = refs.get((), next(iter(refs.values())))
     ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
     report.write_json(out / "report.json", "local", asdict(cfg), results,

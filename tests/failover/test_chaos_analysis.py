@@ -141,5 +141,5 @@ def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
                             recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, None, None, 1, None)],
                             events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"}],
                             figures={"exit codes": {"node0": 1}})
-    png = timeline_png(tmp_path / "t.png", [ok, failed], "title")
+    png = timeline_png(tmp_path / "t.png", [ok, failed], "title").path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
