@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
@@ -20,3 +22,21 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.run([TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "training", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+TINY_STEPS = 8
+
+
+def tiny_run(out: Path, nproc: int = 2, *extra: str, steps: int = TINY_STEPS) -> subprocess.CompletedProcess:
+    """The tiny model for `steps` steps with a checkpoint every 3 (and at the end) in `out`."""
+    return torchrun(nproc, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps),
+                    "--checkpoint.interval", "3", *extra)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tmp_path_factory) -> Path:
+    """One uninterrupted 2-rank run of `tiny_run`, shared by the end-to-end tests that compare against it."""
+    out = tmp_path_factory.mktemp("tiny_reference")
+    r = tiny_run(out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out

@@ -36,6 +36,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from training.config import CheckpointConfig
+from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, RunChanged
 from training.integrity import crc32c_file, share, storage_reason
 from training.run_identity import Change, diff, show
@@ -46,9 +47,11 @@ MARKER = "COMMITTED.json"
 OWNED = ".t5-failover"
 PREFIX = "step_"
 QUARANTINE = "quarantine"
+SUPERSEDED = "superseded"
+ROLLBACK = ".t5-failover-rollback"
 LOCK = ".t5-failover.lock"
 PROBE = ".t5-failover-probe"
-OURS_AT_ROOT = {QUARANTINE, LOCK}
+OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK}
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -217,6 +220,14 @@ class CheckpointManager:
         """Rank 0 scans and broadcasts, so every rank tries the same checkpoints in the same order."""
         payload: list[Any] = [None]
         if self.rank == 0:
+            try:
+                self._maybe_roll_back()
+            except ConfigError as e:
+                payload = [e]
+        dist.broadcast_object_list(payload, src=0, group=self.group)
+        if isinstance(payload[0], ConfigError):
+            raise payload[0]
+        if self.rank == 0:
             good, bad = scan(self.root)
             newest_good = parse_step(good[0]) if good else -1
             for p, why in bad:
@@ -228,6 +239,58 @@ class CheckpointManager:
             payload = [[str(p) for p in good]]
         dist.broadcast_object_list(payload, src=0, group=self.group)
         return payload[0]
+
+    def _maybe_roll_back(self) -> None:
+        """Rank 0, for checkpoint.load_step: move newer checkpoints to superseded/ once per requested step, so
+        the run resumes there and later restarts (same flags) continue from the newest again."""
+        want = self.cfg.load_step
+        if not want:
+            return
+        marker = self.root / ROLLBACK
+        done = json.loads(marker.read_text()) if marker.is_file() else {}
+        if done.get("load_step") == want:
+            log.info("checkpoint.load_step=%d was applied at %s; resuming from the newest checkpoint", want,
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done.get("time", 0))))
+            return
+        good, _ = scan(self.root)
+        if step_dir(self.root, want) not in good:
+            raise ConfigError(f"checkpoint.load_step={want}: {self.root} has no complete checkpoint of step {want}; "
+                              f"complete ones: {[parse_step(p) for p in good] or 'none'}")
+        newer = [p for p in good if parse_step(p) > want]
+        moved = []
+        for p in newer:
+            dest = self.root / SUPERSEDED / f"{p.name}.{int(time.time())}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(p, dest)
+            moved.append(str(dest))
+        marker.write_text(json.dumps({"load_step": want, "time": time.time(), "superseded": moved}))
+        if moved:
+            log.warning("checkpoint.load_step=%d: moved %d newer checkpoint(s) to %s (kept, not loaded)", want,
+                        len(moved), self.root / SUPERSEDED)
+
+    def load_initial(self, path: str, state: dict[str, Any]) -> int:
+        """Load `state` (e.g. {"train": ModelOnly(model)}) from another run's checkpoint; returns its step.
+
+        `path` is a step directory or a checkpoint.dir (its newest complete checkpoint). Verified like a resume."""
+        root = Path(path)
+        target = root if (root / MARKER).exists() else latest_complete(root)
+        problem = None
+        if self.rank == 0:
+            ok, why = verify(target) if target else (False, "no complete checkpoint there")
+            problem = None if ok else f"checkpoint.initial_load_path={path!r}: {why}"
+        problem = self._agree(problem)
+        if problem:
+            raise ConfigError(problem)
+        info = read_marker(target)
+        if info.get("signature") != self.signature:
+            raise CheckpointIncompatible(
+                f"checkpoint.initial_load_path {target} holds model {info.get('signature')}, but this run's model "
+                f"is {self.signature}; use matching model settings")
+        problem = self._verify_checksums(target)
+        if problem:
+            raise CheckpointIncompatible(f"checkpoint.initial_load_path {target} is damaged: {problem}")
+        dcp.load(state, checkpoint_id=str(target), process_group=self.group)
+        return info["step"]
 
     def _quarantine(self, path: Path, why: str) -> None:
         """Rank 0: move a damaged checkpoint aside (never delete it) and say so in one line."""

@@ -130,6 +130,13 @@ class CheckpointConfig:
     timeout_s: float = 3600.0
     """Timeout of the checkpoint collectives (their own gloo group): how long a save or load waits for the
     slowest rank's write or read before it fails."""
+    load_step: int = 0
+    """Resume from this step's checkpoint instead of the newest (0 = newest). Newer checkpoints are moved to
+    <dir>/superseded/ (kept, never overwritten); later restarts of the same run resume from the newest again."""
+    initial_load_path: str = ""
+    """Start a new run from another run's model weights (a step_NNNNNNNN directory or a checkpoint.dir: its
+    newest complete checkpoint). Only used when this run has no checkpoint yet; optimizer, schedule and data
+    start fresh. The model shape must match (exit 3 otherwise)."""
     accept_changes: str = ""
     """Resume even though these run settings differ from the checkpoint's (comma-separated, e.g.
     'train.lr,data.source', or 'all'); each change then applies from the resumed step on. Empty: a resume
@@ -318,6 +325,11 @@ def validate(cfg: Config) -> None:
         parse_accept(c.accept_changes)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    need(c.load_step >= 0, f"checkpoint.load_step={c.load_step} must be >= 0 (0 = the newest)")
+    if c.initial_load_path:
+        need(os.path.isdir(c.initial_load_path),
+             f"checkpoint.initial_load_path={c.initial_load_path!r} is not a directory; pass a step_NNNNNNNN "
+             "checkpoint directory or another run's checkpoint.dir")
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0

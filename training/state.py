@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
 
 
@@ -39,6 +40,19 @@ class TrainState(Stateful):
         set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         self.scheduler.load_state_dict(sd["scheduler"])
         self.progress.load_state_dict(sd["progress"])
+
+
+class ModelOnly(Stateful):
+    """The model part of a TrainState, under the same key, to start a new run from another run's weights."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def state_dict(self):
+        return {"model": get_model_state_dict(self.model)}
+
+    def load_state_dict(self, sd) -> None:
+        set_model_state_dict(self.model, sd["model"])
 
 
 class RngState(Stateful):

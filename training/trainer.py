@@ -24,7 +24,7 @@ from training.integrity import storage_reason
 from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
 from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
-from training.state import Progress, RngState, TrainState
+from training.state import ModelOnly, Progress, RngState, TrainState
 
 log = logging.getLogger("training")
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -135,6 +135,10 @@ class Trainer:
         info = self.ckpt.load(self.state)
         if info is None:
             self.metrics.info(f"fresh start: no complete checkpoint in {self.cfg.checkpoint.dir}")
+            src = self.cfg.checkpoint.initial_load_path
+            if src:
+                step = self.ckpt.load_initial(src, {"train": ModelOnly(self.model)})
+                self.metrics.info(f"model weights from {src} (step {step}); optimizer, schedule and data start fresh")
             return None
         self.metrics.info(f"resumed from step {info['step']} (saved at world size {info['world_size']}, "
                           f"now {self.world}) in {self.cfg.checkpoint.dir}")

@@ -6,17 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY, torchrun
+from tests.conftest import TINY, TINY_STEPS, tiny_run, torchrun
 from training.checkpoint import latest_complete, step_dir
 from training.compare import compare
 
 pytestmark = pytest.mark.e2e
-STEPS = 8
-
-
-def run(out: Path, nproc: int = 2, *extra: str):
-    return torchrun(nproc, *TINY, "--job.out_dir", str(out), "--train.steps", str(STEPS),
-                    "--checkpoint.interval", "3", *extra)
+STEPS = TINY_STEPS
+run = tiny_run
 
 
 def effective_steps(metrics: Path) -> dict[int, dict]:
@@ -26,11 +22,8 @@ def effective_steps(metrics: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref")
-    r = run(out)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out
+def reference(tiny_reference):
+    return tiny_reference
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY, TORCHRUN, torchrun
+from tests.conftest import ROOT, TINY, TINY_STEPS, TORCHRUN, tiny_run
 from training.checkpoint import MARKER, QUARANTINE, latest_complete, read_marker, step_dir, verify
 from training.compare import compare
 
 pytestmark = pytest.mark.e2e
-STEPS = 8
+STEPS = TINY_STEPS
 
 
 def run(out: Path, *extra: str, steps: int = STEPS):
-    return torchrun(2, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps), "--checkpoint.interval", "3",
-                    *extra)
+    return tiny_run(out, 2, *extra, steps=steps)
 
 
 def records(out: Path) -> list[dict]:
@@ -27,11 +26,8 @@ def records(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref")
-    r = run(out)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out
+def reference(tiny_reference):
+    return tiny_reference
 
 
 def copy_run(reference: Path, dest: Path) -> Path:

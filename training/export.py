@@ -1,0 +1,68 @@
+"""Export a checkpoint as a Hugging Face model directory (``config.json`` + ``model.safetensors``).
+
+    python -m training.export runs/debug/checkpoints/step_00000060 exported/
+    python -c "from transformers import T5ForConditionalGeneration as T; T.from_pretrained('exported/')"
+
+Runs in one process without a process group (DCP reads every rank's shard) and needs no GPU. The model's
+shape comes from the checkpoint's commit marker, so no training flags are needed. Only verified checkpoints
+are exported (sizes and checksums as recorded at commit). Exit 0 on success, 2 for a bad path or checkpoint.
+The exported directory also works as ``--model.init_from DIR`` for a new run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+MODEL_PREFIX = "train.model."
+
+
+def export(ckpt: str | Path, out: str | Path) -> Path:
+    """Write the checkpoint's model as a Hugging Face directory; returns it. Raises ValueError on a bad input."""
+    from training.checkpoint import latest_complete, read_marker, verify
+    from training.compare import load_full
+    from training.config import ModelConfig
+    from training.integrity import crc32c_file
+    from training.model import build_model
+
+    ckpt, out = Path(ckpt), Path(out)
+    if ckpt.is_dir() and not (ckpt / "COMMITTED.json").exists() and latest_complete(ckpt):
+        ckpt = latest_complete(ckpt)  # a checkpoint directory root: its newest complete checkpoint
+    ok, why = verify(ckpt)
+    if not ok:
+        raise ValueError(f"{ckpt} is not a complete checkpoint: {why}")
+    info = read_marker(ckpt)
+    for name, rec in info["files"].items():
+        if isinstance(rec, dict) and crc32c_file(ckpt / name) != rec["crc32c"]:
+            raise ValueError(f"{ckpt / name} fails its checksum: the checkpoint is damaged; export an older one")
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not empty; choose a new directory (nothing was overwritten)")
+    model = build_model(ModelConfig(**info["signature"]), seed=0)
+    weights = {k[len(MODEL_PREFIX):]: v for k, v in load_full(ckpt).items() if k.startswith(MODEL_PREFIX)}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{ckpt} does not hold this model's weights (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p.add_argument("checkpoint", help="a step_NNNNNNNN directory, or a checkpoint.dir (its newest complete one)")
+    p.add_argument("out", help="new directory for config.json + model.safetensors")
+    a = p.parse_args(argv)
+    try:
+        out = export(a.checkpoint, a.out)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {a.checkpoint} -> {out} (T5ForConditionalGeneration.from_pretrained({str(out)!r}))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
