@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import inspect
+import json
 import math
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -231,43 +234,97 @@ def _apply_toml(cfg: Config, path: Path) -> None:
             _apply(cfg, section, key, value, str(path))
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training",
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad flag as a ConfigError (one message, the closest valid flag suggested), not a usage dump."""
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def _preset_defaults(preset: str) -> Config:
+    cfg = Config(preset=preset)
+    preset_path = PRESET_DIR / f"{preset}.toml"
+    if not preset_path.is_file():
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(presets())}")
+    _apply_toml(cfg, preset_path)
+    return cfg
+
+
+def _group_doc(cls: type) -> str | None:
+    doc = cls.__doc__ or ""
+    return None if doc.startswith(cls.__name__ + "(") else inspect.getdoc(cls)  # dataclasses invent a repr-doc
+
+
+def build_arg_parser(preset: str = "debug") -> argparse.ArgumentParser:
+    """The CLI; each flag's help shows the value `preset` gives it (what will run without the flag)."""
+    p = _Parser(
+        prog="python -m training", allow_abbrev=False,
         description=("FSDP2 T5 training with exact checkpoint resume. Values come from the defaults, then the "
                      "preset, then --config, then the --section.field flags below. Resumes automatically from "
                      "the newest complete checkpoint in checkpoint.dir. Launch with torchrun."),
-        
     )
-    p.add_argument("--preset", default="debug", help=f"preset: one of {', '.join(presets())}")
+    p.add_argument("--preset", default="debug", help=f"preset: one of {', '.join(presets())} (default: debug)")
     p.add_argument("--config", default=None, help="TOML file with [section] tables, applied after the preset")
-    defaults = Config()
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved configuration as TOML (usable as --config) and exit")
+    defaults = _preset_defaults(preset)
     for section in SECTIONS:
         sub = getattr(defaults, section)
-        g = p.add_argument_group(section, inspect.getdoc(type(sub)) if type(sub).__doc__ else None)
+        g = p.add_argument_group(section, _group_doc(type(sub)))
         docs = field_docs(type(sub))
         for f in fields(sub):
             g.add_argument(f"--{section}.{f.name}", dest=f"{section}.{f.name}", default=None,
                            metavar=f.type.upper(),
-                           help=f"{docs.get(f.name, '')} (default: {getattr(sub, f.name)!r})".replace("%", "%%"))
+                           help=f"{docs.get(f.name, '')} ({preset}: {getattr(sub, f.name)!r})".replace("%", "%%"))
     return p
 
 
-def load_config(argv: list[str] | None = None) -> Config:
-    """Parse CLI args into a validated Config (defaults < preset < --config < flags)."""
-    args = build_arg_parser().parse_args(argv)
-    cfg = Config(preset=args.preset)
-    preset_path = PRESET_DIR / f"{args.preset}.toml"
-    if not preset_path.is_file():
-        raise ConfigError(f"unknown preset {args.preset!r}; choose one of: {', '.join(presets())}")
-    _apply_toml(cfg, preset_path)
+def _flags() -> list[str]:
+    return ["--preset", "--config", "--print-config"] + [f"--{s}.{f.name}" for s in SECTIONS
+                                                         for f in fields(getattr(Config(), s))]
+
+
+def _suggest(unknown: list[str]) -> str:
+    flag = unknown[0].split("=", 1)[0]
+    close = difflib.get_close_matches(flag, _flags(), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else "; python -m training --help lists them"
+    return f"unknown option {flag}{hint}"
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
+    """Parse CLI args into a validated Config (defaults < preset < --config < flags) and the raw namespace."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    pre = _Parser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--preset", default="debug")
+    preset = pre.parse_known_args(argv)[0].preset
+    parser = build_arg_parser(preset if (PRESET_DIR / f"{preset}.toml").is_file() else "debug")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ConfigError(_suggest(unknown))
+    cfg = _preset_defaults(args.preset)
     if args.config:
         _apply_toml(cfg, Path(args.config))
     for name, value in vars(args).items():
         if "." in name and value is not None:
             section, key = name.split(".", 1)
             _apply(cfg, section, key, value, "command line")
-    return finalize(cfg)
+    return finalize(cfg), args
+
+
+def load_config(argv: list[str] | None = None) -> Config:
+    """Parse CLI args into a validated Config (defaults < preset < --config < flags)."""
+    return parse_args(argv)[0]
+
+
+def to_toml(cfg: Config) -> str:
+    """The whole configuration as TOML that ``--config`` reads back to the same values."""
+    lines = [f"# resolved configuration (preset {cfg.preset!r}); python -m training --config THIS reproduces it"]
+    for section in SECTIONS:
+        lines.append(f"\n[{section}]")
+        for f in fields(getattr(cfg, section)):
+            v = getattr(getattr(cfg, section), f.name)
+            lines.append(f"{f.name} = {json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else repr(v)}")
+    return "\n".join(lines) + "\n"
 
 
 def finalize(cfg: Config) -> Config:

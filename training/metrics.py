@@ -1,21 +1,32 @@
-"""Rank-0 progress lines and per-step metrics as JSONL (appended across restarts)."""
+"""Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts)."""
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from typing import Any
 
 from training.config import MetricsConfig
 
+WARMUP_STEPS = 1  # an attempt's first step pays one-time costs (allocator, caches): not in the ETA
+
 
 class MetricsLogger:
-    """Writes one JSON object per line with an "event" field; does nothing on ranks other than 0."""
+    """Writes one JSON object per line with an "event" field; does nothing on ranks other than 0.
+
+    Every attempt ends with exactly one ``end`` event (``status``: finished, already_finished, signal, error)
+    carrying its summary, and the same summary as one printed line."""
 
     def __init__(self, cfg: MetricsConfig, *, rank: int, total_steps: int):
         self.cfg, self.enabled, self.total_steps = cfg, rank == 0, total_steps
         self._f = None
         self._step_times: list[float] = []
+        self._t0 = time.time()
+        self._steps = self._tokens = 0
+        self._loss: float | None = None
+        self._last_step = 0
+        self._ended = False
         if self.enabled:
             os.makedirs(os.path.dirname(os.path.abspath(cfg.path)), exist_ok=True)
             self._f = open(cfg.path, "a", buffering=1)
@@ -24,16 +35,44 @@ class MetricsLogger:
         if self._f:
             self._f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
 
+    def eta_s(self) -> float | None:
+        """Median step time of this attempt (warm-up excluded) x steps left; None until one step is known."""
+        times = self._step_times[WARMUP_STEPS:]
+        if not times:
+            return None
+        return statistics.median(times[-20:]) * (self.total_steps - self._last_step)
+
     def step(self, **m: Any) -> None:
+        self._steps += 1
+        self._tokens += int(m.get("tokens", 0))
+        self._loss, self._last_step = m["loss"], m["step"]
+        self._step_times.append(m["step_time_s"])
         if not self.enabled:
             return
         self.event("step", **m)
-        self._step_times = (self._step_times + [m["step_time_s"]])[-20:]
         if m["step"] % self.cfg.log_every == 0 or m["step"] == self.total_steps:
-            eta = sorted(self._step_times)[len(self._step_times) // 2] * (self.total_steps - m["step"])
+            eta = self.eta_s()
             print(f"step {m['step']:>6}/{self.total_steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
                   f"{m['tokens_per_s']:,.0f} tok/s | {m['step_time_s']:.2f} s/step | "
-                  f"ckpt {m['ckpt_block_s']:.2f} s | world {m['world_size']} | ETA {eta:,.0f} s", flush=True)
+                  f"ckpt {m['ckpt_block_s']:.2f} s | world {m['world_size']} | "
+                  f"ETA {'-' if eta is None else f'{eta:,.0f} s'}", flush=True)
+
+    def end(self, status: str, step: int, detail: str = "") -> None:
+        """The attempt's closing `end` event and summary line (once; later calls do nothing)."""
+        if self._ended:
+            return
+        self._ended = True
+        wall = time.time() - self._t0
+        busy = sum(self._step_times)
+        summary = {"status": status, "step": step, "steps_this_attempt": self._steps, "wall_s": round(wall, 3),
+                   "tokens_this_attempt": self._tokens,
+                   "tokens_per_s": round(self._tokens / busy, 1) if busy else None, "final_loss": self._loss}
+        self.event("end", **summary, **({"detail": detail} if detail else {}))
+        if self.enabled:
+            rate = f"{summary['tokens_per_s']:,.0f} tok/s mean" if busy else "no steps"
+            loss = f"final loss {self._loss:.4f}" if self._loss is not None else "no loss"
+            print(f"summary: {status} at step {step}/{self.total_steps} | {self._steps} step(s) in {wall:,.1f} s | "
+                  f"{rate} | {loss} | {self._tokens:,} tokens this attempt", flush=True)
 
     def info(self, msg: str) -> None:
         if self.enabled:

@@ -93,3 +93,29 @@ class _Documented:
 def test_field_docs_reads_inline_and_attributes_section_docstrings():
     assert field_docs(_Documented) == {"inline": "Written under the field.", "both": "from the section.",
                                        "listed": "only in the section, over two lines."}
+
+
+def test_abbreviations_are_refused_and_the_closest_flag_suggested():
+    with pytest.raises(ConfigError, match=r"unknown option --train.step; did you mean --train.steps\?"):
+        load_config(["--train.step", "5"])
+    r = subprocess.run([sys.executable, "-m", "training", "--chekpoint.interval", "5"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: unknown option --chekpoint.interval; did you mean --checkpoint.interval?"]
+
+
+def test_help_shows_the_values_the_chosen_preset_runs_with():
+    r = subprocess.run([sys.executable, "-m", "training", "--preset", "t5-large", "--help"], capture_output=True,
+                       text=True)
+    flat = " ".join(r.stdout.split())
+    assert "(t5-large: 1024)" in flat and "(t5-large: 'bf16')" in flat  # d_model, precision of that preset
+    assert "JobConfig(" not in r.stdout  # no dataclass reprs as group descriptions
+
+
+def test_print_config_round_trips_through_config(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "training", "--preset", "t5-small", "--train.lr", "0.002",
+                        "--print-config"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    f = tmp_path / "resolved.toml"
+    f.write_text(r.stdout)
+    again = load_config(["--preset", "t5-small", "--config", str(f)])
+    assert again.to_dict() == load_config(["--preset", "t5-small", "--train.lr", "0.002"]).to_dict()
