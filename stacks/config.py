@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, get_type_hints
 
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, GPU_INSTANCES,
                            RUNTIME_NAME, TRAINING_NAMESPACE, GpuInstanceSpec, gpu_instance)
+from stacks import context_keys as ctx_keys
 from training.field_docs import field_docs as _field_docs
 
 PLATFORMS = ("eks", "parallelcluster")
@@ -293,9 +294,15 @@ class InfraConfig:
 
     @classmethod
     def unknown_keys(cls, context: Mapping[str, Any]) -> list[str]:
-        """Context keys that look like ours (plain camelCase) but are not: likely typos."""
-        known = set(cls.context_keys())
-        return sorted(k for k in context if re.fullmatch(r"[a-z][A-Za-z0-9]*", k) and k not in known)
+        """Context keys that are neither ours nor CDK's own (``stacks.context_keys``): typos, in any spelling."""
+        return ctx_keys.unknown_keys(context, cls.context_keys())
+
+    @classmethod
+    def check_keys(cls, context: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigError` naming every unknown key of ``context`` and the key it probably meant."""
+        unknown = cls.unknown_keys(context)
+        if unknown:
+            raise ConfigError(ctx_keys.unknown_keys_message(unknown, cls.context_keys()))
 
 
 def _coerce(key: str, raw: Any, hint: Any) -> Any:
