@@ -28,8 +28,11 @@ from typing import Any
 from cluster_assets.k8s import schema
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
+from cluster_assets.training_args import TrainingArgsError
+from cluster_assets.training_args import check_training_args as shared_check
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                            FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
+from tools.env_flags import EnvFlagError, env_flag
 
 DEFAULT_PRESET = "t5-base"
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
@@ -89,15 +92,9 @@ def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str
 
 
 def check_training_args(cfg: TrainJobConfig) -> None:
-    """Validate the training arguments here, before anything reaches the cluster.
-
-    Uses the training package's own parser and checks (unknown options, bad values, global batch not
-    divisible by the world size). Paths that only exist on the cluster (under the FSx mount) are skipped.
-    """
-    try:
-        from training.config import ConfigError, check_world, load_config
-    except ImportError:  # pragma: no cover - the training package is in this repository
-        return
+    """Validate the training arguments here, before anything reaches the cluster (the Slurm submit runs the same
+    check: cluster_assets/training_args.py). Paths that only exist on the cluster (under the FSx mount: data,
+    pretrained weights) are left to the job; a --config must be on FSx, where the pods can read it."""
     argv, skip, i = [], {"--data.source", "--model.init_from"}, 0
     targs = list(cfg.training_args)
     while i < len(targs):
@@ -115,19 +112,10 @@ def check_training_args(cfg: TrainJobConfig) -> None:
             continue
         argv.append(a)
         i += 1
-    import contextlib
-    import io
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            tcfg = load_config(["--preset", cfg.preset, *argv])
-        check_world(tcfg, cfg.world_size)
-    except SystemExit:
-        msg = err.getvalue().strip().splitlines()
-        raise TrainJobError(f"training arguments rejected: {msg[-1] if msg else argv}") from None
-    except ConfigError as e:
-        raise TrainJobError(f"training arguments rejected: {e} (world size {cfg.num_nodes} node(s) x "
-                            f"{cfg.nproc_per_node} = {cfg.world_size})") from None
+        shared_check(cfg.preset, argv, nodes=cfg.num_nodes, nproc_per_node=cfg.nproc_per_node)
+    except TrainingArgsError as e:
+        raise TrainJobError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,9 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="extra `python -m training.launch` option (repeatable), e.g. --launcher-arg=--max-restarts=5")
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra container env")
+    try:
+        dry_run = env_flag("DRY_RUN", env)
+    except EnvFlagError as e:  # before anything else: a bad DRY_RUN must not be mistaken for "submit"
+        p.exit(2, f"error: {e}\n")
     g = p.add_argument_group("run")
-    g.add_argument("--dry-run", action="store_true", default=env.get("DRY_RUN", "") not in ("", "0", "false"),
-                   help="print the TrainJob YAML and exit (env DRY_RUN=1); no cluster needed")
+    g.add_argument("--dry-run", action="store_true", default=dry_run,
+                   help="print the TrainJob YAML and exit (env DRY_RUN=1/true/yes/on); no cluster needed")
     g.add_argument("--print-runtime", action="store_true",
                    help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
     g.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
