@@ -123,8 +123,9 @@ class InfraConfig:
     """JobSet failurePolicy.maxRestarts: whole-job restarts (resume from the last checkpoint) before failing."""
 
     image_tag: str = field(default=DEFAULT_IMAGE_TAG, metadata=_key("imageTag"))
-    """Tag of the training image in the stack's ECR repository used as the runtime's default image
-    (tags are immutable; ``make image`` pushes one, a TrainJob may override the image)."""
+    """Tag (in the stack's ECR repository) of the runtime's default image, used only by TrainJobs that name no
+    image: ``make train PLATFORM=eks`` names this checkout's image, the content tag ``make image`` pushes. Deploy
+    with the tag ``make image`` printed to make that the default."""
 
     admin_role_arn: Optional[str] = field(default=None, metadata=_key("adminRoleArn"))
     """IAM role/user ARN granted EKS cluster-admin through an access entry (who runs kubectl / make train)."""
