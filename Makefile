@@ -1,11 +1,21 @@
 # Thin index over scripts/; every target passes ARGS="..." through to its script.
-# Variables read by the scripts: PLATFORM (local|slurm|eks), PRESET, NPROC, NODES, DRY_RUN.
-export PLATFORM PRESET NPROC NODES DRY_RUN
+# Variables the scripts read (`make help` prints this table from the lines starting with "#>"):
+#> PLATFORM  local      where train/chaos-test run: local, slurm (= parallelcluster) or eks; synth: eks (its default) or parallelcluster
+#> PRESET    debug      training preset (training/presets/*.toml); PLATFORM=eks defaults to t5-base
+#> NPROC     2          processes per node; local chaos-test: 1; slurm/eks: one per GPU of the instance type
+#> NODES     1          nodes; local train: NODES>1 simulates that many here; chaos-test, slurm, eks: 2 (the default deploy's GPU nodes)
+#> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)
+#> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test or image would do, run nothing; 0/false/no/off/empty: run
+#> IMAGE_TAG (content)  image tag for image and train PLATFORM=eks; default: this checkout's src-<digest> (tools/image_tag.py)
+export PLATFORM PRESET NPROC NODES DRY_RUN IMAGE_TAG
 SHELL := /bin/bash
 
 .PHONY: help venv train test bench chaos-test synth slurm-up slurm-down image
-help:            ## list targets
+help:            ## list targets and the variables they read
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@echo
+	@echo "Variables (make TARGET NAME=value; defaults in the second column):"
+	@sed -n 's/^#> /  /p' $(MAKEFILE_LIST)
 venv:            ## create/reuse the project venv with pinned deps
 	@scripts/venv.sh >/dev/null
 train:           ## run the FSDP T5 job (local CPU by default; PLATFORM=slurm|eks to submit)

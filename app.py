@@ -35,10 +35,7 @@ def main() -> int:
 
     app = cdk.App()
     try:
-        unknown = InfraConfig.unknown_keys(app.node.get_all_context())
-        if unknown:
-            raise ConfigError(f"unknown context key(s) {', '.join(unknown)}: check the spelling against "
-                              "`python app.py --help` (cdk.json lists every key)")
+        InfraConfig.check_keys(app.node.get_all_context())
         config = InfraConfig.from_context(app.node.try_get_context)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -5,7 +5,8 @@ Standard library only (a test parses every import): importable by the CDK app, t
 training image alike. One module per group of facts:
 
 * :mod:`cluster_facts.gpu_instances`: GPU instance types and their GPUs, EFA interfaces, GPUDirect RDMA;
-* :mod:`cluster_facts.names`: resource names and deployment defaults (namespace, runtime, FSx claim, ...);
+* :mod:`cluster_facts.names`: resource names and deployment defaults (namespace, runtime, FSx claim, ECR
+  repository, ...);
 * :mod:`cluster_facts.nccl_env`: the NCCL/EFA environment of the training processes;
 * :mod:`cluster_facts.timeouts`: the timeouts of each platform, which must nest.
 """
@@ -13,14 +14,15 @@ from __future__ import annotations
 
 from cluster_facts.gpu_instances import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
 from cluster_facts.names import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
-                                 FSX_PVC_NAME, GPU_QUEUE, GPU_TAINT_KEY, RUNTIME_NAME, TRAINING_NAMESPACE)
+                                 FSX_PVC_NAME, GPU_QUEUE, GPU_TAINT_KEY, IMAGE_REPOSITORY, RUNTIME_NAME,
+                                 TRAINING_NAMESPACE, image_repository)
 from cluster_facts.nccl_env import nccl_env
 from cluster_facts.timeouts import SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, platform_timeouts
 
 __all__ = [
     "GPU_INSTANCES", "GpuInstanceSpec", "gpu_instance",
     "DEFAULT_GPU_INSTANCE_TYPE", "DEFAULT_IMAGE_TAG", "DEFAULT_MAX_RESTARTS", "FSX_MOUNT_PATH", "FSX_PVC_NAME",
-    "GPU_QUEUE", "GPU_TAINT_KEY", "RUNTIME_NAME", "TRAINING_NAMESPACE",
+    "GPU_QUEUE", "GPU_TAINT_KEY", "IMAGE_REPOSITORY", "RUNTIME_NAME", "TRAINING_NAMESPACE", "image_repository",
     "nccl_env",
     "SHUTDOWN_MARGIN_S", "TIMEOUTS", "PlatformTimeouts", "platform_timeouts",
 ]

@@ -29,8 +29,17 @@ GPU_QUEUE = "gpu"
 DEFAULT_GPU_INSTANCE_TYPE = "p5.48xlarge"
 """GPU instance type of a default deployment (context gpuInstanceType)."""
 
+IMAGE_REPOSITORY = "t5-train"
+"""Name of the training image's ECR repository under the deployment's prefix: see :func:`image_repository`."""
+
 DEFAULT_IMAGE_TAG = "0.1.0"
-"""Training image tag the runtime uses by default (context imageTag)."""
+"""Tag of the runtime's default image (context imageTag): only TrainJobs that name no image use it. ``make image``
+tags each build with its content (``tools.image_tag``) and ``make train PLATFORM=eks`` submits that tag; deploy
+with ``-c imageTag=<that tag>`` to make it the runtime's default too."""
 
 DEFAULT_MAX_RESTARTS = 10
 """JobSet whole-job restarts before a TrainJob fails (context maxRestarts)."""
+
+def image_repository(name_prefix: str) -> str:
+    """The ECR repository the storage stack creates for deployment ``name_prefix`` (``t5ft`` -> ``t5ft/t5-train``)."""
+    return f"{name_prefix}/{IMAGE_REPOSITORY}"

@@ -3,8 +3,8 @@
 #   PLATFORM=local (default)  simulated nodes on this machine (python -m chaos.local)
 #   PLATFORM=slurm            scripts/chaos_slurm.sh (a real Slurm cluster)
 #   PLATFORM=eks              scripts/chaos_eks.sh (Kubernetes)
-# Local variables: NODES (default 2), NPROC (per node, default 1), PRESET (default debug), DRY_RUN=1
-# prints the plan and one agent's command. Extra arguments go to python -m chaos.local, e.g.
+# Local variables: NODES (default 2), NPROC (per node, default 1), PRESET (default debug), DRY_RUN=1 (or
+# true/yes/on) prints the plan and one agent's command. Extra arguments go to python -m chaos.local, e.g.
 #   make chaos-test ARGS="--scenarios abd"      (python -m chaos.local --help lists all options)
 # Writes .chaos/runs/<time>/report.json and timeline.png (.chaos/last points at the newest run).
 set -euo pipefail
@@ -28,7 +28,8 @@ for v in NODES NPROC; do
 done
 py=$(scripts/venv.sh)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-if [ -n "${DRY_RUN:-}" ] && [ "${DRY_RUN}" != 0 ]; then
+dry=$("$py" -m tools.env_flags DRY_RUN) || exit 2  # 1/true/yes/on, 0/false/no/off/empty, else exit 2
+if [ "$dry" = true ]; then
   exec "$py" -m chaos.local --dry-run "$@"
 fi
 exec "$py" -m chaos.local "$@"

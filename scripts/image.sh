@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # make image [ARGS="--tag TAG --stack STACK --region REGION --dry-run"]
 # Build the training image (cluster_assets/docker/Dockerfile: AWS PyTorch DLC + training/ + cluster_facts/) and push it to
-# the ECR repository of the deployed storage stack. Needs Docker, the AWS CLI and AWS credentials.
-#   --tag TAG        image tag (default: IMAGE_TAG, else the git commit, +"-dirty" with local changes);
-#                    ECR tags are immutable, so an existing tag is reported and not rebuilt
+# the ECR repository of the deployed storage stack (<namePrefix>/t5-train). Needs Docker, the AWS CLI and AWS credentials.
+#   --tag TAG        image tag (default: IMAGE_TAG, else this checkout's content tag src-<12 hex> from
+#                    tools/image_tag.py, the tag `make train PLATFORM=eks` submits); ECR tags are immutable, so an
+#                    existing tag is reported and not rebuilt (same tag = same code)
 #   --stack NAME     stack whose EcrRepositoryUri output names the repository (default: STACK, else t5ft-storage)
 #   --repo URI       skip the stack lookup and push to this repository URI (ECR_REPO)
 #   --region REGION  AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / the CLI's configured region)
-#   --dry-run        print the commands instead of running them (works offline, without credentials)
+#   --dry-run        print the commands instead of running them (works offline, without credentials);
+#                    DRY_RUN=1/true/yes/on does the same
+# Prints the pushed image (<repository URI>:<tag>) last.
 set -euo pipefail
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 cd "$(dirname "$0")/.."
+die() { echo "error: $*" >&2; exit 2; }
+command -v python3 >/dev/null || die "python3 is required (the project's Python 3.11+)"
 
 tag="${IMAGE_TAG:-}" stack="${STACK:-t5ft-storage}" repo="${ECR_REPO:-}" dry=0
+# DRY_RUN as every script reads it (tools/env_flags.py); the Makefile exports it.
+dry_env=$(python3 -m tools.env_flags DRY_RUN) || exit 2
+[ "$dry_env" = true ] && dry=1
 region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,16 +34,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-die() { echo "error: $*" >&2; exit 2; }
 run() { if [ "$dry" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
 
-if [ -z "$tag" ]; then
-  tag=$(git rev-parse --short=12 HEAD 2>/dev/null || echo "")
-  [ -n "$tag" ] || die "no git commit to tag the image with; pass --tag TAG (or IMAGE_TAG=...)"
-  if [ -n "$(git status --porcelain -- training cluster_facts requirements.txt cluster_assets/docker 2>/dev/null)" ]; then
-    tag="$tag-dirty"
-  fi
-fi
+# Minimal build context (never .venv, cdk.out or runs/), and its content tag, from one list: tools/image_tag.py.
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+src_tag=$(python3 -m tools.image_tag --context "$ctx") || exit 2
+[ -n "$tag" ] || tag="$src_tag"
 [[ "$tag" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "--tag '$tag' is not a valid image tag"
 
 if [ "$dry" = 0 ]; then
@@ -66,27 +71,25 @@ image="$repo:$tag"
 
 if [ "$dry" = 0 ] && aws ecr describe-images "${region_args[@]}" --repository-name "$name" \
      --image-ids imageTag="$tag" >/dev/null 2>&1; then
-  echo "[image] $image already exists (tags are immutable); nothing to do"
+  echo "[image] $image already exists (tags are immutable); nothing to do" >&2
   echo "$image"
   exit 0
 fi
 
-ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"' EXIT
-# Minimal build context: never send .venv, cdk.out or runs/ to the daemon.
-cp cluster_assets/docker/Dockerfile requirements.txt "$ctx"/
-cp -r training "$ctx"/training
-cp -r cluster_facts "$ctx"/cluster_facts
-find "$ctx/training" "$ctx/cluster_facts" -name __pycache__ -prune -exec rm -rf {} +
-
-echo "[image] building $image" >&2
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+echo "[image] building $image (commit $revision)" >&2
 if [ "$dry" = 1 ]; then
   printf '+ %s\n' "aws ecr get-login-password ${region_args[*]} | docker login --username AWS --password-stdin $registry"
 else
   aws ecr get-login-password "${region_args[@]}" | docker login --username AWS --password-stdin "$registry"
 fi
-run docker build --platform linux/amd64 -t "$image" "$ctx"
+run docker build --platform linux/amd64 --label "org.opencontainers.image.revision=$revision" -t "$image" "$ctx"
 run docker push "$image"
 [ "$dry" = 1 ] && echo "[image] dry run: nothing was built or pushed" >&2 && exit 0
-echo "[image] pushed; use it with -c imageTag=$tag (runtime default) or a TrainJob's spec.trainer.image" >&2
+if [ "$tag" = "$src_tag" ]; then
+  echo "[image] pushed; \`make train PLATFORM=eks\` from this checkout submits it (tag $tag)" >&2
+else
+  echo "[image] pushed; submit it with \`make train PLATFORM=eks IMAGE_TAG=$tag\`" >&2
+fi
+echo "[image] to make it the runtime's default image too: npx cdk deploy --all -c platform=eks -c imageTag=$tag" >&2
 echo "$image"

@@ -4,10 +4,11 @@
 # (package.json/package-lock.json: aws-cdk 2.1148.1, installed into node_modules on first use).
 # Templates go to cdk.out/<platform>/. cdk-nag AwsSolutions runs during synth (unacknowledged findings fail
 # it); cfn-lint then checks every template (errors fail, warnings are counted).
-# Extra arguments go to `cdk synth` (e.g. -c gpuInstanceType=p4d.24xlarge -c gpuNodes=4).
+# Extra arguments go to `cdk synth` (e.g. -c gpuInstanceType=p4d.24xlarge -c gpuNodes=4). Unknown context keys
+# (any spelling), -c without a value and a platform key other than PLATFORM are refused first (exit 2).
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
   echo "Context keys: .venv/bin/python app.py --help"
   exit 0
 fi
@@ -19,6 +20,8 @@ case "$platform" in
 esac
 
 scripts/venv.sh >/dev/null  # the app runs in the project venv (cdk.json: .venv/bin/python app.py)
+# CDK ignores unknown keys and `-c key` without a value; refuse them (and -c platform != PLATFORM) first.
+.venv/bin/python -m stacks.synth_check "$platform" "$@"
 
 command -v node >/dev/null || { echo "error: node (>= 18) is required for the CDK CLI; install Node.js 22 or 24" >&2; exit 2; }
 want=$(node -p "require('./package.json').devDependencies['aws-cdk']")
@@ -29,14 +32,16 @@ if [ "$have" != "$want" ]; then
 fi
 
 export CDK_DISABLE_CLI_TELEMETRY=true
-# jsii prints a 12-line banner on Node 20 (EOL); say it once, briefly, instead.
+# The CDK CLI accepts Node >= 18, but jsii (which runs the Python CDK app) supports only Node 22 and 24 and prints
+# a 12-line banner on older ones; say it once, briefly, instead.
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt 22 ]; then
-  echo "[synth] note: Node $node_major is end-of-life for jsii/CDK; Node 22 or 24 is recommended" >&2
+  echo "[synth] note: Node $node_major is end-of-life and unsupported by jsii (the Python CDK runtime); it still works, but install Node 22 or 24" >&2
   export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="$node_major" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 fi
 
 out="cdk.out/$platform"
+rm -rf -- "$out"  # never lint a template left over from an earlier synth
 echo "[synth] cdk synth PLATFORM=$platform -> $out" >&2
 start=$(date +%s.%N)
 node_modules/.bin/cdk synth --quiet --no-lookups --output "$out" -c "platform=$platform" "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make train: run the FSDP2 T5 job. PLATFORM picks where:
-#   local (default)          torchrun --standalone on this machine (PRESET=debug, NPROC=2)
+#   local (default)          torchrun --standalone on this machine (PRESET=debug, NPROC=2); NODES=N > 1 runs N
+#                            simulated nodes (python -m training.launch); DRY_RUN=1 prints the command
 #   slurm | parallelcluster  sbatch on a Slurm cluster (scripts/train_slurm.sh)
 #   eks                      a Kubeflow TrainJob (scripts/train_eks.sh; DRY_RUN=1 prints the YAML)
 # Extra arguments go to the training CLI (python -m training --help), e.g.
@@ -19,6 +20,22 @@ preset="${PRESET:-debug}"
 nproc="${NPROC:-2}"
 [[ "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "error: NPROC=$nproc must be a positive integer" >&2; exit 2; }
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# NODES and DRY_RUN (read the same way on every platform): NODES > 1 simulates that many nodes on this machine
+# with the launcher the clusters use; DRY_RUN=1 prints the command(s) instead of running them.
+nodes="${NODES:-1}"
+[[ "$nodes" =~ ^[1-9][0-9]*$ ]] || { echo "error: NODES=$nodes must be a positive integer (simulated nodes here)" >&2; exit 2; }
+dry=$("$py" -m tools.env_flags DRY_RUN) || exit 2
+if [ "$nodes" -gt 1 ]; then
+  what="local run"; [ "$dry" = true ] && what="dry run"
+  echo "[train] $what: preset=$preset, $nodes simulated nodes x $nproc processes (python -m training.launch, gloo on CPU)"
+  launch=("$py" -m training.launch --nodes "$nodes" --nproc-per-node "$nproc")
+  [ "$dry" = true ] && launch+=(--print)
+  exec "${launch[@]}" -- --preset "$preset" "$@"
+fi
+if [ "$dry" = true ]; then
+  echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc -m training --preset $preset $*"
+  exit 0
+fi
 echo "[train] local run: preset=$preset, $nproc processes (torchrun --standalone, gloo on CPU)"
 set +e
 "$(dirname "$py")/torchrun" --standalone --nproc_per_node="$nproc" -m training --preset "$preset" "$@"

@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 
 import aws_cdk as cdk
 
+from cluster_facts import image_repository
 from stacks.config import InfraConfig
 from stacks.nag import enable_aws_solutions_checks
 from stacks.network_stack import NetworkStack
@@ -58,7 +59,7 @@ def build_stacks(app: cdk.App, config: InfraConfig, *, nag: bool = True) -> Plat
                            existing_bucket_name=config.bucket_name, s3_prefix=config.s3_prefix,
                            fsx_storage_capacity_gib=config.fsx_storage_capacity_gib,
                            fsx_throughput_per_tib=config.fsx_throughput_per_tib,
-                           repository_name=f"{config.name_prefix}/t5-train", export_prefix=config.name_prefix)
+                           repository_name=image_repository(config.name_prefix), export_prefix=config.name_prefix)
     if config.platform == "eks":
         from stacks.eks_stack import EksStack  # noqa: PLC0415 - only load what the platform needs
         platform: cdk.Stack = EksStack(app, "Eks", stack_name=config.stack_name("eks"), env=env,

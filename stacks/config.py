@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, get_type_hints
 
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, GPU_INSTANCES,
                            RUNTIME_NAME, TRAINING_NAMESPACE, GpuInstanceSpec, gpu_instance)
+from stacks import context_keys as ctx_keys
 from training.field_docs import field_docs as _field_docs
 
 PLATFORMS = ("eks", "parallelcluster")
@@ -122,8 +123,9 @@ class InfraConfig:
     """JobSet failurePolicy.maxRestarts: whole-job restarts (resume from the last checkpoint) before failing."""
 
     image_tag: str = field(default=DEFAULT_IMAGE_TAG, metadata=_key("imageTag"))
-    """Tag of the training image in the stack's ECR repository used as the runtime's default image
-    (tags are immutable; ``make image`` pushes one, a TrainJob may override the image)."""
+    """Tag (in the stack's ECR repository) of the runtime's default image, used only by TrainJobs that name no
+    image: ``make train PLATFORM=eks`` names this checkout's image, the content tag ``make image`` pushes. Deploy
+    with the tag ``make image`` printed to make that the default."""
 
     admin_role_arn: Optional[str] = field(default=None, metadata=_key("adminRoleArn"))
     """IAM role/user ARN granted EKS cluster-admin through an access entry (who runs kubectl / make train)."""
@@ -293,9 +295,15 @@ class InfraConfig:
 
     @classmethod
     def unknown_keys(cls, context: Mapping[str, Any]) -> list[str]:
-        """Context keys that look like ours (plain camelCase) but are not: likely typos."""
-        known = set(cls.context_keys())
-        return sorted(k for k in context if re.fullmatch(r"[a-z][A-Za-z0-9]*", k) and k not in known)
+        """Context keys that are neither ours nor CDK's own (``stacks.context_keys``): typos, in any spelling."""
+        return ctx_keys.unknown_keys(context, cls.context_keys())
+
+    @classmethod
+    def check_keys(cls, context: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigError` naming every unknown key of ``context`` and the key it probably meant."""
+        unknown = cls.unknown_keys(context)
+        if unknown:
+            raise ConfigError(ctx_keys.unknown_keys_message(unknown, cls.context_keys()))
 
 
 def _coerce(key: str, raw: Any, hint: Any) -> Any:

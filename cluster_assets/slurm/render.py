@@ -1,6 +1,6 @@
 """Render the Slurm batch script of a training job from a :class:`SlurmJobConfig`.
 
-    python -m cluster_assets.slurm.render --shared-dir /fsx --nodes 4 --instance-type p5.48xlarge \\
+    python -m cluster_assets.slurm.render --shared-dir /fsx --nodes 2 --instance-type p5.48xlarge \\
         --preset t5-base --time 12:00:00 --run-name base-1 --output job.sbatch -- --train.steps 20000
     sbatch job.sbatch
 
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 from cluster_assets.slurm.config import SLURM_TIMEOUTS, SlurmConfigError, SlurmJobConfig, field_docs
+from cluster_assets.training_args import TrainingArgsError
+from cluster_assets.training_args import check_training_args as shared_check
 from cluster_facts import nccl_env
 
 TEMPLATE = Path(__file__).with_name("job.sbatch.in")
@@ -109,24 +111,18 @@ def render(cfg: SlurmJobConfig) -> str:
 
 
 def check_training_args(cfg: SlurmJobConfig) -> None:
-    """Validate preset + training flags with the training package's own parser, before queueing.
+    """Validate preset + training flags before queueing, with the check the EKS submit uses too
+    (cluster_assets/training_args.py): the training package's parser and validation, and the world size
+    (nodes x processes per node) against the global batch.
 
-    Catches typos and bad values on the login node instead of minutes later on the cluster. Skipped when
-    the training package is not importable here (container-only setups).
+    Catches typos and bad values on the login node instead of minutes later on the cluster.
     """
+    argv = ["--job.out_dir", cfg.run_dir, "--checkpoint.dir", cfg.checkpoint_dir, "--metrics.path", cfg.metrics_path,
+            *cfg.train_args]
     try:
-        from training.config import ConfigError, load_config
-    except ImportError:
-        return
-    argv = ["--preset", cfg.preset, "--job.out_dir", cfg.run_dir, "--checkpoint.dir", cfg.checkpoint_dir,
-            "--metrics.path", cfg.metrics_path, *cfg.train_args]
-    try:
-        load_config(argv)
-    except ConfigError as e:
-        raise SlurmConfigError(f"training arguments: {e}") from None
-    except SystemExit:
-        raise SlurmConfigError(f"training arguments {shlex.join(cfg.train_args)!r} were rejected by "
-                               f"python -m training (see the message above)") from None
+        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node)
+    except TrainingArgsError as e:
+        raise SlurmConfigError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -114,6 +114,7 @@ def test_cdk_json_documents_every_key_with_matching_defaults() -> None:
         else:
             assert ctx[key] == value, f"cdk.json {key}={ctx[key]!r} differs from the InfraConfig default {value!r}"
     assert field_docs().keys() == keys, "every InfraConfig field needs a docstring"
+    assert ctx["//keys"] == field_docs(), "cdk.json //keys must repeat the InfraConfig field docstrings"
 
 
 def test_deploy_guide_lists_every_context_key() -> None:

@@ -9,6 +9,7 @@ import pytest
 from cluster_assets.k8s.runtime import build_cluster_training_runtime
 from tests.k8s.apiserver_stub import Stub
 from tests.k8s.helpers import submit_cli
+from tools.image_tag import source_tag
 
 ARGS = ("--image", "t5:1", "--skip-image-check", "--no-logs", "--nodes", "2", "--name", "t5-stub", "--poll", "0.2")
 
@@ -82,13 +83,23 @@ def test_pvc_missing(stub):
     assert r.returncode == 2 and "PersistentVolumeClaim 'fsx-claim'" in r.stderr
 
 
-def test_submit_waits_for_completion_and_uses_the_runtime_image(stub):
+def test_submit_waits_for_completion_and_uses_this_checkouts_image_in_the_runtime_repository(stub):
+    # The runtime names <stack's ECR repository>:<imageTag>; a submission without --image runs this checkout's
+    # code: the same repository with the tag `make image` pushes for it (tools.image_tag).
     s, kc = stub
     r = submit_cli(*[a for a in ARGS if a not in ("--image", "t5:1")], env=env_with(kc))
     assert r.returncode == 0, r.stderr
     assert "completed" in r.stdout
     (tj,) = s.trainjobs.values()
-    assert tj["spec"]["trainer"]["image"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0"
+    assert tj["spec"]["trainer"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:{source_tag()}"
+
+
+def test_image_tag_from_the_environment(stub):
+    s, kc = stub
+    r = submit_cli(*[a for a in ARGS if a not in ("--image", "t5:1")], env={**env_with(kc), "IMAGE_TAG": "mine-1"})
+    assert r.returncode == 0, r.stderr
+    (tj,) = s.trainjobs.values()
+    assert tj["spec"]["trainer"]["image"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:mine-1"
 
 
 def test_failed_trainjob_exits_1(stub):

@@ -101,12 +101,15 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
     """`make train PLATFORM=slurm` on a job that cannot train: job id, the error from the nodes, FAILED, exit 1."""
     env, _ = netns_lab
     env = dict(env, SLURM_CONF=f"{env['SLAB_ROOT']}/etc/slurm.conf", PLATFORM="slurm")
+    # Passes every check the submit can make (the file exists); only reading it on the nodes fails.
+    data = tmp_path / "no-text-field.jsonl"
+    data.write_text('{"body": "the records have no text field"}\n')
     r = subprocess.run([str(ROOT / "scripts" / "train.sh"), "--shared-dir", str(tmp_path), "--run-name", "bad",
-                        "--max-restarts", "0", "--train.steps", "4", "--train.global_batch", "3"],
+                        "--max-restarts", "0", "--train.steps", "4", "--data.source", str(data)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     assert "[train-slurm] submitted job" in r.stdout
-    assert "train.global_batch=3" in r.stdout  # the training error, followed from the job log
+    assert "has no field 'text'" in r.stdout  # the training error, followed from the job log
     assert "ERROR: training failed" in r.stdout and "FAILED" in r.stdout.splitlines()[-1]
 
 

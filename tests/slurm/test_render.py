@@ -155,10 +155,10 @@ def run_cli(module: str, *args: str, env: dict | None = None) -> subprocess.Comp
 def test_render_cli(tmp_path):
     assert run_cli("cluster_assets.slurm.render", "--help").returncode == 0
     out = tmp_path / "job.sbatch"
-    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--nodes", "3", "--run-name", "x",
+    r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--nodes", "4", "--run-name", "x",
                 "--output", str(out), "--", "--train.steps", "7")
     assert r.returncode == 0, r.stderr
-    assert "#SBATCH --nodes=3" in out.read_text() and "TRAIN_ARGS=(--train.steps 7)" in out.read_text()
+    assert "#SBATCH --nodes=4" in out.read_text() and "TRAIN_ARGS=(--train.steps 7)" in out.read_text()
     r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--print-config")
     assert json.loads(r.stdout)["checkpoint_dir"] == "/fsx/checkpoints/debug"
     r = run_cli("cluster_assets.slurm.render", "--shared-dir", "/fsx", "--nodes", "0")
@@ -216,8 +216,29 @@ def test_submit_errors_without_shared_dir_or_slurm(tmp_path):
                 env=submit_env(tmp_path, PATH=str(bin_dir)))
     assert r.returncode == 3 and "sbatch not found" in r.stderr and "make slurm-up" in r.stderr
     r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--train.steps", "3",
-                env=submit_env(tmp_path, NODES="3"))
-    assert r.returncode == 0 and "#SBATCH --nodes=3" in r.stdout and "TRAIN_ARGS=(--train.steps 3)" in r.stdout
+                env=submit_env(tmp_path, NODES="4"))
+    assert r.returncode == 0 and "#SBATCH --nodes=4" in r.stdout and "TRAIN_ARGS=(--train.steps 3)" in r.stdout
+
+
+def test_slurm_and_eks_submits_reject_the_same_global_batch_with_the_same_words(tmp_path):
+    # debug preset: global batch 8; 3 nodes x 1 process cannot split it. Both submitters use
+    # cluster_assets/training_args.py, so both refuse it before anything is queued, in the same words.
+    slurm = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "3",
+                    "--train.global_batch", "8", env=submit_env(tmp_path))
+    eks = run_cli("tools.k8s.submit", "--dry-run", "--preset", "debug", "--nodes", "3", "--nproc-per-node", "1",
+                  "--gpus-per-node", "0", "--efa-per-node", "0", "--train.global_batch", "8", env=submit_env(tmp_path))
+    assert slurm.returncode == 2 and eks.returncode == 2, (slurm.stderr, eks.stderr)
+    message = ("error: training arguments rejected: train.global_batch=8 is not divisible by the world size 3; "
+               "pick a global batch that every world size the job may run at divides (e.g. 6) (world size 3 node(s) "
+               "x 1 = 3)")
+    assert message in slurm.stderr.splitlines() and message in eks.stderr.splitlines()
+    # processes per node count: 2 nodes x 4 GPUs = 8 divides 8, 3 x 4 = 12 does not
+    ok = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--gpus-per-node",
+                 "4", "--train.global_batch", "8", env=submit_env(tmp_path))
+    assert ok.returncode == 0, ok.stderr
+    bad = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "3", "--gpus-per-node",
+                  "4", "--train.global_batch", "8", env=submit_env(tmp_path))
+    assert bad.returncode == 2 and "world size 3 node(s) x 4 = 12" in bad.stderr
 
 
 def test_parse_scontrol_job_line():

@@ -6,9 +6,10 @@
 
 Training arguments (``--section.field value``, see ``python -m training --help``) may also be given without
 ``--``: every unknown option that contains a dot is passed to the training job. Defaults are the EKS stack's
-defaults (cluster_facts: namespace, runtime name, FSx claim and mount, GPU instance type, image tag; a
-deployment's own values come from ``--outputs-file``) and the environment the Makefile exports (PRESET,
-NODES, NPROC, DRY_RUN; IMAGE overrides the image).
+defaults (cluster_facts: namespace, runtime name, FSx claim and mount, GPU instance type; a deployment's own
+values come from ``--outputs-file``) and the environment the Makefile exports (PRESET, NODES, NPROC, DRY_RUN;
+IMAGE overrides the image, IMAGE_TAG its tag). The image is this checkout's, as ``make image`` tags it
+(tools/image_tag.py), in the stack's ECR repository.
 
 Exit codes: 0 the TrainJob completed (or dry run), 1 it failed or timed out, 2 bad arguments or the cluster
 is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing).
@@ -28,8 +29,12 @@ from typing import Any
 from cluster_assets.k8s import schema
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
-from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
+from cluster_assets.training_args import TrainingArgsError
+from cluster_assets.training_args import check_training_args as shared_check
+from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                            FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
+from tools.env_flags import EnvFlagError, env_flag
+from tools.image_tag import source_tag
 
 DEFAULT_PRESET = "t5-base"
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
@@ -89,15 +94,9 @@ def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str
 
 
 def check_training_args(cfg: TrainJobConfig) -> None:
-    """Validate the training arguments here, before anything reaches the cluster.
-
-    Uses the training package's own parser and checks (unknown options, bad values, global batch not
-    divisible by the world size). Paths that only exist on the cluster (under the FSx mount) are skipped.
-    """
-    try:
-        from training.config import ConfigError, check_world, load_config
-    except ImportError:  # pragma: no cover - the training package is in this repository
-        return
+    """Validate the training arguments here, before anything reaches the cluster (the Slurm submit runs the same
+    check: cluster_assets/training_args.py). Paths that only exist on the cluster (under the FSx mount: data,
+    pretrained weights) are left to the job; a --config must be on FSx, where the pods can read it."""
     argv, skip, i = [], {"--data.source", "--model.init_from"}, 0
     targs = list(cfg.training_args)
     while i < len(targs):
@@ -115,19 +114,10 @@ def check_training_args(cfg: TrainJobConfig) -> None:
             continue
         argv.append(a)
         i += 1
-    import contextlib
-    import io
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            tcfg = load_config(["--preset", cfg.preset, *argv])
-        check_world(tcfg, cfg.world_size)
-    except SystemExit:
-        msg = err.getvalue().strip().splitlines()
-        raise TrainJobError(f"training arguments rejected: {msg[-1] if msg else argv}") from None
-    except ConfigError as e:
-        raise TrainJobError(f"training arguments rejected: {e} (world size {cfg.num_nodes} node(s) x "
-                            f"{cfg.nproc_per_node} = {cfg.world_size})") from None
+        shared_check(cfg.preset, argv, nodes=cfg.num_nodes, nproc_per_node=cfg.nproc_per_node)
+    except TrainingArgsError as e:
+        raise TrainJobError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,11 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--namespace", default=TRAINING_NAMESPACE, help="namespace with the FSx PVC (default %(default)s)")
     g.add_argument("--runtime", default=RUNTIME_NAME, help="ClusterTrainingRuntime name (default %(default)s)")
     g.add_argument("--image", default=env.get("IMAGE"),
-                   help="training image (env IMAGE); default: --outputs-file's ECR URI + --image-tag, else the "
-                        "installed runtime's image (the stack's ECR repository + its imageTag)")
+                   help="training image (env IMAGE); default: the ECR repository (--outputs-file's, else the "
+                        "installed runtime's) with --image-tag")
     g.add_argument("--outputs-file", help="`cdk deploy --outputs-file` JSON to take the ECR repository URI from")
-    g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or DEFAULT_IMAGE_TAG,
-                   help="tag to use with the ECR URI (env IMAGE_TAG; default %(default)s)")
+    g.add_argument("--image-tag", default=env.get("IMAGE_TAG") or source_tag(),
+                   help="tag in that repository (env IMAGE_TAG); default: this checkout's, as `make image` tags "
+                        "and pushes it (%(default)s)")
     g = p.add_argument_group("size")
     g.add_argument("--nodes", type=int, default=int(env.get("NODES") or 2), help="nodes/pods (env NODES; 2)")
     g.add_argument("--instance-type", default=DEFAULT_GPU_INSTANCE_TYPE,
@@ -165,9 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="extra `python -m training.launch` option (repeatable), e.g. --launcher-arg=--max-restarts=5")
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra container env")
+    try:
+        dry_run = env_flag("DRY_RUN", env)
+    except EnvFlagError as e:  # before anything else: a bad DRY_RUN must not be mistaken for "submit"
+        p.exit(2, f"error: {e}\n")
     g = p.add_argument_group("run")
-    g.add_argument("--dry-run", action="store_true", default=env.get("DRY_RUN", "") not in ("", "0", "false"),
-                   help="print the TrainJob YAML and exit (env DRY_RUN=1); no cluster needed")
+    g.add_argument("--dry-run", action="store_true", default=dry_run,
+                   help="print the TrainJob YAML and exit (env DRY_RUN=1/true/yes/on); no cluster needed")
     g.add_argument("--print-runtime", action="store_true",
                    help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
     g.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
@@ -200,8 +195,8 @@ def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJo
         image = PLACEHOLDER_IMAGE
         if a.dry_run:
             print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {image} (a "
-                  f"submission uses the image of the installed runtime, i.e. the stack's ECR repository)",
-                  file=sys.stderr)
+                  f"submission uses <the installed runtime's ECR repository>:{a.image_tag}, this checkout's image "
+                  f"as `make image` pushes it)", file=sys.stderr)
     env_pairs = []
     for e in a.env:
         k, eq, v = e.partition("=")
@@ -264,7 +259,9 @@ def check_image(image: str) -> str | None:
 def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None:
     """Everything that would make the TrainJob fail for reasons a user can fix before submitting.
 
-    Returns the runtime's default image (its ``node`` container's), used when no --image was given."""
+    Returns the image to use when no --image was given: the repository of the runtime's default image (its
+    ``node`` container's, i.e. the stack's ECR repository) with ``--image-tag`` (default: this checkout's tag,
+    the one `make image` pushes), so the job runs the code it was submitted from."""
     from tools.k8s.cluster import ClusterError
     cluster.check_trainer()
     rt = cluster.get_runtime(cfg.runtime_name)
@@ -283,7 +280,16 @@ def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None
             raise ClusterError(problem)
     containers = [c for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
                   for c in rj["template"]["spec"]["template"]["spec"].get("containers", []) if c.get("name") == "node"]
-    return containers[0].get("image") if containers else None
+    runtime_image = containers[0].get("image") if containers else None
+    return with_tag(runtime_image, a.image_tag) if runtime_image else None
+
+
+def with_tag(image: str, tag: str) -> str:
+    """``image`` (``registry/repo[:tag][@digest]``) with its tag replaced by ``tag``."""
+    repo = image.split("@", 1)[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    return f"{repo}:{tag}"
 
 
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:

@@ -30,8 +30,9 @@ class SlurmError(RuntimeError):
 def require(cmd: str = "sbatch") -> str:
     path = shutil.which(cmd)
     if not path:
-        raise SlurmError(f"{cmd} not found: run this on a Slurm head/login node (ParallelCluster: `pcluster ssh` "
-                         f"to the head node), or start the local test cluster with `make slurm-up`")
+        raise SlurmError(f"{cmd} not found: run this on a Slurm head/login node (ParallelCluster: open a shell on "
+                         f"the head node with the stack output HeadNodeSessionCommand, `aws ssm start-session "
+                         f"--target <HeadNodeInstanceId>`), or start the local test cluster with `make slurm-up`")
     return path
 
 

@@ -1,7 +1,7 @@
 """Submit the training job to Slurm and follow it: ``make train PLATFORM=slurm`` (scripts/train_slurm.sh).
 
     python -m tools.slurm.submit [job options] [training flags]
-    python -m tools.slurm.submit --nodes 4 --instance-type p5.48xlarge --preset t5-base \\
+    python -m tools.slurm.submit --nodes 2 --instance-type p5.48xlarge --preset t5-base \\
         --time 12:00:00 --train.steps 20000
 
 Renders the batch script (cluster_assets/slurm/render.py) into ``<shared_dir>/runs/<run>/job.sbatch``, submits
@@ -11,7 +11,8 @@ missing. Ctrl-C stops following; the job keeps running.
 
 Job options are the renderer's (below). Training flags are every ``--section.field VALUE``, ``--config FILE``
 and anything after ``--``. Environment defaults (flags win): PRESET, NODES, NPROC, SHARED_DIR, RUN_NAME,
-TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML with a [slurm] table), DRY_RUN=1.
+TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML with a [slurm] table), DRY_RUN
+(1/true/yes/on: print the script; tools.env_flags).
 The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Mapping, Sequence
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
 from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
 from cluster_facts import FSX_MOUNT_PATH
+from tools.env_flags import EnvFlagError, env_flag
 from tools.slurm import slurmctl
 
 ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
@@ -62,7 +64,7 @@ def env_args(env: Mapping[str, str]) -> list[str]:
     for var, flag in ENV_FLAGS.items():
         if env.get(var):
             out += [flag, env[var]]
-    if env.get("DRY_RUN", "").lower() in ("1", "true", "yes"):
+    if env_flag("DRY_RUN", env):  # raises EnvFlagError on a value that is neither true nor false
         out.append("--dry-run")
     return out
 
@@ -138,7 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, train = split_args(argv)
     parser = build_parser()
-    a = parser.parse_args(env_args(os.environ) + ours + (["--", *train] if train else []))
+    try:
+        from_env = env_args(os.environ)
+    except EnvFlagError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    a = parser.parse_args(from_env + ours + (["--", *train] if train else []))
     try:
         env, lab = slurmctl.resolve_environment()
         if a.shared_dir is None:

@@ -1,0 +1,41 @@
+"""Training arguments checked before a job is queued, the same way for every cluster.
+
+Both submitters (Slurm: ``cluster_assets/slurm/render.py``; EKS: ``tools/k8s/submit.py``) call
+:func:`check_training_args`, so what one rejects the other rejects too: unknown flags and bad values (the
+training package's own parser and validation) and the checks that need the world size, e.g. a global batch
+the world size does not divide, which would otherwise fail on every rank minutes later, after the job was
+scheduled and the model built.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Sequence
+
+
+class TrainingArgsError(ValueError):
+    """The training arguments cannot run at this size; the message names the value and the fix."""
+
+
+def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int) -> None:
+    """Parse ``--preset preset args`` with ``python -m training``'s parser, validate, and check the world size.
+
+    Skipped when the training package is not importable here (a host that only has the container image).
+    Raises :class:`TrainingArgsError` with the parser's or validator's message.
+    """
+    try:
+        from training.config import ConfigError, check_world, load_config
+    except ImportError:  # pragma: no cover - the training package is in this repository
+        return
+    world = nodes * nproc_per_node
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):  # argparse prints its usage; keep only the message
+            cfg = load_config(["--preset", preset, *args])
+        check_world(cfg, world)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        raise TrainingArgsError(f"training arguments rejected: {lines[-1] if lines else ' '.join(args)}") from None
+    except ConfigError as e:
+        raise TrainingArgsError(f"training arguments rejected: {e} (world size {nodes} node(s) x {nproc_per_node} = "
+                                f"{world})") from None
