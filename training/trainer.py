@@ -20,10 +20,12 @@ from training.config import Config, check_world
 from training.data import build_dataloader, build_dataset
 from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
+from training.run_lock import lock_for_job
 from training.state import Progress, RngState, TrainState
 
 log = logging.getLogger("training")
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def _ensure_env() -> None:
@@ -88,6 +90,9 @@ class Trainer:
         self.rng = RngState(self.device)
         self.state = {"train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
                       RngState.key(self.rank): self.rng}
+        # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
+        # the other ranks wait in a collective meanwhile.
+        self.run_lock = lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
         self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world_size=self.world,
                                       signature=model_signature(cfg.model), slow_commit_s=cfg.fault.slow_commit_s,
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
@@ -97,6 +102,10 @@ class Trainer:
             signal.signal(s, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
+        if signum == signal.SIGINT and self._signal == signal.SIGINT:
+            # A second Ctrl-C: the user will not wait for the checkpoint. The last complete one is kept.
+            os.write(2, f"rank {self.rank}: second SIGINT, exiting without a checkpoint\n".encode())
+            os._exit(128 + signum)
         self._signal = signum  # acted on at the next step boundary, by all ranks together
 
     def _agreed_signal(self) -> int:
@@ -220,5 +229,7 @@ class Trainer:
             self.ckpt.close()
         finally:
             self.metrics.close()
+            if self.run_lock is not None:
+                self.run_lock.release()  # after the last checkpoint write
             if dist.is_initialized():
                 dist.destroy_process_group()
