@@ -2,6 +2,7 @@
 # make train: run the FSDP2 T5 job. PLATFORM picks where:
 #   local (default)          torchrun --standalone on this machine (PRESET=debug, NPROC=2); NODES=N > 1 runs N
 #                            simulated nodes (python -m training.launch); DRY_RUN=1 prints the command
+#                            Ctrl-C saves a checkpoint at the next step and stops (twice: stops at once)
 #   slurm | parallelcluster  sbatch on a Slurm cluster (scripts/train_slurm.sh)
 #   eks                      a Kubeflow TrainJob (scripts/train_eks.sh; DRY_RUN=1 prints the YAML)
 # Extra arguments go to the training CLI (python -m training --help), e.g.
@@ -38,10 +39,14 @@ if [ "$dry" = true ]; then
 fi
 echo "[train] local run: preset=$preset, $nproc processes (torchrun --standalone, gloo on CPU)"
 set +e
-"$(dirname "$py")/torchrun" --standalone --nproc_per_node="$nproc" -m training --preset "$preset" "$@"
+# torchrun's agent through training.launch.agent: one line instead of tracebacks on Ctrl-C, workers die with it
+"$py" -m training.launch.agent --standalone --nproc_per_node="$nproc" -m training --preset "$preset" "$@"
 rc=$?
 set -e
-if [ $rc -ne 0 ]; then
-  echo "[train] failed with exit code $rc (run 'make train' again to resume from the last complete checkpoint)" >&2
-fi
+case $rc in
+  0) ;;
+  130|143) echo "[train] stopped at a checkpoint; make train resumes" >&2 ;;
+  7) ;;  # checkpoint.dir in use by another run: the error line above names it and the fix
+  *) echo "[train] failed with exit code $rc (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
+esac
 exit $rc

@@ -18,9 +18,11 @@ TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "-
 
 
 def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`torchrun --standalone -m training` with `args`; returns the completed process (text output)."""
+    """`torchrun --standalone -m training` with `args` through the agent `make train` uses
+    (training.launch.agent: the job's exit code, not torchrun's 1); returns the completed process (text output)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "training", *args],
+    return subprocess.run([sys.executable, "-m", "training.launch.agent", "--standalone", f"--nproc_per_node={nproc}",
+                           "-m", "training", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -3,57 +3,78 @@
 Exit codes: 0 finished (or already finished), 2 invalid configuration, 3 checkpoint of another model,
 4 checkpoint of a run with other settings (see checkpoint.accept_changes), 5 diverged (non-finite loss or
 weights; nothing non-finite was saved), 6 checkpoint storage failed (no space, read-only, permissions),
-128+signum after checkpointing on SIGTERM/SIGUSR1 (relaunch to resume).
+7 checkpoint.dir in use by another run, 128+signum after checkpointing on SIGTERM/SIGINT/SIGUSR1 (relaunch to
+resume; a second SIGINT exits 130 at once, without a checkpoint).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 import warnings
 
-from training.config import ConfigError, load_config
+from training.config import ConfigError, parse_args, to_toml
 from training.errors import EXIT_CODES
+from training.lifecycle import die_with_agent
+from training.run_lock import EXIT_BUSY, CheckpointDirBusy
+
+KNOWN_ERRORS = {**EXIT_CODES, CheckpointDirBusy: EXIT_BUSY}
 
 
 def _report(e: BaseException) -> int:
     """Print a known error once per job (rank 0) and return its exit code."""
     if os.environ.get("RANK", "0") == "0":
         print(f"error: {e}", file=sys.stderr, flush=True)
-    return EXIT_CODES[type(e)]
+    return KNOWN_ERRORS[type(e)]
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_agent()  # a worker left behind by a vanished torchrun agent would train on unsupervised
+    # Until the trainer handles it (end of start-up), Ctrl-C ends the worker like SIGTERM does: at once and
+    # quietly; no step has run, so nothing is lost. (Python's default would print a KeyboardInterrupt traceback.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # FSDP2 + T5 emit this per step; harmless (gradients match an unsharded model).
     warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
     try:
-        cfg = load_config(argv)
+        cfg, args = parse_args(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(to_toml(cfg), end="")
+        return 0
     from training.trainer import Trainer  # torch import after argument errors are reported
     trainer = None
     try:
         trainer = Trainer(cfg)
         code = trainer.train()
     except Exception as e:
-        if type(e) not in EXIT_CODES:
-            _crash()
+        if type(e) not in KNOWN_ERRORS:
+            _crash(trainer)
         code = _report(e)
+        if trainer is not None:
+            trainer.metrics.end("error", trainer.progress.step, detail=str(e).splitlines()[0][:300])
     except BaseException:
-        _crash()
+        _crash(trainer)
     if trainer is not None:
         trainer.close()
     return code
 
 
-def _crash() -> None:
+def _crash(trainer=None) -> None:
     """A peer died or hung (collective timeout) or a step failed. Do not wait for an in-flight async save:
     its collectives wait on the same dead peer, and an uncommitted checkpoint is ignored on resume anyway.
-    Exit now so the launcher restarts the group."""
+    Exit now so the launcher restarts the group (after the attempt's `end` event, best effort)."""
     traceback.print_exc()
+    try:
+        if trainer is not None:
+            trainer.metrics.end("crashed", trainer.progress.step, detail=traceback.format_exc().splitlines()[-1])
+    except Exception:  # noqa: BLE001 - the exit matters more than the record
+        pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)

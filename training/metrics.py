@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -52,10 +53,10 @@ class MetricsLogger:
         self.event("step", **m)
         if m["step"] % self.cfg.log_every == 0 or m["step"] == self.total_steps:
             eta = self.eta_s()
-            print(f"step {m['step']:>6}/{self.total_steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
+            self._say(f"step {m['step']:>6}/{self.total_steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
                   f"{m['tokens_per_s']:,.0f} tok/s | {m['step_time_s']:.2f} s/step | "
                   f"ckpt {m['ckpt_block_s']:.2f} s | world {m['world_size']} | "
-                  f"ETA {'-' if eta is None else f'{eta:,.0f} s'}", flush=True)
+                  f"ETA {'-' if eta is None else f'{eta:,.0f} s'}")
 
     def end(self, status: str, step: int, detail: str = "") -> None:
         """The attempt's closing `end` event and summary line (once; later calls do nothing)."""
@@ -71,12 +72,24 @@ class MetricsLogger:
         if self.enabled:
             rate = f"{summary['tokens_per_s']:,.0f} tok/s mean" if busy else "no steps"
             loss = f"final loss {self._loss:.4f}" if self._loss is not None else "no loss"
-            print(f"summary: {status} at step {step}/{self.total_steps} | {self._steps} step(s) in {wall:,.1f} s | "
-                  f"{rate} | {loss} | {self._tokens:,} tokens this attempt", flush=True)
+            self._say(f"summary: {status} at step {step}/{self.total_steps} | {self._steps} step(s) in {wall:,.1f} s | "
+                  f"{rate} | {loss} | {self._tokens:,} tokens this attempt")
 
     def info(self, msg: str) -> None:
         if self.enabled:
-            print(msg, flush=True)
+            self._say(msg)
+
+    @staticmethod
+    def _say(line: str) -> None:
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:
+            # Whoever read our output is gone (a launcher killed with SIGKILL, `| head`): the console is best
+            # effort, the JSONL file and the checkpoints are not, and a stop must not turn into a crash here.
+            # Later output goes to /dev/null (as the Python docs advise: no error at exit either).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     def close(self) -> None:
         if self._f:

@@ -14,6 +14,9 @@ Usage::
     python -m training.rdzv_store --port 29400            # serve until SIGTERM/SIGINT
     python -m training.rdzv_store --port 0 --port-file P  # pick a free port, write it to P
     python -m training.rdzv_store --check HOST:PORT       # exit 0 when a store answers there
+
+Started by the local launcher (``python -m training.launch``), the store stops when the launcher exits, even
+if it was SIGKILLed (``T5_DIE_WITH_PARENT``, :mod:`training.lifecycle`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+
+from training.lifecycle import die_with_launcher
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def check(endpoint: str, timeout_s: float = 5.0) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_launcher(signal.SIGTERM)
     p = argparse.ArgumentParser(prog="python -m training.rdzv_store", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))

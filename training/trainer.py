@@ -17,7 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from training.checkpoint import CheckpointManager
 from training.errors import CheckpointStorageError
-from training.config import Config, check_world
+from training.config import Config, check_world, to_toml
 from training.data import build_dataloader, build_dataset
 from training.guard import NonFiniteGuard
 from training.integrity import storage_reason
@@ -25,9 +25,11 @@ from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
 from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
 from training.state import ModelOnly, Progress, RngState, TrainState
+from training.run_lock import lock_for_job
 
 log = logging.getLogger("training")
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def _ensure_env() -> None:
@@ -98,6 +100,9 @@ class Trainer:
         self.rng = RngState(self.device)
         self.state = {"train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
                       RngState.key(self.rank): self.rng}
+        # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
+        # the other ranks wait in a collective meanwhile.
+        self.run_lock = lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(t.max_bad_steps)
         fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
@@ -114,6 +119,10 @@ class Trainer:
             signal.signal(s, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
+        if signum == signal.SIGINT and self._signal == signal.SIGINT:
+            # A second Ctrl-C: the user will not wait for the checkpoint. The last complete one is kept.
+            os.write(2, f"rank {self.rank}: second SIGINT, exiting without a checkpoint\n".encode())
+            os._exit(128 + signum)
         self._signal = signum  # acted on at the next step boundary, by all ranks together
 
     def _raise_if_any(self, problem: str | None, error: type[Exception]) -> None:
@@ -222,9 +231,13 @@ class Trainer:
         self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
                            host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
                            accepted_changes=[c.field for c in self.ckpt.accepted])
+        if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
+            Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.job.out_dir) / "config.toml").write_text(to_toml(cfg))
         if self.progress.step >= t.steps:
             self.metrics.info(f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
                               f"{cfg.checkpoint.dir}; nothing to do")
+            self.metrics.end("already_finished", self.progress.step)
             return 0
         self.metrics.info(f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
                           f"{self.device.type}/{cfg.parallel.precision}, steps {self.progress.step + 1}..{t.steps}, "
@@ -261,16 +274,18 @@ class Trainer:
                                      progress=self.progress.state_dict())
             self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
                               tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
-                              world_size=self.world, restart_count=self.restart_count, data_offset=offset)
+                              world_size=self.world, restart_count=self.restart_count, data_offset=offset,
+                              tokens=n_tokens)
             self._maybe_inject_fault(step)
             if sig:
                 name = signal.Signals(sig).name
                 self.metrics.event("signal", signal=name, step=step)
                 self.metrics.info(f"{name}: checkpoint of step {step} saved; exiting. Relaunch to resume.")
+                self.metrics.end("signal", step, detail=name)
                 exit_code = 128 + sig
                 break
         else:
-            self.metrics.event("end", step=self.progress.step)
+            self.metrics.end("finished", self.progress.step)
             self.metrics.info(f"finished {t.steps} steps; final checkpoint "
                               f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}")
         return exit_code
@@ -280,5 +295,7 @@ class Trainer:
             self.ckpt.close()
         finally:
             self.metrics.close()
+            if self.run_lock is not None:
+                self.run_lock.release()  # after the last checkpoint write
             if dist.is_initialized():
                 dist.destroy_process_group()

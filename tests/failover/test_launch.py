@@ -30,7 +30,7 @@ def test_argv_has_elastic_rendezvous_and_training_module():
     cfg = LaunchConfig(min_nodes=1, max_nodes=2, nproc_per_node=1, rdzv_endpoint="127.0.0.1:4000",
                        rdzv_id="job7", max_restarts=5, train_args=("--preset", "debug"))
     argv = torchrun_argv(cfg)
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[:3] == [sys.executable, "-m", "training.launch.agent"]
     assert flag(argv, "nnodes") == "1:2"
     assert flag(argv, "nproc-per-node") == "1"
     assert flag(argv, "max-restarts") == "5"
@@ -185,7 +185,7 @@ def test_cli_print_and_errors():
     out = subprocess.run(run + ["--print", "--nodes", "3", "--", "--preset", "debug", "--train.global_batch", "12"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    agents = [line for line in out.stdout.splitlines() if "torch.distributed.run" in line]
+    agents = [line for line in out.stdout.splitlines() if "training.launch.agent" in line]
     assert len(agents) == 3 and "training.rdzv_store" in out.stdout
     assert all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in a for a in agents)
     out = subprocess.run(run + ["--from-env", "pet", "--print"], capture_output=True, text=True, timeout=60,

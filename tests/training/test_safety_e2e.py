@@ -5,11 +5,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY, TINY_STEPS, TORCHRUN, tiny_run
+from tests.conftest import ROOT, TINY, TINY_STEPS, tiny_run
 from training.checkpoint import MARKER, QUARANTINE, latest_complete, read_marker, step_dir, verify
 from training.compare import compare
 
@@ -128,7 +129,7 @@ def in_private_tmpfs(mountpoint: Path, size: str, *argv: str, ro: bool = False) 
 
 
 def tiny_argv(out: Path, ckpts: Path, *extra: str) -> list[str]:
-    return [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, "--job.out_dir", str(out),
+    return [sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, "--job.out_dir", str(out),
             "--checkpoint.dir", str(ckpts), "--train.steps", str(STEPS), "--checkpoint.interval", "3", *extra]
 
 

@@ -7,7 +7,8 @@
 * :mod:`~training.launch.from_env`: local, Slurm and Kubeflow ``PET_*`` variables -> config;
 * :mod:`~training.launch.hostlist`: the first host of a Slurm hostlist;
 * :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
-* :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node).
+* :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node);
+* :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C.
 
 The names below are re-exported so callers can keep ``from training.launch import ...``. Importing this
 package never imports torch: it runs before torch is needed.

@@ -29,6 +29,14 @@ Environment read by the mappings (flags win over environment):
 * pet (Kubeflow Trainer v2 torch plugin): PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
   PET_MASTER_ADDR, PET_MASTER_PORT.
 * all: T5_RDZV_ENDPOINT (HOST:PORT of a standalone store -> is_host=false), T5_RDZV_ID, T5_MIN_NODES.
+
+Stopping: Ctrl-C or SIGTERM makes the workers checkpoint at the next step and exit (a second Ctrl-C stops
+everything at once, without the checkpoint); if a local launcher dies, even by SIGKILL, its agents and store
+get SIGTERM; workers always die with their agent. Each agent is torchrun's, run as ``python -m training.launch.agent``.
+
+Exit codes: 0 finished, 2 bad settings, 7 checkpoint.dir in use by another run (local: checked before any agent
+starts), 128+signum after a stop (130 Ctrl-C, 143 SIGTERM: rerun to resume), otherwise the first failed
+agent's code.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ from training.launch.commands import format_argv, launch_env, store_argv, torchr
 from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
-from training.launch.preflight import preflight
+from training.launch.preflight import check_checkpoint_dir, preflight
+from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +125,8 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the launcher; returns the exit code (2: bad settings). On Slurm/Kubeflow the agent replaces this process."""
+    """Run the launcher; returns the exit code (see the module docstring). On Slurm/Kubeflow the agent replaces
+    this process."""
     parser = build_parser()
     a, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -140,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(nodes):
                 print(format_argv(torchrun_argv(cfg), dict(RDZV_ENV, T5_NODE_RANK=str(i))))
             return 0
+        try:
+            check_checkpoint_dir(cfg)
+        except CheckpointDirBusy as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BUSY
         return run_local(cfg, nodes, own_store)
     argv_, env = torchrun_argv(cfg), launch_env(cfg)
     if a.print_only:

@@ -38,9 +38,13 @@ def training_argv(cfg: LaunchConfig) -> list[str]:
 
 
 def torchrun_argv(cfg: LaunchConfig) -> list[str]:
-    """One agent's full command line (pure: depends only on ``cfg``)."""
+    """One agent's full command line (pure: depends only on ``cfg``).
+
+    The agent is torchrun's own (``torch.distributed.run``, same arguments) run through
+    :mod:`training.launch.agent`, which adds the clean stop on Ctrl-C and the one-line exit.
+    """
     cfg.validate()
-    return [cfg.python, "-m", "torch.distributed.run",
+    return [cfg.python, "-m", "training.launch.agent",
             f"--nnodes={cfg.min_nodes}:{cfg.max_nodes}",
             f"--nproc-per-node={cfg.nproc_per_node}",
             f"--max-restarts={cfg.max_restarts}",

@@ -76,7 +76,7 @@ class LaunchConfig:
             assigns ranks; exported as T5_NODE_RANK for logs).
         module: Python module each worker runs (``torchrun --module``).
         train_args: arguments for the training module.
-        python: interpreter that runs torchrun (``python -m torch.distributed.run``).
+        python: interpreter that runs the torchrun agent (``python -m training.launch.agent``).
     """
 
     min_nodes: int = 1

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+from typing import Sequence
+
 from training.launch.commands import training_argv
 from training.launch.config import LaunchConfig, LaunchError
+from training.run_lock import RunLock
 
 
 def preflight(cfg: LaunchConfig) -> list[str]:
@@ -34,3 +39,26 @@ def preflight(cfg: LaunchConfig) -> list[str]:
         return [f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
                 f"them the workers exit with a config error; raise --min-nodes or choose another global batch"]
     return []
+
+
+def checkpoint_dir(train_args: Sequence[str]) -> str | None:
+    """The checkpoint.dir that ``python -m training`` resolves from ``train_args``; None if they are invalid
+    (quietly: the caller reports those through :func:`preflight` or the workers)."""
+    from training.config import ConfigError, load_config
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return load_config(list(train_args)).checkpoint.dir
+    except (ConfigError, SystemExit):
+        return None
+
+
+def check_checkpoint_dir(cfg: LaunchConfig) -> None:
+    """Raise :class:`training.run_lock.CheckpointDirBusy` if another run holds the training's checkpoint.dir.
+
+    Only for a launch that owns the whole job (local nodes): on a cluster, a replacement node's launcher
+    starts while the job, lock held, is running.
+    """
+    if cfg.module == "training":
+        d = checkpoint_dir(training_argv(cfg))
+        if d:
+            RunLock(d).check()

@@ -1,0 +1,241 @@
+"""End to end: clean stops of real runs (scripts/train.sh = `make train`, `python -m training.launch`).
+
+Ctrl-C is a SIGINT to the launcher's process group, as a terminal sends it (each run starts in its own
+session). Processes are found through /proc: a run's workers carry its unique out_dir in their command line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TINY, torchrun
+from training.checkpoint import latest_complete, parse_step
+
+pytestmark = pytest.mark.e2e
+# scripts/train.sh: PRESET debug, NPROC 2 (its defaults); the local launcher: NODES 2 (flag), NPROC 1
+ENV = {k: v for k, v in os.environ.items() if k not in ("NPROC", "NODES", "PRESET")} | {
+    "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+LONG = 400  # train.steps of a run that is stopped long before the end
+
+
+def train_sh(out: Path, steps: int = LONG) -> list[str]:
+    return ["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", str(steps),
+            "--checkpoint.interval", "100"]
+
+
+def launch(out: Path, steps: int = LONG) -> list[str]:
+    return [sys.executable, "-m", "training.launch", "--nodes", "2", "--", *TINY, "--job.out_dir", str(out),
+            "--train.steps", str(steps), "--checkpoint.interval", "100"]
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen:
+    """Run in a new session (its own process group, like a terminal's foreground job); output to ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def records(out: Path, event: str) -> list[dict]:
+    p = out / "metrics.jsonl"
+    rs = [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+    return [r for r in rs if r["event"] == event]
+
+
+def wait_for(pred, what: str, timeout: float = 120, proc: subprocess.Popen | None = None, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while not (v := pred()):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} while waiting for {what}:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout:.0f} s")
+        time.sleep(0.1)
+    return v
+
+
+def stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) from /proc, None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    s = stat(pid)
+    return s is not None and s[0] not in "ZX"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and (s := stat(int(d))) and s[1] == pid]
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def workers(out: Path) -> list[int]:
+    """Live training workers of the run writing to ``out``."""
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and alive(int(d))
+            and "-m training " in (c := cmdline(int(d))) and str(out) in c and "launch" not in c]
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive after ``seconds`` (empty as soon as all are gone)."""
+    deadline = time.monotonic() + seconds
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def kill_all(pids) -> None:
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("entry", ["make train", "python -m training.launch"])
+def test_ctrl_c_stops_at_a_checkpoint_and_rerun_recomputes_nothing(tmp_path, entry):
+    out, log = tmp_path / "run", tmp_path / "first.log"
+    argv = train_sh if entry == "make train" else launch
+    p = start(argv(out), log)
+    try:
+        wait_for(lambda: len(records(out, "step")) >= 3, "step 3", proc=p, log=log)
+        os.killpg(p.pid, signal.SIGINT)
+        rc = p.wait(timeout=120)
+    finally:
+        kill_all([p.pid, *descendants(p.pid)])
+    text = log.read_text()
+    assert rc == 130, text[-3000:]
+    assert "Traceback" not in text, text
+    last = records(out, "step")[-1]["step"]
+    assert [(r["signal"], r["step"]) for r in records(out, "signal")] == [("SIGINT", last)]
+    assert parse_step(latest_complete(out / "checkpoints")) == last
+    if entry == "make train":
+        assert "[train] stopped at a checkpoint; make train resumes" in text and "run 'make train' again" not in text
+    else:
+        assert "[launch] stopped by SIGINT" in text
+    rerun = subprocess.run(argv(out, steps=last + 2), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert records(out, "start")[-1]["resumed_from"] == last  # 0 steps recomputed
+
+
+def test_second_ctrl_c_stops_everything_at_once(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(train_sh(out), log)
+    try:
+        wait_for(lambda: len(records(out, "step")) >= 2, "step 2", proc=p, log=log)
+        ws = workers(out)
+        assert len(ws) == 2
+        os.killpg(p.pid, signal.SIGINT)
+        wait_for(lambda: "closing signal SIGINT" in log.read_text(), "the agent passing SIGINT on", timeout=30)
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        assert p.wait(timeout=30) == -signal.SIGINT  # died by SIGINT, so a calling shell or make stops too
+        assert gone_within(ws, 5) == [], log.read_text()
+        assert time.monotonic() - t0 < 10
+    finally:
+        kill_all([p.pid, *descendants(p.pid), *workers(out)])
+    text = log.read_text()
+    assert "second SIGINT: stopping at once" in text and "Traceback" not in text, text
+
+
+def test_sigkill_of_the_torchrun_agent_kills_its_workers(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(train_sh(out), log)  # bash -> agent -> 2 workers
+    try:
+        wait_for(lambda: len(records(out, "step")) >= 2, "step 2", proc=p, log=log)
+        (agent,) = children(p.pid)
+        ws = workers(out)
+        assert len(ws) == 2 and all(stat(w)[1] == agent for w in ws), (agent, ws, cmdline(agent))
+        os.kill(agent, signal.SIGKILL)
+        left = gone_within(ws, 5)
+        assert left == [], f"workers {left} outlived their SIGKILLed agent {agent}"
+        assert p.wait(timeout=30) == 137
+    finally:
+        kill_all([p.pid, *descendants(p.pid), *workers(out)])
+
+
+def test_sigkill_of_the_local_launcher_stops_agents_workers_and_store(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(launch(out), log)  # launcher -> store + 2 agents -> 1 worker each
+    tree: list[int] = []
+    try:
+        wait_for(lambda: len(records(out, "step")) >= 2, "step 2", proc=p, log=log)
+        tree = descendants(p.pid)
+        store = [q for q in tree if "training.rdzv_store" in cmdline(q)]
+        assert len(store) == 1 and len(workers(out)) == 2, [cmdline(q) for q in tree]
+        os.kill(p.pid, signal.SIGKILL)
+        # the agents get SIGTERM: their workers checkpoint at the next step and exit, then the agents
+        left = gone_within(tree, 60)
+        assert left == [], [cmdline(q) for q in left]
+    finally:
+        kill_all([*tree, *workers(out)])
+    stops = records(out, "checkpoint")  # interval 100: the only checkpoint is the one taken on SIGTERM
+    assert stops and parse_step(latest_complete(out / "checkpoints")) == stops[-1]["step"]
+
+
+def test_one_run_per_checkpoint_dir(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "first.log"
+    steps = 300  # long enough to outlive the checks below (the last one starts 2 workers: ~20 s)
+    first = start(train_sh(out, steps), log)
+    try:
+        wait_for(lambda: records(out, "step"), "the first run's step 1", proc=first, log=log)
+        holder = json.loads((out / "checkpoints" / ".t5-failover.lock").read_text())
+        assert holder["pid"] in workers(out)
+        busy = f"in use by another run (host {holder['host']}, pid {holder['pid']}"
+        # the local launcher checks before starting anything
+        t0 = time.monotonic()
+        r = subprocess.run(launch(out, steps), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 7, r.stdout + r.stderr
+        assert time.monotonic() - t0 < 30
+        msg = r.stderr.strip()
+        assert msg.startswith("error: checkpoint.dir") and busy in msg and "another --checkpoint.dir" in msg, msg
+        # make train (torchrun --standalone through the agent wrapper) checks too
+        r = subprocess.run(train_sh(out, steps), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 7 and busy in r.stderr, r.stdout + r.stderr
+        # plain torchrun has no check: the workers themselves refuse (every rank: rank 0 decides, broadcasts)
+        r = torchrun(2, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps), timeout=120)
+        assert r.returncode != 0 and "exitcode: 7" in r.stderr, r.stdout + r.stderr
+        assert r.stderr.count(busy) == 2, r.stderr
+        assert first.poll() is None, "the first run ended before the checks: raise its steps"
+        assert first.wait(timeout=240) == 0, log.read_text()[-3000:]
+    finally:
+        kill_all([first.pid, *descendants(first.pid)])
+    assert [r["step"] for r in records(out, "step")] == list(range(1, steps + 1))  # the first run, unaffected
+    assert len(records(out, "start")) == 1
+    # a run killed with SIGKILL does not leave the directory locked
+    crashed = start(train_sh(out, steps + 100), tmp_path / "crashed.log")
+    try:
+        wait_for(lambda: len(records(out, "step")) > steps, "the second run's first step", proc=crashed,
+                 log=tmp_path / "crashed.log")
+        (agent,) = children(crashed.pid)
+        os.kill(agent, signal.SIGKILL)
+        crashed.wait(timeout=30)
+    finally:
+        kill_all([crashed.pid, *descendants(crashed.pid)])
+    r = subprocess.run(train_sh(out, steps + 1), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert records(out, "start")[-1]["resumed_from"] == steps

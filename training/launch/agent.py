@@ -1,0 +1,109 @@
+"""``python -m training.launch.agent [torchrun options] -m training ...``: torchrun's agent, stopping cleanly.
+
+Runs ``torch.distributed.run.main`` (the torchrun agent) in this process with the same arguments; what it
+adds is how the agent stops:
+
+* SIGINT (Ctrl-C) or SIGTERM: the agent passes the signal to its workers, which checkpoint at the next step
+  and exit (``python -m training``); then this prints one line and exits 128+signum, where torchrun
+  re-raises ``SignalException`` with a traceback.
+* a second SIGINT: stop at once, without waiting for the checkpoint: this process dies by SIGINT and its
+  workers with it (they die with their agent, :func:`training.lifecycle.die_with_agent`). A second SIGTERM
+  keeps torchrun's behaviour (Slurm may send several while a checkpoint is being written).
+* started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
+* a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
+  checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
+  instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes.
+* ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
+  (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
+  do not: a replacement node joins while the job (holding the lock) runs.
+
+Every platform runs this module (:func:`training.launch.commands.torchrun_argv`), and ``make train`` too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from training.launch.preflight import checkpoint_dir
+from training.lifecycle import AGENT_ENV, die_with_launcher
+from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
+
+# torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
+# own handler, the one that forgets a first signal was already received, every time it starts workers).
+_TORCH_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+# The training module's own exit codes (python -m training: 2 config ... 7 busy directory); passed through.
+KNOWN_EXIT_CODES = (2, 3, 4, 5, 6, EXIT_BUSY)
+
+
+def _signals_to_handle() -> str:
+    base = os.environ.get("PET_SIGNALS_TO_HANDLE") or _TORCH_SIGNALS  # torchrun reads this variable too
+    return ",".join(s.strip() for s in base.split(",") if s.strip() and s.strip() != "SIGINT")
+
+
+def _abort_on_second_sigint(signal_exception: type) -> None:
+    """First SIGINT: raise torch's SignalException (the agent stops its workers the clean way). Second: die."""
+    count = 0
+
+    def handler(signum, _frame):
+        nonlocal count
+        count += 1
+        if count == 1:
+            raise signal_exception(f"Process {os.getpid()} got signal: SIGINT", sigval=signal.SIGINT)
+        print("[agent] second SIGINT: stopping at once, without the checkpoint (the last complete one is kept)",
+              file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # die *by* SIGINT, so a calling shell or make stops as well
+
+    signal.signal(signal.SIGINT, handler)
+
+
+def _standalone_checkpoint_dir(args) -> str | None:
+    """checkpoint.dir of a ``--standalone -m training`` job (None otherwise, or if its arguments are invalid:
+    the workers report those)."""
+    if not (args.standalone and args.module and args.training_script == "training"):
+        return None
+    return checkpoint_dir(args.training_script_args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the torchrun agent with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    die_with_launcher(signal.SIGTERM)
+    os.environ[AGENT_ENV] = str(os.getpid())  # workers check it at start (the agent may die before they do)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Ctrl-C while torch is imported: no worker exists yet, so just end (quietly, as SIGTERM would).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main, parse_args
+
+    if not any(a.split("=", 1)[0] in ("--signals-to-handle", "--signals_to_handle") for a in argv):
+        argv = [f"--signals-to-handle={_signals_to_handle()}", *argv]
+    ckpt_dir = _standalone_checkpoint_dir(parse_args(argv))
+    if ckpt_dir:
+        try:
+            RunLock(ckpt_dir).check()
+        except CheckpointDirBusy as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BUSY
+    _abort_on_second_sigint(SignalException)
+    try:
+        torchrun_main(argv)
+    except SignalException as e:
+        sig = signal.Signals(e.sigval)
+        print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)
+        return 128 + sig
+    except ChildFailedError as e:
+        code = e.get_first_failure()[1].exitcode
+        if code in KNOWN_EXIT_CODES:  # the worker said what is wrong in one line; a rerun will not help
+            print(f"[agent] training stopped with exit code {code} (see the error above)", file=sys.stderr,
+                  flush=True)
+            return code
+        print(e, file=sys.stderr, flush=True)  # a crash: torchrun's summary names the rank and the cause
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

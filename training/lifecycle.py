@@ -1,0 +1,96 @@
+"""Process lifetime: a child that dies with its parent (the Linux parent-death signal).
+
+torchrun starts workers in their own sessions (``start_new_session=True``), and the local launcher does the
+same with its agents, so a signal to the launcher's process group never reaches them. If the launcher is
+SIGKILLed (or crashes) nobody forwards anything, and its children would go on training and writing
+checkpoints unsupervised. ``prctl(PR_SET_PDEATHSIG)`` makes the kernel send a signal to a process the
+moment its parent exits, whatever the reason:
+
+* workers (``python -m training`` under a torchrun agent): SIGKILL, see :func:`die_with_agent`;
+* agents started by ``python -m training.launch`` (:mod:`training.launch.agent`) and its standalone store:
+  SIGTERM, so the agent stops its workers the clean way (checkpoint at the next step), see
+  :func:`die_with_launcher`.
+
+The kernel ties the signal to the parent *thread* that forked the child, not to the parent process: a child
+forked from a short-lived thread is signalled when that thread exits. Every parent here forks from its main
+thread (torchrun's agent starts workers from ``agent.run()`` on the main thread, the local launcher starts
+agents and the store from ``main()``), which lives as long as the process.
+
+Linux only; elsewhere these functions do nothing and return False.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: Set by a parent that wants its child to die with it: the parent's pid (read and removed by the child).
+PARENT_ENV = "T5_DIE_WITH_PARENT"
+#: Set by the agent wrapper for its workers: the agent's pid (see :func:`die_with_agent`).
+AGENT_ENV = "T5_AGENT_PID"
+
+
+def die_with_parent(sig: int, parent_pid: int | None = None) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent exits; returns False off Linux.
+
+    ``parent_pid`` is the process that is meant to be the parent (default: the current parent). If it is
+    already gone (this process was reparented before the call), ``sig`` is sent at once: the kernel would
+    never send it, since the death happened before the request.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    expected = os.getppid() if parent_pid is None else parent_pid
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG, {int(sig)}): {os.strerror(err)}")
+    if os.getppid() != expected:  # the parent died before (or while) we asked
+        os.kill(os.getpid(), sig)
+    return True
+
+
+def die_with_launcher(sig: int = signal.SIGTERM) -> bool:
+    """Die with the parent named in ``T5_DIE_WITH_PARENT`` (set by the local launcher); no-op without it.
+
+    The variable is removed from ``os.environ`` so that this process's own children (torchrun's workers)
+    do not mistake it for a request addressed to them.
+    """
+    raw = os.environ.pop(PARENT_ENV, "")
+    if not raw:
+        return False
+    if not raw.isdigit():
+        raise ValueError(f"{PARENT_ENV}={raw!r} must be the parent's pid; unset it or set a pid")
+    return die_with_parent(sig, int(raw))
+
+
+def die_with_agent() -> bool:
+    """In a worker started by a torchrun agent, SIGKILL this worker when the agent exits; no-op otherwise.
+
+    An agent that vanished without stopping its workers (SIGKILL, OOM kill, a crash) means its node is gone
+    as far as the job is concerned: the other nodes restart without it, and a worker left behind would only
+    block their collectives or hold the checkpoint directory. SIGKILL rather than SIGTERM: a clean stop
+    needs every rank at the next step boundary, which a worker whose peers are being restarted may never
+    reach. The clean stop stays available by signalling the agent (or the launcher), which forwards it.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # a plain `python -m training`: nothing to die with
+        return False
+    armed = die_with_parent(signal.SIGKILL)
+    agent = os.environ.get(AGENT_ENV, "")
+    if armed and agent.isdigit() and not _alive(int(agent)):
+        # The agent died before the request above (we were already reparented, so the kernel will not
+        # signal us). Its pid, not our parent's, is checked: a wrapper may sit between agent and worker.
+        os.kill(os.getpid(), signal.SIGKILL)
+    return armed
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
