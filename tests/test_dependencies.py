@@ -35,7 +35,6 @@ OWN_VENV_NAMES = {"pcluster": "aws-parallelcluster", "yaml": "pyyaml"}
 #: Declared distributions nothing imports, and why they are declared anyway.
 NOT_IMPORTED = {
     "cfn-lint": "a command: scripts/synth.sh and tests/infra run `cfn-lint` on the synthesized templates",
-    "google-crc32c": "checkpoint checksums in training/ (training.integrity), landing from the training work",
 }
 
 
