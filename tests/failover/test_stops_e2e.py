@@ -94,10 +94,19 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def is_worker(pid: int) -> bool:
+    """torchrun gives its workers, and only them, TORCHELASTIC_RUN_ID."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"\0TORCHELASTIC_RUN_ID=" in b"\0" + f.read()
+    except OSError:
+        return False
+
+
 def workers(out: Path) -> list[int]:
     """Live training workers of the run writing to ``out``."""
-    return [int(d) for d in os.listdir("/proc") if d.isdigit() and alive(int(d))
-            and "-m training " in (c := cmdline(int(d))) and str(out) in c and "launch" not in c]
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and alive(int(d)) and str(out) in cmdline(int(d))
+            and is_worker(int(d))]
 
 
 def gone_within(pids: list[int], seconds: float) -> list[int]:
