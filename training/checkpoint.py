@@ -39,7 +39,7 @@ from training.config import CheckpointConfig
 from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, RunChanged
 from training.integrity import crc32c_file, share, storage_reason
-from training.run_identity import Change, diff, show
+from training.run_identity import ALWAYS_ACCEPTED, Change, diff, show
 from training.staging import ReusedBufferStager
 
 log = logging.getLogger("training.checkpoint")
@@ -336,7 +336,7 @@ class CheckpointManager:
                             "resuming without checking them", path)
             return
         changes = diff(saved, self.fingerprint)
-        refused = [c for c in changes if c.field not in self.accept]
+        refused = [c for c in changes if c.field not in self.accept | ALWAYS_ACCEPTED]
         step, offset = progress.get("step", info["step"]), progress.get("data_offset", 0)
         if refused:
             lines = "\n".join(f"  {c.field}: {show(c.saved)} -> {show(c.now)}" for c in refused)

@@ -35,6 +35,8 @@ EFFECTS = {
     "optimizer": "the saved optimizer state is used with the new optimizer settings",
 }
 FIELDS = tuple(EFFECTS)
+# Changes a resume takes without being asked (and says so): running longer is the common, intended one.
+ALWAYS_ACCEPTED = frozenset({"train.steps"})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY, torchrun
+from tests.conftest import ROOT, TINY, TORCHRUN
 from training.checkpoint import latest_complete, parse_step
 
 pytestmark = pytest.mark.e2e
@@ -226,7 +226,9 @@ def test_one_run_per_checkpoint_dir(tmp_path):
         r = subprocess.run(train_sh(out, steps), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
         assert r.returncode == 7 and busy in r.stderr, r.stdout + r.stderr
         # plain torchrun has no check: the workers themselves refuse (every rank: rank 0 decides, broadcasts)
-        r = torchrun(2, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps), timeout=120)
+        r = subprocess.run([TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, "--job.out_dir",
+                            str(out), "--train.steps", str(steps)], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                           timeout=120)
         assert r.returncode != 0 and "exitcode: 7" in r.stderr, r.stdout + r.stderr
         assert r.stderr.count(busy) == 2, r.stderr
         assert first.poll() is None, "the first run ended before the checks: raise its steps"

@@ -60,7 +60,8 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
         port = s.getsockname()[1]
     for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
         monkeypatch.setenv(k, v)
-    cfg = load_config([*TINY, "--model.dropout", "0", "--job.out_dir", str(saved.parent.parent),
+    cfg = load_config([*TINY, "--model.dropout", "0", "--train.steps", str(STEPS),
+                       "--job.out_dir", str(saved.parent.parent),
                        "--metrics.path", str(resave_root / "m.jsonl")])
     trainer = Trainer(cfg)
     try:
@@ -128,7 +129,8 @@ def test_truncated_newest_checkpoint_falls_back_with_warning(reference, tmp_path
     r = run(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout + r.stderr
-    assert "WARNING: skipping checkpoint" in out and "truncated" in out and "resumed from step 6" in out
+    assert f"WARNING: checkpoint {newest} is damaged" in out and "truncated" in out and "resumed from step 6" in out
+    assert len(list((tmp_path / "checkpoints" / "quarantine").iterdir())) == 1  # set aside, not deleted
     assert compare(step_dir(reference / "checkpoints", STEPS), newest) == []
 
 
@@ -140,4 +142,4 @@ def test_checkpoint_corrupt_in_content_falls_back(reference, tmp_path):
     meta.write_bytes(b"\0" * meta.stat().st_size)
     r = run(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "could not be loaded" in r.stdout + r.stderr and "resumed from step 6" in r.stdout
+    assert f"{meta} fails its checksum" in r.stdout + r.stderr and "resumed from step 6" in r.stdout
