@@ -1,6 +1,7 @@
 """What defines a run, recorded in every checkpoint, so a resume never silently mixes two experiments.
 
-A resume continues *the same* training: same data (by content), sample definition, seed, optimizer and
+A resume continues *the same* training: same data (by content: another data.text_field of the same file is
+other content), sample definition, seed, optimizer and
 schedule, global batch. The model's shape is checked separately (a different shape cannot even load).
 The world size, thread counts, timeouts and checkpoint policy may change freely.
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:  # config.py imports this module and must stay cheap (no torch
 # run resumes after; {offset}: the global sample offset it continues at.
 EFFECTS = {
     "data.source": "the new data is read from global sample {offset} on (its own epoch order)",
-    "data.text_field": "samples are read from the new field from global sample {offset} on",
     "data.seq_len": "samples of the new length from global sample {offset} on",
     "data.noise_density": "the new span corruption applies from global sample {offset} on",
     "data.mean_span_len": "the new span corruption applies from global sample {offset} on",
@@ -60,7 +60,6 @@ def run_fingerprint(cfg, *, data_label: str, data_digest: str) -> dict[str, Any]
     d, t = cfg.data, cfg.train
     return {
         "data.source": {"label": data_label, "digest": data_digest},
-        "data.text_field": d.text_field if d.source != "builtin" else None,
         "data.seq_len": d.seq_len, "data.noise_density": d.noise_density, "data.mean_span_len": d.mean_span_len,
         "job.seed": cfg.job.seed,
         "train.lr": t.lr, "train.warmup_steps": t.warmup_steps, "train.steps": t.steps,

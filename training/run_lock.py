@@ -204,15 +204,24 @@ def lock_for_job(directory: str, rank: int, wait_same_run_s: float) -> RunLock |
     """
     import torch.distributed as dist  # deferred: the launcher imports this module without torch
 
-    lock, error = None, [""]
+    from training.errors import CheckpointStorageError
+    from training.integrity import storage_reason
+
+    lock, error = None, [("", "")]
     if rank == 0:
         lock = RunLock(directory, run=os.environ.get("TORCHELASTIC_RUN_ID", ""))
         try:
             if not lock.acquire(wait_same_run_s):
                 lock = None
         except CheckpointDirBusy as e:
-            lock, error = None, [str(e)]
+            lock, error = None, [("busy", str(e))]
+        except OSError as e:  # read-only, no permission, no space: the same error the storage check gives
+            lock, error = None, [("storage", f"checkpoint.dir {directory} is not writable: {storage_reason(e)}; "
+                                             "point --checkpoint.dir at a writable directory")]
     dist.broadcast_object_list(error, src=0)
-    if error[0]:
-        raise CheckpointDirBusy(error[0])
+    kind, message = error[0]
+    if kind == "busy":
+        raise CheckpointDirBusy(message)
+    if kind == "storage":
+        raise CheckpointStorageError(message)
     return lock
