@@ -17,14 +17,20 @@ class TrainingArgsError(ValueError):
     """The training arguments cannot run at this size; the message names the value and the fix."""
 
 
-def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int) -> None:
+def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int,
+                        files_here: bool = False) -> None:
     """Parse ``--preset preset args`` with ``python -m training``'s parser, validate, and check the world size.
 
+    ``files_here``: this host sees the job's files where the job will (a Slurm head node on the shared file
+    system): the data, the weights to start from and the output locations are checked too
+    (training.job_check), so an empty corpus or a read-only directory fails before the job is queued.
     Skipped when the training package is not importable here (a host that only has the container image).
     Raises :class:`TrainingArgsError` with the parser's or validator's message.
     """
     try:
         from training.config import ConfigError, check_world, load_config
+        from training.errors import CheckpointStorageError
+        from training.job_check import check_job
     except ImportError:  # pragma: no cover - the training package is in this repository
         return
     world = nodes * nproc_per_node
@@ -39,3 +45,8 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
     except ConfigError as e:
         raise TrainingArgsError(f"training arguments rejected: {e} (world size {nodes} node(s) x {nproc_per_node} = "
                                 f"{world})") from None
+    if files_here:
+        try:
+            check_job(cfg, files=True, device=False)  # the GPUs are on the compute nodes, not here
+        except (ConfigError, CheckpointStorageError) as e:
+            raise TrainingArgsError(f"training arguments rejected: {e}") from None

@@ -16,7 +16,8 @@ import traceback
 import warnings
 
 from training.config import ConfigError, parse_args, to_toml
-from training.errors import EXIT_CODES
+from training.errors import EXIT_CODES, CheckpointStorageError, exit_code
+from training.job_check import already_checked, check_job
 from training.lifecycle import die_with_agent
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 
@@ -27,7 +28,7 @@ def _report(e: BaseException) -> int:
     """Print a known error once per job (rank 0) and return its exit code."""
     if os.environ.get("RANK", "0") == "0":
         print(f"error: {e}", file=sys.stderr, flush=True)
-    return KNOWN_ERRORS[type(e)]
+    return exit_code(e, KNOWN_ERRORS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
+    if not already_checked():  # run directly (python -m training, plain torchrun): nothing checked the job yet
+        try:
+            check_job(cfg, nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        except (ConfigError, CheckpointStorageError) as e:
+            return _report(e)
     from training.trainer import Trainer  # torch import after argument errors are reported
     trainer = None
     try:
         trainer = Trainer(cfg)
         code = trainer.train()
     except Exception as e:
-        if type(e) not in KNOWN_ERRORS:
+        if exit_code(e, KNOWN_ERRORS) is None:
             _crash(trainer)
         code = _report(e)
         if trainer is not None:

@@ -340,7 +340,8 @@ def finalize(cfg: Config) -> Config:
 
 
 def validate(cfg: Config) -> None:
-    """Every cross-field check in one place. World-size checks happen at start (see check_world)."""
+    """Every check of the values, in one place. What they point at (files, directories, GPUs) is checked by
+    training.job_check on the host that runs the job; world-size checks at start (see check_world)."""
     m, d, t, p, c = cfg.model, cfg.data, cfg.train, cfg.parallel, cfg.checkpoint
 
     def need(cond: bool, msg: str) -> None:
@@ -352,17 +353,10 @@ def validate(cfg: Config) -> None:
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     need(m.attention in ("sdpa", "eager"), f"model.attention={m.attention!r}: use sdpa or eager")
-    if m.init_from:
-        need(os.path.isdir(m.init_from),
-             f"model.init_from={m.init_from!r} is not a local directory; pass a directory with config.json and "
-             "weights (hub names are not downloaded)")
     need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
     need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
     need(d.mean_span_len >= 1.0, f"data.mean_span_len={d.mean_span_len} must be >= 1")
     need(d.num_workers >= 0, f"data.num_workers={d.num_workers} must be >= 0")
-    if d.source != "builtin":
-        need(os.path.exists(d.source),
-             f"data.source={d.source!r} does not exist; use 'builtin' or a path to .jsonl/.parquet data")
     need(t.steps > 0, f"train.steps={t.steps} must be > 0")
     need(t.global_batch > 0, f"train.global_batch={t.global_batch} must be > 0")
     need(t.micro_batch >= 0, f"train.micro_batch={t.micro_batch} must be >= 0 (0 = no limit)")
@@ -383,10 +377,6 @@ def validate(cfg: Config) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     need(c.load_step >= 0, f"checkpoint.load_step={c.load_step} must be >= 0 (0 = the newest)")
-    if c.initial_load_path:
-        need(os.path.isdir(c.initial_load_path),
-             f"checkpoint.initial_load_path={c.initial_load_path!r} is not a directory; pass a step_NNNNNNNN "
-             "checkpoint directory or another run's checkpoint.dir")
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0

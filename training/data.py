@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import glob
 import hashlib
-import json
 import os
 import random
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from training.config import DataConfig
+from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
 
 PAD, EOS, UNK = 0, 1, 2
 BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
@@ -60,49 +60,10 @@ def builtin_documents() -> list[str]:
 
 def file_documents(source: str, text_field: str) -> list[str]:
     """Texts from a .jsonl / .parquet file, or every such file in a directory (sorted)."""
-    if os.path.isdir(source):
-        files = sorted(f for ext in ("jsonl", "parquet") for f in glob.glob(os.path.join(source, f"**/*.{ext}"),
-                                                                              recursive=True))
-    else:
-        files = [source]
-    if not files:
-        raise ValueError(f"data.source={source!r} holds no .jsonl or .parquet files")
-    docs = []
-    for path in files:
-        if path.endswith(".jsonl"):
-            with open(path, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    if line.strip():
-                        rec = json.loads(line)
-                        if text_field not in rec:
-                            raise ValueError(f"{path}:{n} has no field {text_field!r}; set data.text_field")
-                        docs.append(str(rec[text_field]))
-        elif path.endswith(".parquet"):
-            import pyarrow.parquet as pq
-            table = pq.read_table(path, columns=[text_field])
-            docs.extend(str(t) for t in table.column(text_field).to_pylist())
-        else:
-            raise ValueError(f"data.source file {path!r} is neither .jsonl nor .parquet")
+    docs = [text for path in data_files(source) for text in iter_texts(path, text_field)]
+    if not docs:
+        raise DataSourceError(f"data.source={source!r} holds no documents (empty files); {FIX}")
     return docs
-
-
-def span_lengths(raw_len: int, noise_density: float, mean_span: float) -> tuple[int, int]:
-    """(noise tokens, noise spans) for a raw window, as in T5's random_spans_noise_mask."""
-    num_noise = min(max(int(round(raw_len * noise_density)), 1), raw_len - 1)
-    num_spans = max(int(round(num_noise / mean_span)), 1)
-    return num_noise, num_spans
-
-
-def raw_length_for(seq_len: int, noise_density: float, mean_span: float) -> tuple[int, int]:
-    """Largest raw window whose corrupted input (+EOS) fits seq_len, and the target length it needs."""
-    raw = seq_len
-    while True:
-        noise, spans = span_lengths(raw + 1, noise_density, mean_span)
-        if raw + 1 - noise + spans + 1 > seq_len:
-            break
-        raw += 1
-    noise, spans = span_lengths(raw, noise_density, mean_span)
-    return raw, noise + spans + 1
 
 
 def _split(total: int, parts: int, rng: random.Random) -> list[int]:
@@ -126,7 +87,8 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         self.raw_len, self.target_len = raw_length_for(cfg.seq_len, cfg.noise_density, cfg.mean_span_len)
         self.n = len(tokens) // self.raw_len
         if self.n < 1:
-            raise ValueError(f"the corpus has {len(tokens)} tokens, fewer than one sample of {self.raw_len}")
+            raise DataSourceError(f"the corpus has {len(tokens)} tokens, fewer than one sample of {self.raw_len} "
+                                  f"(data.seq_len={cfg.seq_len}); add data or lower data.seq_len")
 
     def __len__(self) -> int:
         return self.n

@@ -26,3 +26,12 @@ class CheckpointStorageError(RuntimeError):
 
 EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, CheckpointIncompatible: 3, RunChanged: 4, Diverged: 5,
                                           CheckpointStorageError: 6}
+
+
+def exit_code(e: BaseException, known: dict[type[BaseException], int] | None = None) -> int | None:
+    """The exit code of ``e``'s kind (a subclass counts: a DataSourceError is a ConfigError), or None."""
+    table = EXIT_CODES if known is None else known
+    for kind in type(e).__mro__:
+        if kind in table:
+            return table[kind]
+    return None

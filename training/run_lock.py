@@ -155,7 +155,7 @@ class RunLock:
         """
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        except OSError:  # no lock file (nobody holds it), or no directory: the job's own checks say why
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -19,6 +19,7 @@ from training.checkpoint import CheckpointManager
 from training.errors import CheckpointStorageError
 from training.config import Config, check_world, to_toml
 from training.data import build_dataloader, build_dataset
+from training.job_check import check_device
 from training.guard import NonFiniteGuard
 from training.integrity import storage_reason
 from training.metrics import MetricsLogger
@@ -60,8 +61,7 @@ class Trainer:
         p = cfg.parallel
         torch.set_num_threads(p.threads)
         use_cuda = p.device == "cuda" or (p.device == "auto" and torch.cuda.is_available())
-        if p.device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("parallel.device=cuda but no CUDA device is visible; use parallel.device=cpu")
+        check_device(p, preset=cfg.preset)  # normally done before the workers started (training.job_check)
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if use_cuda:
             torch.cuda.set_device(self.local_rank)

@@ -26,8 +26,10 @@ from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, nccl_env, platform_time
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 #: The replicated job and container the Trainer torch plugin injects PET_* variables into.
 NODE = "node"
-#: Exit codes of ``python -m training`` that no restart can fix (2 bad config, 3 incompatible checkpoint).
-NON_RETRYABLE_EXIT_CODES = (2, 3)
+#: Exit codes of ``python -m training`` that no restart can fix: 2 bad config, data or device, 3 checkpoint of
+#: another model, 4 checkpoint of a run with other settings, 5 diverged (a rerun replays the same steps),
+#: 7 checkpoint.dir held by another run. 6 (storage) stays retryable: space may be freed meanwhile.
+NON_RETRYABLE_EXIT_CODES = (2, 3, 4, 5, 7)
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 

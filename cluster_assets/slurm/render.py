@@ -110,17 +110,20 @@ def render(cfg: SlurmJobConfig) -> str:
     return text
 
 
-def check_training_args(cfg: SlurmJobConfig) -> None:
+def check_training_args(cfg: SlurmJobConfig, *, files_here: bool = True) -> None:
     """Validate preset + training flags before queueing, with the check the EKS submit uses too
     (cluster_assets/training_args.py): the training package's parser and validation, and the world size
     (nodes x processes per node) against the global batch.
 
-    Catches typos and bad values on the login node instead of minutes later on the cluster.
+    Catches typos and bad values on the login node instead of minutes later on the cluster. With
+    ``files_here`` (this host mounts shared_dir, and training runs in the venv, not a container with its own
+    view of the files), the data and output locations are checked here too.
     """
     argv = ["--job.out_dir", cfg.run_dir, "--checkpoint.dir", cfg.checkpoint_dir, "--metrics.path", cfg.metrics_path,
             *cfg.train_args]
     try:
-        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node)
+        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node,
+                     files_here=files_here and cfg.container_image is None)
     except TrainingArgsError as e:
         raise SlurmConfigError(str(e)) from None
 
@@ -198,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(a).with_instance_type().validate(check_paths=a.check_paths)
         if a.check_training:
-            check_training_args(cfg)
+            check_training_args(cfg, files_here=a.check_paths)
         if a.print_config:
             print(json.dumps({**asdict(cfg), "run_dir": cfg.run_dir, "checkpoint_dir": cfg.checkpoint_dir,
                               "metrics_path": cfg.metrics_path}, indent=1))

@@ -95,9 +95,10 @@ def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str
 
 def check_training_args(cfg: TrainJobConfig) -> None:
     """Validate the training arguments here, before anything reaches the cluster (the Slurm submit runs the same
-    check: cluster_assets/training_args.py). Paths that only exist on the cluster (under the FSx mount: data,
-    pretrained weights) are left to the job; a --config must be on FSx, where the pods can read it."""
-    argv, skip, i = [], {"--data.source", "--model.init_from"}, 0
+    check: cluster_assets/training_args.py). Paths are the pods' (under the FSx mount): what they point at is
+    checked by the job's agent in the pod before any worker starts (training.job_check: exit 2, which the
+    runtime does not retry); a --config must be on FSx, where the pods can read it."""
+    argv, i = [], 0
     targs = list(cfg.training_args)
     while i < len(targs):
         a = targs[i]
@@ -107,9 +108,6 @@ def check_training_args(cfg: TrainJobConfig) -> None:
             if not path.startswith(cfg.fsx_mount_path.rstrip("/") + "/"):
                 raise TrainJobError(f"--config {path}: the pods cannot read files from this machine; put the TOML "
                                     f"on FSx (under {cfg.fsx_mount_path}/) or pass --section.field flags")
-            i += 1 if eq else 2
-            continue
-        if name in skip:  # a cluster path (FSx/S3 data, pretrained weights): checked when the job starts
             i += 1 if eq else 2
             continue
         argv.append(a)

@@ -13,6 +13,9 @@ adds is how the agent stops:
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
   checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
   instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes.
+* jobs of the training module are checked on this node first (:mod:`training.job_check`: data, output
+  locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
+  worker starts.
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -26,7 +29,8 @@ import os
 import signal
 import sys
 
-from training.launch.preflight import checkpoint_dir
+from training.job_check import DONE_ENV, already_checked
+from training.launch.preflight import check_training_job, checkpoint_dir
 from training.lifecycle import AGENT_ENV, die_with_launcher
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 
@@ -59,10 +63,22 @@ def _abort_on_second_sigint(signal_exception: type) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def _is_training(args) -> bool:
+    return bool(args.module and args.training_script == "training")
+
+
+def _nproc(args) -> int | None:
+    """torchrun's --nproc-per-node as a number (None for 'gpu', 'auto', ...: torchrun resolves those)."""
+    try:
+        return int(args.nproc_per_node)
+    except (TypeError, ValueError):
+        return None
+
+
 def _standalone_checkpoint_dir(args) -> str | None:
     """checkpoint.dir of a ``--standalone -m training`` job (None otherwise, or if its arguments are invalid:
     the workers report those)."""
-    if not (args.standalone and args.module and args.training_script == "training"):
+    if not (args.standalone and _is_training(args)):
         return None
     return checkpoint_dir(args.training_script_args)
 
@@ -80,7 +96,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if not any(a.split("=", 1)[0] in ("--signals-to-handle", "--signals_to_handle") for a in argv):
         argv = [f"--signals-to-handle={_signals_to_handle()}", *argv]
-    ckpt_dir = _standalone_checkpoint_dir(parse_args(argv))
+    args = parse_args(argv)
+    if _is_training(args) and not already_checked():
+        # data, output locations and GPUs, from this node, before any worker starts (torchrun would restart
+        # a worker that exits 2 --max-restarts times); the workers skip the same check
+        code = check_training_job(args.training_script_args, nproc_per_node=_nproc(args))
+        if code:
+            return code
+        os.environ[DONE_ENV] = "1"
+    ckpt_dir = _standalone_checkpoint_dir(args)
     if ckpt_dir:
         try:
             RunLock(ckpt_dir).check()

@@ -47,11 +47,12 @@ import sys
 from dataclasses import replace
 from typing import Mapping
 
-from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv
+from training.job_check import DONE_ENV
+from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv, training_argv
 from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
-from training.launch.preflight import check_checkpoint_dir, preflight
+from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 
 
@@ -155,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointDirBusy as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
+        if cfg.module == "training":  # once here, not once per simulated node (their agents skip it)
+            code = check_training_job(training_argv(cfg), nproc_per_node=cfg.nproc_per_node
+                                      if isinstance(cfg.nproc_per_node, int) else None)
+            if code:
+                return code
+            os.environ[DONE_ENV] = "1"
         return run_local(cfg, nodes, own_store)
     argv_, env = torchrun_argv(cfg), launch_env(cfg)
     if a.print_only:

@@ -1,0 +1,228 @@
+"""The checks before any process starts (training.job_check): each kind of bad data, location and device is
+one message naming the value and the fix, from every start path (agent, launcher, python -m training, Slurm
+submit), with the exit code of the README's table and no worker started."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tests.conftest import ROOT, TINY
+from training import job_check
+from training.config import ConfigError, load_config
+from training.corpus import DataSourceError
+from training.data import build_dataset
+from training.errors import CheckpointStorageError
+from training.job_check import check_data, check_device, check_inputs, check_job, check_locations
+
+TEXT = "The quick brown fox jumps over the lazy dog, and keeps running for a while. " * 4
+
+
+def data_cfg(source: Path | str, *extra: str):
+    return load_config([*TINY, "--data.source", str(source), *extra])
+
+
+def jsonl(path: Path, n: int, field: str = "text") -> Path:
+    path.write_text("".join(json.dumps({field: f"{i}: {TEXT}"}) + "\n" for i in range(n)))
+    return path
+
+
+def test_a_good_corpus_passes_and_its_token_count_is_what_training_reads(tmp_path):
+    src = tmp_path / "corpus"
+    src.mkdir()
+    jsonl(src / "a.jsonl", 20)
+    pq.write_table(pa.table({"text": [f"{i}: {TEXT}" for i in range(10)]}), src / "b.parquet")
+    cfg = data_cfg(src)
+    facts = check_data(cfg.data, min_samples=cfg.train.global_batch)
+    assert facts.files == 2 and facts.documents == 30 and facts.complete
+    assert facts.tokens == len(build_dataset(cfg.data, seed=0).tokens)  # the same stream training builds
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("empty.jsonl", "", "holds no documents (an empty file)"),
+    ("blank.jsonl", "\n\n  \n", "holds no documents (an empty file)"),
+    ("bad.jsonl", '{"text": "fine"}\n{"text": broken\n', "bad.jsonl:2 is not JSON (Expecting value at column 10)"),
+    ("list.jsonl", '["a", "b"]\n', "list.jsonl:1 is a JSON list, not an object"),
+    ("field.jsonl", '{"body": "x", "id": 1}\n', "field.jsonl:1 has no field 'text' (its fields: body, id); set "
+                                                  "--data.text_field"),
+    ("notes.txt", "plain text\n", "is neither .jsonl nor .parquet"),
+])
+def test_each_bad_jsonl_is_named_with_its_line_and_fix(tmp_path, name, content, needle):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataSourceError) as e:
+        check_data(data_cfg(path).data, min_samples=4)
+    assert needle in str(e.value)
+
+
+def test_non_utf8_text_names_the_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(DataSourceError, match=r"latin1.jsonl:2 is not UTF-8 text"):
+        check_data(data_cfg(path).data, min_samples=1)
+
+
+def test_parquet_without_the_column_and_a_file_that_is_not_parquet(tmp_path):
+    pq.write_table(pa.table({"content": [TEXT] * 10}), tmp_path / "wrong.parquet")
+    with pytest.raises(DataSourceError, match=r"has no column 'text' \(its columns: content\); set --data.text_field"):
+        check_data(data_cfg(tmp_path / "wrong.parquet").data, min_samples=1)
+    cfg = data_cfg(tmp_path / "wrong.parquet", "--data.text_field", "content")
+    assert check_data(cfg.data, min_samples=1).documents == 10
+    (tmp_path / "fake.parquet").write_text("not parquet at all")
+    with pytest.raises(DataSourceError, match="is not a readable parquet file"):
+        check_data(data_cfg(tmp_path / "fake.parquet").data, min_samples=1)
+
+
+def test_a_fifo_is_refused_without_being_opened(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    # in a child with a deadline: opening a FIFO with no writer would block forever
+    code = ("from training.job_check import check_data; from training.config import load_config; "
+            f"check_data(load_config(['--data.source', {str(fifo)!r}]).data, min_samples=1)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "is a named pipe (FIFO), not a file of text" in r.stderr
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "dir" / "x.jsonl")  # also inside a directory source
+    with pytest.raises(DataSourceError, match="data file .*x.jsonl' is a named pipe"):
+        check_data(data_cfg(tmp_path / "dir").data, min_samples=1)
+
+
+def test_missing_source_and_a_directory_without_data(tmp_path):
+    with pytest.raises(DataSourceError, match=r"data.source='.*nope.jsonl' does not exist; pass a .jsonl file"):
+        check_data(data_cfg(tmp_path / "nope.jsonl").data, min_samples=1)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "readme.md").write_text("hi")
+    with pytest.raises(DataSourceError, match="is a directory with no .jsonl or .parquet files in it"):
+        check_data(data_cfg(tmp_path / "d").data, min_samples=1)
+
+
+def test_too_few_tokens_for_one_global_batch_says_how_many_are_needed(tmp_path):
+    path = jsonl(tmp_path / "small.jsonl", 3)  # ~3 x 330 bytes; a tiny-config sample is 70 tokens
+    cfg = data_cfg(path, "--train.global_batch", "64")
+    with pytest.raises(DataSourceError) as e:
+        check_data(cfg.data, min_samples=cfg.train.global_batch)
+    tokens = len(build_dataset(cfg.data, seed=0).tokens)
+    assert f"holds {tokens:,} tokens" in str(e.value) and "train.global_batch=64 needs 4,480 tokens" in str(e.value)
+    assert check_data(cfg.data, min_samples=4).tokens == tokens  # four samples fit
+
+
+def test_a_large_corpus_is_checked_at_its_head(tmp_path, monkeypatch):
+    path = jsonl(tmp_path / "big.jsonl", 1500)
+    with path.open("a") as f:
+        f.write("not json at the end\n")
+    cfg = data_cfg(path)
+    with pytest.raises(DataSourceError, match="big.jsonl:1501 is not JSON"):  # small enough: read completely
+        check_data(cfg.data, min_samples=4)
+    monkeypatch.setattr(job_check, "FULL_SCAN_BYTES", 1000)
+    said = []
+    monkeypatch.setattr(job_check, "PROGRESS_BYTES", 1000)
+    facts = check_data(cfg.data, min_samples=4, say=said.append)
+    assert not facts.complete and facts.documents == job_check.HEAD_RECORDS
+    assert said and "the first 1000 records of each" in said[0]
+
+
+def test_locations_that_are_files_or_cannot_be_created(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    ok = dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "run/ckpt"),
+              metrics_path=str(tmp_path / "run/m.jsonl"))
+    check_locations(**ok)
+    assert not (tmp_path / "run").exists()  # a check creates nothing
+    cases = [(dict(out_dir=str(tmp_path / "afile")), "job.out_dir='%s/afile' is a file, not a directory"),
+             (dict(checkpoint_dir=str(tmp_path / "afile/sub")), "checkpoint.dir='%s/afile/sub' cannot be created: "
+                                                                "%s/afile is a file"),
+             (dict(metrics_path=str(tmp_path)), "metrics.path='%s' is a directory; pass a file path")]
+    for change, needle in cases:
+        with pytest.raises(ConfigError) as e:
+            check_locations(**{**ok, **change})
+        assert needle.replace("%s", str(tmp_path)) in str(e.value)
+
+
+def test_a_read_only_checkpoint_dir_is_a_storage_error(tmp_path):
+    ckpts = tmp_path / "ro"
+    ckpts.mkdir()
+    code = ("from training.job_check import check_locations; import sys; "
+            f"check_locations(out_dir={str(tmp_path)!r}, checkpoint_dir=sys.argv[1], "
+            f"metrics_path={str(tmp_path / 'm.jsonl')!r})")
+    script = 'mount -t tmpfs -o size=1m,ro tmpfs "$0" && exec "$@"'
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(ckpts),
+                        sys.executable, "-c", code, str(ckpts)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "CheckpointStorageError" in r.stderr and f"checkpoint.dir {ckpts} is not writable: read-only file " \
+        "system" in r.stderr, r.stderr
+
+
+def test_weights_to_start_from_must_be_local_directories(tmp_path):
+    with pytest.raises(ConfigError, match="model.init_from='google/t5-small' is not a local directory"):
+        check_inputs(init_from="google/t5-small", initial_load_path="")
+    with pytest.raises(ConfigError, match="checkpoint.initial_load_path=.* is not a directory"):
+        check_inputs(init_from="", initial_load_path=str(tmp_path / "none"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a GPU: the CPU-only message cannot appear")
+def test_a_gpu_preset_on_a_machine_without_gpus():
+    cfg = load_config(["--preset", "t5-small"])
+    with pytest.raises(ConfigError) as e:
+        check_device(cfg.parallel, preset=cfg.preset)
+    assert "preset 't5-small' trains on CUDA GPUs" in str(e.value) and "--preset debug" in str(e.value)
+    check_device(load_config(["--preset", "debug"]).parallel, preset="debug")  # CPU presets need nothing
+    with pytest.raises(ConfigError):
+        check_job(cfg, files=False)
+    check_job(cfg, files=False, device=False)  # a submit host: nothing of the job is checked here
+
+
+# ----------------------------------------------------------------------------------- every start path
+def run(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    e.pop(job_check.DONE_ENV, None)
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=e, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def empty(tmp_path) -> list[str]:
+    (tmp_path / "empty.jsonl").write_text("")
+    return ["--data.source", str(tmp_path / "empty.jsonl"), "--job.out_dir", str(tmp_path / "run")]
+
+
+def one_error(r: subprocess.CompletedProcess) -> str:
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr and "ChildFailedError" not in r.stderr, r.stderr
+    return errors[0]
+
+
+def test_make_trains_agent_stops_before_any_worker_with_exit_2(tmp_path, empty):
+    r = run("-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, *empty)
+    assert r.returncode == 2 and "holds no documents (an empty file)" in one_error(r)
+    assert not (tmp_path / "run").exists()  # no worker ran: nothing was created
+    r = run("-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training", "--preset",
+            "t5-small", "--job.out_dir", str(tmp_path / "run"))
+    if not torch.cuda.is_available():
+        assert r.returncode == 2 and "trains on CUDA GPUs" in one_error(r)
+
+
+def test_local_multinode_launcher_checks_once(tmp_path, empty):
+    r = run("-m", "training.launch", "--nodes", "2", "--nproc-per-node", "1", "--", *TINY, *empty)
+    assert r.returncode == 2 and "holds no documents" in one_error(r) and "[node" not in r.stdout
+
+
+def test_python_m_training_checks_itself(tmp_path, empty):
+    r = run("-m", "training", *TINY, *empty)
+    assert r.returncode == 2 and "holds no documents" in one_error(r)
+
+
+def test_slurm_submit_checks_the_shared_files_before_queueing(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "SHARED_DIR", "NODES", "PRESET")}
+    env["SLAB_ROOT"] = str(tmp_path / "no-lab")
+    r = run("-m", "tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--data.source",
+            str(tmp_path / "empty.jsonl"), env=env)
+    assert r.returncode == 2 and "training arguments rejected: data.source=" in one_error(r)
+    # EKS: the data is the pods' (on FSx); the submit parses it, the pod's agent checks it
+    r = run("-m", "tools.k8s.submit", "--dry-run", "--preset", "debug", "--nodes", "2", "--nproc-per-node", "1",
+            "--gpus-per-node", "0", "--efa-per-node", "0", "--data.source", "/fsx/data/corpus.jsonl", env=env)
+    assert r.returncode == 0 and "/fsx/data/corpus.jsonl" in r.stdout, r.stderr
