@@ -120,6 +120,12 @@ class ParallelConfig:
     peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""
 
 
+# Where in-memory snapshots live (training.memory_tier): node-local tmpfs; the local launcher gives each
+# simulated node its own directory through the variable.
+MEMORY_DIR_ENV = "T5F_MEMORY_DIR"
+DEFAULT_MEMORY_DIR = "/dev/shm/t5-failover"
+
+
 @dataclass
 class CheckpointConfig:
     dir: str = ""
@@ -140,6 +146,17 @@ class CheckpointConfig:
     """Start a new run from another run's model weights (a step_NNNNNNNN directory or a checkpoint.dir: its
     newest complete checkpoint). Only used when this run has no checkpoint yet; optimizer, schedule and data
     start fresh. The model shape must match (exit 3 otherwise)."""
+    memory_interval: int = 0
+    """In-memory snapshot every this many steps (0 = off): each rank copies its shard of the whole training
+    state into node-local shared memory (and a peer node's, see memory_replica) on a background thread, so a
+    failure costs at most the step in flight. A restart restores from memory when every shard's newest
+    snapshot is newer than the newest storage checkpoint, at the same world size; else from storage."""
+    memory_dir: str = ""
+    """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover."""
+    memory_replica: bool = True
+    """Also keep each node's snapshot in the next node's memory (a ring over the ranks with the same local
+    rank), so losing a whole node loses no snapshot. Needs 2+ nodes; two adjacent nodes lost at once fall
+    back to storage."""
     accept_changes: str = ""
     """Resume even though these run settings differ from the checkpoint's (comma-separated, e.g.
     'train.lr,data.source', or 'all'); each change then applies from the resumed step on. Empty: a resume
@@ -166,6 +183,9 @@ class FaultConfig:
     """Sleep this long after a checkpoint's data is written and before its commit marker."""
     nan_at_step: int = 0
     """If > 0: the loss of this step is made NaN on every rank (tests the non-finite guard)."""
+    kill_in_snapshot_at_step: int = 0
+    """If > 0: rank `fault.rank` SIGKILLs itself halfway through copying this step's in-memory snapshot
+    (once per out_dir): the previous snapshot must be the one restored."""
 
 
 @dataclass
@@ -371,6 +391,7 @@ def validate(cfg: Config) -> None:
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
     need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
+    need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
     try:
         parse_accept(c.accept_changes)
@@ -380,7 +401,7 @@ def validate(cfg: Config) -> None:
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
-         and cfg.fault.nan_at_step >= 0,
+         and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0,
          "fault.* values must be >= 0")
 
 

@@ -15,13 +15,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from training.checkpoint import CheckpointManager
+from training.checkpoint import CheckpointManager, latest_complete, parse_step
 from training.errors import CheckpointStorageError
 from training.config import Config, check_world, to_toml
 from training.data import build_dataloader, build_dataset
 from training.job_check import check_device
 from training.guard import NonFiniteGuard
 from training.integrity import storage_reason
+from training.memory_tier import MemoryTier
 from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
 from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
@@ -112,6 +113,13 @@ class Trainer:
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       slow_commit_s=cfg.fault.slow_commit_s,
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
+        self.memory = MemoryTier.build(cfg.checkpoint, rank=self.rank, world=self.world,
+                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                       checkpoint_dir=cfg.checkpoint.dir, device=self.device,
+                                       identity={"signature": model_signature(cfg.model), "fingerprint": fingerprint},
+                                       mid_copy_hook=self._maybe_kill_mid_copy)
+        self.restored_from: dict | None = None
+        self._finished = False
         # fp32 weights + AdamW's two fp32 moments: what one checkpoint of this model takes on storage.
         self.ckpt.check_storage(checkpoint_bytes=12 * self.n_params)
         self._signal = 0
@@ -141,6 +149,16 @@ class Trainer:
         return int(flag[0].item()), bool(flag[1].item())
 
     def _resume(self) -> int | None:
+        if not self.cfg.checkpoint.load_step:  # a chosen storage step wins over anything newer in memory
+            newest = latest_complete(self.cfg.checkpoint.dir)
+            got = self.memory.restore(self.state, storage_step=parse_step(newest) or 0 if newest else 0)
+            if got is not None:
+                where = ("every rank from its own node" if got.tier == "memory" else
+                         "shards of lost nodes from their peers' replicas")
+                self.metrics.info(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest "
+                                  f"storage checkpoint: step {parse_step(newest) if newest else 0}")
+                self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
+                return got.step
         info = self.ckpt.load(self.state)
         if info is None:
             self.metrics.info(f"fresh start: no complete checkpoint in {self.cfg.checkpoint.dir}")
@@ -151,6 +169,7 @@ class Trainer:
             return None
         self.metrics.info(f"resumed from step {info['step']} (saved at world size {info['world_size']}, "
                           f"now {self.world}) in {self.cfg.checkpoint.dir}")
+        self.restored_from = {"tier": "storage", "step": info["step"]}
         self._apply_accepted_changes()
         return info["step"]
 
@@ -181,6 +200,19 @@ class Trainer:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(os.getpid()))
         print(f"[fault] rank {self.rank} SIGKILLs itself after step {step}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _maybe_kill_mid_copy(self, step: int) -> None:
+        f = self.cfg.fault
+        if f.kill_in_snapshot_at_step != step or self.rank != f.rank:
+            return
+        marker = Path(self.cfg.job.out_dir) / f".fault-snapshot-kill-step{step}"
+        if marker.exists():
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        print(f"[fault] rank {self.rank} SIGKILLs itself halfway through the memory snapshot of step {step}",
+              flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _per_rank_batch_text(self) -> str:
@@ -218,6 +250,7 @@ class Trainer:
             grad_norm = grad_norm.full_tensor()
         dist.all_reduce(loss_sum)
         loss, norm = loss_sum.item() / n_targets, grad_norm.item()
+        self.memory.wait()  # the previous step's snapshot copies the state the optimizer is about to change
         if self.guard.step_ok(step, loss, norm):  # a non-finite step keeps the weights as they were
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -230,13 +263,14 @@ class Trainer:
         self.ckpt.check_no_clash(self.progress.step + 1, t.steps)
         self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
                            host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
-                           accepted_changes=[c.field for c in self.ckpt.accepted])
+                           accepted_changes=[c.field for c in self.ckpt.accepted], restored_from=self.restored_from)
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
             (Path(cfg.job.out_dir) / "config.toml").write_text(to_toml(cfg))
         if self.progress.step >= t.steps:
             self.metrics.info(f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
                               f"{cfg.checkpoint.dir}; nothing to do")
+            self._finished = True
             self.metrics.end("already_finished", self.progress.step)
             return 0
         self.metrics.info(f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
@@ -272,8 +306,10 @@ class Trainer:
             final = step == t.steps
             blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final,
                                      progress=self.progress.state_dict())
+            snapshot_blocked = self.memory.snapshot(step, self.state)
             self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
                               tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
+                              snapshot_block_s=snapshot_blocked,
                               world_size=self.world, restart_count=self.restart_count, data_offset=offset,
                               tokens=n_tokens)
             self._maybe_inject_fault(step)
@@ -285,6 +321,7 @@ class Trainer:
                 exit_code = 128 + sig
                 break
         else:
+            self._finished = True
             self.metrics.end("finished", self.progress.step)
             self.metrics.info(f"finished {t.steps} steps; final checkpoint "
                               f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}")
@@ -292,6 +329,7 @@ class Trainer:
 
     def close(self) -> None:
         try:
+            self.memory.close(finished=self._finished)
             self.ckpt.close()
         finally:
             self.metrics.close()

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import replace
 
+from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv
 from training.launch.config import RDZV_ENV, LaunchConfig, LaunchError
 from training.lifecycle import PARENT_ENV
@@ -92,7 +93,10 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         if received:
             break
         # a new session per agent: a terminal's Ctrl-C reaches us once, and we forward it explicitly
-        p = subprocess.Popen(argv, env=dict(env, T5_NODE_RANK=str(i)), stdout=subprocess.PIPE,
+        # each simulated node its own "node memory" for in-memory snapshots (a real node has its /dev/shm)
+        memory = os.path.join(os.environ.get(MEMORY_DIR_ENV) or DEFAULT_MEMORY_DIR, f"node{i}")
+        p = subprocess.Popen(argv, env=dict(env, T5_NODE_RANK=str(i), **{MEMORY_DIR_ENV: memory}),
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
         threading.Thread(target=_pump, args=(p.stdout, f"[node{i}] "), daemon=True).start()
         agents.append(p)

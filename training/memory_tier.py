@@ -1,0 +1,450 @@
+"""In-memory snapshots of the whole training state, every step, on the node and on a peer node.
+
+A failure then costs at most the step in flight, not a checkpoint interval: after each optimizer step every
+rank copies its shard of the training state (model and optimizer shards, scheduler, progress with the data
+offset, its RNG) into node-local shared memory that outlives the worker process (``/dev/shm``), and sends the
+same bytes to the rank with its local rank on the next node (a ring), which keeps them in its own node's
+memory. A restarted worker restores from its node; a replacement node's ranks get their shards from the
+peer that holds the replica; storage (:mod:`training.checkpoint`) remains the tier of last resort.
+
+Layout, per node: ``<memory dir>/<run key>/`` (0700), the run key a hash of the checkpoint directory, so a
+snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of world ``W``::
+
+    own-r{s}-w{W}.{0,1}.data / .meta     two generations (double buffer)
+    own-r{s}-w{W}.current                {"slot": k, "step": n}: written last, atomically
+    peer-r{s}-w{W}.{0,1}.data / .meta    the replica this node keeps for rank s on the previous node
+    peer-r{s}-w{W}.current
+
+A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
+The copy runs on a background thread while the next step's forward and backward run; the next optimizer
+step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with.
+
+    tier = MemoryTier.build(cfg.checkpoint, rank=0, world=2, local_world=1, ...)
+    restored = tier.restore(state, storage_step=6)    # collective; None -> load from storage
+    tier.snapshot(step, state); ...; tier.wait(); optimizer.step()
+    tier.close(finished=True)                         # a finished run leaves no memory behind
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
+
+log = logging.getLogger("training")
+
+ALIGN = 64
+# Two generations of the own snapshot and two of the replica, with some slack: below this, the tier stays off.
+HEADROOM = 1.25
+STALE_S = 24 * 3600  # other runs' snapshot directories untouched this long are removed at start
+
+
+@dataclass(frozen=True)
+class Restored:
+    step: int
+    tier: str
+    """'memory' (every rank from its own node) or 'peer' (some ranks from a peer node's replica)."""
+    seconds: float
+
+
+def run_key(checkpoint_dir: str) -> str:
+    return hashlib.blake2b(os.path.realpath(checkpoint_dir).encode(), digest_size=8).hexdigest()
+
+
+def memory_dir(configured: str) -> Path:
+    """checkpoint.memory_dir, else $T5F_MEMORY_DIR (a simulated node's own directory), else /dev/shm."""
+    return Path(configured or os.environ.get(MEMORY_DIR_ENV) or DEFAULT_MEMORY_DIR)
+
+
+# ----------------------------------------------------------------------------- state <-> bytes
+_TENSOR = "__t5f_tensor__"
+
+
+def _split(obj: Any, tensors: list[torch.Tensor]) -> Any:
+    """A copy of the nested state with every tensor replaced by (_TENSOR, index); the local shards collected."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj.to_local() if isinstance(obj, DTensor) else obj)
+        return (_TENSOR, len(tensors) - 1)
+    if isinstance(obj, dict):
+        return {k: _split(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_split(v, tensors) for v in obj)
+    return obj
+
+
+def _join(skel: Any, template: Any, tensors: list[torch.Tensor]) -> Any:
+    """Rebuild the nested state from a skeleton, wrapping shards as DTensors where the template has them."""
+    if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == _TENSOR:
+        t = tensors[skel[1]]
+        if isinstance(template, DTensor):
+            if tuple(template.to_local().shape) != tuple(t.shape):
+                raise ValueError(f"shard shape {tuple(t.shape)} != {tuple(template.to_local().shape)}")
+            return DTensor.from_local(t.to(template.device), template.device_mesh, template.placements,
+                                      run_check=False, shape=template.shape, stride=template.stride())
+        if isinstance(template, torch.Tensor):
+            return t.to(template.device)
+        return t
+    if isinstance(skel, dict):
+        tm = template if isinstance(template, dict) else {}
+        return {k: _join(v, tm.get(k), tensors) for k, v in skel.items()}
+    if isinstance(skel, (list, tuple)):
+        tm = template if isinstance(template, (list, tuple)) and len(template) == len(skel) else [None] * len(skel)
+        return type(skel)(_join(v, t, tensors) for v, t in zip(skel, tm))
+    return skel
+
+
+def _layout(tensors: list[torch.Tensor]) -> tuple[list[tuple[int, str, list[int]]], int]:
+    out, off = [], 0
+    for t in tensors:
+        out.append((off, str(t.dtype).removeprefix("torch."), list(t.shape)))
+        off += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+    return out, off
+
+
+def _views(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]]) -> list[torch.Tensor]:
+    views = []
+    for off, dtype, shape in layout:
+        dt = getattr(torch, dtype)
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * torch.empty((), dtype=dt).element_size()
+        views.append(buf[off:off + nbytes].view(dt).view(shape))
+    return views
+
+
+def _to_bytes(obj: Any) -> bytes:
+    b = io.BytesIO()
+    torch.save(obj, b)
+    return b.getvalue()
+
+
+def _from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=True)  # plain containers and numbers only
+
+
+def _map(path: Path, size: int, create: bool) -> torch.Tensor:
+    if create:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.ftruncate(fd, max(size, 1))
+        finally:
+            os.close(fd)
+    return torch.from_file(str(path), shared=True, size=max(size, 1), dtype=torch.uint8)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class _Generations:
+    """Two generations of one rank's snapshot (own or replica) in a node directory.
+
+    A slot is complete while its .meta exists: the meta is removed before the slot is overwritten and
+    written after its data, so a copy cut short leaves the other slot (the previous step) complete.
+    """
+
+    def __init__(self, root: Path, prefix: str):
+        self.root, self.prefix = root, prefix
+        self.bufs: dict[int, torch.Tensor] = {}
+
+    def path(self, suffix: str) -> Path:
+        return self.root / f"{self.prefix}.{suffix}"
+
+    def current(self) -> dict[str, int] | None:
+        try:
+            return json.loads(self.path("current").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def begin(self, size: int) -> tuple[int, torch.Tensor]:
+        """The slot to write next (not the current one), invalidated, with its buffer of at least `size`."""
+        cur = self.current()
+        slot = 0 if cur is None else 1 - int(cur["slot"])
+        self.path(f"{slot}.meta").unlink(missing_ok=True)
+        buf = self.bufs.get(slot)
+        if buf is None or buf.numel() < size:
+            buf = self.bufs[slot] = _map(self.path(f"{slot}.data"), size, create=True)
+        return slot, buf
+
+    def publish(self, slot: int, step: int, meta: bytes) -> None:
+        _write_atomic(self.path(f"{slot}.meta"), meta)
+        _write_atomic(self.path("current"), json.dumps({"slot": slot, "step": step}).encode())
+
+    def read(self, slot: int) -> tuple[int, dict, torch.Tensor] | None:
+        """(step, meta, data) of a complete slot, or None."""
+        try:
+            meta = _from_bytes(self.path(f"{slot}.meta").read_bytes())
+            data = _map(self.path(f"{slot}.data"), meta["nbytes"], create=False)
+        except (OSError, RuntimeError, KeyError, ValueError, EOFError, TypeError):
+            return None
+        return meta["step"], meta, data
+
+    def complete(self) -> list[tuple[int, dict, torch.Tensor]]:
+        return [got for got in (self.read(0), self.read(1)) if got is not None]
+
+    def find(self, step: int) -> tuple[int, dict, torch.Tensor] | None:
+        return next((got for got in self.complete() if got[0] == step), None)
+
+    def remove(self) -> None:
+        self.bufs.clear()
+        for p in self.root.glob(f"{self.prefix}.*"):
+            p.unlink(missing_ok=True)
+
+
+class MemoryTier:
+    """The in-memory snapshot tier of one rank; every method with a collective is called by all ranks."""
+
+    def __init__(self, *, interval: int, root: Path, rank: int, world: int, local_world: int,
+                 identity: dict[str, Any], replicate: bool, timeout_s: float, device: torch.device,
+                 mid_copy_hook: Callable[[int], None] | None = None):
+        self.mid_copy_hook = mid_copy_hook  # fault injection: called halfway through a copy, with its step
+        self.interval, self.rank, self.world, self.local_world = interval, rank, world, local_world
+        self.enabled = interval > 0
+        self.root, self.identity, self.device = root, identity, device
+        self.nodes = max(1, world // max(1, local_world))
+        self.replicate = replicate and self.enabled and self.nodes > 1 and world % local_world == 0
+        self.own = _Generations(root, f"own-r{rank}-w{world}")
+        src = (rank - local_world) % world
+        self.peer = _Generations(root, f"peer-r{src}-w{world}")
+        self.dest, self.src = (rank + local_world) % world, src
+        self.group = dist.new_group(backend="gloo", timeout=_timedelta(timeout_s)) if self.enabled else None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._checked = False
+        self.last_block_s = 0.0
+        self.restored: Restored | None = None
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, cfg, *, rank: int, world: int, local_world: int, checkpoint_dir: str, identity: dict[str, Any],
+              device: torch.device, mid_copy_hook: Callable[[int], None] | None = None) -> "MemoryTier":
+        """From the checkpoint config slice (memory_interval, memory_dir, memory_replica, timeout_s)."""
+        root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
+        if cfg.memory_interval > 0:
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                _remove_stale(root.parent, keep=root.name)
+        return cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
+                   identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.timeout_s, device=device,
+                   mid_copy_hook=mid_copy_hook)
+
+    # ------------------------------------------------------------------ snapshots
+    def due(self, step: int) -> bool:
+        return self.enabled and step % self.interval == 0
+
+    def snapshot(self, step: int, state: dict[str, Any]) -> float:
+        """Start the snapshot of `step` (collective on the first call: the memory check); returns the seconds
+        the caller was blocked (capturing the state's structure, waiting for the previous copy)."""
+        if not self.due(step):
+            return 0.0
+        t0 = time.perf_counter()
+        self.wait()
+        if not self.enabled:
+            return time.perf_counter() - t0
+        tensors: list[torch.Tensor] = []
+        skel = {k: _split(v.state_dict(), tensors) for k, v in state.items()}
+        layout, nbytes = _layout(tensors)
+        if not self._checked and not self._check_room(nbytes):
+            return time.perf_counter() - t0
+        meta = _to_bytes({"step": step, "rank": self.rank, "world": self.world, "skeleton": skel,
+                          "layout": layout, "nbytes": nbytes, "identity": self.identity})
+        self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta),
+                                        name=f"memory-snapshot-{step}", daemon=True)
+        self._thread.start()
+        self.last_block_s = time.perf_counter() - t0
+        return self.last_block_s
+
+    def _check_room(self, nbytes: int) -> bool:
+        """All ranks agree the nodes have room for two generations (and a replica's two); else the tier is off."""
+        self._checked = True
+        need = nbytes * (4 if self.replicate else 2) * self.local_world * HEADROOM
+        free = shutil.disk_usage(self.root).free
+        ok = torch.tensor([1 if free >= need else 0], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if not int(ok.item()):
+            self.enabled = False
+            if free < need:
+                log.warning("WARNING: in-memory snapshots are off: %s has %.0f MB free, the %d rank(s) of this node "
+                            "need %.0f MB (two generations%s); failures fall back to the storage checkpoints",
+                            self.root.parent, free / 1e6, self.local_world, need / 1e6,
+                            " and a peer's replica" if self.replicate else "")
+            elif self.rank == 0:
+                log.warning("WARNING: in-memory snapshots are off: a node has too little free memory for them "
+                            "(see its log); failures fall back to the storage checkpoints")
+        return self.enabled
+
+    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: bytes) -> None:
+        try:
+            slot, buf = self.own.begin(nbytes)
+            for i, (dst, src) in enumerate(zip(_views(buf, layout), tensors)):
+                if self.mid_copy_hook is not None and i == len(tensors) // 2:
+                    self.mid_copy_hook(step)
+                dst.copy_(src.detach())
+            self.own.publish(slot, step, meta)
+            if self.replicate:
+                self._send_to_peer(step, buf[:nbytes], meta)
+        except BaseException as e:  # noqa: BLE001 - reported by wait() on the training thread
+            self._error = e
+
+    def _send_to_peer(self, step: int, data: torch.Tensor, meta: bytes) -> None:
+        """Ring exchange: our bytes to the next node's rank, the previous node's bytes into our replica."""
+        sizes = torch.tensor([data.numel(), len(meta)], dtype=torch.int64)
+        theirs = torch.empty(2, dtype=torch.int64)
+        _exchange(sizes, theirs, self.dest, self.src, self.group)
+        n, m = int(theirs[0]), int(theirs[1])
+        slot, pbuf = self.peer.begin(n)
+        meta_in = torch.empty(m, dtype=torch.uint8)
+        _exchange(torch.frombuffer(bytearray(meta), dtype=torch.uint8), meta_in, self.dest, self.src, self.group)
+        _exchange(data, pbuf[:n], self.dest, self.src, self.group)
+        peer_meta = bytes(meta_in.numpy().tobytes())
+        self.peer.publish(slot, int(_from_bytes(peer_meta)["step"]), peer_meta)
+
+    def wait(self) -> None:
+        """Until the snapshot in flight is written (before the optimizer changes the state it copies)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            e, self._error = self._error, None
+            self.enabled = False
+            log.warning("WARNING: in-memory snapshot failed (%s: %s); the tier is off for this attempt, storage "
+                        "checkpoints continue", type(e).__name__, e)
+
+    # ------------------------------------------------------------------ restore
+    def _inventory(self) -> list[tuple[int, int, int, str]]:
+        """(saved rank, saved world, step, kind) of the usable snapshots in this node's directory."""
+        found = set()
+        for meta_file in sorted(self.root.glob("*.meta")):
+            prefix = meta_file.name.rsplit(".", 2)[0]
+            kind, _, rest = prefix.partition("-r")
+            try:
+                s, w = (int(x) for x in rest.split("-w"))
+            except ValueError:
+                continue
+            for step, meta, _ in _Generations(self.root, prefix).complete():
+                if meta.get("identity") == self.identity and meta.get("rank") == s and meta.get("world") == w:
+                    found.add((s, w, step, kind))
+        return sorted(found)
+
+    def restore(self, state: dict[str, Any], *, storage_step: int) -> Restored | None:
+        """Collective. Load the newest step every rank's shard has in memory (own node or a peer's replica), if
+        newer than `storage_step` and at this world size; None means: load from storage."""
+        if not self.enabled:
+            return None
+        t0 = time.perf_counter()
+        mine = self._inventory()
+        everyone: list[Any] = [None] * self.world
+        dist.all_gather_object(everyone, mine, group=self.group)
+        holders: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        for holder, inv in enumerate(everyone):
+            for s, w, step, kind in inv:
+                if w == self.world:
+                    holders.setdefault((step, s), []).append((holder, kind))
+        steps = sorted({step for step, _ in holders}, reverse=True)
+        chosen = next((st for st in steps if all((st, s) in holders for s in range(self.world))), None)
+        if chosen is None or chosen <= storage_step:
+            if self.rank == 0 and chosen is None and any(everyone):
+                worlds = sorted({w for inv in everyone for _, w, _, _ in inv} - {self.world})
+                log.info("memory snapshots: %s; restoring from storage",
+                         f"taken at world size {worlds}, now {self.world} (storage reshards)" if worlds else
+                         f"no step complete for all {self.world} ranks (a snapshot was lost with its node and "
+                         "its replica)")
+            return None
+        # each shard from its own rank's node when it is there (no transfer), else from the first holder
+        plan = {s: next((hk for hk in holders[(chosen, s)] if hk[0] == s), holders[(chosen, s)][0])
+                for s in range(self.world)}
+        ok = 1
+        try:
+            meta, data = self._fetch(chosen, plan)
+            tensors = [v.clone() for v in _views(data, meta["layout"])]
+            for key, obj in state.items():
+                obj.load_state_dict(_join(meta["skeleton"][key], obj.state_dict(), tensors))
+        except Exception as e:  # noqa: BLE001 - any rank failing sends every rank to storage
+            log.warning("WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s)", self.rank,
+                        chosen, type(e).__name__, e)
+            ok = 0
+        flag = torch.tensor([ok], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+        if not int(flag.item()):
+            return None
+        tier = "memory" if all(h == s and k == "own" for s, (h, k) in plan.items()) else "peer"
+        self.restored = Restored(step=chosen, tier=tier, seconds=time.perf_counter() - t0)
+        return self.restored
+
+    def _fetch(self, step: int, plan: dict[int, tuple[int, str]]) -> tuple[dict, torch.Tensor]:
+        """This rank's snapshot bytes: from this node's directory, or sent by the rank whose node holds them."""
+        mine = None
+        for s in range(self.world):
+            holder, kind = plan[s]
+            if holder == s and s == self.rank:
+                got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
+                mine = (got[1], got[2])
+            elif holder != s and self.rank in (holder, s):
+                if self.rank == holder:
+                    got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
+                    meta_b = torch.frombuffer(bytearray(_to_bytes(got[1])), dtype=torch.uint8)
+                    dist.send(torch.tensor([meta_b.numel(), got[1]["nbytes"]]), dst=s, group=self.group)
+                    dist.send(meta_b, dst=s, group=self.group)
+                    dist.send(got[2][:got[1]["nbytes"]].clone(), dst=s, group=self.group)
+                else:
+                    sizes = torch.empty(2, dtype=torch.int64)
+                    dist.recv(sizes, src=holder, group=self.group)
+                    meta_b = torch.empty(int(sizes[0]), dtype=torch.uint8)
+                    dist.recv(meta_b, src=holder, group=self.group)
+                    data = torch.empty(int(sizes[1]), dtype=torch.uint8)
+                    dist.recv(data, src=holder, group=self.group)
+                    mine = (_from_bytes(meta_b.numpy().tobytes()), data)
+        if mine is None or mine[0]["step"] != step:
+            raise RuntimeError(f"snapshot of step {step} for rank {self.rank} not found")
+        return mine
+
+    # ------------------------------------------------------------------ end
+    def close(self, *, finished: bool) -> None:
+        """Wait for the copy in flight; a finished run removes its snapshots (a failed one keeps them)."""
+        self.wait()
+        if finished and self.root.exists():
+            self.own.remove()
+            self.peer.remove()
+            try:
+                self.root.rmdir()  # the last rank of the node to finish
+            except OSError:
+                pass
+
+
+def _exchange(send: torch.Tensor, recv: torch.Tensor, dst: int, src: int, group) -> None:
+    reqs = [dist.isend(send.contiguous(), dst=dst, group=group), dist.irecv(recv, src=src, group=group)]
+    for r in reqs:
+        r.wait()
+
+
+def _timedelta(seconds: float):
+    from datetime import timedelta
+    return timedelta(seconds=seconds)
+
+
+def _remove_stale(parent: Path, keep: str) -> None:
+    """Snapshot directories of other runs on this node, untouched for STALE_S (abandoned jobs)."""
+    now = time.time()
+    for d in parent.iterdir() if parent.is_dir() else []:
+        try:
+            if d.name != keep and d.is_dir() and now - max(p.stat().st_mtime for p in [d, *d.iterdir()]) > STALE_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except (OSError, ValueError):
+            continue
