@@ -1,0 +1,121 @@
+"""In-memory snapshots end to end (torchrun, gloo, CPU): a worker kill, a kill in the middle of a copy, a lost
+node (its shards from the peer's replica) and two adjacent lost nodes (storage), each compared bitwise with
+an uninterrupted run. Every test shows its fault happened and where the restore came from (the `start`
+event's restored_from), so none of them would pass on a run without its fault."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TINY, TINY_STEPS, tiny_run
+from training.checkpoint import latest_complete, step_dir
+from training.compare import compare
+
+pytestmark = pytest.mark.e2e
+STEPS = TINY_STEPS
+MEMORY = ("--checkpoint.memory_interval", "1")
+
+
+@pytest.fixture(autouse=True)
+def node_memory(tmp_path, monkeypatch) -> Path:
+    """This test's own 'node memory' (the jobs' T5F_MEMORY_DIR), instead of the machine's /dev/shm."""
+    shm = tmp_path / "shm"
+    monkeypatch.setenv("T5F_MEMORY_DIR", str(shm))
+    return shm
+
+
+def starts(out: Path) -> list[dict]:
+    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["event"] == "start"]
+
+
+def snapshot_files(shm: Path) -> list[str]:
+    return sorted(str(p.relative_to(shm)) for p in shm.rglob("*") if p.is_file()) if shm.exists() else []
+
+
+def launch(out: Path, nodes: int, *extra: str, global_batch: int = 4) -> subprocess.CompletedProcess:
+    """`nodes` simulated nodes x 1 process (python -m training.launch), each node with its own memory dir."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "training.launch", "--nodes", str(nodes), "--min-nodes", str(nodes),
+                           "--nproc-per-node", "1", "--max-restarts", "0", "--", *TINY, "--train.global_batch",
+                           str(global_batch), "--job.out_dir", str(out), "--train.steps", str(STEPS),
+                           "--checkpoint.interval", "3", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_worker_kill_restores_from_its_nodes_memory(tiny_reference, tmp_path, node_memory):
+    out = tmp_path / "run"
+    r = tiny_run(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
+    assert latest_complete(out / "checkpoints").name == "step_00000003"  # storage alone would redo 4 and 5
+    r = tiny_run(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    restored = starts(out)[-1]["restored_from"]
+    assert restored["tier"] == "memory" and restored["step"] >= 4, restored  # at most step 5 is recomputed
+    assert f"restored step {restored['step']} from memory (every rank from its own node)" in r.stdout
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+    assert snapshot_files(node_memory) == []  # a finished run leaves no memory behind
+
+
+def test_kill_in_the_middle_of_a_copy_uses_the_previous_snapshot(tiny_reference, tmp_path, node_memory):
+    out = tmp_path / "run"
+    r = tiny_run(out, 2, *MEMORY, "--fault.kill_in_snapshot_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0 and "halfway through the memory snapshot of step 5" in r.stdout
+    (run_dir,) = node_memory.iterdir()
+    # rank 1's step-5 generation was being written: its metadata is gone, so only step 4 is offered
+    assert not any(step == 5 for step in _steps(run_dir, "own-r1-w2")) and 4 in _steps(run_dir, "own-r1-w2")
+    r = tiny_run(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert starts(out)[-1]["restored_from"]["tier"] == "memory" and starts(out)[-1]["restored_from"]["step"] == 4
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+
+
+def _steps(run_dir: Path, prefix: str) -> list[int]:
+    import torch
+    return [torch.load(p, weights_only=True)["step"] for p in run_dir.glob(f"{prefix}.*.meta")]
+
+
+def test_a_lost_node_restores_its_shards_from_the_peer_replica(tiny_reference, tmp_path, node_memory):
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
+    assert any(f.startswith("node0/") and "/peer-r1-w2." in f for f in snapshot_files(node_memory))
+    shutil.rmtree(node_memory / "node1")  # node 1 is gone, and its memory with it
+    r = launch(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    restored = starts(out)[-1]["restored_from"]
+    assert restored["tier"] == "peer" and restored["step"] >= 4, restored
+    assert "shards of lost nodes from their peers' replicas" in r.stdout
+    # two simulated nodes x 1 rank = the same world of 2 as the reference: bitwise equal
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+
+
+def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
+    reference = tmp_path / "reference"
+    r = launch(reference, 3, global_batch=6)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "run"
+    r = launch(out, 3, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1", global_batch=6)
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
+    for node in ("node1", "node2"):  # rank 1's snapshot (node 1) and its replica (node 2) are both gone
+        shutil.rmtree(node_memory / node)
+    r = launch(out, 3, *MEMORY, global_batch=6)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
+    assert "no step complete for all 3 ranks" in r.stdout
+    assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+
+
+def test_another_world_size_restores_from_storage_and_says_so(tmp_path):
+    out = tmp_path / "run"
+    r = tiny_run(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0
+    r = tiny_run(out, 1, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "taken at world size [2], now 1 (storage reshards)" in r.stdout + r.stderr
+    assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
