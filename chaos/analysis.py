@@ -157,6 +157,8 @@ class Recovery:
     steps_lost: int | None
     restarts: int
     world_after: int | None
+    tier: str | None = None
+    """Where the recovering attempt's state came from: memory, peer (a replica), storage (None: fresh)."""
 
 
 def first_detection(t_fail: float, detections: list[float], records: list[dict]) -> float | None:
@@ -190,7 +192,8 @@ def recovery(kind: str, t_fail: float, attempts: list[Attempt], detections: list
     return Recovery(kind=kind, time=t_fail, detect_s=None if det is None else det - t_fail,
                     recover_s=None if rec_step is None else rec_step["time"] - t_fail,
                     steps_lost=steps_lost, restarts=len(after),
-                    world_after=None if rec_step is None else rec_step["world_size"])
+                    world_after=None if rec_step is None else rec_step["world_size"],
+                    tier=None if rec_step is None else (rec_attempt.start.get("restored_from") or {}).get("tier"))
 
 
 def goodput(effective: list[dict], wall_s: float) -> tuple[float, float]:

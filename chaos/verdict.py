@@ -161,6 +161,7 @@ def judge(obs: Observation, expect: Expectation,
         ok = bool(per_fault) and all(r.recover_s is not None for r in per_fault)
         checks.append(Check("job restarted", ok, "; ".join(
             f"{r.kind}: a new attempt trained {r.recover_s:.1f} s later, {r.steps_lost} step(s) recomputed"
+            + (f" (state from {r.tier})" if r.tier else "")
             if r.recover_s is not None else f"{r.kind}: no attempt started and trained after it"
             for r in per_fault) or "no fault to recover from"))
     if expect.max_steps_lost is not None:

@@ -9,6 +9,7 @@ be children of one of our agents before anything is sent to them.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from training.config import MEMORY_DIR_ENV
 from training.launch import LaunchConfig, launch_env, start_store, torchrun_argv
 
 
@@ -147,6 +149,7 @@ class LocalCluster:
         env = launch_env(self.launch)
         # INFO shows the agent's own decisions (worker group FAILED / restarting / new nodes waiting).
         env.update(LOGLEVEL="INFO", OMP_NUM_THREADS="1", T5_NODE_RANK=str(index))
+        env[MEMORY_DIR_ENV] = str(self.node_memory(index))  # this node's "RAM" for in-memory snapshots
         name = f"node{index}" + (f".{gen}" if gen else "")
         proc = subprocess.Popen(torchrun_argv(self.launch), env=env, cwd=str(Path(__file__).resolve().parents[2]),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -236,8 +239,13 @@ class LocalCluster:
                    confirmed=ok, evidence=how)
         return pid
 
+    def node_memory(self, index: int) -> Path:
+        """Node ``index``'s shared memory (its /dev/shm on a real machine): lost with the node."""
+        return self.workdir / "node-memory" / f"node{index}"
+
     def kill_node(self, index: int, *, record: bool = True) -> None:
-        """SIGKILL node ``index``: its agent and every worker, as if the machine lost power."""
+        """SIGKILL node ``index``: its agent and every worker, as if the machine lost power (and its memory:
+        the node's in-memory snapshots are deleted)."""
         node = self.current(index)
         pids = self.workers(index)  # collect first: once the agent is gone its workers are reparented
         t = time.time()
@@ -248,6 +256,7 @@ class LocalCluster:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(self.node_memory(index), ignore_errors=True)
         if record:
             try:
                 node.proc.wait(timeout=5)
@@ -257,7 +266,8 @@ class LocalCluster:
             ok = node.proc.poll() is not None and bool(pids) and all(gone)
             self.event("fault", index, f"SIGKILL node (agent {node.proc.pid} + workers {pids})",
                        label="SIGKILL node", agents_hit=(node.name,), t=t, confirmed=ok,
-                       evidence=f"agent exit code {node.proc.poll()}, {sum(gone)}/{len(pids)} workers gone")
+                       evidence=f"agent exit code {node.proc.poll()}, {sum(gone)}/{len(pids)} workers gone, "
+                                f"node memory wiped: {not self.node_memory(index).exists()}")
 
     def signal_everything(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""

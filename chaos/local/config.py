@@ -30,7 +30,9 @@ class LocalChaosConfig:
         global_batch: samples per step, fixed across world sizes: must divide by every world size the job
             passes through (``nproc_per_node`` x each node count from ``nodes - 1`` to ``nodes``).
         warmup_steps: learning-rate warm-up (the presets' value can exceed a short chaos job).
-        interval: checkpoint every this many steps (a SIGKILL loses at most this many steps).
+        interval: storage checkpoint every this many steps (what a failure costs when memory cannot help).
+        memory_interval: in-memory snapshot every this many steps (0 = off): a failure at the same world
+            size then loses at most this many steps (the scenarios that test the storage tier turn it off).
         train_timeout_s: process-group timeout after step 1: how long a hung peer blocks the others.
         max_restarts: torchrun ``--max-restarts`` (``restarts-exhausted`` exceeds it on purpose).
         slow_commit_s: ``kill-during-save`` widens the "async checkpoint written, not yet committed" window by this.
@@ -46,6 +48,7 @@ class LocalChaosConfig:
     global_batch: int = 8
     warmup_steps: int = 2
     interval: int = 4
+    memory_interval: int = 1
     train_timeout_s: int = 10
     max_restarts: int = 3
     slow_commit_s: float = 6.0
@@ -81,6 +84,8 @@ class LocalChaosConfig:
                                    f"room to fail, resume and fail again")
         if not 0 <= self.warmup_steps <= self.steps:
             raise LocalChaosConfigError(f"warmup_steps={self.warmup_steps} must be in 0..steps={self.steps}")
+        if self.memory_interval < 0:
+            raise LocalChaosConfigError(f"memory_interval={self.memory_interval} must be >= 0 (0 = off)")
         if self.train_timeout_s < 1:
             raise LocalChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
 
@@ -90,6 +95,7 @@ class LocalChaosConfig:
                 "--train.steps", str(self.steps), "--train.global_batch", str(self.global_batch),
                 "--train.warmup_steps", str(self.warmup_steps),
                 "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
+                "--checkpoint.memory_interval", str(self.memory_interval),
                 "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
                 *self.extra_args, *extra]
 

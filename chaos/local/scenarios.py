@@ -301,20 +301,24 @@ class Scenario:
 def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
     """Every local scenario by name (``chaos.catalog.PLATFORMS["local"]``)."""
     killed = 2 * cfg.interval  # a SIGKILL loses the steps since the last commit; one async save may be in flight
+    # At the same world size the newest in-memory snapshot is restored: a failure costs the step in flight.
+    same_world = cfg.memory_interval or killed
+    storage_only = ("--checkpoint.memory_interval", "0")  # scenarios about the storage tier itself
     table = [
-        Scenario("worker-kill", inject_worker_kill, Expectation(max_steps_lost=killed)),
+        Scenario("worker-kill", inject_worker_kill, Expectation(max_steps_lost=same_world)),
         # Dropout masks depend on how a batch is split over ranks: across a world-size change only a
         # dropout-free run can match the reference within fp tolerance.
         Scenario("node-loss-rejoin", inject_node_loss_rejoin,
                  Expectation("close", max_steps_lost=killed, rejoin_world=cfg.world, atol=cfg.atol),
                  (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
-        Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=killed),
+        Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),
         Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
-        Scenario("hang", inject_hang, Expectation(max_steps_lost=killed)),
+        Scenario("hang", inject_hang, Expectation(max_steps_lost=same_world)),
         Scenario("kill-during-save", inject_kill_during_save, Expectation(max_steps_lost=killed),
-                 (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s))),
-        Scenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,)),
+                 (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
+        Scenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
+                 flags=storage_only),
         # --max-restarts 1 (2 kills): the same path as 3 (4 kills) at half the run time. The kills land as
         # each incarnation starts, before it logs a step, so no restart is expected to train.
         Scenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),
