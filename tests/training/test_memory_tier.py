@@ -1,0 +1,134 @@
+"""The in-memory snapshot tier in one process (a gloo world of 1): a snapshot restores the exact state, a
+copy cut short is never offered, another run's or another model's snapshot is never loaded, a finished run
+leaves nothing behind. The multi-process paths (peer replica, kills) are in test_memory_tier_e2e.py."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from training.config import load_config
+from training.memory_tier import MemoryTier, _Generations, _remove_stale, run_key
+from training.state import Progress
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4, dtype=torch.bfloat16)
+
+
+class Plain:
+    """A Stateful over a module + AdamW + progress, like TrainState without FSDP."""
+
+    def __init__(self, seed: int):
+        torch.manual_seed(seed)
+        self.net = Net()
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-3)
+        self.progress = Progress()
+
+    def train_step(self):
+        x = torch.randn(4, 8)
+        self.net.b(self.net.a(x).to(torch.bfloat16)).float().sum().backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        self.progress.step += 1
+        self.progress.data_offset += 4
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(), "progress": self.progress.state_dict()}
+
+    def load_state_dict(self, sd):
+        self.net.load_state_dict(sd["net"])
+        self.opt.load_state_dict(sd["opt"])
+        self.progress.load_state_dict(sd["progress"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def tier(root, identity=None, interval=1) -> MemoryTier:
+    cfg = load_config(["--checkpoint.memory_interval", str(interval), "--checkpoint.memory_dir", str(root)]).checkpoint
+    return MemoryTier.build(cfg, rank=0, world=1, local_world=1, checkpoint_dir=str(root / "ckpt"),
+                            identity=identity or {"model": "net"}, device=torch.device("cpu"))
+
+
+def test_a_snapshot_restores_the_exact_state(tmp_path):
+    src = Plain(0)
+    for _ in range(3):
+        src.train_step()
+    t = tier(tmp_path)
+    t.snapshot(3, {"train": src})
+    t.wait()
+    dst = Plain(1)  # other weights, no optimizer state yet
+    dst.train_step()
+    got = tier(tmp_path).restore({"train": dst}, storage_step=0)
+    assert got is not None and (got.step, got.tier) == (3, "memory")
+    for (k, a), b in zip(src.state_dict()["net"].items(), dst.state_dict()["net"].values()):
+        assert a.dtype == b.dtype and torch.equal(a, b), k
+    sa, sb = src.opt.state_dict()["state"], dst.opt.state_dict()["state"]
+    assert all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i])
+    assert dst.progress == src.progress
+    # not newer than the storage checkpoint: storage is used (None)
+    assert tier(tmp_path).restore({"train": Plain(2)}, storage_step=3) is None
+
+
+def test_a_copy_cut_short_is_never_offered(tmp_path):
+    src = Plain(0)
+    t = tier(tmp_path)
+    for step in (1, 2):
+        src.train_step()
+        t.snapshot(step, {"train": src})
+        t.wait()
+    gens = t.own
+    slot, _ = gens.begin(16)  # the next copy starts (step 3) and is killed before its metadata is written
+    assert sorted(g[0] for g in gens.complete()) == [2] and gens.read(slot) is None
+    assert tier(tmp_path).restore({"train": Plain(1)}, storage_step=0).step == 2
+
+
+def test_another_model_or_run_never_gets_the_snapshot(tmp_path):
+    src = Plain(0)
+    src.train_step()
+    t = tier(tmp_path)
+    t.snapshot(1, {"train": src})
+    t.wait()
+    assert tier(tmp_path, identity={"model": "other"}).restore({"train": Plain(1)}, storage_step=0) is None
+    assert run_key(str(tmp_path / "a")) != run_key(str(tmp_path / "b"))  # one directory per checkpoint.dir
+    off = tier(tmp_path, interval=0)
+    assert not off.enabled and off.snapshot(1, {"train": src}) == 0.0 and off.restore({}, storage_step=0) is None
+
+
+def test_a_finished_run_removes_its_snapshots_and_stale_runs_are_swept(tmp_path):
+    src = Plain(0)
+    src.train_step()
+    t = tier(tmp_path)
+    t.snapshot(1, {"train": src})
+    t.close(finished=True)
+    assert not t.root.exists()
+    old = tmp_path / "0123456789abcdef"
+    old.mkdir()
+    (old / "own-r0-w1.0.data").write_bytes(b"x")
+    past = time.time() - 2 * 24 * 3600
+    for p in (old / "own-r0-w1.0.data", old):
+        os.utime(p, (past, past))
+    fresh = tmp_path / "fedcba9876543210"
+    fresh.mkdir()
+    _remove_stale(tmp_path, keep="none")
+    assert not old.exists() and fresh.exists()
+
+
+def test_generations_alternate_slots(tmp_path):
+    g = _Generations(tmp_path, "own-r0-w1")
+    s0, _ = g.begin(8)
+    g.publish(s0, 1, torch.save({"step": 1, "nbytes": 8}, tmp_path / "m") or (tmp_path / "m").read_bytes())
+    s1, _ = g.begin(8)
+    assert s1 != s0 and g.current() == {"slot": s0, "step": 1}
