@@ -71,16 +71,24 @@ def test_unconfirmed_fault_fails_the_verdict(name):
 
 
 def test_worker_kill_passes_with_its_evidence():
-    """The same run with a real kill's traces (detection, restart from step 4, steps 5-6 recomputed) passes."""
-    recs = ([start(0)] + [step(n, n) for n in range(1, 7)] + [{"event": "checkpoint", "time": 4.5, "step": 4}]
-            + [start(10, 4, restart=1)] + [step(10 + n, n) for n in range(5, CFG.steps + 1)]
-            + [{"event": "end", "time": 30, "step": CFG.steps}])
+    """The same run with a real kill's traces (detection, restart from the step-5 memory snapshot, step 6
+    recomputed) passes; restarting from the step-4 storage checkpoint instead (2 lost) misses the bound."""
+    def killed(resumed: int, tier: str) -> list[dict]:
+        return ([start(0)] + [step(n, n) for n in range(1, 7)] + [{"event": "checkpoint", "time": 4.5, "step": 4}]
+                + [dict(start(10, resumed, restart=1), restored_from={"tier": tier, "step": resumed})]
+                + [step(10 + n, n) for n in range(resumed + 1, CFG.steps + 1)]
+                + [{"event": "end", "time": 30, "step": CFG.steps}])
     obs = no_fault_observation("worker-kill")
-    obs.records, obs.detections = recs, [6.6]
+    obs.records, obs.detections = killed(5, "memory"), [6.6]
     v = judge(obs, scenarios(CFG)["worker-kill"].expect)
     assert v.passed, v.failed()
     (r,) = v.recoveries
-    assert r.steps_lost == 2 and r.detect_s == pytest.approx(0.1) and r.recover_s == pytest.approx(15 - 6.5)
+    assert r.steps_lost == 1 and r.tier == "memory" and r.detect_s == pytest.approx(0.1)
+    assert r.recover_s == pytest.approx(16 - 6.5)
+    assert "1 step(s) recomputed (state from memory)" in next(c.detail for c in v.checks if c.name == "job restarted")
+    obs.records = killed(4, "storage")
+    failed = {c.name: c.detail for c in judge(obs, scenarios(CFG)["worker-kill"].expect).failed()}
+    assert failed == {"steps recomputed <= 1": "steps recomputed per fault: [2]"}
 
 
 def test_steps_lost_bound_and_unequal_weights_fail():

@@ -49,7 +49,7 @@ def test_restart_policy_recreates_the_whole_job() -> None:
     assert job_spec["template"]["spec"]["restartPolicy"] == "Never"
     rules = job_spec["podFailurePolicy"]["rules"]
     assert {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in rules
-    assert {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [2, 3]}} in rules
+    assert {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [2, 3, 4, 5, 7]}} in rules
     by_name = {r["name"]: r for r in policy["rules"]}
     assert by_name["NonRetryableExitCode"]["action"] == "FailJobSet"
     assert by_name["InfrastructureDisruption"]["action"] == "RestartJobSetAndIgnoreMaxRestarts"
