@@ -14,7 +14,8 @@ from chaos.analysis import Recovery, goodput
 from chaos.verdict import Check, Verdict
 
 # (label, scenario, which figure, target, comparison) -- reported, never asserted: this machine is shared.
-# A target of None means "the checkpoint interval".
+# A target of None means the steps a failure may cost: the in-memory snapshot interval where that tier is on,
+# else the checkpoint interval.
 TARGETS = [
     ("worker kill -> next step (s)", "worker-kill", "recover_s", 10.0, "<="),
     ("node loss -> next step (s)", "node-loss-rejoin", "recover_s", 15.0, "<="),

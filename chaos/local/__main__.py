@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--global-batch", type=int, default=d.global_batch, help=f"(default {d.global_batch})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
+    p.add_argument("--memory-interval", type=int, default=d.memory_interval,
+                   help=f"in-memory snapshot interval, 0 = off: storage only (default {d.memory_interval})")
     p.add_argument("--train-timeout-s", type=int, default=d.train_timeout_s,
                    help=f"process-group timeout after step 1 (default {d.train_timeout_s})")
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
                            global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
+                           memory_interval=a.memory_interval,
                            max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
                            extra_args=tuple(a.train_args))
     try:
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"[chaos] {len(names)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
-          f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}; output {out}", flush=True)
+          f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}, memory snapshot "
+          f"{f'every {cfg.memory_interval}' if cfg.memory_interval else 'off'}; output {out}", flush=True)
     t_all = time.time()
     refs = {}
     results = []
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         r = run_scenario(cfg, table[name], refs[math], out, keep=a.keep)
         results.append(r)
         print(f"[chaos] {name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
-    rows = report.targets(cfg.interval, {r.name: r for r in results})
+    rows = report.targets(cfg.memory_interval or cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
                               f"{cfg.steps} steps, checkpoint every {cfg.interval}").path
