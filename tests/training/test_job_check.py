@@ -226,3 +226,10 @@ def test_slurm_submit_checks_the_shared_files_before_queueing(tmp_path):
     r = run("-m", "tools.k8s.submit", "--dry-run", "--preset", "debug", "--nodes", "2", "--nproc-per-node", "1",
             "--gpus-per-node", "0", "--efa-per-node", "0", "--data.source", "/fsx/data/corpus.jsonl", env=env)
     assert r.returncode == 0 and "/fsx/data/corpus.jsonl" in r.stdout, r.stderr
+
+
+def test_a_global_batch_the_fixed_world_cannot_split_stops_before_any_worker(tmp_path):
+    r = run("-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training", *TINY,
+            "--train.global_batch", "7", "--job.out_dir", str(tmp_path / "run"))
+    assert r.returncode == 2 and "train.global_batch=7 is not divisible by the world size 2" in one_error(r)
+    assert "exitcode" not in r.stderr and not (tmp_path / "run").exists()  # torchrun never started a worker

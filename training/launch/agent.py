@@ -75,6 +75,12 @@ def _nproc(args) -> int | None:
         return None
 
 
+def _fixed_world(args) -> int | None:
+    """The world size when it cannot change (--standalone, or --nnodes N without a range); else None."""
+    nproc, nnodes = _nproc(args), "1" if args.standalone else str(args.nnodes)
+    return nproc * int(nnodes) if nproc and nnodes.isdigit() else None
+
+
 def _standalone_checkpoint_dir(args) -> str | None:
     """checkpoint.dir of a ``--standalone -m training`` job (None otherwise, or if its arguments are invalid:
     the workers report those)."""
@@ -100,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if _is_training(args) and not already_checked():
         # data, output locations and GPUs, from this node, before any worker starts (torchrun would restart
         # a worker that exits 2 --max-restarts times); the workers skip the same check
-        code = check_training_job(args.training_script_args, nproc_per_node=_nproc(args))
+        code = check_training_job(args.training_script_args, nproc_per_node=_nproc(args), world=_fixed_world(args))
         if code:
             return code
         os.environ[DONE_ENV] = "1"

@@ -64,16 +64,19 @@ def check_checkpoint_dir(cfg: LaunchConfig) -> None:
             RunLock(d).check()
 
 
-def check_training_job(train_args: Sequence[str], *, nproc_per_node: int | None) -> int:
-    """Check the job ``python -m training train_args`` would run, on this host (training.job_check): 0 when
-    fine; else print its one-line error and return the job's exit code for it (2 settings/data, 6 storage)."""
+def check_training_job(train_args: Sequence[str], *, nproc_per_node: int | None, world: int | None = None) -> int:
+    """Check the job ``python -m training train_args`` would run, on this host (training.job_check), and
+    against ``world`` when the world size is fixed: 0 when fine; else print its one-line error and return the
+    job's exit code for it (2 settings/data/world, 6 storage)."""
     import sys
 
-    from training.config import ConfigError, load_config
+    from training.config import ConfigError, check_world, load_config
     from training.errors import CheckpointStorageError, exit_code
     from training.job_check import check_job
     try:
         cfg = load_config(list(train_args))
+        if world:
+            check_world(cfg, world)
         check_job(cfg, nproc_per_node=nproc_per_node, say=lambda m: print(f"[check] {m}", flush=True))
     except (ConfigError, CheckpointStorageError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
