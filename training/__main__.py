@@ -16,7 +16,7 @@ import traceback
 import warnings
 
 from training.config import ConfigError, parse_args, to_toml
-from training.errors import EXIT_CODES, CheckpointStorageError, exit_code
+from training.errors import EXIT_CODES, CheckpointStorageError, Diverged, exit_code
 from training.job_check import already_checked, check_job
 from training.lifecycle import die_with_agent
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         code = _report(e)
         if trainer is not None:
             trainer.metrics.end("error", trainer.progress.step, detail=str(e).splitlines()[0][:300])
+            # in-memory snapshots since the first bad step must not be what a rerun restores: storage holds
+            # the last good state (nothing non-finite is ever saved there)
+            trainer.keep_memory = not isinstance(e, Diverged)
     except BaseException:
         _crash(trainer)
     if trainer is not None:

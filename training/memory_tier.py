@@ -22,7 +22,7 @@ step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step 
     tier = MemoryTier.build(cfg.checkpoint, rank=0, world=2, local_world=1, ...)
     restored = tier.restore(state, storage_step=6)    # collective; None -> load from storage
     tier.snapshot(step, state); ...; tier.wait(); optimizer.step()
-    tier.close(finished=True)                         # a finished run leaves no memory behind
+    tier.close(discard=True)                          # a finished run leaves no memory behind
 """
 from __future__ import annotations
 
@@ -419,10 +419,11 @@ class MemoryTier:
         return mine
 
     # ------------------------------------------------------------------ end
-    def close(self, *, finished: bool) -> None:
-        """Wait for the copy in flight; a finished run removes its snapshots (a failed one keeps them)."""
+    def close(self, *, discard: bool) -> None:
+        """Wait for the copy in flight; `discard` (a finished run, or a diverged one) removes its snapshots; a
+        failed run keeps them for its restart."""
         self.wait()
-        if finished and self.root.exists():
+        if discard and self.root.exists():
             self.own.remove()
             self.peer.remove()
             try:

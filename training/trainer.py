@@ -120,6 +120,7 @@ class Trainer:
                                        mid_copy_hook=self._maybe_kill_mid_copy)
         self.restored_from: dict | None = None
         self._finished = False
+        self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         # fp32 weights + AdamW's two fp32 moments: what one checkpoint of this model takes on storage.
         self.ckpt.check_storage(checkpoint_bytes=12 * self.n_params)
         self._signal = 0
@@ -329,7 +330,7 @@ class Trainer:
 
     def close(self) -> None:
         try:
-            self.memory.close(finished=self._finished)
+            self.memory.close(discard=self._finished or not self.keep_memory)
             self.ckpt.close()
         finally:
             self.metrics.close()

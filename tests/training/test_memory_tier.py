@@ -112,7 +112,7 @@ def test_a_finished_run_removes_its_snapshots_and_stale_runs_are_swept(tmp_path)
     src.train_step()
     t = tier(tmp_path)
     t.snapshot(1, {"train": src})
-    t.close(finished=True)
+    t.close(discard=True)
     assert not t.root.exists()
     old = tmp_path / "0123456789abcdef"
     old.mkdir()

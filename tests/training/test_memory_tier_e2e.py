@@ -119,3 +119,13 @@ def test_another_world_size_restores_from_storage_and_says_so(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "taken at world size [2], now 1 (storage reshards)" in r.stdout + r.stderr
     assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
+
+
+def test_a_diverged_run_leaves_no_snapshot_to_restore(tmp_path, node_memory):
+    # nothing non-finite is ever restored: the storage checkpoints are the last good state, so the snapshots
+    # taken since the bad step are removed with the run
+    out = tmp_path / "run"
+    r = tiny_run(out, 2, *MEMORY, "--fault.nan_at_step", "5")
+    assert r.returncode == 5 and "non-finite loss nan" in r.stderr, r.stdout + r.stderr
+    assert snapshot_files(node_memory) == []
+    assert latest_complete(out / "checkpoints").name == "step_00000003"
