@@ -183,6 +183,9 @@ class FaultConfig:
     """Sleep this long after a checkpoint's data is written and before its commit marker."""
     nan_at_step: int = 0
     """If > 0: the loss of this step is made NaN on every rank (tests the non-finite guard)."""
+    fail_snapshot_at_step: int = 0
+    """If > 0: rank `fault.rank`'s in-memory snapshot of this step fails (an injected "no space" error): every
+    rank must turn the tier off at the next step and train on with storage checkpoints."""
     kill_in_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank` SIGKILLs itself halfway through copying this step's in-memory snapshot
     (once per out_dir): the previous snapshot must be the one restored."""
@@ -401,7 +404,8 @@ def validate(cfg: Config) -> None:
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
-         and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0,
+         and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0
+         and cfg.fault.fail_snapshot_at_step >= 0,
          "fault.* values must be >= 0")
 
 

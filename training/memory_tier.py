@@ -228,6 +228,7 @@ class MemoryTier:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._checked = False
+        self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
         self.last_block_s = 0.0
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
@@ -292,6 +293,7 @@ class MemoryTier:
         return self.enabled
 
     def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: bytes) -> None:
+        data = None
         try:
             slot, buf = self.own.begin(nbytes)
             for i, (dst, src) in enumerate(zip(_views(buf, layout), tensors)):
@@ -299,26 +301,41 @@ class MemoryTier:
                     self.mid_copy_hook(step)
                 dst.copy_(src.detach())
             self.own.publish(slot, step, meta)
-            if self.replicate:
-                self._send_to_peer(step, buf[:nbytes], meta)
-        except BaseException as e:  # noqa: BLE001 - reported by wait() on the training thread
+            data = buf[:nbytes]
+        except Exception as e:  # noqa: BLE001 - reported by wait(); the peer exchange below still happens
             self._error = e
+        try:
+            if self.replicate:  # even after a failed copy: the peers' threads wait for this exchange
+                self._send_to_peer(data, meta)
+        except Exception as e:  # noqa: BLE001 - reported by wait() on the training thread
+            self._error = self._error or e
 
-    def _send_to_peer(self, step: int, data: torch.Tensor, meta: bytes) -> None:
-        """Ring exchange: our bytes to the next node's rank, the previous node's bytes into our replica."""
-        sizes = torch.tensor([data.numel(), len(meta)], dtype=torch.int64)
+    def _send_to_peer(self, data: torch.Tensor | None, meta: bytes) -> None:
+        """Ring exchange: our bytes to the next node's rank, the previous node's bytes into our replica.
+        Sizes go first; a side without a snapshot this step (`data` None) sends -1 and no payload."""
+        sizes = torch.tensor([data.numel(), len(meta)] if data is not None else [-1, -1], dtype=torch.int64)
         theirs = torch.empty(2, dtype=torch.int64)
         _exchange(sizes, theirs, self.dest, self.src, self.group)
         n, m = int(theirs[0]), int(theirs[1])
-        slot, pbuf = self.peer.begin(n)
-        meta_in = torch.empty(m, dtype=torch.uint8)
-        _exchange(torch.frombuffer(bytearray(meta), dtype=torch.uint8), meta_in, self.dest, self.src, self.group)
-        _exchange(data, pbuf[:n], self.dest, self.src, self.group)
-        peer_meta = bytes(meta_in.numpy().tobytes())
-        self.peer.publish(slot, int(_from_bytes(peer_meta)["step"]), peer_meta)
+        reqs = []
+        if data is not None:
+            reqs += [dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group),
+                     dist.isend(data, dst=self.dest, group=self.group)]
+        if n >= 0:
+            slot, pbuf = self.peer.begin(n)
+            meta_in = torch.empty(m, dtype=torch.uint8)
+            reqs += [dist.irecv(meta_in, src=self.src, group=self.group),
+                     dist.irecv(pbuf[:n], src=self.src, group=self.group)]
+        for r in reqs:
+            r.wait()
+        if n >= 0:
+            peer_meta = bytes(meta_in.numpy().tobytes())
+            self.peer.publish(slot, int(_from_bytes(peer_meta)["step"]), peer_meta)
 
     def wait(self) -> None:
-        """Until the snapshot in flight is written (before the optimizer changes the state it copies)."""
+        """Until the snapshot in flight is written (before the optimizer changes the state it copies). A failure
+        is reported once and sets `failed`; the tier stays in step with its peers until every rank agrees to
+        turn it off (:meth:`disable`, at a step boundary)."""
         if self._thread is not None:
             t0 = time.perf_counter()
             self._thread.join()
@@ -326,9 +343,15 @@ class MemoryTier:
             self._thread = None
         if self._error is not None:
             e, self._error = self._error, None
-            self.enabled = False
-            log.warning("WARNING: in-memory snapshot failed (%s: %s); the tier is off for this attempt, storage "
-                        "checkpoints continue", type(e).__name__, e)
+            if not self.failed:
+                log.warning("WARNING: rank %d: in-memory snapshot failed (%s: %s); the tier turns off at the next "
+                            "step, storage checkpoints continue", self.rank, type(e).__name__, e)
+            self.failed = True
+
+    def disable(self) -> None:
+        """Every rank, at the same step boundary: no more snapshots in this attempt."""
+        self.wait()
+        self.enabled = False
 
     # ------------------------------------------------------------------ restore
     def _inventory(self) -> list[tuple[int, int, int, str]]:

@@ -1,6 +1,7 @@
 """The training loop: FSDP2 T5 with span corruption, checkpoint resume, signals and metrics."""
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -143,10 +144,15 @@ class Trainer:
             raise error(problem)
 
     def _agreed_stop(self) -> tuple[int, bool]:
-        """(signal any rank received, whether any rank's background save failed), the same on every rank."""
-        flag = torch.tensor([self._signal, int(self.ckpt.failure is not None)], dtype=torch.int64,
-                            device=self.device)
+        """(signal any rank received, whether any rank's background save failed), the same on every rank.
+        A failed in-memory snapshot on any rank turns that tier off on every rank here, at the same step."""
+        flag = torch.tensor([self._signal, int(self.ckpt.failure is not None), int(self.memory.failed)],
+                            dtype=torch.int64, device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag[2].item() and self.memory.enabled:
+            self.memory.disable()
+            self.metrics.info("in-memory snapshots are off for this attempt (a rank's snapshot failed: see its "
+                              "warning); storage checkpoints continue")
         return int(flag[0].item()), bool(flag[1].item())
 
     def _resume(self) -> int | None:
@@ -205,6 +211,8 @@ class Trainer:
 
     def _maybe_kill_mid_copy(self, step: int) -> None:
         f = self.cfg.fault
+        if f.fail_snapshot_at_step == step and self.rank == f.rank:
+            raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
         if f.kill_in_snapshot_at_step != step or self.rank != f.rank:
             return
         marker = Path(self.cfg.job.out_dir) / f".fault-snapshot-kill-step{step}"

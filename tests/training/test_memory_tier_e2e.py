@@ -129,3 +129,16 @@ def test_a_diverged_run_leaves_no_snapshot_to_restore(tmp_path, node_memory):
     assert r.returncode == 5 and "non-finite loss nan" in r.stderr, r.stdout + r.stderr
     assert snapshot_files(node_memory) == []
     assert latest_complete(out / "checkpoints").name == "step_00000003"
+
+
+def test_a_failed_snapshot_turns_the_tier_off_on_every_rank_and_training_goes_on(tiny_reference, tmp_path):
+    # rank 1's copy fails; its peer (rank 0, replicating to it) must not wait for it: all ranks agree to stop
+    # snapshotting at the next step, and the run finishes on storage checkpoints, bitwise as before
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--fault.fail_snapshot_at_step", "4", "--fault.rank", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1: in-memory snapshot failed (OSError: [Errno 28] [fault] injected" in r.stdout
+    assert r.stdout.count("in-memory snapshots are off for this attempt") == 1
+    steps = [x for x in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if x["event"] == "step"]
+    assert [x["step"] for x in steps] == list(range(1, STEPS + 1))
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
