@@ -98,18 +98,24 @@ def test_lab_is_idempotent_and_reports_status(netns_lab):
 
 
 def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
-    """`make train PLATFORM=slurm` on a job that cannot train: job id, the error from the nodes, FAILED, exit 1."""
+    """`make train PLATFORM=slurm` on a job that cannot train: job id, the error from the nodes, FAILED, exit 1.
+    What the submit can see (here: data without the text field) is refused before anything is queued."""
     env, _ = netns_lab
     env = dict(env, SLURM_CONF=f"{env['SLAB_ROOT']}/etc/slurm.conf", PLATFORM="slurm")
-    # Passes every check the submit can make (the file exists); only reading it on the nodes fails.
     data = tmp_path / "no-text-field.jsonl"
     data.write_text('{"body": "the records have no text field"}\n')
-    r = subprocess.run([str(ROOT / "scripts" / "train.sh"), "--shared-dir", str(tmp_path), "--run-name", "bad",
-                        "--max-restarts", "0", "--train.steps", "4", "--data.source", str(data)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    base = [str(ROOT / "scripts" / "train.sh"), "--shared-dir", str(tmp_path), "--run-name", "bad",
+            "--max-restarts", "0", "--train.steps", "4"]
+    r = subprocess.run([*base, "--data.source", str(data)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "has no field 'text'" in r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "submitted job" not in r.stdout
+    # Passes every check the submit can make; only training on the nodes fails (the loss diverges at step 2).
+    r = subprocess.run([*base, "--fault.nan_at_step", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     assert "[train-slurm] submitted job" in r.stdout
-    assert "has no field 'text'" in r.stdout  # the training error, followed from the job log
+    assert "non-finite loss nan" in r.stdout  # the training error, followed from the job log
     assert "ERROR: training failed" in r.stdout and "FAILED" in r.stdout.splitlines()[-1]
 
 
