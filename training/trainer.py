@@ -199,29 +199,25 @@ class Trainer:
 
     def _maybe_inject_fault(self, step: int) -> None:
         f = self.cfg.fault
-        if f.sigkill_at_step != step or self.rank != f.rank:
-            return
-        marker = Path(self.cfg.job.out_dir) / f".fault-sigkill-step{step}"
-        if marker.exists():
-            return
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(os.getpid()))
-        print(f"[fault] rank {self.rank} SIGKILLs itself after step {step}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        if f.sigkill_at_step == step and self.rank == f.rank:
+            self._kill_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
 
     def _maybe_kill_mid_copy(self, step: int) -> None:
         f = self.cfg.fault
         if f.fail_snapshot_at_step == step and self.rank == f.rank:
             raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
-        if f.kill_in_snapshot_at_step != step or self.rank != f.rank:
-            return
-        marker = Path(self.cfg.job.out_dir) / f".fault-snapshot-kill-step{step}"
+        if f.kill_in_snapshot_at_step == step and self.rank == f.rank:
+            self._kill_once(f"snapshot-kill-step{step}",
+                            f"SIGKILLs itself halfway through the memory snapshot of step {step}")
+
+    def _kill_once(self, name: str, what: str) -> None:
+        """SIGKILL this process, once per out_dir (a marker file keeps the restarted job from repeating it)."""
+        marker = Path(self.cfg.job.out_dir) / f".fault-{name}"
         if marker.exists():
             return
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(os.getpid()))
-        print(f"[fault] rank {self.rank} SIGKILLs itself halfway through the memory snapshot of step {step}",
-              flush=True)
+        print(f"[fault] rank {self.rank} {what}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _per_rank_batch_text(self) -> str:
