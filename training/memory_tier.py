@@ -35,6 +35,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -224,12 +225,11 @@ class MemoryTier:
         src = (rank - local_world) % world
         self.peer = _Generations(root, f"peer-r{src}-w{world}")
         self.dest, self.src = (rank + local_world) % world, src
-        self.group = dist.new_group(backend="gloo", timeout=_timedelta(timeout_s)) if self.enabled else None
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if self.enabled else None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._checked = False
         self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
-        self.last_block_s = 0.0
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
 
@@ -270,8 +270,7 @@ class MemoryTier:
         self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta),
                                         name=f"memory-snapshot-{step}", daemon=True)
         self._thread.start()
-        self.last_block_s = time.perf_counter() - t0
-        return self.last_block_s
+        return time.perf_counter() - t0
 
     def _check_room(self, nbytes: int) -> bool:
         """All ranks agree the nodes have room for two generations (and a replica's two); else the tier is off."""
@@ -459,11 +458,6 @@ def _exchange(send: torch.Tensor, recv: torch.Tensor, dst: int, src: int, group)
     reqs = [dist.isend(send.contiguous(), dst=dst, group=group), dist.irecv(recv, src=src, group=group)]
     for r in reqs:
         r.wait()
-
-
-def _timedelta(seconds: float):
-    from datetime import timedelta
-    return timedelta(seconds=seconds)
 
 
 def _remove_stale(parent: Path, keep: str) -> None:
