@@ -434,7 +434,7 @@ class CheckpointManager:
     def _failure_text(self, step: int, e: BaseException) -> str:
         good = latest_complete(self.root) if self.rank == 0 else None
         kept = f"the newest complete checkpoint {good} is intact" if good else "no earlier checkpoint exists"
-        return (f"the checkpoint of step {step} could not be written to {self.root}: {storage_reason(e)}. "
+        return (f"the checkpoint of step {step} could not be written to {self.root}: {storage_reason(e, self.root)}. "
                 f"Training stopped; {kept}. Free space or fix the directory, then rerun to resume")
 
     def _on_async_done(self, fut, step: int, done: threading.Event) -> None:

@@ -11,6 +11,7 @@ when it is written (by the background writer) and again before it is loaded::
 from __future__ import annotations
 
 import errno
+import shutil
 from pathlib import Path
 
 import google_crc32c
@@ -65,13 +66,29 @@ def _os_errors(exc: BaseException, seen: set[int] | None = None):
     yield from _os_errors(exc.__context__, seen)
 
 
-def storage_reason(exc: BaseException) -> str:
-    """One line saying why a write or read failed: 'no space left on the device (/ckpt/step_3/...)'."""
+# Below this much free space a write failure with no errno is taken for a full device: PyTorch's
+# stream writer reports a short write as "unexpected pos N vs M" and drops the ENOSPC behind it.
+FULL_BELOW = 1 << 20
+
+
+def storage_reason(exc: BaseException, where: str | Path | None = None) -> str:
+    """One line saying why a write or read failed: 'no space left on the device (/ckpt/step_3/...)'.
+
+    `where` is the directory written to: when the exception carries no errno, a nearly full file
+    system there is named as the cause (with its free bytes) instead of a library's internal message.
+    """
     for e in _os_errors(exc):
         if e.errno in _REASONS:
-            where = f" ({e.filename})" if e.filename else ""
-            return f"{_REASONS[e.errno]}{where}"
+            loc = f" ({e.filename})" if e.filename else ""
+            return f"{_REASONS[e.errno]}{loc}"
         return f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+    if where is not None:
+        try:
+            free = shutil.disk_usage(where).free
+        except OSError:
+            free = None
+        if free is not None and free < FULL_BELOW:
+            return f"{_REASONS[errno.ENOSPC]} ({free} bytes free on {where})"
     text = str(exc).strip()
     for needle, reason in (("No space left", _REASONS[errno.ENOSPC]), ("Read-only file system", _REASONS[errno.EROFS]),
                            ("Permission denied", _REASONS[errno.EACCES])):

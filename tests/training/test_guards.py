@@ -3,7 +3,10 @@ ranks, storage error reasons, the run fingerprint and its diff."""
 import errno
 import os
 import socket
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,6 +79,23 @@ def test_storage_reason_names_the_cause_through_wrapping(code, text):
     except RuntimeError as wrapped:
         exc = CheckpointException("save failed", {0: (wrapped, None)})
     assert storage_reason(exc) == f"{text} (/ckpt/step_3/__0_0.distcp)"
+
+
+def test_a_write_failure_without_errno_on_a_full_device_is_named_as_a_full_device(tmp_path):
+    # PyTorch's stream writer reports ENOSPC as "unexpected pos N vs M" (no errno); the reason must still
+    # say the device is full. A real full tmpfs, in a private mount namespace.
+    probe = ("import sys; from training.integrity import storage_reason; d = sys.argv[1]\n"
+             "try:\n    open(d + '/fill', 'wb').write(b'x' * (1 << 20))\nexcept OSError: pass\n"
+             "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598'), d))")
+    full = tmp_path / "full"
+    full.mkdir()
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"', str(full), sys.executable, "-c", probe,
+                        str(full)], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"no space left on the device (0 bytes free on {full})"
+    # with room to spare, the library's own words are kept
+    assert "unexpected pos" in storage_reason(RuntimeError("unexpected pos 704 vs 598"), tmp_path)
 
 
 def fingerprint(**changes):
