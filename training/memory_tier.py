@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
@@ -59,6 +59,8 @@ class Restored:
     tier: str
     """'memory' (every rank from its own node) or 'peer' (some ranks from a peer node's replica)."""
     seconds: float
+    resharded_from: int | None = None
+    """The world size the snapshot was taken at, when it differs from now (the shards were re-cut)."""
 
 
 def run_key(checkpoint_dir: str) -> str:
@@ -369,49 +371,103 @@ class MemoryTier:
         return sorted(found)
 
     def restore(self, state: dict[str, Any], *, storage_step: int) -> Restored | None:
-        """Collective. Load the newest step every rank's shard has in memory (own node or a peer's replica), if
-        newer than `storage_step` and at this world size; None means: load from storage."""
+        """Collective. Load the newest step whose every shard is in some node's memory (own node or a peer's
+        replica), if newer than `storage_step`; None means: load from storage. A snapshot taken at another
+        world size is re-cut to this one (FSDP's even split on dim 0), with the shards it needs sent over."""
         if not self.enabled:
             return None
         t0 = time.perf_counter()
         mine = self._inventory()
         everyone: list[Any] = [None] * self.world
         dist.all_gather_object(everyone, mine, group=self.group)
-        holders: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        holders: dict[tuple[int, int, int], list[tuple[int, str]]] = {}  # (world, step, shard) -> [(rank, kind)]
         for holder, inv in enumerate(everyone):
             for s, w, step, kind in inv:
-                if w == self.world:
-                    holders.setdefault((step, s), []).append((holder, kind))
-        steps = sorted({step for step, _ in holders}, reverse=True)
-        chosen = next((st for st in steps if all((st, s) in holders for s in range(self.world))), None)
-        if chosen is None or chosen <= storage_step:
+                holders.setdefault((w, step, s), []).append((holder, kind))
+        complete = {(step, w) for w, step, _ in holders if all((w, step, s) in holders for s in range(w))}
+        # newest step first; at equal steps the one needing no re-cut
+        chosen = max(complete, key=lambda sw: (sw[0], sw[1] == self.world), default=None)
+        if chosen is None or chosen[0] <= storage_step:
             if self.rank == 0 and chosen is None and any(everyone):
-                worlds = sorted({w for inv in everyone for _, w, _, _ in inv} - {self.world})
-                log.info("memory snapshots: %s; restoring from storage",
-                         f"taken at world size {worlds}, now {self.world} (storage reshards)" if worlds else
-                         f"no step complete for all {self.world} ranks (a snapshot was lost with its node and "
-                         "its replica)")
+                worlds = sorted({w for w, _, _ in holders})
+                log.info("memory snapshots: no step complete for every shard (world size %s; a snapshot was lost "
+                         "with its node and its replica); restoring from storage", ",".join(map(str, worlds)))
             return None
-        # each shard from its own rank's node when it is there (no transfer), else from the first holder
-        plan = {s: next((hk for hk in holders[(chosen, s)] if hk[0] == s), holders[(chosen, s)][0])
-                for s in range(self.world)}
-        ok = 1
+        step, world = chosen
+        ok, tier = 1, "memory"
         try:
-            meta, data = self._fetch(chosen, plan)
-            tensors = [v.clone() for v in _views(data, meta["layout"])]
-            for key, obj in state.items():
-                obj.load_state_dict(_join(meta["skeleton"][key], obj.state_dict(), tensors))
+            if world == self.world:
+                tier = self._restore_same_world(state, step, holders)
+            else:
+                tier = self._restore_resharded(state, step, world, holders, everyone)
         except Exception as e:  # noqa: BLE001 - any rank failing sends every rank to storage
-            log.warning("WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s)", self.rank,
-                        chosen, type(e).__name__, e)
+            log.warning("WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s); restoring from "
+                        "storage", self.rank, step, type(e).__name__, e)
             ok = 0
-        flag = torch.tensor([ok], dtype=torch.int64)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
-        if not int(flag.item()):
+        agreed = torch.tensor([ok, 1 if tier == "peer" else 0], dtype=torch.int64)
+        dist.all_reduce(agreed[:1], op=dist.ReduceOp.MIN, group=self.group)
+        dist.all_reduce(agreed[1:], op=dist.ReduceOp.MAX, group=self.group)
+        if not int(agreed[0]):
             return None
-        tier = "memory" if all(h == s and k == "own" for s, (h, k) in plan.items()) else "peer"
-        self.restored = Restored(step=chosen, tier=tier, seconds=time.perf_counter() - t0)
+        self._forget_other_worlds()
+        self.restored = Restored(step=step, tier="peer" if int(agreed[1]) else "memory",
+                                 seconds=time.perf_counter() - t0,
+                                 resharded_from=None if world == self.world else world)
         return self.restored
+
+    def _restore_same_world(self, state: dict[str, Any], step: int, holders) -> str:
+        # each shard from its own rank's node when it is there (no transfer), else from the first holder
+        plan = {s: next((hk for hk in holders[(self.world, step, s)] if hk[0] == s), holders[(self.world, step, s)][0])
+                for s in range(self.world)}
+        meta, data = self._fetch(step, plan)
+        tensors = [v.clone() for v in _views(data, meta["layout"])]
+        for key, obj in state.items():
+            obj.load_state_dict(_join(meta["skeleton"][key], obj.state_dict(), tensors))
+        return "memory" if plan[self.rank] == (self.rank, "own") else "peer"
+
+    def _restore_resharded(self, state: dict[str, Any], step: int, old_world: int, holders, everyone) -> str:
+        """Re-cut the `old_world` shards of `step` to this world: every rank gets the old shards its new rows
+        overlap (and its own old rank's, for its RNG) from its node or from a holder, then copies the rows."""
+        templates = {k: v.state_dict() for k, v in state.items()}
+        rows = sorted({int(t.shape[0]) for t in _dtensors(templates)})
+        need = [_old_shards_needed(r, self.world, old_world, rows) for r in range(self.world)]
+        local = {s for s, w, st, _ in everyone[self.rank] if (w, st) == (old_world, step)}
+        got: dict[int, tuple[dict, list[torch.Tensor]]] = {}
+        from_peer = False  # some of this rank's rows come from a replica or another node
+        for s in sorted(need[self.rank] & local):
+            kind = "own" if (s, old_world, step, "own") in everyone[self.rank] else "peer"
+            g = _Generations(self.root, f"{kind}-r{s}-w{old_world}").find(step)
+            got[s] = (g[1], _views(g[2], g[1]["layout"]))
+            from_peer |= kind == "peer"
+        for s in range(old_world):  # the same order on every rank: blocking sends cannot deadlock
+            holder, kind = holders[(old_world, step, s)][0]
+            for r in range(self.world):
+                has = any(x[:3] == (s, old_world, step) for x in everyone[r])
+                if s not in need[r] or has or self.rank not in (holder, r):
+                    continue
+                if self.rank == holder:
+                    g = _Generations(self.root, f"{kind}-r{s}-w{old_world}").find(step)
+                    _send_blob(_to_bytes(g[1]), g[2][:g[1]["nbytes"]], r, self.group)
+                else:
+                    meta, data = _recv_blob(holder, self.group)
+                    got[s] = (meta, _views(data, meta["layout"]))
+                    from_peer = True
+        for key, obj in state.items():
+            src = next((s for s in sorted(got) if key in got[s][0]["skeleton"]), None)
+            if src is None:  # a rank the old world did not have: its RNG starts fresh, as from storage
+                continue
+            obj.load_state_dict(_recut(got[src][0]["skeleton"][key], templates[key], got, src, self.rank,
+                                       self.world, old_world))
+        return "peer" if from_peer else "memory"
+
+    def _forget_other_worlds(self) -> None:
+        """Once restored (every rank is past the agreement): snapshots of other world sizes are dead weight."""
+        if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+            return
+        for p in self.root.glob("*-w*.*"):
+            w = p.name.split("-w", 1)[1].split(".", 1)[0]
+            if w.isdigit() and int(w) != self.world:
+                p.unlink(missing_ok=True)
 
     def _fetch(self, step: int, plan: dict[int, tuple[int, str]]) -> tuple[dict, torch.Tensor]:
         """This rank's snapshot bytes: from this node's directory, or sent by the rank whose node holds them."""
@@ -469,3 +525,88 @@ def _remove_stale(parent: Path, keep: str) -> None:
                 shutil.rmtree(d, ignore_errors=True)
         except (OSError, ValueError):
             continue
+
+
+def _send_blob(meta: bytes, data: torch.Tensor, dst: int, group) -> None:
+    meta_t = torch.frombuffer(bytearray(meta), dtype=torch.uint8)
+    dist.send(torch.tensor([meta_t.numel(), data.numel()], dtype=torch.int64), dst=dst, group=group)
+    dist.send(meta_t, dst=dst, group=group)
+    dist.send(data.contiguous(), dst=dst, group=group)
+
+
+def _recv_blob(src: int, group) -> tuple[dict, torch.Tensor]:
+    sizes = torch.empty(2, dtype=torch.int64)
+    dist.recv(sizes, src=src, group=group)
+    meta = torch.empty(int(sizes[0]), dtype=torch.uint8)
+    dist.recv(meta, src=src, group=group)
+    data = torch.empty(int(sizes[1]), dtype=torch.uint8)
+    dist.recv(data, src=src, group=group)
+    return _from_bytes(meta.numpy().tobytes()), data
+
+
+# ----------------------------------------------------------------------------- re-cutting shards
+def _dtensors(obj: Any):
+    if isinstance(obj, DTensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _dtensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _dtensors(v)
+
+
+def _rows(n: int, world: int, rank: int) -> tuple[int, int]:
+    """(first row, row count) of `rank`'s dim-0 shard of an `n`-row tensor split over `world` (FSDP2, DTensor)."""
+    size, offset = Shard.local_shard_size_and_offset(n, world, rank)
+    return int(offset), int(size)
+
+
+def _old_shards_needed(rank: int, world: int, old_world: int, row_counts: list[int]) -> set[int]:
+    """The old ranks whose rows `rank` needs for any tensor; its own old rank too (its RNG), and at least one."""
+    need = {rank} if rank < old_world else set()
+    for n in row_counts:
+        lo, cnt = _rows(n, world, rank)
+        for s in range(old_world):
+            o, c = _rows(n, old_world, s)
+            if cnt and c and o < lo + cnt and lo < o + c:
+                need.add(s)
+    return need or {0}
+
+
+def _recut(skel: Any, template: Any, got: dict[int, tuple[dict, list[torch.Tensor]]], src: int, rank: int,
+           world: int, old_world: int) -> Any:
+    """Like _join, but each DTensor leaf is assembled from the old shards' rows that fall in this rank's shard;
+    every other leaf is old shard `src`'s (whose skeleton `skel` is)."""
+    if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == _TENSOR:
+        i = skel[1]
+        if isinstance(template, DTensor):
+            if template.device_mesh.ndim != 1 or tuple(template.placements) != (Shard(0),):
+                raise ValueError(f"re-cutting supports FSDP's 1-D Shard(0) layout only, not {template.placements}")
+            n = int(template.shape[0])
+            lo, cnt = _rows(n, world, rank)
+            out = torch.empty((cnt, *template.shape[1:]), dtype=template.dtype)
+            filled = 0
+            for s, (_, tensors) in got.items():
+                o, c = _rows(n, old_world, s)
+                a, b = max(o, lo), min(o + c, lo + cnt)
+                if a < b:
+                    src = tensors[i]
+                    if src.dtype != template.dtype or tuple(src.shape) != (c, *template.shape[1:]):
+                        raise ValueError(f"old shard {s} holds {tuple(src.shape)} {src.dtype}, expected "
+                                         f"{(c, *template.shape[1:])} {template.dtype}")
+                    out[a - lo:b - lo].copy_(src[a - o:b - o])
+                    filled += b - a
+            if filled != cnt:
+                raise ValueError(f"only {filled} of {cnt} rows of a {tuple(template.shape)} tensor were found")
+            return DTensor.from_local(out.to(template.device), template.device_mesh, template.placements,
+                                      run_check=False, shape=template.shape, stride=template.stride())
+        ref = got[src][1][i]
+        return ref.clone().to(template.device) if isinstance(template, torch.Tensor) else ref.clone()
+    if isinstance(skel, dict):
+        tm = template if isinstance(template, dict) else {}
+        return {k: _recut(v, tm.get(k), got, src, rank, world, old_world) for k, v in skel.items()}
+    if isinstance(skel, (list, tuple)):
+        tm = template if isinstance(template, (list, tuple)) and len(template) == len(skel) else [None] * len(skel)
+        return type(skel)(_recut(v, t, got, src, rank, world, old_world) for v, t in zip(skel, tm))
+    return skel

@@ -162,9 +162,13 @@ class Trainer:
             if got is not None:
                 where = ("every rank from its own node" if got.tier == "memory" else
                          "shards of lost nodes from their peers' replicas")
+                if got.resharded_from:
+                    where += f"; re-cut from world size {got.resharded_from} to {self.world}"
                 self.metrics.info(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest "
                                   f"storage checkpoint: step {parse_step(newest) if newest else 0}")
                 self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
+                if got.resharded_from:
+                    self.restored_from["resharded_from"] = got.resharded_from
                 return got.step
         info = self.ckpt.load(self.state)
         if info is None:

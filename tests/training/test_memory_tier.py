@@ -132,3 +132,23 @@ def test_generations_alternate_slots(tmp_path):
     g.publish(s0, 1, torch.save({"step": 1, "nbytes": 8}, tmp_path / "m") or (tmp_path / "m").read_bytes())
     s1, _ = g.begin(8)
     assert s1 != s0 and g.current() == {"slot": s0, "step": 1}
+
+
+def _row_set(n: int, world: int, rank: int) -> set[int]:
+    from training.memory_tier import _rows
+    first, count = _rows(n, world, rank)
+    return set(range(first, first + count))
+
+
+@pytest.mark.parametrize("rows, old_world, world", [(10, 4, 2), (10, 2, 4), (3, 4, 3), (64, 4, 3), (1, 2, 3)])
+def test_each_new_shard_gets_exactly_the_old_shards_that_hold_its_rows(rows, old_world, world):
+    from training.memory_tier import _old_shards_needed
+    covered: list[int] = []
+    for r in range(world):
+        mine = _row_set(rows, world, r)
+        need = _old_shards_needed(r, world, old_world, [rows])
+        assert mine <= set().union(*(_row_set(rows, old_world, s) for s in need))  # every row is in a shard it gets
+        for s in need - {r}:  # its own old rank comes for its RNG; any other only for rows it holds
+            assert not mine or mine & _row_set(rows, old_world, s)
+        covered += sorted(mine)
+    assert sorted(covered) == list(range(rows))  # the new shards partition the rows

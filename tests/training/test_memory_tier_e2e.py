@@ -111,13 +111,37 @@ def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
     assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
 
 
-def test_another_world_size_restores_from_storage_and_says_so(tmp_path):
+def test_another_world_size_restores_from_memory_re_cut_to_its_shards(tmp_path, node_memory):
+    # Expected: an uninterrupted 2-rank run's storage checkpoint of step 5, resumed at world 1 (DCP re-cuts it).
+    expected = tmp_path / "expected"
+    assert tiny_run(expected, 2, "--checkpoint.interval", "5").returncode == 0
+    shutil.rmtree(step_dir(expected / "checkpoints", STEPS))
+    r = tiny_run(expected, 1)
+    assert r.returncode == 0 and "resumed from step 5" in r.stdout + r.stderr, r.stdout + r.stderr
+    # The memory run: rank 1 dies copying step 6, so step 5 is the newest complete for both shards.
     out = tmp_path / "run"
-    r = tiny_run(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
-    assert r.returncode != 0
+    r = tiny_run(out, 2, *MEMORY, "--fault.kill_in_snapshot_at_step", "6", "--fault.rank", "1")
+    assert r.returncode != 0 and "halfway through the memory snapshot of step 6" in r.stdout
+    assert latest_complete(out / "checkpoints").name == "step_00000003"
     r = tiny_run(out, 1, *MEMORY)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "taken at world size [2], now 1 (storage reshards)" in r.stdout + r.stderr
+    restored = starts(out)[-1]["restored_from"]
+    assert {k: restored[k] for k in ("tier", "step", "resharded_from")} == {
+        "tier": "memory", "step": 5, "resharded_from": 2}, restored
+    assert "re-cut from world size 2 to 1" in r.stdout
+    assert compare(step_dir(expected / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+    assert snapshot_files(node_memory) == []  # the world-2 snapshots went with the re-cut, the rest at the end
+
+
+def test_a_world_size_change_without_every_shard_in_memory_restores_from_storage(tmp_path, node_memory):
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--checkpoint.memory_replica", "false", "--fault.sigkill_at_step", "5",
+               "--fault.rank", "1")
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
+    shutil.rmtree(node_memory / "node1")  # rank 1's shard was only on its node (no replica)
+    r = launch(out, 1, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no step complete for every shard (world size 2" in r.stdout + r.stderr
     assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
 
 
