@@ -12,6 +12,8 @@ SCENARIOS: dict[str, str] = {
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
+    "node-pair-loss": "two adjacent nodes of three die at once: a shard and its replica are gone, storage restores",
+    "kill-mid-snapshot": "a worker is SIGKILLed halfway through copying its in-memory snapshot: the previous is used",
     "kill-during-save": "SIGKILL rank 0 while an async checkpoint is written but not committed: it is ignored",
     "corrupt-checkpoint": "truncate a shard of the newest checkpoint, then kill a worker: resume from the previous",
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
@@ -19,8 +21,8 @@ SCENARIOS: dict[str, str] = {
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "first-node-kill", "preemption", "hang", "kill-during-save",
-              "corrupt-checkpoint", "restarts-exhausted"),
+    "local": ("worker-kill", "node-loss-rejoin", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
+              "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
     "slurm": ("node-kill", "worker-kill", "preemption"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }

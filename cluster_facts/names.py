@@ -20,6 +20,13 @@ FSX_PVC_NAME = "fsx-claim"
 FSX_MOUNT_PATH = "/fsx"
 """Where FSx for Lustre is mounted: in every training pod and on every ParallelCluster node."""
 
+MEMORY_DIR_ENV = "T5F_MEMORY_DIR"
+"""Environment variable naming the node-local directory of the in-memory snapshots (training.memory_tier)."""
+
+NODE_MEMORY_DIR = "/dev/shm/t5-failover"
+"""The in-memory snapshots' directory on a node (its tmpfs): the training default on Slurm nodes; on EKS the
+node's copy of it is mounted into the training pods, so snapshots outlive a recreated pod."""
+
 GPU_TAINT_KEY = "nvidia.com/gpu"
 """Taint (NoSchedule) of the EKS GPU node group; training pods and GPU device plugins tolerate it."""
 

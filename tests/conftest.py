@@ -14,7 +14,10 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 # A model small enough that end-to-end tests take seconds per run on 2 cores.
 TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "--model.num_layers", "2",
         "--model.num_decoder_layers", "2", "--model.num_heads", "4", "--data.seq_len", "64",
-        "--train.global_batch", "4", "--train.warmup_steps", "2", "--parallel.threads", "1"]
+        "--train.global_batch", "4", "--train.warmup_steps", "2", "--parallel.threads", "1",
+        # Most end-to-end tests are about the storage tier (what a resume after a kill loads); the in-memory
+        # tier (on by default) is turned on by its own tests (tests/training/test_memory_tier_e2e.py, chaos).
+        "--checkpoint.memory_interval", "0"]
 
 
 def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

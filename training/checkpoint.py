@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -51,7 +52,8 @@ SUPERSEDED = "superseded"
 ROLLBACK = ".t5-failover-rollback"
 LOCK = ".t5-failover.lock"
 PROBE = ".t5-failover-probe"
-OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK}
+LINEAGE = ".t5-failover-lineage"
+OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK, LINEAGE}
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -199,6 +201,23 @@ class CheckpointManager:
         problem = self._agree(problem)
         if problem:
             raise CheckpointStorageError(problem)
+
+    def lineage(self) -> str:
+        """Collective: the id of the run this directory holds, made by its first start (rank 0) and read by every
+        later one. In-memory snapshots carry it: a directory emptied for a fresh start never gets an old one."""
+        token = None
+        if self.rank == 0:
+            path = self.root / LINEAGE
+            try:
+                token = path.read_text().strip()
+            except OSError:
+                token = ""
+            if not token:
+                token = secrets.token_hex(8)
+                tmp = path.with_name(f"{LINEAGE}.tmp{os.getpid()}")
+                tmp.write_text(token)
+                os.replace(tmp, path)
+        return self._agree(token)
 
     def check_no_clash(self, first_step: int, last_step: int) -> None:
         """Refuse to start if a foreign directory sits where this run will save (it would be overwritten)."""

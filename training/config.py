@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cluster_facts import MEMORY_DIR_ENV, NODE_MEMORY_DIR
 from training.field_docs import field_docs
 from training.run_identity import parse_accept
 
@@ -121,9 +122,8 @@ class ParallelConfig:
 
 
 # Where in-memory snapshots live (training.memory_tier): node-local tmpfs; the local launcher gives each
-# simulated node its own directory through the variable.
-MEMORY_DIR_ENV = "T5F_MEMORY_DIR"
-DEFAULT_MEMORY_DIR = "/dev/shm/t5-failover"
+# simulated node its own directory through MEMORY_DIR_ENV (EKS points it at the node's copy, see the runtime).
+DEFAULT_MEMORY_DIR = NODE_MEMORY_DIR
 
 
 @dataclass
@@ -146,11 +146,12 @@ class CheckpointConfig:
     """Start a new run from another run's model weights (a step_NNNNNNNN directory or a checkpoint.dir: its
     newest complete checkpoint). Only used when this run has no checkpoint yet; optimizer, schedule and data
     start fresh. The model shape must match (exit 3 otherwise)."""
-    memory_interval: int = 0
+    memory_interval: int = 1
     """In-memory snapshot every this many steps (0 = off): each rank copies its shard of the whole training
     state into node-local shared memory (and a peer node's, see memory_replica) on a background thread, so a
-    failure costs at most the step in flight. A restart restores from memory when every shard's newest
-    snapshot is newer than the newest storage checkpoint, at the same world size; else from storage."""
+    failure costs at most the step in flight. A restart restores from memory when some node still holds every
+    shard of a step newer than the newest storage checkpoint (re-cut to the new shards if the world size
+    changed); else from storage. A node without room for them turns the tier off with a warning."""
     memory_dir: str = ""
     """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover."""
     memory_replica: bool = True

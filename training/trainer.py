@@ -114,16 +114,17 @@ class Trainer:
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       slow_commit_s=cfg.fault.slow_commit_s,
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
-        self.memory = MemoryTier.build(cfg.checkpoint, rank=self.rank, world=self.world,
-                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                                       checkpoint_dir=cfg.checkpoint.dir, device=self.device,
-                                       identity={"signature": model_signature(cfg.model), "fingerprint": fingerprint},
-                                       mid_copy_hook=self._maybe_kill_mid_copy)
         self.restored_from: dict | None = None
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         # fp32 weights + AdamW's two fp32 moments: what one checkpoint of this model takes on storage.
         self.ckpt.check_storage(checkpoint_bytes=12 * self.n_params)
+        self.memory = MemoryTier.build(cfg.checkpoint, rank=self.rank, world=self.world,
+                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                       checkpoint_dir=cfg.checkpoint.dir, device=self.device,
+                                       identity={"signature": model_signature(cfg.model), "fingerprint": fingerprint,
+                                                 "lineage": self.ckpt.lineage()},
+                                       mid_copy_hook=self._maybe_kill_mid_copy)
         self._signal = 0
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)

@@ -91,17 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     refs = {}
     results = []
     for name in names:
-        math = table[name].math
-        if math not in refs:
-            refs[math] = reference(cfg, a.cache, out, math)
-        r = run_scenario(cfg, table[name], refs[math], out, keep=a.keep)
+        sc = table[name]
+        job = (sc.math, sc.config(cfg).nodes)
+        if job not in refs:
+            refs[job] = reference(sc.config(cfg), a.cache, out, sc.math)
+        r = run_scenario(cfg, sc, refs[job], out, keep=a.keep)
         results.append(r)
         print(f"[chaos] {name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
     rows = report.targets(cfg.memory_interval or cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out / "timeline.png", results,
                               f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
                               f"{cfg.steps} steps, checkpoint every {cfg.interval}").path
-    ref = refs.get((), next(iter(refs.values())))
+    ref = refs.get(((), cfg.nodes), next(iter(refs.values())))
     ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
     report.write_json(out / "report.json", "local", asdict(cfg), results,
                       {"key": cfg.reference_key(), "cached": ref.cached, "checkpoint": str(ref.final),

@@ -14,13 +14,13 @@ import shutil
 import signal
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.catalog import SCENARIOS
-from chaos.local.cluster import ClusterError, LocalCluster
+from chaos.local.cluster import ClusterError, LocalCluster, confirm
 from chaos.local.config import LocalChaosConfig
 from chaos.report import ScenarioResult
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
@@ -127,6 +127,46 @@ def inject_first_node_kill(run: ScenarioRun) -> None:
     run.cluster.start_node(first, kind="replace")
 
 
+def inject_node_pair_loss(run: ScenarioRun) -> None:
+    run.start_until_kill_step()
+    # The replica ring runs over rank order: ring node k (ranks k*nproc..) keeps ring node k-1's snapshot.
+    # Ring nodes 1 and 2: adjacent, and neither hosts rank 0 (that is first-node-kill's case).
+    pair = [run.cluster.node_of_rank(k * run.cfg.nproc_per_node) for k in (1, 2)]
+    if None in pair:
+        raise ScenarioFailed(f"could not find the nodes of ring positions 1 and 2: {pair}")
+    run.facts["killed_nodes"] = pair
+    for i in pair:
+        run.cluster.kill_node(i)
+    for i in pair:
+        run.cluster.start_node(i, kind="replace")
+
+
+def inject_kill_mid_snapshot(run: ScenarioRun) -> None:
+    """The worker kills itself from inside the copy (``--fault.kill_in_snapshot_at_step``, set by the
+    scenario's flags): the harness records the fault once the worker said so and its process is gone."""
+    if not run.cfg.memory_interval:
+        raise ScenarioFailed("in-memory snapshots are off (--memory-interval 0): there is no copy to kill")
+    run.cluster.start_all()
+    step = snapshot_kill_step(run.cfg)
+    needle = f"halfway through the memory snapshot of step {step}"
+    t, line = run.wait_for(lambda: next(((t, ln) for t, _, ln in run.cluster.log_lines() if needle in ln), None),
+                           f"the kill in the copy of step {step}", poll=0.05)
+    marker = run.out / f".fault-snapshot-kill-step{step}"
+    pid = int(marker.read_text()) if marker.exists() else None
+    gone, how = confirm(pid, signal.SIGKILL) if pid else (False, f"no marker {marker.name}")
+    node = run.cluster.node_of_rank(run.cfg.world - 1)
+    run.facts["snapshot_kill_step"] = step
+    run.facts["memory_interval"] = run.cfg.memory_interval
+    run.cluster.event("fault", node, f"worker pid {pid} SIGKILLed itself copying the snapshot of step {step}",
+                      label="SIGKILL mid-copy", t=t, confirmed=gone, evidence=f"{line.strip()}; {how}")
+
+
+def snapshot_kill_step(cfg: LocalChaosConfig) -> int:
+    """The first snapshot step at or after the kill step."""
+    m = cfg.memory_interval or 1
+    return m * -(-cfg.kill_step // m)
+
+
 def inject_preemption(run: ScenarioRun) -> None:
     run.start_until_kill_step()
     run.cluster.signal_everything(signal.SIGTERM)
@@ -218,6 +258,27 @@ def check_rank0_node_killed(obs: Observation) -> Check:
                  f"store running at the end: {store}")
 
 
+def check_fell_back_to_storage(obs: Observation) -> Check:
+    """Both lost nodes' memory went with them: the restart restored from storage, and said why."""
+    after = _restarted_attempts(obs)
+    got = (after[0].start.get("restored_from") or {}) if after else {}
+    said = obs.log_has("no step complete for every shard")
+    ok = len(obs.faults) == 2 and got.get("tier") == "storage" and bool(said)
+    return Check("fell back to storage (a shard and its replica lost)", ok,
+                 f"{len(obs.faults)} node(s) killed {obs.facts.get('killed_nodes')}; restored from {got or 'nothing'}; "
+                 f"log: {said[0].strip()[:160] if said else 'no reason given'}")
+
+
+def check_previous_snapshot_used(obs: Observation) -> Check:
+    """The generation being written at the kill was never offered: the restart restored the step before it."""
+    step = obs.facts.get("snapshot_kill_step")
+    after = _restarted_attempts(obs)
+    got = (after[0].start.get("restored_from") or {}) if after else {}
+    ok = step is not None and got.get("tier") in ("memory", "peer") and \
+        got.get("step") == step - obs.facts.get("memory_interval", 1)
+    return Check("previous snapshot used", ok, f"killed while copying step {step}; restored from {got or 'nothing'}")
+
+
 def check_checkpoint_on_signal(obs: Observation) -> Check:
     t = obs.faults[0].time if obs.faults else float("inf")
     sig = [r for r in obs.records if r.get("event") == "signal" and r["time"] >= t]
@@ -292,16 +353,25 @@ class Scenario:
     flags: tuple[str, ...] = ()  # training flags that do not change the math (fault hooks)
     math: tuple[str, ...] = ()  # training flags that do: the scenario gets its own reference run
     max_restarts: int | None = None  # None: the config's
+    nodes: int = 0  # 0: the config's; more gives the scenario its own (reference) job size
 
     @property
     def title(self) -> str:
         return SCENARIOS[self.name]
 
+    def config(self, cfg: LocalChaosConfig) -> LocalChaosConfig:
+        """The job this scenario runs: the config's, or with `nodes` nodes (global batch rounded up to fit)."""
+        if self.nodes <= cfg.nodes:
+            return cfg
+        world = self.nodes * cfg.nproc_per_node
+        return replace(cfg, nodes=self.nodes, global_batch=world * -(-cfg.global_batch // world))
+
 
 def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
     """Every local scenario by name (``chaos.catalog.PLATFORMS["local"]``)."""
     killed = 2 * cfg.interval  # a SIGKILL loses the steps since the last commit; one async save may be in flight
-    # At the same world size the newest in-memory snapshot is restored: a failure costs the step in flight.
+    # The newest in-memory snapshot is restored (re-cut when the world shrank or grew, a lost node's shards
+    # from its peer's replica): a failure costs the step in flight.
     same_world = cfg.memory_interval or killed
     storage_only = ("--checkpoint.memory_interval", "0")  # scenarios about the storage tier itself
     table = [
@@ -309,12 +379,18 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
         # Dropout masks depend on how a batch is split over ranks: across a world-size change only a
         # dropout-free run can match the reference within fp tolerance.
         Scenario("node-loss-rejoin", inject_node_loss_rejoin,
-                 Expectation("close", max_steps_lost=killed, rejoin_world=cfg.world, atol=cfg.atol),
+                 Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
                  (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
         Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),
         Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
         Scenario("hang", inject_hang, Expectation(max_steps_lost=same_world)),
+        Scenario("kill-mid-snapshot", inject_kill_mid_snapshot, Expectation(max_steps_lost=same_world),
+                 (check_previous_snapshot_used,),
+                 flags=("--fault.kill_in_snapshot_at_step", str(snapshot_kill_step(cfg)), "--fault.rank", str(cfg.world - 1))),
+        # Three nodes: the ring's replica of one lost node sat on the other; memory cannot help, storage must.
+        Scenario("node-pair-loss", inject_node_pair_loss, Expectation(max_steps_lost=killed),
+                 (check_fell_back_to_storage,), nodes=3),
         Scenario("kill-during-save", inject_kill_during_save, Expectation(max_steps_lost=killed),
                  (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
         Scenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
@@ -389,7 +465,8 @@ def base_facts(cfg: LocalChaosConfig) -> dict:
 
 def run_scenario(cfg: LocalChaosConfig, sc: Scenario, ref: Reference, root: Path,
                  keep: bool = False) -> ScenarioResult:
-    """Inject ``sc`` into a fresh job, observe it to the end, judge it against ``ref``."""
+    """Inject ``sc`` into a fresh job, observe it to the end, judge it against ``ref`` (of ``sc.config(cfg)``)."""
+    cfg = sc.config(cfg)
     run = ScenarioRun(cfg, root / sc.name, rdzv_id=f"chaos-{sc.name}",
                       min_nodes=cfg.nodes if sc.min_nodes == "all" else 1, extra=sc.math + sc.flags,
                       max_restarts=sc.max_restarts)

@@ -15,13 +15,16 @@ How a failure is handled (the reason for every field below):
   count against ``maxRestarts`` (infrastructure churn should not use up the job's budget).
 * Exit codes that a restart cannot fix (training's 2 = bad config, 3 = checkpoint incompatible with the
   model) fail the whole TrainJob instead of looping.
+* The in-memory snapshots (``training.memory_tier``) live in the node's ``/dev/shm/t5-failover`` (a hostPath),
+  not in the pod: the recreated pods restore from them (or a lost node's shards from its peer's replica)
+  instead of going back to the storage checkpoint.
 * ``ttlSecondsAfterFinished`` is deliberately not set (kubeflow/trainer#3737: restart-count reset loop).
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, nccl_env, platform_timeouts
+from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, MEMORY_DIR_ENV, NODE_MEMORY_DIR, nccl_env, platform_timeouts
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 #: The replicated job and container the Trainer torch plugin injects PET_* variables into.
@@ -32,6 +35,8 @@ NODE = "node"
 NON_RETRYABLE_EXIT_CODES = (2, 3, 4, 5, 7)
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+#: Where the node's snapshot directory (cluster_facts.NODE_MEMORY_DIR, a hostPath) appears in the pod.
+SNAPSHOT_MOUNT_PATH = "/var/run/t5-failover/memory"
 
 
 def build_cluster_training_runtime(
@@ -111,6 +116,7 @@ def build_cluster_training_runtime(
         "volumeMounts": [
             {"name": "fsx", "mountPath": fsx_mount_path},
             {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "snapshots", "mountPath": SNAPSHOT_MOUNT_PATH},
         ],
     }
     if limits:
@@ -124,6 +130,9 @@ def build_cluster_training_runtime(
         "volumes": [
             {"name": "fsx", "persistentVolumeClaim": {"claimName": pvc_name}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+            # The in-memory snapshots must outlive the pod: every restart recreates all pods (Recreate
+            # below), and an emptyDir would go with them. The node's tmpfs keeps them for the new pod.
+            {"name": "snapshots", "hostPath": {"path": NODE_MEMORY_DIR, "type": "DirectoryOrCreate"}},
         ],
     }
     if gpus_per_node:
@@ -205,6 +214,7 @@ def _default_env(gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool) ->
         # any TrainJob that runs torchrun itself instead of the launcher. (Slurm jobs always go through the
         # launcher, so the batch script does not need it.)
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        MEMORY_DIR_ENV: SNAPSHOT_MOUNT_PATH,  # the in-memory snapshots on the node's tmpfs (see the volumes)
     }
     if gpus_per_node:
         env |= nccl_env(efa=efa_per_node > 0, gpudirect_rdma=gpudirect_rdma)

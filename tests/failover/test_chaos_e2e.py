@@ -72,6 +72,9 @@ def test_node_loss_shrinks_then_rejoins(ref, tmp_path):
     assert res.world_sizes[0] == CFG.world and CFG.world - 1 in res.world_sizes and res.world_sizes[-1] == CFG.world
     kinds = [r.kind for r in res.recoveries]
     assert kinds == ["SIGKILL node", "rejoin"]
+    # the survivor held its own shard and the lost node's replica: re-cut from memory, not storage
+    lost = res.recoveries[0]
+    assert lost.tier == "peer" and lost.steps_lost <= CFG.memory_interval, lost
     assert all(r.recover_s is not None for r in res.recoveries)
     names = {c.name for c in res.checks}
     assert "every sample exactly once" in names and f"weights within {CFG.atol:g} of reference" in names

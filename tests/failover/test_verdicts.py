@@ -20,7 +20,8 @@ GB = CFG.global_batch
 JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "checkpoint on signal, clean exit",
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
                 "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
-                "job stopped with an error", "clear failure message"}
+                "job stopped with an error", "clear failure message", "previous snapshot used",
+                "fell back to storage (a shard and its replica lost)"}
 
 
 def start(t, resumed=None, world=2, restart=0):
@@ -43,7 +44,8 @@ def no_fault_observation(name: str) -> Observation:
     t = CFG.kill_step + 0.5
     facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True,
              "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
-             "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50}}
+             "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
+             "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2]}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name == "node-loss-rejoin" else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
@@ -116,3 +118,34 @@ def test_broken_reference_history_skips_the_loss_check_instead_of_crashing():
     obs.reference_records = [start(0), step(1, 1), step(2, 3)]  # step 2 missing
     names = {c.name for c in judge(obs, Expectation(restart=False, noticed=False)).checks}
     assert "losses == reference" not in names and "weights bitwise == reference" in names
+
+
+def restarted(resumed: int, tier: str) -> list[dict]:
+    """Killed after step 6, restarted from `resumed` (restored from `tier`), finished."""
+    return ([start(0)] + [step(n, n) for n in range(1, 7)] + [{"event": "checkpoint", "time": 4.5, "step": 4}]
+            + [dict(start(10, resumed, restart=1), restored_from={"tier": tier, "step": resumed})]
+            + [step(10 + n, n) for n in range(resumed + 1, CFG.steps + 1)]
+            + [{"event": "end", "time": 30, "step": CFG.steps}])
+
+
+def test_kill_mid_snapshot_passes_only_when_the_step_before_the_killed_copy_is_restored():
+    from chaos.local.scenarios import check_previous_snapshot_used
+    obs = no_fault_observation("kill-mid-snapshot")
+    obs.records = restarted(CFG.kill_step - 1, "memory")
+    assert check_previous_snapshot_used(obs).ok
+    obs.records = restarted(CFG.kill_step, "memory")  # the half-written generation was offered
+    assert not check_previous_snapshot_used(obs).ok
+    obs.records = restarted(4, "storage")
+    assert not check_previous_snapshot_used(obs).ok
+
+
+def test_node_pair_loss_passes_only_on_a_storage_restore_of_two_killed_nodes_with_the_reason():
+    from chaos.local.scenarios import check_fell_back_to_storage
+    obs = no_fault_observation("node-pair-loss")
+    t = obs.faults[0].time
+    obs.faults = [Fault("SIGKILL node", t, True, "node1"), Fault("SIGKILL node", t + 0.01, True, "node2")]
+    obs.records = restarted(4, "storage")
+    obs.logs = [(t + 2, "memory snapshots: no step complete for every shard (world size 3; ...)")]
+    assert check_fell_back_to_storage(obs).ok
+    obs.records = restarted(5, "peer")  # memory could not have had every shard: a replica was found
+    assert not check_fell_back_to_storage(obs).ok

@@ -88,6 +88,17 @@ def test_storage_shm_and_devices() -> None:
     assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in rdma
 
 
+def test_in_memory_snapshots_live_on_the_node_and_outlive_the_recreated_pods() -> None:
+    pod = node_job(render())["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (vol,) = [v for v in pod["volumes"] if "hostPath" in v]
+    assert vol["hostPath"] == {"path": "/dev/shm/t5-failover", "type": "DirectoryOrCreate"}  # the node's tmpfs
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == vol["name"]]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["T5F_MEMORY_DIR"] == mount["mountPath"]  # the training job writes its snapshots there
+    assert not mount["mountPath"].startswith("/dev/shm")  # not hidden under the pod's own /dev/shm
+
+
 def test_cpu_variant_has_no_device_requests() -> None:
     rt = render(gpus_per_node=0, efa_per_node=0, namespace="ci")
     assert rt["kind"] == "TrainingRuntime" and rt["metadata"]["namespace"] == "ci"

@@ -107,7 +107,7 @@ def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
     r = launch(out, 3, *MEMORY, global_batch=6)
     assert r.returncode == 0, r.stdout + r.stderr
     assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
-    assert "no step complete for all 3 ranks" in r.stdout
+    assert "no step complete for every shard (world size 3" in r.stdout
     assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
 
 
@@ -143,6 +143,16 @@ def test_a_world_size_change_without_every_shard_in_memory_restores_from_storage
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no step complete for every shard (world size 2" in r.stdout + r.stderr
     assert starts(out)[-1]["restored_from"] == {"tier": "storage", "step": 3}
+
+
+def test_a_checkpoint_directory_emptied_for_a_fresh_start_never_gets_the_old_snapshots(tmp_path, node_memory):
+    out = tmp_path / "run"
+    r = tiny_run(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0 and snapshot_files(node_memory)  # the killed run's snapshots are still in memory
+    shutil.rmtree(out / "checkpoints")  # the user starts over in the same directory, same settings
+    r = tiny_run(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert starts(out)[-1]["restored_from"] is None and "fresh start" in r.stdout
 
 
 def test_a_diverged_run_leaves_no_snapshot_to_restore(tmp_path, node_memory):
