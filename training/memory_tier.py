@@ -17,7 +17,13 @@ snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of 
 
 A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
-step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with.
+step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. On
+GPUs the device-to-host part is queued on a side stream into reused page-locked buffers (host memory, never a
+second copy on the GPU), and the thread waits for that stream, not the training stream.
+
+A restart at another world size (a node lost from an elastic job, or one rejoining) re-cuts the snapshot:
+FSDP2 splits every parameter and optimizer moment evenly on dim 0, so each new rank copies its rows out of the
+old shards that overlap them (sent by whichever node holds them), with no full copy of the model anywhere.
 
     tier = MemoryTier.build(cfg.checkpoint, rank=0, world=2, local_world=1, ...)
     restored = tier.restore(state, storage_step=6)    # collective; None -> load from storage
@@ -231,6 +237,9 @@ class MemoryTier:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._checked = False
+        self._pinned: list[torch.Tensor | None] = []  # GPU only: page-locked host copies of the shards, reused
+        self._pinned_shapes: list | None = None
+        self._stream = None  # GPU only: the side stream of the device-to-host copies
         self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
@@ -269,7 +278,8 @@ class MemoryTier:
             return time.perf_counter() - t0
         meta = _to_bytes({"step": step, "rank": self.rank, "world": self.world, "skeleton": skel,
                           "layout": layout, "nbytes": nbytes, "identity": self.identity})
-        self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta),
+        tensors, copied = self._stage(tensors)
+        self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta, copied),
                                         name=f"memory-snapshot-{step}", daemon=True)
         self._thread.start()
         return time.perf_counter() - t0
@@ -293,9 +303,33 @@ class MemoryTier:
                             "(see its log); failures fall back to the storage checkpoints")
         return self.enabled
 
-    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: bytes) -> None:
+    def _stage(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Any]:
+        """GPU shards: queue their copy into reused page-locked host buffers on a side stream (after the work
+        queued so far, i.e. this step's optimizer update) and return those buffers with the copy's event; the
+        snapshot thread waits for the event, so training never waits for the device-to-host copy. CPU shards
+        are returned as they are (the thread copies them)."""
+        if not any(t.is_cuda for t in tensors):
+            return tensors, None
+        shapes = [(tuple(t.shape), t.dtype) for t in tensors]
+        if self._pinned_shapes != shapes:
+            self._pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if t.is_cuda else None
+                            for t in tensors]
+            self._pinned_shapes = shapes
+            self._stream = self._stream or torch.cuda.Stream(device=tensors[0].device)
+        self._stream.wait_stream(torch.cuda.current_stream(tensors[0].device))
+        with torch.cuda.stream(self._stream):
+            for host, t in zip(self._pinned, tensors):
+                if host is not None:
+                    host.copy_(t.detach(), non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self._stream)
+        return [host if host is not None else t for host, t in zip(self._pinned, tensors)], copied
+
+    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: bytes, copied=None) -> None:
         data = None
         try:
+            if copied is not None:
+                copied.synchronize()  # the side stream's device-to-host copies are in the pinned buffers
             slot, buf = self.own.begin(nbytes)
             for i, (dst, src) in enumerate(zip(_views(buf, layout), tensors)):
                 if self.mid_copy_hook is not None and i == len(tensors) // 2:
