@@ -246,28 +246,41 @@ class LocalCluster:
     def kill_node(self, index: int, *, record: bool = True) -> None:
         """SIGKILL node ``index``: its agent and every worker, as if the machine lost power (and its memory:
         the node's in-memory snapshots are deleted)."""
-        node = self.current(index)
-        pids = self.workers(index)  # collect first: once the agent is gone its workers are reparented
+        self.kill_nodes([index], record=record)
+
+    def kill_nodes(self, indices: list[int], *, record: bool = True) -> None:
+        """SIGKILL several nodes at the same moment (one fault: e.g. a rack's power): agents, workers, memory."""
+        nodes = [self.current(i) for i in indices]
+        pids = {i: self.workers(i) for i in indices}  # collect first: once an agent is gone its workers are reparented
         t = time.time()
-        if node.proc.poll() is None:
-            os.kill(node.proc.pid, signal.SIGKILL)
-        for p in pids:
+        for node in nodes:
+            if node.proc.poll() is None:
+                os.kill(node.proc.pid, signal.SIGKILL)
+        for p in (p for i in indices for p in pids[i]):
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        shutil.rmtree(self.node_memory(index), ignore_errors=True)
-        if record:
+        for i in indices:
+            shutil.rmtree(self.node_memory(i), ignore_errors=True)
+        if not record:
+            return
+        for node in nodes:
             try:
                 node.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            gone = [confirm(p, signal.SIGKILL)[0] for p in pids]
-            ok = node.proc.poll() is not None and bool(pids) and all(gone)
-            self.event("fault", index, f"SIGKILL node (agent {node.proc.pid} + workers {pids})",
-                       label="SIGKILL node", agents_hit=(node.name,), t=t, confirmed=ok,
-                       evidence=f"agent exit code {node.proc.poll()}, {sum(gone)}/{len(pids)} workers gone, "
-                                f"node memory wiped: {not self.node_memory(index).exists()}")
+        every = [p for i in indices for p in pids[i]]
+        gone = [confirm(p, signal.SIGKILL)[0] for p in every]
+        ok = all(n.proc.poll() is not None for n in nodes) and all(pids.values()) and all(gone)
+        names = ", ".join(f"node{i}" for i in indices)
+        agents = ", ".join(str(n.proc.pid) for n in nodes)
+        self.event("fault", indices[0] if len(indices) == 1 else None,
+                   f"SIGKILL {names} (agent(s) {agents} + workers {every})",
+                   label="SIGKILL node" if len(indices) == 1 else f"SIGKILL {len(indices)} nodes",
+                   agents_hit=tuple(n.name for n in nodes), t=t, confirmed=ok,
+                   evidence=f"agent exit code(s) {[n.proc.poll() for n in nodes]}, {sum(gone)}/{len(every)} workers "
+                            f"gone, node memory wiped: {all(not self.node_memory(i).exists() for i in indices)}")
 
     def signal_everything(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""

@@ -142,10 +142,11 @@ def test_kill_mid_snapshot_passes_only_when_the_step_before_the_killed_copy_is_r
 def test_node_pair_loss_passes_only_on_a_storage_restore_of_two_killed_nodes_with_the_reason():
     from chaos.local.scenarios import check_fell_back_to_storage
     obs = no_fault_observation("node-pair-loss")
-    t = obs.faults[0].time
-    obs.faults = [Fault("SIGKILL node", t, True, "node1"), Fault("SIGKILL node", t + 0.01, True, "node2")]
+    obs.faults = [Fault("SIGKILL 2 nodes", obs.faults[0].time, True, "node1, node2: agents and workers gone")]
     obs.records = restarted(4, "storage")
-    obs.logs = [(t + 2, "memory snapshots: no step complete for every shard (world size 3; ...)")]
+    obs.logs = [(obs.faults[0].time + 2, "memory snapshots: no step complete for every shard (world size 3; ...)")]
     assert check_fell_back_to_storage(obs).ok
     obs.records = restarted(5, "peer")  # memory could not have had every shard: a replica was found
+    assert not check_fell_back_to_storage(obs).ok
+    obs.records, obs.facts = restarted(4, "storage"), {**obs.facts, "killed_nodes": [1]}  # one node only
     assert not check_fell_back_to_storage(obs).ok
