@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import threading
@@ -54,6 +55,10 @@ LOCK = ".t5-failover.lock"
 PROBE = ".t5-failover-probe"
 LINEAGE = ".t5-failover-lineage"
 OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK, LINEAGE}
+#: A step directory is made under this scratch name (".step_00000006.new-<pid>") with its ownership file inside,
+#: then renamed into place: a rank killed in between leaves no step directory without that file (which a later
+#: start would take for someone else's and refuse to overwrite).
+SCRATCH_RE = re.compile(rf"^\.{re.escape(PREFIX)}\d+\.new-\d+$")
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -125,7 +130,8 @@ def foreign_entries(root: str | Path) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         return []
-    ours = lambda p: p.name in OURS_AT_ROOT or (p.is_dir() and parse_step(p) is not None and is_ours(p))  # noqa: E731
+    ours = lambda p: (p.name in OURS_AT_ROOT or SCRATCH_RE.match(p.name)  # noqa: E731
+                      or (p.is_dir() and parse_step(p) is not None and is_ours(p)))
     return sorted(p.name for p in root.iterdir() if not ours(p))
 
 
@@ -424,8 +430,7 @@ class CheckpointManager:
                     if not is_ours(path):
                         raise OSError(f"{path} exists and was not written by this job; it is left alone")
                     shutil.rmtree(path)  # a leftover of an earlier attempt at this step (crash, rerun)
-                path.mkdir(parents=True)
-                (path / OWNED).write_text(json.dumps({"step": step, "created": time.time()}))
+                self._make_step_dir(step, path)
             except OSError as e:
                 problem = self._failure_text(step, e)
         problem = self._agree(problem)
@@ -449,6 +454,16 @@ class CheckpointManager:
             # and a rank exiting early makes torchrun/srun tear down the others, rank 0 mid-commit included.
             dist.barrier(group=self.group)
         return time.perf_counter() - t0
+
+    def _make_step_dir(self, step: int, path: Path) -> None:
+        """Rank 0: create `path` with its ownership file already inside (scratch name, then one rename)."""
+        for old in self.root.iterdir():  # scratch left by a start killed between mkdir and rename
+            if SCRATCH_RE.match(old.name):
+                shutil.rmtree(old, ignore_errors=True)
+        scratch = self.root / f".{path.name}.new-{os.getpid()}"
+        scratch.mkdir(parents=True)
+        (scratch / OWNED).write_text(json.dumps({"step": step, "created": time.time()}))
+        os.rename(scratch, path)
 
     def _failure_text(self, step: int, e: BaseException) -> str:
         good = latest_complete(self.root) if self.rank == 0 else None

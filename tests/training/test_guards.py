@@ -106,6 +106,27 @@ def fingerprint(**changes):
     return run_fingerprint(finalize(cfg), data_label="builtin", data_digest="abc")
 
 
+def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_kill_is_ours(world1, tmp_path):
+    """A rank killed between creating a step directory and writing its ownership file used to leave a step
+    directory the next start took for a stranger's (and refused to overwrite). Now the directory is made under a
+    scratch name and renamed into place; a scratch left by a kill is ours: not reported, removed by the next save."""
+    from training.checkpoint import OWNED, CheckpointManager, foreign_entries, is_ours, step_dir
+    from training.config import CheckpointConfig
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    left = root / ".step_00000002.new-4242"  # what a kill between mkdir and rename leaves
+    left.mkdir()
+    assert foreign_entries(root) == []
+    (root / "step_00000009").mkdir()  # a stranger's directory is still reported
+    assert foreign_entries(root) == ["step_00000009"]
+    mgr = CheckpointManager(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature={})
+    mgr.save(2, {"w": torch.arange(4.0)}, force=True)
+    mgr.close()
+    made = step_dir(root, 2)
+    assert is_ours(made) and (made / OWNED).is_file() and (made / "COMMITTED.json").is_file()
+    assert not left.exists() and sorted(p.name for p in root.iterdir() if p.name.startswith(".step")) == []
+
+
 def test_fingerprint_diff_names_each_changed_field_and_ignores_what_may_change():
     base = fingerprint()
     assert diff(base, fingerprint(train__micro_batch=2, parallel__threads=4, checkpoint__interval=5)) == []
