@@ -39,8 +39,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from training.config import CheckpointConfig
 from training.config import ConfigError
-from training.errors import CheckpointIncompatible, CheckpointStorageError, RunChanged
-from training.integrity import crc32c_file, share, storage_reason
+from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
+from training.integrity import crc32c_file, peer_reason, share, storage_reason
 from training.run_identity import ALWAYS_ACCEPTED, Change, diff, show
 from training.staging import ReusedBufferStager
 
@@ -58,6 +58,9 @@ OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK, LINEAGE}
 #: A step directory is made under this scratch name (".step_00000006.new-<pid>") with its ownership file inside,
 #: then renamed into place: a rank killed in between leaves no step directory without that file (which a later
 #: start would take for someone else's and refuse to overwrite).
+#: Once a save has been timed, checkpoint collectives wait this many times the slowest save so far (see
+#: checkpoint.min_timeout_s): room for a slow file-system moment, yet a silent peer costs about a save, not an hour.
+SAVE_TIMEOUT_FACTOR = 4
 SCRATCH_RE = re.compile(rf"^\.{re.escape(PREFIX)}\d+\.new-\d+$")
 
 
@@ -151,6 +154,7 @@ class CheckpointManager:
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world_size: int, signature: dict[str, Any],
                  fingerprint: dict[str, Any] | None = None, accept: set[str] = frozenset(),
                  before_save: Callable[[int], None] | None = None,
+                 during_save: Callable[[int], None] | None = None,
                  slow_commit_s: float = 0.0, on_commit: Callable[[int], None] | None = None):
         self.cfg = cfg
         self.root = Path(cfg.dir)
@@ -160,6 +164,7 @@ class CheckpointManager:
         self.accept = set(accept)
         self.accepted: list[Change] = []
         self.before_save = before_save or (lambda step: None)
+        self.during_save = during_save or (lambda step: None)  # fault injection: after the directory is agreed
         self.slow_commit_s = slow_commit_s
         self.on_commit = on_commit or (lambda step: None)
         # Checkpoint collectives get their own gloo group: async saves run them on a background thread
@@ -167,6 +172,10 @@ class CheckpointManager:
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.timeout_s))
         self._pending: tuple[int, Any, threading.Event] | None = None
         self.failure: str | None = None  # why the last async save failed, once known
+        self._failure_kind: type[Exception] = CheckpointStorageError
+        self.collective_timeout_s = cfg.timeout_s  # lowered once a save has been timed (_bound_collectives)
+        self._slowest_save_s = 0.0
+        self._save_t0 = 0.0
         self.checksum_s = 0.0            # this rank's seconds spent on checksums by the last commit
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
         self._stager = ReusedBufferStager()
@@ -420,8 +429,9 @@ class CheckpointManager:
         self.before_save(step)
         t0 = time.perf_counter()
         self.wait()  # one save in flight at a time
-        if self.failure:
-            raise CheckpointStorageError(self.failure)
+        self.raise_failure()
+        self._bound_collectives()
+        self._save_t0 = t0
         path = step_dir(self.root, step)
         problem = None
         if self.rank == 0:
@@ -436,6 +446,7 @@ class CheckpointManager:
         problem = self._agree(problem)
         if problem:
             raise CheckpointStorageError(problem)
+        self.during_save(step)
         self._progress = dict(progress or {})
         if self.cfg.async_save and not sync:
             done = threading.Event()
@@ -447,9 +458,11 @@ class CheckpointManager:
             try:
                 dcp.save(state, checkpoint_id=str(path), process_group=self.group)
                 self._commit(step)
+                self._timed(t0)
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported with its reason
                 self._discard(step)
-                raise CheckpointStorageError(self._failure_text(step, e)) from None
+                kind, text = self._classify(step, e)
+                raise kind(text) from None
             # Nobody leaves before rank 0's marker is down: a sync save precedes an exit (signal, last step),
             # and a rank exiting early makes torchrun/srun tear down the others, rank 0 mid-commit included.
             dist.barrier(group=self.group)
@@ -465,6 +478,37 @@ class CheckpointManager:
         (scratch / OWNED).write_text(json.dumps({"step": step, "created": time.time()}))
         os.rename(scratch, path)
 
+    def _classify(self, step: int, e: BaseException) -> tuple[type[Exception], str]:
+        """(PeerLost, why) when a collective lost a peer, else (CheckpointStorageError, why)."""
+        peer = peer_reason(e)
+        if peer:
+            return PeerLost, (f"the checkpoint of step {step} was not completed: {peer}; the checkpoint collectives "
+                              f"wait {self.collective_timeout_s:.0f} s. The job restarts from the newest complete "
+                              "checkpoint")
+        return CheckpointStorageError, self._failure_text(step, e)
+
+    def raise_failure(self) -> None:
+        """Raise the failure of the last async save, if it failed (PeerLost or CheckpointStorageError)."""
+        if self.failure:
+            raise self._failure_kind(self.failure)
+
+    def _timed(self, t0: float) -> None:
+        self._slowest_save_s = max(self._slowest_save_s, time.perf_counter() - t0)
+
+    def _bound_collectives(self) -> None:
+        """Main thread, nothing in flight: checkpoint collectives wait SAVE_TIMEOUT_FACTOR x the slowest save
+        so far (at least min_timeout_s, at most timeout_s) instead of timeout_s."""
+        if not self._slowest_save_s:
+            return
+        bound = min(self.cfg.timeout_s, max(self.cfg.min_timeout_s, SAVE_TIMEOUT_FACTOR * self._slowest_save_s))
+        if bound != self.collective_timeout_s:
+            dist.distributed_c10d._set_pg_timeout(timedelta(seconds=bound), self.group)
+            if self.rank == 0 and self.collective_timeout_s == self.cfg.timeout_s:
+                log.info("checkpoint collectives now wait at most %.0f s for a peer (the slowest save took %.2f s; "
+                         "checkpoint.min_timeout_s %.0f, timeout_s %.0f)", bound, self._slowest_save_s,
+                         self.cfg.min_timeout_s, self.cfg.timeout_s)
+            self.collective_timeout_s = bound
+
     def _failure_text(self, step: int, e: BaseException) -> str:
         good = latest_complete(self.root) if self.rank == 0 else None
         kept = f"the newest complete checkpoint {good} is intact" if good else "no earlier checkpoint exists"
@@ -475,8 +519,9 @@ class CheckpointManager:
         try:
             fut.result()
             self._commit(step)
+            self._timed(self._save_t0)
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - the trainer stops at the next step
-            self.failure = self._failure_text(step, e)  # the trainer stops at the next step and says it once
+            self._failure_kind, self.failure = self._classify(step, e)  # raised at the next step, said once
             self._discard(step)
         finally:
             done.set()

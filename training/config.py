@@ -137,8 +137,13 @@ class CheckpointConfig:
     async_save: bool = True
     """Write checkpoints in the background (training continues after a short copy)."""
     timeout_s: float = 3600.0
-    """Timeout of the checkpoint collectives (their own gloo group): how long a save or load waits for the
-    slowest rank's write or read before it fails."""
+    """Timeout of the checkpoint collectives (their own gloo group) until a save has been timed: how long the
+    load and the first save wait for the slowest rank's read or write before they fail. Also the most any
+    later save waits (see min_timeout_s)."""
+    min_timeout_s: float = 60.0
+    """Once a save has been timed, the checkpoint collectives wait max(this, 4 x the slowest save so far), at
+    most timeout_s: a peer that goes silent mid-save (its sockets stay open) costs that long, not timeout_s.
+    The in-memory snapshots' collectives (node memory, one peer) wait this long."""
     load_step: int = 0
     """Resume from this step's checkpoint instead of the newest (0 = newest). Newer checkpoints are moved to
     <dir>/superseded/ (kept, never overwritten); later restarts of the same run resume from the newest again."""
@@ -187,6 +192,10 @@ class FaultConfig:
     fail_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank`'s in-memory snapshot of this step fails (an injected "no space" error): every
     rank must turn the tier off at the next step and train on with storage checkpoints."""
+    stop_in_save_at_step: int = 0
+    """If > 0: rank `fault.rank` stops itself (SIGSTOP, as a node that goes silent: its sockets stay open) at the
+    start of this step's checkpoint write (once per out_dir): its peers must give up after the checkpoint
+    collectives' bound (checkpoint.min_timeout_s), not checkpoint.timeout_s."""
     kill_in_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank` SIGKILLs itself halfway through copying this step's in-memory snapshot
     (once per out_dir): the previous snapshot must be the one restored."""
@@ -397,6 +406,8 @@ def validate(cfg: Config) -> None:
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
+    need(0 < c.min_timeout_s <= c.timeout_s, f"checkpoint.min_timeout_s={c.min_timeout_s} must be > 0 and at most "
+         f"checkpoint.timeout_s={c.timeout_s}")
     try:
         parse_accept(c.accept_changes)
     except ValueError as e:

@@ -24,6 +24,12 @@ class CheckpointStorageError(RuntimeError):
     """Checkpoints cannot be written (no space, read-only, permissions); the message says why and where."""
 
 
+class PeerLost(RuntimeError):
+    """A checkpoint collective lost a peer (silent, hung or gone): not a storage problem. Deliberately without
+    an exit code: the worker crashes like one whose training collective lost a peer, and the launcher restarts
+    the group from the newest complete checkpoint."""
+
+
 EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, CheckpointIncompatible: 3, RunChanged: 4, Diverged: 5,
                                           CheckpointStorageError: 6}
 
@@ -35,3 +41,4 @@ def exit_code(e: BaseException, known: dict[type[BaseException], int] | None = N
         if kind in table:
             return table[kind]
     return None
+

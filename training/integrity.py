@@ -50,20 +50,41 @@ _REASONS = {
 }
 
 
-def _os_errors(exc: BaseException, seen: set[int] | None = None):
-    """Every OSError inside `exc`: its cause/context chain and DCP's per-rank failures."""
+def _errors(exc: BaseException, seen: set[int] | None = None):
+    """`exc` and every exception inside it: its cause/context chain and DCP's per-rank failures."""
     seen = set() if seen is None else seen
     if exc is None or id(exc) in seen:
         return
     seen.add(id(exc))
-    if isinstance(exc, OSError):
-        yield exc
+    yield exc
     for wrapped in getattr(exc, "failures", {}).values():  # CheckpointException: {rank: (exc, traceback)}
         inner = wrapped[0] if isinstance(wrapped, tuple) else wrapped
         if isinstance(inner, BaseException):
-            yield from _os_errors(inner, seen)
-    yield from _os_errors(exc.__cause__, seen)
-    yield from _os_errors(exc.__context__, seen)
+            yield from _errors(inner, seen)
+    yield from _errors(exc.__cause__, seen)
+    yield from _errors(exc.__context__, seen)
+
+
+def _os_errors(exc: BaseException):
+    """Every OSError inside `exc`."""
+    return (e for e in _errors(exc) if isinstance(e, OSError))
+
+
+# What gloo says when a peer of a collective stopped answering (a silent node: its sockets stay open) or went
+# away (a killed process: the kernel closes them).
+_PEER_SIGNS = (("Timed out waiting", "a peer did not answer in time (silent or hung)"),
+               ("Connection closed by peer", "a peer went away (its process ended)"),
+               ("Connection reset by peer", "a peer went away (its process ended)"))
+
+
+def peer_reason(exc: BaseException) -> str | None:
+    """One line when `exc` is a collective that lost a peer (not a storage problem), else None."""
+    for e in _errors(exc):
+        text = str(e)
+        for needle, reason in _PEER_SIGNS:
+            if needle in text:
+                return reason
+    return None
 
 
 # Below this much free space a write failure with no errno is taken for a full device: PyTorch's

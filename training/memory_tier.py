@@ -248,14 +248,14 @@ class MemoryTier:
     @classmethod
     def build(cls, cfg, *, rank: int, world: int, local_world: int, checkpoint_dir: str, identity: dict[str, Any],
               device: torch.device, mid_copy_hook: Callable[[int], None] | None = None) -> "MemoryTier":
-        """From the checkpoint config slice (memory_interval, memory_dir, memory_replica, timeout_s)."""
+        """From the checkpoint config slice (memory_interval, memory_dir, memory_replica, min_timeout_s)."""
         root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
         if cfg.memory_interval > 0:
             root.mkdir(parents=True, exist_ok=True, mode=0o700)
             if int(os.environ.get("LOCAL_RANK", "0")) == 0:
                 _remove_stale(root.parent, keep=root.name)
         return cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
-                   identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.timeout_s, device=device,
+                   identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.min_timeout_s, device=device,
                    mid_copy_hook=mid_copy_hook)
 
     # ------------------------------------------------------------------ snapshots
@@ -514,18 +514,9 @@ class MemoryTier:
             elif holder != s and self.rank in (holder, s):
                 if self.rank == holder:
                     got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
-                    meta_b = torch.frombuffer(bytearray(_to_bytes(got[1])), dtype=torch.uint8)
-                    dist.send(torch.tensor([meta_b.numel(), got[1]["nbytes"]]), dst=s, group=self.group)
-                    dist.send(meta_b, dst=s, group=self.group)
-                    dist.send(got[2][:got[1]["nbytes"]].clone(), dst=s, group=self.group)
+                    _send_blob(_to_bytes(got[1]), got[2][:got[1]["nbytes"]], s, self.group)
                 else:
-                    sizes = torch.empty(2, dtype=torch.int64)
-                    dist.recv(sizes, src=holder, group=self.group)
-                    meta_b = torch.empty(int(sizes[0]), dtype=torch.uint8)
-                    dist.recv(meta_b, src=holder, group=self.group)
-                    data = torch.empty(int(sizes[1]), dtype=torch.uint8)
-                    dist.recv(data, src=holder, group=self.group)
-                    mine = (_from_bytes(meta_b.numpy().tobytes()), data)
+                    mine = _recv_blob(holder, self.group)
         if mine is None or mine[0]["step"] != step:
             raise RuntimeError(f"snapshot of step {step} for rank {self.rank} not found")
         return mine

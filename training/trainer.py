@@ -112,6 +112,7 @@ class Trainer:
                                       signature=model_signature(cfg.model), fingerprint=fingerprint,
                                       accept=parse_accept(cfg.checkpoint.accept_changes),
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
+                                      during_save=self._maybe_go_silent_in_save,
                                       slow_commit_s=cfg.fault.slow_commit_s,
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
         self.restored_from: dict | None = None
@@ -205,25 +206,32 @@ class Trainer:
     def _maybe_inject_fault(self, step: int) -> None:
         f = self.cfg.fault
         if f.sigkill_at_step == step and self.rank == f.rank:
-            self._kill_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
+            self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
 
     def _maybe_kill_mid_copy(self, step: int) -> None:
         f = self.cfg.fault
         if f.fail_snapshot_at_step == step and self.rank == f.rank:
             raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
         if f.kill_in_snapshot_at_step == step and self.rank == f.rank:
-            self._kill_once(f"snapshot-kill-step{step}",
+            self._signal_self_once(f"snapshot-kill-step{step}",
                             f"SIGKILLs itself halfway through the memory snapshot of step {step}")
 
-    def _kill_once(self, name: str, what: str) -> None:
-        """SIGKILL this process, once per out_dir (a marker file keeps the restarted job from repeating it)."""
+    def _maybe_go_silent_in_save(self, step: int) -> None:
+        f = self.cfg.fault
+        if f.stop_in_save_at_step == step and self.rank == f.rank:
+            self._signal_self_once(f"save-stop-step{step}", f"stops itself (SIGSTOP) in the checkpoint save of step {step}",
+                            sig=signal.SIGSTOP)
+
+    def _signal_self_once(self, name: str, what: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` (SIGKILL) to this process, once per out_dir (a marker file keeps the restarted job from
+        repeating it)."""
         marker = Path(self.cfg.job.out_dir) / f".fault-{name}"
         if marker.exists():
             return
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(os.getpid()))
         print(f"[fault] rank {self.rank} {what}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
 
     def _per_rank_batch_text(self) -> str:
         per_rank = self.cfg.train.global_batch // self.world
@@ -312,7 +320,8 @@ class Trainer:
             sig, save_failed = self._agreed_stop()
             if save_failed:  # stop before doing more work that could not be saved
                 self.ckpt.wait()
-                raise CheckpointStorageError(self.ckpt.failure or "a peer's checkpoint write failed (see its log)")
+                self.ckpt.raise_failure()
+                raise CheckpointStorageError("a peer's checkpoint write failed (see its log)")
             final = step == t.steps
             blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final,
                                      progress=self.progress.state_dict())

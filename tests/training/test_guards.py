@@ -15,7 +15,7 @@ import torch.distributed as dist
 from training.config import Config, ConfigError, finalize
 from training.errors import Diverged
 from training.guard import NonFiniteGuard
-from training.integrity import crc32c_file, share, storage_reason
+from training.integrity import crc32c_file, peer_reason, share, storage_reason
 from training.run_identity import FIELDS, diff, parse_accept, run_fingerprint
 
 
@@ -125,6 +125,43 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     made = step_dir(root, 2)
     assert is_ours(made) and (made / OWNED).is_file() and (made / "COMMITTED.json").is_file()
     assert not left.exists() and sorted(p.name for p in root.iterdir() if p.name.startswith(".step")) == []
+
+
+def test_checkpoint_collectives_wait_a_bound_from_the_timed_saves_not_the_hour(world1, tmp_path):
+    """The load and the first save wait checkpoint.timeout_s; from the next save on, the group's real timeout
+    is max(min_timeout_s, 4 x the slowest save), so a peer silent mid-save costs seconds, not an hour."""
+    from datetime import timedelta
+    from training.checkpoint import CheckpointManager
+    from training.config import CheckpointConfig
+    mgr = CheckpointManager(CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
+                            rank=0, world_size=1, signature={})
+    timeout = lambda: mgr.group._get_backend(torch.device("cpu")).options._timeout  # noqa: E731
+    assert timeout() == timedelta(seconds=3600)
+    mgr.save(1, {"w": torch.arange(4.0)}, force=True)
+    assert timeout() == timedelta(seconds=3600) and 0 < mgr._slowest_save_s < 7 / 4
+    mgr.save(2, {"w": torch.arange(4.0)}, force=True)
+    assert timeout() == timedelta(seconds=7) and mgr.collective_timeout_s == 7
+    mgr._slowest_save_s = 100.0  # a slow file system: the bound follows it, capped by timeout_s
+    mgr.save(3, {"w": torch.arange(4.0)}, force=True)
+    assert timeout() == timedelta(seconds=400)
+    mgr._slowest_save_s = 5000.0
+    mgr.save(4, {"w": torch.arange(4.0)}, force=True)
+    assert timeout() == timedelta(seconds=3600)
+    mgr.close()
+
+
+@pytest.mark.parametrize("text, peer", [
+    ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete", "in time"),
+    ("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5001", "went away"),
+    ("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", None),
+])
+def test_peer_reason_tells_a_lost_peer_from_a_storage_failure(text, peer):
+    from torch.distributed.checkpoint.api import CheckpointException
+    wrapped = CheckpointException("save", {1: (RuntimeError(text), None)})
+    for exc in (RuntimeError(text), wrapped):
+        got = peer_reason(exc)
+        assert (got is None) if peer is None else (peer in got)
+    assert peer_reason(OSError(errno.ENOSPC, "No space left on device")) is None
 
 
 def test_fingerprint_diff_names_each_changed_field_and_ignores_what_may_change():

@@ -36,6 +36,24 @@ def reference_no_dropout(tmp_path_factory):
     return out
 
 
+def test_a_peer_silent_in_the_final_save_costs_the_bounded_wait_then_resume_is_exact(reference, tmp_path):
+    # Rank 1 stops (SIGSTOP: its sockets stay open, as a silent node's) as the final checkpoint (step 8) starts.
+    # Rank 0's checkpoint collectives give up after the bound set from the timed saves (at least
+    # checkpoint.min_timeout_s = 5 s), not checkpoint.timeout_s (1 h; the helper's 240 s limit would fail the
+    # test): the worker ends as one that lost a peer, not as a storage failure (exit 6), and a rerun resumes.
+    r = run(tmp_path, 2, "--fault.stop_in_save_at_step", str(STEPS), "--fault.rank", "1",
+            "--checkpoint.min_timeout_s", "5")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"rank 1 stops itself (SIGSTOP) in the checkpoint save of step {STEPS}" in out, out
+    assert "checkpoint collectives now wait at most" in out, out
+    assert f"the checkpoint of step {STEPS} was not completed: a peer did not answer in time" in out, out
+    assert "exit code 6" not in out, out
+    assert latest_complete(tmp_path / "checkpoints").name == "step_00000006"
+    r = run(tmp_path)
+    assert r.returncode == 0 and "resumed from step 6" in r.stdout, r.stdout + r.stderr
+    assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(tmp_path / "checkpoints", STEPS)) == []
+
+
 def test_sigkill_then_resume_is_bitwise_exact(reference, tmp_path):
     # Rank 1 is SIGKILLed after step 5, while the step-3 checkpoint is the newest complete one
     # (async save of step 3 committed; step 6 never reached): steps 4-5 are recomputed.
