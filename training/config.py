@@ -119,6 +119,12 @@ class ParallelConfig:
     train_timeout_s: float = 60.0
     """Process-group timeout after the first step: how long a collective waits for a hung or vanished
     peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""
+    heartbeat_timeout_s: float = 10.0
+    """A peer whose heartbeat (a thread in every worker, once a second, in the rendezvous store) has not moved
+    for this long is declared silent (a node that lost power, a partition, a stopped or wedged worker): its
+    watcher ends its own worker, and SIGKILLs the silent one if it is on the same node, so the job re-forms in
+    seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps and long saves never
+    look silent. 0 = off (see training/watchdog.py)."""
 
 
 # Where in-memory snapshots live (training.memory_tier): node-local tmpfs; the local launcher gives each
@@ -192,6 +198,9 @@ class FaultConfig:
     fail_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank`'s in-memory snapshot of this step fails (an injected "no space" error): every
     rank must turn the tier off at the next step and train on with storage checkpoints."""
+    stop_at_step: int = 0
+    """If > 0: rank `fault.rank` stops itself (SIGSTOP: alive, sockets open, silent) right after this step
+    (once per out_dir): the peers' heartbeat watchdog must notice (parallel.heartbeat_timeout_s)."""
     stop_in_save_at_step: int = 0
     """If > 0: rank `fault.rank` stops itself (SIGSTOP, as a node that goes silent: its sockets stay open) at the
     start of this step's checkpoint write (once per out_dir): its peers must give up after the checkpoint
@@ -403,6 +412,8 @@ def validate(cfg: Config) -> None:
     need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
     need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
+    need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
+         f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")

@@ -29,6 +29,7 @@ from training.model import apply_activation_checkpointing, apply_fsdp, build_mod
 from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
 from training.state import ModelOnly, Progress, RngState, TrainState
 from training.run_lock import lock_for_job
+from training.watchdog import PeerWatchdog
 
 log = logging.getLogger("training")
 # SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
@@ -83,6 +84,8 @@ class Trainer:
             problem = (f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
                        "--metrics.path or --job.out_dir at a writable directory")
         self._raise_if_any(problem, CheckpointStorageError)
+        self.watchdog = PeerWatchdog.build(p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer)
+        self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))
 
         self.model = build_model(cfg.model, seed=cfg.job.seed)
@@ -207,6 +210,8 @@ class Trainer:
         f = self.cfg.fault
         if f.sigkill_at_step == step and self.rank == f.rank:
             self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
+        if f.stop_at_step == step and self.rank == f.rank:
+            self._signal_self_once(f"stop-step{step}", f"stops itself (SIGSTOP) after step {step}", sig=signal.SIGSTOP)
 
     def _maybe_kill_mid_copy(self, step: int) -> None:
         f = self.cfg.fault
@@ -215,6 +220,11 @@ class Trainer:
         if f.kill_in_snapshot_at_step == step and self.rank == f.rank:
             self._signal_self_once(f"snapshot-kill-step{step}",
                             f"SIGKILLs itself halfway through the memory snapshot of step {step}")
+
+    def _on_silent_peer(self, line: str) -> None:
+        """Called by the watchdog's thread right before it ends this worker: the attempt's end record."""
+        step = self.progress.step if hasattr(self, "progress") else 0
+        self.metrics.end("crashed", step, detail=line)
 
     def _maybe_go_silent_in_save(self, step: int) -> None:
         f = self.cfg.fault
@@ -354,5 +364,6 @@ class Trainer:
             self.metrics.close()
             if self.run_lock is not None:
                 self.run_lock.release()  # after the last checkpoint write
+            self.watchdog.close()  # after the last collective: from here on this rank's silence is expected
             if dist.is_initialized():
                 dist.destroy_process_group()

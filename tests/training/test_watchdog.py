@@ -1,0 +1,58 @@
+"""The heartbeat watchdog on a real TCPStore, in one process: a silent peer is declared after the timeout (and
+only then); a peer that ended on purpose is not."""
+import re
+import time
+
+import pytest
+import torch.distributed as dist
+
+from training.watchdog import PeerWatchdog
+
+
+@pytest.fixture
+def store():
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    return dist.PrefixStore("test/", server)
+
+
+def pair(store, timeout_s, ended):
+    return [PeerWatchdog(timeout_s=timeout_s, rank=r, world=2, store=store,
+                         on_silent=lambda line, r=r: ended.append((r, "silent", line)),
+                         exit_fn=lambda code, r=r: ended.append((r, "exit", code))) for r in (0, 1)]
+
+
+def test_a_silent_peer_is_declared_after_the_timeout_and_ends_the_watcher(store):
+    ended = []
+    w0, w1 = pair(store, 3, ended)
+    w0.start()
+    w1.start()
+    time.sleep(2.5)
+    assert ended == []  # both beat: nobody is silent
+    w1._stop.set()  # rank 1 stops beating without saying "done" (a stopped or powered-off node)
+    w1._thread.join()
+    t0 = time.monotonic()
+    while len(ended) < 2 and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert [(r, kind) for r, kind, _ in ended] == [(0, "silent"), (0, "exit")], ended
+    line = ended[0][2]
+    assert "rank 0: rank 1 (node 0" in line and "no heartbeat for" in line and "heartbeat_timeout_s 3" in line
+    silent_s = float(re.search(r"no heartbeat for ([0-9.]+) s", line).group(1))
+    assert silent_s >= 3  # declared only once the timeout had passed
+    w0._stop.set()
+
+
+def test_a_peer_that_ended_on_purpose_is_not_declared(store):
+    ended = []
+    w0, w1 = pair(store, 3, ended)
+    w0.start()
+    w1.start()
+    time.sleep(1.5)
+    w1.close()  # publishes "done"
+    time.sleep(5)
+    assert ended == [] and not w0._thread.is_alive()  # rank 0 stopped watching, declared nothing
+    w0.close()
+
+
+def test_one_process_or_timeout_zero_watches_nothing():
+    assert not PeerWatchdog(timeout_s=0, rank=0, world=2, store=object()).enabled
+    assert not PeerWatchdog(timeout_s=5, rank=0, world=1, store=object()).enabled

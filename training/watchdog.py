@@ -1,0 +1,154 @@
+"""Peer heartbeat watchdog: a silent peer is found in seconds, not after a collective's timeout.
+
+A killed process closes its sockets and its peers' collectives fail at once. A *silent* one does not: a node
+that lost power or whose kernel hangs, a partitioned network, a stopped (SIGSTOP) or wedged worker. Its peers
+then wait in their next collective for ``parallel.train_timeout_s`` (30-60 s on the platforms), and torchrun
+waits another fixed 30 s for a stopped worker to exit. The watchdog cuts that short:
+
+* every worker runs one daemon thread that publishes a counter (``hb/<rank>``) in the job's rendezvous store
+  once a second; the thread beats while the main thread computes, waits in a collective or writes a
+  checkpoint, so a slow step or a long save is never taken for silence;
+* the same thread watches one peer, the next rank in a ring (``(rank + 1) % world``): every rank is watched
+  by exactly one other, and the store sees O(world) reads a second, not O(world^2);
+* a peer whose counter has not moved for ``parallel.heartbeat_timeout_s`` is declared silent: the watcher
+  prints one line naming it (rank, node, pid), SIGKILLs it if it runs on the watcher's own node (a hung
+  worker: its agent then sees a dead process and restarts at once, without the 30 s stop wait), and ends its
+  own worker. Its agent restarts the group; the rendezvous drops the silent node after its missed
+  keep-alives (about 3 s, ``training.launch``); the job resumes from the newest in-memory snapshot or
+  checkpoint.
+
+A worker that ends normally publishes ``done`` first, so a peer that is still closing never mistakes it for
+silence. Keys live under a prefix drawn at start-up (one collective), so every restart of the group starts
+with fresh heartbeats. One process (``world`` 1) or ``heartbeat_timeout_s`` 0: :meth:`PeerWatchdog.build`
+returns a watchdog that does nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Callable
+
+import torch.distributed as dist
+
+#: Seconds between two beats (and two looks at the watched peer).
+BEAT_S = 1.0
+DONE = "done"
+
+
+class PeerWatchdog:
+    """Publishes this rank's heartbeat and ends this worker when the watched peer falls silent.
+
+        wd = PeerWatchdog.build(cfg.parallel, rank=rank, world=world, on_silent=record)
+        wd.start()
+        ...             # training
+        wd.close()      # after the last collective: peers stop watching this rank
+    """
+
+    def __init__(self, *, timeout_s: float, rank: int, world: int, store=None,
+                 on_silent: Callable[[str], None] | None = None, exit_code: int = 1,
+                 exit_fn: Callable[[int], None] = os._exit):
+        self.enabled = timeout_s > 0 and world > 1 and store is not None
+        self.timeout_s, self.rank, self.world = timeout_s, rank, world
+        self.peer = (rank + 1) % world
+        self.store = store
+        self.on_silent = on_silent or (lambda line: None)
+        self.exit_code = exit_code
+        self.exit_fn = exit_fn  # os._exit: the main thread may be blocked in a collective that never returns
+        self.node = os.environ.get("GROUP_RANK", "0")  # the torchrun agent (node) this worker belongs to
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def build(cls, cfg, *, rank: int, world: int, on_silent: Callable[[str], None] | None = None) -> "PeerWatchdog":
+        """From the parallel config slice (heartbeat_timeout_s). Collective when enabled: rank 0 draws the key
+        prefix of this incarnation of the group and broadcasts it."""
+        if cfg.heartbeat_timeout_s <= 0 or world < 2 or not dist.is_initialized():
+            return cls(timeout_s=0, rank=rank, world=world)
+        token = [secrets.token_hex(6) if rank == 0 else None]
+        dist.broadcast_object_list(token, src=0)
+        base = dist.distributed_c10d._get_default_store()
+        while isinstance(base, dist.PrefixStore):
+            base = base.underlying_store
+        if not isinstance(base, dist.TCPStore):  # file:// or in-process groups (tests): nobody to watch over TCP
+            return cls(timeout_s=0, rank=rank, world=world)
+        # Its own connection: the thread never waits behind the main thread's store calls, and its calls time
+        # out after the heartbeat timeout (a silent store host is silence too).
+        client = dist.TCPStore(base.host, base.port, is_master=False,
+                               timeout=timedelta(seconds=cfg.heartbeat_timeout_s))
+        store = dist.PrefixStore(f"t5-failover/heartbeat/{token[0]}/", client)
+        return cls(timeout_s=cfg.heartbeat_timeout_s, rank=rank, world=world, store=store, on_silent=on_silent)
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self.store.set(f"who/{self.rank}", json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                       "node": self.node}))
+        self._thread = threading.Thread(target=self._run, name="t5f-heartbeat", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop beating and tell the watcher this rank ended on purpose (best effort)."""
+        if not self.enabled or self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=2 * BEAT_S)
+        try:
+            self.store.set(f"hb/{self.rank}", DONE)
+        except Exception:  # noqa: BLE001 - the store may be gone at shutdown; the watcher then ends too
+            pass
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        beat, seen, since = 0, None, time.monotonic()
+        key = f"hb/{self.peer}"
+        try:
+            while not self._stop.wait(BEAT_S if beat else 0):
+                beat += 1
+                self.store.set(f"hb/{self.rank}", str(beat))
+                value = self.store.get(key).decode() if self.store.check([key]) else None
+                now = time.monotonic()
+                if value == DONE:
+                    return  # the peer finished; nothing more to watch
+                if value != seen:
+                    seen, since = value, now
+                elif now - since > self.timeout_s:
+                    self._declare(now - since)
+        except Exception as e:  # noqa: BLE001 - the store itself stopped answering: as silent as a peer
+            if not self._stop.is_set():
+                self._end(f"[watchdog] rank {self.rank}: the rendezvous store did not answer within "
+                          f"{self.timeout_s:.0f} s ({type(e).__name__}: {str(e).splitlines()[0][:120]}); ending this "
+                          "worker so the job re-forms")
+
+    def _declare(self, silent_s: float) -> None:
+        try:
+            who = json.loads(self.store.get(f"who/{self.peer}"))
+        except Exception:  # noqa: BLE001
+            who = {}
+        where = f"node {who.get('node', '?')}, host {who.get('host', '?')}, pid {who.get('pid', '?')}"
+        killed = ""
+        pid = int(who.get("pid") or 0)
+        if who.get("node") == self.node and who.get("host") == socket.gethostname() and pid not in (0, os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)  # a hung worker of this node: no 30 s stop wait
+                killed = "; SIGKILLed it (same node)"
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._end(f"[watchdog] rank {self.rank}: rank {self.peer} ({where}) has sent no heartbeat for "
+                  f"{silent_s:.1f} s (parallel.heartbeat_timeout_s {self.timeout_s:g}){killed}; ending this worker "
+                  "so the job re-forms without it")
+
+    def _end(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        try:
+            self.on_silent(line)
+        except Exception:  # noqa: BLE001 - the exit matters more than the record
+            pass
+        sys.stdout.flush()
+        self.exit_fn(self.exit_code)
