@@ -9,6 +9,7 @@ SCENARIOS: dict[str, str] = {
     "worker-kill": "SIGKILL one training process: its node's agent restarts the worker group, the job resumes",
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
+    "silent-node": "SIGSTOP a whole node (sockets stay open): the heartbeat watchdog declares it, the job re-forms",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
@@ -21,7 +22,7 @@ SCENARIOS: dict[str, str] = {
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
+    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
     "slurm": ("node-kill", "worker-kill", "preemption"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),

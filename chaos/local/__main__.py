@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"in-memory snapshot interval, 0 = off: storage only (default {d.memory_interval})")
     p.add_argument("--train-timeout-s", type=int, default=d.train_timeout_s,
                    help=f"process-group timeout after step 1 (default {d.train_timeout_s})")
+    p.add_argument("--heartbeat-timeout-s", type=float, default=d.heartbeat_timeout_s,
+                   help=f"a silent peer is declared after this long, 0 = watchdog off (default {d.heartbeat_timeout_s:g})")
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
     p.add_argument("--scenario-timeout-s", type=float, default=d.scenario_timeout_s,
                    help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})")
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
                            global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
-                           memory_interval=a.memory_interval,
+                           memory_interval=a.memory_interval, heartbeat_timeout_s=a.heartbeat_timeout_s,
                            max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
                            extra_args=tuple(a.train_args))
     try:

@@ -282,6 +282,20 @@ class LocalCluster:
                    evidence=f"agent exit code(s) {[n.proc.poll() for n in nodes]}, {sum(gone)}/{len(every)} workers "
                             f"gone, node memory wiped: {all(not self.node_memory(i).exists() for i in indices)}")
 
+    def stop_node(self, index: int) -> None:
+        """SIGSTOP node ``index``'s agent and workers: a silent node (power lost with the NIC up, a kernel hang, a
+        partition). Its processes stay alive with their sockets open, so no peer hears of it from the kernel."""
+        node = self.current(index)
+        pids = [node.proc.pid, *self.workers(index)]
+        t = time.time()
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        states = [confirm(p, signal.SIGSTOP) for p in pids]
+        self.event("fault", index, f"SIGSTOP node{index} (agent {node.proc.pid} + workers {pids[1:]})",
+                   label="SIGSTOP node", agents_hit=(node.name,), t=t,
+                   confirmed=len(pids) > 1 and all(ok for ok, _ in states),
+                   evidence="; ".join(how for _, how in states))
+
     def signal_everything(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""
         targets, hit, delivered = [], [], []

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store, process lifetime, the run lock and this harness only decide *when* processes run,
 # not what they compute. (training/launch/ is a package and is not hashed: only training/*.py and the presets are.)
-_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py"}
+_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py"}
 
 
 class LocalChaosConfigError(ValueError):
@@ -34,6 +34,8 @@ class LocalChaosConfig:
         memory_interval: in-memory snapshot every this many steps (0 = off): a failure at the same world
             size then loses at most this many steps (the scenarios that test the storage tier turn it off).
         train_timeout_s: process-group timeout after step 1: how long a hung peer blocks the others.
+        heartbeat_timeout_s: the workers' heartbeat watchdog (``--parallel.heartbeat_timeout_s``): a silent
+            peer (stopped node, hung worker) is declared after this long.
         max_restarts: torchrun ``--max-restarts`` (``restarts-exhausted`` exceeds it on purpose).
         slow_commit_s: ``kill-during-save`` widens the "async checkpoint written, not yet committed" window by this.
         atol: tolerance for the final weights when the world size changed (``node-loss-rejoin``).
@@ -50,6 +52,7 @@ class LocalChaosConfig:
     interval: int = 4
     memory_interval: int = 1
     train_timeout_s: int = 10
+    heartbeat_timeout_s: float = 5.0
     max_restarts: int = 3
     slow_commit_s: float = 6.0
     atol: float = 1e-4
@@ -97,6 +100,7 @@ class LocalChaosConfig:
                 "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
                 "--checkpoint.memory_interval", str(self.memory_interval),
                 "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
+                "--parallel.heartbeat_timeout_s", f"{self.heartbeat_timeout_s:g}",
                 *self.extra_args, *extra]
 
     def reference_key(self, math_args: tuple[str, ...] = ()) -> str:

@@ -114,6 +114,23 @@ def inject_node_loss_rejoin(run: ScenarioRun) -> None:
     run.cluster.start_node(victim, kind="rejoin")
 
 
+def inject_silent_node(run: ScenarioRun) -> None:
+    """SIGSTOP a whole node mid-training; once the survivors train on without it, the machine is fenced
+    (SIGKILL, memory gone) and a fresh node rejoins, as in node-loss-rejoin."""
+    cfg = run.cfg
+    run.start_until_kill_step()
+    victim = _victim(run)
+    run.facts["silent_node"] = victim
+    run.facts["silent_ranks"] = [r for r in range(cfg.world) if run.cluster.node_of_rank(r) == victim]
+    run.cluster.stop_node(victim)
+    t_stop = run.cluster.events[-1]["time"]
+    small = (cfg.nodes - 1) * cfg.nproc_per_node
+    first_small = run.wait_step(1, world=small, after=t_stop)
+    run.wait_step(first_small["step"] + 1, world=small, after=t_stop)
+    run.cluster.kill_node(victim, record=False)
+    run.cluster.start_node(victim, kind="rejoin")
+
+
 def inject_first_node_kill(run: ScenarioRun) -> None:
     run.start_until_kill_step()
     first = run.cluster.node_of_rank(0)
@@ -244,6 +261,18 @@ def check_shrank_and_grew(obs: Observation) -> Check:
     worlds = world_sizes(obs.records)
     ok = bool(obs.rejoins) and small in worlds and worlds[-1] == full
     return Check("shrank and grew back", ok, f"world sizes {worlds}, rejoin at {len(obs.rejoins)} time(s)")
+
+
+def check_watchdog_declared(obs: Observation) -> Check:
+    """A peer's heartbeat watchdog named a rank of the stopped node, after the stop (not a collective timeout)."""
+    t = obs.faults[0].time if obs.faults else float("inf")
+    ranks = obs.facts.get("silent_ranks") or []
+    lines = [ln for ln in obs.log_has("[watchdog]") if any(f": rank {r} (" in ln for r in ranks)]
+    after = [a for a in _restarted_attempts(obs) if a.start["time"] > t]
+    ok = bool(ranks) and bool(lines) and bool(after)
+    return Check("silent node declared by the heartbeat watchdog", ok,
+                 f"{lines[0].strip()[:200] if lines else f'no watchdog line naming rank(s) {ranks}'}; "
+                 f"attempts after the stop: {len(after)}")
 
 
 def check_rank0_node_killed(obs: Observation) -> Check:
@@ -381,6 +410,9 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
         Scenario("node-loss-rejoin", inject_node_loss_rejoin,
                  Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
                  (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
+        Scenario("silent-node", inject_silent_node,
+                 Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
+                 (check_watchdog_declared, check_shrank_and_grew), min_nodes="one", math=("--model.dropout", "0")),
         Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),
         Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),

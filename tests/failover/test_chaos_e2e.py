@@ -43,11 +43,11 @@ def test_every_local_verdict_fails_on_a_real_run_without_its_fault(ref):
     t = next(r["time"] for r in ref.records if r.get("event") == "step" and r["step"] == CFG.kill_step)
     facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True, "max_restarts": 1,
              "partial_checkpoint": f"step_{2 * CFG.interval:08d}", "corrupt_checkpoint": f"step_{2 * CFG.interval:08d}",
-             "truncated": {"file": "x.distcp", "from": 2, "to": 1}}
+             "truncated": {"file": "x.distcp", "from": 2, "to": 1}, "silent_ranks": [1]}
     for name in catalog.PLATFORMS["local"]:
         sc = scenarios(CFG)[name]
         obs = Observation(records=ref.records, faults=[Fault(name, t, True, "claimed, never done")],
-                          rejoins=[t + 1] if name == "node-loss-rejoin" else [], exited_ok=True,
+                          rejoins=[t + 1] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                           exit_detail="exit codes 0", steps=CFG.steps, global_batch=CFG.global_batch,
                           final_committed=(ref.final / MARKER).exists(),
                           weight_diffs=compare_weights(ref.final, ref.final), reference_records=ref.records,

@@ -21,7 +21,7 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
                 "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
-                "fell back to storage (a shard and its replica lost)"}
+                "fell back to storage (a shard and its replica lost)", "silent node declared by the heartbeat watchdog"}
 
 
 def start(t, resumed=None, world=2, restart=0):
@@ -45,9 +45,10 @@ def no_fault_observation(name: str) -> Observation:
     facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True,
              "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
-             "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2]}
+             "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
+             "silent_ranks": [1]}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
-                       rejoins=[t + 3] if name == "node-loss-rejoin" else [], exited_ok=True,
+                       rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
                        final_committed=True, weight_diffs=[], reference_records=uninterrupted(), wall_s=20.0,
                        logs=[(1.0, "step 1/16 loss 9.0")], facts=facts)
@@ -150,3 +151,17 @@ def test_node_pair_loss_passes_only_on_a_storage_restore_of_two_killed_nodes_wit
     assert not check_fell_back_to_storage(obs).ok
     obs.records, obs.facts = restarted(4, "storage"), {**obs.facts, "killed_nodes": [1]}  # one node only
     assert not check_fell_back_to_storage(obs).ok
+
+
+def test_silent_node_passes_only_when_the_watchdog_named_a_rank_of_the_stopped_node():
+    from chaos.local.scenarios import check_watchdog_declared
+    obs = no_fault_observation("silent-node")
+    t = obs.faults[0].time
+    obs.records = restarted(CFG.kill_step, "peer")
+    obs.logs = [(t + 5.2, "[watchdog] rank 0: rank 1 (node 1, host vm, pid 77) has sent no heartbeat for 5.0 s "
+                          "(parallel.heartbeat_timeout_s 5); ending this worker so the job re-forms without it")]
+    assert check_watchdog_declared(obs).ok
+    obs.facts = {**obs.facts, "silent_ranks": [0]}  # the line names a rank that was not stopped
+    assert not check_watchdog_declared(obs).ok
+    obs.facts, obs.logs = {**obs.facts, "silent_ranks": [1]}, []  # a collective timeout found it, not the watchdog
+    assert not check_watchdog_declared(obs).ok
