@@ -122,9 +122,9 @@ class ParallelConfig:
     heartbeat_timeout_s: float = 10.0
     """A peer whose heartbeat (a thread in every worker, once a second, in the rendezvous store) has not moved
     for this long is declared silent (a node that lost power, a partition, a stopped or wedged worker): its
-    watcher ends its own worker, and SIGKILLs the silent one if it is on the same node, so the job re-forms in
-    seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps and long saves never
-    look silent. 0 = off (see training/watchdog.py)."""
+    watcher ends its own worker, and the silent worker's own agent SIGKILLs it (when the agent still runs), so
+    the job re-forms in seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps
+    and long saves never look silent. 0 = off (see training/watchdog.py)."""
 
 
 # Where in-memory snapshots live (training.memory_tier): node-local tmpfs; the local launcher gives each

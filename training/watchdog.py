@@ -11,11 +11,14 @@ waits another fixed 30 s for a stopped worker to exit. The watchdog cuts that sh
 * the same thread watches one peer, the next rank in a ring (``(rank + 1) % world``): every rank is watched
   by exactly one other, and the store sees O(world) reads a second, not O(world^2);
 * a peer whose counter has not moved for ``parallel.heartbeat_timeout_s`` is declared silent: the watcher
-  prints one line naming it (rank, node, pid), SIGKILLs it if it runs on the watcher's own node (a hung
-  worker: its agent then sees a dead process and restarts at once, without the 30 s stop wait), and ends its
-  own worker. Its agent restarts the group; the rendezvous drops the silent node after its missed
+  prints one line naming it (rank, node, pid) and ends its own worker. Its agent restarts the group; the rendezvous drops the silent node after its missed
   keep-alives (about 3 s, ``training.launch``); the job resumes from the newest in-memory snapshot or
   checkpoint.
+
+A stopped or wedged worker is also ended by its own node: the worker's thread touches a file in
+``$T5F_HEARTBEAT_DIR`` at every beat, and :class:`NodeWatchdog`, a thread in the node's agent
+(``training.launch.agent``), SIGKILLs a child worker whose file has not changed for its timeout. The agent then
+sees a dead worker and restarts at once, instead of after torch's fixed 30 s wait for a stopped process.
 
 A worker that ends normally publishes ``done`` first, so a peer that is still closing never mistakes it for
 silence. Keys live under a prefix drawn at start-up (one collective), so every restart of the group starts
@@ -35,11 +38,11 @@ import time
 from datetime import timedelta
 from typing import Callable
 
-import torch.distributed as dist
-
 #: Seconds between two beats (and two looks at the watched peer).
 BEAT_S = 1.0
 DONE = "done"
+#: Set by the agent for its workers: the node-local directory of their heartbeat files (see NodeWatchdog).
+HEARTBEAT_DIR_ENV = "T5F_HEARTBEAT_DIR"
 
 
 class PeerWatchdog:
@@ -62,6 +65,8 @@ class PeerWatchdog:
         self.exit_code = exit_code
         self.exit_fn = exit_fn  # os._exit: the main thread may be blocked in a collective that never returns
         self.node = os.environ.get("GROUP_RANK", "0")  # the torchrun agent (node) this worker belongs to
+        beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
+        self.beat_file = os.path.join(beat_dir, str(os.getpid())) if beat_dir and self.enabled else ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,6 +74,7 @@ class PeerWatchdog:
     def build(cls, cfg, *, rank: int, world: int, on_silent: Callable[[str], None] | None = None) -> "PeerWatchdog":
         """From the parallel config slice (heartbeat_timeout_s). Collective when enabled: rank 0 draws the key
         prefix of this incarnation of the group and broadcasts it."""
+        import torch.distributed as dist  # here: the agent imports this module for NodeWatchdog before torch
         if cfg.heartbeat_timeout_s <= 0 or world < 2 or not dist.is_initialized():
             return cls(timeout_s=0, rank=rank, world=world)
         token = [secrets.token_hex(6) if rank == 0 else None]
@@ -99,6 +105,11 @@ class PeerWatchdog:
             return
         self._stop.set()
         self._thread.join(timeout=2 * BEAT_S)
+        if self.beat_file:
+            try:
+                os.unlink(self.beat_file)  # the agent stops watching this worker
+            except OSError:
+                pass
         try:
             self.store.set(f"hb/{self.rank}", DONE)
         except Exception:  # noqa: BLE001 - the store may be gone at shutdown; the watcher then ends too
@@ -112,6 +123,7 @@ class PeerWatchdog:
             while not self._stop.wait(BEAT_S if beat else 0):
                 beat += 1
                 self.store.set(f"hb/{self.rank}", str(beat))
+                self._touch(beat)
                 value = self.store.get(key).decode() if self.store.check([key]) else None
                 now = time.monotonic()
                 if value == DONE:
@@ -126,23 +138,23 @@ class PeerWatchdog:
                           f"{self.timeout_s:.0f} s ({type(e).__name__}: {str(e).splitlines()[0][:120]}); ending this "
                           "worker so the job re-forms")
 
+    def _touch(self, beat: int) -> None:
+        if self.beat_file:
+            try:
+                with open(self.beat_file, "w") as f:
+                    f.write(f"{self.timeout_s} {self.rank} {beat}\n")
+            except OSError:
+                self.beat_file = ""  # the directory went away: the agent's watchdog is not there either
+
     def _declare(self, silent_s: float) -> None:
         try:
             who = json.loads(self.store.get(f"who/{self.peer}"))
         except Exception:  # noqa: BLE001
             who = {}
         where = f"node {who.get('node', '?')}, host {who.get('host', '?')}, pid {who.get('pid', '?')}"
-        killed = ""
-        pid = int(who.get("pid") or 0)
-        if who.get("node") == self.node and who.get("host") == socket.gethostname() and pid not in (0, os.getpid()):
-            try:
-                os.kill(pid, signal.SIGKILL)  # a hung worker of this node: no 30 s stop wait
-                killed = "; SIGKILLed it (same node)"
-            except (ProcessLookupError, PermissionError):
-                pass
         self._end(f"[watchdog] rank {self.rank}: rank {self.peer} ({where}) has sent no heartbeat for "
-                  f"{silent_s:.1f} s (parallel.heartbeat_timeout_s {self.timeout_s:g}){killed}; ending this worker "
-                  "so the job re-forms without it")
+                  f"{silent_s:.1f} s (parallel.heartbeat_timeout_s {self.timeout_s:g}); ending this worker so the job "
+                  "re-forms without it")
 
     def _end(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -152,3 +164,81 @@ class PeerWatchdog:
             pass
         sys.stdout.flush()
         self.exit_fn(self.exit_code)
+
+
+class NodeWatchdog:
+    """A thread in a node's agent: SIGKILLs a child worker whose heartbeat file has not changed for the timeout
+    the worker wrote into it (a stopped or wedged worker), so the agent restarts at once.
+
+        wd = NodeWatchdog.start_for_workers()   # sets $T5F_HEARTBEAT_DIR for the workers it will start
+        ...                                     # the torchrun agent runs
+        wd.close()
+    """
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.agent = os.getpid()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="t5f-node-watchdog", daemon=True)
+
+    @classmethod
+    def start_for_workers(cls) -> "NodeWatchdog":
+        import tempfile
+        wd = cls(tempfile.mkdtemp(prefix="t5f-heartbeat-"))
+        os.environ[HEARTBEAT_DIR_ENV] = wd.dir
+        wd._thread.start()
+        return wd
+
+    def close(self) -> None:
+        import shutil
+        self._stop.set()
+        self._thread.join(timeout=2 * BEAT_S)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(BEAT_S):
+            self.check()
+
+    def check(self, now: float | None = None) -> list[int]:
+        """One look at every heartbeat file; returns the pids SIGKILLed."""
+        killed = []
+        now = time.time() if now is None else now
+        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
+            path = os.path.join(self.dir, name)
+            try:
+                pid, age = int(name), now - os.stat(path).st_mtime
+                with open(path) as f:
+                    timeout_s, rank = (float(x) for x in f.read().split()[:2])
+            except (OSError, ValueError):
+                continue
+            if not _is_child(pid, self.agent):  # ended (or never ours): forget it
+                _unlink(path)
+                continue
+            if age > timeout_s:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                _unlink(path)
+                killed.append(pid)
+                print(f"[agent] worker pid {pid} (rank {int(rank)}) has sent no heartbeat for {age:.1f} s "
+                      f"(parallel.heartbeat_timeout_s {timeout_s:g}): SIGKILLed it so this node restarts at once",
+                      file=sys.stderr, flush=True)
+        return killed
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    """Whether `pid` is alive (not a zombie) and a child of `parent` (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[1]) == parent
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -56,3 +56,28 @@ def test_a_peer_that_ended_on_purpose_is_not_declared(store):
 def test_one_process_or_timeout_zero_watches_nothing():
     assert not PeerWatchdog(timeout_s=0, rank=0, world=2, store=object()).enabled
     assert not PeerWatchdog(timeout_s=5, rank=0, world=1, store=object()).enabled
+
+
+def test_the_node_watchdog_kills_only_a_child_worker_whose_heartbeat_is_stale(tmp_path):
+    import os
+    import subprocess
+
+    from training.watchdog import NodeWatchdog
+    fresh, stale = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        wd = NodeWatchdog(str(tmp_path))
+        now = time.time()
+        for proc, age in ((fresh, 1), (stale, 10)):
+            beat = tmp_path / str(proc.pid)
+            beat.write_text("3 1 42\n")  # timeout 3 s, rank 1, beat 42
+            os.utime(beat, (now - age, now - age))
+        stranger = tmp_path / str(os.getppid())  # alive, but not a child of this "agent": never touched
+        stranger.write_text("3 0 1\n")
+        os.utime(stranger, (now - 100, now - 100))
+        assert wd.check(now) == [stale.pid]
+        assert stale.wait(timeout=5) == -9 and fresh.poll() is None
+        assert sorted(p.name for p in tmp_path.iterdir()) == [str(fresh.pid)]  # the stale and the stranger forgotten
+    finally:
+        for p in (fresh, stale):
+            p.kill()
+            p.wait()

@@ -16,6 +16,9 @@ adds is how the agent stops:
 * jobs of the training module are checked on this node first (:mod:`training.job_check`: data, output
   locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
   worker starts.
+* a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
+  agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.watchdog.NodeWatchdog`), so the agent
+  restarts at once instead of after torch's fixed 30 s wait for a stopped process.
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -33,6 +36,7 @@ from training.job_check import DONE_ENV, already_checked
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.lifecycle import AGENT_ENV, die_with_launcher
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
+from training.watchdog import NodeWatchdog
 
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
     _abort_on_second_sigint(SignalException)
+    watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     try:
         torchrun_main(argv)
     except SignalException as e:
@@ -132,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             return code
         print(e, file=sys.stderr, flush=True)  # a crash: torchrun's summary names the rank and the cause
         return 1
+    finally:
+        if watchdog is not None:
+            watchdog.close()
     return 0
 
 
