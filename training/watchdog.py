@@ -117,18 +117,20 @@ class PeerWatchdog:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        beat, seen, since = 0, None, time.monotonic()
+        beat, seen, since, watching = 0, None, time.monotonic(), True
         key = f"hb/{self.peer}"
         try:
             while not self._stop.wait(BEAT_S if beat else 0):
                 beat += 1
-                self.store.set(f"hb/{self.rank}", str(beat))
+                self.store.set(f"hb/{self.rank}", str(beat))  # beats go on to the end: others watch this rank
                 self._touch(beat)
+                if not watching:
+                    continue
                 value = self.store.get(key).decode() if self.store.check([key]) else None
                 now = time.monotonic()
                 if value == DONE:
-                    return  # the peer finished; nothing more to watch
-                if value != seen:
+                    watching = False  # the peer finished on purpose; nothing more to watch
+                elif value != seen:
                     seen, since = value, now
                 elif now - since > self.timeout_s:
                     self._declare(now - since)

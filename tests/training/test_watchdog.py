@@ -48,9 +48,12 @@ def test_a_peer_that_ended_on_purpose_is_not_declared(store):
     w1.start()
     time.sleep(1.5)
     w1.close()  # publishes "done"
+    before = int(store.get("hb/0"))
     time.sleep(5)
-    assert ended == [] and not w0._thread.is_alive()  # rank 0 stopped watching, declared nothing
+    assert ended == [] and w0._thread.is_alive()  # rank 0 declared nothing...
+    assert int(store.get("hb/0")) >= before + 3  # ...and still beats: whoever watches it must not see silence
     w0.close()
+    assert store.get("hb/0") == b"done"
 
 
 def test_one_process_or_timeout_zero_watches_nothing():
