@@ -159,6 +159,25 @@ class Recovery:
     world_after: int | None
     tier: str | None = None
     """Where the recovering attempt's state came from: memory, peer (a replica), storage (None: fresh)."""
+    breakdown: dict[str, float | None] | None = None
+    """Where recover_s went (seconds, in order; see BREAKDOWN): None when the attempt did not time its start-up."""
+
+
+#: The phases of a restart, in order: noticed; the agents stopped the old workers and formed a new rendezvous
+#: round until the new rank 0 was exec'd; that worker's start-up (training.startup); its first step.
+BREAKDOWN = ("notice", "stop_and_rendezvous", "interpreter", "imports", "process_group", "build", "restore",
+             "first_step")
+
+
+def breakdown(t_fail: float, detected: float | None, start: dict, first_step_time: float) -> dict | None:
+    """Seconds per phase of :data:`BREAKDOWN` for an attempt whose ``start`` event carries ``startup``."""
+    su = start.get("startup") or {}
+    if detected is None or not su.get("exec_time"):
+        return None
+    out = {"notice": detected - t_fail, "stop_and_rendezvous": su["exec_time"] - detected}
+    out.update({k: su.get(f"{k}_s") for k in BREAKDOWN[2:-1]})
+    out["first_step"] = first_step_time - start["time"]
+    return {k: None if v is None else round(v, 2) for k, v in out.items()}
 
 
 def first_detection(t_fail: float, detections: list[float], records: list[dict]) -> float | None:
@@ -189,7 +208,8 @@ def recovery(kind: str, t_fail: float, attempts: list[Attempt], detections: list
                        for s in b.steps]
         steps_lost = max(0, (max(done_before) if done_before else 0) - rec_attempt.resumed_from)
     det = first_detection(t_fail, detections, records) if detect else None
-    return Recovery(kind=kind, time=t_fail, detect_s=None if det is None else det - t_fail,
+    parts = None if rec_step is None else breakdown(t_fail, det, rec_attempt.start, rec_step["time"])
+    return Recovery(kind=kind, time=t_fail, detect_s=None if det is None else det - t_fail, breakdown=parts,
                     recover_s=None if rec_step is None else rec_step["time"] - t_fail,
                     steps_lost=steps_lost, restarts=len(after),
                     world_after=None if rec_step is None else rec_step["world_size"],

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chaos.analysis import Recovery, goodput
+from chaos.analysis import BREAKDOWN, Recovery, goodput
 from chaos.verdict import Check, Verdict
 
 # (label, scenario, which figure, target, comparison) -- reported, never asserted: this machine is shared.
@@ -150,6 +150,26 @@ def table(results: list[ScenarioResult], reference_goodput: float | None = None,
     lines.append(f"{s['passed']}/{s['total']} scenarios passed; goodput of the completing scenarios "
                  f"{s['goodput']:.0%} ({s['useful_step_s']:.0f} s useful step time / {s['wall_s']:.0f} s wall{ref})")
     lines.append("(recover/lost of a rejoin shown after a slash; restarts = job attempts started after the faults)")
+    return "\n".join(lines)
+
+
+def breakdown_table(results: list[ScenarioResult]) -> str:
+    """Where each scenario's first recovery went, phase by phase (seconds; see chaos.analysis.BREAKDOWN)."""
+    width = max([20] + [len(r.name) + 1 for r in results])
+    cols = [(k, max(len(k), 5) + 1) for k in BREAKDOWN]
+    head = f"{'restart breakdown (s)':<{width}}" + "".join(f"{k:>{w}}" for k, w in cols) + f"{'total':>7}"
+    lines = [head]
+    for r in results:
+        f = _faults(r)
+        parts = f[0].breakdown if f else None
+        if not parts:
+            continue
+        lines.append(f"{r.name:<{width}}" + "".join(f"{_fmt(parts.get(k)):>{w}}" for k, w in cols)
+                     + f"{_fmt(f[0].recover_s):>7}")
+    if len(lines) == 1:
+        return ""
+    lines.append("(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: its start-up; "
+                 "first_step: start event to the first step's record)")
     return "\n".join(lines)
 
 

@@ -456,7 +456,8 @@ def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = 
     report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
                       rows, png)
     return {"passed": all(r.passed for r in results), "results": results, "wall_s": time.monotonic() - t0,
-            "table": report.table(results, columns=COLUMNS), "targets": report.targets_table(rows)}
+            "table": report.table(results, columns=COLUMNS), "breakdown": report.breakdown_table(results),
+            "targets": report.targets_table(rows)}
 
 
 def preflight() -> str | None:
@@ -516,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = run(cfg, out_dir)
     print()
     print(rep["table"])
+    print(rep["breakdown"])
     print(rep["targets"])
     n = len(rep["results"])
     print(f"\n{'PASS' if rep['passed'] else 'FAIL'}: {sum(r.passed for r in rep['results'])}/{n} scenarios in "

@@ -20,6 +20,7 @@ from training.errors import EXIT_CODES, CheckpointStorageError, Diverged, exit_c
 from training.job_check import already_checked, check_job
 from training.lifecycle import die_with_agent
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
+from training.startup import StartupClock
 
 KNOWN_ERRORS = {**EXIT_CODES, CheckpointDirBusy: EXIT_BUSY}
 
@@ -32,6 +33,7 @@ def _report(e: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    clock = StartupClock()  # the restart breakdown times this worker's start-up from here (training.startup)
     die_with_agent()  # a worker left behind by a vanished torchrun agent would train on unsupervised
     # Until the trainer handles it (end of start-up), Ctrl-C ends the worker like SIGTERM does: at once and
     # quietly; no step has run, so nothing is lost. (Python's default would print a KeyboardInterrupt traceback.)
@@ -54,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, CheckpointStorageError) as e:
             return _report(e)
     from training.trainer import Trainer  # torch import after argument errors are reported
+    clock.mark("imports")
     trainer = None
     try:
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, clock)
         code = trainer.train()
     except Exception as e:
         if exit_code(e, KNOWN_ERRORS) is None:

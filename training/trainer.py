@@ -27,6 +27,7 @@ from training.memory_tier import MemoryTier
 from training.metrics import MetricsLogger
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, count_params, model_signature
 from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
+from training.startup import StartupClock
 from training.state import ModelOnly, Progress, RngState, TrainState
 from training.run_lock import lock_for_job
 from training.watchdog import PeerWatchdog
@@ -58,8 +59,9 @@ def _lr_lambda(warmup: int, total: int):
 class Trainer:
     """Builds everything from a Config; `train()` runs to `train.steps` and returns the exit code."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, clock: StartupClock | None = None):
         self.cfg = cfg
+        self.clock = clock or StartupClock()  # main() starts it first thing, to time the imports too
         _ensure_env()
         p = cfg.parallel
         torch.set_num_threads(p.threads)
@@ -75,6 +77,7 @@ class Trainer:
             backend = "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=p.init_timeout_s))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.clock.mark("process_group")  # waits for every rank of the new group
         check_world(cfg, self.world)
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
         try:
@@ -132,6 +135,7 @@ class Trainer:
         self._signal = 0
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)
+        self.clock.mark("build")
 
     def _on_signal(self, signum, _frame) -> None:
         if signum == signal.SIGINT and self._signal == signal.SIGINT:
@@ -289,9 +293,11 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         resumed = self._resume()
         self.ckpt.check_no_clash(self.progress.step + 1, t.steps)
+        self.clock.mark("restore")
         self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
                            host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
-                           accepted_changes=[c.field for c in self.ckpt.accepted], restored_from=self.restored_from)
+                           accepted_changes=[c.field for c in self.ckpt.accepted], restored_from=self.restored_from,
+                           startup=self.clock.summary())
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
             (Path(cfg.job.out_dir) / "config.toml").write_text(to_toml(cfg))

@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                        "wall_s": ref.wall_s, "goodput": ref_gp}, rows, png)
     print()
     print(report.table(results, ref_gp))
+    print(report.breakdown_table(results))
     print(report.targets_table(rows))
     print(f"report: {out / 'report.json'}\ntimeline: {png}\ntotal {time.time() - t_all:.0f} s")
     last = REPO / ".chaos" / "last"

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store, process lifetime, the run lock and this harness only decide *when* processes run,
 # not what they compute. (training/launch/ is a package and is not hashed: only training/*.py and the presets are.)
-_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py"}
+_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py", "startup.py"}
 
 
 class LocalChaosConfigError(ValueError):

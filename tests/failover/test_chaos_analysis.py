@@ -143,3 +143,25 @@ def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
                             figures={"exit codes": {"node0": 1}})
     png = timeline_png(tmp_path / "t.png", [ok, failed], "title").path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_restart_breakdown_adds_up_to_the_recovery_from_the_workers_own_clock():
+    from chaos.analysis import BREAKDOWN
+    from chaos.report import breakdown_table
+    recs = history()
+    # the attempt that started at 20: its rank 0 was exec'd at 11.0 and timed its own start-up
+    recs[7] = {**recs[7], "startup": {"exec_time": 11.0, "interpreter_s": 0.5, "imports_s": 4.0,
+                                      "process_group_s": 1.5, "build_s": 2.0, "restore_s": 1.0}}
+    attempts = split_attempts(recs)
+    r = recovery("SIGKILL worker", 6.2, attempts, [6.5], recs, until=30)
+    assert list(r.breakdown) == list(BREAKDOWN)
+    assert r.breakdown["notice"] == pytest.approx(0.3) and r.breakdown["stop_and_rendezvous"] == pytest.approx(4.5)
+    assert r.breakdown["first_step"] == pytest.approx(25 - 20)
+    # the phases cover the recovery except the gap between the last start-up mark and the start event (none here)
+    assert sum(r.breakdown.values()) == pytest.approx(r.recover_s - (20 - (11.0 + 9.0)))
+    res = ScenarioResult(name="worker-kill", title="x", passed=True, recoveries=[r])
+    text = breakdown_table([res])
+    assert "stop_and_rendezvous" in text and "worker-kill" in text and "18.8" in text
+    # an attempt without the start-up record (older workers, or a platform without /proc): no breakdown
+    recs[7].pop("startup")
+    assert recovery("SIGKILL worker", 6.2, split_attempts(recs), [6.5], recs, until=30).breakdown is None
