@@ -193,6 +193,9 @@ class FaultConfig:
     """Rank that `sigkill_at_step` kills."""
     slow_commit_s: float = 0.0
     """Sleep this long after a checkpoint's data is written and before its commit marker."""
+    step_sleep_s: float = 0.0
+    """Sleep this long after every step, on every rank: stretches a short chaos job so that a rejoining node
+    is admitted before the job ends. Changes wall time only, never the math."""
     nan_at_step: int = 0
     """If > 0: the loss of this step is made NaN on every rank (tests the non-finite guard)."""
     fail_snapshot_at_step: int = 0
@@ -428,7 +431,8 @@ def validate(cfg: Config) -> None:
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
          and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0
-         and cfg.fault.fail_snapshot_at_step >= 0,
+         and cfg.fault.fail_snapshot_at_step >= 0 and cfg.fault.stop_at_step >= 0
+         and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0,
          "fault.* values must be >= 0")
 
 

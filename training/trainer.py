@@ -214,6 +214,8 @@ class Trainer:
         f = self.cfg.fault
         if f.sigkill_at_step == step and self.rank == f.rank:
             self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
+        if f.step_sleep_s:
+            time.sleep(f.step_sleep_s)
         if f.stop_at_step == step and self.rank == f.rank:
             self._signal_self_once(f"stop-step{step}", f"stops itself (SIGSTOP) after step {step}", sig=signal.SIGSTOP)
 

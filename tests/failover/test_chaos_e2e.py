@@ -5,6 +5,7 @@ lean job (debug preset, 1 proc per node, 10 steps, dropout off so that all four 
 cached under .chaos/cache), and every local verdict judged on that real uninterrupted run, where it must fail.
 Timings are recorded in the report, never asserted: the CI machine is shared.
 """
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,9 @@ def ref(tmp_path_factory):
     return reference(CFG, REPO / ".chaos" / "cache", tmp_path_factory.mktemp("chaos-ref"))
 
 
-def run(name: str, ref, tmp_path: Path):
+def run(name: str, ref, tmp_path: Path, *flags: str):
     sc = scenarios(CFG)[name]
+    sc = replace(sc, flags=sc.flags + flags)  # fault hooks only: the shared reference still applies
     # node-loss-rejoin's own dropout-off reference is the shared one here: its math flags are in extra_args
     res = run_scenario(CFG, sc, ref, tmp_path)
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
@@ -68,7 +70,9 @@ def test_worker_kill_resumes_bitwise(ref, tmp_path):
 
 
 def test_node_loss_shrinks_then_rejoins(ref, tmp_path):
-    res = run("node-loss-rejoin", ref, tmp_path)
+    # The rejoining node starts after 2 steps at world 1; a 10-step job would otherwise finish at world 1 before
+    # the new agent is admitted (recovery from memory made the small world fast): 2 s per step leaves it time.
+    res = run("node-loss-rejoin", ref, tmp_path, "--fault.step_sleep_s", "2")
     assert res.world_sizes[0] == CFG.world and CFG.world - 1 in res.world_sizes and res.world_sizes[-1] == CFG.world
     kinds = [r.kind for r in res.recoveries]
     assert kinds == ["SIGKILL node", "rejoin"]
