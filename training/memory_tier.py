@@ -213,7 +213,11 @@ class _Generations:
 
     def remove(self) -> None:
         self.bufs.clear()
-        for p in self.root.glob(f"{self.prefix}.*"):
+        try:
+            names = [p for p in self.root.glob(f"{self.prefix}.*")]
+        except FileNotFoundError:  # another rank of this node emptied and removed the directory first
+            return
+        for p in names:
             p.unlink(missing_ok=True)
 
 
