@@ -10,6 +10,8 @@ SCENARIOS: dict[str, str] = {
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
     "silent-node": "SIGSTOP a whole node (sockets stay open): the heartbeat watchdog declares it, the job re-forms",
+    "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
+                            "the world size never shrinks",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
@@ -22,7 +24,7 @@ SCENARIOS: dict[str, str] = {
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
+    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
     "slurm": ("node-kill", "worker-kill", "preemption"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),

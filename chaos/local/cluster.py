@@ -120,7 +120,7 @@ def proc_env(pid: int) -> dict[str, str]:
 
 @dataclass
 class LocalCluster:
-    """A store plus ``launch.max_nodes`` agents under ``workdir`` (logs in ``workdir/logs``).
+    """A store plus ``launch.max_nodes`` (+ ``launch.spares``) agents under ``workdir`` (logs in ``workdir/logs``).
 
     Attributes:
         workdir: scenario directory (the job's out_dir lives inside it too).
@@ -162,7 +162,7 @@ class LocalCluster:
     def start_all(self, *, kind: str = "start") -> None:
         if self.store is None:
             self.start_store()
-        for i in range(self.launch.max_nodes):
+        for i in range(self.launch.max_nodes + self.launch.spares):  # hot spares: the last to join wait
             self.start_node(i, kind=kind)
 
     def relaunch(self, rdzv_id: str) -> None:

@@ -36,7 +36,7 @@ class ScenarioRun:
     """One scenario's simulated cluster, paths and waits; ``facts`` collects what its checks need."""
 
     def __init__(self, cfg: LocalChaosConfig, workdir: Path, *, rdzv_id: str, min_nodes: int,
-                 extra: tuple[str, ...] = (), max_restarts: int | None = None):
+                 extra: tuple[str, ...] = (), max_restarts: int | None = None, spares: int = 0):
         self.cfg = cfg
         self.workdir = workdir
         if workdir.exists():
@@ -44,7 +44,8 @@ class ScenarioRun:
         self.out = workdir / "job"
         self.ckpt = self.out / "checkpoints"
         self.metrics = self.out / "metrics.jsonl"
-        launch = LaunchConfig(min_nodes=min_nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
+        launch = LaunchConfig(min_nodes=min_nodes, max_nodes=cfg.nodes, spares=spares,
+                              nproc_per_node=cfg.nproc_per_node,
                               rdzv_id=rdzv_id, external_store=True,
                               max_restarts=cfg.max_restarts if max_restarts is None else max_restarts,
                               train_timeout_s=cfg.train_timeout_s,
@@ -129,6 +130,29 @@ def inject_silent_node(run: ScenarioRun) -> None:
     run.wait_step(first_small["step"] + 1, world=small, after=t_stop)
     run.cluster.kill_node(victim, record=False)
     run.cluster.start_node(victim, kind="rejoin")
+
+
+def inject_node_kill_with_spare(run: ScenarioRun) -> None:
+    """SIGKILL a training node (not rank 0's) of a fixed-size job while a hot spare waits in the rendezvous; no
+    replacement is started: only the spare can keep the job at full size. Records which nodes were spares at
+    the kill and which ranks they host once the job trains again."""
+    run.start_until_kill_step()
+    c = run.cluster
+    indices = sorted({n.index for n in c.nodes})
+    training = [i for i in indices if c.workers(i)]
+    spares = [i for i in indices if i not in training]
+    first = c.node_of_rank(0)
+    victim = next((i for i in reversed(training) if i != first), None)
+    if not spares or victim is None:
+        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
+                             f"spares {spares}, rank 0 on node{first}")
+    run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
+    c.kill_node(victim)
+    t_kill = c.events[-1]["time"]
+    first_after = run.wait_step(1, after=t_kill)
+    run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
+    run.cluster.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
+                      f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
 
 
 def inject_first_node_kill(run: ScenarioRun) -> None:
@@ -275,6 +299,18 @@ def check_watchdog_declared(obs: Observation) -> Check:
                  f"attempts after the stop: {len(after)}")
 
 
+def check_spare_took_over(obs: Observation) -> Check:
+    """A node that was a spare at the kill hosts ranks afterwards, and the world size never changed."""
+    spares, killed = obs.facts.get("spare_nodes") or [], obs.facts.get("killed_node")
+    ranks = obs.facts.get("spare_ranks_after") or []
+    worlds = world_sizes(obs.records)
+    again = [a for a in _restarted_attempts(obs) if a.steps]
+    ok = bool(spares) and killed is not None and bool(ranks) and bool(again) and set(worlds) == {obs.facts["world"]}
+    return Check("hot spare took the lost node's place", ok,
+                 f"killed node{killed}; spare(s) {spares} host rank(s) {ranks} after the kill; world sizes {worlds}; "
+                 f"attempts that trained after the kill: {len(again)}")
+
+
 def check_rank0_node_killed(obs: Observation) -> Check:
     """The killed node was the one running rank 0, and the job re-formed at full size on the same store."""
     killed, rank0 = obs.facts.get("killed_node"), obs.facts.get("rank0_node")
@@ -382,6 +418,7 @@ class Scenario:
     flags: tuple[str, ...] = ()  # training flags that do not change the math (fault hooks)
     math: tuple[str, ...] = ()  # training flags that do: the scenario gets its own reference run
     max_restarts: int | None = None  # None: the config's
+    spares: int = 0  # hot-spare agents beyond the job's nodes
     nodes: int = 0  # 0: the config's; more gives the scenario its own (reference) job size
 
     @property
@@ -413,6 +450,9 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
         Scenario("silent-node", inject_silent_node,
                  Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
                  (check_watchdog_declared, check_shrank_and_grew), min_nodes="one", math=("--model.dropout", "0")),
+        # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
+        Scenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
+                 (check_spare_took_over,), spares=1),
         Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),
         Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
@@ -501,7 +541,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: Scenario, ref: Reference, root: Path
     cfg = sc.config(cfg)
     run = ScenarioRun(cfg, root / sc.name, rdzv_id=f"chaos-{sc.name}",
                       min_nodes=cfg.nodes if sc.min_nodes == "all" else 1, extra=sc.math + sc.flags,
-                      max_restarts=sc.max_restarts)
+                      max_restarts=sc.max_restarts, spares=sc.spares)
     res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=str(run.workdir))
     print(f"[chaos] {sc.name}: {sc.title}", flush=True)
     res.t0 = time.time()

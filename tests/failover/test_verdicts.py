@@ -21,7 +21,8 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
                 "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
-                "fell back to storage (a shard and its replica lost)", "silent node declared by the heartbeat watchdog"}
+                "fell back to storage (a shard and its replica lost)", "silent node declared by the heartbeat watchdog",
+                "hot spare took the lost node's place"}
 
 
 def start(t, resumed=None, world=2, restart=0):
@@ -46,7 +47,7 @@ def no_fault_observation(name: str) -> Observation:
              "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
              "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
-             "silent_ranks": [1]}
+             "silent_ranks": [1], "spare_nodes": [2], "spare_ranks_after": []}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
@@ -165,3 +166,17 @@ def test_silent_node_passes_only_when_the_watchdog_named_a_rank_of_the_stopped_n
     assert not check_watchdog_declared(obs).ok
     obs.facts, obs.logs = {**obs.facts, "silent_ranks": [1]}, []  # a collective timeout found it, not the watchdog
     assert not check_watchdog_declared(obs).ok
+
+
+def test_spare_verdict_needs_the_spare_to_host_ranks_at_an_unchanged_world_size():
+    from chaos.local.scenarios import check_spare_took_over
+    obs = no_fault_observation("node-kill-with-spare")
+    obs.records = restarted(CFG.kill_step, "peer")
+    obs.facts = {**obs.facts, "spare_ranks_after": [1]}
+    assert check_spare_took_over(obs).ok
+    shrunk = [dict(r, world_size=1) if r.get("event") == "step" and r["time"] > obs.faults[0].time else r
+              for r in obs.records]
+    obs.records = shrunk  # the job went on without the spare, at a smaller world
+    assert not check_spare_took_over(obs).ok
+    obs.records, obs.facts = restarted(CFG.kill_step, "peer"), {**obs.facts, "spare_ranks_after": []}
+    assert not check_spare_took_over(obs).ok  # restarted at full size, but not on the spare

@@ -19,6 +19,9 @@ adds is how the agent stops:
 * a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
   agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.watchdog.NodeWatchdog`), so the agent
   restarts at once instead of after torch's fixed 30 s wait for a stopped process.
+* a hot spare (an agent beyond MAX nodes, on torch's redundancy list) that was never needed exits 0 with one
+  line when the job finishes and closes the rendezvous; torch 2.13's launcher would crash on it
+  (``agent.run()`` returns None after ``RendezvousGracefulExitError``).
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -65,6 +68,29 @@ def _abort_on_second_sigint(signal_exception: type) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # die *by* SIGINT, so a calling shell or make stops as well
 
     signal.signal(signal.SIGINT, handler)
+
+
+def _spares_exit_cleanly() -> None:
+    """Make a graceful rendezvous exit (a spare whose job finished) a success instead of torch's AttributeError.
+
+    torch 2.13 ``SimpleElasticAgent.run`` logs ``RendezvousGracefulExitError`` and returns None, and
+    ``launch_agent`` then calls ``result.is_failed()`` on it. Patched here, once per agent process.
+    """
+    from torch.distributed.elastic.agent.server import api
+
+    if getattr(api.SimpleElasticAgent.run, "_t5f_spare", False):
+        return
+    run = api.SimpleElasticAgent.run
+
+    def run_or_spare_done(self, role: str = api.DEFAULT_ROLE):
+        result = run(self, role)
+        if result is None:
+            print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
+            return api.RunResult(state=api.WorkerState.SUCCEEDED)
+        return result
+
+    run_or_spare_done._t5f_spare = True  # type: ignore[attr-defined]
+    api.SimpleElasticAgent.run = run_or_spare_done
 
 
 def _is_training(args) -> bool:
@@ -122,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
     _abort_on_second_sigint(SignalException)
+    _spares_exit_cleanly()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     try:
         torchrun_main(argv)

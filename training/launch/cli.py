@@ -23,12 +23,19 @@ Usage::
 
 Environment read by the mappings (flags win over environment):
 
-* local: NODES (default 2), NPROC (default 1); starts its own rendezvous store unless --rdzv-endpoint.
+* local: NODES (default 2), NPROC (default 1), SPARES (default 0); starts its own rendezvous store unless
+  --rdzv-endpoint.
 * slurm: SLURM_JOB_NUM_NODES, SLURM_NODEID, SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_JOB_NODELIST
   (first host via ``scontrol show hostnames``), SLURM_GPUS_ON_NODE.
 * pet (Kubeflow Trainer v2 torch plugin): PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
   PET_MASTER_ADDR, PET_MASTER_PORT.
-* all: T5_RDZV_ENDPOINT (HOST:PORT of a standalone store -> is_host=false), T5_RDZV_ID, T5_MIN_NODES.
+* all: T5_RDZV_ENDPOINT (HOST:PORT of a standalone store -> is_host=false), T5_RDZV_ID, T5_MIN_NODES,
+  T5_SPARES (Slurm: that many nodes of the allocation are hot spares; it trains on the others).
+
+Hot spares (``--spares K``): K more agents with the same command line join the rendezvous; beyond MAX nodes
+torch keeps them on its redundancy list, and when a node is lost the next round takes a spare instead, so the
+world size stays the same and the job resumes bitwise as if nothing happened (the lost node's shards come from
+their replica in the in-memory tier). Whichever agents join first train; the others are the spares.
 
 Stopping: Ctrl-C or SIGTERM makes the workers checkpoint at the next step and exit (a second Ctrl-C stops
 everything at once, without the checkpoint); if a local launcher dies, even by SIGKILL, its agents and store
@@ -64,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-env", choices=["local", "slurm", "pet"], default="local",
                    help="where node count/rank/endpoint come from (default local: simulated nodes here)")
     p.add_argument("--nodes", type=int, help="MAX nodes (local: how many agents to start; default NODES or 2)")
+    p.add_argument("--spares", type=int, help="hot-spare nodes beyond --nodes, waiting to replace a lost node "
+                                                "(default SPARES or 0)")
     p.add_argument("--min-nodes", type=int, help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)")
     p.add_argument("--nproc-per-node", help="workers per node (int|gpu|cpu|auto)")
     p.add_argument("--max-restarts", type=int, help="worker-group restarts before failing (default 3)")
@@ -93,6 +102,8 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
         over["max_nodes"] = a.nodes
     if a.min_nodes is not None:
         over["min_nodes"] = a.min_nodes
+    if a.spares is not None:
+        over["spares"] = a.spares
     if a.nproc_per_node is not None:
         over["nproc_per_node"] = int(a.nproc_per_node) if a.nproc_per_node.isdigit() else a.nproc_per_node
     if a.max_restarts is not None:
@@ -147,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             if own_store:
                 print("# standalone rendezvous store (no training node hosts it):")
                 print(format_argv(store_argv(DEFAULT_RDZV_PORT, python=cfg.python)))
-            print(f"# one agent per simulated node, {nodes} node(s):")
-            for i in range(nodes):
+            print(f"# one agent per simulated node, {nodes} node(s)"
+                  + (f" + {cfg.spares} hot spare(s) (the first {nodes} to join train)" if cfg.spares else "") + ":")
+            for i in range(nodes + cfg.spares):
                 print(format_argv(torchrun_argv(cfg), dict(RDZV_ENV, T5_NODE_RANK=str(i))))
             return 0
         try:

@@ -55,6 +55,9 @@ class LaunchConfig:
         min_nodes: fewest nodes the job keeps training with (MIN of ``--nnodes``); below it, it waits up
             to ``tuning.join_timeout`` for replacements. ``min_nodes == max_nodes`` = fixed-size job.
         max_nodes: nodes the job grows back to (MAX of ``--nnodes``).
+        spares: hot spares: nodes started beyond ``max_nodes`` whose agents wait in the rendezvous (torch's
+            redundancy list) and take a lost node's place in the next round, so the world size does not
+            shrink. Same command line as a training node; which agents train is decided by join order.
         nproc_per_node: worker processes per node (int, or torchrun's "gpu"/"cpu"/"auto").
         rdzv_endpoint: HOST:PORT of the rendezvous store.
         rdzv_id: job identity in the store; all agents of one job attempt share it. A relaunch after the
@@ -81,6 +84,7 @@ class LaunchConfig:
 
     min_nodes: int = 1
     max_nodes: int = 2
+    spares: int = 0
     nproc_per_node: int | str = 1
     rdzv_endpoint: str = f"127.0.0.1:{DEFAULT_RDZV_PORT}"
     rdzv_id: str = "t5-local"
@@ -103,6 +107,8 @@ class LaunchConfig:
         if self.max_nodes < self.min_nodes:
             raise LaunchError(f"max nodes {self.max_nodes} < min nodes {self.min_nodes}: "
                               f"lower --min-nodes or raise --nodes")
+        if self.spares < 0:
+            raise LaunchError(f"spares {self.spares} < 0: use --spares 0 (none) or more")
         if isinstance(self.nproc_per_node, int):
             if self.nproc_per_node < 1:
                 raise LaunchError(f"--nproc-per-node {self.nproc_per_node} < 1")

@@ -1,7 +1,7 @@
 """Platform environment -> :class:`LaunchConfig`: local simulated nodes, Slurm, Kubeflow Trainer (``PET_*``).
 
 Each mapping reads only the variables its platform sets, plus the overrides every mapping honours
-(T5_RDZV_ENDPOINT, T5_RDZV_ID, T5_MIN_NODES); a missing variable raises :class:`LaunchError` naming it.
+(T5_RDZV_ENDPOINT, T5_RDZV_ID, T5_MIN_NODES, T5_SPARES); a missing variable raises :class:`LaunchError` naming it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def _common(env: Mapping[str, str], default_endpoint: str, default_id: str) -> d
                  "rdzv_id": env.get("T5_RDZV_ID") or default_id}
     if env.get("T5_MIN_NODES"):
         out["min_nodes"] = _int_env(env, "T5_MIN_NODES", "set it to the fewest nodes to keep training with")
+    if env.get("T5_SPARES"):
+        out["spares"] = _int_env(env, "T5_SPARES", "set it to the number of hot-spare nodes (0 = none)")
     return out
 
 
@@ -49,7 +51,9 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
     """Map a Slurm allocation (one launcher per node, e.g. ``srun --ntasks-per-node=1``) to a LaunchConfig.
 
     The rendezvous id includes SLURM_RESTART_COUNT so a requeued job starts a fresh rendezvous.
-    Without T5_RDZV_ENDPOINT the first allocated host serves the store (plain c10d).
+    Without T5_RDZV_ENDPOINT the first allocated host serves the store (plain c10d). With T5_SPARES=K the
+    allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes (``--nnodes MIN:MAX``
+    with that MAX) and the K others wait in the rendezvous for a lost node's place.
     """
     hint = "run inside an sbatch/salloc allocation (srun --ntasks-per-node=1 python -m training.launch ...)"
     nnodes = _int_env(env, "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in env else "SLURM_NNODES", hint)
@@ -62,7 +66,12 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
     gpus = env.get("SLURM_GPUS_ON_NODE", "")
     common = _common(env, f"{first_host(nodelist)}:{env.get('T5_RDZV_PORT', DEFAULT_RDZV_PORT)}",
                      f"slurm-{job}" + (f"-r{restart}" if restart else ""))
-    cfg = LaunchConfig(max_nodes=nnodes, nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
+    spares = common.get("spares", 0)
+    if spares >= nnodes:
+        raise LaunchError(f"T5_SPARES={spares} leaves no training node in this {nnodes}-node allocation: "
+                          f"allocate spares + training nodes (sbatch --nodes), or lower T5_SPARES")
+    cfg = LaunchConfig(max_nodes=nnodes - spares,
+                       nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
                        node_rank=node_rank, **common)
     return with_platform_timeouts(cfg, platform_timeouts("slurm"))
 
@@ -93,11 +102,14 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
 
 
 def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
-    """Local simulated nodes: NODES and NPROC (Makefile variables); the store endpoint is filled in at start."""
+    """Local simulated nodes: NODES, NPROC and SPARES (Makefile variables); the store endpoint is filled in
+    at start."""
     nodes = int(env.get("NODES") or 2)
     nproc_raw = env.get("NPROC") or "1"
     common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local")
     common["external_store"] = True  # local runs always use a standalone store (started by run_local)
+    if env.get("SPARES") and "spares" not in common:
+        common["spares"] = _int_env(env, "SPARES", "set it to the number of hot-spare nodes (0 = none)")
     return LaunchConfig(max_nodes=nodes, nproc_per_node=int(nproc_raw) if nproc_raw.isdigit() else nproc_raw,
                         **common)
 

@@ -57,7 +57,8 @@ def start_store(workdir: str, python: str = sys.executable, timeout_s: float = 6
 
 
 def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> int:
-    """Run ``nodes`` agents on this machine against a standalone store; returns the job's exit code.
+    """Run ``nodes`` agents (plus ``cfg.spares`` hot spares) on this machine against a standalone store;
+    returns the job's exit code.
 
     With ``own_store_needed`` a store is started on a free port (and stopped at the end); otherwise
     ``cfg.rdzv_endpoint`` must already serve one. Call it from the main thread (signal handlers, and see
@@ -88,8 +89,11 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         print(f"[launch] rendezvous store pid {own_store.pid} on 127.0.0.1:{port}", flush=True)
     argv, env = torchrun_argv(cfg), launch_env(cfg)
     print(f"[launch] {nodes} node(s): {format_argv(argv, RDZV_ENV)}", flush=True)
+    if cfg.spares:
+        print(f"[launch] + {cfg.spares} hot spare(s): the first {nodes} agents to join train, the others wait in "
+              f"the rendezvous and replace a lost node", flush=True)
     env[PARENT_ENV] = str(os.getpid())  # the agents get SIGTERM if this process dies, even by SIGKILL
-    for i in range(nodes):
+    for i in range(nodes + cfg.spares):
         if received:
             break
         # a new session per agent: a terminal's Ctrl-C reaches us once, and we forward it explicitly
