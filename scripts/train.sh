@@ -25,11 +25,13 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # with the launcher the clusters use; DRY_RUN=1 prints the command(s) instead of running them.
 nodes="${NODES:-1}"
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || { echo "error: NODES=$nodes must be a positive integer (simulated nodes here)" >&2; exit 2; }
+spares="${SPARES:-0}"
+[[ "$spares" =~ ^[0-9]+$ ]] || { echo "error: SPARES=$spares must be 0 or a positive integer (hot-spare nodes)" >&2; exit 2; }
 dry=$("$py" -m tools.env_flags DRY_RUN) || exit 2
-if [ "$nodes" -gt 1 ]; then
+if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   what="local run"; [ "$dry" = true ] && what="dry run"
-  echo "[train] $what: preset=$preset, $nodes simulated nodes x $nproc processes (python -m training.launch, gloo on CPU)"
-  launch=("$py" -m training.launch --nodes "$nodes" --nproc-per-node "$nproc")
+  echo "[train] $what: preset=$preset, $nodes simulated node(s) x $nproc processes$( ((spares)) && echo " + $spares hot spare(s)") (python -m training.launch, gloo on CPU)"
+  launch=("$py" -m training.launch --nodes "$nodes" --spares "$spares" --nproc-per-node "$nproc")
   [ "$dry" = true ] && launch+=(--print)
   exec "${launch[@]}" -- --preset "$preset" "$@"
 fi

@@ -65,6 +65,10 @@ class SlurmJobConfig:
     nodes: int = 2
     """Nodes to allocate; one torchrun agent per node. A lost node fails the allocation and Slurm requeues
     the whole job, so the job always trains at this size (bitwise-reproducible resumes)."""
+    spares: int = 0
+    """Hot-spare nodes allocated on top of ``nodes`` (``SPARES``): their agents wait in the rendezvous while the
+    job trains on ``nodes`` nodes, and take a lost node's place in the next round (torch's redundancy list).
+    The allocation is ``nodes + spares`` nodes."""
     nproc_per_node: int | None = None
     """Training processes per node. Default: ``gpus_per_node``, or 1 on CPU nodes."""
     instance_type: str | None = None
@@ -229,6 +233,8 @@ class SlurmJobConfig:
             raise bad("preset", self.preset, "use a preset name such as debug or t5-base")
         if not 1 <= self.nodes <= 4096:
             raise bad("nodes", self.nodes, "use 1 or more nodes")
+        if not 0 <= self.spares <= 64:
+            raise bad("spares", self.spares, "use 0 (no hot spare) .. 64 spare nodes")
         if self.nproc_per_node is not None and not 1 <= self.nproc_per_node <= 64:
             raise bad("nproc_per_node", self.nproc_per_node, "use 1..64 processes per node (or leave unset)")
         if not 0 <= self.gpus_per_node <= 64:

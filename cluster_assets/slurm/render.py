@@ -56,7 +56,8 @@ def summary(cfg: SlurmJobConfig) -> str:
     hw = (f"{cfg.gpus_per_node} GPU(s)/node" + (" + EFA" if cfg.efa else "")) if cfg.gpus_per_node else "CPU"
     where = f"container {cfg.container_image} via pyxis (else venv)" if cfg.container_image else \
         f"venv {cfg.venv_python}"
-    return (f"run {cfg.name}: preset {cfg.preset}, {cfg.nodes} node(s) x {cfg.procs_per_node} proc(s), {hw}; "
+    spares = f" + {cfg.spares} hot spare(s)" if cfg.spares else ""
+    return (f"run {cfg.name}: preset {cfg.preset}, {cfg.nodes} node(s){spares} x {cfg.procs_per_node} proc(s), {hw}; "
             f"{where}; checkpoints {cfg.checkpoint_dir}")
 
 
@@ -76,6 +77,8 @@ def render(cfg: SlurmJobConfig) -> str:
         "SUMMARY": summary(cfg),
         "JOB_NAME": cfg.name,
         "NODES": str(cfg.nodes),
+        "SPARES": str(cfg.spares),
+        "ALLOC_NODES": str(cfg.nodes + cfg.spares),
         "LOG": cfg.log_pattern,
         "RUN_DIR": cfg.run_dir,
         "SBATCH_LINES": "\n".join(sbatch_lines(cfg)),
@@ -131,6 +134,7 @@ def check_training_args(cfg: SlurmJobConfig, *, files_here: bool = True) -> None
 # ---------------------------------------------------------------------------------------------- CLI
 _FLAGS = {  # field -> (flag, argparse kwargs)
     "run_name": ("--run-name", {}), "preset": ("--preset", {}), "nodes": ("--nodes", {"type": int}),
+    "spares": ("--spares", {"type": int}),
     "nproc_per_node": ("--nproc-per-node", {"type": int}), "instance_type": ("--instance-type", {}),
     "gpus_per_node": ("--gpus-per-node", {"type": int}), "partition": ("--partition", {}),
     "time_limit": ("--time", {}), "signal_before_timeout_s": ("--signal-before-timeout", {"type": int}),

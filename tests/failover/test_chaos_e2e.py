@@ -45,7 +45,8 @@ def test_every_local_verdict_fails_on_a_real_run_without_its_fault(ref):
     t = next(r["time"] for r in ref.records if r.get("event") == "step" and r["step"] == CFG.kill_step)
     facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True, "max_restarts": 1,
              "partial_checkpoint": f"step_{2 * CFG.interval:08d}", "corrupt_checkpoint": f"step_{2 * CFG.interval:08d}",
-             "truncated": {"file": "x.distcp", "from": 2, "to": 1}, "silent_ranks": [1]}
+             "truncated": {"file": "x.distcp", "from": 2, "to": 1}, "silent_ranks": [1],
+             "spare_nodes": [2], "spare_ranks_after": []}
     for name in catalog.PLATFORMS["local"]:
         sc = scenarios(CFG)[name]
         obs = Observation(records=ref.records, faults=[Fault(name, t, True, "claimed, never done")],
@@ -82,6 +83,18 @@ def test_node_loss_shrinks_then_rejoins(ref, tmp_path):
     assert all(r.recover_s is not None for r in res.recoveries)
     names = {c.name for c in res.checks}
     assert "every sample exactly once" in names and f"weights within {CFG.atol:g} of reference" in names
+
+
+def test_hot_spare_replaces_a_killed_node_at_the_same_world_size(ref, tmp_path):
+    """A fixed-size 2-node job with a third agent waiting: a training node is SIGKILLed and no replacement is
+    started; the spare takes its place (its memory is empty: the lost ranks come from their peer replica) and
+    the final weights equal the uninterrupted run's bitwise."""
+    res = run("node-kill-with-spare", ref, tmp_path)
+    assert res.world_sizes == [CFG.world]
+    rec = res.recoveries[0]
+    assert rec.kind == "SIGKILL node" and rec.tier == "peer" and rec.steps_lost <= CFG.memory_interval
+    spare = next(c for c in res.checks if c.name == "hot spare took the lost node's place")
+    assert spare.ok, spare.detail
 
 
 def test_preemption_checkpoints_on_signal_and_loses_nothing(ref, tmp_path):

@@ -113,6 +113,7 @@ def test_container_image_train_args_and_extras_are_quoted(tmp_path):
     ({"container_mounts": ("fsx:/fsx",)}, "container_mounts="),
     ({"container_image": "has space"}, "container_image="),
     ({"rdzv_port": 80}, "rdzv_port=80"),
+    ({"spares": -1}, "spares=-1"),
     ({"max_requeues": -1}, "max_requeues=-1"),
     ({"step_timeout_s": 5}, "step_timeout_s=5"),
     ({"slurm_conf": "etc/slurm.conf"}, "slurm_conf="),
@@ -250,3 +251,24 @@ def test_parse_scontrol_job_line():
         (12, "PENDING", "BeginTime", 1, "n[1-2]", "n1")
     assert not info.terminal and info.fields["TRES"] == "cpu=4,mem=2000M,node=2"
     assert parse_job(line.replace("PENDING", "COMPLETED")).succeeded
+
+
+def test_spares_enlarge_the_allocation_and_the_launcher_trains_on_the_others(tmp_path):
+    """SPARES=1: sbatch allocates nodes + 1, srun starts an agent on every node, and the launcher's Slurm
+    mapping keeps --nnodes at the training nodes (the extra agent waits on torch's redundancy list)."""
+    text = render(replace(BASE, nodes=2, spares=1))
+    bash_syntax_ok(text, tmp_path)
+    assert "--nodes=3" in sbatch_opts(text)
+    assert "NODES=2 " in text and "SPARES=1 " in text and "ALLOC_NODES=3" in text
+    assert '--spares "$SPARES"' in text and 'srun --kill-on-bad-exit=1 --nodes="$ALLOC_NODES"' in text
+    assert "2 node(s) + 1 hot spare(s)" in text  # the summary line
+    env = dict(os.environ, SLURM_JOB_NUM_NODES="3", SLURM_JOB_ID="7", SLURM_NODEID="2",
+               SLURM_JOB_NODELIST="n1", SLURM_GPUS_ON_NODE="", T5_SPARES="1")
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--rdzv-endpoint",
+                          "n1:29400", "--print", "--", "--preset", "debug"], capture_output=True, text=True,
+                         env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "--nnodes=1:2" in out.stdout  # 3 allocated - 1 spare = MAX 2
+    bad = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--print"],
+                         capture_output=True, text=True, env=dict(env, T5_SPARES="3"), cwd=ROOT)
+    assert bad.returncode == 2 and "T5_SPARES=3 leaves no training node" in bad.stderr

@@ -10,7 +10,7 @@ completed, 1 when it failed or was cancelled, 2 on a bad setting, 3 when Slurm o
 missing. Ctrl-C stops following; the job keeps running.
 
 Job options are the renderer's (below). Training flags are every ``--section.field VALUE``, ``--config FILE``
-and anything after ``--``. Environment defaults (flags win): PRESET, NODES, NPROC, SHARED_DIR, RUN_NAME,
+and anything after ``--``. Environment defaults (flags win): PRESET, NODES, SPARES, NPROC, SHARED_DIR, RUN_NAME,
 TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML with a [slurm] table), DRY_RUN
 (1/true/yes/on: print the script; tools.env_flags).
 The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
@@ -31,7 +31,7 @@ from cluster_facts import FSX_MOUNT_PATH
 from tools.env_flags import EnvFlagError, env_flag
 from tools.slurm import slurmctl
 
-ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
+ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
              "RUN_NAME": "--run-name", "TIME_LIMIT": "--time", "PARTITION": "--partition",
              "INSTANCE_TYPE": "--instance-type", "CONTAINER_IMAGE": "--container-image",
              "SLURM_JOB_CONFIG": "--slurm-config"}
