@@ -12,6 +12,8 @@ SCENARIOS: dict[str, str] = {
     "silent-node": "SIGSTOP a whole node (sockets stay open): the heartbeat watchdog declares it, the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
                             "the world size never shrinks",
+    "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
+                               "the watchdog declares it in seconds, the spare takes its place",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
@@ -24,7 +26,7 @@ SCENARIOS: dict[str, str] = {
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
+    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
     "slurm": ("node-kill", "worker-kill", "preemption"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),

@@ -200,7 +200,7 @@ def reference_goodput(records_effective: list[dict], wall_s: float) -> float:
 MARK_KINDS = {
     "failure": "a fault: injected (t) -> noticed (detected) -> first step of a restarted attempt (t_end)",
     "rejoin": "a lost node back (t) -> first step at full world size again (t_end); not a failure",
-    "action": "another harness action: relaunch, requeue, replacement node, corrupted checkpoint",
+    "action": "another harness action: relaunch, requeue, replacement node, new hot spare, corrupted checkpoint",
     "signal": "the job logged a signal it received",
     "attempt": "a worker group ran from its start (t) to its last record (t_end) at world size value, "
                "resumed from step",
@@ -209,7 +209,7 @@ MARK_KINDS = {
     "recomputed": "step computed again after a restart; this copy was kept",
     "discarded": "step computed, then lost: its attempt ended before a checkpoint kept it",
 }
-ACTIONS = ("replace", "relaunch", "requeue", "corrupt")  # harness events drawn as actions (plus fault, rejoin)
+ACTIONS = ("replace", "relaunch", "requeue", "corrupt", "spare")  # harness events drawn as actions (plus fault, rejoin)
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in PNG pixels, origin bottom left
 

@@ -6,6 +6,7 @@
 # Local variables: NODES (default 2), NPROC (per node, default 1), PRESET (default debug), DRY_RUN=1 (or
 # true/yes/on) prints the plan and one agent's command. Extra arguments go to python -m chaos.local, e.g.
 #   make chaos-test ARGS="--scenarios hang,silent-node"   (python -m chaos.local --help lists all options)
+#   make chaos-test SOAK=10m   goodput soak: one random fault per minute, against an uninterrupted run
 # Writes .chaos/runs/<time>/report.json and timeline.png (.chaos/last points at the newest run).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,6 +6,11 @@ Scenarios (``--scenarios NAME,NAME``; default all):
 
 {listing}
 
+Soak (``--soak 10m``, env SOAK; ``make chaos-test SOAK=10m``): instead of the scenarios, the job runs as long
+as an uninterrupted one takes that long, with one seeded random fault per ``--soak-every`` seconds (worker
+kill, node kill, silent node, hang) and a hot spare, and reports goodput against the uninterrupted run
+(chaos/local/soak.py).
+
 Exit code 0 when every scenario passed, 1 otherwise, 2 for a bad setting.
 """
 
@@ -47,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
     p.add_argument("--scenario-timeout-s", type=float, default=d.scenario_timeout_s,
                    help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})")
+    p.add_argument("--soak", default=os.environ.get("SOAK") or "", metavar="DURATION",
+                   help="goodput soak of this length (e.g. 10m; env SOAK) instead of the scenarios")
+    p.add_argument("--soak-every", type=float, default=60.0, help="soak: one fault per this many seconds (default 60)")
+    p.add_argument("--soak-seed", type=int, default=0, help="soak: seed of the fault schedule (default 0)")
+    p.add_argument("--soak-spares", type=int, default=1, help="soak: hot-spare nodes (default 1)")
     p.add_argument("--out", type=Path, help="run directory (default .chaos/runs/<time>)")
     p.add_argument("--cache", type=Path, default=REPO / ".chaos" / "cache", help="reference-run cache")
     p.add_argument("--keep", action="store_true", help="keep the checkpoints of passing scenarios")
@@ -71,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         print(catalog.listing("local"))
         return 0
+    if a.soak:
+        return soak_main(cfg, a)
     if a.dry_run:
         from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
         launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
@@ -122,6 +134,43 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:
         pass
     return 0 if all(r.passed for r in results) else 1
+
+
+def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
+    """``--soak``: run it, print the fault table and goodput, write report.json and timeline.png."""
+    from chaos import report
+    from chaos.local.soak import GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration, run_soak
+    try:
+        soak = SoakConfig(duration_s=parse_duration(a.soak), every_s=a.soak_every, seed=a.soak_seed,
+                          spares=a.soak_spares)
+        soak.validate()
+    except SoakConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = a.out or REPO / ".chaos" / "runs" / time.strftime("soak-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"[soak] {a.soak} on {cfg.nodes} simulated node(s) + {soak.spares} spare, preset {cfg.preset}; "
+          f"output {out}", flush=True)
+    res, ref = run_soak(cfg, soak, a.cache, out)
+    ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
+    png = report.timeline_png(out / "timeline.png", [res], res.title).path
+    ratio = res.goodput / ref_gp if ref_gp else 0.0
+    row = {"target": "soak goodput / uninterrupted goodput", "value": round(ratio, 3), "values": [ratio],
+           "limit": f">= {GOODPUT_TARGET}", "met": ratio >= GOODPUT_TARGET}
+    report.write_json(out / "report.json", "local-soak", {**asdict(cfg), "soak": asdict(soak)}, [res],
+                      {"wall_s": ref.wall_s, "goodput": ref_gp, "checkpoint": str(ref.final)}, [row], png)
+    print()
+    print(fault_table(res))
+    print()
+    print(report.table([res], ref_gp))
+    for c in res.checks:
+        if not c.ok:
+            print(f"  FAILED {c.name}: {c.detail}")
+    print(f"goodput: soak {res.goodput:.1%} ({res.useful_s:.0f} s useful / {res.wall_s:.0f} s wall), uninterrupted "
+          f"{ref_gp:.1%} ({ref.wall_s:.0f} s wall): {ratio:.1%} of uninterrupted (target >= {GOODPUT_TARGET:.0%}: "
+          f"{'met' if row['met'] else 'not met'})")
+    print(f"report: {out / 'report.json'}\ntimeline: {png}")
+    return 0 if res.passed else 1
 
 
 if __name__ == "__main__":

@@ -138,9 +138,7 @@ def inject_node_kill_with_spare(run: ScenarioRun) -> None:
     the kill and which ranks they host once the job trains again."""
     run.start_until_kill_step()
     c = run.cluster
-    indices = sorted({n.index for n in c.nodes})
-    training = [i for i in indices if c.workers(i)]
-    spares = [i for i in indices if i not in training]
+    training, spares = _training_and_spares(run)
     first = c.node_of_rank(0)
     victim = next((i for i in reversed(training) if i != first), None)
     if not spares or victim is None:
@@ -148,11 +146,53 @@ def inject_node_kill_with_spare(run: ScenarioRun) -> None:
                              f"spares {spares}, rank 0 on node{first}")
     run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
     c.kill_node(victim)
-    t_kill = c.events[-1]["time"]
-    first_after = run.wait_step(1, after=t_kill)
+    _record_spare_takeover(run, spares)
+
+
+def _training_and_spares(run: ScenarioRun) -> tuple[list[int], list[int]]:
+    """(nodes whose agent runs workers, nodes whose agent waits as a hot spare), among the running agents."""
+    c = run.cluster
+    alive = sorted({n.index for n in c.alive()})
+    training = [i for i in alive if c.workers(i)]
+    return training, [i for i in alive if i not in training]
+
+
+def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
+    """After the fault just recorded: wait for the job's next step and record which ranks the spares host."""
+    c = run.cluster
+    first_after = run.wait_step(1, after=c.events[-1]["time"])
     run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
-    run.cluster.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
-                      f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
+    c.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
+            f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
+
+
+def inject_silent_node_during_save(run: ScenarioRun) -> None:
+    """A worker stops itself (SIGSTOP) as the checkpoint write of ``save_stop_step`` starts
+    (``--fault.stop_in_save_at_step``); the harness then stops its node's agent and other workers too: a whole
+    node silent in the middle of a save, with a hot spare waiting. Once the job trains again the stopped node is
+    fenced (SIGKILL)."""
+    c = run.cluster
+    c.start_all()
+    step = save_stop_step(run.cfg)
+    needle = f"stops itself (SIGSTOP) in the checkpoint save of step {step}"
+    run.wait_for(lambda: any(needle in ln for _, _, ln in c.log_lines()), f"the stop in the save of step {step}",
+                 poll=0.05)
+    marker = run.out / f".fault-save-stop-step{step}"
+    pid = int(marker.read_text()) if marker.exists() else None
+    node = next((n.index for n in c.alive() if pid in c.workers(n.index)), None)
+    if node is None:
+        raise ScenarioFailed(f"the worker that stopped itself (pid {pid}) is on no running node")
+    training, spares = _training_and_spares(run)
+    run.facts.update(silent_ranks=[r for r in range(run.cfg.world) if c.node_of_rank(r) == node],
+                     spare_nodes=spares, killed_node=node, save_stop_step=step)
+    c.stop_node(node)
+    _record_spare_takeover(run, spares)
+    c.kill_node(node, record=False)  # fence the silent machine
+
+
+def save_stop_step(cfg: LocalChaosConfig) -> int:
+    """The first storage checkpoint after the kill step."""
+    return cfg.interval * -(-(cfg.kill_step + 1) // cfg.interval)
 
 
 def inject_first_node_kill(run: ScenarioRun) -> None:
@@ -453,6 +493,10 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
         # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
         Scenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
                  (check_spare_took_over,), spares=1),
+        # A node silent mid-save: the heartbeat watchdog, not the checkpoint group's timeout, declares it.
+        Scenario("silent-node-during-save", inject_silent_node_during_save, Expectation(max_steps_lost=same_world),
+                 (check_watchdog_declared, check_spare_took_over), spares=1,
+                 flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)), "--fault.rank", str(cfg.world - 1))),
         Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),
         Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),

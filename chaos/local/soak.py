@@ -1,0 +1,244 @@
+"""Goodput soak: the debug job for a given wall time with one random fault per minute, against an
+uninterrupted run of the same length.
+
+``python -m chaos.local --soak 10m`` (``make chaos-test SOAK=10m``):
+
+1. Sizes the job: as many steps as the uninterrupted job does in the soak's duration (the seconds per step
+   come from the standard chaos reference run, cached).
+2. Runs that job uninterrupted (the reference, cached by config + training code) and measures its goodput.
+3. Runs the same job on the simulated nodes plus ``spares`` hot spares, and every ``every_s`` seconds injects
+   one fault drawn from :data:`SOAK_FAULTS` with a seeded generator (the schedule is printed as it is drawn):
+   a worker SIGKILL, a node SIGKILL, a silent node (SIGSTOP of its agent and workers) or a hung worker
+   (SIGSTOP). A lost node's place is taken by the spare; the lost machine is then fenced and comes back as
+   the new spare, so every node fault finds one.
+4. Judges the run like any scenario (:func:`chaos.verdict.judge`: each fault confirmed, noticed and recovered
+   from, at most ``memory_interval`` steps recomputed per fault, every sample exactly once, final weights
+   bitwise equal to the reference's) and reports goodput = useful step time / wall time, for both runs, with
+   each fault's detect and recover seconds (table, ``report.json``, ``timeline.png``).
+
+Goodput is a figure, not a pass condition: the target (>= 90% of the reference's) is reported as met or not.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from chaos.local.cluster import ClusterError
+from chaos.local.config import LocalChaosConfig
+from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference
+from chaos.report import ScenarioResult
+from chaos.verdict import Expectation, judge
+
+SOAK_FAULTS = ("worker-kill", "node-kill", "silent-node", "hang")
+GOODPUT_TARGET = 0.90  # of the uninterrupted run's goodput
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+
+
+class SoakConfigError(ValueError):
+    """A soak setting that cannot work (the message names the value and the fix)."""
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``10m``, ``1h`` or plain seconds -> seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise SoakConfigError(f"SOAK={text!r} is not a duration: use e.g. 90s, 10m or 1h")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """One soak.
+
+    Attributes:
+        duration_s: wall time of the uninterrupted job (the soaked job runs the same steps, so longer).
+        every_s: one fault per this many seconds.
+        seed: seeds the choice of fault, target and moment within each period.
+        spares: hot-spare agents beyond the job's nodes (node faults need one to keep the world size).
+        faults: the kinds drawn from.
+    """
+
+    duration_s: float
+    every_s: float = 60.0
+    seed: int = 0
+    spares: int = 1
+    faults: tuple[str, ...] = SOAK_FAULTS
+
+    def validate(self) -> None:
+        if self.every_s < 20:
+            raise SoakConfigError(f"--soak-every {self.every_s:g} s: use >= 20 s, so each fault is recovered from "
+                                  f"before the next")
+        if self.duration_s < 2 * self.every_s:
+            raise SoakConfigError(f"SOAK={self.duration_s:g} s is shorter than two fault periods "
+                                  f"({2 * self.every_s:g} s): use e.g. SOAK=10m")
+        bad = [f for f in self.faults if f not in SOAK_FAULTS]
+        if bad:
+            raise SoakConfigError(f"soak fault(s) {bad}: choose from {', '.join(SOAK_FAULTS)}")
+        if self.spares < 1 and {"node-kill", "silent-node"} & set(self.faults):
+            raise SoakConfigError("node faults in a fixed-size soak need a hot spare: use --soak-spares 1")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One drawn fault: when (seconds after the job's first step) and what."""
+
+    at_s: float
+    kind: str
+
+
+def schedule(cfg: SoakConfig, periods: int) -> list[Planned]:
+    """The first ``periods`` faults of the seeded schedule: one per period, at a random moment in its middle
+    half (never in the first seconds of a period, so the previous fault had ``every_s / 4`` to recover)."""
+    rng = random.Random(cfg.seed)
+    return [Planned(round(i * cfg.every_s + rng.uniform(0.25, 0.75) * cfg.every_s, 1), rng.choice(cfg.faults))
+            for i in range(periods)]
+
+
+def soak_steps(step_s: float, duration_s: float, interval: int) -> int:
+    """Steps the uninterrupted job runs in ``duration_s`` (at least three checkpoint intervals)."""
+    return max(3 * interval, int(duration_s / step_s))
+
+
+def seconds_per_step(records: list[dict]) -> float:
+    """Wall seconds per step of an uninterrupted run after its first step (checkpoint stalls included)."""
+    times = [r["time"] for r in records if r.get("event") == "step" and r.get("step", 0) >= 1]
+    if len(times) < 3:
+        raise ScenarioFailed("the reference run logged too few steps to size the soak with")
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+# ------------------------------------------------------------------------------------------ injection
+class SoakInjector:
+    """Injects the scheduled faults into a running :class:`ScenarioRun` until the job ends."""
+
+    def __init__(self, run: ScenarioRun, cfg: SoakConfig):
+        self.run, self.cfg, self.cluster = run, cfg, run.cluster
+        self.rng = random.Random(cfg.seed + 1)  # targets: independent of the schedule's draws
+        self.injected: list[dict] = []
+
+    def _training_nodes(self) -> list[int]:
+        return sorted({n.index for n in self.cluster.alive() if self.cluster.workers(n.index)})
+
+    def _spares(self) -> list[int]:
+        return sorted({n.index for n in self.cluster.alive()} - set(self._training_nodes()))
+
+    def _ready(self, kind: str) -> bool:
+        """Full world training, and a spare waiting for a node fault."""
+        if len(self._training_nodes()) < self.run.cfg.nodes:
+            return False
+        return kind not in ("node-kill", "silent-node") or bool(self._spares())
+
+    def _next_index(self) -> int:
+        return max(n.index for n in self.cluster.nodes) + 1
+
+    def run_until_done(self) -> None:
+        run = self.run
+        run.cluster.start_all()
+        first = run.wait_step(1)
+        t0 = first["time"]
+        run.facts["soak_t0"] = t0
+        i = 0
+        while self.cluster.alive() and time.monotonic() < run.deadline:
+            plan = schedule(self.cfg, i + 1)[i]
+            print(f"[soak] fault {i + 1}: {plan.kind} at +{plan.at_s:.0f} s", flush=True)
+            while time.time() < t0 + plan.at_s:
+                if not self.cluster.alive():
+                    return
+                time.sleep(0.2)
+            waited = time.time()
+            while not self._ready(plan.kind):  # the previous fault is still being recovered from
+                if not self.cluster.alive():
+                    return
+                if time.time() - waited > self.cfg.every_s / 2:
+                    raise ScenarioFailed(f"fault {i + 1} ({plan.kind}): the job was not back at full size with a "
+                                         f"spare {self.cfg.every_s / 2:.0f} s after its moment (training nodes "
+                                         f"{self._training_nodes()}, spares {self._spares()})")
+                time.sleep(0.2)
+            for attempt in range(3):  # a restart may move ranks between the moment we look and the signal
+                try:
+                    self.inject(plan.kind)
+                    break
+                except ClusterError as e:
+                    if not self.cluster.alive():
+                        return
+                    print(f"[soak] fault {i + 1}: {e}; trying again", flush=True)
+                    time.sleep(1.0)
+            i += 1
+
+    def inject(self, kind: str) -> None:
+        c, training = self.cluster, self._training_nodes()
+        victim = self.rng.choice(training)
+        self.injected.append({"kind": kind, "node": victim, "time": time.time()})
+        if kind == "worker-kill":
+            c.signal_worker(victim, signal.SIGKILL)
+        elif kind == "hang":
+            c.signal_worker(victim, signal.SIGSTOP)
+        elif kind == "node-kill":
+            c.kill_node(victim)
+            self._replace_later(victim, fence=False)
+        elif kind == "silent-node":
+            c.stop_node(victim)
+            self._replace_later(victim, fence=True)
+
+    def _replace_later(self, victim: int, *, fence: bool) -> None:
+        """Once the job trains again at full size (on the spare), fence the lost machine (a stopped node is
+        SIGKILLed, its memory wiped) and bring it back as the next spare, under a new node index."""
+        t = self.cluster.events[-1]["time"]
+        self.run.wait_step(1, world=self.run.cfg.world, after=t)
+        if fence:
+            self.cluster.kill_node(victim, record=False)
+        self.cluster.start_node(self._next_index(), kind="spare")
+
+
+# ------------------------------------------------------------------------------------------ the soak
+def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) -> tuple[ScenarioResult, object]:
+    """Size, reference, soak, judge: returns the soak's result and its reference (:class:`Reference`)."""
+    base = reference(cfg, cache, out)
+    step_s = seconds_per_step(base.records)
+    steps = soak_steps(step_s, soak.duration_s, cfg.interval)
+    job = replace(cfg, steps=steps, scenario_timeout_s=max(cfg.scenario_timeout_s, 4 * soak.duration_s + 300))
+    print(f"[soak] {steps} steps (~{step_s:.2f} s each uninterrupted: {soak.duration_s:.0f} s), one fault of "
+          f"{', '.join(soak.faults)} every {soak.every_s:.0f} s, seed {soak.seed}, {soak.spares} hot spare(s)",
+          flush=True)
+    ref = reference(job, cache, out)
+    print(f"[soak] reference: {steps} steps uninterrupted in {ref.wall_s:.0f} s", flush=True)
+    run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares)
+    res = ScenarioResult(name="soak", title=f"{soak.duration_s / 60:g} min soak: one fault per "
+                         f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
+                         workdir=str(run.workdir))
+    res.t0 = time.time()
+    injector = SoakInjector(run, soak)
+    try:
+        injector.run_until_done()
+        run.cluster.wait_exit(timeout=max(5.0, run.deadline - time.monotonic()))
+    except (ScenarioFailed, ClusterError) as e:
+        res.error = str(e)
+    finally:
+        codes = run.cluster.exit_codes()
+        run.cluster.close()
+    nodes = run.cluster.nodes
+    res.wall_s = max(n.ended or time.time() for n in nodes) - min(n.started for n in nodes)
+    res.events = run.cluster.events
+    obs = observe(job, run, codes, ref, 0.0, res)
+    res.apply(judge(obs, Expectation(max_steps_lost=job.memory_interval or job.interval)))
+    res.figures.update({"exit codes": codes, "faults": injector.injected, "steps": steps,
+                        "reference_wall_s": ref.wall_s})
+    res.timeline = [r for r in obs.records if r.get("event") in ("step", "start", "signal", "checkpoint", "end")]
+    return res, ref
+
+
+def fault_table(res: ScenarioResult) -> str:
+    """One line per fault: when, what, where, detect and recover seconds, steps recomputed, state tier."""
+    head = f"{'#':>3} {'at s':>7}  {'fault':<16}{'detect s':>9}{'recover s':>10}{'lost':>6}  tier"
+    lines = [head, "-" * len(head)]
+    t0 = res.t0
+    for i, r in enumerate(x for x in res.recoveries if x.kind != "rejoin"):
+        f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        lines.append(f"{i + 1:>3} {r.time - t0:>7.0f}  {r.kind:<16}{f(r.detect_s):>9}{f(r.recover_s):>10}"
+                     f"{'-' if r.steps_lost is None else r.steps_lost:>6}  {r.tier or '-'}")
+    return "\n".join(lines)
