@@ -19,9 +19,9 @@ adds is how the agent stops:
 * a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
   agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.watchdog.NodeWatchdog`), so the agent
   restarts at once instead of after torch's fixed 30 s wait for a stopped process.
-* a hot spare (an agent beyond MAX nodes, on torch's redundancy list) that was never needed exits 0 with one
-  line when the job finishes and closes the rendezvous; torch 2.13's launcher would crash on it
-  (``agent.run()`` returns None after ``RendezvousGracefulExitError``).
+* hot spares (agents beyond MAX nodes, on torch's redundancy list) work: a spare left waiting after all agents
+  re-formed goes back to standing by instead of restarting the job forever, and a spare that was never needed
+  exits 0 when the job finishes (:mod:`training.launch.spare_fixes`, two torch 2.13 bugs).
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -37,6 +37,7 @@ import sys
 
 from training.job_check import DONE_ENV, already_checked
 from training.launch.preflight import check_training_job, checkpoint_dir
+from training.launch.spare_fixes import apply_spare_fixes
 from training.lifecycle import AGENT_ENV, die_with_launcher
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 from training.watchdog import NodeWatchdog
@@ -68,29 +69,6 @@ def _abort_on_second_sigint(signal_exception: type) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # die *by* SIGINT, so a calling shell or make stops as well
 
     signal.signal(signal.SIGINT, handler)
-
-
-def _spares_exit_cleanly() -> None:
-    """Make a graceful rendezvous exit (a spare whose job finished) a success instead of torch's AttributeError.
-
-    torch 2.13 ``SimpleElasticAgent.run`` logs ``RendezvousGracefulExitError`` and returns None, and
-    ``launch_agent`` then calls ``result.is_failed()`` on it. Patched here, once per agent process.
-    """
-    from torch.distributed.elastic.agent.server import api
-
-    if getattr(api.SimpleElasticAgent.run, "_t5f_spare", False):
-        return
-    run = api.SimpleElasticAgent.run
-
-    def run_or_spare_done(self, role: str = api.DEFAULT_ROLE):
-        result = run(self, role)
-        if result is None:
-            print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
-            return api.RunResult(state=api.WorkerState.SUCCEEDED)
-        return result
-
-    run_or_spare_done._t5f_spare = True  # type: ignore[attr-defined]
-    api.SimpleElasticAgent.run = run_or_spare_done
 
 
 def _is_training(args) -> bool:
@@ -148,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
     _abort_on_second_sigint(SignalException)
-    _spares_exit_cleanly()
+    apply_spare_fixes()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     try:
         torchrun_main(argv)

@@ -1,0 +1,67 @@
+"""Probe for tests/failover/test_spare_fixes.py: three real c10d rendezvous handlers (max 2 nodes) on one TCP
+store, in threads; the two participants re-form while the third stands by. Prints one JSON line: who is in
+each round, what the participants' ``num_nodes_waiting()`` says, and the wait / redundancy list sizes.
+
+    python tests/failover/spare_probe.py [fixed]     # fixed: with training.launch.spare_fixes applied
+"""
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from torch.distributed import TCPStore  # noqa: E402
+from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend  # noqa: E402
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler  # noqa: E402
+
+
+def main(fixed: bool) -> None:
+    if fixed:
+        from training.launch.spare_fixes import apply_spare_fixes
+        apply_spare_fixes()
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+    def handler():
+        p = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{server.port}", run_id="probe", min_nodes=2,
+                                 max_nodes=2, is_host=False, join_timeout=30, last_call_timeout=1,
+                                 close_timeout=5, keep_alive_interval=1, keep_alive_max_attempt=3)
+        backend, store = create_backend(p)
+        return create_handler(store, backend, p)
+
+    hs = [handler() for _ in range(3)]
+    joined: dict[int, int] = {}
+
+    def join(i: int) -> None:
+        hs[i].next_rendezvous()
+        joined[i] = joined.get(i, 0) + 1
+
+    def settle(want: int, timeout: float = 15.0) -> None:
+        end = time.monotonic() + timeout
+        while sum(joined.values()) < want and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(1.5)  # let the one left over act (stand by, or sit on the wait list)
+
+    for i in range(3):
+        threading.Thread(target=join, args=(i,), daemon=True).start()
+        time.sleep(0.3)
+    settle(2)
+    first = sorted(joined)
+    for i in first:  # a worker failure: every running agent leaves its round and joins the next
+        threading.Thread(target=join, args=(i,), daemon=True).start()
+    settle(4)
+    second = sorted(i for i in range(3) if joined.get(i, 0) == (2 if i in first else 1))
+    state = hs[second[0]]._state_holder.state if second else None
+    print(json.dumps({"first": first, "second": second,
+                      "waiting": [hs[i].num_nodes_waiting() for i in second],
+                      "wait_list": len(state.wait_list) if state else None,
+                      "redundancy_list": len(state.redundancy_list) if state else None}), flush=True)
+    os._exit(0)  # the third handler's thread is still blocked in its rendezvous
+
+
+if __name__ == "__main__":
+    main(len(sys.argv) > 1 and sys.argv[1] == "fixed")
