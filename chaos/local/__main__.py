@@ -168,7 +168,8 @@ def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
             print(f"  FAILED {c.name}: {c.detail}")
     print(f"goodput: soak {res.goodput:.1%} ({res.useful_s:.0f} s useful / {res.wall_s:.0f} s wall), uninterrupted "
           f"{ref_gp:.1%} ({ref.wall_s:.0f} s wall): {ratio:.1%} of uninterrupted (target >= {GOODPUT_TARGET:.0%}: "
-          f"{'met' if row['met'] else 'not met'})")
+          f"{'met' if row['met'] else 'not met'}); the same steps took {res.wall_s / ref.wall_s:.2f}x the "
+          f"uninterrupted wall time")
     print(f"report: {out / 'report.json'}\ntimeline: {png}")
     return 0 if res.passed else 1
 

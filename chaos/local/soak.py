@@ -207,7 +207,11 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
           flush=True)
     ref = reference(job, cache, out)
     print(f"[soak] reference: {steps} steps uninterrupted in {ref.wall_s:.0f} s", flush=True)
-    run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares)
+    # Every fault restarts the worker groups: torchrun's --max-restarts must outlast the soak (a long job sets
+    # it high too; a node joining does not count).
+    restarts = 3 * int(4 * soak.duration_s / soak.every_s) + 3
+    run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares,
+                      max_restarts=restarts)
     res = ScenarioResult(name="soak", title=f"{soak.duration_s / 60:g} min soak: one fault per "
                          f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
                          workdir=str(run.workdir))
