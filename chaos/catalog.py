@@ -9,6 +9,7 @@ SCENARIOS: dict[str, str] = {
     "worker-kill": "SIGKILL one training process: its node's agent restarts the worker group, the job resumes",
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
+    "network-cut": "take a node's network link down mid-training: its processes run on, cut off (a partition)",
     "silent-node": "SIGSTOP a whole node (sockets stay open): the heartbeat watchdog declares it, the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
                             "the world size never shrinks",
@@ -28,7 +29,7 @@ SCENARIOS: dict[str, str] = {
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
-    "slurm": ("node-kill", "worker-kill", "preemption"),
+    "slurm": ("node-kill", "network-cut", "worker-kill", "preemption"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 

@@ -6,7 +6,9 @@ cached by config and training code) and once per scenario (``--scenarios NAME,NA
 {listing}
 
 On Slurm, node-kill unplugs and kills a node outright: Slurm marks it DOWN and requeues the job, the node is
-revived, the job resumes. worker-kill kills only the training processes on a node: torchrun restarts the worker
+revived, the job resumes. network-cut takes a node's link down instead (netns lab): its processes keep running,
+silent, as in a partition; the other node's heartbeat watchdog notices in seconds, Slurm marks the node DOWN and
+requeues, and the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only the training processes on a node: torchrun restarts the worker
 group inside the allocation, no requeue. preemption sends SIGUSR1 to the batch script as Slurm's
 ``--signal=B:USR1@T`` does: the job checkpoints and requeues itself.
 
@@ -14,7 +16,7 @@ Each scenario is judged by ``chaos.verdict.judge`` (the same checks as on the ot
 and confirmed, noticed, restarted, steps recomputed, completed, exactly-once data, final weights bitwise equal
 to the reference) plus its Slurm checks (requeue or not). Prints the common table and writes report.json and
 timeline.png. Exit 0 when every scenario passed, 1 otherwise, 2 for a bad setting, 3 when the lab can't run.
-Slurm's "detect" is the time until the node is DOWN (node-kill), an agent logs the failed worker group
+Slurm's "detect" is the time until the node is DOWN (node-kill), a `[watchdog]` line (network-cut), an agent logs the failed worker group
 (worker-kill) or the job logs the signal (preemption).
 """
 from __future__ import annotations
@@ -140,6 +142,10 @@ class Lab:
     def pids(self, node: str) -> set[int]:
         return {int(p) for p in self.fault("pids", node).split()}
 
+    def link_state(self, node: str) -> str:
+        """The node's link as the lab host sees it: UP, DOWN (``none`` when the lab runs on loopback)."""
+        return self.fault("link", node).strip()
+
     def worker_pids(self, node: str) -> set[int]:
         """torchrun worker processes (they carry TORCHELASTIC_RESTART_COUNT) on a node."""
         pids = set()
@@ -209,6 +215,9 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
     lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
     return {s.name: s for s in [
         SlurmScenario("node-kill", "kill a node outright -> DOWN, requeue, revive, resume",
+                      Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
+        SlurmScenario("network-cut", "take a node's link down (its processes keep running, silent) -> the "
+                      "watchdog notices, DOWN, requeue, fence + revive, resume",
                       Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
         SlurmScenario("worker-kill", "kill the training processes on a node -> torchrun restart, no requeue",
                       Expectation(max_steps_lost=lost), (check_restarted_in_allocation, check_resumed_newest)),
@@ -313,7 +322,7 @@ class Runner:
                 if not faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
                     faults.append(self.inject(sc.name, info, last_step, watch))
                     res.events.append({"time": faults[0].time, "kind": "fault", "label": faults[0].label})
-                elif faults and sc.name == "node-kill" and "down" not in watch:
+                elif faults and sc.name in ("node-kill", "network-cut") and "down" not in watch:
                     state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
                     if state.startswith("DOWN"):
                         watch["down"] = time.time()
@@ -373,6 +382,8 @@ class Runner:
         script receiving the pre-timeout signal (preemption). node-kill is noticed by Slurm (node DOWN)."""
         if name == "worker-kill":
             return torchrun_detections(logs)
+        if name == "network-cut":  # the peers' heartbeat watchdog, usually well before Slurm's DOWN
+            return [t for t, line in logs if "[watchdog]" in line]
         if name == "preemption":
             return [t for t, line in logs if "SIGUSR1" in line]
         return []
@@ -390,6 +401,17 @@ class Runner:
             say(f"node-kill: killed node {node} after step {last_step}")
             return Fault(f"kill node {node}", t, not left,
                          f"no process left on {node}" if not left else f"{len(left)} processes survived on {node}")
+        if name == "network-cut":
+            watch["killed_node"] = node
+            before = self.lab.worker_pids(node)
+            t = time.time()
+            self.lab.fault("cut-link", node)
+            link = self.lab.link_state(node)
+            alive = before & self.lab.worker_pids(node)
+            say(f"network-cut: cut the link of {node} after step {last_step} (link {link}, workers alive: "
+                f"{sorted(alive)})")
+            return Fault(f"cut link of {node}", t, link == "DOWN" and bool(alive),
+                         f"link {link}; training workers {sorted(alive)} still running, cut off")
         if name == "worker-kill":
             before = self.lab.worker_pids(node)
             t = time.time()
@@ -410,16 +432,16 @@ class Runner:
             watch["requeued"] = time.time()
             res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})
             say(f"{name}: job requeued (restart {info.restarts})")
-        if name == "node-kill" and "down" in watch and "reviver" not in watch:
+        if name in ("node-kill", "network-cut") and "down" in watch and "reviver" not in watch:
             watch["reviver"] = self.lab.fault_async("revive", watch["killed_node"])
-            say(f"node-kill: reviving {watch['killed_node']}")
+            say(f"{name}: reviving {watch['killed_node']}" + (" (fenced first)" if name == "network-cut" else ""))
         rv = watch.get("reviver")
         if rv is not None and not watch.get("revived") and rv.poll() is not None:
             watch["revived"] = True
             res.events.append({"time": time.time(), "kind": "replace", "label": "node revived"})
             if rv.returncode != 0:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
-            say(f"node-kill: {watch['killed_node']} is back")
+            say(f"{name}: {watch['killed_node']} is back")
 
 
 def global_batch(cfg: SlurmChaosConfig) -> int:

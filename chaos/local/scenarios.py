@@ -160,7 +160,8 @@ def _training_and_spares(run: ScenarioRun) -> tuple[list[int], list[int]]:
 def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
     """After the fault just recorded: wait for the job's next step and record which ranks the spares host."""
     c = run.cluster
-    first_after = run.wait_step(1, after=c.events[-1]["time"])
+    start = run.wait_start_after(c.events[-1]["time"])  # a step of the old attempt may still be logged after it
+    first_after = run.wait_step(1, after=start["time"])
     run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
     c.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
             f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")

@@ -188,8 +188,8 @@ class SoakInjector:
     def _replace_later(self, victim: int, *, fence: bool) -> None:
         """Once the job trains again at full size (on the spare), fence the lost machine (a stopped node is
         SIGKILLed, its memory wiped) and bring it back as the next spare, under a new node index."""
-        t = self.cluster.events[-1]["time"]
-        self.run.wait_step(1, world=self.run.cfg.world, after=t)
+        start = self.run.wait_start_after(self.cluster.events[-1]["time"])  # the old attempt may log a step more
+        self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
         if fence:
             self.cluster.kill_node(victim, record=False)
         self.cluster.start_node(self._next_index(), kind="spare")

@@ -6,11 +6,14 @@
 #   revive NODE         power back on: wait until Slurm has marked a killed node DOWN (reviving earlier
 #                       leaves its lost job steps unnoticed and the job hangs), plug the link, restart
 #                       slurmd, then return the node to service safely (see below).
+#   cut-link NODE       network partition (netns mode only): take the node's link down; its processes keep
+#                       running, silent to everyone (no socket is closed). slurmctld marks it DOWN as for
+#                       kill-node; revive fences it first (SIGKILL of everything on it, as a reboot would).
 #   kill-workers NODE   SIGKILL only the training worker processes (children of the torchrun agent) on
 #                       the node: the agent restarts its worker group inside the allocation.
 #   kill-tasks NODE     SIGKILL every srun-launched task on the node (agent and workers); the batch script
 #                       and its srun survive.
-#   pids NODE | state NODE | wait NODE REGEX [TIMEOUT_S]
+#   pids NODE | state NODE | link NODE (UP, DOWN; none on loopback) | wait NODE REGEX [TIMEOUT_S]
 # "Safe return to service": a node that slurmctld marked DOWN is brought back DRAINed; we wait until it
 # responds and its stale steps are gone, wait >1 s, then RESUME it. Without this a requeued job (same job
 # id) can land on it in the second in which slurmd revokes the old incarnation's credential, and the
@@ -18,7 +21,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cmd="${1:-}"; n="${2:-}"
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 case "$cmd" in -h|--help|help|"") usage; exit 0 ;; esac
 [[ -n "$n" ]] || { usage >&2; die "$cmd: missing NODE"; }
 i="$(node_idx "$n")"
@@ -53,6 +56,10 @@ safe_resume() {   # $1 = "drained" when we drained the node before bringing it b
 case "$cmd" in
   pids)  node_pids_alive "$n" ;;
   state) node_state "$n" ;;
+  link)
+    if [[ "$(cur_mode)" != netns ]]; then echo none
+    elif ip -o link show "${SLAB_PFX}-h$i" | grep -q '<[^>]*\bUP\b'; then echo UP
+    else echo DOWN; fi ;;
   wait)  wait_nodes "${3:?usage: wait NODE REGEX [TIMEOUT_S]}" "${4:-30}" "$n" ;;
   kill-node)
     if [[ "$(cur_mode)" == netns ]]; then ip link set "${SLAB_PFX}-h$i" down; fi
@@ -62,7 +69,16 @@ case "$cmd" in
     kill9 $p2
     touch "$R/run/killed-$n"
     log "killed node $n: pids $p$p2" ;;
+  cut-link)
+    [[ "$(cur_mode)" == netns ]] || die "cut-link needs the lab in netns mode (this one runs on loopback)"
+    ip link set "${SLAB_PFX}-h$i" down
+    touch "$R/run/killed-$n" "$R/run/cut-$n"
+    log "cut the link of $n (${SLAB_PFX}-h$i down); its processes keep running: $(node_pids_alive "$n" | wc -l)" ;;
   revive)
+    if [[ -e "$R/run/cut-$n" ]]; then   # a partitioned node is fenced before it rejoins: nothing stale writes
+      kill9 $(node_pids_alive "$n" | tr '\n' ' ')
+      rm -f "$R/run/cut-$n"
+    fi
     if [[ -e "$R/run/killed-$n" ]]; then
       wait_nodes 'down\*?|drain\*?|drng\*?' $((4 * SLAB_SLURMD_TIMEOUT + 20)) "$n" || true
       rm -f "$R/run/killed-$n"

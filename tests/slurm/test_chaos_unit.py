@@ -48,7 +48,7 @@ def test_node_kill_verdict_passes_with_requeue_and_resume():
     assert (r.steps_lost, r.detect_s, r.recover_s) == (1, 11.5, 19.5)
 
 
-@pytest.mark.parametrize("name", ["node-kill", "worker-kill", "preemption"])
+@pytest.mark.parametrize("name", ["node-kill", "network-cut", "worker-kill", "preemption"])
 def test_slurm_verdict_fails_without_its_fault(name):
     """An uninterrupted job, the fault claimed and confirmed, Slurm figures as a real fault would leave them."""
     sc = scenarios(CFG)[name]
@@ -88,7 +88,7 @@ def test_bad_chaos_settings(kw, msg):
 
 
 def test_default_runs_every_slurm_scenario():
-    assert SlurmChaosConfig().names == ["node-kill", "worker-kill", "preemption"]
+    assert SlurmChaosConfig().names == ["node-kill", "network-cut", "worker-kill", "preemption"]
 
 
 def test_tail_returns_only_complete_lines(tmp_path):

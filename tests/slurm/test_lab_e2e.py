@@ -1,5 +1,6 @@
 """End to end on a real Slurm cluster on this machine (the project's lab): bring it up, run the chaos scenarios
-(node kill -> requeue, worker kill -> torchrun restart, pre-timeout signal -> self-requeue) with bitwise
+(node kill -> requeue, network cut -> requeue after fencing, worker kill -> torchrun restart, pre-timeout
+signal -> self-requeue) with bitwise
 verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
 
 Each lab here has its own root, namespace prefix, subnet and ports, so it can run beside `make slurm-up`.
@@ -136,13 +137,15 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
     report = json.loads((out / "report.json").read_text())
     by = {s["name"]: s for s in report["scenarios"]}
-    assert list(by) == ["node-kill", "worker-kill", "preemption"]
+    assert list(by) == ["node-kill", "network-cut", "worker-kill", "preemption"]
     for name, s in by.items():
         assert s["passed"], (name, [c for c in s["checks"] if not c["ok"]], s["error"])
         checks = {c["name"] for c in s["checks"]}
         assert {"fault injected", "failure noticed", "job restarted", "weights bitwise == reference",
                 "every sample exactly once"} <= checks, name
     assert by["node-kill"]["figures"]["requeues"] >= 1 and by["node-kill"]["recoveries"][0]["detect_s"] is not None
+    # a partitioned node: its processes ran on cut off; noticed (watchdog or DOWN), requeued, fenced, resumed
+    assert by["network-cut"]["figures"]["requeues"] >= 1 and by["network-cut"]["recoveries"][0]["detect_s"] is not None
     assert by["worker-kill"]["figures"]["requeues"] == 0 and by["worker-kill"]["figures"]["torchrun restarts"] >= 1
     assert by["preemption"]["figures"]["requeues"] >= 1 and by["preemption"]["recoveries"][0]["steps_lost"] == 0
     assert report["passed"] and r.returncode == 0
