@@ -192,15 +192,19 @@ def check_restarted_in_allocation(obs: Observation) -> Check:
 
 
 def check_resumed_newest(obs: Observation) -> Check:
-    """The first attempt after the fault resumed from the newest checkpoint committed before it started."""
+    """The first attempt after the fault resumed from the newest checkpoint committed before it started, or from a
+    newer in-memory snapshot (the memory tier: ``restored_from`` says memory or peer, at the step it resumed)."""
     t = obs.faults[0].time if obs.faults else float("inf")
     after = [r for r in obs.records if r.get("event") == "start" and r["time"] > t]
     if not after:
         return Check("resumed from the newest complete checkpoint", False, "no attempt started after the fault")
     committed = [r["step"] for r in obs.records if r.get("event") == "checkpoint" and r["time"] < after[0]["time"]]
     resumed, newest = after[0].get("resumed_from") or 0, max(committed, default=0)
-    return Check("resumed from the newest complete checkpoint", resumed == newest,
-                 f"resumed from step {resumed}; newest committed before the restart: {newest}")
+    got = after[0].get("restored_from") or {}
+    from_memory = got.get("tier") in ("memory", "peer") and got.get("step") == resumed and resumed > newest
+    return Check("resumed from the newest complete checkpoint", resumed == newest or from_memory,
+                 f"resumed from step {resumed}" + (f" (in-memory snapshot, {got['tier']})" if from_memory else "")
+                 + f"; newest committed to storage before the restart: {newest}")
 
 
 @dataclass(frozen=True)

@@ -109,3 +109,17 @@ def test_log_lines_that_count_as_noticed():
     assert Runner.log_detections("preemption", logs) == [2.0]
     assert Runner.log_detections("worker-kill", logs) == [3.0]
     assert Runner.log_detections("node-kill", logs) == []
+
+
+def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_so():
+    """After a network cut the job restored step 5 from the memory tier, newer than checkpoint 4: that is the
+    newest state, if (and only if) the start event says it came from memory at that step."""
+    from chaos.slurm import check_resumed_newest
+    recs = node_kill_run(resumed=5)
+    obs = observation(recs, [Fault("cut link of n2", 5.5, True, "link DOWN")], 1, 0, [16.3])
+    assert not check_resumed_newest(obs).ok  # step 5 was never committed to storage, and nothing says memory
+    for r in obs.records:
+        if r.get("event") == "start" and r.get("resumed_from") == 5:
+            r["restored_from"] = {"tier": "memory", "step": 5}
+    assert check_resumed_newest(obs).ok
+    assert judge(obs, scenarios(CFG)["network-cut"].expect, scenarios(CFG)["network-cut"].checks).passed
