@@ -186,12 +186,18 @@ class SoakInjector:
             self._replace_later(victim, fence=True)
 
     def _replace_later(self, victim: int, *, fence: bool) -> None:
-        """Once the job trains again at full size (on the spare), fence the lost machine (a stopped node is
-        SIGKILLed, its memory wiped) and bring it back as the next spare, under a new node index."""
-        start = self.run.wait_start_after(self.cluster.events[-1]["time"])  # the old attempt may log a step more
-        self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
+        """Bring the lost machine back as the next spare (a new node index) once the job trains again at full
+        size on the current spare. A silent node is fenced (SIGKILLed, memory wiped) as soon as a peer's
+        watchdog has declared it, as a cluster's health system would: until then its processes live on, and
+        if it ran rank 0 its worker still holds the checkpoint directory's lock, which the next incarnation
+        waits for (docs/failover.md, known limits)."""
+        t = self.cluster.events[-1]["time"]
         if fence:
+            self.run.wait_for(lambda: any(tl > t and "[watchdog]" in line for tl, _, line in self.cluster.log_lines()),
+                              "a watchdog to declare the silent node")
             self.cluster.kill_node(victim, record=False)
+        start = self.run.wait_start_after(t)  # the old attempt may log a step after the fault
+        self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
         self.cluster.start_node(self._next_index(), kind="spare")
 
 
