@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from chaos.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
 from chaos.local.config import LocalChaosConfig
 from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference
@@ -187,18 +188,24 @@ class SoakInjector:
 
     def _replace_later(self, victim: int, *, fence: bool) -> None:
         """Bring the lost machine back as the next spare (a new node index) once the job trains again at full
-        size on the current spare. A silent node is fenced (SIGKILLed, memory wiped) as soon as a peer's
-        watchdog has declared it, as a cluster's health system would: until then its processes live on, and
+        size on the current spare. A silent node is fenced (SIGKILLed, memory wiped) as soon as the job noticed
+        it (a watchdog or agent line), as a cluster's health system would: until then its processes live on, and
         if it ran rank 0 its worker still holds the checkpoint directory's lock, which the next incarnation
         waits for (docs/failover.md, known limits)."""
         t = self.cluster.events[-1]["time"]
         if fence:
-            self.run.wait_for(lambda: any(tl > t and "[watchdog]" in line for tl, _, line in self.cluster.log_lines()),
-                              "a watchdog to declare the silent node")
+            self.run.wait_for(lambda: any(tl > t and _noticed(line) for tl, _, line in self.cluster.log_lines()),
+                              "the job to notice the silent node")
             self.cluster.kill_node(victim, record=False)
         start = self.run.wait_start_after(t)  # the old attempt may log a step after the fault
         self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
         self.cluster.start_node(self._next_index(), kind="spare")
+
+
+def _noticed(line: str) -> bool:
+    """A log line saying the job noticed a failure: a peer's watchdog, an agent's heartbeat kill (a peer whose
+    rank 0, the store's host, went silent blocks on the store and is killed by its own agent), or torchrun."""
+    return "[watchdog]" in line or "has sent no heartbeat" in line or bool(DETECT_RE.search(line))
 
 
 # ------------------------------------------------------------------------------------------ the soak
