@@ -138,7 +138,7 @@ def inject_node_kill_with_spare(run: ScenarioRun) -> None:
     the kill and which ranks they host once the job trains again."""
     run.start_until_kill_step()
     c = run.cluster
-    training, spares = _training_and_spares(run)
+    training, spares = training_and_spares(run)
     first = c.node_of_rank(0)
     victim = next((i for i in reversed(training) if i != first), None)
     if not spares or victim is None:
@@ -149,7 +149,7 @@ def inject_node_kill_with_spare(run: ScenarioRun) -> None:
     _record_spare_takeover(run, spares)
 
 
-def _training_and_spares(run: ScenarioRun) -> tuple[list[int], list[int]]:
+def training_and_spares(run: ScenarioRun) -> tuple[list[int], list[int]]:
     """(nodes whose agent runs workers, nodes whose agent waits as a hot spare), among the running agents."""
     c = run.cluster
     alive = sorted({n.index for n in c.alive()})
@@ -183,7 +183,7 @@ def inject_silent_node_during_save(run: ScenarioRun) -> None:
     node = next((n.index for n in c.alive() if pid in c.workers(n.index)), None)
     if node is None:
         raise ScenarioFailed(f"the worker that stopped itself (pid {pid}) is on no running node")
-    training, spares = _training_and_spares(run)
+    _, spares = training_and_spares(run)
     run.facts.update(silent_ranks=[r for r in range(run.cfg.world) if c.node_of_rank(r) == node],
                      spare_nodes=spares, killed_node=node, save_stop_step=step)
     c.stop_node(node)

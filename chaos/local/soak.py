@@ -31,7 +31,7 @@ from pathlib import Path
 from chaos.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
 from chaos.local.config import LocalChaosConfig
-from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference
+from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference, training_and_spares
 from chaos.report import ScenarioResult
 from chaos.verdict import Expectation, judge
 
@@ -122,17 +122,10 @@ class SoakInjector:
         self.rng = random.Random(cfg.seed + 1)  # targets: independent of the schedule's draws
         self.injected: list[dict] = []
 
-    def _training_nodes(self) -> list[int]:
-        return sorted({n.index for n in self.cluster.alive() if self.cluster.workers(n.index)})
-
-    def _spares(self) -> list[int]:
-        return sorted({n.index for n in self.cluster.alive()} - set(self._training_nodes()))
-
     def _ready(self, kind: str) -> bool:
         """Full world training, and a spare waiting for a node fault."""
-        if len(self._training_nodes()) < self.run.cfg.nodes:
-            return False
-        return kind not in ("node-kill", "silent-node") or bool(self._spares())
+        training, spares = training_and_spares(self.run)
+        return len(training) >= self.run.cfg.nodes and (kind not in ("node-kill", "silent-node") or bool(spares))
 
     def _next_index(self) -> int:
         return max(n.index for n in self.cluster.nodes) + 1
@@ -156,11 +149,12 @@ class SoakInjector:
                 if not self.cluster.alive():
                     return
                 if time.time() - waited > self.cfg.every_s / 2:
+                    training, spares = training_and_spares(self.run)
                     raise ScenarioFailed(f"fault {i + 1} ({plan.kind}): the job was not back at full size with a "
                                          f"spare {self.cfg.every_s / 2:.0f} s after its moment (training nodes "
-                                         f"{self._training_nodes()}, spares {self._spares()})")
+                                         f"{training}, spares {spares})")
                 time.sleep(0.2)
-            for attempt in range(3):  # a restart may move ranks between the moment we look and the signal
+            for _ in range(3):  # a restart may move ranks between the moment we look and the signal
                 try:
                     self.inject(plan.kind)
                     break
@@ -172,7 +166,7 @@ class SoakInjector:
             i += 1
 
     def inject(self, kind: str) -> None:
-        c, training = self.cluster, self._training_nodes()
+        c, (training, _) = self.cluster, training_and_spares(self.run)
         victim = self.rng.choice(training)
         self.injected.append({"kind": kind, "node": victim, "time": time.time()})
         if kind == "worker-kill":
