@@ -41,6 +41,7 @@ from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
 from tools.slurm import slurmctl
 from training.checkpoint import MARKER
+from training.lifecycle import worker_rank
 
 LAB_DIR = REPO_DIR / "testbed" / "slurm_lab"
 
@@ -147,16 +148,8 @@ class Lab:
         return self.fault("link", node).strip()
 
     def worker_pids(self, node: str) -> set[int]:
-        """torchrun worker processes (they carry TORCHELASTIC_RESTART_COUNT) on a node."""
-        pids = set()
-        for p in self.pids(node):
-            try:
-                env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(e.startswith(b"TORCHELASTIC_RESTART_COUNT=") for e in env):
-                pids.add(p)
-        return pids
+        """Training worker processes on a node (named ``t5f-rank-N``, :func:`training.lifecycle.worker_rank`)."""
+        return {p for p in self.pids(node) if worker_rank(p) is not None}
 
 
 # ------------------------------------------------------------------------------------------- job watching

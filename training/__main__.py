@@ -18,7 +18,7 @@ import warnings
 from training.config import ConfigError, parse_args, to_toml
 from training.errors import EXIT_CODES, CheckpointStorageError, Diverged, exit_code
 from training.job_check import already_checked, check_job
-from training.lifecycle import die_with_agent
+from training.lifecycle import die_with_agent, name_worker
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 from training.startup import StartupClock
 
@@ -34,6 +34,7 @@ def _report(e: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     clock = StartupClock()  # the restart breakdown times this worker's start-up from here (training.startup)
+    name_worker(os.environ.get("RANK"))  # how tools find workers (training.lifecycle.WORKER_NAME_PREFIX)
     die_with_agent()  # a worker left behind by a vanished torchrun agent would train on unsupervised
     # Until the trainer handles it (end of start-up), Ctrl-C ends the worker like SIGTERM does: at once and
     # quietly; no step has run, so nothing is lost. (Python's default would print a KeyboardInterrupt traceback.)

@@ -94,3 +94,30 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+#: Process name (``/proc/PID/comm``, what ``ps`` and ``top`` show) of a worker: the prefix and its global rank.
+#: A worker forked by the agent's forkserver (:mod:`training.launch.warm_workers`) has no RANK in
+#: ``/proc/PID/environ``, so tools that look for workers (the chaos harnesses) go by this name.
+WORKER_NAME_PREFIX = "t5f-rank-"
+PR_SET_NAME = 15  # <linux/prctl.h>
+
+
+def name_worker(rank: str | int | None) -> bool:
+    """Name this process ``t5f-rank-<rank>`` (Linux, main thread; the kernel keeps 15 characters).
+    Returns False off Linux or without a rank."""
+    if rank is None or str(rank) == "" or not sys.platform.startswith("linux"):
+        return False
+    name = f"{WORKER_NAME_PREFIX}{rank}".encode()[:15]
+    return ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0) == 0
+
+
+def worker_rank(pid: int) -> int | None:
+    """The global rank of worker ``pid`` from its process name, or None (not a worker, or gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    rest = name[len(WORKER_NAME_PREFIX):] if name.startswith(WORKER_NAME_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None

@@ -7,13 +7,17 @@ launcher's; this module times the worker's own, from the moment the kernel start
     clock = StartupClock()          # first thing in main()
     clock.mark("imports")           # after the heavy imports
     ...
-    clock.summary()                 # {"exec_time": epoch, "interpreter_s": .., "imports_s": .., ...}
+    clock.summary()                 # {"exec_time": epoch, "preloaded": bool, "interpreter_s": .., ...}
+
+``preloaded`` says whether torch was already imported when ``main()`` began: true for a warm worker, forked
+from its agent's forkserver (:mod:`training.launch.warm_workers`), false for a fresh interpreter.
 
 The ``start`` event of ``metrics.jsonl`` carries the summary as ``startup``.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 
@@ -36,6 +40,7 @@ class StartupClock:
         now = time.time()
         age = process_age_s()
         self.exec_time = None if age is None else now - age
+        self.preloaded = "torch" in sys.modules  # nothing the worker imports before main() imports torch
         self.marks: list[tuple[str, float]] = [("interpreter", now)]
 
     def mark(self, phase: str) -> None:
@@ -43,8 +48,8 @@ class StartupClock:
         self.marks.append((phase, time.time()))
 
     def summary(self) -> dict[str, float | None]:
-        """``exec_time`` (epoch, None off Linux) and ``<phase>_s`` for every phase, in order."""
-        out: dict[str, float | None] = {"exec_time": self.exec_time}
+        """``exec_time`` (epoch, None off Linux), ``preloaded`` and ``<phase>_s`` for every phase, in order."""
+        out: dict[str, float | bool | None] = {"exec_time": self.exec_time, "preloaded": self.preloaded}
         prev = self.exec_time
         for phase, t in self.marks:
             out[f"{phase}_s"] = None if prev is None else round(t - prev, 3)

@@ -213,7 +213,7 @@ class NodeWatchdog:
                     timeout_s, rank = (float(x) for x in f.read().split()[:2])
             except (OSError, ValueError):
                 continue
-            if not _is_child(pid, self.agent):  # ended (or never ours): forget it
+            if not _is_worker_of(pid, self.agent):  # ended (or never ours): forget it
                 _unlink(path)
                 continue
             if age > timeout_s:
@@ -229,14 +229,23 @@ class NodeWatchdog:
         return killed
 
 
-def _is_child(pid: int, parent: int) -> bool:
-    """Whether `pid` is alive (not a zombie) and a child of `parent` (Linux /proc)."""
+def _is_worker_of(pid: int, agent: int) -> bool:
+    """Whether `pid` is alive (not a zombie) and a child of `agent`, or a grandchild through the agent's
+    forkserver (warm workers, :mod:`training.launch.warm_workers`) (Linux /proc)."""
+    state, parent = _stat(pid)
+    if state in (None, "Z", "X"):
+        return False
+    return parent == agent or (parent is not None and _stat(parent)[1] == agent)
+
+
+def _stat(pid: int) -> tuple[str | None, int | None]:
+    """(state letter, parent pid) of `pid`, or (None, None) once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] not in ("Z", "X") and int(fields[1]) == parent
+        return fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None, None
 
 
 def _unlink(path: str) -> None:

@@ -3,7 +3,9 @@
 Every agent runs the exact command line of ``training.launch`` (``torchrun_argv``). Output of each agent
 (and its workers) is timestamped line by line as it arrives, so the harness can tell when a failure was
 noticed. Only processes started here are ever signalled: agents are our children, workers are checked to
-be children of one of our agents before anything is sent to them.
+be descendants of one of our agents before anything is sent to them. Workers are found by their process
+name (``t5f-rank-N``, :func:`training.lifecycle.worker_rank`): warm workers are forked by the agent's
+forkserver, so their ``/proc/PID/environ`` does not carry RANK.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from training.config import MEMORY_DIR_ENV
 from training.launch import LaunchConfig, launch_env, start_store, torchrun_argv
+from training.lifecycle import worker_rank
 
 
 class ClusterError(RuntimeError):
@@ -109,13 +112,18 @@ def children(pid: int) -> list[int]:
     return sorted(out)
 
 
-def proc_env(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (children first): an agent's forkserver and the workers it forked."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):  # one scan for the whole tree
+        if d.isdigit() and (parent := _ppid(int(d))) is not None:
+            kids.setdefault(parent, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        found = sorted(kids.get(todo.pop(0), []))
+        out += found
+        todo += found
+    return out
 
 
 @dataclass
@@ -199,11 +207,15 @@ class LocalCluster:
         agent = self.current(index).proc
         if agent.poll() is not None:
             return []
-        return [p for p in children(agent.pid) if "RANK" in proc_env(p)]
+        return [p for p in descendants(agent.pid) if worker_rank(p) is not None]
+
+    def processes(self, index: int) -> list[int]:
+        """Node ``index``'s current agent and every process under it (forkserver, workers): the whole node."""
+        agent = self.current(index).proc
+        return [] if agent.poll() is not None else [agent.pid, *descendants(agent.pid)]
 
     def rank_of(self, pid: int) -> int | None:
-        r = proc_env(pid).get("RANK")
-        return int(r) if r is not None and r.isdigit() else None
+        return worker_rank(pid)
 
     def node_of_rank(self, rank: int) -> int | None:
         for n in {n.index for n in self.nodes}:
@@ -218,7 +230,7 @@ class LocalCluster:
 
     # ---- faults -----------------------------------------------------------------------------------
     def _verified_worker(self, index: int, pid: int) -> None:
-        if _ppid(pid) != self.current(index).proc.pid:
+        if pid not in descendants(self.current(index).proc.pid):
             raise ClusterError(f"pid {pid} is not a worker of node{index}'s agent: refusing to signal it")
 
     def signal_worker(self, index: int, sig: signal.Signals, *, rank: int | None = None) -> int:
@@ -252,11 +264,12 @@ class LocalCluster:
         """SIGKILL several nodes at the same moment (one fault: e.g. a rack's power): agents, workers, memory."""
         nodes = [self.current(i) for i in indices]
         pids = {i: self.workers(i) for i in indices}  # collect first: once an agent is gone its workers are reparented
+        under = [p for i in indices for p in self.processes(i)[1:]]  # workers and the forkserver
         t = time.time()
         for node in nodes:
             if node.proc.poll() is None:
                 os.kill(node.proc.pid, signal.SIGKILL)
-        for p in (p for i in indices for p in pids[i]):
+        for p in under:
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
@@ -286,22 +299,25 @@ class LocalCluster:
         """SIGSTOP node ``index``'s agent and workers: a silent node (power lost with the NIC up, a kernel hang, a
         partition). Its processes stay alive with their sockets open, so no peer hears of it from the kernel."""
         node = self.current(index)
-        pids = [node.proc.pid, *self.workers(index)]
+        pids, workers = self.processes(index), self.workers(index)
         t = time.time()
         for p in pids:
             os.kill(p, signal.SIGSTOP)
         states = [confirm(p, signal.SIGSTOP) for p in pids]
-        self.event("fault", index, f"SIGSTOP node{index} (agent {node.proc.pid} + workers {pids[1:]})",
+        self.event("fault", index, f"SIGSTOP node{index} (agent {node.proc.pid} + workers {workers}, "
+                                   f"{len(pids)} processes)",
                    label="SIGSTOP node", agents_hit=(node.name,), t=t,
-                   confirmed=len(pids) > 1 and all(ok for ok, _ in states),
+                   confirmed=bool(workers) and all(ok for ok, _ in states),
                    evidence="; ".join(how for _, how in states))
 
     def signal_everything(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to every agent and worker (preemption notice to the whole job)."""
+        """Send ``sig`` to every process of every node: agents, forkservers, workers (a preemption notice to the
+        whole job, as Slurm sends it to every process of a step)."""
         targets, hit, delivered = [], [], []
         for n in self.alive():
-            targets += [n.proc.pid, *self.workers(n.index)]
+            targets += self.processes(n.index)
             hit.append(n.name)
+        named = {p for p in targets if worker_rank(p) is not None}  # read before the signal ends them
         t = time.time()
         for p in targets:
             try:
@@ -310,7 +326,7 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
         name = signal.Signals(sig).name
-        workers = [p for p in delivered if p not in {n.proc.pid for n in self.nodes}]
+        workers = [p for p in delivered if p in named]
         self.event("fault", None, f"{name} to every process {targets}", label=f"{name} all", agents_hit=tuple(hit),
                    t=t, confirmed=bool(workers),
                    evidence=f"delivered to {len(delivered)}/{len(targets)} processes ({len(workers)} workers)")
@@ -340,7 +356,7 @@ class LocalCluster:
         """Stop everything this cluster started (SIGKILL works on stopped processes too)."""
         for n in self.nodes:
             if n.proc.poll() is None:
-                for p in self.workers(n.index) if n is self.current(n.index) else []:
+                for p in self.processes(n.index)[1:] if n is self.current(n.index) else []:
                     try:
                         os.kill(p, signal.SIGKILL)
                     except ProcessLookupError:

@@ -9,7 +9,7 @@
 #   cut-link NODE       network partition (netns mode only): take the node's link down; its processes keep
 #                       running, silent to everyone (no socket is closed). slurmctld marks it DOWN as for
 #                       kill-node; revive fences it first (SIGKILL of everything on it, as a reboot would).
-#   kill-workers NODE   SIGKILL only the training worker processes (children of the torchrun agent) on
+#   kill-workers NODE   SIGKILL only the training worker processes (named t5f-rank-N, under the torchrun agent) on
 #                       the node: the agent restarts its worker group inside the allocation.
 #   kill-tasks NODE     SIGKILL every srun-launched task on the node (agent and workers); the batch script
 #                       and its srun survive.
@@ -30,10 +30,11 @@ i="$(node_idx "$n")"
 
 slurmd_pid() { pidfile_pid "$R/run/slurmd-$n.pid"; }
 stale_pids() { local sp; sp="$(slurmd_pid)"; node_pids_alive "$n" | grep -vx "${sp:-x}" || true; }
-# node PIDs whose environment has a variable named $1
-node_pids_with_var() {
+# node PIDs of training workers: they name themselves t5f-rank-N (training.lifecycle.name_worker); a warm
+# worker, forked by its agent's forkserver, has no torchrun variables in /proc/PID/environ
+node_worker_pids() {
   local p
-  for p in $(node_pids_alive "$n"); do if grep -qz "^$1=" "/proc/$p/environ" 2>/dev/null; then echo "$p"; fi; done
+  for p in $(node_pids_alive "$n"); do [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == t5f-rank-* ]] && echo "$p"; done
   return 0
 }
 kill9() { (($#)) && kill -9 "$@" 2>/dev/null || true; }
@@ -93,7 +94,7 @@ case "$cmd" in
     safe_resume "$drained"
     log "revived $n ($(node_state "$n"))" ;;
   kill-workers)
-    p=$(node_pids_with_var TORCHELASTIC_RESTART_COUNT | tr '\n' ' ')
+    p=$(node_worker_pids | tr '\n' ' ')
     [[ -n "$p" ]] || die "no torchrun worker processes on $n"
     kill9 $p
     log "killed training workers on $n: $p" ;;

@@ -100,3 +100,24 @@ def test_a_worker_whose_agent_died_before_it_started_kills_itself():
     env = dict(os.environ, TORCHELASTIC_RUN_ID="x", T5_AGENT_PID=str(dead.pid))
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == -signal.SIGKILL and "still running" not in r.stdout
+
+
+def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
+    import subprocess
+    import sys
+    import time
+
+    from training.lifecycle import worker_rank
+    code = "from training.lifecycle import name_worker; import sys, time; name_worker(12); print('ok', flush=True); time.sleep(30)"
+    named = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    plain = subprocess.Popen(["sleep", "30"])
+    try:
+        assert named.stdout.readline().strip() == "ok"
+        assert worker_rank(named.pid) == 12 and open(f"/proc/{named.pid}/comm").read().strip() == "t5f-rank-12"
+        assert worker_rank(plain.pid) is None
+    finally:
+        for p in (named, plain):
+            p.kill()
+            p.wait()
+    time.sleep(0.1)
+    assert worker_rank(named.pid) is None  # gone

@@ -84,3 +84,24 @@ def test_the_node_watchdog_kills_only_a_child_worker_whose_heartbeat_is_stale(tm
         for p in (fresh, stale):
             p.kill()
             p.wait()
+
+
+def test_the_node_watchdog_also_kills_a_stale_worker_forked_by_the_agents_forkserver(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from training.watchdog import NodeWatchdog
+    # agent (this process) -> "forkserver" (bash) -> worker (sleep): a warm worker is the agent's grandchild
+    middle = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!; wait $!"], stdout=subprocess.PIPE, text=True)
+    worker = int(middle.stdout.readline())
+    try:
+        beat = tmp_path / str(worker)
+        beat.write_text("3 1 42\n")
+        old = time.time() - 10
+        os.utime(beat, (old, old))
+        assert NodeWatchdog(str(tmp_path)).check() == [worker]
+        assert middle.wait(timeout=5) == 128 + signal.SIGKILL  # bash's `wait` reports its child's SIGKILL
+    finally:
+        middle.kill()
+        middle.wait()

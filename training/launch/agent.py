@@ -22,6 +22,8 @@ adds is how the agent stops:
 * hot spares (agents beyond MAX nodes, on torch's redundancy list) work: a spare left waiting after all agents
   re-formed goes back to standing by instead of restarting the job forever, and a spare that was never needed
   exits 0 when the job finishes (:mod:`training.launch.spare_fixes`, two torch 2.13 bugs).
+* workers of the training module start warm: forked from a process that imported torch and the model once
+  (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -38,6 +40,7 @@ import sys
 from training.job_check import DONE_ENV, already_checked
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.spare_fixes import apply_spare_fixes
+from training.launch import warm_workers
 from training.lifecycle import AGENT_ENV, die_with_launcher
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 from training.watchdog import NodeWatchdog
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed import run as torchrun
     from torch.distributed.run import main as torchrun_main, parse_args
 
     if not any(a.split("=", 1)[0] in ("--signals-to-handle", "--signals_to_handle") for a in argv):
@@ -128,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     _abort_on_second_sigint(SignalException)
     apply_spare_fixes()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
+    if _is_training(args) and warm_workers.enabled():
+        warm_workers.start_forkserver()
+        _use_warm_workers(torchrun, warm_workers.apply_warm_start)
     try:
         torchrun_main(argv)
     except SignalException as e:
@@ -146,6 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         if watchdog is not None:
             watchdog.close()
     return 0
+
+
+def _use_warm_workers(torchrun, apply) -> None:
+    """Have torchrun's ``run`` pass its launch config and command through ``apply`` (the one place torchrun
+    turns arguments into an entrypoint), keeping everything else of ``torchrun.main`` as it is."""
+    original = torchrun.config_from_args
+
+    def config_from_args(args):
+        return apply(*original(args))
+
+    torchrun.config_from_args = config_from_args
 
 
 if __name__ == "__main__":

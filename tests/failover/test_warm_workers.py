@@ -1,0 +1,58 @@
+"""Warm workers (training.launch.warm_workers): torchrun's command for the training module becomes a function
+started by a preloaded forkserver; what a warm worker computes is bitwise what a cold one does."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, TINY
+from training.launch.warm_workers import WARM_ENV, apply_warm_start, enabled, run_worker
+
+
+def _torchrun_config(*argv: str):
+    from torch.distributed.run import config_from_args, parse_args
+    return config_from_args(parse_args(["--nnodes=1", "--nproc-per-node=2", *argv]))
+
+
+def test_the_training_module_becomes_a_forkserver_function_with_its_arguments():
+    config, cmd, args = _torchrun_config("--module", "training", "--preset", "debug", "--train.steps", "3")
+    assert (config.start_method, cmd, args[:3]) == ("spawn", sys.executable, ["-u", "-m", "training"])
+    config, cmd, args = apply_warm_start(config, cmd, args)
+    assert config.start_method == "forkserver" and cmd is run_worker
+    assert args == ["--preset", "debug", "--train.steps", "3"]
+
+
+@pytest.mark.parametrize("argv", [("--module", "other_module", "--x"), ("train.py", "--x")])
+def test_anything_but_the_training_module_starts_as_torchrun_would(argv):
+    config, cmd, args = _torchrun_config(*argv)
+    assert apply_warm_start(config, cmd, list(args)) == (config, cmd, args)
+    assert config.start_method == "spawn"
+
+
+def test_the_switch_is_on_unless_set_to_zero():
+    assert enabled({}) and enabled({WARM_ENV: "1"}) and not enabled({WARM_ENV: "0"})
+
+
+def _train(out, env_extra: dict) -> tuple[dict, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env_extra}
+    p = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "2", "--", *TINY,
+                        "--job.out_dir", str(out), "--train.steps", "4"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    starts = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in starts if r["event"] == "start"), p.stdout + p.stderr
+
+
+@pytest.mark.e2e
+def test_warm_workers_skip_the_imports_and_train_bitwise_like_cold_ones(tmp_path):
+    warm, _ = _train(tmp_path / "warm", {})
+    cold, _ = _train(tmp_path / "cold", {WARM_ENV: "0"})
+    assert warm["startup"]["preloaded"] is True and cold["startup"]["preloaded"] is False
+    ckpts = [sorted((tmp_path / run / "checkpoints").glob("step_*"))[-1] for run in ("warm", "cold")]
+    cmp = subprocess.run([sys.executable, "-m", "training.compare", *map(str, ckpts)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert cmp.returncode == 0 and "EQUAL" in cmp.stdout, cmp.stdout + cmp.stderr

@@ -1,0 +1,23 @@
+"""Imported last in a node's forkserver (:mod:`training.launch.warm_workers`), never elsewhere: its import *is*
+the set-up of that process.
+
+* The forkserver must not hold a CUDA context (a forked worker could not use CUDA): checked, with the fix.
+* It must survive the signals that ask the *job* to stop. Slurm (preemption, ``scancel --signal``) signals
+  every process of a step, and a forkserver killed by SIGTERM or SIGUSR1 would take its workers with it (they
+  die with their parent) before they write the checkpoint the signal asked for. It ignores those; it still
+  ends with its agent (EOF on multiprocessing's "alive" pipe) and with SIGKILL. Workers restore the default
+  dispositions first thing (:func:`training.launch.warm_workers.run_worker`).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from training.launch.warm_workers import IGNORED_IN_FORKSERVER, WARM_ENV
+
+if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+    raise RuntimeError(f"an import preloaded in the forkserver initialized CUDA: set {WARM_ENV}=0 (workers then "
+                       f"start cold) and report which import did it")
+for _sig in IGNORED_IN_FORKSERVER:
+    signal.signal(_sig, signal.SIG_IGN)

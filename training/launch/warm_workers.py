@@ -1,0 +1,84 @@
+"""Warm workers: each (re)start forks its workers from a process that has already imported torch and the model.
+
+A restart used to start every worker as a fresh ``python -u -m training``: ~0.1 s of interpreter, ~2 s of
+``import torch`` and friends, ~1.8 s importing transformers' T5 when the model is built. None of that depends
+on the rank or the attempt, yet it was paid on every restart, on every node, while the whole job waited.
+
+Here the agent starts Python's ``multiprocessing`` *forkserver* as soon as it starts (in parallel with the
+rendezvous), with :data:`PRELOAD` imported once; torchrun then starts each worker through it (its
+``start_method="forkserver"`` for a function entrypoint) and the worker runs :func:`run_worker` with the
+training arguments. The forkserver is a fresh interpreter (not a fork of the agent, whose threads could hold
+locks), it runs no torch operation and initializes no CUDA (checked after the preload: a CUDA context cannot
+cross a fork), it ignores the job-stop signals that Slurm sends to every process (the workers handle them),
+and it lives as long as its agent (:mod:`training.launch.forkserver_init`). Turn it off with ``T5_WARM_WORKERS=0`` (or
+``python -m training.launch --cold-workers``): each worker is then a fresh interpreter again.
+
+What changes for the worker, and is handled:
+
+* ``/proc/PID/environ`` of a forked worker shows the forkserver's environment, not RANK etc. (those are set
+  with ``os.environ`` after the fork): tools find workers by their process name, ``t5f-rank-N``
+  (:func:`training.lifecycle.name_worker`, set in both modes);
+* its parent is the forkserver, not the agent: the parent-death signal still chains (the forkserver exits
+  when its agent dies, and the worker with it), and the agent's watchdog accepts grandchildren;
+* it must *return* on success: torch collects a function's return value, and a worker that exited 0 without
+  one would leave its agent waiting. Failures exit with the training module's exit code, as before. The
+  process ends with ``os._exit`` either way (multiprocessing's), so interpreter finalization never runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+#: Agent environment switch: "0" starts every worker as a fresh interpreter (the cold path).
+WARM_ENV = "T5_WARM_WORKERS"
+#: Imported once in the forkserver; a worker's start-up then skips them. The T5 module is what
+#: ``training.model`` imports when it builds the model (the largest single import).
+PRELOAD = ("training.__main__", "training.trainer", "transformers.models.t5.modeling_t5",
+           "training.launch.forkserver_init")
+#: Signals the forkserver ignores so that a signal to every process of the job reaches the workers, which
+#: checkpoint and exit, rather than ending the forkserver and, with it, them (:mod:`.forkserver_init`).
+IGNORED_IN_FORKSERVER = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+#: torchrun's command for ``--module training``: ``python -u -m training ARGS`` -> our ARGS.
+_MODULE_PREFIX = ("-u", "-m", "training")
+
+
+def enabled(env=None) -> bool:
+    """Whether this agent starts warm workers (``T5_WARM_WORKERS`` unset or not "0")."""
+    return (os.environ if env is None else env).get(WARM_ENV, "1") != "0"
+
+
+def start_forkserver() -> None:
+    """Start this process's forkserver now, importing :data:`PRELOAD` in it, so that the first workers do not
+    wait for the imports (they run while the rendezvous does)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.set_forkserver_preload(list(PRELOAD))
+    forkserver.ensure_running()
+
+
+def apply_warm_start(config, cmd, cmd_args: list[str]):
+    """torchrun's ``(LaunchConfig, command, args)`` for ``-m training`` turned into a function entrypoint
+    started by the forkserver: returns ``(config, run_worker, training_args)``. Anything else (another module,
+    a script) is returned unchanged."""
+    n = len(_MODULE_PREFIX)
+    if not (isinstance(cmd, str) and tuple(cmd_args[:n]) == _MODULE_PREFIX):
+        return config, cmd, cmd_args
+    config.start_method = "forkserver"
+    return config, run_worker, list(cmd_args[n:])
+
+
+def run_worker(*argv: str) -> None:
+    """One worker: ``python -m training ARGV`` in this forked process. Returns on success (exit 0); otherwise
+    exits with the training module's code."""
+    for sig in IGNORED_IN_FORKSERVER:  # inherited from the forkserver; a worker has the usual dispositions
+        signal.signal(sig, signal.SIG_DFL)
+    from training.__main__ import main
+
+    code = main(list(argv))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        sys.exit(code)
