@@ -20,6 +20,8 @@ What changes for the worker, and is handled:
   (:func:`training.lifecycle.name_worker`, set in both modes);
 * its parent is the forkserver, not the agent: the parent-death signal still chains (the forkserver exits
   when its agent dies, and the worker with it), and the agent's watchdog accepts grandchildren;
+* it starts its own session (torchrun's ``start_new_session`` for a cold worker), so a Ctrl-C to the terminal
+  reaches it once, through its agent;
 * it must *return* on success: torch collects a function's return value, and a worker that exited 0 without
   one would leave its agent waiting. Failures exit with the training module's exit code, as before. The
   process ends with ``os._exit`` either way (multiprocessing's), so interpreter finalization never runs.
@@ -73,6 +75,9 @@ def apply_warm_start(config, cmd, cmd_args: list[str]):
 def run_worker(*argv: str) -> None:
     """One worker: ``python -m training ARGV`` in this forked process. Returns on success (exit 0); otherwise
     exits with the training module's code."""
+    # Its own session, as torchrun gives a cold worker (start_new_session): a Ctrl-C to the terminal's process
+    # group reaches the agent, which passes it on once; a worker that got it twice would stop at once.
+    os.setsid()
     for sig in IGNORED_IN_FORKSERVER:  # inherited from the forkserver; a worker has the usual dispositions
         signal.signal(sig, signal.SIG_DFL)
     from training.__main__ import main
