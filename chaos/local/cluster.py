@@ -218,8 +218,10 @@ class LocalCluster:
         return worker_rank(pid)
 
     def node_of_rank(self, rank: int) -> int | None:
-        for n in {n.index for n in self.nodes}:
-            if any(self.rank_of(p) == rank for p in self.workers(n)):
+        """The node whose running worker has global rank ``rank`` now. A stopped worker (a silent node, a hung
+        worker) keeps the name of its old rank, which the next round may have given to another node's worker."""
+        for n in sorted({n.index for n in self.nodes}):
+            if any(self.rank_of(p) == rank and _state(p) not in ("T", "t") for p in self.workers(n)):
                 return n
         return None
 

@@ -56,3 +56,21 @@ def test_warm_workers_skip_the_imports_and_train_bitwise_like_cold_ones(tmp_path
     cmp = subprocess.run([sys.executable, "-m", "training.compare", *map(str, ckpts)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert cmp.returncode == 0 and "EQUAL" in cmp.stdout, cmp.stdout + cmp.stderr
+
+
+def test_a_worker_exit_is_logged_without_torchs_join_traceback_and_a_raise_keeps_its_own(caplog):
+    import logging
+
+    from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
+
+    from training.launch.warm_workers import drop_exit_tracebacks
+    log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    drop_exit_tracebacks()
+    for exc in (ProcessExitedException("process 0 terminated with signal SIGKILL", 0, 123, -9, "SIGKILL"),
+                ProcessRaisedException("worker traceback", 0, 123)):
+        try:
+            raise exc
+        except Exception:
+            log.exception("failed (exitcode: -9) local_rank: 0")
+    exited, raised = [r for r in caplog.records if r.name == log.name][-2:]
+    assert exited.exc_info is None and raised.exc_info is not None

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     if _is_training(args) and warm_workers.enabled():
         warm_workers.start_forkserver()
+        warm_workers.drop_exit_tracebacks()
         _use_warm_workers(torchrun, warm_workers.apply_warm_start)
     try:
         torchrun_main(argv)
