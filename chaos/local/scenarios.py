@@ -184,7 +184,8 @@ def inject_silent_node_during_save(run: ScenarioRun) -> None:
     if node is None:
         raise ScenarioFailed(f"the worker that stopped itself (pid {pid}) is on no running node")
     _, spares = training_and_spares(run)
-    run.facts.update(silent_ranks=[r for r in range(run.cfg.world) if c.node_of_rank(r) == node],
+    # its worker is stopped already (node_of_rank skips stopped workers): its ranks are read from the node itself
+    run.facts.update(silent_ranks=sorted(r for p in c.workers(node) if (r := c.rank_of(p)) is not None),
                      spare_nodes=spares, killed_node=node, save_stop_step=step)
     c.stop_node(node)
     _record_spare_takeover(run, spares)

@@ -33,8 +33,11 @@ def test_anything_but_the_training_module_starts_as_torchrun_would(argv):
     assert config.start_method == "spawn"
 
 
-def test_the_switch_is_on_unless_set_to_zero():
-    assert enabled({}) and enabled({WARM_ENV: "1"}) and not enabled({WARM_ENV: "0"})
+def test_the_switch_is_on_unless_turned_off_and_a_bad_value_is_named():
+    assert all(enabled(env) for env in ({}, {WARM_ENV: ""}, {WARM_ENV: "1"}, {WARM_ENV: " Yes "}))
+    assert not any(enabled({WARM_ENV: v}) for v in ("0", "false", "OFF", "no"))
+    with pytest.raises(ValueError, match=r"T5_WARM_WORKERS='maybe' is neither true nor false: use 1/true"):
+        enabled({WARM_ENV: "maybe"})
 
 
 def _train(out, env_extra: dict) -> tuple[dict, str]:

@@ -129,10 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointDirBusy as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
+    try:
+        warm = _is_training(args) and warm_workers.enabled()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     _abort_on_second_sigint(SignalException)
     apply_spare_fixes()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
-    if _is_training(args) and warm_workers.enabled():
+    if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()
         _use_warm_workers(torchrun, warm_workers.apply_warm_start)

@@ -47,8 +47,17 @@ _MODULE_PREFIX = ("-u", "-m", "training")
 
 
 def enabled(env=None) -> bool:
-    """Whether this agent starts warm workers (``T5_WARM_WORKERS`` unset or not "0")."""
-    return (os.environ if env is None else env).get(WARM_ENV, "1") != "0"
+    """Whether this agent starts warm workers: ``T5_WARM_WORKERS`` unset, empty or 1/true/yes/on; 0/false/no/off
+    turns them off (the same spellings as the project's other switches). Anything else raises ValueError
+    naming the value."""
+    raw = (os.environ if env is None else env).get(WARM_ENV)
+    text = (raw or "").strip().lower()
+    if text in ("", "1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{WARM_ENV}={raw!r} is neither true nor false: use 1/true/yes/on (warm workers, the default) "
+                     f"or 0/false/no/off (each worker a fresh interpreter)")
 
 
 def start_forkserver() -> None:
