@@ -19,6 +19,9 @@ def test_with_the_fix_the_left_over_agent_stands_by_and_nobody_is_waiting():
     r = probe("fixed")
     assert len(r["first"]) == 2 and len(r["second"]) == 2, r
     assert r["waiting"] == [0, 0] and r["wait_list"] == 0 and r["redundancy_list"] == 1, r
+    # not even for a moment right after the round formed (the left-over agent sits on the wait list for up to
+    # torch's 1 s poll before it moves: without the num_nodes_waiting patch, 2 runs in 4 saw 1 here)
+    assert r["max_waiting_seen"] == 0, r
 
 
 def test_without_it_torch_leaves_the_agent_waiting_so_the_job_would_restart_forever():

@@ -8,7 +8,11 @@ when a node is lost. Two paths around that list are broken in 2.13:
   round is full stays on the *wait* list, which only takes nodes for a round with room. The running agents see
   ``num_nodes_waiting() > 0`` and restart the worker group to admit it, the next round is full again, and so on
   (seen in the soak: restarts every second until ``--max-restarts`` ran out). Fix: an agent on the wait list of
-  a full, complete round moves itself to the redundancy list (a spare again) instead of waiting there.
+  a full, complete round moves itself to the redundancy list (a spare again) instead of waiting there; and a
+  running agent does not count a waiting agent while its own round is already full (``num_nodes_waiting`` is
+  0 then): the waiter could not be admitted anyway, and it sits on the wait list for up to torch's 1 s state
+  poll before it moves, long enough for agents whose warm workers started in 0.3 s to see it and restart (seen
+  in the soak after warm workers: a restart every ~2 s for ~30 s after a hang).
 * **An unneeded spare crashes at the end.** When the job finishes and closes the rendezvous, a spare gets
   ``RendezvousGracefulExitError``; ``SimpleElasticAgent.run`` logs it and returns None, and ``launch_agent``
   then fails on ``None.is_failed()``. Fix: that None is a success, with one line saying why.
@@ -46,7 +50,17 @@ def apply_spare_fixes() -> None:
             return api.RunResult(state=api.WorkerState.SUCCEEDED)
         return result
 
-    for fn in (join_or_stand_by, run_or_spare_done):
+    waiting = dr.DynamicRendezvousHandler.num_nodes_waiting
+
+    def waiting_with_room(self) -> int:
+        n = waiting(self)  # syncs the state
+        state = self._state_holder.state
+        if n and state.complete and len(state.participants) >= self._settings.max_nodes:
+            return 0  # a full round cannot admit it: restarting would re-form at the same size
+        return n
+
+    for fn in (join_or_stand_by, run_or_spare_done, waiting_with_room):
         setattr(fn, _APPLIED, True)
     dr._RendezvousJoinOp.__call__ = join_or_stand_by
     api.SimpleElasticAgent.run = run_or_spare_done
+    dr.DynamicRendezvousHandler.num_nodes_waiting = waiting_with_room
