@@ -1,0 +1,31 @@
+"""training.launch.rdzv_poll: torch's 1 s rendezvous poll, scaled to the job's size; every other delay kept."""
+from __future__ import annotations
+
+from training.launch.rdzv_poll import STATE_READS_PER_S, apply_rdzv_poll, poll_s
+
+
+def test_the_poll_keeps_the_store_load_bounded_and_never_exceeds_torchs_second():
+    assert poll_s(1) == poll_s(2) == poll_s(20) == 0.1
+    assert poll_s(128) == 128 / STATE_READS_PER_S == 0.64
+    assert poll_s(200) == poll_s(5000) == 1.0
+
+
+def test_only_the_state_poll_is_shortened_and_applying_twice_does_not_stack(monkeypatch):
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+    from torch.distributed.elastic.rendezvous import utils
+
+    monkeypatch.setattr(dr, "_delay", dr._delay)  # restored after the test
+    slept: list[float] = []
+
+    class _Time:
+        @staticmethod
+        def sleep(s):
+            slept.append(s)
+
+    monkeypatch.setattr(utils, "time", _Time)
+    monkeypatch.setattr(utils.random, "uniform", lambda a, b: b)
+    assert apply_rdzv_poll(4) == 0.1 and apply_rdzv_poll(128) == 0.64
+    dr._delay(seconds=1)           # the poll while waiting for other nodes
+    dr._delay(seconds=(0, 0.3))    # torch's random skew before the first round
+    dr._delay(seconds=2)
+    assert slept == [0.64, 0.3, 2]
