@@ -15,6 +15,7 @@ def test_only_the_state_poll_is_shortened_and_applying_twice_does_not_stack(monk
     from torch.distributed.elastic.rendezvous import utils
 
     monkeypatch.setattr(dr, "_delay", dr._delay)  # restored after the test
+    monkeypatch.setattr(dr._BackendRendezvousStateHolder, "__init__", dr._BackendRendezvousStateHolder.__init__)
     slept: list[float] = []
 
     class _Time:
@@ -29,3 +30,24 @@ def test_only_the_state_poll_is_shortened_and_applying_twice_does_not_stack(monk
     dr._delay(seconds=(0, 0.3))    # torch's random skew before the first round
     dr._delay(seconds=2)
     assert slept == [0.64, 0.3, 2]
+
+
+def test_a_real_c10d_handler_reads_its_state_at_the_scaled_poll(monkeypatch):
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+
+    monkeypatch.setattr(dr, "_delay", dr._delay)
+    monkeypatch.setattr(dr._BackendRendezvousStateHolder, "__init__", dr._BackendRendezvousStateHolder.__init__)
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    params = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{server.port}", run_id="poll", min_nodes=1,
+                                  max_nodes=2, is_host=False)
+
+    def holder_cache_s() -> float:
+        backend, store = create_backend(params)
+        return dr.create_handler(store, backend, params)._state_holder._cache_duration
+
+    assert holder_cache_s() == 1  # torch's: a waiting agent sees the others at most once a second
+    apply_rdzv_poll(2)
+    assert holder_cache_s() == 0.1
