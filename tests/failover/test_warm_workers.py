@@ -77,3 +77,22 @@ def test_a_worker_exit_is_logged_without_torchs_join_traceback_and_a_raise_keeps
             log.exception("failed (exitcode: -9) local_rank: 0")
     exited, raised = [r for r in caplog.records if r.name == log.name][-2:]
     assert exited.exc_info is None and raised.exc_info is not None
+
+
+def test_the_forkserver_preload_calls_no_cuda_api():
+    """A CUDA driver initialized in the forkserver would be unusable in every forked worker on a GPU node."""
+    code = """
+import importlib, torch
+calls = []
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device", "get_device_capability",
+             "is_bf16_supported", "set_device"):
+    orig = getattr(torch.cuda, name)
+    setattr(torch.cuda, name, lambda *a, _n=name, _o=orig, **k: (calls.append(_n), _o(*a, **k))[1])
+from training.launch.warm_workers import PRELOAD
+for m in PRELOAD:
+    importlib.import_module(m)
+print(calls, torch.cuda.is_initialized())
+"""
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip() == "[] False", p.stdout

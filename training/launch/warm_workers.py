@@ -66,6 +66,9 @@ def start_forkserver() -> None:
     import multiprocessing
     from multiprocessing import forkserver
 
+    # torch's CUDA availability checks by NVML, not by initializing the CUDA driver: a driver initialized in the
+    # forkserver would be unusable in every forked worker (the preload makes no such call today: tested)
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     multiprocessing.set_forkserver_preload(list(PRELOAD))
     forkserver.ensure_running()
 
