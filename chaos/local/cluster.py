@@ -103,15 +103,6 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (scan of /proc: threads of the agent may spawn workers too)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit() and _ppid(int(d)) == pid:
-            out.append(int(d))
-    return sorted(out)
-
-
 def descendants(pid: int) -> list[int]:
     """Every descendant of ``pid`` (children first): an agent's forkserver and the workers it forked."""
     kids: dict[int, list[int]] = {}
