@@ -25,7 +25,11 @@ def test_only_the_state_poll_is_shortened_and_applying_twice_does_not_stack(monk
 
     monkeypatch.setattr(utils, "time", _Time)
     monkeypatch.setattr(utils.random, "uniform", lambda a, b: b)
+    original_delay, original_init = dr._delay, dr._BackendRendezvousStateHolder.__init__
     assert apply_rdzv_poll(4) == 0.1 and apply_rdzv_poll(128) == 0.64
+    # one layer over torch's own functions, not a wrapper around the first application
+    assert dr._delay.__wrapped__ is original_delay
+    assert dr._BackendRendezvousStateHolder.__init__.__wrapped__ is original_init
     dr._delay(seconds=1)           # the poll while waiting for other nodes
     dr._delay(seconds=(0, 0.3))    # torch's random skew before the first round
     dr._delay(seconds=2)
