@@ -15,14 +15,16 @@ from __future__ import annotations
 from cluster_facts.gpu_instances import GPU_INSTANCES, GpuInstanceSpec, gpu_instance
 from cluster_facts.names import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                                  FSX_PVC_NAME, GPU_QUEUE, GPU_TAINT_KEY, IMAGE_REPOSITORY, MEMORY_DIR_ENV,
-                                 NODE_MEMORY_DIR, RUNTIME_NAME, TRAINING_NAMESPACE, image_repository)
+                                 NODE_MEMORY_DIR, RDZV_STORE_PORT, RDZV_STORE_UNIT, RUNTIME_NAME,
+                                 TRAINING_NAMESPACE, image_repository)
 from cluster_facts.nccl_env import nccl_env
 from cluster_facts.timeouts import SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, platform_timeouts
 
 __all__ = [
     "GPU_INSTANCES", "GpuInstanceSpec", "gpu_instance",
     "DEFAULT_GPU_INSTANCE_TYPE", "DEFAULT_IMAGE_TAG", "DEFAULT_MAX_RESTARTS", "FSX_MOUNT_PATH", "FSX_PVC_NAME",
-    "GPU_QUEUE", "GPU_TAINT_KEY", "IMAGE_REPOSITORY", "MEMORY_DIR_ENV", "NODE_MEMORY_DIR", "RUNTIME_NAME", "TRAINING_NAMESPACE", "image_repository",
+    "GPU_QUEUE", "GPU_TAINT_KEY", "IMAGE_REPOSITORY", "MEMORY_DIR_ENV", "NODE_MEMORY_DIR", "RDZV_STORE_PORT",
+    "RDZV_STORE_UNIT", "RUNTIME_NAME", "TRAINING_NAMESPACE", "image_repository",
     "nccl_env",
     "SHUTDOWN_MARGIN_S", "TIMEOUTS", "PlatformTimeouts", "platform_timeouts",
 ]

@@ -47,6 +47,14 @@ with ``-c imageTag=<that tag>`` to make it the runtime's default too."""
 DEFAULT_MAX_RESTARTS = 10
 """JobSet whole-job restarts before a TrainJob fails (context maxRestarts)."""
 
+RDZV_STORE_PORT = 29400
+"""TCP port of the standalone rendezvous store (``python -m training.rdzv_store``) on the ParallelCluster head
+node: the batch script points every agent at ``<head node>:RDZV_STORE_PORT`` and the stack opens this port on
+the head node to the compute nodes only."""
+
+RDZV_STORE_UNIT = "t5-rdzv-store.service"
+"""systemd unit that keeps the rendezvous store running on the ParallelCluster head node."""
+
 def image_repository(name_prefix: str) -> str:
     """The ECR repository the storage stack creates for deployment ``name_prefix`` (``t5ft`` -> ``t5ft/t5-train``)."""
     return f"{name_prefix}/{IMAGE_REPOSITORY}"
