@@ -26,6 +26,9 @@ adds is how the agent stops:
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
 * the rendezvous re-reads its state every 0.1-1 s, scaled to the job's size, instead of torch's fixed 1 s
   (:mod:`training.launch.rdzv_poll`): the first agent back after a failure no longer idles up to 1 s.
+* with a standalone store (``is_host=false``), the agent first checks that a store answers at the endpoint and
+  that it serves this rendezvous id (``--job-id``, :mod:`training.launch.store_check`): exit 2 with one line
+  naming the endpoint, or both job ids, before it touches the rendezvous.
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -40,9 +43,11 @@ import signal
 import sys
 
 from training.job_check import DONE_ENV, already_checked
+from training.launch.config import LaunchError
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.rdzv_poll import apply_rdzv_poll
 from training.launch.spare_fixes import apply_spare_fixes
+from training.launch.store_check import check_store
 from training.launch import warm_workers
 from training.lifecycle import AGENT_ENV, die_with_launcher
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
@@ -100,6 +105,14 @@ def _fixed_world(args) -> int | None:
     return nproc * int(nnodes) if nproc and nnodes.isdigit() else None
 
 
+def _external_store(args) -> tuple[str, float] | None:
+    """(endpoint, connect timeout) when the agents connect to a standalone c10d store (``is_host=false``)."""
+    conf = dict(kv.split("=", 1) for kv in (args.rdzv_conf or "").split(",") if "=" in kv)
+    if args.standalone or args.rdzv_backend != "c10d" or conf.get("is_host", "").lower() not in ("false", "0"):
+        return None
+    return args.rdzv_endpoint, float(conf.get("read_timeout", 60))  # torch connects with read_timeout too
+
+
 def _standalone_checkpoint_dir(args) -> str | None:
     """checkpoint.dir of a ``--standalone -m training`` job (None otherwise, or if its arguments are invalid:
     the workers report those)."""
@@ -123,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     if not any(a.split("=", 1)[0] in ("--signals-to-handle", "--signals_to_handle") for a in argv):
         argv = [f"--signals-to-handle={_signals_to_handle()}", *argv]
     args = parse_args(argv)
+    store = _external_store(args)
+    if store:
+        try:
+            check_store(store[0], args.rdzv_id, connect_timeout_s=store[1])
+        except LaunchError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return 2
     if _is_training(args) and not already_checked():
         # data, output locations and GPUs, from this node, before any worker starts (torchrun would restart
         # a worker that exits 2 --max-restarts times); the workers skip the same check
