@@ -16,8 +16,11 @@ from chaos.verdict import Check, Expectation, Fault, Observation, compare_weight
 KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain"}
 
 
-def scenario_name(kind: str, rank: int) -> str:
-    """The catalog name of a pod fault: losing node 0's pod is first-node-kill whatever the kind."""
+def scenario_name(kind: str, rank: int, job: str = "node") -> str:
+    """The catalog name of a pod fault: losing node 0's pod is first-node-kill whatever the kind; a fault on
+    another replicated job's pod is ``<job>-kill`` (``store-kill``: the rendezvous store)."""
+    if job != "node":
+        return f"{job}-kill" if kind != "evict" else f"{job}-drain"
     return "first-node-kill" if rank == 0 and kind != "evict" else KIND_NAMES[kind]
 
 
@@ -33,6 +36,47 @@ def check_jobset_restarts(obs: Observation) -> Check:
     return Check("JobSet restarted the gang", n >= want, f"{n} JobSet restart(s) for {want} fault(s)")
 
 
+def check_single_pod_replaced(obs: Observation) -> Check:
+    """Per-index retry: the faulted pods' indexes got a new pod, every other pod (the store's included) ran from
+    start to end as the same process, and the JobSet never restarted.
+
+    Facts: ``pods`` ({job: {index: [pod records in start order]}}, each with ``pid``), ``faulted`` (the
+    ``job/index`` keys the faults hit), ``jobset_restarts``.
+    """
+    pods, faulted = obs.facts.get("pods") or {}, set(obs.facts.get("faulted") or [])
+    restarts = obs.facts.get("jobset_restarts", 0)
+    problems, kept, replaced = [], [], []
+    for job, by_index in sorted(pods.items()):
+        for index, recs in sorted(by_index.items()):
+            key = f"{job}/{index}"
+            pids = "->".join(str(r.get("pid")) for r in recs)
+            if key in faulted:
+                (replaced if len(recs) >= 2 else problems).append(
+                    f"{key} pids {pids}" + ("" if len(recs) >= 2 else " (never recreated)"))
+            elif len(recs) != 1:
+                problems.append(f"{key} recreated although not faulted (pids {pids})")
+            else:
+                kept.append(f"{key} pid {pids}")
+    missing = faulted - {f"{j}/{i}" for j, by in pods.items() for i in by}
+    problems += [f"{k}: no such pod" for k in sorted(missing)]
+    if not faulted:
+        problems.append("no pod fault to replace")
+    if restarts:
+        problems.append(f"{restarts} JobSet restart(s)")
+    detail = (f"replaced: {', '.join(replaced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}"
+              + (f"; NOT: {'; '.join(problems)}" if problems else ""))
+    return Check("only the failed pod was replaced", not problems, detail)
+
+
+def expects_single_replacement(emu: Any) -> bool:
+    """What the rendered runtime promises for the run's faults: per-index retry of the node Job
+    (``backoffLimitPerIndex`` >= 1) replaces a faulted training pod alone; any other fault (the store, or a
+    runtime without per-index retry) is a JobSet gang restart."""
+    faults = list(emu.fault_log)
+    per_index = getattr(emu.r, "backoff_limit_per_index", None) or 0
+    return bool(faults) and per_index >= 1 and all(f.get("job", "node") == "node" for f in faults)
+
+
 def training_shape(train_argv: list[str]) -> tuple[int, int, int]:
     """(steps, global_batch, checkpoint interval) the training CLI resolves from a TrainJob's arguments."""
     from training.config import load_config
@@ -44,7 +88,9 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                     judged: bool) -> dict[str, Any]:
     """Judge one emulator run (``judged``: faults were asked for) and return its JSON report.
 
-    Evidence per fault: the emulator logged the target pod failing after it; "noticed" = the Job failed.
+    Evidence per fault: the emulator logged the target pod failing after it; "noticed" = a Job failed or the
+    Job controller replaced the pod. The run must show what the runtime promises for its faults
+    (:func:`expects_single_replacement`): only the faulted pods replaced, or a JobSet gang restart per fault.
     """
     from chaos.analysis import load_records
     records = load_records(metrics_path)
@@ -57,31 +103,43 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                      and ev.what in ("pod failed", "pods terminated")), None)
         faults.append(Fault(f["label"], f["time"], died is not None,
                             f"{died.what}: {died.detail[:120]}" if died else f"pod {f['pod']} never failed"))
-        names.append(scenario_name(f["kind"], f["rank"]))
+        names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
     out_dir = metrics_path.parent
     final = out_dir / "checkpoints" / f"step_{steps:08d}"
     ref_records = load_records(reference.parent.parent / "metrics.jsonl") if reference else []
+    pods = emu.pods_by_index() if hasattr(emu, "pods_by_index") else {}
+    faulted = sorted({f"{f.get('job', 'node')}/{f['rank']}" for f in emu.fault_log})
+    single = expects_single_replacement(emu)
     obs = Observation(
-        records=records, faults=faults, detections=[ev.time for ev in emu.events if ev.what == "Job failed"],
+        records=records, faults=faults,
+        detections=[ev.time for ev in emu.events if ev.what in ("Job failed", "pod replaced by the Job controller")],
         exited_ok={"Complete": True, "Failed": False}.get(emu.state), exit_detail=f"TrainJob {emu.state}",
         steps=steps, global_batch=global_batch, final_committed=(final / "COMMITTED.json").exists(),
         weight_diffs=compare_weights(final, reference) if reference else None, reference_records=ref_records,
-        wall_s=(emu.events[-1].time - t0) if emu.events else 0.0, facts={"jobset_restarts": emu.restarts})
+        wall_s=(emu.events[-1].time - t0) if emu.events else 0.0, facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted})
     res = ScenarioResult(name=",".join(names) or "no-fault", title="pod faults under Trainer v2.3 + JobSet",
                          t0=t0, workdir=str(out_dir),
                          events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
                          figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures})
     res.wall_s = obs.wall_s
     if judged:
-        res.apply(judge(obs, expectation(interval), [check_jobset_restarts]))
+        res.apply(judge(obs, expectation(interval), [check_single_pod_replaced if single else check_jobset_restarts]))
     res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
     rep = res.to_json()
     rep.update(title="Kubernetes contract emulator (Trainer v2.3 + JobSet semantics, pods as local processes)",
                trainjob=emu.r.job_name, state=emu.state, message=emu.message, jobset_restarts=emu.restarts,
                max_restarts=emu.r.max_restarts, pod_failures=emu.pod_failures, nodes=emu.r.num_nodes,
                nproc_per_node=emu.r.nproc_per_node, differences=emu.differences(), metrics=str(metrics_path),
-               pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events])
+               pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events],
+               expected="only the failed pod replaced" if single else "JobSet gang restart",
+               pods={job: {i: [{**rec, "started": _rel(rec.get("started"), t0), "ended": _rel(rec.get("ended"), t0)}
+                               for rec in recs] for i, recs in by.items()} for job, by in pods.items()},
+               pods_created={f"{job}/{i}": len(recs) for job, by in pods.items() for i, recs in by.items()})
     return rep
+
+
+def _rel(t: float | None, t0: float) -> float | None:
+    return None if t is None else round(t - t0, 2)
 
 
 def header(rep: dict[str, Any]) -> str:
@@ -90,7 +148,9 @@ def header(rep: dict[str, Any]) -> str:
             f"TrainJob {rep.get('trainjob')}: {rep.get('state')}" + (f" ({rep['message']})" if rep.get("message") else "")
             + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
             + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
-            + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else ""))
+            + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")
+            + (f"\npods per index (started): " + ", ".join(f"{k} {n}" for k, n in rep["pods_created"].items())
+               if rep.get("pods_created") else ""))
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -106,7 +166,7 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"  {r.kind}: detect {fmt(r.detect_s)} s, recover {fmt(r.recover_s)} s, "
                      f"{r.steps_lost} step(s) recomputed")
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
-    lines.append("detect: fault -> Job failed (or JobSet restart seen); recover: fault -> first step of the resumed "
+    lines.append("detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of the resumed "
                  "attempt; lost: steps recomputed")
     lines += [f"  emulated: {d}" for d in rep.get("differences") or []]
     return "\n".join(lines)

@@ -30,6 +30,20 @@ node's copy of it is mounted into the training pods, so snapshots outlive a recr
 GPU_TAINT_KEY = "nvidia.com/gpu"
 """Taint (NoSchedule) of the EKS GPU node group; training pods and GPU device plugins tolerate it."""
 
+NODE_POOL_LABEL = "t5-failover/pool"
+"""Node label of the EKS node groups: :data:`SYSTEM_POOL` (controllers and the jobs' rendezvous stores) or
+:data:`GPU_POOL` (training pods)."""
+
+SYSTEM_POOL = "system"
+GPU_POOL = "gpu"
+
+COMPONENT_LABEL = "t5-failover/component"
+"""Pod label the runtime sets: :data:`RDZV_STORE_COMPONENT` on a job's rendezvous store pod,
+:data:`TRAINING_COMPONENT` on its training pods; the training namespace's NetworkPolicy selects by it."""
+
+RDZV_STORE_COMPONENT = "rdzv-store"
+TRAINING_COMPONENT = "training"
+
 GPU_QUEUE = "gpu"
 """Slurm partition (ParallelCluster queue) of the GPU nodes."""
 

@@ -9,29 +9,51 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   args = TrainJob args followed by the runtime's args, env = runtime env, upserted with the TrainJob env,
   upserted with ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`` (from the Job completion index),
   ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT``. ``$(VAR)`` references in env, command and args are expanded
-  the way the kubelet does.
+  the way the kubelet does. Other replicated jobs without the ancestor label (e.g. the rendezvous ``store``)
+  are left as the runtime wrote them (one Job, ``parallelism`` pods, their own command and env), as v2.3 does.
 * **Pods**: one process per completion index, started with exactly that command and env, plus what the
   image would provide (``PATH`` with this venv's python/torchrun first, ``HOME``, ``HOSTNAME``). Working
-  directory: the container's ``workingDir`` or the project root (stand-in for the image's WORKDIR).
+  directory: the container's ``workingDir`` or the project root (stand-in for the image's WORKDIR). The
+  downward API gives the completion index, pod name/namespace, and the JobSet labels
+  (``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``, ``job-index``, ``restart-attempt``). A tcp
+  ``readinessProbe`` is a connect to the pod's (mapped) port; a pod without one is ready once started.
+* **Network**: JobSet's pod DNS names ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>`` (optionally
+  ``.<ns>.svc[.cluster.local]``) in env, command and args resolve to 127.0.0.1; a port a container declares
+  (``ports[].containerPort``) is mapped to a free local port, both where other pods address it
+  (``<name>:<port>``) and in the container's own command (a ``--flag PORT`` or ``--flag=PORT`` argument).
 * **Volumes**: every mount backed by a PersistentVolumeClaim (the FSx volume) maps to one local directory
   shared by all pods and restarts; ``emptyDir`` mounts map to a fresh per-pod directory. Paths under those
   mounts in command, args and env are rewritten to the local directories.
-* **Failure semantics**: a container exit != 0 fails the pod; the Job's ``podFailurePolicy`` rules
-  (``onExitCodes``, ``onPodConditions``) pick FailJob / Ignore / Count; Count past ``backoffLimit``
-  (default 6, as in Kubernetes) fails the Job (BackoffLimitExceeded), otherwise that one pod is replaced.
-  A failed Job terminates its other pods (SIGTERM to PID 1, SIGKILL to every process of the pod after
-  ``terminationGracePeriodSeconds``, like the container runtime), then JobSet's ``failurePolicy`` rules
-  decide: FailJobSet, RestartJobSet (counts towards ``maxRestarts``; past it the JobSet fails),
-  RestartJobSetAndIgnoreMaxRestarts. No ``failurePolicy`` -> the first Job failure fails the JobSet
-  (and the TrainJob). All pods succeeding completes the Job, the JobSet (successPolicy) and the TrainJob.
+* **Start order**: replicated jobs are created in order; one with ``dependsOn`` waits until the named job is
+  Ready (all its pods ready) or Complete.
+* **Failure semantics (batch/v1 Job)**: a container exit != 0 fails the pod; the Job's ``podFailurePolicy``
+  rules (``onExitCodes``, ``onPodConditions``) pick FailJob / FailIndex / Ignore / Count. Ignore replaces the
+  pod without counting. Count: with ``backoffLimitPerIndex`` the failure counts against that index only and
+  the index's pod alone is replaced until the index has failed more than ``backoffLimitPerIndex`` times, then
+  the index is failed (as with FailIndex); more failed indexes than ``maxFailedIndexes`` fail the Job at once
+  (MaxFailedIndexesExceeded), otherwise the Job fails (FailedIndexes) when every index has finished. Without
+  it, counted failures beyond ``backoffLimit`` (default 6; 2147483647 with ``backoffLimitPerIndex``) fail the
+  Job (BackoffLimitExceeded), otherwise that one pod is replaced. A replacement starts after the failed pod is
+  gone (``podReplacementPolicy: Failed``), with the same hostname.
+* **JobSet**: a failed Job terminates every pod of the JobSet (SIGTERM to PID 1, SIGKILL to every process of
+  the pod after ``terminationGracePeriodSeconds``, like the container runtime), then ``failurePolicy`` rules
+  (reasons, message patterns, ``targetReplicatedJobs``) decide: FailJobSet, RestartJobSet (counts towards
+  ``maxRestarts``; past it the JobSet fails), RestartJobSetAndIgnoreMaxRestarts. No ``failurePolicy`` -> the
+  first Job failure fails the JobSet (and the TrainJob). ``successPolicy`` (operator All/Any over
+  ``targetReplicatedJobs``, default all jobs) completes the JobSet, and the TrainJob; the Jobs still running
+  (the store) are then deleted.
 
-Deliberate differences from a cluster (printed in every report): ``PET_MASTER_ADDR`` resolves to
-127.0.0.1 (all pods share this machine's network); ``PET_MASTER_PORT`` may be moved off 29500 so parallel
-runs don't collide; the old pods of a restart are gone before the new ones start (Recreate on a cluster may
-overlap them, each in its own network namespace); no scheduling, images, GPUs, EFA or resource limits.
+Deliberate differences from a cluster (printed in every report): pod DNS names and ``PET_MASTER_ADDR``
+resolve to 127.0.0.1 (all pods share this machine's network); ``PET_MASTER_PORT`` and declared container ports
+may be moved to free local ports so parallel runs don't collide; the old pods of a restart are gone before the
+new ones start (Recreate on a cluster may overlap them, each in its own network namespace); no scheduling,
+images, GPUs, EFA, resource limits or NetworkPolicies.
+
+The report (``--report``) lists every pod per replicated job and completion index: name, pid, attempt, why
+it was created (``created``, ``JobSet restart``, ``replaced (Count)``, ``replaced (Ignore)``), start, end, exit.
 
     python -m testbed.k8s_emulator --runtime R.yaml --trainjob T.yaml --fsx-dir /tmp/fsx \
-        [--fault kill:1@4] [--master-port 0] [--report report.json]
+        [--fault kill:1@4] [--fault kill:store@6] [--master-port 0] [--report report.json]
 """
 from __future__ import annotations
 
@@ -108,8 +130,31 @@ def _nproc_per_node(trainer: dict) -> str:
 
 
 @dataclass(frozen=True)
+class JobTemplate:
+    """One replicated job as the JobSet controller creates it: its Job spec and its pod's one container."""
+
+    name: str  # replicated job name
+    count: int  # parallelism = completions (pods, one per completion index)
+    command: list[str]
+    env: list[dict]
+    working_dir: str | None
+    mounts: dict[str, str]  # mountPath -> "pvc" | "emptyDir"
+    ports: dict[str, int]  # port name (or str(number)) -> containerPort
+    readiness_port: int | None  # containerPort of a tcpSocket readinessProbe
+    backoff_limit: int
+    backoff_limit_per_index: int | None
+    max_failed_indexes: int | None
+    pod_failure_rules: list[dict]
+    restart_policy: str
+    grace_s: float
+    depends_on: list[dict]
+    container: str  # container name (podFailurePolicy onExitCodes.containerName)
+
+
+@dataclass(frozen=True)
 class Rendered:
-    """What Trainer + JobSet make of the pair: the ``node`` Job and its container, before per-pod values."""
+    """What Trainer + JobSet make of the pair: the ``node`` Job (fields below), the other replicated jobs
+    (``jobs``, in creation order, ``node`` included) and the JobSet policies."""
 
     job_name: str
     num_nodes: int
@@ -124,10 +169,77 @@ class Rendered:
     grace_s: float
     max_restarts: int | None  # None: no failurePolicy -> first Job failure fails the JobSet
     failure_rules: list[dict]
+    backoff_limit_per_index: int | None = None
+    max_failed_indexes: int | None = None
+    jobs: tuple[JobTemplate, ...] = ()
+    subdomain: str = ""
+    success_operator: str = "All"
+    success_targets: tuple[str, ...] = ()
+
+    def job(self, name: str) -> JobTemplate:
+        return next(j for j in self.jobs if j.name == name)
+
+
+def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: list[str], env: list[dict],
+              ) -> JobTemplate:
+    """Validate one replicated job's Job spec the way the API server would, and collect what the emulator needs."""
+    name = rj["name"]
+    jspec = rj["template"].get("spec") or {}
+    mode = jspec.get("completionMode", "Indexed")
+    if mode != "Indexed":
+        raise ContractError(f"{name} Job completionMode {mode!r}: the emulator runs Indexed Jobs (JobSet's default; "
+                            "PET_NODE_RANK and per-index retry come from the completion index)")
+    restart_policy = pspec.get("restartPolicy", "OnFailure")  # JobSet's webhook default
+    if restart_policy not in ("Never", "OnFailure"):
+        raise ContractError(f"{name} pod restartPolicy {restart_policy!r}: a Job allows only Never or OnFailure")
+    if restart_policy == "OnFailure":
+        raise ContractError(f"{name} pod restartPolicy OnFailure (in-place container restarts) is not emulated; "
+                            "use Never")
+    pfp = (jspec.get("podFailurePolicy") or {}).get("rules") or []
+    per_index = jspec.get("backoffLimitPerIndex")
+    max_failed = jspec.get("maxFailedIndexes")
+    if max_failed is not None and per_index is None:
+        raise ContractError(f"{name} Job sets maxFailedIndexes without backoffLimitPerIndex: the API server "
+                            "rejects it")
+    if any(r.get("action") == "FailIndex" for r in pfp) and per_index is None:
+        raise ContractError(f"{name} Job podFailurePolicy uses FailIndex without backoffLimitPerIndex: the API "
+                            "server rejects it")
+    if jspec.get("podReplacementPolicy", "Failed") != "Failed" and pfp:
+        raise ContractError(f"{name} Job podReplacementPolicy must be Failed with a podFailurePolicy")
+    volumes = {v["name"]: v for v in pspec.get("volumes") or []}
+    mounts: dict[str, str] = {}
+    for vm in container.get("volumeMounts") or []:
+        vol = volumes.get(vm["name"])
+        if vol is None:
+            raise ContractError(f"{name}: volumeMount {vm['name']!r} has no matching pod volume")
+        # hostPath/configMap/...: a private local directory, like emptyDir
+        mounts[vm["mountPath"]] = "pvc" if "persistentVolumeClaim" in vol else "emptyDir"
+    ports: dict[str, int] = {}
+    for cp in container.get("ports") or []:
+        ports[str(cp["containerPort"])] = cp["containerPort"]
+        if cp.get("name"):
+            ports[cp["name"]] = cp["containerPort"]
+    readiness_port = None
+    probe = container.get("readinessProbe")
+    if probe:
+        if "tcpSocket" not in probe:
+            raise ContractError(f"{name}: only tcpSocket readiness probes are emulated")
+        ref = str(probe["tcpSocket"]["port"])
+        if ref not in ports and not ref.isdigit():
+            raise ContractError(f"{name}: readinessProbe port {ref!r} is not a declared container port")
+        readiness_port = ports.get(ref) or int(ref)
+    return JobTemplate(
+        name=name, count=count, command=command, env=env, working_dir=container.get("workingDir"), mounts=mounts,
+        ports=ports, readiness_port=readiness_port,
+        # Kubernetes: 6, or "unlimited" when the per-index limit is set
+        backoff_limit=jspec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT if per_index is None else 2**31 - 1),
+        backoff_limit_per_index=per_index, max_failed_indexes=max_failed, pod_failure_rules=pfp,
+        restart_policy=restart_policy, grace_s=float(pspec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
+        depends_on=list(rj.get("dependsOn") or []), container=container["name"])
 
 
 def render(runtime: dict, trainjob: dict) -> Rendered:
-    """Check the pair against the Trainer v2.3 contract and compute the ``node`` Job's pod template."""
+    """Check the pair against the Trainer v2.3 contract and compute every replicated job's pod template."""
     schema.roundtrip(runtime)
     schema.roundtrip(trainjob)
     if runtime["kind"] != "ClusterTrainingRuntime":
@@ -157,20 +269,29 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
     if rj["name"] != "node":
         raise ContractError(f"trainer replicated job is named {rj['name']!r}: Trainer v2.3 hard-codes "
                             f"PET_MASTER_ADDR=<job>-node-0-0.<job>, so it must be 'node'")
-    if len(rjobs) != 1:
-        raise ContractError(f"runtime has replicated jobs {[r['name'] for r in rjobs]}: the emulator runs only "
-                            "'node' (initializers are not emulated)")
-    jspec = rj["template"].get("spec") or {}
-    if jspec.get("completionMode", "Indexed") != "Indexed":
-        raise ContractError("node Job completionMode must be Indexed (JobSet's default): PET_NODE_RANK comes "
-                            "from the completion index")
-    pod = jspec["template"]
+    others = [r for r in rjobs if r is not rj]
+    for o in others:
+        anc = ((o["template"].get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+        if anc:
+            raise ContractError(f"replicated job {o['name']!r} ({ANCESTOR_LABEL}: {anc}): initializers are not "
+                                "emulated")
+    names = [r["name"] for r in rjobs]
+    for i, r in enumerate(rjobs):
+        if r.get("replicas", 1) != 1:
+            raise ContractError(f"replicated job {r['name']!r} replicas {r['replicas']}: the emulator runs one Job "
+                                "per replicated job (Trainer v2.3 forces 1 for the trainer)")
+        for d in r.get("dependsOn") or []:
+            # JobSet's webhook: only the previous replicated job, Ready or Complete
+            if i == 0 or d["name"] != names[i - 1] or d.get("status") not in ("Ready", "Complete"):
+                raise ContractError(f"replicated job {r['name']!r} dependsOn {d}: JobSet accepts only the previous "
+                                    "replicated job with status Ready or Complete")
+    pod = rj["template"]["spec"]["template"]
     pspec = pod.get("spec") or {}
     containers = [c for c in pspec.get("containers") or [] if c["name"] == "node"]
     if not containers:
         raise ContractError("the node Job's pod template has no container named 'node' (the one the Trainer "
                             "fills from the TrainJob and injects PET_* into)")
-    if pspec.get("initContainers"):
+    if any((r["template"]["spec"]["template"].get("spec") or {}).get("initContainers") for r in rjobs):
         raise ContractError("initContainers are not emulated")
     ctr = containers[0]
     tr = trainjob["spec"].get("trainer") or {}
@@ -198,41 +319,53 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
         {"name": "PET_MASTER_ADDR", "value": f"{job_name}-node-0-0.{job_name}"},
         {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
     ])
-
-    volumes = {v["name"]: v for v in pspec.get("volumes") or []}
-    mounts: dict[str, str] = {}
-    for vm in ctr.get("volumeMounts") or []:
-        vol = volumes.get(vm["name"])
-        if vol is None:
-            raise ContractError(f"volumeMount {vm['name']!r} has no matching pod volume")
-        if "persistentVolumeClaim" in vol:
-            mounts[vm["mountPath"]] = "pvc"
-        elif "emptyDir" in vol:
-            mounts[vm["mountPath"]] = "emptyDir"
-        else:
-            mounts[vm["mountPath"]] = "emptyDir"  # hostPath/configMap...: a private local directory
-    restart_policy = pspec.get("restartPolicy", "Always")
-    if restart_policy not in ("Never", "OnFailure"):
-        raise ContractError(f"pod restartPolicy {restart_policy!r}: a Job allows only Never or OnFailure")
-    pfp = (jspec.get("podFailurePolicy") or {}).get("rules") or []
-    if pfp and restart_policy != "Never":
+    node = _job_spec(rj, ctr, pspec, count=num_nodes, command=command + args, env=env)
+    if node.pod_failure_rules and node.restart_policy != "Never":
         raise ContractError("a Job podFailurePolicy requires pod restartPolicy: Never")
+    jobs: list[JobTemplate] = []
+    for r in rjobs:
+        if r is rj:
+            jobs.append(node)
+            continue
+        opspec = r["template"]["spec"]["template"].get("spec") or {}
+        octrs = opspec.get("containers") or []
+        if len(octrs) != 1:
+            raise ContractError(f"replicated job {r['name']!r} has {len(octrs)} containers: the emulator runs one")
+        oc = octrs[0]
+        ocmd = list(oc.get("command") or []) + list(oc.get("args") or [])
+        if not oc.get("command"):
+            raise ContractError(f"replicated job {r['name']!r}: container {oc['name']!r} has no command (the image "
+                                "entrypoint is not emulated)")
+        count = r["template"]["spec"].get("parallelism", 1)  # Trainer v2.3: PodSet count = parallelism
+        jobs.append(_job_spec(r, oc, opspec, count=max(count, 1), command=ocmd, env=list(oc.get("env") or [])))
     fp = js.get("failurePolicy")
     strategy = (fp or {}).get("restartStrategy", "Recreate")
     # Both recreate every pod; the emulator removes the old pods before it starts new ones, which satisfies both.
     if strategy not in ("Recreate", "BlockingRecreate"):
         raise ContractError(f"JobSet restartStrategy {strategy!r} is not emulated (Recreate, BlockingRecreate)")
+    for rule in (fp or {}).get("rules") or []:
+        unknown = set(rule.get("targetReplicatedJobs") or []) - set(names)
+        if unknown:
+            raise ContractError(f"JobSet failurePolicy rule {rule.get('name')!r} targets unknown replicated jobs "
+                                f"{sorted(unknown)}")
+    sp = js.get("successPolicy") or {}
+    targets = tuple(sp.get("targetReplicatedJobs") or names)
+    if set(targets) - set(names):
+        raise ContractError(f"JobSet successPolicy targets unknown replicated jobs {sorted(set(targets) - set(names))}")
     return Rendered(
-        job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=command + args,
-        env=env, working_dir=ctr.get("workingDir"), mounts=mounts,
-        backoff_limit=jspec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), pod_failure_rules=pfp,
-        restart_policy=restart_policy, grace_s=float(pspec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
+        job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=node.command,
+        env=env, working_dir=node.working_dir, mounts=node.mounts, backoff_limit=node.backoff_limit,
+        pod_failure_rules=node.pod_failure_rules, restart_policy=node.restart_policy, grace_s=node.grace_s,
         max_restarts=None if fp is None else fp.get("maxRestarts", 0), failure_rules=(fp or {}).get("rules") or [],
+        backoff_limit_per_index=node.backoff_limit_per_index, max_failed_indexes=node.max_failed_indexes,
+        jobs=tuple(jobs), subdomain=(js.get("network") or {}).get("subdomain") or job_name,
+        success_operator=sp.get("operator", "All"), success_targets=targets,
     )
 
 
 # --------------------------------------------------------------------------------------- failure rules
-def pod_failure_action(rules: list[dict], exit_code: int, conditions: set[str], pod: str) -> tuple[str, str]:
+def pod_failure_action(rules: list[dict], exit_code: int, conditions: set[str], pod: str,
+                       container: str = "node") -> tuple[str, str]:
     """Job podFailurePolicy: (action, Job failure message) of the first matching rule, else Count.
 
     Messages are the Job controller's own (pkg/controller/job/pod_failure_policy.go), because JobSet
@@ -241,11 +374,11 @@ def pod_failure_action(rules: list[dict], exit_code: int, conditions: set[str], 
     for i, r in enumerate(rules):
         oe, oc = r.get("onExitCodes"), r.get("onPodConditions")
         if oe:
-            if oe.get("containerName") not in (None, "node") or exit_code == 0:
+            if oe.get("containerName") not in (None, container) or exit_code == 0:
                 continue
             if (oe["operator"] == "In") != (exit_code in set(oe["values"])):
                 continue
-            return r["action"], (f"Container node for pod {pod} failed with exit code {exit_code} matching "
+            return r["action"], (f"Container {container} for pod {pod} failed with exit code {exit_code} matching "
                                  f"{r['action']} rule at index {i}")
         if oc:
             for pat in oc:
@@ -286,21 +419,42 @@ def _proc_table() -> dict[int, tuple[int, str]]:
 
 @dataclass
 class Pod:
-    """One emulated pod: a process tree started from container ``node``'s command."""
+    """One emulated pod: a process tree started from its container's command."""
 
     name: str
-    rank: int
-    attempt: int
+    rank: int  # completion index
+    attempt: int  # JobSet restart attempt
     argv: list[str]
     env: dict[str, str]
     cwd: str
     log_path: str
+    job: str = "node"  # replicated job
+    why: str = "created"
+    probe_port: int | None = None  # local port of a tcp readiness probe
     proc: Any = None
     known: dict[int, str] = field(default_factory=dict)  # pid -> starttime, every process ever seen in it
     conditions: set[str] = field(default_factory=set)
     exit_code: int | None = None
     started: float = 0.0
+    ended: float | None = None
+    ready: bool = False
     handled: bool = False  # the Job controller has acted on this pod's end
+
+    def probe(self) -> bool:
+        """Readiness: a tcp connect to the probe port succeeds (no probe: ready once running)."""
+        if not self.ready and self.exit_code is None:
+            if self.probe_port is None:
+                self.ready = True
+            else:
+                with socket.socket() as s:
+                    s.settimeout(0.2)
+                    self.ready = s.connect_ex(("127.0.0.1", self.probe_port)) == 0
+        return self.ready
+
+    def record(self) -> dict[str, Any]:
+        return {"job": self.job, "index": self.rank, "name": self.name, "pid": self.proc.pid if self.proc else None,
+                "attempt": self.attempt, "why": self.why, "started": self.started, "ended": self.ended,
+                "exit_code": self.exit_code}
 
     def start(self) -> None:
         import subprocess
@@ -341,6 +495,7 @@ class Pod:
             rc = self.proc.poll()
             if rc is not None:
                 self.exit_code = 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, like a container
+                self.ended = time.time()
                 self.kill_all()  # PID 1 exited: the runtime kills what is left of the container
                 self.log.close()
         return self.exit_code
@@ -368,19 +523,24 @@ class Pod:
 class Fault:
     """An injected failure: ``kill`` (SIGKILL every process of the pod: node crash), ``delete`` (graceful
     pod deletion: SIGTERM, grace, SIGKILL) or ``evict`` (like delete, plus the DisruptionTarget pod
-    condition a drain/eviction sets), on the pod of node ``rank`` once the job logged step ``at_step``."""
+    condition a drain/eviction sets), on the pod of node ``rank`` (or, with ``job``, pod ``rank`` of that
+    replicated job) once the job logged step ``at_step``."""
 
     kind: str
     rank: int
     at_step: int
+    job: str = "node"
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
-        m = re.fullmatch(r"(kill|delete|evict):(\d+)@(\d+)", text)
+        m = re.fullmatch(r"(kill|delete|evict):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
-            raise argparse.ArgumentTypeError(f"fault {text!r}: expected KIND:RANK@STEP, e.g. kill:1@4 "
-                                             "(KIND kill|delete|evict)")
-        return cls(m.group(1), int(m.group(2)), int(m.group(3)))
+            raise argparse.ArgumentTypeError(f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
+                                             "pod) or kill:store@4 (pod 0 of replicated job store); KIND "
+                                             "kill|delete|evict")
+        if m.group(2) is not None:
+            return cls(m.group(1), int(m.group(2)), int(m.group(5)))
+        return cls(m.group(1), int(m.group(4) or 0), int(m.group(5)), job=m.group(3))
 
 
 @dataclass
@@ -390,8 +550,31 @@ class Event:
     detail: str = ""
 
 
+@dataclass
+class JobRun:
+    """The Job controller's state for one Job of one JobSet attempt."""
+
+    t: JobTemplate
+    pods: dict[int, Pod] = field(default_factory=dict)  # completion index -> current pod
+    created: bool = False
+    succeeded: set[int] = field(default_factory=set)
+    failed_indexes: set[int] = field(default_factory=set)
+    counted: int = 0  # counted failures, all indexes (backoffLimit)
+    per_index: dict[int, int] = field(default_factory=dict)  # counted failures per index (backoffLimitPerIndex)
+    replacements: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.succeeded) >= self.t.count
+
+    @property
+    def ready(self) -> bool:
+        return self.created and all(i in self.succeeded or (i in self.pods and self.pods[i].probe())
+                                    for i in range(self.t.count))
+
+
 class Emulator:
-    """Runs the ``node`` Job of a rendered runtime + TrainJob with JobSet/Job failure semantics."""
+    """Runs the replicated jobs of a rendered runtime + TrainJob with JobSet/Job semantics."""
 
     def __init__(self, runtime: dict, trainjob: dict, *, fsx_dir: str | Path, workdir: str | Path | None = None,
                  project_root: str | Path = PROJECT_ROOT, bin_dir: str | Path | None = None,
@@ -404,9 +587,13 @@ class Emulator:
         self.project_root = Path(project_root).resolve()
         self.bin_dir = Path(bin_dir or Path(sys.executable).parent)
         self.master_port = master_port or _free_port()
+        # Declared container ports of the other replicated jobs -> free local ports (stable across restarts).
+        self.port_map: dict[tuple[str, int], int] = {
+            (j.name, port): _free_port() for j in self.r.jobs if j.name != "node" for port in set(j.ports.values())}
         self.echo = echo or (lambda s: None)
         self.events: list[Event] = []
-        self.fault_log: list[dict] = []  # {"label", "time", "step", "pod", "kind", "rank"} per injected fault
+        self.fault_log: list[dict] = []  # {"label", "time", "step", "pod", "kind", "rank", "job"} per fault
+        self.pod_log: list[Pod] = []  # every pod ever started, in order
         self.restarts = 0
         self.restarts_towards_max = 0
         self.pod_failures = 0
@@ -414,34 +601,67 @@ class Emulator:
         self.message = ""
 
     # ----------------------------------------------------------------------------------- pod rendering
-    def _map_path(self, s: str, pod_dir: Path) -> str:
+    def _map_path(self, s: str, pod_dir: Path, mounts: dict[str, str] | None = None) -> str:
         """Rewrite paths under volume mounts to their local directories (longest mount first)."""
-        for mount in sorted(self.r.mounts, key=len, reverse=True):
-            local = self.fsx_dir if self.r.mounts[mount] == "pvc" else pod_dir / "volumes" / mount.strip("/")
+        mounts = self.r.mounts if mounts is None else mounts
+        for mount in sorted(mounts, key=len, reverse=True):
+            local = self.fsx_dir if mounts[mount] == "pvc" else pod_dir / "volumes" / mount.strip("/")
             pat = re.compile(r"(^|(?<=[=:,\s]))" + re.escape(mount.rstrip("/")) + r"(?=/|$|[\s,:])")
             if pat.search(s):
                 local.mkdir(parents=True, exist_ok=True)
                 s = pat.sub(str(local), s)
         return s
 
-    def pod_spec(self, rank: int, attempt: int) -> Pod:
-        """The process one pod of the ``node`` Job would be, with the env the kubelet would give it."""
-        r = self.r
-        hostname = f"{r.job_name}-node-0-{rank}"
-        name = f"{hostname}-a{attempt}"
+    def _map_endpoints(self, s: str) -> str:
+        """JobSet pod DNS names -> 127.0.0.1, and a declared container port after one -> its local port."""
+        host_re = (rf"\b{re.escape(self.r.job_name)}-(?P<rjob>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-0-\d+"
+                   rf"\.{re.escape(self.r.subdomain)}(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?\b(:(?P<port>\d+))?")
+
+        def sub(m: re.Match) -> str:
+            port = m.group("port")
+            if port is None:
+                return "127.0.0.1"
+            rjob = m.group("rjob")
+            local = self.port_map.get((rjob, int(port)))
+            if rjob == "node" and int(port) == TRAINER_PORT:
+                local = self.master_port
+            return f"127.0.0.1:{local or port}"
+        return re.sub(host_re, sub, s)
+
+    def _map_own_ports(self, argv: list[str], job: JobTemplate) -> list[str]:
+        """The container's own declared ports in its command (``--port 29400``, ``--port=29400``) -> local ports."""
+        ports = {str(p): str(self.port_map[(job.name, p)]) for p in set(job.ports.values())
+                 if (job.name, p) in self.port_map}
+        out = []
+        for i, a in enumerate(argv):
+            if a in ports and i > 0 and argv[i - 1].startswith("--"):
+                a = ports[a]
+            elif a.startswith("--") and "=" in a and a.split("=", 1)[1] in ports:
+                a = a.split("=", 1)[0] + "=" + ports[a.split("=", 1)[1]]
+            out.append(a)
+        return out
+
+    def pod_spec(self, rank: int, attempt: int, job: str = "node", suffix: str = "") -> Pod:
+        """The process one pod of replicated job ``job`` would be, with the env the kubelet would give it."""
+        r, t = self.r, self.r.job(job)
+        hostname = f"{r.job_name}-{job}-0-{rank}"
+        name = f"{hostname}-a{attempt}{suffix}"
         pod_dir = self.workdir / "pods" / name
         (pod_dir / "home").mkdir(parents=True, exist_ok=True)
+        labels = {"jobset.sigs.k8s.io/jobset-name": r.job_name, "jobset.sigs.k8s.io/replicatedjob-name": job,
+                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": str(attempt),
+                  "batch.kubernetes.io/job-completion-index": str(rank)}
         field_values = {
             COMPLETION_INDEX_FIELD: str(rank),
             "metadata.name": name,
             "metadata.namespace": "default",
-            "spec.nodeName": f"emulated-node-{rank}",
+            "spec.nodeName": f"emulated-node-{job}-{rank}",
             "status.podIP": "127.0.0.1",
             "status.hostIP": "127.0.0.1",
-            "metadata.labels['jobset.sigs.k8s.io/restart-attempt']": str(attempt),
+            **{f"metadata.labels['{k}']": v for k, v in labels.items()},
         }
         env: dict[str, str] = {}
-        for e in r.env:
+        for e in t.env:
             if "valueFrom" in e:
                 vf = e["valueFrom"]
                 path = (vf.get("fieldRef") or {}).get("fieldPath")
@@ -456,18 +676,21 @@ class Emulator:
                     raise ContractError(f"env {e['name']}: valueFrom {vf} is not emulated")
             else:
                 env[e["name"]] = _expand(e.get("value", ""), env)
-        # The deliberate, reported differences: loopback rendezvous, a port that can't collide here.
-        env["PET_MASTER_ADDR"] = "127.0.0.1"
-        env["PET_MASTER_PORT"] = str(self.master_port)
-        env = {k: self._map_path(v, pod_dir) for k, v in env.items()}
-        argv = [self._map_path(_expand(a, env), pod_dir) for a in r.command]
+        if job == "node":
+            # The deliberate, reported differences: loopback rendezvous, a port that can't collide here.
+            env["PET_MASTER_ADDR"] = "127.0.0.1"
+            env["PET_MASTER_PORT"] = str(self.master_port)
+        env = {k: self._map_endpoints(self._map_path(v, pod_dir, t.mounts)) for k, v in env.items()}
+        argv = [self._map_endpoints(self._map_path(_expand(a, env), pod_dir, t.mounts)) for a in t.command]
+        argv = self._map_own_ports(argv, t)
         base = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_dir / "home"),
                 "HOSTNAME": hostname, "LANG": "C.UTF-8"}
-        cwd = self._map_path(r.working_dir, pod_dir) if r.working_dir else str(self.project_root)
+        cwd = self._map_path(t.working_dir, pod_dir, t.mounts) if t.working_dir else str(self.project_root)
         if not os.path.isdir(cwd):
-            raise ContractError(f"workingDir {r.working_dir!r} does not exist in the emulation")
+            raise ContractError(f"workingDir {t.working_dir!r} does not exist in the emulation")
+        probe = self.port_map.get((job, t.readiness_port)) or t.readiness_port if t.readiness_port else None
         return Pod(name=name, rank=rank, attempt=attempt, argv=argv, env={**base, **env}, cwd=cwd,
-                   log_path=str(self.workdir / f"{name}.log"))
+                   log_path=str(self.workdir / f"{name}.log"), job=job, probe_port=probe)
 
     # --------------------------------------------------------------------------------------------- run
     def _event(self, what: str, detail: str = "") -> None:
@@ -481,33 +704,39 @@ class Emulator:
         pending = sorted(faults, key=lambda f: f.at_step)
         deadline = time.time() + timeout_s
         attempt = 0
-        self._event("TrainJob created", f"{r.num_nodes} node(s) x {r.nproc_per_node} proc, backoffLimit "
-                    f"{r.backoff_limit}, maxRestarts {r.max_restarts}, master 127.0.0.1:{self.master_port}")
+        node = r.job("node")
+        retry = (f"backoffLimitPerIndex {node.backoff_limit_per_index}, maxFailedIndexes {node.max_failed_indexes}"
+                 if node.backoff_limit_per_index is not None else f"backoffLimit {node.backoff_limit}")
+        self._event("TrainJob created", f"{r.num_nodes} node(s) x {r.nproc_per_node} proc, {retry}, maxRestarts "
+                    f"{r.max_restarts}, jobs {[j.name for j in r.jobs]}, master 127.0.0.1:{self.master_port}"
+                    + "".join(f", {j}:{p} -> 127.0.0.1:{lp}" for (j, p), lp in self.port_map.items()))
         while True:
-            pods = self._start_pods(attempt)
-            failed = [0]  # Job failure count towards backoffLimit
+            jobs = [JobRun(t) for t in r.jobs]
             try:
-                outcome = self._watch(pods, attempt, pending, progress, deadline, failed)
+                outcome = self._watch(jobs, attempt, pending, progress, deadline)
             except BaseException:  # Ctrl-C, a test timeout: leave no training processes behind
-                for p in pods:
-                    p.kill_all()
+                for j in jobs:
+                    for p in j.pods.values():
+                        p.kill_all()
                 raise
             if outcome[0] == "Complete":
+                # JobSet completed: the Jobs still running (the store) are deleted
+                self._teardown(jobs)
                 self.state = "Complete"
                 self._event("TrainJob Complete", f"JobSet restarts {self.restarts}")
                 return self.state
             if outcome[0] == "Timeout":
-                self._teardown(pods, grace_s=0)
+                self._teardown(jobs, grace_s=0)
                 self.state, self.message = "Failed", f"emulation timed out after {timeout_s:.0f} s"
                 self._event("TrainJob Failed", self.message)
                 return self.state
-            reason, message = outcome[1], outcome[2]
-            self._event("Job failed", f"{reason}: {message}")
-            self._teardown(pods, grace_s=r.grace_s)
+            reason, message, rjob = outcome[1], outcome[2], outcome[3]
+            self._event("Job failed", f"{rjob}: {reason}: {message}")
+            self._teardown(jobs)
             if r.max_restarts is None:
                 action, rule = "FailJobSet", "(no failurePolicy)"
             else:
-                action, rule = jobset_failure_action(r.failure_rules, reason, message)
+                action, rule = jobset_failure_action(r.failure_rules, reason, message, rjob)
             if action == "RestartJobSet" and self.restarts_towards_max >= r.max_restarts:
                 self.state, self.message = "Failed", f"JobSet reached maxRestarts={r.max_restarts} ({message})"
                 self._event("TrainJob Failed", self.message)
@@ -519,93 +748,144 @@ class Emulator:
                     self.restarts_towards_max += 1
                 attempt += 1
                 self._event("JobSet restart", f"rule {rule} -> {action}; restarts {self.restarts}"
-                            f"/{r.max_restarts}, recreating all {r.num_nodes} pod(s)")
+                            f"/{r.max_restarts}, recreating every pod")
                 continue
             self.state, self.message = "Failed", f"JobSet failurePolicy rule {rule} -> {action} ({message})"
             self._event("TrainJob Failed", self.message)
             return self.state
 
-    def _start_pods(self, attempt: int) -> list[Pod]:
-        pods = []
-        for rank in range(self.r.num_nodes):
-            p = self.pod_spec(rank, attempt)
-            p.start()
-            pods.append(p)
-        self._event("pods started", ", ".join(f"{p.name} (pid {p.proc.pid})" for p in pods))
-        return pods
+    def _start_pod(self, j: JobRun, rank: int, attempt: int, why: str) -> Pod:
+        n = j.replacements.get(rank, 0)
+        p = self.pod_spec(rank, attempt, j.t.name, suffix=f"-r{n}" if n else "")
+        p.why = why
+        p.start()
+        j.pods[rank] = p
+        self.pod_log.append(p)
+        return p
 
-    def _teardown(self, pods: list[Pod], grace_s: float) -> None:
-        live = [p for p in pods if p.poll() is None]
-        threads = [threading.Thread(target=p.terminate, args=(grace_s,)) for p in live]
+    def _create_job(self, j: JobRun, attempt: int) -> None:
+        why = "created" if attempt == 0 else "JobSet restart"
+        pods = [self._start_pod(j, rank, attempt, why) for rank in range(j.t.count)]
+        j.created = True
+        self._event("pods started", ", ".join(f"{p.name} (pid {p.proc.pid})" for p in pods))
+
+    def _teardown(self, jobs: list[JobRun], grace_s: float | None = None) -> None:
+        """Delete every pod still running (each Job's own grace period unless ``grace_s``), all at once."""
+        live = [(p, j.t.grace_s if grace_s is None else grace_s) for j in jobs for p in j.pods.values()
+                if p.poll() is None]
+        threads = [threading.Thread(target=p.terminate, args=(g,)) for p, g in live]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         if live:
-            self._event("pods terminated", ", ".join(f"{p.name} exit {p.exit_code}" for p in live))
+            self._event("pods terminated", ", ".join(f"{p.name} exit {p.exit_code}" for p, _ in live))
 
-    def _watch(self, pods: list[Pod], attempt: int, pending: list[Fault], progress, deadline: float,
-               failed: list[int]) -> tuple[str, str, str]:
-        r = self.r
-        succeeded: set[int] = set()
+    def _dependency_reached(self, jobs: list[JobRun], j: JobRun) -> bool:
+        for d in j.t.depends_on:
+            dep = next(x for x in jobs if x.t.name == d["name"])
+            if not (dep.complete if d["status"] == "Complete" else (dep.ready or dep.complete)):
+                return False
+        return True
+
+    def _succeeded(self, jobs: list[JobRun]) -> bool:
+        """JobSet successPolicy: All / Any Job of the target replicated jobs completed."""
+        done = [j.complete for j in jobs if j.t.name in self.r.success_targets]
+        return all(done) if self.r.success_operator == "All" else any(done)
+
+    def _watch(self, jobs: list[JobRun], attempt: int, pending: list[Fault], progress,
+               deadline: float) -> tuple[str, str, str, str]:
         while True:
             if time.time() > deadline:
-                return ("Timeout", "", "")
+                return ("Timeout", "", "", "")
+            for j in jobs:
+                if not j.created and self._dependency_reached(jobs, j):
+                    if j.t.depends_on:
+                        self._event("dependency reached", f"{j.t.name} after {j.t.depends_on}")
+                    self._create_job(j, attempt)
             table = _proc_table()
-            for p in pods:
-                p.track(table)
+            for j in jobs:
+                for p in j.pods.values():
+                    p.track(table)
             step = progress() if (progress and pending) else 0
             while pending and step >= pending[0].at_step:
-                self._inject(pending.pop(0), pods, step)
-            for i, p in enumerate(pods):
-                # a fault's terminate thread may have reaped the pod already: 'handled' is ours alone
-                if p.handled or p.poll() is None:
-                    continue
-                p.handled = True
-                if p.exit_code == 0:
-                    succeeded.add(p.rank)
-                    self._event("pod succeeded", p.name)
-                    continue
-                self.pod_failures += 1
-                action, why = pod_failure_action(r.pod_failure_rules, p.exit_code, p.conditions, f"default/{p.name}")
-                self._event("pod failed", f"{p.name} exit {p.exit_code}, conditions {sorted(p.conditions) or '-'}"
-                            f" -> podFailurePolicy {action}")
-                if action == "FailJob":
-                    return ("Failed", "PodFailurePolicy", why)
-                if action == "Ignore" or (action == "Count" and failed[0] < r.backoff_limit):
-                    if action == "Count":
-                        failed[0] += 1
-                    # the Job controller replaces just this pod: the gang is NOT restarted
-                    repl = self.pod_spec(p.rank, attempt)
-                    repl.name = f"{repl.name}-r{self.pod_failures}"
-                    repl.log_path = str(self.workdir / f"{repl.name}.log")
-                    repl.start()
-                    pods[i] = repl
-                    self._event("pod replaced by the Job controller", f"{repl.name} ({action})")
-                    continue
-                if action == "FailIndex":
-                    return ("Failed", "FailedIndexes", "Job has failed indexes")
-                return ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            if len(succeeded) == r.num_nodes:
-                return ("Complete", "", "")
+                self._inject(pending.pop(0), jobs, step)
+            for j in jobs:
+                failure = self._job_controller(j, attempt)
+                if failure:
+                    return ("Failed", failure[0], failure[1], j.t.name)
+            if self._succeeded(jobs):
+                return ("Complete", "", "", "")
             time.sleep(0.2)
 
-    def _inject(self, f: Fault, pods: list[Pod], step: int) -> None:
-        target = next((p for p in pods if p.rank == f.rank and p.exit_code is None), None)
-        if target is None:
-            self._event("fault skipped", f"no running pod for node {f.rank}")
+    def _job_controller(self, j: JobRun, attempt: int) -> tuple[str, str] | None:
+        """The Job controller's reaction to pods that ended: (reason, message) when the Job fails."""
+        t = j.t
+        for rank, p in list(j.pods.items()):
+            # a fault's terminate thread may have reaped the pod already: 'handled' is ours alone
+            if p.handled or p.poll() is None:
+                continue
+            p.handled = True
+            if p.exit_code == 0:
+                j.succeeded.add(rank)
+                self._event("pod succeeded", p.name)
+                continue
+            self.pod_failures += 1
+            action, why = pod_failure_action(t.pod_failure_rules, p.exit_code, p.conditions, f"default/{p.name}",
+                                             t.container)
+            self._event("pod failed", f"{p.name} exit {p.exit_code}, conditions {sorted(p.conditions) or '-'}"
+                        f" -> podFailurePolicy {action}")
+            if action == "FailJob":
+                return ("PodFailurePolicy", why)
+            if action == "Count":
+                j.counted += 1
+                j.per_index[rank] = j.per_index.get(rank, 0) + 1
+                if j.counted > t.backoff_limit:
+                    return ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+                if t.backoff_limit_per_index is not None and j.per_index[rank] > t.backoff_limit_per_index:
+                    action = "FailIndex"
+            if action == "FailIndex":
+                j.failed_indexes.add(rank)
+                self._event("index failed", f"{t.name} index {rank} ({j.per_index.get(rank, 0)} counted failure(s))")
+                if t.max_failed_indexes is not None and len(j.failed_indexes) > t.max_failed_indexes:
+                    return ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed "
+                                                        "indexes")
+                continue
+            # Ignore, or Count within the limits: the Job controller replaces just this pod (same index and
+            # hostname, after the old one is gone): the gang is NOT restarted
+            j.replacements[rank] = j.replacements.get(rank, 0) + 1
+            repl = self._start_pod(j, rank, attempt, f"replaced ({action})")
+            self._event("pod replaced by the Job controller", f"{repl.name} (pid {repl.proc.pid}, {action}; index "
+                        f"{rank}: {j.per_index.get(rank, 0)} counted failure(s))")
+        if j.failed_indexes and len(j.failed_indexes) + len(j.succeeded) >= t.count:
+            return ("FailedIndexes", "Job has failed indexes")
+        return None
+
+    def _inject(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        j = next((x for x in jobs if x.t.name == f.job), None)
+        target = j.pods.get(f.rank) if j else None
+        if target is None or target.exit_code is not None:
+            self._event("fault skipped", f"no running pod for {f.job} {f.rank}")
             return
-        self._event(f"fault {f.kind}", f"node {f.rank} pod {target.name} at step {step}")
-        self.fault_log.append({"label": f"{f.kind} node-{f.rank} pod", "time": self.events[-1].time,
-                               "step": step, "pod": target.name, "kind": f.kind, "rank": f.rank})
+        what = f"node {f.rank}" if f.job == "node" else f"{f.job} {f.rank}"
+        self._event(f"fault {f.kind}", f"{what} pod {target.name} (pid {target.proc.pid}) at step {step}")
+        self.fault_log.append({"label": f"{f.kind} {f.job}-{f.rank} pod", "time": self.events[-1].time,
+                               "step": step, "pod": target.name, "kind": f.kind, "rank": f.rank, "job": f.job})
         if f.kind == "kill":
             target.kill_all(signal.SIGKILL)
         else:
             if f.kind == "evict":
                 target.conditions.add("DisruptionTarget")
-            threading.Thread(target=target.terminate, args=(self.r.grace_s,), daemon=True).start()
+            threading.Thread(target=target.terminate, args=(j.t.grace_s,), daemon=True).start()
 
     # ----------------------------------------------------------------------------------------- helpers
+    def pods_by_index(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """Every pod started, per replicated job and completion index, in start order (for the report)."""
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for p in self.pod_log:
+            out.setdefault(p.job, {}).setdefault(str(p.rank), []).append(p.record())
+        return out
+
     def local_path(self, path: str) -> Path:
         """Where a path under the FSx mount lives locally."""
         return Path(self._map_path(path, self.workdir))
@@ -631,12 +911,15 @@ class Emulator:
         return self.local_path(out_dir.rstrip("/") + "/metrics.jsonl")
 
     def differences(self) -> list[str]:
-        return [f"PET_MASTER_ADDR {self.r.job_name}-node-0-0.{self.r.job_name} -> 127.0.0.1 (shared host network)",
+        r = self.r
+        return [f"PET_MASTER_ADDR {r.job_name}-node-0-0.{r.job_name} -> 127.0.0.1 (shared host network)",
                 f"PET_MASTER_PORT {TRAINER_PORT} -> {self.master_port}" if self.master_port != TRAINER_PORT else
                 f"PET_MASTER_PORT {TRAINER_PORT}",
+                *(f"pod DNS {r.job_name}-{j}-0-<i>.{r.subdomain}:{p} -> 127.0.0.1:{lp}"
+                  for (j, p), lp in self.port_map.items()),
                 *(f"volume {m} ({kind}) -> {self.fsx_dir if kind == 'pvc' else 'per-pod temp dir'}"
-                  for m, kind in self.r.mounts.items()),
-                "image -> this checkout + venv; no scheduling, GPUs, EFA or resource limits"]
+                  for m, kind in r.mounts.items()),
+                "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies"]
 
 
 def _free_port() -> int:
@@ -680,7 +963,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsx-dir", required=True, help="local directory standing in for the FSx volume")
     p.add_argument("--workdir", help="pod logs and scratch (default: a temp dir)")
     p.add_argument("--fault", action="append", type=Fault.parse, default=[],
-                   help="KIND:RANK@STEP, e.g. kill:1@4 (repeatable; KIND kill|delete|evict)")
+                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:store@4 (the store pod); repeatable; "
+                        "KIND kill|delete|evict")
     p.add_argument("--master-port", type=int, default=TRAINER_PORT,
                    help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")

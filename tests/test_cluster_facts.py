@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from cluster_assets.k8s.runtime import build_cluster_training_runtime, replicated_job
 from cluster_assets.k8s.trainjob import TrainJobConfig, train_job_manifest
 from cluster_assets.slurm.config import SlurmJobConfig
 from cluster_assets.slurm.render import render, sbatch_lines
@@ -134,7 +134,7 @@ def test_eks_renderers_read_the_table():
     eks = platform_timeouts("eks")
     rt = build_cluster_training_runtime(name="rt", pvc_name="pvc", image="img:1", max_restarts=1,
                                         gpus_per_node=8, efa_per_node=32)
-    (job,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    job = replicated_job(rt, "node")
     assert job["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == eks.grace_s
     tj = train_job_manifest(TrainJobConfig(name="t", image="img:1", runtime_name="rt", fsx_mount_path="/fsx"))
     command = tj["spec"]["trainer"]["command"]
@@ -167,7 +167,7 @@ NCCL_KEYS = re.compile(r"^(NCCL_|FI_|TORCH_NCCL_|RDMAV_)")
 def runtime_nccl_env(gpus: int, efa: int, rdma: bool) -> dict[str, str]:
     rt = build_cluster_training_runtime(name="rt", pvc_name="pvc", image="img:1", max_restarts=1,
                                         gpus_per_node=gpus, efa_per_node=efa, gpudirect_rdma=rdma)
-    (job,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    job = replicated_job(rt, "node")
     (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e["value"] for e in container["env"] if NCCL_KEYS.match(e["name"])}
 

@@ -10,7 +10,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-SYSTEM_POOL_LABEL = {"t5-failover/pool": "system"}
+from cluster_facts.names import NODE_POOL_LABEL, SYSTEM_POOL
+
+SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
 
 
 class TrainingEksCluster(Construct):

@@ -8,9 +8,10 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from cluster_facts import GPU_TAINT_KEY, GpuInstanceSpec
+from cluster_facts.names import GPU_POOL, NODE_POOL_LABEL
 from stacks.components.gpu_launch_template import GpuLaunchTemplate
 
-GPU_POOL_LABEL = {"t5-failover/pool": "gpu"}
+GPU_POOL_LABEL = {NODE_POOL_LABEL: GPU_POOL}
 #: The NVIDIA device plugin chart's default node affinity selects nodes carrying this label.
 NVIDIA_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.k8s_emulator import ContractError, Emulator, Fault, render
-from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from cluster_assets.k8s.runtime import STORE_PORT, build_cluster_training_runtime, replicated_job
 from tests.k8s.helpers import render as render_cli
 
 
@@ -35,16 +35,28 @@ def with_command(tj: dict, code: str, *args: str) -> dict:
     return tj
 
 
-def run(rt: dict, tj: dict, tmp: Path, **kw) -> Emulator:
+def run(rt: dict, tj: dict, tmp: Path, timeout_s: float = 120, **kw) -> Emulator:
     emu = Emulator(rt, tj, fsx_dir=tmp / "fsx", workdir=tmp / "work", master_port=0, echo=None)
-    emu.run(timeout_s=120, **kw)
+    emu.run(timeout_s=timeout_s, **kw)
     return emu
 
 
-PROBE = """import json, os, sys
+def pods(emu: Emulator) -> dict[str, int]:
+    """Pods started per replicated job/index over the whole run."""
+    return {f"{job}/{i}": len(recs) for job, by in emu.pods_by_index().items() for i, recs in by.items()}
+
+
+def node_spec(rt: dict) -> dict:
+    return replicated_job(rt, "node")["template"]["spec"]
+
+
+PROBE = """import json, os, socket, sys
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-json.dump({"env": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd()},
+host, port = os.environ["T5_RDZV_ENDPOINT"].rsplit(":", 1)
+with socket.socket() as s:  # the store must already be up: the node Job depends on it being Ready
+    store_up = s.connect_ex((host, int(port))) == 0
+json.dump({"env": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd(), "store_up": store_up},
           open(os.path.join(out, os.environ["PET_NODE_RANK"] + ".json"), "w"))
 """
 
@@ -53,6 +65,7 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
     rt, tj = rendered
     emu = run(rt, with_command(tj, PROBE, "/fsx/probe"), tmp_path)
     assert emu.state == "Complete" and emu.restarts == 0
+    store_port = emu.port_map[("store", STORE_PORT)]
     for rank in (0, 1):
         got = json.loads((tmp_path / "fsx/probe" / f"{rank}.json").read_text())
         env = got["env"]
@@ -60,15 +73,45 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
             "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
             "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(emu.master_port)}
         # runtime env + TrainJob env + PET_* + what the image provides; nothing else
-        expected = {e["name"] for e in rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
-                    ["template"]["spec"]["containers"][0]["env"]}
+        expected = {e["name"] for e in node_spec(rt)["template"]["spec"]["containers"][0]["env"]}
         expected |= {e["name"] for e in tj["spec"]["trainer"]["env"]}
         expected |= {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
                      "PATH", "HOME", "HOSTNAME", "LANG"}
         assert set(env) - {"PWD", "LC_CTYPE"} == expected  # PWD/LC_CTYPE: set by the interpreter itself
         assert env["HOSTNAME"] == f"t5-emu-unit-node-0-{rank}"
         assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+        # downward API + $(JOBSET_NAME) expansion + the store's pod DNS name resolved to the mapped local port
+        assert env["JOBSET_NAME"] == "t5-emu-unit" and env["T5_RDZV_ID"] == "trainjob-t5-emu-unit"
+        assert env["T5_RDZV_ENDPOINT"] == f"127.0.0.1:{store_port}"
+        assert got["store_up"], "node pods started before the store was ready (dependsOn Ready)"
         assert got["argv"][1] == str((tmp_path / "fsx/probe").resolve())  # /fsx -> the local FSx stand-in
+
+
+def test_store_pod_runs_the_real_store_until_the_jobset_completes(rendered, tmp_path):
+    rt, tj = rendered
+    emu = run(rt, with_command(tj, PROBE, "/fsx/probe"), tmp_path)
+    assert emu.state == "Complete" and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 1}
+    (store,) = [p for p in emu.pod_log if p.job == "store"]
+    port = str(emu.port_map[("store", STORE_PORT)])
+    assert store.argv[:3] == ["python", "-m", "training.rdzv_store"]
+    assert store.argv[store.argv.index("--port") + 1] == port  # its own declared port, mapped
+    assert store.argv[store.argv.index("--job-id") + 1] == "trainjob-t5-emu-unit"
+    assert store.env["HOSTNAME"] == "t5-emu-unit-store-0-0" and "PET_NNODES" not in store.env
+    # successPolicy targets node only: the JobSet completed while the store was still serving, then deleted it
+    events = [e.what for e in emu.events]
+    assert events.index("TrainJob Complete") > events.index("pods terminated")
+    assert store.exit_code in (0, 143) and f"0.0.0.0:{port} " in Path(store.log_path).read_text()
+    nodes_started = [e.time for e in emu.events if e.what == "pods started" and "node-0-0" in e.detail]
+    assert nodes_started[0] > next(e.time for e in emu.events if e.what == "dependency reached")
+
+
+def test_without_the_success_policy_the_jobset_waits_for_the_store_forever(rendered, tmp_path):
+    """Why the runtime targets successPolicy at node: JobSet's default (All jobs) would wait for the store."""
+    rt, tj = copy.deepcopy(rendered[0]), rendered[1]
+    del rt["spec"]["template"]["spec"]["successPolicy"]
+    emu = run(rt, with_command(tj, "pass"), tmp_path, timeout_s=8)
+    assert emu.state == "Failed" and "timed out" in emu.message
+    assert sum(e.what == "pod succeeded" for e in emu.events) == 2
 
 
 def test_shipped_command_maps_pet_to_torchrun(rendered, tmp_path):
@@ -83,17 +126,24 @@ def test_shipped_command_maps_pet_to_torchrun(rendered, tmp_path):
         log = (tmp_path / "work" / f"t5-emu-unit-node-0-{rank}-a0.log").read_text()
         assert "--nnodes=2:2" in log  # --min-nodes $(PET_NNODES) expanded by the kubelet rules
         assert "--nproc-per-node=1" in log
-        assert f"--rdzv-endpoint=127.0.0.1:{emu.master_port}" in log
+        # the store job's endpoint, not node 0: every agent is a client of it
+        assert f"--rdzv-endpoint=127.0.0.1:{emu.port_map[('store', STORE_PORT)]}" in log
+        assert "is_host=false" in log and "--rdzv-id=trainjob-t5-emu-unit" in log
         assert "--rdzv-backend=c10d" in log and "--module training" in log
         assert f"--job.out_dir {(tmp_path / 'fsx').resolve()}/jobs/t5-emu-unit" in log
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in log
 
 
-def test_crash_loops_stop_at_max_restarts(rendered, tmp_path):
+def test_crash_loops_use_the_per_index_retries_then_stop_at_max_restarts(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=2), with_command(tj, "import sys; sys.exit(1)"), tmp_path)
+    emu = run(runtime(max_restarts=1, retries_per_index=1), with_command(tj, "import sys; sys.exit(1)"), tmp_path)
     assert emu.state == "Failed"
-    assert emu.restarts == 2 and "maxRestarts=2" in emu.message
+    assert emu.restarts == 1 and "maxRestarts=1" in emu.message
+    assert any("MaxFailedIndexesExceeded" in e.detail for e in emu.events if e.what == "Job failed")
+    assert any("NodeRetriesExhausted" in e.detail for e in emu.events if e.what == "JobSet restart")
+    # per attempt: an index fails, gets one retry, fails again -> the Job fails; the other index may still be on
+    # its first pod (or its replacement) when that happens
+    assert 2 <= pods(emu)["node/0"] + pods(emu)["node/1"] <= 8 and pods(emu)["store/0"] == 2
 
 
 def test_non_retryable_exit_code_fails_without_restart(rendered, tmp_path):
@@ -101,6 +151,7 @@ def test_non_retryable_exit_code_fails_without_restart(rendered, tmp_path):
     emu = run(runtime(), with_command(tj, "import sys; sys.exit(2)"), tmp_path)  # training: bad config
     assert emu.state == "Failed" and emu.restarts == 0
     assert "NonRetryableExitCode" in emu.message
+    assert not any(e.what == "pod replaced by the Job controller" for e in emu.events)
 
 
 # exits 0 on its second run; a first run waits to be disrupted (node 0: until node 1 has run twice)
@@ -123,36 +174,65 @@ def ready(tmp: Path):
     return lambda: 1 if all((tmp / "fsx/m" / f"ran-{r}").exists() for r in (0, 1)) else 0
 
 
-def test_eviction_restarts_without_using_the_budget(rendered, tmp_path):
+def test_a_killed_pod_is_replaced_alone(rendered, tmp_path):
     _, tj = rendered
     emu = run(runtime(max_restarts=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
-              faults=[Fault("evict", 1, 1)], progress=ready(tmp_path))
+              faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Complete", emu.message
-    assert emu.restarts == 1 and emu.restarts_towards_max == 0
+    assert emu.restarts == 0 and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 2}
+    (repl,) = [p for p in emu.pod_log if p.why.startswith("replaced")]
+    assert repl.why == "replaced (Count)" and repl.env["HOSTNAME"] == "t5-emu-unit-node-0-1"
+
+
+def test_eviction_replaces_the_pod_without_using_the_index_budget(rendered, tmp_path):
+    _, tj = rendered
+    emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+              tmp_path, faults=[Fault("evict", 1, 1)], progress=ready(tmp_path))
+    assert emu.state == "Complete", emu.message
+    assert emu.restarts == 0 and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 2}
+    assert [p.why for p in emu.pod_log if p.job == "node" and p.rank == 1] == ["created", "replaced (Ignore)"]
+
+
+def test_no_retries_per_index_means_a_gang_restart(rendered, tmp_path):
+    _, tj = rendered
+    emu = run(runtime(max_restarts=3, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+              tmp_path, faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
+    assert emu.state == "Complete", emu.message
+    assert emu.restarts == 1 and emu.restarts_towards_max == 1
+    assert pods(emu) == {"store/0": 2, "node/0": 2, "node/1": 2}  # everything recreated
 
 
 def test_kill_with_no_budget_fails(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
+    emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
               faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Failed" and "maxRestarts=0" in emu.message
 
 
-def test_without_backoff_limit_zero_only_the_failed_pod_is_replaced(rendered, tmp_path):
-    """Why the runtime sets backoffLimit 0: Kubernetes' default (6) replaces just the dead pod (jobset#574)."""
+def test_losing_the_store_is_a_gang_restart(rendered, tmp_path):
     _, tj = rendered
-    rt = runtime()
-    job = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
-    del job["backoffLimit"], job["podFailurePolicy"]
-    emu = run(rt, with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path, faults=[Fault("kill", 1, 1)],
-              progress=ready(tmp_path))
-    assert emu.state == "Complete" and emu.restarts == 0
-    assert any(e.what == "pod replaced by the Job controller" for e in emu.events)
+    emu = run(runtime(max_restarts=2), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
+              faults=[Fault("kill", 0, 1, job="store")], progress=ready(tmp_path))
+    assert emu.state == "Complete", emu.message
+    assert emu.restarts == 1 and emu.restarts_towards_max == 1
+    assert any("rule StoreLost -> RestartJobSet" in e.detail for e in emu.events if e.what == "JobSet restart")
+    assert pods(emu) == {"store/0": 2, "node/0": 2, "node/1": 2}
+
+
+def test_fail_index_rule_fails_the_job_at_once(rendered, tmp_path):
+    _, tj = rendered
+    rt = runtime(max_restarts=0)
+    node_spec(rt)["podFailurePolicy"]["rules"].insert(
+        0, {"action": "FailIndex", "onExitCodes": {"containerName": "node", "operator": "In", "values": [9]}})
+    emu = run(rt, with_command(tj, "import os, sys, time; sys.exit(9) if os.environ['PET_NODE_RANK'] == '1' "
+                                   "else time.sleep(60)"), tmp_path)
+    assert emu.state == "Failed" and "maximal number of failed indexes" in emu.message
+    assert pods(emu)["node/1"] == 1  # FailIndex: no retry for that index
 
 
 def test_without_failure_policy_the_first_failure_is_final(rendered, tmp_path):
     _, tj = rendered
-    rt = runtime()
+    rt = runtime(retries_per_index=0)
     del rt["spec"]["template"]["spec"]["failurePolicy"]
     emu = run(rt, with_command(tj, "import sys; sys.exit(1)"), tmp_path)
     assert emu.state == "Failed" and emu.restarts == 0
@@ -161,10 +241,15 @@ def test_without_failure_policy_the_first_failure_is_final(rendered, tmp_path):
 @pytest.mark.parametrize("breakage, match", [
     (lambda rt, tj: tj["spec"]["runtimeRef"].update(name="other"), "runtimeRef.name"),
     (lambda rt, tj: rt["spec"]["mlPolicy"].pop("torch"), "mlPolicy.torch"),
-    (lambda rt, tj: rt["spec"]["template"]["spec"]["replicatedJobs"][0].update(name="trainer"), "must be 'node'"),
-    (lambda rt, tj: rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-     ["containers"][0].update(name="main"), "no container named 'node'"),
+    (lambda rt, tj: replicated_job(rt, "node").update(name="trainer"), "must be 'node'"),
+    (lambda rt, tj: node_spec(rt)["template"]["spec"]["containers"][0].update(name="main"),
+     "no container named 'node'"),
     (lambda rt, tj: tj["spec"]["trainer"]["env"].append({"name": "PET_NODE_RANK", "value": "0"}), "reserved"),
+    (lambda rt, tj: replicated_job(rt, "node")["dependsOn"][0].update(name="nope"), "dependsOn"),
+    (lambda rt, tj: rt["spec"]["template"]["spec"]["replicatedJobs"].reverse(), "dependsOn"),
+    (lambda rt, tj: node_spec(rt).pop("backoffLimitPerIndex"), "maxFailedIndexes without backoffLimitPerIndex"),
+    (lambda rt, tj: rt["spec"]["template"]["spec"]["successPolicy"].update(targetReplicatedJobs=["x"]),
+     "successPolicy targets unknown"),
 ])
 def test_contract_violations_are_named(rendered, breakage, match):
     rt, tj = copy.deepcopy(rendered[0]), copy.deepcopy(rendered[1])
