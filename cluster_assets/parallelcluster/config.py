@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from cluster_assets.parallelcluster.node_setup import NodeSetup
 from cluster_facts import FSX_MOUNT_PATH, GPU_QUEUE
 
 
@@ -35,6 +36,10 @@ def build_cluster_config(
     compute_root_gib: int = 512,
     scaledown_idle_minutes: int = 10,
     tags: Optional[dict[str, str]] = None,
+    node_setup: Optional[NodeSetup] = None,
+    rdzv_store_security_group_id: Optional[str] = None,
+    compute_security_group_id: Optional[str] = None,
+    node_iam_policy_arns: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Render the cluster configuration (the YAML document ``pcluster create-cluster`` takes) as a dict.
 
@@ -59,6 +64,17 @@ def build_cluster_config(
         head_node_root_gib / compute_root_gib: encrypted root volume sizes.
         scaledown_idle_minutes: idle minutes before dynamic nodes are terminated.
         tags: extra tags for every cluster resource.
+        node_setup: the uploaded node scripts (:class:`NodeSetup`): Pyxis/Enroot with ECR credentials on every
+            node, the rendezvous store's systemd unit on the head node, and read access to exactly those
+            objects. None = no custom actions (a bare cluster, e.g. to test the schema).
+        rdzv_store_security_group_id: security group added to the head node only; it admits TCP
+            ``cluster_facts.RDZV_STORE_PORT`` from ``compute_security_group_id``. Required with ``node_setup``.
+        compute_security_group_id: security group added to the GPU queue's nodes only: the source the store's
+            group admits. Required with ``node_setup``.
+        node_iam_policy_arns: managed policies added to the head node and queue roles
+            (``Iam.AdditionalIamPolicies``), e.g. ECR pull. Required with ``node_setup`` (Enroot's pulls).
+            ParallelCluster's provider may attach only policies named ``parallelcluster*`` or under the IAM
+            path ``/parallelcluster/``.
     """
     if max_nodes < 1:
         raise ValueError(f"max_nodes={max_nodes}: the GPU queue needs at least 1 node")
@@ -73,19 +89,52 @@ def build_cluster_config(
         raise ValueError("additional_security_group_ids: pass the Lustre client security group, or nodes "
                          "cannot mount the file system")
 
+    if (rdzv_store_security_group_id is None) != (compute_security_group_id is None):
+        raise ValueError("rdzv_store_security_group_id and compute_security_group_id go together: the store's "
+                         "group on the head node admits the compute nodes' group; pass both or neither")
+    if node_setup is not None:
+        if rdzv_store_security_group_id is None:
+            raise ValueError(f"node_setup starts the rendezvous store on the head node, but no "
+                             f"rdzv_store_security_group_id/compute_security_group_id were given: the compute "
+                             f"nodes could not reach port {node_setup.store_port}; pass both security groups")
+        if not node_iam_policy_arns:
+            raise ValueError("node_setup gives Enroot ECR credentials, but node_iam_policy_arns is empty: pass "
+                             "the ECR pull policy, or every image pull is denied")
+    for name, value in (("rdzv_store_security_group_id", rdzv_store_security_group_id),
+                        ("compute_security_group_id", compute_security_group_id)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{name} is empty: pass the security group id (sg-...) the stack created")
+    for arn in node_iam_policy_arns:
+        if not arn.strip():
+            raise ValueError("node_iam_policy_arns has an empty entry: pass managed policy ARNs")
+
+    head_security_groups = list(additional_security_group_ids)
+    queue_security_groups = list(additional_security_group_ids)
+    if rdzv_store_security_group_id is not None and compute_security_group_id is not None:
+        head_security_groups.append(rdzv_store_security_group_id)
+        queue_security_groups.append(compute_security_group_id)
+    s3_access: list[dict[str, Any]] = [{"BucketName": bucket_name, "EnableWriteAccess": True}]
+    head_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.head_node_s3_access() if node_setup else [])}
+    queue_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.queue_s3_access() if node_setup else [])}
+    if node_iam_policy_arns:
+        head_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
+        queue_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
+
     head_node: dict[str, Any] = {
         "InstanceType": head_node_instance_type,
         "Networking": {
             "SubnetId": head_node_subnet_id,
-            "AdditionalSecurityGroups": list(additional_security_group_ids),
+            "AdditionalSecurityGroups": head_security_groups,
         },
         "LocalStorage": {"RootVolume": {"Size": head_node_root_gib, "Encrypted": True}},
         # IMDSv2 is always required by ParallelCluster 3; Secured also blocks non-root users from IMDS.
         "Imds": {"Secured": True},
-        "Iam": {"S3Access": [{"BucketName": bucket_name, "EnableWriteAccess": True}]},
+        "Iam": head_iam,
     }
     if ssh_key_name:
         head_node["Ssh"] = {"KeyName": ssh_key_name}
+    if node_setup is not None:
+        head_node["CustomActions"] = node_setup.head_node_custom_actions()
 
     queue: dict[str, Any] = {
         "Name": GPU_QUEUE,
@@ -93,7 +142,7 @@ def build_cluster_config(
         "Networking": {
             "SubnetIds": list(compute_subnet_ids),
             "PlacementGroup": {"Enabled": placement_group},
-            "AdditionalSecurityGroups": list(additional_security_group_ids),
+            "AdditionalSecurityGroups": queue_security_groups,
         },
         "ComputeResources": [{
             "Name": compute_resource_name,
@@ -110,8 +159,10 @@ def build_cluster_config(
         # Run the GPU health check before a job starts on a node; a failing node is drained and replaced
         # instead of crashing the job again after every restart.
         "HealthChecks": {"Gpu": {"Enabled": True}},
-        "Iam": {"S3Access": [{"BucketName": bucket_name, "EnableWriteAccess": True}]},
+        "Iam": queue_iam,
     }
+    if node_setup is not None:
+        queue["CustomActions"] = node_setup.queue_custom_actions()
 
     config: dict[str, Any] = {
         "Image": {"Os": os},

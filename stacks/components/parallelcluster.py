@@ -1,12 +1,18 @@
-"""AWS ParallelCluster as a CloudFormation custom resource (``Custom::PclusterCluster``)."""
+"""AWS ParallelCluster as a CloudFormation custom resource (``Custom::PclusterCluster``), and the security groups,
+IAM policy and node scripts its nodes use."""
 from __future__ import annotations
 
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from stacks import versions
+from stacks.nag import acknowledge
 
 
 class ParallelClusterResource(Construct):
@@ -36,3 +42,50 @@ class ParallelClusterResource(Construct):
     def attribute(self, name: str) -> str:
         """A ``Fn::GetAtt`` of the cluster (``pcluster describe-cluster`` fields, dotted)."""
         return self.cluster.get_att_string(name)
+
+
+class ClusterNodeAccess(Construct):
+    """What the cluster's nodes need beyond ParallelCluster's own resources: the rendezvous store's network
+    path, ECR pull rights and the node scripts.
+
+    * ``compute_security_group``: added to the GPU queue's nodes; no rules of its own, it only names them.
+    * ``store_security_group``: added to the head node; admits TCP ``store_port`` from the compute group only.
+      Neither group needs egress rules: ParallelCluster's own node groups allow all outbound traffic, and
+      replies to admitted connections pass a security group anyway.
+    * ``ecr_pull_policy``: managed policy under the IAM path ``/parallelcluster/`` (the ParallelCluster provider
+      may attach only such policies to the node roles): ``ecr:GetAuthorizationToken`` (account-wide by AWS's
+      design) and image reads on ``repository`` only.
+    * ``pyxis_enroot_script`` / ``rdzv_store_script``: the node scripts as S3 assets (CDK's asset bucket).
+
+    Attributes:
+        compute_security_group, store_security_group, ecr_pull_policy, pyxis_enroot_script, rdzv_store_script.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, repository: ecr.IRepository,
+                 store_port: int, pyxis_enroot_script_path: str, rdzv_store_script_path: str) -> None:
+        super().__init__(scope, construct_id)
+        self.compute_security_group = ec2.SecurityGroup(
+            self, "ComputeNodeSg", vpc=vpc, allow_all_outbound=False,
+            description="ParallelCluster GPU compute nodes: the source the head node's rendezvous store admits")
+        self.store_security_group = ec2.SecurityGroup(
+            self, "RdzvStoreSg", vpc=vpc, allow_all_outbound=False,
+            description=f"ParallelCluster head node: rendezvous store TCP {store_port} from the compute nodes only")
+        self.store_security_group.add_ingress_rule(
+            self.compute_security_group, ec2.Port.tcp(store_port),
+            f"rendezvous store (python -m training.rdzv_store) from the compute nodes, TCP {store_port}")
+
+        self.ecr_pull_policy = iam.ManagedPolicy(
+            self, "EcrPullPolicy", path="/parallelcluster/",
+            description="ParallelCluster nodes: pull the training image (Enroot/Pyxis) from its ECR repository only",
+            statements=[
+                iam.PolicyStatement(sid="EcrToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+                iam.PolicyStatement(sid="EcrPullTrainingImage",
+                                    actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                                    resources=[repository.repository_arn]),
+            ])
+        acknowledge(self.ecr_pull_policy, "AwsSolutions-IAM5[Resource::*]",
+                    "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); the "
+                    "token alone reads nothing: image reads are limited to the training repository's ARN")
+
+        self.pyxis_enroot_script = s3_assets.Asset(self, "PyxisEnrootScript", path=pyxis_enroot_script_path)
+        self.rdzv_store_script = s3_assets.Asset(self, "RdzvStoreScript", path=rdzv_store_script_path)
