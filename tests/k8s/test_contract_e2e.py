@@ -1,10 +1,16 @@
 """The shipped ClusterTrainingRuntime + TrainJob run end to end under Trainer v2.3 / JobSet semantics.
 
 Rendered by the submit CLI exactly as `make train PLATFORM=eks DRY_RUN=1` prints them (CPU shape supplied
-as user overrides), run by the contract emulator as real processes (launcher -> torchrun -> training):
-kill one pod -> Job fails (backoffLimit 0) -> JobSet gang restart -> resume -> finish. The emulator judges
-the run with the common chaos verdict (fault confirmed, noticed, restarted, steps recomputed, completed,
-every sample exactly once, final weights bitwise equal to an uninterrupted run of the same objects).
+as user overrides), run by the contract emulator as real processes (the store job's `training.rdzv_store`,
+launcher -> torchrun -> training in the node pods):
+
+* kill node 0's pod -> the Job controller replaces that pod alone (backoffLimitPerIndex) -> node 1's agent
+  re-forms the rendezvous on the store job with the new pod -> resume -> finish; no JobSet restart;
+* kill the store pod -> the store Job fails -> JobSet gang restart (the fallback) -> resume -> finish.
+
+The emulator judges each run with the common chaos verdict (fault confirmed, noticed, restarted, steps
+recomputed, completed, every sample exactly once, final weights bitwise equal to an uninterrupted run of the
+same objects) plus what the runtime promises for that fault (only the failed pod replaced / a gang restart).
 """
 from __future__ import annotations
 
@@ -46,29 +52,23 @@ def pod_logs(tmp: Path, name: str) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((tmp / f"{name}-pods").glob("*.log")))
 
 
-def test_kill_pod_gang_restart_resume_bitwise(tmp_path, capsys):
-    ref, ref_rep, fsx = emulate(tmp_path, "t5-contract-ref")
-    assert ref.returncode == 0, ref.stdout + ref.stderr + pod_logs(tmp_path, "t5-contract-ref")
-    assert ref_rep["state"] == "Complete" and ref_rep["jobset_restarts"] == 0
-    final = f"checkpoints/step_{STEPS:08d}"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted run of the same objects: its final checkpoint."""
+    tmp = tmp_path_factory.mktemp("ref")
+    ref, rep, fsx = emulate(tmp, "t5-contract-ref")
+    assert ref.returncode == 0, ref.stdout + ref.stderr + pod_logs(tmp, "t5-contract-ref")
+    assert rep["state"] == "Complete" and rep["jobset_restarts"] == 0
+    assert rep["pods_created"] == {"store/0": 1, "node/0": 1, "node/1": 1}
+    return fsx / "jobs/t5-contract-ref" / f"checkpoints/step_{STEPS:08d}"
 
-    chaos, rep, _ = emulate(tmp_path, "t5-contract-chaos", "kill:1@3", reference=fsx / "jobs/t5-contract-ref" / final)
-    with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
-    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, "t5-contract-chaos")
-    assert rep["state"] == "Complete" and rep["name"] == "node-kill"
-    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
-    checks = {c["name"]: c["detail"] for c in rep["checks"]}
-    assert {"fault injected", "failure noticed", "job restarted", "every sample exactly once",
-            "weights bitwise == reference", "JobSet restarted the gang"} <= set(checks)
-    assert "pod failed" in checks["fault injected"]
-    assert rep["jobset_restarts"] == 1, "one pod failure must restart the whole gang exactly once"
-    assert rep["pod_failures"] == 1
+
+def resumed_from_newest_checkpoint(rep: dict, fsx: Path, name: str) -> None:
+    """Never resumed from older than the newest checkpoint known committed at the kill (an async save in flight
+    may or may not complete), so only steps after that checkpoint are recomputed."""
     (rec,) = rep["recoveries"]
     assert rec["detect_s"] is not None and rec["recover_s"] is not None
-    # never resumed from older than the newest checkpoint known committed at the kill (an async save in
-    # flight may or may not complete), so only steps after that checkpoint are recomputed
-    events = [json.loads(line) for line in (fsx / "jobs/t5-contract-chaos/metrics.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (fsx / f"jobs/{name}/metrics.jsonl").read_text().splitlines()]
     t_fault = rep["events"][0]["time"]
     committed = [e["step"] for e in events if e["event"] == "checkpoint" and e["time"] < t_fault]
     restart = next(e for e in events if e["event"] == "start" and e["time"] > t_fault)
@@ -78,13 +78,55 @@ def test_kill_pod_gang_restart_resume_bitwise(tmp_path, capsys):
     # after the kill) - the step it resumed from
     last = max(e["step"] for e in events if e["event"] == "step" and e["time"] < restart["time"])
     assert max(committed, default=0) <= resumed <= last and rec["steps_lost"] == last - resumed
-    # every pod of the restart attempt ran, not just the replaced one
-    assert [e["what"] for e in rep["pod_events"]].count("pods started") == 2
+
+
+def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, reference, capsys):
+    name = "t5-contract-chaos"
+    chaos, rep, fsx = emulate(tmp_path, name, "kill:0@3", reference=reference)
+    with capsys.disabled():
+        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
+    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
+    assert rep["state"] == "Complete" and rep["name"] == "first-node-kill"
+    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
+    checks = {c["name"]: c["detail"] for c in rep["checks"]}
+    assert {"fault injected", "failure noticed", "job restarted", "every sample exactly once",
+            "weights bitwise == reference", "only the failed pod was replaced"} <= set(checks)
+    assert "pod failed" in checks["fault injected"]
+    # the Job controller replaced node 0's pod alone; node 1 and the store ran start to end; no gang restart
+    assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
+    assert rep["pods_created"] == {"store/0": 1, "node/0": 2, "node/1": 1}
+    (old0, new0), (node1,), (store,) = rep["pods"]["node"]["0"], rep["pods"]["node"]["1"], rep["pods"]["store"]["0"]
+    assert old0["exit_code"] == 137 and new0["why"] == "replaced (Count)" and new0["pid"] != old0["pid"]
+    assert node1["exit_code"] == 0 and node1["attempt"] == new0["attempt"] == 0  # exited at the end, on its own
+    assert store["why"] == "created" and store["ended"] >= node1["ended"]  # deleted when the JobSet completed
+    resumed_from_newest_checkpoint(rep, fsx, name)
+
+
+def test_single_replacement_check_fails_on_a_gang_restart(tmp_path, reference):
+    """The fallback: losing the store is a JobSet gang restart. Judged as a gang restart it passes; judged by the
+    per-index promise (only the failed pod replaced) the same report fails."""
+    name = "t5-contract-store"
+    chaos, rep, fsx = emulate(tmp_path, name, "kill:store@3", reference=reference)
+    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
+    assert rep["state"] == "Complete" and rep["name"] == "store-kill" and rep["passed"]
+    assert rep["expected"] == "JobSet gang restart" and rep["jobset_restarts"] == 1
+    assert rep["pods_created"] == {"store/0": 2, "node/0": 2, "node/1": 2}
+    assert any("StoreLost" in e["detail"] for e in rep["pod_events"] if e["what"] == "JobSet restart")
+    resumed_from_newest_checkpoint(rep, fsx, name)
+    from chaos.kubernetes import check_single_pod_replaced
+    from chaos.verdict import Observation
+    facts = {"jobset_restarts": rep["jobset_restarts"], "pods": rep["pods"], "faulted": ["store/0"]}
+    verdict = check_single_pod_replaced(Observation(records=[], faults=[], facts=facts))
+    assert not verdict.ok and "1 JobSet restart(s)" in verdict.detail and "recreated although not faulted" in \
+        verdict.detail
 
 
 def test_contract_verdict_fails_without_a_fault(tmp_path):
     """The emulator's verdict on a run whose only "fault" targets a node index that has no pod: nothing died,
-    so the fault is unconfirmed and nothing restarted; the run itself completes."""
+    so the fault is unconfirmed and nothing restarted or was replaced; the run itself completes."""
     r, rep, _ = emulate(tmp_path, "t5-contract-nofault", "kill:7@3")
     assert rep["state"] == "Complete" and r.returncode == 1
     assert not rep.get("passed") and rep["jobset_restarts"] == 0
+    failed = {c["name"]: c["detail"] for c in rep["checks"] if not c["ok"]}
+    assert {"failure noticed", "only the failed pod was replaced"} <= set(failed)
+    assert "no pod fault to replace" in failed["only the failed pod was replaced"]

@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from chaos import kubernetes as k8s
 
 STEPS, GB = 8, 8
@@ -79,3 +81,44 @@ def test_scenario_names_match_the_catalog():
     from chaos.catalog import PLATFORMS
     names = {k8s.scenario_name(kind, rank) for kind in ("kill", "delete", "evict") for rank in (0, 1)}
     assert names == set(PLATFORMS["eks"])
+
+
+def pod(job: str, index: int, pid: int, why: str = "created", attempt: int = 0) -> dict:
+    return {"job": job, "index": index, "name": f"job-{job}-0-{index}", "pid": pid, "attempt": attempt, "why": why,
+            "started": 0.0, "ended": 30.0, "exit_code": 0}
+
+
+def per_index_emulator(restarts: int, pods: dict):
+    emu = emulator(True, True, restarts)
+    emu.r.backoff_limit_per_index = 3
+    emu.pods_by_index = lambda: pods
+    return emu
+
+
+ONLY_NODE1 = {"store": {"0": [pod("store", 0, 10)]}, "node": {
+    "0": [pod("node", 0, 11)], "1": [pod("node", 1, 12), pod("node", 1, 13, "replaced (Count)")]}}
+GANG = {"store": {"0": [pod("store", 0, 10), pod("store", 0, 20, "JobSet restart", 1)]}, "node": {
+    "0": [pod("node", 0, 11), pod("node", 0, 21, "JobSet restart", 1)],
+    "1": [pod("node", 1, 12), pod("node", 1, 22, "JobSet restart", 1)]}}
+
+
+def test_per_index_run_is_judged_by_single_pod_replacement(tmp_path):
+    rep = k8s.emulator_result(per_index_emulator(0, ONLY_NODE1), metrics(tmp_path, resumed=2), 0.0, None, judged=True)
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert rep["expected"] == "only the failed pod replaced" and "JobSet restarted the gang" not in checks
+    assert checks["only the failed pod was replaced"]["ok"], checks["only the failed pod was replaced"]["detail"]
+    assert "node/1 pids 12->13" in checks["only the failed pod was replaced"]["detail"]
+    assert rep["pods_created"] == {"store/0": 1, "node/0": 1, "node/1": 2}
+
+
+@pytest.mark.parametrize("restarts, pods, why", [
+    (1, GANG, "1 JobSet restart(s)"),  # a gang restart is not a single-pod replacement
+    (0, GANG, "recreated although not faulted"),  # every pod recreated, even without a restart counted
+    (0, {"store": ONLY_NODE1["store"], "node": {"0": ONLY_NODE1["node"]["0"], "1": [pod("node", 1, 12)]}},
+     "never recreated"),  # the faulted pod was not replaced
+])
+def test_single_pod_replacement_fails_otherwise(tmp_path, restarts, pods, why):
+    rep = k8s.emulator_result(per_index_emulator(restarts, pods), metrics(tmp_path, resumed=2), 0.0, None,
+                              judged=True)
+    (check,) = [c for c in rep["checks"] if c["name"] == "only the failed pod was replaced"]
+    assert not check["ok"] and why in check["detail"] and not rep["passed"]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from cluster_assets.k8s import schema
-from cluster_assets.k8s.runtime import build_cluster_training_runtime
+from cluster_assets.k8s.runtime import build_cluster_training_runtime, replicated_job
 from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
 from cluster_facts import platform_timeouts
 from tests.k8s.helpers import CPU_SHAPE, submit_cli
@@ -58,8 +58,8 @@ def test_command_parses_with_the_real_launcher_and_waits_for_replacement_nodes()
     argv = [pet["PET_NNODES"] if a == "$(PET_NNODES)" else a for a in command[3:]] + args
     launch = config_from_args(build_parser().parse_args(argv), pet)
     # the agent waits for a checkpoint-on-SIGTERM as long as the EKS table says (the pod grace period is longer)
-    assert launch.shutdown_timeout_s == eks.shutdown_timeout_s < gpu_runtime()["spec"]["template"]["spec"][
-        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert launch.shutdown_timeout_s == eks.shutdown_timeout_s < replicated_job(gpu_runtime(), "node")["template"][
+        "spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert launch.train_timeout_s == eks.train_pg_timeout_s  # no longer 0 (= "whatever the preset says")
 
 
@@ -84,11 +84,25 @@ def test_schema_rejects(mutate, match):
         schema.roundtrip(tj)
 
 
-def test_schema_rejects_unknown_runtime_field():
+@pytest.mark.parametrize("job, field, index", [
+    ("store", "backofLimit", 0), ("node", "backoffLimitPerindex", 1), ("node", "maxFailedIndex", 1)])
+def test_schema_rejects_unknown_runtime_field(job, field, index):
     rt = gpu_runtime()
-    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backofLimit"] = 0
-    with pytest.raises(schema.SchemaError, match=r"replicatedJobs\[0\].template.spec.backofLimit: unknown field"):
+    replicated_job(rt, job)["template"]["spec"][field] = 0
+    with pytest.raises(schema.SchemaError, match=rf"replicatedJobs\[{index}\].template.spec.{field}: unknown field"):
         schema.roundtrip(rt)
+
+
+def test_printed_runtime_pairs_with_the_trainjob():
+    """`--print-runtime` renders both replicated jobs; the store runs the runtime's image, the TrainJob's name
+    keeps the store's pod hostname a valid DNS label."""
+    r = submit_cli("--dry-run", "--print-runtime", "--name", "t5-" + "x" * 37, "--image", "reg/t5:abc", *CPU_SHAPE)
+    assert r.returncode == 0, r.stderr
+    rt, tj = (d for d in yaml.safe_load_all(r.stdout) if d["kind"] in ("ClusterTrainingRuntime", "TrainJob"))
+    store = replicated_job(rt, "store")["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert store["image"] == "reg/t5:abc" and store["command"][:3] == ["python", "-m", "training.rdzv_store"]
+    assert len(f"{tj['metadata']['name']}-store-0-0") <= 63
+    schema.roundtrip(rt)
 
 
 # --------------------------------------------------------------------------------------------- bad input
