@@ -66,7 +66,7 @@ class ClusterNodeAccess(Construct):
         super().__init__(scope, construct_id)
         self.compute_security_group = ec2.SecurityGroup(
             self, "ComputeNodeSg", vpc=vpc, allow_all_outbound=False,
-            description="ParallelCluster GPU compute nodes: the source the head node's rendezvous store admits")
+            description="ParallelCluster GPU compute nodes: the source the rendezvous store on the head node admits")
         self.store_security_group = ec2.SecurityGroup(
             self, "RdzvStoreSg", vpc=vpc, allow_all_outbound=False,
             description=f"ParallelCluster head node: rendezvous store TCP {store_port} from the compute nodes only")

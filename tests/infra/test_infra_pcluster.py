@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -236,6 +237,8 @@ def test_rdzv_store_port_is_open_to_the_compute_nodes_only(pcluster: Synthesized
         "CidrIp": Match.absent()})
     for lid in (store_sg, compute_sg):  # no inline ingress, and no egress beyond CDK's "no traffic" marker
         props = groups[lid]["Properties"]
+        # EC2's character set for descriptions (cfn-lint E3031): an apostrophe fails the deploy
+        assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*", props["GroupDescription"]), props["GroupDescription"]
         assert "SecurityGroupIngress" not in props
         assert all(rule.get("CidrIp") == "255.255.255.255/32" for rule in props["SecurityGroupEgress"])
     (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
