@@ -52,7 +52,7 @@ class EksStack(cdk.Stack):
             runtime_name=config.runtime_name, image=f"{repo.repository_uri}:{config.image_tag}",
             max_restarts=config.max_restarts, gpus_per_node=config.gpu.gpus,
             efa_per_node=config.gpu.efa_interfaces, gpudirect_rdma=config.gpu.gpudirect_rdma,
-            gpu_node_labels=GPU_POOL_LABEL, num_nodes=config.gpu_nodes)
+            gpu_node_labels=GPU_POOL_LABEL, system_node_labels=SYSTEM_POOL_LABEL, num_nodes=config.gpu_nodes)
         # The FSx CSI driver (its node plugin mounts the claim) is installed before the training namespace.
         self.training.node.add_dependency(self.eks.fsx_csi_driver)
         acknowledge_eks_findings(self, cluster=cluster,

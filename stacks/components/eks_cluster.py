@@ -16,14 +16,17 @@ SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
 
 
 class TrainingEksCluster(Construct):
-    """EKS cluster with a private-subnet system node group, Pod Identity and the FSx CSI driver.
+    """EKS cluster with a private-subnet system node group, Pod Identity, the FSx CSI driver and the VPC CNI
+    (network policies enforced).
 
     ``aws_eks_v2`` gives a native ``AWS::EKS::Cluster`` with access entries and no nested stacks. Its
     default capacity (Auto Mode) is turned off: GPU capacity is a managed node group we fully control.
 
     Attributes:
         cluster: the ``eks.Cluster``.
-        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers run here).
+        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers and the jobs'
+            rendezvous stores run here).
+        vpc_cni: the managed ``vpc-cni`` add-on (``enableNetworkPolicy``).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str, kubernetes_version: str,
@@ -79,5 +82,12 @@ class TrainingEksCluster(Construct):
         # mounting is done by the node plugin. The add-on version follows the cluster version's default.
         self.fsx_csi_driver = eks.Addon(self, "FsxCsiDriver", cluster=self.cluster,
                                         addon_name="aws-fsx-csi-driver")
+        # The VPC CNI as a managed add-on with network policy enforcement on (its node agent): without it the
+        # training namespace's NetworkPolicy (only training pods may reach a job's rendezvous store) would be
+        # accepted by the API server and enforced by nothing. EKS installs the CNI self-managed at cluster
+        # creation; OVERWRITE lets the add-on take over those objects (the version follows the cluster default).
+        self.vpc_cni = eks.Addon(self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni",
+                                 configuration_values={"enableNetworkPolicy": "true"})
+        self.vpc_cni.node.default_child.add_property_override("ResolveConflicts", "OVERWRITE")
         for addon in (self.pod_identity_agent, self.fsx_csi_driver):
             addon.node.add_dependency(self.system_nodes)

@@ -80,11 +80,34 @@ def test_cluster_version_logging_encryption_and_no_auto_mode(eks: Synthesized) -
     eks.template("Eks").has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
-def test_pod_identity_and_fsx_csi_addons(eks: Synthesized) -> None:
+def test_pod_identity_fsx_csi_and_vpc_cni_addons(eks: Synthesized) -> None:
     t = eks.template("Eks")
     for name in ("eks-pod-identity-agent", "aws-fsx-csi-driver"):
         t.has_resource_properties("AWS::EKS::Addon", {"AddonName": name})
-    t.resource_count_is("AWS::EKS::Addon", 2)
+    # network policies are enforced only when the VPC CNI's node agent is on
+    t.has_resource_properties("AWS::EKS::Addon", {
+        "AddonName": "vpc-cni", "ResolveConflicts": "OVERWRITE",
+        "ConfigurationValues": Match.serialized_json({"enableNetworkPolicy": "true"})})
+    t.resource_count_is("AWS::EKS::Addon", 3)
+
+
+def test_only_training_pods_reach_the_rdzv_store(eks: Synthesized) -> None:
+    eks.template("Eks").has_resource_properties("Custom::AWSCDK-EKS-KubernetesResource", {
+        "Manifest": Match.serialized_json(Match.array_with([{
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            # object_like: CDK adds its prune label to the metadata
+            "metadata": Match.object_like({"name": "rdzv-store-from-training-pods", "namespace": "training"}),
+            "spec": {
+                "podSelector": {"matchLabels": {"t5-failover/component": "rdzv-store"}},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"t5-failover/component": "training"}}}],
+                             "ports": [{"protocol": "TCP", "port": 29400}]}],
+            }}]))})
+    # the labels it selects are the ones the installed runtime puts on its pods
+    (rt,) = [m for m in _all_manifests(eks) if m["kind"] == "ClusterTrainingRuntime"]
+    labels = {j["name"]: j["template"]["spec"]["template"]["metadata"]["labels"]
+              for j in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+    assert labels == {"store": {"t5-failover/component": "rdzv-store"}, "node": {"t5-failover/component": "training"}}
 
 
 def test_helm_charts_are_pinned(eks: Synthesized) -> None:
@@ -117,8 +140,12 @@ def test_runtime_manifest_restart_policy_and_devices(eks: Synthesized) -> None:
     assert rt["metadata"]["name"] == "t5-fault-tolerant"
     spec = rt["spec"]["template"]["spec"]
     assert spec["failurePolicy"]["maxRestarts"] == 10
-    job = spec["replicatedJobs"][0]["template"]["spec"]
-    assert job["backoffLimit"] == 0 and job["template"]["spec"]["restartPolicy"] == "Never"
+    store, node = spec["replicatedJobs"]
+    job = node["template"]["spec"]
+    assert job["backoffLimitPerIndex"] == 3 and job["maxFailedIndexes"] == 0
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+    # the store runs on the system node group, not on GPU capacity
+    assert store["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"t5-failover/pool": "system"}
     (container,) = job["template"]["spec"]["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
     assert job["template"]["spec"]["nodeSelector"] == {"t5-failover/pool": "gpu"}
