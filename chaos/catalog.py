@@ -24,12 +24,13 @@ SCENARIOS: dict[str, str] = {
     "corrupt-checkpoint": "truncate a shard of the newest checkpoint, then kill a worker: resume from the previous",
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
+    "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
-    "slurm": ("node-kill", "network-cut", "worker-kill", "preemption"),
+    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 

@@ -5,19 +5,24 @@ cached by config and training code) and once per scenario (``--scenarios NAME,NA
 
 {listing}
 
-On Slurm, node-kill unplugs and kills a node outright: Slurm marks it DOWN and requeues the job, the node is
-revived, the job resumes. network-cut takes a node's link down instead (netns lab): its processes keep running,
-silent, as in a partition; the other node's heartbeat watchdog notices in seconds, Slurm marks the node DOWN and
-requeues, and the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only the training processes on a node: torchrun restarts the worker
-group inside the allocation, no requeue. preemption sends SIGUSR1 to the batch script as Slurm's
-``--signal=B:USR1@T`` does: the job checkpoints and requeues itself.
+The job trains on 2 nodes with 1 hot spare (3 lab nodes) against the rendezvous store the lab runs on its
+controller, as a ParallelCluster head node does; the batch host starts as the spare. node-kill unplugs and kills a
+training node outright, first-node-kill kills the node running rank 0: in both the job keeps its allocation
+(--no-kill), the survivors and the spare re-form in seconds, no requeue; Slurm marks the node DOWN on its own and
+the node is revived for the next scenario. network-cut takes a training node's link down instead (netns lab): its
+processes keep running, silent, as in a partition; the other node's heartbeat watchdog notices in seconds and the
+spare takes its place; the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only
+the training processes on a node: torchrun restarts the worker group inside the allocation, no requeue.
+preemption sends SIGUSR1 to the batch script as Slurm's ``--signal=B:USR1@T`` does: the job checkpoints and
+requeues itself. batch-host-kill kills the node that runs the batch script, which ends any allocation: Slurm
+requeues the job and it resumes.
 
 Each scenario is judged by ``chaos.verdict.judge`` (the same checks as on the other platforms: fault injected
 and confirmed, noticed, restarted, steps recomputed, completed, exactly-once data, final weights bitwise equal
 to the reference) plus its Slurm checks (requeue or not). Prints the common table and writes report.json and
 timeline.png. Exit 0 when every scenario passed, 1 otherwise, 2 for a bad setting, 3 when the lab can't run.
-Slurm's "detect" is the time until the node is DOWN (node-kill), a `[watchdog]` line (network-cut), an agent logs the failed worker group
-(worker-kill) or the job logs the signal (preemption).
+Slurm's "detect" is the first of: an agent logs the failed worker group or the rendezvous re-forming, a
+`[watchdog]` line (network-cut), the node is DOWN (node faults), or the job logs the signal (preemption).
 """
 from __future__ import annotations
 
@@ -57,7 +62,10 @@ class SlurmChaosConfig:
     scenarios: str = "all"
     """Comma-separated scenario names to run, in order ("all": every scenario Slurm supports)."""
     nodes: int = 2
-    """Nodes per job (the lab is brought up with this many)."""
+    """Training nodes per job."""
+    spares: int = 1
+    """Hot-spare nodes on top (the lab is brought up with nodes + spares); the node scenarios need one to
+    continue inside the allocation."""
     preset: str = "debug"
     """Training preset."""
     steps: int = 12
@@ -77,10 +85,7 @@ class SlurmChaosConfig:
     scenario_timeout_s: float = 420.0
     """Give up on a scenario after this long."""
     rdzv_port: int = 29400
-    """Base port of the jobs' rendezvous store (+ job id % 1000); change it when labs run side by side."""
-    kill_node: str = "last"
-    """Which node of the allocation node-kill/worker-kill hit: last (not the batch host) or first (the batch
-    host and rendezvous store)."""
+    """Base port of a first-node store (+ job id % 1000; only if the lab's store does not answer)."""
 
     @property
     def names(self) -> list[str]:
@@ -90,11 +95,14 @@ class SlurmChaosConfig:
         self.names  # noqa: B018 - raises UnknownScenario (a ValueError) naming the supported scenarios
         if self.nodes < 2:
             raise ValueError(f"--nodes {self.nodes}: node faults need at least 2 nodes")
+        if not 0 <= self.spares <= 4:
+            raise ValueError(f"--spares {self.spares}: use 0..4")
+        if self.spares < 1 and {"node-kill", "first-node-kill", "network-cut"} & set(self.names):
+            raise ValueError("node-kill, first-node-kill and network-cut continue inside the allocation only with a "
+                             "hot spare: use --spares 1 (or pick other --scenarios)")
         if not 1 <= self.interval < self.fault_step < self.steps:
             raise ValueError(f"need 1 <= interval ({self.interval}) < fault step ({self.fault_step}) < steps "
                              f"({self.steps}) so that a checkpoint exists before the fault and work remains after it")
-        if self.kill_node not in ("first", "last"):
-            raise ValueError(f"--kill-node {self.kill_node!r}: use first or last")
 
     @property
     def job_train_args(self) -> tuple[str, ...]:
@@ -132,6 +140,15 @@ class Lab:
 
     def down(self) -> None:
         self._run("down.sh", check=False)
+
+    @property
+    def store_port(self) -> int:
+        """Port of the rendezvous store the lab runs on its controller (lab.env, written by up.sh)."""
+        port = slurmctl.Lab(self.root).store_port
+        if port is None:
+            raise RuntimeError(f"the lab at {self.root} has no rendezvous store (SLAB_STORE_PORT in lab.env): "
+                               "restart it with scripts/slurm_lab.sh down && scripts/slurm_lab.sh up")
+        return port
 
     def fault(self, cmd: str, node: str) -> str:
         return self._run("fault.sh", cmd, node)
@@ -208,18 +225,50 @@ class SlurmScenario:
     checks: tuple[Callable[[Observation], Check], ...]
 
 
+NODE_FAULTS = ("node-kill", "first-node-kill", "network-cut", "batch-host-kill")
+
+
+def check_continued_in_allocation(obs: Observation) -> Check:
+    """A node was lost and the job went on in the same allocation: no requeue, the agents re-formed."""
+    n, starts = obs.facts["requeues"], obs.facts["starts after the fault"]
+    return Check("continued inside the allocation, no requeue", n == 0 and starts >= 1,
+                 f"{n} requeue(s), {starts} training start(s) after the fault, final state {obs.facts['final_state']}")
+
+
+def check_spare_took_over(obs: Observation) -> Check:
+    """The node that was lost is not in the world that finished, and the spare (the batch host) is."""
+    lost, batch, last = obs.facts.get("killed_node"), obs.facts.get("batch_host"), obs.facts.get("final_nodes") or []
+    ok = bool(lost) and lost not in last and batch in last
+    return Check("the spare took the lost node's place", ok,
+                 f"lost {lost}; nodes training at the end {sorted(last)} (batch host / spare {batch})")
+
+
+def check_killed_rank0(obs: Observation) -> Check:
+    r = obs.facts.get("killed_ranks") or []
+    return Check("the killed node ran rank 0, not the batch script", 0 in r and obs.facts.get("killed_node") !=
+                 obs.facts.get("batch_host"), f"ranks on {obs.facts.get('killed_node')}: {r}; batch host "
+                 f"{obs.facts.get('batch_host')}")
+
+
 def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
     lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
+    in_alloc = (check_continued_in_allocation, check_spare_took_over, check_resumed_newest)
     return {s.name: s for s in [
-        SlurmScenario("node-kill", "kill a node outright -> DOWN, requeue, revive, resume",
-                      Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
-        SlurmScenario("network-cut", "take a node's link down (its processes keep running, silent) -> the "
-                      "watchdog notices, DOWN, requeue, fence + revive, resume",
-                      Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
+        SlurmScenario("node-kill", "kill a training node outright -> the spare takes its place inside the "
+                      "allocation, no requeue; Slurm marks it DOWN, revive", Expectation(max_steps_lost=lost),
+                      in_alloc),
+        SlurmScenario("first-node-kill", "kill the node running rank 0 -> the store lives on the controller: the "
+                      "spare takes its place, no requeue", Expectation(max_steps_lost=lost),
+                      (check_killed_rank0, *in_alloc)),
+        SlurmScenario("network-cut", "take a training node's link down (its processes keep running, silent) -> the "
+                      "watchdog notices, the spare takes its place, no requeue; fence + revive",
+                      Expectation(max_steps_lost=lost), in_alloc),
         SlurmScenario("worker-kill", "kill the training processes on a node -> torchrun restart, no requeue",
                       Expectation(max_steps_lost=lost), (check_restarted_in_allocation, check_resumed_newest)),
         SlurmScenario("preemption", "pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost",
                       Expectation(max_steps_lost=0), (check_requeued, check_resumed_newest)),
+        SlurmScenario("batch-host-kill", "kill the node running the batch script -> the allocation ends, DOWN, "
+                      "requeue, revive, resume", Expectation(max_steps_lost=lost), (check_requeued, check_resumed_newest)),
     ]}
 
 
@@ -232,7 +281,8 @@ class Runner:
 
     def job_config(self, run_name: str) -> SlurmJobConfig:
         return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=self.cfg.job_train_args,
-                              nodes=self.cfg.nodes, shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
+                              nodes=self.cfg.nodes, spares=self.cfg.spares, rdzv_store="controller",
+                              rdzv_store_port=self.lab.store_port, shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
                               python=self.python, slurm_conf=self.lab.env["SLURM_CONF"], max_requeues=3,
                               max_restarts=3, shutdown_timeout_s=60, rdzv_port=self.cfg.rdzv_port,
                               step_timeout_s=int(self.cfg.scenario_timeout_s) + 60)
@@ -274,7 +324,8 @@ class Runner:
         with open(log, "w") as f:
             rc = subprocess.run(
                 [str(REPO_DIR / "scripts" / "train_slurm.sh"), "--run-name", job.run_name, "--shared-dir",
-                 str(self.shared), "--nodes", str(self.cfg.nodes), "--preset", self.cfg.preset,
+                 str(self.shared), "--nodes", str(self.cfg.nodes), "--spares", str(self.cfg.spares),
+                 "--preset", self.cfg.preset,
                  "--python", self.python, "--max-restarts", "0", "--no-requeue", "--rdzv-port", str(job.rdzv_port),
                  "--step-timeout", str(job.step_timeout_s), "--follow-timeout", str(self.cfg.scenario_timeout_s),
                  "--", *self.cfg.job_train_args],
@@ -318,15 +369,16 @@ class Runner:
                 last_step = max((r["step"] for r in records if r["event"] == "step"), default=0)
                 if not faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
                     faults.append(self.inject(sc.name, info, last_step, watch))
+                    watch["fault_time"] = faults[0].time
                     res.events.append({"time": faults[0].time, "kind": "fault", "label": faults[0].label})
-                elif faults and sc.name in ("node-kill", "network-cut") and "down" not in watch:
+                elif faults and sc.name in NODE_FAULTS and "down" not in watch:
                     state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
                     if state.startswith("DOWN"):
                         watch["down"] = time.time()
                         detections.append(watch["down"])
                         say(f"{sc.name}: {watch['killed_node']} is DOWN")
                 if faults:
-                    self.after_fault(sc.name, watch, info, res)
+                    self.after_fault(sc.name, watch, info, res, records)
                 if info.terminal:
                     break
                 time.sleep(0.25)
@@ -366,7 +418,10 @@ class Runner:
             weight_diffs=compare_weights(final, self.final_checkpoint(ref)),
             reference_records=parse_records(Path(ref.metrics_path).read_text()), wall_s=res.wall_s, error=res.error,
             logs=logs, checkpoint_dir=Path(job.checkpoint_dir),
-            facts={**res.figures, "final_state": info.state if info else None})
+            facts={**res.figures, "final_state": info.state if info else None,
+                   "starts after the fault": sum(1 for r in starts if faults and r["time"] > faults[0].time),
+                   "killed_node": watch.get("killed_node"), "killed_ranks": watch.get("killed_ranks"),
+                   "batch_host": info.batch_host if info else None, "final_nodes": watch.get("final_nodes")})
         res.apply(judge(obs, sc.expect, sc.checks))
         res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
         say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
@@ -375,12 +430,15 @@ class Runner:
 
     @staticmethod
     def log_detections(name: str, logs: list[tuple[float, str]]) -> list[float]:
-        """Job-log lines that show a fault was noticed: an agent's failed worker group (worker-kill), the batch
-        script receiving the pre-timeout signal (preemption). node-kill is noticed by Slurm (node DOWN)."""
+        """Job-log lines that show a fault was noticed: an agent's failed worker group or a watchdog line (worker
+        and node faults), the batch script receiving the pre-timeout signal (preemption). Slurm's node DOWN is
+        added by the caller; it is the only sign for batch-host-kill, whose job log ends with the node."""
         if name == "worker-kill":
             return torchrun_detections(logs)
-        if name == "network-cut":  # the peers' heartbeat watchdog, usually well before Slurm's DOWN
-            return [t for t, line in logs if "[watchdog]" in line]
+        if name in ("node-kill", "first-node-kill", "network-cut"):
+            # the survivors' agents (a failed collective ends their workers) or their heartbeat watchdog,
+            # seconds before Slurm marks the node DOWN
+            return torchrun_detections(logs) + [t for t, line in logs if "[watchdog]" in line]
         if name == "preemption":
             return [t for t, line in logs if "SIGUSR1" in line]
         return []
@@ -388,14 +446,24 @@ class Runner:
     def inject(self, name: str, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
         """Inject the fault and confirm its effect."""
         hosts = slurmctl.run(["scontrol", "show", "hostnames", info.node_list], env=self.lab.env).split()
-        node = hosts[-1] if self.cfg.kill_node == "last" else hosts[0]
+        watch["hosts"] = hosts
+        ranks = {h: sorted(r for r in (worker_rank(p) for p in self.lab.worker_pids(h)) if r is not None)
+                 for h in hosts}
+        if name == "first-node-kill":
+            node = next((h for h in hosts if 0 in ranks[h]), hosts[-1])
+        elif name == "batch-host-kill":
+            node = info.batch_host or hosts[0]
+        else:  # the last node: a training node (the batch host, the first, starts as the spare)
+            node = hosts[-1]
         watch["restarts0"] = info.restarts
-        if name == "node-kill":
+        watch["killed_ranks"] = ranks[node]
+        if name in ("node-kill", "first-node-kill", "batch-host-kill"):
             watch["killed_node"] = node
             t = time.time()
             self.lab.fault("kill-node", node)
             left = self.lab.pids(node)
-            say(f"node-kill: killed node {node} after step {last_step}")
+            say(f"{name}: killed node {node} (ranks {ranks[node]}; batch host {info.batch_host}) after step "
+                f"{last_step}")
             return Fault(f"kill node {node}", t, not left,
                          f"no process left on {node}" if not left else f"{len(left)} processes survived on {node}")
         if name == "network-cut":
@@ -424,12 +492,21 @@ class Runner:
         return Fault(f"SIGUSR1 to batch on {info.batch_host}", t, True,
                      f"scancel --signal=USR1 --batch {info.job_id} accepted by slurmctld")
 
-    def after_fault(self, name: str, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult) -> None:
+    def after_fault(self, name: str, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
+                    records: list[dict] | None = None) -> None:
+        fault_t = watch.get("fault_time", float("inf"))
+        restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
+        if "final_nodes" not in watch and restarted and any(r["event"] == "step" and r["time"] > restarted[0]
+                                                            for r in records or []):
+            # the nodes that run training workers once the job trains again after the fault
+            nodes = [h for h in watch.get("hosts", []) if h != watch.get("killed_node") and self.lab.worker_pids(h)]
+            if nodes:
+                watch["final_nodes"] = nodes
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
             watch["requeued"] = time.time()
             res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})
             say(f"{name}: job requeued (restart {info.restarts})")
-        if name in ("node-kill", "network-cut") and "down" in watch and "reviver" not in watch:
+        if name in NODE_FAULTS and "down" in watch and "reviver" not in watch:
             watch["reviver"] = self.lab.fault_async("revive", watch["killed_node"])
             say(f"{name}: reviving {watch['killed_node']}" + (" (fenced first)" if name == "network-cut" else ""))
         rv = watch.get("reviver")
@@ -454,7 +531,7 @@ COLUMNS = ("requeues", "torchrun restarts")
 def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = say) -> dict:
     cfg.validate()
     out_dir.mkdir(parents=True, exist_ok=True)
-    lab = Lab(cfg.lab_root, cfg.nodes)
+    lab = Lab(cfg.lab_root, cfg.nodes + cfg.spares)
     t0 = time.monotonic()
     lab.up()
     lab_settings = (Path(cfg.lab_root) / "run" / "settings").read_text().strip()
@@ -470,7 +547,7 @@ def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = 
             progress("lab: down (this run started it)")
     rows = report.targets(cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out_dir / "timeline.png", results,
-                              f"Slurm chaos test: {cfg.nodes} nodes, {cfg.preset}, {cfg.steps} steps, "
+                              f"Slurm chaos test: {cfg.nodes} nodes + {cfg.spares} spare, {cfg.preset}, {cfg.steps} steps, "
                               f"checkpoint every {cfg.interval} ({lab_settings})").path
     report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
                       rows, png)
@@ -500,8 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
     p.add_argument("--fault-step", type=int, default=d.fault_step, help=f"fault after this step (default {d.fault_step})")
-    p.add_argument("--kill-node", choices=["last", "first"], default=d.kill_node,
-                   help="node hit by node-kill/worker-kill: last (default) or first (batch host + rendezvous store)")
+    p.add_argument("--spares", type=int, default=d.spares, help=f"hot-spare nodes per job (default {d.spares})")
     p.add_argument("--work-dir", default=d.work_dir, help=f"shared dir for jobs + reports (default {d.work_dir})")
     p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,
                    help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)")
@@ -521,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SlurmChaosConfig(scenarios=a.scenarios, nodes=a.nodes, preset=a.preset, steps=a.steps, interval=a.interval,
                            fault_step=a.fault_step, train_args=tuple(a.train_args),
                            work_dir=os.path.abspath(a.work_dir), lab_root=os.path.abspath(a.lab_root),
-                           keep_lab=a.keep_lab, scenario_timeout_s=a.scenario_timeout, kill_node=a.kill_node,
+                           keep_lab=a.keep_lab, scenario_timeout_s=a.scenario_timeout, spares=a.spares,
                            rdzv_port=a.rdzv_port)
     try:
         cfg.validate()

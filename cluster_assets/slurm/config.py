@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from cluster_facts import FSX_MOUNT_PATH, GPU_INSTANCES, SHUTDOWN_MARGIN_S, platform_timeouts
+from cluster_facts import FSX_MOUNT_PATH, GPU_INSTANCES, RDZV_STORE_PORT, SHUTDOWN_MARGIN_S, platform_timeouts
 from training.field_docs import field_docs as _field_docs
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -63,12 +63,14 @@ class SlurmJobConfig:
     """Extra ``python -m training`` flags, e.g. ``("--train.steps", "200")``. Paths are set by the job."""
 
     nodes: int = 2
-    """Nodes to allocate; one torchrun agent per node. A lost node fails the allocation and Slurm requeues
-    the whole job, so the job always trains at this size (bitwise-reproducible resumes)."""
+    """Nodes that train; one torchrun agent per node. The job always trains at this size (bitwise-reproducible
+    resumes): without a spare a lost node fails the allocation and Slurm requeues the whole job."""
     spares: int = 0
     """Hot-spare nodes allocated on top of ``nodes`` (``SPARES``): their agents wait in the rendezvous while the
     job trains on ``nodes`` nodes, and take a lost node's place in the next round (torch's redundancy list).
-    The allocation is ``nodes + spares`` nodes."""
+    The allocation is ``nodes + spares`` nodes. With a spare and the store off the compute nodes
+    (``rdzv_store``), the job survives a node loss inside its allocation (``sbatch --no-kill``): no requeue. The
+    batch host (the allocation's first node, whose loss always ends the allocation) starts as the spare."""
     nproc_per_node: int | None = None
     """Training processes per node. Default: ``gpus_per_node``, or 1 on CPU nodes."""
     instance_type: str | None = None
@@ -100,8 +102,17 @@ class SlurmJobConfig:
     """torchrun worker-group restarts inside one allocation (a crashed worker costs seconds, no requeue)."""
     shutdown_timeout_s: int = SLURM_TIMEOUTS.shutdown_timeout_s
     """Seconds an agent waits for its workers to checkpoint after SIGTERM before it SIGKILLs them."""
+    rdzv_store: str = "controller"
+    """Where the rendezvous store runs. ``controller``: the Slurm controller host (the ParallelCluster head node,
+    whose ``t5-rdzv-store`` service serves every job there; the address comes from ``scontrol show config``).
+    A host name or IP: a store you run there. ``first-node``: the job's first node hosts it (then losing that
+    node always requeues). A store that does not answer when the job starts falls back to ``first-node``, with a
+    warning in the job log."""
+    rdzv_store_port: int = RDZV_STORE_PORT
+    """Port of the standalone store (``rdzv_store`` other than ``first-node``)."""
     rdzv_port: int = 29400
-    """Base port of the rendezvous store on the first node; the job uses ``rdzv_port + job_id % 1000``."""
+    """``rdzv_store=first-node`` only: base port of the store on the first node; the job uses
+    ``rdzv_port + job_id % 1000``."""
 
     shared_dir: str = FSX_MOUNT_PATH
     """Storage every node mounts at the same path (FSx for Lustre on ParallelCluster). Checkpoints,
@@ -271,6 +282,12 @@ class SlurmJobConfig:
                 f"beyond shutdown_timeout_s={self.shutdown_timeout_s}: the time limit could kill the job while the "
                 f"agents still wait for the checkpoint; raise signal_before_timeout_s to at least "
                 f"{self.shutdown_timeout_s + SHUTDOWN_MARGIN_S} or lower shutdown_timeout_s")
+        if self.rdzv_store not in ("controller", "first-node") and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*",
+                                                                                   self.rdzv_store):
+            raise bad("rdzv_store", self.rdzv_store, "use controller (the head node's store), first-node, or the "
+                      "host name/IP of the machine that runs `python -m training.rdzv_store`")
+        if not 1 <= self.rdzv_store_port <= 65535:
+            raise bad("rdzv_store_port", self.rdzv_store_port, "use the store's TCP port, 1..65535")
         if not 1024 <= self.rdzv_port <= 64535:
             raise bad("rdzv_port", self.rdzv_port, "use 1024..64535 (the job adds job_id % 1000)")
         if self.step_timeout_s is not None and self.step_timeout_s < 60:

@@ -47,6 +47,11 @@ def sbatch_lines(cfg: SlurmJobConfig) -> list[str]:
         lines.append(f"--partition={cfg.partition}")
     if cfg.gpus_per_node:
         lines.append(f"--gpus-per-node={cfg.gpus_per_node}")
+    if cfg.spares:
+        # A lost node no longer ends the allocation: the spare takes its place inside it (the batch host's loss
+        # still does, and Slurm then requeues). Without a spare the job could not continue anyway, and Slurm's
+        # NODE_FAIL requeue is the fastest way back.
+        lines.append("--no-kill")
     lines += list(cfg.extra_sbatch)
     return [f"#SBATCH {x}" for x in lines]
 
@@ -95,6 +100,8 @@ def render(cfg: SlurmJobConfig) -> str:
         "TRAIN_TIMEOUT": str(SLURM_TIMEOUTS.train_pg_timeout_s),
         "JOIN_TIMEOUT": str(SLURM_TIMEOUTS.rdzv_join_timeout_s),
         "RDZV_PORT": str(cfg.rdzv_port),
+        "Q_RDZV_STORE": _q(cfg.rdzv_store),
+        "RDZV_STORE_PORT": str(cfg.rdzv_store_port),
         "STEP_TIMEOUT": str(cfg.srun_timeout_s),
         "REQUEUE": "1" if cfg.requeue else "0",
         "REQUEUE_ON_FAILURE": "1" if cfg.requeue_on_failure else "0",
@@ -140,6 +147,7 @@ _FLAGS = {  # field -> (flag, argparse kwargs)
     "time_limit": ("--time", {}), "signal_before_timeout_s": ("--signal-before-timeout", {"type": int}),
     "max_requeues": ("--max-requeues", {"type": int}), "max_restarts": ("--max-restarts", {"type": int}),
     "shutdown_timeout_s": ("--shutdown-timeout", {"type": int}), "rdzv_port": ("--rdzv-port", {"type": int}),
+    "rdzv_store": ("--rdzv-store", {}), "rdzv_store_port": ("--rdzv-store-port", {"type": int}),
     "shared_dir": ("--shared-dir", {}), "repo_dir": ("--repo-dir", {}), "python": ("--python", {}),
     "container_image": ("--container-image", {}), "step_timeout_s": ("--step-timeout", {"type": int}),
     "slurm_conf": ("--slurm-conf", {}),

@@ -18,6 +18,9 @@ ctld="$(pidfile_pid "$R/run/slurmctld.pid")"
 add "$ctld"
 [[ -n "$ctld" ]] && add $(ps -o pid= --ppid "$ctld" 2>/dev/null)
 add "$(pidfile_pid "$R/run/munged.pid")"
+st="$(store_pid)"   # the store's restart loop and the store it runs
+add "$st"
+[[ -n "$st" ]] && add $(ps -o pid= --ppid "$st" 2>/dev/null)
 add $(our_daemons)   # when PID files are gone or stale
 
 if ((${#pids[@]})); then

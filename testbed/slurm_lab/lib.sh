@@ -27,6 +27,7 @@ SLAB_NET="${SLAB_NET:-10.77.$((_SLAB_H % 250 + 1))}"  # netns mode: /24 on a bri
 SLAB_PFX="${SLAB_PFX:-sl$(printf '%04x' $((_SLAB_H % 65536)))}"  # netns/link name prefix (<= 8 chars: IFNAMSIZ)
 SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-$((16000 + (_SLAB_H % 300) * 10))}"
 SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-$((SLAB_CTLD_PORT + 1))}"  # netns: same port in every namespace; loopback: port+i-1
+SLAB_STORE_PORT="${SLAB_STORE_PORT:-$((SLAB_CTLD_PORT + 2))}"  # the rendezvous store on the controller
 SLAB_SLURMD_TIMEOUT="${SLAB_SLURMD_TIMEOUT:-6}" # a dead node is marked DOWN ~2x this after it dies
 SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-10}"     # >= 5; a requeued job is held cred_expire+1 s before rerun
 
@@ -102,6 +103,28 @@ start_slurmd() {
   fi
 }
 
+# The rendezvous store on the controller, as the ParallelCluster head node runs it (a service that restarts it):
+# jobs reach it at the controller's address (SlurmctldHost), off every compute node. Tagged by environment so
+# down.sh finds it; the project venv's python (scripts/venv.sh) runs it.
+store_pid() { pidfile_pid "$R/run/rdzv-store.pid"; }
+start_store() {
+  local addr="$1" py="$SLAB_REPO/.venv/bin/python"
+  [[ -x "$py" ]] || py="$("$SLAB_REPO/scripts/venv.sh")" || die "no project venv for the rendezvous store (scripts/venv.sh)"
+  rm -f "$R/run/rdzv-store.pid"
+  SLAB_STORE_TAG="$SLAB_PFX:$R:store" PYTHONPATH="$SLAB_REPO" setsid bash -c '
+    echo $$ > "$0/run/rdzv-store.pid"
+    while :; do
+      "$1" -m training.rdzv_store --host "$2" --port "$3"
+      echo "[slab-store $(date +%T)] store exited ($?): restarting in 1 s"
+      sleep 1
+    done' "$R" "$py" "$addr" "$SLAB_STORE_PORT" >> "$R/log/rdzv-store.log" 2>&1 < /dev/null &
+  local t=$SECONDS
+  until timeout 2 bash -c "exec 3<>/dev/tcp/$addr/$SLAB_STORE_PORT" 2>/dev/null; do
+    (( SECONDS - t > 60 )) && { tail -n 20 "$R/log/rdzv-store.log" >&2; die "the rendezvous store did not come up on $addr:$SLAB_STORE_PORT"; }
+    sleep 0.2
+  done
+}
+
 # Wait until every listed node's short state (sinfo %t) matches the regex; default all nodes.
 wait_nodes() {
   local re="$1" to="${2:-30}" nodes="${3:-}" t0=$SECONDS out=""
@@ -123,6 +146,7 @@ our_daemons() {
   for ((i = 1; i <= SLAB_NODES; i++)); do tags+=(-e "SLAB_NODE_TAG=$(node_tag "$i")"); done
   for d in /proc/[0-9]*; do
     p="${d#/proc/}"
+    if grep -qzxF "SLAB_STORE_TAG=$SLAB_PFX:$R:store" "$d/environ" 2>/dev/null; then echo "$p"; continue; fi
     case "$(cat "$d/comm" 2>/dev/null)" in munged|slurmctld|slurmd|slurmstepd|slurmscriptd) ;; *) continue ;; esac
     if tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -qF -- "$R/" \
        || grep -qzxF "${tags[@]}" "$d/environ" 2>/dev/null; then echo "$p"; fi

@@ -9,6 +9,7 @@ echo "slurm lab: $(cat "$R/run/settings" 2>/dev/null || echo 'starting or failed
 echo "  root $R   SLURM_CONF=$CONF   shared dir $R/shared"
 show munged "$(pidfile_pid "$R/run/munged.pid")"
 show slurmctld "$(pidfile_pid "$R/run/slurmctld.pid")"
+show rdzv-store "$(store_pid)"
 for ((i = 1; i <= SLAB_NODES; i++)); do show "slurmd n$i" "$(pidfile_pid "$R/run/slurmd-n$i.pid")"; done
 echo "nodes:"; timeout 10 sinfo -N -o '  %N %t %c %E' 2>/dev/null || { echo "  (slurmctld not answering)"; ok=1; }
 echo "jobs:";  timeout 10 squeue -t all -o '  %i %j %T %M %R' 2>/dev/null || true

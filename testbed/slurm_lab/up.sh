@@ -29,12 +29,13 @@ if [[ "$SLAB_MODE" == auto ]]; then
     SLAB_MODE=loopback
   fi
 fi
-WANT="mode=$SLAB_MODE nodes=$SLAB_NODES cpus=$SLAB_CPUS net=$SLAB_NET pfx=$SLAB_PFX ports=$SLAB_CTLD_PORT/$SLAB_SLURMD_PORT timeout=$SLAB_SLURMD_TIMEOUT cred=$SLAB_CRED_EXPIRE"
+WANT="mode=$SLAB_MODE nodes=$SLAB_NODES cpus=$SLAB_CPUS net=$SLAB_NET pfx=$SLAB_PFX ports=$SLAB_CTLD_PORT/$SLAB_SLURMD_PORT/$SLAB_STORE_PORT timeout=$SLAB_SLURMD_TIMEOUT cred=$SLAB_CRED_EXPIRE"
 
 healthy() {
   [[ "$(cat "$R/run/settings" 2>/dev/null)" == "$WANT" ]] || return 1
   pid_alive "$(pidfile_pid "$R/run/munged.pid")" || return 1
   pid_alive "$(pidfile_pid "$R/run/slurmctld.pid")" || return 1
+  pid_alive "$(store_pid)" || return 1
   local i; for ((i = 1; i <= SLAB_NODES; i++)); do pid_alive "$(pidfile_pid "$R/run/slurmd-n$i.pid")" || return 1; done
   timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' || return 1
   local st; st="$(timeout 10 sinfo -h -N -o '%t' 2>/dev/null)"
@@ -55,6 +56,7 @@ SLAB_NET=$SLAB_NET
 SLAB_PFX=$SLAB_PFX
 SLAB_CTLD_PORT=$SLAB_CTLD_PORT
 SLAB_SLURMD_PORT=$SLAB_SLURMD_PORT
+SLAB_STORE_PORT=$SLAB_STORE_PORT
 SLAB_SLURMD_TIMEOUT=$SLAB_SLURMD_TIMEOUT
 SLAB_CRED_EXPIRE=$SLAB_CRED_EXPIRE
 EOF
@@ -158,6 +160,7 @@ cat > "$R/env.sh" <<EOF
 export SLURM_CONF=$CONF
 export SLAB_ROOT=$R
 export SLAB_SHARED_DIR=$R/shared
+export SLAB_STORE_ENDPOINT=$CTL_ADDR:$SLAB_STORE_PORT
 EOF
 
 t=$SECONDS
@@ -165,6 +168,8 @@ until timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; do
   (( SECONDS - t > 20 )) && { tail -n 20 "$R/log/slurmctld.log" >&2; die "slurmctld did not come up"; }
   sleep 0.2
 done
+start_store "$CTL_ADDR"
+log "rendezvous store on the controller: $CTL_ADDR:$SLAB_STORE_PORT (pid $(store_pid))"
 wait_nodes 'idle' 40 || { tail -n 5 "$R"/log/slurmd-*.log >&2; die "nodes did not become idle"; }
 echo "$WANT" > "$R/run/settings"   # written only after success: healthy() compares it
 log "up in $(( ($(date +%s%N) - T0) / 1000000 )) ms: $WANT"

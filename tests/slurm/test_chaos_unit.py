@@ -17,11 +17,16 @@ def step(t, n):
     return rec("step", t, step=n, loss=10.0 - n, world_size=2, step_time_s=1.0, data_offset=(n - 1) * 8)
 
 
-def observation(records, faults, requeues, restarts, detections=()):
+SPARE_TOOK_OVER = {"killed_node": "n3", "killed_ranks": [1], "batch_host": "n1", "final_nodes": ["n1", "n2"]}
+
+
+def observation(records, faults, requeues, restarts, detections=(), **facts):
+    starts = sum(1 for r in records if r["event"] == "start" and faults and r["time"] > faults[0].time)
     return Observation(records=records, faults=faults, detections=list(detections), exited_ok=True,
                        exit_detail="COMPLETED 0:0", steps=CFG.steps, global_batch=8, final_committed=True,
                        weight_diffs=[], reference_records=[], wall_s=30.0,
-                       facts={"requeues": requeues, "torchrun restarts": restarts, "final_state": "COMPLETED"})
+                       facts={"requeues": requeues, "torchrun restarts": restarts, "final_state": "COMPLETED",
+                              "starts after the fault": starts, **facts})
 
 
 def uninterrupted():
@@ -39,21 +44,50 @@ def node_kill_run(resumed: int = 4):
     return sorted(recs, key=lambda r: r["time"]) + [rec("end", 40, step=CFG.steps)]
 
 
-def test_node_kill_verdict_passes_with_requeue_and_resume():
+def test_node_kill_verdict_passes_when_the_spare_takes_over_inside_the_allocation():
     sc = scenarios(CFG)["node-kill"]
-    v = judge(observation(node_kill_run(), [Fault("kill node n2", 5.5, True, "no process left")], 1, 0, [17.0]),
-              sc.expect, sc.checks)
+    fault = [Fault("kill node n3", 5.5, True, "no process left")]
+    v = judge(observation(node_kill_run(), fault, 0, 0, [7.0], **SPARE_TOOK_OVER), sc.expect, sc.checks)
     assert v.passed, v.failed()
     (r,) = v.recoveries
-    assert (r.steps_lost, r.detect_s, r.recover_s) == (1, 11.5, 19.5)
+    assert (r.steps_lost, r.detect_s, r.recover_s) == (1, 1.5, 19.5)
+    # a requeue (the allocation was lost) fails it, and so does a world without the spare or with the lost node
+    failed = {c.name for c in judge(observation(node_kill_run(), fault, 1, 0, [7.0], **SPARE_TOOK_OVER),
+                                    sc.expect, sc.checks).failed()}
+    assert failed == {"continued inside the allocation, no requeue"}
+    for final in (["n2", "n3"], ["n2"]):
+        failed = {c.name for c in judge(observation(node_kill_run(), fault, 0, 0, [7.0],
+                                                    **{**SPARE_TOOK_OVER, "final_nodes": final}),
+                                        sc.expect, sc.checks).failed()}
+        assert failed == {"the spare took the lost node's place"}, final
 
 
-@pytest.mark.parametrize("name", ["node-kill", "network-cut", "worker-kill", "preemption"])
+def test_first_node_kill_must_hit_rank_0_off_the_batch_host():
+    sc = scenarios(CFG)["first-node-kill"]
+    fault = [Fault("kill node n2", 5.5, True, "no process left")]
+    facts = {**SPARE_TOOK_OVER, "killed_node": "n2", "killed_ranks": [0], "final_nodes": ["n1", "n3"]}
+    assert judge(observation(node_kill_run(), fault, 0, 0, [7.0], **facts), sc.expect, sc.checks).passed
+    for bad in ({"killed_ranks": [1]}, {"killed_node": "n1", "final_nodes": ["n2", "n3"]}):
+        failed = {c.name for c in judge(observation(node_kill_run(), fault, 0, 0, [7.0], **{**facts, **bad}),
+                                        sc.expect, sc.checks).failed()}
+        assert "the killed node ran rank 0, not the batch script" in failed, bad
+
+
+def test_batch_host_kill_needs_the_requeue():
+    sc = scenarios(CFG)["batch-host-kill"]
+    fault = [Fault("kill node n1", 5.5, True, "no process left")]
+    assert judge(observation(node_kill_run(), fault, 1, 0, [17.0]), sc.expect, sc.checks).passed
+    failed = {c.name for c in judge(observation(node_kill_run(), fault, 0, 0, [17.0]), sc.expect, sc.checks).failed()}
+    assert failed == {"Slurm requeued the job"}
+
+
+@pytest.mark.parametrize("name", ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
+                                  "batch-host-kill"])
 def test_slurm_verdict_fails_without_its_fault(name):
     """An uninterrupted job, the fault claimed and confirmed, Slurm figures as a real fault would leave them."""
     sc = scenarios(CFG)[name]
-    v = judge(observation(uninterrupted(), [Fault(name, 5.5, True, "claimed")], requeues=1, restarts=1),
-              sc.expect, sc.checks)
+    v = judge(observation(uninterrupted(), [Fault(name, 5.5, True, "claimed")], requeues=1, restarts=1,
+                          **{**SPARE_TOOK_OVER, "killed_ranks": [0]}), sc.expect, sc.checks)
     failed = {c.name for c in v.failed()}
     assert not v.passed and "fault injected" not in failed
     assert {"job restarted", "failure noticed"} <= failed
@@ -71,8 +105,8 @@ def test_worker_kill_must_not_requeue():
 def test_resume_from_an_older_checkpoint_fails():
     sc = scenarios(CFG)["node-kill"]
     recs = node_kill_run(resumed=2)  # checkpoint 4 was committed before the restart
-    failed = {c.name: c.detail for c in judge(observation(recs, [Fault("kill", 5.5, True, "x")], 1, 0, [17.0]),
-                                              sc.expect, sc.checks).failed()}
+    failed = {c.name: c.detail for c in judge(observation(recs, [Fault("kill", 5.5, True, "x")], 0, 0, [7.0],
+                                                          **SPARE_TOOK_OVER), sc.expect, sc.checks).failed()}
     assert "resumed from step 2" in failed["resumed from the newest complete checkpoint"]
 
 
@@ -80,7 +114,8 @@ def test_resume_from_an_older_checkpoint_fails():
     ({"scenarios": "node-kill,hang"}, "hang (not on slurm)"), ({"scenarios": "bogus"}, "unknown scenario"),
     ({"nodes": 1}, "at least 2 nodes"),
     ({"fault_step": 2, "interval": 2}, "interval (2) < fault step (2)"), ({"fault_step": 12, "steps": 12}, "< steps"),
-    ({"kill_node": "middle"}, "--kill-node"),
+    ({"spares": 0}, "only with a hot spare"), ({"spares": 0, "scenarios": "worker-kill,preemption,bogus"}, "bogus"),
+    ({"spares": 9}, "--spares 9"),
 ])
 def test_bad_chaos_settings(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
@@ -88,7 +123,9 @@ def test_bad_chaos_settings(kw, msg):
 
 
 def test_default_runs_every_slurm_scenario():
-    assert SlurmChaosConfig().names == ["node-kill", "network-cut", "worker-kill", "preemption"]
+    assert SlurmChaosConfig().names == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
+                                        "batch-host-kill"]
+    SlurmChaosConfig(spares=0, scenarios="worker-kill,preemption,batch-host-kill").validate()  # no spare needed
 
 
 def test_tail_returns_only_complete_lines(tmp_path):
@@ -108,7 +145,9 @@ def test_log_lines_that_count_as_noticed():
             (3.0, "E failed (exitcode: -9) local_rank: 0")]
     assert Runner.log_detections("preemption", logs) == [2.0]
     assert Runner.log_detections("worker-kill", logs) == [3.0]
-    assert Runner.log_detections("node-kill", logs) == []
+    assert Runner.log_detections("node-kill", logs) == [3.0]
+    assert Runner.log_detections("network-cut", logs + [(4.0, "[watchdog] node 1 silent")]) == [3.0, 4.0]
+    assert Runner.log_detections("batch-host-kill", logs) == []
 
 
 def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_so():
@@ -116,7 +155,7 @@ def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_
     newest state, if (and only if) the start event says it came from memory at that step."""
     from chaos.slurm import check_resumed_newest
     recs = node_kill_run(resumed=5)
-    obs = observation(recs, [Fault("cut link of n2", 5.5, True, "link DOWN")], 1, 0, [16.3])
+    obs = observation(recs, [Fault("cut link of n3", 5.5, True, "link DOWN")], 0, 0, [6.3], **SPARE_TOOK_OVER)
     assert not check_resumed_newest(obs).ok  # step 5 was never committed to storage, and nothing says memory
     for r in obs.records:
         if r.get("event") == "start" and r.get("resumed_from") == 5:

@@ -1,7 +1,7 @@
 """End to end on a real Slurm cluster on this machine (the project's lab): bring it up, run the chaos scenarios
-(node kill -> requeue, network cut -> requeue after fencing, worker kill -> torchrun restart, pre-timeout
-signal -> self-requeue) with bitwise
-verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
+on 2 training nodes + 1 hot spare against the store on the lab's controller (node kill, rank 0's node kill and
+network cut -> the spare takes over inside the allocation, no requeue; worker kill -> torchrun restart;
+pre-timeout signal -> self-requeue; batch host kill -> requeue) with bitwise verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
 
 Each lab here has its own root, namespace prefix, subnet and ports, so it can run beside `make slurm-up`.
 Needs root; skips (with the reason) only when neither namespace nor loopback mode can start.
@@ -32,7 +32,7 @@ def lab_settings(root: Path, mode: str = "auto") -> dict[str, str]:
     base = 20000 + ((os.getpid() * 7 + k * 131) % 400) * 20
     env = {k_: v for k_, v in os.environ.items() if not k_.startswith("SLAB_") and k_ != "SLURM_CONF"}
     env.update(SLAB_ROOT=str(root), SLAB_PFX=f"s{n:04d}{k}"[:8], SLAB_NET=f"10.77.{100 + (n + k) % 150}",
-               SLAB_CTLD_PORT=str(base), SLAB_SLURMD_PORT=str(base + 1), SLAB_NODES="2", SLAB_MODE=mode)
+               SLAB_CTLD_PORT=str(base), SLAB_SLURMD_PORT=str(base + 1), SLAB_NODES="3", SLAB_MODE=mode)
     return env
 
 
@@ -52,7 +52,7 @@ def leftovers(env: dict) -> list[str]:
             environ = (d / "environ").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if f"{root}/" in cmd or f"SLAB_NODE_TAG={pfx}:{root}:" in environ:
+        if f"{root}/" in cmd or f"SLAB_NODE_TAG={pfx}:{root}:" in environ or f"SLAB_STORE_TAG={pfx}:{root}:" in environ:
             found.append(f"pid {d.name}: {cmd[:100]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith(f"{pfx}-")]
@@ -93,7 +93,8 @@ def test_lab_is_idempotent_and_reports_status(netns_lab):
     assert up.returncode == 0 and "already up" in up.stderr
     st = lab("status.sh", env)
     assert st.returncode == 0, st.stdout + st.stderr
-    assert f"mode={mode} nodes=2" in st.stdout and "n1 idle" in st.stdout and "n2 idle" in st.stdout
+    assert f"mode={mode} nodes=3" in st.stdout and all(f"n{i} idle" in st.stdout for i in (1, 2, 3))
+    assert "rdzv-store pid" in st.stdout  # the rendezvous store on the controller, off every compute node
     bad = lab("fault.sh", env, "kill-node", "n7")
     assert bad.returncode != 0 and "no node n7" in bad.stderr
 
@@ -121,8 +122,10 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
 
 
 def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
-    """node-kill -> DOWN + requeue + revive + resume; worker-kill -> torchrun restart, no requeue; preemption
-    (pre-timeout signal) -> checkpoint + self-requeue, 0 steps lost. All bitwise equal to the reference.
+    """2 training nodes + 1 spare (the batch host), store on the controller: node-kill, first-node-kill (rank 0's
+    node) and network-cut -> the spare takes over inside the allocation, no requeue; worker-kill -> torchrun
+    restart, no requeue; preemption (pre-timeout signal) -> checkpoint + self-requeue, 0 steps lost;
+    batch-host-kill -> DOWN + requeue + resume. All bitwise equal to the reference.
     (`make chaos-test PLATFORM=slurm` runs the same with the full debug model.)"""
     env, _ = netns_lab
     out = tmp_path / "report"
@@ -137,15 +140,17 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
     report = json.loads((out / "report.json").read_text())
     by = {s["name"]: s for s in report["scenarios"]}
-    assert list(by) == ["node-kill", "network-cut", "worker-kill", "preemption"]
+    assert list(by) == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"]
     for name, s in by.items():
         assert s["passed"], (name, [c for c in s["checks"] if not c["ok"]], s["error"])
         checks = {c["name"] for c in s["checks"]}
         assert {"fault injected", "failure noticed", "job restarted", "weights bitwise == reference",
                 "every sample exactly once"} <= checks, name
-    assert by["node-kill"]["figures"]["requeues"] >= 1 and by["node-kill"]["recoveries"][0]["detect_s"] is not None
-    # a partitioned node: its processes ran on cut off; noticed (watchdog or DOWN), requeued, fenced, resumed
-    assert by["network-cut"]["figures"]["requeues"] >= 1 and by["network-cut"]["recoveries"][0]["detect_s"] is not None
+    for name in ("node-kill", "first-node-kill", "network-cut"):  # a training node lost: no requeue
+        assert by[name]["figures"]["requeues"] == 0 and by[name]["recoveries"][0]["detect_s"] is not None, name
+        assert "the spare took the lost node's place" in {c["name"] for c in by[name]["checks"] if c["ok"]}, name
+    assert "the killed node ran rank 0, not the batch script" in {c["name"] for c in by["first-node-kill"]["checks"]}
+    assert by["batch-host-kill"]["figures"]["requeues"] >= 1
     assert by["worker-kill"]["figures"]["requeues"] == 0 and by["worker-kill"]["figures"]["torchrun restarts"] >= 1
     assert by["preemption"]["figures"]["requeues"] >= 1 and by["preemption"]["recoveries"][0]["steps_lost"] == 0
     assert report["passed"] and r.returncode == 0

@@ -113,6 +113,8 @@ def test_container_image_train_args_and_extras_are_quoted(tmp_path):
     ({"container_mounts": ("fsx:/fsx",)}, "container_mounts="),
     ({"container_image": "has space"}, "container_image="),
     ({"rdzv_port": 80}, "rdzv_port=80"),
+    ({"rdzv_store": "head node"}, "rdzv_store='head node'"),
+    ({"rdzv_store_port": 0}, "rdzv_store_port=0"),
     ({"spares": -1}, "spares=-1"),
     ({"max_requeues": -1}, "max_requeues=-1"),
     ({"step_timeout_s": 5}, "step_timeout_s=5"),
@@ -259,8 +261,10 @@ def test_spares_enlarge_the_allocation_and_the_launcher_trains_on_the_others(tmp
     text = render(replace(BASE, nodes=2, spares=1))
     bash_syntax_ok(text, tmp_path)
     assert "--nodes=3" in sbatch_opts(text)
+    # a lost node does not end the allocation (the spare takes over inside it); no spare, no --no-kill
+    assert "--no-kill" in sbatch_opts(text) and "--no-kill" not in sbatch_opts(render(BASE))
     assert "NODES=2 " in text and "SPARES=1 " in text and "ALLOC_NODES=3" in text
-    assert '--spares "$SPARES"' in text and 'srun --kill-on-bad-exit=1 --nodes="$ALLOC_NODES"' in text
+    assert '--spares "$SPARES"' in text and 'srun --kill-on-bad-exit=1 $( ((SPARES)) && echo --no-kill) --nodes="$ALLOC_NODES"' in text
     assert "2 node(s) + 1 hot spare(s)" in text  # the summary line
     env = dict(os.environ, SLURM_JOB_NUM_NODES="3", SLURM_JOB_ID="7", SLURM_NODEID="2",
                SLURM_JOB_NODELIST="n1", SLURM_GPUS_ON_NODE="", T5_SPARES="1")
@@ -272,3 +276,16 @@ def test_spares_enlarge_the_allocation_and_the_launcher_trains_on_the_others(tmp
     bad = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--print"],
                          capture_output=True, text=True, env=dict(env, T5_SPARES="3"), cwd=ROOT)
     assert bad.returncode == 2 and "T5_SPARES=3 leaves no training node" in bad.stderr
+
+
+def test_the_store_is_off_the_compute_nodes_by_default(tmp_path):
+    """Default rdzv_store=controller: agents are clients of the head node's store (no --node-hosts-store), the
+    batch host starts as the spare; first-node keeps the old per-job store on the first node."""
+    text = render(replace(BASE, nodes=2, spares=1))
+    assert "RDZV_STORE=controller" in text and "RDZV_STORE_PORT=29400" in text
+    assert 'RDZV=(--rdzv-endpoint "$STORE_HOST:$RDZV_STORE_PORT")' in text
+    assert "((SPARES)) && STANDBY_NODE=0" in text and "training.launch.standby" in text
+    assert "RDZV_STORE=first-node" in render(replace(BASE, rdzv_store="first-node"))
+    text = render(replace(BASE, rdzv_store="10.0.1.5", rdzv_store_port=29555))
+    assert "RDZV_STORE=10.0.1.5" in text and "RDZV_STORE_PORT=29555" in text
+    bash_syntax_ok(text, tmp_path)

@@ -140,6 +140,18 @@ class Lab:
     def up(self) -> bool:
         return (self.root / "env.sh").is_file() and self.slurm_conf.is_file()
 
+    @property
+    def store_port(self) -> int | None:
+        """Port of the rendezvous store the lab runs on its controller (``SLAB_STORE_PORT`` in lab.env)."""
+        try:
+            text = (self.root / "lab.env").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("SLAB_STORE_PORT=") and line.split("=", 1)[1].strip().isdigit():
+                return int(line.split("=", 1)[1])
+        return None
+
 
 def lab_for_conf(conf: str | None) -> Lab | None:
     """The lab a SLURM_CONF path belongs to (``<root>/etc/slurm.conf`` next to ``<root>/lab.env``)."""

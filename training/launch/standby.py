@@ -11,7 +11,7 @@ spare keeps the single point of failure out of training: a training node's loss 
 the store runs on the head node) is absorbed by the spare inside the allocation, and the batch host trains
 only after it has taken a lost node's place.
 
-    python -m training.launch.standby --from-env slurm [--rdzv-endpoint HOST:PORT] [--timeout 300]
+    python -m training.launch.standby --from-env slurm [--nodes N] [--rdzv-endpoint HOST:PORT] [--timeout 300]
 
 Exits 0 once the round is complete with the training nodes, or when ``--timeout`` passes (then the node joins
 anyway, as a late agent would, and says so); 2 for a bad setting. Reads the round state the agents keep in the
@@ -95,15 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-env", required=True, choices=["slurm", "pet"],
                    help="read the job (run id, training nodes, store) from this platform's environment")
     p.add_argument("--rdzv-endpoint", help="HOST:PORT of the standalone store (default: from the environment)")
+    p.add_argument("--nodes", type=int, help="training nodes of the round (default: from the environment, which "
+                   "counts spares as training nodes unless T5_SPARES is set)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait before joining anyway (300)")
     a = p.parse_args(argv)
+    if a.nodes is not None and a.nodes < 1:
+        print(f"error: --nodes {a.nodes}: use the number of training nodes (>= 1)", file=sys.stderr)
+        return 2
     if a.timeout <= 0:
         print(f"error: --timeout {a.timeout}: use a positive number of seconds", file=sys.stderr)
         return 2
     try:
         cfg = config_from_env(a.from_env)
         endpoint = a.rdzv_endpoint or cfg.rdzv_endpoint
-        wait_for_full_round(endpoint, cfg.rdzv_id, cfg.max_nodes, a.timeout,
+        wait_for_full_round(endpoint, cfg.rdzv_id, a.nodes or cfg.max_nodes, a.timeout,
                             say=lambda m: print(m, file=sys.stderr, flush=True))
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
