@@ -12,10 +12,13 @@
    first-node-kill: delete node 0's pod;
    node-drain (with ``--drain-node``): drain the GPU node hosting node 1 (cordon + evict; needs a spare GPU
    node, i.e. the node group has more nodes than the job uses); it is uncordoned at the end.
-   Evidence per fault: the pod is gone or replaced (new uid); the JobSet restart counter goes up.
+   Evidence per fault: the pod is gone or replaced (new uid). Noticed: with the runtime's per-index retry
+   (``backoffLimitPerIndex``) a new pod of that index appears while the JobSet restart counter stays put; with a
+   runtime without it, the JobSet restart counter goes up.
 4. Waits for the TrainJob to complete, reads both jobs' metrics from FSx and judges the run with the common
-   chaos verdict (``chaos.verdict``): every fault confirmed, noticed and recovered from, steps recomputed per
-   fault, completion, every sample used exactly once, final weights bitwise equal to the reference (compared
+   chaos verdict (``chaos.verdict``): every fault confirmed, noticed and recovered from, only the faulted pods
+   replaced (store and other pods keep their uids, no JobSet restart) or one gang restart per fault, as the
+   installed runtime promises, steps recomputed per fault, completion, every sample used exactly once, final weights bitwise equal to the reference (compared
    by ``python -m training.compare`` inside the reader pod, on FSx), same losses. Prints the common table
    and writes JSON.
 
@@ -38,7 +41,7 @@ from chaos.analysis import parse_records
 from chaos.report import ScenarioResult, table, write_json
 from chaos.verdict import Fault, Observation, judge
 from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
-from tools.k8s.cluster import ClusterError, connect
+from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank
 from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
                               config_from_args, default_name, preflight, split_at_dashes, split_training_args)
 
@@ -72,6 +75,9 @@ class EksChaosRun:
         self.faults: list[Fault] = []
         self.detections: list[float] = []
         self.cordoned: list[str] = []
+        self.faulted: list[str] = []  # "node/<index>" per fault
+        self.seen: dict[str, dict[str, list[dict[str, Any]]]] = {}  # job -> index -> pods seen, by uid
+        self.last_uid = ""
 
     def log(self, msg: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -108,29 +114,52 @@ class EksChaosRun:
         return self.wait_for(f"step {step}", lambda: (s if (s := self.last_step()) >= step else 0)
                              if not self.state() else -1)
 
-    def inject(self, label: str, action) -> None:
-        """Do ``action`` (returns (detail, confirmed, evidence)); wait for the JobSet restart and the resume."""
+    def observe(self) -> None:
+        """Record the uids of the store and node pods now (a pod replaced and gone between two looks is missed)."""
+        for job in ("store", "node"):
+            for p in self.c.pods(self.cfg.namespace, self.cfg.name, job):
+                recs = self.seen.setdefault(job, {}).setdefault(str(pod_rank(p)), [])
+                if p.metadata.uid not in [r["uid"] for r in recs]:
+                    recs.append({"uid": p.metadata.uid, "name": p.metadata.name, "attempt": pod_attempt(p)})
+
+    def replaced(self, rank: int, uid: str) -> bool:
+        p = self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)
+        return bool(p) and p.metadata.uid != uid
+
+    def inject(self, label: str, rank: int, action, gang: bool) -> None:
+        """Do ``action`` (returns (detail, confirmed, evidence)) on node ``rank``'s pod; wait until the platform
+        reacts (a replacement pod for that index, or a JobSet restart when ``gang``) and training resumes."""
+        self.observe()
         before = self.restarts()
         step = self.last_step()
         t = time.time()
         detail, confirmed, evidence = action()
+        uid = self.last_uid
         self.log(f"FAULT {label}: {detail} (at step {step}, JobSet restarts {before}); {evidence}")
         self.faults.append(Fault(label, t, confirmed, evidence))
-        self.wait_for("the JobSet restart", lambda: self.restarts() > before)
+        self.faulted.append(f"node/{rank}")
+        if gang:
+            self.wait_for("the JobSet restart", lambda: self.restarts() > before)
+        else:
+            self.wait_for(f"a new pod for node {rank} (or a JobSet restart)",
+                          lambda: self.restarts() > before or self.replaced(rank, uid))
         self.detections.append(time.time())  # resolution: the poll interval
-        self.log(f"JobSet restart #{self.restarts()} seen after {self.detections[-1] - t:.1f} s; waiting for training")
+        self.observe()
+        self.log(f"{'JobSet restart' if self.restarts() > before else f'replacement pod for node {rank}'} seen after "
+                 f"{self.detections[-1] - t:.1f} s (JobSet restarts {self.restarts()}); waiting for training")
 
         def resumed():
             recs = self.records()
             starts = [e for e in recs if e["event"] == "start" and e["time"] > t]
             return starts and any(e["event"] == "step" and e["time"] > starts[0]["time"] for e in recs)
         self.wait_for("the first step after the restart", resumed)
+        self.observe()
         self.log(f"{label}: training resumed")
 
     def delete_pod(self, rank: int) -> tuple[str, bool, str]:
         pod = self.wait_for(f"a running pod of node {rank}", lambda: (p := self.c.node_pod(
             self.cfg.namespace, self.cfg.name, rank)) and p.status.phase == "Running" and p)
-        uid = pod.metadata.uid
+        uid = self.last_uid = pod.metadata.uid
         self.c.delete_pod(self.cfg.namespace, pod.metadata.name)
 
         def gone():
@@ -141,6 +170,7 @@ class EksChaosRun:
 
     def drain(self, rank: int) -> tuple[str, bool, str]:
         pod = self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)
+        self.last_uid = pod.metadata.uid
         node = pod.spec.node_name
         self.cordoned.append(node)
         evicted = self.c.drain(node)
@@ -229,13 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             print("error: the chaos test needs --nodes 2 or more (a pod that is not node 0)", file=sys.stderr)
             return 2
         run = EksChaosRun(cluster, cfg, poll_s=max(1.0, min(a.poll, 5.0)), phase_timeout=a.phase_timeout)
-        plan = [("node-kill", lambda: run.delete_pod(1)), ("first-node-kill", lambda: run.delete_pod(0))]
+        plan = [("node-kill", 1, lambda: run.delete_pod(1)), ("first-node-kill", 0, lambda: run.delete_pod(0))]
+        # what the installed runtime promises for a lost training pod: replaced alone, or a gang restart
+        gang = k8s_verdict.runtime_retries_per_index(rt) < 1
         if a.drain_node:
             if run.spare_gpu_nodes() < 1:
                 print("error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
                       "group size (gpuNodes) or drop --drain-node", file=sys.stderr)
                 return 2
-            plan.append(("node-drain", lambda: run.drain(1)))
+            plan.append(("node-drain", 1, lambda: run.drain(1)))
         cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path)
         if ref_cfg is not None:
             ref_cfg = replace(ref_cfg, image=cfg.image)
@@ -250,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"steps, checkpoint every {a.interval}); reader pod {run.reader}")
         t0 = time.time()
         next_step = 2 * a.interval + 1
-        for label, action in plan:
+        for label, rank, action in plan:
             if run.wait_step(next_step) < 0:
                 break  # finished early
-            run.inject(label, action)
+            run.inject(label, rank, action, gang)
             next_step = run.last_step() + gap
         run.log("waiting for the TrainJob to complete")
         run.wait_for("completion", run.state)
@@ -264,19 +296,23 @@ def main(argv: list[str] | None = None) -> int:
             exit_detail="TrainJob Complete", steps=steps, global_batch=global_batch,
             final_committed=bool(cluster.exec_read(cfg.namespace, run.reader, final)),
             weight_diffs=run.compare(ref_dir, steps, a.atol), reference_records=run.records(ref_dir),
-            wall_s=time.time() - t0, facts={"jobset_restarts": run.restarts()})
+            wall_s=time.time() - t0,
+            facts={"jobset_restarts": run.restarts(), "pods": run.seen, "faulted": sorted(set(run.faulted))})
         expect = k8s_verdict.expectation(interval)
         if a.atol:
             expect = replace(expect, outcome="close", atol=a.atol)
-        res = ScenarioResult(name=",".join(n for n, _ in plan[:len(run.faults)]), title="pod faults on EKS",
+        res = ScenarioResult(name=",".join(n for n, _, _ in plan[:len(run.faults)]), title="pod faults on EKS",
                              t0=t0, events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
                              figures={"JobSet restarts": run.restarts()}, workdir=cfg.job_dir)
-        res.apply(judge(obs, expect, [k8s_verdict.check_jobset_restarts]))
+        res.apply(judge(obs, expect, [k8s_verdict.check_jobset_restarts if gang
+                                      else k8s_verdict.check_single_pod_replaced]))
         res.wall_s = obs.wall_s
         rep = {**res.to_json(), "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
                "trainjob": cfg.name, "state": "Complete", "jobset_restarts": run.restarts(),
                "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
-               "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir}
+               "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir,
+               "expected": "JobSet gang restart" if gang else "only the failed pod replaced", "pods": run.seen,
+               "pods_created": {f"{j}/{i}": len(r) for j, by in run.seen.items() for i, r in by.items()}}
         print(k8s_verdict.format_report(rep))
         print(f"verdict: {'PASS' if res.passed else 'FAIL'}")
         Path(a.report).parent.mkdir(parents=True, exist_ok=True)

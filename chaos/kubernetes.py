@@ -40,8 +40,8 @@ def check_single_pod_replaced(obs: Observation) -> Check:
     """Per-index retry: the faulted pods' indexes got a new pod, every other pod (the store's included) ran from
     start to end as the same process, and the JobSet never restarted.
 
-    Facts: ``pods`` ({job: {index: [pod records in start order]}}, each with ``pid``), ``faulted`` (the
-    ``job/index`` keys the faults hit), ``jobset_restarts``.
+    Facts: ``pods`` ({job: {index: [pod records in start order]}}, each with ``pid`` (emulator) or ``uid`` (a
+    cluster)), ``faulted`` (the ``job/index`` keys the faults hit), ``jobset_restarts``.
     """
     pods, faulted = obs.facts.get("pods") or {}, set(obs.facts.get("faulted") or [])
     restarts = obs.facts.get("jobset_restarts", 0)
@@ -49,7 +49,7 @@ def check_single_pod_replaced(obs: Observation) -> Check:
     for job, by_index in sorted(pods.items()):
         for index, recs in sorted(by_index.items()):
             key = f"{job}/{index}"
-            pids = "->".join(str(r.get("pid")) for r in recs)
+            pids = "->".join(str(r.get("pid") or r.get("uid")) for r in recs)
             if key in faulted:
                 (replaced if len(recs) >= 2 else problems).append(
                     f"{key} pids {pids}" + ("" if len(recs) >= 2 else " (never recreated)"))
@@ -66,6 +66,14 @@ def check_single_pod_replaced(obs: Observation) -> Check:
     detail = (f"replaced: {', '.join(replaced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}"
               + (f"; NOT: {'; '.join(problems)}" if problems else ""))
     return Check("only the failed pod was replaced", not problems, detail)
+
+
+def runtime_retries_per_index(runtime: dict) -> int:
+    """``backoffLimitPerIndex`` of a runtime's node Job (0 when unset: every pod failure is a gang restart)."""
+    for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        if rj["name"] == "node":
+            return int(rj["template"]["spec"].get("backoffLimitPerIndex") or 0)
+    return 0
 
 
 def expects_single_replacement(emu: Any) -> bool:

@@ -122,3 +122,10 @@ def test_single_pod_replacement_fails_otherwise(tmp_path, restarts, pods, why):
                               judged=True)
     (check,) = [c for c in rep["checks"] if c["name"] == "only the failed pod was replaced"]
     assert not check["ok"] and why in check["detail"] and not rep["passed"]
+
+
+def test_live_harness_reads_the_promise_from_the_installed_runtime():
+    from cluster_assets.k8s.runtime import build_cluster_training_runtime
+    kw = dict(name="rt", pvc_name="pvc", image="img:1", max_restarts=1, gpus_per_node=0, efa_per_node=0)
+    assert k8s.runtime_retries_per_index(build_cluster_training_runtime(**kw)) == 3
+    assert k8s.runtime_retries_per_index(build_cluster_training_runtime(**kw, retries_per_index=0)) == 0

@@ -165,10 +165,10 @@ class Cluster:
         return self._call(f"reading JobSet {namespace}/{name}", self.custom.get_namespaced_custom_object,
                           JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", name)
 
-    def pods(self, namespace: str, name: str) -> list[Any]:
-        """Pods of the TrainJob's ``node`` replicated job, newest restart attempt first."""
+    def pods(self, namespace: str, name: str, replicated_job: str = "node") -> list[Any]:
+        """Pods of the TrainJob's ``node`` (or another) replicated job, newest restart attempt first."""
         res = self._call(f"listing pods of {namespace}/{name}", self.core.list_namespaced_pod, namespace,
-                         label_selector=f"{L_JOBSET}={name},{L_RJOB}=node")
+                         label_selector=f"{L_JOBSET}={name},{L_RJOB}={replicated_job}")
         items = list(res.items) if res else []
         return sorted(items, key=lambda p: (-pod_attempt(p), pod_rank(p)))
 
