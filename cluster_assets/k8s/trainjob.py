@@ -5,17 +5,19 @@ stack installs) and checked by a lossless round trip (:mod:`cluster_assets.k8s.s
 
 What the rendered object says, and why:
 
-* ``runtimeRef``: our fault-tolerant ``ClusterTrainingRuntime`` (JobSet gang restart on any pod failure,
-  Job ``backoffLimit: 0``, FSx volume, ``/dev/shm``, EFA). The runtime owns the failure semantics; the
-  TrainJob only says what to run and how big.
+* ``runtimeRef``: our fault-tolerant ``ClusterTrainingRuntime`` (a rendezvous store job, per-index retry of a
+  failed training pod, JobSet gang restart as the fallback, FSx volume, ``/dev/shm``, EFA). The runtime owns the
+  failure semantics and the rendezvous endpoint (``T5_RDZV_ENDPOINT``); the TrainJob only says what to run and
+  how big.
 * ``command``: ``python -m training.launch --from-env pet --min-nodes $(PET_NNODES) --train-timeout-s T
   --shutdown-timeout S --join-timeout J --``, with T, S, J from the EKS row of :data:`cluster_facts.TIMEOUTS`
   (the process-group timeout after step 1; the agent's wait for its workers to checkpoint, which the
   runtime's pod grace period exceeds; the rendezvous wait for a pod scheduled on a replacement GPU node to
   pull the image). The launcher maps the ``PET_*`` variables the Trainer torch plugin injects to torchrun
-  (c10d rendezvous on node 0 with the tuned timeouts, ``--max-restarts`` for worker crashes inside a pod).
-  ``$(PET_NNODES)`` is expanded by the kubelet from the container env: MIN = MAX nodes, because on Kubernetes
-  a lost pod is replaced by a JobSet gang restart, and a fixed world size keeps resume bitwise exact.
+  (c10d rendezvous on the runtime's store job with the tuned timeouts, ``--max-restarts`` for worker crashes
+  inside a pod). ``$(PET_NNODES)`` is expanded by the kubelet from the container env: MIN = MAX nodes, because
+  on Kubernetes a lost pod is replaced (per-index retry, or a gang restart), and a fixed world size keeps resume
+  bitwise exact.
 * ``args``: the training module's arguments: preset, a per-job directory on the FSx volume
   (``<mount>/jobs/<name>``: checkpoints + metrics, so a re-submitted job of the same name resumes), then
   the user's overrides (last wins).

@@ -102,11 +102,13 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     resumed_from_newest_checkpoint(rep, fsx, name)
 
 
-def test_single_replacement_check_fails_on_a_gang_restart(tmp_path, reference):
+def test_single_replacement_check_fails_on_a_gang_restart(tmp_path, reference, capsys):
     """The fallback: losing the store is a JobSet gang restart. Judged as a gang restart it passes; judged by the
     per-index promise (only the failed pod replaced) the same report fails."""
     name = "t5-contract-store"
     chaos, rep, fsx = emulate(tmp_path, name, "kill:store@3", reference=reference)
+    with capsys.disabled():
+        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
     assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
     assert rep["state"] == "Complete" and rep["name"] == "store-kill" and rep["passed"]
     assert rep["expected"] == "JobSet gang restart" and rep["jobset_restarts"] == 1

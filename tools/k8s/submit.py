@@ -298,7 +298,7 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
 
 
 def follow_node0(cluster, ns: str, name: str, stop: threading.Event, finishing: threading.Event) -> None:
-    """Stream node 0's log, moving to the new node-0 pod after each JobSet restart.
+    """Stream node 0's log, moving to the new node-0 pod after each replacement or JobSet restart.
 
     ``finishing``: the TrainJob is done; return once the current log stream has ended."""
     from tools.k8s.cluster import pod_attempt
