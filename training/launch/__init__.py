@@ -7,6 +7,7 @@
 * :mod:`~training.launch.from_env`: local, Slurm and Kubeflow ``PET_*`` variables -> config;
 * :mod:`~training.launch.hostlist`: the first host of a Slurm hostlist;
 * :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
+* :mod:`~training.launch.store_check`: does the standalone store answer, and serve this job (``--job-id``)?
 * :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node);
 * :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C.
 
