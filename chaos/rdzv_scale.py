@@ -38,6 +38,7 @@ interpreter, a slow round may be this process rather than the store (see the lag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -110,14 +111,33 @@ def rendezvous_parameters(cfg: LaunchConfig):
                                 **tconf.rdzv_configs)
 
 
-def apply_agent_patches(max_nodes: int) -> float:
-    """What :mod:`training.launch.agent` applies before torchrun's agent runs; returns the poll interval."""
-    from training.launch.spare_fixes import apply_spare_fixes
-    from training.launch.rdzv_poll import apply_rdzv_poll
+@contextlib.contextmanager
+def agent_patches(max_nodes: int):
+    """What :mod:`training.launch.agent` applies before torchrun's agent runs, for the duration of the block
+    (torch's functions and the environment are put back after it: an agent process never needs that, a test
+    process does). Yields the poll interval."""
+    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 
+    from training.launch.rdzv_poll import apply_rdzv_poll
+    from training.launch.spare_fixes import apply_spare_fixes
+
+    saved = [(dr, "_delay"), (dr._BackendRendezvousStateHolder, "__init__"), (dr._RendezvousJoinOp, "__call__"),
+             (api.SimpleElasticAgent, "run"), (dr.DynamicRendezvousHandler, "num_nodes_waiting")]
+    saved = [(obj, name, obj.__dict__[name]) for obj, name in saved]
+    env = {k: os.environ.get(k) for k in RDZV_ENV}
     os.environ.update(RDZV_ENV)
-    apply_spare_fixes()
-    return apply_rdzv_poll(max_nodes)
+    try:
+        apply_spare_fixes()
+        yield apply_rdzv_poll(max_nodes)
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class SimAgent(threading.Thread):
@@ -246,6 +266,8 @@ def simulate(nodes: int, *, tuning: RdzvTuning = RdzvTuning(), steady_s: float =
 
     from training.launch.local import start_store
 
+    patches = agent_patches(nodes)
+    poll = patches.__enter__()  # left in the finally below, once no simulated agent runs
     workdir = tempfile.mkdtemp(prefix="t5-rdzv-scale-")
     store_proc, port = start_store(workdir, die_with_us=True)
     endpoint = f"127.0.0.1:{port}"
@@ -258,7 +280,6 @@ def simulate(nodes: int, *, tuning: RdzvTuning = RdzvTuning(), steady_s: float =
     stop_lag = threading.Event()
     agents: list[SimAgent] = []
     try:
-        poll = apply_agent_patches(nodes)
         params = rendezvous_parameters(cfg)
         observer = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
         ops = _Counter()
@@ -336,11 +357,20 @@ def simulate(nodes: int, *, tuning: RdzvTuning = RdzvTuning(), steady_s: float =
         stop_lag.set()
         for a in agents:
             a.done.set()
+        _join_all(agents, 5)  # survivors shut their handlers down (the store must still be there)
         if probe_proc is not None and probe_proc.poll() is None:
             probe_proc.terminate()
             probe_proc.wait(timeout=30)
         store_proc.terminate()
         store_proc.wait(timeout=30)
+        _join_all(agents, 10)  # threads stuck in a failed round end once the store is gone
+        patches.__exit__(None, None, None)  # only now: no simulated agent calls torch's functions any more
+
+
+def _join_all(threads: list[threading.Thread], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _read_probe(path: str, proc: subprocess.Popen, w_from: float, w_to: float) -> list[float]:

@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lost_node_is_left_out_of_the_re_formed_round():
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    delay, join = dr._delay, dr._RendezvousJoinOp.__call__
     # shorter last call and keep-alive than the launcher's (3 s, 1 s x 3) keep the test at a few seconds;
     # the protocol is the same
     r = simulate(4, tuning=RdzvTuning(last_call_timeout=1, keep_alive_max_attempt=2), steady_s=0.3,
@@ -28,6 +31,8 @@ def test_lost_node_is_left_out_of_the_re_formed_round():
     assert 1.0 <= r.reform_dropped_s <= 2.5
     assert r.reform_dropped_s + 0.9 <= r.reform_s <= r.reform_dropped_s + 3.0
     assert r.first_round_s < 5 and r.store_ops_per_s_first > 0
+    # the agent's patches were applied for the run only (other tests in this process see torch's own functions)
+    assert dr._delay is delay and dr._RendezvousJoinOp.__call__ is join
 
 
 def test_table_marks_a_round_that_did_not_form():
