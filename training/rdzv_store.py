@@ -181,14 +181,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --port {a.port} is outside 0..65535", file=sys.stderr)
         return 2
     stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum, _frame):
+        got.append(signum)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     try:
         serve(StoreConfig(host=a.host, port=a.port, port_file=a.port_file, job_id=a.job_id), stop)
     except StoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    # Stopped by a signal: exit 128+N, as a killed process would. A store never finishes on its own, so a
+    # supervisor must not read its stop as success (a Kubernetes Job would count a deleted store pod as done).
+    return 128 + got[0] if got else 0
 
 
 if __name__ == "__main__":

@@ -154,3 +154,14 @@ def test_unreachable_store_names_the_endpoint(store):
     r = agent(f"127.0.0.1:{port}", "trainjob-x", read_timeout=2)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"no rendezvous store answers at 127.0.0.1:{port}" in r.stderr
+
+
+def test_a_stopped_store_does_not_exit_as_a_success(tmp_path):
+    """A store never finishes on its own: SIGTERM/SIGINT end it with 128+signal, so a supervisor (a Kubernetes
+    Job whose store pod was deleted or drained) does not count the stop as a completed store."""
+    import signal as _signal
+    for sig in (_signal.SIGTERM, _signal.SIGINT):
+        (tmp_path / sig.name).mkdir()
+        proc, _ = start_store(tmp_path / sig.name, None)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 128 + sig, proc.stdout.read()
