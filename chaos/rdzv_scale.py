@@ -68,6 +68,8 @@ class ScaleResult:
 
     nodes: int
     poll_s: float
+    procs: int = 1
+    agent_processes: int = 0  # distinct process ids among the round-1 node descriptors
     first_round_s: float = NAN
     reform_dropped_s: float = NAN
     reform_s: float = NAN
@@ -81,7 +83,18 @@ class ScaleResult:
     probe_ms_p50: float = NAN
     probe_ms_max: float = NAN
     lag_ms_max: float = NAN
+    cas_per_s_first: float = NAN
+    cas_lost_pct_first: float = NAN
+    cpu_machine_pct_first: float = NAN
+    cpu_store_pct_first: float = NAN
+    cpu_agents_pct_first: float = NAN
+    store_rt_per_s: float = NAN
+    store_bound_first_s: float = NAN
     error: str = ""
+
+    @property
+    def store_bound_first_ms(self) -> float:
+        return 1000 * self.store_bound_first_s
 
     @property
     def ok(self) -> bool:
@@ -89,14 +102,22 @@ class ScaleResult:
                 and not self.victim_in_new_round)
 
 
-class _Counter:
+class _Counters:
+    """Store traffic of the handlers in one process: every store call, and the compare-and-sets among them."""
+
     def __init__(self) -> None:
-        self.n = 0
+        self.ops = self.cas = self.cas_lost = 0
         self._lock = threading.Lock()
 
-    def add(self) -> None:
+    def add(self, ops: int = 0, cas: int = 0, lost: int = 0) -> None:
         with self._lock:
-            self.n += 1
+            self.ops += ops
+            self.cas += cas
+            self.cas_lost += lost
+
+    def snapshot(self) -> tuple[int, int, int]:
+        with self._lock:
+            return self.ops, self.cas, self.cas_lost
 
 
 def rendezvous_parameters(cfg: LaunchConfig):
@@ -143,9 +164,9 @@ def agent_patches(max_nodes: int):
 class SimAgent(threading.Thread):
     """One simulated node: a real DynamicRendezvousHandler driven like torchrun's agent drives it."""
 
-    def __init__(self, idx: int, params, start: threading.Barrier, go: threading.Event, ops: _Counter) -> None:
+    def __init__(self, idx: int, params, start: threading.Barrier, go: threading.Event, counts: _Counters) -> None:
         super().__init__(name=f"sim-agent-{idx}", daemon=True)
-        self.idx, self.params, self.start_barrier, self.ops = idx, params, start, ops
+        self.idx, self.params, self.start_barrier, self.counts = idx, params, start, counts
         self.go = go                      # set by the driver to start round 1
         self.failed = threading.Event()   # survivors: "my workers failed" -> next rendezvous
         self.die = threading.Event()      # the victim: stop everything, as SIGKILL would
@@ -156,13 +177,19 @@ class SimAgent(threading.Thread):
 
     def _count_store_ops(self) -> None:
         backend = self.handler._state_holder._backend
-        call = backend._call_store
+        call, set_state = backend._call_store, backend.set_state
 
         def counted(*a, **kw):
-            self.ops.add()
+            self.counts.add(ops=1)
             return call(*a, **kw)
 
-        backend._call_store = counted
+        def counted_set(*a, **kw):
+            # set_state is torch's compare-and-set of the whole state; its third result says whether it won
+            result = set_state(*a, **kw)
+            self.counts.add(cas=1, lost=int(result is not None and not result[2]))
+            return result
+
+        backend._call_store, backend.set_state = counted, counted_set
 
     def _round(self) -> None:
         from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
@@ -173,8 +200,10 @@ class SimAgent(threading.Thread):
         # torchrun's own rank assignment (rank 0 gathers every agent's role info from the store); it uses no
         # agent state, so it runs unbound here
         workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, info.rank, info.world_size, spec)
+        node = self.handler._this_node
         self.rounds.append({"start": t0, "ranked": time.monotonic(), "rank": info.rank, "world": info.world_size,
-                            "global_rank": workers[0].global_rank, "round": self.handler._state_holder.state.round})
+                            "global_rank": workers[0].global_rank, "round": self.handler._state_holder.state.round,
+                            "node": [node.addr, node.pid, node.local_id]})
 
     def run(self) -> None:
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
@@ -199,6 +228,236 @@ class SimAgent(threading.Thread):
         except BaseException as e:  # noqa: BLE001 - reported by the driver
             self.error = e
             self.start_barrier.abort()
+
+
+class _AgentHost:
+    """The simulated agents ``indices`` living in this process, and the events that drive them."""
+
+    def __init__(self, params, indices: range) -> None:
+        self.counts = _Counters()
+        self.barrier, self.go = threading.Barrier(len(indices) + 1), threading.Event()
+        self.agents = {i: SimAgent(i, params, self.barrier, self.go, self.counts) for i in indices}
+
+    def start(self, timeout_s: float) -> None:
+        for a in self.agents.values():
+            a.start()
+        self.barrier.wait(timeout=timeout_s)  # every handler connected: only the rendezvous is timed
+
+    def kill(self, victim: int) -> None:
+        """``victim`` dies; every other agent here starts its next rendezvous (its workers failed)."""
+        if victim in self.agents:
+            self.agents[victim].die.set()
+        for i, a in self.agents.items():
+            if i != victim:
+                a.failed.set()
+
+    def finish(self) -> None:
+        for a in self.agents.values():
+            a.done.set()
+
+    def errors(self) -> list[str]:
+        return [f"agent {a.idx}: {a.error!r}" for a in self.agents.values() if a.error is not None]
+
+
+class _ThreadPool:
+    """Thread mode: every agent is a thread of this process (one GIL for all of them)."""
+
+    def __init__(self, params, nodes: int, timeout_s: float) -> None:
+        self.host = _AgentHost(params, range(nodes))
+        self.host.start(timeout_s)
+        self.pids = [os.getpid()]
+        self._lag: list[float] = []
+        self._stop_lag = threading.Event()
+        threading.Thread(target=_lag_monitor, args=(self._stop_lag, self._lag), daemon=True).start()
+
+    def go(self) -> None:
+        self.host.go.set()
+
+    def rounds(self, i: int) -> list[dict[str, Any]]:
+        return self.host.agents[i].rounds
+
+    def errors(self) -> list[str]:
+        return self.host.errors()
+
+    def counts(self) -> tuple[int, int, int]:
+        return self.host.counts.snapshot()
+
+    def lag_max_s(self) -> float:
+        return max(self._lag, default=0.0)
+
+    def kill(self, victim: int) -> None:
+        self.host.kill(victim)
+
+    def finish(self, store_alive_s: float) -> None:
+        self.host.finish()
+        _join_all(list(self.host.agents.values()), store_alive_s)  # survivors shut down while the store is up
+
+    def close(self) -> None:
+        self._stop_lag.set()
+        _join_all(list(self.host.agents.values()), 10)  # threads stuck in a failed round end once the store is gone
+
+
+class _ProcPool:
+    """Process mode: the agents are spread over ``procs`` worker processes (``--worker``), each running its share
+    as threads with the agent's patches and its own GIL. Each worker reports its agents' rounds (monotonic
+    clock times, shared by all processes of the machine), store-call counts and thread lag as JSON lines on its
+    stdout; this process sends it ``go``, ``die IDX`` and ``done`` on its stdin."""
+
+    def __init__(self, spec: dict[str, Any], nodes: int, procs: int, workdir: str, timeout_s: float) -> None:
+        self._lock = threading.Lock()
+        self._rounds: dict[int, list[dict[str, Any]]] = {i: [] for i in range(nodes)}
+        self._errors: list[str] = []
+        self._counts: dict[int, tuple[int, int, int]] = {}
+        self._lag: dict[int, float] = {}
+        self._ready: set[int] = set()
+        self.procs: list[subprocess.Popen] = []
+        self._stderr: list[str] = []
+        bounds = [nodes * k // procs for k in range(procs + 1)]
+        for k in range(procs):
+            err = os.path.join(workdir, f"worker-{k}.err")
+            self._stderr.append(err)
+            argv = [sys.executable, "-m", "chaos.rdzv_scale", "--worker",
+                    json.dumps(spec | {"first": bounds[k], "stop": bounds[k + 1]})]
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(err, "w"),
+                                 text=True, bufsize=1)
+            self.procs.append(p)
+            threading.Thread(target=self._read, args=(k, p), daemon=True).start()
+        self.pids = [p.pid for p in self.procs]
+        deadline = time.monotonic() + timeout_s
+        while len(self._ready) < procs:
+            if self._errors:
+                raise RuntimeError(f"a worker failed before the rendezvous: {self._errors[0]}")
+            for k, p in enumerate(self.procs):
+                if p.poll() is not None and k not in self._ready:
+                    raise RuntimeError(f"worker {k} exited with {p.returncode} before its handlers connected: "
+                                       f"{self._tail(k)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{procs} workers did not connect their handlers within {timeout_s:.0f} s")
+            time.sleep(0.01)
+
+    def _tail(self, k: int) -> str:
+        with open(self._stderr[k]) as f:
+            return f.read()[-1500:]
+
+    def _read(self, k: int, p: subprocess.Popen) -> None:
+        for line in p.stdout:
+            msg = json.loads(line)
+            with self._lock:
+                if msg.get("ready"):
+                    self._ready.add(k)
+                for i, rs in msg.get("rounds", {}).items():
+                    self._rounds[int(i)].extend(rs)
+                self._errors.extend(msg.get("errors", []))
+                if "counts" in msg:
+                    self._counts[k] = tuple(msg["counts"])
+                    self._lag[k] = msg["lag"]
+
+    def _send(self, line: str) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    p.stdin.write(line + "\n")
+                    p.stdin.flush()
+
+    def go(self) -> None:
+        self._send("go")
+
+    def rounds(self, i: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._rounds[i])
+
+    def errors(self) -> list[str]:
+        with self._lock:
+            errs = list(self._errors)
+        dead = [f"worker {k} exited with {p.returncode}: {self._tail(k)}" for k, p in enumerate(self.procs)
+                if p.poll() not in (None, 0)]
+        return errs + dead
+
+    def counts(self) -> tuple[int, int, int]:
+        with self._lock:
+            c = list(self._counts.values())
+        return tuple(sum(x[j] for x in c) for j in range(3)) if c else (0, 0, 0)  # type: ignore[return-value]
+
+    def lag_max_s(self) -> float:
+        with self._lock:
+            return max(self._lag.values(), default=0.0)
+
+    def kill(self, victim: int) -> None:
+        self._send(f"die {victim}")
+
+    def finish(self, store_alive_s: float) -> None:
+        self._send("done")
+        deadline = time.monotonic() + store_alive_s
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)
+
+
+def _worker(spec_json: str) -> int:
+    """A worker process of the process mode: agents ``first..stop-1`` as threads; see :class:`_ProcPool`."""
+    import logging
+
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    spec = json.loads(spec_json)
+    cfg = LaunchConfig(min_nodes=spec["nodes"] - 1, max_nodes=spec["nodes"], rdzv_endpoint=spec["endpoint"],
+                       rdzv_id=spec["run_id"], external_store=True, tuning=RdzvTuning(**spec["tuning"]))
+    out = sys.stdout
+    sys.stdout = sys.stderr  # stdout carries the reports alone
+
+    def emit(msg: dict[str, Any]) -> None:
+        out.write(json.dumps(msg) + "\n")
+        out.flush()
+
+    with agent_patches(spec["nodes"]):
+        host = _AgentHost(rendezvous_parameters(cfg), range(spec["first"], spec["stop"]))
+        try:
+            host.start(spec["timeout_s"])
+        except threading.BrokenBarrierError:
+            emit({"errors": host.errors() or ["a handler did not connect"]})
+            return 1
+        lag: list[float] = []
+        stop = threading.Event()
+        threading.Thread(target=_lag_monitor, args=(stop, lag), daemon=True).start()
+        emit({"ready": True})
+
+        def commands() -> None:
+            for line in sys.stdin:
+                cmd, *arg = line.split()
+                if cmd == "go":
+                    host.go.set()
+                elif cmd == "die":
+                    host.kill(int(arg[0]))
+                elif cmd == "done":
+                    break
+            host.finish()  # "done", or the coordinator is gone (stdin closed)
+            stop.set()
+
+        threading.Thread(target=commands, daemon=True).start()
+        sent = {i: 0 for i in host.agents}
+        reported: set[str] = set()
+
+        def report() -> None:
+            new = {}
+            for i, a in host.agents.items():
+                rs = a.rounds[sent[i]:]
+                if rs:
+                    new[str(i)] = rs
+                    sent[i] += len(rs)
+            errs = [e for e in host.errors() if e not in reported]
+            reported.update(errs)
+            emit({"rounds": new, "errors": errs, "counts": host.counts.snapshot(), "lag": max(lag, default=0.0)})
+
+        while not stop.wait(0.02):
+            report()
+        _join_all(list(host.agents.values()), 5)  # survivors shut their handlers down
+        report()
+    return 0
 
 
 def _state(store, run_id: str):
@@ -245,29 +504,84 @@ def _probe(endpoint: str, out_file: str) -> int:
     return 0
 
 
-def _wait_until(cond, timeout_s: float, what: str, agents: list[SimAgent]) -> float:
+def _store_round_trips_per_s(store, nodes: int, n: int = 200) -> float:
+    """Serial store round trips per second (a ``get`` then a ``compare_set`` of a value the size of the base64
+    rendezvous state at ``nodes`` nodes), from one client while nothing else uses the store."""
+    value = "x" * (100 * nodes)  # ~75 B per node pickled (9.5 KiB at 128), x4/3 for base64
+    store.set("t5f/bench", value)
+    t = time.monotonic()
+    for _ in range(n):
+        store.get("t5f/bench")
+        store.compare_set("t5f/bench", value, value)
+    return 2 * n / (time.monotonic() - t)
+
+
+def store_bound_ops(nodes: int) -> int:
+    """Store round trips the first round needs at the least: each node reads the state and wins one compare-and-set
+    (N writes in turn, as one key holds the state), then reads the closed round once."""
+    return 3 * nodes
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far, threads included."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]  # idle + iowait
+    return sum(v) - idle, sum(v)
+
+
+class _CpuWindow:
+    """CPU use between two points: the whole machine (percent of all its cores), and given processes (percent of
+    one core)."""
+
+    def __init__(self, pids: dict[str, list[int]]) -> None:
+        self.pids = pids
+        self.t, self.m = time.monotonic(), _machine_cpu()
+        self.c = {k: sum(_cpu_s(p) for p in ps) for k, ps in pids.items()}
+
+    def end(self) -> dict[str, float]:
+        dt, m = time.monotonic() - self.t, _machine_cpu()
+        out = {"machine": 100 * (m[0] - self.m[0]) / max(1, m[1] - self.m[1])}
+        for k, ps in self.pids.items():
+            with contextlib.suppress(OSError):
+                out[k] = 100 * (sum(_cpu_s(p) for p in ps) - self.c[k]) / dt
+        return out
+
+
+def _wait_until(cond, timeout_s: float, what: str, pool) -> float:
     deadline = time.monotonic() + timeout_s
     while not cond():
-        errors = [a.error for a in agents if a.error is not None]
+        errors = pool.errors()
         if errors:
-            raise RuntimeError(f"a simulated agent failed while waiting for {what}: {errors[0]!r}") from errors[0]
+            raise RuntimeError(f"a simulated agent failed while waiting for {what}: {errors[0]}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} did not happen within {timeout_s:.0f} s")
         time.sleep(0.005)
     return time.monotonic()
 
 
-def simulate(nodes: int, *, tuning: RdzvTuning = RdzvTuning(), steady_s: float = 2.0, timeout_s: float = 120.0,
-             probe: bool = True, say=print) -> ScaleResult:
-    """Run the two rounds at ``nodes`` agents against a fresh store process; see the module docstring."""
+def simulate(nodes: int, *, procs: int = 1, tuning: RdzvTuning = RdzvTuning(), steady_s: float = 2.0,
+             timeout_s: float = 120.0, probe: bool = True, say=print) -> ScaleResult:
+    """Run the two rounds at ``nodes`` agents against a fresh store process; see the module docstring.
+    ``procs`` 1: the agents are threads of this process; more: they are spread over that many worker processes."""
     if nodes < 2:
         raise ValueError(f"--nodes {nodes}: need at least 2 (one dies, MIN = N-1 re-form)")
+    if not 1 <= procs <= nodes:
+        raise ValueError(f"--procs {procs}: need 1 (agents as threads of this process) up to N={nodes} processes")
     import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc
 
     from training.launch.local import start_store
 
-    patches = agent_patches(nodes)
-    poll = patches.__enter__()  # left in the finally below, once no simulated agent runs
+    patches = agent_patches(nodes) if procs == 1 else contextlib.nullcontext(poll_s(nodes))
+    poll = patches.__enter__()  # left in the finally below, once no simulated agent runs here
     workdir = tempfile.mkdtemp(prefix="t5-rdzv-scale-")
     store_proc, port = start_store(workdir, die_with_us=True)
     endpoint = f"127.0.0.1:{port}"
@@ -275,95 +589,108 @@ def simulate(nodes: int, *, tuning: RdzvTuning = RdzvTuning(), steady_s: float =
     cfg = LaunchConfig(min_nodes=nodes - 1, max_nodes=nodes, rdzv_endpoint=endpoint, rdzv_id=run_id,
                        external_store=True, tuning=tuning)
     probe_file = os.path.join(workdir, "probe.txt")
-    probe_proc = _start_probe(endpoint, probe_file) if probe else None
-    lag: list[float] = []
-    stop_lag = threading.Event()
-    agents: list[SimAgent] = []
+    probe_proc = None
+    pool = None
+    base = ScaleResult(nodes=nodes, procs=procs, poll_s=poll)
     try:
-        params = rendezvous_parameters(cfg)
         observer = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
-        ops = _Counter()
-        barrier, go = threading.Barrier(nodes + 1), threading.Event()
-        agents = [SimAgent(i, params, barrier, go, ops) for i in range(nodes)]
-        for a in agents:
-            a.start()
-        barrier.wait(timeout=timeout_s)  # every handler connected: only the rendezvous is timed
-        threading.Thread(target=_lag_monitor, args=(stop_lag, lag), daemon=True).start()
-        say(f"[rdzv-scale] N={nodes}: {nodes} handlers connected to {endpoint} ({rdzv_conf(cfg)}, poll {poll:g} s)")
+        rate = _store_round_trips_per_s(observer, nodes)
+        base = replace(base, store_rt_per_s=rate, store_bound_first_s=store_bound_ops(nodes) / rate)
+        probe_proc = _start_probe(endpoint, probe_file) if probe else None
+        if procs == 1:
+            pool = _ThreadPool(rendezvous_parameters(cfg), nodes, timeout_s)
+        else:
+            spec = {"nodes": nodes, "endpoint": endpoint, "run_id": run_id, "tuning": dataclasses.asdict(tuning),
+                    "timeout_s": timeout_s}
+            pool = _ProcPool(spec, nodes, procs, workdir, timeout_s)
+        where = "threads of this process" if procs == 1 else f"threads of {procs} processes"
+        say(f"[rdzv-scale] N={nodes}: {nodes} handlers ({where}) connected to {endpoint} ({rdzv_conf(cfg)}, "
+            f"poll {poll:g} s)")
 
-        ops0, t_go, w_go = ops.n, time.monotonic(), time.time()
-        go.set()
+        (ops0, cas0, lost0), t_go, w_go = pool.counts(), time.monotonic(), time.time()
+        cpu = _CpuWindow({"store": [store_proc.pid], "agents": pool.pids})
+        seen: list[tuple[int, int]] = []  # (participants, heartbeats) in the state, every 0.5 s of round 1
+
+        def first_done() -> bool:
+            if all(pool.rounds(i) for i in range(nodes)):
+                return True
+            if time.monotonic() - t_go > 0.5 * (len(seen) + 1):
+                st, _ = _state(observer, run_id)
+                seen.append((len(st.participants), len(st.last_heartbeats)) if st is not None else (0, 0))
+            return False
+
+        pool.go()
         try:
-            t_first = _wait_until(lambda: all(a.rounds for a in agents), timeout_s, "the first round", agents)
+            t_first = _wait_until(first_done, timeout_s, "the first round", pool)
         except (RuntimeError, TimeoutError) as e:
-            done = sum(1 for a in agents if a.rounds)
-            return ScaleResult(nodes=nodes, poll_s=poll, lag_ms_max=1000 * max(lag, default=0.0),
-                               store_ops_per_s_first=(ops.n - ops0) / (time.monotonic() - t_go),
-                               error=f"first round: {done}/{nodes} agents ranked after "
-                                     f"{time.monotonic() - t_go:.0f} s; {e}")
-        first_s, ops_first = t_first - t_go, ops.n - ops0
-        lag_first = max(lag, default=0.0)
+            done = sum(1 for i in range(nodes) if pool.rounds(i))
+            tail = ", ".join(f"{p}/{h}" for p, h in seen[-6:])
+            e = f"{e}; joined/heartbeating nodes in the state: at most {max(p for p, _ in seen)}, last 3 s: {tail}" \
+                if seen else e
+            dt, (ops, cas, lost), use = time.monotonic() - t_go, pool.counts(), cpu.end()
+            return replace(base, lag_ms_max=1000 * pool.lag_max_s(), store_ops_per_s_first=(ops - ops0) / dt,
+                           cas_per_s_first=(cas - cas0) / dt, cas_lost_pct_first=100 * (lost - lost0) / max(1, cas - cas0),
+                           cpu_machine_pct_first=use["machine"], cpu_store_pct_first=use.get("store", NAN),
+                           cpu_agents_pct_first=use.get("agents", NAN),
+                           error=f"first round: {done}/{nodes} agents ranked after {dt:.0f} s; {e}")
+        use = cpu.end()
+        first_s, (ops, cas, lost) = t_first - t_go, pool.counts()
+        base = replace(base, first_round_s=first_s, store_ops_per_s_first=(ops - ops0) / first_s,
+                       cas_per_s_first=(cas - cas0) / first_s, cas_lost_pct_first=100 * (lost - lost0) / max(1, cas - cas0),
+                       cpu_machine_pct_first=use["machine"], cpu_store_pct_first=use.get("store", NAN),
+                       cpu_agents_pct_first=use.get("agents", NAN))
         state, state_bytes = _state(observer, run_id)
+        base = replace(base, agent_processes=len({pool.rounds(i)[0]["node"][1] for i in range(nodes)}))
         say(f"[rdzv-scale] N={nodes}: first round {first_s:.2f} s, {len(state.participants)} participants")
 
-        ops1 = ops.n
+        ops1 = pool.counts()[0]
         time.sleep(steady_s)  # healthy agents polling num_nodes_waiting
-        ops_steady = (ops.n - ops1) / steady_s
+        ops_steady = (pool.counts()[0] - ops1) / steady_s
 
-        victim = next(a for a in agents if a.rounds[0]["rank"] == 0)
-        dead_node = victim.handler._this_node
-        ops2, t_kill, w_kill = ops.n, time.monotonic(), time.time()
-        victim.die.set()
-        for a in agents:
-            if a is not victim:
-                a.failed.set()
-        survivors = [a for a in agents if a is not victim]
+        victim = next(i for i in range(nodes) if pool.rounds(i)[0]["rank"] == 0)
+        dead_node = _NodeDesc(*pool.rounds(victim)[0]["node"])
+        ops2, t_kill = pool.counts()[0], time.monotonic()
+        pool.kill(victim)
+        survivors = [i for i in range(nodes) if i != victim]
+        base = replace(base, state_kb=state_bytes / 1024, store_ops_per_s_steady=ops_steady)
 
         def dropped() -> bool:
             st, _ = _state(observer, run_id)
             return st is not None and dead_node not in st.participants and dead_node not in st.last_heartbeats
 
         try:
-            t_dropped = _wait_until(dropped, timeout_s, "the dead node's removal", agents)
-            t_reformed = _wait_until(lambda: all(len(a.rounds) == 2 for a in survivors), timeout_s,
-                                     "the re-formed round", agents)
+            t_dropped = _wait_until(dropped, timeout_s, "the dead node's removal", pool)
+            t_reformed = _wait_until(lambda: all(len(pool.rounds(i)) == 2 for i in survivors), timeout_s,
+                                     "the re-formed round", pool)
         except (RuntimeError, TimeoutError) as e:
-            return ScaleResult(nodes=nodes, poll_s=poll, first_round_s=first_s, state_kb=state_bytes / 1024,
-                               store_ops_per_s_first=ops_first / first_s, store_ops_per_s_steady=ops_steady,
-                               lag_ms_max=1000 * max(lag, default=0.0), error=f"re-forming: {e}")
-        ops_reform = (ops.n - ops2) / (t_reformed - t_kill)
+            return replace(base, lag_ms_max=1000 * pool.lag_max_s(), error=f"re-forming: {e}")
+        ops_reform = (pool.counts()[0] - ops2) / (t_reformed - t_kill)
         new_state, new_bytes = _state(observer, run_id)
-        ranks = sorted(a.rounds[1]["global_rank"] for a in survivors)
-        worlds = {a.rounds[1]["world"] for a in survivors}
+        ranks = sorted(pool.rounds(i)[1]["global_rank"] for i in survivors)
+        worlds = {pool.rounds(i)[1]["world"] for i in survivors}
         w_end = time.time()
-        for a in agents:
-            a.done.set()
-        for a in survivors:
-            a.join(timeout=30)
+        lag_ms = 1000 * pool.lag_max_s()
+        pool.finish(5)
         say(f"[rdzv-scale] N={nodes}: dead node dropped after {t_dropped - t_kill:.2f} s, re-formed with "
             f"{len(new_state.participants)} after {t_reformed - t_kill:.2f} s")
         lat = _read_probe(probe_file, probe_proc, w_go, w_end) if probe_proc else []
-        return ScaleResult(
-            nodes=nodes, poll_s=poll, first_round_s=first_s, reform_dropped_s=t_dropped - t_kill,
+        return replace(
+            base, reform_dropped_s=t_dropped - t_kill,
             reform_s=t_reformed - t_kill, reformed_world=worlds.pop() if len(worlds) == 1 else -1,
             reformed_ranks=ranks, victim_in_new_round=dead_node in new_state.participants,
-            state_kb=max(state_bytes, new_bytes) / 1024,
-            store_ops_per_s_first=ops_first / first_s, store_ops_per_s_steady=ops_steady,
-            store_ops_per_s_reform=ops_reform,
-            probe_ms_p50=1000 * statistics.median(lat) if lat else float("nan"),
-            probe_ms_max=1000 * max(lat) if lat else float("nan"),
-            lag_ms_max=1000 * max(lag_first, max(lag, default=0.0)))
+            state_kb=max(state_bytes, new_bytes) / 1024, store_ops_per_s_reform=ops_reform,
+            probe_ms_p50=1000 * statistics.median(lat) if lat else NAN,
+            probe_ms_max=1000 * max(lat) if lat else NAN, lag_ms_max=lag_ms)
     finally:
-        stop_lag.set()
-        for a in agents:
-            a.done.set()
-        _join_all(agents, 5)  # survivors shut their handlers down (the store must still be there)
+        if pool is not None:
+            pool.finish(5)  # survivors shut their handlers down (the store must still be there)
         if probe_proc is not None and probe_proc.poll() is None:
             probe_proc.terminate()
             probe_proc.wait(timeout=30)
         store_proc.terminate()
         store_proc.wait(timeout=30)
-        _join_all(agents, 10)  # threads stuck in a failed round end once the store is gone
+        if pool is not None:
+            pool.close()
         patches.__exit__(None, None, None)  # only now: no simulated agent calls torch's functions any more
 
 
@@ -386,12 +713,16 @@ def _read_probe(path: str, proc: subprocess.Popen, w_from: float, w_to: float) -
     return out
 
 
-COLUMNS = [("N", "nodes", "{:d}"), ("poll s", "poll_s", "{:.2f}"), ("first round s", "first_round_s", "{:.2f}"),
+COLUMNS = [("N", "nodes", "{:d}"), ("procs", "procs", "{:d}"), ("poll s", "poll_s", "{:.2f}"), ("first round s", "first_round_s", "{:.2f}"),
            ("dead dropped s", "reform_dropped_s", "{:.2f}"), ("re-formed s", "reform_s", "{:.2f}"),
            ("state KiB", "state_kb", "{:.1f}"), ("ops/s 1st", "store_ops_per_s_first", "{:.0f}"),
            ("ops/s steady", "store_ops_per_s_steady", "{:.0f}"), ("ops/s re-form", "store_ops_per_s_reform", "{:.0f}"),
            ("get p50 ms", "probe_ms_p50", "{:.2f}"), ("get max ms", "probe_ms_max", "{:.1f}"),
-           ("sim lag max ms", "lag_ms_max", "{:.0f}"), ("N-1 ranks ok", "ok", "{}")]
+           ("sim lag max ms", "lag_ms_max", "{:.0f}"), ("CAS/s 1st", "cas_per_s_first", "{:.0f}"),
+           ("CAS lost % 1st", "cas_lost_pct_first", "{:.0f}"), ("CPU % machine 1st", "cpu_machine_pct_first", "{:.0f}"),
+           ("CPU % store 1st", "cpu_store_pct_first", "{:.0f}"), ("CPU % agents 1st", "cpu_agents_pct_first", "{:.0f}"),
+           ("store RT/s", "store_rt_per_s", "{:.0f}"),
+           ("store-bound 1st ms", "store_bound_first_ms", "{:.0f}"), ("N-1 ranks ok", "ok", "{}")]
 
 
 def table(results: list[ScaleResult]) -> str:
@@ -422,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m chaos.rdzv_scale", description=doc[0],
                                 epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=_nodes, default=[8, 32, 128], help="simulated agent counts (default 8,32,128)")
+    p.add_argument("--procs", type=int, default=1,
+                   help="spread the agents over this many worker processes, each with its own GIL (default 1: "
+                        "all agents are threads of this process)")
     p.add_argument("--steady-s", type=float, default=2.0,
                    help="seconds of healthy polling between the rounds (measures steady store load; default 2)")
     p.add_argument("--timeout-s", type=float, default=180.0, help="give up on a round after this (default 180)")
@@ -429,9 +763,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--probe", help=argparse.SUPPRESS)  # internal: the probe process
     p.add_argument("--probe-out", help=argparse.SUPPRESS)
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: a worker process of --procs
     a = p.parse_args(argv)
     if a.probe:
         return _probe(a.probe, a.probe_out)
+    if a.worker:
+        return _worker(a.worker)
+    if a.procs < 1 or a.procs > min(a.nodes):
+        p.error(f"--procs {a.procs}: expected 1 (threads of this process) up to the smallest --nodes "
+                f"({min(a.nodes)}): each worker process runs at least one agent")
     import logging
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     t = RdzvTuning()
@@ -440,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"N={n}: {poll_s(n):g}" for n in a.nodes), flush=True)
     results = []
     for n in a.nodes:
-        results.append(simulate(n, steady_s=a.steady_s, timeout_s=a.timeout_s, probe=not a.no_probe,
+        results.append(simulate(n, procs=a.procs, steady_s=a.steady_s, timeout_s=a.timeout_s, probe=not a.no_probe,
                                 say=lambda m: print(m, flush=True)))
     print()
     print(table(results))
