@@ -4,8 +4,9 @@ Each simulated agent is a real torch ``DynamicRendezvousHandler`` (c10d backend,
 the launcher's own torchrun command line (:func:`training.launch.commands.torchrun_argv`, parsed by torchrun),
 with the agent's patches applied (:func:`training.launch.rdzv_poll.apply_rdzv_poll`,
 :func:`training.launch.spare_fixes.apply_spare_fixes`, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), against one
-real ``python -m training.rdzv_store`` process. Agents are threads of this process (128 processes would not fit
-two cores); no worker and no training runs.
+real ``python -m training.rdzv_store`` process. Agents are threads of this process, or with ``--procs P`` threads
+of P worker processes (N/P each, each process with its own GIL; the coordinator gets each agent's round times
+and store-call counts over a pipe and sends "go", "die" and "done" back); no worker and no training runs.
 
 Per node count N (``--nodes MIN:MAX`` of the job = ``N-1:N``), one run:
 
@@ -19,20 +20,24 @@ Per node count N (``--nodes MIN:MAX`` of the job = ``N-1:N``), one run:
    after keep_alive_interval x keep_alive_max_attempt without a heartbeat); *re-formed* = from the kill until
    the last survivor has its rank in the N-1 round (MIN reached: the round closes after last_call_timeout).
 
-Also measured: rendezvous store operations (state reads and compare-and-sets by the handlers) per second, the
-size of the pickled rendezvous state, the latency of a ``get`` timed by a separate probe process every 20 ms,
-and the lag of this process's own threads (a 10 ms sleep that overshoots means the simulation, not the store,
-was slow: the GIL and two shared cores).
+Also measured: rendezvous store operations (state reads and compare-and-sets by the handlers) per second, how
+many of the compare-and-sets lost the race, the size of the pickled rendezvous state, the latency of a ``get``
+timed by a separate probe process every 20 ms, the lag of the agents' own threads (a 10 ms sleep that
+overshoots means the simulation, not the store, was slow: the GIL and the shared cores), CPU use during the
+first round (the whole machine, the store process, the agents' processes), and the first round's bound from
+store round trips alone (3N serial round trips at the rate one client measured before the agents started).
 
 Usage::
 
     python -m chaos.rdzv_scale --nodes 8,32,128        # one run per N, then a table
     python -m chaos.rdzv_scale --nodes 4 --json out.json
+    python -m chaos.rdzv_scale --nodes 8,32,64,128 --procs 8   # agents over 8 processes
 
 What it cannot show: network latency and bandwidth between nodes and the store (all loopback here), agent start
 skew across real nodes (all agents start together: the worst burst), the store's behaviour on a loaded head node,
-worker start and process-group set-up after the rendezvous, and anything the GIL hides: with 128 agents in one
-interpreter, a slow round may be this process rather than the store (see the lag column).
+worker start and process-group set-up after the rendezvous, and anything the machine's CPU hides: 128 agents on
+two cores, even in several processes, each take hundreds of ms between reading the state and writing it
+(see the lag and CPU columns), where a real node takes a network round trip.
 """
 
 from __future__ import annotations
