@@ -131,7 +131,7 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     out = tmp_path / "report"
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "chaos.slurm", "--steps", "8", "--interval", "2",
+        [sys.executable, "-m", "chaos.slurm", "--steps", "12", "--interval", "2",
          "--fault-step", "3", "--work-dir", str(tmp_path / "work"), "--lab-root", env["SLAB_ROOT"],
          "--rdzv-port", str(int(env["SLAB_CTLD_PORT"]) + 5), "--scenario-timeout", "300", "--out", str(out),
          # the debug preset with a tiny model: this test is about Slurm's mechanics, and it must stay lean
@@ -144,14 +144,17 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     for name, s in by.items():
         assert s["passed"], (name, [c for c in s["checks"] if not c["ok"]], s["error"])
         checks = {c["name"] for c in s["checks"]}
-        assert {"fault injected", "failure noticed", "job restarted", "weights bitwise == reference",
+        # batch-host-kill: the batch host was the spare, so training must NOT restart (its own check)
+        restarted = "training went on untouched" if name == "batch-host-kill" else "job restarted"
+        assert {"fault injected", "failure noticed", restarted, "weights bitwise == reference",
                 "every sample exactly once"} <= checks, name
     for name in ("node-kill", "first-node-kill", "network-cut"):  # a training node lost: no requeue
         assert by[name]["figures"]["requeues"] == 0 and by[name]["recoveries"][0]["detect_s"] is not None, name
         assert "the spare took the lost node's place" in {c["name"] for c in by[name]["checks"] if c["ok"]}, name
     assert "the killed node ran rank 0, not the batch script" in {c["name"] for c in by["first-node-kill"]["checks"]}
     assert by["batch-host-kill"]["figures"]["requeues"] >= 1
-    assert by["worker-kill"]["figures"]["requeues"] == 0 and by["worker-kill"]["figures"]["torchrun restarts"] >= 1
+    assert by["worker-kill"]["figures"]["requeues"] == 0
+    assert "torchrun restarted the workers, no requeue" in {c["name"] for c in by["worker-kill"]["checks"] if c["ok"]}
     assert by["preemption"]["figures"]["requeues"] >= 1 and by["preemption"]["recoveries"][0]["steps_lost"] == 0
     assert report["passed"] and r.returncode == 0
     # the reference ran through `make train PLATFORM=slurm`'s script and completed without interruption

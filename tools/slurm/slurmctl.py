@@ -140,17 +140,22 @@ class Lab:
     def up(self) -> bool:
         return (self.root / "env.sh").is_file() and self.slurm_conf.is_file()
 
-    @property
-    def store_port(self) -> int | None:
-        """Port of the rendezvous store the lab runs on its controller (``SLAB_STORE_PORT`` in lab.env)."""
+    def setting(self, name: str) -> str | None:
+        """A setting of the running lab (``NAME=value`` in lab.env, written by up.sh), or None."""
         try:
             text = (self.root / "lab.env").read_text()
         except OSError:
             return None
         for line in text.splitlines():
-            if line.startswith("SLAB_STORE_PORT=") and line.split("=", 1)[1].strip().isdigit():
-                return int(line.split("=", 1)[1])
+            if line.startswith(f"{name}="):
+                return line.split("=", 1)[1].strip()
         return None
+
+    @property
+    def store_port(self) -> int | None:
+        """Port of the rendezvous store the lab runs on its controller (``SLAB_STORE_PORT`` in lab.env)."""
+        port = self.setting("SLAB_STORE_PORT")
+        return int(port) if port and port.isdigit() else None
 
 
 def lab_for_conf(conf: str | None) -> Lab | None:
