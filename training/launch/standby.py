@@ -37,20 +37,23 @@ class Round:
     number: int
     complete: bool
     participants: int
-    spares: int
+
+
+def _round_of(backend) -> Round | None:
+    """The current round held by a torch ``C10dRendezvousBackend``, or None before any agent joined."""
+    got = backend.get_state()
+    if got is None:
+        return None
+    # The state is torch's own pickled _RendezvousState: the agents of this job unpickle it the same way.
+    state = pickle.loads(got[0])  # noqa: S301 - torch's rendezvous format; see docs/failover.md, store security
+    return Round(number=state.round, complete=bool(state.complete), participants=len(state.participants))
 
 
 def read_round(store, run_id: str) -> Round | None:
     """The current round of rendezvous ``run_id`` in ``store`` (a torch Store), or None before any agent joined."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
-    got = C10dRendezvousBackend(store, run_id).get_state()
-    if got is None:
-        return None
-    # The state is torch's own pickled _RendezvousState: the agents of this job unpickle it the same way.
-    state = pickle.loads(got[0])  # noqa: S301 - torch's rendezvous format; see docs/failover.md, store security
-    return Round(number=state.round, complete=bool(state.complete), participants=len(state.participants),
-                 spares=len(getattr(state, "redundancy_list", ()) or ()))
+    return _round_of(C10dRendezvousBackend(store, run_id))
 
 
 def wait_for_full_round(endpoint: str, run_id: str, nodes: int, timeout_s: float, poll_s: float = 0.2,
@@ -63,23 +66,24 @@ def wait_for_full_round(endpoint: str, run_id: str, nodes: int, timeout_s: float
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
         raise LaunchError(f"rendezvous endpoint {endpoint!r} is not HOST:PORT")
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
     deadline = time.monotonic() + timeout_s
-    store = None
+    backend = None  # one per connection: constructing it writes the key's initial value to the store
     while True:
+        err = None
         try:
-            if store is None:
+            if backend is None:
                 store = dist.TCPStore(host, int(port), is_master=False,
                                       timeout=datetime.timedelta(seconds=max(1.0, min(10.0, timeout_s))))
-            r = read_round(store, run_id)
+                backend = C10dRendezvousBackend(store, run_id)
+            r = _round_of(backend)
             if r is not None and r.complete and r.participants >= nodes:
                 say(f"[standby] round {r.number} of {run_id} formed with {r.participants} node(s): joining as a "
                     f"spare")
                 return True
-        except (RuntimeError, TimeoutError) as e:  # store not up yet, or a transient error: keep trying
-            store = None
-            err = e
-        else:
-            err = None
+        except (RuntimeError, TimeoutError) as e:  # store not up yet, or a transient error: reconnect
+            backend, err = None, e
         if time.monotonic() >= deadline:
             why = f" (last error: {err})" if err else ""
             say(f"[standby] no complete {nodes}-node round of {run_id} at {endpoint} after {timeout_s:.0f} s"
