@@ -67,3 +67,51 @@ def test_buffers_are_reused_across_saves_and_hold_the_newest_state(mesh):
     assert torch.equal(second["model"]["b"], state["model"]["b"])
     stager.close()
     assert not stager._buffers
+
+
+def _local_leaves(x):
+    """Every staged tensor, with a DTensor's local shard standing for it."""
+    if isinstance(x, DTensor):
+        yield x._local_tensor
+    elif isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _local_leaves(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _local_leaves(v)
+
+
+def test_a_staged_dtensor_wraps_the_host_buffer_itself(mesh, monkeypatch):
+    # On CUDA, DTensor.from_local moves its input to the mesh's device: each save would copy the shard back
+    # onto the GPU. On this CPU machine nothing would move, so the code path is checked instead: the staged
+    # DTensor holds the stager's own host buffer (no copy, no view) and from_local is never called.
+    def moves_to_mesh_device(*args, **kwargs):
+        raise AssertionError("DTensor.from_local moves the staged shard to the mesh's device")
+
+    monkeypatch.setattr(DTensor, "from_local", moves_to_mesh_device)
+    state = _state(mesh)
+    stager = ReusedBufferStager()
+    staged = stager.stage(state)
+    w = staged["model"]["w"]
+    assert w._local_tensor is stager._buffers["/model/w"]
+    assert (w.shape, w.stride(), w.placements, w.device_mesh) == (
+        state["model"]["w"].shape, state["model"]["w"].stride(), state["model"]["w"].placements, mesh)
+    assert all(t.device.type == "cpu" for t in _local_leaves(staged))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_state_on_a_gpu_is_staged_entirely_in_pinned_host_memory(mesh):
+    gpu_mesh = init_device_mesh("cuda", (1,))
+    g = torch.Generator().manual_seed(0)
+    state = {"model": {"w": distribute_tensor(torch.randn(6, 4, generator=g).cuda(), gpu_mesh, [Shard(0)]),
+                       "b": torch.randn(4, generator=g).cuda()}, "step": 3}
+    before = torch.cuda.memory_allocated()
+    stager = ReusedBufferStager()
+    staged = stager.stage(state)
+    leaves = list(_local_leaves(staged))
+    assert [t.device.type for t in leaves] == ["cpu", "cpu"]
+    assert all(t.is_pinned() for t in leaves)
+    assert torch.cuda.memory_allocated() == before  # staging allocated nothing on the GPU
+    assert torch.equal(staged["model"]["w"]._local_tensor, state["model"]["w"].to_local().cpu())
