@@ -1,11 +1,17 @@
 """Model construction and parallelisation: T5 from a config (random init, nothing downloaded), FSDP2."""
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.config import ModelConfig, ParallelConfig
+from training.meta_init import MetaInitUnsupported, RecordedInit, record_init
+
+log = logging.getLogger("training")
 
 
 def build_t5_config(cfg: ModelConfig):
@@ -34,6 +40,33 @@ def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
                                  f"the config says model.{key}={getattr(mine, key)}; make them agree")
         return model
     return T5ForConditionalGeneration(build_t5_config(cfg))
+
+
+@dataclass
+class BuiltOnCpu:
+    """A model built whole on the CPU (pretrained weights, or a construction meta init cannot replay)."""
+
+    model: torch.nn.Module
+
+    def materialize(self, model: torch.nn.Module, device: torch.device) -> None:
+        model.to(device)
+
+
+def build_model_for_sharding(cfg: ModelConfig, *, seed: int) -> RecordedInit | BuiltOnCpu:
+    """The model, ready for ``fully_shard``; call ``.materialize(model, device)`` after sharding.
+
+    Random init is built on the meta device and each rank materialises only its shards, with the weights
+    :func:`build_model` would give for `seed` (training.meta_init); pretrained weights (``init_from``) are
+    loaded on the CPU as before."""
+    if cfg.init_from:
+        return BuiltOnCpu(build_model(cfg, seed=seed))
+    from transformers import T5ForConditionalGeneration
+    t5_config = build_t5_config(cfg)
+    try:
+        return record_init(lambda: T5ForConditionalGeneration(t5_config), seed=seed)
+    except MetaInitUnsupported as e:
+        log.warning("building the model on the CPU of every rank: meta-device init cannot reproduce it (%s)", e)
+        return BuiltOnCpu(build_model(cfg, seed=seed))
 
 
 def model_signature(cfg: ModelConfig) -> dict[str, int]:
