@@ -116,6 +116,11 @@ class ParallelConfig:
     """Intra-op CPU threads per process (torchrun does not set this with one process per node)."""
     init_timeout_s: float = 300.0
     """Process-group timeout until the first step completes (rendezvous, checkpoint load)."""
+    deterministic: bool = False
+    """Deterministic kernels (torch.use_deterministic_algorithms, cuDNN deterministic without autotuning, a fixed
+    cuBLAS workspace): on GPUs two runs, or a run and its resume, can then be compared bitwise where the kernels
+    allow it; an op without a deterministic kernel stops the run naming it. Costs speed on GPUs (see
+    docs/failover.md). CPU runs are deterministic either way."""
     train_timeout_s: float = 60.0
     """Process-group timeout after the first step: how long a collective waits for a hung or vanished
     peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""

@@ -20,6 +20,7 @@ from training.checkpoint import CheckpointManager, latest_complete, parse_step
 from training.errors import CheckpointStorageError
 from training.config import Config, check_world, to_toml
 from training.data import build_dataloader, build_dataset
+from training.determinism import apply_determinism
 from training.job_check import check_device
 from training.guard import NonFiniteGuard
 from training.integrity import storage_reason
@@ -66,6 +67,7 @@ class Trainer:
         _ensure_env()
         p = cfg.parallel
         torch.set_num_threads(p.threads)
+        apply_determinism(p.deterministic)  # before any CUDA kernel
         use_cuda = p.device == "cuda" or (p.device == "auto" and torch.cuda.is_available())
         check_device(p, preset=cfg.preset)  # normally done before the workers started (training.job_check)
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
