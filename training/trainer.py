@@ -159,8 +159,9 @@ class Trainer:
     def _agreed_stop(self) -> tuple[int, bool]:
         """(signal any rank received, whether any rank's background save failed), the same on every rank.
         A failed in-memory snapshot on any rank turns that tier off on every rank here, at the same step."""
+        # Host values, reduced over gloo (the process group's CPU backend): no wait for the GPU.
         flag = torch.tensor([self._signal, int(self.ckpt.failure is not None), int(self.memory.failed)],
-                            dtype=torch.int64, device=self.device)
+                            dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag[2].item() and self.memory.enabled:
             self.memory.disable()
@@ -260,12 +261,14 @@ class Trainer:
         return f"{per_rank} per rank" + (f" in {n} micro-batches of <= {micro}" if n > 1 else "")
 
     def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, float, int]:
+        # Token counts from the host copy of the batch, reduced over gloo: reading them from the GPU would make
+        # the host wait for the device before it can queue this step's forward pass.
+        counts = torch.stack([(batch["labels"] != -100).sum(), batch["attention_mask"].sum()]).to(torch.float64)
+        dist.all_reduce(counts)
+        n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
         ids = batch["input_ids"].to(self.device, non_blocking=True)
         mask = batch["attention_mask"].to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
-        counts = torch.stack([(labels != -100).sum(), mask.sum()]).to(torch.float64)
-        dist.all_reduce(counts)
-        n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         step = self.progress.step + 1
         # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
@@ -287,7 +290,9 @@ class Trainer:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         dist.all_reduce(loss_sum)
-        loss, norm = loss_sum.item() / n_targets, grad_norm.item()
+        # The step's one wait for the GPU: the non-finite guard decides on these before the optimizer steps.
+        total, norm = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
+        loss = total / n_targets
         self.memory.wait()  # the previous step's snapshot copies the state the optimizer is about to change
         if self.guard.step_ok(step, loss, norm):  # a non-finite step keeps the weights as they were
             self.optimizer.step()
