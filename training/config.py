@@ -68,7 +68,9 @@ class ModelConfig:
 class DataConfig:
     source: str = "builtin"
     """'builtin' (offline corpus of real English text: the Python standard library's documentation
-    strings, present wherever Python is), or a path to a .jsonl / .parquet file or a directory of them."""
+    strings, present wherever Python is), a path to a .jsonl / .parquet file or a directory of them (read into
+    every rank's memory), or a prepared directory (memory-mapped: any size; made once with `python -m
+    training.data prepare SRC DST`, and the same samples as data.source=SRC)."""
     text_field: str = "text"
     """Field holding the text in JSONL/Parquet records."""
     seq_len: int = 128
@@ -114,13 +116,13 @@ class ParallelConfig:
     """Recompute each T5 block's activations in the backward pass to save memory."""
     threads: int = 1
     """Intra-op CPU threads per process (torchrun does not set this with one process per node)."""
-    init_timeout_s: float = 300.0
-    """Process-group timeout until the first step completes (rendezvous, checkpoint load)."""
     deterministic: bool = False
     """Deterministic kernels (torch.use_deterministic_algorithms, cuDNN deterministic without autotuning, a fixed
     cuBLAS workspace): on GPUs two runs, or a run and its resume, can then be compared bitwise where the kernels
     allow it; an op without a deterministic kernel stops the run naming it. Costs speed on GPUs (see
     docs/failover.md). CPU runs are deterministic either way."""
+    init_timeout_s: float = 300.0
+    """Process-group timeout until the first step completes (rendezvous, checkpoint load)."""
     train_timeout_s: float = 60.0
     """Process-group timeout after the first step: how long a collective waits for a hung or vanished
     peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""

@@ -1,31 +1,45 @@
 """Data: an offline text corpus, byte-level tokens, T5 span corruption, and a resumable global order.
 
-Sample ``i`` is a pure function of ``(corpus, seed, i)``. The order of samples is a seeded permutation
-per epoch, and the position in that order is one integer, the *global sample offset* (samples consumed
-by all ranks together). Rank ``r`` of ``W`` takes slice ``r`` of every global batch, so the offset means
-the same thing at any world size: resuming at a different world size neither repeats nor skips a sample.
+Sample ``i`` of epoch ``e`` is a pure function of ``(corpus, seed, e, i)``: window ``i`` of the token
+stream, with noise masks drawn anew each epoch. The order of samples is a seeded permutation per epoch, and
+the position in that order is one integer, the *global sample offset* (samples consumed by all ranks
+together). Rank ``r`` of ``W`` takes slice ``r`` of every global batch, so the offset means the same thing at
+any world size: resuming at a different world size neither repeats nor skips a sample.
+
+The token stream is held in memory (the built-in corpus, a .jsonl/.parquet source) or memory-mapped from a
+prepared directory, which a corpus of any size should be turned into once::
+
+    python -m training.data prepare /fsx/corpus /fsx/corpus-prepared [--text-field text]
 """
 from __future__ import annotations
 
+import argparse
 import ast
+import bisect
 import glob
 import hashlib
 import os
 import random
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
 
 import torch
 
-from training.config import DataConfig
+from training.config import ConfigError, DataConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
+from training.prepared import Manifest, ShardWriter, is_prepared, read_manifest
 
 PAD, EOS, UNK = 0, 1, 2
 BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
 VOCAB = 384
 FIRST_SENTINEL = VOCAB - 1  # <extra_id_0> = 383, <extra_id_1> = 382, ...
 MIN_DOC_CHARS = 200
+# Epoch 0 keeps the per-sample noise seeds of before epochs drew new noise (a run's first epoch is what it
+# always was); epoch e's seeds lie e * 2**64 further on, beyond every epoch-0 seed of a realistic job.seed.
+NOISE_EPOCH_STRIDE = 2**64
 
 
 def encode(text: str) -> list[int]:
@@ -73,14 +87,58 @@ def _split(total: int, parts: int, rng: random.Random) -> list[int]:
     return [b - a for a, b in zip(bounds, bounds[1:])]
 
 
+class ShardedTokens:
+    """The token stream of a prepared directory, memory-mapped shard by shard: ``len(t)`` tokens, and ``t[a:b]``
+    the int16 tensor of tokens ``a`` to ``b - 1`` (across shard boundaries). Pages are read on first use and
+    the kernel can drop them again, so a rank's memory does not grow with the corpus."""
+
+    def __init__(self, manifest: Manifest):
+        self.manifest = manifest
+        self._starts = [0]
+        for shard in manifest.shards[:-1]:
+            self._starts.append(self._starts[-1] + shard.tokens)
+        self._maps = self._map()
+
+    def _map(self) -> list[torch.Tensor]:
+        # shared=False: the file is opened read-only and mapped copy-on-write, so nothing can reach the file;
+        # torch keeps no file descriptor per map (a corpus may have thousands of shards).
+        return [torch.from_file(self.manifest.path(s), shared=False, size=s.tokens, dtype=torch.int16)
+                for s in self.manifest.shards]
+
+    def __getstate__(self) -> dict:
+        return {"manifest": self.manifest}  # a DataLoader worker started by spawn maps the files itself
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["manifest"])
+
+    def __len__(self) -> int:
+        return self.manifest.tokens
+
+    def __getitem__(self, span: slice) -> torch.Tensor:
+        start, stop, step = span.indices(len(self))
+        if step != 1:
+            raise ValueError(f"ShardedTokens takes contiguous slices [a:b], not step {step}")
+        pieces = []
+        shard = bisect.bisect_right(self._starts, start) - 1
+        while start < stop:
+            base, tokens = self._starts[shard], self._maps[shard]
+            end = min(stop, base + len(tokens))
+            pieces.append(tokens[start - base:end - base])
+            start, shard = end, shard + 1
+        return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int16)
+
+
 class SpanCorruptionDataset(torch.utils.data.Dataset):
     """Fixed-length windows of the token stream, corrupted with T5 span corruption.
 
+    ``tokens``: an int16 tensor, or the :class:`ShardedTokens` of a prepared directory (anything with ``len``
+    and ``[a:b]`` slices). ``ds[i]`` is sample ``i`` with its first epoch's noise, ``ds[e, i]`` with epoch
+    ``e``'s (what the training loader asks for; see :class:`GlobalOrder`).
     ``input_ids``: kept tokens with each masked span replaced by one sentinel, then EOS, padded.
     ``labels``: each sentinel followed by its span, then EOS, padded with -100 (ignored by the loss).
     """
 
-    def __init__(self, tokens: torch.Tensor, cfg: DataConfig, seed: int):
+    def __init__(self, tokens: torch.Tensor | ShardedTokens, cfg: DataConfig, seed: int):
         self.tokens = tokens
         self.cfg = cfg
         self.seed = seed
@@ -93,9 +151,10 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, torch.Tensor]:
+        epoch, i = key if isinstance(key, tuple) else (0, key)
         raw = self.tokens[i * self.raw_len:(i + 1) * self.raw_len].tolist()
-        rng = random.Random(self.seed * 1_000_003 + i)
+        rng = random.Random(self.seed * 1_000_003 + i + epoch * NOISE_EPOCH_STRIDE)
         noise, spans = span_lengths(len(raw), self.cfg.noise_density, self.cfg.mean_span_len)
         noise_lens = _split(noise, spans, rng)
         keep_lens = _split(len(raw) - noise, spans, rng)
@@ -117,15 +176,21 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
 
 
-CORPUS_VERSION = 1  # bump when builtin_documents() or encode() change, to invalidate caches
+CORPUS_VERSION = 1  # bump when builtin_documents() or the stream's encoding change, to invalidate caches
 
 
-def _token_stream(docs: list[str]) -> torch.Tensor:
-    stream: list[int] = []
+# No UTF-8 text holds this byte, so it marks the document ends in the joined bytes of many documents.
+_DOCUMENT_END = 0xFF
+
+
+def _token_stream(docs: Iterable[str]) -> torch.Tensor:
+    """The int16 token stream of (at least one of) ``docs``: each document's ``encode`` ids, then EOS."""
+    joined = bytearray()
     for d in docs:
-        stream += encode(d)
-        stream.append(EOS)
-    return torch.tensor(stream, dtype=torch.int16)
+        joined += d.encode("utf-8")
+        joined.append(_DOCUMENT_END)
+    ids = torch.frombuffer(joined, dtype=torch.uint8).to(torch.int16) + BYTE_OFFSET
+    return ids.masked_fill_(ids == _DOCUMENT_END + BYTE_OFFSET, EOS)
 
 
 def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
@@ -152,21 +217,25 @@ def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
 
 
 def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
-    tokens = builtin_tokens() if cfg.source == "builtin" else _token_stream(file_documents(cfg.source,
-                                                                                           cfg.text_field))
+    if cfg.source == "builtin":
+        tokens = builtin_tokens()
+    elif is_prepared(cfg.source):
+        tokens = ShardedTokens(read_manifest(cfg.source))
+    else:
+        tokens = _token_stream(file_documents(cfg.source, cfg.text_field))
     return SpanCorruptionDataset(tokens, cfg, seed)
 
 
 @dataclass
 class GlobalOrder:
-    """Maps a global sample offset to dataset indices: a seeded permutation per epoch."""
+    """Maps a global sample offset to (epoch, dataset index): a seeded permutation per epoch."""
 
     num_samples: int
     seed: int
 
-    def index(self, offset: int) -> int:
+    def sample(self, offset: int) -> tuple[int, int]:
         epoch, pos = divmod(offset, self.num_samples)
-        return int(self._perm(epoch)[pos])
+        return epoch, int(self._perm(epoch)[pos])
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if getattr(self, "_cached", (None,))[0] != epoch:
@@ -174,15 +243,15 @@ class GlobalOrder:
             self._cached = (epoch, torch.randperm(self.num_samples, generator=g))
         return self._cached[1]
 
-    def rank_indices(self, offset: int, global_batch: int, rank: int, world: int) -> list[int]:
-        """Dataset indices rank `rank` trains on for the global batch starting at `offset`."""
+    def rank_samples(self, offset: int, global_batch: int, rank: int, world: int) -> list[tuple[int, int]]:
+        """The (epoch, dataset index) pairs rank `rank` trains on for the global batch starting at `offset`."""
         per = global_batch // world
         start = offset + rank * per
-        return [self.index(o) for o in range(start, start + per)]
+        return [self.sample(o) for o in range(start, start + per)]
 
 
 class ResumableBatchSampler(torch.utils.data.Sampler):
-    """Yields this rank's index list for each global batch, from a starting global offset onwards."""
+    """Yields this rank's (epoch, index) list for each global batch, from a starting global offset onwards."""
 
     def __init__(self, order: GlobalOrder, global_batch: int, rank: int, world: int, start_offset: int):
         self.order, self.gb, self.rank, self.world = order, global_batch, rank, world
@@ -191,7 +260,7 @@ class ResumableBatchSampler(torch.utils.data.Sampler):
     def __iter__(self):
         offset = self.start_offset
         while True:
-            yield self.order.rank_indices(offset, self.gb, self.rank, self.world)
+            yield self.order.rank_samples(offset, self.gb, self.rank, self.world)
             offset += self.gb
 
 
@@ -203,3 +272,108 @@ def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: i
     return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
                                        generator=torch.Generator().manual_seed(seed),
                                        persistent_workers=cfg.num_workers > 0)
+
+
+DEFAULT_SHARD_TOKENS = 2**26  # 128 MiB shard files
+BATCH_CHARS = 2**24  # documents encoded together: one tensor conversion per ~16 MB of text
+PROGRESS_S = 10.0
+
+
+def _batches(texts: Iterable[str], chars: int) -> Iterator[list[str]]:
+    """``texts`` in lists of about ``chars`` characters (the last one shorter)."""
+    batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def prepare(source: str, destination: str, *, text_field: str = "text", shard_tokens: int = DEFAULT_SHARD_TOKENS,
+            overwrite: bool = False, say: Callable[[str], None] = lambda line: None) -> Manifest:
+    """Write the token stream that ``data.source=source`` trains on into prepared directory ``destination``
+    (see training.prepared), streaming: memory holds one batch of documents, never the corpus. ``say`` gets
+    progress lines. A bad SRC or DST raises ConfigError (DataSourceError for SRC) before anything is written; a
+    bad record found on the way raises DataSourceError and leaves DST half-written (refused until a rerun)."""
+    if source != "builtin" and is_prepared(source):
+        raise ConfigError(f"SRC {source!r} is already a prepared directory; train from it: --data.source {source}")
+    files = [] if source == "builtin" else data_files(source)
+    writer = ShardWriter(destination, shard_tokens, overwrite=overwrite)
+    if source == "builtin":
+        tokens = builtin_tokens()
+        writer.write(tokens.numpy())
+        label = f"builtin (the standard library of Python {sys.version.split()[0]})"
+        return writer.finish(source=label, text_field=None, documents=int((tokens == EOS).sum()))
+    say(f"prepare: reading {len(files)} file(s), {sum(map(os.path.getsize, files)) / 2**20:,.0f} MiB, into "
+        f"{destination}")
+    documents, said = 0, time.monotonic()
+    for n, path in enumerate(files, 1):
+        for batch in _batches(iter_texts(path, text_field), BATCH_CHARS):
+            writer.write(_token_stream(batch).numpy())
+            documents += len(batch)
+            if time.monotonic() - said >= PROGRESS_S:
+                say(f"prepare: {writer.tokens:,} tokens of {documents:,} documents so far ({len(writer.shards)} "
+                    f"shard(s) complete); reading {path} (file {n} of {len(files)})")
+                said = time.monotonic()
+    if not documents:
+        raise DataSourceError(f"SRC {source!r} holds no documents (empty files); {FIX}")
+    return writer.finish(source=os.path.abspath(source), text_field=text_field, documents=documents)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens; e.g. {DEFAULT_SHARD_TOKENS}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m training.data prepare SRC DST [--text-field F] [--shard-tokens N] [--overwrite]``; exit 0,
+    2 for bad input (the message names it and the fix), 1 when writing fails (DST is then half-written)."""
+    parser = argparse.ArgumentParser(prog="python -m training.data", description="Data tools of the training job.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmd = commands.add_parser(
+        "prepare", help="turn a corpus into a prepared directory, once, for training from memory maps",
+        description="Encode SRC's documents (byte-level tokens, EOS after each document: exactly the stream "
+                    "--data.source SRC trains on) into DST as raw little-endian int16 shard files plus "
+                    "manifest.json, written last. Train with --data.source DST: every rank memory-maps the shards "
+                    "instead of holding the corpus, and the samples are those of --data.source SRC. Progress goes "
+                    "to stderr.")
+    cmd.add_argument("source", metavar="SRC",
+                     help="what data.source takes: 'builtin', a .jsonl/.parquet file, or a directory of them")
+    cmd.add_argument("destination", metavar="DST",
+                     help="directory to write: new, empty, half-written by an interrupted prepare, or prepared "
+                          "before (with --overwrite)")
+    cmd.add_argument("--text-field", default="text", metavar="FIELD",
+                     help="field or column holding the text (default: text)")
+    cmd.add_argument("--shard-tokens", type=_positive_int, default=DEFAULT_SHARD_TOKENS, metavar="N",
+                     help=f"tokens per shard file, 2 bytes each (default: {DEFAULT_SHARD_TOKENS}, 128 MiB files)")
+    cmd.add_argument("--overwrite", action="store_true",
+                     help="replace a prepared DST (never while a job trains from it)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        manifest = prepare(args.source, args.destination, text_field=args.text_field,
+                           shard_tokens=args.shard_tokens, overwrite=args.overwrite,
+                           say=lambda line: print(line, file=sys.stderr, flush=True))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: prepare failed: {e}; fix the cause (space, permissions) and run it again (a partly written "
+              "DST is replaced)", file=sys.stderr)
+        return 1
+    print(f"prepared {args.destination}: {manifest.tokens:,} tokens of {manifest.documents:,} documents in "
+          f"{len(manifest.shards)} shard(s) in {time.monotonic() - started:.1f} s; train with --data.source "
+          f"{args.destination}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

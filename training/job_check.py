@@ -22,6 +22,7 @@ from typing import Callable
 from training.config import Config, ConfigError, DataConfig, ParallelConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, token_count
 from training.errors import CheckpointStorageError
+from training.prepared import TOKEN_BYTES, is_prepared, read_manifest
 
 # Set once a launcher checked the job, so the agents and workers it starts do not scan the data again
 # (a restarted worker is on the recovery path: seconds count there).
@@ -73,15 +74,21 @@ def already_checked() -> bool:
 
 
 def check_data(d: DataConfig, *, min_samples: int, say: Callable[[str], None] | None = None) -> CorpusFacts | None:
-    """The corpus exists, every file is a readable regular file of the right format with the text field,
-    and it holds at least ``min_samples`` samples (one global batch). None for the built-in corpus."""
+    """The corpus exists, every file is a readable regular file of the right format with the text field (a
+    prepared directory: its manifest is readable and every shard has the size it lists), and it holds at least
+    ``min_samples`` samples (one global batch). None for the built-in corpus."""
     if d.source == "builtin":
         return None
+    raw_len, _ = raw_length_for(d.seq_len, d.noise_density, d.mean_span_len)
+    if is_prepared(d.source):
+        m = read_manifest(d.source)
+        _enough(d, min_samples, raw_len, tokens=m.tokens, documents=m.documents)
+        return CorpusFacts(files=len(m.shards), bytes=m.tokens * TOKEN_BYTES, documents=m.documents,
+                           tokens=m.tokens, complete=True)
+    need = raw_len * min_samples
     files = data_files(d.source)
     size = sum(os.path.getsize(f) for f in files)
     complete = size <= FULL_SCAN_BYTES
-    raw_len, _ = raw_length_for(d.seq_len, d.noise_density, d.mean_span_len)
-    need = raw_len * min_samples
     if say and size > PROGRESS_BYTES:
         say(f"checking data.source {d.source} ({size / 2**20:,.0f} MiB in {len(files)} file(s)"
             f"{'' if complete else f', the first {HEAD_RECORDS} records of each'})")
@@ -95,13 +102,18 @@ def check_data(d: DataConfig, *, min_samples: int, say: Callable[[str], None] | 
     if docs == 0:
         what = "an empty file" if len(files) == 1 else f"{len(files)} files, all empty"
         raise DataSourceError(f"data.source={d.source!r} holds no documents ({what}); {FIX}")
+    _enough(d, min_samples, raw_len, tokens=tokens, documents=docs)
+    return CorpusFacts(files=len(files), bytes=size, documents=docs, tokens=tokens, complete=complete)
+
+
+def _enough(d: DataConfig, min_samples: int, raw_len: int, *, tokens: int, documents: int) -> None:
+    need = raw_len * min_samples
     if tokens < need:
         raise DataSourceError(
-            f"data.source={d.source!r} holds {tokens:,} tokens (bytes) in {docs:,} document(s): "
+            f"data.source={d.source!r} holds {tokens:,} tokens (bytes) in {documents:,} document(s): "
             f"{tokens // raw_len} sample(s) of {raw_len} tokens at data.seq_len={d.seq_len}, fewer than one global "
             f"batch (train.global_batch={min_samples} needs {need:,} tokens); add text, or lower "
             "--train.global_batch or --data.seq_len")
-    return CorpusFacts(files=len(files), bytes=size, documents=docs, tokens=tokens, complete=complete)
 
 
 def _nearest_existing(path: str) -> str:

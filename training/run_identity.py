@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # config.py imports this module and must stay cheap (no torch at argument parsing)
     import torch
 
+    from training.data import ShardedTokens
+
 # Field -> what accepting a change of it does, shown in the error and when accepted. {step}: the step the
 # run resumes after; {offset}: the global sample offset it continues at.
 EFFECTS = {
@@ -50,8 +52,13 @@ class Change:
                                                                                offset=offset)
 
 
-def digest_tokens(tokens: "torch.Tensor") -> str:
-    """Content hash of the token stream the samples are cut from (any source; renames do not matter)."""
+def digest_tokens(tokens: "torch.Tensor | ShardedTokens") -> str:
+    """Content hash of the token stream the samples are cut from (any source; renames do not matter). A prepared
+    directory's stream is not read for it: ``prepare`` hashed the same bytes the same way while writing it, so
+    preparing a run's data does not change its fingerprint."""
+    from training.data import ShardedTokens  # deferred: imports torch
+    if isinstance(tokens, ShardedTokens):
+        return tokens.manifest.digest
     return hashlib.blake2b(tokens.contiguous().numpy().tobytes(), digest_size=8).hexdigest()
 
 
