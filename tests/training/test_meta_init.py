@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -89,3 +90,12 @@ def test_pretrained_weights_are_still_loaded_on_the_cpu(tmp_path):
     build_model(ModelConfig(**SMALL), seed=1).save_pretrained(tmp_path)
     built = build_model_for_sharding(ModelConfig(**SMALL, init_from=str(tmp_path)), seed=1)
     assert isinstance(built, BuiltOnCpu) and not any(p.is_meta for p in built.model.parameters())
+
+
+def test_the_build_benchmark_prints_both_ways_for_each_rank_count():
+    r = subprocess.run([sys.executable, "-m", "training.bench_init", "--preset", "debug", "--nproc", "2"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:]]
+    assert [(row[0], row[1], row[2]) for row in rows] == [("debug", "2", "cpu"), ("debug", "2", "meta")]
+    assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows)
