@@ -265,13 +265,16 @@ class ResumableBatchSampler(torch.utils.data.Sampler):
 
 
 def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: int, global_batch: int,
-                     rank: int, world: int, start_offset: int) -> torch.utils.data.DataLoader:
-    """An endless loader of this rank's micro-batches starting at the global offset `start_offset`."""
+                     rank: int, world: int, start_offset: int, pin_memory: bool = False
+                     ) -> torch.utils.data.DataLoader:
+    """An endless loader of this rank's micro-batches starting at the global offset `start_offset`. With
+    ``data.num_workers`` > 0 the workers prepare the next batches while the current step runs; `pin_memory`
+    (for a GPU) puts them in page-locked memory so the copy to the device runs without blocking the host."""
     sampler = ResumableBatchSampler(GlobalOrder(len(dataset), seed), global_batch, rank, world, start_offset)
     # The loader gets its own generator so creating it does not consume the global (dropout) RNG.
     return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
                                        generator=torch.Generator().manual_seed(seed),
-                                       persistent_workers=cfg.num_workers > 0)
+                                       persistent_workers=cfg.num_workers > 0, pin_memory=pin_memory)
 
 
 DEFAULT_SHARD_TOKENS = 2**26  # 128 MiB shard files

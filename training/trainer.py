@@ -323,7 +323,8 @@ class Trainer:
                           f"global batch {t.global_batch} ({self._per_rank_batch_text()}), "
                           f"{len(self.dataset)} samples per epoch")
         loader = iter(build_dataloader(self.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch,
-                                       rank=self.rank, world=self.world, start_offset=self.progress.data_offset))
+                                       rank=self.rank, world=self.world, start_offset=self.progress.data_offset,
+                                       pin_memory=self.device.type == "cuda"))
         if not self.rng.apply_loaded():
             # Fresh start, or a rank that did not exist when the checkpoint was written (world grew).
             torch.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
