@@ -59,9 +59,11 @@ class ModelConfig:
     init_from: str = ""
     """Optional local directory with pretrained T5 weights (e.g. on FSx). Never a hub name."""
     attention: str = "sdpa"
-    """Attention kernel: 'sdpa' or 'eager'. T5's learned position bias is a mask that needs a gradient, so
-    on GPUs SDPA falls back to its fp32 math kernel; 'eager' was 14% faster and used 8 GiB less for t5-large
-    on an H100, so the GPU presets use it. Same weights and checkpoints either way."""
+    """Attention kernel: 'sdpa' (transformers' SDPA path), 'eager', or 'sdpa_bias' (training/attention.py: SDPA
+    given T5's learned position bias in the compute dtype with the mask folded in, scale 1.0, and no bias at all
+    in cross-attention, so the fused kernels can run; not yet measured on a GPU). 'eager' was 14% faster and
+    used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
+    checkpoints with every kernel."""
 
 
 @dataclass
@@ -114,6 +116,10 @@ class ParallelConfig:
     """'fp32' or 'bf16' (bf16 parameters/compute with fp32 gradient reduction; use on GPU)."""
     activation_checkpointing: bool = False
     """Recompute each T5 block's activations in the backward pass to save memory."""
+    compile: str = "auto"
+    """torch.compile each T5 block in place before sharding (training/compile.py): 'on', 'off', or 'auto' = off
+    for now (on the CPU compiling costs more than the small models' steps; on GPUs it stays off until a run
+    measures a gain)."""
     threads: int = 1
     """Intra-op CPU threads per process (torchrun does not set this with one process per node)."""
     deterministic: bool = False
@@ -404,7 +410,8 @@ def validate(cfg: Config) -> None:
         need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
-    need(m.attention in ("sdpa", "eager"), f"model.attention={m.attention!r}: use sdpa or eager")
+    need(m.attention in ("sdpa", "eager", "sdpa_bias"),
+         f"model.attention={m.attention!r}: use sdpa, eager or sdpa_bias")
     need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
     need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
     need(d.mean_span_len >= 1.0, f"data.mean_span_len={d.mean_span_len} must be >= 1")
@@ -420,6 +427,7 @@ def validate(cfg: Config) -> None:
     need(math.isfinite(t.lr), f"train.lr={t.lr} must be finite")
     need(p.device in ("auto", "cpu", "cuda"), f"parallel.device={p.device!r}: use auto, cpu or cuda")
     need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
+    need(p.compile in ("auto", "on", "off"), f"parallel.compile={p.compile!r}: use auto, on or off")
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
     need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
     need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,

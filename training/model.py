@@ -8,6 +8,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from training.attention import attn_implementation
 from training.config import ModelConfig, ParallelConfig
 from training.meta_init import MetaInitUnsupported, RecordedInit, record_init
 
@@ -21,7 +22,7 @@ def build_t5_config(cfg: ModelConfig):
     return T5Config(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv, d_ff=cfg.d_ff,
                     num_layers=cfg.num_layers, num_decoder_layers=cfg.num_decoder_layers,
                     num_heads=cfg.num_heads, feed_forward_proj="gated-gelu", dropout_rate=cfg.dropout,
-                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, attn_implementation=cfg.attention)
+                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, attn_implementation=attn_implementation(cfg.attention))
 
 
 def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
@@ -32,7 +33,7 @@ def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
     if cfg.init_from:
         model = T5ForConditionalGeneration.from_pretrained(cfg.init_from, local_files_only=True,
                                                            dropout_rate=cfg.dropout,
-                                                           attn_implementation=cfg.attention)
+                                                           attn_implementation=attn_implementation(cfg.attention))
         mine = build_t5_config(cfg)
         for key in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "vocab_size"):
             if getattr(model.config, key) != getattr(mine, key):

@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from training.checkpoint import CheckpointManager, latest_complete, parse_step
 from training.errors import CheckpointStorageError
 from training.config import Config, check_world, to_toml
+from training.compile import apply_regional_compile, compile_enabled
 from training.data import build_dataloader, build_dataset
 from training.determinism import apply_determinism
 from training.job_check import check_device
@@ -100,6 +101,7 @@ class Trainer:
         self.n_params = count_params(self.model)
         if p.activation_checkpointing:
             apply_activation_checkpointing(self.model)
+        apply_regional_compile(self.model, compile_enabled(p.compile))  # inside checkpointing, outside FSDP hooks
         apply_fsdp(self.model, self.mesh, p)
         built.materialize(self.model, self.device)
         t = cfg.train
