@@ -36,6 +36,23 @@ def _flops_per_step(model, global_batch: int, seq_len: int, target_len: int) -> 
     return 6.0 * global_batch * (enc * seq_len + (dec + head) * target_len)
 
 
+def _throughput(trainer, cfg, step_s: float, peak_tflops: float) -> dict:
+    """Device name, model TFLOP/s and MFU (against `peak_tflops`, else the GPU's bf16 peak by name)."""
+    gpu = torch.cuda.get_device_name() if trainer.device.type == "cuda" else ""
+    peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), 0.0)
+    flops = _flops_per_step(trainer.model, cfg.train.global_batch, cfg.data.seq_len, trainer.dataset.target_len)
+    return {"device": gpu or "cpu", "tflops_per_s": flops / step_s / 1e12,
+            "mfu": (flops / step_s / 1e12 / (peak * trainer.world)) if peak else None}
+
+
+def _write(trainer, out: str, res: dict) -> None:
+    """Rank 0 writes the figures to `out` and prints them as one JSON line."""
+    if trainer.rank == 0:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(res, indent=1))
+        print(json.dumps({k: v for k, v in res.items() if k != "ckpt_block_all_s"}), flush=True)
+
+
 def _baseline_save(trainer, path: Path) -> float:
     """What published FSDP samples do: full state dict gathered to rank 0 and torch.save, blocking."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -95,6 +112,8 @@ def run(argv: list[str]) -> int:
     ap.add_argument("--saves", type=int, default=2, help="saves of each kind (median reported)")
     ap.add_argument("--out", required=True, help="JSON file for the figures (written by rank 0)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by GPU name)")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="measure steps only (time, tokens/s, MFU, peak GPU memory): no saves, no snapshots")
     ap.add_argument("extra", nargs="*", help="training overrides after --, e.g. -- --train.global_batch 16")
     a = ap.parse_args(argv)
     from training.config import load_config
@@ -111,7 +130,7 @@ def run(argv: list[str]) -> int:
         t = cfg.train
         loader = iter(__import__("training.data", fromlist=["x"]).build_dataloader(
             trainer.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch, rank=trainer.rank,
-            world=trainer.world, start_offset=0))
+            world=trainer.world, start_offset=0, pin_memory=trainer.device.type == "cuda"))
 
         def timed_step() -> tuple[float, int]:
             if trainer.device.type == "cuda":
@@ -122,10 +141,22 @@ def run(argv: list[str]) -> int:
                 torch.cuda.synchronize()
             return time.perf_counter() - t0, n_tok
 
+        t0 = time.perf_counter()
         for _ in range(a.warmup):
             timed_step()
+        warmup_s = time.perf_counter() - t0  # includes compiling, with parallel.compile on
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         times, toks = zip(*(timed_step() for _ in range(a.steps)))
         step_s = statistics.median(times)
+        peak_gpu_gb = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else None
+        figures = {"preset": a.preset, "variant": " ".join(a.extra), "params": trainer.n_params,
+                   "world_size": trainer.world, "precision": cfg.parallel.precision, "global_batch": t.global_batch,
+                   "step_s": step_s, "tokens_per_s": statistics.median(toks) / step_s, "warmup_s": warmup_s,
+                   "peak_gpu_gb": peak_gpu_gb, **_throughput(trainer, cfg, step_s, a.peak_tflops)}
+        if a.steps_only:
+            _write(trainer, a.out, figures)
+            return 0
         # The first async save allocates the reused host buffers (pinned on CUDA: seconds for a large model);
         # it is reported on its own, and the timed saves show the steady state every later save sees.
         step = 1
@@ -150,17 +181,10 @@ def run(argv: list[str]) -> int:
             blocks["baseline"].append(_baseline_save(trainer, tmp / f"baseline_{step}.pt"))
         memory = _memory_figures(trainer, timed_step, step, a.steps)
         if trainer.rank == 0:
-            gpu = torch.cuda.get_device_name() if trainer.device.type == "cuda" else ""
-            peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), 0.0)
-            flops = _flops_per_step(trainer.model, t.global_batch, cfg.data.seq_len, trainer.dataset.target_len)
             med = {k: statistics.median(v) for k, v in blocks.items()}
             res = {
-                "preset": a.preset, "params": trainer.n_params, "world_size": trainer.world,
-                "device": gpu or "cpu", "precision": cfg.parallel.precision, "global_batch": t.global_batch,
-                "step_s": step_s, "tokens_per_s": statistics.median(toks) / step_s,
+                **figures,
                 "step_s_during_async_write": statistics.median(during_async),
-                "tflops_per_s": flops / step_s / 1e12,
-                "mfu": (flops / step_s / 1e12 / (peak * trainer.world)) if peak else None,
                 "ckpt_block_s": med, "ckpt_block_over_step": {k: v / step_s for k, v in med.items()},
                 "ckpt_block_first_async_s": async_first,
                 "async_write_s": statistics.median(writes), "checksum_s": statistics.median(checksums),
@@ -170,9 +194,7 @@ def run(argv: list[str]) -> int:
                 **memory, "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
                 "snapshot_block_over_step": memory["snapshot_block_s"] / memory["snapshot_base_step_s"],
             }
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.out).write_text(json.dumps(res, indent=1))
-            print(json.dumps({k: v for k, v in res.items() if k != "ckpt_block_all_s"}), flush=True)
+            _write(trainer, a.out, res)
     finally:
         trainer._finished = True  # removes the bench's in-memory snapshots
         trainer.close()
@@ -187,6 +209,30 @@ def report(argv: list[str]) -> int:
     ap.add_argument("--json", default=None, help="write all results to this file")
     a = ap.parse_args(argv)
     rows = [json.loads(Path(f).read_text()) for f in a.files]
+    saves = [r for r in rows if "ckpt_block_s" in r]  # --steps-only results have step figures alone
+    if saves:
+        _print_save_table(saves)
+    if any("variant" in r for r in rows):
+        _print_step_table(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+        print(f"\nwrote {a.json}")
+    return 0
+
+
+def _print_step_table(rows: list[dict]) -> None:
+    """One line per result: which settings (the training flags after --), step time, tokens/s, MFU, peak GPU
+    memory, and the warm-up steps' time (compiling happens there)."""
+    hdr = f"{'preset':<10}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}{'peak GiB':>9}{'warmup s':>9}  settings"
+    print(f"\n{hdr}\n{'-' * len(hdr)}")
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        peak = f"{r['peak_gpu_gb']:.1f}" if r.get("peak_gpu_gb") else "-"
+        print(f"{r['preset']:<10}{r['device'][:11]:>12}{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
+              f"{peak:>9}{r.get('warmup_s', float('nan')):>9.1f}  {r.get('variant') or '(preset)'}")
+
+
+def _print_save_table(rows: list[dict]) -> None:
     hdr = (f"{'preset':<10}{'params':>8}{'world':>6}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}"
            f"{'1st async':>10}{'async s':>9}{'(%step)':>8}{'sync s':>8}{'(%step)':>8}{'base s':>8}{'(%step)':>8}"
            f"{'base/async':>11}")
@@ -228,10 +274,6 @@ def report(argv: list[str]) -> int:
                       f"{100 * r['snapshot_over_step']:+.1f}%)")
             print(f"note: while an async write is in flight a step takes {r['step_s_during_async_write']:.2f} s "
                   f"(vs {r['step_s']:.2f} s): the writer shares the CPU cores")
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-        print(f"\nwrote {a.json}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
+import torch
+
+from tests.conftest import ROOT
 from training import bench
 
 
@@ -31,3 +37,28 @@ def test_report_prints_first_save_steady_state_and_target_verdicts(tmp_path, cap
     assert "5.0% MET" in verdicts[0] and "16.9x MET" in verdicts[0]
     assert "20.0% MISSED" in verdicts[1] and "4.0x MISSED" in verdicts[1]
     assert [r["preset"] for r in json.loads(summary.read_text())] == ["t5-60m", "t5-60m"]
+
+
+def test_step_only_results_get_a_table_of_settings_mfu_and_peak_memory(tmp_path, capsys):
+    files = []
+    for variant, mfu, peak in (("--model.attention eager --parallel.compile off", 0.080, 61.2),
+                               ("--model.attention sdpa_bias --parallel.compile on", 0.312, 40.5)):
+        f = tmp_path / f"{len(files)}.json"
+        f.write_text(json.dumps({"preset": "t5-large", "variant": variant, "device": "NVIDIA H100 80GB HBM3",
+                                 "step_s": 0.495, "tokens_per_s": 40470.0, "mfu": mfu, "peak_gpu_gb": peak,
+                                 "warmup_s": 31.0}))
+        files.append(str(f))
+    assert bench.main(["report", *files]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "1st async" not in "\n".join(lines)  # no save figures: no save table
+    rows = [line for line in lines if line.startswith("t5-large")]
+    assert "8.0%" in rows[0] and "61.2" in rows[0] and rows[0].endswith("--model.attention eager --parallel.compile off")
+    assert "31.2%" in rows[1] and "40.5" in rows[1] and "31.0" in rows[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script would run the whole matrix")
+def test_the_gpu_matrix_refuses_to_run_without_a_gpu_and_says_what_to_set():
+    r = subprocess.run(["bash", "scripts/bench_gpu.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert r.returncode == 3
+    assert "no CUDA device visible" in r.stderr and "PYTHON=" in r.stderr
