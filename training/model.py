@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -10,7 +11,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.attention import attn_implementation
 from training.config import ModelConfig, ParallelConfig
-from training.meta_init import MetaInitUnsupported, RecordedInit, record_init
+from training.meta_init import RecordedInit, record_init
 
 log = logging.getLogger("training")
 
@@ -63,11 +64,20 @@ def build_model_for_sharding(cfg: ModelConfig, *, seed: int) -> RecordedInit | B
         return BuiltOnCpu(build_model(cfg, seed=seed))
     from transformers import T5ForConditionalGeneration
     t5_config = build_t5_config(cfg)
+    return record_or_build(lambda: T5ForConditionalGeneration(t5_config), seed=seed)
+
+
+def record_or_build(build: Callable[[], torch.nn.Module], *, seed: int) -> RecordedInit | BuiltOnCpu:
+    """``build()`` recorded on the meta device (training.meta_init), or, when that cannot reproduce it, run on
+    the CPU after ``torch.manual_seed(seed)``, with a warning saying why (the weights are the same either way)."""
     try:
-        return record_init(lambda: T5ForConditionalGeneration(t5_config), seed=seed)
-    except MetaInitUnsupported as e:
+        return record_init(build, seed=seed)
+    except (RuntimeError, NotImplementedError) as e:
+        # MetaInitUnsupported (a RuntimeError): a write the replay cannot reproduce; the others: a constructor
+        # that needs values (e.g. .item() on a tensor it made), which meta tensors do not have.
         log.warning("building the model on the CPU of every rank: meta-device init cannot reproduce it (%s)", e)
-        return BuiltOnCpu(build_model(cfg, seed=seed))
+        torch.manual_seed(seed)
+        return BuiltOnCpu(build())
 
 
 def model_signature(cfg: ModelConfig) -> dict[str, int]:

@@ -11,7 +11,7 @@ import torch
 from tests.conftest import ROOT, TORCHRUN
 from training.config import ModelConfig
 from training.meta_init import MetaInitUnsupported, record_init
-from training.model import BuiltOnCpu, build_model, build_model_for_sharding
+from training.model import BuiltOnCpu, build_model, build_model_for_sharding, record_or_build
 
 # Odd sizes, so shards are uneven across 3 ranks (64 rows -> 22/21/21, vocab 384 -> 128 each, d_ff 96 -> 32).
 SMALL = dict(d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4)
@@ -99,3 +99,18 @@ def test_the_build_benchmark_prints_both_ways_for_each_rank_count():
     rows = [line.split() for line in r.stdout.splitlines()[1:]]
     assert [(row[0], row[1], row[2]) for row in rows] == [("debug", "2", "cpu"), ("debug", "2", "meta")]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows)
+
+
+class _NeedsValues(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, int(torch.arange(4).sum().item()))  # a value from a tensor it made
+
+
+@pytest.mark.parametrize("module", [_NeedsValues, _FactoryOnly])
+def test_a_construction_meta_init_cannot_reproduce_is_built_on_the_cpu_with_the_same_weights(module, caplog):
+    built = record_or_build(module, seed=4)
+    assert isinstance(built, BuiltOnCpu) and "building the model on the CPU" in caplog.text
+    torch.manual_seed(4)
+    ref = module()
+    assert all(torch.equal(a, b) for a, b in zip(built.model.parameters(), ref.parameters()))
