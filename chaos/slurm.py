@@ -106,9 +106,11 @@ class SlurmChaosConfig:
 
     @property
     def job_train_args(self) -> tuple[str, ...]:
+        # 0.2 s per step keeps the re-formed job training long enough for the chaos run to see which nodes train
+        # (a tiny step takes ~0.2 s on a 2-core machine: the steps after a recovery were over in ~2 s)
         return ("--train.steps", str(self.steps), "--train.warmup_steps", str(min(2, self.steps)),
                 "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
-                "--metrics.log_every", "1", *self.train_args)
+                "--metrics.log_every", "1", "--fault.step_sleep_s", "0.2", *self.train_args)
 
 
 # ------------------------------------------------------------------------------------------- lab control
@@ -533,8 +535,10 @@ class Runner:
         restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
         if "final_nodes" not in watch and restarted and any(r["event"] == "step" and r["time"] > restarted[0]
                                                             for r in records or []):
-            # the nodes that run training workers once the job trains again after the fault
-            nodes = [h for h in watch.get("hosts", []) if h != watch.get("killed_node") and self.lab.worker_pids(h)]
+            # the nodes that run training workers once the job trains again after the fault (one /proc scan: the
+            # few steps left after a recovery can be over before a slower per-host look comes round)
+            ranks = self.lab.worker_ranks(watch.get("hosts", []))
+            nodes = [h for h, r in ranks.items() if r and h != watch.get("killed_node")]
             if nodes:
                 watch["final_nodes"] = nodes
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
