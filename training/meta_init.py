@@ -82,7 +82,7 @@ class RecordedInit:
 
     def check(self) -> None:
         """Raise MetaInitUnsupported unless the replay reproduces every parameter exactly."""
-        if any(True for _ in self.model.buffers()):
+        if next(self.model.buffers(), None) is not None:
             raise MetaInitUnsupported("the model has buffers, which the replay does not restore")
         written = set()
         for op in self.ops:

@@ -92,7 +92,7 @@ def test_pretrained_weights_are_still_loaded_on_the_cpu(tmp_path):
     assert isinstance(built, BuiltOnCpu) and not any(p.is_meta for p in built.model.parameters())
 
 
-def test_the_build_benchmark_prints_both_ways_for_each_rank_count():
+def test_the_build_benchmark_prints_both_ways_with_their_figures():
     r = subprocess.run([sys.executable, "-m", "training.bench_init", "--preset", "debug", "--nproc", "2"], cwd=ROOT,
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
