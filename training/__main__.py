@@ -18,7 +18,7 @@ import warnings
 from training.config import ConfigError, parse_args, to_toml
 from training.errors import EXIT_CODES, CheckpointStorageError, Diverged, exit_code
 from training.job_check import already_checked, check_job
-from training.lifecycle import die_with_agent, name_worker
+from training.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 from training.startup import StartupClock
 
@@ -93,17 +93,5 @@ def _crash(trainer=None) -> None:
     os._exit(1)
 
 
-def _leave(code: int) -> None:
-    """Exit without interpreter finalization, once main() has closed everything (checkpoint committed and
-    waited for, metrics flushed, process groups destroyed). Finalization adds nothing then, but it runs the
-    destructors of C++ threads started by torch.distributed, and under load one of them can abort the worker
-    ("terminate called without an active exception", SIGABRT: seen once in ~30 reruns of a finished job on a
-    busy 2-core machine), which turns a clean exit 0 into a failed job."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _leave(main())
+    exit_without_finalization(main())

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from training.lifecycle import exit_without_finalization
+
 
 def worker(preset: str, mode: str, out: str) -> None:
     import torch
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         worker(a.preset, *a.worker)
-        return 0
+        exit_without_finalization(0)
     modes = a.modes.split(",")
     if bad := [m for m in modes if m not in ("cpu", "meta")]:
         ap.error(f"--modes: unknown mode {bad[0]!r}; use cpu and/or meta")

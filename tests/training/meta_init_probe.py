@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from training.config import ModelConfig, ParallelConfig
+from training.lifecycle import exit_without_finalization
 from training.meta_init import RecordedInit
 from training.model import apply_activation_checkpointing, apply_fsdp, build_model, build_model_for_sharding
 
@@ -37,6 +38,7 @@ def main() -> None:
                       "tied": model.lm_head.weight is model.shared.weight is model.encoder.embed_tokens.weight,
                       "total_numel": sum(p.numel() for p in cpu.parameters())}))
     dist.destroy_process_group()
+    exit_without_finalization(0)  # a torch.distributed thread's destructor can abort a finished worker
 
 
 if __name__ == "__main__":

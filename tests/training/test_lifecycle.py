@@ -121,3 +121,14 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
             p.wait()
     time.sleep(0.1)
     assert worker_rank(named.pid) is None  # gone
+
+
+def test_exit_without_finalization_keeps_the_output_and_the_code_and_skips_finalizers():
+    # Buffered output (a pipe, not a terminal) and log records reach the parent; atexit handlers, which are part of
+    # the finalization this exit skips, do not run.
+    code = ("import atexit, logging, sys; from training.lifecycle import exit_without_finalization; "
+            "logging.basicConfig(stream=sys.stderr); atexit.register(lambda: print('finalized')); "
+            "print('done', end=''); logging.getLogger('x').warning('logged'); exit_without_finalization(3)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (3, "done")
+    assert "logged" in r.stderr
