@@ -97,7 +97,14 @@ def _jsonl_texts(path: str, text_field: str) -> Iterator[str]:
                 keys = ", ".join(sorted(map(str, rec))[:8]) or "none"
                 raise DataSourceError(f"{path}:{n} has no field {text_field!r} (its fields: {keys}); set "
                                       "--data.text_field to the field that holds the text")
-            yield str(rec[text_field])
+            text = str(rec[text_field])
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:  # a JSON escape such as "\ud800": valid JSON, not encodable text
+                raise DataSourceError(f"{path}:{n} field {text_field!r} holds a lone surrogate "
+                                      f"(U+{ord(e.object[e.start]):04X} at character {e.start}), which is not text; "
+                                      "fix or drop that escape in the file") from None
+            yield text
 
 
 def _parquet_texts(path: str, text_field: str) -> Iterator[str]:

@@ -69,6 +69,15 @@ def test_non_utf8_text_names_the_line(tmp_path):
         check_data(data_cfg(path).data, min_samples=1)
 
 
+def test_a_lone_surrogate_escape_names_the_line(tmp_path):
+    # Valid JSON whose string is not text: it would crash the byte tokenizer with a bare UnicodeEncodeError.
+    path = tmp_path / "escaped.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": "half a pair \\ud800 here"}\n')
+    with pytest.raises(DataSourceError, match=r"escaped.jsonl:2 field 'text' holds a lone surrogate \(U\+D800 at "
+                                              r"character 12\).*fix or drop that escape"):
+        check_data(data_cfg(path).data, min_samples=1)
+
+
 def test_parquet_without_the_column_and_a_file_that_is_not_parquet(tmp_path):
     pq.write_table(pa.table({"content": [TEXT] * 10}), tmp_path / "wrong.parquet")
     with pytest.raises(DataSourceError, match=r"has no column 'text' \(its columns: content\); set --data.text_field"):
