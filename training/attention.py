@@ -13,6 +13,9 @@ requires grad), and it needs the bias in the query's dtype. This kernel hands
 * cross-attention: only the padding mask (boolean, or none at all), because T5 has no position bias there.
   HF's 'sdpa' adds the tensor of zeros T5Attention makes for it: a dense [B, H, Sq, Sk] float mask, which keeps
   the flash and cuDNN kernels out (and needs a gradient under activation checkpointing);
+* the trainer's batches are packed windows of the token stream (no padding), so transformers builds no padding
+  mask and the self-attention bias reaches the kernel as [1, H, Sq, Sk], broadcast over the batch; only a
+  padded batch (fine-tuning data, ``generate``) folds its mask in as a [B, H, Sq, Sk] copy per layer;
 * ``scale=1.0`` and HF's dropout probability (0 in eval mode).
 
 Use it by passing ``attn_implementation(cfg.attention)`` as HF's ``attn_implementation`` (T5Config or

@@ -159,6 +159,19 @@ def test_cross_attention_gets_no_float_bias(attention, checkpointing, sdpa_calls
     assert all(c["mask"] is not None and c["mask"].dtype == torch.bool for c in cross)  # the padding
 
 
+def test_an_unpadded_batch_hands_the_kernel_the_bias_once_not_per_sample(sdpa_calls):
+    # The trainer's batches are packed windows of the token stream (no padding): the self-attention bias then
+    # stays [1, H, Sq, Sk], broadcast over the batch inside the kernel, instead of a [B, H, Sq, Sk] copy per layer.
+    step(t5(SDPA_BIAS), batch(encoder_padding=False))
+    self_attention = [c for c in sdpa_calls if c["query"].shape[2] == c["key"].shape[2]]
+    assert len(self_attention) == 4
+    assert all(c["mask"].shape[0] == 1 and c["query"].shape[0] == 3 for c in self_attention)
+    # With padding the mask is per sample: the check above is what a padded batch fails.
+    sdpa_calls.clear()
+    step(t5(SDPA_BIAS), batch(encoder_padding=True))
+    assert {c["mask"].shape[0] for c in sdpa_calls if c["query"].shape[2] == 20 == c["key"].shape[2]} == {3}
+
+
 def test_dropout_reaches_the_kernel_in_training_only(sdpa_calls):
     model = t5(SDPA_BIAS, dropout=0.25)
     step(model, batch())
