@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
 from typing import Sequence
 
 
@@ -18,13 +20,15 @@ class TrainingArgsError(ValueError):
 
 
 def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int,
-                        files_here: bool = False) -> None:
+                        files_here: bool = False, python: str | None = None) -> None:
     """Parse ``--preset preset args`` with ``python -m training``'s parser, validate, and check the world size.
 
     ``files_here``: this host sees the job's files where the job will (a Slurm head node on the shared file
     system): the data, the weights to start from and the output locations are checked too
     (training.job_check), so an empty corpus or a read-only directory fails before the job is queued.
     Skipped when the training package is not importable here (a host that only has the container image).
+    ``python``: the interpreter the job's nodes run (a venv on shared storage, no container): a preset that trains
+    on CUDA needs its torch to be a CUDA build (a CPU venv would stop every rank at start, after the queue wait).
     Raises :class:`TrainingArgsError` with the parser's or validator's message.
     """
     try:
@@ -50,3 +54,23 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
             check_job(cfg, files=True, device=False)  # the GPUs are on the compute nodes, not here
         except (ConfigError, CheckpointStorageError) as e:
             raise TrainingArgsError(f"training arguments rejected: {e}") from None
+    if python and cfg.parallel.device == "cuda":
+        _check_cuda_build(python, preset)
+
+
+def _check_cuda_build(python: str, preset: str) -> None:
+    """Refuse a CUDA preset whose interpreter has a CPU-only torch (no GPU needed here: the build says it)."""
+    if not os.access(python, os.X_OK):
+        raise TrainingArgsError(f"{python} is not an interpreter on this host; build the venv on the shared "
+                                "storage the nodes mount (TORCH_BUILD=cu130 scripts/venv.sh) or pass --python")
+    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__, torch.version.cuda or '')"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TrainingArgsError(f"{python} cannot import torch ({last}); rebuild its venv: TORCH_BUILD=cu130 "
+                                "scripts/venv.sh")
+    version, _, cuda = probe.stdout.strip().partition(" ")
+    if not cuda:
+        raise TrainingArgsError(f"preset {preset!r} trains on CUDA GPUs, but the nodes would run {python} whose torch "
+                                f"{version} is a CPU-only build; build that venv with the CUDA build "
+                                "(TORCH_BUILD=cu130 scripts/venv.sh) or run the training image (--container-image)")

@@ -1,29 +1,58 @@
 #!/usr/bin/env bash
 # Create or reuse the project venv (.venv) and install the pinned requirements.
-# Idempotent: reinstalls only when requirements.txt changed. Prints the venv's python path last.
-# torch is installed first, alone, with PyTorch's CPU index added (TORCH_INDEX_URL, default
-# https://download.pytorch.org/whl/cpu; empty = only your pip configuration's indexes): the CPU build, never
-# PyPI's CUDA build. The other requirements then find it installed and never ask that index.
+# Idempotent: reinstalls only when requirements.txt or TORCH_BUILD changed. Prints the venv's python path last.
+#
+# TORCH_BUILD picks the build of the pinned torch version (unset: the venv's current build, cpu for a new one):
+#   cpu    torch is installed first, alone, with PyTorch's CPU index added (TORCH_INDEX_URL, default
+#          https://download.pytorch.org/whl/cpu; empty = only your pip configuration's indexes): the CPU build,
+#          never PyPI's CUDA build. The other requirements then find it installed and never ask that index.
+#          Local runs, CI, and the rendezvous store on a Slurm head node.
+#   cu130  (or another of PyTorch's CUDA builds) the same version's CUDA build from
+#          https://download.pytorch.org/whl/<build> (TORCH_INDEX_URL overrides), for a venv that GPU nodes run
+#          (ParallelCluster without a container image); cluster_assets/docker/align_torch.py installs it, as
+#          for the training image. Needs no GPU on the machine that builds the venv.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
-torch_index="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 stamp="$venv/.requirements.sha256"
+made=$(cat "$stamp" 2>/dev/null || true)
+# Unset TORCH_BUILD keeps the build the venv was made with (make train calls this too: it must not turn a CUDA
+# venv back into a CPU one).
+[[ "$made" == *+* ]] && made_build=${made#*+} || made_build=cpu
+build="${TORCH_BUILD:-$made_build}"
+if [[ ! "$build" =~ ^(cpu|cu[0-9]{3}|rocm[0-9]+(\.[0-9]+)*)$ ]]; then
+  echo "venv.sh: TORCH_BUILD=$build is not a PyTorch build; use cpu (the default) or a CUDA build such as cu130" >&2
+  exit 2
+fi
+if [ "$build" = cpu ]; then
+  torch_index="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
+else
+  torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/$build}"
+fi
 want=$(sha256sum "$root/requirements.txt" | cut -d' ' -f1)
+[ "$build" = cpu ] || want="$want+$build"  # a CPU venv keeps the stamp it always had
 if [ ! -x "$venv/bin/python" ]; then
   echo "[venv] creating $venv" >&2
   "$py" -m venv "$venv"
 fi
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ "$made" != "$want" ]; then
   echo "[venv] installing pinned requirements (first run takes a few minutes)" >&2
   pip=("$venv/bin/python" -m pip install -q)
   "${pip[@]}" --upgrade pip >&2
-  # One package, one extra index: an unreachable index (an offline mirror) costs one retry, not one per package.
-  echo "[venv] torch (CPU build) from ${torch_index:-the configured indexes}${torch_index:+ or the configured indexes}" >&2
-  "${pip[@]}" --no-deps --retries 1 ${torch_index:+--extra-index-url "$torch_index"} \
-    -r <(grep -E '^torch==' "$root/requirements.txt") >&2
-  "${pip[@]}" -r "$root/requirements.txt" >&2
+  if [ "$build" = cpu ]; then
+    # One package, one extra index: an unreachable index (an offline mirror) costs one retry, not one per package.
+    echo "[venv] torch (CPU build) from ${torch_index:-the configured indexes}${torch_index:+ or the configured indexes}" >&2
+    "${pip[@]}" --no-deps --retries 1 ${torch_index:+--extra-index-url "$torch_index"} \
+      -r <(grep -E '^torch==' "$root/requirements.txt") >&2
+    "${pip[@]}" -r "$root/requirements.txt" >&2
+  else
+    "$venv/bin/python" "$root/cluster_assets/docker/align_torch.py" --requirements "$root/requirements.txt" \
+      --build "$build" --index-url "$torch_index" >&2
+    # The rest of the pins, keeping that torch (the file pins the CPU wheel).
+    "${pip[@]}" -r <(grep -vE '^torch==' "$root/requirements.txt") \
+      -c <("$venv/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")') >&2
+  fi
   echo "$want" > "$stamp"
 fi
 echo "$venv/bin/python"

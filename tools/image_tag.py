@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Build context: name in the context -> path in the repository (a file, or a directory copied whole).
 CONTEXT = {"Dockerfile": "cluster_assets/docker/Dockerfile", "requirements.txt": "requirements.txt",
-           "training": "training", "cluster_facts": "cluster_facts"}
+           "align_torch.py": "cluster_assets/docker/align_torch.py", "training": "training",
+           "cluster_facts": "cluster_facts"}
 #: What every tag looks like: "src-" and the first 12 hex digits of the context's SHA-256.
 TAG_PATTERN = re.compile(r"src-[0-9a-f]{12}")
 

@@ -132,8 +132,9 @@ def check_training_args(cfg: SlurmJobConfig, *, files_here: bool = True) -> None
     argv = ["--job.out_dir", cfg.run_dir, "--checkpoint.dir", cfg.checkpoint_dir, "--metrics.path", cfg.metrics_path,
             *cfg.train_args]
     try:
-        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node,
-                     files_here=files_here and cfg.container_image is None)
+        venv = files_here and cfg.container_image is None
+        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node, files_here=venv,
+                     python=cfg.venv_python if venv else None)
     except TrainingArgsError as e:
         raise SlurmConfigError(str(e)) from None
 

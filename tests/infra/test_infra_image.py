@@ -8,21 +8,85 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.infra.support import ROOT
 
 DOCKERFILE = ROOT / "cluster_assets" / "docker" / "Dockerfile"
 IMAGE_SH = ROOT / "scripts" / "image.sh"
 
 
-def test_dockerfile_pins_the_dlc_base_by_full_tag_and_keeps_its_torch() -> None:
+def test_dockerfile_pins_the_dlc_base_by_full_tag_and_runs_the_tested_torch() -> None:
     text = DOCKERFILE.read_text()
     (base,) = re.findall(r"^ARG BASE_IMAGE=(\S+)$", text, flags=re.M)
     assert re.fullmatch(r"[\w./-]+/pytorch-training:\d+\.\d+\.\d+-gpu-py3\d+-cu\d+-ubuntu\d+\.\d+-ec2", base), base
     assert "FROM ${BASE_IMAGE}" in text
     assert "COPY training/" in text
     assert "COPY cluster_facts/" in text  # training.launch imports it
-    # torch comes from the DLC (CUDA build); the project's requirements pin the CPU wheel.
-    assert re.search(r"grep -vE '\^\(torch\|", text) and "-c /tmp/constraints.txt" in text
+    # torch: the pinned version's CUDA build for the base's CUDA, installed before the other requirements, which
+    # then keep it (the requirements pin the CPU wheel).
+    (build,) = re.findall(r"^ARG TORCH_BUILD=(\S+)$", text, flags=re.M)
+    assert build == re.search(r"-(cu\d+)-", base).group(1)
+    align = text.index('RUN python /tmp/align_torch.py --requirements /tmp/requirements.txt --build "${TORCH_BUILD}"')
+    assert align < text.index("-c /tmp/constraints.txt") and re.search(r"grep -vE '\^\(torch\|", text)
+
+
+def _dist(root: Path, name: str, *requires: str) -> None:
+    """An installed distribution's metadata, as pip leaves it in site-packages."""
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def test_align_torch_reads_the_pin_and_replaces_an_older_torch_and_what_was_built_for_it(tmp_path) -> None:
+    from importlib import metadata  # noqa: PLC0415
+
+    from cluster_assets.docker.align_torch import AlignError, pinned_torch, plan  # noqa: PLC0415
+
+    requirements = (ROOT / "requirements.txt").read_text()
+    import torch  # noqa: PLC0415 - the pin is the torch every test runs on
+    assert pinned_torch(requirements) == torch.__version__.split("+")[0]
+    # A base image's site-packages: a package pinned to its torch (torchvision does this), ones that accept any
+    # recent torch, one that needs torch only for an extra.
+    _dist(tmp_path, "vision", "torch==2.10.0")
+    _dist(tmp_path, "loose", "torch>=2.6", "numpy")
+    _dist(tmp_path, "optional", 'torch>=3 ; extra == "torch"')
+    dists = list(metadata.distributions(path=[str(tmp_path)]))
+    want = pinned_torch(requirements)
+    index = "https://download.pytorch.org/whl/cu130"
+    assert plan(requirements, "cu130", python="py", distributions=dists, have="2.10.0+cu130") == [
+        ["py", "-m", "pip", "uninstall", "-y", "vision"],
+        ["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130", "--index-url", index]]
+    assert plan(requirements, "cu130", python="py", distributions=dists, have=f"{want}+cu130") == []  # as wanted
+    # The pinned version as the CPU wheel (a project venv) is replaced by its CUDA build; nothing else is touched.
+    without_vision = [d for d in dists if d.metadata["Name"] != "vision"]
+    assert plan(requirements, "cu130", "file:///mirror", python="py", distributions=without_vision,
+                have=f"{want}+cpu") == [["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130",
+                                         "--index-url", "file:///mirror"]]
+    with pytest.raises(AlignError, match=r"one torch version as 'torch==X.Y.Z' \(found: 2.1.0, 2.2.0\)"):
+        pinned_torch("torch==2.1.0+cpu ; sys_platform != 'darwin'\ntorch==2.2.0 ; sys_platform == 'darwin'\n")
+    with pytest.raises(AlignError, match=r"found: none"):
+        pinned_torch("numpy==2.0\n")
+
+
+def test_align_torch_command_dry_run_and_bad_input() -> None:
+    script = ROOT / "cluster_assets" / "docker" / "align_torch.py"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+
+    reqs = str(ROOT / "requirements.txt")
+    ok = run("--requirements", reqs, "--build", "cpu", "--dry-run")  # this venv holds the pinned CPU wheel
+    assert ok.returncode == 0 and re.search(r"installed torch (\S+), wanted \1: nothing to do", ok.stdout), ok
+    gpu = run("--requirements", reqs, "--dry-run")  # default: the CUDA build of the image's base
+    assert gpu.returncode == 0 and "1 step(s)" in gpu.stdout
+    assert re.search(r"pip install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
+                     gpu.stdout), gpu.stdout
+    bad = run("--requirements", "missing.txt")
+    assert bad.returncode == 2 and "--requirements missing.txt: no such file" in bad.stderr
+    bad = run("--requirements", reqs, "--build", "cuda13")
+    assert bad.returncode == 2 and "--build 'cuda13' is not a PyTorch build name; use e.g. cu130" in bad.stderr
 
 
 def test_image_script_dry_run_works_offline() -> None:

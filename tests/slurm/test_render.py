@@ -289,3 +289,22 @@ def test_the_store_is_off_the_compute_nodes_by_default(tmp_path):
     text = render(replace(BASE, rdzv_store="10.0.1.5", rdzv_store_port=29555))
     assert "RDZV_STORE=10.0.1.5" in text and "RDZV_STORE_PORT=29555" in text
     bash_syntax_ok(text, tmp_path)
+
+
+def test_a_gpu_preset_is_refused_before_queueing_when_the_nodes_would_run_a_cpu_only_torch(tmp_path):
+    # Venv mode (no container image): the nodes run this checkout's venv, whose torch is the CPU wheel. Every rank
+    # of a CUDA preset would stop at start (training.job_check), after the queue wait; the submit says so now.
+    gpu = ("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--instance-type",
+           "p5.48xlarge", "--preset", "t5-base")
+    r = run_cli(*gpu, env=submit_env(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert re.search(r"preset 't5-base' trains on CUDA GPUs, but the nodes would run \S+python\S* whose torch "
+                     r"\S+ is a CPU-only build; build that venv with the CUDA build \(TORCH_BUILD=cu130 "
+                     r"scripts/venv.sh\) or run the training image \(--container-image\)", r.stderr), r.stderr
+    # The same job in the training image, or a CPU preset on the same venv: nothing to refuse.
+    image = run_cli(*gpu, "--container-image", "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:src-1",
+                    env=submit_env(tmp_path))
+    assert image.returncode == 0, image.stderr
+    cpu = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--preset",
+                  "debug", env=submit_env(tmp_path))
+    assert cpu.returncode == 0, cpu.stderr
