@@ -56,12 +56,15 @@ def installed_torch() -> str | None:
 
 def incompatible_dependents(version: str, distributions: Iterable[metadata.Distribution]) -> list[str]:
     """Names of the distributions whose unconditional torch requirement excludes ``version`` (sorted)."""
-    from pip._vendor.packaging.requirements import Requirement  # pip is in every image this runs in
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # pip is wherever this runs
 
     out = set()
     for dist in distributions:
         for text in dist.requires or []:
-            req = Requirement(text)
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:  # another package's malformed metadata is not this script's business
+                continue
             if req.name.lower() != "torch" or (req.marker and "extra" in str(req.marker)):
                 continue
             if req.marker and not req.marker.evaluate():
