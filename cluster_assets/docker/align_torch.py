@@ -56,7 +56,10 @@ def installed_torch() -> str | None:
 
 def incompatible_dependents(version: str, distributions: Iterable[metadata.Distribution]) -> list[str]:
     """Names of the distributions whose unconditional torch requirement excludes ``version`` (sorted)."""
-    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # pip is wherever this runs
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # a bare venv: pip's own copy (only here: importing pip turns off setuptools' distutils)
+        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
 
     out = set()
     for dist in distributions:

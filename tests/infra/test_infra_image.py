@@ -156,3 +156,17 @@ def test_image_script_explains_missing_tools(tmp_path) -> None:
     bad = subprocess.run([str(IMAGE_SH), "--tag", "bad tag!", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "not a valid image tag" in bad.stderr
+
+
+def test_align_torch_runs_in_a_bare_venv_the_way_scripts_venv_sh_starts_a_gpu_venv(tmp_path) -> None:
+    # Only pip there (no packaging, no torch): the plan is one install, read with pip's own copy of packaging.
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    assert subprocess.run([python, "-c", "import packaging"], capture_output=True).returncode != 0
+    r = subprocess.run([python, str(ROOT / "cluster_assets" / "docker" / "align_torch.py"), "--requirements",
+                        str(ROOT / "requirements.txt"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"installed torch none, wanted \S+\+cu130: 1 step\(s\)\n\[align-torch\] \S+/bare/bin/python -m pip "
+                     r"install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
+                     r.stdout), r.stdout
