@@ -10,6 +10,7 @@ The token stream is held in memory (the built-in corpus, a .jsonl/.parquet sourc
 prepared directory, which a corpus of any size should be turned into once::
 
     python -m training.data prepare /fsx/corpus /fsx/corpus-prepared [--text-field text]
+    python -m training.data verify /fsx/corpus-prepared    # every byte against prepare's hashes
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import torch
 
 from training.config import ConfigError, DataConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
-from training.prepared import Manifest, ShardWriter, is_prepared, read_manifest
+from training.prepared import MANIFEST, Manifest, ShardWriter, is_prepared, read_manifest, verify_contents
 
 PAD, EOS, UNK = 0, 1, 2
 BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
@@ -336,9 +337,49 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_prepare(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        manifest = prepare(args.source, args.destination, text_field=args.text_field,
+                           shard_tokens=args.shard_tokens, overwrite=args.overwrite, say=_say)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: prepare failed: {e}; fix the cause (space, permissions) and run it again (a partly written "
+              "DST is replaced)", file=sys.stderr)
+        return 1
+    print(f"prepared {args.destination}: {manifest.tokens:,} tokens of {manifest.documents:,} documents in "
+          f"{len(manifest.shards)} shard(s) in {time.monotonic() - started:.1f} s; train with --data.source "
+          f"{args.destination}")
+    return 0
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        if not is_prepared(args.directory):
+            raise DataSourceError(f"{args.directory!r} is not a prepared directory (no {MANIFEST}, no shard files); "
+                                  "pass the DST of `python -m training.data prepare SRC DST`")
+        manifest = read_manifest(args.directory)
+        verify_contents(manifest, say=_say)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    hashed = "each shard's sha256 and " if all(s.sha256 for s in manifest.shards) else ""
+    print(f"verified {args.directory}: {manifest.tokens:,} tokens in {len(manifest.shards)} shard(s) match "
+          f"{hashed}the sha256 {manifest.sha256[:16]}... that prepare recorded ({time.monotonic() - started:.1f} s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.data prepare SRC DST [--text-field F] [--shard-tokens N] [--overwrite]``; exit 0,
-    2 for bad input (the message names it and the fix), 1 when writing fails (DST is then half-written)."""
+    """``python -m training.data prepare SRC DST [--text-field F] [--shard-tokens N] [--overwrite]`` or
+    ``python -m training.data verify DST``; exit 0, 2 for bad input or a damaged DST (the message names it and the
+    fix), 1 when writing fails (DST is then half-written)."""
     parser = argparse.ArgumentParser(prog="python -m training.data", description="Data tools of the training job.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd = commands.add_parser(
@@ -359,23 +400,19 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"tokens per shard file, 2 bytes each (default: {DEFAULT_SHARD_TOKENS}, 128 MiB files)")
     cmd.add_argument("--overwrite", action="store_true",
                      help="replace a prepared DST (never while a job trains from it)")
+    cmd.set_defaults(run=_run_prepare)
+    cmd = commands.add_parser(
+        "verify", help="read a prepared directory's every byte and check it against the hashes prepare recorded",
+        description="Check that DST holds exactly what prepare wrote: every shard's bytes against its sha256 in "
+                    "manifest.json, and the whole stream against the run fingerprint. A job's start checks only "
+                    "the shards' names and sizes (reading a large corpus on every rank would cost minutes), so run "
+                    "this after copying a prepared directory (to FSx, through S3) and before a long run. Exit 0: "
+                    "intact; 2: damaged or not a prepared directory (the message names the shard and the fix). "
+                    "Progress goes to stderr.")
+    cmd.add_argument("directory", metavar="DST", help="a prepared directory (the DST of prepare)")
+    cmd.set_defaults(run=_run_verify)
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    try:
-        manifest = prepare(args.source, args.destination, text_field=args.text_field,
-                           shard_tokens=args.shard_tokens, overwrite=args.overwrite,
-                           say=lambda line: print(line, file=sys.stderr, flush=True))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: prepare failed: {e}; fix the cause (space, permissions) and run it again (a partly written "
-              "DST is replaced)", file=sys.stderr)
-        return 1
-    print(f"prepared {args.destination}: {manifest.tokens:,} tokens of {manifest.documents:,} documents in "
-          f"{len(manifest.shards)} shard(s) in {time.monotonic() - started:.1f} s; train with --data.source "
-          f"{args.destination}")
-    return 0
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
     writer.write(int16_buffer); ...
     manifest = writer.finish(source="/fsx/corpus", text_field="text", documents=n)
     manifest = read_manifest("/fsx/prepared")   # DataSourceError names the problem and the fix
+    verify_contents(manifest)                     # reads every byte: after a copy, before a long run
+
+``read_manifest`` checks names and sizes only (every rank runs it at start; reading a large corpus there would
+cost minutes); ``python -m training.data verify DST`` runs :func:`verify_contents`, which checks the bytes.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import glob
 import hashlib
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from training.config import ConfigError
@@ -39,6 +45,9 @@ def shard_name(number: int) -> str:
 class Shard:
     name: str
     tokens: int
+    sha256: str | None = None
+    """sha256 of this shard's bytes (``sha256sum tokens-00000.bin``); None in manifests written before it was
+    recorded, whose damage :func:`verify_contents` can detect but not place in a shard."""
 
 
 @dataclass(frozen=True)
@@ -90,12 +99,12 @@ def read_manifest(directory: str) -> Manifest:
         raise DataSourceError(f"{path} is format version {raw.get('version')!r}, this code reads version "
                               f"{VERSION}; {redo} with this code")
     try:
-        shards = tuple(Shard(s["name"], s["tokens"]) for s in raw["shards"])
+        shards = tuple(Shard(s["name"], s["tokens"], s.get("sha256")) for s in raw["shards"])
         manifest = Manifest(directory=directory, source=raw["source"], text_field=raw["text_field"],
                             documents=raw["documents"], tokens=raw["tokens"], shard_tokens=raw["shard_tokens"],
                             shards=shards, sha256=raw["sha256"], digest=raw["digest"])
         listed = sum(s.tokens for s in shards)
-    except (KeyError, TypeError) as e:  # not the fields prepare writes
+    except (KeyError, TypeError, AttributeError) as e:  # not the fields prepare writes
         raise DataSourceError(f"{path} lacks what prepare writes ({type(e).__name__}: {e}); {redo}") from None
     if listed != manifest.tokens:
         raise DataSourceError(f"{path} lists {len(shards)} shard(s) of {listed:,} tokens but a total of "
@@ -137,6 +146,7 @@ class ShardWriter:
         self._file = None
         self._in_shard = 0
         self._sha256 = hashlib.sha256()
+        self._shard_sha256 = hashlib.sha256()
         self._digest = hashlib.blake2b(digest_size=8)  # training.run_identity.digest_tokens's hash
 
     def _claim(self, overwrite: bool) -> None:
@@ -167,6 +177,7 @@ class ShardWriter:
             piece, data = data[:take], data[take:]
             self._file.write(piece)
             self._sha256.update(piece)
+            self._shard_sha256.update(piece)
             self._digest.update(piece)
             self._in_shard += take // TOKEN_BYTES
             self.tokens += take // TOKEN_BYTES
@@ -177,8 +188,8 @@ class ShardWriter:
         self._file.flush()
         os.fsync(self._file.fileno())  # on disk before the manifest that vouches for it
         self._file.close()
-        self.shards.append(Shard(shard_name(len(self.shards)), self._in_shard))
-        self._file, self._in_shard = None, 0
+        self.shards.append(Shard(shard_name(len(self.shards)), self._in_shard, self._shard_sha256.hexdigest()))
+        self._file, self._in_shard, self._shard_sha256 = None, 0, hashlib.sha256()
 
     def finish(self, *, source: str, text_field: str | None, documents: int) -> Manifest:
         """Close the last shard and write the manifest (atomically: a reader sees all of it or none)."""
@@ -196,3 +207,43 @@ class ShardWriter:
             os.fsync(f.fileno())
         os.replace(f"{path}.tmp", path)
         return manifest
+
+
+READ_BYTES = 2**23  # 8 MiB reads: large enough for Lustre's stripes, small enough to stay out of memory
+PROGRESS_S = 10.0
+
+
+def verify_contents(manifest: Manifest, *, say: Callable[[str], None] = lambda line: None) -> None:
+    """Read every shard of ``manifest`` (from :func:`read_manifest`, which has checked the sizes) and check its
+    bytes against the hashes ``prepare`` recorded: each shard's sha256 where the manifest has it, then the whole
+    stream's sha256 and the run fingerprint's digest. Raises :class:`DataSourceError` naming the first shard that
+    differs (or the directory, for a manifest without per-shard hashes) and the fix. ``say`` gets progress lines
+    about every 10 s."""
+    redo = REDO.format(dst=manifest.directory)
+    whole, digest = hashlib.sha256(), hashlib.blake2b(digest_size=8)  # training.run_identity.digest_tokens's hash
+    done, said = 0, time.monotonic()
+    for n, shard in enumerate(manifest.shards, 1):
+        mine = hashlib.sha256()
+        try:
+            with open(manifest.path(shard), "rb") as f:
+                while block := f.read(READ_BYTES):
+                    for h in (whole, digest, mine):
+                        h.update(block)
+                    done += len(block)
+                    if time.monotonic() - said >= PROGRESS_S:
+                        say(f"verify: {done / 2**20:,.0f} of {manifest.tokens * TOKEN_BYTES / 2**20:,.0f} MiB read "
+                            f"(shard {n} of {len(manifest.shards)})")
+                        said = time.monotonic()
+        except OSError as e:
+            raise DataSourceError(f"shard {manifest.path(shard)} cannot be read: {e.strerror}; {redo}") from None
+        if shard.sha256 is not None and mine.hexdigest() != shard.sha256:
+            raise DataSourceError(f"shard {manifest.path(shard)} differs from what prepare wrote (sha256 "
+                                  f"{mine.hexdigest()[:16]}..., {MANIFEST} says {shard.sha256[:16]}...): it was "
+                                  f"damaged or changed after prepare; {redo}")
+    if done != manifest.tokens * TOKEN_BYTES:  # a shard changed size since read_manifest looked
+        raise DataSourceError(f"{manifest.directory} holds {done:,} bytes of shards, {MANIFEST} says "
+                              f"{manifest.tokens * TOKEN_BYTES:,}; {redo}")
+    if whole.hexdigest() != manifest.sha256 or digest.hexdigest() != manifest.digest:
+        raise DataSourceError(f"the shards of {manifest.directory} differ from what prepare wrote (sha256 "
+                              f"{whole.hexdigest()[:16]}..., {MANIFEST} says {manifest.sha256[:16]}...): a shard "
+                              f"was damaged or changed after prepare, or {MANIFEST} was edited; {redo}")

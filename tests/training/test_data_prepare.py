@@ -19,7 +19,7 @@ from training.corpus import DataSourceError
 from training.data import (GlobalOrder, ResumableBatchSampler, ShardedTokens, build_dataloader, build_dataset,
                            main, prepare)
 from training.job_check import check_data
-from training.prepared import MANIFEST, ShardWriter, read_manifest
+from training.prepared import MANIFEST, ShardWriter, read_manifest, verify_contents
 from training.run_identity import digest_tokens
 
 SHARD = 997  # a prime: sample windows (70 tokens at seq_len 64) straddle most shard boundaries
@@ -89,7 +89,7 @@ def test_the_run_fingerprint_of_prepared_data_is_its_sources_and_read_from_the_m
     mapped = build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0)
     assert digest_tokens(mapped.tokens) == digest_tokens(direct.tokens)  # preparing does not change the run
     shard = dst / "tokens-00003.bin"
-    shard.write_bytes(bytes(len(shard.read_bytes())))  # same size, other content: only a full read would see it
+    shard.write_bytes(bytes(len(shard.read_bytes())))  # same size, other content: only `verify` (a full read) sees it
     assert digest_tokens(build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0).tokens) == \
         digest_tokens(direct.tokens)
 
@@ -173,6 +173,65 @@ def test_a_damaged_prepared_directory_is_refused_with_the_fix(prepared):
     (dst / MANIFEST).write_text('{"format": "t5-failover prepared tok')  # cut short by a copy
     with pytest.raises(DataSourceError, match="manifest.json is not JSON .*re-run `python -m training.data prepare"):
         check_data(cfg, min_samples=1)
+
+
+def flip_a_bit(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_verify_reads_every_byte_and_names_the_shard_that_changed(prepared):
+    _, dst = prepared
+    manifest = read_manifest(str(dst))
+    assert [s.sha256 for s in manifest.shards] == [hashlib.sha256((dst / s.name).read_bytes()).hexdigest()
+                                                   for s in manifest.shards]  # what `sha256sum` prints
+    verify_contents(manifest)
+    flip_a_bit(dst / "tokens-00004.bin", 1000)  # same size: the start's checks pass
+    assert read_manifest(str(dst)) == manifest
+    with pytest.raises(DataSourceError, match=r"shard .*tokens-00004.bin differs from what prepare wrote \(sha256 "
+                                              r"[0-9a-f]{16}\.\.\., manifest.json says [0-9a-f]{16}\.\.\.\): it was "
+                                              r"damaged or changed after prepare; re-run `python -m training.data"):
+        verify_contents(manifest)
+
+
+def test_verify_of_a_manifest_without_shard_hashes_checks_the_whole_stream(prepared):
+    _, dst = prepared
+    record = json.loads((dst / MANIFEST).read_text())
+    for shard in record["shards"]:
+        del shard["sha256"]  # as prepare wrote it before shards had their own hash
+    (dst / MANIFEST).write_text(json.dumps(record))
+    manifest = read_manifest(str(dst))
+    assert {s.sha256 for s in manifest.shards} == {None}
+    verify_contents(manifest)
+    flip_a_bit(dst / "tokens-00007.bin", 3)
+    with pytest.raises(DataSourceError, match=r"the shards of .*prepared differ from what prepare wrote .*a shard "
+                                              r"was damaged or changed after prepare, or manifest.json was edited"):
+        verify_contents(manifest)
+
+
+def test_the_verify_command_exits_0_for_intact_and_2_for_damaged_naming_the_fix(prepared, tmp_path, capsys):
+    _, dst = prepared
+
+    def run(directory) -> tuple[int, str, str]:
+        code = main(["verify", str(directory)])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = run(dst)
+    manifest = read_manifest(str(dst))
+    assert (code, err) == (0, "") and out.startswith(
+        f"verified {dst}: {manifest.tokens:,} tokens in {len(manifest.shards)} shard(s) match each shard's sha256 "
+        f"and the sha256 {manifest.sha256[:16]}... that prepare recorded (")
+    flip_a_bit(dst / "tokens-00000.bin", 0)
+    code, out, err = run(dst)
+    assert (code, out) == (2, "") and err.startswith(f"error: shard {dst / 'tokens-00000.bin'} differs")
+    code, out, err = run(tmp_path / "nothing")
+    assert (code, out) == (2, "") and "is not a prepared directory (no manifest.json, no shard files); pass the " \
+                                      "DST of `python -m training.data prepare SRC DST`" in err
+    (dst / "tokens-00000.bin").unlink()
+    code, out, err = run(dst)
+    assert code == 2 and "tokens-00000.bin (listed in manifest.json) cannot be read" in err
 
 
 def test_job_check_accepts_a_prepared_directory_and_counts_its_samples(prepared):
