@@ -17,7 +17,7 @@ from cluster_facts.names import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, D
                                  FSX_PVC_NAME, GPU_QUEUE, GPU_TAINT_KEY, IMAGE_REPOSITORY, MEMORY_DIR_ENV,
                                  NODE_MEMORY_DIR, RDZV_STORE_PORT, RDZV_STORE_UNIT, RUNTIME_NAME,
                                  TRAINING_NAMESPACE, image_repository)
-from cluster_facts.nccl_env import nccl_env
+from cluster_facts.nccl_env import EFA_LIBRARY_DIRS, NCCL_NET_PLUGIN_LIBRARY, nccl_env
 from cluster_facts.timeouts import SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, platform_timeouts
 
 __all__ = [
@@ -25,6 +25,6 @@ __all__ = [
     "DEFAULT_GPU_INSTANCE_TYPE", "DEFAULT_IMAGE_TAG", "DEFAULT_MAX_RESTARTS", "FSX_MOUNT_PATH", "FSX_PVC_NAME",
     "GPU_QUEUE", "GPU_TAINT_KEY", "IMAGE_REPOSITORY", "MEMORY_DIR_ENV", "NODE_MEMORY_DIR", "RDZV_STORE_PORT",
     "RDZV_STORE_UNIT", "RUNTIME_NAME", "TRAINING_NAMESPACE", "image_repository",
-    "nccl_env",
+    "EFA_LIBRARY_DIRS", "NCCL_NET_PLUGIN_LIBRARY", "nccl_env",
     "SHUTDOWN_MARGIN_S", "TIMEOUTS", "PlatformTimeouts", "platform_timeouts",
 ]

@@ -18,6 +18,18 @@ awsome-distributed-training, and aws-ofi-nccl's ``platform-aws``). Deliberately 
 """
 from __future__ import annotations
 
+# Where EFA hosts keep libfabric and the aws-ofi-nccl plugin (libnccl-net.so): the EFA installer's layout differs
+# by OS and release (lib64 on Amazon Linux/RHEL, lib on Ubuntu, lib/<arch>-linux-gnu for ofi-nccl before
+# installer 1.44, lib64 from 1.44 on), and older ParallelCluster AMIs built the plugin in /opt/aws-ofi-nccl. A job
+# outside the image puts the ones that exist on LD_LIBRARY_PATH; the installer's ld.so.conf.d entries usually
+# make that redundant, and NCCL falls back to TCP sockets, silently, where neither finds the plugin.
+EFA_LIBRARY_DIRS = ("/opt/amazon/efa/lib64", "/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib64",
+                    "/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+                    "/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu", "/opt/aws-ofi-nccl/lib")
+# The plugin NCCL loads when NCCL_NET_PLUGIN is unset; aws-ofi-nccl >= 1.15 names it libnccl-net-ofi.so and
+# keeps this name beside it.
+NCCL_NET_PLUGIN_LIBRARY = "libnccl-net.so"
+
 
 def nccl_env(*, efa: bool, gpudirect_rdma: bool = False) -> dict[str, str]:
     """Environment for every process of a GPU training job (not for CPU jobs: there is no NCCL there).

@@ -20,7 +20,7 @@ from typing import Sequence
 from cluster_assets.slurm.config import SLURM_TIMEOUTS, SlurmConfigError, SlurmJobConfig, field_docs
 from cluster_assets.training_args import TrainingArgsError
 from cluster_assets.training_args import check_training_args as shared_check
-from cluster_facts import nccl_env
+from cluster_facts import EFA_LIBRARY_DIRS, nccl_env
 
 TEMPLATE = Path(__file__).with_name("job.sbatch.in")
 
@@ -72,9 +72,9 @@ def render(cfg: SlurmJobConfig) -> str:
     env = {**efa_env(cfg), **dict(kv.split("=", 1) for kv in cfg.extra_env)}
     env_lines = [f"export {k}={_q(v)}" for k, v in env.items()]
     if cfg.efa:
-        # Slurm only: in venv mode the job runs on the ParallelCluster AMI, whose EFA installer puts libfabric
+        # Slurm only: in venv mode the job runs on the ParallelCluster AMI, whose EFA installer may put libfabric
         # and aws-ofi-nccl outside the default library path (an EKS pod runs the image, which sets its own).
-        env_lines.append('for d in /opt/amazon/efa/lib /opt/amazon/ofi-nccl/lib /opt/aws-ofi-nccl/lib; do '
+        env_lines.append(f'for d in {" ".join(EFA_LIBRARY_DIRS)}; do '
                          '[[ -d "$d" ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; done')
     if not env_lines:
         env_lines = ["# (CPU job: no NCCL/EFA settings)"]

@@ -15,7 +15,7 @@ import pytest
 
 from cluster_assets.slurm.config import SlurmConfigError, SlurmJobConfig, parse_time_limit
 from cluster_assets.slurm.render import efa_env, render
-from cluster_facts import platform_timeouts
+from cluster_facts import EFA_LIBRARY_DIRS, platform_timeouts
 from tools.slurm import submit
 from tools.slurm.slurmctl import parse_job
 
@@ -63,7 +63,8 @@ def test_gpu_instance_types_set_gpus_and_efa(tmp_path):
     assert {"--gpus-per-node=8", "--time=12:00:00", "--partition=gpu"} <= set(opts)
     assert "NPROC_PER_NODE=8" in text
     assert "export FI_EFA_USE_HUGE_PAGE=0" in text and "export FI_EFA_USE_DEVICE_RDMA=1" in text
-    assert "/opt/amazon/efa/lib" in text  # the AMI's EFA libraries in venv mode
+    # the AMI's EFA libraries and NCCL plugin in venv mode, wherever this OS and installer release put them
+    assert all(f" {d} " in text or f" {d};" in text for d in EFA_LIBRARY_DIRS)
     g5 = efa_env(replace(BASE, instance_type="g5.48xlarge").with_instance_type())
     assert g5["FI_EFA_USE_HUGE_PAGE"] == "0" and "FI_EFA_USE_DEVICE_RDMA" not in g5  # no GPUDirect RDMA on g5
     assert efa_env(BASE) == {}

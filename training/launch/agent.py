@@ -44,6 +44,7 @@ import sys
 
 from training.job_check import DONE_ENV, already_checked
 from training.launch.config import LaunchError
+from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.rdzv_poll import apply_rdzv_poll
 from training.launch.spare_fixes import apply_spare_fixes
@@ -150,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
         os.environ[DONE_ENV] = "1"
+    if _is_training(args):
+        warning = missing_plugin_warning()  # EFA without its NCCL plugin trains, slowly: say so once per node
+        if warning:
+            print(f"[launch] {warning}", file=sys.stderr, flush=True)
     ckpt_dir = _standalone_checkpoint_dir(args)
     if ckpt_dir:
         try:
