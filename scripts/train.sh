@@ -18,6 +18,14 @@ case "$platform" in
 esac
 py=$(scripts/venv.sh)
 preset="${PRESET:-debug}"
+preset_args=(--preset "$preset")
+# A --preset among the arguments wins over PRESET: the banner says that one, and it is passed once.
+prev=""
+for a in "$@"; do
+  case "$a" in --preset=*) preset="${a#--preset=}"; preset_args=() ;; esac
+  [ "$prev" = --preset ] && { preset="$a"; preset_args=(); }
+  prev="$a"
+done
 nproc="${NPROC:-2}"
 [[ "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "error: NPROC=$nproc must be a positive integer" >&2; exit 2; }
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
@@ -33,16 +41,16 @@ if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   echo "[train] $what: preset=$preset, $nodes simulated node(s) x $nproc processes$( ((spares)) && echo " + $spares hot spare(s)") (python -m training.launch, gloo on CPU)"
   launch=("$py" -m training.launch --nodes "$nodes" --spares "$spares" --nproc-per-node "$nproc")
   [ "$dry" = true ] && launch+=(--print)
-  exec "${launch[@]}" -- --preset "$preset" "$@"
+  exec "${launch[@]}" -- "${preset_args[@]}" "$@"
 fi
 if [ "$dry" = true ]; then
-  echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc -m training --preset $preset $*"
+  echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc -m training${preset_args[*]:+ ${preset_args[*]}} $*"
   exit 0
 fi
 echo "[train] local run: preset=$preset, $nproc processes (torchrun --standalone, gloo on CPU)"
 set +e
 # torchrun's agent through training.launch.agent: one line instead of tracebacks on Ctrl-C, workers die with it
-"$py" -m training.launch.agent --standalone --nproc_per_node="$nproc" -m training --preset "$preset" "$@"
+"$py" -m training.launch.agent --standalone --nproc_per_node="$nproc" -m training "${preset_args[@]}" "$@"
 rc=$?
 set -e
 case $rc in
