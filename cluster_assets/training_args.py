@@ -20,7 +20,8 @@ class TrainingArgsError(ValueError):
 
 
 def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int,
-                        files_here: bool = False, python: str | None = None) -> None:
+                        files_here: bool = False, python: str | None = None,
+                        gpus_per_node: int | None = None) -> None:
     """Parse ``--preset preset args`` with ``python -m training``'s parser, validate, and check the world size.
 
     ``files_here``: this host sees the job's files where the job will (a Slurm head node on the shared file
@@ -29,6 +30,8 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
     Skipped when the training package is not importable here (a host that only has the container image).
     ``python``: the interpreter the job's nodes run (a venv on shared storage, no container): a preset that trains
     on CUDA needs its torch to be a CUDA build (a CPU venv would stop every rank at start, after the queue wait).
+    ``gpus_per_node``: the GPUs the job asks the scheduler for on each node (None: not known here); a preset that
+    trains on CUDA needs some (without them the scheduler hands out none, and every rank stops at start).
     Raises :class:`TrainingArgsError` with the parser's or validator's message.
     """
     try:
@@ -54,6 +57,11 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
             check_job(cfg, files=True, device=False)  # the GPUs are on the compute nodes, not here
         except (ConfigError, CheckpointStorageError) as e:
             raise TrainingArgsError(f"training arguments rejected: {e}") from None
+    if cfg.parallel.device == "cuda" and gpus_per_node == 0:
+        raise TrainingArgsError(f"preset {preset!r} trains on CUDA GPUs, but the job asks for no GPUs per node; "
+                                "pass --instance-type with the GPU nodes' instance type (e.g. p5.48xlarge: one "
+                                "process per GPU, the EFA settings) or --gpus-per-node N, or choose a CPU preset "
+                                "(debug)")
     if python and cfg.parallel.device == "cuda":
         _check_cuda_build(python, preset)
 

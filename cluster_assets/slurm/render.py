@@ -134,7 +134,7 @@ def check_training_args(cfg: SlurmJobConfig, *, files_here: bool = True) -> None
     try:
         venv = files_here and cfg.container_image is None
         shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node, files_here=venv,
-                     python=cfg.venv_python if venv else None)
+                     python=cfg.venv_python if venv else None, gpus_per_node=cfg.gpus_per_node)
     except TrainingArgsError as e:
         raise SlurmConfigError(str(e)) from None
 

@@ -157,6 +157,8 @@ def test_training_flags_pass_through_without_dashes():
     (["--nodes", "0"], "--nodes 0 is invalid"),
     (["--instance-type", "p3.2xlarge"], "unknown; use one of"),
     (["--env", "NOEQUALS"], "expected NAME=VALUE"),
+    (["--preset", "t5-base", "--gpus-per-node", "0", "--nproc-per-node", "1"],
+     "preset 't5-base' trains on CUDA GPUs, but the job asks for no GPUs per node; pass --instance-type"),
 ])
 def test_cli_rejects_bad_input(args, match):
     r = submit_cli("--dry-run", "--image", "img:1", *args)

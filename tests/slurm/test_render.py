@@ -309,3 +309,15 @@ def test_a_gpu_preset_is_refused_before_queueing_when_the_nodes_would_run_a_cpu_
     cpu = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--preset",
                   "debug", env=submit_env(tmp_path))
     assert cpu.returncode == 0, cpu.stderr
+
+
+def test_a_gpu_preset_without_gpus_per_node_is_refused_naming_the_instance_type_option(tmp_path):
+    # Without --instance-type the job asks Slurm for no GPUs: one process per node and no GPU to train on.
+    image = ("--container-image", "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:src-1")
+    base = ("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--preset", "t5-base")
+    r = run_cli(*base, *image, env=submit_env(tmp_path))
+    assert r.returncode == 2 and ("error: preset 't5-base' trains on CUDA GPUs, but the job asks for no GPUs per "
+                                  "node; pass --instance-type with the GPU nodes' instance type") in r.stderr, r.stderr
+    for gpus in (("--gpus-per-node", "8"), ("--instance-type", "p4d.24xlarge")):
+        ok = run_cli(*base, *image, *gpus, env=submit_env(tmp_path))
+        assert ok.returncode == 0 and "#SBATCH --gpus-per-node=8" in ok.stdout, ok.stderr

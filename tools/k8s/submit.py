@@ -113,7 +113,8 @@ def check_training_args(cfg: TrainJobConfig) -> None:
         argv.append(a)
         i += 1
     try:
-        shared_check(cfg.preset, argv, nodes=cfg.num_nodes, nproc_per_node=cfg.nproc_per_node)
+        shared_check(cfg.preset, argv, nodes=cfg.num_nodes, nproc_per_node=cfg.nproc_per_node,
+                     gpus_per_node=cfg.gpus_per_node)
     except TrainingArgsError as e:
         raise TrainJobError(str(e)) from None
 
