@@ -147,7 +147,9 @@ def test_ctrl_c_stops_at_a_checkpoint_and_rerun_recomputes_nothing(tmp_path, ent
 
 def test_second_ctrl_c_stops_everything_at_once(tmp_path):
     out, log = tmp_path / "run", tmp_path / "run.log"
-    p = start(train_sh(out), log)
+    # The first Ctrl-C's checkpoint hangs before its commit, so the second one always lands while the clean stop
+    # is still under way (a tiny model's stop can otherwise finish first: the agent then exits 130 on its own).
+    p = start([*train_sh(out), "--fault.slow_commit_s", "120"], log)
     try:
         wait_for(lambda: len(records(out, "step")) >= 2, "step 2", proc=p, log=log)
         ws = workers(out)
@@ -165,6 +167,7 @@ def test_second_ctrl_c_stops_everything_at_once(tmp_path):
         kill_all([p.pid, *descendants(p.pid), *workers(out)])
     text = log.read_text()
     assert "second SIGINT: stopping at once" in text and "Traceback" not in text, text
+    assert latest_complete(out / "checkpoints") is None  # the interrupted stop's checkpoint never counts
 
 
 def test_sigkill_of_the_torchrun_agent_kills_its_workers(tmp_path):
