@@ -37,10 +37,18 @@ def launch(out: Path, steps: int = LONG) -> list[str]:
             "--train.steps", str(steps), "--checkpoint.interval", "100"]
 
 
+def _default_sigint() -> None:
+    # A terminal's foreground job starts with SIGINT at its default action. Under a runner started in the
+    # background (`cmd &` in a script) it would inherit "ignored", which bash cannot undo: the run's bash would
+    # then never die of the second Ctrl-C, whatever the launcher does.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv: list[str], log: Path) -> subprocess.Popen:
     """Run in a new session (its own process group, like a terminal's foreground job); output to ``log``."""
     with open(log, "w") as f:
-        return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_default_sigint)
 
 
 def records(out: Path, event: str) -> list[dict]:
