@@ -10,11 +10,11 @@ SCENARIOS: dict[str, str] = {
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
     "network-cut": "take a node's network link down mid-training: its processes run on, cut off (a partition)",
-    "silent-node": "SIGSTOP a whole node (sockets stay open): the heartbeat watchdog declares it, the job re-forms",
+    "silent-node": "SIGSTOP a whole node (sockets stay open): its stopped keep-alives declare it lost, the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
                             "the world size never shrinks",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
-                               "the watchdog declares it in seconds, the spare takes its place",
+                               "it is declared lost in seconds, the spare takes its place",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",

@@ -123,6 +123,7 @@ def inject_silent_node(run: ScenarioRun) -> None:
     victim = _victim(run)
     run.facts["silent_node"] = victim
     run.facts["silent_ranks"] = [r for r in range(cfg.world) if run.cluster.node_of_rank(r) == victim]
+    run.facts["silent_agent_pid"] = run.cluster.current(victim).proc.pid
     run.cluster.stop_node(victim)
     t_stop = run.cluster.events[-1]["time"]
     small = (cfg.nodes - 1) * cfg.nproc_per_node
@@ -186,7 +187,8 @@ def inject_silent_node_during_save(run: ScenarioRun) -> None:
     _, spares = training_and_spares(run)
     # its worker is stopped already (node_of_rank skips stopped workers): its ranks are read from the node itself
     run.facts.update(silent_ranks=sorted(r for p in c.workers(node) if (r := c.rank_of(p)) is not None),
-                     spare_nodes=spares, killed_node=node, save_stop_step=step)
+                     spare_nodes=spares, killed_node=node, save_stop_step=step,
+                     silent_agent_pid=c.current(node).proc.pid)
     c.stop_node(node)
     _record_spare_takeover(run, spares)
     c.kill_node(node, record=False)  # fence the silent machine
@@ -329,16 +331,22 @@ def check_shrank_and_grew(obs: Observation) -> Check:
     return Check("shrank and grew back", ok, f"world sizes {worlds}, rejoin at {len(obs.rejoins)} time(s)")
 
 
-def check_watchdog_declared(obs: Observation) -> Check:
-    """A peer's heartbeat watchdog named a rank of the stopped node, after the stop (not a collective timeout)."""
+SILENT_NODE_DECLARED = "silent node declared (its keep-alives or heartbeats stopped)"
+
+
+def check_silent_node_declared(obs: Observation) -> Check:
+    """After the stop, the job itself named the stopped node: a peer agent's lost-node line with its agent's
+    pid (its rendezvous keep-alives stopped, :mod:`training.launch.lost_nodes`), or a peer's heartbeat watchdog
+    line with one of its ranks; not a collective timeout."""
     t = obs.faults[0].time if obs.faults else float("inf")
-    ranks = obs.facts.get("silent_ranks") or []
+    ranks, agent = obs.facts.get("silent_ranks") or [], obs.facts.get("silent_agent_pid")
     lines = [ln for ln in obs.log_has("[watchdog]") if any(f": rank {r} (" in ln for r in ranks)]
+    lines += [ln for ln in obs.log_has("[agent] lost node(s)") if agent and f"(agent pid {agent})" in ln]
     after = [a for a in _restarted_attempts(obs) if a.start["time"] > t]
     ok = bool(ranks) and bool(lines) and bool(after)
-    return Check("silent node declared by the heartbeat watchdog", ok,
-                 f"{lines[0].strip()[:200] if lines else f'no watchdog line naming rank(s) {ranks}'}; "
-                 f"attempts after the stop: {len(after)}")
+    said = lines[0].strip()[:200] if lines else (f"no lost-node line naming agent pid {agent} and no watchdog "
+                                                 f"line naming rank(s) {ranks}")
+    return Check(SILENT_NODE_DECLARED, ok, f"{said}; attempts after the stop: {len(after)}")
 
 
 def check_spare_took_over(obs: Observation) -> Check:
@@ -491,13 +499,14 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
                  (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
         Scenario("silent-node", inject_silent_node,
                  Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                 (check_watchdog_declared, check_shrank_and_grew), min_nodes="one", math=("--model.dropout", "0")),
+                 (check_silent_node_declared, check_shrank_and_grew), min_nodes="one", math=("--model.dropout", "0")),
         # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
         Scenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
                  (check_spare_took_over,), spares=1),
-        # A node silent mid-save: the heartbeat watchdog, not the checkpoint group's timeout, declares it.
+        # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
+        # timeout, declare it.
         Scenario("silent-node-during-save", inject_silent_node_during_save, Expectation(max_steps_lost=same_world),
-                 (check_watchdog_declared, check_spare_took_over), spares=1,
+                 (check_silent_node_declared, check_spare_took_over), spares=1,
                  flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)), "--fault.rank", str(cfg.world - 1))),
         Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                  (check_rank0_node_killed,)),

@@ -21,7 +21,7 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
                 "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
-                "fell back to storage (a shard and its replica lost)", "silent node declared by the heartbeat watchdog",
+                "fell back to storage (a shard and its replica lost)", "silent node declared (its keep-alives or heartbeats stopped)",
                 "hot spare took the lost node's place"}
 
 
@@ -47,7 +47,7 @@ def no_fault_observation(name: str) -> Observation:
              "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
              "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
-             "silent_ranks": [1], "spare_nodes": [2], "spare_ranks_after": []}
+             "silent_ranks": [1], "silent_agent_pid": 4242, "spare_nodes": [2], "spare_ranks_after": []}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
@@ -154,18 +154,27 @@ def test_node_pair_loss_passes_only_on_a_storage_restore_of_two_killed_nodes_wit
     assert not check_fell_back_to_storage(obs).ok
 
 
-def test_silent_node_passes_only_when_the_watchdog_named_a_rank_of_the_stopped_node():
-    from chaos.local.scenarios import check_watchdog_declared
+def test_silent_node_passes_only_when_the_job_named_the_stopped_node():
+    from chaos.local.scenarios import check_silent_node_declared
     obs = no_fault_observation("silent-node")
     t = obs.faults[0].time
     obs.records = restarted(CFG.kill_step, "peer")
-    obs.logs = [(t + 5.2, "[watchdog] rank 0: rank 1 (node 1, host vm, pid 77) has sent no heartbeat for 5.0 s "
-                          "(parallel.heartbeat_timeout_s 5); ending this worker so the job re-forms without it")]
-    assert check_watchdog_declared(obs).ok
-    obs.facts = {**obs.facts, "silent_ranks": [0]}  # the line names a rank that was not stopped
-    assert not check_watchdog_declared(obs).ok
-    obs.facts, obs.logs = {**obs.facts, "silent_ranks": [1]}, []  # a collective timeout found it, not the watchdog
-    assert not check_watchdog_declared(obs).ok
+    obs.facts = {**obs.facts, "silent_agent_pid": 4242}
+    watchdog = (t + 5.2, "[watchdog] rank 0: rank 1 (node 1, host vm, pid 77) has sent no heartbeat for 5.0 s "
+                         "(parallel.heartbeat_timeout_s 5); ending this worker so the job re-forms without it")
+    lost = (t + 3.1, "[agent] lost node(s) of this round: vm (agent pid 4242), last keep-alive 3.6 s ago (limit 3 s): "
+                     "restarting now; this node's workers are SIGKILLed, as their collectives with the lost node "
+                     "cannot finish")
+    obs.logs = [watchdog]
+    assert check_silent_node_declared(obs).ok
+    obs.logs = [lost]  # the agents' keep-alive check found it first
+    assert check_silent_node_declared(obs).ok
+    obs.facts = {**obs.facts, "silent_agent_pid": 4243}  # the lost-node line names another node's agent
+    assert not check_silent_node_declared(obs).ok
+    obs.facts, obs.logs = {**obs.facts, "silent_ranks": [0]}, [watchdog]  # the line names a rank not stopped
+    assert not check_silent_node_declared(obs).ok
+    obs.facts, obs.logs = {**obs.facts, "silent_ranks": [1]}, []  # a collective timeout found it
+    assert not check_silent_node_declared(obs).ok
 
 
 def test_spare_verdict_needs_the_spare_to_host_ranks_at_an_unchanged_world_size():

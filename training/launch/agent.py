@@ -22,6 +22,9 @@ adds is how the agent stops:
 * hot spares (agents beyond MAX nodes, on torch's redundancy list) work: a spare left waiting after all agents
   re-formed goes back to standing by instead of restarting the job forever, and a spare that was never needed
   exits 0 when the job finishes (:mod:`training.launch.spare_fixes`, two torch 2.13 bugs).
+* a node of the running round whose rendezvous keep-alives stop (a dead or cut-off node) restarts the job
+  within the keep-alive limit (3 s), SIGKILLing this node's workers rather than waiting for workers blocked
+  in a collective with it (:mod:`training.launch.lost_nodes`); before, the heartbeat watchdog found it (10 s).
 * workers of the training module start warm: forked from a process that imported torch and the model once
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
 * the rendezvous re-reads its state every 0.1-1 s, scaled to the job's size, instead of torch's fixed 1 s
@@ -44,6 +47,7 @@ import sys
 
 from training.job_check import DONE_ENV, already_checked
 from training.launch.config import LaunchError
+from training.launch.lost_nodes import apply_lost_node_restart
 from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.rdzv_poll import apply_rdzv_poll
@@ -169,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _abort_on_second_sigint(SignalException)
     apply_spare_fixes()
+    apply_lost_node_restart()  # wraps the spare fix's num_nodes_waiting
     apply_rdzv_poll(_max_nodes(args))
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     if warm:

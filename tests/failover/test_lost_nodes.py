@@ -1,0 +1,175 @@
+"""A node of the running round that stops its rendezvous keep-alives (dead, or cut off with its sockets open) is
+found by the other agents within the keep-alive limit, and their workers are SIGKILLed rather than SIGTERMed
+(a worker blocked in a collective with the lost node never runs its signal handler)
+(training/launch/lost_nodes.py). Real c10d handlers in the probe; real agents and a real store end to end."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.failover.test_store_security import start_store
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = Path(__file__).with_name("lost_node_probe.py")
+
+# A worker that cannot stop on SIGTERM, as one blocked in a collective with a lost peer: it records the signal
+# and goes on waiting. Each start appends one line: pid, world size, restart count.
+WORKER = """
+import json, os, signal, sys, time
+out = sys.argv[1]
+def note(what):
+    with open(out, "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "what": what, "world": int(os.environ["WORLD_SIZE"]),
+                            "restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"])}) + "\\n")
+signal.signal(signal.SIGTERM, lambda *_: note("SIGTERM"))
+note("start")
+while True:
+    time.sleep(0.1)
+"""
+
+
+def probe(*args: str) -> dict:
+    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_member_whose_keep_alives_stop_is_found_within_the_limit_and_a_rejoin_is_not():
+    r = probe("fixed")
+    assert r["steady_max_waiting"] == 0, r  # heartbeating members: never a restart
+    assert r["rejoin_seen_s"] is not None and r["lost_on_rejoin"] == [], r  # a re-join is a wait, not a loss
+    assert r["lost"] == [r["second_node"]], r
+    assert r["lost_after_s"] is not None and r["lost_after_s"] < 8, r
+
+
+def test_without_the_patch_torch_never_restarts_the_round_for_a_dead_member():
+    """The reason for the patch: torch drops the dead node only at the next rendezvous, which nothing starts."""
+    r = probe()
+    assert r["steady_max_waiting"] == 0 and r["lost_after_s"] is None, r
+
+
+def test_round_watch_declares_only_members_dropped_after_the_keep_alive_limit():
+    """torch's own state object: a member gone with a stale keep-alive is lost; one that just left to re-join
+    (fresh keep-alive a moment ago), one still beating, and any member of a closed (finished) job are not."""
+    from datetime import datetime, timedelta, timezone
+
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
+
+    from training.launch.lost_nodes import RoundWatch, describe
+
+    t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+    a, b, c = (_NodeDesc("host-a", 11, 0), _NodeDesc("host-b", 22, 0), _NodeDesc("host-c", 33, 0))
+    state = _RendezvousState()
+    state.complete = True
+    state.participants = {a: 0, b: 1, c: 2}
+    state.last_heartbeats = {a: t0, b: t0, c: t0}
+    watch = RoundWatch.of(state, expiry=timedelta(seconds=3), now=t0)
+    later = t0 + timedelta(seconds=2)
+    state.last_heartbeats = {a: later, c: later}  # b keeps beating until 2 s, then...
+    state.last_heartbeats[b] = t0 + timedelta(seconds=2)
+    assert watch.lost(state, now=later) == []
+    del state.participants[b], state.last_heartbeats[b]  # ...leaves the round to re-join (a restart)
+    assert watch.lost(state, now=t0 + timedelta(seconds=2.5)) == []  # its last keep-alive is 0.5 s old
+    state.wait_list.add(b)  # ...and waits for the next round, beating again
+    state.last_heartbeats[b] = t0 + timedelta(seconds=2.6)
+    del state.participants[c], state.last_heartbeats[c]  # c was dropped as dead: last keep-alive at 2 s
+    assert [(n, round(age, 1)) for n, age in watch.lost(state, now=t0 + timedelta(seconds=5.5))] == [(c, 3.5)]
+    state.closed = True  # the job finished: agents stop their keep-alives on the way out
+    assert watch.lost(state, now=t0 + timedelta(seconds=60)) == []
+    assert describe(c) == "host-c (agent pid 33)"
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait(pred, what: str, timeout: float = 90):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def two_agents(tmp_path):
+    """Two agents (nodes 2, one worker each, keep-alive 1 s x 3) on a standalone store; yields
+    (agents, worker log, stderr paths) once both workers run in one round."""
+    store, port = start_store(tmp_path, "127.0.0.1")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    log = tmp_path / "workers.jsonl"
+    agents, errs = [], []
+    for i in range(2):
+        err = tmp_path / f"agent{i}.err"
+        agents.append(subprocess.Popen(
+            [sys.executable, "-m", "training.launch.agent", "--nnodes", "2", "--nproc-per-node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost-node-test",
+             "--rdzv-conf", "is_host=false,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120",
+             "--max-restarts", "0", "--monitor-interval", "0.1", str(script), str(log)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True))
+        errs.append(err)
+    try:
+        _wait(lambda: len([r for r in _records(log) if r["what"] == "start"]) == 2, "both workers")
+        yield agents, log, errs
+    finally:
+        for a in agents:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.killpg(a.pid, sig)
+                except ProcessLookupError:
+                    pass
+        for r in _records(log):
+            try:
+                os.kill(r["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        store.kill()
+
+
+@pytest.mark.e2e
+def test_a_silent_node_ends_the_survivors_workers_at_once_by_sigkill(two_agents):
+    agents, log, errs = two_agents
+    first = {r["pid"]: r for r in _records(log)}
+    assert all(r["world"] == 2 for r in first.values())
+    victim = agents[1]
+    survivor_worker = next(pid for pid in first if pid in _children_of(agents[0].pid))
+    os.killpg(victim.pid, signal.SIGSTOP)  # the node goes silent: agent and worker stopped, sockets open
+    lines = _wait(lambda: [ln for ln in errs[0].read_text().splitlines() if "[agent] lost node(s)" in ln],
+                  "the survivor's lost-node line", timeout=30)
+    assert f"agent pid {victim.pid}" in lines[0], lines
+    _wait(lambda: not _alive(survivor_worker), "the survivor's worker to end", timeout=10)
+    mine = [r for r in _records(log) if r["pid"] == survivor_worker]
+    assert [r["what"] for r in mine] == ["start"], mine  # never SIGTERMed: killed outright
+    assert agents[0].poll() is None  # the agent lives on: back in the rendezvous, waiting for a second node
+
+
+@pytest.mark.e2e
+def test_without_a_fault_no_node_is_declared_lost(two_agents):
+    agents, log, errs = two_agents
+    time.sleep(8)  # over twice the keep-alive limit
+    assert "lost node" not in errs[0].read_text() + errs[1].read_text()
+    assert all(_alive(r["pid"]) for r in _records(log)) and all(a.poll() is None for a in agents)
+
+
+def _children_of(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
