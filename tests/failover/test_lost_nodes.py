@@ -15,20 +15,25 @@ from pathlib import Path
 import pytest
 
 from tests.failover.test_store_security import start_store
+from training.launch.config import RDZV_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("lost_node_probe.py")
 
-# A worker that cannot stop on SIGTERM, as one blocked in a collective with a lost peer: it records the signal
-# and goes on waiting. Each start appends one line: pid, world size, restart count.
+# A worker that records its start and any SIGTERM (one JSON line each: pid, world size, restart count). "stuck":
+# it goes on waiting after SIGTERM, as one blocked in a collective with a lost peer; "obedient": it exits.
 WORKER = """
 import json, os, signal, sys, time
-out = sys.argv[1]
+out, mode = sys.argv[1], sys.argv[2]
 def note(what):
     with open(out, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "what": what, "world": int(os.environ["WORLD_SIZE"]),
                             "restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"])}) + "\\n")
-signal.signal(signal.SIGTERM, lambda *_: note("SIGTERM"))
+def on_term(*_):
+    note("SIGTERM")
+    if mode == "obedient":
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
 note("start")
 while True:
     time.sleep(0.1)
@@ -109,40 +114,64 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.fixture
-def two_agents(tmp_path):
-    """Two agents (nodes 2, one worker each, keep-alive 1 s x 3) on a standalone store; yields
-    (agents, worker log, stderr paths) once both workers run in one round."""
-    store, port = start_store(tmp_path, "127.0.0.1")
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    log = tmp_path / "workers.jsonl"
-    agents, errs = [], []
-    for i in range(2):
-        err = tmp_path / f"agent{i}.err"
-        agents.append(subprocess.Popen(
-            [sys.executable, "-m", "training.launch.agent", "--nnodes", "2", "--nproc-per-node", "1",
-             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost-node-test",
-             "--rdzv-conf", "is_host=false,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120",
-             "--max-restarts", "0", "--monitor-interval", "0.1", str(script), str(log)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True))
-        errs.append(err)
-    try:
-        _wait(lambda: len([r for r in _records(log) if r["what"] == "start"]) == 2, "both workers")
-        yield agents, log, errs
-    finally:
-        for a in agents:
+class Agents:
+    """Real agents (one worker each, keep-alive 1 s x 3) on a standalone store in ``tmp``; ``stop()`` ends all."""
+
+    def __init__(self, tmp: Path, nnodes: str, mode: str):
+        self.tmp, self.nnodes, self.mode = tmp, nnodes, mode
+        self.store, port = start_store(tmp, "127.0.0.1")
+        self.endpoint = f"127.0.0.1:{port}"
+        self.script = tmp / "worker.py"
+        self.script.write_text(WORKER)
+        self.log = tmp / "workers.jsonl"
+        self.procs: list[subprocess.Popen] = []
+        self.errs: list[Path] = []
+
+    def start(self) -> subprocess.Popen:
+        err = self.tmp / f"agent{len(self.procs)}.err"
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "training.launch.agent", "--nnodes", self.nnodes, "--nproc-per-node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint, "--rdzv-id", "lost-node-test",
+             "--rdzv-conf", "is_host=false,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120,"
+             "last_call_timeout=1", "--max-restarts", "0", "--monitor-interval", "0.1", str(self.script),
+             str(self.log), self.mode],
+            cwd=ROOT, env={**os.environ, **RDZV_ENV}, stdout=subprocess.DEVNULL, stderr=err.open("w"),
+            start_new_session=True))
+        self.errs.append(err)
+        return self.procs[-1]
+
+    def starts(self) -> list[dict]:
+        return [r for r in _records(self.log) if r["what"] == "start"]
+
+    def stderr(self) -> str:
+        return "".join(e.read_text() for e in self.errs)
+
+    def stop(self) -> None:
+        for a in self.procs:
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
                     os.killpg(a.pid, sig)
                 except ProcessLookupError:
                     pass
-        for r in _records(log):
+        for r in _records(self.log):
             try:
                 os.kill(r["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        store.kill()
+        self.store.kill()
+
+
+@pytest.fixture
+def two_agents(tmp_path):
+    """Two agents of a 2-node job with stuck workers; yields (agents, worker log, stderr paths) once both
+    workers run in one round."""
+    agents = Agents(tmp_path, "2", "stuck")
+    try:
+        agents.start(), agents.start()
+        _wait(lambda: len(agents.starts()) == 2, "both workers")
+        yield agents.procs, agents.log, agents.errs
+    finally:
+        agents.stop()
 
 
 @pytest.mark.e2e
@@ -173,3 +202,21 @@ def test_without_a_fault_no_node_is_declared_lost(two_agents):
 def _children_of(pid: int) -> set[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
+
+
+@pytest.mark.e2e
+def test_a_joining_node_restarts_the_round_through_torchs_sigterm_stop_and_is_no_loss(tmp_path):
+    """The other membership change: a node joins a 1:2 job. The running agent stops its worker the usual way
+    (SIGTERM, so a training worker checkpoints the step) and nobody is declared lost."""
+    agents = Agents(tmp_path, "1:2", "obedient")
+    try:
+        agents.start()
+        first = _wait(lambda: agents.starts(), "the first worker")[0]
+        assert first["world"] == 1
+        agents.start()
+        _wait(lambda: [r for r in agents.starts() if r["world"] == 2], "a round of two")
+        mine = [r["what"] for r in _records(agents.log) if r["pid"] == first["pid"]]
+        assert mine == ["start", "SIGTERM"], mine
+        assert "lost node" not in agents.stderr() and all(a.poll() is None for a in agents.procs), agents.stderr()
+    finally:
+        agents.stop()

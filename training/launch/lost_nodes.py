@@ -109,14 +109,14 @@ def apply_lost_node_restart() -> None:
                   f"cannot finish", file=sys.stderr, flush=True)
         return max(n, 1) if self._t5f_lost else n
 
-    def stop_workers(self, worker_group, *args, **kwargs):
+    def stop_workers_at_once_if_lost(self, worker_group, *args, **kwargs):
         if getattr(worker_group.spec.rdzv_handler, "_t5f_lost", None):
             self._shutdown(signal.SIGKILL, REAP_TIMEOUT_S)
             return None
         return stop_workers(self, worker_group, *args, **kwargs)
 
-    for fn in (next_rendezvous_watched, waiting_or_lost, stop_workers):
+    for fn in (next_rendezvous_watched, waiting_or_lost, stop_workers_at_once_if_lost):
         setattr(fn, _APPLIED, True)
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous_watched
     dr.DynamicRendezvousHandler.num_nodes_waiting = waiting_or_lost
-    LocalElasticAgent._stop_workers = stop_workers
+    LocalElasticAgent._stop_workers = stop_workers_at_once_if_lost
