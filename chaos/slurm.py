@@ -10,7 +10,7 @@ controller, as a ParallelCluster head node does; the batch host starts as the sp
 training node outright, first-node-kill kills the node running rank 0: in both the job keeps its allocation
 (--no-kill), the survivors and the spare re-form in seconds, no requeue; Slurm marks the node DOWN on its own and
 the node is revived for the next scenario. network-cut takes a training node's link down instead (netns lab): its
-processes keep running, silent, as in a partition; the other node's heartbeat watchdog notices in seconds and the
+processes keep running, silent, as in a partition; the other agents see its keep-alives stop within seconds and the
 spare takes its place; the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only
 the training processes on a node: torchrun restarts the worker group inside the allocation, no requeue.
 preemption sends SIGUSR1 to the batch script as Slurm's ``--signal=B:USR1@T`` does: the job checkpoints and
@@ -474,8 +474,8 @@ class Runner:
         if name == "worker-kill":
             return torchrun_detections(logs)
         if name in ("node-kill", "first-node-kill", "network-cut"):
-            # the survivors' agents (a failed collective ends their workers) or their heartbeat watchdog,
-            # seconds before Slurm marks the node DOWN
+            # the survivors' agents (a failed collective ends their workers, or the lost node's keep-alives stop)
+            # or their heartbeat watchdog, seconds before Slurm marks the node DOWN
             return torchrun_detections(logs) + [t for t, line in logs if "[watchdog]" in line]
         if name == "preemption":
             return [t for t, line in logs if "SIGUSR1" in line]
