@@ -4,7 +4,8 @@ on one TCP store, in threads, as two agents' handlers. Prints one JSON line.
 1. both train in one round for 4.5 s: what the first agent's ``num_nodes_waiting()`` (its monitor loop) says;
 2. the second re-joins (a restart after a worker failure): the first sees it waiting and re-joins too;
 3. the second's keep-alives stop (its node died): how long until the first's ``num_nodes_waiting()`` asks for a
-   restart (given up after 8 s), and which node it names as lost.
+   restart (given up after 8 s), and which node it names as lost;
+4. the first re-joins alone: how long until its new round forms (last-call timeout 3 s).
 
     python tests/failover/lost_node_probe.py [fixed]     # fixed: training.launch.lost_nodes applied
 """
@@ -32,7 +33,7 @@ def main(fixed: bool) -> None:
 
     def handler():
         p = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{server.port}", run_id="probe", min_nodes=1,
-                                 max_nodes=2, is_host=False, join_timeout=30, last_call_timeout=1,
+                                 max_nodes=2, is_host=False, join_timeout=30, last_call_timeout=3,
                                  close_timeout=5, keep_alive_interval=1, keep_alive_max_attempt=3)
         backend, store = create_backend(p)
         return create_handler(store, backend, p)
@@ -67,11 +68,17 @@ def main(fixed: bool) -> None:
     lost_on_rejoin = lost_names()
     hs[0].next_rendezvous()  # the first agent restarts too; the round re-forms with both
     rejoin.join(30)
+    rejoin_round = len(hs[0]._state_holder.state.participants)
     second = hs[1]._this_node
     hs[1]._stop_heartbeats()  # the second node dies: no keep-alive from now on
     _, lost_after_s = watch(8.0, until_waiting=True)
-    print(json.dumps({"steady_max_waiting": max(steady), "rejoin_seen_s": rejoin_seen_s,
-                      "lost_on_rejoin": lost_on_rejoin, "lost_after_s": lost_after_s, "lost": lost_names(),
+    lost = lost_names()
+    t0 = time.monotonic()
+    hs[0].next_rendezvous()
+    reform_s = time.monotonic() - t0
+    print(json.dumps({"steady_max_waiting": max(steady), "rejoin_seen_s": rejoin_seen_s, "rejoin_round": rejoin_round,
+                      "reform_s": reform_s, "reform_round": len(hs[0]._state_holder.state.participants),
+                      "lost_on_rejoin": lost_on_rejoin, "lost_after_s": lost_after_s, "lost": lost,
                       "second_node": f"{second.addr}:{second.pid}:{second.local_id}"}), flush=True)
     os._exit(0)
 

@@ -52,12 +52,17 @@ def test_a_member_whose_keep_alives_stop_is_found_within_the_limit_and_a_rejoin_
     assert r["rejoin_seen_s"] is not None and r["lost_on_rejoin"] == [], r  # a re-join is a wait, not a loss
     assert r["lost"] == [r["second_node"]], r
     assert r["lost_after_s"] is not None and r["lost_after_s"] < 8, r
+    assert r["rejoin_round"] == 2, r  # a node waiting to join is waited for, never left out of the next round
+    # knowing the other member is lost, the next round forms at once instead of after the 3 s last call
+    assert r["reform_round"] == 1 and r["reform_s"] < 1.5, r
 
 
 def test_without_the_patch_torch_never_restarts_the_round_for_a_dead_member():
-    """The reason for the patch: torch drops the dead node only at the next rendezvous, which nothing starts."""
+    """The reason for the patch: torch drops the dead node only at the next rendezvous, which nothing starts,
+    and that rendezvous then waits out its last call for a node it could know is gone."""
     r = probe()
     assert r["steady_max_waiting"] == 0 and r["lost_after_s"] is None, r
+    assert r["rejoin_round"] == 2 and r["reform_round"] == 1 and r["reform_s"] >= 2.9, r  # the full last call
 
 
 def test_round_watch_declares_only_members_dropped_after_the_keep_alive_limit():
@@ -89,6 +94,38 @@ def test_round_watch_declares_only_members_dropped_after_the_keep_alive_limit():
     state.closed = True  # the job finished: agents stop their keep-alives on the way out
     assert watch.lost(state, now=t0 + timedelta(seconds=60)) == []
     assert describe(c) == "host-c (agent pid 33)"
+
+
+def test_the_next_round_closes_early_only_when_every_live_member_and_waiting_node_is_in():
+    from datetime import datetime, timedelta, timezone
+
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
+
+    from training.launch.lost_nodes import RoundWatch
+
+    t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+    a, b, c, new = (_NodeDesc(f"host-{x}", i, 0) for i, x in enumerate("abcn"))
+    old = _RendezvousState()
+    old.participants, old.last_heartbeats = {a: 0, b: 1, c: 2}, {a: t0, b: t0, c: t0}
+    watch = RoundWatch.of(old, expiry=timedelta(seconds=3), now=t0)
+    nxt = _RendezvousState()  # a's view of the next round, 4 s later: c sent nothing since t0 (dropped as dead)
+    now = t0 + timedelta(seconds=4)
+    nxt.round, nxt.participants, nxt.deadline = 1, {a: 0}, now + timedelta(seconds=3)
+    nxt.last_heartbeats = {a: now, b: now}
+    nxt.wait_list = {b}  # b re-joins: not in yet
+    assert not watch.everyone_in(nxt, a, min_nodes=1, now=now)
+    nxt.wait_list, nxt.participants = set(), {a: 0, b: 0}
+    assert watch.everyone_in(nxt, a, min_nodes=1, now=now)  # c is lost: nobody else to wait for
+    assert not watch.everyone_in(nxt, a, min_nodes=3, now=now)  # below MIN: torch keeps waiting
+    nxt.wait_list = {new}  # a node that was never a member waits for a place: it is waited for
+    assert not watch.everyone_in(nxt, a, min_nodes=1, now=now)
+    nxt.wait_list, nxt.redundancy_list = set(), {new}  # a hot spare: it takes the free place, so wait for it
+    assert not watch.everyone_in(nxt, a, min_nodes=1, now=now)
+    nxt.redundancy_list = set()
+    fresh = t0 + timedelta(seconds=3.9)  # c beat 0.1 s ago and is between leaving and re-joining: wait
+    assert not RoundWatch({a: t0, b: t0, c: fresh}, timedelta(seconds=3)).everyone_in(nxt, a, min_nodes=1, now=now)
+    nxt.complete = True  # nothing to close
+    assert not watch.everyone_in(nxt, a, min_nodes=1, now=now)
 
 
 def _records(path: Path) -> list[dict]:

@@ -24,7 +24,8 @@ adds is how the agent stops:
   exits 0 when the job finishes (:mod:`training.launch.spare_fixes`, two torch 2.13 bugs).
 * a node of the running round whose rendezvous keep-alives stop (a dead or cut-off node) restarts the job
   within the keep-alive limit (3 s), SIGKILLing this node's workers rather than waiting for workers blocked
-  in a collective with it (:mod:`training.launch.lost_nodes`); before, the heartbeat watchdog found it (10 s).
+  in a collective with it (:mod:`training.launch.lost_nodes`; before, the heartbeat watchdog found it after
+  10 s); the next round then forms as soon as every live node is in, without the 3 s last call.
 * workers of the training module start warm: forked from a process that imported torch and the model once
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
 * the rendezvous re-reads its state every 0.1-1 s, scaled to the job's size, instead of torch's fixed 1 s

@@ -21,6 +21,13 @@ flight lost) or checkpoint is restored. The agent's keep-alive comes from an idl
 slow step, a long save or a busy worker never looks like a lost node; a hung worker on a live node is still
 the heartbeat watchdog's to find.
 
+Knowing who is lost also shortens the next rendezvous. torch closes a round that has MIN nodes but not MAX only
+after ``last_call_timeout`` (3 s), in case more nodes arrive. While an agent joins the round after the one it
+trained in, the round is closed at once when every member of the old round that is not lost has joined and no
+node waits for a place (wait list, or a hot spare on the redundancy list): the last call could only admit a node
+that is not there yet, which joins later as any new node does. A member that left to re-join a moment ago is
+waited for, as is everyone on the first rendezvous.
+
 Nothing changes when a round closes normally (the job finished: the state is closed), or for an agent that
 is not training (a hot spare waits in the rendezvous, where torch already drops dead nodes).
 """
@@ -67,6 +74,18 @@ class RoundWatch:
         return gone
 
 
+    def everyone_in(self, state, node, min_nodes: int, now: datetime | None = None) -> bool:
+        """For ``node`` waiting in an open round of ``state``: every member of the last round that is not lost,
+        and every node waiting for a place (wait and redundancy lists), has joined it, and it has MIN nodes.
+        Waiting out the last call (``last_call_timeout``) could then only admit a node that is not there yet."""
+        if state.complete or state.closed or state.deadline is None or node not in state.participants:
+            return False
+        if len(state.participants) < min_nodes or state.wait_list or state.redundancy_list:
+            return False
+        lost = {n for n, _ in self.lost(state, now)}
+        return all(n in state.participants for n in self.last_seen if n not in lost)
+
+
 def describe(node) -> str:
     """``host (agent pid N)`` for torch's node descriptor (``addr``, ``pid``, ``local_id``)."""
     addr, pid = getattr(node, "addr", None), getattr(node, "pid", None)
@@ -84,9 +103,15 @@ def apply_lost_node_restart() -> None:
     next_rendezvous = dr.DynamicRendezvousHandler.next_rendezvous
     waiting = dr.DynamicRendezvousHandler.num_nodes_waiting
     stop_workers = LocalElasticAgent._stop_workers
+    join = dr._RendezvousJoinOp.__call__
+    last_round: dict = {}  # node -> the RoundWatch of the round it trained in, while it joins the next
 
     def next_rendezvous_watched(self):
-        info = next_rendezvous(self)
+        last_round[self._this_node] = getattr(self, "_t5f_watch", None)
+        try:
+            info = next_rendezvous(self)
+        finally:
+            last_round.pop(self._this_node, None)
         s = self._settings
         watch = RoundWatch.of(self._state_holder.state, expiry=s.keep_alive_interval * s.keep_alive_max_attempt)
         # not itself: if its own keep-alives fail, the others declare it lost and its workers' collectives fail
@@ -115,8 +140,17 @@ def apply_lost_node_restart() -> None:
             return None
         return stop_workers(self, worker_group, *args, **kwargs)
 
-    for fn in (next_rendezvous_watched, waiting_or_lost, stop_workers_at_once_if_lost):
+    def join_or_close_round(self, ctx, deadline):
+        action = join(self, ctx, deadline)
+        watch = last_round.get(ctx.node)
+        if (action in (dr._Action.SYNC, dr._Action.KEEP_ALIVE) and watch is not None
+                and watch.everyone_in(ctx.state, ctx.node, ctx.settings.min_nodes)):
+            return dr._Action.MARK_RENDEZVOUS_COMPLETE
+        return action
+
+    for fn in (next_rendezvous_watched, waiting_or_lost, stop_workers_at_once_if_lost, join_or_close_round):
         setattr(fn, _APPLIED, True)
+    dr._RendezvousJoinOp.__call__ = join_or_close_round
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous_watched
     dr.DynamicRendezvousHandler.num_nodes_waiting = waiting_or_lost
     LocalElasticAgent._stop_workers = stop_workers_at_once_if_lost
