@@ -1,4 +1,5 @@
-"""A node of the running round stops its rendezvous keep-alives: restart at once, SIGKILLing the workers.
+"""A node of the running round stops its rendezvous keep-alives: restart at once, SIGKILLing the workers, and
+form the next round as soon as every live node is in.
 
 Every agent writes a keep-alive into the rendezvous state once per ``keep_alive_interval`` (1 s); torch drops
 a node whose keep-alive is older than ``keep_alive_interval x keep_alive_max_attempt`` (3 s) from the state,
@@ -72,7 +73,6 @@ class RoundWatch:
             elif node not in state.participants and now - seen > self.expiry:
                 gone.append((node, (now - seen).total_seconds()))
         return gone
-
 
     def everyone_in(self, state, node, min_nodes: int, now: datetime | None = None) -> bool:
         """For ``node`` waiting in an open round of ``state``: every member of the last round that is not lost,
