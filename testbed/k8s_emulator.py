@@ -74,12 +74,14 @@ from typing import Any, Callable
 import yaml
 
 from cluster_assets.k8s import schema
+from training.lifecycle import WORKER_NAME_PREFIX
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_PORT = 29500  # constants.ContainerTrainerPort in Trainer v2.3
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes Job default
 DEFAULT_GRACE_S = 30  # Kubernetes pod default terminationGracePeriodSeconds
+TRAINING_TARGET = "training"  # fault target: a node pod that trains (see Fault)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -479,6 +481,19 @@ class Pod:
                     self.known[pid] = st
                     changed = True
 
+    def trains(self) -> bool:
+        """Whether a training worker (process name ``t5f-rank-N``) runs in the pod now (a hot spare's has none)."""
+        table = _proc_table()
+        self.track(table)
+        for pid in self.known:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if pid in table and f.read().startswith(WORKER_NAME_PREFIX):
+                        return True
+            except OSError:
+                pass
+        return False
+
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         """Signal every process the pod ever had that is still the same process (container teardown)."""
         table = _proc_table()
@@ -524,7 +539,8 @@ class Fault:
     """An injected failure: ``kill`` (SIGKILL every process of the pod: node crash), ``delete`` (graceful
     pod deletion: SIGTERM, grace, SIGKILL) or ``evict`` (like delete, plus the DisruptionTarget pod
     condition a drain/eviction sets), on the pod of node ``rank`` (or, with ``job``, pod ``rank`` of that
-    replicated job) once the job logged step ``at_step``."""
+    replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare)
+    once the job logged step ``at_step``."""
 
     kind: str
     rank: int
@@ -536,7 +552,8 @@ class Fault:
         m = re.fullmatch(r"(kill|delete|evict):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
             raise argparse.ArgumentTypeError(f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
-                                             "pod) or kill:store@4 (pod 0 of replicated job store); KIND "
+                                             "pod), kill:store@4 (pod 0 of replicated job store) or "
+                                             "kill:training@4 (a node pod that trains, not a hot spare); KIND "
                                              "kill|delete|evict")
         if m.group(2) is not None:
             return cls(m.group(1), int(m.group(2)), int(m.group(5)))
@@ -862,6 +879,11 @@ class Emulator:
         return None
 
     def _inject(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        if f.job == TRAINING_TARGET:  # the highest-index node pod that trains (with hot spares, not a spare)
+            j = next((x for x in jobs if x.t.name == "node"), None)
+            running = [p for _, p in sorted(j.pods.items(), reverse=True) if p.exit_code is None] if j else []
+            pod = next((p for p in running if p.trains()), None)
+            f = Fault(f.kind, pod.rank if pod else -1, f.at_step)
         j = next((x for x in jobs if x.t.name == f.job), None)
         target = j.pods.get(f.rank) if j else None
         if target is None or target.exit_code is not None:
@@ -963,7 +985,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsx-dir", required=True, help="local directory standing in for the FSx volume")
     p.add_argument("--workdir", help="pod logs and scratch (default: a temp dir)")
     p.add_argument("--fault", action="append", type=Fault.parse, default=[],
-                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:store@4 (the store pod); repeatable; "
+                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:store@4 (the store pod), kill:training@4 (a "
+                        "node pod that trains, not a hot spare); repeatable; "
                         "KIND kill|delete|evict")
     p.add_argument("--master-port", type=int, default=TRAINER_PORT,
                    help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)")

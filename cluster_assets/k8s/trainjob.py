@@ -23,6 +23,12 @@ What the rendered object says, and why:
   the user's overrides (last wins).
 * ``resourcesPerNode``: GPUs and EFA interfaces per node (+ the hugepages EFA needs); ``numNodes``,
   ``numProcPerNode`` (one worker per GPU).
+* hot spares (``spares`` K > 0): ``numNodes`` = nodes + K and ``T5_SPARES=K``; every pod runs the same launcher,
+  the job trains on ``--min-nodes`` = MAX = nodes, and the K agents left over wait in the rendezvous (torch's
+  redundancy list). When a training pod or its node is lost, a spare takes its place in the next round (seconds)
+  instead of the job waiting for the Job controller's replacement pod, which joins as the new spare once
+  Kubernetes has created and scheduled it (minutes after a crashed node). Which pods train is decided by join
+  order.
 """
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER
 #: Name rule: a DNS-1035 label, short enough that ``<name>-node-0-<index>`` (pod hostname) stays <= 63.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LEN = 40
+#: The launcher's hot-spare count (``training.launch.from_env``), set from ``spares``.
+SPARES_ENV = "T5_SPARES"
 LABEL_APP = "app.kubernetes.io/part-of"
 LABEL_PRESET = "t5-failover/preset"
 
@@ -61,7 +69,9 @@ class TrainJobConfig:
         image: training image (the stack's ECR repository URI with a tag).
         runtime_name: the ClusterTrainingRuntime to run on (ours, installed by the EKS stack).
         fsx_mount_path: where the runtime mounts the FSx volume in container ``node``.
-        num_nodes: pods (= GPU nodes) in the job.
+        num_nodes: pods (= GPU nodes) that train.
+        spares: hot-spare pods beyond ``num_nodes`` (each on its own GPU node): they wait in the rendezvous and
+            take a lost pod's place in seconds, keeping the world size (0 = none).
         nproc_per_node: worker processes per pod (one per GPU on GPU nodes).
         gpus_per_node: ``nvidia.com/gpu`` per pod (0 for a CPU-only job).
         efa_per_node: ``vpc.amazonaws.com/efa`` interfaces per pod (0: no EFA, no hugepages).
@@ -80,6 +90,7 @@ class TrainJobConfig:
     runtime_name: str
     fsx_mount_path: str
     num_nodes: int = 2
+    spares: int = 0
     nproc_per_node: int = 8
     gpus_per_node: int = 8
     efa_per_node: int = 32
@@ -119,7 +130,8 @@ def check(cfg: TrainJobConfig) -> None:
         raise TrainJobError("runtime name is empty: pass --runtime (the stack installs our ClusterTrainingRuntime)")
     if not cfg.fsx_mount_path.startswith("/"):
         raise TrainJobError(f"FSx mount path {cfg.fsx_mount_path!r} must be absolute")
-    for what, v, lo in (("--nodes", cfg.num_nodes, 1), ("--nproc-per-node", cfg.nproc_per_node, 1),
+    for what, v, lo in (("--nodes", cfg.num_nodes, 1), ("--spares", cfg.spares, 0),
+                        ("--nproc-per-node", cfg.nproc_per_node, 1),
                         ("--gpus-per-node", cfg.gpus_per_node, 0), ("--efa-per-node", cfg.efa_per_node, 0)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise TrainJobError(f"{what} {v!r} is invalid: must be an integer >= {lo}")
@@ -134,6 +146,8 @@ def check(cfg: TrainJobConfig) -> None:
         raise TrainJobError("EFA needs hugepages, and Kubernetes requires a memory request with hugepages: "
                             "pass --memory (e.g. 64Gi) or --efa-per-node 0")
     for name, _ in cfg.env:
+        if name == SPARES_ENV:
+            raise TrainJobError(f"env {name} is set from --spares (the pods beyond --nodes): pass --spares instead")
         if name in RESERVED_ENV:
             raise TrainJobError(f"env {name} is reserved: the Trainer torch plugin sets it (and v2.3 rejects "
                                 "TrainJobs that set it); change --nodes/--nproc-per-node instead")
@@ -153,7 +167,9 @@ def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
     # checkpoint-on-SIGTERM (the runtime's pod grace period exceeds it), and the rendezvous wait for a pod on a
     # fresh GPU node that pulls a multi-GB image first (shorter, and the pods already running would give up
     # and force another restart). launcher_args come later, so a user's own value wins (argparse: last counts).
-    command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", "$(PET_NNODES)",
+    # MIN = MAX = the training pods: $(PET_NNODES) (numNodes, as the kubelet expands it) counts the spares too
+    min_nodes = str(cfg.num_nodes) if cfg.spares else "$(PET_NNODES)"
+    command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", min_nodes,
                "--train-timeout-s", str(t.train_pg_timeout_s), "--shutdown-timeout", str(t.shutdown_timeout_s),
                "--join-timeout", str(t.rdzv_join_timeout_s), *cfg.launcher_args, "--"]
     args = ["--preset", cfg.preset, "--job.out_dir", cfg.job_dir, *cfg.training_args]
@@ -185,7 +201,8 @@ def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
     """The typed TrainJob model (validated settings, pinned API)."""
     check(cfg)
     command, args = node_command(cfg)
-    env = [m.IoK8sApiCoreV1EnvVar(name=k, value=v) for k, v in (("PYTHONUNBUFFERED", "1"), *cfg.env)]
+    spares = ((SPARES_ENV, str(cfg.spares)),) if cfg.spares else ()
+    env = [m.IoK8sApiCoreV1EnvVar(name=k, value=v) for k, v in (("PYTHONUNBUFFERED", "1"), *spares, *cfg.env)]
     res = resources(cfg)
     labels = {LABEL_APP: "t5-failover", LABEL_PRESET: cfg.preset, **dict(cfg.labels)}
     return m.TrainerV1alpha1TrainJob(
@@ -200,7 +217,7 @@ def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
                 command=command,
                 args=args,
                 env=env,
-                num_nodes=cfg.num_nodes,
+                num_nodes=cfg.num_nodes + cfg.spares,
                 num_proc_per_node=cfg.nproc_per_node,
                 resources_per_node=m.IoK8sApiCoreV1ResourceRequirements.from_dict(res) if res else None,
             ),

@@ -150,6 +150,13 @@ def test_pet_mapping_matches_kubeflow_trainer_torch_plugin():
     assert (cfg.min_nodes, cfg.max_nodes, cfg.nproc_per_node) == (2, 3, "auto")
 
 
+def test_pet_hot_spares_are_pods_beyond_max():
+    cfg = config_from_pet(dict(PET, PET_NNODES="3", T5_SPARES="1", T5_MIN_NODES="2"))
+    assert (cfg.min_nodes, cfg.max_nodes, cfg.spares) == (2, 2, 1)
+    with pytest.raises(LaunchError, match="T5_SPARES=3 leaves no training pod of the TrainJob's 3"):
+        config_from_pet(dict(PET, PET_NNODES="3", T5_SPARES="3"))
+
+
 def test_pet_missing_variable_says_which():
     with pytest.raises(LaunchError, match="PET_MASTER_ADDR is not set"):
         config_from_pet({k: v for k, v in PET.items() if k != "PET_MASTER_ADDR"})

@@ -19,7 +19,7 @@ def submit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProce
     from tools.k8s import submit
     out, err = io.StringIO(), io.StringIO()
     if env is None:  # the ambient environment, minus what the Makefile may export (tests say it explicitly)
-        env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")}
+        env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "NODES", "NPROC", "PRESET", "SPARES")}
     with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
         rc = submit.main(list(args))

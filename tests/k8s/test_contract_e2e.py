@@ -29,10 +29,11 @@ STEPS = 8
 TRAIN_ARGS = ("--parallel.device", "cpu", *TINY, "--train.steps", str(STEPS), "--checkpoint.interval", "2")
 
 
-def emulate(tmp: Path, name: str, *faults: str, reference: Path | None = None,
+def emulate(tmp: Path, name: str, *faults: str, reference: Path | None = None, cli: tuple[str, ...] = (),
             ) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """Render with the CLI, run the emulator CLI; returns (process, report, fsx dir)."""
-    _, _, text = render(name, *TRAIN_ARGS)
+    """Render with the CLI (``cli``: extra submit options), run the emulator CLI; returns (process, report, fsx
+    dir)."""
+    _, _, text = render(name, *TRAIN_ARGS, cli=cli)
     manifests = tmp / f"{name}.yaml"
     manifests.write_text(text)
     fsx, rep = tmp / "fsx", tmp / f"{name}-report.json"
@@ -99,6 +100,32 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     assert old0["exit_code"] == 137 and new0["why"] == "replaced (Count)" and new0["pid"] != old0["pid"]
     assert node1["exit_code"] == 0 and node1["attempt"] == new0["attempt"] == 0  # exited at the end, on its own
     assert store["why"] == "created" and store["ended"] >= node1["ended"]  # deleted when the JobSet completed
+    resumed_from_newest_checkpoint(rep, fsx, name)
+
+
+def test_a_hot_spare_pod_takes_a_killed_pods_place_and_the_replacement_becomes_the_spare(tmp_path, reference,
+                                                                                          capsys):
+    """`--spares 1`: three node pods, two train. SIGKILL a training pod (its node crashed): the spare joins the next
+    round at once (same world size, bitwise result); the Job controller's replacement pod joins later and waits
+    as the new spare until the job ends."""
+    name = "t5-contract-spare"
+    chaos, rep, fsx = emulate(tmp_path, name, "kill:training@3", reference=reference, cli=("--spares", "1"))
+    with capsys.disabled():
+        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
+    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
+    assert rep["state"] == "Complete" and rep["passed"], [c for c in rep["checks"] if not c["ok"]]
+    checks = {c["name"]: c["detail"] for c in rep["checks"]}
+    assert "weights bitwise == reference" in checks and "pod failed" in checks["fault injected"]
+    assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
+    node_pods = rep["pods"]["node"]
+    assert sorted(len(v) for v in node_pods.values()) == [1, 1, 2], node_pods  # only the killed index replaced
+    killed = next(i for i, v in node_pods.items() if len(v) == 2)
+    old, new = node_pods[killed]
+    assert old["exit_code"] == 137 and new["why"] == "replaced (Count)"
+    events = [json.loads(line) for line in (fsx / f"jobs/{name}/metrics.jsonl").read_text().splitlines()]
+    assert {e["world_size"] for e in events if e["event"] == "start"} == {2}  # the world never shrank
+    log = (tmp_path / f"{name}-pods" / f"{new['name']}.log").read_text()
+    assert "hot spare: the job finished without needing this node" in log, log[-3000:]
     resumed_from_newest_checkpoint(rep, fsx, name)
 
 

@@ -63,6 +63,25 @@ def test_command_parses_with_the_real_launcher_and_waits_for_replacement_nodes()
     assert launch.train_timeout_s == eks.train_pg_timeout_s  # no longer 0 (= "whatever the preset says")
 
 
+def test_hot_spare_pods_train_on_nodes_and_wait_in_the_rendezvous():
+    """--spares 1 on a 2-node job: 3 pods; the real launcher, fed each pod's PET_* and the rendered env, trains on
+    2 fixed nodes (MIN = MAX = 2) and knows the third agent is a spare."""
+    from training.launch import build_parser, config_from_args
+    from training.launch.commands import torchrun_argv
+    tj = train_job_manifest(cfg(num_nodes=2, spares=1))
+    tr = tj["spec"]["trainer"]
+    assert tr["numNodes"] == 3 and {"name": "T5_SPARES", "value": "1"} in tr["env"]
+    assert "$(PET_NNODES)" not in tr["command"]  # numNodes counts the spares: MIN is the training pods
+    pet = {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "j-node-0-0.j",
+           "PET_MASTER_PORT": "29400", **{e["name"]: e["value"] for e in tr["env"]}}
+    launch = config_from_args(build_parser().parse_args(tr["command"][3:] + tr["args"]), pet)
+    assert (launch.min_nodes, launch.max_nodes, launch.spares) == (2, 2, 1)
+    assert "--nnodes=2:2" in torchrun_argv(launch)  # the spare agent is just one more agent on that line
+    plain = train_job_manifest(cfg(num_nodes=2))["spec"]["trainer"]
+    assert plain["numNodes"] == 2 and "$(PET_NNODES)" in plain["command"]
+    assert not any(e["name"] == "T5_SPARES" for e in plain["env"])
+
+
 def test_shipped_runtime_round_trips():
     schema.roundtrip(gpu_runtime())
 
@@ -117,6 +136,8 @@ def test_printed_runtime_pairs_with_the_trainjob():
     (dict(memory_request="lots"), "not a Kubernetes quantity"),
     (dict(memory_request=""), "memory request with hugepages"),
     (dict(env=(("PET_NNODES", "3"),)), "PET_NNODES is reserved"),
+    (dict(spares=-1), "--spares -1 is invalid"),
+    (dict(env=(("T5_SPARES", "1"),)), "pass --spares instead"),
     (dict(training_args=("--job.out_dir", "/tmp/x")), "submit with the same --name"),
     (dict(fsx_mount_path="fsx"), "must be absolute"),
 ])
@@ -133,6 +154,17 @@ def test_dry_run_prints_a_valid_trainjob_offline(tmp_path):
     (tj,) = list(yaml.safe_load_all(r.stdout))
     schema.roundtrip(tj)
     assert tj["spec"]["trainer"]["numNodes"] == 2 and tj["metadata"]["namespace"] == "training"
+
+
+@pytest.mark.parametrize("var, value", [("NODES", "x"), ("SPARES", "-1"), ("NPROC", "0")])
+def test_a_bad_size_variable_is_named_not_a_traceback(var, value):
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("NODES", "SPARES", "NPROC")}
+    r = subprocess.run([sys.executable, "-m", "tools.k8s.submit", "--dry-run"], env={**env, var: value},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"error: {var}='{value}' is not a whole number" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_dry_run_without_image_uses_a_marked_placeholder():

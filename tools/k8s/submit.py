@@ -119,6 +119,16 @@ def check_training_args(cfg: TrainJobConfig) -> None:
         raise TrainJobError(str(e)) from None
 
 
+def _env_count(p: argparse.ArgumentParser, name: str, default: int | None, minimum: int) -> int | None:
+    """An integer Makefile variable (NODES, SPARES, NPROC) from the environment; a bad one exits 2 naming it."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    if not raw.strip().isdigit() or int(raw) < minimum:
+        p.exit(2, f"error: {name}={raw!r} is not a whole number >= {minimum}: set it to a count, or unset it\n")
+    return int(raw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ
     p = argparse.ArgumentParser(prog="python -m tools.k8s.submit", description=__doc__.split("\n\n")[0],
@@ -139,12 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tag in that repository (env IMAGE_TAG); default: this checkout's, as `make image` tags "
                         "and pushes it (%(default)s)")
     g = p.add_argument_group("size")
-    g.add_argument("--nodes", type=int, default=int(env.get("NODES") or 2), help="nodes/pods (env NODES; 2)")
+    g.add_argument("--nodes", type=int, default=_env_count(p, "NODES", 2, 1), help="nodes/pods (env NODES; 2)")
+    g.add_argument("--spares", type=int, default=_env_count(p, "SPARES", 0, 0),
+                   help="hot-spare pods beyond --nodes, each on its own GPU node: they wait in the rendezvous and "
+                        "take a lost pod's place in seconds (env SPARES; default 0)")
     g.add_argument("--instance-type", default=DEFAULT_GPU_INSTANCE_TYPE,
                    help="GPU instance type: sets GPUs and EFA interfaces per node (default %(default)s)")
     g.add_argument("--gpus-per-node", type=int, help="nvidia.com/gpu per pod (default: the instance's; 0 = CPU)")
     g.add_argument("--efa-per-node", type=int, help="EFA interfaces per pod (default: the instance's; 0 = none)")
-    g.add_argument("--nproc-per-node", type=int, default=int(env["NPROC"]) if env.get("NPROC") else None,
+    g.add_argument("--nproc-per-node", type=int, default=_env_count(p, "NPROC", None, 1),
                    help="workers per pod (env NPROC; default one per GPU, 1 without GPUs)")
     g.add_argument("--cpu", default="", help="CPU request per pod (e.g. 32); default none")
     g.add_argument("--memory", default="64Gi", help="memory request per pod (default %(default)s)")
@@ -204,8 +217,8 @@ def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJo
         env_pairs.append((k, v))
     name = a.name or default_name(a.preset)
     cfg = TrainJobConfig(name=name, namespace=a.namespace, image=image, runtime_name=a.runtime,
-                         fsx_mount_path=a.fsx_mount, num_nodes=a.nodes, nproc_per_node=nproc, gpus_per_node=gpus,
-                         efa_per_node=efa, cpu_request=a.cpu, memory_request=a.memory, preset=a.preset,
+                         fsx_mount_path=a.fsx_mount, num_nodes=a.nodes, spares=a.spares, nproc_per_node=nproc,
+                         gpus_per_node=gpus, efa_per_node=efa, cpu_request=a.cpu, memory_request=a.memory, preset=a.preset,
                          training_args=tuple(training_args), launcher_args=tuple(a.launcher_arg),
                          env=tuple(env_pairs))
     return cfg
@@ -409,8 +422,9 @@ def main(argv: list[str] | None = None) -> int:
             if not a.skip_image_check and (problem := check_image(cfg.image)):
                 raise ClusterError(problem)
         cluster.create_train_job(manifest)
+        spares = f" + {cfg.spares} hot spare(s)" if cfg.spares else ""
         print(f"[submit] created TrainJob {cfg.namespace}/{cfg.name}: {cfg.num_nodes} node(s) x "
-              f"{cfg.nproc_per_node} worker(s), image {cfg.image}, job dir {cfg.job_dir}", flush=True)
+              f"{cfg.nproc_per_node} worker(s){spares}, image {cfg.image}, job dir {cfg.job_dir}", flush=True)
         if a.detach:
             print(f"[submit] detached; watch with `kubectl get trainjob -n {cfg.namespace} {cfg.name} -w`")
             return 0

@@ -80,7 +80,8 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     """Map the Kubeflow Trainer v2.3 torch plugin's ``PET_*`` variables (container ``node``) to a LaunchConfig.
 
     PET_MASTER_ADDR is ``<job>-node-0-0.<job>``: the part after the first dot (the TrainJob name) is the
-    rendezvous id unless T5_RDZV_ID is set. Without T5_RDZV_ENDPOINT node 0 serves the store.
+    rendezvous id unless T5_RDZV_ID is set. Without T5_RDZV_ENDPOINT node 0 serves the store. With
+    T5_SPARES=K, K of the PET_NNODES pods are hot spares: the job trains on PET_NNODES - K (MAX).
     """
     hint = "this mapping runs inside a Kubeflow TrainJob pod (torch runtime, container 'node')"
     raw = env.get("PET_NNODES")
@@ -96,8 +97,12 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     port = _int_env(env, "PET_MASTER_PORT", hint)
     job = addr.split(".", 1)[1].split(".", 1)[0] if "." in addr else addr
     common = _common(env, f"{addr}:{port}", f"trainjob-{job}")
+    spares = common.get("spares", 0)
+    if spares >= hi:
+        raise LaunchError(f"T5_SPARES={spares} leaves no training pod of the TrainJob's {hi} (numNodes counts "
+                          f"the spares): lower T5_SPARES or raise numNodes")
     common.setdefault("min_nodes", lo if lo is not None else 1)
-    cfg = LaunchConfig(max_nodes=hi, nproc_per_node=nproc, node_rank=node_rank, **common)
+    cfg = LaunchConfig(max_nodes=hi - spares, nproc_per_node=nproc, node_rank=node_rank, **common)
     return with_platform_timeouts(cfg, platform_timeouts("eks"))
 
 
