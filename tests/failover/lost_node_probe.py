@@ -16,29 +16,16 @@ import threading
 import time
 from pathlib import Path
 
-os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from torch.distributed import TCPStore  # noqa: E402
-from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
-from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend  # noqa: E402
-from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler  # noqa: E402
+from tests.failover.rdzv_probe import handlers  # noqa: E402
 
 
 def main(fixed: bool) -> None:
     if fixed:
         from training.launch.lost_nodes import apply_lost_node_restart
         apply_lost_node_restart()
-    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-
-    def handler():
-        p = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{server.port}", run_id="probe", min_nodes=1,
-                                 max_nodes=2, is_host=False, join_timeout=30, last_call_timeout=3,
-                                 close_timeout=5, keep_alive_interval=1, keep_alive_max_attempt=3)
-        backend, store = create_backend(p)
-        return create_handler(store, backend, p)
-
-    hs = [handler(), handler()]
+    _server, hs = handlers(2, min_nodes=1, max_nodes=2, last_call_timeout=3)
 
     def join_all() -> None:
         ts = [threading.Thread(target=h.next_rendezvous, daemon=True) for h in hs]

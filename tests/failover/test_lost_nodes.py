@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.failover.rdzv_probe import run_probe
 from tests.failover.test_store_security import start_store
 from training.launch.config import RDZV_ENV
 
@@ -41,9 +42,7 @@ while True:
 
 
 def probe(*args: str) -> dict:
-    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, *args)
 
 
 def test_a_member_whose_keep_alives_stop_is_found_within_the_limit_and_a_rejoin_is_not():

@@ -1,18 +1,15 @@
 """torch 2.13's rendezvous with a hot spare, on real c10d handlers (tests/failover/spare_probe.py): after the
 participants re-form, the agent left over must stand by on the redundancy list, not sit on the wait list
 (where the running agents would see a node waiting and restart the job again and again)."""
-import json
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.failover.rdzv_probe import run_probe
 
 PROBE = Path(__file__).with_name("spare_probe.py")
 
 
 def probe(*args: str) -> dict:
-    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, *args)
 
 
 def test_with_the_fix_the_left_over_agent_stands_by_and_nobody_is_waiting():
