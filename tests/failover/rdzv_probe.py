@@ -12,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # as the launcher sets it (training.launch.config)
 
 
 def handlers(count: int, *, min_nodes: int, max_nodes: int, last_call_timeout: int) -> tuple[object, list]:
     """(the store server, ``count`` DynamicRendezvousHandlers of one run id) with the launcher's 1 s x 3 keep-alive;
     keep the server referenced while the handlers live."""
+    # as the launcher sets it (training.launch.config); here only, in the probe's own process: set in a test
+    # runner it would reach every later test's launches (it changed how test_stops_e2e's runs stop)
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
