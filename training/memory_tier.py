@@ -57,6 +57,10 @@ ALIGN = 64
 # Two generations of the own snapshot and two of the replica, with some slack: below this, the tier stays off.
 HEADROOM = 1.25
 STALE_S = 24 * 3600  # other runs' snapshot directories untouched this long are removed at start
+# Every run directory the tier creates holds this file: only directories with it are ever swept as stale, so a
+# memory_dir that is also home to anything else (a user's folder, /dev/shm itself, a checkpoint.dir) loses nothing.
+OWNED = ".t5-failover-snapshots"
+RUN_KEY_CHARS = 16  # run_key's hex digest length: the name of a run directory
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,16 @@ def _from_bytes(data: bytes) -> Any:
 
 
 def _map(path: Path, size: int, create: bool) -> torch.Tensor:
+    """The file as a shared uint8 tensor; `create` makes it `size` bytes with every block reserved up front.
+
+    Reserved, not sparse: a store through a memory map into a block the file system cannot supply (a tmpfs that
+    another process filled) is a SIGBUS that kills the process; posix_fallocate turns that into an ENOSPC here,
+    before any byte is copied, which the tier reports and survives."""
     if create:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.ftruncate(fd, max(size, 1))
+            os.posix_fallocate(fd, 0, max(size, 1))
         finally:
             os.close(fd)
     return torch.from_file(str(path), shared=True, size=max(size, 1), dtype=torch.uint8)
@@ -245,6 +255,7 @@ class MemoryTier:
         self._pinned_shapes: list | None = None
         self._stream = None  # GPU only: the side stream of the device-to-host copies
         self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
+        self.unusable: str | None = None  # why this node's memory directory cannot be used (set by build)
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
 
@@ -254,13 +265,19 @@ class MemoryTier:
               device: torch.device, mid_copy_hook: Callable[[int], None] | None = None) -> "MemoryTier":
         """From the checkpoint config slice (memory_interval, memory_dir, memory_replica, min_timeout_s)."""
         root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
+        unusable = None
         if cfg.memory_interval > 0:
-            root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-                _remove_stale(root.parent, keep=root.name)
-        return cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
+            try:
+                _make_run_dir(root)
+                if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                    _remove_stale(root.parent, keep=root.name)
+            except OSError as e:  # a file in the way, read-only, gone: the tier turns off (agreed at _check_room)
+                unusable = f"{root.parent} cannot hold them ({type(e).__name__}: {e})"
+        tier = cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
                    identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.min_timeout_s, device=device,
                    mid_copy_hook=mid_copy_hook)
+        tier.unusable = unusable
+        return tier
 
     # ------------------------------------------------------------------ snapshots
     def due(self, step: int) -> bool:
@@ -292,12 +309,18 @@ class MemoryTier:
         """All ranks agree the nodes have room for two generations (and a replica's two); else the tier is off."""
         self._checked = True
         need = nbytes * (4 if self.replicate else 2) * self.local_world * HEADROOM
-        free = shutil.disk_usage(self.root).free
+        try:
+            free = 0 if self.unusable else shutil.disk_usage(self.root).free
+        except OSError as e:
+            self.unusable, free = f"{self.root} cannot hold them ({type(e).__name__}: {e})", 0
         ok = torch.tensor([1 if free >= need else 0], dtype=torch.int64)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
         if not int(ok.item()):
             self.enabled = False
-            if free < need:
+            if self.unusable:
+                log.warning("WARNING: in-memory snapshots are off: %s; failures fall back to the storage checkpoints "
+                            "(point --checkpoint.memory_dir at a writable node-local tmpfs)", self.unusable)
+            elif free < need:
                 log.warning("WARNING: in-memory snapshots are off: %s has %.0f MB free, the %d rank(s) of this node "
                             "need %.0f MB (two generations%s); failures fall back to the storage checkpoints",
                             self.root.parent, free / 1e6, self.local_world, need / 1e6,
@@ -360,13 +383,19 @@ class MemoryTier:
         if data is not None:
             reqs += [dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group),
                      dist.isend(data, dst=self.dest, group=self.group)]
+        failed = None
         if n >= 0:
-            slot, pbuf = self.peer.begin(n)
+            try:
+                slot, pbuf = self.peer.begin(n)
+            except OSError as e:  # no room for the replica: take the bytes anyway (the sender waits for them)
+                failed, slot, pbuf = e, -1, torch.empty(n, dtype=torch.uint8)
             meta_in = torch.empty(m, dtype=torch.uint8)
             reqs += [dist.irecv(meta_in, src=self.src, group=self.group),
                      dist.irecv(pbuf[:n], src=self.src, group=self.group)]
         for r in reqs:
             r.wait()
+        if failed is not None:
+            raise failed
         if n >= 0:
             peer_meta = bytes(meta_in.numpy().tobytes())
             self.peer.publish(slot, int(_from_bytes(peer_meta)["step"]), peer_meta)
@@ -533,8 +562,10 @@ class MemoryTier:
         if discard and self.root.exists():
             self.own.remove()
             self.peer.remove()
-            try:
-                self.root.rmdir()  # the last rank of the node to finish
+            try:  # the last rank of the node to finish: nothing but the marker is left
+                if {p.name for p in self.root.iterdir()} == {OWNED}:
+                    (self.root / OWNED).unlink(missing_ok=True)
+                    self.root.rmdir()
             except OSError:
                 pass
 
@@ -545,12 +576,27 @@ def _exchange(send: torch.Tensor, recv: torch.Tensor, dst: int, src: int, group)
         r.wait()
 
 
+def _make_run_dir(root: Path) -> None:
+    """The run's snapshot directory (0700), marked as the tier's own (OWNED) before anything else goes in."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not (root / OWNED).is_file():
+        _write_atomic(root / OWNED, json.dumps({"created": time.time(), "by": "t5-failover memory tier"}).encode())
+
+
+def is_run_dir(d: Path) -> bool:
+    """A snapshot directory the tier made: named like a run key and holding the OWNED marker."""
+    name = d.name
+    return (len(name) == RUN_KEY_CHARS and all(c in "0123456789abcdef" for c in name) and d.is_dir()
+            and not d.is_symlink() and (d / OWNED).is_file())
+
+
 def _remove_stale(parent: Path, keep: str) -> None:
-    """Snapshot directories of other runs on this node, untouched for STALE_S (abandoned jobs)."""
+    """Snapshot directories of other runs on this node, untouched for STALE_S (abandoned jobs). Only the tier's
+    own directories (is_run_dir) are candidates: nothing else in the memory directory is ever removed."""
     now = time.time()
     for d in parent.iterdir() if parent.is_dir() else []:
         try:
-            if d.name != keep and d.is_dir() and now - max(p.stat().st_mtime for p in [d, *d.iterdir()]) > STALE_S:
+            if d.name != keep and is_run_dir(d) and now - max(p.stat().st_mtime for p in [d, *d.iterdir()]) > STALE_S:
                 shutil.rmtree(d, ignore_errors=True)
         except (OSError, ValueError):
             continue

@@ -117,8 +117,9 @@ def test_a_finished_run_removes_its_snapshots_and_stale_runs_are_swept(tmp_path)
     old = tmp_path / "0123456789abcdef"
     old.mkdir()
     (old / "own-r0-w1.0.data").write_bytes(b"x")
+    (old / ".t5-failover-snapshots").write_text("{}")  # made by the tier (its marker)
     past = time.time() - 2 * 24 * 3600
-    for p in (old / "own-r0-w1.0.data", old):
+    for p in (old / "own-r0-w1.0.data", old / ".t5-failover-snapshots", old):
         os.utime(p, (past, past))
     fresh = tmp_path / "fedcba9876543210"
     fresh.mkdir()
