@@ -45,3 +45,27 @@ def tiny_reference(tmp_path_factory) -> Path:
     r = tiny_run(out)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
+
+
+def mount_tmpfs(where: Path, options: str) -> None:
+    """A real tmpfs at `where` (root only; skips elsewhere, saying why)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (this checks the real file-system path)")
+    where.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (no CAP_SYS_ADMIN)")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """make(name, mount options) -> a tmpfs mounted at tmp_path/name, unmounted after the test."""
+    mounted = []
+
+    def make(name: str, options: str) -> Path:
+        where = tmp_path / name
+        mount_tmpfs(where, options)
+        mounted.append(where)
+        return where
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)])

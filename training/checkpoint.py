@@ -14,6 +14,8 @@ Rules that keep a user's data safe:
   that fails verification or loading is moved to ``<dir>/quarantine/`` (never deleted) and the previous
   one is used;
 * a checkpoint of another model shape (exit 3) or another run (exit 4) is never loaded;
+* a checkpoint.dir inside another run's checkpoints, or holding another run's, is refused at start
+  (:func:`training.checkpoint_layout.nesting_problem`, exit 2), as is one that cannot be written;
 * a failed save is reported at the next step boundary with its reason (exit 6), the previous complete
   checkpoint untouched.
 
@@ -24,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import threading
@@ -37,6 +38,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from training.checkpoint_layout import (LINEAGE, MARKER, OWNED, PREFIX, PROBE, QUARANTINE, ROLLBACK, SCRATCH_RE,
+                                        SUPERSEDED, _file_sizes, foreign_entries, is_ours, latest_complete,
+                                        parse_step, read_marker, scan, step_dir, verify)
 from training.config import CheckpointConfig
 from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
@@ -45,102 +49,9 @@ from training.run_identity import ALWAYS_ACCEPTED, Change, diff, show
 from training.staging import ReusedBufferStager
 
 log = logging.getLogger("training.checkpoint")
-MARKER = "COMMITTED.json"
-OWNED = ".t5-failover"
-PREFIX = "step_"
-QUARANTINE = "quarantine"
-SUPERSEDED = "superseded"
-ROLLBACK = ".t5-failover-rollback"
-LOCK = ".t5-failover.lock"
-PROBE = ".t5-failover-probe"
-LINEAGE = ".t5-failover-lineage"
-OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK, LINEAGE}
-#: A step directory is made under this scratch name (".step_00000006.new-<pid>") with its ownership file inside,
-#: then renamed into place: a rank killed in between leaves no step directory without that file (which a later
-#: start would take for someone else's and refuse to overwrite).
 #: Once a save has been timed, checkpoint collectives wait this many times the slowest save so far (see
 #: checkpoint.min_timeout_s): room for a slow file-system moment, yet a silent peer costs about a save, not an hour.
 SAVE_TIMEOUT_FACTOR = 4
-SCRATCH_RE = re.compile(rf"^\.{re.escape(PREFIX)}\d+\.new-\d+$")
-
-
-def step_dir(root: str | Path, step: int) -> Path:
-    return Path(root) / f"{PREFIX}{step:08d}"
-
-
-def parse_step(path: Path) -> int | None:
-    name = path.name
-    if not name.startswith(PREFIX) or not name[len(PREFIX):].isdigit():
-        return None
-    return int(name[len(PREFIX):])
-
-
-def read_marker(path: Path) -> dict[str, Any]:
-    return json.loads((path / MARKER).read_text())
-
-
-def _file_sizes(info: dict[str, Any]) -> dict[str, int]:
-    """{file: size} from a marker (format 1 recorded sizes only, format 2 size and crc32c)."""
-    return {n: (v["size"] if isinstance(v, dict) else v) for n, v in info["files"].items()}
-
-
-def is_ours(path: Path) -> bool:
-    """True for a step directory this project created (ownership file, or a commit marker of ours)."""
-    if (path / OWNED).is_file():
-        return True
-    try:
-        info = read_marker(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and {"step", "signature", "files"} <= info.keys()
-
-
-def verify(path: Path) -> tuple[bool, str]:
-    """(True, "") if `path` has a valid commit marker and every file has its recorded size; else (False, why).
-
-    Cheap (no reading of data); checksums are verified by the manager, shared over the ranks, before loading."""
-    if not (path / MARKER).is_file():
-        return False, "no commit marker (the save did not finish)"
-    try:
-        sizes = _file_sizes(read_marker(path))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return False, f"unreadable commit marker {path / MARKER} ({e})"
-    for name, size in sizes.items():
-        f = path / name
-        if not f.is_file():
-            return False, f"file {f} is missing"
-        if f.stat().st_size != size:
-            return False, f"file {f} has {f.stat().st_size} bytes, {size} were written (truncated or corrupt)"
-    return True, ""
-
-
-def scan(root: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """(complete checkpoints newest first, [(rejected dir, reason)] newest first); only our own directories."""
-    root = Path(root)
-    if not root.is_dir():
-        return [], []
-    dirs = sorted((p for p in root.iterdir() if p.is_dir() and parse_step(p) is not None and is_ours(p)),
-                  key=parse_step, reverse=True)
-    good, bad = [], []
-    for p in dirs:
-        ok, why = verify(p)
-        (good.append(p) if ok else bad.append((p, why)))
-    return good, bad
-
-
-def foreign_entries(root: str | Path) -> list[str]:
-    """Names in `root` this project did not write (never loaded, pruned or overwritten)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    ours = lambda p: (p.name in OURS_AT_ROOT or SCRATCH_RE.match(p.name)  # noqa: E731
-                      or (p.is_dir() and parse_step(p) is not None and is_ours(p)))
-    return sorted(p.name for p in root.iterdir() if not ours(p))
-
-
-def latest_complete(root: str | Path) -> Path | None:
-    good, _ = scan(root)
-    return good[0] if good else None
 
 
 class CheckpointManager:
@@ -214,8 +125,8 @@ class CheckpointManager:
                             "never loaded, pruned or overwritten. A directory of its own per run is safer.",
                             self.root, shown)
         problem = self._agree(problem)
-        if problem:
-            raise CheckpointStorageError(problem)
+        if problem:  # found before training: a location to fix, like the start checks' (exit 2)
+            raise ConfigError(problem)
 
     def lineage(self) -> str:
         """Collective: the id of the run this directory holds, made by its first start (rank 0) and read by every
@@ -247,7 +158,7 @@ class CheckpointManager:
                            "(nothing was changed)")
         problem = self._agree(problem)
         if problem:
-            raise CheckpointStorageError(problem)
+            raise ConfigError(problem)
 
     # ---- discovery, verification and loading ---------------------------------------------------------
     def _candidates(self) -> list[str]:

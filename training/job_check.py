@@ -7,21 +7,23 @@ process group formed. Every start path runs it once: the torchrun agent (``make 
 launch, :mod:`training.launch.agent`), the local multi-node launcher, the Slurm submit (which shares the
 cluster's storage) and ``python -m training`` itself when nothing before it did::
 
-    check_job(cfg, nproc_per_node=2)             # raises ConfigError (exit 2) or CheckpointStorageError (6)
+    check_job(cfg, nproc_per_node=2)             # raises ConfigError (exit 2)
     check_job(cfg, data=False, locations=False)  # a submit host that cannot see the pods' files
 
 Torch is imported only to look for GPUs (``parallel.device=cuda``).
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from typing import Callable
 
+from training.checkpoint_layout import PROBE, nesting_problem
 from training.config import Config, ConfigError, DataConfig, ParallelConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, token_count
-from training.errors import CheckpointStorageError
+from training.integrity import storage_reason
 from training.prepared import TOKEN_BYTES, is_prepared, read_manifest
 
 # Set once a launcher checked the job, so the agents and workers it starts do not scan the data again
@@ -32,6 +34,7 @@ DONE_ENV = "T5F_JOB_CHECKED"
 FULL_SCAN_BYTES = 256 * 2**20
 HEAD_RECORDS = 1000
 PROGRESS_BYTES = 64 * 2**20
+PROBE_BYTES = 4096  # what the start writes (and removes) in each location: a full file system fails it
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ def check_job(cfg: Config, *, nproc_per_node: int | None = None, files: bool = T
         check_device(cfg.parallel, preset=cfg.preset, nproc_per_node=nproc_per_node)
     if files:
         check_inputs(init_from=cfg.model.init_from, initial_load_path=cfg.checkpoint.initial_load_path)
-        check_locations(out_dir=cfg.job.out_dir, checkpoint_dir=cfg.checkpoint.dir, metrics_path=cfg.metrics.path)
+        check_locations(out_dir=cfg.job.out_dir, checkpoint_dir=cfg.checkpoint.dir, metrics_path=cfg.metrics.path,
+                        memory_dir=cfg.checkpoint.memory_dir if cfg.checkpoint.memory_interval else "")
         check_data(cfg.data, min_samples=cfg.train.global_batch, say=say)
 
 
@@ -124,21 +128,35 @@ def _nearest_existing(path: str) -> str:
 
 
 def _why_not_writable(path: str) -> str | None:
-    """None when this user can create entries in directory ``path``; else the reason, in words."""
-    if os.access(path, os.W_OK | os.X_OK):
-        return None
+    """None when this user can write a file in directory ``path`` (a real write, so a full or read-only file
+    system and missing permissions all show); else the reason, in words."""
+    probe = os.path.join(path, f"{PROBE}-{os.getpid()}")
     try:
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return f"read-only file system ({path})"
-    except OSError:
-        pass
-    return f"permission denied for this user ({path}, mode {stat.filemode(os.stat(path).st_mode)})"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return f"permission denied for this user ({path}, mode {stat.filemode(os.stat(path).st_mode)})"
+        return f"{storage_reason(e)} ({path})"
+    try:
+        os.write(fd, b"\0" * PROBE_BYTES)
+        os.fsync(fd)
+        return None
+    except OSError as e:
+        return f"{storage_reason(e)} ({path})"
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
-def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str) -> None:
-    """Each location is a directory (or a file, for the metrics) or can be created as one, and is writable."""
-    for name, path, want_dir in (("job.out_dir", out_dir, True), ("checkpoint.dir", checkpoint_dir, True),
-                                 ("metrics.path", metrics_path, False)):
+def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str, memory_dir: str = "") -> None:
+    """Each location is a directory (or a regular file, for the metrics) or can be created as one, and a file can
+    be written there; the checkpoint directory is not inside another run's checkpoints nor holds one.
+    ``memory_dir``: checkpoint.memory_dir when set (node-local; its room is checked by the tier itself)."""
+    locations = [("job.out_dir", out_dir, True), ("checkpoint.dir", checkpoint_dir, True),
+                 ("metrics.path", metrics_path, False)]
+    if memory_dir:
+        locations.append(("checkpoint.memory_dir", memory_dir, True))
+    for name, path, want_dir in locations:
         flag = f"--{name}"
         if os.path.lexists(path):
             is_dir = os.path.isdir(path)
@@ -147,6 +165,9 @@ def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str) -> 
                                   "it is created if missing)")
             if not want_dir and is_dir:
                 raise ConfigError(f"{name}={path!r} is a directory; pass a file path ({flag} DIR/metrics.jsonl)")
+            if not want_dir and not stat.S_ISREG(os.stat(path).st_mode):
+                raise ConfigError(f"{name}={path!r} is {_kind(path)}, not a regular file; pass a file path "
+                                  f"({flag} DIR/metrics.jsonl)")
             where = path if is_dir else os.path.dirname(os.path.abspath(path))
         else:
             where = _nearest_existing(path)
@@ -154,12 +175,20 @@ def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str) -> 
                 raise ConfigError(f"{name}={path!r} cannot be created: {where} is a file, not a directory; pass "
                                   f"another path ({flag})")
         why = _why_not_writable(where)
-        if why is None:
-            continue
-        if name == "checkpoint.dir":  # the documented exit code for checkpoint storage (6)
-            raise CheckpointStorageError(f"checkpoint.dir {path} is not writable: {why}; point --checkpoint.dir "
-                                         "at a writable directory")
-        raise ConfigError(f"{name}={path!r} is not writable: {why}; pass a writable path ({flag})")
+        if why is not None:
+            raise ConfigError(f"{name}={path!r} is not writable: {why}; pass a writable path ({flag})")
+    problem = nesting_problem(checkpoint_dir)
+    if problem:
+        raise ConfigError(problem)
+
+
+def _kind(path: str) -> str:
+    mode = os.stat(path).st_mode
+    for test, what in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def check_device(p: ParallelConfig, *, preset: str, nproc_per_node: int | None = None) -> None:

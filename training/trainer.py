@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from training.checkpoint import CheckpointManager, latest_complete, parse_step
 from training.errors import CheckpointStorageError
-from training.config import Config, check_world, to_toml
+from training.config import Config, ConfigError, check_world, to_toml
 from training.compile import apply_regional_compile, compile_enabled
 from training.data import build_dataloader, build_dataset
 from training.determinism import apply_determinism
@@ -90,7 +90,7 @@ class Trainer:
         except OSError as e:
             problem = (f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
                        "--metrics.path or --job.out_dir at a writable directory")
-        self._raise_if_any(problem, CheckpointStorageError)
+        self._raise_if_any(problem, ConfigError)
         self.watchdog = PeerWatchdog.build(p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer)
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))

@@ -19,7 +19,6 @@ from training import job_check
 from training.config import ConfigError, load_config
 from training.corpus import DataSourceError
 from training.data import build_dataset
-from training.errors import CheckpointStorageError
 from training.job_check import check_data, check_device, check_inputs, check_job, check_locations
 
 TEXT = "The quick brown fox jumps over the lazy dog, and keeps running for a while. " * 4
@@ -153,7 +152,7 @@ def test_locations_that_are_files_or_cannot_be_created(tmp_path):
         assert needle.replace("%s", str(tmp_path)) in str(e.value)
 
 
-def test_a_read_only_checkpoint_dir_is_a_storage_error(tmp_path):
+def test_a_read_only_checkpoint_dir_is_refused_as_a_location(tmp_path):
     ckpts = tmp_path / "ro"
     ckpts.mkdir()
     code = ("from training.job_check import check_locations; import sys; "
@@ -162,7 +161,7 @@ def test_a_read_only_checkpoint_dir_is_a_storage_error(tmp_path):
     script = 'mount -t tmpfs -o size=1m,ro tmpfs "$0" && exec "$@"'
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(ckpts),
                         sys.executable, "-c", code, str(ckpts)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert "CheckpointStorageError" in r.stderr and f"checkpoint.dir {ckpts} is not writable: read-only file " \
+    assert "ConfigError" in r.stderr and f"checkpoint.dir={str(ckpts)!r} is not writable: read-only file " \
         "system" in r.stderr, r.stderr
 
 
@@ -242,3 +241,89 @@ def test_a_global_batch_the_fixed_world_cannot_split_stops_before_any_worker(tmp
             "--train.global_batch", "7", "--job.out_dir", str(tmp_path / "run"))
     assert r.returncode == 2 and "train.global_batch=7 is not divisible by the world size 2" in one_error(r)
     assert "exitcode" not in r.stderr and not (tmp_path / "run").exists()  # torchrun never started a worker
+
+
+# ---- issue 29: locations that pass a look but cannot be written, and checkpoint directories inside each other
+def test_a_metrics_path_that_is_a_device_is_refused(tmp_path):
+    ok = dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "run/ckpt"))
+    with pytest.raises(ConfigError, match=r"metrics.path='/dev/full' is a character device, not a regular file; "
+                                          r"pass a file path \(--metrics.path DIR/metrics.jsonl\)"):
+        check_locations(**ok, metrics_path="/dev/full")
+
+
+def test_locations_on_a_full_file_system_are_refused(tmp_path, tmpfs):
+    full = tmpfs("full", "size=64k")
+    with open(full / "filler", "wb", buffering=0) as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+    for name, kw in (("metrics.path", dict(metrics_path=str(full / "metrics.jsonl"))),
+                     ("job.out_dir", dict(out_dir=str(full / "run"))),
+                     ("checkpoint.dir", dict(checkpoint_dir=str(full / "ckpt")))):
+        where = {**dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "ckpt"),
+                        metrics_path=str(tmp_path / "m.jsonl")), **kw}
+        with pytest.raises(ConfigError) as e:
+            check_locations(**where)
+        assert f"{name}=" in str(e.value) and "no space left on the device" in str(e.value), e.value
+    assert sorted(p.name for p in full.iterdir()) == ["filler"]  # the probe left nothing behind
+
+
+def test_an_unusable_memory_dir_is_refused_at_start(tmp_path, tmpfs):
+    ok = dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "ckpt"), metrics_path=str(tmp_path / "m"))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="checkpoint.memory_dir='.*afile' is a file, not a directory"):
+        check_locations(**ok, memory_dir=str(tmp_path / "afile"))
+    ro = tmpfs("ro", "size=64k,ro")
+    with pytest.raises(ConfigError, match=r"checkpoint.memory_dir='.*ro' is not writable: read-only file system"):
+        check_locations(**ok, memory_dir=str(ro))
+    # the whole start path passes it (and only when the tier is on)
+    cfg = load_config([*TINY, "--job.out_dir", str(tmp_path / "run"), "--checkpoint.memory_dir", str(ro),
+                       "--checkpoint.memory_interval", "1"])
+    with pytest.raises(ConfigError, match="checkpoint.memory_dir"):
+        check_job(cfg, device=False)
+    check_job(load_config([*TINY, "--job.out_dir", str(tmp_path / "run"), "--checkpoint.memory_dir", str(ro),
+                           "--checkpoint.memory_interval", "0"]), device=False)  # the tier is off: not used
+
+
+def make_checkpoint_root(root: Path, steps=(3, 6)) -> None:
+    """A checkpoint.dir as a run leaves it (ownership files, lineage), with data to checksum."""
+    root.mkdir(parents=True)
+    (root / ".t5-failover-lineage").write_text("0123abcd")
+    for s in steps:
+        d = root / f"step_{s:08d}"
+        d.mkdir()
+        (d / ".t5-failover").write_text(json.dumps({"step": s}))
+        (d / "__0_0.distcp").write_bytes(os.urandom(2048))
+
+
+def digest(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("inner", ["step_00000006/inner", "step_00000006", "quarantine/x", "sub/deeper"])
+def test_a_checkpoint_dir_inside_another_runs_checkpoints_is_refused(tmp_path, inner):
+    outer = tmp_path / "a" / "checkpoints"
+    make_checkpoint_root(outer)
+    before = digest(tmp_path)
+    kw = dict(out_dir=str(tmp_path / "b"), metrics_path=str(tmp_path / "b/m.jsonl"))
+    with pytest.raises(ConfigError) as e:
+        check_locations(**kw, checkpoint_dir=str(outer / inner))
+    msg = str(e.value)
+    if inner.startswith("step_"):
+        assert "step_00000006, a checkpoint of the run in" in msg and "keep_last" in msg, msg
+    else:
+        assert f"is inside {outer}, the checkpoint.dir of another run" in msg, msg
+    assert "--checkpoint.dir" in msg and "nothing was changed" in msg
+    assert digest(tmp_path) == before
+
+
+def test_a_checkpoint_dir_around_another_runs_is_refused(tmp_path):
+    make_checkpoint_root(tmp_path / "runs" / "a" / "checkpoints")
+    before = digest(tmp_path)
+    with pytest.raises(ConfigError, match=r"holds another run's checkpoint.dir .*runs/a/checkpoints"):
+        check_locations(out_dir=str(tmp_path / "x"), metrics_path=str(tmp_path / "x/m"),
+                        checkpoint_dir=str(tmp_path / "runs"))
+    assert digest(tmp_path) == before
+    # side by side is fine, and so is the run's own directory (a resume)
+    for ok in (tmp_path / "runs" / "b" / "checkpoints", tmp_path / "runs" / "a" / "checkpoints"):
+        check_locations(out_dir=str(tmp_path / "x"), metrics_path=str(tmp_path / "x/m"), checkpoint_dir=str(ok))

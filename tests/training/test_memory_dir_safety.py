@@ -101,29 +101,6 @@ def test_a_finished_run_removes_its_directory_marker_and_all(tmp_path, world_of_
     assert not tier.root.exists() and (tmp_path / "shm").exists()
 
 
-def mount_tmpfs(where: Path, options: str) -> None:
-    """A real tmpfs at `where` (root only; skips elsewhere, saying why)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (this checks the real file-system path)")
-    where.mkdir(exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)]).returncode:
-        pytest.skip("cannot mount a tmpfs here (no CAP_SYS_ADMIN)")
-
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    mounted = []
-
-    def make(name: str, options: str) -> Path:
-        where = tmp_path / name
-        mount_tmpfs(where, options)
-        mounted.append(where)
-        return where
-    yield make
-    for where in mounted:
-        subprocess.run(["umount", "-l", str(where)])
-
-
 @pytest.mark.parametrize("kind", ["file", "read-only"])
 def test_an_unusable_memory_dir_turns_the_tier_off_with_a_warning(tmp_path, world_of_one, caplog, tmpfs, kind):
     """Mid-run (after the start checks) the memory directory is a file or on a read-only file system: a

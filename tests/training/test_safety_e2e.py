@@ -157,7 +157,40 @@ def test_unwritable_checkpoint_directory_is_refused_before_training(tmp_path):
     ckpts = tmp_path / "ckpts"
     ckpts.mkdir()
     r = in_private_tmpfs(ckpts, "6m", *tiny_argv(tmp_path, ckpts), ro=True)
-    assert r.returncode == 6, r.stdout + r.stderr
-    assert f"checkpoint.dir {ckpts} is not writable: read-only file system" in r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr  # a location to fix, found at start (README: exit 2)
+    assert f"checkpoint.dir={str(ckpts)!r} is not writable: read-only file system" in r.stderr
     assert r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "metrics.jsonl").exists()  # refused by the agent's check: no worker started
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_run_inside_another_runs_checkpoint_is_refused_and_nothing_changes(reference, tmp_path):
+    """Issue 29: --checkpoint.dir inside another run's committed step_00000006 used to be accepted with a generic
+    warning; the outer run's retention then deleted it with the inner run's checkpoints."""
+    outer = copy_run(reference, tmp_path / "outer")
+    before = tree(tmp_path)
+    inner = step_dir(outer, 6) / "inner"
+    r = subprocess.run([sys.executable, "-m", "training", *TINY, "--job.out_dir", str(tmp_path / "inner-run"),
+                        "--checkpoint.dir", str(inner)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
+    assert "is inside step_00000006, a checkpoint of the run in" in r.stderr and "keep_last" in r.stderr
+    assert tree(tmp_path) == before and not (tmp_path / "inner-run").exists()
+
+
+def test_a_commit_marker_without_its_step_is_quarantined_not_a_crash(reference, tmp_path):
+    """Issue 29: a COMMITTED.json without 'step' was a KeyError in every rank; it is a damaged checkpoint."""
+    ckpts = copy_run(reference, tmp_path)
+    marker = step_dir(ckpts, STEPS) / MARKER
+    info = json.loads(marker.read_text())
+    del info["step"]
+    marker.write_text(json.dumps(info))
+    r = run(tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "KeyError" not in out, out
+    assert f"{marker} lacks step" in out and "resumed from step 6" in out
+    assert len(list((ckpts / QUARANTINE).glob(f"step_{STEPS:08d}.*"))) == 1
+    assert compare(step_dir(reference / "checkpoints", STEPS), step_dir(ckpts, STEPS)) == []
