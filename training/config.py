@@ -406,6 +406,11 @@ def validate(cfg: Config) -> None:
         if not cond:
             raise ConfigError(msg)
 
+    for section in SECTIONS:  # inf and nan pass comparisons like "> 0", then fail deep inside (timedelta(inf))
+        for f in fields(getattr(cfg, section)):
+            v = getattr(getattr(cfg, section), f.name)
+            need(not isinstance(v, float) or math.isfinite(v),
+                 f"{section}.{f.name}={v} must be a finite number (--{section}.{f.name})")
     for name in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads"):
         need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
@@ -429,7 +434,13 @@ def validate(cfg: Config) -> None:
     need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
     need(p.compile in ("auto", "on", "off"), f"parallel.compile={p.compile!r}: use auto, on or off")
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
-    need(p.init_timeout_s > 0 and p.train_timeout_s > 0, "parallel.*_timeout_s must be > 0")
+    need(p.init_timeout_s >= MIN_INIT_TIMEOUT_S,
+         f"parallel.init_timeout_s={p.init_timeout_s} must be >= {MIN_INIT_TIMEOUT_S:g} s: it covers the rendezvous "
+         "and the checkpoint load, which take seconds even for small models")
+    need(p.train_timeout_s >= MIN_TRAIN_TIMEOUT_S,
+         f"parallel.train_timeout_s={p.train_timeout_s} must be >= {MIN_TRAIN_TIMEOUT_S:g} s: every collective waits "
+         "that long for the slowest rank, so below it ordinary steps time out and the job restarts in a loop "
+         "(a hung peer is what it is for: 20-300 s in the presets)")
     need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
          f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
@@ -449,6 +460,11 @@ def validate(cfg: Config) -> None:
          and cfg.fault.fail_snapshot_at_step >= 0 and cfg.fault.stop_at_step >= 0
          and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0,
          "fault.* values must be >= 0")
+
+
+# Floors of the process-group timeouts (seconds): below them ordinary waits time out (see validate).
+MIN_INIT_TIMEOUT_S = 10.0
+MIN_TRAIN_TIMEOUT_S = 1.0
 
 
 def check_world(cfg: Config, world_size: int) -> None:

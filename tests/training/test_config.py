@@ -1,4 +1,5 @@
 """Config precedence and validation: bad values fail fast with a message naming the value and the fix."""
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -123,3 +124,16 @@ def test_print_config_round_trips_through_config(tmp_path):
     f.write_text(r.stdout)
     again = load_config(["--preset", "t5-small", "--config", str(f)])
     assert again.to_dict() == load_config(["--preset", "t5-small", "--train.lr", "0.002"]).to_dict()
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--parallel.init_timeout_s", "inf", "parallel.init_timeout_s=inf must be a finite number"),
+    ("--checkpoint.timeout_s", "inf", "checkpoint.timeout_s=inf must be a finite number"),
+    ("--train.lr", "nan", "train.lr=nan must be a finite number"),
+    ("--parallel.train_timeout_s", "0.001", "parallel.train_timeout_s=0.001 must be >= 1 s"),
+    ("--parallel.init_timeout_s", "2", "parallel.init_timeout_s=2.0 must be >= 10 s"),
+])
+def test_timeouts_that_cannot_work_are_refused(flag, value, needle):
+    """Issue 29: inf was an OverflowError traceback in every rank; 0.001 s timed out every collective."""
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_config([flag, value])
