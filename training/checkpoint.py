@@ -213,6 +213,16 @@ class CheckpointManager:
             log.warning("checkpoint.load_step=%d: moved %d newer checkpoint(s) to %s (kept, not loaded)", want,
                         len(moved), self.root / SUPERSEDED)
 
+    @staticmethod
+    def initial_load_signature(path: str) -> Any:
+        """The model signature recorded by the checkpoint ``path`` names (as load_initial resolves it), or None."""
+        root = Path(path)
+        target = root if (root / MARKER).exists() else latest_complete(root)
+        try:
+            return read_marker(target).get("signature") if target else None
+        except (OSError, ValueError, AttributeError):
+            return None
+
     def load_initial(self, path: str, state: dict[str, Any]) -> int:
         """Load `state` (e.g. {"train": ModelOnly(model)}) from another run's checkpoint; returns its step.
 
@@ -232,8 +242,9 @@ class CheckpointManager:
                 f"checkpoint.initial_load_path {target} holds model {info.get('signature')}, but this run's model "
                 f"is {self.signature}; use matching model settings")
         problem = self._verify_checksums(target)
-        if problem:
-            raise CheckpointIncompatible(f"checkpoint.initial_load_path {target} is damaged: {problem}")
+        if problem:  # a bad input, not another model: exit 2
+            raise ConfigError(f"checkpoint.initial_load_path {target} is damaged: {problem}; pass another checkpoint "
+                              "(e.g. an older step_NNNNNNNN directory of that run)")
         dcp.load(state, checkpoint_id=str(target), process_group=self.group)
         return info["step"]
 

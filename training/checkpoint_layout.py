@@ -77,7 +77,8 @@ def verify(path: Path) -> tuple[bool, str]:
         missing = [k for k in MARKER_FIELDS if k not in info]
         if missing:
             return False, f"commit marker {path / MARKER} lacks {', '.join(missing)} (edited or damaged)"
-        if not isinstance(info["step"], int) or info["step"] != parse_step(path):
+        named = parse_step(path)  # a copy under another name (compare, export, initial_load_path) is fine
+        if not isinstance(info["step"], int) or named is not None and info["step"] != named:
             return False, f"commit marker {path / MARKER} records step {info['step']!r}, not the directory's"
         sizes = _file_sizes(info)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:

@@ -168,8 +168,9 @@ class CheckpointConfig:
     <dir>/superseded/ (kept, never overwritten); later restarts of the same run resume from the newest again."""
     initial_load_path: str = ""
     """Start a new run from another run's model weights (a step_NNNNNNNN directory or a checkpoint.dir: its
-    newest complete checkpoint). Only used when this run has no checkpoint yet; optimizer, schedule and data
-    start fresh. The model shape must match (exit 3 otherwise)."""
+    newest complete checkpoint). Only used when this run has no checkpoint yet (a resume says it is not used);
+    optimizer, schedule and data start fresh. The model shape must match (exit 3 otherwise); a damaged one is
+    refused (exit 2)."""
     memory_interval: int = 1
     """In-memory snapshot every this many steps (0 = off): each rank copies its shard of the whole training
     state into node-local shared memory (and a peer node's, see memory_replica) on a background thread, so a

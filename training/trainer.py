@@ -185,6 +185,7 @@ class Trainer:
                 self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
                 if got.resharded_from:
                     self.restored_from["resharded_from"] = got.resharded_from
+                self._say_initial_load_unused(got.step)
                 return got.step
         info = self.ckpt.load(self.state)
         if info is None:
@@ -198,7 +199,21 @@ class Trainer:
                           f"now {self.world}) in {self.cfg.checkpoint.dir}")
         self.restored_from = {"tier": "storage", "step": info["step"]}
         self._apply_accepted_changes()
+        self._say_initial_load_unused(info["step"])
         return info["step"]
+
+    def _say_initial_load_unused(self, step: int) -> None:
+        """checkpoint.initial_load_path only seeds a new run; a resume (which keeps the flags it was started with)
+        ignores it, and says so, with a note when it would not even fit this model."""
+        src = self.cfg.checkpoint.initial_load_path
+        if not src:
+            return
+        other = self.ckpt.initial_load_signature(src)
+        shape = (f"; note: it holds another model ({other}) than this run's ({model_signature(self.cfg.model)})"
+                 if other is not None and other != model_signature(self.cfg.model) else "")
+        self.metrics.info(f"checkpoint.initial_load_path={src} is not used: this run resumes its own step {step} "
+                          f"(initial_load_path only seeds a run that has no checkpoint yet; to start from it, use a "
+                          f"new --job.out_dir){shape}")
 
     def _apply_accepted_changes(self) -> None:
         """Make accepted setting changes take effect: the loaded optimizer/scheduler state carries the old ones."""

@@ -67,3 +67,33 @@ def test_initial_load_path_starts_a_new_run_from_another_runs_weights(tiny_refer
     ref = {x["step"]: x for x in records(tiny_reference) if x["event"] == "step"}
     assert first["step"] == 1 and first["data_offset"] == 0  # a new run: fresh data position and schedule
     assert first["loss"] < ref[1]["loss"] - 0.5               # but trained weights, not a random init
+    # Issue 29: the same flags again (a restart) resume the run's own checkpoint, and say the path is not used
+    r = tiny_run(tmp_path, 2, "--checkpoint.initial_load_path", str(tiny_reference / "checkpoints"), steps=3)
+    assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stdout + r.stderr
+    assert (f"checkpoint.initial_load_path={tiny_reference / 'checkpoints'} is not used: this run resumes its own "
+            "step 2") in r.stdout and "another model" not in r.stdout
+
+
+def test_initial_load_path_of_another_model_on_a_resumed_run_is_named(tiny_reference, tmp_path):
+    other = tmp_path / "other"
+    r = tiny_run(other, 2, "--model.d_model", "32", steps=1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "run"
+    assert tiny_run(run, 2, steps=1).returncode == 0
+    r = tiny_run(run, 2, "--checkpoint.initial_load_path", str(other / "checkpoints"), steps=2)
+    assert r.returncode == 0 and "resumed from step 1" in r.stdout, r.stdout + r.stderr
+    assert "is not used: this run resumes its own step 1" in r.stdout
+    assert "note: it holds another model" in r.stdout and "'d_model': 32" in r.stdout
+
+
+def test_a_damaged_initial_load_path_is_a_bad_input_not_another_model(tiny_reference, tmp_path):
+    import shutil
+    src = tmp_path / "src"
+    shutil.copytree(step_dir(tiny_reference / "checkpoints", TINY_STEPS), src)
+    shard = sorted(src.glob("*.distcp"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(data)
+    r = tiny_run(tmp_path / "run", 2, "--checkpoint.initial_load_path", str(src), steps=1)
+    assert r.returncode == 2, r.stdout + r.stderr  # exit 3 means "a checkpoint of another model"
+    assert f"checkpoint.initial_load_path {src} is damaged: file {shard} fails its checksum" in r.stderr
