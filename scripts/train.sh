@@ -55,7 +55,7 @@ rc=$?
 set -e
 case $rc in
   0) ;;
-  130|143) echo "[train] stopped at a checkpoint; make train resumes" >&2 ;;
+  130|143) echo "[train] $("$py" -m tools.resume_point "${preset_args[@]}" "$@" 2>/dev/null || echo stopped)" >&2 ;;
   2|3|4|5|6|7) ;;  # the job's own error line above names the problem and the fix; a plain rerun would not help
   *) echo "[train] failed with exit code $rc (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
 esac

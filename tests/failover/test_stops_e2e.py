@@ -145,12 +145,36 @@ def test_ctrl_c_stops_at_a_checkpoint_and_rerun_recomputes_nothing(tmp_path, ent
     assert [(r["signal"], r["step"]) for r in records(out, "signal")] == [("SIGINT", last)]
     assert parse_step(latest_complete(out / "checkpoints")) == last
     if entry == "make train":
-        assert "[train] stopped at a checkpoint; make train resumes" in text and "run 'make train' again" not in text
+        assert (f"[train] stopped; the newest complete checkpoint is step {last} " in text
+                and "a rerun resumes there" in text and "run 'make train' again" not in text), text[-3000:]
     else:
         assert "[launch] stopped by SIGINT" in text
     rerun = subprocess.run(argv(out, steps=last + 2), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert records(out, "start")[-1]["resumed_from"] == last  # 0 steps recomputed
+
+
+def forkserver_of(pid: int) -> int | None:
+    """The warm-worker forkserver among ``pid``'s descendants (it imports torch for seconds after it starts)."""
+    return next((d for d in descendants(pid) if "multiprocessing.forkserver" in cmdline(d)), None)
+
+
+def test_ctrl_c_before_the_first_step_says_nothing_was_saved_without_a_traceback(tmp_path):
+    """Issue 29: a Ctrl-C in the first seconds printed a KeyboardInterrupt traceback from the forkserver's
+    imports, then '[train] stopped at a checkpoint' although none existed."""
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(train_sh(out), log)
+    try:
+        wait_for(lambda: forkserver_of(p.pid), "the forkserver", proc=p, log=log)
+        os.killpg(p.pid, signal.SIGINT)  # while it imports torch and the model
+        rc = p.wait(timeout=120)
+    finally:
+        kill_all([p.pid, *descendants(p.pid)])
+    text = log.read_text()
+    assert rc == 130, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert f"[train] stopped before any checkpoint was saved ({out / 'checkpoints'} holds none)" in text, text
+    assert not records(out, "step")
 
 
 def test_second_ctrl_c_stops_everything_at_once(tmp_path):

@@ -41,7 +41,11 @@ PRELOAD = ("training.__main__", "training.trainer", "transformers.models.t5.mode
            "training.launch.forkserver_init")
 #: Signals the forkserver ignores so that a signal to every process of the job reaches the workers, which
 #: checkpoint and exit, rather than ending the forkserver and, with it, them (:mod:`.forkserver_init`).
-IGNORED_IN_FORKSERVER = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+#: SIGINT too: a Ctrl-C to the terminal's process group while the forkserver imports the preload would print a
+#: KeyboardInterrupt traceback from the middle of ``import torch`` (multiprocessing ignores it only afterwards).
+#: The forkserver is born with them ignored (:func:`start_forkserver`), so there is no window.
+IGNORED_IN_FORKSERVER = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
+                         signal.SIGINT)
 #: torchrun's command for ``--module training``: ``python -u -m training ARGS`` -> our ARGS.
 _MODULE_PREFIX = ("-u", "-m", "training")
 
@@ -70,7 +74,14 @@ def start_forkserver() -> None:
     # forkserver would be unusable in every forked worker (the preload makes no such call today: tested)
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     multiprocessing.set_forkserver_preload(list(PRELOAD))
-    forkserver.ensure_running()
+    # An ignored disposition survives fork and exec: the forkserver ignores the job's stop signals from its
+    # first instruction, not only once the preload reaches forkserver_init (seconds later).
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in IGNORED_IN_FORKSERVER}
+    try:
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def drop_exit_tracebacks() -> None:
