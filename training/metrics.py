@@ -1,6 +1,7 @@
 """Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import statistics
@@ -21,7 +22,7 @@ class MetricsLogger:
 
     def __init__(self, cfg: MetricsConfig, *, rank: int, total_steps: int):
         self.cfg, self.enabled, self.total_steps = cfg, rank == 0, total_steps
-        self._f = None
+        self._fd: int | None = None  # metrics.path, opened for appending (rank 0)
         self._step_times: list[float] = []
         self._t0 = time.time()
         self._steps = self._tokens = 0
@@ -30,11 +31,28 @@ class MetricsLogger:
         self._ended = False
         if self.enabled:
             os.makedirs(os.path.dirname(os.path.abspath(cfg.path)), exist_ok=True)
-            self._f = open(cfg.path, "a", buffering=1)
+            self._fd = os.open(cfg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def event(self, event: str, **fields: Any) -> None:
-        if self._f:
-            self._f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        if self._fd is None:
+            return
+        line = (json.dumps({"event": event, "time": time.time(), **fields}) + "\n").encode()
+        end = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, line)  # one append; a short one means the file system is full
+            if written != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            # The disk filled or failed after the start checks passed: the metrics are a record, the checkpoints
+            # are the work. Take back a partial line (readers and later appends need whole lines), say so once
+            # and train on; a checkpoint that cannot be written stops the run with its own reason.
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                pass
+            self._say(f"WARNING: metrics.path {self.cfg.path} can no longer be written ({e.strerror or e}); "
+                      "no more metrics lines are recorded in this attempt, training continues")
+            self.close()
 
     def eta_s(self) -> float | None:
         """Median step time of this attempt (warm-up excluded) x steps left; None until one step is known."""
@@ -92,6 +110,6 @@ class MetricsLogger:
             os.close(devnull)
 
     def close(self) -> None:
-        if self._f:
-            self._f.close()
-            self._f = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
