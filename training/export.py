@@ -19,22 +19,15 @@ MODEL_PREFIX = "train.model."
 
 def export(ckpt: str | Path, out: str | Path) -> Path:
     """Write the checkpoint's model as a Hugging Face directory; returns it. Raises ValueError on a bad input."""
-    from training.checkpoint import latest_complete, read_marker, verify
-    from training.compare import load_full
+    from training.checkpoint import read_marker
+    from training.compare import load_full, resolve_checkpoint
     from training.config import ModelConfig
-    from training.integrity import crc32c_file
     from training.model import build_model
 
-    ckpt, out = Path(ckpt), Path(out)
-    if ckpt.is_dir() and not (ckpt / "COMMITTED.json").exists() and latest_complete(ckpt):
-        ckpt = latest_complete(ckpt)  # a checkpoint directory root: its newest complete checkpoint
-    ok, why = verify(ckpt)
-    if not ok:
-        raise ValueError(f"{ckpt} is not a complete checkpoint: {why}")
+    out = Path(out)
+    # The same check compare makes: what the path is, the commit marker, every file's size and CRC32C.
+    ckpt = resolve_checkpoint(ckpt, "export a checkpoint")
     info = read_marker(ckpt)
-    for name, rec in info["files"].items():
-        if isinstance(rec, dict) and crc32c_file(ckpt / name) != rec["crc32c"]:
-            raise ValueError(f"{ckpt / name} fails its checksum: the checkpoint is damaged; export an older one")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty; choose a new directory (nothing was overwritten)")
     model = build_model(ModelConfig(**info["signature"]), seed=0)

@@ -10,8 +10,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.attention import attn_implementation
-from training.config import ModelConfig, ParallelConfig
+from training.config import ConfigError, ModelConfig, ParallelConfig
+from training.errors import CheckpointIncompatible
 from training.meta_init import RecordedInit, record_init
+from training.pretrained import (CONFIG_FILE, FEED_FORWARD, SHAPE_FIELDS, WANTED, check_pretrained_dir, shape_differences,
+                                 shape_mismatch)
 
 log = logging.getLogger("training")
 
@@ -22,7 +25,7 @@ def build_t5_config(cfg: ModelConfig):
     # would only drop the d_model**-0.5 output scaling and make the initial loss explode.
     return T5Config(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv, d_ff=cfg.d_ff,
                     num_layers=cfg.num_layers, num_decoder_layers=cfg.num_decoder_layers,
-                    num_heads=cfg.num_heads, feed_forward_proj="gated-gelu", dropout_rate=cfg.dropout,
+                    num_heads=cfg.num_heads, feed_forward_proj=FEED_FORWARD, dropout_rate=cfg.dropout,
                     decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, attn_implementation=attn_implementation(cfg.attention))
 
 
@@ -32,16 +35,43 @@ def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
     from transformers import T5ForConditionalGeneration
     torch.manual_seed(seed)
     if cfg.init_from:
-        model = T5ForConditionalGeneration.from_pretrained(cfg.init_from, local_files_only=True,
-                                                           dropout_rate=cfg.dropout,
-                                                           attn_implementation=attn_implementation(cfg.attention))
-        mine = build_t5_config(cfg)
-        for key in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "vocab_size"):
-            if getattr(model.config, key) != getattr(mine, key):
-                raise ValueError(f"model.init_from={cfg.init_from!r} has {key}={getattr(model.config, key)} but "
-                                 f"the config says model.{key}={getattr(mine, key)}; make them agree")
-        return model
+        return load_pretrained(cfg)
     return T5ForConditionalGeneration(build_t5_config(cfg))
+
+
+def load_pretrained(cfg: ModelConfig) -> torch.nn.Module:
+    """The model in ``cfg.init_from``, checked first (training.pretrained: config.json, weights, shape) and after
+    loading (every weight present and of its config's shape), so a wrong directory is one line, never a model
+    with weights silently left at random."""
+    from transformers import T5ForConditionalGeneration
+    check_pretrained_dir(cfg.init_from, cfg)
+    try:
+        model, info = T5ForConditionalGeneration.from_pretrained(
+            cfg.init_from, local_files_only=True, output_loading_info=True, dropout_rate=cfg.dropout,
+            attn_implementation=attn_implementation(cfg.attention))
+    except Exception as e:  # noqa: BLE001 - the directory passed the file checks: its content is the problem
+        # (safetensors raises its own SafetensorError for a cut-short or garbled file, not an OSError)
+        raise _unloadable(cfg.init_from, e) from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise CheckpointIncompatible(f"model.init_from={cfg.init_from!r} lacks {len(missing)} of this model's "
+                                     f"weights ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+                                     f"pass {WANTED}")
+    differences = shape_differences(model.config.to_dict(), cfg)
+    if differences:
+        raise CheckpointIncompatible(shape_mismatch(cfg.init_from, differences))
+    return model
+
+
+def _unloadable(path: str, e: Exception) -> Exception:
+    """Why ``from_pretrained`` failed on a directory that passed the file checks, as the job's own error: weights
+    of another shape than its own config.json are another model (exit 3), anything else unreadable input (2)."""
+    text = str(e).strip()
+    if isinstance(e, RuntimeError) and "mismatch" in text:  # transformers: "... `ignore_mismatched_sizes` ..."
+        return CheckpointIncompatible(f"model.init_from={path!r} holds weights of another shape than its "
+                                      f"{CONFIG_FILE} says (nothing was loaded); pass {WANTED}")
+    reason = text.splitlines()[-1] if text else type(e).__name__
+    return ConfigError(f"model.init_from={path!r} cannot be loaded: {reason}; pass {WANTED}")
 
 
 @dataclass
@@ -82,8 +112,7 @@ def record_or_build(build: Callable[[], torch.nn.Module], *, seed: int) -> Recor
 
 def model_signature(cfg: ModelConfig) -> dict[str, int]:
     """The shape-defining fields a checkpoint must match to be loaded into this model."""
-    return {k: getattr(cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
-                                         "num_heads", "vocab_size")}
+    return {k: getattr(cfg, k) for k in SHAPE_FIELDS}
 
 
 def count_params(model: torch.nn.Module) -> int:

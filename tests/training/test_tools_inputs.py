@@ -1,0 +1,206 @@
+"""Bad inputs to the checkpoint tools (training.compare, training.export) and to --model.init_from: one line that
+names the input and what is wrong with it, exit 2 (3 for weights of another model shape), never a traceback and
+never a damaged checkpoint compared as if it were sound."""
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.conftest import tiny_run
+from training import compare as compare_cli
+from training import export as export_cli
+from training.checkpoint import CheckpointManager, step_dir
+from training.config import CheckpointConfig, ConfigError, ModelConfig
+from training.errors import CheckpointIncompatible, exit_code
+from training.model import build_model, model_signature
+from training.pretrained import check_pretrained_dir
+
+SMALL = dict(d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    """A checkpoint.dir with one real checkpoint (step 2) of a small model and an optimizer entry, written by the
+    job's own CheckpointManager (commit marker with every file's size and CRC32C)."""
+    root = tmp_path_factory.mktemp("ckpt") / "checkpoints"
+    root.mkdir()  # the job makes it in its start checks
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        cfg = ModelConfig(**SMALL)
+        model = build_model(cfg, seed=0)
+        state = {"train": {"model": model.state_dict(), "optim": {"step": torch.tensor(2.0)}}}
+        mgr = CheckpointManager(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1,
+                                signature=model_signature(cfg))
+        mgr.save(2, state, force=True)
+        mgr.close()
+    finally:
+        dist.destroy_process_group()
+    return root
+
+
+def run(cli, *args: str, capsys) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def flip_a_byte(ckpt: Path) -> Path:
+    """Damage the largest data file of `ckpt` in place, keeping its size (only the checksum can tell)."""
+    data = max(ckpt.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) - 100] ^= 0x01  # tensor bytes near the end: the file still loads, with one value changed
+    data.write_bytes(bytes(raw))
+    return data
+
+
+# ---- case 1: compare --atol ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("atol", ["-1", "nan", "abc"])
+def test_compare_refuses_a_bad_atol_in_one_line(checkpoints, capsys, atol):
+    ckpt = step_dir(checkpoints, 2)
+    code, out, err = run(compare_cli, ckpt, ckpt, "--atol", atol, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"--atol {atol}" in line and ">= 0" in line and out == ""
+
+
+def test_compare_takes_a_tolerance_and_a_checkpoint_dir(checkpoints, capsys):
+    code, out, _ = run(compare_cli, step_dir(checkpoints, 2), checkpoints, "--atol", "1e-6", capsys=capsys)
+    assert code == 0 and out.startswith("EQUAL:") and "within 1e-6" in out
+
+
+# ---- case 2: a checkpoint that fails its checksum --------------------------------------------------------------
+def test_compare_verifies_checksums_like_export_and_names_the_file(checkpoints, tmp_path, capsys):
+    good = step_dir(checkpoints, 2)
+    bad = tmp_path / good.name
+    shutil.copytree(good, bad)
+    damaged = flip_a_byte(bad)
+    code, out, err = run(compare_cli, good, bad, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and out == "" and f"file {damaged} fails its checksum" in line
+    with pytest.raises(ValueError, match="fails its checksum"):
+        compare_cli.compare(bad, good)
+    # export refuses the same checkpoint with the same finding (one check, shared)
+    code, _, err = run(export_cli, bad, tmp_path / "hf", capsys=capsys)
+    assert code == 2 and f"file {damaged} fails its checksum" in one_error_line(err)
+    assert not (tmp_path / "hf").exists()
+
+
+# ---- case 3: a path that is not a training checkpoint ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def exported(checkpoints, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("exported") / "hf"
+    export_cli.export(checkpoints, out)
+    return out
+
+
+@pytest.mark.parametrize("cli, extra", [(compare_cli, "CKPT"), (export_cli, "OUT")])
+def test_a_missing_path_is_named_as_missing(checkpoints, tmp_path, capsys, cli, extra):
+    missing = tmp_path / "nope"
+    other = step_dir(checkpoints, 2) if extra == "CKPT" else tmp_path / "out"
+    code, _, err = run(cli, missing, other, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"{missing} does not exist" in line and "commit marker" not in line
+
+
+@pytest.mark.parametrize("cli, use, extra", [(compare_cli, "compare checkpoints", "CKPT"),
+                                             (export_cli, "export a checkpoint", "OUT")])
+def test_a_hugging_face_directory_is_named_as_one(checkpoints, exported, tmp_path, capsys, cli, use, extra):
+    other = step_dir(checkpoints, 2) if extra == "CKPT" else tmp_path / "out"
+    code, _, err = run(cli, exported, other, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and "commit marker" not in line
+    assert (f"{exported} is a Hugging Face model directory (config.json + model.safetensors), not a training "
+            f"checkpoint; {use} (a step_NNNNNNNN directory or a checkpoint.dir)") in line
+
+
+def test_an_unfinished_save_still_says_so(checkpoints, tmp_path, capsys):
+    unfinished = tmp_path / "step_00000004"
+    shutil.copytree(step_dir(checkpoints, 2), unfinished)
+    (unfinished / "COMMITTED.json").unlink()
+    code, _, err = run(compare_cli, unfinished, step_dir(checkpoints, 2), capsys=capsys)
+    assert code == 2 and "no commit marker (the save did not finish)" in one_error_line(err)
+
+
+# ---- case 4: --model.init_from without weights, or of another shape --------------------------------------------
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pretrained")
+    build_model(ModelConfig(**SMALL), seed=0).save_pretrained(out)
+    return out
+
+
+def config_only(pretrained: Path, where: Path) -> Path:
+    where.mkdir()
+    shutil.copy(pretrained / "config.json", where)
+    return where
+
+
+@pytest.mark.parametrize("make, missing", [
+    (lambda pre, tmp: tmp / "empty", "has neither config.json nor weights (model.safetensors or pytorch_model.bin)"),
+    (lambda pre, tmp: config_only(pre, tmp / "config_only"), "has no weights (model.safetensors or pytorch_model.bin)"),
+])
+def test_init_from_without_weights_is_a_config_error_naming_the_directory(pretrained, tmp_path, make, missing):
+    (tmp_path / "empty").mkdir()
+    path = str(make(pretrained, tmp_path))
+    cfg = ModelConfig(**SMALL, init_from=path)
+    for check in (lambda: check_pretrained_dir(path, cfg), lambda: build_model(cfg, seed=0)):
+        with pytest.raises(ConfigError) as e:
+            check()
+        assert exit_code(e.value) == 2
+        assert f"model.init_from={path!r} {missing}" in str(e.value) and "config.json and model.safetensors" in str(e.value)
+
+
+def test_init_from_of_another_shape_is_exit_3_naming_the_field_and_the_fix(pretrained):
+    cfg = ModelConfig(**{**SMALL, "d_model": 32}, init_from=str(pretrained))
+    for check in (lambda: check_pretrained_dir(str(pretrained), cfg), lambda: build_model(cfg, seed=0)):
+        with pytest.raises(CheckpointIncompatible) as e:
+            check()
+        assert exit_code(e.value) == 3
+        assert "d_model=16 (this run: 32)" in str(e.value) and "--model.d_model 16" in str(e.value)
+
+
+def test_init_from_whose_weights_do_not_fit_its_own_config_or_are_cut_short(pretrained, tmp_path):
+    import json
+    liar = tmp_path / "liar"  # config.json of this run's shape, weights of another
+    shutil.copytree(pretrained, liar)
+    config = json.loads((liar / "config.json").read_text())
+    (liar / "config.json").write_text(json.dumps({**config, "d_model": 32}))
+    with pytest.raises(CheckpointIncompatible, match="holds weights of another shape than its config.json says"):
+        build_model(ModelConfig(**{**SMALL, "d_model": 32}, init_from=str(liar)), seed=0)
+    cut = tmp_path / "cut"
+    shutil.copytree(pretrained, cut)
+    weights = cut / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ConfigError, match=f"model.init_from={str(cut)!r} cannot be loaded"):
+        build_model(ModelConfig(**SMALL, init_from=str(cut)), seed=0)
+
+
+def test_init_from_a_good_directory_loads_its_weights(pretrained):
+    loaded = build_model(ModelConfig(**SMALL, init_from=str(pretrained)), seed=1)
+    reference = build_model(ModelConfig(**SMALL), seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), reference.state_dict().values()))
+
+
+@pytest.mark.e2e
+def test_a_job_with_init_from_of_another_shape_stops_with_one_line_and_exit_3(tmp_path):
+    """Through the real launcher (torchrun agent): no traceback, the job's exit code for another model."""
+    tiny = dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4)  # conftest.TINY
+    other = tmp_path / "other_shape"
+    build_model(ModelConfig(**{**tiny, "d_model": 32}), seed=0).save_pretrained(other)
+    r = tiny_run(tmp_path / "run", 1, "--model.init_from", str(other), steps=1)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert len(errors) == 1 and "d_model=32 (this run: 64)" in errors[0] and "--model.d_model 32" in errors[0]
