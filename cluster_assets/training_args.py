@@ -36,8 +36,7 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
     """
     try:
         from training.config import ConfigError, check_world, load_config
-        from training.errors import CheckpointStorageError
-        from training.job_check import check_job
+        from training.job_check import CHECK_ERRORS, check_job
     except ImportError:  # pragma: no cover - the training package is in this repository
         return
     world = nodes * nproc_per_node
@@ -55,7 +54,7 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
     if files_here:
         try:
             check_job(cfg, files=True, device=False)  # the GPUs are on the compute nodes, not here
-        except (ConfigError, CheckpointStorageError) as e:
+        except CHECK_ERRORS as e:
             raise TrainingArgsError(f"training arguments rejected: {e}") from None
     if cfg.parallel.device == "cuda" and gpus_per_node == 0:
         raise TrainingArgsError(f"preset {preset!r} trains on CUDA GPUs, but the job asks for no GPUs per node; "

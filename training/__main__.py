@@ -16,8 +16,8 @@ import traceback
 import warnings
 
 from training.config import ConfigError, parse_args, to_toml
-from training.errors import EXIT_CODES, CheckpointStorageError, Diverged, exit_code
-from training.job_check import already_checked, check_job
+from training.errors import EXIT_CODES, Diverged, exit_code
+from training.job_check import CHECK_ERRORS, already_checked, check_job
 from training.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.run_lock import EXIT_BUSY, CheckpointDirBusy
 from training.startup import StartupClock
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if not already_checked():  # run directly (python -m training, plain torchrun): nothing checked the job yet
         try:
             check_job(cfg, nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        except (ConfigError, CheckpointStorageError) as e:
+        except CHECK_ERRORS as e:
             return _report(e)
     from training.trainer import Trainer  # torch import after argument errors are reported
     clock.mark("imports")

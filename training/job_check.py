@@ -7,7 +7,8 @@ process group formed. Every start path runs it once: the torchrun agent (``make 
 launch, :mod:`training.launch.agent`), the local multi-node launcher, the Slurm submit (which shares the
 cluster's storage) and ``python -m training`` itself when nothing before it did::
 
-    check_job(cfg, nproc_per_node=2)             # raises ConfigError (exit 2)
+    check_job(cfg, nproc_per_node=2)             # raises one of CHECK_ERRORS: ConfigError (exit 2) or
+                                                 # CheckpointIncompatible (3: init_from of another model shape)
     check_job(cfg, data=False, locations=False)  # a submit host that cannot see the pods' files
 
 Torch is imported only to look for GPUs (``parallel.device=cuda``).
@@ -23,8 +24,10 @@ from typing import Callable
 from training.checkpoint_layout import PROBE, nesting_problem
 from training.config import Config, ConfigError, DataConfig, ParallelConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, token_count
+from training.errors import CheckpointIncompatible
 from training.integrity import storage_reason
 from training.prepared import TOKEN_BYTES, is_prepared, read_manifest
+from training.pretrained import check_pretrained_dir
 
 # Set once a launcher checked the job, so the agents and workers it starts do not scan the data again
 # (a restarted worker is on the recovery path: seconds count there).
@@ -33,6 +36,8 @@ DONE_ENV = "T5F_JOB_CHECKED"
 # HEAD_RECORDS records of every file read, and then only as many as one global batch needs.
 FULL_SCAN_BYTES = 256 * 2**20
 HEAD_RECORDS = 1000
+#: What check_job raises: each prints as one line with its exit code (training.errors).
+CHECK_ERRORS = (ConfigError, CheckpointIncompatible)
 PROGRESS_BYTES = 64 * 2**20
 PROBE_BYTES = 4096  # what the start writes (and removes) in each location: a full file system fails it
 
@@ -58,6 +63,8 @@ def check_job(cfg: Config, *, nproc_per_node: int | None = None, files: bool = T
         check_device(cfg.parallel, preset=cfg.preset, nproc_per_node=nproc_per_node)
     if files:
         check_inputs(init_from=cfg.model.init_from, initial_load_path=cfg.checkpoint.initial_load_path)
+        if cfg.model.init_from:
+            check_pretrained_dir(cfg.model.init_from, cfg.model)
         check_locations(out_dir=cfg.job.out_dir, checkpoint_dir=cfg.checkpoint.dir, metrics_path=cfg.metrics.path,
                         memory_dir=cfg.checkpoint.memory_dir if cfg.checkpoint.memory_interval else "")
         check_data(cfg.data, min_samples=cfg.train.global_batch, say=say)
@@ -207,5 +214,5 @@ def check_device(p: ParallelConfig, *, preset: str, nproc_per_node: int | None =
                           f"use --nproc-per-node {count} (NPROC={count})")
 
 
-__all__ = ["DONE_ENV", "CorpusFacts", "DataSourceError", "already_checked", "check_data", "check_device",
+__all__ = ["CHECK_ERRORS", "DONE_ENV", "CorpusFacts", "DataSourceError", "already_checked", "check_data", "check_device",
            "check_inputs", "check_job", "check_locations"]

@@ -327,3 +327,19 @@ def test_a_checkpoint_dir_around_another_runs_is_refused(tmp_path):
     # side by side is fine, and so is the run's own directory (a resume)
     for ok in (tmp_path / "runs" / "b" / "checkpoints", tmp_path / "runs" / "a" / "checkpoints"):
         check_locations(out_dir=str(tmp_path / "x"), metrics_path=str(tmp_path / "x/m"), checkpoint_dir=str(ok))
+
+
+def test_init_from_is_checked_before_any_process_starts(tmp_path):
+    """The pretrained directory's check (training.pretrained) runs in the start checks: one line, exit 2 or 3."""
+    from training.errors import CheckpointIncompatible
+    empty, other = tmp_path / "empty", tmp_path / "other"
+    empty.mkdir()
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"d_model": 32, "d_kv": 16, "d_ff": 128, "num_layers": 2,
+                                                   "num_decoder_layers": 2, "num_heads": 4, "vocab_size": 384,
+                                                   "feed_forward_proj": "gated-gelu"}))
+    (other / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match="has neither config.json nor weights"):
+        check_job(load_config([*TINY, "--model.init_from", str(empty)]), device=False)
+    with pytest.raises(CheckpointIncompatible, match="holds a model of another shape: d_model=32"):
+        check_job(load_config([*TINY, "--model.init_from", str(other)]), device=False)

@@ -71,14 +71,14 @@ def check_training_job(train_args: Sequence[str], *, nproc_per_node: int | None,
     import sys
 
     from training.config import ConfigError, check_world, load_config
-    from training.errors import CheckpointStorageError, exit_code
-    from training.job_check import check_job
+    from training.errors import exit_code
+    from training.job_check import CHECK_ERRORS, check_job
     try:
         cfg = load_config(list(train_args))
         if world:
             check_world(cfg, world)
         check_job(cfg, nproc_per_node=nproc_per_node, say=lambda m: print(f"[check] {m}", flush=True))
-    except (ConfigError, CheckpointStorageError) as e:
+    except (ConfigError, *CHECK_ERRORS) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return exit_code(e) or 2
     return 0
