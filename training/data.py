@@ -304,7 +304,7 @@ def prepare(source: str, destination: str, *, text_field: str = "text", shard_to
     bad record found on the way raises DataSourceError and leaves DST half-written (refused until a rerun)."""
     if source != "builtin" and is_prepared(source):
         raise ConfigError(f"SRC {source!r} is already a prepared directory; train from it: --data.source {source}")
-    files = [] if source == "builtin" else data_files(source)
+    files = [] if source == "builtin" else data_files(source, name="SRC")
     writer = ShardWriter(destination, shard_tokens, overwrite=overwrite)
     if source == "builtin":
         tokens = builtin_tokens()
@@ -315,7 +315,7 @@ def prepare(source: str, destination: str, *, text_field: str = "text", shard_to
         f"{destination}")
     documents, said = 0, time.monotonic()
     for n, path in enumerate(files, 1):
-        for batch in _batches(iter_texts(path, text_field), BATCH_CHARS):
+        for batch in _batches(iter_texts(path, text_field, field_flag="--text-field"), BATCH_CHARS):
             writer.write(_token_stream(batch).numpy())
             documents += len(batch)
             if time.monotonic() - said >= PROGRESS_S:

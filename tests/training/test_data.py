@@ -1,10 +1,12 @@
-"""Data position arithmetic, tokenizer equivalence and span corruption."""
+"""Data position arithmetic, tokenizer equivalence, span corruption, the text a source holds."""
+import json
 import random
 
+import pytest
 import torch
 
 from training.config import DataConfig
-from training.corpus import span_lengths
+from training.corpus import DataSourceError, span_lengths
 from training.data import (EOS, FIRST_SENTINEL, GlobalOrder, SpanCorruptionDataset, _split, _token_stream,
                            build_dataset, encode, raw_length_for)
 
@@ -122,3 +124,48 @@ def test_each_epoch_draws_new_noise_over_the_same_window():
     assert differ >= 2 * len(ds) - 2  # two spans splits of ~70 tokens coincide by chance very rarely
     order = GlobalOrder(num_samples=len(ds), seed=1)
     assert [order.sample(o)[0] for o in (0, len(ds) - 1, len(ds), 2 * len(ds) + 3)] == [0, 0, 1, 2]
+
+
+def parquet(path, **columns) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table(columns), path)
+    return str(path)
+
+
+def test_a_parquet_text_field_that_is_not_strings_is_refused_naming_the_file_column_type_and_fix(tmp_path):
+    source = parquet(tmp_path / "ids.parquet", text=[1234567890123 + i for i in range(300)], body=["words " * 60] * 300)
+    with pytest.raises(DataSourceError) as e:
+        build_dataset(DataConfig(source=source), seed=0)
+    assert str(e.value) == (f"{source} column 'text' is of type int64, not string; set --data.text_field to a column "
+                            "of text (its string columns: body)")  # was: trained on the integers' digits
+    assert len(build_dataset(DataConfig(source=source, text_field="body", seq_len=64), seed=0)) > 100
+
+
+def test_parquet_string_columns_of_every_arrow_kind_are_text_and_nulls_are_no_document(tmp_path):
+    import pyarrow as pa
+    texts = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
+    expected = _token_stream(texts)
+    for kind in (pa.string(), pa.large_string(), pa.dictionary(pa.int32(), pa.string())):
+        column = pa.array([*texts[:10], None, *texts[10:]]).cast(kind)
+        source = parquet(tmp_path / f"{kind}.parquet".replace("<", "").replace(">", ""), text=column)
+        assert build_dataset(DataConfig(source=source, seq_len=64), seed=0).tokens.equal(expected), kind
+
+
+@pytest.mark.parametrize("value, kind", [(1234567, "number"), (2.5, "number"), (True, "boolean"),
+                                         (["a", "b"], "array"), ({"k": "v"}, "object")])
+def test_a_jsonl_text_field_that_is_not_a_string_is_refused_naming_the_line(tmp_path, value, kind):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"text": "a real document. " * 20}) + "\n" + json.dumps({"text": value}) + "\n")
+    with pytest.raises(DataSourceError) as e:
+        build_dataset(DataConfig(source=str(f)), seed=0)
+    assert str(e.value) == (f"{f}:2 field 'text' holds a JSON {kind} ({json.dumps(value)}), not a string; set "
+                            "--data.text_field to the field that holds the text")  # was: str(value) as text
+
+
+def test_a_jsonl_null_text_is_no_document_as_in_parquet(tmp_path):
+    docs = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:5]) + '{"text": null}\n'
+                 + "".join(json.dumps({"text": d}) + "\n" for d in docs[5:]))
+    assert build_dataset(DataConfig(source=str(f), seq_len=64), seed=0).tokens.equal(_token_stream(docs))  # not "None"

@@ -253,7 +253,7 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
         return code, out.out + out.err
 
     assert run(str(tmp_path / "nope.jsonl"), str(tmp_path / "d")) == (
-        2, f"error: data.source='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
+        2, f"error: SRC='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
            "line), a .parquet file, a directory of them, or 'builtin'\n")
     assert not (tmp_path / "d").exists()  # nothing written for a bad SRC
     (tmp_path / "other").mkdir()
@@ -278,6 +278,25 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["prepare", str(src), str(tmp_path / "r"), "--shard-tokens", "0"])
     assert e.value.code == 2 and "'0' is not a positive number of tokens" in capsys.readouterr().err
+
+
+def test_prepare_names_its_own_text_field_option(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    jsonl = corpus(tmp_path / "c.jsonl")
+    pq.write_table(pa.table({"id": list(range(50)), "body": ["the quick brown fox. " * 20] * 50}),
+                   tmp_path / "t.parquet")
+    for src, field, problem in ((jsonl, "body", f"{jsonl}:1 has no field 'body' (its fields: text)"),
+                                (tmp_path / "t.parquet", "text", f"{tmp_path / 't.parquet'} has no column 'text' (its "
+                                                                 "columns: id, body)"),
+                                (tmp_path / "t.parquet", "id", f"{tmp_path / 't.parquet'} column 'id' is of type "
+                                                               "int64, not string")):
+        assert main(["prepare", str(src), str(tmp_path / "p"), "--text-field", field]) == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith(f"error: {problem}; set --text-field to ")  # was: --data.text_field, not prepare's
+    assert main(["prepare", str(tmp_path / "t.parquet"), str(tmp_path / "p"), "--text-field", "body"]) == 0
+    with pytest.raises(DataSourceError, match="set --data.text_field to "):  # training names its own option
+        build_dataset(DataConfig(source=str(jsonl), text_field="body"), seed=0)
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
