@@ -19,6 +19,7 @@ import ast
 import bisect
 import glob
 import hashlib
+import logging
 import os
 import random
 import sys
@@ -32,6 +33,8 @@ import torch
 from training.config import ConfigError, DataConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
 from training.prepared import MANIFEST, Manifest, ShardWriter, is_prepared, read_manifest, verify_contents
+
+log = logging.getLogger("training.data")
 
 PAD, EOS, UNK = 0, 1, 2
 BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
@@ -177,7 +180,7 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
 
 
-CORPUS_VERSION = 1  # bump when builtin_documents() or the stream's encoding change, to invalidate caches
+CORPUS_VERSION = 2  # bump when builtin_documents(), the stream's encoding or the cache's format change
 
 
 # No UTF-8 text holds this byte, so it marks the document ends in the joined bytes of many documents.
@@ -194,27 +197,61 @@ def _token_stream(docs: Iterable[str]) -> torch.Tensor:
     return ids.masked_fill_(ids == _DOCUMENT_END + BYTE_OFFSET, EOS)
 
 
-def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
-    """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
-    and every restarted worker would pay that on the recovery path."""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
-    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
-    path = os.path.join(cache_dir, f"corpus-{key}.pt")
+def _stream_sha256(tokens: torch.Tensor) -> str:
+    return hashlib.sha256(tokens.numpy().tobytes()).hexdigest()
+
+
+def _load_cached_tokens(path: str) -> torch.Tensor:
+    """The token stream cached in ``path``; ValueError saying what is wrong with a damaged file (torch.load checks
+    no checksum: a flipped bit would load, and change the run's data and its fingerprint)."""
     try:
-        return torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError):
-        pass  # absent or unreadable: rebuild
-    tokens = _token_stream(builtin_documents())
+        cached = torch.load(path, weights_only=True)
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - garbage makes torch.load raise IndexError, UnpicklingError, ...
+        raise ValueError(f"torch.load raised {type(e).__name__}") from None
+    tokens = cached.get("tokens") if isinstance(cached, dict) else None
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int16 or tokens.dim() != 1:
+        raise ValueError("it holds no token stream")
+    if _stream_sha256(tokens) != cached.get("sha256"):
+        raise ValueError("its tokens differ from the sha256 recorded with them")
+    return tokens
+
+
+def cached_tokens(path: str, build: Callable[[], torch.Tensor], what: str) -> torch.Tensor:
+    """The token stream cached in file ``path``, or ``build()``'s, then cached there. A damaged cache is derived
+    data: it is rebuilt, with one warning naming ``what`` and ``path``."""
     try:
-        os.makedirs(cache_dir, exist_ok=True)
+        return _load_cached_tokens(path)
+    except OSError:
+        pass  # absent (the first run here) or unreadable: rebuild
+    except ValueError as e:
+        log.warning("WARNING: the cache of %s, %s, is damaged (%s); rebuilding it", what, path, e)
+    tokens = build()
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        torch.save(tokens, tmp)
+        torch.save({"tokens": tokens, "sha256": _stream_sha256(tokens)}, tmp)
         os.replace(tmp, path)  # atomic, so concurrent ranks never read half a file
     except OSError:
         pass  # a read-only home is fine: just no cache
     return tokens
+
+
+def builtin_cache_path(cache_dir: str | None = None) -> str:
+    """Where the built-in corpus's token stream is cached: one file per corpus version and Python."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
+    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
+    return os.path.join(cache_dir, f"corpus-{key}.pt")
+
+
+def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
+    """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
+    and every restarted worker would pay that on the recovery path."""
+    return cached_tokens(builtin_cache_path(cache_dir), lambda: _token_stream(builtin_documents()),
+                         "the built-in corpus")
 
 
 def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
