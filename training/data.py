@@ -28,11 +28,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+import numpy
 import torch
 
 from training.config import ConfigError, DataConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
-from training.prepared import MANIFEST, Manifest, ShardWriter, is_prepared, read_manifest, verify_contents
+from training.prepared import (MANIFEST, REDO, TOKEN_BYTES, Manifest, ShardWriter, is_prepared, read_manifest,
+                               verify_contents)
 
 log = logging.getLogger("training.data")
 
@@ -41,6 +43,11 @@ BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels
 VOCAB = 384
 FIRST_SENTINEL = VOCAB - 1  # <extra_id_0> = 383, <extra_id_1> = 382, ...
 MIN_DOC_CHARS = 200
+# The ids a token stream holds (prepare writes nothing else): EOS after each document, and the 256 byte ids.
+# Anything else read from a stream (a negative id, one past the vocabulary, a sentinel) is damage.
+STREAM_IDS = f"{EOS} and {BYTE_OFFSET}..{BYTE_OFFSET + 255}"
+_NOT_A_STREAM_ID = numpy.ones(2**16, dtype=bool)  # indexed by an int16 id's bits read as uint16
+_NOT_A_STREAM_ID[[EOS, *range(BYTE_OFFSET, BYTE_OFFSET + 256)]] = False
 # Epoch 0 keeps the per-sample noise seeds of before epochs drew new noise (a run's first epoch is what it
 # always was); epoch e's seeds lie e * 2**64 further on, beyond every epoch-0 seed of a realistic job.seed.
 NOISE_EPOCH_STRIDE = 2**64
@@ -118,6 +125,18 @@ class ShardedTokens:
     def __len__(self) -> int:
         return self.manifest.tokens
 
+    def where(self, index: int) -> str:
+        """Where token ``index`` of the stream lies on disk, for messages."""
+        shard = bisect.bisect_right(self._starts, index) - 1
+        offset = index - self._starts[shard]
+        return (f"shard {self.manifest.path(self.manifest.shards[shard])} at token {offset:,} (byte "
+                f"{offset * TOKEN_BYTES:,})")
+
+    def damage_fix(self) -> str:
+        d = self.manifest.directory
+        return (f"the shard was damaged after prepare; check the directory with `python -m training.data verify "
+                f"{d}`, then {REDO.format(dst=d)}")
+
     def __getitem__(self, span: slice) -> torch.Tensor:
         start, stop, step = span.indices(len(self))
         if step != 1:
@@ -132,6 +151,23 @@ class ShardedTokens:
         return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int16)
 
 
+def _check_stream_ids(window: torch.Tensor, start: int, tokens: torch.Tensor | ShardedTokens) -> None:
+    """Raise DataSourceError naming where and what, if ``window`` (tokens ``start``... of ``tokens``) holds an id
+    no stream holds. Checked as each sample is read (microseconds for a window): a bit flipped on disk would
+    otherwise surface as an IndexError deep in the embedding, or train silently on a sentinel."""
+    bad = _NOT_A_STREAM_ID[window.numpy().view(numpy.uint16)]  # one lookup per token: ~10 us for 512
+    if not bad.any():
+        return
+    at = int(bad.argmax())
+    value = int(window[at])
+    if isinstance(tokens, ShardedTokens):
+        place, fix = tokens.where(start + at), tokens.damage_fix()
+    else:  # an in-memory stream is encoded from text by this code: never any other id
+        place, fix = f"token {start + at:,} of the in-memory token stream", "please report this as a bug"
+    raise DataSourceError(f"{place} holds token id {value}, which no token stream holds (only {STREAM_IDS}; the "
+                          f"vocabulary has {VOCAB}): {fix}")
+
+
 class SpanCorruptionDataset(torch.utils.data.Dataset):
     """Fixed-length windows of the token stream, corrupted with T5 span corruption.
 
@@ -140,6 +176,7 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
     ``e``'s (what the training loader asks for; see :class:`GlobalOrder`).
     ``input_ids``: kept tokens with each masked span replaced by one sentinel, then EOS, padded.
     ``labels``: each sentinel followed by its span, then EOS, padded with -100 (ignored by the loss).
+    A window holding an id that no stream holds (a damaged shard) raises DataSourceError naming where.
     """
 
     def __init__(self, tokens: torch.Tensor | ShardedTokens, cfg: DataConfig, seed: int):
@@ -157,7 +194,9 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, torch.Tensor]:
         epoch, i = key if isinstance(key, tuple) else (0, key)
-        raw = self.tokens[i * self.raw_len:(i + 1) * self.raw_len].tolist()
+        window = self.tokens[i * self.raw_len:(i + 1) * self.raw_len]
+        _check_stream_ids(window, i * self.raw_len, self.tokens)
+        raw = window.tolist()
         rng = random.Random(self.seed * 1_000_003 + i + epoch * NOISE_EPOCH_STRIDE)
         noise, spans = span_lengths(len(raw), self.cfg.noise_density, self.cfg.mean_span_len)
         noise_lens = _split(noise, spans, rng)
@@ -302,6 +341,31 @@ class ResumableBatchSampler(torch.utils.data.Sampler):
             offset += self.gb
 
 
+class _Loader(torch.utils.data.DataLoader):
+    """A DataLoader whose workers' DataSourceError reaches the trainer as the one line it was: torch re-raises
+    an error of a worker process with the worker's whole traceback as its message."""
+
+    def __iter__(self):
+        batches = super().__iter__()
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except DataSourceError as e:
+                raise DataSourceError(_worker_message(str(e))) from None
+            yield batch
+
+
+def _worker_message(text: str) -> str:
+    """The message of the error that ``text`` (a re-raised worker error's: "Caught ... Original Traceback ...",
+    ending in the line ``module.Class: message``) reports; ``text`` itself for an error of this process."""
+    if not text.startswith("Caught "):
+        return text
+    last = text.rstrip().splitlines()[-1]
+    return last.split(": ", 1)[1] if ": " in last else last
+
+
 def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: int, global_batch: int,
                      rank: int, world: int, start_offset: int, pin_memory: bool = False
                      ) -> torch.utils.data.DataLoader:
@@ -310,9 +374,9 @@ def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: i
     (for a GPU) puts them in page-locked memory so the copy to the device runs without blocking the host."""
     sampler = ResumableBatchSampler(GlobalOrder(len(dataset), seed), global_batch, rank, world, start_offset)
     # The loader gets its own generator so creating it does not consume the global (dropout) RNG.
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
-                                       generator=torch.Generator().manual_seed(seed),
-                                       persistent_workers=cfg.num_workers > 0, pin_memory=pin_memory)
+    return _Loader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
+                   generator=torch.Generator().manual_seed(seed), persistent_workers=cfg.num_workers > 0,
+                   pin_memory=pin_memory)
 
 
 DEFAULT_SHARD_TOKENS = 2**26  # 128 MiB shard files

@@ -210,6 +210,47 @@ def test_verify_of_a_manifest_without_shard_hashes_checks_the_whole_stream(prepa
         verify_contents(manifest)
 
 
+def set_token(shard: Path, at: int, value: int) -> None:
+    """Token ``at`` of ``shard`` becomes ``value``, in place (the file keeps its size: the start's checks pass)."""
+    with open(shard, "r+b") as f:
+        f.seek(at * 2)
+        f.write(value.to_bytes(2, "little", signed=True))
+
+
+# What one flipped bit makes of the byte token 112 ('m'): past the vocabulary, negative, a sentinel; PAD and UNK
+# (ids below the bytes) are no stream's either.
+@pytest.mark.parametrize("value", [112 | 1 << 14, 112 - (1 << 15), 112 | 1 << 8, 0, 2])
+@pytest.mark.parametrize("shard, at", [(5, 123), (3, 0)])  # inside a shard; its first token, in a window that
+def test_a_token_id_no_stream_holds_is_refused_where_it_is_read_naming_the_shard_and_fix(prepared, value, shard, at):
+    _, dst = prepared                                         # straddles the boundary
+    name = dst / f"tokens-{shard:05d}.bin"
+    set_token(name, at, value)
+    ds = build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0)
+    sample = (shard * SHARD + at) // ds.raw_len
+    with pytest.raises(DataSourceError) as e:
+        ds[1, sample]  # before: an IndexError in the embedding (or, for a sentinel, silent training on it)
+    assert str(e.value) == (
+        f"shard {name} at token {at} (byte {2 * at}) holds token id {value}, which no token stream holds (only 1 and "
+        f"3..258; the vocabulary has 384): the shard was damaged after prepare; check the directory with `python -m "
+        f"training.data verify {dst}`, then re-run `python -m training.data prepare SRC {dst}` (or copy the prepared "
+        "directory again, completely)")
+    ds[1, sample - 1], ds[1, sample + 1]  # the other samples read as before
+    with pytest.raises(DataSourceError, match=f"shard {name} differs from what prepare wrote"):
+        verify_contents(read_manifest(str(dst)))  # the command the message names finds the same shard
+
+
+def test_a_damaged_token_read_by_a_loader_worker_is_the_same_one_line(prepared):
+    _, dst = prepared
+    set_token(dst / "tokens-00000.bin", 10, -1)
+    cfg = DataConfig(source=str(dst), seq_len=64, num_workers=1)
+    ds = build_dataset(cfg, seed=0)
+    loader = iter(build_dataloader(ds, cfg, seed=0, global_batch=len(ds), rank=0, world=1, start_offset=0))
+    with pytest.raises(DataSourceError) as e:
+        next(loader)  # torch re-raises a worker's error with the worker's traceback as its message
+    assert str(e.value).startswith(f"shard {dst / 'tokens-00000.bin'} at token 10 (byte 20) holds token id -1, ")
+    assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+
+
 def test_the_verify_command_exits_0_for_intact_and_2_for_damaged_naming_the_fix(prepared, tmp_path, capsys):
     _, dst = prepared
 
