@@ -47,35 +47,44 @@ def _check_file(path: str, what: str) -> None:
                               "make it readable or copy it to a place this job can read")
 
 
-def data_files(source: str) -> list[str]:
-    """The corpus files of ``source``: the file itself, or every .jsonl/.parquet file below a directory."""
+def data_files(source: str, *, name: str = "data.source") -> list[str]:
+    """The corpus files of ``source``: the file itself, or every .jsonl/.parquet file below a directory.
+    ``name``: what the running command calls ``source`` in its messages (``SRC`` for ``prepare``)."""
     if not os.path.lexists(source):
-        raise DataSourceError(f"data.source={source!r} does not exist; {FIX}")
+        raise DataSourceError(f"{name}={source!r} does not exist; {FIX}")
     if os.path.isdir(source):
         if not os.access(source, os.R_OK | os.X_OK):
-            raise DataSourceError(f"data.source={source!r} is a directory this user cannot list; make it readable")
+            raise DataSourceError(f"{name}={source!r} is a directory this user cannot list; make it readable")
         files = sorted(f for ext in EXTENSIONS for f in glob.glob(os.path.join(source, f"**/*{ext}"), recursive=True))
         if not files:
-            raise DataSourceError(f"data.source={source!r} is a directory with no .jsonl or .parquet files in it; "
-                                  f"{FIX}")
+            raise DataSourceError(f"{name}={source!r} is a directory with no .jsonl or .parquet files in it; {FIX}")
         for f in files:
             _check_file(f, "data file")
         return files
-    _check_file(source, "data.source")
+    _check_file(source, name)
     if not source.endswith(EXTENSIONS):
-        raise DataSourceError(f"data.source={source!r} is neither .jsonl nor .parquet (by its name); {FIX}")
+        raise DataSourceError(f"{name}={source!r} is neither .jsonl nor .parquet (by its name); {FIX}")
     return [source]
 
 
-def iter_texts(path: str, text_field: str) -> Iterator[str]:
-    """The documents of one corpus file, in order. Raises :class:`DataSourceError` at the first bad record."""
+def iter_texts(path: str, text_field: str, *, field_flag: str = "--data.text_field") -> Iterator[str]:
+    """The documents of one corpus file, in order: the string values of ``text_field`` (a null value, JSON's or
+    parquet's, is no document). Raises :class:`DataSourceError` at the first bad record; its fix names
+    ``field_flag``, the running command's option for ``text_field`` (``--text-field`` for ``prepare``)."""
     if path.endswith(".jsonl"):
-        yield from _jsonl_texts(path, text_field)
+        yield from _jsonl_texts(path, text_field, field_flag)
     else:
-        yield from _parquet_texts(path, text_field)
+        yield from _parquet_texts(path, text_field, field_flag)
 
 
-def _jsonl_texts(path: str, text_field: str) -> Iterator[str]:
+_JSON_TYPES = ((bool, "boolean"), (int, "number"), (float, "number"), (list, "array"), (dict, "object"))
+
+
+def _json_type(value: object) -> str:
+    return next(name for kind, name in _JSON_TYPES if isinstance(value, kind))  # bool first: a bool is an int
+
+
+def _jsonl_texts(path: str, text_field: str, field_flag: str) -> Iterator[str]:
     with open(path, "rb") as f:  # bytes, decoded per line: a decoding error then names its line
         for n, raw in enumerate(f, 1):
             try:
@@ -96,8 +105,14 @@ def _jsonl_texts(path: str, text_field: str) -> Iterator[str]:
             if text_field not in rec:
                 keys = ", ".join(sorted(map(str, rec))[:8]) or "none"
                 raise DataSourceError(f"{path}:{n} has no field {text_field!r} (its fields: {keys}); set "
-                                      "--data.text_field to the field that holds the text")
-            text = str(rec[text_field])
+                                      f"{field_flag} to the field that holds the text")
+            text = rec[text_field]
+            if text is None:
+                continue  # no document here, as a null in a parquet column
+            if not isinstance(text, str):  # str() would train on a number's digits or a list's Python repr
+                raise DataSourceError(f"{path}:{n} field {text_field!r} holds a JSON {_json_type(text)} "
+                                      f"({json.dumps(text)[:40]}), not a string; set {field_flag} to the field "
+                                      "that holds the text")
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as e:  # a JSON escape such as "\ud800": valid JSON, not encodable text
@@ -107,20 +122,33 @@ def _jsonl_texts(path: str, text_field: str) -> Iterator[str]:
             yield text
 
 
-def _parquet_texts(path: str, text_field: str) -> Iterator[str]:
+def _is_text(kind) -> bool:
+    """An arrow type whose values are strings (plain, large, view, or dictionary-encoded)."""
+    import pyarrow as pa
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _parquet_texts(path: str, text_field: str, field_flag: str) -> Iterator[str]:
     import pyarrow.parquet as pq  # only for parquet sources
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a file that is not parquet
         raise DataSourceError(f"{path} is not a readable parquet file ({str(e).splitlines()[0][:200]})") from None
-    names = pf.schema_arrow.names
-    if text_field not in names:
-        raise DataSourceError(f"{path} has no column {text_field!r} (its columns: {', '.join(names[:8])}); set "
-                              "--data.text_field to the column that holds the text")
+    schema = pf.schema_arrow
+    if text_field not in schema.names:
+        raise DataSourceError(f"{path} has no column {text_field!r} (its columns: {', '.join(schema.names[:8])}); "
+                              f"set {field_flag} to the column that holds the text")
+    kind = schema.field(text_field).type
+    if not _is_text(kind):  # str() would train on an integer's digits or a list's Python repr
+        texts = [f.name for f in schema if _is_text(f.type)]
+        raise DataSourceError(f"{path} column {text_field!r} is of type {kind}, not string; set {field_flag} to a "
+                              f"column of text (its string columns: {', '.join(texts[:8]) or 'none'})")
     for batch in pf.iter_batches(columns=[text_field]):
         for value in batch.column(0).to_pylist():
             if value is not None:
-                yield str(value)
+                yield value
 
 
 def token_count(text: str) -> int:

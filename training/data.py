@@ -19,6 +19,7 @@ import ast
 import bisect
 import glob
 import hashlib
+import logging
 import os
 import random
 import sys
@@ -27,17 +28,26 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+import numpy
 import torch
 
 from training.config import ConfigError, DataConfig
 from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
-from training.prepared import MANIFEST, Manifest, ShardWriter, is_prepared, read_manifest, verify_contents
+from training.prepared import (MANIFEST, REDO, TOKEN_BYTES, Manifest, ShardWriter, is_prepared, read_manifest,
+                               verify_contents)
+
+log = logging.getLogger("training.data")
 
 PAD, EOS, UNK = 0, 1, 2
 BYTE_OFFSET = 3  # ByT5 ids: 0 pad, 1 eos, 2 unk, then 256 bytes, then sentinels from the top down
 VOCAB = 384
 FIRST_SENTINEL = VOCAB - 1  # <extra_id_0> = 383, <extra_id_1> = 382, ...
 MIN_DOC_CHARS = 200
+# The ids a token stream holds (prepare writes nothing else): EOS after each document, and the 256 byte ids.
+# Anything else read from a stream (a negative id, one past the vocabulary, a sentinel) is damage.
+STREAM_IDS = f"{EOS} and {BYTE_OFFSET}..{BYTE_OFFSET + 255}"
+_NOT_A_STREAM_ID = numpy.ones(2**16, dtype=bool)  # indexed by an int16 id's bits read as uint16
+_NOT_A_STREAM_ID[[EOS, *range(BYTE_OFFSET, BYTE_OFFSET + 256)]] = False
 # Epoch 0 keeps the per-sample noise seeds of before epochs drew new noise (a run's first epoch is what it
 # always was); epoch e's seeds lie e * 2**64 further on, beyond every epoch-0 seed of a realistic job.seed.
 NOISE_EPOCH_STRIDE = 2**64
@@ -115,6 +125,18 @@ class ShardedTokens:
     def __len__(self) -> int:
         return self.manifest.tokens
 
+    def where(self, index: int) -> str:
+        """Where token ``index`` of the stream lies on disk, for messages."""
+        shard = bisect.bisect_right(self._starts, index) - 1
+        offset = index - self._starts[shard]
+        return (f"shard {self.manifest.path(self.manifest.shards[shard])} at token {offset:,} (byte "
+                f"{offset * TOKEN_BYTES:,})")
+
+    def damage_fix(self) -> str:
+        d = self.manifest.directory
+        return (f"the shard was damaged after prepare; check the directory with `python -m training.data verify "
+                f"{d}`, then {REDO.format(dst=d)}")
+
     def __getitem__(self, span: slice) -> torch.Tensor:
         start, stop, step = span.indices(len(self))
         if step != 1:
@@ -129,6 +151,23 @@ class ShardedTokens:
         return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int16)
 
 
+def _check_stream_ids(window: torch.Tensor, start: int, tokens: torch.Tensor | ShardedTokens) -> None:
+    """Raise DataSourceError naming where and what, if ``window`` (tokens ``start``... of ``tokens``) holds an id
+    no stream holds. Checked as each sample is read (microseconds for a window): a bit flipped on disk would
+    otherwise surface as an IndexError deep in the embedding, or train silently on a sentinel."""
+    bad = _NOT_A_STREAM_ID[window.numpy().view(numpy.uint16)]  # one lookup per token: ~10 us for 512
+    if not bad.any():
+        return
+    at = int(bad.argmax())
+    value = int(window[at])
+    if isinstance(tokens, ShardedTokens):
+        place, fix = tokens.where(start + at), tokens.damage_fix()
+    else:  # an in-memory stream is encoded from text by this code: never any other id
+        place, fix = f"token {start + at:,} of the in-memory token stream", "please report this as a bug"
+    raise DataSourceError(f"{place} holds token id {value}, which no token stream holds (only {STREAM_IDS}; the "
+                          f"vocabulary has {VOCAB}): {fix}")
+
+
 class SpanCorruptionDataset(torch.utils.data.Dataset):
     """Fixed-length windows of the token stream, corrupted with T5 span corruption.
 
@@ -137,6 +176,7 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
     ``e``'s (what the training loader asks for; see :class:`GlobalOrder`).
     ``input_ids``: kept tokens with each masked span replaced by one sentinel, then EOS, padded.
     ``labels``: each sentinel followed by its span, then EOS, padded with -100 (ignored by the loss).
+    A window holding an id that no stream holds (a damaged shard) raises DataSourceError naming where.
     """
 
     def __init__(self, tokens: torch.Tensor | ShardedTokens, cfg: DataConfig, seed: int):
@@ -154,7 +194,9 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, torch.Tensor]:
         epoch, i = key if isinstance(key, tuple) else (0, key)
-        raw = self.tokens[i * self.raw_len:(i + 1) * self.raw_len].tolist()
+        window = self.tokens[i * self.raw_len:(i + 1) * self.raw_len]
+        _check_stream_ids(window, i * self.raw_len, self.tokens)
+        raw = window.tolist()
         rng = random.Random(self.seed * 1_000_003 + i + epoch * NOISE_EPOCH_STRIDE)
         noise, spans = span_lengths(len(raw), self.cfg.noise_density, self.cfg.mean_span_len)
         noise_lens = _split(noise, spans, rng)
@@ -177,7 +219,7 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
 
 
-CORPUS_VERSION = 1  # bump when builtin_documents() or the stream's encoding change, to invalidate caches
+CORPUS_VERSION = 2  # bump when builtin_documents(), the stream's encoding or the cache's format change
 
 
 # No UTF-8 text holds this byte, so it marks the document ends in the joined bytes of many documents.
@@ -194,27 +236,61 @@ def _token_stream(docs: Iterable[str]) -> torch.Tensor:
     return ids.masked_fill_(ids == _DOCUMENT_END + BYTE_OFFSET, EOS)
 
 
-def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
-    """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
-    and every restarted worker would pay that on the recovery path."""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
-    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
-    path = os.path.join(cache_dir, f"corpus-{key}.pt")
+def _stream_sha256(tokens: torch.Tensor) -> str:
+    return hashlib.sha256(tokens.numpy().tobytes()).hexdigest()
+
+
+def _load_cached_tokens(path: str) -> torch.Tensor:
+    """The token stream cached in ``path``; ValueError saying what is wrong with a damaged file (torch.load checks
+    no checksum: a flipped bit would load, and change the run's data and its fingerprint)."""
     try:
-        return torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError):
-        pass  # absent or unreadable: rebuild
-    tokens = _token_stream(builtin_documents())
+        cached = torch.load(path, weights_only=True)
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - garbage makes torch.load raise IndexError, UnpicklingError, ...
+        raise ValueError(f"torch.load raised {type(e).__name__}") from None
+    tokens = cached.get("tokens") if isinstance(cached, dict) else None
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int16 or tokens.dim() != 1:
+        raise ValueError("it holds no token stream")
+    if _stream_sha256(tokens) != cached.get("sha256"):
+        raise ValueError("its tokens differ from the sha256 recorded with them")
+    return tokens
+
+
+def cached_tokens(path: str, build: Callable[[], torch.Tensor], what: str) -> torch.Tensor:
+    """The token stream cached in file ``path``, or ``build()``'s, then cached there. A damaged cache is derived
+    data: it is rebuilt, with one warning naming ``what`` and ``path``."""
     try:
-        os.makedirs(cache_dir, exist_ok=True)
+        return _load_cached_tokens(path)
+    except OSError:
+        pass  # absent (the first run here) or unreadable: rebuild
+    except ValueError as e:
+        log.warning("WARNING: the cache of %s, %s, is damaged (%s); rebuilding it", what, path, e)
+    tokens = build()
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        torch.save(tokens, tmp)
+        torch.save({"tokens": tokens, "sha256": _stream_sha256(tokens)}, tmp)
         os.replace(tmp, path)  # atomic, so concurrent ranks never read half a file
     except OSError:
         pass  # a read-only home is fine: just no cache
     return tokens
+
+
+def builtin_cache_path(cache_dir: str | None = None) -> str:
+    """Where the built-in corpus's token stream is cached: one file per corpus version and Python."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
+    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
+    return os.path.join(cache_dir, f"corpus-{key}.pt")
+
+
+def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
+    """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
+    and every restarted worker would pay that on the recovery path."""
+    return cached_tokens(builtin_cache_path(cache_dir), lambda: _token_stream(builtin_documents()),
+                         "the built-in corpus")
 
 
 def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
@@ -265,6 +341,31 @@ class ResumableBatchSampler(torch.utils.data.Sampler):
             offset += self.gb
 
 
+class _Loader(torch.utils.data.DataLoader):
+    """A DataLoader whose workers' DataSourceError reaches the trainer as the one line it was: torch re-raises
+    an error of a worker process with the worker's whole traceback as its message."""
+
+    def __iter__(self):
+        batches = super().__iter__()
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except DataSourceError as e:
+                raise DataSourceError(_worker_message(str(e))) from None
+            yield batch
+
+
+def _worker_message(text: str) -> str:
+    """The message of the error that ``text`` (a re-raised worker error's: "Caught ... Original Traceback ...",
+    ending in the line ``module.Class: message``) reports; ``text`` itself for an error of this process."""
+    if not text.startswith("Caught "):
+        return text
+    last = text.rstrip().splitlines()[-1]
+    return last.split(": ", 1)[1] if ": " in last else last
+
+
 def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: int, global_batch: int,
                      rank: int, world: int, start_offset: int, pin_memory: bool = False
                      ) -> torch.utils.data.DataLoader:
@@ -273,9 +374,9 @@ def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: i
     (for a GPU) puts them in page-locked memory so the copy to the device runs without blocking the host."""
     sampler = ResumableBatchSampler(GlobalOrder(len(dataset), seed), global_batch, rank, world, start_offset)
     # The loader gets its own generator so creating it does not consume the global (dropout) RNG.
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
-                                       generator=torch.Generator().manual_seed(seed),
-                                       persistent_workers=cfg.num_workers > 0, pin_memory=pin_memory)
+    return _Loader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
+                   generator=torch.Generator().manual_seed(seed), persistent_workers=cfg.num_workers > 0,
+                   pin_memory=pin_memory)
 
 
 DEFAULT_SHARD_TOKENS = 2**26  # 128 MiB shard files
@@ -304,7 +405,7 @@ def prepare(source: str, destination: str, *, text_field: str = "text", shard_to
     bad record found on the way raises DataSourceError and leaves DST half-written (refused until a rerun)."""
     if source != "builtin" and is_prepared(source):
         raise ConfigError(f"SRC {source!r} is already a prepared directory; train from it: --data.source {source}")
-    files = [] if source == "builtin" else data_files(source)
+    files = [] if source == "builtin" else data_files(source, name="SRC")
     writer = ShardWriter(destination, shard_tokens, overwrite=overwrite)
     if source == "builtin":
         tokens = builtin_tokens()
@@ -315,7 +416,7 @@ def prepare(source: str, destination: str, *, text_field: str = "text", shard_to
         f"{destination}")
     documents, said = 0, time.monotonic()
     for n, path in enumerate(files, 1):
-        for batch in _batches(iter_texts(path, text_field), BATCH_CHARS):
+        for batch in _batches(iter_texts(path, text_field, field_flag="--text-field"), BATCH_CHARS):
             writer.write(_token_stream(batch).numpy())
             documents += len(batch)
             if time.monotonic() - said >= PROGRESS_S:

@@ -1,12 +1,16 @@
-"""Data position arithmetic, tokenizer equivalence and span corruption."""
+"""Data position arithmetic, tokenizer equivalence, span corruption, the text a source holds, the corpus cache."""
+import json
+import logging
 import random
+from pathlib import Path
 
+import pytest
 import torch
 
 from training.config import DataConfig
-from training.corpus import span_lengths
+from training.corpus import DataSourceError, span_lengths
 from training.data import (EOS, FIRST_SENTINEL, GlobalOrder, SpanCorruptionDataset, _split, _token_stream,
-                           build_dataset, encode, raw_length_for)
+                           build_dataset, builtin_cache_path, builtin_tokens, cached_tokens, encode, raw_length_for)
 
 
 def test_encode_matches_byt5_tokenizer():
@@ -122,3 +126,112 @@ def test_each_epoch_draws_new_noise_over_the_same_window():
     assert differ >= 2 * len(ds) - 2  # two spans splits of ~70 tokens coincide by chance very rarely
     order = GlobalOrder(num_samples=len(ds), seed=1)
     assert [order.sample(o)[0] for o in (0, len(ds) - 1, len(ds), 2 * len(ds) + 3)] == [0, 0, 1, 2]
+
+
+def parquet(path, **columns) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table(columns), path)
+    return str(path)
+
+
+def test_a_parquet_text_field_that_is_not_strings_is_refused_naming_the_file_column_type_and_fix(tmp_path):
+    ids = [1234567890123 + i for i in range(300)]
+    source = parquet(tmp_path / "ids.parquet", text=ids, body=["words " * 60] * 300)
+    with pytest.raises(DataSourceError) as e:
+        build_dataset(DataConfig(source=source), seed=0)
+    assert str(e.value) == (f"{source} column 'text' is of type int64, not string; set --data.text_field to a column "
+                            "of text (its string columns: body)")  # was: trained on the integers' digits
+    assert len(build_dataset(DataConfig(source=source, text_field="body", seq_len=64), seed=0)) > 100
+
+
+def test_parquet_string_columns_of_every_arrow_kind_are_text_and_nulls_are_no_document(tmp_path):
+    import pyarrow as pa
+    texts = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
+    expected = _token_stream(texts)
+    for kind in (pa.string(), pa.large_string(), pa.dictionary(pa.int32(), pa.string())):
+        column = pa.array([*texts[:10], None, *texts[10:]]).cast(kind)
+        source = parquet(tmp_path / f"{kind}.parquet".replace("<", "").replace(">", ""), text=column)
+        assert build_dataset(DataConfig(source=source, seq_len=64), seed=0).tokens.equal(expected), kind
+
+
+@pytest.mark.parametrize("value, kind", [(1234567, "number"), (2.5, "number"), (True, "boolean"),
+                                         (["a", "b"], "array"), ({"k": "v"}, "object")])
+def test_a_jsonl_text_field_that_is_not_a_string_is_refused_naming_the_line(tmp_path, value, kind):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"text": "a real document. " * 20}) + "\n" + json.dumps({"text": value}) + "\n")
+    with pytest.raises(DataSourceError) as e:
+        build_dataset(DataConfig(source=str(f)), seed=0)
+    assert str(e.value) == (f"{f}:2 field 'text' holds a JSON {kind} ({json.dumps(value)}), not a string; set "
+                            "--data.text_field to the field that holds the text")  # was: str(value) as text
+
+
+def test_a_jsonl_null_text_is_no_document_as_in_parquet(tmp_path):
+    docs = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:5]) + '{"text": null}\n'
+                 + "".join(json.dumps({"text": d}) + "\n" for d in docs[5:]))
+    assert build_dataset(DataConfig(source=str(f), seq_len=64), seed=0).tokens.equal(_token_stream(docs))  # not "None"
+
+
+def corpus_stream() -> torch.Tensor:
+    return _token_stream([f"document {i}: " + "naïve façade, the quick brown fox. " * 10 for i in range(300)])
+
+
+def flip_a_token_byte(path: Path, tokens: torch.Tensor) -> None:
+    """Flip a bit inside the tensor bytes of a torch.save file: the zip stays readable."""
+    data = bytearray(path.read_bytes())
+    at = data.find(tokens.numpy().tobytes()[:256])
+    assert at > 0
+    data[at + 1000] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "garbage": (lambda p, t: p.write_bytes(bytes(range(256)) * 20), "torch.load raised "),
+    "truncated": (lambda p, t: p.write_bytes(p.read_bytes()[:p.stat().st_size // 2]), "torch.load raised "),
+    "empty": (lambda p, t: p.write_bytes(b""), "torch.load raised EOFError"),
+    "a bit flipped": (flip_a_token_byte, "its tokens differ from the sha256 recorded with them"),
+    "another object": (lambda p, t: torch.save(t, p), "it holds no token stream"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_corpus_cache_is_rebuilt_with_one_warning(tmp_path, caplog, damage):
+    path, builds = tmp_path / "cache" / "corpus.pt", []
+
+    def build() -> torch.Tensor:
+        builds.append(1)
+        return corpus_stream()
+
+    stream = cached_tokens(str(path), build, "a test corpus")
+    assert cached_tokens(str(path), build, "a test corpus").equal(stream) and len(builds) == 1  # cached
+    spoil, why = DAMAGE[damage]
+    spoil(path, stream)
+    with caplog.at_level(logging.WARNING, logger="training.data"):
+        assert cached_tokens(str(path), build, "a test corpus").equal(stream)
+    assert len(builds) == 2 and len(caplog.records) == 1
+    assert caplog.records[0].getMessage().startswith(f"WARNING: the cache of a test corpus, {path}, is damaged ({why}")
+    assert caplog.records[0].getMessage().endswith("); rebuilding it")
+    caplog.clear()
+    assert cached_tokens(str(path), build, "a test corpus").equal(stream) and len(builds) == 2  # rewritten, valid
+    assert not caplog.records
+
+
+def test_a_corpus_cache_that_is_absent_or_unwritable_is_built_without_a_warning(tmp_path, caplog):
+    (tmp_path / "a file").write_text("")
+    with caplog.at_level(logging.WARNING, logger="training.data"):
+        for path in (tmp_path / "new" / "corpus.pt", tmp_path / "a file" / "corpus.pt"):
+            assert cached_tokens(str(path), corpus_stream, "a test corpus").equal(corpus_stream())
+    assert not caplog.records
+
+
+def test_the_builtin_corpus_cache_when_damaged_is_rebuilt(tmp_path, caplog):
+    cache = Path(builtin_cache_path(str(tmp_path)))
+    cache.write_bytes(b"\x80\x02garbage" * 100)  # before: an UnpicklingError traceback
+    with caplog.at_level(logging.WARNING, logger="training.data"):
+        assert builtin_tokens(str(tmp_path)).equal(build_dataset(DataConfig(), seed=0).tokens)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: the cache of the built-in corpus, {cache}, is damaged (torch.load raised UnpicklingError); "
+        "rebuilding it"]
+    assert builtin_tokens(str(tmp_path)).equal(builtin_tokens())

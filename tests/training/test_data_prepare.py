@@ -210,6 +210,47 @@ def test_verify_of_a_manifest_without_shard_hashes_checks_the_whole_stream(prepa
         verify_contents(manifest)
 
 
+def set_token(shard: Path, at: int, value: int) -> None:
+    """Token ``at`` of ``shard`` becomes ``value``, in place (the file keeps its size: the start's checks pass)."""
+    with open(shard, "r+b") as f:
+        f.seek(at * 2)
+        f.write(value.to_bytes(2, "little", signed=True))
+
+
+# What one flipped bit makes of the byte token 112 ('m'): past the vocabulary, negative, a sentinel; PAD and UNK
+# (ids below the bytes) are no stream's either.
+@pytest.mark.parametrize("value", [112 | 1 << 14, 112 - (1 << 15), 112 | 1 << 8, 0, 2])
+@pytest.mark.parametrize("shard, at", [(5, 123), (3, 0)])  # inside a shard; its first token, in a window that
+def test_a_token_id_no_stream_holds_is_refused_where_it_is_read_naming_the_shard_and_fix(prepared, value, shard, at):
+    _, dst = prepared                                         # straddles the boundary
+    name = dst / f"tokens-{shard:05d}.bin"
+    set_token(name, at, value)
+    ds = build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0)
+    sample = (shard * SHARD + at) // ds.raw_len
+    with pytest.raises(DataSourceError) as e:
+        ds[1, sample]  # before: an IndexError in the embedding (or, for a sentinel, silent training on it)
+    assert str(e.value) == (
+        f"shard {name} at token {at} (byte {2 * at}) holds token id {value}, which no token stream holds (only 1 and "
+        f"3..258; the vocabulary has 384): the shard was damaged after prepare; check the directory with `python -m "
+        f"training.data verify {dst}`, then re-run `python -m training.data prepare SRC {dst}` (or copy the prepared "
+        "directory again, completely)")
+    ds[1, sample - 1], ds[1, sample + 1]  # the other samples read as before
+    with pytest.raises(DataSourceError, match=f"shard {name} differs from what prepare wrote"):
+        verify_contents(read_manifest(str(dst)))  # the command the message names finds the same shard
+
+
+def test_a_damaged_token_read_by_a_loader_worker_is_the_same_one_line(prepared):
+    _, dst = prepared
+    set_token(dst / "tokens-00000.bin", 10, -1)
+    cfg = DataConfig(source=str(dst), seq_len=64, num_workers=1)
+    ds = build_dataset(cfg, seed=0)
+    loader = iter(build_dataloader(ds, cfg, seed=0, global_batch=len(ds), rank=0, world=1, start_offset=0))
+    with pytest.raises(DataSourceError) as e:
+        next(loader)  # torch re-raises a worker's error with the worker's traceback as its message
+    assert str(e.value).startswith(f"shard {dst / 'tokens-00000.bin'} at token 10 (byte 20) holds token id -1, ")
+    assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+
+
 def test_the_verify_command_exits_0_for_intact_and_2_for_damaged_naming_the_fix(prepared, tmp_path, capsys):
     _, dst = prepared
 
@@ -253,7 +294,7 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
         return code, out.out + out.err
 
     assert run(str(tmp_path / "nope.jsonl"), str(tmp_path / "d")) == (
-        2, f"error: data.source='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
+        2, f"error: SRC='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
            "line), a .parquet file, a directory of them, or 'builtin'\n")
     assert not (tmp_path / "d").exists()  # nothing written for a bad SRC
     (tmp_path / "other").mkdir()
@@ -278,6 +319,25 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["prepare", str(src), str(tmp_path / "r"), "--shard-tokens", "0"])
     assert e.value.code == 2 and "'0' is not a positive number of tokens" in capsys.readouterr().err
+
+
+def test_prepare_names_its_own_text_field_option(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    jsonl = corpus(tmp_path / "c.jsonl")
+    pq.write_table(pa.table({"id": list(range(50)), "body": ["the quick brown fox. " * 20] * 50}),
+                   tmp_path / "t.parquet")
+    for src, field, problem in ((jsonl, "body", f"{jsonl}:1 has no field 'body' (its fields: text)"),
+                                (tmp_path / "t.parquet", "text", f"{tmp_path / 't.parquet'} has no column 'text' (its "
+                                                                 "columns: id, body)"),
+                                (tmp_path / "t.parquet", "id", f"{tmp_path / 't.parquet'} column 'id' is of type "
+                                                               "int64, not string")):
+        assert main(["prepare", str(src), str(tmp_path / "p"), "--text-field", field]) == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith(f"error: {problem}; set --text-field to ")  # was: --data.text_field, not prepare's
+    assert main(["prepare", str(tmp_path / "t.parquet"), str(tmp_path / "p"), "--text-field", "body"]) == 0
+    with pytest.raises(DataSourceError, match="set --data.text_field to "):  # training names its own option
+        build_dataset(DataConfig(source=str(jsonl), text_field="body"), seed=0)
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
