@@ -20,6 +20,7 @@ from training.checkpoint import CheckpointManager, latest_complete, parse_step
 from training.errors import CheckpointStorageError
 from training.config import Config, ConfigError, check_world, to_toml
 from training.compile import apply_regional_compile, compile_enabled
+from training.corpus import DataSourceError
 from training.data import build_dataloader, build_dataset
 from training.determinism import apply_determinism
 from training.job_check import check_device
@@ -57,6 +58,14 @@ def _lr_lambda(warmup: int, total: int):
         progress = (step - warmup) / max(1, total - warmup)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return f
+
+
+def _next_batch(loader) -> tuple[dict[str, torch.Tensor] | None, str | None]:
+    """(this rank's next batch, None), or (None, the message) when its data is damaged: only this rank read it."""
+    try:
+        return next(loader), None
+    except DataSourceError as e:
+        return None, str(e)
 
 
 class Trainer:
@@ -277,11 +286,15 @@ class Trainer:
         n = -(-per_rank // micro)
         return f"{per_rank} per rank" + (f" in {n} micro-batches of <= {micro}" if n > 1 else "")
 
-    def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, float, int]:
+    def _step(self, batch: dict[str, torch.Tensor] | None, problem: str | None = None) -> tuple[float, float, int]:
         # Token counts from the host copy of the batch, reduced over gloo: reading them from the GPU would make
-        # the host wait for the device before it can queue this step's forward pass.
-        counts = torch.stack([(batch["labels"] != -100).sum(), batch["attention_mask"].sum()]).to(torch.float64)
+        # the host wait for the device before it can queue this step's forward pass. The third count: ranks
+        # that could not read their batch (`problem`); every rank then stops with that rank's message.
+        counts = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64) if batch is None else torch.stack(
+            [(batch["labels"] != -100).sum(), batch["attention_mask"].sum(), torch.tensor(0)]).to(torch.float64)
         dist.all_reduce(counts)
+        if counts[2].item():
+            self._raise_if_any(problem, DataSourceError)
         n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
         ids = batch["input_ids"].to(self.device, non_blocking=True)
         mask = batch["attention_mask"].to(self.device, non_blocking=True)
@@ -352,7 +365,7 @@ class Trainer:
         while self.progress.step < t.steps:
             t0 = time.perf_counter()
             offset = self.progress.data_offset
-            loss, grad_norm, n_tokens = self._step(next(loader))
+            loss, grad_norm, n_tokens = self._step(*_next_batch(loader))
             self.progress.step += 1
             self.progress.tokens_seen += n_tokens
             self.progress.data_offset += t.global_batch
