@@ -71,7 +71,7 @@ def _baseline_save(trainer, path: Path) -> float:
 def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
     """In-memory snapshot every step: step time with it (the copy overlaps the next step; the optimizer waits
     for it), the copy alone, and restore time from memory vs from the newest storage checkpoint."""
-    mem = trainer.memory
+    mem = trainer.ckpt.memory
     plain = [timed_step()[0] for _ in range(n)]  # the same steps without, just before (this machine is noisy)
     with_snapshot, blocked, copies = [], [], []
     for _ in range(n + 2):
@@ -94,7 +94,7 @@ def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
     got = mem.restore(trainer.state, storage_step=0)
     from_memory = time.perf_counter() - t0 if got else float("nan")
     t0 = time.perf_counter()
-    trainer.ckpt.load(trainer.state)
+    trainer.ckpt.storage.load(trainer.state)
     from_storage = time.perf_counter() - t0
     # the first two snapshots fault in the pages of the two generations' buffers (once per run)
     return {"snapshot_step_s": statistics.median(with_snapshot[2:]),
@@ -160,24 +160,24 @@ def run(argv: list[str]) -> int:
         # The first async save allocates the reused host buffers (pinned on CUDA: seconds for a large model);
         # it is reported on its own, and the timed saves show the steady state every later save sees.
         step = 1
-        async_first = trainer.ckpt.save(step, trainer.state, force=True)
-        trainer.ckpt.wait()
+        async_first = trainer.ckpt.storage.save(step, trainer.state, force=True)
+        trainer.ckpt.storage.wait()
         blocks: dict[str, list[float]] = {"async": [], "sync": [], "baseline": []}
         during_async: list[float] = []
         writes: list[float] = []     # async save call -> committed (background write + checksums + marker)
         checksums: list[float] = []  # this rank's share of the CRC32C checksums, inside that write
         for _ in range(a.saves):
             step += 1
-            trainer.ckpt.cfg.async_save = True
+            trainer.ckpt.storage.cfg.async_save = True
             t_save = time.perf_counter()
-            blocks["async"].append(trainer.ckpt.save(step, trainer.state, force=True))
+            blocks["async"].append(trainer.ckpt.storage.save(step, trainer.state, force=True))
             for _ in range(2):  # steps while the background write is in flight
                 during_async.append(timed_step()[0])
-            trainer.ckpt.wait()
+            trainer.ckpt.storage.wait()
             writes.append(time.perf_counter() - t_save)
-            checksums.append(trainer.ckpt.checksum_s)
+            checksums.append(trainer.ckpt.storage.checksum_s)
             step += 1
-            blocks["sync"].append(trainer.ckpt.save(step, trainer.state, force=True, sync=True))
+            blocks["sync"].append(trainer.ckpt.storage.save(step, trainer.state, force=True, sync=True))
             blocks["baseline"].append(_baseline_save(trainer, tmp / f"baseline_{step}.pt"))
         memory = _memory_figures(trainer, timed_step, step, a.steps)
         if trainer.rank == 0:

@@ -19,7 +19,7 @@ Rules that keep a user's data safe:
 * a failed save is reported at the next step boundary with its reason (exit 6), the previous complete
   checkpoint untouched.
 
-Call ``save(step, state)`` after every step; the manager decides whether that step is saved.
+Call ``save(step, state)`` after every step; the tier saves the steps its interval makes due (or when forced).
 """
 from __future__ import annotations
 
@@ -54,19 +54,22 @@ log = logging.getLogger("training.checkpoint")
 SAVE_TIMEOUT_FACTOR = 4
 
 
-class CheckpointManager:
+class StorageTier:
     """Saves (sync or async on its own gloo group), commits, discovers, verifies, loads with fallback, prunes.
 
     `fingerprint` identifies the run (see training.run_identity); `accept` names the fingerprint fields a
     resume may change. `before_save` runs (on every rank) right before a checkpoint is taken, e.g. a check
-    that the state is finite; it may raise to prevent the save.
+    that the state is finite; it may raise to prevent the save. `during_save` (once the step's directory is
+    agreed) and `before_commit` (data written, marker not yet) are fault-injection points.
+    When and what to save and restore is decided by the owner of both tiers (training.checkpointing).
     """
 
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world_size: int, signature: dict[str, Any],
                  fingerprint: dict[str, Any] | None = None, accept: set[str] = frozenset(),
                  before_save: Callable[[int], None] | None = None,
                  during_save: Callable[[int], None] | None = None,
-                 slow_commit_s: float = 0.0, on_commit: Callable[[int], None] | None = None):
+                 before_commit: Callable[[int], None] | None = None,
+                 on_commit: Callable[[int], None] | None = None):
         self.cfg = cfg
         self.root = Path(cfg.dir)
         self.rank, self.world_size = rank, world_size
@@ -76,7 +79,7 @@ class CheckpointManager:
         self.accepted: list[Change] = []
         self.before_save = before_save or (lambda step: None)
         self.during_save = during_save or (lambda step: None)  # fault injection: after the directory is agreed
-        self.slow_commit_s = slow_commit_s
+        self.before_commit = before_commit or (lambda step: None)
         self.on_commit = on_commit or (lambda step: None)
         # Checkpoint collectives get their own gloo group: async saves run them on a background thread
         # without racing the training group, and a slow writer is not cut off by the short training timeout.
@@ -482,8 +485,7 @@ class CheckpointManager:
         if self.rank != 0:
             return
         sums = {n: c for g in gathered for n, c in g.items()}
-        if self.slow_commit_s:
-            time.sleep(self.slow_commit_s)
+        self.before_commit(step)
         record = {"format": 2, "step": step, "world_size": self.world_size, "signature": self.signature,
                   "run": self.fingerprint, "progress": self._progress,
                   "files": {n: {"size": s, "crc32c": sums[n]} for n, s in sizes[0].items()}, "time": time.time()}

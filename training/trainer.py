@@ -1,7 +1,6 @@
 """The training loop: FSDP2 T5 with span corruption, checkpoint resume, signals and metrics."""
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import os
@@ -16,8 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from training.checkpoint import CheckpointManager, latest_complete, parse_step
-from training.errors import CheckpointStorageError
+from training.checkpointing import CheckpointManager
 from training.config import Config, ConfigError, check_world, to_toml
 from training.compile import apply_regional_compile, compile_enabled
 from training.corpus import DataSourceError
@@ -26,11 +24,11 @@ from training.determinism import apply_determinism
 from training.job_check import check_device
 from training.guard import NonFiniteGuard
 from training.integrity import storage_reason
-from training.memory_tier import MemoryTier
+from training.faults import Faults
 from training.metrics import MetricsLogger
 from training.model import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
                             model_signature)
-from training.run_identity import digest_tokens, parse_accept, run_fingerprint, show
+from training.run_identity import digest_tokens, run_fingerprint, show
 from training.startup import StartupClock
 from training.state import ModelOnly, Progress, RngState, TrainState
 from training.run_lock import lock_for_job
@@ -129,24 +127,17 @@ class Trainer:
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(t.max_bad_steps)
         fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
-        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world_size=self.world,
+        self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir)
+        # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
+        # storage checkpoint of this model takes.
+        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world=self.world, device=self.device,
                                       signature=model_signature(cfg.model), fingerprint=fingerprint,
-                                      accept=parse_accept(cfg.checkpoint.accept_changes),
+                                      checkpoint_bytes=12 * self.n_params, faults=self.faults,
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
-                                      during_save=self._maybe_go_silent_in_save,
-                                      slow_commit_s=cfg.fault.slow_commit_s,
-                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True))
-        self.restored_from: dict | None = None
+                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
+                                      say=self.metrics.info)
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
-        # fp32 weights + AdamW's two fp32 moments: what one checkpoint of this model takes on storage.
-        self.ckpt.check_storage(checkpoint_bytes=12 * self.n_params)
-        self.memory = MemoryTier.build(cfg.checkpoint, rank=self.rank, world=self.world,
-                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                                       checkpoint_dir=cfg.checkpoint.dir, device=self.device,
-                                       identity={"signature": model_signature(cfg.model), "fingerprint": fingerprint,
-                                                 "lineage": self.ckpt.lineage()},
-                                       mid_copy_hook=self._maybe_kill_mid_copy)
         self._signal = 0
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)
@@ -167,62 +158,20 @@ class Trainer:
         if problem:
             raise error(problem)
 
-    def _agreed_stop(self) -> tuple[int, bool]:
-        """(signal any rank received, whether any rank's background save failed), the same on every rank.
-        A failed in-memory snapshot on any rank turns that tier off on every rank here, at the same step."""
+    def _agreed_stop(self) -> int:
+        """The signal any rank received (0: none), the same on every rank; the checkpoint tiers' failures are
+        agreed in the same collective and acted on (a failed snapshot: memory tier off; a failed save: stop)."""
         # Host values, reduced over gloo (the process group's CPU backend): no wait for the GPU.
-        flag = torch.tensor([self._signal, int(self.ckpt.failure is not None), int(self.memory.failed)],
-                            dtype=torch.int64)
+        flag = torch.tensor([self._signal, *self.ckpt.local_failures()], dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag[2].item() and self.memory.enabled:
-            self.memory.disable()
-            self.metrics.info("in-memory snapshots are off for this attempt (a rank's snapshot failed: see its "
-                              "warning); storage checkpoints continue")
-        return int(flag[0].item()), bool(flag[1].item())
+        self.ckpt.act_on_failures(save_failed=bool(flag[1].item()), snapshot_failed=bool(flag[2].item()))
+        return int(flag[0].item())
 
     def _resume(self) -> int | None:
-        if not self.cfg.checkpoint.load_step:  # a chosen storage step wins over anything newer in memory
-            newest = latest_complete(self.cfg.checkpoint.dir)
-            got = self.memory.restore(self.state, storage_step=parse_step(newest) or 0 if newest else 0)
-            if got is not None:
-                where = ("every rank from its own node" if got.tier == "memory" else
-                         "shards of lost nodes from their peers' replicas")
-                if got.resharded_from:
-                    where += f"; re-cut from world size {got.resharded_from} to {self.world}"
-                self.metrics.info(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest "
-                                  f"storage checkpoint: step {parse_step(newest) if newest else 0}")
-                self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
-                if got.resharded_from:
-                    self.restored_from["resharded_from"] = got.resharded_from
-                self._say_initial_load_unused(got.step)
-                return got.step
-        info = self.ckpt.load(self.state)
-        if info is None:
-            self.metrics.info(f"fresh start: no complete checkpoint in {self.cfg.checkpoint.dir}")
-            src = self.cfg.checkpoint.initial_load_path
-            if src:
-                step = self.ckpt.load_initial(src, {"train": ModelOnly(self.model)})
-                self.metrics.info(f"model weights from {src} (step {step}); optimizer, schedule and data start fresh")
-            return None
-        self.metrics.info(f"resumed from step {info['step']} (saved at world size {info['world_size']}, "
-                          f"now {self.world}) in {self.cfg.checkpoint.dir}")
-        self.restored_from = {"tier": "storage", "step": info["step"]}
-        self._apply_accepted_changes()
-        self._say_initial_load_unused(info["step"])
-        return info["step"]
-
-    def _say_initial_load_unused(self, step: int) -> None:
-        """checkpoint.initial_load_path only seeds a new run; a resume (which keeps the flags it was started with)
-        ignores it, and says so, with a note when it would not even fit this model."""
-        src = self.cfg.checkpoint.initial_load_path
-        if not src:
-            return
-        other = self.ckpt.initial_load_signature(src)
-        shape = (f"; note: it holds another model ({other}) than this run's ({model_signature(self.cfg.model)})"
-                 if other is not None and other != model_signature(self.cfg.model) else "")
-        self.metrics.info(f"checkpoint.initial_load_path={src} is not used: this run resumes its own step {step} "
-                          f"(initial_load_path only seeds a run that has no checkpoint yet; to start from it, use a "
-                          f"new --job.out_dir){shape}")
+        step = self.ckpt.restore(self.state, {"train": ModelOnly(self.model)})
+        if self.ckpt.restored_from and self.ckpt.restored_from["tier"] == "storage":
+            self._apply_accepted_changes()
+        return step
 
     def _apply_accepted_changes(self) -> None:
         """Make accepted setting changes take effect: the loaded optimizer/scheduler state carries the old ones."""
@@ -241,44 +190,10 @@ class Trainer:
             for g in self.optimizer.param_groups:
                 g["weight_decay"] = t.weight_decay
 
-    def _maybe_inject_fault(self, step: int) -> None:
-        f = self.cfg.fault
-        if f.sigkill_at_step == step and self.rank == f.rank:
-            self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
-        if f.step_sleep_s:
-            time.sleep(f.step_sleep_s)
-        if f.stop_at_step == step and self.rank == f.rank:
-            self._signal_self_once(f"stop-step{step}", f"stops itself (SIGSTOP) after step {step}", sig=signal.SIGSTOP)
-
-    def _maybe_kill_mid_copy(self, step: int) -> None:
-        f = self.cfg.fault
-        if f.fail_snapshot_at_step == step and self.rank == f.rank:
-            raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
-        if f.kill_in_snapshot_at_step == step and self.rank == f.rank:
-            self._signal_self_once(f"snapshot-kill-step{step}",
-                            f"SIGKILLs itself halfway through the memory snapshot of step {step}")
-
     def _on_silent_peer(self, line: str) -> None:
         """Called by the watchdog's thread right before it ends this worker: the attempt's end record."""
         step = self.progress.step if hasattr(self, "progress") else 0
         self.metrics.end("crashed", step, detail=line)
-
-    def _maybe_go_silent_in_save(self, step: int) -> None:
-        f = self.cfg.fault
-        if f.stop_in_save_at_step == step and self.rank == f.rank:
-            self._signal_self_once(f"save-stop-step{step}", f"stops itself (SIGSTOP) in the checkpoint save of step {step}",
-                            sig=signal.SIGSTOP)
-
-    def _signal_self_once(self, name: str, what: str, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` (SIGKILL) to this process, once per out_dir (a marker file keeps the restarted job from
-        repeating it)."""
-        marker = Path(self.cfg.job.out_dir) / f".fault-{name}"
-        if marker.exists():
-            return
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(os.getpid()))
-        print(f"[fault] rank {self.rank} {what}", flush=True)
-        os.kill(os.getpid(), sig)
 
     def _per_rank_batch_text(self) -> str:
         per_rank = self.cfg.train.global_batch // self.world
@@ -311,8 +226,7 @@ class Trainer:
                                       ignore_index=-100, reduction="sum")
             # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
             # The gradient is then that of the global mean loss, whatever the world size or micro-batching.
-            if self.cfg.fault.nan_at_step == step:
-                mb_loss = mb_loss * float("nan")
+            mb_loss = self.faults.loss(step, mb_loss)
             (mb_loss * (self.world / n_targets)).backward()
             loss_sum += mb_loss.detach()
         max_norm = self.cfg.train.max_grad_norm or float("inf")
@@ -323,7 +237,7 @@ class Trainer:
         # The step's one wait for the GPU: the non-finite guard decides on these before the optimizer steps.
         total, norm = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
         loss = total / n_targets
-        self.memory.wait()  # the previous step's snapshot copies the state the optimizer is about to change
+        self.ckpt.before_optimizer_step()
         if self.guard.step_ok(step, loss, norm):  # a non-finite step keeps the weights as they were
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -337,7 +251,8 @@ class Trainer:
         self.clock.mark("restore")
         self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
                            host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
-                           accepted_changes=[c.field for c in self.ckpt.accepted], restored_from=self.restored_from,
+                           accepted_changes=[c.field for c in self.ckpt.accepted],
+                           restored_from=self.ckpt.restored_from,
                            startup=self.clock.summary())
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
@@ -375,21 +290,15 @@ class Trainer:
                 past_first_step = True
                 # Past start-up: from here a hung or vanished peer must fail fast so the job restarts.
                 dist.distributed_c10d._set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
-            sig, save_failed = self._agreed_stop()
-            if save_failed:  # stop before doing more work that could not be saved
-                self.ckpt.wait()
-                self.ckpt.raise_failure()
-                raise CheckpointStorageError("a peer's checkpoint write failed (see its log)")
-            final = step == t.steps
-            blocked = self.ckpt.save(step, self.state, force=bool(sig) or final, sync=bool(sig) or final,
-                                     progress=self.progress.state_dict())
-            snapshot_blocked = self.memory.snapshot(step, self.state)
+            sig = self._agreed_stop()
+            blocked, snapshot_blocked = self.ckpt.save(step, self.state, stop=bool(sig), final=step == t.steps,
+                                                       progress=self.progress.state_dict())
             self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
                               tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
                               snapshot_block_s=snapshot_blocked,
                               world_size=self.world, restart_count=self.restart_count, data_offset=offset,
                               tokens=n_tokens)
-            self._maybe_inject_fault(step)
+            self.faults.after_step(step)
             if sig:
                 name = signal.Signals(sig).name
                 self.metrics.event("signal", signal=name, step=step)
@@ -406,8 +315,7 @@ class Trainer:
 
     def close(self) -> None:
         try:
-            self.memory.close(discard=self._finished or not self.keep_memory)
-            self.ckpt.close()
+            self.ckpt.close(discard_memory=self._finished or not self.keep_memory)
         finally:
             self.metrics.close()
             if self.run_lock is not None:

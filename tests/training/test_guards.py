@@ -110,7 +110,7 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     """A rank killed between creating a step directory and writing its ownership file used to leave a step
     directory the next start took for a stranger's (and refused to overwrite). Now the directory is made under a
     scratch name and renamed into place; a scratch left by a kill is ours: not reported, removed by the next save."""
-    from training.checkpoint import OWNED, CheckpointManager, foreign_entries, is_ours, step_dir
+    from training.checkpoint import OWNED, StorageTier, foreign_entries, is_ours, step_dir
     from training.config import CheckpointConfig
     root = tmp_path / "ckpt"
     root.mkdir()
@@ -119,7 +119,7 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     assert foreign_entries(root) == []
     (root / "step_00000009").mkdir()  # a stranger's directory is still reported
     assert foreign_entries(root) == ["step_00000009"]
-    mgr = CheckpointManager(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature={})
+    mgr = StorageTier(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature={})
     mgr.save(2, {"w": torch.arange(4.0)}, force=True)
     mgr.close()
     made = step_dir(root, 2)
@@ -131,9 +131,9 @@ def test_checkpoint_collectives_wait_a_bound_from_the_timed_saves_not_the_hour(w
     """The load and the first save wait checkpoint.timeout_s; from the next save on, the group's real timeout
     is max(min_timeout_s, 4 x the slowest save), so a peer silent mid-save costs seconds, not an hour."""
     from datetime import timedelta
-    from training.checkpoint import CheckpointManager
+    from training.checkpoint import StorageTier
     from training.config import CheckpointConfig
-    mgr = CheckpointManager(CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
+    mgr = StorageTier(CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
                             rank=0, world_size=1, signature={})
     timeout = lambda: mgr.group._get_backend(torch.device("cpu")).options._timeout  # noqa: E731
     assert timeout() == timedelta(seconds=3600)

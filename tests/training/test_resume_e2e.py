@@ -104,8 +104,8 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
     trainer = Trainer(cfg)
     try:
         assert trainer.world == 1 and trainer._resume() == 6
-        trainer.ckpt.root = resave_root
-        trainer.ckpt.save(6, trainer.state, force=True, sync=True)
+        trainer.ckpt.storage.root = resave_root
+        trainer.ckpt.storage.save(6, trainer.state, force=True, sync=True)
     finally:
         trainer.close()
     assert compare(saved, step_dir(resave_root, 6)) == []

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from tests.conftest import tiny_run
 from training import compare as compare_cli
 from training import export as export_cli
-from training.checkpoint import CheckpointManager, step_dir
+from training.checkpoint import StorageTier, step_dir
 from training.config import CheckpointConfig, ConfigError, ModelConfig
 from training.errors import CheckpointIncompatible, exit_code
 from training.model import build_model, model_signature
@@ -26,7 +26,7 @@ SMALL = dict(d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, nu
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
     """A checkpoint.dir with one real checkpoint (step 2) of a small model and an optimizer entry, written by the
-    job's own CheckpointManager (commit marker with every file's size and CRC32C)."""
+    job's own StorageTier (commit marker with every file's size and CRC32C)."""
     root = tmp_path_factory.mktemp("ckpt") / "checkpoints"
     root.mkdir()  # the job makes it in its start checks
     with socket.socket() as s:
@@ -37,7 +37,7 @@ def checkpoints(tmp_path_factory) -> Path:
         cfg = ModelConfig(**SMALL)
         model = build_model(cfg, seed=0)
         state = {"train": {"model": model.state_dict(), "optim": {"step": torch.tensor(2.0)}}}
-        mgr = CheckpointManager(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1,
+        mgr = StorageTier(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1,
                                 signature=model_signature(cfg))
         mgr.save(2, state, force=True)
         mgr.close()

@@ -1,0 +1,46 @@
+"""Fault injection is one object (training.faults.Faults) that does nothing unless a fault.* setting is on."""
+from __future__ import annotations
+
+import errno
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from training.config import FaultConfig
+from training.faults import Faults
+
+
+def test_no_setting_no_fault_at_any_point(tmp_path):
+    f = Faults(FaultConfig(), rank=0, out_dir=str(tmp_path))
+    assert not f.enabled
+    assert f.loss(1, 2.5) == 2.5
+    for step in (0, 1, 2):
+        f.mid_snapshot(step)
+        f.during_save(step)
+        f.before_commit(step)
+        f.after_step(step)
+    assert list(tmp_path.iterdir()) == []  # no marker: nothing fired
+    assert not Faults(FaultConfig(rank=3), rank=3, out_dir=str(tmp_path)).enabled  # a target alone is no fault
+
+
+def test_faults_fire_at_their_step_and_rank_only(tmp_path):
+    f0 = Faults(FaultConfig(nan_at_step=2, fail_snapshot_at_step=3, rank=1), rank=0, out_dir=str(tmp_path))
+    f1 = Faults(FaultConfig(nan_at_step=2, fail_snapshot_at_step=3, rank=1), rank=1, out_dir=str(tmp_path))
+    assert f0.enabled and f0.loss(1, 2.0) == 2.0 and math.isnan(f0.loss(2, 2.0))  # NaN on every rank
+    f0.mid_snapshot(3)  # not fault.rank
+    f1.mid_snapshot(2)  # not its step
+    with pytest.raises(OSError) as e:
+        f1.mid_snapshot(3)
+    assert e.value.errno == errno.ENOSPC and "[fault] injected" in str(e.value)
+
+
+def test_a_process_fault_happens_once_per_out_dir(tmp_path):
+    code = ("import sys; from training.config import FaultConfig; from training.faults import Faults; "
+            "Faults(FaultConfig(sigkill_at_step=2), rank=0, out_dir=sys.argv[1]).after_step(2); print('alive')")
+    first = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert first.returncode == -9 and "[fault] rank 0 SIGKILLs itself after step 2" in first.stdout
+    again = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.strip() == "alive"  # the restarted job is not killed again

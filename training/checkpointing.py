@@ -1,0 +1,150 @@
+"""The checkpoint policy's one owner: which tier to save to after a step, and which to restore from at start.
+
+Two tiers (``training.checkpoint``'s storage checkpoints, ``training.memory_tier``'s in-memory snapshots on the
+node and a peer). The trainer only asks::
+
+    ckpt = CheckpointManager(cfg.checkpoint, rank=0, world=2, ..., checkpoint_bytes=12 * n_params)
+    step = ckpt.restore(state, model_only)       # newest of: memory/peer snapshot, storage checkpoint; None = fresh
+    ckpt.before_optimizer_step()                 # the snapshot in flight must be copied before the state changes
+    blocked = ckpt.save(step, state, stop=..., final=..., progress=...)
+    ckpt.close(discard_memory=finished)
+
+Policy:
+
+* **save**: storage every ``checkpoint.interval`` steps, asynchronously; on a stop signal or the last step
+  synchronously (the process exits right after); a memory snapshot every ``checkpoint.memory_interval`` steps on a
+  background thread (overlapping the next step's forward and backward).
+* **restore**: ``checkpoint.load_step`` names a storage step and wins; else the newest step some node's memory
+  holds for every shard, when newer than the newest complete storage checkpoint; else storage (verified, with
+  fallback); else ``checkpoint.initial_load_path`` seeds the model of a fresh run.
+* **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
+  the memory tier off on every rank at the same step and training goes on with storage.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+from training.checkpoint import StorageTier, latest_complete, parse_step
+from training.config import CheckpointConfig
+from training.errors import CheckpointStorageError
+from training.faults import Faults
+from training.memory_tier import MemoryTier
+from training.run_identity import Change, parse_accept
+
+
+class CheckpointManager:
+    """Both tiers of one rank; collective methods are called by every rank at the same point."""
+
+    def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
+                 signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: Faults,
+                 before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None]):
+        self.cfg, self.signature, self.say = cfg, signature, say
+        self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,
+                                   accept=parse_accept(cfg.accept_changes), before_save=before_save,
+                                   during_save=faults.during_save, before_commit=faults.before_commit,
+                                   on_commit=on_commit)
+        self.storage.check_storage(checkpoint_bytes=checkpoint_bytes)
+        self.memory = MemoryTier.build(cfg, rank=rank, world=world,
+                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                       checkpoint_dir=cfg.dir, device=device,
+                                       identity={"signature": signature, "fingerprint": fingerprint,
+                                                 "lineage": self.storage.lineage()},
+                                       mid_copy_hook=faults.mid_snapshot)
+        self.restored_from: dict | None = None
+        """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
+
+    @property
+    def accepted(self) -> list[Change]:
+        """The run-setting changes the resumed checkpoint was accepted with (checkpoint.accept_changes)."""
+        return self.storage.accepted
+
+    # ---- restore ---------------------------------------------------------------------------------
+    def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
+        """Collective. Load the newest state (policy above) into ``state``; a fresh start with
+        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh."""
+        newest = latest_complete(self.cfg.dir)
+        storage_step = parse_step(newest) if newest else 0
+        if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory
+            got = self.memory.restore(state, storage_step=storage_step)
+            if got is not None:
+                where = ("every rank from its own node" if got.tier == "memory" else
+                         "shards of lost nodes from their peers' replicas")
+                if got.resharded_from:
+                    where += f"; re-cut from world size {got.resharded_from} to {self.memory.world}"
+                self.say(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest storage "
+                         f"checkpoint: step {storage_step}")
+                self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
+                if got.resharded_from:
+                    self.restored_from["resharded_from"] = got.resharded_from
+                self._say_initial_load_unused(got.step)
+                return got.step
+        info = self.storage.load(state)
+        if info is None:
+            self.say(f"fresh start: no complete checkpoint in {self.cfg.dir}")
+            src = self.cfg.initial_load_path
+            if src:
+                step = self.storage.load_initial(src, model_only)
+                self.say(f"model weights from {src} (step {step}); optimizer, schedule and data start fresh")
+            return None
+        self.say(f"resumed from step {info['step']} (saved at world size {info['world_size']}, now "
+                 f"{self.storage.world_size}) in {self.cfg.dir}")
+        self.restored_from = {"tier": "storage", "step": info["step"]}
+        self._say_initial_load_unused(info["step"])
+        return info["step"]
+
+    def _say_initial_load_unused(self, step: int) -> None:
+        """checkpoint.initial_load_path only seeds a new run; a resume (which keeps the flags it was started with)
+        ignores it, and says so, with a note when it would not even fit this model."""
+        src = self.cfg.initial_load_path
+        if not src:
+            return
+        other = self.storage.initial_load_signature(src)
+        shape = (f"; note: it holds another model ({other}) than this run's ({self.signature})"
+                 if other is not None and other != self.signature else "")
+        self.say(f"checkpoint.initial_load_path={src} is not used: this run resumes its own step {step} "
+                 f"(initial_load_path only seeds a run that has no checkpoint yet; to start from it, use a new "
+                 f"--job.out_dir){shape}")
+
+    def check_no_clash(self, first_step: int, last_step: int) -> None:
+        """Collective: refuse to start if a foreign directory sits where this run will save (exit 2)."""
+        self.storage.check_no_clash(first_step, last_step)
+
+    # ---- save ------------------------------------------------------------------------------------
+    def before_optimizer_step(self) -> None:
+        """The previous step's snapshot copies the state the optimizer is about to change: wait for it."""
+        self.memory.wait()
+
+    def save(self, step: int, state: dict[str, Any], *, stop: bool, final: bool,
+             progress: dict[str, int]) -> tuple[float, float]:
+        """After `step`: storage if due (synchronous on a stop or the last step, which exit right after), then the
+        memory snapshot if due. Returns the seconds training was blocked by each (storage, memory)."""
+        must = stop or final
+        blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
+        return blocked, self.memory.snapshot(step, state)
+
+    def local_failures(self) -> tuple[bool, bool]:
+        """(this rank's last async save failed, this rank's last snapshot failed): agreed by the trainer with its
+        other step-boundary flags in one collective, then acted on with :meth:`act_on_failures`."""
+        return self.storage.failure is not None, self.memory.failed
+
+    def act_on_failures(self, *, save_failed: bool, snapshot_failed: bool) -> None:
+        """Every rank, with the agreed flags: a failed snapshot turns the memory tier off (storage continues); a
+        failed save stops the run with its reason (exit 6) before more work is done that could not be saved."""
+        if snapshot_failed and self.memory.enabled:
+            self.memory.disable()
+            self.say("in-memory snapshots are off for this attempt (a rank's snapshot failed: see its warning); "
+                     "storage checkpoints continue")
+        if save_failed:
+            self.storage.wait()
+            self.storage.raise_failure()
+            raise CheckpointStorageError("a peer's checkpoint write failed (see its log)")
+
+    def close(self, *, discard_memory: bool) -> None:
+        """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""
+        try:
+            self.memory.close(discard=discard_memory)
+        finally:
+            self.storage.close()

@@ -1,0 +1,83 @@
+"""Fault injection for tests and chaos runs: one object the job calls at named points, doing nothing unless a
+``fault.*`` setting is on (:class:`training.config.FaultConfig`). Production code has no fault ``if`` of its own.
+
+The points, in the order a step meets them::
+
+    faults.loss(step, loss)            # the step's loss (NaN at fault.nan_at_step)
+    faults.mid_snapshot(step)          # halfway through copying the in-memory snapshot (fail / SIGKILL)
+    faults.during_save(step)           # a checkpoint save, once its directory is agreed (SIGSTOP)
+    faults.before_commit(step)         # a checkpoint's data written, its commit marker not yet (sleep)
+    faults.after_step(step)            # the step is done and recorded (SIGKILL, SIGSTOP, sleep)
+
+A fault that ends or stops the process happens once per ``job.out_dir`` (a marker file there), so the restarted
+job does not repeat it.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from training.config import FaultConfig
+
+
+def _at(setting: int, step: int) -> bool:
+    """A fault.*_at_step setting fires at its step; 0 is off."""
+    return setting > 0 and setting == step
+
+
+class Faults:
+    """The injected faults of one rank. ``enabled`` is False when no fault.* setting is on."""
+
+    def __init__(self, cfg: FaultConfig, *, rank: int, out_dir: str):
+        self.cfg, self.rank, self.out_dir = cfg, rank, Path(out_dir)
+        defaults = FaultConfig()
+        self.enabled = any(getattr(cfg, f.name) != getattr(defaults, f.name) for f in fields(cfg) if f.name != "rank")
+        self._mine = rank == cfg.rank  # the faults aimed at one rank hit fault.rank only
+
+    def loss(self, step: int, loss):
+        """The loss as computed, or NaN times it at fault.nan_at_step (every rank)."""
+        return loss * float("nan") if _at(self.cfg.nan_at_step, step) else loss
+
+    def mid_snapshot(self, step: int) -> None:
+        """Halfway through the in-memory snapshot copy of `step`: an injected 'no space' error, or SIGKILL."""
+        if not self._mine:
+            return
+        if _at(self.cfg.fail_snapshot_at_step, step):
+            raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
+        if _at(self.cfg.kill_in_snapshot_at_step, step):
+            self._signal_self_once(f"snapshot-kill-step{step}",
+                                   f"SIGKILLs itself halfway through the memory snapshot of step {step}")
+
+    def during_save(self, step: int) -> None:
+        """At the start of the checkpoint write of `step`: go silent (SIGSTOP) like a node whose sockets stay open."""
+        if self._mine and _at(self.cfg.stop_in_save_at_step, step):
+            self._signal_self_once(f"save-stop-step{step}",
+                                   f"stops itself (SIGSTOP) in the checkpoint save of step {step}", signal.SIGSTOP)
+
+    def before_commit(self, step: int) -> None:
+        """Between a checkpoint's data and its commit marker: hold the commit back for fault.slow_commit_s."""
+        if self.cfg.slow_commit_s:
+            time.sleep(self.cfg.slow_commit_s)
+
+    def after_step(self, step: int) -> None:
+        """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once), and the per-step sleep (every rank)."""
+        if self._mine and _at(self.cfg.sigkill_at_step, step):
+            self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
+        if self.cfg.step_sleep_s:
+            time.sleep(self.cfg.step_sleep_s)
+        if self._mine and _at(self.cfg.stop_at_step, step):
+            self._signal_self_once(f"stop-step{step}", f"stops itself (SIGSTOP) after step {step}", signal.SIGSTOP)
+
+    def _signal_self_once(self, name: str, what: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to this process, once per out_dir (a marker file keeps the restarted job from repeating it)."""
+        marker = self.out_dir / f".fault-{name}"
+        if marker.exists():
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        print(f"[fault] rank {self.rank} {what}", flush=True)
+        os.kill(os.getpid(), sig)
