@@ -242,6 +242,42 @@ def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: li
 
 def render(runtime: dict, trainjob: dict) -> Rendered:
     """Check the pair against the Trainer v2.3 contract and compute every replicated job's pod template."""
+    _check_runtime_ref(runtime, trainjob)
+    rspec = runtime["spec"]
+    ml = rspec.get("mlPolicy") or {}
+    if "torch" not in ml:
+        raise ContractError("runtime spec.mlPolicy.torch is missing: without it the Trainer injects no PET_* "
+                            "variables and the launcher cannot find its peers")
+    js = (rspec.get("template") or {}).get("spec") or {}
+    rjobs = js.get("replicatedJobs") or []
+    rj = _trainer_replicated_job(rjobs)
+    _check_replicated_jobs(rjobs)
+    ctr = _node_container(rj, rjobs)
+    tr = trainjob["spec"].get("trainer") or {}
+    num_nodes = tr.get("numNodes") or ml.get("numNodes") or 1
+    if num_nodes < 1:
+        raise ContractError(f"numNodes {num_nodes} < 1")
+    job_name = trainjob["metadata"]["name"]
+    node = _node_job(rj, ctr, tr, num_nodes=num_nodes, job_name=job_name)
+    jobs = [node if r is rj else _other_job(r) for r in rjobs]
+    names = [r["name"] for r in rjobs]
+    fp = js.get("failurePolicy")
+    _check_failure_policy(fp, names)
+    success_operator, success_targets = _success_policy(js, names)
+    return Rendered(
+        job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=node.command,
+        env=node.env, working_dir=node.working_dir, mounts=node.mounts, backoff_limit=node.backoff_limit,
+        pod_failure_rules=node.pod_failure_rules, restart_policy=node.restart_policy, grace_s=node.grace_s,
+        max_restarts=None if fp is None else fp.get("maxRestarts", 0), failure_rules=(fp or {}).get("rules") or [],
+        backoff_limit_per_index=node.backoff_limit_per_index, max_failed_indexes=node.max_failed_indexes,
+        jobs=tuple(jobs), subdomain=(js.get("network") or {}).get("subdomain") or job_name,
+        success_operator=success_operator, success_targets=success_targets,
+    )
+
+
+def _check_runtime_ref(runtime: dict, trainjob: dict) -> None:
+    """Both objects must pass the pinned API models, and the TrainJob must reference this ClusterTrainingRuntime
+    without runtime patches; raises SchemaError or ContractError otherwise."""
     schema.roundtrip(runtime)
     schema.roundtrip(trainjob)
     if runtime["kind"] != "ClusterTrainingRuntime":
@@ -255,15 +291,17 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
                             f"{runtime['metadata']['name']!r}: the cluster would report the runtime as missing")
     if trainjob["spec"].get("runtimePatches"):
         raise ContractError("TrainJob runtimePatches are not emulated; put pod settings in the runtime")
-    rspec = runtime["spec"]
-    ml = rspec.get("mlPolicy") or {}
-    if "torch" not in ml:
-        raise ContractError("runtime spec.mlPolicy.torch is missing: without it the Trainer injects no PET_* "
-                            "variables and the launcher cannot find its peers")
-    js = (rspec.get("template") or {}).get("spec") or {}
-    rjobs = js.get("replicatedJobs") or []
-    trainers = [r for r in rjobs if ((r["template"].get("metadata") or {}).get("labels") or {})
-                .get(ANCESTOR_LABEL) == "trainer"]
+
+
+def _ancestor(rjob: dict) -> str | None:
+    """The replicated job's ``trainjob-ancestor-step`` label (``trainer`` for the training pods), if any."""
+    return ((rjob["template"].get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+
+
+def _trainer_replicated_job(rjobs: list[dict]) -> dict:
+    """The one replicated job labelled ``trainjob-ancestor-step: trainer``; it must be named ``node``, and no
+    other replicated job may carry an ancestor label (initializers are not emulated)."""
+    trainers = [r for r in rjobs if _ancestor(r) == "trainer"]
     if len(trainers) != 1:
         raise ContractError(f"runtime needs exactly one replicated job labelled {ANCESTOR_LABEL}: trainer "
                             f"(found {len(trainers)})")
@@ -271,12 +309,16 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
     if rj["name"] != "node":
         raise ContractError(f"trainer replicated job is named {rj['name']!r}: Trainer v2.3 hard-codes "
                             f"PET_MASTER_ADDR=<job>-node-0-0.<job>, so it must be 'node'")
-    others = [r for r in rjobs if r is not rj]
-    for o in others:
-        anc = ((o["template"].get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+    for o in (r for r in rjobs if r is not rj):
+        anc = _ancestor(o)
         if anc:
             raise ContractError(f"replicated job {o['name']!r} ({ANCESTOR_LABEL}: {anc}): initializers are not "
                                 "emulated")
+    return rj
+
+
+def _check_replicated_jobs(rjobs: list[dict]) -> None:
+    """What JobSet's webhook (and the emulator) accept: one replica each, ``dependsOn`` only the previous one."""
     names = [r["name"] for r in rjobs]
     for i, r in enumerate(rjobs):
         if r.get("replicas", 1) != 1:
@@ -287,21 +329,25 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
             if i == 0 or d["name"] != names[i - 1] or d.get("status") not in ("Ready", "Complete"):
                 raise ContractError(f"replicated job {r['name']!r} dependsOn {d}: JobSet accepts only the previous "
                                     "replicated job with status Ready or Complete")
-    pod = rj["template"]["spec"]["template"]
-    pspec = pod.get("spec") or {}
+
+
+def _node_container(rj: dict, rjobs: list[dict]) -> dict:
+    """The trainer job's container ``node`` (the one the Trainer fills from the TrainJob); no replicated job
+    may have initContainers."""
+    pspec = rj["template"]["spec"]["template"].get("spec") or {}
     containers = [c for c in pspec.get("containers") or [] if c["name"] == "node"]
     if not containers:
         raise ContractError("the node Job's pod template has no container named 'node' (the one the Trainer "
                             "fills from the TrainJob and injects PET_* into)")
     if any((r["template"]["spec"]["template"].get("spec") or {}).get("initContainers") for r in rjobs):
         raise ContractError("initContainers are not emulated")
-    ctr = containers[0]
-    tr = trainjob["spec"].get("trainer") or {}
-    num_nodes = tr.get("numNodes") or ml.get("numNodes") or 1
-    if num_nodes < 1:
-        raise ContractError(f"numNodes {num_nodes} < 1")
-    job_name = trainjob["metadata"]["name"]
+    return containers[0]
 
+
+def _node_job(rj: dict, ctr: dict, tr: dict, *, num_nodes: int, job_name: str) -> JobTemplate:
+    """The ``node`` Job as the Trainer renders it: ``num_nodes`` pods running the TrainJob's command (else the
+    runtime's) with TrainJob args before the runtime's, and the runtime env upserted with the TrainJob's and
+    the ``PET_*`` variables."""
     command = list(tr["command"]) if tr.get("command") is not None else list(ctr.get("command") or [])
     args = list(ctr.get("args") or [])
     if tr.get("args") is not None:
@@ -321,26 +367,31 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
         {"name": "PET_MASTER_ADDR", "value": f"{job_name}-node-0-0.{job_name}"},
         {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
     ])
+    pspec = rj["template"]["spec"]["template"].get("spec") or {}
     node = _job_spec(rj, ctr, pspec, count=num_nodes, command=command + args, env=env)
     if node.pod_failure_rules and node.restart_policy != "Never":
         raise ContractError("a Job podFailurePolicy requires pod restartPolicy: Never")
-    jobs: list[JobTemplate] = []
-    for r in rjobs:
-        if r is rj:
-            jobs.append(node)
-            continue
-        opspec = r["template"]["spec"]["template"].get("spec") or {}
-        octrs = opspec.get("containers") or []
-        if len(octrs) != 1:
-            raise ContractError(f"replicated job {r['name']!r} has {len(octrs)} containers: the emulator runs one")
-        oc = octrs[0]
-        ocmd = list(oc.get("command") or []) + list(oc.get("args") or [])
-        if not oc.get("command"):
-            raise ContractError(f"replicated job {r['name']!r}: container {oc['name']!r} has no command (the image "
-                                "entrypoint is not emulated)")
-        count = r["template"]["spec"].get("parallelism", 1)  # Trainer v2.3: PodSet count = parallelism
-        jobs.append(_job_spec(r, oc, opspec, count=max(count, 1), command=ocmd, env=list(oc.get("env") or [])))
-    fp = js.get("failurePolicy")
+    return node
+
+
+def _other_job(r: dict) -> JobTemplate:
+    """A replicated job the Trainer leaves as the runtime wrote it (e.g. the rendezvous store): its one
+    container's own command and env, ``parallelism`` pods (at least 1)."""
+    opspec = r["template"]["spec"]["template"].get("spec") or {}
+    octrs = opspec.get("containers") or []
+    if len(octrs) != 1:
+        raise ContractError(f"replicated job {r['name']!r} has {len(octrs)} containers: the emulator runs one")
+    oc = octrs[0]
+    ocmd = list(oc.get("command") or []) + list(oc.get("args") or [])
+    if not oc.get("command"):
+        raise ContractError(f"replicated job {r['name']!r}: container {oc['name']!r} has no command (the image "
+                            "entrypoint is not emulated)")
+    count = r["template"]["spec"].get("parallelism", 1)  # Trainer v2.3: PodSet count = parallelism
+    return _job_spec(r, oc, opspec, count=max(count, 1), command=ocmd, env=list(oc.get("env") or []))
+
+
+def _check_failure_policy(fp: dict | None, names: list[str]) -> None:
+    """The JobSet failurePolicy must use a restart strategy the emulator runs and target known replicated jobs."""
     strategy = (fp or {}).get("restartStrategy", "Recreate")
     # Both recreate every pod; the emulator removes the old pods before it starts new ones, which satisfies both.
     if strategy not in ("Recreate", "BlockingRecreate"):
@@ -350,19 +401,15 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
         if unknown:
             raise ContractError(f"JobSet failurePolicy rule {rule.get('name')!r} targets unknown replicated jobs "
                                 f"{sorted(unknown)}")
+
+
+def _success_policy(js: dict, names: list[str]) -> tuple[str, tuple[str, ...]]:
+    """The JobSet successPolicy as (operator, target replicated jobs); no targets means every replicated job."""
     sp = js.get("successPolicy") or {}
     targets = tuple(sp.get("targetReplicatedJobs") or names)
     if set(targets) - set(names):
         raise ContractError(f"JobSet successPolicy targets unknown replicated jobs {sorted(set(targets) - set(names))}")
-    return Rendered(
-        job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=node.command,
-        env=env, working_dir=node.working_dir, mounts=node.mounts, backoff_limit=node.backoff_limit,
-        pod_failure_rules=node.pod_failure_rules, restart_policy=node.restart_policy, grace_s=node.grace_s,
-        max_restarts=None if fp is None else fp.get("maxRestarts", 0), failure_rules=(fp or {}).get("rules") or [],
-        backoff_limit_per_index=node.backoff_limit_per_index, max_failed_indexes=node.max_failed_indexes,
-        jobs=tuple(jobs), subdomain=(js.get("network") or {}).get("subdomain") or job_name,
-        success_operator=sp.get("operator", "All"), success_targets=targets,
-    )
+    return sp.get("operator", "All"), targets
 
 
 # --------------------------------------------------------------------------------------- failure rules

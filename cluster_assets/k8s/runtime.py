@@ -150,6 +150,35 @@ def build_cluster_training_runtime(
     Returns:
         A JSON-serialisable dict, ready for ``kubectl apply`` or CDK ``add_manifest``.
     """
+    _check_runtime_arguments(max_restarts=max_restarts, retries_per_index=retries_per_index,
+                             gpus_per_node=gpus_per_node, efa_per_node=efa_per_node, num_nodes=num_nodes,
+                             pvc_name=pvc_name, env=env, termination_grace_period_s=termination_grace_period_s,
+                             gpudirect_rdma=gpudirect_rdma)
+    codes = sorted(set(non_retryable_exit_codes))
+    # dependsOn must name the previous replicated job: the store comes first.
+    replicated_jobs = [
+        _store_job(image, store_node_selector),
+        _node_job(image=image, pvc_name=pvc_name, gpus_per_node=gpus_per_node, efa_per_node=efa_per_node,
+                  gpudirect_rdma=gpudirect_rdma, fsx_mount_path=fsx_mount_path, shm_size=shm_size,
+                  grace_s=termination_grace_period_s, codes=codes, retries_per_index=retries_per_index,
+                  node_selector=node_selector, env=env),
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainingRuntime" if namespace is not None else "ClusterTrainingRuntime",
+        "metadata": _runtime_metadata(name, namespace),
+        "spec": {
+            "mlPolicy": {"numNodes": num_nodes, "torch": {}},
+            "template": {"spec": _jobset_spec(max_restarts=max_restarts, codes=codes,
+                                              replicated_jobs=replicated_jobs)},
+        },
+    }
+
+
+def _check_runtime_arguments(*, max_restarts: int, retries_per_index: int, gpus_per_node: int, efa_per_node: int,
+                             num_nodes: int, pvc_name: str, env: Optional[dict[str, str]],
+                             termination_grace_period_s: int, gpudirect_rdma: bool) -> None:
+    """Raise ValueError, naming the argument and the fix, for arguments the runtime cannot honour."""
     if max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts}: must be >= 0")
     if retries_per_index < 0:
@@ -170,37 +199,27 @@ def build_cluster_training_runtime(
     if gpudirect_rdma and not (gpus_per_node and efa_per_node):
         raise ValueError("gpudirect_rdma=True needs GPUs and EFA (gpus_per_node and efa_per_node > 0)")
 
+
+def _runtime_metadata(name: str, namespace: Optional[str]) -> dict[str, Any]:
+    """The runtime's ``metadata``: its name, the torch framework label, and the namespace of a namespaced one."""
     metadata: dict[str, Any] = {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}}
     if namespace is not None:
         metadata["namespace"] = namespace
-    codes = sorted(set(non_retryable_exit_codes))
+    return metadata
+
+
+def _jobset_spec(*, max_restarts: int, codes: list[int], replicated_jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JobSet spec: done when every training pod has succeeded, gang restarts by the failure rules (up to
+    ``max_restarts`` counted ones), and ``replicated_jobs`` in creation order."""
     return {
-        "apiVersion": API_VERSION,
-        "kind": "TrainingRuntime" if namespace is not None else "ClusterTrainingRuntime",
-        "metadata": metadata,
-        "spec": {
-            "mlPolicy": {"numNodes": num_nodes, "torch": {}},
-            "template": {
-                "spec": {
-                    # The store never completes: only the training pods decide success.
-                    "successPolicy": {"operator": "All", "targetReplicatedJobs": [NODE]},
-                    "failurePolicy": {
-                        "maxRestarts": max_restarts,
-                        "restartStrategy": "Recreate",
-                        "rules": _jobset_failure_rules(codes),
-                    },
-                    # dependsOn must name the previous replicated job: the store comes first.
-                    "replicatedJobs": [
-                        _store_job(image, store_node_selector),
-                        _node_job(image=image, pvc_name=pvc_name, gpus_per_node=gpus_per_node,
-                                  efa_per_node=efa_per_node, gpudirect_rdma=gpudirect_rdma,
-                                  fsx_mount_path=fsx_mount_path, shm_size=shm_size,
-                                  grace_s=termination_grace_period_s, codes=codes,
-                                  retries_per_index=retries_per_index, node_selector=node_selector, env=env),
-                    ],
-                },
-            },
+        # The store never completes: only the training pods decide success.
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": [NODE]},
+        "failurePolicy": {
+            "maxRestarts": max_restarts,
+            "restartStrategy": "Recreate",
+            "rules": _jobset_failure_rules(codes),
         },
+        "replicatedJobs": replicated_jobs,
     }
 
 

@@ -76,6 +76,46 @@ def build_cluster_config(
             ParallelCluster's provider may attach only policies named ``parallelcluster*`` or under the IAM
             path ``/parallelcluster/``.
     """
+    _check_queue_arguments(max_nodes=max_nodes, min_nodes=min_nodes, compute_subnet_ids=compute_subnet_ids,
+                           placement_group=placement_group,
+                           additional_security_group_ids=additional_security_group_ids)
+    _check_node_setup_arguments(node_setup=node_setup, rdzv_store_security_group_id=rdzv_store_security_group_id,
+                                compute_security_group_id=compute_security_group_id,
+                                node_iam_policy_arns=node_iam_policy_arns)
+
+    head_security_groups, queue_security_groups = _security_groups(
+        additional_security_group_ids=additional_security_group_ids,
+        rdzv_store_security_group_id=rdzv_store_security_group_id, compute_security_group_id=compute_security_group_id)
+    head_iam, queue_iam = _node_iam(bucket_name=bucket_name, node_setup=node_setup,
+                                    node_iam_policy_arns=node_iam_policy_arns)
+
+    config: dict[str, Any] = {
+        "Image": {"Os": os},
+        "HeadNode": _head_node(instance_type=head_node_instance_type, subnet_id=head_node_subnet_id,
+                               security_groups=head_security_groups, root_gib=head_node_root_gib, iam=head_iam,
+                               ssh_key_name=ssh_key_name, node_setup=node_setup),
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmSettings": {"ScaledownIdletime": scaledown_idle_minutes},
+            "SlurmQueues": [_gpu_queue(subnet_ids=compute_subnet_ids, placement_group=placement_group,
+                                       security_groups=queue_security_groups,
+                                       compute_resource_name=compute_resource_name,
+                                       instance_type=gpu_instance_type, min_nodes=min_nodes, max_nodes=max_nodes,
+                                       efa=efa, root_gib=compute_root_gib, iam=queue_iam, node_setup=node_setup)],
+        },
+        "SharedStorage": [_fsx_storage(fsx_file_system_id)],
+        "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},
+    }
+    if region:
+        config["Region"] = region
+    if tags:
+        config["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    return config
+
+
+def _check_queue_arguments(*, max_nodes: int, min_nodes: int, compute_subnet_ids: Sequence[str],
+                           placement_group: bool, additional_security_group_ids: Sequence[str]) -> None:
+    """Raise ValueError, naming the argument, when the GPU queue could not be created or mount the file system."""
     if max_nodes < 1:
         raise ValueError(f"max_nodes={max_nodes}: the GPU queue needs at least 1 node")
     if not 0 <= min_nodes <= max_nodes:
@@ -89,6 +129,11 @@ def build_cluster_config(
         raise ValueError("additional_security_group_ids: pass the Lustre client security group, or nodes "
                          "cannot mount the file system")
 
+
+def _check_node_setup_arguments(*, node_setup: Optional[NodeSetup], rdzv_store_security_group_id: Optional[str],
+                                compute_security_group_id: Optional[str], node_iam_policy_arns: Sequence[str]) -> None:
+    """Raise ValueError, naming the argument, when the node scripts would lack what they need: the store's
+    two security groups (both or neither, never blank) and the ECR pull policy (no blank ARN)."""
     if (rdzv_store_security_group_id is None) != (compute_security_group_id is None):
         raise ValueError("rdzv_store_security_group_id and compute_security_group_id go together: the store's "
                          "group on the head node admits the compute nodes' group; pass both or neither")
@@ -108,80 +153,92 @@ def build_cluster_config(
         if not arn.strip():
             raise ValueError("node_iam_policy_arns has an empty entry: pass managed policy ARNs")
 
+
+def _security_groups(*, additional_security_group_ids: Sequence[str], rdzv_store_security_group_id: Optional[str],
+                     compute_security_group_id: Optional[str]) -> tuple[list[str], list[str]]:
+    """The additional security groups of the head node and of the GPU queue, in that order: the shared ones,
+    plus the store's group on the head node and the compute group on the queue when they are given."""
     head_security_groups = list(additional_security_group_ids)
     queue_security_groups = list(additional_security_group_ids)
     if rdzv_store_security_group_id is not None and compute_security_group_id is not None:
         head_security_groups.append(rdzv_store_security_group_id)
         queue_security_groups.append(compute_security_group_id)
+    return head_security_groups, queue_security_groups
+
+
+def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup],
+              node_iam_policy_arns: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``Iam`` sections of the head node and of the GPU queue, in that order: read-write access to the
+    bucket, read access to the node scripts each runs, and the extra managed policies."""
     s3_access: list[dict[str, Any]] = [{"BucketName": bucket_name, "EnableWriteAccess": True}]
     head_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.head_node_s3_access() if node_setup else [])}
     queue_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.queue_s3_access() if node_setup else [])}
     if node_iam_policy_arns:
         head_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
         queue_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
+    return head_iam, queue_iam
 
+
+def _head_node(*, instance_type: str, subnet_id: str, security_groups: list[str], root_gib: int,
+               iam: dict[str, Any], ssh_key_name: Optional[str], node_setup: Optional[NodeSetup]) -> dict[str, Any]:
+    """The ``HeadNode`` section: slurmctld and the login node, with the rendezvous store's unit if ``node_setup``."""
     head_node: dict[str, Any] = {
-        "InstanceType": head_node_instance_type,
+        "InstanceType": instance_type,
         "Networking": {
-            "SubnetId": head_node_subnet_id,
-            "AdditionalSecurityGroups": head_security_groups,
+            "SubnetId": subnet_id,
+            "AdditionalSecurityGroups": security_groups,
         },
-        "LocalStorage": {"RootVolume": {"Size": head_node_root_gib, "Encrypted": True}},
+        "LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}},
         # IMDSv2 is always required by ParallelCluster 3; Secured also blocks non-root users from IMDS.
         "Imds": {"Secured": True},
-        "Iam": head_iam,
+        "Iam": iam,
     }
     if ssh_key_name:
         head_node["Ssh"] = {"KeyName": ssh_key_name}
     if node_setup is not None:
         head_node["CustomActions"] = node_setup.head_node_custom_actions()
+    return head_node
 
+
+def _gpu_queue(*, subnet_ids: Sequence[str], placement_group: bool, security_groups: list[str],
+               compute_resource_name: str, instance_type: str, min_nodes: int, max_nodes: int, efa: bool,
+               root_gib: int, iam: dict[str, Any], node_setup: Optional[NodeSetup]) -> dict[str, Any]:
+    """The one entry of ``Scheduling.SlurmQueues``: the GPU queue (whole nodes per job, GPU health check)."""
     queue: dict[str, Any] = {
         "Name": GPU_QUEUE,
         "CapacityType": "ONDEMAND",
         "Networking": {
-            "SubnetIds": list(compute_subnet_ids),
+            "SubnetIds": list(subnet_ids),
             "PlacementGroup": {"Enabled": placement_group},
-            "AdditionalSecurityGroups": queue_security_groups,
+            "AdditionalSecurityGroups": security_groups,
         },
         "ComputeResources": [{
             "Name": compute_resource_name,
-            "InstanceType": gpu_instance_type,
+            "InstanceType": instance_type,
             "MinCount": min_nodes,
             "MaxCount": max_nodes,
             "Efa": {"Enabled": efa},
         }],
         "ComputeSettings": {
-            "LocalStorage": {"RootVolume": {"Size": compute_root_gib, "Encrypted": True}},
+            "LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}},
         },
         # Whole nodes per job: one torchrun agent per node, all 8 GPUs.
         "JobExclusiveAllocation": True,
         # Run the GPU health check before a job starts on a node; a failing node is drained and replaced
         # instead of crashing the job again after every restart.
         "HealthChecks": {"Gpu": {"Enabled": True}},
-        "Iam": queue_iam,
+        "Iam": iam,
     }
     if node_setup is not None:
         queue["CustomActions"] = node_setup.queue_custom_actions()
+    return queue
 
-    config: dict[str, Any] = {
-        "Image": {"Os": os},
-        "HeadNode": head_node,
-        "Scheduling": {
-            "Scheduler": "slurm",
-            "SlurmSettings": {"ScaledownIdletime": scaledown_idle_minutes},
-            "SlurmQueues": [queue],
-        },
-        "SharedStorage": [{
-            "Name": "fsx",
-            "StorageType": "FsxLustre",
-            "MountDir": FSX_MOUNT_PATH,
-            "FsxLustreSettings": {"FileSystemId": fsx_file_system_id},
-        }],
-        "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},
+
+def _fsx_storage(fsx_file_system_id: str) -> dict[str, Any]:
+    """The one entry of ``SharedStorage``: the existing FSx for Lustre file system, mounted on every node."""
+    return {
+        "Name": "fsx",
+        "StorageType": "FsxLustre",
+        "MountDir": FSX_MOUNT_PATH,
+        "FsxLustreSettings": {"FileSystemId": fsx_file_system_id},
     }
-    if region:
-        config["Region"] = region
-    if tags:
-        config["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-    return config
