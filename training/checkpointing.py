@@ -23,23 +23,30 @@ Policy:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from training.checkpoint import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
 from training.errors import CheckpointStorageError
-from training.faults import Faults
 from training.memory_tier import MemoryTier
 from training.run_identity import Change, parse_accept
+
+
+class FaultPoints(Protocol):
+    """Where fault injection reaches into the tiers (training.faults.Faults; each does nothing unless set)."""
+
+    def mid_snapshot(self, step: int) -> None: ...
+    def during_save(self, step: int) -> None: ...
+    def before_commit(self, step: int) -> None: ...
 
 
 class CheckpointManager:
     """Both tiers of one rank; collective methods are called by every rank at the same point."""
 
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
-                 signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: Faults,
+                 signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: FaultPoints,
                  before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None]):
         self.cfg, self.signature, self.say = cfg, signature, say
         self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,

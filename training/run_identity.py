@@ -56,9 +56,9 @@ def digest_tokens(tokens: "torch.Tensor | ShardedTokens") -> str:
     """Content hash of the token stream the samples are cut from (any source; renames do not matter). A prepared
     directory's stream is not read for it: ``prepare`` hashed the same bytes the same way while writing it, so
     preparing a run's data does not change its fingerprint."""
-    from training.data import ShardedTokens  # deferred: imports torch
-    if isinstance(tokens, ShardedTokens):
-        return tokens.manifest.digest
+    manifest = getattr(tokens, "manifest", None)  # a prepared directory (ShardedTokens): its recorded digest
+    if manifest is not None:
+        return manifest.digest
     return hashlib.blake2b(tokens.contiguous().numpy().tobytes(), digest_size=8).hexdigest()
 
 
