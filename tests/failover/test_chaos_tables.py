@@ -13,7 +13,9 @@ from chaos.verdict import Expectation
 def platform_tables() -> dict[str, dict[str, Scenario]]:
     from chaos.local.config import LocalChaosConfig
     from chaos.local.scenarios import scenarios as local_scenarios
-    return {"local": local_scenarios(LocalChaosConfig())}
+    from chaos.slurm import SlurmChaosConfig
+    from chaos.slurm import scenarios as slurm_scenarios
+    return {"local": local_scenarios(LocalChaosConfig()), "slurm": slurm_scenarios(SlurmChaosConfig())}
 
 
 TABLES = platform_tables()
