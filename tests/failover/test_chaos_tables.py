@@ -11,17 +11,23 @@ from chaos.verdict import Expectation
 
 
 def platform_tables() -> dict[str, dict[str, Scenario]]:
+    from chaos.eks import scenarios as eks_scenarios
     from chaos.local.config import LocalChaosConfig
     from chaos.local.scenarios import scenarios as local_scenarios
     from chaos.slurm import SlurmChaosConfig
     from chaos.slurm import scenarios as slurm_scenarios
-    return {"local": local_scenarios(LocalChaosConfig()), "slurm": slurm_scenarios(SlurmChaosConfig())}
+    return {"local": local_scenarios(LocalChaosConfig()), "slurm": slurm_scenarios(SlurmChaosConfig()),
+            "eks": eks_scenarios(interval=25, gang=False)}
 
 
 TABLES = platform_tables()
 
 
-@pytest.mark.parametrize("platform", sorted(TABLES))
+def test_every_platform_has_a_table():
+    assert set(TABLES) == set(catalog.PLATFORMS)
+
+
+@pytest.mark.parametrize("platform", sorted(catalog.PLATFORMS))
 def test_each_table_holds_the_shared_type_for_exactly_the_catalogs_names(platform):
     entries = TABLES[platform]
     assert set(entries) == set(catalog.PLATFORMS[platform])  # every catalog name has an entry, and only those
