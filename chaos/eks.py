@@ -29,18 +29,19 @@ files stay on FSx). Bitwise equality holds for a deterministic job; on GPUs use 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from chaos import kubernetes as k8s_verdict
 from chaos.analysis import parse_records
-from chaos.report import ScenarioResult, table, write_json
+from chaos.report import ScenarioResult, write_json
+from chaos.scenario import Scenario
+from chaos.scenario import table as scenario_table
 from chaos.verdict import Fault, Observation, judge
-from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
+from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
 from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank
 from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
                               config_from_args, default_name, preflight, split_at_dashes, split_training_args)
@@ -215,6 +216,39 @@ class EksChaosRun:
                 pass
 
 
+# ------------------------------------------------------------------------------------------------ scenarios
+@dataclass(frozen=True)
+class EksScenario(Scenario):
+    """An EKS scenario (:class:`chaos.scenario.Scenario`: ``inject(run, index)`` returns (detail, confirmed,
+    evidence)), the training pod it hits (its node index) and whether it needs a spare GPU node."""
+
+    index: int = 1
+    needs_spare_node: bool = False
+
+
+def scenarios(interval: int, gang: bool, atol: float = 0.0) -> dict[str, EksScenario]:
+    """Every EKS scenario by name (``chaos.catalog.PLATFORMS["eks"]``), in the order one run injects them into its
+    TrainJob. Every pod fault expects the same (:func:`chaos.kubernetes.expectation`; weights within ``atol`` of the
+    reference when it is set) and what the installed runtime promises for a lost pod: a JobSet gang restart
+    (``gang``) or only that pod replaced."""
+    expect = k8s_verdict.expectation(interval)
+    if atol:
+        expect = replace(expect, outcome="close", atol=atol)
+    checks = (k8s_verdict.check_jobset_restarts if gang else k8s_verdict.check_single_pod_replaced,)
+    return scenario_table("eks", [
+        EksScenario("node-kill", EksChaosRun.delete_pod, expect, checks, title="delete the pod of node 1", index=1),
+        EksScenario("first-node-kill", EksChaosRun.delete_pod, expect, checks, title="delete node 0's pod", index=0),
+        EksScenario("node-drain", EksChaosRun.drain, expect, checks, title="drain the GPU node of node 1", index=1,
+                    needs_spare_node=True),
+    ])
+
+
+def chosen(table: dict[str, EksScenario], drain_node: bool) -> list[EksScenario]:
+    """The faults this run injects, in order: node-drain (a spare GPU node needed) only with ``--drain-node``."""
+    return [sc for sc in table.values() if drain_node or not sc.needs_spare_node]
+
+
+# ------------------------------------------------------------------------------------------------ run
 def main(argv: list[str] | None = None) -> int:
     argv, after = split_at_dashes(argv)
     parser = chaos_parser()
@@ -222,103 +256,78 @@ def main(argv: list[str] | None = None) -> int:
     a.name = a.name or default_name("chaos")
     plan_only, a.dry_run = a.dry_run, False  # DRY_RUN=1: print the plan and the TrainJob, touch nothing
     try:
-        apply_output_defaults(a, parser)
-        targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
-                 *split_training_args(unknown, after)]
-        cfg = config_from_args(a, targs)
-        check_training_args(cfg)
-        steps, global_batch, interval = k8s_verdict.training_shape(["--preset", cfg.preset, *targs])
+        cfg, shape = job_config(a, parser, unknown, after)
     except (TrainJobError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    gap = a.gap or 3 * a.interval
-    names = ["node-kill", "first-node-kill"] + (["node-drain"] if a.drain_node else [])
     ref_cfg = replace(cfg, name=f"{cfg.name}-ref"[:63]) if not a.reference_job else None
     if plan_only:
-        from cluster_assets.k8s.trainjob import to_yaml
-        ref = a.reference_job or f"{ref_cfg.name} (run first, uninterrupted)"
-        print(f"# chaos plan: reference {ref}; submit {cfg.name}; at step {2 * a.interval + 1} node-kill (delete the "
-              f"pod of node 1); {gap} steps after it resumed first-node-kill (delete node 0's pod)"
-              + ("; then node-drain (drain the GPU node of node 1)" if a.drain_node else "")
-              + "; wait for completion; judge: faults confirmed + noticed + recovered, steps recomputed, completion, "
-                "exactly-once data, weights vs the reference")
-        print(to_yaml(train_job_manifest(cfg)), end="")
+        print_plan(a, cfg, ref_cfg, chosen(scenarios(shape[2], gang=False), a.drain_node))  # gang: checks only
         return 0
+    return chaos_run(a, cfg, ref_cfg, shape)
+
+
+def job_config(a: argparse.Namespace, parser: argparse.ArgumentParser, unknown: list[str],
+               after: list[str]) -> tuple[TrainJobConfig, tuple[int, int, int]]:
+    """The chaos TrainJob (the one ``make train PLATFORM=eks`` builds, with ``--steps`` and ``--interval``) and the
+    (steps, global batch, checkpoint interval) its training arguments resolve to. TrainJobError or ValueError for a
+    bad setting."""
+    apply_output_defaults(a, parser)
+    targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
+             *split_training_args(unknown, after)]
+    cfg = config_from_args(a, targs)
+    check_training_args(cfg)
+    return cfg, k8s_verdict.training_shape(["--preset", cfg.preset, *targs])
+
+
+def print_plan(a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None,
+               plan: list[EksScenario]) -> None:
+    """DRY_RUN: the run's plan in one line, then the chaos TrainJob's YAML."""
+    from cluster_assets.k8s.trainjob import to_yaml
+    ref = a.reference_job or f"{ref_cfg.name} (run first, uninterrupted)"
+    gap = a.gap or 3 * a.interval
+
+    def when(i: int) -> str:
+        return f"at step {2 * a.interval + 1}" if i == 0 else f"{gap} steps after it resumed" if i == 1 else "then"
+    faults = "; ".join(f"{when(i)} {sc.name} ({sc.title})" for i, sc in enumerate(plan))
+    print(f"# chaos plan: reference {ref}; submit {cfg.name}; {faults}; wait for completion; judge: faults confirmed "
+          "+ noticed + recovered, steps recomputed, completion, exactly-once data, weights vs the reference")
+    print(to_yaml(train_job_manifest(cfg)), end="")
+
+
+def chaos_run(a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None,
+              shape: tuple[int, int, int]) -> int:
+    """Reference, chaos TrainJob, faults, verdict, report (module docstring); the exit code. Whatever happens, the
+    nodes drained are uncordoned and, unless ``--keep``, the TrainJobs created are deleted."""
     run = None
     created: list[str] = []
     try:
         cluster = connect(a.context)
-        runtime_image = preflight(cluster, a, cfg)
-        if cfg.image == PLACEHOLDER_IMAGE:
-            cfg = replace(cfg, image=runtime_image)
-        rt = cluster.get_runtime(cfg.runtime_name)
-        claim = next(v["persistentVolumeClaim"]["claimName"] for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
-                     for v in rj["template"]["spec"]["template"]["spec"].get("volumes", [])
-                     if "persistentVolumeClaim" in v)
+        cfg, rt = ready(cluster, a, cfg)
+        claim = fsx_claim(rt)
         if cfg.num_nodes < 2:
             print("error: the chaos test needs --nodes 2 or more (a pod that is not node 0)", file=sys.stderr)
             return 2
         run = EksChaosRun(cluster, cfg, poll_s=max(1.0, min(a.poll, 5.0)), phase_timeout=a.phase_timeout)
-        plan = [("node-kill", 1, lambda: run.delete_pod(1)), ("first-node-kill", 0, lambda: run.delete_pod(0))]
         # what the installed runtime promises for a lost training pod: replaced alone, or a gang restart
         gang = k8s_verdict.runtime_retries_per_index(rt) < 1
-        if a.drain_node:
-            if run.spare_gpu_nodes() < 1:
-                print("error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
-                      "group size (gpuNodes) or drop --drain-node", file=sys.stderr)
-                return 2
-            plan.append(("node-drain", 1, lambda: run.drain(1)))
+        plan = chosen(scenarios(shape[2], gang, a.atol), a.drain_node)
+        if any(sc.needs_spare_node for sc in plan) and run.spare_gpu_nodes() < 1:
+            print("error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
+                  "group size (gpuNodes) or drop --drain-node", file=sys.stderr)
+            return 2
         cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path)
-        if ref_cfg is not None:
-            ref_cfg = replace(ref_cfg, image=cfg.image)
-            cluster.create_train_job(train_job_manifest(ref_cfg))
-            created.append(ref_cfg.name)
-            run.log(f"reference: TrainJob {ref_cfg.name}, uninterrupted; waiting for it to complete")
-            run.wait_for("the reference TrainJob to complete", lambda: run.state(ref_cfg.name))
-        ref_dir = ref_cfg.job_dir if ref_cfg is not None else f"{cfg.job_dir.rsplit('/', 1)[0]}/{a.reference_job}"
+        ref_dir = reference(run, a, ref_cfg, created)
         cluster.create_train_job(train_job_manifest(cfg))
         created.append(cfg.name)
         run.log(f"created TrainJob {cfg.namespace}/{cfg.name} ({cfg.num_nodes} x {cfg.nproc_per_node}, {a.steps} "
                 f"steps, checkpoint every {a.interval}); reader pod {run.reader}")
         t0 = time.time()
-        next_step = 2 * a.interval + 1
-        for label, rank, action in plan:
-            if run.wait_step(next_step) < 0:
-                break  # finished early
-            run.inject(label, rank, action, gang)
-            next_step = run.last_step() + gap
+        inject_plan(run, plan, first_step=2 * a.interval + 1, gap=a.gap or 3 * a.interval, gang=gang)
         run.log("waiting for the TrainJob to complete")
         run.wait_for("completion", run.state)
-        records = run.records()
-        final = f"{cfg.job_dir}/checkpoints/step_{steps:08d}/COMMITTED.json"
-        obs = Observation(
-            records=records, faults=run.faults, detections=run.detections, exited_ok=True,
-            exit_detail="TrainJob Complete", steps=steps, global_batch=global_batch,
-            final_committed=bool(cluster.exec_read(cfg.namespace, run.reader, final)),
-            weight_diffs=run.compare(ref_dir, steps, a.atol), reference_records=run.records(ref_dir),
-            wall_s=time.time() - t0,
-            facts={"jobset_restarts": run.restarts(), "pods": run.seen, "faulted": sorted(set(run.faulted))})
-        expect = k8s_verdict.expectation(interval)
-        if a.atol:
-            expect = replace(expect, outcome="close", atol=a.atol)
-        res = ScenarioResult(name=",".join(n for n, _, _ in plan[:len(run.faults)]), title="pod faults on EKS",
-                             t0=t0, events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
-                             figures={"JobSet restarts": run.restarts()}, workdir=cfg.job_dir)
-        res.apply(judge(obs, expect, [k8s_verdict.check_jobset_restarts if gang
-                                      else k8s_verdict.check_single_pod_replaced]))
-        res.wall_s = obs.wall_s
-        rep = {**res.to_json(), "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
-               "trainjob": cfg.name, "state": "Complete", "jobset_restarts": run.restarts(),
-               "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
-               "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir,
-               "expected": "JobSet gang restart" if gang else "only the failed pod replaced", "pods": run.seen,
-               "pods_created": {f"{j}/{i}": len(r) for j, by in run.seen.items() for i, r in by.items()}}
-        print(k8s_verdict.format_report(rep))
-        print(f"verdict: {'PASS' if res.passed else 'FAIL'}")
-        Path(a.report).parent.mkdir(parents=True, exist_ok=True)
-        write_json(Path(a.report), "eks", {"trainjob": cfg.name, "steps": steps, "interval": interval,
-                                           "nodes": cfg.num_nodes}, [res], {"job_dir": ref_dir}, [], None)
-        print(f"report: {a.report}")
+        res = verdict(run, plan, shape, ref_dir, a.atol, t0)
+        report(a, run, res, rt, gang, shape, ref_dir)
         return 0 if res.passed else 1
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -328,6 +337,89 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if run is not None:
             run.cleanup(a.keep, created)
+
+
+def ready(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> tuple[TrainJobConfig, dict[str, Any]]:
+    """The submit's checks of the cluster (``tools.k8s.submit.preflight``); the TrainJob with the runtime's image
+    when none was given, and the installed runtime."""
+    runtime_image = preflight(cluster, a, cfg)
+    if cfg.image == PLACEHOLDER_IMAGE:
+        cfg = replace(cfg, image=runtime_image)
+    return cfg, cluster.get_runtime(cfg.runtime_name)
+
+
+def fsx_claim(runtime: dict[str, Any]) -> str:
+    """The claim of the FSx volume the runtime's pods mount (the reader pod mounts it too)."""
+    return next(v["persistentVolumeClaim"]["claimName"] for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+                for v in rj["template"]["spec"]["template"]["spec"].get("volumes", [])
+                if "persistentVolumeClaim" in v)
+
+
+def reference(run: EksChaosRun, a: argparse.Namespace, ref_cfg: TrainJobConfig | None, created: list[str]) -> str:
+    """The reference job's directory on FSx: ``<name>-ref`` run here to completion, or ``--reference-job``'s."""
+    cfg = run.cfg
+    if ref_cfg is None:
+        return f"{cfg.job_dir.rsplit('/', 1)[0]}/{a.reference_job}"
+    ref_cfg = replace(ref_cfg, image=cfg.image)
+    run.c.create_train_job(train_job_manifest(ref_cfg))
+    created.append(ref_cfg.name)
+    run.log(f"reference: TrainJob {ref_cfg.name}, uninterrupted; waiting for it to complete")
+    run.wait_for("the reference TrainJob to complete", lambda: run.state(ref_cfg.name))
+    return ref_cfg.job_dir
+
+
+def inject_plan(run: EksChaosRun, plan: list[EksScenario], first_step: int, gap: int, gang: bool) -> None:
+    """The plan's faults in order: the first once the job logged ``first_step``, each next one ``gap`` steps after
+    training resumed from the previous; stops early when the job completes first."""
+    next_step = first_step
+    for sc in plan:
+        if run.wait_step(next_step) < 0:
+            break  # finished early
+        run.inject(sc.name, sc.index, lambda sc=sc: sc.inject(run, sc.index), gang)
+        next_step = run.last_step() + gap
+
+
+def verdict(run: EksChaosRun, plan: list[EksScenario], shape: tuple[int, int, int], ref_dir: str, atol: float,
+            t0: float) -> ScenarioResult:
+    """The completed run, judged once for all its faults (one TrainJob takes them all): by the expectation every
+    pod fault shares and the checks of the faults injected."""
+    steps, global_batch, _ = shape
+    cfg, cluster = run.cfg, run.c
+    final = f"{cfg.job_dir}/checkpoints/step_{steps:08d}/COMMITTED.json"
+    obs = Observation(
+        records=run.records(), faults=run.faults, detections=run.detections, exited_ok=True,
+        exit_detail="TrainJob Complete", steps=steps, global_batch=global_batch,
+        final_committed=bool(cluster.exec_read(cfg.namespace, run.reader, final)),
+        weight_diffs=run.compare(ref_dir, steps, atol), reference_records=run.records(ref_dir),
+        wall_s=time.time() - t0,
+        facts={"jobset_restarts": run.restarts(), "pods": run.seen, "faulted": sorted(set(run.faulted))})
+    injected = plan[:len(run.faults)]
+    res = ScenarioResult(name=",".join(sc.name for sc in injected), title="pod faults on EKS",
+                         t0=t0, events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
+                         figures={"JobSet restarts": run.restarts()}, workdir=cfg.job_dir)
+    checks = list(dict.fromkeys(c for sc in plan for c in sc.checks))
+    res.apply(judge(obs, plan[0].expect, checks))
+    res.wall_s = obs.wall_s
+    return res
+
+
+def report(a: argparse.Namespace, run: EksChaosRun, res: ScenarioResult, rt: dict[str, Any], gang: bool,
+           shape: tuple[int, int, int], ref_dir: str) -> None:
+    """Print the Kubernetes report and the verdict; write the JSON report (``--report``)."""
+    cfg = run.cfg
+    steps, _, interval = shape
+    rep = {**res.to_json(), "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
+           "trainjob": cfg.name, "state": "Complete", "jobset_restarts": run.restarts(),
+           "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
+           "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir,
+           "expected": "JobSet gang restart" if gang else "only the failed pod replaced", "pods": run.seen,
+           "pods_created": {f"{j}/{i}": len(r) for j, by in run.seen.items() for i, r in by.items()}}
+    print(k8s_verdict.format_report(rep))
+    print(f"verdict: {'PASS' if res.passed else 'FAIL'}")
+    Path(a.report).parent.mkdir(parents=True, exist_ok=True)
+    write_json(Path(a.report), "eks", {"trainjob": cfg.name, "steps": steps, "interval": interval,
+                                       "nodes": cfg.num_nodes}, [res], {"job_dir": ref_dir}, [], None)
+    print(f"report: {a.report}")
 
 
 if __name__ == "__main__":

@@ -345,166 +345,233 @@ def timeline_png(path: Path, results: list[ScenarioResult], title: str) -> Timel
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
 
-    dpi, width = 90, 13.0
-    left, right = 1.15, 0.3  # inches
-    h_title, h_head, h_events, h_steps, h_loss, h_ticks, h_gap, h_legend = 0.5, 0.3, 1.05, 1.35, 0.8, 0.45, 0.3, 1.0
-    block = h_head + h_events + h_steps + h_loss + h_ticks + 2 * 0.06
-    n = len(results)
-    height = h_title + n * block + (n - 1) * h_gap + h_legend
-    fig = plt.figure(figsize=(width, height), dpi=dpi)
-    colors = {"failure": "tab:red", "rejoin": "tab:purple", "action": "tab:purple", "step": "tab:blue",
-              "recomputed": "tab:orange", "discarded": "0.45", "checkpoint": "black", "full": "tab:green",
-              "small": "tab:olive", "signal": "darkred"}
-    rows = {"faults": 3, "rejoins, actions": 2, "workers": 1, "checkpoints": 0}
-
-    def axes_at(top: float, h: float):  # top: inches from the figure's top
-        return fig.add_axes(((left / width), 1 - (top + h) / height, 1 - (left + right) / width, h / height))
-
-    all_marks, lane_axes, texts, titles = [], [], [], []
-    top = h_title
+    grid = _Grid(len(results))
+    fig = plt.figure(figsize=(grid.width, grid.height), dpi=grid.dpi)
+    blocks: list[_Block] = []
+    top = grid.h_title
     for r in results:
-        marks = timeline_marks(r)
-        all_marks.append(marks)
-        ev = axes_at(top + h_head, h_events)
-        st = axes_at(top + h_head + h_events + 0.06, h_steps)
-        lo = axes_at(top + h_head + h_events + h_steps + 0.12, h_loss)
-        top += block + h_gap
-        lane_axes.append({"events": ev, "steps": st, "loss": lo})
-        row_texts: list = []  # (text, end of the bar it must fit in, or None)
-        texts.append(row_texts)
-        end = max([m.t_end or m.t for m in marks] + [e["time"] - r.t0 for e in r.events] + [1.0])
-        xmax = end * 1.03
-        for ax in (ev, st, lo):
-            ax.set_xlim(0, xmax)
-            ax.grid(axis="x", alpha=0.3)
-        for ax in (ev, st):
-            ax.tick_params(labelbottom=False)
-        ev.set_ylim(-0.6, 3.85)
-        ev.set_yticks(list(rows.values()), list(rows), fontsize=8)
-        ev.tick_params(axis="y", length=0)
-        titles.append(ev.set_title(_title(r), loc="left", fontsize=10))
-
-        def label(x: float, y: float, text: str, color: str) -> None:
-            near_end = x > 0.8 * xmax
-            row_texts.append((ev.text(x + (-0.004 if near_end else 0.004) * xmax, y, text, fontsize=7.5,
-                                      color=color, ha="right" if near_end else "left", va="bottom"), None))
-
-        worlds = [m.value for m in marks if m.kind == "attempt" and m.value]
-        full = max(worlds) if worlds else None
-        fails = [m.t for m in marks if m.kind == "failure"]
-        for m in marks:
-            if m.kind == "failure":
-                y = rows["faults"]
-                stop = m.t_end if m.t_end is not None else min([t for t in fails if t > m.t] + [xmax])
-                mid = m.detected if m.detected is not None and m.detected <= stop else m.t
-                if mid > m.t:
-                    ev.barh(y, mid - m.t, left=m.t, height=0.4, color=colors["failure"], alpha=0.9)
-                ev.barh(y, stop - mid, left=mid, height=0.4, color=colors["failure"], alpha=0.3,
-                        hatch="///" if m.t_end is None else None, edgecolor=colors["failure"], lw=0)
-                ev.plot([m.t], [y], marker="|", ms=12, mew=2, color=colors["failure"])
-                label(m.t, y + 0.24, m.label + (f" ({m.lost} recomputed)" if m.lost is not None else ""), "darkred")
-            elif m.kind == "rejoin":
-                y = rows["rejoins, actions"]
-                if m.t_end is not None:
-                    ev.barh(y, m.t_end - m.t, left=m.t, height=0.4, color=colors["rejoin"], alpha=0.3, lw=0)
-                ev.plot([m.t], [y], marker="^", ms=7, color=colors["rejoin"])
-                label(m.t, y + 0.24, m.label, colors["rejoin"])
-            elif m.kind == "action":
-                y = rows["rejoins, actions"]
-                ev.plot([m.t], [y], marker="v", ms=6, color=colors["action"], mfc="white")
-                label(m.t, y + 0.24, m.label, colors["action"])
-            elif m.kind == "signal":
-                ev.plot([m.t], [rows["workers"]], marker="*", ms=9, color=colors["signal"], mec="white", mew=0.5,
-                        zorder=3)
-            elif m.kind == "attempt":
-                c = colors["full"] if m.value == full else colors["small"]
-                ev.barh(rows["workers"], max(m.t_end - m.t, xmax * 0.002), left=m.t, height=0.5, color=c,
-                        alpha=0.75, lw=0)
-                row_texts.append((ev.text(m.t + 0.004 * xmax, rows["workers"], f"world {m.value:g}" if m.value
-                                          else "world ?", fontsize=7, color="white", va="center", ha="left"),
-                                  m.t_end))
-            elif m.kind == "checkpoint":
-                ev.plot([m.t], [rows["checkpoints"]], "D", ms=5, color=colors["checkpoint"])
-                row_texts.append((ev.text(m.t + 0.004 * xmax, rows["checkpoints"] + 0.05, str(m.step), fontsize=7,
-                                          va="center", ha="left"), None))
-                st.plot([m.t], [m.step], "D", ms=5, color=colors["checkpoint"], zorder=4)
-        # shade the disruptions across the data lanes too (no text there)
-        for m in marks:
-            if m.kind in ("failure", "rejoin") and m.t_end is not None:
-                for ax in (st, lo):
-                    ax.axvspan(m.t, m.t_end, color=colors[m.kind], alpha=0.08, lw=0)
-        # steps and losses, attempt by attempt (a line never joins two attempts)
-        att = [m for m in marks if m.kind == "attempt"]
-        for i, a in enumerate(att):
-            stop = att[i + 1].t if i + 1 < len(att) else float("inf")
-            mine = [m for m in marks if m.kind in ("step", "recomputed", "discarded") and a.t <= m.t < stop]
-            st.plot([a.t], [a.step or 0], marker=">", ms=6, color=colors["full"], zorder=3)
-            if mine:  # dotted while starting up at the step it resumed from, then a line through its steps
-                xs = [m.t for m in mine]
-                st.plot([a.t, xs[0]], [a.step or 0] * 2, color=colors["full"], ls=":", lw=1.2, zorder=1)
-                st.plot(xs, [m.step for m in mine], color="0.6", lw=0.9, zorder=1)
-                lo.plot(xs, [m.value for m in mine], color="0.6", lw=0.9, zorder=1)
-        for kind, style in (("step", dict(marker="o", ms=3.5)), ("recomputed", dict(marker="o", ms=6, mec="black",
-                                                                                     mew=0.6)),
-                            ("discarded", dict(marker="x", ms=6, mew=1.5))):
-            pts = [m for m in marks if m.kind == kind]
-            if pts:
-                st.plot([m.t for m in pts], [m.step for m in pts], ls="", color=colors[kind], zorder=3, **style)
-                lo.plot([m.t for m in pts], [m.value for m in pts], ls="", color=colors[kind], zorder=3, **style)
-        st.set_ylabel("step", fontsize=9)
-        st.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-        st.set_ylim(-0.08 * max([m.step or 0 for m in marks] + [1]), None)
-        st.grid(axis="y", alpha=0.3)
-        lo.set_ylabel("loss", fontsize=9)
-        lo.yaxis.set_major_locator(MaxNLocator(nbins=4))
-        lo.set_xlabel("seconds since the scenario started", fontsize=8, labelpad=1)
-        for ax in (ev, st, lo):
-            ax.tick_params(labelsize=8)
-
-    handles = [
-        Patch(color=colors["failure"], alpha=0.9, label="fault injected -> noticed"),
-        Patch(color=colors["failure"], alpha=0.3, label="noticed -> training again (hatched: never)"),
-        Line2D([], [], marker="*", ls="", color=colors["signal"], label="job logged a signal"),
-        Patch(color=colors["rejoin"], alpha=0.3, label="node rejoined -> full world size again (not a failure)"),
-        Line2D([], [], marker="v", ls="", color=colors["action"], mfc="white",
-               label="harness: relaunch / requeue / replacement / corruption"),
-        Patch(color=colors["full"], alpha=0.75, label="worker group at full world size"),
-        Patch(color=colors["small"], alpha=0.75, label="worker group at a smaller world size"),
-        Line2D([], [], marker=">", ls="", color=colors["full"], label="(re)start, at the step it resumed from"),
-        Line2D([], [], marker="D", ls="", ms=5, color=colors["checkpoint"], label="checkpoint committed (step)"),
-        Line2D([], [], marker="o", ms=3.5, color=colors["step"], ls="", label="step kept"),
-        Line2D([], [], marker="o", ms=6, mec="black", mew=0.6, color=colors["recomputed"], ls="",
-               label="step computed again after a restart (kept)"),
-        Line2D([], [], marker="x", ms=6, mew=1.5, color=colors["discarded"], ls="",
-               label="step lost (its attempt ended before a checkpoint kept it)"),
-    ]
-    fig.suptitle(title, fontsize=12, x=left / width, ha="left", y=1 - 0.15 / height, va="top")
-    legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(left / width, 0.1 / height), ncol=3,
-                        fontsize=8.5, frameon=False, borderaxespad=0)
+        blocks.append(_draw_scenario(grid.lanes(fig, top), r))
+        top += grid.block + grid.h_gap
+    fig.suptitle(title, fontsize=12, x=grid.left / grid.width, ha="left", y=1 - 0.15 / grid.height, va="top")
+    legend = fig.legend(handles=_legend_handles(), loc="lower left",
+                        bbox_to_anchor=(grid.left / grid.width, 0.1 / grid.height), ncol=3, fontsize=8.5,
+                        frameon=False, borderaxespad=0)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    for t in titles:  # a long title shrinks to fit the figure's width
-        while t.get_window_extent(renderer).x1 > fig.bbox.x1 - 4 and t.get_fontsize() > 6:
-            t.set_fontsize(t.get_fontsize() - 0.5)
-    def box(b) -> Box:
-        return tuple(float(v) for v in b.extents)
-    boxes_t: list[list[Box]] = []
-    for row, ax in zip(texts, lane_axes):
-        placed: list = []
-        for t, bar_end in sorted(row, key=lambda tb: tb[0].get_position()[0]):
-            bb = t.get_window_extent(renderer)
-            too_wide = bar_end is not None and bb.x1 > ax["events"].transData.transform((bar_end, 0))[0]
-            if too_wide or any(bb.overlaps(p) for p in placed):
-                t.set_visible(False)
-            else:
-                placed.append(bb)
-        boxes_t.append([box(b) for b in placed])
-    lanes = [{k: box(ax.get_window_extent(renderer)) for k, ax in d.items()} for d in lane_axes]
-    out = Timeline(Path(path), all_marks, lanes, boxes_t, box(legend.get_window_extent(renderer)))
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    for b in blocks:  # a long title shrinks to fit the figure's width
+        while b.title.get_window_extent(renderer).x1 > fig.bbox.x1 - 4 and b.title.get_fontsize() > 6:
+            b.title.set_fontsize(b.title.get_fontsize() - 0.5)
+    labels = [_place_labels(b, renderer) for b in blocks]
+    lanes = [{k: _box(ax.get_window_extent(renderer)) for k, ax in b.lanes.items()} for b in blocks]
+    out = Timeline(Path(path), [b.marks for b in blocks], lanes, labels, _box(legend.get_window_extent(renderer)))
+    fig.savefig(path, dpi=grid.dpi, metadata={"Software": None})
     plt.close(fig)
     return out
+
+
+_COLORS = {"failure": "tab:red", "rejoin": "tab:purple", "action": "tab:purple", "step": "tab:blue",
+           "recomputed": "tab:orange", "discarded": "0.45", "checkpoint": "black", "full": "tab:green",
+           "small": "tab:olive", "signal": "darkred"}
+_EVENT_ROWS = {"faults": 3, "rejoins, actions": 2, "workers": 1, "checkpoints": 0}  # y of each row, events lane
+
+
+class _Grid:
+    """The timeline's geometry, in inches: a fixed width, a title, one block of three lanes per scenario (a
+    header for its title, then events, steps and loss), the legend at the bottom."""
+
+    dpi, width, left, right = 90, 13.0, 1.15, 0.3
+    h_title, h_head, h_events, h_steps, h_loss, h_ticks, h_gap, h_legend = 0.5, 0.3, 1.05, 1.35, 0.8, 0.45, 0.3, 1.0
+
+    def __init__(self, scenarios: int):
+        self.block = self.h_head + self.h_events + self.h_steps + self.h_loss + self.h_ticks + 2 * 0.06
+        self.height = self.h_title + scenarios * self.block + (scenarios - 1) * self.h_gap + self.h_legend
+
+    def axes_at(self, fig, top: float, h: float):
+        """Axes across the width, ``h`` high, ``top`` inches below the figure's top."""
+        return fig.add_axes(((self.left / self.width), 1 - (top + h) / self.height,
+                             1 - (self.left + self.right) / self.width, h / self.height))
+
+    def lanes(self, fig, top: float) -> dict:
+        """The events, steps and loss axes of the block that starts ``top`` inches below the figure's top."""
+        return {"events": self.axes_at(fig, top + self.h_head, self.h_events),
+                "steps": self.axes_at(fig, top + self.h_head + self.h_events + 0.06, self.h_steps),
+                "loss": self.axes_at(fig, top + self.h_head + self.h_events + self.h_steps + 0.12, self.h_loss)}
+
+
+@dataclass
+class _Block:
+    """One scenario's part of the figure: its marks, its lanes' axes, its title and the texts of its events lane
+    (each with the end of the bar it must fit in, or None), placed once the figure is drawn."""
+
+    marks: list[Mark]
+    lanes: dict
+    title: object
+    texts: list[tuple[object, float | None]]
+
+
+def _draw_scenario(lanes: dict, r: ScenarioResult) -> _Block:
+    """Draw ``r`` into its three lanes: the x axis (to the last thing that happened), then events, steps, loss."""
+    ev, st, lo = lanes["events"], lanes["steps"], lanes["loss"]
+    marks = timeline_marks(r)
+    xmax = max([m.t_end or m.t for m in marks] + [e["time"] - r.t0 for e in r.events] + [1.0]) * 1.03
+    for ax in (ev, st, lo):
+        ax.set_xlim(0, xmax)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in (ev, st):
+        ax.tick_params(labelbottom=False)
+    ev.set_ylim(-0.6, 3.85)
+    ev.set_yticks(list(_EVENT_ROWS.values()), list(_EVENT_ROWS), fontsize=8)
+    ev.tick_params(axis="y", length=0)
+    title = ev.set_title(_title(r), loc="left", fontsize=10)
+    events = _EventsLane(ev, st, marks, xmax)
+    events.draw()
+    _draw_steps_and_loss(st, lo, marks)
+    for ax in (ev, st, lo):
+        ax.tick_params(labelsize=8)
+    return _Block(marks, lanes, title, events.texts)
+
+
+class _EventsLane:
+    """The events lane of one scenario: a row each for faults, rejoins and actions, worker groups, checkpoints
+    (:data:`_EVENT_ROWS`). Its texts are collected in ``texts`` for :func:`_place_labels`."""
+
+    def __init__(self, ev, st, marks: list[Mark], xmax: float):
+        self.ev, self.st, self.marks, self.xmax = ev, st, marks, xmax
+        self.texts: list[tuple[object, float | None]] = []
+        worlds = [m.value for m in marks if m.kind == "attempt" and m.value]
+        self.full = max(worlds) if worlds else None  # the world size drawn as "full"
+        self.fails = [m.t for m in marks if m.kind == "failure"]
+
+    def draw(self) -> None:
+        drawers = {"failure": self.failure, "rejoin": self.rejoin, "action": self.action, "signal": self.signal,
+                   "attempt": self.attempt, "checkpoint": self.checkpoint}
+        for m in self.marks:
+            if m.kind in drawers:
+                drawers[m.kind](m)
+
+    def label(self, x: float, y: float, text: str, color: str) -> None:
+        """A text at ``x`` above a row, turned to the left near the right edge."""
+        near_end = x > 0.8 * self.xmax
+        self.texts.append((self.ev.text(x + (-0.004 if near_end else 0.004) * self.xmax, y, text, fontsize=7.5,
+                                        color=color, ha="right" if near_end else "left", va="bottom"), None))
+
+    def failure(self, m: Mark) -> None:
+        """Injected -> noticed (dark), noticed -> training again (light; hatched up to the next fault or the end
+        when it never trained again)."""
+        y, c = _EVENT_ROWS["faults"], _COLORS["failure"]
+        stop = m.t_end if m.t_end is not None else min([t for t in self.fails if t > m.t] + [self.xmax])
+        mid = m.detected if m.detected is not None and m.detected <= stop else m.t
+        if mid > m.t:
+            self.ev.barh(y, mid - m.t, left=m.t, height=0.4, color=c, alpha=0.9)
+        self.ev.barh(y, stop - mid, left=mid, height=0.4, color=c, alpha=0.3,
+                     hatch="///" if m.t_end is None else None, edgecolor=c, lw=0)
+        self.ev.plot([m.t], [y], marker="|", ms=12, mew=2, color=c)
+        self.label(m.t, y + 0.24, m.label + (f" ({m.lost} recomputed)" if m.lost is not None else ""), "darkred")
+
+    def rejoin(self, m: Mark) -> None:
+        y = _EVENT_ROWS["rejoins, actions"]
+        if m.t_end is not None:
+            self.ev.barh(y, m.t_end - m.t, left=m.t, height=0.4, color=_COLORS["rejoin"], alpha=0.3, lw=0)
+        self.ev.plot([m.t], [y], marker="^", ms=7, color=_COLORS["rejoin"])
+        self.label(m.t, y + 0.24, m.label, _COLORS["rejoin"])
+
+    def action(self, m: Mark) -> None:
+        y = _EVENT_ROWS["rejoins, actions"]
+        self.ev.plot([m.t], [y], marker="v", ms=6, color=_COLORS["action"], mfc="white")
+        self.label(m.t, y + 0.24, m.label, _COLORS["action"])
+
+    def signal(self, m: Mark) -> None:
+        self.ev.plot([m.t], [_EVENT_ROWS["workers"]], marker="*", ms=9, color=_COLORS["signal"], mec="white",
+                     mew=0.5, zorder=3)
+
+    def attempt(self, m: Mark) -> None:
+        """A worker group's bar (green at full world size, olive smaller), its world size inside if it fits."""
+        y, xmax = _EVENT_ROWS["workers"], self.xmax
+        c = _COLORS["full"] if m.value == self.full else _COLORS["small"]
+        self.ev.barh(y, max(m.t_end - m.t, xmax * 0.002), left=m.t, height=0.5, color=c, alpha=0.75, lw=0)
+        self.texts.append((self.ev.text(m.t + 0.004 * xmax, y, f"world {m.value:g}" if m.value else "world ?",
+                                        fontsize=7, color="white", va="center", ha="left"), m.t_end))
+
+    def checkpoint(self, m: Mark) -> None:
+        """A diamond with its step in the checkpoints row, and one at its step in the steps lane."""
+        y = _EVENT_ROWS["checkpoints"]
+        self.ev.plot([m.t], [y], "D", ms=5, color=_COLORS["checkpoint"])
+        self.texts.append((self.ev.text(m.t + 0.004 * self.xmax, y + 0.05, str(m.step), fontsize=7, va="center",
+                                        ha="left"), None))
+        self.st.plot([m.t], [m.step], "D", ms=5, color=_COLORS["checkpoint"], zorder=4)
+
+
+def _draw_steps_and_loss(st, lo, marks: list[Mark]) -> None:
+    """The steps and loss lanes: disruptions shaded, each attempt's steps joined by a line (never across two
+    attempts), steps kept / recomputed / lost as points."""
+    from matplotlib.ticker import MaxNLocator
+    for m in marks:
+        if m.kind in ("failure", "rejoin") and m.t_end is not None:
+            for ax in (st, lo):
+                ax.axvspan(m.t, m.t_end, color=_COLORS[m.kind], alpha=0.08, lw=0)
+    att = [m for m in marks if m.kind == "attempt"]
+    for i, a in enumerate(att):
+        stop = att[i + 1].t if i + 1 < len(att) else float("inf")
+        mine = [m for m in marks if m.kind in ("step", "recomputed", "discarded") and a.t <= m.t < stop]
+        st.plot([a.t], [a.step or 0], marker=">", ms=6, color=_COLORS["full"], zorder=3)
+        if mine:  # dotted while starting up at the step it resumed from, then a line through its steps
+            xs = [m.t for m in mine]
+            st.plot([a.t, xs[0]], [a.step or 0] * 2, color=_COLORS["full"], ls=":", lw=1.2, zorder=1)
+            st.plot(xs, [m.step for m in mine], color="0.6", lw=0.9, zorder=1)
+            lo.plot(xs, [m.value for m in mine], color="0.6", lw=0.9, zorder=1)
+    for kind, style in (("step", dict(marker="o", ms=3.5)),
+                        ("recomputed", dict(marker="o", ms=6, mec="black", mew=0.6)),
+                        ("discarded", dict(marker="x", ms=6, mew=1.5))):
+        pts = [m for m in marks if m.kind == kind]
+        if pts:
+            st.plot([m.t for m in pts], [m.step for m in pts], ls="", color=_COLORS[kind], zorder=3, **style)
+            lo.plot([m.t for m in pts], [m.value for m in pts], ls="", color=_COLORS[kind], zorder=3, **style)
+    st.set_ylabel("step", fontsize=9)
+    st.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+    st.set_ylim(-0.08 * max([m.step or 0 for m in marks] + [1]), None)
+    st.grid(axis="y", alpha=0.3)
+    lo.set_ylabel("loss", fontsize=9)
+    lo.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    lo.set_xlabel("seconds since the scenario started", fontsize=8, labelpad=1)
+
+
+def _legend_handles() -> list:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    c = _COLORS
+    return [
+        Patch(color=c["failure"], alpha=0.9, label="fault injected -> noticed"),
+        Patch(color=c["failure"], alpha=0.3, label="noticed -> training again (hatched: never)"),
+        Line2D([], [], marker="*", ls="", color=c["signal"], label="job logged a signal"),
+        Patch(color=c["rejoin"], alpha=0.3, label="node rejoined -> full world size again (not a failure)"),
+        Line2D([], [], marker="v", ls="", color=c["action"], mfc="white",
+               label="harness: relaunch / requeue / replacement / corruption"),
+        Patch(color=c["full"], alpha=0.75, label="worker group at full world size"),
+        Patch(color=c["small"], alpha=0.75, label="worker group at a smaller world size"),
+        Line2D([], [], marker=">", ls="", color=c["full"], label="(re)start, at the step it resumed from"),
+        Line2D([], [], marker="D", ls="", ms=5, color=c["checkpoint"], label="checkpoint committed (step)"),
+        Line2D([], [], marker="o", ms=3.5, color=c["step"], ls="", label="step kept"),
+        Line2D([], [], marker="o", ms=6, mec="black", mew=0.6, color=c["recomputed"], ls="",
+               label="step computed again after a restart (kept)"),
+        Line2D([], [], marker="x", ms=6, mew=1.5, color=c["discarded"], ls="",
+               label="step lost (its attempt ended before a checkpoint kept it)"),
+    ]
+
+
+def _place_labels(b: _Block, renderer) -> list[Box]:
+    """Hide each events-lane text that overlaps one placed before it (left to right) or does not fit in its bar;
+    the boxes of those kept."""
+    placed: list = []
+    for t, bar_end in sorted(b.texts, key=lambda tb: tb[0].get_position()[0]):
+        bb = t.get_window_extent(renderer)
+        too_wide = bar_end is not None and bb.x1 > b.lanes["events"].transData.transform((bar_end, 0))[0]
+        if too_wide or any(bb.overlaps(p) for p in placed):
+            t.set_visible(False)
+        else:
+            placed.append(bb)
+    return [_box(p) for p in placed]
+
+
+def _box(b) -> Box:
+    return tuple(float(v) for v in b.extents)

@@ -34,13 +34,15 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from chaos import catalog, report
 from chaos.analysis import parse_records, torchrun_detections
 from chaos.report import ScenarioResult
+from chaos.scenario import Scenario
+from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
@@ -97,9 +99,11 @@ class SlurmChaosConfig:
             raise ValueError(f"--nodes {self.nodes}: node faults need at least 2 nodes")
         if not 0 <= self.spares <= 4:
             raise ValueError(f"--spares {self.spares}: use 0..4")
-        if self.spares < 1 and {"node-kill", "first-node-kill", "network-cut"} & set(self.names):
-            raise ValueError("node-kill, first-node-kill and network-cut continue inside the allocation only with a "
-                             "hot spare: use --spares 1 (or pick other --scenarios)")
+        needy = [s.name for s in scenarios(self).values() if s.needs_spare]
+        if self.spares < 1 and set(needy) & set(self.names):
+            listed = " and ".join([", ".join(needy[:-1]), needy[-1]] if len(needy) > 1 else needy)
+            raise ValueError(f"{listed} continue inside the allocation only with a hot spare: use --spares 1 (or pick "
+                             "other --scenarios)")
         if not 1 <= self.interval < self.fault_step < self.steps:
             raise ValueError(f"need 1 <= interval ({self.interval}) < fault step ({self.fault_step}) < steps "
                              f"({self.steps}) so that a checkpoint exists before the fault and work remains after it")
@@ -210,6 +214,124 @@ class Tail:
         return [(now, line) for line in lines]
 
 
+@dataclass
+class Seen:
+    """What one scenario's job showed while it was followed: its metrics records and log lines, the fault, the
+    times Slurm noticed it (node DOWN), the job's last state, and the harness's notes (``watch``: the node hit,
+    when it went DOWN, its reviver, ...)."""
+
+    jid: int
+    metrics: Tail
+    log: Tail
+    records: list[dict] = field(default_factory=list)
+    logs: list[tuple[float, str]] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    detections: list[float] = field(default_factory=list)
+    watch: dict = field(default_factory=dict)
+    info: slurmctl.JobInfo | None = None
+
+    def read(self) -> None:
+        """Take in the lines the job's metrics and log gained since the last read."""
+        self.records += parse_records("\n".join(line for _, line in self.metrics.read()))
+        self.logs += self.log.read()
+
+
+# ------------------------------------------------------------------------------------------- faults
+@dataclass(frozen=True)
+class Target:
+    """Where a Slurm fault lands: the scenario, the job, the node picked for it, that node's training ranks, and
+    the last step the job had logged."""
+
+    scenario: str
+    job: slurmctl.JobInfo
+    node: str
+    ranks: list[int]
+    last_step: int
+
+
+# Which node a scenario's fault hits, from the job's hosts and the training ranks on each.
+def last_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
+    """The last node: a training node (the batch host, the first, starts as the spare)."""
+    return hosts[-1]
+
+
+def rank0_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
+    """The node running rank 0."""
+    return next((h for h in hosts if 0 in ranks[h]), hosts[-1])
+
+
+def batch_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
+    """The node running the batch script."""
+    return job.batch_host or hosts[0]
+
+
+def kill_node(lab: Lab, t: Target) -> Fault:
+    """Every process on the node SIGKILLed (the lab's power loss); confirmed when none is left."""
+    start = time.time()
+    lab.fault("kill-node", t.node)
+    left = lab.pids(t.node)
+    say(f"{t.scenario}: killed node {t.node} (ranks {t.ranks}; batch host {t.job.batch_host}) after step "
+        f"{t.last_step}")
+    return Fault(f"kill node {t.node}", start, not left,
+                 f"no process left on {t.node}" if not left else f"{len(left)} processes survived on {t.node}")
+
+
+def cut_link(lab: Lab, t: Target) -> Fault:
+    """The node's link taken down; confirmed when the link is DOWN and its training workers still run, cut off."""
+    before = lab.worker_pids(t.node)
+    start = time.time()
+    lab.fault("cut-link", t.node)
+    link = lab.link_state(t.node)
+    alive = before & lab.worker_pids(t.node)
+    say(f"{t.scenario}: cut the link of {t.node} after step {t.last_step} (link {link}, workers alive: "
+        f"{sorted(alive)})")
+    return Fault(f"cut link of {t.node}", start, link == "DOWN" and bool(alive),
+                 f"link {link}; training workers {sorted(alive)} still running, cut off")
+
+
+def kill_workers(lab: Lab, t: Target) -> Fault:
+    """The training processes on the node SIGKILLed (its agent lives); confirmed when every one of them is gone."""
+    before = lab.worker_pids(t.node)
+    start = time.time()
+    lab.fault("kill-workers", t.node)
+    survived = before & lab.worker_pids(t.node)
+    say(f"{t.scenario}: killed the training processes on {t.node} after step {t.last_step}")
+    return Fault(f"kill workers on {t.node}", start, bool(before) and not survived,
+                 f"workers {sorted(before)} gone" if before and not survived else
+                 f"workers before {sorted(before)}, still alive {sorted(survived)}")
+
+
+def preempt(lab: Lab, t: Target) -> Fault:
+    """SIGUSR1 to the batch script, as Slurm's ``--signal=B:USR1@T`` sends it before the time limit."""
+    start = time.time()
+    slurmctl.scancel(t.job.job_id, signal="USR1", batch=True, env=lab.env)
+    say(f"{t.scenario}: sent SIGUSR1 to the batch script (as --signal=B:USR1@T does) after step {t.last_step}")
+    return Fault(f"SIGUSR1 to batch on {t.job.batch_host}", start, True,
+                 f"scancel --signal=USR1 --batch {t.job.job_id} accepted by slurmctld")
+
+
+# Job-log lines that show a fault was noticed. Slurm's node DOWN is added for node faults: it is the only sign for
+# batch-host-kill, whose job log ends with the node.
+def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
+    """An agent logged its failed worker group or the rendezvous re-forming."""
+    return torchrun_detections(logs)
+
+
+def agents_or_watchdog_noticed(logs: list[tuple[float, str]]) -> list[float]:
+    """The survivors' agents (a failed collective ends their workers, or the lost node's keep-alives stop) or their
+    heartbeat watchdog, seconds before Slurm marks the node DOWN."""
+    return torchrun_detections(logs) + [t for t, line in logs if "[watchdog]" in line]
+
+
+def batch_script_signalled(logs: list[tuple[float, str]]) -> list[float]:
+    """The batch script logged the pre-timeout signal."""
+    return [t for t, line in logs if "SIGUSR1" in line]
+
+
+def nothing_logged(logs: list[tuple[float, str]]) -> list[float]:
+    return []
+
+
 # ------------------------------------------------------------------------------------------- scenarios
 def check_requeued(obs: Observation) -> Check:
     n = obs.facts["requeues"]
@@ -240,17 +362,6 @@ def check_resumed_newest(obs: Observation) -> Check:
     return Check("resumed from the newest complete checkpoint", resumed == newest or from_memory,
                  f"resumed from step {resumed}" + (f" (in-memory snapshot, {got['tier']})" if from_memory else "")
                  + f"; newest committed to storage before the restart: {newest}")
-
-
-@dataclass(frozen=True)
-class SlurmScenario:
-    name: str
-    how: str
-    expect: Expectation
-    checks: tuple[Callable[[Observation], Check], ...]
-
-
-NODE_FAULTS = ("node-kill", "first-node-kill", "network-cut", "batch-host-kill")
 
 
 def check_continued_in_allocation(obs: Observation) -> Check:
@@ -286,28 +397,45 @@ def check_training_uninterrupted(obs: Observation) -> Check:
                  f"{max(steps, default=0)}")
 
 
+@dataclass(frozen=True)
+class SlurmScenario(Scenario):
+    """A Slurm scenario (:class:`chaos.scenario.Scenario`: ``inject(lab, target) -> Fault``), the node it hits
+    and how it is noticed."""
+
+    target: Callable[[list[str], dict[str, list[int]], slurmctl.JobInfo], str] = last_host
+    noticed: Callable[[list[tuple[float, str]]], list[float]] = nothing_logged  # from the job's log
+    node_fault: bool = False  # the node is lost: Slurm marking it DOWN counts as noticed; it is revived after
+    needs_spare: bool = False  # the job continues inside its allocation only with a hot spare
+
+
 def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
+    """Every Slurm scenario by name (``chaos.catalog.PLATFORMS["slurm"]``)."""
     lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
     in_alloc = (check_continued_in_allocation, check_spare_took_over, check_resumed_newest)
-    return {s.name: s for s in [
-        SlurmScenario("node-kill", "kill a training node outright -> the spare takes its place inside the "
-                      "allocation, no requeue; Slurm marks it DOWN, revive", Expectation(max_steps_lost=lost),
-                      in_alloc),
-        SlurmScenario("first-node-kill", "kill the node running rank 0 -> the store lives on the controller: the "
-                      "spare takes its place, no requeue", Expectation(max_steps_lost=lost),
-                      (check_killed_rank0, *in_alloc)),
-        SlurmScenario("network-cut", "take a training node's link down (its processes keep running, silent) -> the "
-                      "watchdog notices, the spare takes its place, no requeue; fence + revive",
-                      Expectation(max_steps_lost=lost), in_alloc),
-        SlurmScenario("worker-kill", "kill the training processes on a node -> torchrun restart, no requeue",
-                      Expectation(max_steps_lost=lost), (check_restarted_in_allocation, check_resumed_newest)),
-        SlurmScenario("preemption", "pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost",
-                      Expectation(max_steps_lost=0), (check_requeued, check_resumed_newest)),
-        SlurmScenario("batch-host-kill", "kill the node running the batch script (the standby spare) -> training "
-                      "goes on untouched; the job, left without its batch script, is requeued by a surviving node "
-                      "and ends cleanly", Expectation(restart=False),
-                      (check_training_uninterrupted, check_requeued)),
-    ]}
+    node_lost = dict(noticed=agents_or_watchdog_noticed, node_fault=True, needs_spare=True)
+    return scenario_table("slurm", [
+        SlurmScenario("node-kill", kill_node, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
+                      title="kill a training node outright -> the spare takes its place inside the allocation, no "
+                      "requeue; Slurm marks it DOWN, revive"),
+        SlurmScenario("first-node-kill", kill_node, Expectation(max_steps_lost=lost), (check_killed_rank0, *in_alloc),
+                      target=rank0_host, **node_lost,
+                      title="kill the node running rank 0 -> the store lives on the controller: the spare takes its "
+                      "place, no requeue"),
+        SlurmScenario("network-cut", cut_link, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
+                      title="take a training node's link down (its processes keep running, silent) -> the watchdog "
+                      "notices, the spare takes its place, no requeue; fence + revive"),
+        SlurmScenario("worker-kill", kill_workers, Expectation(max_steps_lost=lost),
+                      (check_restarted_in_allocation, check_resumed_newest), noticed=agents_noticed,
+                      title="kill the training processes on a node -> torchrun restart, no requeue"),
+        SlurmScenario("preemption", preempt, Expectation(max_steps_lost=0), (check_requeued, check_resumed_newest),
+                      noticed=batch_script_signalled,
+                      title="pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost"),
+        SlurmScenario("batch-host-kill", kill_node, Expectation(restart=False),
+                      (check_training_uninterrupted, check_requeued), target=batch_host, node_fault=True,
+                      title="kill the node running the batch script (the standby spare) -> training goes on "
+                      "untouched; the job, left without its batch script, is requeued by a surviving node and ends "
+                      "cleanly"),
+    ])
 
 
 class Runner:
@@ -381,52 +509,42 @@ class Runner:
 
     # ---------------------------------------------------------------- one scenario
     def scenario(self, sc: SlurmScenario, ref: SlurmJobConfig) -> ScenarioResult:
+        """Submit the job, inject ``sc``'s fault once the job logged the fault step, follow it to its end and judge
+        it against the reference."""
         job = self.job_config(f"chaos-{sc.name}")
         self.fresh(job)
-        res = ScenarioResult(name=sc.name, title=sc.how, outcome=sc.expect.outcome, workdir=job.run_dir,
+        res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir,
                              t0=time.time())
         t_start = time.monotonic()
         jid = self.submit(job)
         res.figures["job"] = jid
-        say(f"{sc.name}: {sc.how}: job {jid}")
-        metrics, log = Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid))))
-        records: list[dict] = []
-        logs: list[tuple[float, str]] = []
-        faults: list[Fault] = []
-        detections: list[float] = []
-        watch: dict = {}
-        deadline = t_start + self.cfg.scenario_timeout_s
-        info = None
+        say(f"{sc.name}: {sc.title}: job {jid}")
+        seen = Seen(jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))))
+        self.follow(sc, seen, res, deadline=t_start + self.cfg.scenario_timeout_s)
+        time.sleep(0.5)
+        seen.read()
+        res.wall_s = round(time.monotonic() - t_start, 1)
+        if not seen.faults and not res.error:
+            res.error = f"the job ended before step {self.cfg.fault_step}; no fault was injected"
+        return self.verdict(sc, job, ref, seen, res)
+
+    def follow(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult, deadline: float) -> None:
+        """Poll the job until it ends. A timeout or a harness error becomes ``res.error`` and cancels the job; a
+        killed node is revived whatever happened, to leave the lab whole for the next scenario."""
+        watch = seen.watch
         try:
             while time.monotonic() < deadline:
-                records += parse_records("\n".join(line for _, line in metrics.read()))
-                logs += log.read()
-                info = slurmctl.job_info(jid, env=self.lab.env)
-                if info is None:
-                    raise RuntimeError(f"job {jid} vanished from slurmctld")
-                last_step = max((r["step"] for r in records if r["event"] == "step"), default=0)
-                if not faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
-                    faults.append(self.inject(sc.name, info, last_step, watch))
-                    watch["fault_time"] = faults[0].time
-                    res.events.append({"time": faults[0].time, "kind": "fault", "label": faults[0].label})
-                elif faults and sc.name in NODE_FAULTS and "down" not in watch:
-                    state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
-                    if state.startswith("DOWN"):
-                        watch["down"] = time.time()
-                        detections.append(watch["down"])
-                        say(f"{sc.name}: {watch['killed_node']} is DOWN")
-                if faults:
-                    self.after_fault(sc.name, watch, info, res, records)
-                if info.terminal:
+                if self.poll(sc, seen, res):
                     break
                 time.sleep(0.25)
             else:
-                res.error = f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {jid} {info.state if info else '?'})"
-                slurmctl.scancel(jid, env=self.lab.env)
+                res.error = (f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {seen.jid} "
+                             f"{seen.info.state if seen.info else '?'})")
+                slurmctl.scancel(seen.jid, env=self.lab.env)
         except BaseException as e:  # noqa: BLE001 - one scenario's failure is reported, the others still run
             res.error = f"{type(e).__name__}: {e}"
             try:
-                slurmctl.scancel(jid, env=self.lab.env)
+                slurmctl.scancel(seen.jid, env=self.lab.env)
             except slurmctl.SlurmError:
                 pass
             if not isinstance(e, Exception):  # Ctrl-C: the job is cancelled, the node revived, then stop
@@ -436,26 +554,47 @@ class Runner:
             if reviver is not None:
                 reviver.wait(timeout=120)
             if watch.get("killed_node") and not watch.get("revived"):
-                self.lab.fault("revive", watch["killed_node"])  # leave the lab whole for the next scenario
-        time.sleep(0.5)
-        records += parse_records("\n".join(line for _, line in metrics.read()))
-        logs += log.read()
-        res.wall_s = round(time.monotonic() - t_start, 1)
-        if not faults and not res.error:
-            res.error = f"the job ended before step {self.cfg.fault_step}; no fault was injected"
+                self.lab.fault("revive", watch["killed_node"])
+
+    def poll(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult) -> bool:
+        """One look at the job: inject the fault once it is due, then note what the platform does. True once the
+        job ended."""
+        seen.read()
+        info = seen.info = slurmctl.job_info(seen.jid, env=self.lab.env)
+        if info is None:
+            raise RuntimeError(f"job {seen.jid} vanished from slurmctld")
+        watch = seen.watch
+        last_step = max((r["step"] for r in seen.records if r["event"] == "step"), default=0)
+        if not seen.faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
+            seen.faults.append(self.inject(sc, info, last_step, watch))
+            watch["fault_time"] = seen.faults[0].time
+            res.events.append({"time": seen.faults[0].time, "kind": "fault", "label": seen.faults[0].label})
+        elif seen.faults and sc.node_fault and "down" not in watch:
+            state = slurmctl.node_states(env=self.lab.env).get(watch["killed_node"], "")
+            if state.startswith("DOWN"):
+                watch["down"] = time.time()
+                seen.detections.append(watch["down"])
+                say(f"{sc.name}: {watch['killed_node']} is DOWN")
+        if seen.faults:
+            self.after_fault(sc, watch, info, res, seen.records)
+        return info.terminal
+
+    def verdict(self, sc: SlurmScenario, job: SlurmJobConfig, ref: SlurmJobConfig, seen: Seen,
+                res: ScenarioResult) -> ScenarioResult:
+        """Judge what was seen (``chaos.verdict.judge``: the standard checks and ``sc``'s) into ``res``."""
+        records, faults, watch, info = seen.records, seen.faults, seen.watch, seen.info
         starts = [r for r in records if r["event"] == "start"]
         res.figures.update(requeues=info.restarts if info else None,
                            **{"torchrun restarts": max((int(r.get("restart_count") or 0) for r in starts), default=0)})
         final = self.final_checkpoint(job)
         obs = Observation(
-            records=records, faults=faults,
-            detections=detections + self.log_detections(sc.name, logs),
+            records=records, faults=faults, detections=seen.detections + sc.noticed(seen.logs),
             exited_ok=info is not None and info.succeeded if info is not None and info.terminal else None,
-            exit_detail=f"job {jid} {info.state if info else '?'} exit {info.exit_code if info else '?'}",
+            exit_detail=f"job {seen.jid} {info.state if info else '?'} exit {info.exit_code if info else '?'}",
             steps=self.cfg.steps, global_batch=global_batch(self.cfg), final_committed=(final / MARKER).is_file(),
             weight_diffs=compare_weights(final, self.final_checkpoint(ref)),
             reference_records=parse_records(Path(ref.metrics_path).read_text()), wall_s=res.wall_s, error=res.error,
-            logs=logs, checkpoint_dir=Path(job.checkpoint_dir),
+            logs=seen.logs, checkpoint_dir=Path(job.checkpoint_dir),
             facts={**res.figures, "final_state": info.state if info else None,
                    "starts after the fault": sum(1 for r in starts if faults and r["time"] > faults[0].time),
                    "killed_node": watch.get("killed_node"), "killed_ranks": watch.get("killed_ranks"),
@@ -466,70 +605,19 @@ class Runner:
             + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks))
         return res
 
-    @staticmethod
-    def log_detections(name: str, logs: list[tuple[float, str]]) -> list[float]:
-        """Job-log lines that show a fault was noticed: an agent's failed worker group or a watchdog line (worker
-        and node faults), the batch script receiving the pre-timeout signal (preemption). Slurm's node DOWN is
-        added by the caller; it is the only sign for batch-host-kill, whose job log ends with the node."""
-        if name == "worker-kill":
-            return torchrun_detections(logs)
-        if name in ("node-kill", "first-node-kill", "network-cut"):
-            # the survivors' agents (a failed collective ends their workers, or the lost node's keep-alives stop)
-            # or their heartbeat watchdog, seconds before Slurm marks the node DOWN
-            return torchrun_detections(logs) + [t for t, line in logs if "[watchdog]" in line]
-        if name == "preemption":
-            return [t for t, line in logs if "SIGUSR1" in line]
-        return []
-
-    def inject(self, name: str, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
-        """Inject the fault and confirm its effect."""
+    def inject(self, sc: SlurmScenario, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
+        """Inject ``sc``'s fault on the node it targets and confirm its effect."""
         hosts = slurmctl.run(["scontrol", "show", "hostnames", info.node_list], env=self.lab.env).split()
         watch["hosts"] = hosts
         ranks = self.lab.worker_ranks(hosts)
-        if name == "first-node-kill":
-            node = next((h for h in hosts if 0 in ranks[h]), hosts[-1])
-        elif name == "batch-host-kill":
-            node = info.batch_host or hosts[0]
-        else:  # the last node: a training node (the batch host, the first, starts as the spare)
-            node = hosts[-1]
+        node = sc.target(hosts, ranks, info)
         watch["restarts0"] = info.restarts
         watch["killed_ranks"] = ranks[node]
-        if name in ("node-kill", "first-node-kill", "batch-host-kill"):
+        if sc.node_fault:
             watch["killed_node"] = node
-            t = time.time()
-            self.lab.fault("kill-node", node)
-            left = self.lab.pids(node)
-            say(f"{name}: killed node {node} (ranks {ranks[node]}; batch host {info.batch_host}) after step "
-                f"{last_step}")
-            return Fault(f"kill node {node}", t, not left,
-                         f"no process left on {node}" if not left else f"{len(left)} processes survived on {node}")
-        if name == "network-cut":
-            watch["killed_node"] = node
-            before = self.lab.worker_pids(node)
-            t = time.time()
-            self.lab.fault("cut-link", node)
-            link = self.lab.link_state(node)
-            alive = before & self.lab.worker_pids(node)
-            say(f"network-cut: cut the link of {node} after step {last_step} (link {link}, workers alive: "
-                f"{sorted(alive)})")
-            return Fault(f"cut link of {node}", t, link == "DOWN" and bool(alive),
-                         f"link {link}; training workers {sorted(alive)} still running, cut off")
-        if name == "worker-kill":
-            before = self.lab.worker_pids(node)
-            t = time.time()
-            self.lab.fault("kill-workers", node)
-            survived = before & self.lab.worker_pids(node)
-            say(f"worker-kill: killed the training processes on {node} after step {last_step}")
-            return Fault(f"kill workers on {node}", t, bool(before) and not survived,
-                         f"workers {sorted(before)} gone" if before and not survived else
-                         f"workers before {sorted(before)}, still alive {sorted(survived)}")
-        t = time.time()
-        slurmctl.scancel(info.job_id, signal="USR1", batch=True, env=self.lab.env)
-        say(f"preemption: sent SIGUSR1 to the batch script (as --signal=B:USR1@T does) after step {last_step}")
-        return Fault(f"SIGUSR1 to batch on {info.batch_host}", t, True,
-                     f"scancel --signal=USR1 --batch {info.job_id} accepted by slurmctld")
+        return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step))
 
-    def after_fault(self, name: str, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
+    def after_fault(self, sc: SlurmScenario, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
                     records: list[dict] | None = None) -> None:
         fault_t = watch.get("fault_time", float("inf"))
         restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
@@ -544,17 +632,18 @@ class Runner:
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
             watch["requeued"] = time.time()
             res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})
-            say(f"{name}: job requeued (restart {info.restarts})")
-        if name in NODE_FAULTS and "down" in watch and "reviver" not in watch:
+            say(f"{sc.name}: job requeued (restart {info.restarts})")
+        if sc.node_fault and "down" in watch and "reviver" not in watch:
             watch["reviver"] = self.lab.fault_async("revive", watch["killed_node"])
-            say(f"{name}: reviving {watch['killed_node']}" + (" (fenced first)" if name == "network-cut" else ""))
+            # a cut node's processes still run: the lab's revive fences them first
+            say(f"{sc.name}: reviving {watch['killed_node']}" + (" (fenced first)" if sc.inject is cut_link else ""))
         rv = watch.get("reviver")
         if rv is not None and not watch.get("revived") and rv.poll() is not None:
             watch["revived"] = True
             res.events.append({"time": time.time(), "kind": "replace", "label": "node revived"})
             if rv.returncode != 0:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
-            say(f"{name}: {watch['killed_node']} is back")
+            say(f"{sc.name}: {watch['killed_node']} is back")
 
 
 def global_batch(cfg: SlurmChaosConfig) -> int:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
-from chaos.catalog import SCENARIOS
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
 from chaos.local.config import LocalChaosConfig
 from chaos.report import ScenarioResult
+from chaos.scenario import Scenario
+from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from training.checkpoint import MARKER
 from training.launch import LaunchConfig
@@ -457,23 +458,15 @@ def check_checkpoints_intact(obs: Observation) -> Check:
 
 # ------------------------------------------------------------------------------------------ the table
 @dataclass(frozen=True)
-class Scenario:
-    """A local scenario: how to inject it, what to expect, and the checks it adds."""
+class LocalScenario(Scenario):
+    """A local scenario (:class:`chaos.scenario.Scenario`: ``inject(run: ScenarioRun)``) and the job it runs in."""
 
-    name: str
-    inject: Callable[[ScenarioRun], None]
-    expect: Expectation
-    checks: tuple[Callable[[Observation], Check], ...] = ()
     min_nodes: str = "all"  # "all": fixed-size job (MIN = MAX); "one": elastic down to one node
     flags: tuple[str, ...] = ()  # training flags that do not change the math (fault hooks)
     math: tuple[str, ...] = ()  # training flags that do: the scenario gets its own reference run
     max_restarts: int | None = None  # None: the config's
     spares: int = 0  # hot-spare agents beyond the job's nodes
     nodes: int = 0  # 0: the config's; more gives the scenario its own (reference) job size
-
-    @property
-    def title(self) -> str:
-        return SCENARIOS[self.name]
 
     def config(self, cfg: LocalChaosConfig) -> LocalChaosConfig:
         """The job this scenario runs: the config's, or with `nodes` nodes (global batch rounded up to fit)."""
@@ -483,7 +476,7 @@ class Scenario:
         return replace(cfg, nodes=self.nodes, global_batch=world * -(-cfg.global_batch // world))
 
 
-def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
+def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
     """Every local scenario by name (``chaos.catalog.PLATFORMS["local"]``)."""
     killed = 2 * cfg.interval  # a SIGKILL loses the steps since the last commit; one async save may be in flight
     # The newest in-memory snapshot is restored (re-cut when the world shrank or grew, a lost node's shards
@@ -491,43 +484,46 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, Scenario]:
     same_world = cfg.memory_interval or killed
     storage_only = ("--checkpoint.memory_interval", "0")  # scenarios about the storage tier itself
     table = [
-        Scenario("worker-kill", inject_worker_kill, Expectation(max_steps_lost=same_world)),
+        LocalScenario("worker-kill", inject_worker_kill, Expectation(max_steps_lost=same_world)),
         # Dropout masks depend on how a batch is split over ranks: across a world-size change only a
         # dropout-free run can match the reference within fp tolerance.
-        Scenario("node-loss-rejoin", inject_node_loss_rejoin,
-                 Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                 (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
-        Scenario("silent-node", inject_silent_node,
-                 Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                 (check_silent_node_declared, check_shrank_and_grew), min_nodes="one", math=("--model.dropout", "0")),
+        LocalScenario("node-loss-rejoin", inject_node_loss_rejoin,
+                      Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
+                      (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
+        LocalScenario("silent-node", inject_silent_node,
+                      Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
+                      (check_silent_node_declared, check_shrank_and_grew), min_nodes="one",
+                      math=("--model.dropout", "0")),
         # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
-        Scenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
-                 (check_spare_took_over,), spares=1),
+        LocalScenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
+                      (check_spare_took_over,), spares=1),
         # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
         # timeout, declare it.
-        Scenario("silent-node-during-save", inject_silent_node_during_save, Expectation(max_steps_lost=same_world),
-                 (check_silent_node_declared, check_spare_took_over), spares=1,
-                 flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)), "--fault.rank", str(cfg.world - 1))),
-        Scenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
-                 (check_rank0_node_killed,)),
-        Scenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
-        Scenario("hang", inject_hang, Expectation(max_steps_lost=same_world)),
-        Scenario("kill-mid-snapshot", inject_kill_mid_snapshot, Expectation(max_steps_lost=same_world),
-                 (check_previous_snapshot_used,),
-                 flags=("--fault.kill_in_snapshot_at_step", str(snapshot_kill_step(cfg)), "--fault.rank", str(cfg.world - 1))),
+        LocalScenario("silent-node-during-save", inject_silent_node_during_save,
+                      Expectation(max_steps_lost=same_world), (check_silent_node_declared, check_spare_took_over),
+                      spares=1, flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)),
+                                       "--fault.rank", str(cfg.world - 1))),
+        LocalScenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
+                      (check_rank0_node_killed,)),
+        LocalScenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
+        LocalScenario("hang", inject_hang, Expectation(max_steps_lost=same_world)),
+        LocalScenario("kill-mid-snapshot", inject_kill_mid_snapshot, Expectation(max_steps_lost=same_world),
+                      (check_previous_snapshot_used,),
+                      flags=("--fault.kill_in_snapshot_at_step", str(snapshot_kill_step(cfg)),
+                             "--fault.rank", str(cfg.world - 1))),
         # Three nodes: the ring's replica of one lost node sat on the other; memory cannot help, storage must.
-        Scenario("node-pair-loss", inject_node_pair_loss, Expectation(max_steps_lost=killed),
-                 (check_fell_back_to_storage,), nodes=3),
-        Scenario("kill-during-save", inject_kill_during_save, Expectation(max_steps_lost=killed),
-                 (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
-        Scenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
-                 flags=storage_only),
+        LocalScenario("node-pair-loss", inject_node_pair_loss, Expectation(max_steps_lost=killed),
+                      (check_fell_back_to_storage,), nodes=3),
+        LocalScenario("kill-during-save", inject_kill_during_save, Expectation(max_steps_lost=killed),
+                      (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
+        LocalScenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
+                      flags=storage_only),
         # --max-restarts 1 (2 kills): the same path as 3 (4 kills) at half the run time. The kills land as
         # each incarnation starts, before it logs a step, so no restart is expected to train.
-        Scenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),
-                 (check_restarts_used, check_checkpoints_intact, check_failure_message), max_restarts=1),
+        LocalScenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),
+                      (check_restarts_used, check_checkpoints_intact, check_failure_message), max_restarts=1),
     ]
-    return {s.name: s for s in table}
+    return scenario_table("local", table)
 
 
 # ------------------------------------------------------------------------------------------ reference
@@ -590,7 +586,7 @@ def base_facts(cfg: LocalChaosConfig) -> dict:
     return {"world": cfg.world, "nproc_per_node": cfg.nproc_per_node, "interval": cfg.interval}
 
 
-def run_scenario(cfg: LocalChaosConfig, sc: Scenario, ref: Reference, root: Path,
+def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root: Path,
                  keep: bool = False) -> ScenarioResult:
     """Inject ``sc`` into a fresh job, observe it to the end, judge it against ``ref`` (of ``sc.config(cfg)``)."""
     cfg = sc.config(cfg)

@@ -148,14 +148,14 @@ def test_tail_returns_only_complete_lines(tmp_path):
 
 
 def test_log_lines_that_count_as_noticed():
-    from chaos.slurm import Runner
+    noticed = {name: sc.noticed for name, sc in scenarios(CFG).items()}
     logs = [(1.0, "[job] step 5"), (2.0, "[job] received SIGUSR1: checkpoint and requeue"),
             (3.0, "E failed (exitcode: -9) local_rank: 0")]
-    assert Runner.log_detections("preemption", logs) == [2.0]
-    assert Runner.log_detections("worker-kill", logs) == [3.0]
-    assert Runner.log_detections("node-kill", logs) == [3.0]
-    assert Runner.log_detections("network-cut", logs + [(4.0, "[watchdog] node 1 silent")]) == [3.0, 4.0]
-    assert Runner.log_detections("batch-host-kill", logs) == []
+    assert noticed["preemption"](logs) == [2.0]
+    assert noticed["worker-kill"](logs) == [3.0]
+    assert noticed["node-kill"](logs) == [3.0]
+    assert noticed["network-cut"](logs + [(4.0, "[watchdog] node 1 silent")]) == [3.0, 4.0]
+    assert noticed["batch-host-kill"](logs) == []
 
 
 def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_so():
