@@ -42,8 +42,9 @@ from chaos.report import ScenarioResult, table, write_json
 from chaos.verdict import Fault, Observation, judge
 from cluster_assets.k8s.trainjob import TrainJobError, train_job_manifest
 from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank
-from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
-                              config_from_args, default_name, preflight, split_at_dashes, split_training_args)
+from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_submit_options,
+                              check_training_args, condition, config_from_args, default_name, preflight,
+                              split_at_dashes, split_training_args)
 
 
 def chaos_parser() -> argparse.ArgumentParser:
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_only, a.dry_run = a.dry_run, False  # DRY_RUN=1: print the plan and the TrainJob, touch nothing
     try:
         apply_output_defaults(a, parser)
+        check_submit_options(a, parser)
         targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
                  *split_training_args(unknown, after)]
         cfg = config_from_args(a, targs)

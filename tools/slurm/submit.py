@@ -27,6 +27,8 @@ from typing import Mapping, Sequence
 
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
 from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
+# (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
+from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
 from tools.env_flags import EnvFlagError, env_flag
 from tools.slurm import slurmctl
@@ -36,27 +38,6 @@ ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NP
              "INSTANCE_TYPE": "--instance-type", "CONTAINER_IMAGE": "--container-image",
              "SLURM_JOB_CONFIG": "--slurm-config"}
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
-
-
-def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(job options, training flags): dotted flags, ``--config`` and everything after ``--`` are training's."""
-    ours: list[str] = []
-    train: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            train += argv[i + 1:]
-            break
-        name = a.split("=", 1)[0]
-        if a.startswith("--") and ("." in name or name == "--config"):
-            take = 1 if "=" in a else 2  # training flags always take one value (booleans as true/false)
-            train += argv[i:i + take]
-            i += take
-            continue
-        ours.append(a)
-        i += 1
-    return ours, train
 
 
 def env_args(env: Mapping[str, str]) -> list[str]:
