@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, replace
@@ -65,7 +66,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so every ``finally`` stops what the harness started."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_stopped(_signum, _frame) -> None:
+    raise Stopped()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the harness; a stop (Ctrl-C, SIGTERM) ends it with one line and 128+signal, its processes stopped."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        return run(argv)
+    except KeyboardInterrupt as e:
+        sig = signal.Signals(getattr(e, "signum", signal.SIGINT))
+        print(f"\n[chaos] stopped by {sig.name}: the processes it started are stopped (exit {128 + sig})",
+              file=sys.stderr, flush=True)
+        return 128 + sig
+
+
+def run(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
                            global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
@@ -82,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(catalog.listing("local"))
         return 0
     if a.soak:
-        return soak_main(cfg, a)
+        return soak_main(cfg, a)  # DRY_RUN too: it prints the soak's plan
     if a.dry_run:
         from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
         launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
@@ -139,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     """``--soak``: run it, print the fault table and goodput, write report.json and timeline.png."""
     from chaos import report
-    from chaos.local.soak import GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration, run_soak
+    from chaos.local.soak import (GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration,
+                                  run_soak, soak_plan)
     try:
         soak = SoakConfig(duration_s=parse_duration(a.soak), every_s=a.soak_every, seed=a.soak_seed,
                           spares=a.soak_spares)
@@ -147,6 +171,9 @@ def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     except SoakConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.dry_run:
+        print(soak_plan(cfg, soak))
+        return 0
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("soak-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"[soak] {a.soak} on {cfg.nodes} simulated node(s) + {soak.spares} spare, preset {cfg.preset}; "
