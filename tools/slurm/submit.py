@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -26,7 +27,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
-from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
+from cluster_assets.slurm.render import (add_job_arguments, check_training_args, config_from_args, flag_of, render,
+                                         summary)
 # (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
 from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
@@ -40,14 +42,41 @@ ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NP
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 
 
+#: Variables whose flag takes a whole number: checked here, so a bad one is named as the variable (argparse would
+#: name the flag it became, with its usage text).
+COUNT_VARS = {"NODES": 1, "SPARES": 0, "NPROC": 1}
+
+
 def env_args(env: Mapping[str, str]) -> list[str]:
     out: list[str] = []
     for var, flag in ENV_FLAGS.items():
         if env.get(var):
-            out += [flag, env[var]]
+            raw = env[var]
+            if var in COUNT_VARS and not (raw.strip().isdigit() and int(raw) >= COUNT_VARS[var]):
+                raise SlurmConfigError(f"{var}={raw!r} is not a whole number >= {COUNT_VARS[var]}: set it to a count, "
+                                       f"or unset it")
+            out += [flag, raw]
     if env_flag("DRY_RUN", env):  # raises EnvFlagError on a value that is neither true nor false
         out.append("--dry-run")
     return out
+
+
+_SETTING = re.compile(r"^(?P<field>[a-z_]+)=(?P<value>.*?): ")
+
+
+def as_given(message: str, typed: Sequence[str], env: Mapping[str, str]) -> str:
+    """A validation message about setting ``field=value`` (SlurmJobConfig's words, which a --slurm-config TOML
+    uses) reworded to name what the user gave: the flag typed (``--gpus-per-node -1: ...``) or the variable set
+    (``NPROC=0: ...``)."""
+    m = _SETTING.match(message)
+    flag = flag_of(m.group("field")) if m else None
+    if flag is None:
+        return message
+    rest = message[m.end():]
+    if any(a == flag or a.startswith(flag + "=") for a in typed):
+        return f"{flag} {m.group('value')}: {rest}"
+    var = next((v for v, f in ENV_FLAGS.items() if f == flag and env.get(v)), None)
+    return f"{var}={m.group('value')}: {rest}" if var else message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         from_env = env_args(os.environ)
-    except EnvFlagError as e:
+    except (EnvFlagError, SlurmConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     a = parser.parse_args(from_env + ours + (["--", *train] if train else []))
@@ -142,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_training_args(cfg)
         text = render(cfg)
     except SlurmConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {as_given(str(e), ours, os.environ)}", file=sys.stderr)
         return EXIT_ENVIRONMENT if isinstance(e, SharedDirError) else EXIT_CONFIG
     if a.dry_run:
         sys.stdout.write(text)
