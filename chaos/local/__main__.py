@@ -26,6 +26,7 @@ from pathlib import Path
 
 from chaos import catalog
 from chaos.local.config import REPO, LocalChaosConfig, LocalChaosConfigError
+from tools.env_flags import EnvFlagError, env_count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,10 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default="all",
                    help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes),
-                   help="simulated nodes (env NODES; default 2)")
-    p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("NPROC") or d.nproc_per_node),
-                   help="workers per node (env NPROC; default 1)")
+    try:  # a bad NODES/NPROC is one line naming it (python -m chaos.local directly; chaos.sh checks them too)
+        nodes, nproc = env_count("NODES", d.nodes, 1), env_count("NPROC", d.nproc_per_node, 1)
+    except EnvFlagError as e:
+        p.exit(2, f"error: {e}\n")
+    p.add_argument("--nodes", type=int, default=nodes, help="simulated nodes (env NODES; default 2)")
+    p.add_argument("--nproc-per-node", type=int, default=nproc, help="workers per node (env NPROC; default 1)")
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--global-batch", type=int, default=d.global_batch, help=f"(default {d.global_batch})")

@@ -33,7 +33,7 @@ from cluster_assets.training_args import TrainingArgsError, split_training_flags
 from cluster_assets.training_args import check_training_args as shared_check
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                            FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
-from tools.env_flags import EnvFlagError, env_flag
+from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.image_tag import check_tag, source_tag
 
 DEFAULT_PRESET = "t5-base"
@@ -119,12 +119,10 @@ def check_training_args(cfg: TrainJobConfig) -> None:
 
 def _env_count(p: argparse.ArgumentParser, name: str, default: int | None, minimum: int) -> int | None:
     """An integer Makefile variable (NODES, SPARES, NPROC) from the environment; a bad one exits 2 naming it."""
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    if not raw.strip().isdigit() or int(raw) < minimum:
-        p.exit(2, f"error: {name}={raw!r} is not a whole number >= {minimum}: set it to a count, or unset it\n")
-    return int(raw)
+    try:
+        return env_count(name, default, minimum)
+    except EnvFlagError as e:
+        p.exit(2, f"error: {e}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

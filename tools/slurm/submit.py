@@ -32,7 +32,7 @@ from cluster_assets.slurm.render import (add_job_arguments, check_training_args,
 # (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
 from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
-from tools.env_flags import EnvFlagError, env_flag
+from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
 
 ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
@@ -42,8 +42,8 @@ ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NP
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 
 
-#: Variables whose flag takes a whole number: checked here, so a bad one is named as the variable (argparse would
-#: name the flag it became, with its usage text).
+#: Variables whose flag takes a whole number (the least it may be): checked here, so a bad one is named as the
+#: variable (argparse would name the flag it became, with its usage text).
 COUNT_VARS = {"NODES": 1, "SPARES": 0, "NPROC": 1}
 
 
@@ -51,11 +51,9 @@ def env_args(env: Mapping[str, str]) -> list[str]:
     out: list[str] = []
     for var, flag in ENV_FLAGS.items():
         if env.get(var):
-            raw = env[var]
-            if var in COUNT_VARS and not (raw.strip().isdigit() and int(raw) >= COUNT_VARS[var]):
-                raise SlurmConfigError(f"{var}={raw!r} is not a whole number >= {COUNT_VARS[var]}: set it to a count, "
-                                       f"or unset it")
-            out += [flag, raw]
+            if var in COUNT_VARS:
+                env_count(var, None, COUNT_VARS[var], env)  # raises EnvFlagError naming the variable
+            out += [flag, env[var]]
     if env_flag("DRY_RUN", env):  # raises EnvFlagError on a value that is neither true nor false
         out.append("--dry-run")
     return out
@@ -152,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         from_env = env_args(os.environ)
-    except (EnvFlagError, SlurmConfigError) as e:
+    except EnvFlagError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     a = parser.parse_args(from_env + ours + (["--", *train] if train else []))
