@@ -43,8 +43,9 @@ from chaos.scenario import table as scenario_table
 from chaos.verdict import Fault, Observation, judge
 from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
 from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank
-from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_training_args, condition,
-                              config_from_args, default_name, preflight, split_at_dashes, split_training_args)
+from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_submit_options,
+                              check_training_args, condition, config_from_args, default_name, preflight,
+                              split_at_dashes, split_training_args)
 
 
 def chaos_parser() -> argparse.ArgumentParser:
@@ -273,6 +274,7 @@ def job_config(a: argparse.Namespace, parser: argparse.ArgumentParser, unknown: 
     (steps, global batch, checkpoint interval) its training arguments resolve to. TrainJobError or ValueError for a
     bad setting."""
     apply_output_defaults(a, parser)
+    check_submit_options(a, parser)
     targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
              *split_training_args(unknown, after)]
     cfg = config_from_args(a, targs)

@@ -15,6 +15,33 @@ import subprocess
 from typing import Sequence
 
 
+def split_training_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(submit options, training arguments) of a submit command line: every ``--section.field VALUE``, ``--config
+    FILE`` and everything after a bare ``--`` is the training job's.
+
+    Split before the submit's own parser sees the line: argparse would read a value that starts with '-' (``--train.steps
+    -1``) as an option of its own, not as the value of a flag it does not know. Training flags always take one value
+    (booleans as true/false), so the value is the next word unless the flag has ``=VALUE``.
+    """
+    ours: list[str] = []
+    train: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            train += argv[i + 1:]
+            break
+        name = a.split("=", 1)[0]
+        if a.startswith("--") and ("." in name or name == "--config"):
+            take = 1 if "=" in a else 2
+            train += argv[i:i + take]
+            i += take
+            continue
+        ours.append(a)
+        i += 1
+    return ours, train
+
+
 class TrainingArgsError(ValueError):
     """The training arguments cannot run at this size; the message names the value and the fix."""
 

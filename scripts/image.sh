@@ -17,14 +17,14 @@ cd "$(dirname "$0")/.."
 die() { echo "error: $*" >&2; exit 2; }
 command -v python3 >/dev/null || die "python3 is required (the project's Python 3.11+)"
 
-tag="${IMAGE_TAG:-}" stack="${STACK:-t5ft-storage}" repo="${ECR_REPO:-}" dry=0
+tag="${IMAGE_TAG:-}" tag_from=IMAGE_TAG stack="${STACK:-t5ft-storage}" repo="${ECR_REPO:-}" dry=0
 # DRY_RUN as every script reads it (tools/env_flags.py); the Makefile exports it.
 dry_env=$(python3 -m tools.env_flags DRY_RUN) || exit 2
 [ "$dry_env" = true ] && dry=1
 region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --tag) tag="$2"; shift 2 ;;
+    --tag) tag="$2"; tag_from=--tag; shift 2 ;;
     --stack) stack="$2"; shift 2 ;;
     --repo) repo="$2"; shift 2 ;;
     --region) region="$2"; shift 2 ;;
@@ -41,7 +41,8 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 src_tag=$(python3 -m tools.image_tag --context "$ctx") || exit 2
 [ -n "$tag" ] || tag="$src_tag"
-[[ "$tag" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "--tag '$tag' is not a valid image tag"
+# the rule of tools/image_tag.py VALID_TAG (what Docker and ECR accept)
+[[ "$tag" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "$tag_from='$tag' is not a valid image tag: use up to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-' (e.g. v1.2), or unset it for this checkout's src-<digest> tag"
 
 if [ "$dry" = 0 ]; then
   command -v docker >/dev/null || die "docker is not installed; install Docker (or use --dry-run to see the steps)"

@@ -11,6 +11,7 @@ context key, the bad value and the fix.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import json
 import re
@@ -27,8 +28,33 @@ PLATFORMS = ("eks", "parallelcluster")
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
 #: FSx for Lustre PERSISTENT_2 throughput tiers, MB/s per TiB of storage.
 FSX_THROUGHPUT_TIERS = (125, 250, 500, 1000)
+#: An EC2 instance type name: family (letters, generation digit(s), attribute letters, e.g. m7i, c7gn, m7i-flex,
+#: u-6tb1, mac2-m2pro) '.' size (nano .. medium, large, xlarge, Nxlarge, metal, metal-Nxl). A typo such as
+#: m7i.2xlarg or m7i.big would otherwise fail only at deploy time, minutes into CloudFormation.
+EC2_INSTANCE_TYPE = re.compile(r"[a-z]+-?\d+[a-z0-9-]*\.(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)")
 #: The aws-parallelcluster release the provider stack and the schema test both use.
 PCLUSTER_VERSION = "3.16.1"
+
+
+class InstanceTypes(frozenset):
+    """Every EC2 instance type name of one botocore release (``version``)."""
+
+    version: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def ec2_instance_types() -> InstanceTypes | None:
+    """The EC2 API's instance types as the pinned botocore knows them (its EC2 model's ``InstanceType`` enum),
+    so a type that matches the name pattern but does not exist (m7i.3xlarge) is refused at synth; None without
+    botocore (then only the pattern is checked)."""
+    try:
+        import botocore
+        import botocore.session
+    except ImportError:  # pragma: no cover - requirements.txt pins boto3, which brings it
+        return None
+    names = InstanceTypes(botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum)
+    names.version = botocore.__version__
+    return names
 
 
 class ConfigError(ValueError):
@@ -198,8 +224,12 @@ class InfraConfig:
                       "use 100-16384 GiB (the NVIDIA AMI plus the training image need ~100 GiB)")
         for key, value in (("systemInstanceType", self.system_instance_type),
                            ("headNodeInstanceType", self.head_node_instance_type)):
-            if not re.fullmatch(r"[a-z][a-z0-9-]*\.[a-z0-9-]+", value):
-                raise bad(key, value, "expected an EC2 instance type such as m7i.xlarge")
+            known = ec2_instance_types()
+            if not EC2_INSTANCE_TYPE.fullmatch(value) or (known and value not in known):
+                raise bad(key, value, "not an EC2 instance type" + (f" (botocore {known.version} lists no such "
+                                                                    "type)" if known else " (FAMILY.SIZE)")
+                          + f"; pass an existing one, e.g. -c {key}=m7i.2xlarge (aws ec2 "
+                          "describe-instance-types lists them)")
         if self.head_node_instance_type in GPU_INSTANCES or self.system_instance_type in GPU_INSTANCES:
             raise ConfigError("context systemInstanceType/headNodeInstanceType: use a general-purpose type "
                               "(e.g. m7i.xlarge), not a GPU type; GPUs belong in gpuInstanceType")
@@ -255,9 +285,13 @@ class InfraConfig:
                       "expected an IAM role or user ARN such as arn:aws:iam::123456789012:role/Admin")
         for cidr in self.api_allowed_cidrs:
             try:
-                ipaddress.ip_network(cidr)
+                net = ipaddress.ip_network(cidr)
             except ValueError:
                 raise bad("apiAllowedCidrs", cidr, "expected CIDRs such as 203.0.113.0/24") from None
+            if net.version != 4:  # EKS refuses IPv6 CIDRs for an IPv4 cluster's endpoint, at deploy time
+                raise bad("apiAllowedCidrs", cidr, "an IPv6 CIDR: the cluster is IPv4 and EKS accepts only IPv4 "
+                          "CIDRs for its public endpoint (0.0.0.0/0 already means every address); pass IPv4 "
+                          "CIDRs such as 203.0.113.0/24, or [] for a private endpoint only")
 
     def _validate_fsx(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
         cap = self.fsx_storage_capacity_gib

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-from tools.env_flags import EnvFlagError, env_flag, parse_flag
+from tools.env_flags import EnvFlagError, env_count, env_flag, parse_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUE_SPELLINGS = ("1", "true", "YES", "On")
@@ -33,6 +34,24 @@ def test_truth_table() -> None:
                                                r"0/false/no/off or empty"):
             parse_flag("DRY_RUN", v)
     assert env_flag("X", {"X": "on"}) and not env_flag("X", {})
+
+
+def test_counts_name_the_variable() -> None:
+    assert env_count("NODES", 2, 1, {}) == 2 and env_count("NODES", 2, 1, {"NODES": ""}) == 2
+    assert env_count("SPARES", 0, 0, {"SPARES": "0"}) == 0 and env_count("NODES", None, 1, {"NODES": " 3 "}) == 3
+    for bad in ("abc", "0", "-1", "1.5"):
+        with pytest.raises(EnvFlagError, match=f"NODES='{bad}' is not a whole number >= 1: set it to a count"):
+            env_count("NODES", 2, 1, {"NODES": bad})
+
+
+@pytest.mark.parametrize("var", ["NODES", "NPROC"])
+def test_chaos_cli_names_a_bad_count_in_one_line(var: str) -> None:
+    """python -m chaos.local read them with int(): a traceback (make chaos-test checks them in chaos.sh first)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NODES", "NPROC", "SOAK")}
+    r = subprocess.run([sys.executable, "-m", "chaos.local", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                       env={**env, var: "abc"}, timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"error: {var}='abc' is not a whole number >= 1: set it to a count, or "
+                                           f"unset it\n")
 
 
 def test_shell_form_prints_true_or_false_and_exits_2_on_a_bad_value() -> None:

@@ -1,4 +1,5 @@
-"""Boolean environment variables (DRY_RUN, ...): one truth table for every script and CLI.
+"""Boolean environment variables (DRY_RUN, ...): one truth table for every script and CLI (and
+:func:`env_count` for the whole-number ones: NODES, SPARES, NPROC).
 
     1, true, yes, on            -> true
     0, false, no, off, "" (or unset) -> false
@@ -36,6 +37,17 @@ def parse_flag(name: str, value: str | None) -> bool:
 def env_flag(name: str, env: Mapping[str, str] | None = None) -> bool:
     """The boolean environment variable ``name`` of ``env`` (default ``os.environ``)."""
     return parse_flag(name, (os.environ if env is None else env).get(name))
+
+
+def env_count(name: str, default: int | None, minimum: int, env: Mapping[str, str] | None = None) -> int | None:
+    """The whole-number environment variable ``name`` (NODES, SPARES, NPROC) of ``env`` (default ``os.environ``),
+    ``default`` when unset or empty; raises :class:`EnvFlagError` naming it when it is not a number >= ``minimum``."""
+    raw = (os.environ if env is None else env).get(name)
+    if not raw:
+        return default
+    if not raw.strip().isdigit() or int(raw) < minimum:
+        raise EnvFlagError(f"{name}={raw!r} is not a whole number >= {minimum}: set it to a count, or unset it")
+    return int(raw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,17 @@ CONTEXT = {"Dockerfile": "cluster_assets/docker/Dockerfile", "requirements.txt":
            "cluster_facts": "cluster_facts"}
 #: What every tag looks like: "src-" and the first 12 hex digits of the context's SHA-256.
 TAG_PATTERN = re.compile(r"src-[0-9a-f]{12}")
+#: What Docker and ECR accept as a tag (IMAGE_TAG, --image-tag): up to 128 of these, not starting with '.' or '-'.
+VALID_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def check_tag(tag: str, given_as: str) -> str:
+    """``tag`` when Docker/ECR accept it; else ValueError naming where it came from (``given_as``) and the rule."""
+    if not VALID_TAG.fullmatch(tag):
+        raise ValueError(f"{given_as}={tag!r} is not a valid image tag: use up to 128 letters, digits, '_', '.' or "
+                         f"'-', not starting with '.' or '-' (e.g. v1.2), or unset it for this checkout's "
+                         f"{TAG_PATTERN.pattern.split('-')[0]}-<digest> tag")
+    return tag
 
 
 def _skipped(path: Path) -> bool:

@@ -94,10 +94,14 @@ def show(value: Any) -> str:
 
 
 def parse_accept(text: str) -> set[str]:
-    """'train.lr, data.source' -> {'train.lr', 'data.source'}; 'all' -> every field. Unknown names raise ValueError."""
+    """'train.lr, data.source' -> {'train.lr', 'data.source'}; 'all' (alone) -> every field. Unknown names, or 'all'
+    with other names, raise ValueError."""
     names = {s.strip() for s in text.split(",") if s.strip()}
     if names == {"all"}:
         return set(FIELDS)
+    if "all" in names:  # 'all' already means every field: a list next to it is a mistake, not a wider 'all'
+        raise ValueError(f"checkpoint.accept_changes={text!r}: 'all' cannot be combined with other fields; pass "
+                         f"either all or a list of fields ({', '.join(FIELDS)})")
     unknown = sorted(names - set(FIELDS))
     if unknown:
         raise ValueError(f"checkpoint.accept_changes: unknown field(s) {', '.join(unknown)}; "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, replace
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from chaos import catalog
 from chaos.local.config import REPO, LocalChaosConfig, LocalChaosConfigError
+from tools.env_flags import EnvFlagError, env_count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,10 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default="all",
                    help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes),
-                   help="simulated nodes (env NODES; default 2)")
-    p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("NPROC") or d.nproc_per_node),
-                   help="workers per node (env NPROC; default 1)")
+    try:  # a bad NODES/NPROC is one line naming it (python -m chaos.local directly; chaos.sh checks them too)
+        nodes, nproc = env_count("NODES", d.nodes, 1), env_count("NPROC", d.nproc_per_node, 1)
+    except EnvFlagError as e:
+        p.exit(2, f"error: {e}\n")
+    p.add_argument("--nodes", type=int, default=nodes, help="simulated nodes (env NODES; default 2)")
+    p.add_argument("--nproc-per-node", type=int, default=nproc, help="workers per node (env NPROC; default 1)")
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--global-batch", type=int, default=d.global_batch, help=f"(default {d.global_batch})")
@@ -65,7 +69,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so every ``finally`` stops what the harness started."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_stopped(_signum, _frame) -> None:
+    raise Stopped()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the harness; a stop (Ctrl-C, SIGTERM) ends it with one line and 128+signal, its processes stopped."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        return run(argv)
+    except KeyboardInterrupt as e:
+        sig = signal.Signals(getattr(e, "signum", signal.SIGINT))
+        print(f"\n[chaos] stopped by {sig.name}: the processes it started are stopped (exit {128 + sig})",
+              file=sys.stderr, flush=True)
+        return 128 + sig
+
+
+def run(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
                            global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
@@ -82,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(catalog.listing("local"))
         return 0
     if a.soak:
-        return soak_main(cfg, a)
+        return soak_main(cfg, a)  # DRY_RUN too: it prints the soak's plan
     if a.dry_run:
         from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
         launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
@@ -139,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     """``--soak``: run it, print the fault table and goodput, write report.json and timeline.png."""
     from chaos import report
-    from chaos.local.soak import GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration, run_soak
+    from chaos.local.soak import (GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration,
+                                  run_soak, soak_plan)
     try:
         soak = SoakConfig(duration_s=parse_duration(a.soak), every_s=a.soak_every, seed=a.soak_seed,
                           spares=a.soak_spares)
@@ -147,6 +174,9 @@ def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     except SoakConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.dry_run:
+        print(soak_plan(cfg, soak))
+        return 0
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("soak-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"[soak] {a.soak} on {cfg.nodes} simulated node(s) + {soak.spares} spare, preset {cfg.preset}; "

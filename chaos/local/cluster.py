@@ -3,7 +3,9 @@
 Every agent runs the exact command line of ``training.launch`` (``torchrun_argv``). Output of each agent
 (and its workers) is timestamped line by line as it arrives, so the harness can tell when a failure was
 noticed. Only processes started here are ever signalled: agents are our children, workers are checked to
-be descendants of one of our agents before anything is sent to them. Workers are found by their process
+be descendants of one of our agents before anything is sent to them. The store and the agents die with the
+harness (the kernel's parent-death signal, :mod:`training.lifecycle`), so a harness stopped in any way, even
+between starting a process and recording it, leaves none behind. Workers are found by their process
 name (``t5f-rank-N``, :func:`training.lifecycle.worker_rank`): warm workers are forked by the agent's
 forkserver, so their ``/proc/PID/environ`` does not carry RANK.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from training.config import MEMORY_DIR_ENV
 from training.launch import LaunchConfig, launch_env, start_store, torchrun_argv
-from training.lifecycle import worker_rank
+from training.lifecycle import PARENT_ENV, worker_rank
 
 
 class ClusterError(RuntimeError):
@@ -139,7 +141,8 @@ class LocalCluster:
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start_store(self) -> None:
-        self.store, port = start_store(str(self.workdir), self.launch.python)
+        # dies with the harness however it ends (Ctrl-C mid-start, SIGTERM, SIGKILL): close() may never run
+        self.store, port = start_store(str(self.workdir), self.launch.python, die_with_us=True)
         self.launch = replace(self.launch, rdzv_endpoint=f"127.0.0.1:{port}", external_store=True)
         self.event("store", None, f"rendezvous store pid {self.store.pid} on port {port}")
 
@@ -148,6 +151,7 @@ class LocalCluster:
         env = launch_env(self.launch)
         # INFO shows the agent's own decisions (worker group FAILED / restarting / new nodes waiting).
         env.update(LOGLEVEL="INFO", OMP_NUM_THREADS="1", T5_NODE_RANK=str(index))
+        env[PARENT_ENV] = str(os.getpid())  # SIGTERM to the agent if the harness dies (it stops its workers)
         env[MEMORY_DIR_ENV] = str(self.node_memory(index))  # this node's "RAM" for in-memory snapshots
         name = f"node{index}" + (f".{gen}" if gen else "")
         proc = subprocess.Popen(torchrun_argv(self.launch), env=env, cwd=str(Path(__file__).resolve().parents[2]),

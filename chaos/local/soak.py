@@ -202,6 +202,33 @@ def _noticed(line: str) -> bool:
     return "[watchdog]" in line or "has sent no heartbeat" in line or bool(DETECT_RE.search(line))
 
 
+def soak_restarts(soak: SoakConfig) -> int:
+    """torchrun's --max-restarts for the soak: every fault restarts the worker groups, so it must outlast the soak
+    (a long job sets it high too; a node joining does not count)."""
+    return 3 * int(4 * soak.duration_s / soak.every_s) + 3
+
+
+def soak_plan(cfg: LocalChaosConfig, soak: SoakConfig) -> str:
+    """What ``--soak`` would run (DRY_RUN=1): its settings, the seeded fault schedule and one agent's command."""
+    from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
+    periods = max(1, int(soak.duration_s // soak.every_s))
+    lines = [f"soak: {soak.duration_s:g} s on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc + "
+             f"{soak.spares} hot spare(s), preset {cfg.preset}; one fault of {', '.join(soak.faults)} every "
+             f"{soak.every_s:g} s, seed {soak.seed}",
+             f"steps: as many as the uninterrupted job runs in {soak.duration_s:g} s, sized from the chaos reference "
+             f"run (computed once, cached under --cache), then that job uninterrupted (the goodput reference), then "
+             f"the soak itself",
+             f"fault schedule (seconds after the soak's first step; it goes on while the job runs), first {periods}:"]
+    lines += [f"  {i + 1:>3} {f'+{p.at_s:.1f}':>8} s  {p.kind}" for i, p in enumerate(schedule(soak, periods))]
+    launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, spares=soak.spares,
+                          nproc_per_node=cfg.nproc_per_node, rdzv_id="chaos-soak", rdzv_endpoint="127.0.0.1:29400",
+                          max_restarts=soak_restarts(soak), train_timeout_s=cfg.train_timeout_s,
+                          train_args=tuple(cfg.training_args("<run>/soak/job")))
+    lines += ["agent command (per node and spare; the store's port is picked at start; --train.steps from the "
+              "sizing):", format_argv(torchrun_argv(launch), RDZV_ENV)]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------ the soak
 def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) -> tuple[ScenarioResult, object]:
     """Size, reference, soak, judge: returns the soak's result and its reference (:class:`Reference`)."""
@@ -214,11 +241,8 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
           flush=True)
     ref = reference(job, cache, out)
     print(f"[soak] reference: {steps} steps uninterrupted in {ref.wall_s:.0f} s", flush=True)
-    # Every fault restarts the worker groups: torchrun's --max-restarts must outlast the soak (a long job sets
-    # it high too; a node joining does not count).
-    restarts = 3 * int(4 * soak.duration_s / soak.every_s) + 3
     run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares,
-                      max_restarts=restarts)
+                      max_restarts=soak_restarts(soak))
     res = ScenarioResult(name="soak", title=f"{soak.duration_s / 60:g} min soak: one fault per "
                          f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
                          workdir=str(run.workdir))

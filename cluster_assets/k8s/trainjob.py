@@ -130,9 +130,11 @@ def check(cfg: TrainJobConfig) -> None:
         raise TrainJobError("runtime name is empty: pass --runtime (the stack installs our ClusterTrainingRuntime)")
     if not cfg.fsx_mount_path.startswith("/"):
         raise TrainJobError(f"FSx mount path {cfg.fsx_mount_path!r} must be absolute")
+    # GPUs and EFA before the workers: the submit derives --nproc-per-node from --gpus-per-node, so a bad GPU count
+    # must be reported as the flag the user typed
     for what, v, lo in (("--nodes", cfg.num_nodes, 1), ("--spares", cfg.spares, 0),
-                        ("--nproc-per-node", cfg.nproc_per_node, 1),
-                        ("--gpus-per-node", cfg.gpus_per_node, 0), ("--efa-per-node", cfg.efa_per_node, 0)):
+                        ("--gpus-per-node", cfg.gpus_per_node, 0), ("--efa-per-node", cfg.efa_per_node, 0),
+                        ("--nproc-per-node", cfg.nproc_per_node, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise TrainJobError(f"{what} {v!r} is invalid: must be an integer >= {lo}")
     if cfg.gpus_per_node and cfg.nproc_per_node > cfg.gpus_per_node:

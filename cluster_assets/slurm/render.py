@@ -158,6 +158,13 @@ _BOOLS = {"requeue": "--requeue", "requeue_on_failure": "--requeue-on-failure", 
 _LISTS = {"container_mounts": "--container-mount", "extra_sbatch": "--sbatch", "extra_env": "--env"}
 
 
+def flag_of(field_name: str) -> str | None:
+    """The command-line flag of a SlurmJobConfig field (``gpus_per_node`` -> ``--gpus-per-node``), if it has one."""
+    if field_name in _FLAGS:
+        return _FLAGS[field_name][0]
+    return _BOOLS.get(field_name) or _LISTS.get(field_name)
+
+
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
     """The SlurmJobConfig flags (shared by the renderer and the submitter) and the training-args remainder."""
     docs = field_docs()

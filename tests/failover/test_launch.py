@@ -1,4 +1,5 @@
 """training.launch: LaunchConfig -> torchrun argv, and the local / Slurm / Kubeflow PET mappings."""
+import os
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,8 @@ def test_each_mapping_takes_its_platforms_timeouts(kind, env, platform):
     (dict(nproc_per_node="many"), "--nproc-per-node 'many'"),
     (dict(max_restarts=-1), "--max-restarts -1"),
     (dict(tuning=RdzvTuning(join_timeout=0)), "--join-timeout 0"),
+    (dict(tuning=RdzvTuning(keep_alive_interval=0, keep_alive_max_attempt=0)), "--keep-alive 0x0"),
+    (dict(tuning=RdzvTuning(keep_alive_max_attempt=0)), "--keep-alive 1x0"),
 ])
 def test_bad_values_are_named(bad, needle):
     with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
@@ -201,6 +204,24 @@ def test_cli_print_and_errors():
     out = subprocess.run(run + ["--print", "--preset", "debug"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "after '--'" in out.stderr
     assert subprocess.run(run + ["--help"], capture_output=True, timeout=60, cwd=ROOT).returncode == 0
+
+
+@pytest.mark.parametrize("args, env, line", [
+    # a zero keep-alive never heartbeats (or never gives up): torch waited ~125 s, then RendezvousTimeoutError
+    (["--keep-alive", "0x0"], {}, "error: --keep-alive 0x0: the interval (s) and the attempts must both be >= 1"),
+    (["--keep-alive", "1x0"], {}, "error: --keep-alive 1x0: the interval (s) and the attempts must both be >= 1"),
+    ([], {"NODES": "abc"}, "error: NODES='abc' is not an integer: set it to the number of simulated nodes"),
+    ([], {"NODES": "0"}, "error: NODES=0 is not a number of nodes"),
+    ([], {"NPROC": "abc"}, "error: NPROC='abc' is not a number of workers per node"),
+    (["--nodes", "0"], {}, "error: --nodes 0: use 1 or more nodes"),
+])
+def test_cli_bad_values_are_one_line_before_anything_starts(args, env, line):
+    """Each bad value ends the launcher at parse time with exit 2 and one line naming it (no traceback)."""
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--print", *args], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, env={**os.environ, **env})
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr.startswith(line) and out.stderr.count("\n") == 1, out.stderr
+    assert "use e.g. --keep-alive 1x3" in out.stderr or "--keep-alive" not in args
 
 
 def test_package_reexports_resolve_without_importing_torch():

@@ -58,14 +58,22 @@ def connects(host: str, port: int) -> bool:
         return False
 
 
-def agent(endpoint: str, rdzv_id: str, read_timeout: int = 10) -> subprocess.CompletedProcess:
-    """torchrun's agent as every platform runs it, one node, workers running ``python -m site`` (exits 0)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return subprocess.run([sys.executable, "-m", "training.launch.agent", "--nnodes=1", "--nproc-per-node=1",
-                           "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-                           f"--rdzv-conf=is_host=false,read_timeout={read_timeout},join_timeout=20",
-                           "--max-restarts=0", "--module", "site"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+def agent_argv(endpoint: str, rdzv_id: str, read_timeout: int = 10, nnodes: str = "1",
+               module: str = "site") -> list[str]:
+    """torchrun's agent as every platform runs it, workers running ``python -m MODULE`` (site: exits 0)."""
+    return [sys.executable, "-m", "training.launch.agent", f"--nnodes={nnodes}", "--nproc-per-node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            f"--rdzv-conf=is_host=false,read_timeout={read_timeout},join_timeout=20,last_call_timeout=1,"
+            f"keep_alive_interval=1,keep_alive_max_attempt=3", "--max-restarts=0", "--module", module]
+
+
+AGENT_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def agent(endpoint: str, rdzv_id: str, read_timeout: int = 10, **kw) -> subprocess.CompletedProcess:
+    """One agent run to its end (one node by default)."""
+    return subprocess.run(agent_argv(endpoint, rdzv_id, read_timeout, **kw), cwd=ROOT, env=AGENT_ENV,
+                          capture_output=True, text=True, timeout=120)
 
 
 # --- bind address ----------------------------------------------------------------------------------------
@@ -150,10 +158,68 @@ def test_pinned_store_check_in_process(store):
 
 
 def test_unreachable_store_names_the_endpoint(store):
+    """One line after the connect timeout, saying how long it waited and what to check; none of torch's C++
+    frame dumps (the client's retries printed pages of them, and the line came ~45-75 s after a 30 s timeout)."""
     port = store("127.0.0.2")  # a live store, but on another address than the agent dials
+    t0 = time.monotonic()
     r = agent(f"127.0.0.1:{port}", "trainjob-x", read_timeout=2)
+    took = time.monotonic() - t0
     assert r.returncode == 2, r.stdout + r.stderr
-    assert f"no rendezvous store answers at 127.0.0.1:{port}" in r.stderr
+    assert r.stderr.startswith(f"error: no rendezvous store answers at 127.0.0.1:{port} after 2 s (connection "
+                               f"refused): check that it runs there"), r.stderr
+    assert "firewall or security group" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "frame #" not in r.stdout + r.stderr
+    assert took < 2 + 30  # the timeout it was given, plus starting Python and importing torch
+
+
+def test_a_closed_rendezvous_is_refused_with_the_fix(store):
+    """A job that ended closed its rendezvous for good: a new run under the same id on that store is told to
+    take a new id (it used to get torch's RendezvousClosedError traceback, and 'rerun to resume')."""
+    endpoint = f"127.0.0.2:{store('127.0.0.2')}"
+    first = agent(endpoint, "t5-local")
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = agent(endpoint, "t5-local")
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.stderr == (f"error: rendezvous t5-local at {endpoint} is closed: a job with this id ended there; "
+                            f"give this run a new id (--rdzv-id / T5_RDZV_ID, e.g. t5-local-2) or restart the "
+                            f"store\n")
+
+
+def test_another_live_job_under_the_same_id_is_refused(store, tmp_path):
+    """Two jobs pointed at one shared store with the default id: the second one's agent exits 2 naming the
+    other job, at once and without touching it (it used to wait silently as that job's spare, then fail after
+    the join timeout with a traceback); an agent of the same job (a replacement node) is not refused."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from training.launch.store_check import rendezvous_state
+
+    (tmp_path / "waiter.py").write_text("import sys\nsys.stdin.read()\n")  # runs until its agent stops it
+    endpoint = f"127.0.0.2:{store('127.0.0.2')}"
+    env = {**AGENT_ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    running = subprocess.Popen(agent_argv(endpoint, "t5-local", nnodes="1:2", module="waiter"), cwd=ROOT, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = dist.TCPStore("127.0.0.2", int(endpoint.rpartition(":")[2]), is_master=False,
+                               timeout=timedelta(seconds=10))
+        deadline = time.monotonic() + 120
+        while not ((st := rendezvous_state(client, "t5-local")) is not None and st.complete):
+            assert running.poll() is None and time.monotonic() < deadline, running.stdout.read()
+            time.sleep(0.1)
+        other = subprocess.run(agent_argv(endpoint, "t5-local", nnodes="1", module="waiter"), cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert other.returncode == 2, other.stdout + other.stderr
+        assert other.stderr.startswith(f"error: store at {endpoint} is in use by another job under rendezvous id "
+                                       f"t5-local (nnodes 1:2, nproc 1, -m waiter, arguments "), other.stderr
+        assert "not this one (nnodes 1, nproc 1, -m waiter" in other.stderr and other.stderr.count("\n") == 1
+        assert running.poll() is None  # the running job goes on
+        st = rendezvous_state(client, "t5-local")
+        assert len(st.participants) == 1 and not st.wait_list and not st.redundancy_list  # it never joined
+        # an agent of the running job itself (a replacement node: the same description) passes
+        assert check_store(endpoint, "t5-local", 10, job=client.get("t5f/rdzv/t5-local/job").decode()) == ""
+    finally:
+        running.terminate()
+        running.wait(timeout=60)
 
 
 def test_a_stopped_store_does_not_exit_as_a_success(tmp_path):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from stacks.config import ConfigError, InfraConfig, defaults, field_docs
+from stacks.config import EC2_INSTANCE_TYPE, ConfigError, InfraConfig, defaults, field_docs
 from cluster_facts import GPU_INSTANCES, gpu_instance
 from tests.infra.support import ROOT
 
@@ -66,10 +66,18 @@ BAD_INPUTS = [
     ({"vpcCidr": "10.0.0.0/8"}, r"vpcCidr='10.0.0.0/8': use an IPv4 block from /16 to /20"),
     ({"natGateways": "0"}, r"natGateways=0.*NAT"),
     ({"headNodeInstanceType": "p5.48xlarge"}, r"not a GPU type"),
+    # typos and sizes that do not exist: refused at synth, not minutes into a deploy
+    ({"headNodeInstanceType": "m7i.2xlarg"}, r"headNodeInstanceType='m7i.2xlarg': not an EC2 instance type.*"
+                                             r"pass an existing one, e.g. -c headNodeInstanceType=m7i.2xlarge"),
+    ({"headNodeInstanceType": "m7i.3xlarge"}, r"headNodeInstanceType='m7i.3xlarge': not an EC2 instance type"),
+    ({"systemInstanceType": "foo.bar"}, r"systemInstanceType='foo.bar': not an EC2 instance type"),
     ({"trainingNamespace": "kube-system"}, r"trainingNamespace='kube-system'"),
     ({"runtimeName": "T5_Runtime"}, r"runtimeName='T5_Runtime'.*DNS-1123"),
     ({"adminRoleArn": "admin"}, r"adminRoleArn='admin'"),
     ({"apiAllowedCidrs": "everywhere"}, r"apiAllowedCidrs='everywhere'"),
+    # IPv6 (here "open to the world"): EKS refuses IPv6 CIDRs for an IPv4 cluster's endpoint at deploy time
+    ({"apiAllowedCidrs": "::/0"}, r"apiAllowedCidrs='::/0': an IPv6 CIDR.*pass IPv4 CIDRs such as 203.0.113.0/24"),
+    ({"apiAllowedCidrs": "203.0.113.0/24,2001:db8::/32"}, r"apiAllowedCidrs='2001:db8::/32': an IPv6 CIDR"),
     ({"maxRestarts": "-1"}, r"maxRestarts=-1"),
     ({"gpuRootVolumeGiB": "20"}, r"gpuRootVolumeGiB=20"),
 ]
@@ -80,6 +88,19 @@ def test_bad_inputs_fail_with_the_value_and_the_fix(context: dict[str, str], mes
     with pytest.raises(ConfigError, match=message) as err:
         InfraConfig.from_context(context)
     assert str(err.value).startswith("context ")
+
+
+@pytest.mark.parametrize("instance_type", ["m7i.xlarge", "m7i-flex.large", "c7gn.metal", "m7i.metal-24xl",
+                                           "u-6tb1.112xlarge", "t3.nano"])
+def test_existing_instance_types_pass_for_the_head_and_system_nodes(instance_type: str) -> None:
+    cfg = InfraConfig.from_context({"headNodeInstanceType": instance_type, "systemInstanceType": instance_type})
+    assert (cfg.head_node_instance_type, cfg.system_instance_type) == (instance_type, instance_type)
+    assert EC2_INSTANCE_TYPE.fullmatch(instance_type)  # the check used where botocore is missing agrees
+
+
+@pytest.mark.parametrize("typo", ["m7i.2xlarg", "m7i.big", "foo.bar", "m7i", "M7i.xlarge"])
+def test_the_pattern_alone_refuses_typos(typo: str) -> None:
+    assert not EC2_INSTANCE_TYPE.fullmatch(typo)
 
 
 def test_unknown_keys_are_reported_but_cdk_keys_are_not() -> None:

@@ -156,6 +156,11 @@ def test_image_script_explains_missing_tools(tmp_path) -> None:
     bad = subprocess.run([str(IMAGE_SH), "--tag", "bad tag!", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "not a valid image tag" in bad.stderr
+    # from the environment (make image IMAGE_TAG=...): the message names the variable the user set
+    bad = subprocess.run([str(IMAGE_SH), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "IMAGE_TAG": "bad tag!"})
+    assert bad.returncode == 2 and bad.stderr.startswith("error: IMAGE_TAG='bad tag!' is not a valid image tag"), \
+        bad.stderr
 
 
 def test_align_torch_runs_in_a_bare_venv_the_way_scripts_venv_sh_starts_a_gpu_venv(tmp_path) -> None:

@@ -58,11 +58,14 @@ def make_synth(*args: str, platform: str = "eks", timeout: int = 300) -> subproc
 
 
 @pytest.mark.parametrize("args", [("-c GpuNodes=4",), ("-c gpu_instance_type=p4d.24xlarge",), ("-c gpuNodes",),
-                                  ("-c platform=parallelcluster",)])
+                                  ("-c platform=parallelcluster",), ("-c apiAllowedCidrs=::/0",),
+                                  ("-c headNodeInstanceType=m7i.2xlarg",)])
 def test_make_synth_exits_2_before_cdk_starts(args: tuple[str, ...]) -> None:
     proc = make_synth(*args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.startswith("error: "), proc.stderr  # the first thing said: before Node and CDK start
+    assert proc.stderr.count("\n") <= 2 and "Traceback" not in proc.stderr, proc.stderr  # the line (+ make's)
+    assert args[0].split()[1].split("=")[0] in proc.stderr  # names the key
 
 
 def test_make_synth_writes_only_this_synth_into_an_empty_directory() -> None:

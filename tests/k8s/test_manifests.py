@@ -198,6 +198,30 @@ def test_cli_rejects_bad_input(args, match):
     assert match in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("args, env, line", [
+    # named as typed: the submit derives --nproc-per-node from it (it said "--nproc-per-node -1")
+    (["--gpus-per-node", "-1"], {}, "error: --gpus-per-node -1 is invalid: must be an integer >= 0"),
+    # a negative value of a training flag is its value (argparse read "-1" as an unknown option), then validated
+    (["--train.steps", "-1"], {}, "error: training arguments rejected: train.steps=-1 must be > 0"),
+    (["--max-restarts", "-1", "--print-runtime"], {}, "error: --max-restarts -1: use 0 or more"),
+    (["--max-restarts", "5"], {}, "error: --max-restarts 5 changes nothing without --print-runtime"),
+    (["--image-tag", "bad tag!"], {}, "error: --image-tag='bad tag!' is not a valid image tag"),
+    ([], {"IMAGE_TAG": "bad tag!"}, "error: IMAGE_TAG='bad tag!' is not a valid image tag: use up to 128 letters"),
+])
+def test_bad_values_are_one_line_naming_what_was_given(args, env, line):
+    base = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "NODES", "NPROC", "PRESET", "SPARES",
+                                                             "IMAGE_TAG")}
+    r = submit_cli("--dry-run", *args, env={**base, **env})
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.startswith(line) and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_valid_image_tag_passes():
+    r = submit_cli("--dry-run", "--image-tag", "v1.2_rc-3")
+    assert r.returncode == 0, r.stderr
+    assert "<the installed runtime's ECR repository>:v1.2_rc-3" in r.stderr  # the tag a submission would use
+
+
 def test_cluster_paths_are_not_checked_locally():
     r = submit_cli("--dry-run", "--image", "img:1", "--", "--data.source", "/fsx/data/c4")
     assert r.returncode == 0, r.stderr

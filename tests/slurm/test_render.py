@@ -203,7 +203,8 @@ def test_submit_argument_split_and_environment_defaults():
 
 
 def submit_env(tmp_path: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "SHARED_DIR", "NODES", "PRESET")}
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "SHARED_DIR", "NODES", "PRESET", "NPROC",
+                                                             "SPARES", "DRY_RUN")}
     env.update(SLAB_ROOT=str(tmp_path / "no-lab"), **extra)
     return env
 
@@ -222,6 +223,19 @@ def test_submit_errors_without_shared_dir_or_slurm(tmp_path):
     r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--train.steps", "3",
                 env=submit_env(tmp_path, NODES="4"))
     assert r.returncode == 0 and "#SBATCH --nodes=4" in r.stdout and "TRAIN_ARGS=(--train.steps 3)" in r.stdout
+
+
+@pytest.mark.parametrize("args, env, line", [
+    (["--gpus-per-node", "-1"], {}, "error: --gpus-per-node -1: use 0 (CPU) .. 64"),  # the flag typed, not the field
+    (["--nproc-per-node=0"], {}, "error: --nproc-per-node 0: use 1..64 processes per node"),
+    ([], {"NPROC": "0"}, "error: NPROC='0' is not a whole number >= 1: set it to a count, or unset it"),
+    ([], {"NODES": "abc"}, "error: NODES='abc' is not a whole number >= 1"),  # was argparse's usage + "--nodes"
+    (["--train.steps", "-1"], {}, "error: training arguments rejected: train.steps=-1 must be > 0"),
+])
+def test_submit_names_a_bad_value_as_it_was_given(tmp_path, args, env, line):
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", *args,
+                env=submit_env(tmp_path, **env))
+    assert r.returncode == 2 and r.stderr.startswith(line) and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_slurm_and_eks_submits_reject_the_same_global_batch_with_the_same_words(tmp_path):

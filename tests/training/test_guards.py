@@ -181,3 +181,11 @@ def test_accept_changes_are_validated_by_name():
     cfg.checkpoint.accept_changes = "train.lrr"
     with pytest.raises(ConfigError, match="unknown field.*train.lrr"):
         finalize(cfg)
+
+
+def test_accept_changes_all_only_alone():
+    """'all' with other names is a mistake: say so, instead of calling 'all' an unknown field."""
+    cfg = Config()
+    cfg.checkpoint.accept_changes = "all,train.lr"
+    with pytest.raises(ConfigError, match="'all' cannot be combined with other fields; pass either all or a list"):
+        finalize(cfg)

@@ -29,12 +29,12 @@ from typing import Any
 from cluster_assets.k8s import schema
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
-from cluster_assets.training_args import TrainingArgsError
+from cluster_assets.training_args import TrainingArgsError, split_training_flags
 from cluster_assets.training_args import check_training_args as shared_check
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                            FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
-from tools.env_flags import EnvFlagError, env_flag
-from tools.image_tag import source_tag
+from tools.env_flags import EnvFlagError, env_count, env_flag
+from tools.image_tag import check_tag, source_tag
 
 DEFAULT_PRESET = "t5-base"
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
@@ -76,12 +76,10 @@ def apply_output_defaults(a: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
-    """(our options, the training arguments after a bare ``--``); ``None`` = ``sys.argv[1:]``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
+    """(our options, the training arguments: dotted flags with their values, --config FILE and everything after a
+    bare ``--``); ``None`` = ``sys.argv[1:]``. Split before argparse: it would take the value of ``--train.steps -1``
+    for an option of its own (cluster_assets.training_args.split_training_flags, the Slurm submit's rule too)."""
+    return split_training_flags(list(sys.argv[1:] if argv is None else argv))
 
 
 def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str]:
@@ -121,12 +119,10 @@ def check_training_args(cfg: TrainJobConfig) -> None:
 
 def _env_count(p: argparse.ArgumentParser, name: str, default: int | None, minimum: int) -> int | None:
     """An integer Makefile variable (NODES, SPARES, NPROC) from the environment; a bad one exits 2 naming it."""
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    if not raw.strip().isdigit() or int(raw) < minimum:
-        p.exit(2, f"error: {name}={raw!r} is not a whole number >= {minimum}: set it to a count, or unset it\n")
-    return int(raw)
+    try:
+        return env_count(name, default, minimum)
+    except EnvFlagError as e:
+        p.exit(2, f"error: {e}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,6 +184,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_submit_options(a: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The options that reach no manifest check: the image tag (env IMAGE_TAG or --image-tag) and the runtime's
+    --max-restarts. Raises TrainJobError naming the value as it was given."""
+    from_env = a.image_tag == parser.get_default("image_tag") and bool(os.environ.get("IMAGE_TAG"))
+    try:
+        check_tag(a.image_tag, "IMAGE_TAG" if from_env else "--image-tag")
+    except ValueError as e:
+        raise TrainJobError(str(e)) from None
+    if a.max_restarts < 0:
+        raise TrainJobError(f"--max-restarts {a.max_restarts}: use 0 or more (whole-job restarts of the runtime "
+                            f"--print-runtime renders)")
+    if a.max_restarts != DEFAULT_MAX_RESTARTS and not a.print_runtime:
+        raise TrainJobError(f"--max-restarts {a.max_restarts} changes nothing without --print-runtime: the deployed "
+                            f"runtime's whole-job restarts come from the stack (context maxRestarts); for restarts of "
+                            f"a crashed worker inside a pod pass --launcher-arg=--max-restarts={a.max_restarts}")
+
+
 def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJobConfig:
     gpus, efa = a.gpus_per_node, a.efa_per_node
     if gpus is None or efa is None:
@@ -205,10 +218,6 @@ def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJo
         # Submitting: the runtime's default image (the stack's ECR repository + imageTag) is filled in from
         # the cluster after connecting. Dry run (offline): a placeholder that is clearly not real.
         image = PLACEHOLDER_IMAGE
-        if a.dry_run:
-            print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {image} (a "
-                  f"submission uses <the installed runtime's ECR repository>:{a.image_tag}, this checkout's image "
-                  f"as `make image` pushes it)", file=sys.stderr)
     env_pairs = []
     for e in a.env:
         k, eq, v = e.partition("=")
@@ -394,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     a, unknown = parser.parse_known_args(argv)
     try:
         apply_output_defaults(a, parser)
+        check_submit_options(a, parser)
         cfg = config_from_args(a, split_training_args(unknown, after))
         manifest = train_job_manifest(cfg)
         check_training_args(cfg)
@@ -405,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainJobError, schema.SchemaError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.dry_run and cfg.image == PLACEHOLDER_IMAGE:  # after the checks: an error stays the only line
+        print(f"note: no --image/--outputs-file given: the dry run shows the placeholder image {cfg.image} (a "
+              f"submission uses <the installed runtime's ECR repository>:{a.image_tag}, this checkout's image "
+              f"as `make image` pushes it)", file=sys.stderr)
     if docs:
         print(to_yaml(*docs), end="")
         return 0

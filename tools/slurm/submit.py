@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -26,9 +27,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
-from cluster_assets.slurm.render import add_job_arguments, check_training_args, config_from_args, render, summary
+from cluster_assets.slurm.render import (add_job_arguments, check_training_args, config_from_args, flag_of, render,
+                                         summary)
+# (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
+from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
-from tools.env_flags import EnvFlagError, env_flag
+from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
 
 ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
@@ -38,35 +42,39 @@ ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NP
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 
 
-def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(job options, training flags): dotted flags, ``--config`` and everything after ``--`` are training's."""
-    ours: list[str] = []
-    train: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            train += argv[i + 1:]
-            break
-        name = a.split("=", 1)[0]
-        if a.startswith("--") and ("." in name or name == "--config"):
-            take = 1 if "=" in a else 2  # training flags always take one value (booleans as true/false)
-            train += argv[i:i + take]
-            i += take
-            continue
-        ours.append(a)
-        i += 1
-    return ours, train
+#: Variables whose flag takes a whole number (the least it may be): checked here, so a bad one is named as the
+#: variable (argparse would name the flag it became, with its usage text).
+COUNT_VARS = {"NODES": 1, "SPARES": 0, "NPROC": 1}
 
 
 def env_args(env: Mapping[str, str]) -> list[str]:
     out: list[str] = []
     for var, flag in ENV_FLAGS.items():
         if env.get(var):
+            if var in COUNT_VARS:
+                env_count(var, None, COUNT_VARS[var], env)  # raises EnvFlagError naming the variable
             out += [flag, env[var]]
     if env_flag("DRY_RUN", env):  # raises EnvFlagError on a value that is neither true nor false
         out.append("--dry-run")
     return out
+
+
+_SETTING = re.compile(r"^(?P<field>[a-z_]+)=(?P<value>.*?): ")
+
+
+def as_given(message: str, typed: Sequence[str], env: Mapping[str, str]) -> str:
+    """A validation message about setting ``field=value`` (SlurmJobConfig's words, which a --slurm-config TOML
+    uses) reworded to name what the user gave: the flag typed (``--gpus-per-node -1: ...``) or the variable set
+    (``NPROC=0: ...``)."""
+    m = _SETTING.match(message)
+    flag = flag_of(m.group("field")) if m else None
+    if flag is None:
+        return message
+    rest = message[m.end():]
+    if any(a == flag or a.startswith(flag + "=") for a in typed):
+        return f"{flag} {m.group('value')}: {rest}"
+    var = next((v for v, f in ENV_FLAGS.items() if f == flag and env.get(v)), None)
+    return f"{var}={m.group('value')}: {rest}" if var else message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_training_args(cfg)
         text = render(cfg)
     except SlurmConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {as_given(str(e), ours, os.environ)}", file=sys.stderr)
         return EXIT_ENVIRONMENT if isinstance(e, SharedDirError) else EXIT_CONFIG
     if a.dry_run:
         sys.stdout.write(text)

@@ -30,9 +30,10 @@ adds is how the agent stops:
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
 * the rendezvous re-reads its state every 0.1-1 s, scaled to the job's size, instead of torch's fixed 1 s
   (:mod:`training.launch.rdzv_poll`): the first agent back after a failure no longer idles up to 1 s.
-* with a standalone store (``is_host=false``), the agent first checks that a store answers at the endpoint and
-  that it serves this rendezvous id (``--job-id``, :mod:`training.launch.store_check`): exit 2 with one line
-  naming the endpoint, or both job ids, before it touches the rendezvous.
+* with a standalone store (``is_host=false``), the agent first checks that a store answers at the endpoint, that
+  it serves this rendezvous id (``--job-id``), and that the id's rendezvous is neither closed nor another job's
+  (:mod:`training.launch.store_check`): exit 2 with one line naming the endpoint, the ids or the other job,
+  before it touches the rendezvous.
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -111,12 +112,32 @@ def _fixed_world(args) -> int | None:
     return nproc * int(nnodes) if nproc and nnodes.isdigit() else None
 
 
+def _rdzv_conf(args) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in (args.rdzv_conf or "").split(",") if "=" in kv)
+
+
 def _external_store(args) -> tuple[str, float] | None:
     """(endpoint, connect timeout) when the agents connect to a standalone c10d store (``is_host=false``)."""
-    conf = dict(kv.split("=", 1) for kv in (args.rdzv_conf or "").split(",") if "=" in kv)
+    conf = _rdzv_conf(args)
     if args.standalone or args.rdzv_backend != "c10d" or conf.get("is_host", "").lower() not in ("false", "0"):
         return None
     return args.rdzv_endpoint, float(conf.get("read_timeout", 60))  # torch connects with read_timeout too
+
+
+def _job_description(args) -> str:
+    """What every agent of one job shares and two jobs hardly ever do: node counts, workers, what they run, a
+    digest of its arguments (store_check.check_rendezvous tells jobs apart by it)."""
+    import hashlib
+    digest = hashlib.sha256("\0".join(args.training_script_args).encode()).hexdigest()[:10]
+    what = f"-m {args.training_script}" if args.module else args.training_script
+    return f"nnodes {args.nnodes}, nproc {args.nproc_per_node}, {what}, arguments {digest}"
+
+
+def _stale_after_s(args) -> float:
+    """A rendezvous whose newest heartbeat is older than this has no live agent: twice the time torch gives a node
+    before calling it dead (keep-alive interval x attempts, torch's defaults 5 x 3), and at least 10 s."""
+    conf = _rdzv_conf(args)
+    return max(10.0, 2 * float(conf.get("keep_alive_interval", 5)) * float(conf.get("keep_alive_max_attempt", 3)))
 
 
 def _standalone_checkpoint_dir(args) -> str | None:
@@ -145,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     store = _external_store(args)
     if store:
         try:
-            check_store(store[0], args.rdzv_id, connect_timeout_s=store[1])
+            check_store(store[0], args.rdzv_id, connect_timeout_s=store[1], job=_job_description(args),
+                        stale_after_s=_stale_after_s(args))
         except LaunchError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2

@@ -99,6 +99,8 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
     cfg = config_from_env(a.from_env, env)
     over: dict = {"module": a.module}
     if a.nodes is not None:
+        if a.nodes < 1:  # named here: the generic min/max check would blame --min-nodes
+            raise LaunchError(f"--nodes {a.nodes}: use 1 or more nodes")
         over["max_nodes"] = a.nodes
     if a.min_nodes is not None:
         over["min_nodes"] = a.min_nodes

@@ -126,6 +126,11 @@ class LaunchConfig:
             raise LaunchError(f"--shutdown-timeout {self.shutdown_timeout_s} < 1 s")
         if self.train_timeout_s < 0:
             raise LaunchError(f"--train-timeout-s {self.train_timeout_s} < 0 (0 = leave to the training config)")
+        t = self.tuning
+        if t.keep_alive_interval < 1 or t.keep_alive_max_attempt < 1:  # 0 never heartbeats or never gives up
+            raise LaunchError(f"--keep-alive {t.keep_alive_interval}x{t.keep_alive_max_attempt}: the interval (s) and "
+                              f"the attempts must both be >= 1 (a node counts as lost after interval x attempts "
+                              f"seconds without a heartbeat); use e.g. --keep-alive 1x3")
         if self.tuning.join_timeout < 1:
             raise LaunchError(f"--join-timeout {self.tuning.join_timeout} < 1 s: give a replacement node "
                               f"time to boot (default 120)")

@@ -88,8 +88,7 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     if not raw:
         raise LaunchError(f"PET_NNODES is not set: {hint}")
     lo, hi = _nnodes(raw, "PET_NNODES")
-    nproc_raw = env.get("PET_NPROC_PER_NODE", "1")
-    nproc: int | str = int(nproc_raw) if nproc_raw.isdigit() else nproc_raw
+    nproc = _nproc_env(env, "PET_NPROC_PER_NODE", "1")
     node_rank = _int_env(env, "PET_NODE_RANK", hint)
     addr = env.get("PET_MASTER_ADDR")
     if not addr:
@@ -106,17 +105,30 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     return with_platform_timeouts(cfg, platform_timeouts("eks"))
 
 
+def _nproc_env(env: Mapping[str, str], name: str, default: str) -> int | str:
+    """Workers per node from ``name``: a whole number, or torchrun's gpu/cpu/auto; anything else raises
+    :class:`LaunchError` naming the variable (not the flag it becomes)."""
+    raw = env.get(name) or default
+    if raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    if raw in ("gpu", "cpu", "auto"):
+        return raw
+    raise LaunchError(f"{name}={raw!r} is not a number of workers per node: set it to 1 or more (or gpu, cpu, "
+                      f"auto), or unset it")
+
+
 def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
     """Local simulated nodes: NODES, NPROC and SPARES (Makefile variables); the store endpoint is filled in
     at start."""
-    nodes = int(env.get("NODES") or 2)
-    nproc_raw = env.get("NPROC") or "1"
+    hint = "set it to the number of simulated nodes (1 or more), or unset it"
+    nodes = _int_env(env, "NODES", hint) if env.get("NODES") else 2
+    if nodes < 1:
+        raise LaunchError(f"NODES={nodes} is not a number of nodes: {hint}")
     common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local")
     common["external_store"] = True  # local runs always use a standalone store (started by run_local)
     if env.get("SPARES") and "spares" not in common:
         common["spares"] = _int_env(env, "SPARES", "set it to the number of hot-spare nodes (0 = none)")
-    return LaunchConfig(max_nodes=nodes, nproc_per_node=int(nproc_raw) if nproc_raw.isdigit() else nproc_raw,
-                        **common)
+    return LaunchConfig(max_nodes=nodes, nproc_per_node=_nproc_env(env, "NPROC", "1"), **common)
 
 
 def config_from_env(kind: str, env: Mapping[str, str] | None = None) -> LaunchConfig:
