@@ -83,7 +83,8 @@ def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
 
 
 def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str]:
-    """Unknown CLI options that look like training flags (``--a.b``), plus everything after ``--``."""
+    """The training arguments (``after_dashes``: what :func:`split_at_dashes` set aside), after the options argparse
+    did not know (``unknown``): an unknown option is an error naming it; a dotted one is passed on."""
     for a in unknown:
         if a.startswith("-") and "." not in a.split("=")[0]:
             raise TrainJobError(f"unknown option {a}: submit options are listed by --help; training options look "
