@@ -165,7 +165,7 @@ class Recovery:
 
 
 #: The phases of a restart, in order: noticed; the agents stopped the old workers and formed a new rendezvous
-#: round until the new rank 0 was exec'd; that worker's start-up (training.startup); its first step.
+#: round until the new rank 0 was exec'd; that worker's start-up (training.job.startup); its first step.
 BREAKDOWN = ("notice", "stop_and_rendezvous", "interpreter", "imports", "process_group", "build", "restore",
              "first_step")
 

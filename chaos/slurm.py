@@ -48,7 +48,7 @@ from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
 from tools.slurm import slurmctl
 from training.checkpoint import MARKER
-from training.lifecycle import worker_rank
+from training.job.lifecycle import worker_rank
 
 LAB_DIR = REPO_DIR / "testbed" / "slurm_lab"
 
@@ -171,7 +171,7 @@ class Lab:
         return self.fault("link", node).strip()
 
     def worker_pids(self, node: str) -> set[int]:
-        """Training worker processes on a node (named ``t5f-rank-N``, :func:`training.lifecycle.worker_rank`)."""
+        """Training worker processes on a node (named ``t5f-rank-N``, :func:`training.job.lifecycle.worker_rank`)."""
         return {p for p in self.pids(node) if worker_rank(p) is not None}
 
     def worker_ranks(self, hosts: list[str]) -> dict[str, list[int]]:

@@ -53,7 +53,7 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
 
     ``files_here``: this host sees the job's files where the job will (a Slurm head node on the shared file
     system): the data, the weights to start from and the output locations are checked too
-    (training.job_check), so an empty corpus or a read-only directory fails before the job is queued.
+    (training.job.check), so an empty corpus or a read-only directory fails before the job is queued.
     Skipped when the training package is not importable here (a host that only has the container image).
     ``python``: the interpreter the job's nodes run (a venv on shared storage, no container): a preset that trains
     on CUDA needs its torch to be a CUDA build (a CPU venv would stop every rank at start, after the queue wait).
@@ -63,7 +63,7 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
     """
     try:
         from training.config import ConfigError, check_world, load_config
-        from training.job_check import CHECK_ERRORS, check_job
+        from training.job.check import CHECK_ERRORS, check_job
     except ImportError:  # pragma: no cover - the training package is in this repository
         return
     world = nodes * nproc_per_node

@@ -21,7 +21,7 @@ FSX_MOUNT_PATH = "/fsx"
 """Where FSx for Lustre is mounted: in every training pod and on every ParallelCluster node."""
 
 MEMORY_DIR_ENV = "T5F_MEMORY_DIR"
-"""Environment variable naming the node-local directory of the in-memory snapshots (training.memory_tier)."""
+"""Environment variable naming the node-local directory of the in-memory snapshots (training.checkpoint.memory)."""
 
 NODE_MEMORY_DIR = "/dev/shm/t5-failover"
 """The in-memory snapshots' directory on a node (its tmpfs): the training default on Slurm nodes; on EKS the

@@ -74,7 +74,7 @@ from typing import Any, Callable
 import yaml
 
 from cluster_assets.k8s import schema
-from training.lifecycle import WORKER_NAME_PREFIX
+from training.job.lifecycle import WORKER_NAME_PREFIX
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_PORT = 29500  # constants.ContainerTrainerPort in Trainer v2.3

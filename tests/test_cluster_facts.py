@@ -52,7 +52,7 @@ def largest_preset(platform: str) -> str:
 
 
 #: Allowance for the training step a SIGTERM waits for before the save (an upper bound, not a measurement):
-#: t5-3b has 3.5x the parameters of t5-large, whose step took 0.6 s on one H100 (training/trainer.py), and
+#: t5-3b has 3.5x the parameters of t5-large, whose step took 0.6 s on one H100 (training/job/trainer.py), and
 #: the default job has 16 GPUs; 30 s leaves room for p4d and slow steps. t5-60m on 2 CPU cores: 4.6 s measured.
 STEP_ALLOWANCE_S = {"local": 10, "slurm": 30, "eks": 30}
 
@@ -81,7 +81,7 @@ def test_the_parameter_formula_is_the_model_the_trainer_builds():
     torch = pytest.importorskip("torch")
     from transformers import T5ForConditionalGeneration
 
-    from training.model import build_t5_config
+    from training.model.t5 import build_t5_config
     for preset in ("debug", "t5-60m", "t5-3b"):
         m = load_config(["--preset", preset]).model
         with torch.device("meta"):  # shapes only: t5-3b without allocating 11 GB

@@ -12,7 +12,7 @@ import contextlib
 import io
 import sys
 
-from training.checkpoint_layout import latest_complete, parse_step
+from training.checkpoint.layout import latest_complete, parse_step
 from training.config import ConfigError, load_config
 
 

@@ -17,10 +17,10 @@ import warnings
 
 from training.config import ConfigError, parse_args, to_toml
 from training.errors import EXIT_CODES, Diverged, exit_code
-from training.job_check import CHECK_ERRORS, already_checked, check_job
-from training.lifecycle import die_with_agent, exit_without_finalization, name_worker
-from training.run_lock import EXIT_BUSY, CheckpointDirBusy
-from training.startup import StartupClock
+from training.job.check import CHECK_ERRORS, already_checked, check_job
+from training.job.lifecycle import die_with_agent, exit_without_finalization, name_worker
+from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
+from training.job.startup import StartupClock
 
 KNOWN_ERRORS = {**EXIT_CODES, CheckpointDirBusy: EXIT_BUSY}
 
@@ -33,8 +33,8 @@ def _report(e: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    clock = StartupClock()  # the restart breakdown times this worker's start-up from here (training.startup)
-    name_worker(os.environ.get("RANK"))  # how tools find workers (training.lifecycle.WORKER_NAME_PREFIX)
+    clock = StartupClock()  # the restart breakdown times this worker's start-up from here (training.job.startup)
+    name_worker(os.environ.get("RANK"))  # how tools find workers (training.job.lifecycle.WORKER_NAME_PREFIX)
     die_with_agent()  # a worker left behind by a vanished torchrun agent would train on unsupervised
     # Until the trainer handles it (end of start-up), Ctrl-C ends the worker like SIGTERM does: at once and
     # quietly; no step has run, so nothing is lost. (Python's default would print a KeyboardInterrupt traceback.)
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             check_job(cfg, nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         except CHECK_ERRORS as e:
             return _report(e)
-    from training.trainer import Trainer  # torch import after argument errors are reported
+    from training.job.trainer import Trainer  # torch import after argument errors are reported
     clock.mark("imports")
     trainer = None
     try:

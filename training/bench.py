@@ -117,7 +117,7 @@ def run(argv: list[str]) -> int:
     ap.add_argument("extra", nargs="*", help="training overrides after --, e.g. -- --train.global_batch 16")
     a = ap.parse_args(argv)
     from training.config import load_config
-    from training.trainer import Trainer
+    from training.job.trainer import Trainer
     # one directory for all ranks (a checkpoint is written by every rank into the same place)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or str(os.getppid())
     tmp = Path(tempfile.gettempdir()) / f"t5f-bench-{run_id}"

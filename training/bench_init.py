@@ -2,7 +2,7 @@
 
 Two ways, each under torchrun with NPROC ranks on this machine's CPU: ``cpu`` builds the whole model on every
 rank and then shards it (the old path, still used for ``model.init_from``); ``meta`` builds on the meta device
-and materialises only the rank's shards (training.meta_init, the trainer's path). Prints seconds and peak
+and materialises only the rank's shards (training.model.meta_init, the trainer's path). Prints seconds and peak
 resident memory per rank; both give bitwise the same weights (tests/training/test_meta_init.py).
 
     python -m training.bench_init --preset t5-large --nproc 2
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.lifecycle import exit_without_finalization
+from training.job.lifecycle import exit_without_finalization
 
 
 def worker(preset: str, mode: str, out: str) -> None:
@@ -28,7 +28,7 @@ def worker(preset: str, mode: str, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from training.config import load_config
-    from training.model import BuiltOnCpu, apply_fsdp, build_model, build_model_for_sharding
+    from training.model.t5 import BuiltOnCpu, apply_fsdp, build_model, build_model_for_sharding
 
     dist.init_process_group("gloo")
     cfg = load_config(["--preset", preset])

@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from training.checkpoint import MARKER, parse_step, read_marker, scan, verify
-from training.integrity import crc32c_file, storage_reason
+from training.checkpoint.integrity import crc32c_file, storage_reason
 
 COMPARED_PREFIXES = ("train.model.", "train.optim.")
 #: What `python -m training.export` writes (and `from_pretrained` reads): a model, not a training checkpoint.

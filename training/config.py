@@ -21,13 +21,50 @@ from typing import Any
 
 from cluster_facts import MEMORY_DIR_ENV, NODE_MEMORY_DIR
 from training.field_docs import field_docs
-from training.run_identity import parse_accept
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid. The message names the value and the fix."""
+
+
+# ---- The resume guard's vocabulary (training.checkpoint.run_identity): which run settings a resume may change.
+# Field -> what accepting a change of it does, shown in the error and when accepted. {step}: the step the
+# run resumes after; {offset}: the global sample offset it continues at.
+EFFECTS = {
+    "data.source": "the new data is read from global sample {offset} on (its own epoch order)",
+    "data.seq_len": "samples of the new length from global sample {offset} on",
+    "data.noise_density": "the new span corruption applies from global sample {offset} on",
+    "data.mean_span_len": "the new span corruption applies from global sample {offset} on",
+    "job.seed": "the data order follows the new seed from global sample {offset} on (dropout keeps its saved state)",
+    "train.lr": "the new peak learning rate applies from step {next} on (on the same warmup/decay curve)",
+    "train.warmup_steps": "the learning-rate curve is recomputed with the new warmup from step {next} on",
+    "train.steps": "the run ends at the new step count; the cosine decay is stretched to it from step {next} on",
+    "train.weight_decay": "the new weight decay applies from step {next} on",
+    "train.max_grad_norm": "the new clipping norm applies from step {next} on",
+    "train.global_batch": "steps from {next} on take the new global batch; the sample offset {offset} is kept",
+    "optimizer": "the saved optimizer state is used with the new optimizer settings",
+}
+FIELDS = tuple(EFFECTS)
+# Changes a resume takes without being asked (and says so): running longer is the common, intended one.
+ALWAYS_ACCEPTED = frozenset({"train.steps"})
+
+
+def parse_accept(text: str) -> set[str]:
+    """'train.lr, data.source' -> {'train.lr', 'data.source'}; 'all' (alone) -> every field. Unknown names, or 'all'
+    with other names, raise ValueError."""
+    names = {s.strip() for s in text.split(",") if s.strip()}
+    if names == {"all"}:
+        return set(FIELDS)
+    if "all" in names:  # 'all' already means every field: a list next to it is a mistake, not a wider 'all'
+        raise ValueError(f"checkpoint.accept_changes={text!r}: 'all' cannot be combined with other fields; pass "
+                         f"either all or a list of fields ({', '.join(FIELDS)})")
+    unknown = sorted(names - set(FIELDS))
+    if unknown:
+        raise ValueError(f"checkpoint.accept_changes: unknown field(s) {', '.join(unknown)}; "
+                         f"valid: all, {', '.join(FIELDS)}")
+    return names
 
 
 @dataclass
@@ -59,7 +96,7 @@ class ModelConfig:
     init_from: str = ""
     """Optional local directory with pretrained T5 weights (e.g. on FSx). Never a hub name."""
     attention: str = "sdpa"
-    """Attention kernel: 'sdpa' (transformers' SDPA path), 'eager', or 'sdpa_bias' (training/attention.py: SDPA
+    """Attention kernel: 'sdpa' (transformers' SDPA path), 'eager', or 'sdpa_bias' (training/model/attention.py: SDPA
     given T5's learned position bias in the compute dtype with the mask folded in, scale 1.0, and no bias at all
     in cross-attention, so the fused kernels can run; not yet measured on a GPU). 'eager' was 14% faster and
     used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
@@ -117,7 +154,7 @@ class ParallelConfig:
     activation_checkpointing: bool = False
     """Recompute each T5 block's activations in the backward pass to save memory."""
     compile: str = "auto"
-    """torch.compile each T5 block in place before sharding (training/compile.py): 'on', 'off', or 'auto' = off
+    """torch.compile each T5 block in place before sharding (training/model/compile.py): 'on', 'off', or 'auto' = off
     for now (on the CPU compiling costs more than the small models' steps; on GPUs it stays off until a run
     measures a gain)."""
     threads: int = 1
@@ -137,10 +174,10 @@ class ParallelConfig:
     for this long is declared silent (a node that lost power, a partition, a stopped or wedged worker): its
     watcher ends its own worker, and the silent worker's own agent SIGKILLs it (when the agent still runs), so
     the job re-forms in seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps
-    and long saves never look silent. 0 = off (see training/watchdog.py)."""
+    and long saves never look silent. 0 = off (see training/job/watchdog.py)."""
 
 
-# Where in-memory snapshots live (training.memory_tier): node-local tmpfs; the local launcher gives each
+# Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
 # simulated node its own directory through MEMORY_DIR_ENV (EKS points it at the node's copy, see the runtime).
 DEFAULT_MEMORY_DIR = NODE_MEMORY_DIR
 
@@ -400,7 +437,7 @@ def finalize(cfg: Config) -> Config:
 
 def validate(cfg: Config) -> None:
     """Every check of the values, in one place. What they point at (files, directories, GPUs) is checked by
-    training.job_check on the host that runs the job; world-size checks at start (see check_world)."""
+    training.job.check on the host that runs the job; world-size checks at start (see check_world)."""
     m, d, t, p, c = cfg.model, cfg.data, cfg.train, cfg.parallel, cfg.checkpoint
 
     def need(cond: bool, msg: str) -> None:

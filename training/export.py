@@ -22,7 +22,7 @@ def export(ckpt: str | Path, out: str | Path) -> Path:
     from training.checkpoint import read_marker
     from training.compare import load_full, resolve_checkpoint
     from training.config import ModelConfig
-    from training.model import build_model
+    from training.model.t5 import build_model
 
     out = Path(out)
     # The same check compare makes: what the path is, the commit marker, every file's size and CRC32C.

@@ -29,7 +29,7 @@ a mis-pointed endpoint, not against an attacker: TCPStore has no authentication 
 security").
 
 Started by the local launcher (``python -m training.launch``), the store stops when the launcher exits, even
-if it was SIGKILLed (``T5_DIE_WITH_PARENT``, :mod:`training.lifecycle`).
+if it was SIGKILLed (``T5_DIE_WITH_PARENT``, :mod:`training.job.lifecycle`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from training.lifecycle import die_with_launcher
+from training.job.lifecycle import die_with_launcher
 
 #: Key under which the store publishes the job it serves ("" = shared by any job).
 JOB_ID_KEY = "t5f/store/job_id"

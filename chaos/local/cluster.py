@@ -4,9 +4,9 @@ Every agent runs the exact command line of ``training.launch`` (``torchrun_argv`
 (and its workers) is timestamped line by line as it arrives, so the harness can tell when a failure was
 noticed. Only processes started here are ever signalled: agents are our children, workers are checked to
 be descendants of one of our agents before anything is sent to them. The store and the agents die with the
-harness (the kernel's parent-death signal, :mod:`training.lifecycle`), so a harness stopped in any way, even
+harness (the kernel's parent-death signal, :mod:`training.job.lifecycle`), so a harness stopped in any way, even
 between starting a process and recording it, leaves none behind. Workers are found by their process
-name (``t5f-rank-N``, :func:`training.lifecycle.worker_rank`): warm workers are forked by the agent's
+name (``t5f-rank-N``, :func:`training.job.lifecycle.worker_rank`): warm workers are forked by the agent's
 forkserver, so their ``/proc/PID/environ`` does not carry RANK.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from training.config import MEMORY_DIR_ENV
 from training.launch import LaunchConfig, launch_env, start_store, torchrun_argv
-from training.lifecycle import PARENT_ENV, worker_rank
+from training.job.lifecycle import PARENT_ENV, worker_rank
 
 
 class ClusterError(RuntimeError):

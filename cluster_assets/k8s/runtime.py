@@ -49,7 +49,7 @@ How a failure is handled (the reason for every field below):
 * Success: JobSet ``successPolicy`` ``{operator: All, targetReplicatedJobs: [node]}``: the JobSet (and the
   TrainJob) completes when every node pod has succeeded, although the store never exits; JobSet then deletes the
   store Job.
-* The in-memory snapshots (``training.memory_tier``) live in the node's ``/dev/shm/t5-failover`` (a hostPath),
+* The in-memory snapshots (``training.checkpoint.memory``) live in the node's ``/dev/shm/t5-failover`` (a hostPath),
   not in the pod: a pod recreated on the same node restores from them (or a lost node's shards from its peer's
   replica) instead of going back to the storage checkpoint.
 * ``ttlSecondsAfterFinished`` is deliberately not set (kubeflow/trainer#3737: restart-count reset loop).

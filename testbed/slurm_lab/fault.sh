@@ -30,7 +30,7 @@ i="$(node_idx "$n")"
 
 slurmd_pid() { pidfile_pid "$R/run/slurmd-$n.pid"; }
 stale_pids() { local sp; sp="$(slurmd_pid)"; node_pids_alive "$n" | grep -vx "${sp:-x}" || true; }
-# node PIDs of training workers: they name themselves t5f-rank-N (training.lifecycle.name_worker); a warm
+# node PIDs of training workers: they name themselves t5f-rank-N (training.job.lifecycle.name_worker); a warm
 # worker, forked by its agent's forkserver, has no torchrun variables in /proc/PID/environ
 node_worker_pids() {
   local p

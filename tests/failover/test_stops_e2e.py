@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, TINY, TORCHRUN
 from training.checkpoint import latest_complete, parse_step
-from training.lifecycle import worker_rank
+from training.job.lifecycle import worker_rank
 
 pytestmark = pytest.mark.e2e
 # scripts/train.sh: PRESET debug, NPROC 2 (its defaults); the local launcher: NODES 2 (flag), NPROC 1

@@ -308,7 +308,7 @@ def test_the_store_is_off_the_compute_nodes_by_default(tmp_path):
 
 def test_a_gpu_preset_is_refused_before_queueing_when_the_nodes_would_run_a_cpu_only_torch(tmp_path):
     # Venv mode (no container image): the nodes run this checkout's venv, whose torch is the CPU wheel. Every rank
-    # of a CUDA preset would stop at start (training.job_check), after the queue wait; the submit says so now.
+    # of a CUDA preset would stop at start (training.job.check), after the queue wait; the submit says so now.
     gpu = ("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--nodes", "2", "--instance-type",
            "p5.48xlarge", "--preset", "t5-base")
     r = run_cli(*gpu, env=submit_env(tmp_path))

@@ -12,9 +12,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from training.config import ModelConfig, ParallelConfig
-from training.lifecycle import exit_without_finalization
-from training.meta_init import RecordedInit
-from training.model import apply_activation_checkpointing, apply_fsdp, build_model, build_model_for_sharding
+from training.job.lifecycle import exit_without_finalization
+from training.model.meta_init import RecordedInit
+from training.model.t5 import apply_activation_checkpointing, apply_fsdp, build_model, build_model_for_sharding
 
 
 def main() -> None:

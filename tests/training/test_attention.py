@@ -13,10 +13,10 @@ from torch._dynamo.utils import counters
 from torch.distributed.device_mesh import init_device_mesh
 from transformers import T5ForConditionalGeneration
 
-from training.attention import CHOICES, SDPA_BIAS, attn_implementation
-from training.compile import apply_regional_compile, compile_enabled
+from training.model.attention import CHOICES, SDPA_BIAS, attn_implementation
+from training.model.compile import apply_regional_compile, compile_enabled
 from training.config import ConfigError, ModelConfig, ParallelConfig, load_config
-from training.model import apply_activation_checkpointing, apply_fsdp, build_t5_config
+from training.model.t5 import apply_activation_checkpointing, apply_fsdp, build_t5_config
 
 # Two blocks per stack: block 0 computes the position bias, block 1 reuses it. All three kinds of attention: encoder
 # self-attention, decoder causal self-attention, cross-attention.
@@ -24,7 +24,7 @@ SMALL = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, nu
 
 
 def t5(attention: str, **overrides) -> T5ForConditionalGeneration:
-    """The project's T5 (training.model.build_t5_config), seed 0, with a large position bias so that a kernel
+    """The project's T5 (training.model.t5.build_t5_config), seed 0, with a large position bias so that a kernel
     that mishandles it cannot pass on rounding (T5's init makes the bias small)."""
     cfg = ModelConfig(**{**SMALL, **overrides}, attention=attention)
     attn_implementation(attention)
@@ -261,7 +261,7 @@ def world_of_one():
 
 def test_regional_compile_composes_with_activation_checkpointing_and_fsdp2(world_of_one):
     """The trainer's order: checkpointing, compile, fully_shard. Padding in the batch: the case that Inductor's
-    vectorised CPU kernels get wrong for the position bias's gradient (training/compile.py)."""
+    vectorised CPU kernels get wrong for the position bias's gradient (training/model/compile.py)."""
     torch._dynamo.reset()
     counters.clear()
 

@@ -44,7 +44,7 @@ def test_bad_values_name_the_value(args, needle):
 
 
 def test_paths_are_values_to_the_parser_and_checked_where_the_job_runs():
-    # a submit host outside the cluster parses the pods' paths without looking for them (training.job_check does)
+    # a submit host outside the cluster parses the pods' paths without looking for them (training.job.check does)
     cfg = load_config(["--data.source", "/fsx/corpus.jsonl", "--model.init_from", "/fsx/weights"])
     assert (cfg.data.source, cfg.model.init_from) == ("/fsx/corpus.jsonl", "/fsx/weights")
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from training.config import DataConfig
-from training.corpus import DataSourceError, span_lengths
-from training.data import (EOS, FIRST_SENTINEL, GlobalOrder, SpanCorruptionDataset, _split, _token_stream,
+from training.data.corpus import DataSourceError, span_lengths
+from training.data.dataset import (EOS, FIRST_SENTINEL, GlobalOrder, SpanCorruptionDataset, _split, _token_stream,
                            build_dataset, builtin_cache_path, builtin_tokens, cached_tokens, encode, raw_length_for)
 
 

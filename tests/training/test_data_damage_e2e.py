@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import TINY, torchrun
 from training.config import DataConfig, JobConfig
-from training.data import GlobalOrder, build_dataset, prepare
+from training.data.dataset import GlobalOrder, build_dataset, prepare
 
 
 @pytest.mark.e2e

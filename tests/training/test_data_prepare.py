@@ -15,12 +15,12 @@ import torch
 
 from tests.conftest import ROOT
 from training.config import DataConfig
-from training.corpus import DataSourceError
-from training.data import (GlobalOrder, ResumableBatchSampler, ShardedTokens, build_dataloader, build_dataset,
+from training.data.corpus import DataSourceError
+from training.data.dataset import (GlobalOrder, ResumableBatchSampler, ShardedTokens, build_dataloader, build_dataset,
                            main, prepare)
-from training.job_check import check_data
-from training.prepared import MANIFEST, ShardWriter, read_manifest, verify_contents
-from training.run_identity import digest_tokens
+from training.job.check import check_data
+from training.data.prepared import MANIFEST, ShardWriter, read_manifest, verify_contents
+from training.checkpoint.run_identity import digest_tokens
 
 SHARD = 997  # a prime: sample windows (70 tokens at seq_len 64) straddle most shard boundaries
 

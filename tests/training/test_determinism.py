@@ -13,7 +13,7 @@ from training.compare import compare
 
 PROBE = """
 import json, os, torch
-from training.determinism import apply_determinism
+from training.job.determinism import apply_determinism
 apply_determinism({enabled})
 print(json.dumps({{"algorithms": torch.are_deterministic_algorithms_enabled(),
                   "cudnn_deterministic": torch.backends.cudnn.deterministic,

@@ -1,4 +1,4 @@
-"""Fault injection is one object (training.faults.Faults) that does nothing unless a fault.* setting is on."""
+"""Fault injection is one object (training.job.faults.Faults) that does nothing unless a fault.* setting is on."""
 from __future__ import annotations
 
 import errno
@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 from training.config import FaultConfig
-from training.faults import Faults
+from training.job.faults import Faults
 
 
 def test_no_setting_no_fault_at_any_point(tmp_path):
@@ -38,7 +38,7 @@ def test_faults_fire_at_their_step_and_rank_only(tmp_path):
 
 
 def test_a_process_fault_happens_once_per_out_dir(tmp_path):
-    code = ("import sys; from training.config import FaultConfig; from training.faults import Faults; "
+    code = ("import sys; from training.config import FaultConfig; from training.job.faults import Faults; "
             "Faults(FaultConfig(sigkill_at_step=2), rank=0, out_dir=sys.argv[1]).after_step(2); print('alive')")
     first = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert first.returncode == -9 and "[fault] rank 0 SIGKILLs itself after step 2" in first.stdout

@@ -14,9 +14,9 @@ import torch.distributed as dist
 
 from training.config import Config, ConfigError, finalize
 from training.errors import Diverged
-from training.guard import NonFiniteGuard
-from training.integrity import crc32c_file, peer_reason, share, storage_reason
-from training.run_identity import FIELDS, diff, parse_accept, run_fingerprint
+from training.job.guard import NonFiniteGuard
+from training.checkpoint.integrity import crc32c_file, peer_reason, share, storage_reason
+from training.checkpoint.run_identity import FIELDS, diff, parse_accept, run_fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_storage_reason_names_the_cause_through_wrapping(code, text):
 def test_a_write_failure_without_errno_on_a_full_device_is_named_as_a_full_device(tmp_path):
     # PyTorch's stream writer reports ENOSPC as "unexpected pos N vs M" (no errno); the reason must still
     # say the device is full. A real full tmpfs, in a private mount namespace.
-    probe = ("import sys; from training.integrity import storage_reason; d = sys.argv[1]\n"
+    probe = ("import sys; from training.checkpoint.integrity import storage_reason; d = sys.argv[1]\n"
              "try:\n    open(d + '/fill', 'wb').write(b'x' * (1 << 20))\nexcept OSError: pass\n"
              "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598'), d))")
     full = tmp_path / "full"
@@ -110,7 +110,7 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     """A rank killed between creating a step directory and writing its ownership file used to leave a step
     directory the next start took for a stranger's (and refused to overwrite). Now the directory is made under a
     scratch name and renamed into place; a scratch left by a kill is ours: not reported, removed by the next save."""
-    from training.checkpoint import OWNED, StorageTier, foreign_entries, is_ours, step_dir
+    from training.checkpoint.storage import OWNED, StorageTier, foreign_entries, is_ours, step_dir
     from training.config import CheckpointConfig
     root = tmp_path / "ckpt"
     root.mkdir()
@@ -131,7 +131,7 @@ def test_checkpoint_collectives_wait_a_bound_from_the_timed_saves_not_the_hour(w
     """The load and the first save wait checkpoint.timeout_s; from the next save on, the group's real timeout
     is max(min_timeout_s, 4 x the slowest save), so a peer silent mid-save costs seconds, not an hour."""
     from datetime import timedelta
-    from training.checkpoint import StorageTier
+    from training.checkpoint.storage import StorageTier
     from training.config import CheckpointConfig
     mgr = StorageTier(CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
                             rank=0, world_size=1, signature={})

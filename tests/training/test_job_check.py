@@ -1,4 +1,4 @@
-"""The checks before any process starts (training.job_check): each kind of bad data, location and device is
+"""The checks before any process starts (training.job.check): each kind of bad data, location and device is
 one message naming the value and the fix, from every start path (agent, launcher, python -m training, Slurm
 submit), with the exit code of the README's table and no worker started."""
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from tests.conftest import ROOT, TINY
 from training import job_check
 from training.config import ConfigError, load_config
-from training.corpus import DataSourceError
-from training.data import build_dataset
-from training.job_check import check_data, check_device, check_inputs, check_job, check_locations
+from training.data.corpus import DataSourceError
+from training.data.dataset import build_dataset
+from training.job.check import check_data, check_device, check_inputs, check_job, check_locations
 
 TEXT = "The quick brown fox jumps over the lazy dog, and keeps running for a while. " * 4
 
@@ -92,7 +92,7 @@ def test_a_fifo_is_refused_without_being_opened(tmp_path):
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
     # in a child with a deadline: opening a FIFO with no writer would block forever
-    code = ("from training.job_check import check_data; from training.config import load_config; "
+    code = ("from training.job.check import check_data; from training.config import load_config; "
             f"check_data(load_config(['--data.source', {str(fifo)!r}]).data, min_samples=1)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "is a named pipe (FIFO), not a file of text" in r.stderr
@@ -155,7 +155,7 @@ def test_locations_that_are_files_or_cannot_be_created(tmp_path):
 def test_a_read_only_checkpoint_dir_is_refused_as_a_location(tmp_path):
     ckpts = tmp_path / "ro"
     ckpts.mkdir()
-    code = ("from training.job_check import check_locations; import sys; "
+    code = ("from training.job.check import check_locations; import sys; "
             f"check_locations(out_dir={str(tmp_path)!r}, checkpoint_dir=sys.argv[1], "
             f"metrics_path={str(tmp_path / 'm.jsonl')!r})")
     script = 'mount -t tmpfs -o size=1m,ro tmpfs "$0" && exec "$@"'
@@ -330,7 +330,7 @@ def test_a_checkpoint_dir_around_another_runs_is_refused(tmp_path):
 
 
 def test_init_from_is_checked_before_any_process_starts(tmp_path):
-    """The pretrained directory's check (training.pretrained) runs in the start checks: one line, exit 2 or 3."""
+    """The pretrained directory's check (training.model.pretrained) runs in the start checks: one line, exit 2 or 3."""
     from training.errors import CheckpointIncompatible
     empty, other = tmp_path / "empty", tmp_path / "other"
     empty.mkdir()

@@ -1,4 +1,4 @@
-"""training.lifecycle: real parent and child processes, real SIGKILL of the parent (Linux)."""
+"""training.job.lifecycle: real parent and child processes, real SIGKILL of the parent (Linux)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 PARENT = textwrap.dedent("""
     import os, subprocess, sys, threading, time
     child = [sys.executable, "-c",
-             "import os, signal, time; from training.lifecycle import die_with_launcher; "
+             "import os, signal, time; from training.job.lifecycle import die_with_launcher; "
              "assert die_with_launcher(signal.SIGTERM); assert 'T5_DIE_WITH_PARENT' not in os.environ; "
              "print('armed', flush=True); time.sleep(120)"]
     env = dict(os.environ, T5_DIE_WITH_PARENT=str(os.getpid()))
@@ -80,21 +80,21 @@ def test_the_signal_follows_the_forking_thread_so_parents_fork_from_their_main_t
 
 def test_a_parent_already_gone_means_the_signal_is_sent_at_once():
     # The child names a parent that is not its parent (as if the real one died before the request).
-    code = ("import signal, time; from training.lifecycle import die_with_parent; "
+    code = ("import signal, time; from training.job.lifecycle import die_with_parent; "
             "die_with_parent(signal.SIGTERM, parent_pid=1 if __import__('os').getppid() != 1 else 2); time.sleep(30)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=30)
     assert r.returncode == -signal.SIGTERM
 
 
 def test_a_worker_outside_torchrun_arms_nothing():
-    code = "from training.lifecycle import die_with_agent; print(die_with_agent())"
+    code = "from training.job.lifecycle import die_with_agent; print(die_with_agent())"
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert r.stdout.strip() == "False", r.stderr
 
 
 def test_a_worker_whose_agent_died_before_it_started_kills_itself():
-    code = "from training.lifecycle import die_with_agent; die_with_agent(); print('still running')"
+    code = "from training.job.lifecycle import die_with_agent; die_with_agent(); print('still running')"
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer runs
     env = dict(os.environ, TORCHELASTIC_RUN_ID="x", T5_AGENT_PID=str(dead.pid))
@@ -107,8 +107,8 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
     import sys
     import time
 
-    from training.lifecycle import worker_rank
-    code = "from training.lifecycle import name_worker; import sys, time; name_worker(12); print('ok', flush=True); time.sleep(30)"
+    from training.job.lifecycle import worker_rank
+    code = "from training.job.lifecycle import name_worker; import sys, time; name_worker(12); print('ok', flush=True); time.sleep(30)"
     named = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     plain = subprocess.Popen(["sleep", "30"])
     try:
@@ -126,7 +126,7 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
 def test_exit_without_finalization_keeps_the_output_and_the_code_and_skips_finalizers():
     # Buffered output (a pipe, not a terminal) and log records reach the parent; atexit handlers, which are part of
     # the finalization this exit skips, do not run.
-    code = ("import atexit, logging, sys; from training.lifecycle import exit_without_finalization; "
+    code = ("import atexit, logging, sys; from training.job.lifecycle import exit_without_finalization; "
             "logging.basicConfig(stream=sys.stderr); atexit.register(lambda: print('finalized')); "
             "print('done', end=''); logging.getLogger('x').warning('logged'); exit_without_finalization(3)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

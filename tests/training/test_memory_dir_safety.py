@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from tests.conftest import ROOT
 from training.config import load_config
-from training.memory_tier import MemoryTier, is_run_dir
+from training.checkpoint.memory import MemoryTier, is_run_dir
 
 DAY = 24 * 3600
 
@@ -118,7 +118,7 @@ def test_an_unusable_memory_dir_turns_the_tier_off_with_a_warning(tmp_path, worl
 FILL_AND_SNAPSHOT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     from training.config import load_config
-    from training.memory_tier import MemoryTier
+    from training.checkpoint.memory import MemoryTier
     dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
     cfg = load_config(["--checkpoint.memory_dir", sys.argv[1], "--checkpoint.memory_replica", "false"]).checkpoint
     tier = MemoryTier.build(cfg, rank=0, world=1, local_world=1, checkpoint_dir=sys.argv[3],

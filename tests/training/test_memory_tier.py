@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from training.config import load_config
-from training.memory_tier import MemoryTier, _Generations, _remove_stale, run_key
-from training.state import Progress
+from training.checkpoint.memory import MemoryTier, _Generations, _remove_stale, run_key
+from training.checkpoint.state import Progress
 
 
 class Net(torch.nn.Module):
@@ -136,14 +136,14 @@ def test_generations_alternate_slots(tmp_path):
 
 
 def _row_set(n: int, world: int, rank: int) -> set[int]:
-    from training.memory_tier import _rows
+    from training.checkpoint.memory import _rows
     first, count = _rows(n, world, rank)
     return set(range(first, first + count))
 
 
 @pytest.mark.parametrize("rows, old_world, world", [(10, 4, 2), (10, 2, 4), (3, 4, 3), (64, 4, 3), (1, 2, 3)])
 def test_each_new_shard_gets_exactly_the_old_shards_that_hold_its_rows(rows, old_world, world):
-    from training.memory_tier import _old_shards_needed
+    from training.checkpoint.memory import _old_shards_needed
     covered: list[int] = []
     for r in range(world):
         mine = _row_set(rows, world, r)

@@ -10,8 +10,8 @@ import torch
 
 from tests.conftest import ROOT, TORCHRUN
 from training.config import ModelConfig
-from training.meta_init import MetaInitUnsupported, record_init
-from training.model import BuiltOnCpu, build_model, build_model_for_sharding, record_or_build
+from training.model.meta_init import MetaInitUnsupported, record_init
+from training.model.t5 import BuiltOnCpu, build_model, build_model_for_sharding, record_or_build
 
 # Odd sizes, so shards are uneven across 3 ranks (64 rows -> 22/21/21, vocab 384 -> 128 each, d_ff 96 -> 32).
 SMALL = dict(d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from training.config import MetricsConfig
-from training.metrics import MetricsLogger
+from training.job.metrics import MetricsLogger
 
 
 def fill(directory) -> None:

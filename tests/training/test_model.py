@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from training.attention import CHOICES
+from training.model.attention import CHOICES
 from training.config import ModelConfig, load_config
-from training.model import build_model
+from training.model.t5 import build_model
 
 SMALL = dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, dropout=0.0)
 

@@ -10,7 +10,7 @@ from tests.conftest import ROOT, TINY_STEPS, tiny_run
 from training.checkpoint import SUPERSEDED, step_dir
 from training.compare import compare, load_full
 from training.config import ModelConfig
-from training.model import build_model
+from training.model.t5 import build_model
 
 pytestmark = pytest.mark.e2e
 TINY_MODEL = dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4)

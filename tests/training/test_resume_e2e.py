@@ -92,7 +92,7 @@ def test_sigkill_then_resume_is_bitwise_exact(reference, tmp_path):
 def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypatch):
     """Load a 2-rank checkpoint in a 1-rank process group and save it again: bitwise the same state."""
     from training.config import load_config
-    from training.trainer import Trainer
+    from training.job.trainer import Trainer
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

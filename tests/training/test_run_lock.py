@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from training.run_lock import LOCK_NAME, CheckpointDirBusy, RunLock
+from training.checkpoint.run_lock import LOCK_NAME, CheckpointDirBusy, RunLock
 
 HOLD = textwrap.dedent("""
     import os, sys, time
-    from training.run_lock import RunLock
+    from training.checkpoint.run_lock import RunLock
     lock = RunLock(sys.argv[1], run=sys.argv[2])
     assert lock.acquire()
     if sys.argv[3] == "fork":  # a forked child (like a data-loader worker) outlives the holder
@@ -120,7 +120,7 @@ def test_file_system_without_flock_warns_once_and_continues(tmp_path, caplog, mo
     import errno
     import fcntl
 
-    import training.run_lock as run_lock
+    import training.checkpoint.run_lock as run_lock
 
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-from training.staging import ReusedBufferStager
+from training.checkpoint.staging import ReusedBufferStager
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ import torch.distributed as dist
 from tests.conftest import tiny_run
 from training import compare as compare_cli
 from training import export as export_cli
-from training.checkpoint import StorageTier, step_dir
+from training.checkpoint.storage import StorageTier, step_dir
 from training.config import CheckpointConfig, ConfigError, ModelConfig
 from training.errors import CheckpointIncompatible, exit_code
-from training.model import build_model, model_signature
-from training.pretrained import check_pretrained_dir
+from training.model.t5 import build_model, model_signature
+from training.model.pretrained import check_pretrained_dir
 
 SMALL = dict(d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2)
 

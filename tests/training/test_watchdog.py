@@ -6,7 +6,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from training.watchdog import PeerWatchdog
+from training.job.watchdog import PeerWatchdog
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_the_node_watchdog_kills_only_a_child_worker_whose_heartbeat_is_stale(tm
     import os
     import subprocess
 
-    from training.watchdog import NodeWatchdog
+    from training.job.watchdog import NodeWatchdog
     fresh, stale = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
     try:
         wd = NodeWatchdog(str(tmp_path))
@@ -91,7 +91,7 @@ def test_the_node_watchdog_also_kills_a_stale_worker_forked_by_the_agents_forkse
     import signal
     import subprocess
 
-    from training.watchdog import NodeWatchdog
+    from training.job.watchdog import NodeWatchdog
     # agent (this process) -> "forkserver" (bash) -> worker (sleep): a warm worker is the agent's grandchild
     middle = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!; wait $!"], stdout=subprocess.PIPE, text=True)
     worker = int(middle.stdout.readline())

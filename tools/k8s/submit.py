@@ -95,7 +95,7 @@ def split_training_args(unknown: list[str], after_dashes: list[str]) -> list[str
 def check_training_args(cfg: TrainJobConfig) -> None:
     """Validate the training arguments here, before anything reaches the cluster (the Slurm submit runs the same
     check: cluster_assets/training_args.py). Paths are the pods' (under the FSx mount): what they point at is
-    checked by the job's agent in the pod before any worker starts (training.job_check: exit 2, which the
+    checked by the job's agent in the pod before any worker starts (training.job.check: exit 2, which the
     runtime does not retry); a --config must be on FSx, where the pods can read it."""
     argv, i = [], 0
     targs = list(cfg.training_args)

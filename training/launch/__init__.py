@@ -3,13 +3,24 @@
 ``python -m training.launch --help`` documents the CLI (:mod:`training.launch.cli`). The modules, one concern each:
 
 * :mod:`~training.launch.config`: the typed :class:`LaunchConfig` and :class:`LaunchError`;
+* :mod:`~training.launch.cli`: ``python -m training.launch`` (:mod:`.__main__`): the command line -> a config;
 * :mod:`~training.launch.commands`: torchrun / store command lines and agent environment from a config;
 * :mod:`~training.launch.from_env`: local, Slurm and Kubeflow ``PET_*`` variables -> config;
 * :mod:`~training.launch.hostlist`: the first host of a Slurm hostlist;
 * :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
 * :mod:`~training.launch.store_check`: does the standalone store answer, and serve this job (``--job-id``)?
 * :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node);
-* :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C.
+* :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C;
+* :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
+  :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks);
+* :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
+* the agent's additions to torch's c10d rendezvous: :mod:`~training.launch.lost_nodes` (a member whose
+  keep-alives stopped restarts the round), :mod:`~training.launch.spare_fixes` (hot spares take a lost node's
+  place), :mod:`~training.launch.rdzv_poll` (the monitor loop's state reads) and :mod:`~training.launch.standby`
+  (a spare says it was not needed).
+
+The rendezvous store itself is ``python -m training.rdzv_store`` (top level: its command name is in the
+ParallelCluster unit and the store pod).
 
 The names below are re-exported so callers can keep ``from training.launch import ...``. Importing this
 package never imports torch: it runs before torch is needed.

@@ -7,17 +7,17 @@ adds is how the agent stops:
   and exit (``python -m training``); then this prints one line and exits 128+signum, where torchrun
   re-raises ``SignalException`` with a traceback.
 * a second SIGINT: stop at once, without waiting for the checkpoint: this process dies by SIGINT and its
-  workers with it (they die with their agent, :func:`training.lifecycle.die_with_agent`). A second SIGTERM
+  workers with it (they die with their agent, :func:`training.job.lifecycle.die_with_agent`). A second SIGTERM
   keeps torchrun's behaviour (Slurm may send several while a checkpoint is being written).
 * started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
   checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
   instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes.
-* jobs of the training module are checked on this node first (:mod:`training.job_check`: data, output
+* jobs of the training module are checked on this node first (:mod:`training.job.check`: data, output
   locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
   worker starts.
 * a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
-  agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.watchdog.NodeWatchdog`), so the agent
+  agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.job.watchdog.NodeWatchdog`), so the agent
   restarts at once instead of after torch's fixed 30 s wait for a stopped process.
 * hot spares (agents beyond MAX nodes, on torch's redundancy list) work: a spare left waiting after all agents
   re-formed goes back to standing by instead of restarting the job forever, and a spare that was never needed
@@ -35,7 +35,7 @@ adds is how the agent stops:
   (:mod:`training.launch.store_check`): exit 2 with one line naming the endpoint, the ids or the other job,
   before it touches the rendezvous.
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
-  (:mod:`training.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
+  (:mod:`training.checkpoint.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
 
 Every platform runs this module (:func:`training.launch.commands.torchrun_argv`), and ``make train`` too.
@@ -47,7 +47,7 @@ import os
 import signal
 import sys
 
-from training.job_check import DONE_ENV, already_checked
+from training.job.check import DONE_ENV, already_checked
 from training.launch.config import LaunchError
 from training.launch.lost_nodes import apply_lost_node_restart
 from training.launch.nccl_plugin import missing_plugin_warning
@@ -56,9 +56,9 @@ from training.launch.rdzv_poll import apply_rdzv_poll
 from training.launch.spare_fixes import apply_spare_fixes
 from training.launch.store_check import check_store
 from training.launch import warm_workers
-from training.lifecycle import AGENT_ENV, die_with_launcher
-from training.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
-from training.watchdog import NodeWatchdog
+from training.job.lifecycle import AGENT_ENV, die_with_launcher
+from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
+from training.job.watchdog import NodeWatchdog
 
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).

@@ -54,13 +54,13 @@ import sys
 from dataclasses import replace
 from typing import Mapping
 
-from training.job_check import DONE_ENV
+from training.job.check import DONE_ENV
 from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv, training_argv
 from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
 from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
-from training.run_lock import EXIT_BUSY, CheckpointDirBusy
+from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ Used by ``python -m training.launch`` (``--from-env local``) and by the chaos ha
 Agents and the store run in their own sessions, so a terminal's Ctrl-C reaches the launcher alone, which
 forwards it to the agents: the first SIGINT (or SIGTERM) makes the workers checkpoint at the next step and
 exit, a second SIGINT stops everything at once. If the launcher itself dies (even by SIGKILL), the kernel
-sends SIGTERM to the agents and the store (:func:`training.lifecycle.die_with_launcher`), and the agents
+sends SIGTERM to the agents and the store (:func:`training.job.lifecycle.die_with_launcher`), and the agents
 stop their workers the clean way.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import replace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv
 from training.launch.config import RDZV_ENV, LaunchConfig, LaunchError
-from training.lifecycle import PARENT_ENV
+from training.job.lifecycle import PARENT_ENV
 
 
 def _pump(stream, prefix: str) -> None:
@@ -62,7 +62,7 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
 
     With ``own_store_needed`` a store is started on a free port (and stopped at the end); otherwise
     ``cfg.rdzv_endpoint`` must already serve one. Call it from the main thread (signal handlers, and see
-    :mod:`training.lifecycle` on which thread starts the children).
+    :mod:`training.job.lifecycle` on which thread starts the children).
     """
     agents: list[subprocess.Popen] = []
     received: list[int] = []

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from training.launch.commands import training_argv
 from training.launch.config import LaunchConfig, LaunchError
-from training.run_lock import RunLock
+from training.checkpoint.run_lock import RunLock
 
 
 def preflight(cfg: LaunchConfig) -> list[str]:
@@ -53,7 +53,7 @@ def checkpoint_dir(train_args: Sequence[str]) -> str | None:
 
 
 def check_checkpoint_dir(cfg: LaunchConfig) -> None:
-    """Raise :class:`training.run_lock.CheckpointDirBusy` if another run holds the training's checkpoint.dir.
+    """Raise :class:`training.checkpoint.run_lock.CheckpointDirBusy` if another run holds the training's checkpoint.dir.
 
     Only for a launch that owns the whole job (local nodes): on a cluster, a replacement node's launcher
     starts while the job, lock held, is running.
@@ -65,14 +65,14 @@ def check_checkpoint_dir(cfg: LaunchConfig) -> None:
 
 
 def check_training_job(train_args: Sequence[str], *, nproc_per_node: int | None, world: int | None = None) -> int:
-    """Check the job ``python -m training train_args`` would run, on this host (training.job_check), and
+    """Check the job ``python -m training train_args`` would run, on this host (training.job.check), and
     against ``world`` when the world size is fixed: 0 when fine; else print its one-line error and return the
     job's exit code for it (2 settings/data/world, 6 storage)."""
     import sys
 
     from training.config import ConfigError, check_world, load_config
     from training.errors import exit_code
-    from training.job_check import CHECK_ERRORS, check_job
+    from training.job.check import CHECK_ERRORS, check_job
     try:
         cfg = load_config(list(train_args))
         if world:

@@ -17,7 +17,7 @@ What changes for the worker, and is handled:
 
 * ``/proc/PID/environ`` of a forked worker shows the forkserver's environment, not RANK etc. (those are set
   with ``os.environ`` after the fork): tools find workers by their process name, ``t5f-rank-N``
-  (:func:`training.lifecycle.name_worker`, set in both modes);
+  (:func:`training.job.lifecycle.name_worker`, set in both modes);
 * its parent is the forkserver, not the agent: the parent-death signal still chains (the forkserver exits
   when its agent dies, and the worker with it), and the agent's watchdog accepts grandchildren;
 * it starts its own session (torchrun's ``start_new_session`` for a cold worker), so a Ctrl-C to the terminal
@@ -37,7 +37,7 @@ import sys
 WARM_ENV = "T5_WARM_WORKERS"
 #: Imported once in the forkserver; a worker's start-up then skips them. The T5 module is what
 #: ``training.model`` imports when it builds the model (the largest single import).
-PRELOAD = ("training.__main__", "training.trainer", "transformers.models.t5.modeling_t5",
+PRELOAD = ("training.__main__", "training.job.trainer", "transformers.models.t5.modeling_t5",
            "training.launch.forkserver_init")
 #: Signals the forkserver ignores so that a signal to every process of the job reaches the workers, which
 #: checkpoint and exit, rather than ending the forkserver and, with it, them (:mod:`.forkserver_init`).

@@ -15,24 +15,24 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from training.checkpointing import CheckpointManager
+from training.checkpoint.manager import CheckpointManager
 from training.config import Config, ConfigError, check_world, to_toml
-from training.compile import apply_regional_compile, compile_enabled
-from training.corpus import DataSourceError
-from training.data import build_dataloader, build_dataset
-from training.determinism import apply_determinism
-from training.job_check import check_device
-from training.guard import NonFiniteGuard
-from training.integrity import storage_reason
-from training.faults import Faults
-from training.metrics import MetricsLogger
-from training.model import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
+from training.model.compile import apply_regional_compile, compile_enabled
+from training.data.corpus import DataSourceError
+from training.data.dataset import build_dataloader, build_dataset
+from training.job.determinism import apply_determinism
+from training.job.check import check_device
+from training.job.guard import NonFiniteGuard
+from training.checkpoint.integrity import storage_reason
+from training.job.faults import Faults
+from training.job.metrics import MetricsLogger
+from training.model.t5 import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
                             model_signature)
-from training.run_identity import digest_tokens, run_fingerprint, show
-from training.startup import StartupClock
-from training.state import ModelOnly, Progress, RngState, TrainState
-from training.run_lock import lock_for_job
-from training.watchdog import PeerWatchdog
+from training.checkpoint.run_identity import digest_tokens, run_fingerprint, show
+from training.job.startup import StartupClock
+from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
+from training.checkpoint.run_lock import lock_for_job
+from training.job.watchdog import PeerWatchdog
 
 log = logging.getLogger("training")
 # SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
@@ -77,7 +77,7 @@ class Trainer:
         torch.set_num_threads(p.threads)
         apply_determinism(p.deterministic)  # before any CUDA kernel
         use_cuda = p.device == "cuda" or (p.device == "auto" and torch.cuda.is_available())
-        check_device(p, preset=cfg.preset)  # normally done before the workers started (training.job_check)
+        check_device(p, preset=cfg.preset)  # normally done before the workers started (training.job.check)
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if use_cuda:
             torch.cuda.set_device(self.local_rank)
@@ -102,7 +102,7 @@ class Trainer:
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))
 
-        # Built on the meta device; after sharding each rank materialises only its shards (training.meta_init).
+        # Built on the meta device; after sharding each rank materialises only its shards (training.model.meta_init).
         built = build_model_for_sharding(cfg.model, seed=cfg.job.seed)
         self.model = built.model
         self.n_params = count_params(self.model)

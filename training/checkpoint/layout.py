@@ -1,13 +1,13 @@
 """Where checkpoints live and how to tell ours from anything else: names, commit markers, discovery.
 
-Torch-free, so the start checks (:mod:`training.job_check`) and the tools use the same rules as the manager
+Torch-free, so the start checks (:mod:`training.job.check`) and the tools use the same rules as the manager
 (:mod:`training.checkpoint`) without importing torch. Layout of a ``checkpoint.dir``::
 
     step_00000010/         DCP files of every rank, .t5-failover (ownership, written first), COMMITTED.json (last)
     quarantine/            damaged checkpoints moved aside (never deleted)
     superseded/            checkpoints newer than a chosen checkpoint.load_step (kept)
     .t5-failover-lineage   the run's id (in-memory snapshots carry it)
-    .t5-failover.lock      one run at a time (training.run_lock)
+    .t5-failover.lock      one run at a time (training.checkpoint.run_lock)
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Layout: ``<dir>/step_00000010/`` holds the torch.distributed.checkpoint (DCP) fi
 ownership file ``.t5-failover`` written when the directory is created, and ``COMMITTED.json``, written by
 rank 0 only after every rank's data and DCP's ``.metadata`` are on disk (for async saves: after the
 background write finished). The marker records each file's size and CRC32C (computed by the background
-writer, split over the ranks) and the run's fingerprint (:mod:`training.run_identity`).
+writer, split over the ranks) and the run's fingerprint (:mod:`training.checkpoint.run_identity`).
 
 Rules that keep a user's data safe:
 
@@ -15,7 +15,7 @@ Rules that keep a user's data safe:
   one is used;
 * a checkpoint of another model shape (exit 3) or another run (exit 4) is never loaded;
 * a checkpoint.dir inside another run's checkpoints, or holding another run's, is refused at start
-  (:func:`training.checkpoint_layout.nesting_problem`, exit 2), as is one that cannot be written;
+  (:func:`training.checkpoint.layout.nesting_problem`, exit 2), as is one that cannot be written;
 * a failed save is reported at the next step boundary with its reason (exit 6), the previous complete
   checkpoint untouched.
 
@@ -38,15 +38,15 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from training.checkpoint_layout import (LINEAGE, MARKER, OWNED, PREFIX, PROBE, QUARANTINE, ROLLBACK, SCRATCH_RE,
+from training.checkpoint.layout import (LINEAGE, MARKER, OWNED, PREFIX, PROBE, QUARANTINE, ROLLBACK, SCRATCH_RE,
                                         SUPERSEDED, _file_sizes, foreign_entries, is_ours, latest_complete,
                                         parse_step, read_marker, scan, step_dir, verify)
 from training.config import CheckpointConfig
 from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
-from training.integrity import crc32c_file, peer_reason, share, storage_reason
-from training.run_identity import ALWAYS_ACCEPTED, Change, diff, show
-from training.staging import ReusedBufferStager
+from training.checkpoint.integrity import crc32c_file, peer_reason, share, storage_reason
+from training.checkpoint.run_identity import ALWAYS_ACCEPTED, Change, diff, show
+from training.checkpoint.staging import ReusedBufferStager
 
 log = logging.getLogger("training.checkpoint")
 #: Once a save has been timed, checkpoint collectives wait this many times the slowest save so far (see
@@ -57,11 +57,11 @@ SAVE_TIMEOUT_FACTOR = 4
 class StorageTier:
     """Saves (sync or async on its own gloo group), commits, discovers, verifies, loads with fallback, prunes.
 
-    `fingerprint` identifies the run (see training.run_identity); `accept` names the fingerprint fields a
+    `fingerprint` identifies the run (see training.checkpoint.run_identity); `accept` names the fingerprint fields a
     resume may change. `before_save` runs (on every rank) right before a checkpoint is taken, e.g. a check
     that the state is finite; it may raise to prevent the save. `during_save` (once the step's directory is
     agreed) and `before_commit` (data written, marker not yet) are fault-injection points.
-    When and what to save and restore is decided by the owner of both tiers (training.checkpointing).
+    When and what to save and restore is decided by the owner of both tiers (training.checkpoint.manager).
     """
 
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world_size: int, signature: dict[str, Any],

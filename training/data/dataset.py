@@ -32,8 +32,8 @@ import numpy
 import torch
 
 from training.config import ConfigError, DataConfig
-from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
-from training.prepared import (MANIFEST, REDO, TOKEN_BYTES, Manifest, ShardWriter, is_prepared, read_manifest,
+from training.data.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
+from training.data.prepared import (MANIFEST, REDO, TOKEN_BYTES, Manifest, ShardWriter, is_prepared, read_manifest,
                                verify_contents)
 
 log = logging.getLogger("training.data")
@@ -400,7 +400,7 @@ def _batches(texts: Iterable[str], chars: int) -> Iterator[list[str]]:
 def prepare(source: str, destination: str, *, text_field: str = "text", shard_tokens: int = DEFAULT_SHARD_TOKENS,
             overwrite: bool = False, say: Callable[[str], None] = lambda line: None) -> Manifest:
     """Write the token stream that ``data.source=source`` trains on into prepared directory ``destination``
-    (see training.prepared), streaming: memory holds one batch of documents, never the corpus. ``say`` gets
+    (see training.data.prepared), streaming: memory holds one batch of documents, never the corpus. ``say`` gets
     progress lines. A bad SRC or DST raises ConfigError (DataSourceError for SRC) before anything is written; a
     bad record found on the way raises DataSourceError and leaves DST half-written (refused until a rerun)."""
     if source != "builtin" and is_prepared(source):

@@ -1,7 +1,7 @@
 """A prepared corpus on disk: a ``data.source``'s token stream in fixed-size shard files, and its manifest.
 
 ``python -m training.data prepare SRC DST`` writes one (:class:`ShardWriter`); training memory-maps it
-(``training.data.ShardedTokens``) and :mod:`training.job_check` checks it, both through :func:`read_manifest`
+(``training.data.dataset.ShardedTokens``) and :mod:`training.job.check` checks it, both through :func:`read_manifest`
 (torch-free, so the checks before a job starts stay cheap)::
 
     DST/tokens-00000.bin ...  raw little-endian int16 token ids, shard_tokens in each (fewer in the last)
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from training.config import ConfigError
-from training.corpus import DataSourceError
+from training.data.corpus import DataSourceError
 
 MANIFEST = "manifest.json"
 FORMAT = "t5-failover prepared tokens"
@@ -52,7 +52,7 @@ class Shard:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What ``manifest.json`` records. ``digest`` is what :func:`training.run_identity.digest_tokens` gives for
+    """What ``manifest.json`` records. ``digest`` is what :func:`training.checkpoint.run_identity.digest_tokens` gives for
     the same token stream held in memory, so a run's fingerprint does not change when its data is prepared."""
 
     directory: str
@@ -147,7 +147,7 @@ class ShardWriter:
         self._in_shard = 0
         self._sha256 = hashlib.sha256()
         self._shard_sha256 = hashlib.sha256()
-        self._digest = hashlib.blake2b(digest_size=8)  # training.run_identity.digest_tokens's hash
+        self._digest = hashlib.blake2b(digest_size=8)  # training.checkpoint.run_identity.digest_tokens's hash
 
     def _claim(self, overwrite: bool) -> None:
         d = self.directory
@@ -220,7 +220,7 @@ def verify_contents(manifest: Manifest, *, say: Callable[[str], None] = lambda l
     differs (or the directory, for a manifest without per-shard hashes) and the fix. ``say`` gets progress lines
     about every 10 s."""
     redo = REDO.format(dst=manifest.directory)
-    whole, digest = hashlib.sha256(), hashlib.blake2b(digest_size=8)  # training.run_identity.digest_tokens's hash
+    whole, digest = hashlib.sha256(), hashlib.blake2b(digest_size=8)  # training.checkpoint.run_identity.digest_tokens's hash
     done, said = 0, time.monotonic()
     for n, shard in enumerate(manifest.shards, 1):
         mine = hashlib.sha256()

@@ -1,6 +1,6 @@
 """The checkpoint policy's one owner: which tier to save to after a step, and which to restore from at start.
 
-Two tiers (``training.checkpoint``'s storage checkpoints, ``training.memory_tier``'s in-memory snapshots on the
+Two tiers (``training.checkpoint``'s storage checkpoints, ``training.checkpoint.memory``'s in-memory snapshots on the
 node and a peer). The trainer only asks::
 
     ckpt = CheckpointManager(cfg.checkpoint, rank=0, world=2, ..., checkpoint_bytes=12 * n_params)
@@ -27,15 +27,15 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from training.checkpoint import StorageTier, latest_complete, parse_step
+from training.checkpoint.storage import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
 from training.errors import CheckpointStorageError
-from training.memory_tier import MemoryTier
-from training.run_identity import Change, parse_accept
+from training.checkpoint.memory import MemoryTier
+from training.checkpoint.run_identity import Change, parse_accept
 
 
 class FaultPoints(Protocol):
-    """Where fault injection reaches into the tiers (training.faults.Faults; each does nothing unless set)."""
+    """Where fault injection reaches into the tiers (training.job.faults.Faults; each does nothing unless set)."""
 
     def mid_snapshot(self, step: int) -> None: ...
     def during_save(self, step: int) -> None: ...

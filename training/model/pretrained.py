@@ -1,7 +1,7 @@
 """The check of a pretrained model directory (``--model.init_from DIR``) before anything loads it.
 
-Torch-free (it reads file names and ``config.json`` only), so the start checks (:mod:`training.job_check`) can run
-it on the launching host before any process starts; :func:`training.model.build_model` runs it too. A directory
+Torch-free (it reads file names and ``config.json`` only), so the start checks (:mod:`training.job.check`) can run
+it on the launching host before any process starts; :func:`training.model.t5.build_model` runs it too. A directory
 without weights is a configuration error (exit 2); weights of another model shape are exit 3, as for a training
 checkpoint of another model (training.errors.CheckpointIncompatible)::
 

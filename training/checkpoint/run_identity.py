@@ -15,31 +15,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # config.py imports this module and must stay cheap (no torch at argument parsing)
+# The settings a resume may change, and what each change does, live beside the settings (training.config);
+# re-exported here for the fingerprint's users.
+from training.config import ALWAYS_ACCEPTED, EFFECTS, FIELDS, parse_accept  # noqa: F401
+
+if TYPE_CHECKING:
     import torch
-
-    from training.data import ShardedTokens
-
-# Field -> what accepting a change of it does, shown in the error and when accepted. {step}: the step the
-# run resumes after; {offset}: the global sample offset it continues at.
-EFFECTS = {
-    "data.source": "the new data is read from global sample {offset} on (its own epoch order)",
-    "data.seq_len": "samples of the new length from global sample {offset} on",
-    "data.noise_density": "the new span corruption applies from global sample {offset} on",
-    "data.mean_span_len": "the new span corruption applies from global sample {offset} on",
-    "job.seed": "the data order follows the new seed from global sample {offset} on (dropout keeps its saved state)",
-    "train.lr": "the new peak learning rate applies from step {next} on (on the same warmup/decay curve)",
-    "train.warmup_steps": "the learning-rate curve is recomputed with the new warmup from step {next} on",
-    "train.steps": "the run ends at the new step count; the cosine decay is stretched to it from step {next} on",
-    "train.weight_decay": "the new weight decay applies from step {next} on",
-    "train.max_grad_norm": "the new clipping norm applies from step {next} on",
-    "train.global_batch": "steps from {next} on take the new global batch; the sample offset {offset} is kept",
-    "optimizer": "the saved optimizer state is used with the new optimizer settings",
-}
-FIELDS = tuple(EFFECTS)
-# Changes a resume takes without being asked (and says so): running longer is the common, intended one.
-ALWAYS_ACCEPTED = frozenset({"train.steps"})
-
 
 @dataclass(frozen=True)
 class Change:
@@ -52,7 +33,7 @@ class Change:
                                                                                offset=offset)
 
 
-def digest_tokens(tokens: "torch.Tensor | ShardedTokens") -> str:
+def digest_tokens(tokens: "torch.Tensor | Any") -> str:
     """Content hash of the token stream the samples are cut from (any source; renames do not matter). A prepared
     directory's stream is not read for it: ``prepare`` hashed the same bytes the same way while writing it, so
     preparing a run's data does not change its fingerprint."""
@@ -91,19 +72,3 @@ def show(value: Any) -> str:
     if isinstance(value, dict) and "digest" in value:
         return f"{value['label']} (content {value['digest']})"
     return repr(value)
-
-
-def parse_accept(text: str) -> set[str]:
-    """'train.lr, data.source' -> {'train.lr', 'data.source'}; 'all' (alone) -> every field. Unknown names, or 'all'
-    with other names, raise ValueError."""
-    names = {s.strip() for s in text.split(",") if s.strip()}
-    if names == {"all"}:
-        return set(FIELDS)
-    if "all" in names:  # 'all' already means every field: a list next to it is a mistake, not a wider 'all'
-        raise ValueError(f"checkpoint.accept_changes={text!r}: 'all' cannot be combined with other fields; pass "
-                         f"either all or a list of fields ({', '.join(FIELDS)})")
-    unknown = sorted(names - set(FIELDS))
-    if unknown:
-        raise ValueError(f"checkpoint.accept_changes: unknown field(s) {', '.join(unknown)}; "
-                         f"valid: all, {', '.join(FIELDS)}")
-    return names

@@ -21,13 +21,13 @@ import stat
 from dataclasses import dataclass
 from typing import Callable
 
-from training.checkpoint_layout import PROBE, nesting_problem
+from training.checkpoint.layout import PROBE, nesting_problem
 from training.config import Config, ConfigError, DataConfig, ParallelConfig
-from training.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, token_count
+from training.data.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, token_count
 from training.errors import CheckpointIncompatible
-from training.integrity import storage_reason
-from training.prepared import TOKEN_BYTES, is_prepared, read_manifest
-from training.pretrained import check_pretrained_dir
+from training.checkpoint.integrity import storage_reason
+from training.data.prepared import TOKEN_BYTES, is_prepared, read_manifest
+from training.model.pretrained import check_pretrained_dir
 
 # Set once a launcher checked the job, so the agents and workers it starts do not scan the data again
 # (a restarted worker is on the recovery path: seconds count there).

@@ -9,11 +9,11 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.attention import attn_implementation
+from training.model.attention import attn_implementation
 from training.config import ConfigError, ModelConfig, ParallelConfig
 from training.errors import CheckpointIncompatible
-from training.meta_init import RecordedInit, record_init
-from training.pretrained import (CONFIG_FILE, FEED_FORWARD, SHAPE_FIELDS, WANTED, check_pretrained_dir, shape_differences,
+from training.model.meta_init import RecordedInit, record_init
+from training.model.pretrained import (CONFIG_FILE, FEED_FORWARD, SHAPE_FIELDS, WANTED, check_pretrained_dir, shape_differences,
                                  shape_mismatch)
 
 log = logging.getLogger("training")
@@ -40,7 +40,7 @@ def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
 
 
 def load_pretrained(cfg: ModelConfig) -> torch.nn.Module:
-    """The model in ``cfg.init_from``, checked first (training.pretrained: config.json, weights, shape) and after
+    """The model in ``cfg.init_from``, checked first (training.model.pretrained: config.json, weights, shape) and after
     loading (every weight present and of its config's shape), so a wrong directory is one line, never a model
     with weights silently left at random."""
     from transformers import T5ForConditionalGeneration
@@ -88,7 +88,7 @@ def build_model_for_sharding(cfg: ModelConfig, *, seed: int) -> RecordedInit | B
     """The model, ready for ``fully_shard``; call ``.materialize(model, device)`` after sharding.
 
     Random init is built on the meta device and each rank materialises only its shards, with the weights
-    :func:`build_model` would give for `seed` (training.meta_init); pretrained weights (``init_from``) are
+    :func:`build_model` would give for `seed` (training.model.meta_init); pretrained weights (``init_from``) are
     loaded on the CPU as before."""
     if cfg.init_from:
         return BuiltOnCpu(build_model(cfg, seed=seed))
@@ -98,7 +98,7 @@ def build_model_for_sharding(cfg: ModelConfig, *, seed: int) -> RecordedInit | B
 
 
 def record_or_build(build: Callable[[], torch.nn.Module], *, seed: int) -> RecordedInit | BuiltOnCpu:
-    """``build()`` recorded on the meta device (training.meta_init), or, when that cannot reproduce it, run on
+    """``build()`` recorded on the meta device (training.model.meta_init), or, when that cannot reproduce it, run on
     the CPU after ``torch.manual_seed(seed)``, with a warning saying why (the weights are the same either way)."""
     try:
         return record_init(build, seed=seed)

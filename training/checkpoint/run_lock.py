@@ -205,7 +205,7 @@ def lock_for_job(directory: str, rank: int, wait_same_run_s: float) -> RunLock |
     import torch.distributed as dist  # deferred: the launcher imports this module without torch
 
     from training.errors import CheckpointStorageError
-    from training.integrity import storage_reason
+    from training.checkpoint.integrity import storage_reason
 
     lock, error = None, [("", "")]
     if rank == 0:

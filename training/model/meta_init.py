@@ -16,7 +16,7 @@ world size, and a rank's memory holds its shards plus one parameter.
 
 Anything the replay could not reproduce exactly (a write into part of a parameter, an op other than a
 random draw, fill or zero on one, a parameter nothing wrote, buffers) raises :class:`MetaInitUnsupported`
-before training starts; :func:`training.model.build_model_for_sharding` then builds on the CPU instead.
+before training starts; :func:`training.model.t5.build_model_for_sharding` then builds on the CPU instead.
 """
 from __future__ import annotations
 

@@ -1,0 +1,25 @@
+"""Checkpoints: the two tiers and the one policy over them. One module per concern:
+
+* :mod:`~training.checkpoint.manager`: :class:`CheckpointManager`, the owner of the save/restore policy across
+  both tiers (the trainer only asks it);
+* :mod:`~training.checkpoint.storage`: :class:`StorageTier`, DCP checkpoints on shared storage (async saves,
+  commit markers with CRC32C, verification, quarantine, retention);
+* :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots every step on the node and a peer;
+* :mod:`~training.checkpoint.layout`: a checkpoint directory's names and discovery (torch-free);
+* :mod:`~training.checkpoint.staging`: the reused host buffers async saves copy into;
+* :mod:`~training.checkpoint.integrity`: CRC32C of files and the words for storage and peer failures;
+* :mod:`~training.checkpoint.run_lock`: one run at a time per checkpoint.dir;
+* :mod:`~training.checkpoint.run_identity`: what defines a run (the fingerprint a resume is checked against);
+* :mod:`~training.checkpoint.state`: the Stateful objects a checkpoint holds (train state, RNG, model only).
+
+Importing the package imports no torch: the layout's names are re-exported here for the start checks and the
+tools (``from training.checkpoint import MARKER, latest_complete``).
+"""
+from training.checkpoint.layout import (LINEAGE, LOCK, MARKER, MARKER_FIELDS, OURS_AT_ROOT, OWNED, PREFIX, PROBE,
+                                        QUARANTINE, ROLLBACK, SCRATCH_RE, SUPERSEDED, foreign_entries,
+                                        is_checkpoint_root, is_ours, latest_complete, nesting_problem, parse_step,
+                                        read_marker, scan, step_dir, verify)
+
+__all__ = ["LINEAGE", "LOCK", "MARKER", "MARKER_FIELDS", "OURS_AT_ROOT", "OWNED", "PREFIX", "PROBE", "QUARANTINE",
+           "ROLLBACK", "SCRATCH_RE", "SUPERSEDED", "foreign_entries", "is_checkpoint_root", "is_ours",
+           "latest_complete", "nesting_problem", "parse_step", "read_marker", "scan", "step_dir", "verify"]

@@ -1,0 +1,14 @@
+"""The training job in one process (a worker), and what keeps it honest. One module per concern:
+
+* :mod:`~training.job.trainer`: :class:`Trainer`, the training loop (FSDP2 steps, signals, the step boundary);
+* :mod:`~training.job.check`: the start checks of what the settings point at, before any process starts;
+* :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
+* :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
+* :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
+* :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung worker on this node;
+* :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
+* :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
+* :mod:`~training.job.determinism`: deterministic kernels on request.
+
+The entry point is ``python -m training`` (``training/__main__.py``).
+"""

@@ -1,0 +1,10 @@
+"""The model: T5 v1.1 built from a config, never downloaded. One module per concern:
+
+* :mod:`~training.model.t5`: building the model, FSDP2 sharding, activation checkpointing, its signature;
+* :mod:`~training.model.meta_init`: a random init on the meta device, each rank materialising only its shards;
+* :mod:`~training.model.attention`: the attention kernels (sdpa, eager, sdpa_bias);
+* :mod:`~training.model.compile`: regional torch.compile of the T5 blocks;
+* :mod:`~training.model.pretrained`: the check of a ``--model.init_from`` directory (torch-free).
+
+Importing the package imports no torch.
+"""
