@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, TINY
-from training import job_check
+from training.job import check as job_check
 from training.config import ConfigError, load_config
 from training.data.corpus import DataSourceError
 from training.data.dataset import build_dataset
