@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store, process lifetime, the run lock and this harness only decide *when* processes run,
-# not what they compute. (training/launch/ is a package and is not hashed: only training/*.py and the presets are.)
+# not what they compute. (training/launch/ is not hashed: only the other rooms' modules and the presets are.)
 _NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py", "startup.py"}
 
 
@@ -114,9 +114,10 @@ class LocalChaosConfig:
         math["math_args"] = list(math_args)
         h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
         training = REPO / "training"
-        for f in sorted(training.glob("*.py")) + sorted((training / "presets").glob("*.toml")):
-            if f.name not in _NOT_MATH:
-                h.update(f.name.encode())
+        # every room (training/*/), not only the top level: the model, data, checkpoint and job code live there
+        for f in sorted(training.rglob("*.py")) + sorted((training / "presets").glob("*.toml")):
+            if f.name not in _NOT_MATH and "launch" not in f.relative_to(training).parts:
+                h.update(str(f.relative_to(training)).encode())
                 h.update(f.read_bytes())
         return h.hexdigest()[:16]
 

@@ -108,6 +108,25 @@ def test_chaos_config_rejects_batch_that_a_smaller_world_cannot_split():
     assert LocalChaosConfig(slow_commit_s=1).reference_key() == LocalChaosConfig().reference_key()
 
 
+def test_the_reference_key_covers_the_code_in_every_room(tmp_path, monkeypatch):
+    """The math lives in training/model, data, checkpoint and job: an edit there must invalidate the cached
+    reference (only the top level was hashed, which after the move to rooms missed almost all of it)."""
+    import shutil
+    from chaos.local import config as chaos_config
+    fake = tmp_path / "repo"
+    shutil.copytree(chaos_config.REPO / "training", fake / "training",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(chaos_config, "REPO", fake)
+    before = LocalChaosConfig().reference_key()
+    t5 = fake / "training" / "model" / "t5.py"
+    t5.write_text(t5.read_text() + "\n# an edit\n")
+    assert LocalChaosConfig().reference_key() != before
+    agent = fake / "training" / "launch" / "agent.py"  # the launcher does not change the math
+    before = LocalChaosConfig().reference_key()
+    agent.write_text(agent.read_text() + "\n# an edit\n")
+    assert LocalChaosConfig().reference_key() == before
+
+
 def test_targets_and_table_by_scenario_name():
     from chaos.analysis import Recovery
 
