@@ -117,6 +117,7 @@ def run(argv: list[str]) -> int:
     ap.add_argument("extra", nargs="*", help="training overrides after --, e.g. -- --train.global_batch 16")
     a = ap.parse_args(argv)
     from training.config import load_config
+    from training.data.dataset import build_dataloader
     from training.job.trainer import Trainer
     # one directory for all ranks (a checkpoint is written by every rank into the same place)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or str(os.getppid())
@@ -128,7 +129,7 @@ def run(argv: list[str]) -> int:
     trainer = Trainer(cfg)
     try:
         t = cfg.train
-        loader = iter(__import__("training.data", fromlist=["x"]).build_dataloader(
+        loader = iter(build_dataloader(
             trainer.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch, rank=trainer.rank,
             world=trainer.world, start_offset=0, pin_memory=trainer.device.type == "cuda"))
 
