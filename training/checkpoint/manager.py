@@ -6,7 +6,7 @@ node and a peer). The trainer only asks::
     ckpt = CheckpointManager(cfg.checkpoint, rank=0, world=2, ..., checkpoint_bytes=12 * n_params)
     step = ckpt.restore(state, model_only)       # newest of: memory/peer snapshot, storage checkpoint; None = fresh
     ckpt.before_optimizer_step()                 # the snapshot in flight must be copied before the state changes
-    blocked = ckpt.save(step, state, stop=..., final=..., progress=...)
+    storage_s, memory_s = ckpt.save(step, state, stop=..., final=..., progress=...)  # seconds blocked
     ckpt.close(discard_memory=finished)
 
 Policy:
@@ -106,7 +106,7 @@ class CheckpointManager:
         """checkpoint.initial_load_path only seeds a new run; a resume (which keeps the flags it was started with)
         ignores it, and says so, with a note when it would not even fit this model."""
         src = self.cfg.initial_load_path
-        if not src:
+        if not src or self.storage.rank != 0:  # one line per job: only rank 0 reads the other run's marker
             return
         other = self.storage.initial_load_signature(src)
         shape = (f"; note: it holds another model ({other}) than this run's ({self.signature})"
