@@ -229,6 +229,25 @@ class NodeWatchdog:
         return killed
 
 
+    def kill_all(self, reason: str, reap_timeout_s: float = 5.0) -> list[int]:
+        """SIGKILL every worker of this agent that has a heartbeat file and wait until they are gone (they may be
+        blocked in a collective that cannot finish, where SIGTERM would wait out the shutdown timeout)."""
+        pids = []
+        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
+            if name.isdigit() and _is_worker_of(int(name), self.agent):
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                    pids.append(int(name))
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + reap_timeout_s
+        while any(_is_worker_of(p, self.agent) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if pids:
+            print(f"[agent] SIGKILLed worker pid(s) {', '.join(map(str, pids))}: {reason}", file=sys.stderr, flush=True)
+        return pids
+
+
 def _is_worker_of(pid: int, agent: int) -> bool:
     """Whether `pid` is alive (not a zombie) and a child of `agent`, or a grandchild through the agent's
     forkserver (warm workers, :mod:`training.launch.warm_workers`) (Linux /proc)."""

@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed import run as torchrun
     from torch.distributed.run import main as torchrun_main, parse_args
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
+    from training.launch.rendezvous import handler as etcd_handler
 
     if not any(a.split("=", 1)[0] in ("--signals-to-handle", "--signals_to_handle") for a in argv):
         argv = [f"--signals-to-handle={_signals_to_handle()}", *argv]
@@ -195,16 +197,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     _abort_on_second_sigint(SignalException)
-    apply_spare_fixes()
-    apply_lost_node_restart()  # wraps the spare fix's num_nodes_waiting
-    apply_rdzv_poll(_max_nodes(args))
+    on_etcd = args.rdzv_backend == etcd_handler.BACKEND
+    if on_etcd:
+        etcd_handler.register()
+    else:  # torch's c10d rendezvous (the clusters' standalone store until they run etcd)
+        apply_spare_fixes()
+        apply_lost_node_restart()  # wraps the spare fix's num_nodes_waiting
+        apply_rdzv_poll(_max_nodes(args))
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
+    if on_etcd and watchdog is not None:
+        etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))
     if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()
         _use_warm_workers(torchrun, warm_workers.apply_warm_start)
     try:
         torchrun_main(argv)
+    except RendezvousClosedError:  # a hot spare the job finished without (the etcd handler's way to say so)
+        print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
+        return 0
     except SignalException as e:
         sig = signal.Signals(e.sigval)
         print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)

@@ -23,8 +23,9 @@ Usage::
 
 Environment read by the mappings (flags win over environment):
 
-* local: NODES (default 2), NPROC (default 1), SPARES (default 0); starts its own rendezvous store unless
-  --rdzv-endpoint.
+* local: NODES (default 2), NPROC (default 1), SPARES (default 0); starts a 3-member etcd on loopback for the
+  membership (TLS, the job's own etcd user), or with T5_COORDINATOR=store or --rdzv-endpoint torch's c10d
+  rendezvous on a standalone store.
 * slurm: SLURM_JOB_NUM_NODES, SLURM_NODEID, SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_JOB_NODELIST
   (first host via ``scontrol show hostnames``), SLURM_GPUS_ON_NODE.
 * pet (Kubeflow Trainer v2 torch plugin): PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
@@ -113,6 +114,7 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
     if a.rdzv_endpoint:
         over["rdzv_endpoint"] = a.rdzv_endpoint
         over["external_store"] = not a.node_hosts_store
+        over["coordinator"] = "store"  # an endpoint is a c10d store's
     if a.rdzv_id:
         over["rdzv_id"] = a.rdzv_id
     if a.shutdown_timeout is not None:
@@ -157,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         nodes = cfg.max_nodes
         own_store = not (a.rdzv_endpoint or os.environ.get("T5_RDZV_ENDPOINT"))
         if a.print_only:
-            if own_store:
+            if cfg.coordinator == "etcd":
+                print("# membership: 3 etcd members on loopback (TLS, client certificates, this job's etcd user), "
+                      "their T5_ETCD_* variables given to each agent")
+            elif own_store:
                 print("# standalone rendezvous store (no training node hosts it):")
                 print(format_argv(store_argv(DEFAULT_RDZV_PORT, python=cfg.python)))
             print(f"# one agent per simulated node, {nodes} node(s)"
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             if code:
                 return code
             os.environ[DONE_ENV] = "1"
-        return run_local(cfg, nodes, own_store)
+        return run_local(cfg, nodes, own_store or cfg.coordinator == "etcd")
     argv_, env = torchrun_argv(cfg), launch_env(cfg)
     if a.print_only:
         print(format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, "T5_NODE_RANK") if k in env}))

@@ -20,7 +20,7 @@ def rdzv_conf(cfg: LaunchConfig) -> str:
     parts = [f"last_call_timeout={t.last_call_timeout}", f"close_timeout={t.close_timeout}",
              f"join_timeout={t.join_timeout}", f"read_timeout={t.read_timeout}",
              f"keep_alive_interval={t.keep_alive_interval}", f"keep_alive_max_attempt={t.keep_alive_max_attempt}"]
-    if cfg.external_store:
+    if cfg.external_store and cfg.coordinator == "store":
         parts.append("is_host=false")
     return ",".join(parts)
 
@@ -48,7 +48,7 @@ def torchrun_argv(cfg: LaunchConfig) -> list[str]:
             f"--nnodes={cfg.min_nodes}:{cfg.max_nodes}",
             f"--nproc-per-node={cfg.nproc_per_node}",
             f"--max-restarts={cfg.max_restarts}",
-            "--rdzv-backend=c10d",
+            f"--rdzv-backend={'t5-etcd' if cfg.coordinator == 'etcd' else 'c10d'}",
             f"--rdzv-endpoint={cfg.rdzv_endpoint}",
             f"--rdzv-id={cfg.rdzv_id}",
             f"--rdzv-conf={rdzv_conf(cfg)}",
@@ -61,6 +61,7 @@ def launch_env(cfg: LaunchConfig, base: Mapping[str, str] | None = None) -> dict
     """Environment for an agent: ``base`` (default os.environ) plus the rendezvous workaround."""
     env = dict(os.environ if base is None else base)
     env.update(RDZV_ENV)
+    env.update(dict(cfg.etcd_env))
     env.setdefault("PYTHONUNBUFFERED", "1")  # timely logs: the chaos harness timestamps lines as they come
     if cfg.node_rank is not None:
         env["T5_NODE_RANK"] = str(cfg.node_rank)

@@ -18,6 +18,10 @@ _LOCAL = platform_timeouts("local")
 RDZV_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+#: Where agents keep their membership (LaunchConfig.coordinator).
+COORDINATORS = ("etcd", "store")
+
+
 class LaunchError(ValueError):
     """A bad launch setting or a missing cluster variable; the message names it and the fix."""
 
@@ -62,6 +66,11 @@ class LaunchConfig:
         rdzv_endpoint: HOST:PORT of the rendezvous store.
         rdzv_id: job identity in the store; all agents of one job attempt share it. A relaunch after the
             job ended (requeue) should use a new id: a finished job closes its rendezvous for good.
+        coordinator: where the agents keep their membership: ``etcd`` (a 3-member etcd cluster, the
+            ``t5-etcd`` rendezvous of :mod:`training.launch.rendezvous`; the agents get its endpoints and the
+            job's credentials as ``T5_ETCD_*`` variables, ``etcd_env``) or ``store`` (torch's c10d rendezvous on
+            ``rdzv_endpoint``: the clusters' standalone store until they run etcd).
+        etcd_env: the ``T5_ETCD_*`` variables of the job's etcd credentials (``coordinator`` etcd).
         external_store: True when ``rdzv_endpoint`` is a standalone store no training node hosts
             (``python -m training.rdzv_store``); agents then only connect (``is_host=false``). False:
             the agent on the endpoint host serves the store (plain c10d; the job dies with that node).
@@ -88,6 +97,8 @@ class LaunchConfig:
     nproc_per_node: int | str = 1
     rdzv_endpoint: str = f"127.0.0.1:{DEFAULT_RDZV_PORT}"
     rdzv_id: str = "t5-local"
+    coordinator: str = "store"
+    etcd_env: tuple[tuple[str, str], ...] = ()
     external_store: bool = True
     max_restarts: int = 3
     tuning: RdzvTuning = field(default_factory=RdzvTuning)
@@ -120,6 +131,9 @@ class LaunchConfig:
                               f"(e.g. 127.0.0.1:{DEFAULT_RDZV_PORT})")
         if not self.rdzv_id or any(c.isspace() or c in ",=" for c in self.rdzv_id):
             raise LaunchError(f"rendezvous id {self.rdzv_id!r} must be non-empty without spaces, ',' or '='")
+        if self.coordinator not in COORDINATORS:
+            raise LaunchError(f"coordinator {self.coordinator!r}: use one of {', '.join(COORDINATORS)} "
+                              f"(T5_COORDINATOR)")
         if self.max_restarts < 0:
             raise LaunchError(f"--max-restarts {self.max_restarts} < 0")
         if self.shutdown_timeout_s < 1:

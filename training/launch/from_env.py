@@ -40,6 +40,8 @@ def _common(env: Mapping[str, str], default_endpoint: str, default_id: str) -> d
     ext = env.get("T5_RDZV_ENDPOINT", "")
     out: dict = {"rdzv_endpoint": ext or default_endpoint, "external_store": bool(ext),
                  "rdzv_id": env.get("T5_RDZV_ID") or default_id}
+    if env.get("T5_ETCD_ENDPOINTS"):  # an etcd cluster the platform runs; its T5_ETCD_* reach the agents as they are
+        out["coordinator"] = "etcd"
     if env.get("T5_MIN_NODES"):
         out["min_nodes"] = _int_env(env, "T5_MIN_NODES", "set it to the fewest nodes to keep training with")
     if env.get("T5_SPARES"):
@@ -118,14 +120,16 @@ def _nproc_env(env: Mapping[str, str], name: str, default: str) -> int | str:
 
 
 def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
-    """Local simulated nodes: NODES, NPROC and SPARES (Makefile variables); the store endpoint is filled in
-    at start."""
+    """Local simulated nodes: NODES, NPROC and SPARES (Makefile variables); membership in a 3-member etcd
+    started by :func:`training.launch.local.run_local` (``T5_COORDINATOR=store``: torch's c10d on a standalone
+    store instead)."""
     hint = "set it to the number of simulated nodes (1 or more), or unset it"
     nodes = _int_env(env, "NODES", hint) if env.get("NODES") else 2
     if nodes < 1:
         raise LaunchError(f"NODES={nodes} is not a number of nodes: {hint}")
     common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local")
-    common["external_store"] = True  # local runs always use a standalone store (started by run_local)
+    common["external_store"] = True  # local runs never host the store in an agent (run_local starts it)
+    common.setdefault("coordinator", env.get("T5_COORDINATOR") or ("store" if env.get("T5_RDZV_ENDPOINT") else "etcd"))
     if env.get("SPARES") and "spares" not in common:
         common["spares"] = _int_env(env, "SPARES", "set it to the number of hot-spare nodes (0 = none)")
     return LaunchConfig(max_nodes=nodes, nproc_per_node=_nproc_env(env, "NPROC", "1"), **common)

@@ -56,6 +56,20 @@ def start_store(workdir: str, python: str = sys.executable, timeout_s: float = 6
         return proc, int(f.read())
 
 
+def start_etcd(workdir: str, cfg: LaunchConfig):
+    """Start 3 etcd members under ``workdir`` (they die with this process) and a user for this job; returns the
+    cluster and ``cfg`` pointing the agents at it."""
+    from training.launch.rendezvous.members import LocalEtcd
+
+    etcd = LocalEtcd.start(os.path.join(workdir, "etcd"), die_with_parent=True)
+    creds = etcd.add_job_user(cfg.rdzv_id)
+    host_port = creds.endpoints[0].split("//", 1)[1]
+    cfg = replace(cfg, rdzv_endpoint=host_port, etcd_env=tuple(sorted(creds.as_env().items())))
+    print(f"[launch] membership: etcd members {', '.join(e.split('//', 1)[1] for e in creds.endpoints)} "
+          f"(TLS, etcd user {creds.user})", flush=True)
+    return etcd, cfg
+
+
 def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> int:
     """Run ``nodes`` agents (plus ``cfg.spares`` hot spares) on this machine against a standalone store;
     returns the job's exit code.
@@ -83,7 +97,10 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         signal.signal(sig, forward)  # before anything starts: a signal during start-up starts no more agents
     own_store = None
     workdir = tempfile.mkdtemp(prefix="t5-launch-")
-    if own_store_needed:
+    etcd = None
+    if own_store_needed and cfg.coordinator == "etcd":
+        etcd, cfg = start_etcd(workdir, cfg)
+    elif own_store_needed:
         own_store, port = start_store(workdir, cfg.python, die_with_us=True)
         cfg = replace(cfg, rdzv_endpoint=f"127.0.0.1:{port}")
         print(f"[launch] rendezvous store pid {own_store.pid} on 127.0.0.1:{port}", flush=True)
@@ -108,6 +125,8 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
     if own_store is not None:
         own_store.terminate()
         own_store.wait(timeout=30)
+    if etcd is not None:
+        etcd.stop()
     shutil.rmtree(workdir, ignore_errors=True)
     if received:
         return _stopped(received)

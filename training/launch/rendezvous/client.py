@@ -1,0 +1,254 @@
+"""A small etcd v3 client over etcd's JSON gateway (HTTPS), made for membership that must outlive any member.
+
+What the rendezvous needs and nothing more: ranges, puts under a lease, compare-and-set transactions, leases
+with keep-alives, and one watch on a prefix. It speaks the v3 API as JSON over HTTPS (``POST /v3/kv/range``,
+``/v3/kv/txn``, ``/v3/lease/grant``, ``/v3/watch`` as a stream of JSON lines), which every etcd >= 3.4 serves
+on its client port, so the agents need no gRPC stack and no generated code.
+
+Why not a client library: ``etcd3gw`` (maintained, the same gateway) talks to one endpoint per client, has no
+way to log in as an etcd user, and its watch stream ends silently when a member goes, which is the one event
+this client exists to survive. ``python-etcd3`` (gRPC) is unmaintained and does not import with current
+protobuf. torch's own etcd backend needs the v2 API, gone from etcd 3.6.
+
+Failover: every call tries the endpoint that answered last, then the others; a call that finds no member
+raises :class:`StoreUnavailable` after one pass (the caller decides how long to keep trying). Authentication:
+a client certificate for TLS (the members require one signed by their CA) and an etcd user's password for
+the token every request carries (re-fetched when a member says it expired).
+
+    client = EtcdClient(ClientCredentials.from_env())
+    lease = client.grant(ttl_s=3)
+    client.put(client.key("members/a"), "{...}", lease=lease)
+    ok, rev = client.compare_and_set(key, expected_mod_revision, new_value)
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+#: Seconds one request may take against one member before the next is tried.
+REQUEST_TIMEOUT_S = 2.0
+
+
+class StoreUnavailable(RuntimeError):
+    """No etcd member answered (all down, or unreachable)."""
+
+
+class StoreRefused(RuntimeError):
+    """A member answered and refused: bad credentials, no permission for the key, or a malformed request."""
+
+
+@dataclass(frozen=True)
+class ClientCredentials:
+    """What a client needs to reach the cluster as one etcd user (all paths readable by the agent only).
+
+    Attributes:
+        endpoints: the members' client URLs (``https://host:port``).
+        ca: the CA certificate the members' certificates are signed by.
+        cert: this client's certificate (TLS; any certificate the CA signed).
+        key: its private key.
+        user: the etcd user (a job's: ``job-<id>``).
+        password_file: a file holding the user's password.
+        prefix: the key prefix the user's role may read and write; every key this client makes starts with it.
+    """
+
+    endpoints: tuple[str, ...]
+    ca: str
+    cert: str
+    key: str
+    user: str
+    password_file: str
+    prefix: str
+
+    ENV = {"endpoints": "T5_ETCD_ENDPOINTS", "ca": "T5_ETCD_CA", "cert": "T5_ETCD_CERT", "key": "T5_ETCD_KEY",
+           "user": "T5_ETCD_USER", "password_file": "T5_ETCD_PASSWORD_FILE", "prefix": "T5_ETCD_PREFIX"}
+
+    def as_env(self) -> dict[str, str]:
+        """Environment variables that :meth:`from_env` reads back (what agents on other hosts are given)."""
+        return {var: ",".join(self.endpoints) if name == "endpoints" else getattr(self, name)
+                for name, var in self.ENV.items()}
+
+    @classmethod
+    def from_env(cls, env=None) -> "ClientCredentials":
+        """From ``T5_ETCD_*`` variables; a missing one is a ValueError naming it."""
+        env = os.environ if env is None else env
+        missing = [var for var in cls.ENV.values() if not env.get(var)]
+        if missing:
+            raise ValueError(f"etcd credentials incomplete: {', '.join(missing)} not set (the launcher sets them; "
+                             f"on a cluster, the job's setup step)")
+        values = {name: env[var] for name, var in cls.ENV.items()}
+        values["endpoints"] = tuple(e.strip() for e in values["endpoints"].split(",") if e.strip())
+        return cls(**values)
+
+
+def b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def unb64(data: str) -> str:
+    return base64.b64decode(data).decode()
+
+
+def prefix_end(prefix: str) -> str:
+    """The end of the key range holding every key that starts with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    key: str
+    value: str
+    mod_revision: int
+    lease: int
+
+
+def _kv(raw: dict) -> KeyValue:
+    return KeyValue(unb64(raw["key"]), unb64(raw.get("value", "")), int(raw.get("mod_revision", 0)),
+                    int(raw.get("lease", 0)))
+
+
+class EtcdClient:
+    """One user's connection to an etcd cluster (thread-safe; see the module docstring)."""
+
+    def __init__(self, creds: ClientCredentials, request_timeout_s: float = REQUEST_TIMEOUT_S):
+        import requests
+
+        self.creds = creds
+        self.timeout = request_timeout_s
+        self._session = requests.Session()
+        self._session.cert = (creds.cert, creds.key)
+        self._session.trust_env = False  # REQUESTS_CA_BUNDLE and proxies must not replace the cluster's CA
+        self._endpoints = list(creds.endpoints)
+        self._token = ""
+        self._lock = threading.Lock()
+
+    def key(self, suffix: str) -> str:
+        return self.creds.prefix + suffix
+
+    # ------------------------------------------------------------------ transport
+    def _password(self) -> str:
+        with open(self.creds.password_file) as f:
+            return f.read().strip()
+
+    def _authenticate(self, url: str) -> None:
+        r = self._session.post(f"{url}/v3/auth/authenticate", timeout=self.timeout, verify=self.creds.ca,
+                               json={"name": self.creds.user, "password": self._password()})
+        if r.status_code != 200:
+            raise StoreRefused(f"etcd user {self.creds.user!r} could not log in at {url}: {_reason(r)}")
+        self._token = r.json()["token"]
+
+    def post(self, path: str, body: dict, timeout_s: float | None = None, stream: bool = False):
+        """POST to the first member that answers; returns the decoded JSON (or the response if ``stream``)."""
+        import requests
+
+        errors = []
+        for url in list(self._endpoints):
+            try:
+                for attempt in (1, 2):  # a second time after a fresh token
+                    if not self._token:
+                        self._authenticate(url)
+                    r = self._session.post(f"{url}/v3/{path}", json=body, timeout=timeout_s or self.timeout,
+                                           headers={"Authorization": self._token}, stream=stream,
+                                           verify=self.creds.ca)
+                    if r.status_code != 200 and "auth token" in r.text and attempt == 1:
+                        self._token = ""
+                        continue
+                    break
+            except (requests.ConnectionError, requests.Timeout) as e:
+                errors.append(f"{url}: {type(e).__name__} {str(e)[-160:]}")
+                continue
+            if r.status_code == 503 or (r.status_code != 200 and "leader" in r.text):
+                errors.append(f"{url}: {_reason(r)}")  # a member without a leader: try another
+                continue
+            if r.status_code != 200:
+                raise StoreRefused(f"etcd {path}: {_reason(r)}")
+            with self._lock:  # the member that answered goes first next time
+                if self._endpoints[0] != url:
+                    self._endpoints.remove(url)
+                    self._endpoints.insert(0, url)
+            return r if stream else r.json()
+        raise StoreUnavailable(f"no etcd member answered ({'; '.join(errors)})")
+
+    # ------------------------------------------------------------------ keys
+    def get(self, key: str) -> KeyValue | None:
+        kvs = self.post("kv/range", {"key": b64(key)}).get("kvs", [])
+        return _kv(kvs[0]) if kvs else None
+
+    def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+        """Every key under ``prefix`` and the store's revision at the time of the read."""
+        r = self.post("kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
+        return [_kv(raw) for raw in r.get("kvs", [])], int(r["header"]["revision"])
+
+    def put(self, key: str, value: str, lease: int = 0) -> int:
+        body = {"key": b64(key), "value": b64(value)}
+        if lease:
+            body["lease"] = str(lease)
+        return int(self.post("kv/put", body)["header"]["revision"])
+
+    def delete(self, key: str) -> None:
+        self.post("kv/deleterange", {"key": b64(key)})
+
+    def compare_and_set(self, key: str, mod_revision: int, value: str, lease: int = 0) -> bool:
+        """Put ``value`` at ``key`` if the key's mod revision is still ``mod_revision`` (0: the key is absent)."""
+        put = {"key": b64(key), "value": b64(value)}
+        if lease:
+            put["lease"] = str(lease)
+        r = self.post("kv/txn", {"compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL",
+                                              "mod_revision": str(mod_revision)}],
+                                 "success": [{"request_put": put}]})
+        return bool(r.get("succeeded"))
+
+    # ------------------------------------------------------------------ leases
+    def grant(self, ttl_s: int) -> int:
+        return int(self.post("lease/grant", {"TTL": str(ttl_s)})["ID"])
+
+    def keep_alive(self, lease: int) -> int:
+        """Renew ``lease`` once; returns its TTL (0: the lease is gone, e.g. it expired)."""
+        r = self.post("lease/keepalive", {"ID": str(lease)})
+        return int(r.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: int) -> None:
+        self.post("lease/revoke", {"ID": str(lease)})
+
+    # ------------------------------------------------------------------ watch
+    def watch(self, prefix: str, start_revision: int, on_event: Callable[[str, KeyValue], None],
+              stop: threading.Event) -> int:
+        """Deliver every change under ``prefix`` from ``start_revision`` on (``on_event("PUT"|"DELETE", kv)``)
+        until the stream breaks or ``stop`` is set; returns the next revision to watch from."""
+        body = {"create_request": {"key": b64(prefix), "range_end": b64(prefix_end(prefix)),
+                                   "start_revision": str(start_revision), "progress_notify": True}}
+        response = self.post("watch", body, timeout_s=(self.timeout, 15.0), stream=True)
+        next_rev = start_revision
+        try:
+            for line in _lines(response):
+                if stop.is_set():
+                    break
+                result = json.loads(line).get("result", {})
+                if result.get("canceled"):
+                    raise StoreRefused(f"etcd watch canceled: {result.get('cancel_reason', '?')}")
+                for event in result.get("events", []):
+                    kv = _kv(event["kv"])
+                    on_event(event.get("type", "PUT"), kv)
+                    next_rev = max(next_rev, kv.mod_revision + 1)
+                header_rev = int(result.get("header", {}).get("revision", 0))
+                if header_rev and not result.get("events"):
+                    next_rev = max(next_rev, header_rev + 1)  # a progress notice: nothing before it is missed
+        finally:
+            response.close()
+        return next_rev
+
+
+def _lines(response) -> Iterator[str]:
+    for line in response.iter_lines(chunk_size=None, decode_unicode=True):
+        if line and line.strip():
+            yield line
+
+
+def _reason(r) -> str:
+    try:
+        return f"HTTP {r.status_code} {r.json().get('message') or r.json().get('error') or r.text[:200]}"
+    except ValueError:
+        return f"HTTP {r.status_code} {r.text[:200]}"

