@@ -173,7 +173,8 @@ def test_local_and_cluster_share_the_same_argv_shape():
     def shape(argv):
         return [a.split("=", 1)[0] if a.startswith("--") else "N" if a.isdigit() else a for a in argv]
     p = build_parser()
-    local = config_from_args(p.parse_args(["--nodes", "2", "--", "--preset", "debug"]), env={})
+    # the clusters run the c10d store until they run etcd (the coordinator on AWS): compare like with like
+    local = config_from_args(p.parse_args(["--nodes", "2", "--", "--preset", "debug"]), env={"T5_COORDINATOR": "store"})
     pet = config_from_args(p.parse_args(["--from-env", "pet", "--rdzv-endpoint", "store:1", "--",
                                          "--preset", "debug"]), env=PET)
     assert shape(torchrun_argv(local)) == shape(torchrun_argv(pet))
@@ -196,8 +197,14 @@ def test_cli_print_and_errors():
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     agents = [line for line in out.stdout.splitlines() if "training.launch.agent" in line]
-    assert len(agents) == 3 and "training.rdzv_store" in out.stdout
-    assert all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in a for a in agents)
+    assert len(agents) == 3 and "3 etcd members" in out.stdout
+    assert all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in a and "--rdzv-backend=t5-etcd" in a for a in agents)
+    out = subprocess.run(run + ["--print", "--nodes", "2", "--", "--preset", "debug"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "T5_COORDINATOR": "store"})
+    assert "training.rdzv_store" in out.stdout and "--rdzv-backend=c10d" in out.stdout
+    out = subprocess.run(run + ["--print", "--nodes", "2"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "T5_COORDINATOR": "zookeeper"})
+    assert out.returncode == 2 and "coordinator 'zookeeper': use one of etcd, store" in out.stderr
     out = subprocess.run(run + ["--from-env", "pet", "--print"], capture_output=True, text=True, timeout=60,
                          cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and "PET_NNODES is not set" in out.stderr

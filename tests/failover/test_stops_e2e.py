@@ -225,8 +225,8 @@ def test_sigkill_of_the_local_launcher_stops_agents_workers_and_store(tmp_path):
     try:
         wait_for(lambda: len(records(out, "step")) >= 2, "step 2", proc=p, log=log)
         tree = descendants(p.pid)
-        store = [q for q in tree if "training.rdzv_store" in cmdline(q)]
-        assert len(store) == 1 and len(workers(out)) == 2, [cmdline(q) for q in tree]
+        members = [q for q in tree if "etcdbin/etcd" in cmdline(q)]  # the membership store: 3 etcd members
+        assert len(members) == 3 and len(workers(out)) == 2, [cmdline(q) for q in tree]
         os.kill(p.pid, signal.SIGKILL)
         # the agents get SIGTERM: their workers checkpoint at the next step and exit, then the agents
         left = gone_within(tree, 60)

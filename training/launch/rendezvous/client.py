@@ -29,8 +29,9 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-#: Seconds one request may take against one member before the next is tried.
-REQUEST_TIMEOUT_S = 2.0
+#: Seconds one request may take against one member before the next is tried (members answer in milliseconds;
+#: a keep-alive that waited longer on a black-holed member would risk its own lease).
+REQUEST_TIMEOUT_S = 1.0
 
 
 class StoreUnavailable(RuntimeError):

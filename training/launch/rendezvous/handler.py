@@ -39,6 +39,8 @@ from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreUnavailable
 
 BACKEND = "t5-etcd"
+#: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
+EXIT_WAIT_S = 10.0
 _on_lost: list[Callable[[str], None]] = []
 
 
@@ -133,6 +135,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._store = None  # the round's TCPStore when this agent hosts it
         self._stop = threading.Event()
         self._lease = 0
+        self._answering_since = time.monotonic()  # the store has answered every keep-alive since (None: it does not)
         self._join_store()
         self.view.start()
         threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
@@ -156,16 +159,27 @@ class EtcdRendezvousHandler(RendezvousHandler):
         said = False
         while not self._stop.wait(max(0.2, self.ttl_s / 3)):
             try:
-                if self.client.keep_alive(self._lease) == 0:  # expired (the others saw this node as lost)
+                if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
                     _say(f"this node's membership lease expired; joining again as {self.me}")
                     self._join_store()
+                if self._answering_since is None:
+                    self._answering_since = time.monotonic()
+                    _say("membership store answers again: keep-alives resumed")
                 said = False
             except StoreUnavailable:
+                self._answering_since = None
                 if not said:
                     _say("membership store unreachable: keep-alives paused, training goes on")
                     said = True
             except Exception as e:  # noqa: BLE001 - never end the agent from this thread
                 _say(f"keep-alive failed: {type(e).__name__}: {e}")
+
+    def _settled(self) -> bool:
+        """Whether the store has answered this agent for longer than a lease: only then is a missing member key
+        a lost node. Right after an outage every lease may have run out (a store that was stopped, not
+        restarted, expires them on waking), and each agent needs a keep-alive to join again."""
+        since = self._answering_since
+        return since is not None and time.monotonic() - since > self.ttl_s + 1
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -189,7 +203,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if r is None or not self.view.connected:
             return 0
         lost = rounds.lost_participants(r, self.view.members())
-        if lost:
+        if lost and self._settled():  # first: a spare may already have opened the next round for it
             if not self._lost_said:
                 self._lost_said = True
                 _say(f"lost node(s) of round {r.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
@@ -202,8 +216,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return 1 if current is not None and rounds.Round.loads(current.value).n > r.n else 0
 
     def shutdown(self) -> bool:
+        """Close the rendezvous (the job ended). The agent that hosts the round's store keeps it up until the
+        others have left torchrun's exit barrier (each says so before closing), at most ``EXIT_WAIT_S``."""
         try:
+            if self.round is not None:
+                self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
             self.set_closed()
+            if self._store is not None and self.round is not None:
+                deadline = time.monotonic() + EXIT_WAIT_S
+                while time.monotonic() < deadline:
+                    live = self.view.members()
+                    gone = {p for p in self.round.participants if p not in live
+                            or self.view.get(f"left/{self.round.n}/{p}") is not None}
+                    if gone >= set(self.round.participants):
+                        break
+                    self.view.wait(0.2)
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
@@ -232,6 +259,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
                                     now=time.time(), last_call_s=self.last_call_s)
             if step is rounds.Step.DONE:
                 break
+            if (step is rounds.Step.NEW_ROUND and r is not None and r.n > last
+                    and rounds.lost_participants(r, live) and not self._settled()):
+                step = rounds.Step.STAND_BY  # a member key missing right after an outage: give it time to return
             if step in (rounds.Step.WAIT, rounds.Step.STAND_BY):
                 if step is rounds.Step.WAIT and time.monotonic() > deadline:
                     raise RendezvousTimeoutError(

@@ -1,0 +1,218 @@
+"""Membership on etcd (training/launch/rendezvous): a real 3-member etcd with TLS and auth, real torchrun agents.
+
+Fast tests check who gets in (no certificate, wrong password, another job's prefix) and the round decisions;
+the e2e tests inject a fault (leader SIGKILLed, every member stopped, a node lost with a spare waiting) into a
+running 2-node job and check the evidence: the fault happened while training ran, what the agents said, how
+many rounds formed, and that the final weights equal an uninterrupted run's.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ROOT, TINY, torchrun
+from training.compare import compare
+from training.launch import LaunchConfig, launch_env, torchrun_argv
+from training.launch.rendezvous import rounds
+from training.launch.rendezvous.client import EtcdClient, StoreRefused
+from training.launch.rendezvous.members import LocalEtcd
+
+STEPS = 40
+# memory tier on (a lost node's shards come from their replica), storage checkpoints only at the end
+ARGS = [*TINY, "--train.steps", str(STEPS), "--checkpoint.interval", "1000", "--checkpoint.memory_interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+        yield cluster
+
+
+# ---------------------------------------------------------------------------------------------- who gets in
+def test_a_job_reads_and_writes_its_own_prefix_only(etcd):
+    mine, other = etcd.add_job_user("mine"), etcd.add_job_user("theirs")
+    client = EtcdClient(mine)
+    client.put(client.key("x"), "1")
+    assert client.get(client.key("x")).value == "1"
+    with pytest.raises(StoreRefused, match="permission denied"):
+        client.put(other.prefix + "x", "1")
+    with pytest.raises(StoreRefused, match="permission denied"):
+        client.get(other.prefix + "x")
+
+
+def test_a_client_without_a_certificate_or_the_password_is_refused(etcd, tmp_path):
+    creds = etcd.add_job_user("pw")
+    with pytest.raises(requests.exceptions.SSLError):  # the members require a certificate the CA signed
+        requests.post(f"{creds.endpoints[0]}/v3/kv/range", json={"key": "eA=="}, verify=creds.ca, timeout=5)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-password")
+    with pytest.raises(StoreRefused, match="could not log in"):
+        EtcdClient(replace(creds, password_file=str(wrong))).get(creds.prefix + "x")
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+def decide(r, live, me="a", last=-1, min_nodes=1, max_nodes=2, now=100.0):
+    return rounds.next_step(me, last, r, set(live), min_nodes=min_nodes, max_nodes=max_nodes, now=now,
+                            last_call_s=3)
+
+
+def test_round_decisions():
+    S = rounds.Step
+    assert decide(None, "a") is S.NEW_ROUND
+    first = rounds.Round(n=0, joined=["a"])
+    assert decide(first, "ab") is S.MARK_MIN  # the first round waits out the last call below MAX
+    assert decide(replace(first, min_at=98.0), "ab") is S.WAIT
+    assert decide(replace(first, min_at=96.0), "ab") is S.CLOSE
+    assert decide(rounds.Round(n=0, joined=["a", "b"]), "ab") is S.CLOSE  # MAX: at once
+    reform = rounds.Round(n=3, joined=["a"], prev=["a", "b"])
+    assert decide(reform, "a") is S.CLOSE  # b is lost: every live member is in, no last call
+    formed = rounds.Round(n=3, joined=["a", "b", "c"], formed=True, participants=["b", "a"], prev=["a", "b"])
+    assert decide(formed, "abc", me="c") is S.STAND_BY  # full and healthy: c is a spare
+    assert decide(formed, "ac", me="c") is S.NEW_ROUND  # b lost: the spare starts the next round
+    assert decide(formed, "abc", me="a", last=3) is S.NEW_ROUND  # a's workers failed: everyone re-forms
+    assert decide(formed, "abc", me="a", last=2) is S.DONE
+    assert decide(replace(formed, participants=["a"]), "ac", me="c") is S.NEW_ROUND  # room below MAX
+
+
+def test_places_keep_old_ranks_and_spares_fill_gaps():
+    r = rounds.Round(n=4, joined=["s", "b", "c"], prev=["a", "b", "c"])
+    assert rounds.choose(r, {"s", "b", "c"}, 3) == ["s", "b", "c"]  # the spare takes lost a's rank 0
+    r = rounds.Round(n=4, joined=["s", "a", "b"], prev=["a", "b"])
+    assert rounds.choose(r, {"s", "a", "b"}, 2) == ["a", "b"]  # survivors first; the spare stays a spare
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("etcd_reference")
+    r = torchrun(2, *ARGS, "--job.out_dir", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+class Job:
+    """A 2-node job (plus spares) of real torchrun agents on ``etcd``, each agent's output kept by line."""
+
+    def __init__(self, etcd: LocalEtcd, out: Path, run_id: str, spares: int = 0):
+        creds = etcd.add_job_user(run_id)
+        cfg = LaunchConfig(min_nodes=1, max_nodes=2, spares=spares, coordinator="etcd", rdzv_id=run_id,
+                           rdzv_endpoint=creds.endpoints[0].split("//")[1], etcd_env=tuple(creds.as_env().items()),
+                           train_args=(*ARGS, "--job.out_dir", str(out)))
+        self.out, self.lines, self.procs = out, [], []
+        env = dict(launch_env(cfg), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        for i in range(2 + spares):
+            p = subprocess.Popen(torchrun_argv(cfg), env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}")),
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+            threading.Thread(target=self._pump, args=(p, i), daemon=True).start()
+            self.procs.append(p)
+
+    def _pump(self, p, i):
+        for line in p.stdout:
+            self.lines.append((time.monotonic(), i, line.rstrip()))
+
+    def text(self) -> str:
+        return "\n".join(f"[node{i}] {line}" for _, i, line in list(self.lines))
+
+    def wait_for_step(self, step: int, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(f"step {step:>6}/" in line or f"step  {step}/" in line or f" step {step}/" in line
+                      for _, _, line in list(self.lines)):
+            assert time.monotonic() < deadline, f"no step {step} within {timeout_s} s:\n{self.text()}"
+            assert all(p.poll() is None for p in self.procs), f"an agent ended early:\n{self.text()}"
+            time.sleep(0.05)
+
+    def wait(self, timeout_s: float = 240) -> list[int]:
+        try:
+            return [p.wait(timeout=timeout_s) for p in self.procs]
+        finally:
+            for p in self.procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+
+    def rounds_formed(self) -> set[str]:
+        return {line.split("round ", 1)[1].split(":")[0] for _, _, line in list(self.lines)
+                if "[rendezvous] round " in line}
+
+    def last_step_seen(self) -> int:
+        steps = [int(line.split("step", 1)[1].split("/")[0]) for _, _, line in list(self.lines)
+                 if "| loss" in line and "step" in line]
+        return max(steps, default=0)
+
+
+def final(out: Path) -> Path:
+    return out / "checkpoints" / f"step_{STEPS:08d}"
+
+
+@pytest.mark.e2e
+def test_the_etcd_leader_sigkilled_mid_training_costs_no_restart(etcd, reference, tmp_path):
+    job = Job(etcd, tmp_path / "run", "leader-kill")
+    job.wait_for_step(3)
+    leader = etcd.leader()
+    etcd.kill(leader)  # fault: SIGKILL the member that leads
+    killed_at = job.last_step_seen()
+    try:
+        codes = job.wait()
+    finally:
+        etcd.restart(leader)
+        etcd.wait_healthy()
+    assert leader.process is not None and killed_at < STEPS, "the fault came after training ended"
+    assert codes == [0, 0], job.text()
+    assert job.rounds_formed() == {"0"}, job.text()  # no new round: no restart, no step lost
+    assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
+
+
+@pytest.mark.e2e
+def test_every_member_stopped_training_goes_on_and_says_so(etcd, reference, tmp_path):
+    job = Job(etcd, tmp_path / "run", "outage")
+    job.wait_for_step(3)
+    for m in etcd.members:  # fault: no member answers (stopped, sockets open: the worst kind of silence)
+        m.process.send_signal(signal.SIGSTOP)
+    stopped_at = job.last_step_seen()
+    try:
+        time.sleep(6)
+        trained_during = job.last_step_seen() - stopped_at
+    finally:
+        for m in etcd.members:
+            m.process.send_signal(signal.SIGCONT)
+    codes = job.wait()
+    assert codes == [0, 0], job.text()
+    assert trained_during > 0 or job.last_step_seen() == STEPS, f"no step while the store was down:\n{job.text()}"
+    assert "membership store unreachable" in job.text()
+    assert job.rounds_formed() == {"0"}, job.text()
+    assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
+
+
+@pytest.mark.e2e
+def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
+    """A node that goes silent (stopped: no socket closes, no keep-alive) is found by its expired lease."""
+    job = Job(etcd, tmp_path / "run", "spare", spares=1)
+    job.wait_for_step(3)
+    trained = {i for _, i, line in list(job.lines) if "[rendezvous] round 0: rank" in line}
+    victim = sorted(trained)[-1]
+    os.killpg(job.procs[victim].pid, signal.SIGSTOP)  # fault: the node falls silent (agent and workers)
+    stopped_at = job.last_step_seen()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("[rendezvous] round 1: rank" in line for _, _, line in list(job.lines)):
+            assert time.monotonic() < deadline, job.text()
+            time.sleep(0.1)
+    finally:
+        os.killpg(job.procs[victim].pid, signal.SIGKILL)
+    codes = job.wait()
+    text = job.text()
+    assert victim in trained and codes[victim] == -signal.SIGKILL and stopped_at < STEPS, text
+    assert "lost node(s) of round 0" in text, text  # noticed through its expired lease
+    spare = ({0, 1, 2} - trained).pop()
+    assert any(i == spare and "[rendezvous] round 1: rank" in line for _, i, line in list(job.lines)), text
+    assert [c for i, c in enumerate(codes) if i != victim] == [0, 0], text
+    assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
