@@ -14,7 +14,11 @@
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
   :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks);
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
-* the agent's additions to torch's c10d rendezvous: :mod:`~training.launch.lost_nodes` (a member whose
+* :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
+  (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round
+  decisions, pure), :mod:`.rendezvous.client` (etcd's v3 JSON API over TLS), :mod:`.rendezvous.members` (a
+  local 3-member etcd), :mod:`.rendezvous.certs` (its TLS material);
+* the agent's additions to torch's c10d rendezvous (the clusters' standalone store, until they run etcd): :mod:`~training.launch.lost_nodes` (a member whose
   keep-alives stopped restarts the round), :mod:`~training.launch.spare_fixes` (hot spares take a lost node's
   place), :mod:`~training.launch.rdzv_poll` (the monitor loop's state reads) and :mod:`~training.launch.standby`
   (a spare says it was not needed).
