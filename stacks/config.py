@@ -171,7 +171,8 @@ class InfraConfig:
     capacity_reservation_id: Optional[str] = field(default=None, metadata=_key("capacityReservationId"))
     """On-Demand Capacity Reservation or Capacity Block for ML (``cr-...``) the GPU nodes launch into (EKS launch
     template, ParallelCluster queue). It lives in one AZ: list that AZ first in ``availabilityZones`` (``make
-    preflight`` does) and set ``placementGroup=false`` (a reservation carries its own placement)."""
+    preflight`` does; ``make deploy`` requires it) and set ``placementGroup=false`` (a reservation carries its own
+    placement)."""
 
     capacity_block: bool = field(default=False, metadata=_key("capacityBlock"))
     """``capacityReservationId`` is a Capacity Block for ML (market type ``capacity-block``): EKS node group capacity
@@ -327,9 +328,6 @@ class InfraConfig:
         if self.placement_group:
             raise bad("placementGroup", True, f"capacityReservationId={rid}: a reservation carries its own placement "
                       "and instances launched into a new placement group do not use it; set placementGroup=false")
-        if not self.availability_zones:
-            raise bad("availabilityZones", [], f"capacityReservationId={rid} lives in one AZ and the GPU nodes must "
-                      "launch there: run `make preflight` (writes it), or list that AZ first in availabilityZones")
 
     def _validate_fsx(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
         cap = self.fsx_storage_capacity_gib

@@ -74,12 +74,14 @@ def saveable(key: str, raw: str) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def plan_deploy(platform: str, argv: Sequence[str], root: Path = ROOT) -> DeployPlan:
-    """Merge the ``-c`` values of ``argv`` into the saved settings and check the result; raises ConfigError."""
+def merge_settings(platform: str, argv: Sequence[str], root: Path = ROOT, *,
+                   command: str = "deploy") -> DeployPlan:
+    """The saved settings with the ``-c`` values of ``argv`` merged in, checked as synth checks them (unknown keys,
+    bad values and combinations raise ConfigError); nothing is written."""
     given = context_args(argv)
     if "platform" in given and given["platform"] != platform:
         raise ConfigError(f"-c platform={given['platform']} disagrees with PLATFORM={platform}: run "
-                          f"`make deploy PLATFORM={given['platform']}` without -c platform")
+                          f"`make {command} PLATFORM={given['platform']}` without -c platform")
     given.pop("platform", None)
     InfraConfig.check_keys(given)
     saved = load_saved(root)
@@ -95,12 +97,24 @@ def plan_deploy(platform: str, argv: Sequence[str], root: Path = ROOT) -> Deploy
     cdk_json = json.loads((root / "cdk.json").read_text()).get("context", {})
     context = {**cdk_json, **saved, "platform": platform}
     InfraConfig.check_keys(context)
-    config = InfraConfig.from_context(context)
+    return DeployPlan(config=InfraConfig.from_context(context), saved=saved, changed=changed)
+
+
+def plan_deploy(platform: str, argv: Sequence[str], root: Path = ROOT) -> DeployPlan:
+    """:func:`merge_settings` plus what only a deploy needs: the EKS choices without a safe default, and the AZ
+    of a capacity reservation. Raises ConfigError naming the key and what to pass."""
+    plan = merge_settings(platform, argv, root)
     if platform == "eks":
         for key, fix in EKS_REQUIRED.items():
-            if key not in saved:
+            if key not in plan.saved:
                 raise ConfigError(f"{key} is not set (neither saved in {SAVED_FILE} nor given): pass {fix}")
-    return DeployPlan(config=config, saved=saved, changed=changed)
+    cfg = plan.config
+    if cfg.capacity_reservation_id and not cfg.availability_zones:
+        raise ConfigError(f"capacityReservationId={cfg.capacity_reservation_id} lives in one AZ and the GPU nodes "
+                          "must launch there, but availabilityZones is not set: run `make preflight "
+                          f"PLATFORM={platform}` (it finds the reservation's AZ and saves it), or pass "
+                          "-c availabilityZones=<its AZ>,<another AZ>")
+    return plan
 
 
 def save(saved: Mapping[str, Any], root: Path = ROOT) -> Path:
@@ -134,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             saved = load_saved()
             config = InfraConfig.from_context({**json.loads((ROOT / "cdk.json").read_text())["context"], **saved,
                                                "platform": platform})
-            print(f"[deploy] saved settings ({SAVED_FILE}): {settings_line(saved)}", file=sys.stderr)
+            print(f"[settings] saved in {SAVED_FILE}: {settings_line(saved)}", file=sys.stderr)
             print(" ".join(stack_names(config)))
             return 0
         plan = plan_deploy(platform, rest)
