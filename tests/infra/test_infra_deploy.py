@@ -160,8 +160,7 @@ def test_the_control_plane_log_group_is_the_stacks_and_goes_with_it(eks: Synthes
 def test_the_default_api_endpoint_is_private(eks: Synthesized) -> None:
     assert InfraConfig().api_allowed_cidrs == ()
     eks.template("Eks").has_resource_properties("AWS::EKS::Cluster", {"ResourcesVpcConfig": Match.object_like({
-        "EndpointPublicAccess": False, "EndpointPrivateAccess": True})})
-    assert "0.0.0.0/0" not in json.dumps(eks.templates["Eks"])
+        "EndpointPublicAccess": False, "EndpointPrivateAccess": True, "PublicAccessCidrs": Match.absent()})})
 
 
 def test_parallelcluster_nodes_write_only_where_slurm_jobs_write(pcluster: Synthesized) -> None:
