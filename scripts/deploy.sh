@@ -6,10 +6,11 @@
 # passes one new value (-c imageTag=src-...) keeps adminRoleArn, gpuNodes, apiAllowedCidrs, the AZ and the rest.
 # PLATFORM=eks needs apiAllowedCidrs and adminRoleArn saved or given once (the error says what to pass).
 # Run `make preflight PLATFORM=...` first: it checks quota, AZ offer and reservation, and saves the AZ.
-# DRY_RUN=1 prints what would be saved and the cdk command, and changes nothing. Other ARGS go to `cdk deploy`.
+# DRY_RUN=1 prints what would be saved and the cdk command, and changes nothing. Other ARGS go to `cdk deploy`
+# (it asks before IAM or security-group changes; ARGS="--require-approval never" for an unattended deploy).
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ if [ "$dry" = true ]; then
 else
   .venv/bin/python -m stacks.deploy_config deploy "$platform" "$@"
 fi
-cmd=(node_modules/.bin/cdk deploy --all -c "platform=$platform" --require-approval never "$@")
+cmd=(node_modules/.bin/cdk deploy --all -c "platform=$platform" "$@")
 if [ "$dry" = true ]; then
   printf '[deploy] would run:'; printf ' %q' "${cmd[@]}"; echo
   exit 0
