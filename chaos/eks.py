@@ -42,7 +42,7 @@ from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
 from chaos.verdict import Fault, Observation, judge
 from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
-from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank
+from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank, pod_start_problem
 from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_submit_options,
                               check_training_args, condition, config_from_args, default_name, preflight,
                               split_at_dashes, split_training_args)
@@ -100,7 +100,14 @@ class EksChaosRun:
         if condition(tj, "Failed"):
             c = condition(tj, "Failed")
             raise ClusterError(f"TrainJob {name or self.cfg.name} failed: {c.get('reason')} {c.get('message')}")
-        return "Complete" if condition(tj, "Complete") else None
+        if condition(tj, "Complete"):
+            return "Complete"
+        # a pod of the job (the store's too) that cannot start ends the wait now, not after --phase-timeout
+        for p in self.c.pods(self.cfg.namespace, name or self.cfg.name, None):
+            problem = pod_start_problem(p, self.cfg.namespace, name or self.cfg.name)
+            if problem and problem.fatal:
+                raise ClusterError(problem.line)
+        return None
 
     def wait_for(self, what: str, pred) -> Any:
         deadline = time.time() + self.phase_timeout
