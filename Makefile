@@ -21,13 +21,13 @@ help:            ## list targets and the variables they read
 venv:            ## create/reuse the project venv with pinned deps
 	@scripts/venv.sh >/dev/null
 train:           ## run the FSDP T5 job (local CPU by default; PLATFORM=slurm|eks to submit)
-	@scripts/train.sh $(ARGS)
+	@scripts/train.sh $(ARGS) || scripts/train_exit.sh train $$?
 test:            ## run the whole test suite (unit + e2e)
 	@scripts/test.sh $(ARGS)
 bench:           ## throughput and checkpoint-stall benchmark (prints a table, writes JSON)
 	@scripts/bench.sh $(ARGS)
 chaos-test:      ## kill workers/nodes mid-training and prove nothing is lost
-	@scripts/chaos.sh $(ARGS)
+	@scripts/chaos.sh $(ARGS) || scripts/train_exit.sh chaos-test $$?
 synth:           ## cdk synth offline for PLATFORM=eks|parallelcluster
 	@scripts/synth.sh $(ARGS)
 slurm-up:        ## start the local test Slurm cluster

@@ -8,7 +8,7 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${PCLUSTER_VENV:-$root/.venv-pcluster}"
-py="${PYTHON:-python3}"
+py=$("$root/scripts/venv.sh" --python) || exit 2  # the project's Python (>= 3.11), chosen as scripts/venv.sh does
 req="$root/requirements-pcluster.txt"
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$req" | cut -d' ' -f1)

@@ -11,10 +11,31 @@
 #          https://download.pytorch.org/whl/<build> (TORCH_INDEX_URL overrides), for a venv that GPU nodes run
 #          (ParallelCluster without a container image); cluster_assets/docker/align_torch.py installs it, as
 #          for the training image. Needs no GPU on the machine that builds the venv.
+#
+# The interpreter (pyproject.toml: Python >= 3.11): PYTHON if set, else the first of python3.13, python3.12,
+# python3.11, python3 on PATH that is 3.11 or newer; none is an error naming the fix (Amazon Linux 2023, the
+# ParallelCluster head node's OS, has Python 3.9 as python3: `sudo dnf install -y python3.11`).
+# `scripts/venv.sh --python` prints that interpreter and exits (scripts/pcluster_venv.sh uses it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${VENV:-$root/.venv}"
-py="${PYTHON:-python3}"
+
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+pick_python() {  # the interpreter a new venv is made with (see the header)
+  if [ -n "${PYTHON:-}" ]; then
+    new_enough "$PYTHON" && { echo "$PYTHON"; return; }
+    echo "venv.sh: PYTHON=$PYTHON is not a Python 3.11 or newer; point it at one (e.g. PYTHON=python3.11)" >&2
+    return 2
+  fi
+  local c
+  for c in python3.13 python3.12 python3.11 python3; do
+    command -v "$c" >/dev/null && new_enough "$c" && { echo "$c"; return; }
+  done
+  echo "venv.sh: no Python 3.11 or newer on PATH (python3 is $(python3 --version 2>&1 || echo missing)); install one" \
+       "(Amazon Linux 2023: sudo dnf install -y python3.11; Ubuntu: apt-get install python3.11-venv) or set PYTHON" >&2
+  return 2
+}
+if [ "${1:-}" = --python ]; then pick_python; exit; fi
 stamp="$venv/.requirements.sha256"
 made=$(cat "$stamp" 2>/dev/null || true)
 # Unset TORCH_BUILD keeps the build the venv was made with (make train calls this too: it must not turn a CUDA
@@ -33,8 +54,13 @@ fi
 want=$(sha256sum "$root/requirements.txt" | cut -d' ' -f1)
 [ "$build" = cpu ] || want="$want+$build"  # a CPU venv keeps the stamp it always had
 if [ ! -x "$venv/bin/python" ]; then
-  echo "[venv] creating $venv" >&2
+  py=$(pick_python) || exit 2
+  echo "[venv] creating $venv with $py" >&2
   "$py" -m venv "$venv"
+elif ! new_enough "$venv/bin/python"; then
+  echo "venv.sh: $venv was made with $("$venv/bin/python" --version 2>&1); the project needs Python 3.11 or newer:" \
+       "remove it (rm -rf $venv) and run scripts/venv.sh again" >&2
+  exit 2
 fi
 if [ "$made" != "$want" ]; then
   echo "[venv] installing pinned requirements (first run takes a few minutes)" >&2

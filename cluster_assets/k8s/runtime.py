@@ -406,3 +406,15 @@ def replicated_job(runtime: dict[str, Any], name: str) -> dict[str, Any]:
             return rj
     raise KeyError(f"runtime {runtime['metadata']['name']!r} has no replicated job {name!r} "
                    f"(it has {[rj['name'] for rj in jobs]})")
+
+
+def container_images(runtime: dict[str, Any]) -> dict[str, str]:
+    """``"<replicated job>/<container>"`` -> image, for every container (init containers too) of a rendered or
+    installed runtime: every image a job on it pulls, besides the TrainJob's own ``spec.trainer.image``, which
+    replaces the ``node`` container's."""
+    images: dict[str, str] = {}
+    for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = rj["template"]["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            images[f"{rj['name']}/{c['name']}"] = c.get("image", "")
+    return images

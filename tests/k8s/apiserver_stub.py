@@ -3,7 +3,8 @@
 No real API server can run on this machine (no kind/k3s/envtest binaries reach it), so the submit CLI's
 cluster paths are exercised against recorded-shape responses: /version, CRDs, the ClusterTrainingRuntime,
 namespace, PVC, TrainJob create/get, JobSet get, pod list. State is a dict the test sets up; the CLI talks
-to it through a real kubeconfig with the real ``kubernetes`` client.
+to it through a real kubeconfig with the real ``kubernetes`` client. It also answers ECR's DescribeImages (JSON 1.1,
+``POST /``) for a real ``boto3`` client pointed at it (:meth:`Stub.ecr_env`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 CRDS = ("trainjobs.trainer.kubeflow.org", "clustertrainingruntimes.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io")
 
@@ -23,6 +25,14 @@ def crd(name: str) -> dict[str, Any]:
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
             "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "kind": plural.title()},
                      "versions": [{"name": version, "served": True, "storage": True}]}}
+
+
+def matches(pod: dict[str, Any], query: str) -> bool:
+    """Whether ``pod`` matches the equality-based ``labelSelector`` of a list query (``a=b,c=d``), as the API
+    server filters; a pod without labels matches only an empty selector."""
+    selector = parse_qs(query).get("labelSelector", [""])[0]
+    labels = pod.get("metadata", {}).get("labels") or {}
+    return all(labels.get(k) == v for k, _, v in (term.partition("=") for term in selector.split(",") if term))
 
 
 class Stub:
@@ -37,6 +47,7 @@ class Stub:
         self.pods: list[dict] = []  # pod JSON returned for every TrainJob
         self.finish_as = "Complete"  # condition a created TrainJob reports on its second read
         self.reads: dict[tuple[str, str], int] = {}
+        self.ecr_images: set[tuple[str, str]] = set()  # (repository, tag) pairs ECR has
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -52,12 +63,23 @@ class Stub:
             "users": [{"name": "stub", "user": {"token": "t"}}]}))
         return path
 
+    def ecr_env(self) -> dict[str, str]:
+        """Environment for a boto3 ECR client that asks this stub (dummy credentials: nothing leaves loopback)."""
+        return {"AWS_ENDPOINT_URL_ECR": self.url, "AWS_ACCESS_KEY_ID": "stub", "AWS_SECRET_ACCESS_KEY": "stub",
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
     def close(self) -> None:
         self.server.shutdown()
 
     # --------------------------------------------------------------------------------------------- routing
     def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        path = path.split("?")[0]
+        path, _, query = path.partition("?")
+        if method == "POST" and path == "/" and body and "repositoryName" in body:  # ECR DescribeImages
+            tags = [i.get("imageTag") for i in body.get("imageIds", [])]
+            found = [t for t in tags if (body["repositoryName"], t) in self.ecr_images]
+            if len(found) < len(tags):
+                return 400, {"__type": "ImageNotFoundException", "message": f"tag {tags} not in the stub"}
+            return 200, {"imageDetails": [{"repositoryName": body["repositoryName"], "imageTags": found}]}
         if path.rstrip("/") == "/version":
             return 200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-stub", "gitCommit": "0",
                          "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
@@ -92,7 +114,8 @@ class Stub:
         if re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/[^/]+/jobsets/[^/]+", path):
             return 200, {"status": {"restarts": 0}}
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path):
-            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                         "items": [p for p in self.pods if matches(p, query)]}
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log", path):
             return 200, "step 1/1 | stub log line\n"
         return 404, None

@@ -116,17 +116,86 @@ def test_existing_name_is_refused(stub):
     assert r.returncode == 2 and "already exists" in r.stderr and "resumes" in r.stderr
 
 
+def job_pod(replicated_job: str, waiting: dict | None = None, scheduled: dict | None = None,
+            name: str = "t5-stub") -> dict:
+    """A pod of TrainJob ``name`` as JobSet labels it, waiting with ``waiting`` or unscheduled per ``scheduled``."""
+    status: dict = {"phase": "Pending"}
+    if waiting:
+        status["containerStatuses"] = [{"name": replicated_job, "image": "img", "imageID": "", "ready": False,
+                                        "restartCount": 0, "state": {"waiting": waiting}}]
+    if scheduled:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", **scheduled}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-{replicated_job}-0-0-x", "uid": f"u-{replicated_job}",
+                         "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                    "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
+                                    "batch.kubernetes.io/job-completion-index": "0"}},
+            "spec": {"containers": [{"name": replicated_job, "image": f"repo/t5:{replicated_job}-tag"}]},
+            "status": status}
+
+
 def test_image_that_cannot_be_pulled(stub):
     s, kc = stub
     s.finish_as = None
-    s.pods = [{"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "t5-stub-node-0-0-x", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
-               "status": {"phase": "Pending", "containerStatuses": [{
-                   "name": "node", "image": "t5:1", "imageID": "", "ready": False, "restartCount": 0,
-                   "state": {"waiting": {"reason": "ImagePullBackOff", "message": "manifest unknown"}}}]}}]
+    s.pods = [job_pod("node", {"reason": "ImagePullBackOff", "message": "manifest unknown"})]
     r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 2
     assert "ImagePullBackOff" in r.stderr and "make image" in r.stderr
+
+
+def test_a_store_pod_that_cannot_pull_its_image_is_reported_not_waited_for(stub):
+    # The store pod runs the runtime's image: before, the watch listed only `node` pods, which never come (JobSet
+    # creates them once the store is ready), and waited forever without a word.
+    s, kc = stub
+    s.finish_as = None
+    s.pods = [job_pod("store", {"reason": "ErrImagePull", "message": "repo/t5:store-tag: not found"})]
+    r = submit_cli(*ARGS, "--timeout", "5", env=env_with(kc))  # a watch that misses it times out: rc 1
+    assert r.returncode == 2, r.stdout
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("error: pod t5-stub-store-0-0-x cannot start: ErrImagePull: repo/t5:store-tag: not found;")
+    assert "imageTag" in line and "make image" in line and "kubectl delete trainjob" in line
+
+
+def test_a_pod_with_a_broken_container_config_is_reported(stub):
+    s, kc = stub
+    s.finish_as = None
+    s.pods = [job_pod("node", {"reason": "CreateContainerConfigError", "message": 'secret "x" not found'})]
+    r = submit_cli(*ARGS, "--timeout", "5", env=env_with(kc))
+    assert r.returncode == 2
+    assert 'cannot start: CreateContainerConfigError: secret "x" not found; a Secret, ConfigMap' in r.stderr
+
+
+def test_an_unschedulable_pod_is_named_while_the_job_waits(stub):
+    s, kc = stub  # the stub's TrainJob completes on its second read: the first poll sees the pod pending
+    s.pods = [job_pod("node", scheduled={"reason": "Unschedulable",
+                                         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."})]
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 0, r.stderr
+    assert ("[submit] pod t5-stub-node-0-0-x is not scheduled yet: 0/2 nodes are available: 2 Insufficient "
+            "nvidia.com/gpu.; it starts once GPU nodes") in r.stdout and "gpuNodes" in r.stdout
+
+
+RUNTIME_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0"
+
+
+def test_a_runtime_whose_store_image_is_not_in_ecr_is_refused_before_submitting(stub):
+    # Every image a job pulls exists before it is pulled: the TrainJob's (this checkout's tag, pushed) and the
+    # store pod's, which the runtime fixes (a TrainJob cannot change it). A real boto3 client asks the stub's ECR.
+    s, kc = stub
+    s.ecr_images = {("t5", source_tag())}  # `make image` pushed this checkout; the runtime's 0.1.0 never was
+    args = [a for a in ARGS if a not in ("--image", "t5:1", "--skip-image-check")]
+    r = submit_cli(*args, env={**env_with(kc), **s.ecr_env()})
+    assert r.returncode == 2 and not s.trainjobs
+    (line,) = r.stderr.splitlines()
+    assert line == (f"error: the store pod of every job on runtime t5-fault-tolerant would pull {RUNTIME_IMAGE}, "
+                    f"which is missing in ECR (ImageNotFoundException): push the training image with `make image` "
+                    f"and deploy the EKS stack with `-c imageTag=<the tag it printed>`, so that the runtime names an "
+                    f"image that exists (docs/kubernetes.md); then submit again")
+    s.ecr_images.add(("t5", "0.1.0"))  # deployed with an imageTag that was pushed: the job is submitted
+    r = submit_cli(*args, env={**env_with(kc), **s.ecr_env()})
+    assert r.returncode == 0, r.stderr
+    (tj,) = s.trainjobs.values()
+    assert tj["spec"]["trainer"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:{source_tag()}"
 
 
 def test_chaos_without_cluster_fails_clearly(tmp_path):
@@ -144,6 +213,8 @@ def test_node0_log_is_streamed(stub):
     s.pods = [{"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "t5-stub-node-0-0-abc", "uid": "u1",
                             "labels": {"batch.kubernetes.io/job-completion-index": "0",
+                                       "jobset.sigs.k8s.io/jobset-name": "t5-stub",
+                                       "jobset.sigs.k8s.io/replicatedjob-name": "node",
                                        "jobset.sigs.k8s.io/restart-attempt": "0"}},
                "status": {"phase": "Running"}}]
     r = submit_cli(*[a for a in ARGS if a != "--no-logs"], env=env_with(kc))

@@ -27,6 +27,9 @@ L_RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
 L_RESTART = "jobset.sigs.k8s.io/restart-attempt"
 L_INDEX = "batch.kubernetes.io/job-completion-index"
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+#: Container waiting reasons the kubelet does not get past by itself: a Secret/ConfigMap/env the container names is
+#: missing, or the runtime cannot create the container from this spec.
+CONFIG_ERRORS = ("CreateContainerConfigError", "CreateContainerError")
 FIX_KUBECONFIG = ("run `aws eks update-kubeconfig --name <cluster> --region <region>` (the EKS stack's "
                   "KubeconfigCommand output prints it), or set KUBECONFIG")
 FIX_TRAINER = ("deploy the EKS stack (`cdk deploy` with platform=eks), which installs Kubeflow Trainer v2.3 and "
@@ -165,10 +168,12 @@ class Cluster:
         return self._call(f"reading JobSet {namespace}/{name}", self.custom.get_namespaced_custom_object,
                           JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", name)
 
-    def pods(self, namespace: str, name: str, replicated_job: str = "node") -> list[Any]:
-        """Pods of the TrainJob's ``node`` (or another) replicated job, newest restart attempt first."""
+    def pods(self, namespace: str, name: str, replicated_job: str | None = "node") -> list[Any]:
+        """Pods of the TrainJob's ``node`` (or another) replicated job, newest restart attempt first; ``None``:
+        every pod of the TrainJob (the store's too)."""
+        selector = f"{L_JOBSET}={name}" + (f",{L_RJOB}={replicated_job}" if replicated_job else "")
         res = self._call(f"listing pods of {namespace}/{name}", self.core.list_namespaced_pod, namespace,
-                         label_selector=f"{L_JOBSET}={name},{L_RJOB}={replicated_job}")
+                         label_selector=selector)
         items = list(res.items) if res else []
         return sorted(items, key=lambda p: (-pod_attempt(p), pod_rank(p)))
 
@@ -317,19 +322,72 @@ def pod_attempt(pod: Any) -> int:
 
 
 def pod_problem(pod: Any) -> str | None:
-    """A reason this pod will never run by itself (image missing), or None."""
-    for cs in (pod.status.container_statuses or []) + (pod.status.init_container_statuses or []):
+    """A reason this pod will never run by itself (image missing, container config broken), or None."""
+    for cs in ((pod.status.container_statuses or []) + (pod.status.init_container_statuses or [])
+               if pod.status else []):
         w = cs.state.waiting if cs.state else None
-        if w and w.reason in IMAGE_ERRORS:
-            return f"{w.reason}: {w.message or ''}".strip()
+        if w and w.reason in IMAGE_ERRORS + CONFIG_ERRORS:
+            return f"{w.reason}: {w.message or ''}".strip().rstrip(":")
     return None
 
 
 def pod_pending_reason(pod: Any) -> str | None:
     """The scheduler's message for an unschedulable pod (e.g. Insufficient nvidia.com/gpu), or None."""
-    for cond in pod.status.conditions or []:
+    for cond in (pod.status.conditions or []) if pod.status else []:
         if cond.type == "PodScheduled" and cond.status == "False":
             return cond.message or cond.reason
+    return None
+
+
+@dataclass(frozen=True)
+class StartProblem:
+    """Why a pod of a TrainJob cannot start. ``fatal``: it never will by itself (the watch stops with ``line``);
+    otherwise it may still (an unschedulable pod waits for a node) and ``line`` is printed while it waits."""
+
+    pod: str
+    reason: str
+    fatal: bool
+    line: str
+
+
+def pod_start_problem(pod: Any, namespace: str, trainjob: str) -> StartProblem | None:
+    """The one line for a pod of TrainJob ``namespace/trainjob`` that cannot start: its name, the reason and the fix
+    (which depends on the pod: the training pods run the TrainJob's image, the store pod the runtime's); or None."""
+    name = pod.metadata.name
+    rjob = (pod.metadata.labels or {}).get(L_RJOB, "")
+    describe = f"`kubectl describe pod -n {namespace} {name}`"
+    resubmit = f"then delete the TrainJob (`kubectl delete trainjob -n {namespace} {trainjob}`) and submit again"
+    problem = pod_problem(pod)
+    if problem:
+        reason = problem.split(":", 1)[0]
+        image = _waiting_image(pod) or "its image"
+        if reason in CONFIG_ERRORS:
+            fix = f"a Secret, ConfigMap or volume the pod names is missing or invalid ({describe} says which); " \
+                  f"fix it, {resubmit}"
+        elif rjob == "store":
+            fix = (f"the runtime's store image {image} is not in the registry: push the training image with "
+                   f"`make image` and deploy the EKS stack with `-c imageTag=<the tag it printed>` (the store runs "
+                   f"the runtime's image, docs/kubernetes.md), {resubmit}")
+        else:
+            fix = (f"the image {image} is missing or not pullable: push it with `make image` (or submit a tag that "
+                   f"exists with IMAGE_TAG=...), {resubmit}")
+        return StartProblem(name, reason, True, f"pod {name} cannot start: {problem}; {fix}")
+    pending = pod_pending_reason(pod)
+    if pending:
+        what = "GPU nodes" if rjob != "store" else "a system node"
+        fix = (f"it starts once {what} with room for it exist: the GPU node group scales up to context gpuNodes "
+               f"(check its size and your EC2 quota for the instance type); {describe}")
+        return StartProblem(name, "Unschedulable", False, f"pod {name} is not scheduled yet: {pending}; {fix}")
+    return None
+
+
+def _waiting_image(pod: Any) -> str | None:
+    """The image of the first container of ``pod`` that waits for its image (from the spec, by container name)."""
+    waiting = [cs.name for cs in ((pod.status.container_statuses or []) + (pod.status.init_container_statuses or []))
+               if cs.state and cs.state.waiting and cs.state.waiting.reason in IMAGE_ERRORS]
+    for c in ((pod.spec.containers or []) + (pod.spec.init_containers or [])) if pod.spec else []:
+        if c.name in waiting:
+            return c.image
     return None
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_assets.k8s import schema
+from cluster_assets.k8s.runtime import NODE, container_images
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
 from cluster_assets.training_args import TrainingArgsError, split_training_flags
@@ -254,6 +255,17 @@ def runtime_manifest(a: argparse.Namespace, cfg: TrainJobConfig) -> dict[str, An
 # ------------------------------------------------------------------------------------------- submit/watch
 def check_image(image: str) -> str | None:
     """Look an ECR image tag up with boto3; returns a problem or None (skipped without credentials)."""
+    code = missing_in_ecr(image)
+    if code:
+        return (f"image {image} is missing in ECR ({code}): build and push it with `make image` "
+                f"(or pass the tag that exists with --image-tag)")
+    return None
+
+
+def missing_in_ecr(image: str) -> str | None:
+    """The ECR error code (ImageNotFoundException, RepositoryNotFoundException) when ``image``, an ECR image
+    reference, is not in its repository; None when it is there, is no ECR image, or cannot be checked (no
+    credentials, no network: a note says so)."""
     import re
     m = re.match(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)(?::([^@]+))?$", image)
     if not m:
@@ -270,8 +282,7 @@ def check_image(image: str) -> str | None:
     except ClientError as e:
         code = e.response.get("Error", {}).get("Code", "")
         if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
-            return (f"image {image} is missing in ECR ({code}): build and push it with `make image` "
-                    f"(or pass the tag that exists with --image-tag)")
+            return code
         print(f"note: could not check the image in ECR ({code}); continuing", file=sys.stderr)
     except BotoCoreError as e:
         print(f"note: could not check the image in ECR ({type(e).__name__}); continuing", file=sys.stderr)
@@ -300,10 +311,26 @@ def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None
         problem = check_image(cfg.image)
         if problem:
             raise ClusterError(problem)
-    containers = [c for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]
-                  for c in rj["template"]["spec"]["template"]["spec"].get("containers", []) if c.get("name") == "node"]
-    runtime_image = containers[0].get("image") if containers else None
+    images = container_images(rt)
+    if not a.skip_image_check:
+        check_runtime_images(cfg.runtime_name, images)
+    runtime_image = images.get(f"{NODE}/{NODE}")
     return with_tag(runtime_image, a.image_tag) if runtime_image else None
+
+
+def check_runtime_images(runtime_name: str, images: dict[str, str]) -> None:
+    """Every image the runtime itself makes a job pull (the store pod's: a TrainJob cannot change it) is in the
+    registry before the TrainJob is created; ClusterError naming the pod, the image and the fix otherwise."""
+    from tools.k8s.cluster import ClusterError
+    for where, image in images.items():
+        if where == f"{NODE}/{NODE}":  # replaced by the TrainJob's image, checked on its own
+            continue
+        code = missing_in_ecr(image)
+        if code:
+            raise ClusterError(f"the {where.split('/')[0]} pod of every job on runtime {runtime_name} would pull "
+                               f"{image}, which is missing in ECR ({code}): push the training image with `make "
+                               f"image` and deploy the EKS stack with `-c imageTag=<the tag it printed>`, so that "
+                               f"the runtime names an image that exists (docs/kubernetes.md); then submit again")
 
 
 def with_tag(image: str, tag: str) -> str:
@@ -347,7 +374,7 @@ def follow_node0(cluster, ns: str, name: str, stop: threading.Event, finishing: 
 
 def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s: float = 5.0) -> int:
     """Wait for the TrainJob to finish; print restarts and pod problems; return the exit code."""
-    from tools.k8s.cluster import ClusterError, pod_pending_reason, pod_problem
+    from tools.k8s.cluster import ClusterError, pod_start_problem
     ns, name = cfg.namespace, cfg.name
     stop, finishing = threading.Event(), threading.Event()
     tail = None
@@ -379,16 +406,15 @@ def watch(cluster, cfg: TrainJobConfig, *, logs: bool, timeout_s: float, poll_s:
                       flush=True)
                 print(f"[submit] checkpoints and metrics: {cfg.job_dir}/ on FSx (S3-linked)", flush=True)
                 return 0 if done else 1
-            for pod in cluster.pods(ns, name):
-                problem = pod_problem(pod)
-                if problem:
-                    raise ClusterError(f"pod {pod.metadata.name} cannot start: {problem}; the image {cfg.image} is "
-                                       f"missing or not pullable: push it with `make image`, then delete the TrainJob "
-                                       f"(`kubectl delete trainjob -n {ns} {name}`) and submit again")
-                reason = pod_pending_reason(pod)
-                if reason and time.time() - last_pending > 60:
-                    print(f"[submit] waiting to schedule {pod.metadata.name}: {reason}", flush=True)
-                    last_pending = time.time()
+            # every pod of the job, the store's too: one that cannot start stops the watch with its line
+            problems = [pr for p in cluster.pods(ns, name, None) if (pr := pod_start_problem(p, ns, name))]
+            for problem in problems:
+                if problem.fatal:
+                    raise ClusterError(problem.line)
+            if problems and time.time() - last_pending > 60:  # waiting for nodes: say so once a minute
+                for problem in problems:
+                    print(f"[submit] {problem.line}", flush=True)
+                last_pending = time.time()
             if timeout_s and time.time() - t0 > timeout_s:
                 print(f"[submit] timed out after {timeout_s:.0f} s; the TrainJob keeps running "
                       f"(kubectl get trainjob -n {ns} {name})", file=sys.stderr)
