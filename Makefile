@@ -1,18 +1,18 @@
 # Thin index over scripts/; every target passes ARGS="..." through to its script.
 # Variables the scripts read (`make help` prints this table from the lines starting with "#>"):
-#> PLATFORM  local      where train/chaos-test run: local, slurm (= parallelcluster) or eks; synth: eks (its default) or parallelcluster
+#> PLATFORM  local      where train/chaos-test run: local, slurm (= parallelcluster) or eks; synth, preflight, deploy, destroy: eks (their default) or parallelcluster
 #> PRESET    debug      training preset (training/presets/*.toml); PLATFORM=eks defaults to t5-base
 #> NPROC     2          processes per node; local chaos-test: 1; slurm/eks: one per GPU of the instance type
 #> NODES     1          nodes; local train: NODES>1 simulates that many here; chaos-test, slurm, eks: 2 (the default deploy's GPU nodes)
 #> SPARES    0          hot-spare nodes beyond NODES (local simulated, extra Slurm nodes, or extra EKS pods): they replace a lost node, the world size stays
 #> SOAK      (off)      chaos-test: a goodput soak of this length (e.g. 10m) with one random fault per minute, instead of the scenarios
 #> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)
-#> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test or image would do, run nothing; 0/false/no/off/empty: run
+#> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test, image, deploy or destroy would do, run nothing; 0/false/no/off/empty: run
 #> IMAGE_TAG (content)  image tag for image and train PLATFORM=eks; default: this checkout's src-<digest> (tools/image_tag.py)
 export PLATFORM PRESET NPROC NODES SPARES SOAK DRY_RUN IMAGE_TAG
 SHELL := /bin/bash
 
-.PHONY: help venv train test bench chaos-test synth slurm-up slurm-down image
+.PHONY: help venv train test bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
 help:            ## list targets and the variables they read
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 	@echo
@@ -36,3 +36,9 @@ slurm-down:      ## stop the local test Slurm cluster
 	@scripts/slurm_lab.sh down $(ARGS)
 image:           ## build and push the training image to the stack's ECR repo (needs Docker + AWS)
 	@scripts/image.sh $(ARGS)
+preflight:       ## check GPU quota, AZ offer and capacity reservation (read-only AWS calls); saves the AZ
+	@scripts/venv.sh >/dev/null && .venv/bin/python -m tools.preflight $(ARGS)
+deploy:          ## cdk deploy PLATFORM=eks|parallelcluster; ARGS="-c key=value" are saved (cdk.context.json) for redeploys
+	@scripts/deploy.sh $(ARGS)
+destroy:         ## cdk destroy PLATFORM=eks|parallelcluster (ARGS="--cluster-only" keeps storage + network)
+	@scripts/destroy.sh $(ARGS)

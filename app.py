@@ -6,7 +6,8 @@ synthesizes three stacks: <prefix>-network, <prefix>-storage and <prefix>-eks | 
 cdk-nag AwsSolutions runs on every synth; an unacknowledged finding fails it.
 
 Usage (through the pinned CDK CLI):  make synth PLATFORM=eks|parallelcluster [ARGS="-c key=value ..."]
-                                     npx cdk deploy --all -c platform=eks
+                                     make deploy PLATFORM=eks|parallelcluster [ARGS="-c key=value ..."]
+          (make deploy saves its -c settings in cdk.context.json, which every cdk command reads: docs/deploy.md)
           python app.py --help       list the context keys, their defaults and meaning
 """
 from __future__ import annotations

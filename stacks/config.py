@@ -34,6 +34,12 @@ FSX_THROUGHPUT_TIERS = (125, 250, 500, 1000)
 EC2_INSTANCE_TYPE = re.compile(r"[a-z]+-?\d+[a-z0-9-]*\.(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)")
 #: The aws-parallelcluster release the provider stack and the schema test both use.
 PCLUSTER_VERSION = "3.16.1"
+#: Top-level /fsx directories (= S3 prefixes under s3Prefix) where the jobs of each platform write checkpoints
+#: and metrics; the nodes' and pods' S3 write grants are limited to them (tests check them against the renderers).
+EKS_JOB_DIRS = ("jobs",)
+SLURM_JOB_DIRS = ("checkpoints", "runs")
+#: An EC2 capacity reservation id (On-Demand Capacity Reservation or Capacity Block for ML).
+CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{8,17}")
 
 
 class InstanceTypes(frozenset):
@@ -131,7 +137,8 @@ class InfraConfig:
 
     s3_prefix: str = field(default="", metadata=_key("s3Prefix"))
     """Key prefix in the bucket that FSx links to ``/fsx`` (``""`` = whole bucket; else must end with ``/``).
-    Training data lives under ``<prefix>data/``, checkpoints under ``<prefix>checkpoints/``."""
+    Training data lives under ``<prefix>data/``; EKS jobs write ``<prefix>jobs/<name>/`` (checkpoints in its
+    ``checkpoints/``), Slurm jobs ``<prefix>checkpoints/<name>/`` and ``<prefix>runs/<name>/``."""
 
     kubernetes_version: str = field(default="1.35", metadata=_key("kubernetesVersion"))
     """EKS Kubernetes version, pinned (1.34-1.36: the kubectl v1.35 layer's supported skew)."""
@@ -156,9 +163,20 @@ class InfraConfig:
     admin_role_arn: Optional[str] = field(default=None, metadata=_key("adminRoleArn"))
     """IAM role/user ARN granted EKS cluster-admin through an access entry (who runs kubectl / make train)."""
 
-    api_allowed_cidrs: tuple[str, ...] = field(default=("0.0.0.0/0",), metadata=_key("apiAllowedCidrs"))
-    """CIDRs allowed to reach the public EKS API endpoint (JSON list or comma-separated). ``[]`` = private
-    endpoint only (then kubectl must run inside the VPC)."""
+    api_allowed_cidrs: tuple[str, ...] = field(default=(), metadata=_key("apiAllowedCidrs"))
+    """CIDRs allowed to reach the public EKS API endpoint (JSON list or comma-separated), e.g. your address
+    ``203.0.113.7/32``. Unset or ``[]`` = private endpoint only (kubectl runs inside the VPC or through an SSM
+    port forward: docs/deploy.md); ``make deploy PLATFORM=eks`` stops until you choose one of the two."""
+
+    capacity_reservation_id: Optional[str] = field(default=None, metadata=_key("capacityReservationId"))
+    """On-Demand Capacity Reservation or Capacity Block for ML (``cr-...``) the GPU nodes launch into (EKS launch
+    template, ParallelCluster queue). It lives in one AZ: list that AZ first in ``availabilityZones`` (``make
+    preflight`` does; ``make deploy`` requires it) and set ``placementGroup=false`` (a reservation carries its own
+    placement)."""
+
+    capacity_block: bool = field(default=False, metadata=_key("capacityBlock"))
+    """``capacityReservationId`` is a Capacity Block for ML (market type ``capacity-block``): EKS node group capacity
+    type ``CAPACITY_BLOCK``; ParallelCluster ``CapacityType: CAPACITY_BLOCK`` with ``gpuNodes`` static nodes."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -172,9 +190,13 @@ class InfraConfig:
         return f"{self.s3_prefix}data/"
 
     @property
-    def checkpoint_prefix(self) -> str:
-        """S3 key prefix (and /fsx sub-directory) for checkpoints."""
-        return f"{self.s3_prefix}checkpoints/"
+    def job_prefixes(self) -> tuple[str, ...]:
+        """S3 key prefixes (and /fsx sub-directories) the platform's jobs write: on EKS ``jobs/`` (a TrainJob's
+        ``/fsx/jobs/<name>``: checkpoints and metrics, cluster_assets/k8s/trainjob.py), on ParallelCluster
+        ``checkpoints/`` and ``runs/`` (``<shared>/checkpoints/<name>``, ``<shared>/runs/<name>``,
+        cluster_assets/slurm/config.py)."""
+        dirs = EKS_JOB_DIRS if self.platform == "eks" else SLURM_JOB_DIRS
+        return tuple(f"{self.s3_prefix}{d}/" for d in dirs)
 
     def stack_name(self, part: str) -> str:
         """CloudFormation stack name for ``part`` (network, storage, eks, pcluster)."""
@@ -283,6 +305,7 @@ class InfraConfig:
                 r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", self.admin_role_arn):
             raise bad("adminRoleArn", self.admin_role_arn,
                       "expected an IAM role or user ARN such as arn:aws:iam::123456789012:role/Admin")
+        self._validate_capacity(bad)
         for cidr in self.api_allowed_cidrs:
             try:
                 net = ipaddress.ip_network(cidr)
@@ -292,6 +315,19 @@ class InfraConfig:
                 raise bad("apiAllowedCidrs", cidr, "an IPv6 CIDR: the cluster is IPv4 and EKS accepts only IPv4 "
                           "CIDRs for its public endpoint (0.0.0.0/0 already means every address); pass IPv4 "
                           "CIDRs such as 203.0.113.0/24, or [] for a private endpoint only")
+
+    def _validate_capacity(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
+        rid = self.capacity_reservation_id
+        if rid is None:
+            if self.capacity_block:
+                raise bad("capacityBlock", True, "a Capacity Block is used through its reservation id: also set "
+                          "capacityReservationId=cr-... (aws ec2 describe-capacity-reservations lists it)")
+            return
+        if not CAPACITY_RESERVATION_ID.fullmatch(rid):
+            raise bad("capacityReservationId", rid, "expected a capacity reservation id such as cr-0123456789abcdef0")
+        if self.placement_group:
+            raise bad("placementGroup", True, f"capacityReservationId={rid}: a reservation carries its own placement "
+                      "and instances launched into a new placement group do not use it; set placementGroup=false")
 
     def _validate_fsx(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
         cap = self.fsx_storage_capacity_gib

@@ -35,7 +35,8 @@ class EksStack(cdk.Stack):
             self, "Gpu", cluster=cluster, spec=config.gpu, node_count=config.gpu_nodes,
             subnets=subnets[:config.gpu_subnet_count], placement_group=config.placement_group,
             extra_security_group_ids=[storage.lustre.client_security_group.security_group_id],
-            root_volume_gib=config.gpu_root_volume_gib, name_tag=f"{config.cluster_name}-node")
+            root_volume_gib=config.gpu_root_volume_gib, name_tag=f"{config.cluster_name}-node",
+            capacity_reservation_id=config.capacity_reservation_id, capacity_block=config.capacity_block)
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster,
                                                gpu_node_labels=GPU_POOL_LABEL)
         self.trainer = KubeflowTrainer(self, "Trainer", cluster=cluster,
@@ -48,7 +49,7 @@ class EksStack(cdk.Stack):
             file_system=storage.lustre.file_system, fsx_capacity_gib=config.fsx_storage_capacity_gib,
             bucket_arn=cdk.Fn.import_value(storage.bucket_arn_export_name),
             bucket_arn_nag_name=storage.bucket_arn_export_name, data_prefix=config.data_prefix,
-            checkpoint_prefix=config.checkpoint_prefix, trainer_chart=self.trainer.chart,
+            job_prefix=config.job_prefixes[0], trainer_chart=self.trainer.chart,
             runtime_name=config.runtime_name, image=f"{repo.repository_uri}:{config.image_tag}",
             max_restarts=config.max_restarts, gpus_per_node=config.gpu.gpus,
             efa_per_node=config.gpu.efa_interfaces, gpudirect_rdma=config.gpu.gpudirect_rdma,

@@ -59,6 +59,11 @@ class PclusterStack(cdk.Stack):
             rdzv_store_security_group_id=access.store_security_group.security_group_id,
             compute_security_group_id=access.compute_security_group.security_group_id,
             node_iam_policy_arns=[access.ecr_pull_policy.managed_policy_arn],
+            # Least privilege, as the EKS pods get: read the data, write only where Slurm jobs write.
+            s3_read_prefixes=[config.data_prefix],
+            s3_write_prefixes=list(config.job_prefixes),
+            capacity_reservation_id=config.capacity_reservation_id,
+            capacity_block=config.capacity_block,
         )
         self.pcluster = ParallelClusterResource(self, "ParallelCluster", cluster_name=config.cluster_name,
                                                 pcluster_version=PCLUSTER_VERSION,

@@ -40,6 +40,10 @@ def build_cluster_config(
     rdzv_store_security_group_id: Optional[str] = None,
     compute_security_group_id: Optional[str] = None,
     node_iam_policy_arns: Sequence[str] = (),
+    s3_read_prefixes: Sequence[str] = ("data/",),
+    s3_write_prefixes: Sequence[str] = ("checkpoints/", "runs/"),
+    capacity_reservation_id: Optional[str] = None,
+    capacity_block: bool = False,
 ) -> dict[str, Any]:
     """Render the cluster configuration (the YAML document ``pcluster create-cluster`` takes) as a dict.
 
@@ -54,7 +58,15 @@ def build_cluster_config(
         fsx_file_system_id: existing FSx for Lustre file system mounted at ``/fsx`` on every node.
         additional_security_group_ids: security groups added to head and compute nodes (the Lustre-client
             group that the file system's security group admits on ports 988 and 1018-1023).
-        bucket_name: S3 bucket the nodes may read and write (data, checkpoints).
+        bucket_name: S3 bucket of the data and checkpoints (the nodes' direct access is limited to the prefixes).
+        s3_read_prefixes: key prefixes of ``bucket_name`` the nodes may read (training data).
+        s3_write_prefixes: key prefixes the nodes may read and write: where Slurm jobs put checkpoints and runs
+            (``/fsx/checkpoints/<name>``, ``/fsx/runs/<name>``, exported by FSx under the same keys). Nothing else
+            in the bucket is writable (ParallelCluster grants ``s3:*`` on each ``KeyName``'s objects only).
+        capacity_reservation_id: an On-Demand Capacity Reservation or Capacity Block (``cr-...``) the GPU queue
+            launches into (``CapacityReservationTarget``); its AZ must be the compute subnet's.
+        capacity_block: the reservation is a Capacity Block for ML: ``CapacityType: CAPACITY_BLOCK`` and all
+            ``max_nodes`` are static (ParallelCluster requires ``MinCount == MaxCount``; ``min_nodes`` is ignored).
         efa: enable EFA on the GPU compute resource.
         placement_group: put the GPU queue in a cluster placement group. Disable it when targeting a
             Capacity Block or AWS-provided ODCR, which carry their own placement.
@@ -79,6 +91,9 @@ def build_cluster_config(
     _check_queue_arguments(max_nodes=max_nodes, min_nodes=min_nodes, compute_subnet_ids=compute_subnet_ids,
                            placement_group=placement_group,
                            additional_security_group_ids=additional_security_group_ids)
+    _check_capacity_arguments(capacity_reservation_id=capacity_reservation_id, capacity_block=capacity_block,
+                              placement_group=placement_group, compute_subnet_ids=compute_subnet_ids)
+    _check_s3_prefixes(s3_read_prefixes, s3_write_prefixes)
     _check_node_setup_arguments(node_setup=node_setup, rdzv_store_security_group_id=rdzv_store_security_group_id,
                                 compute_security_group_id=compute_security_group_id,
                                 node_iam_policy_arns=node_iam_policy_arns)
@@ -87,7 +102,8 @@ def build_cluster_config(
         additional_security_group_ids=additional_security_group_ids,
         rdzv_store_security_group_id=rdzv_store_security_group_id, compute_security_group_id=compute_security_group_id)
     head_iam, queue_iam = _node_iam(bucket_name=bucket_name, node_setup=node_setup,
-                                    node_iam_policy_arns=node_iam_policy_arns)
+                                    node_iam_policy_arns=node_iam_policy_arns, read_prefixes=s3_read_prefixes,
+                                    write_prefixes=s3_write_prefixes)
 
     config: dict[str, Any] = {
         "Image": {"Os": os},
@@ -101,7 +117,9 @@ def build_cluster_config(
                                        security_groups=queue_security_groups,
                                        compute_resource_name=compute_resource_name,
                                        instance_type=gpu_instance_type, min_nodes=min_nodes, max_nodes=max_nodes,
-                                       efa=efa, root_gib=compute_root_gib, iam=queue_iam, node_setup=node_setup)],
+                                       efa=efa, root_gib=compute_root_gib, iam=queue_iam, node_setup=node_setup,
+                                       capacity_reservation_id=capacity_reservation_id,
+                                       capacity_block=capacity_block)],
         },
         "SharedStorage": [_fsx_storage(fsx_file_system_id)],
         "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},
@@ -128,6 +146,32 @@ def _check_queue_arguments(*, max_nodes: int, min_nodes: int, compute_subnet_ids
     if not additional_security_group_ids:
         raise ValueError("additional_security_group_ids: pass the Lustre client security group, or nodes "
                          "cannot mount the file system")
+
+
+def _check_capacity_arguments(*, capacity_reservation_id: Optional[str], capacity_block: bool,
+                              placement_group: bool, compute_subnet_ids: Sequence[str]) -> None:
+    """Raise ValueError, naming the argument, when the queue could not launch into the reservation."""
+    if capacity_block and not capacity_reservation_id:
+        raise ValueError("capacity_block=True needs the Capacity Block's capacity_reservation_id (cr-...)")
+    if capacity_reservation_id is None:
+        return
+    if not capacity_reservation_id.startswith("cr-"):
+        raise ValueError(f"capacity_reservation_id={capacity_reservation_id!r}: expected an id such as "
+                         "cr-0123456789abcdef0")
+    if placement_group:
+        raise ValueError("capacity_reservation_id with placement_group=True: a reservation carries its own placement; "
+                         "pass placement_group=False")
+    if len(compute_subnet_ids) != 1:
+        raise ValueError(f"capacity_reservation_id with {len(compute_subnet_ids)} compute subnets: a reservation lives "
+                         "in one AZ; pass only that AZ's subnet")
+
+
+def _check_s3_prefixes(read_prefixes: Sequence[str], write_prefixes: Sequence[str]) -> None:
+    """Raise ValueError for a prefix that would widen the grant: empty (= the whole bucket) or not ending in '/'."""
+    for prefix in (*read_prefixes, *write_prefixes):
+        if not prefix or not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix:
+            raise ValueError(f"S3 prefix {prefix!r}: expected a key prefix such as 'checkpoints/' (no '*', leading "
+                             "'/' or empty prefix: that would grant the whole bucket)")
 
 
 def _check_node_setup_arguments(*, node_setup: Optional[NodeSetup], rdzv_store_security_group_id: Optional[str],
@@ -166,11 +210,14 @@ def _security_groups(*, additional_security_group_ids: Sequence[str], rdzv_store
     return head_security_groups, queue_security_groups
 
 
-def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup],
-              node_iam_policy_arns: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``Iam`` sections of the head node and of the GPU queue, in that order: read-write access to the
-    bucket, read access to the node scripts each runs, and the extra managed policies."""
-    s3_access: list[dict[str, Any]] = [{"BucketName": bucket_name, "EnableWriteAccess": True}]
+def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_policy_arns: Sequence[str],
+              read_prefixes: Sequence[str], write_prefixes: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``Iam`` sections of the head node and of the GPU queue, in that order: read access to the data
+    prefixes and read-write access to the jobs' prefixes of the bucket (least privilege, as the EKS pods get),
+    read access to the node scripts each runs, and the extra managed policies."""
+    s3_access: list[dict[str, Any]] = (
+        [{"BucketName": bucket_name, "KeyName": f"{p}*", "EnableWriteAccess": False} for p in read_prefixes]
+        + [{"BucketName": bucket_name, "KeyName": f"{p}*", "EnableWriteAccess": True} for p in write_prefixes])
     head_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.head_node_s3_access() if node_setup else [])}
     queue_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.queue_s3_access() if node_setup else [])}
     if node_iam_policy_arns:
@@ -202,11 +249,15 @@ def _head_node(*, instance_type: str, subnet_id: str, security_groups: list[str]
 
 def _gpu_queue(*, subnet_ids: Sequence[str], placement_group: bool, security_groups: list[str],
                compute_resource_name: str, instance_type: str, min_nodes: int, max_nodes: int, efa: bool,
-               root_gib: int, iam: dict[str, Any], node_setup: Optional[NodeSetup]) -> dict[str, Any]:
-    """The one entry of ``Scheduling.SlurmQueues``: the GPU queue (whole nodes per job, GPU health check)."""
+               root_gib: int, iam: dict[str, Any], node_setup: Optional[NodeSetup],
+               capacity_reservation_id: Optional[str] = None, capacity_block: bool = False) -> dict[str, Any]:
+    """The one entry of ``Scheduling.SlurmQueues``: the GPU queue (whole nodes per job, GPU health check), launched
+    into ``capacity_reservation_id`` when given (a Capacity Block: static nodes only)."""
+    if capacity_block:
+        min_nodes = max_nodes  # ParallelCluster: a Capacity Block queue's nodes are all static
     queue: dict[str, Any] = {
         "Name": GPU_QUEUE,
-        "CapacityType": "ONDEMAND",
+        "CapacityType": "CAPACITY_BLOCK" if capacity_block else "ONDEMAND",
         "Networking": {
             "SubnetIds": list(subnet_ids),
             "PlacementGroup": {"Enabled": placement_group},
@@ -218,6 +269,8 @@ def _gpu_queue(*, subnet_ids: Sequence[str], placement_group: bool, security_gro
             "MinCount": min_nodes,
             "MaxCount": max_nodes,
             "Efa": {"Enabled": efa},
+            **({"CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}}
+               if capacity_reservation_id else {}),
         }],
         "ComputeSettings": {
             "LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}},

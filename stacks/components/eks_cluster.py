@@ -7,12 +7,18 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from cluster_facts.names import NODE_POOL_LABEL, SYSTEM_POOL
 
 SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
+
+
+def control_plane_log_group(cluster_name: str) -> str:
+    """The CloudWatch log group EKS writes a cluster's control-plane logs to (a fixed name, chosen by EKS)."""
+    return f"/aws/eks/{cluster_name}/cluster"
 
 
 class TrainingEksCluster(Construct):
@@ -41,6 +47,11 @@ class TrainingEksCluster(Construct):
         secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                               description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
                               removal_policy=cdk.RemovalPolicy.DESTROY)
+        # EKS writes the control-plane logs to this group and would create it itself, outside the stack, where it
+        # outlives a destroy (and bills storage forever). Created here first, with a retention, and deleted with it.
+        self.control_plane_logs = logs.LogGroup(
+            self, "ControlPlaneLogs", log_group_name=control_plane_log_group(cluster_name),
+            retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY)
         self.cluster = eks.Cluster(
             self, "Cluster",
             cluster_name=cluster_name,
@@ -61,6 +72,7 @@ class TrainingEksCluster(Construct):
                 private_subnets=list(subnets),
             ),
         )
+        self.cluster.node.add_dependency(self.control_plane_logs)
         if admin_principal_arn:
             self.cluster.grant_access("Admin", admin_principal_arn, [
                 eks.AccessPolicy.from_access_policy_name(

@@ -1,7 +1,7 @@
 """The GPU managed node group: launch template with EFA + placement group, NVIDIA AMI, GPU taint."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -27,7 +27,8 @@ class GpuNodeGroup(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, spec: GpuInstanceSpec,
                  node_count: int, subnets: Sequence[ec2.ISubnet], placement_group: bool,
-                 extra_security_group_ids: Sequence[str], root_volume_gib: int, name_tag: str) -> None:
+                 extra_security_group_ids: Sequence[str], root_volume_gib: int, name_tag: str,
+                 capacity_reservation_id: Optional[str] = None, capacity_block: bool = False) -> None:
         super().__init__(scope, construct_id)
         if node_count < 1:
             raise ValueError(f"node_count={node_count}: a GPU node group needs at least 1 node")
@@ -38,14 +39,16 @@ class GpuNodeGroup(Construct):
             self, "Template", spec=spec, placement_group=placement_group, root_volume_gib=root_volume_gib,
             # Listing interfaces replaces the groups EKS would add, so the cluster group is named explicitly.
             security_group_ids=[cluster.cluster_security_group_id, *extra_security_group_ids],
-            name_tag=name_tag)
+            name_tag=name_tag, capacity_reservation_id=capacity_reservation_id, capacity_block=capacity_block)
         lt = self.launch_template.launch_template
         self.nodegroup = cluster.add_nodegroup_capacity(
             "GpuNodes",
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
             # Explicit: without ami_type a p5 would silently get the non-NVIDIA AMI.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType.ON_DEMAND,
+            # A Capacity Block needs its own capacity type; an On-Demand Capacity Reservation is on-demand capacity
+            # that the launch template targets.
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             min_size=node_count, desired_size=node_count, max_size=node_count,
             max_unavailable=1,
             subnets=ec2.SubnetSelection(subnets=list(subnets)),

@@ -1,7 +1,7 @@
 """Launch template for GPU nodes: EFA on every network card, cluster placement group, IMDSv2, encrypted EBS."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
@@ -27,6 +27,21 @@ def efa_network_interfaces(spec: GpuInstanceSpec, security_group_ids: Sequence[s
     ]
 
 
+def capacity_reservation_data(capacity_reservation_id: Optional[str], capacity_block: bool) -> dict[str, Any]:
+    """Launch-template data that launches into one reservation: an On-Demand Capacity Reservation, or a Capacity
+    Block for ML (which also needs the ``capacity-block`` market type). Empty without a reservation."""
+    if not capacity_reservation_id:
+        return {}
+    data: dict[str, Any] = {"capacity_reservation_specification":
+                            ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                                    capacity_reservation_id=capacity_reservation_id))}
+    if capacity_block:
+        data["instance_market_options"] = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(
+            market_type="capacity-block")
+    return data
+
+
 class GpuLaunchTemplate(Construct):
     """Launch template (and optional CLUSTER placement group) for one GPU instance type.
 
@@ -41,8 +56,14 @@ class GpuLaunchTemplate(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: GpuInstanceSpec,
                  security_group_ids: Sequence[str], placement_group: bool, root_volume_gib: int,
-                 name_tag: Optional[str] = None) -> None:
+                 name_tag: Optional[str] = None, capacity_reservation_id: Optional[str] = None,
+                 capacity_block: bool = False) -> None:
         super().__init__(scope, construct_id)
+        if capacity_block and not capacity_reservation_id:
+            raise ValueError("capacity_block=True needs the Capacity Block's capacity_reservation_id (cr-...)")
+        if capacity_reservation_id and placement_group:
+            raise ValueError("a capacity reservation carries its own placement: pass placement_group=False with "
+                             "capacity_reservation_id")
         if not security_group_ids:
             raise ValueError("security_group_ids: list at least the EKS cluster security group; interfaces "
                              "without it cannot reach the control plane or each other")
@@ -70,5 +91,6 @@ class GpuLaunchTemplate(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),
                 tag_specifications=tags,
+                **capacity_reservation_data(capacity_reservation_id, capacity_block),
             ),
         )

@@ -91,7 +91,7 @@ class TrainingNamespace(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, namespace: str,
                  file_system: fsx.LustreFileSystem, fsx_capacity_gib: int, bucket_arn: str,
-                 bucket_arn_nag_name: str, data_prefix: str, checkpoint_prefix: str, trainer_chart: eks.HelmChart,
+                 bucket_arn_nag_name: str, data_prefix: str, job_prefix: str, trainer_chart: eks.HelmChart,
                  runtime_name: str, image: str, max_restarts: int, gpus_per_node: int, efa_per_node: int,
                  gpudirect_rdma: bool, gpu_node_labels: Mapping[str, str], system_node_labels: Mapping[str, str],
                  num_nodes: int) -> None:
@@ -115,26 +115,27 @@ class TrainingNamespace(Construct):
         )
         storage.node.add_dependency(ns)
 
-        # Direct S3 access for pods (e.g. staging data or copying a checkpoint out), least privilege:
-        # read the data prefix, read/write the checkpoint prefix, nothing else in the bucket.
+        # Direct S3 access for pods (e.g. staging data or copying a checkpoint out), least privilege: read the
+        # data prefix, read/write the jobs' prefix (a TrainJob writes /fsx/jobs/<name>/, which FSx exports to
+        # s3://<bucket>/<s3Prefix>jobs/<name>/), nothing else in the bucket.
         sa = cluster.add_service_account("TrainingServiceAccount", name=self.service_account_name,
                                          namespace=namespace, identity_type=eks.IdentityType.POD_IDENTITY)
         sa.node.add_dependency(ns)
         sa.add_to_principal_policy(iam.PolicyStatement(
             sid="ListTrainingPrefixes", actions=["s3:ListBucket"], resources=[bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [f"{data_prefix}*", f"{checkpoint_prefix}*"]}}))
+            conditions={"StringLike": {"s3:prefix": [f"{data_prefix}*", f"{job_prefix}*"]}}))
         sa.add_to_principal_policy(iam.PolicyStatement(
             sid="ReadData", actions=["s3:GetObject"], resources=[f"{bucket_arn}/{data_prefix}*"]))
         sa.add_to_principal_policy(iam.PolicyStatement(
-            sid="ReadWriteCheckpoints",
+            sid="ReadWriteJobs",
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-            resources=[f"{bucket_arn}/{checkpoint_prefix}*"]))
+            resources=[f"{bucket_arn}/{job_prefix}*"]))
         acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{data_prefix}*]",
                     f"Read-only access to whatever training data is uploaded under s3://<bucket>/{data_prefix}; "
                     "object keys are unknown at deploy time, so the grant is scoped to that one prefix.")
-        acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{checkpoint_prefix}*]",
-                    f"Training writes a new step directory per checkpoint under s3://<bucket>/{checkpoint_prefix}; "
-                    "the keys are created at run time, so the grant is scoped to that one prefix.")
+        acknowledge(sa.role, f"AwsSolutions-IAM5[Resource::{bucket_arn_nag_name}/{job_prefix}*]",
+                    f"Each TrainJob writes checkpoints and metrics under s3://<bucket>/{job_prefix}<name>/ (its "
+                    "/fsx/jobs/<name>); the keys are created at run time, so the grant is scoped to that one prefix.")
 
         self.runtime = build_cluster_training_runtime(
             name=runtime_name, pvc_name=self.pvc_name, image=image, max_restarts=max_restarts,

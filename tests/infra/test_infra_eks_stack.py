@@ -173,15 +173,30 @@ def test_training_pods_get_least_privilege_s3_access(eks: Synthesized) -> None:
                               {"Namespace": "training", "ServiceAccount": "t5-train"})
     policies = [r["Properties"]["PolicyDocument"]["Statement"] for _, r in
                 resources_of_type(eks.templates["Eks"], "AWS::IAM::Policy")
-                if any(s.get("Sid") == "ReadWriteCheckpoints" for s in r["Properties"]["PolicyDocument"]["Statement"])]
+                if any(s.get("Sid") == "ReadWriteJobs" for s in r["Properties"]["PolicyDocument"]["Statement"])]
     (statements,) = policies
     by_sid = {s["Sid"]: s for s in statements}
-    assert set(by_sid) == {"ListTrainingPrefixes", "ReadData", "ReadWriteCheckpoints"}
+    assert set(by_sid) == {"ListTrainingPrefixes", "ReadData", "ReadWriteJobs"}
     assert by_sid["ReadData"]["Action"] == "s3:GetObject"
     assert "s3:*" not in str(statements) and "s3:DeleteBucket" not in str(statements)
     assert json.dumps(by_sid["ReadData"]["Resource"]).endswith('"/data/*"]]}')
-    assert json.dumps(by_sid["ReadWriteCheckpoints"]["Resource"]).endswith('"/checkpoints/*"]]}')
-    assert by_sid["ListTrainingPrefixes"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*", "checkpoints/*"]}}
+    assert json.dumps(by_sid["ReadWriteJobs"]["Resource"]).endswith('"/jobs/*"]]}')
+    assert by_sid["ListTrainingPrefixes"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*", "jobs/*"]}}
+
+
+def test_pods_may_write_where_a_trainjob_puts_its_checkpoints(eks: Synthesized) -> None:
+    """The write grant covers the S3 key FSx exports a TrainJob's checkpoints to (/fsx/jobs/<name>/checkpoints ->
+    s3://<bucket>/<s3Prefix>jobs/<name>/checkpoints), as the real TrainJob renderer names that directory."""
+    from cluster_assets.k8s.trainjob import TrainJobConfig  # noqa: PLC0415
+    from cluster_facts import FSX_MOUNT_PATH  # noqa: PLC0415
+
+    job_dir = TrainJobConfig(name="t5-run", image="x", runtime_name="r", fsx_mount_path=FSX_MOUNT_PATH).job_dir
+    checkpoint_key = f"{job_dir.removeprefix(FSX_MOUNT_PATH.rstrip('/') + '/')}/checkpoints/step_100/0.distcp"
+    (write,) = [s for _, r in resources_of_type(eks.templates["Eks"], "AWS::IAM::Policy")
+                for s in r["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "ReadWriteJobs"]
+    prefix = write["Resource"]["Fn::Join"][1][-1].removeprefix("/").removesuffix("*")
+    assert "s3:PutObject" in write["Action"]
+    assert checkpoint_key.startswith(prefix), f"pods may write {prefix}*, jobs checkpoint to {checkpoint_key}"
 
 
 def test_outputs_make_train_needs(eks: Synthesized) -> None:

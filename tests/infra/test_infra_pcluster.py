@@ -25,6 +25,7 @@ from cluster_assets.parallelcluster.node_setup import (PYXIS_ENROOT_SCRIPT, RDZV
                                                        NodeSetup)
 from cluster_facts import RDZV_STORE_PORT, RDZV_STORE_UNIT
 from stacks.config import PCLUSTER_VERSION
+from tests.infra.conftest import PCLUSTER_CONTEXT
 from tests.infra.support import ROOT, Synthesized, resolve_placeholders, resources_of_type
 
 VALIDATOR = ROOT / "cluster_assets" / "parallelcluster" / "validate.py"
@@ -89,6 +90,10 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
         "g6e_without_efa": sample_config(gpu_instance_type="g6e.48xlarge", compute_resource_name="g6e-48xlarge",
                                          efa=False),
         "with_node_setup": with_node_setup(),
+        "capacity_block": sample_config(placement_group=False, capacity_reservation_id="cr-0123456789abcdef0",
+                                        capacity_block=True),
+        "on_demand_capacity_reservation": sample_config(placement_group=False,
+                                                        capacity_reservation_id="cr-0123456789abcdef0"),
     }
     # Negative controls: prove the schema really runs (an unknown key, a bad enum, a malformed id).
     unknown_key = copy.deepcopy(good["default"])
@@ -105,6 +110,18 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
                                                        "bad_policy": bad_policy})
     for name in good:
         assert results[name] == "OK", f"{name}: {results[name]}"
+    block = good["capacity_block"]["Scheduling"]["SlurmQueues"][0]
+    assert block["CapacityType"] == "CAPACITY_BLOCK"
+    (resource,) = block["ComputeResources"]
+    assert resource["MinCount"] == resource["MaxCount"] == 2  # ParallelCluster: a block's nodes are static
+    assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
+    odcr = good["on_demand_capacity_reservation"]["Scheduling"]["SlurmQueues"][0]
+    assert odcr["CapacityType"] == "ONDEMAND" and odcr["ComputeResources"][0]["MinCount"] == 0
+    # least privilege by default: read data/, write checkpoints/ and runs/ only (no whole-bucket entry)
+    assert good["default"]["HeadNode"]["Iam"]["S3Access"] == [
+        {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "data/*", "EnableWriteAccess": False},
+        {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "checkpoints/*", "EnableWriteAccess": True},
+        {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "runs/*", "EnableWriteAccess": True}]
     assert "GpuCount" in results["unknown_key"] and "Unknown field" in results["unknown_key"]
     assert "CapacityType" in results["bad_enum"]
     assert "FileSystemId" in results["bad_id"]
@@ -288,11 +305,12 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
     assert store["Args"] == [str(RDZV_STORE_PORT), RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python",
                              "/fsx/t5-failover"]
     assert pyxis_head["Args"][0] == "head" and pyxis_compute["Args"][0] == "compute"
-    head_keys = sorted(a["KeyName"] for a in head["Iam"]["S3Access"] if "KeyName" in a)
-    assert head_keys == sorted(keys.values())
-    assert [a["KeyName"] for a in queue["Iam"]["S3Access"] if "KeyName" in a] == [keys["pyxis_enroot.sh"]]
-    assert all(not a["EnableWriteAccess"] for a in head["Iam"]["S3Access"] + queue["Iam"]["S3Access"]
-               if "KeyName" in a)
+    def script_reads(iam: dict) -> list[dict]:  # the entries of the CDK asset bucket (not the data bucket)
+        return [a for a in iam["S3Access"] if a["BucketName"] != PCLUSTER_CONTEXT["bucketName"]]
+
+    assert sorted(a["KeyName"] for a in script_reads(head["Iam"])) == sorted(keys.values())
+    assert [a["KeyName"] for a in script_reads(queue["Iam"])] == [keys["pyxis_enroot.sh"]]
+    assert all(not a["EnableWriteAccess"] for a in script_reads(head["Iam"]) + script_reads(queue["Iam"]))
 
 
 def test_rdzv_store_endpoint_output(pcluster: Synthesized) -> None:
