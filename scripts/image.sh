@@ -92,5 +92,16 @@ if [ "$tag" = "$src_tag" ]; then
 else
   echo "[image] pushed; submit it with \`make train PLATFORM=eks IMAGE_TAG=$tag\`" >&2
 fi
-echo "[image] to make it the runtime's default image too: npx cdk deploy --all -c platform=eks -c imageTag=$tag" >&2
+# The EKS runtime's store pods run <repo>:imageTag (saved in cdk.context.json by make deploy): say when it is another.
+runtime_tag=$(python3 -c 'import json, sys
+try: print(json.load(open(sys.argv[1])).get("imageTag", ""))
+except (OSError, ValueError, AttributeError): print("")' cdk.context.json)
+if [ "$runtime_tag" = "$tag" ]; then
+  echo "[image] it is also the EKS runtime's default image (imageTag in cdk.context.json)" >&2
+else
+  runtime_image="$repo:$runtime_tag"
+  [ -n "$runtime_tag" ] || runtime_image="not set by make deploy here"
+  echo "[image] the EKS runtime's default image is $runtime_image;" \
+       "to make it this one: make deploy PLATFORM=eks ARGS=\"-c imageTag=$tag\" (saved; the other settings are kept)" >&2
+fi
 echo "$image"

@@ -28,12 +28,14 @@ class PclusterStack(cdk.Stack):
         self.node_access = ClusterNodeAccess(
             self, "NodeAccess", vpc=network.vpc, repository=repository, store_port=RDZV_STORE_PORT,
             pyxis_enroot_script_path=str(node_setup.PYXIS_ENROOT_SCRIPT),
-            rdzv_store_script_path=str(node_setup.RDZV_STORE_SCRIPT))
+            rdzv_store_script_path=str(node_setup.RDZV_STORE_SCRIPT),
+            node_base_script_path=str(node_setup.NODE_BASE_SCRIPT))
         access = self.node_access
         self.node_setup = node_setup.NodeSetup(
             script_bucket=access.pyxis_enroot_script.s3_bucket_name,
             pyxis_enroot_script_key=access.pyxis_enroot_script.s3_object_key,
             rdzv_store_script_key=access.rdzv_store_script.s3_object_key,
+            node_base_script_key=access.node_base_script.s3_object_key,
             # The host part of EcrRepositoryUri: the storage stack shares this stack's account and region.
             ecr_registry=f"{cdk.Aws.ACCOUNT_ID}.dkr.ecr.{cdk.Aws.REGION}.{cdk.Aws.URL_SUFFIX}",
             region=cdk.Aws.REGION,

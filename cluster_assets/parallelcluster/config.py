@@ -109,7 +109,7 @@ def build_cluster_config(
         "Image": {"Os": os},
         "HeadNode": _head_node(instance_type=head_node_instance_type, subnet_id=head_node_subnet_id,
                                security_groups=head_security_groups, root_gib=head_node_root_gib, iam=head_iam,
-                               ssh_key_name=ssh_key_name, node_setup=node_setup),
+                               ssh_key_name=ssh_key_name, node_setup=node_setup, os=os),
         "Scheduling": {
             "Scheduler": "slurm",
             "SlurmSettings": {"ScaledownIdletime": scaledown_idle_minutes},
@@ -117,7 +117,7 @@ def build_cluster_config(
                                        security_groups=queue_security_groups,
                                        compute_resource_name=compute_resource_name,
                                        instance_type=gpu_instance_type, min_nodes=min_nodes, max_nodes=max_nodes,
-                                       efa=efa, root_gib=compute_root_gib, iam=queue_iam, node_setup=node_setup,
+                                       efa=efa, root_gib=compute_root_gib, iam=queue_iam, node_setup=node_setup, os=os,
                                        capacity_reservation_id=capacity_reservation_id,
                                        capacity_block=capacity_block)],
         },
@@ -227,7 +227,8 @@ def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_pol
 
 
 def _head_node(*, instance_type: str, subnet_id: str, security_groups: list[str], root_gib: int,
-               iam: dict[str, Any], ssh_key_name: Optional[str], node_setup: Optional[NodeSetup]) -> dict[str, Any]:
+               iam: dict[str, Any], ssh_key_name: Optional[str], node_setup: Optional[NodeSetup],
+               os: str) -> dict[str, Any]:
     """The ``HeadNode`` section: slurmctld and the login node, with the rendezvous store's unit if ``node_setup``."""
     head_node: dict[str, Any] = {
         "InstanceType": instance_type,
@@ -243,13 +244,13 @@ def _head_node(*, instance_type: str, subnet_id: str, security_groups: list[str]
     if ssh_key_name:
         head_node["Ssh"] = {"KeyName": ssh_key_name}
     if node_setup is not None:
-        head_node["CustomActions"] = node_setup.head_node_custom_actions()
+        head_node["CustomActions"] = node_setup.head_node_custom_actions(os)
     return head_node
 
 
 def _gpu_queue(*, subnet_ids: Sequence[str], placement_group: bool, security_groups: list[str],
                compute_resource_name: str, instance_type: str, min_nodes: int, max_nodes: int, efa: bool,
-               root_gib: int, iam: dict[str, Any], node_setup: Optional[NodeSetup],
+               root_gib: int, iam: dict[str, Any], node_setup: Optional[NodeSetup], os: str,
                capacity_reservation_id: Optional[str] = None, capacity_block: bool = False) -> dict[str, Any]:
     """The one entry of ``Scheduling.SlurmQueues``: the GPU queue (whole nodes per job, GPU health check), launched
     into ``capacity_reservation_id`` when given (a Capacity Block: static nodes only)."""
@@ -283,7 +284,7 @@ def _gpu_queue(*, subnet_ids: Sequence[str], placement_group: bool, security_gro
         "Iam": iam,
     }
     if node_setup is not None:
-        queue["CustomActions"] = node_setup.queue_custom_actions()
+        queue["CustomActions"] = node_setup.queue_custom_actions(os)
     return queue
 
 

@@ -55,14 +55,17 @@ class ClusterNodeAccess(Construct):
     * ``ecr_pull_policy``: managed policy under the IAM path ``/parallelcluster/`` (the ParallelCluster provider
       may attach only such policies to the node roles): ``ecr:GetAuthorizationToken`` (account-wide by AWS's
       design) and image reads on ``repository`` only.
-    * ``pyxis_enroot_script`` / ``rdzv_store_script``: the node scripts as S3 assets (CDK's asset bucket).
+    * ``node_base_script`` / ``pyxis_enroot_script`` / ``rdzv_store_script``: the node scripts as S3 assets (CDK's
+      asset bucket).
 
     Attributes:
-        compute_security_group, store_security_group, ecr_pull_policy, pyxis_enroot_script, rdzv_store_script.
+        compute_security_group, store_security_group, ecr_pull_policy, node_base_script, pyxis_enroot_script,
+        rdzv_store_script.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, repository: ecr.IRepository,
-                 store_port: int, pyxis_enroot_script_path: str, rdzv_store_script_path: str) -> None:
+                 store_port: int, pyxis_enroot_script_path: str, rdzv_store_script_path: str,
+                 node_base_script_path: str) -> None:
         super().__init__(scope, construct_id)
         self.compute_security_group = ec2.SecurityGroup(
             self, "ComputeNodeSg", vpc=vpc, allow_all_outbound=False,
@@ -87,5 +90,6 @@ class ClusterNodeAccess(Construct):
                     "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); the "
                     "token alone reads nothing: image reads are limited to the training repository's ARN")
 
+        self.node_base_script = s3_assets.Asset(self, "NodeBaseScript", path=node_base_script_path)
         self.pyxis_enroot_script = s3_assets.Asset(self, "PyxisEnrootScript", path=pyxis_enroot_script_path)
         self.rdzv_store_script = s3_assets.Asset(self, "RdzvStoreScript", path=rdzv_store_script_path)

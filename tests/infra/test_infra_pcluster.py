@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -21,7 +22,8 @@ import pytest
 from aws_cdk.assertions import Match
 
 from cluster_assets.parallelcluster.config import build_cluster_config
-from cluster_assets.parallelcluster.node_setup import (PYXIS_ENROOT_SCRIPT, RDZV_STORE_SCRIPT, SCRIPTS,
+from cluster_assets.parallelcluster.node_setup import (NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT,
+                                                       RDZV_STORE_CHECKOUT_SCRIPT, RDZV_STORE_SCRIPT, SCRIPTS,
                                                        NodeSetup)
 from cluster_facts import RDZV_STORE_PORT, RDZV_STORE_UNIT
 from stacks.config import PCLUSTER_VERSION
@@ -39,7 +41,8 @@ REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 
 def sample_node_setup(**overrides: Any) -> NodeSetup:
     kwargs: dict[str, Any] = dict(script_bucket="cdk-assets-example", pyxis_enroot_script_key="1a2b.sh",
-                                  rdzv_store_script_key="3c4d.sh", ecr_registry=REGISTRY, region="us-east-1")
+                                  rdzv_store_script_key="3c4d.sh", node_base_script_key="5e6f.sh",
+                                  ecr_registry=REGISTRY, region="us-east-1")
     kwargs.update(overrides)
     return NodeSetup(**kwargs)
 
@@ -219,18 +222,22 @@ def test_bad_node_setup_is_rejected_naming_the_field(overrides: dict[str, Any], 
 def test_node_setup_renders_custom_actions_and_object_level_s3_reads() -> None:
     cfg = with_node_setup()
     head, (queue,) = cfg["HeadNode"], cfg["Scheduling"]["SlurmQueues"]
-    pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    base_head, pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    assert base_head == {"Script": "s3://cdk-assets-example/5e6f.sh", "Args": ["head", "ec2-user", "/fsx"]}
     assert pyxis_head == {"Script": "s3://cdk-assets-example/1a2b.sh", "Args": ["head", REGISTRY, "us-east-1"]}
     assert store == {"Script": "s3://cdk-assets-example/3c4d.sh",
                      "Args": [str(RDZV_STORE_PORT), RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python",
                               "/fsx/t5-failover"]}
     assert queue["CustomActions"] == {"OnNodeStart": {"Sequence": [
+        {"Script": "s3://cdk-assets-example/5e6f.sh", "Args": ["compute", "ec2-user", "/fsx"]},
         {"Script": "s3://cdk-assets-example/1a2b.sh", "Args": ["compute", REGISTRY, "us-east-1"]}]}}
     script_reads = [a for a in head["Iam"]["S3Access"] if a["BucketName"] == "cdk-assets-example"]
     assert script_reads == [{"BucketName": "cdk-assets-example", "KeyName": k, "EnableWriteAccess": False}
-                            for k in ("1a2b.sh", "3c4d.sh")]
+                            for k in ("5e6f.sh", "1a2b.sh", "3c4d.sh")]
     assert [a for a in queue["Iam"]["S3Access"] if a["BucketName"] == "cdk-assets-example"] == [
-        {"BucketName": "cdk-assets-example", "KeyName": "1a2b.sh", "EnableWriteAccess": False}]
+        {"BucketName": "cdk-assets-example", "KeyName": k, "EnableWriteAccess": False} for k in ("5e6f.sh", "1a2b.sh")]
+    ubuntu = with_node_setup(os="ubuntu2204")  # the default user follows the OS
+    assert ubuntu["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"] == ["head", "ubuntu", "/fsx"]
     for iam in (head["Iam"], queue["Iam"]):
         assert iam["AdditionalIamPolicies"] == [{"Policy": PLACEHOLDERS["Policy"]}]
     assert head["Networking"]["AdditionalSecurityGroups"][-1] == "sg-0aaaaaaaaaaaaaaaa"
@@ -297,8 +304,12 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
                     == script.read_bytes()]
         assert asset["source"].get("packaging", "file") == "file"
         keys[script.name] = next(iter(asset["destinations"].values()))["objectKey"]
-    pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
-    (pyxis_compute,) = queue["CustomActions"]["OnNodeStart"]["Sequence"]
+    base_head, pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    base_compute, pyxis_compute = queue["CustomActions"]["OnNodeStart"]["Sequence"]
+    assert json.dumps(base_head["Script"]).endswith(f'/{keys["node_base.sh"]}"]]}}')
+    assert base_compute["Script"] == base_head["Script"]
+    # the stack's alinux2023: ec2-user, the same uid on every node
+    assert base_head["Args"] == ["head", "ec2-user", "/fsx"] and base_compute["Args"] == ["compute", "ec2-user", "/fsx"]
     assert json.dumps(pyxis_head["Script"]).endswith(f'/{keys["pyxis_enroot.sh"]}"]]}}')
     assert json.dumps(store["Script"]).endswith(f'/{keys["rdzv_store.sh"]}"]]}}')
     assert pyxis_compute["Script"] == pyxis_head["Script"]
@@ -309,7 +320,7 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
         return [a for a in iam["S3Access"] if a["BucketName"] != PCLUSTER_CONTEXT["bucketName"]]
 
     assert sorted(a["KeyName"] for a in script_reads(head["Iam"])) == sorted(keys.values())
-    assert [a["KeyName"] for a in script_reads(queue["Iam"])] == [keys["pyxis_enroot.sh"]]
+    assert [a["KeyName"] for a in script_reads(queue["Iam"])] == [keys["node_base.sh"], keys["pyxis_enroot.sh"]]
     assert all(not a["EnableWriteAccess"] for a in script_reads(head["Iam"]) + script_reads(queue["Iam"]))
 
 
@@ -362,7 +373,7 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
     root = tmp_path / "head"
     root.mkdir()
     env = _fake_node(root)
-    args = NodeSetup.head_node_custom_actions(sample_node_setup())["OnNodeConfigured"]["Sequence"][0]["Args"]
+    args = NodeSetup.head_node_custom_actions(sample_node_setup())["OnNodeConfigured"]["Sequence"][1]["Args"]
     proc = subprocess.run([str(PYXIS_ENROOT_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert (root / "opt/slurm/etc/plugstack.conf.d/pyxis.conf").read_text().startswith("required ")
@@ -392,7 +403,7 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
 
 
 def test_pyxis_enroot_on_compute_nodes_skips_the_plugstack_and_handles_ubuntu_2404(tmp_path: Path) -> None:
-    args = NodeSetup.queue_custom_actions(sample_node_setup())["OnNodeStart"]["Sequence"][0]["Args"]
+    args = NodeSetup.queue_custom_actions(sample_node_setup())["OnNodeStart"]["Sequence"][1]["Args"]
     for name, release, sysctl in (("al2023", 'ID="amzn"\nVERSION_ID="2023"\n', False),
                                   ("ubuntu", 'ID=ubuntu\nVERSION_ID="24.04"\n', True)):
         root = tmp_path / name
@@ -444,7 +455,7 @@ def test_rdzv_store_unit_is_valid_and_its_command_serves_the_store(tmp_path: Pat
     env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path), "T5_SETUP_PRIVATE_IP": "127.0.0.1",
            "T5_SETUP_VPC_CIDRS": "10.0.0.0/16 10.1.0.0/16"}
     setup = sample_node_setup(store_port=port, store_python=str(python), store_workdir=str(ROOT))
-    args = setup.head_node_custom_actions()["OnNodeConfigured"]["Sequence"][1]["Args"]
+    args = setup.head_node_custom_actions()["OnNodeConfigured"]["Sequence"][2]["Args"]
     if not str(python).startswith(str(ROOT) + "/"):
         pytest.skip(f"the interpreter {python} is not inside the checkout {ROOT}")
     proc = subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
@@ -454,17 +465,23 @@ def test_rdzv_store_unit_is_valid_and_its_command_serves_the_store(tmp_path: Pat
     assert unit["Restart"] == "always" and unit["StartLimitIntervalSec"] == "0"
     assert unit["IPAddressDeny"] == "any" and unit["IPAddressAllow"] == "localhost 10.0.0.0/16 10.1.0.0/16"
     assert unit["WantedBy"] == "multi-user.target" and unit["DynamicUser"] == "yes"
-    assert unit["ExecStart"] == f"{python} -m training.rdzv_store --host 127.0.0.1 --port {port}"
+    launcher = "/usr/local/libexec/t5-rdzv-store"
+    assert unit["ExecStart"] == f"{launcher} 127.0.0.1 {port}"
+    assert f"Environment=T5_CHECKOUT={ROOT}" in unit_path.read_text().splitlines()
+    assert unit["EnvironmentFile"] == "-/etc/t5-failover/rdzv-store.env"
     assert (tmp_path / "commands.log").read_text().splitlines() == [
         "systemctl daemon-reload", f"systemctl enable {RDZV_STORE_UNIT}",
         f"systemctl restart --no-block {RDZV_STORE_UNIT}"]
     analyze = shutil.which("systemd-analyze")
-    if analyze:  # real systemd parser: unknown keys, bad values, non-executable ExecStart
-        check = subprocess.run([analyze, "verify", "--man=no", str(unit_path)], capture_output=True, text=True,
+    if analyze:  # real systemd parser: unknown keys, bad values, non-executable ExecStart (the launcher under tmp)
+        checked = tmp_path / RDZV_STORE_UNIT
+        checked.write_text(unit_path.read_text().replace(launcher, str(tmp_path) + launcher))
+        check = subprocess.run([analyze, "verify", "--man=no", str(checked)], capture_output=True, text=True,
                                timeout=60)
         assert check.returncode == 0 and not check.stderr.strip(), check.stderr
-    store = subprocess.Popen(shlex.split(unit["ExecStart"]), cwd=unit["WorkingDirectory"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    store = subprocess.Popen([str(tmp_path) + launcher, "127.0.0.1", str(port)], env={**os.environ,
+                             "T5_CHECKOUT": str(ROOT)}, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
     try:
         for _ in range(60):
             up = subprocess.run([str(python), "-m", "training.rdzv_store", "--check", f"127.0.0.1:{port}"],
@@ -489,3 +506,198 @@ def test_rdzv_store_script_rejects_bad_arguments(tmp_path: Path, args: list[str]
     proc = subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "etc").exists()
+
+
+def _store_launcher(tmp_path: Path) -> Path:
+    """The head node's store launcher as rdzv_store.sh writes it for the default checkout /fsx/t5-failover."""
+    env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path), "T5_SETUP_PRIVATE_IP": "127.0.0.1",
+           "T5_SETUP_VPC_CIDRS": "10.0.0.0/16"}
+    args = sample_node_setup().head_node_custom_actions()["OnNodeConfigured"]["Sequence"][2]["Args"]
+    subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, check=True, capture_output=True, timeout=60)
+    return tmp_path / "usr/local/libexec/t5-rdzv-store"
+
+
+def _fake_checkout(path: Path, python_version: str | None = "3.11.9") -> Path:
+    """A checkout with training/rdzv_store.py and, unless None, a venv python reporting ``python_version`` that
+    passes a ">= 3.11" check only if it is."""
+    (path / "training").mkdir(parents=True)
+    (path / "training/rdzv_store.py").write_text("")
+    if python_version:
+        (path / ".venv/bin").mkdir(parents=True)
+        major, minor = (int(x) for x in python_version.split(".")[:2])
+        py = path / ".venv/bin/python"
+        py.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python {python_version}"; exit 0; }}\n'
+                      f'[ "$1" = -c ] && exit {0 if (major, minor) >= (3, 11) else 1}\necho "ran $*"\n')
+        py.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("state,message", [
+    ("absent", "no repository checkout at {checkout} (or this service's unprivileged user cannot read it): clone "
+               "the repository there, or, for a checkout elsewhere, run there: sudo "
+               "cluster_assets/parallelcluster/node_setup/rdzv_store_checkout.sh $PWD (docs/slurm.md); retrying"),
+    ("no venv", "no venv at {checkout}/.venv/bin/python: run scripts/venv.sh in {checkout}, or, for a checkout"),
+    ("python 3.9", "{checkout}/.venv/bin/python is Python 3.9.16, the project needs Python 3.11 or newer: rm -rf"),
+])
+def test_the_store_launcher_says_what_is_missing_instead_of_starting(tmp_path: Path, state: str, message: str) -> None:
+    """The unit's log and `systemctl status` show one line naming the fix; the unit retries (exit 1), never a
+    silent fallback."""
+    launcher = _store_launcher(tmp_path / "node")
+    checkout = tmp_path / "checkout"
+    if state != "absent":
+        _fake_checkout(checkout, None if state == "no venv" else "3.9.16")
+    proc = subprocess.run([str(launcher), "127.0.0.1", "29400"], env={**os.environ, "T5_CHECKOUT": str(checkout)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert proc.stderr.startswith(f"{RDZV_STORE_UNIT}: " + message.format(checkout=checkout)), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_the_store_launcher_runs_the_checkout_the_env_file_names(tmp_path: Path) -> None:
+    launcher = _store_launcher(tmp_path / "node")
+    checkout = _fake_checkout(tmp_path / "home-checkout")
+    proc = subprocess.run([str(launcher), "10.0.0.5", "29400"], env={**os.environ, "T5_CHECKOUT": str(checkout)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ran -m training.rdzv_store --host 10.0.0.5 --port 29400"
+    assert f"serving from {checkout}" in proc.stderr
+
+
+def _world_readable_dir() -> Path:
+    """A scratch directory the unprivileged 'nobody' can enter (pytest's tmp_path is private to its user)."""
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="t5-checkout-"))
+    path.chmod(0o755)
+    return path
+
+
+def test_rdzv_store_checkout_points_the_unit_at_another_checkout(tmp_path: Path) -> None:
+    shared = _world_readable_dir()
+    try:
+        checkout = _fake_checkout(shared / "users/alice/t5-failover")
+        for p in (shared / "users", shared / "users/alice", checkout, checkout / "training", checkout / ".venv",
+                  checkout / ".venv/bin"):
+            p.chmod(0o755)
+        (checkout / "training/rdzv_store.py").chmod(0o644)
+        env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path)}
+        proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), f"{checkout}/"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        env_file = tmp_path / "etc/t5-failover/rdzv-store.env"
+        assert f"T5_CHECKOUT={checkout}" in env_file.read_text().splitlines()
+        assert (tmp_path / "commands.log").read_text().splitlines() == [f"systemctl restart {RDZV_STORE_UNIT}"]
+        if os.geteuid() == 0 and shutil.which("runuser"):  # the check the script makes as root
+            (shared / "users/alice").chmod(0o700)  # a private home directory hides the checkout from the store
+            env_file.unlink()
+            proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), str(checkout)], env=env, capture_output=True,
+                                  text=True, timeout=60)
+            assert proc.returncode == 2 and "runs as an unprivileged user, who cannot read" in proc.stderr
+            assert not env_file.exists()
+    finally:
+        shutil.rmtree(shared)
+
+
+@pytest.mark.parametrize("state,message", [
+    ("not a checkout", "is not a checkout of this repository (no training/rdzv_store.py)"),
+    ("no venv", "no venv at {checkout}/.venv/bin/python: run scripts/venv.sh in {checkout} first"),
+    ("python 3.9", "is Python 3.9.16, the project needs Python 3.11 or newer"),
+    ("relative", "must be an absolute path"),
+])
+def test_rdzv_store_checkout_refuses_a_checkout_the_store_cannot_run(tmp_path: Path, state: str,
+                                                                     message: str) -> None:
+    checkout = tmp_path / "checkout"
+    if state == "not a checkout":
+        checkout.mkdir()
+    elif state != "relative":
+        _fake_checkout(checkout, None if state == "no venv" else "3.9.16")
+    arg = "checkout" if state == "relative" else str(checkout)
+    root = tmp_path / "node"
+    root.mkdir()
+    proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), arg], env={**os.environ, "T5_SETUP_ROOT": str(root)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message.format(checkout=checkout) in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and not (root / "etc").exists()
+
+
+# --------------------------------------------------------------------------------- node_base.sh
+def _base_node(root: Path, os_release: str, pythons: dict[str, str], has_git: bool = False) -> dict[str, str]:
+    """A scratch node: os-release, /fsx, and only the given fake interpreters (name -> version) and git on PATH."""
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text(os_release)
+    (root / "fsx").mkdir()
+    bin_dir = root.parent / f"{root.name}-bin"
+    bin_dir.mkdir()
+    for name, version in pythons.items():
+        major, minor = (int(x) for x in version.split(".")[:2])
+        (bin_dir / name).write_text(f"#!/bin/sh\nexit {0 if (major, minor) >= (3, 11) else 1}\n")
+        (bin_dir / name).chmod(0o755)
+    tools = ["id", "install", "dirname", "cat"] + (["git"] if has_git else [])
+    for tool in tools:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return {"T5_SETUP_ROOT": str(root), "PATH": str(bin_dir)}
+
+
+def _run_base(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/bash", str(NODE_BASE_SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+#: Stands in for ec2-user: the user running the tests (install -o to oneself needs no root).
+USER = pwd.getpwuid(os.getuid()).pw_name
+AL2023 = 'ID="amzn"\nVERSION_ID="2023"\n'
+
+
+def test_node_base_installs_python311_on_amazon_linux_2023_and_creates_the_shared_directories(tmp_path: Path) -> None:
+    root = tmp_path / "head"
+    env = _base_node(root, AL2023, {"python3": "3.9.16"})
+    proc = _run_base(env, "head", USER, "/fsx")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "commands.log").read_text().splitlines() == ["dnf install -y python3.11 git"]
+    for d in ("checkpoints", "runs"):
+        assert oct((root / "fsx" / d).stat().st_mode & 0o7777) == "0o1777", d  # every user's jobs, sticky
+    for d in (f"users/{USER}", "t5-failover"):
+        assert (root / "fsx" / d).stat().st_uid == os.getuid() and oct((root / "fsx" / d).stat().st_mode & 0o777) \
+            == "0o755", d
+    # Again (a recreated cluster on the retained file system): existing directories keep their mode and contents.
+    (root / "fsx/t5-failover/README.md").write_text("checkout")
+    (root / "fsx/t5-failover").chmod(0o700)
+    again = _run_base(env, "head", USER, "/fsx")
+    assert again.returncode == 0, again.stderr
+    assert oct((root / "fsx/t5-failover").stat().st_mode & 0o777) == "0o700"
+    assert (root / "fsx/t5-failover/README.md").read_text() == "checkout"
+
+
+def test_node_base_on_a_compute_node_installs_only_python(tmp_path: Path) -> None:
+    root = tmp_path / "compute"
+    env = _base_node(root, AL2023, {"python3": "3.9.16"})
+    proc = _run_base(env, "compute", USER, "/fsx")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "commands.log").read_text().splitlines() == ["dnf install -y python3.11"]
+    assert list((root / "fsx").iterdir()) == []  # the head node owns the shared directories
+
+
+def test_node_base_installs_nothing_where_a_new_enough_python_and_git_are_there(tmp_path: Path) -> None:
+    root = tmp_path / "ubuntu2404"
+    env = _base_node(root, 'ID=ubuntu\nVERSION_ID="24.04"\n', {"python3": "3.12.3"}, has_git=True)
+    proc = _run_base(env, "head", USER, "/fsx")
+    assert proc.returncode == 0, proc.stderr
+    assert not (root / "commands.log").exists() and "python3 is Python 3.11 or newer" in proc.stdout
+    root = tmp_path / "ubuntu2204"
+    env = _base_node(root, 'ID=ubuntu\nVERSION_ID="22.04"\n', {"python3": "3.10.12"}, has_git=True)
+    proc = _run_base(env, "compute", USER, "/fsx")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "commands.log").read_text().splitlines()[-1] == \
+        "env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11 python3.11-venv"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["login", "root", "/fsx"], "must be head or compute"),
+    (["head", "no-such-user-t5", "/fsx"], "CLUSTER_USER 'no-such-user-t5' does not exist on this node"),
+    (["head", "root", "fsx"], "must be an absolute path"),
+    (["head", "root"], "usage"),
+])
+def test_node_base_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
+    env = _base_node(tmp_path / "node", AL2023, {"python3": "3.9.16"})
+    proc = _run_base(env, *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "node/commands.log").exists()
