@@ -37,7 +37,7 @@ slurm-down:      ## stop the local test Slurm cluster
 image:           ## build and push the training image to the stack's ECR repo (needs Docker + AWS)
 	@scripts/image.sh $(ARGS)
 preflight:       ## check GPU quota, AZ offer and capacity reservation (read-only AWS calls); saves the AZ
-	@scripts/venv.sh >/dev/null && .venv/bin/python -m tools.preflight $(ARGS)
+	@scripts/venv.sh >/dev/null && .venv/bin/python -m stacks.preflight $(ARGS)
 deploy:          ## cdk deploy PLATFORM=eks|parallelcluster; ARGS="-c key=value" are saved (cdk.context.json) for redeploys
 	@scripts/deploy.sh $(ARGS)
 destroy:         ## cdk destroy PLATFORM=eks|parallelcluster (ARGS="--cluster-only" keeps storage + network)

@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 from stacks.config import InfraConfig
 from stacks.deploy_config import load_saved, save
 from tests.infra.support import ROOT
-from tools.preflight import azs_to_save, choose_az, run_checks, save_choice
+from stacks.preflight import azs_to_save, choose_az, run_checks, save_choice
 
 REGION = "us-east-1"
 REGION_AZS = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
@@ -119,7 +119,7 @@ def test_without_credentials_it_says_what_it_would_check_and_exits_with_one_erro
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
                AWS_EC2_METADATA_DISABLED="true", PLATFORM="parallelcluster")
-    proc = subprocess.run([sys.executable, "-m", "tools.preflight"], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "stacks.preflight"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
@@ -131,7 +131,7 @@ def test_without_credentials_it_says_what_it_would_check_and_exits_with_one_erro
 
 @pytest.mark.parametrize("platform", ["k8s"])
 def test_a_bad_platform_is_a_configuration_error(platform: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tools.preflight"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "stacks.preflight"], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PLATFORM": platform}, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: PLATFORM=k8s: preflight supports PLATFORM=eks or PLATFORM=parallelcluster"
