@@ -216,3 +216,25 @@ def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
     assert any(i == spare and "[rendezvous] round 1: rank" in line for _, i, line in list(job.lines)), text
     assert [c for i, c in enumerate(codes) if i != victim] == [0, 0], text
     assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
+
+
+def test_the_admin_command_gives_a_job_its_own_user(etcd, tmp_path):
+    root = etcd.root_credentials()
+    env = {**os.environ, **root.as_env(), "T5_ETCD_ROOT_PASSWORD_FILE": root.password_file}
+    r = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job", "cli",
+                        "--out", str(tmp_path / "creds")], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_env = dict(line.split("=", 1) for line in (tmp_path / "creds" / "job.env").read_text().splitlines())
+    assert job_env["T5_ETCD_USER"] == "job-cli" and job_env["T5_ETCD_PREFIX"] == "/t5-failover/jobs/cli/"
+    assert (tmp_path / "creds" / "job-cli.password").stat().st_mode & 0o077 == 0
+    from training.launch.rendezvous.client import ClientCredentials
+    client = EtcdClient(ClientCredentials.from_env(job_env))
+    client.put(client.key("k"), "v")
+    with pytest.raises(StoreRefused, match="permission denied"):
+        client.put("/t5-failover/jobs/other/k", "v")
+    env.pop("T5_ETCD_ROOT_PASSWORD_FILE")
+    r = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job", "x", "--out",
+                        str(tmp_path / "x")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == ("error: T5_ETCD_ROOT_PASSWORD_FILE is not set: point it at "
+                                                      "root's password file")

@@ -83,7 +83,7 @@ class CertificateAuthority:
         addresses or DNS names), as server; written as ``<common_name>.crt`` / ``.key`` in ``directory``."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+        from cryptography.x509.oid import ExtendedKeyUsageOID
 
         with open(self.paths.cert, "rb") as f:
             ca_cert = x509.load_pem_x509_certificate(f.read())

@@ -141,19 +141,21 @@ class EtcdClient:
             raise StoreRefused(f"etcd user {self.creds.user!r} could not log in at {url}: {_reason(r)}")
         self._token = r.json()["token"]
 
-    def post(self, path: str, body: dict, timeout_s: float | None = None, stream: bool = False):
-        """POST to the first member that answers; returns the decoded JSON (or the response if ``stream``)."""
+    def post(self, path: str, body: dict, timeout_s: float | None = None, stream: bool = False,
+             authenticated: bool = True):
+        """POST to the first member that answers; returns the decoded JSON (or the response if ``stream``).
+        ``authenticated=False``: no login (a cluster whose authentication is not on yet)."""
         import requests
 
         errors = []
         for url in list(self._endpoints):
             try:
                 for attempt in (1, 2):  # a second time after a fresh token
-                    if not self._token:
+                    if authenticated and not self._token:
                         self._authenticate(url)
+                    headers = {"Authorization": self._token} if authenticated else {}
                     r = self._session.post(f"{url}/v3/{path}", json=body, timeout=timeout_s or self.timeout,
-                                           headers={"Authorization": self._token}, stream=stream,
-                                           verify=self.creds.ca)
+                                           headers=headers, stream=stream, verify=self.creds.ca)
                     if r.status_code != 200 and "auth token" in r.text and attempt == 1:
                         self._token = ""
                         continue

