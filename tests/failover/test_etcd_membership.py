@@ -60,34 +60,50 @@ def test_a_client_without_a_certificate_or_the_password_is_refused(etcd, tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------- decisions
-def decide(r, live, me="a", last=-1, min_nodes=1, max_nodes=2, now=100.0):
-    return rounds.next_step(me, last, r, set(live), min_nodes=min_nodes, max_nodes=max_nodes, now=now,
-                            last_call_s=3)
+def closer(r, live, joined, min_nodes=1, max_nodes=2, now=100.0, settled=True):
+    return rounds.closer_step(r, set(live), list(joined), min_nodes=min_nodes, max_nodes=max_nodes, now=now,
+                              last_call_s=3, settled=settled)
 
 
-def test_round_decisions():
+def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node():
     S = rounds.Step
-    assert decide(None, "a") is S.NEW_ROUND
-    first = rounds.Round(n=0, joined=["a"])
-    assert decide(first, "ab") is S.MARK_MIN  # the first round waits out the last call below MAX
-    assert decide(replace(first, min_at=98.0), "ab") is S.WAIT
-    assert decide(replace(first, min_at=96.0), "ab") is S.CLOSE
-    assert decide(rounds.Round(n=0, joined=["a", "b"]), "ab") is S.CLOSE  # MAX: at once
-    reform = rounds.Round(n=3, joined=["a"], prev=["a", "b"])
-    assert decide(reform, "a") is S.CLOSE  # b is lost: every live member is in, no last call
-    formed = rounds.Round(n=3, joined=["a", "b", "c"], formed=True, participants=["b", "a"], prev=["a", "b"])
-    assert decide(formed, "abc", me="c") is S.STAND_BY  # full and healthy: c is a spare
-    assert decide(formed, "ac", me="c") is S.NEW_ROUND  # b lost: the spare starts the next round
-    assert decide(formed, "abc", me="a", last=3) is S.NEW_ROUND  # a's workers failed: everyone re-forms
-    assert decide(formed, "abc", me="a", last=2) is S.DONE
-    assert decide(replace(formed, participants=["a"]), "ac", me="c") is S.NEW_ROUND  # room below MAX
+    first = rounds.Round(n=0)
+    assert closer(first, "ab", "") is S.WAIT
+    assert closer(first, "ab", "a") is S.MARK_MIN  # the first round waits out the last call below MAX
+    assert closer(replace(first, min_at=98.0), "ab", "a") is S.WAIT
+    assert closer(replace(first, min_at=96.0), "ab", "a") is S.CLOSE
+    assert closer(first, "ab", "ab") is S.CLOSE  # MAX: at once
+    reform = rounds.Round(n=3, prev=["a", "b"])
+    assert closer(reform, "a", "a") is S.CLOSE  # b is lost: every live member is in, no last call
+    assert closer(reform, "ac", "a") is S.MARK_MIN  # c lives but has not joined: the last call
+    formed = rounds.Round(n=3, formed=True, participants=["b", "a"], prev=["a", "b"])
+    assert closer(formed, "abc", "") is S.WAIT  # full and healthy
+    assert closer(formed, "ac", "") is S.REOPEN  # b lost
+    assert closer(formed, "ac", "", settled=False) is S.WAIT  # right after an outage: b may come back
+    assert closer(replace(formed, closed=True), "a", "") is S.WAIT
 
 
-def test_places_keep_old_ranks_and_spares_fill_gaps():
-    r = rounds.Round(n=4, joined=["s", "b", "c"], prev=["a", "b", "c"])
-    assert rounds.choose(r, {"s", "b", "c"}, 3) == ["s", "b", "c"]  # the spare takes lost a's rank 0
-    r = rounds.Round(n=4, joined=["s", "a", "b"], prev=["a", "b"])
-    assert rounds.choose(r, {"s", "a", "b"}, 2) == ["a", "b"]  # survivors first; the spare stays a spare
+def test_what_an_agent_does_next():
+    S = rounds.Step
+    step = rounds.agent_step
+    assert step("a", -1, None, False, max_nodes=2) is S.NEW_ROUND
+    open_round = rounds.Round(n=3, prev=["a", "b"])
+    assert step("a", 2, open_round, False, max_nodes=2) is S.JOIN
+    assert step("a", 2, open_round, True, max_nodes=2) is S.WAIT
+    formed = rounds.Round(n=3, formed=True, participants=["b", "a"])
+    assert step("c", -1, formed, False, max_nodes=2) is S.STAND_BY  # full: c is a spare
+    assert step("a", 3, formed, False, max_nodes=2) is S.NEW_ROUND  # a's workers failed: everyone re-forms
+    assert step("a", 2, formed, False, max_nodes=2) is S.DONE
+    assert step("c", -1, replace(formed, participants=["a"]), False, max_nodes=2) is S.NEW_ROUND  # room
+
+
+def test_places_keep_old_ranks_spares_fill_gaps_and_standby_members_come_last():
+    r = rounds.Round(n=4, prev=["a", "b", "c"])
+    assert rounds.choose(r, ["s", "b", "c"], {"s", "b", "c"}, set(), 3) == ["s", "b", "c"]  # s takes a's rank 0
+    r = rounds.Round(n=4, prev=["a", "b"])
+    assert rounds.choose(r, ["s", "a", "b"], {"s", "a", "b"}, set(), 2) == ["a", "b"]  # survivors first
+    first = rounds.Round(n=0)
+    assert rounds.choose(first, ["h", "x", "y"], {"h", "x", "y"}, {"h"}, 2) == ["x", "y"]  # h asked to stand by
 
 
 # ---------------------------------------------------------------------------------------------- end to end

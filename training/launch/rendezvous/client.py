@@ -104,11 +104,12 @@ class KeyValue:
     value: str
     mod_revision: int
     lease: int
+    create_revision: int = 0
 
 
 def _kv(raw: dict) -> KeyValue:
     return KeyValue(unb64(raw["key"]), unb64(raw.get("value", "")), int(raw.get("mod_revision", 0)),
-                    int(raw.get("lease", 0)))
+                    int(raw.get("lease", 0)), int(raw.get("create_revision", 0)))
 
 
 class EtcdClient:
@@ -177,13 +178,27 @@ class EtcdClient:
 
     # ------------------------------------------------------------------ keys
     def get(self, key: str) -> KeyValue | None:
-        kvs = self.post("kv/range", {"key": b64(key)}).get("kvs", [])
-        return _kv(kvs[0]) if kvs else None
+        return self.get_with_revision(key)[0]
+
+    def get_with_revision(self, key: str) -> tuple[KeyValue | None, int]:
+        """The key (or None) and the store's revision at the time of the read."""
+        r = self.post("kv/range", {"key": b64(key)})
+        kvs = r.get("kvs", [])
+        return (_kv(kvs[0]) if kvs else None), int(r["header"]["revision"])
 
     def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
         """Every key under ``prefix`` and the store's revision at the time of the read."""
         r = self.post("kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
         return [_kv(raw) for raw in r.get("kvs", [])], int(r["header"]["revision"])
+
+    def newest_before(self, prefix: str, create_revision: int) -> KeyValue | None:
+        """The key under ``prefix`` created last before ``create_revision`` (etcd's election recipe: each
+        candidate watches the one created just before it), or None."""
+        r = self.post("kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "limit": "1",
+                                   "sort_order": "DESCEND", "sort_target": "CREATE",
+                                   "max_create_revision": str(create_revision - 1)})
+        kvs = r.get("kvs", [])
+        return _kv(kvs[0]) if kvs else None
 
     def put(self, key: str, value: str, lease: int = 0) -> int:
         body = {"key": b64(key), "value": b64(value)}
@@ -218,11 +233,14 @@ class EtcdClient:
 
     # ------------------------------------------------------------------ watch
     def watch(self, prefix: str, start_revision: int, on_event: Callable[[str, KeyValue], None],
-              stop: threading.Event) -> int:
-        """Deliver every change under ``prefix`` from ``start_revision`` on (``on_event("PUT"|"DELETE", kv)``)
-        until the stream breaks or ``stop`` is set; returns the next revision to watch from."""
-        body = {"create_request": {"key": b64(prefix), "range_end": b64(prefix_end(prefix)),
-                                   "start_revision": str(start_revision), "progress_notify": True}}
+              stop: threading.Event, single_key: bool = False) -> int:
+        """Deliver every change under ``prefix`` (or of the one key ``prefix``, ``single_key``) from
+        ``start_revision`` on (``on_event("PUT"|"DELETE", kv)``) until the stream breaks or ``stop`` is set;
+        returns the next revision to watch from."""
+        request = {"key": b64(prefix), "start_revision": str(start_revision), "progress_notify": True}
+        if not single_key:
+            request["range_end"] = b64(prefix_end(prefix))
+        body = {"create_request": request}
         response = self.post("watch", body, timeout_s=(self.timeout, 15.0), stream=True)
         next_rev = start_revision
         try:

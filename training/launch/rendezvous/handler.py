@@ -1,24 +1,28 @@
 """torchrun's rendezvous on etcd: ``--rdzv-backend=t5-etcd``, registered through torch's public handler registry.
 
 Each agent holds an etcd lease (TTL = keep-alive interval x attempts, ``--rdzv-conf``) with its member key
-under it, renewed by a thread of its own; one watch on the job's prefix tells every agent at once when a
-member's lease expires or the round changes (no polling, and a keep-alive costs the same at any job size).
-The round logic is :mod:`.rounds`. What torchrun gets:
+under it, renewed by a thread of its own, and watches one key, the round record, so every agent hears of a new
+round at once (no polling, and a keep-alive costs the same at any job size). One agent, the *closer* (the
+oldest live member; each agent watches the member created just before it and takes over when that one
+goes), also watches the member and joined keys: it closes rounds and opens the next when a participant's
+lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
 
 * ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d ``TCPStore``
   hosted by the round's rank-0 agent for torchrun's rank assignment, exit barrier and the workers' bootstrap
   address. Its host is a participant of the round, so losing it is losing a node of the round, which ends
   the round anyway: no process outside the round can end the job through it.
-* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: 1 when the round
-  must re-form (a participant lost, or a newer round open), else 0. On a lost participant it first says so in
-  one line and SIGKILLs this node's workers (:func:`set_on_lost`): they wait in a collective with the lost node
-  and cannot finish. Answered from the watch's view, so it never waits for etcd.
+* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: 1 when a newer
+  round exists (a participant lost, a worker group failed, a node waiting with room), else 0. When the newer
+  round replaces lost nodes of this one, it first says so in one line and SIGKILLs this node's workers
+  (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
+  watch's view, so it never waits for etcd.
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
   leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0.
 
-While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the watch
-say so once and reconnect; only a new round waits for the store, and says so. etcd renews every lease when a
-new leader takes over, so an outage costs no agent its membership.
+While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the
+watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
+right after an outage is not a lost node until the store has answered for a lease's time (a store that was
+stopped, not restarted, expires every lease when it wakes; each agent then joins again).
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ from training.launch.rendezvous.client import ClientCredentials, EtcdClient, Key
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
 EXIT_WAIT_S = 10.0
+#: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
+STANDBY_ENV = "T5_STANDBY"
 _on_lost: list[Callable[[str], None]] = []
 
 
@@ -53,30 +59,34 @@ def _say(line: str) -> None:
     print(f"[rendezvous] {line}", file=sys.stderr, flush=True)
 
 
-class StoreView:
-    """The job's keys as the watch last delivered them; ``changed`` is notified on every change."""
+class Watched:
+    """Keys under ``prefix`` (or the one key ``prefix``, ``single_key``) as a watch last delivered them;
+    ``changed`` is notified on every change. ``connected``: the last resync succeeded."""
 
-    def __init__(self, client: EtcdClient, prefix: str):
-        self.client, self.prefix = client, prefix
+    def __init__(self, client: EtcdClient, prefix: str, name: str, single_key: bool = False):
+        self.client, self.prefix, self.single_key = client, prefix, single_key
         self.keys: dict[str, KeyValue] = {}
         self.changed = threading.Condition()
         self.connected = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="t5f-rdzv-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> None:
+    def start(self) -> "Watched":
         self._thread.start()
+        return self
 
     def stop(self) -> None:
         self._stop.set()
-
-    def members(self) -> set[str]:
         with self.changed:
-            return {k.rsplit("/", 1)[1] for k in self.keys if k.startswith(self.prefix + "members/")}
+            self.changed.notify_all()
 
-    def get(self, suffix: str) -> KeyValue | None:
+    def get(self, key: str) -> KeyValue | None:
         with self.changed:
-            return self.keys.get(self.prefix + suffix)
+            return self.keys.get(key)
+
+    def under(self, prefix: str) -> list[KeyValue]:
+        with self.changed:
+            return [kv for k, kv in self.keys.items() if k.startswith(prefix)]
 
     def wait(self, timeout_s: float) -> None:
         with self.changed:
@@ -90,29 +100,29 @@ class StoreView:
                 self.keys[kv.key] = kv
             self.changed.notify_all()
 
+    def _resync(self) -> int:
+        if self.single_key:
+            kv, rev = self.client.get_with_revision(self.prefix)
+            kvs = [kv] if kv else []
+        else:
+            kvs, rev = self.client.get_prefix(self.prefix)
+        with self.changed:
+            self.keys = {kv.key: kv for kv in kvs}
+            self.connected = True
+            self.changed.notify_all()
+        return rev
+
     def _run(self) -> None:
-        said = False
         while not self._stop.is_set():
             try:  # resync: a broken or idle stream may have missed events
-                kvs, rev = self.client.get_prefix(self.prefix)
-            except Exception as e:  # noqa: BLE001 - no member answers: say so once, keep trying
+                rev = self._resync()
+            except Exception:  # noqa: BLE001 - no member answers: the keep-alive thread says so; keep trying
                 with self.changed:
                     self.connected = False
-                if not said:
-                    _say(f"membership store unreachable ({type(e).__name__}: {str(e)[:160]}); training goes on, "
-                         f"retrying")
-                    said = True
                 self._stop.wait(0.2)
                 continue
-            with self.changed:
-                self.keys = {kv.key: kv for kv in kvs}
-                self.connected = True
-                self.changed.notify_all()
-            if said:
-                _say("the membership store answers again")
-                said = False
             try:
-                self.client.watch(self.prefix, rev + 1, self._apply, self._stop)
+                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key)
             except Exception:  # noqa: BLE001 - the member went, or the stream idled out: resync and watch again
                 pass
 
@@ -121,33 +131,37 @@ class EtcdRendezvousHandler(RendezvousHandler):
     """See the module docstring. Built by :func:`create_handler` from torchrun's rendezvous parameters."""
 
     def __init__(self, run_id: str, client: EtcdClient, *, min_nodes: int, max_nodes: int, ttl_s: int,
-                 last_call_s: float, join_timeout_s: float, local_addr: str | None = None):
+                 last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False):
         self.run_id = run_id
         self.client = client
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.ttl_s, self.last_call_s, self.join_timeout_s = ttl_s, last_call_s, join_timeout_s
         self.addr = local_addr or socket.getfqdn()
+        self.standby = standby
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
-        self.view = StoreView(client, self.prefix)
         self.round: rounds.Round | None = None  # the formed round this agent trains in
-        self._lost_said = False
+        self._said_lost_of = -1
         self._store = None  # the round's TCPStore when this agent hosts it
         self._stop = threading.Event()
         self._lease = 0
-        self._answering_since = time.monotonic()  # the store has answered every keep-alive since (None: it does not)
+        self._member_rev = 0
+        self._answering_since: float | None = time.monotonic()
         self._join_store()
-        self.view.start()
+        self.round_view = Watched(client, self.prefix + "round", "t5f-rdzv-round", single_key=True).start()
         threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
+        threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
 
     # ------------------------------------------------------------------ membership
     def _join_store(self) -> None:
         deadline = time.monotonic() + self.join_timeout_s
+        key = self.prefix + f"members/{self.me}"
         while True:
             try:
                 self._lease = self.client.grant(self.ttl_s)
-                self.client.put(self.prefix + f"members/{self.me}",
-                                json.dumps({"addr": self.addr, "pid": os.getpid()}), lease=self._lease)
+                self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(), "standby": self.standby}),
+                                lease=self._lease)
+                self._member_rev = self.client.get(key).create_revision
                 return
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
@@ -176,10 +190,70 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def _settled(self) -> bool:
         """Whether the store has answered this agent for longer than a lease: only then is a missing member key
-        a lost node. Right after an outage every lease may have run out (a store that was stopped, not
-        restarted, expires them on waking), and each agent needs a keep-alive to join again."""
+        a lost node (see the module docstring)."""
         since = self._answering_since
         return since is not None and time.monotonic() - since > self.ttl_s + 1
+
+    # ------------------------------------------------------------------ the closer
+    def _elect_and_close(self) -> None:
+        """Wait until this agent is the oldest live member, then close and reopen rounds (:meth:`_close`)."""
+        while not self._stop.is_set():
+            try:
+                before = self.client.newest_before(self.prefix + "members/", self._member_rev)
+                if before is None:
+                    self._close()
+                else:  # wait until the member created just before this one is gone
+                    self._wait_deleted(before.key)
+            except Exception:  # noqa: BLE001 - the store went away: try again
+                self._stop.wait(0.5)
+
+    def _wait_deleted(self, key: str) -> None:
+        watch = Watched(self.client, key, "t5f-rdzv-elect", single_key=True).start()
+        try:
+            while not self._stop.is_set():
+                if watch.connected and watch.get(key) is None:
+                    return
+                watch.wait(1.0)
+        finally:
+            watch.stop()
+
+    def _close(self) -> None:
+        """The closer's loop: watch every key of the job and act on each change (and every 0.2 s for the last
+        call), until this agent is no longer the oldest member (its own key was re-made) or it stops."""
+        view = Watched(self.client, self.prefix, "t5f-rdzv-closer-view").start()
+        my_key = self.prefix + f"members/{self.me}"
+        try:
+            while not self._stop.is_set():
+                view.wait(0.2)
+                if not view.connected:
+                    continue
+                mine = view.get(my_key)
+                if mine is None or mine.create_revision != self._member_rev:
+                    if self._settled():
+                        return  # re-registered: another member may be older now
+                    continue
+                self._close_step(view)
+        finally:
+            view.stop()
+
+    def _close_step(self, view: Watched) -> None:
+        kv = view.get(self.prefix + "round")
+        r = rounds.Round.loads(kv.value) if kv else None
+        live = {k.key.rsplit("/", 1)[1]: k for k in view.under(self.prefix + "members/")}
+        joined_kvs = sorted(view.under(self.prefix + f"joined/{r.n}/") if r else [], key=lambda k: k.create_revision)
+        joined = [k.key.rsplit("/", 1)[1] for k in joined_kvs]
+        step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
+                                  now=time.time(), last_call_s=self.last_call_s, settled=self._settled())
+        if step is rounds.Step.WAIT:
+            return
+        if step is rounds.Step.REOPEN:
+            new = rounds.next_round(r, rounds.lost_participants(r, set(live)))
+        elif step is rounds.Step.MARK_MIN:
+            new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
+        else:  # CLOSE
+            standby = {i for i, k in live.items() if json.loads(k.value or "{}").get("standby")}
+            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes))
+        self.client.compare_and_set(self.prefix + "round", kv.mod_revision, new.dumps())
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -192,62 +266,69 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def get_run_id(self) -> str:
         return self.run_id
 
+    def _current(self) -> tuple[rounds.Round | None, int]:
+        kv = self.round_view.get(self.prefix + "round")
+        return (rounds.Round.loads(kv.value), kv.mod_revision) if kv else (None, 0)
+
     def is_closed(self) -> bool:
-        return self.view.get("closed") is not None
+        r, _ = self._current()
+        return bool(r and r.closed)
 
     def set_closed(self) -> None:
-        self.client.put(self.prefix + "closed", "1")
+        while True:
+            kv = self.client.get(self.prefix + "round")
+            r = rounds.Round.loads(kv.value) if kv else rounds.Round(n=0)
+            r.closed = True
+            if self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0, r.dumps()):
+                return
 
     def num_nodes_waiting(self) -> int:
-        r = self.round
-        if r is None or not self.view.connected:
+        mine = self.round
+        current, _ = self._current()
+        if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
-        lost = rounds.lost_participants(r, self.view.members())
-        if lost and self._settled():  # first: a spare may already have opened the next round for it
-            if not self._lost_said:
-                self._lost_said = True
-                _say(f"lost node(s) of round {r.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
-                     f"re-forming now; this node's workers are SIGKILLed, as their collectives with the lost node "
-                     f"cannot finish")
-                for callback in _on_lost:
-                    callback(", ".join(lost))
-            return 1
-        current = self.view.get("round")
-        return 1 if current is not None and rounds.Round.loads(current.value).n > r.n else 0
+        lost = [p for p in current.lost if p in mine.participants]
+        if lost and self._said_lost_of < mine.n:
+            self._said_lost_of = mine.n
+            _say(f"lost node(s) of round {mine.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
+                 f"re-forming now; this node's workers are SIGKILLed, as their collectives with the lost node "
+                 f"cannot finish")
+            for callback in _on_lost:
+                callback(", ".join(lost))
+        return 1
 
     def shutdown(self) -> bool:
         """Close the rendezvous (the job ended). The agent that hosts the round's store keeps it up until the
-        others have left torchrun's exit barrier (each says so before closing), at most ``EXIT_WAIT_S``."""
+        others have left torchrun's exit barrier (each says so before closing), at most :data:`EXIT_WAIT_S`."""
         try:
             if self.round is not None:
                 self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
             self.set_closed()
             if self._store is not None and self.round is not None:
-                deadline = time.monotonic() + EXIT_WAIT_S
-                while time.monotonic() < deadline:
-                    live = self.view.members()
-                    gone = {p for p in self.round.participants if p not in live
-                            or self.view.get(f"left/{self.round.n}/{p}") is not None}
-                    if gone >= set(self.round.participants):
-                        break
-                    self.view.wait(0.2)
+                self._wait_for_others_to_leave(self.round)
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
         self._stop.set()
-        self.view.stop()
+        self.round_view.stop()
         return True
+
+    def _wait_for_others_to_leave(self, r: rounds.Round) -> None:
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            live = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + "members/")[0]}
+            left = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + f"left/{r.n}/")[0]}
+            if all(p not in live or p in left for p in r.participants):
+                return
+            time.sleep(0.2)
 
     def next_rendezvous(self):
         last = self.round.n if self.round else -1
         deadline = time.monotonic() + self.join_timeout_s
-        waited_for_store = False
+        waited_for_store, joined_round = False, None
         while True:
-            if self.is_closed():
-                raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
             try:
                 kv = self.client.get(self.prefix + "round")
-                live = self._live()
             except StoreUnavailable as e:
                 if not waited_for_store:
                     _say(f"a new round waits for the membership store ({e})")
@@ -255,66 +336,73 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 time.sleep(0.2)
                 continue
             r = rounds.Round.loads(kv.value) if kv else None
-            step = rounds.next_step(self.me, last, r, live, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                    now=time.time(), last_call_s=self.last_call_s)
+            if r is not None and r.closed:
+                raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+            step = rounds.agent_step(self.me, last, r, joined_round == (r.n if r else None),
+                                     max_nodes=self.max_nodes)
             if step is rounds.Step.DONE:
-                break
-            if (step is rounds.Step.NEW_ROUND and r is not None and r.n > last
-                    and rounds.lost_participants(r, live) and not self._settled()):
-                step = rounds.Step.STAND_BY  # a member key missing right after an outage: give it time to return
-            if step in (rounds.Step.WAIT, rounds.Step.STAND_BY):
-                if step is rounds.Step.WAIT and time.monotonic() > deadline:
-                    raise RendezvousTimeoutError(
-                        f"round of {self.run_id} did not reach {self.min_nodes} node(s) within "
-                        f"{self.join_timeout_s:g} s (live members: {len(live)})")
-                if step is rounds.Step.STAND_BY:
-                    deadline = time.monotonic() + self.join_timeout_s
-                self.view.wait(0.5)
+                try:
+                    return self._take_place(r, kv.mod_revision)
+                except _RoundChanged:
+                    continue
+            if step is rounds.Step.NEW_ROUND:
+                self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0,
+                                            rounds.next_round(r).dumps())
+                continue  # lost the race or won it: read again
+            if step is rounds.Step.JOIN:
+                self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=self._lease)
+                joined_round = r.n
                 continue
-            self._act(step, r, kv.mod_revision if kv else 0, live)
-        self.round, self._lost_said = r, False
+            if step is rounds.Step.WAIT and time.monotonic() > deadline:
+                raise RendezvousTimeoutError(f"round {r.n} of {self.run_id} did not form within "
+                                             f"{self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
+            if step is rounds.Step.STAND_BY:
+                deadline = time.monotonic() + self.join_timeout_s
+            self._wait_for_change(kv.mod_revision if kv else 0)
+
+    def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            _, seen = self._current()
+            if seen != revision:
+                return
+            self.round_view.wait(min(0.2, end - time.monotonic()))
+
+    def _take_place(self, r: rounds.Round, revision: int):
         rank = r.participants.index(self.me)
-        store = self._round_store(r, rank)
-        _say(f"round {r.n}: rank {rank} of {len(r.participants)} node(s)"
-             + (f", {len(live) - len(r.participants)} standing by" if len(live) > len(r.participants) else ""))
+        store = self._round_store(r, rank, revision)
+        self.round = r
+        _say(f"round {r.n}: rank {rank} of {len(r.participants)} node(s)")
         return RendezvousInfo(store, rank, len(r.participants),
                               RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
 
-    def _live(self) -> set[str]:
-        kvs, _ = self.client.get_prefix(self.prefix + "members/")
-        return {kv.key.rsplit("/", 1)[1] for kv in kvs}
-
-    def _act(self, step, r: rounds.Round | None, revision: int, live: set[str]) -> None:
-        if step is rounds.Step.NEW_ROUND:
-            new = rounds.new_round(r, self.me)
-        elif step is rounds.Step.JOIN:
-            new = rounds.Round(**{**r.__dict__, "joined": r.joined + [self.me]})
-        elif step is rounds.Step.MARK_MIN:
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
-        else:  # CLOSE
-            new = rounds.Round(**{**r.__dict__, "formed": True,
-                                  "participants": rounds.choose(r, live, self.max_nodes)})
-        self.client.compare_and_set(self.prefix + "round", revision, new.dumps())  # lost the race: read again
-
-    def _round_store(self, r: rounds.Round, rank: int):
-        """The round's TCPStore: rank 0 hosts it and publishes its address; the others connect."""
+    def _round_store(self, r: rounds.Round, rank: int, revision: int):
+        """The round's TCPStore: rank 0 hosts it and publishes its address in the round record; the others
+        connect. Raises :class:`_RoundChanged` if the round is replaced meanwhile."""
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
-        key = self.prefix + f"store/{r.n}"
         if rank == 0:
             self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
-            self.client.put(key, f"{self.addr}:{self._store.port}", lease=self._lease)
+            published = rounds.Round(**{**r.__dict__, "store": f"{self.addr}:{self._store.port}"})
+            if not self.client.compare_and_set(self.prefix + "round", revision, published.dumps()):
+                raise _RoundChanged()
             return self._store
         deadline = time.monotonic() + self.join_timeout_s
         while True:
-            kv = self.view.get(f"store/{r.n}")
-            if kv is not None:
-                host, _, port = kv.value.rpartition(":")
+            current, seen = self._current()
+            if current is None or current.n != r.n or current.closed:
+                raise _RoundChanged()
+            if current.store:
+                host, _, port = current.store.rpartition(":")
                 return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
-            if time.monotonic() > deadline or rounds.lost_participants(r, self.view.members()):
+            if time.monotonic() > deadline:
                 raise RendezvousError(f"round {r.n}: its rank-0 node did not publish the round's store")
-            self.view.wait(0.2)
+            self._wait_for_change(seen, 0.5)
+
+
+class _RoundChanged(Exception):
+    """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
 
 
 def create_handler(params) -> EtcdRendezvousHandler:
@@ -326,7 +414,8 @@ def create_handler(params) -> EtcdRendezvousHandler:
     return EtcdRendezvousHandler(
         params.run_id, EtcdClient(creds), min_nodes=params.min_nodes, max_nodes=params.max_nodes,
         ttl_s=max(1, round(interval * attempts)), last_call_s=float(params.get("last_call_timeout", 3)),
-        join_timeout_s=float(params.get("join_timeout", 600)), local_addr=params.local_addr)
+        join_timeout_s=float(params.get("join_timeout", 600)), local_addr=params.local_addr,
+        standby=os.environ.get(STANDBY_ENV) == "1")
 
 
 def register() -> None:
