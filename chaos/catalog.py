@@ -25,11 +25,16 @@ SCENARIOS: dict[str, str] = {
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
     "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
+    "store-member-kill": "SIGKILL the etcd member that leads the membership store mid-training: no restart, no step lost",
+    "store-outage": "stop every etcd member for 20 s, then let them go on: training goes on, no restart",
+    "store-outage-then-worker-kill": "stop every etcd member for 20 s and SIGKILL a worker 5 s in: the job re-forms "
+                                     "once the store is back",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
-              "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
+              "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted",
+              "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout-s", type=float, default=d.heartbeat_timeout_s,
                    help=f"a silent peer is declared after this long, 0 = watchdog off (default {d.heartbeat_timeout_s:g})")
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
+    p.add_argument("--coordinator", choices=("etcd", "store"), default=d.coordinator,
+                   help="membership: etcd (3 members on loopback, default) or store (torch's c10d on the "
+                        "standalone store, as the clusters run it today); the store-* scenarios need etcd")
     p.add_argument("--scenario-timeout-s", type=float, default=d.scenario_timeout_s,
                    help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})")
     p.add_argument("--soak", default=os.environ.get("SOAK") or "", metavar="DURATION",
@@ -97,6 +100,7 @@ def run(argv: list[str] | None = None) -> int:
                            global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
                            memory_interval=a.memory_interval, heartbeat_timeout_s=a.heartbeat_timeout_s,
                            max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
+                           coordinator=a.coordinator,
                            extra_args=tuple(a.train_args))
     try:
         cfg.validate()
@@ -112,6 +116,7 @@ def run(argv: list[str] | None = None) -> int:
     if a.dry_run:
         from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
         launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
+                              coordinator=cfg.coordinator,
                               rdzv_id="chaos-<scenario>", rdzv_endpoint="127.0.0.1:<store port>",
                               max_restarts=cfg.max_restarts, train_timeout_s=cfg.train_timeout_s,
                               train_args=tuple(cfg.training_args("<run>/<scenario>/job")))

@@ -1,4 +1,5 @@
-"""Simulated nodes on loopback: one standalone rendezvous store + one torchrun agent per node.
+"""Simulated nodes on loopback: the membership store (3 etcd members, or the standalone c10d store) + one torchrun
+agent per node.
 
 Every agent runs the exact command line of ``training.launch`` (``torchrun_argv``). Output of each agent
 (and its workers) is timestamped line by line as it arrives, so the harness can tell when a failure was
@@ -134,6 +135,7 @@ class LocalCluster:
     events: list[dict] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     store: subprocess.Popen | None = None
+    etcd: object | None = None  # training.launch.rendezvous.members.LocalEtcd (coordinator etcd)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -142,6 +144,13 @@ class LocalCluster:
     # ---- lifecycle --------------------------------------------------------------------------------
     def start_store(self) -> None:
         # dies with the harness however it ends (Ctrl-C mid-start, SIGTERM, SIGKILL): close() may never run
+        if self.launch.coordinator == "etcd":
+            from training.launch.rendezvous.members import LocalEtcd
+            self.etcd = LocalEtcd.start(str(self.workdir / "etcd"), die_with_parent=True)
+            self._etcd_user()
+            pids = ", ".join(str(m.process.pid) for m in self.etcd.members)
+            self.event("store", None, f"etcd members pids {pids} ({', '.join(self.etcd.endpoints)})")
+            return
         self.store, port = start_store(str(self.workdir), self.launch.python, die_with_us=True)
         self.launch = replace(self.launch, rdzv_endpoint=f"127.0.0.1:{port}", external_store=True)
         self.event("store", None, f"rendezvous store pid {self.store.pid} on port {port}")
@@ -163,14 +172,29 @@ class LocalCluster:
         return node
 
     def start_all(self, *, kind: str = "start") -> None:
-        if self.store is None:
+        if self.store is None and self.etcd is None:
             self.start_store()
         for i in range(self.launch.max_nodes + self.launch.spares):  # hot spares: the last to join wait
             self.start_node(i, kind=kind)
 
+    def _etcd_user(self) -> None:
+        """This rendezvous id's etcd user, its credentials in the agents' environment."""
+        creds = self.etcd.add_job_user(self.launch.rdzv_id)
+        self.launch = replace(self.launch, etcd_env=tuple(sorted(creds.as_env().items())),
+                              rdzv_endpoint=creds.endpoints[0].split("//", 1)[1])
+
+    def store_alive(self) -> bool:
+        """The membership store still serves: the c10d store process, or a majority of etcd members."""
+        if self.etcd is not None:
+            running = [m for m in self.etcd.members if m.process and m.process.poll() is None]
+            return len(running) * 2 > len(self.etcd.members)
+        return self.store is not None and self.store.poll() is None
+
     def relaunch(self, rdzv_id: str) -> None:
         """A new attempt of the whole job (e.g. after preemption): same store, new rendezvous id."""
         self.launch = replace(self.launch, rdzv_id=rdzv_id)
+        if self.etcd is not None:
+            self._etcd_user()
         self.start_all(kind="relaunch")
 
     def event(self, kind: str, node: int | None, detail: str, *, label: str = "",
@@ -362,6 +386,11 @@ class LocalCluster:
             n.proc.wait()
             n.tap.join()
         self._stamp_ends()
+        if self.etcd is not None:
+            for m in self.etcd.members:  # a scenario may have left them stopped
+                if m.process and m.process.poll() is None:
+                    m.process.send_signal(signal.SIGCONT)
+            self.etcd.stop()
         if self.store is not None and self.store.poll() is None:
             self.store.terminate()
             try:

@@ -41,6 +41,10 @@ class LocalChaosConfig:
         atol: tolerance for the final weights when the world size changed (``node-loss-rejoin``).
         extra_args: further training flags for every run, e.g. ``("--model.num_layers", "2")``.
         scenario_timeout_s: a scenario still running after this is stopped and fails.
+        coordinator: where the agents keep their membership: ``etcd`` (3 members on loopback, the launcher's
+            default) or ``store`` (torch's c10d rendezvous on the standalone store, as the clusters today);
+            the ``store-*`` scenarios need etcd.
+        store_outage_s: how long ``store-outage`` keeps every etcd member stopped.
     """
 
     nodes: int = 2
@@ -58,6 +62,8 @@ class LocalChaosConfig:
     atol: float = 1e-4
     extra_args: tuple[str, ...] = ()
     scenario_timeout_s: float = 300.0
+    coordinator: str = "etcd"
+    store_outage_s: float = 20.0
 
     @property
     def kill_step(self) -> int:
@@ -91,6 +97,10 @@ class LocalChaosConfig:
             raise LocalChaosConfigError(f"memory_interval={self.memory_interval} must be >= 0 (0 = off)")
         if self.train_timeout_s < 1:
             raise LocalChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
+        if self.coordinator not in ("etcd", "store"):
+            raise LocalChaosConfigError(f"coordinator={self.coordinator!r}: use etcd (the default) or store")
+        if self.store_outage_s <= 0:
+            raise LocalChaosConfigError(f"store_outage_s={self.store_outage_s:g} must be > 0")
 
     def training_args(self, out_dir: str | Path, *extra: str) -> list[str]:
         """Training-module flags shared by the reference and every scenario (plus ``extra``)."""

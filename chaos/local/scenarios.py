@@ -47,7 +47,7 @@ class ScenarioRun:
         self.metrics = self.out / "metrics.jsonl"
         launch = LaunchConfig(min_nodes=min_nodes, max_nodes=cfg.nodes, spares=spares,
                               nproc_per_node=cfg.nproc_per_node,
-                              rdzv_id=rdzv_id, external_store=True,
+                              rdzv_id=rdzv_id, external_store=True, coordinator=cfg.coordinator,
                               max_restarts=cfg.max_restarts if max_restarts is None else max_restarts,
                               train_timeout_s=cfg.train_timeout_s,
                               train_args=tuple(cfg.training_args(self.out, *extra)))
@@ -318,11 +318,139 @@ def inject_restarts_exhausted(run: ScenarioRun) -> None:
     run.facts["max_restarts"] = run.cluster.launch.max_restarts
 
 
+def _needs_etcd(run: ScenarioRun) -> None:
+    if run.cfg.coordinator != "etcd":
+        raise ScenarioFailed("the store-* scenarios need the etcd coordinator (--coordinator etcd, the default)")
+
+
+def inject_store_member_kill(run: ScenarioRun) -> None:
+    """SIGKILL the etcd member that leads, mid-training; it stays down (the job finishes on two)."""
+    _needs_etcd(run)
+    run.start_until_kill_step()
+    etcd = run.cluster.etcd
+    leader = etcd.leader()
+    pid = leader.process.pid
+    etcd.kill(leader)
+    new = etcd.leader_within(10.0)
+    run.facts["store_killed"] = {"member": leader.name, "pid": pid, "new_leader": new.name if new else None}
+    run.cluster.event("fault", None, f"SIGKILL etcd leader {leader.name} (pid {pid})", label="store-member-kill",
+                      confirmed=leader.process.poll() is not None,
+                      evidence=f"member {leader.name} pid {pid} exit {leader.process.returncode}; new leader "
+                               f"{new.name if new else 'none within 10 s'}")
+
+
+def _stop_store(run: ScenarioRun, *, as_fault: bool = True) -> float:
+    """SIGSTOP every etcd member (a store that does not answer, its sockets open); returns when. ``as_fault``
+    False: the outage is the setting of another fault, recorded as a plain event (no restart expected of it)."""
+    etcd = run.cluster.etcd
+    for m in etcd.members:
+        m.process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 2.0  # the signal is delivered asynchronously
+    while time.monotonic() < deadline and any(_proc_state(m.process.pid) != "T" for m in etcd.members):
+        time.sleep(0.01)
+    states = {m.name: _proc_state(m.process.pid) for m in etcd.members}
+    run.facts["store_stopped_states"] = states
+    run.cluster.event("fault" if as_fault else "store-down", None,
+                      f"SIGSTOP every etcd member for {run.cfg.store_outage_s:g} s", label="store-outage",
+                      confirmed=all(v == "T" for v in states.values()), evidence=f"member states {states}")
+    return run.cluster.events[-1]["time"]
+
+
+def _resume_store(run: ScenarioRun) -> float:
+    for m in run.cluster.etcd.members:
+        m.process.send_signal(signal.SIGCONT)
+    run.cluster.event("store-back", None, "SIGCONT every etcd member")
+    return run.cluster.events[-1]["time"]
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def inject_store_outage(run: ScenarioRun) -> None:
+    _needs_etcd(run)
+    run.start_until_kill_step()
+    t_stop = _stop_store(run)
+    try:
+        time.sleep(run.cfg.store_outage_s)
+    finally:
+        t_back = _resume_store(run)
+    run.facts["store_outage"] = (t_stop, t_back)
+
+
+def inject_store_outage_then_worker_kill(run: ScenarioRun) -> None:
+    _needs_etcd(run)
+    run.start_until_kill_step()
+    t_stop = _stop_store(run, as_fault=False)
+    try:
+        time.sleep(min(5.0, run.cfg.store_outage_s / 4))
+        run.cluster.signal_worker(_victim(run), signal.SIGKILL)
+        time.sleep(max(0.0, t_stop + run.cfg.store_outage_s - time.time()))
+    finally:
+        t_back = _resume_store(run)
+    run.facts["store_outage"] = (t_stop, t_back)
+
+
 # ------------------------------------------------------------------------------------------ checks
 # Scenario-specific checks: pure functions of the observation (see the module docstring).
 def _restarted_attempts(obs: Observation) -> list:
     t0 = obs.faults[0].time if obs.faults else float("inf")
     return [a for a in split_attempts(obs.records) if a.start["time"] > t0]
+
+
+def _rounds_formed(obs: Observation) -> list[str]:
+    return [ln.split("[rendezvous] round ", 1)[1].split(":")[0] for ln in obs.log_has("[rendezvous] round ")]
+
+
+def check_no_new_round(obs: Observation) -> Check:
+    """The store's fault cost the job nothing: one attempt, every agent in the first round only."""
+    rounds_seen = sorted(set(_rounds_formed(obs)))
+    attempts = split_attempts(obs.records)
+    ok = rounds_seen == ["0"] and len(attempts) == 1 and bool(obs.faults)
+    return Check("no restart: the job trained through the store's fault", ok,
+                 f"rounds formed {rounds_seen or 'none'}; attempts {len(attempts)}; faults {len(obs.faults)}")
+
+
+def check_leader_replaced(obs: Observation) -> Check:
+    """The member killed was the leader, and another member took over."""
+    k = obs.facts.get("store_killed") or {}
+    ok = bool(k) and k.get("new_leader") not in (None, k.get("member"))
+    return Check("etcd leader killed, another member leads", ok,
+                 f"killed {k.get('member', 'none')} (pid {k.get('pid', '-')}), new leader {k.get('new_leader')}")
+
+
+def _store_window(obs: Observation) -> tuple[float, float] | None:
+    w = obs.facts.get("store_outage")
+    return tuple(w) if w else None
+
+
+def check_trained_through_outage(obs: Observation) -> Check:
+    """Steps were logged while every member was stopped, and the agents said the store was unreachable."""
+    w = _store_window(obs)
+    during = [r for r in obs.records if r.get("event") == "step" and w and w[0] < r["time"] < w[1]]
+    said = obs.log_has("membership store unreachable")
+    ok = bool(w) and bool(during) and bool(said)
+    return Check("training went on with the store down", ok,
+                 f"outage {w[1] - w[0]:.1f} s, {len(during)} step(s) logged during it; "
+                 f"'unreachable' lines: {len(said)}" if w else "no outage recorded")
+
+
+def check_reformed_after_store_back(obs: Observation) -> Check:
+    """The worker killed during the outage: the job re-formed once the store was back (the figure: seconds from
+    the store back to the next attempt's first step)."""
+    w = _store_window(obs)
+    after = [a for a in _restarted_attempts(obs) if w and a.steps and a.steps[0]["time"] > w[0]]
+    stopped = all(v == "T" for v in (obs.facts.get("store_stopped_states") or {"-": None}).values())
+    ok = bool(w) and stopped and bool(after)
+    first = after[0].steps[0]["time"] - w[1] if ok else None
+    return Check("re-formed once the store was back", ok,
+                 f"every member stopped {obs.facts.get('store_stopped_states')}; store back -> first step of the "
+                 f"next attempt: {first:.1f} s" if ok else
+                 f"members stopped: {obs.facts.get('store_stopped_states')}; no attempt trained after the fault")
 
 
 def check_shrank_and_grew(obs: Observation) -> Check:
@@ -337,12 +465,14 @@ SILENT_NODE_DECLARED = "silent node declared (its keep-alives or heartbeats stop
 
 def check_silent_node_declared(obs: Observation) -> Check:
     """After the stop, the job itself named the stopped node: a peer agent's lost-node line with its agent's
-    pid (its rendezvous keep-alives stopped, :mod:`training.launch.lost_nodes`), or a peer's heartbeat watchdog
-    line with one of its ranks; not a collective timeout."""
+    pid (its etcd lease expired, :mod:`training.launch.rendezvous.handler`; or its c10d keep-alives stopped,
+    :mod:`training.launch.lost_nodes`), or a peer's heartbeat watchdog line with one of its ranks; not a
+    collective timeout."""
     t = obs.faults[0].time if obs.faults else float("inf")
     ranks, agent = obs.facts.get("silent_ranks") or [], obs.facts.get("silent_agent_pid")
     lines = [ln for ln in obs.log_has("[watchdog]") if any(f": rank {r} (" in ln for r in ranks)]
     lines += [ln for ln in obs.log_has("[agent] lost node(s)") if agent and f"(agent pid {agent})" in ln]
+    lines += [ln for ln in obs.log_has("[rendezvous] lost node(s)") if agent and f"-{agent}-" in ln]
     after = [a for a in _restarted_attempts(obs) if a.start["time"] > t]
     ok = bool(ranks) and bool(lines) and bool(after)
     said = lines[0].strip()[:200] if lines else (f"no lost-node line naming agent pid {agent} and no watchdog "
@@ -368,7 +498,7 @@ def check_rank0_node_killed(obs: Observation) -> Check:
     again = [a for a in _restarted_attempts(obs) if a.steps and a.start.get("world_size") == obs.facts["world"]]
     store = obs.facts.get("store_alive_at_end")
     ok = killed is not None and killed == rank0 and bool(again) and bool(store)
-    return Check("rank 0's node killed, job re-formed on the standalone store", ok,
+    return Check("rank 0's node killed, job re-formed on the membership store", ok,
                  f"killed node{killed}, rank 0 was on node{rank0}; re-formed attempts at full size: {len(again)}; "
                  f"store running at the end: {store}")
 
@@ -522,6 +652,13 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
         # each incarnation starts, before it logs a step, so no restart is expected to train.
         LocalScenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),
                       (check_restarts_used, check_checkpoints_intact, check_failure_message), max_restarts=1),
+        # The membership store's own failures: no restart to measure steps lost by (check_no_new_round: none).
+        LocalScenario("store-member-kill", inject_store_member_kill, Expectation(restart=False, noticed=False),
+                      (check_leader_replaced, check_no_new_round)),
+        LocalScenario("store-outage", inject_store_outage, Expectation(restart=False, noticed=False),
+                      (check_trained_through_outage, check_no_new_round)),
+        LocalScenario("store-outage-then-worker-kill", inject_store_outage_then_worker_kill,
+                      Expectation(max_steps_lost=same_world), (check_reformed_after_store_back,)),
     ]
     return scenario_table("local", table)
 
@@ -605,7 +742,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
         res.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     finally:
         codes = run.cluster.exit_codes()
-        run.facts["store_alive_at_end"] = run.cluster.store is not None and run.cluster.store.poll() is None
+        run.facts["store_alive_at_end"] = run.cluster.store_alive()
         run.cluster.close()
     nodes = run.cluster.nodes
     res.wall_s = (max(n.ended or time.time() for n in nodes) - min(n.started for n in nodes)) if nodes \

@@ -40,7 +40,7 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
                                                         RendezvousInfo, RendezvousStoreInfo, RendezvousTimeoutError)
 
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreUnavailable
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
 
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
@@ -147,6 +147,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._lease = 0
         self._member_rev = 0
         self._answering_since: float | None = time.monotonic()
+        self._membership_lock = threading.Lock()
         self._join_store()
         self.round_view = Watched(client, self.prefix + "round", "t5f-rdzv-round", single_key=True).start()
         threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
@@ -154,6 +155,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     # ------------------------------------------------------------------ membership
     def _join_store(self) -> None:
+        with self._membership_lock:
+            self._join_store_locked()
+
+    def _join_store_locked(self) -> None:
         deadline = time.monotonic() + self.join_timeout_s
         key = self.prefix + f"members/{self.me}"
         while True:
@@ -174,8 +179,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while not self._stop.wait(max(0.2, self.ttl_s / 3)):
             try:
                 if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
-                    _say(f"this node's membership lease expired; joining again as {self.me}")
-                    self._join_store()
+                    self._renew_membership(self._lease)
                 if self._answering_since is None:
                     self._answering_since = time.monotonic()
                     _say("membership store answers again: keep-alives resumed")
@@ -187,6 +191,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     said = True
             except Exception as e:  # noqa: BLE001 - never end the agent from this thread
                 _say(f"keep-alive failed: {type(e).__name__}: {e}")
+
+    def _renew_membership(self, expired: int) -> None:
+        """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
+        with self._membership_lock:
+            if self._lease == expired:
+                _say(f"this node's membership lease expired; joining again as {self.me}")
+                self._join_store_locked()
 
     def _settled(self) -> bool:
         """Whether the store has answered this agent for longer than a lease: only then is a missing member key
@@ -228,10 +239,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if not view.connected:
                     continue
                 mine = view.get(my_key)
-                if mine is None or mine.create_revision != self._member_rev:
-                    if self._settled():
-                        return  # re-registered: another member may be older now
-                    continue
+                if mine is None:
+                    continue  # expired (an outage): the keep-alive thread registers it again
+                if mine.create_revision != self._member_rev:
+                    return  # registered again: another member may be older now; elect again
                 self._close_step(view)
         finally:
             view.stop()
@@ -327,31 +338,38 @@ class EtcdRendezvousHandler(RendezvousHandler):
         deadline = time.monotonic() + self.join_timeout_s
         waited_for_store, joined_round = False, None
         while True:
+            lease = self._lease
             try:
                 kv = self.client.get(self.prefix + "round")
+                r = rounds.Round.loads(kv.value) if kv else None
+                if r is not None and r.closed:
+                    raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+                step = rounds.agent_step(self.me, last, r, joined_round == (r.n if r else None),
+                                         max_nodes=self.max_nodes)
+                if step is rounds.Step.DONE:
+                    try:
+                        return self._take_place(r, kv.mod_revision)
+                    except _RoundChanged:
+                        continue
+                if step is rounds.Step.NEW_ROUND:
+                    self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0,
+                                                rounds.next_round(r).dumps())
+                    continue  # lost the race or won it: read again
+                if step is rounds.Step.JOIN:
+                    self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
+                    joined_round = r.n
+                    continue
             except StoreUnavailable as e:
                 if not waited_for_store:
                     _say(f"a new round waits for the membership store ({e})")
                     waited_for_store = True
                 time.sleep(0.2)
                 continue
-            r = rounds.Round.loads(kv.value) if kv else None
-            if r is not None and r.closed:
-                raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
-            step = rounds.agent_step(self.me, last, r, joined_round == (r.n if r else None),
-                                     max_nodes=self.max_nodes)
-            if step is rounds.Step.DONE:
-                try:
-                    return self._take_place(r, kv.mod_revision)
-                except _RoundChanged:
-                    continue
-            if step is rounds.Step.NEW_ROUND:
-                self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0,
-                                            rounds.next_round(r).dumps())
-                continue  # lost the race or won it: read again
-            if step is rounds.Step.JOIN:
-                self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=self._lease)
-                joined_round = r.n
+            except StoreRefused as e:
+                if "lease not found" not in str(e):
+                    raise RendezvousError(f"the membership store refused this agent: {e}") from e
+                self._renew_membership(lease)  # it expired while the store was away: join again
+                joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
                 raise RendezvousTimeoutError(f"round {r.n} of {self.run_id} did not form within "

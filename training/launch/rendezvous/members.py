@@ -190,6 +190,16 @@ class LocalEtcd:
                 return m
         raise LaunchError("no etcd member is the leader now")
 
+    def leader_within(self, timeout_s: float) -> Member | None:
+        """The leader once the running members agree on one (None after ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                return self.leader()
+            except LaunchError:
+                time.sleep(0.1)
+        return None
+
     def kill(self, m: Member, sig: int = signal.SIGKILL) -> None:
         m.process.send_signal(sig)
         m.process.wait()
