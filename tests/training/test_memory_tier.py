@@ -281,3 +281,15 @@ def test_a_replica_damaged_on_the_way_is_caught_on_receipt_and_never_offered(tmp
     assert r0["replicas"] == [2] and r1["replicas"] == [2, 3]  # rank 1's step-3 replica is not kept on node 0
     assert not r0["failed"] and not r1["failed"]  # the own snapshots are fine: the tier stays on
     assert r0["quarantined"] == ["DAMAGED.txt", "peer-r1-w2.0.data", "peer-r1-w2.0.meta"]
+
+
+def test_the_quarantine_keeps_the_newest_damaged_generations_only(tmp_path):
+    """Damaged generations live in the node's memory: a copy damaged at every step must not fill it."""
+    from training.checkpoint.memory import QUARANTINE_KEEP
+    g = _Generations(tmp_path, "peer-r1-w2")
+    for step in range(1, QUARANTINE_KEEP + 3):
+        slot, buf = g.begin(8)
+        g.path(f"{slot}.meta").write_bytes(b"m")
+        assert g.quarantine(slot, step, "damaged") is not None
+    kept = sorted(p.name.split(".")[1] for p in (tmp_path / "quarantine").iterdir())
+    assert kept == [f"step{s:08d}" for s in range(3, QUARANTINE_KEEP + 3)]

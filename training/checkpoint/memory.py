@@ -21,7 +21,7 @@ Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`trai
 computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
 it arrives from the peer, and every generation that could be restored is checked before it is. A damaged one
 is named in one line (which copy, rank, step, file, expected vs found CRC32C), moved aside to
-``<run dir>/quarantine/`` (kept for inspection, never deleted by the tier) and skipped: a rank's shard then
+``<run dir>/quarantine/`` (kept for inspection: the newest QUARANTINE_KEEP of each copy) and skipped: a rank's shard then
 comes from its peer's replica, or from an older step that every shard has intact, or the job restores from
 storage.
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
@@ -72,6 +72,9 @@ STALE_S = 24 * 3600  # other runs' snapshot directories untouched this long are 
 OWNED = ".t5-failover-snapshots"
 RUN_KEY_CHARS = 16  # run_key's hex digest length: the name of a run directory
 QUARANTINE = "quarantine"  # damaged generations are moved here, in the run directory, for inspection
+# The newest this many damaged generations of each copy are kept there: they are evidence, not an archive, and
+# they live in the node's memory (a link that damaged every replica would otherwise fill it, a step at a time).
+QUARANTINE_KEEP = 2
 # A snapshot is copied and checksummed in pieces of this size: each piece is checksummed while it is still in
 # the CPU's cache from the copy, instead of reading the whole snapshot from memory a second time.
 COPY_CHUNK = 1 << 20
@@ -286,6 +289,9 @@ class _Generations:
         except OSError:
             self.path(f"{slot}.meta").unlink(missing_ok=True)  # at least never offered again
             return None
+        kept = sorted(dest.parent.glob(f"{self.prefix}.step*"), key=lambda d: d.name.rsplit(".", 1)[1].zfill(24))
+        for old in kept[:-QUARANTINE_KEEP]:
+            shutil.rmtree(old, ignore_errors=True)
         return dest
 
     def remove(self) -> None:
