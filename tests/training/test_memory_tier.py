@@ -220,7 +220,8 @@ def test_a_damaged_newest_snapshot_is_named_moved_aside_and_the_previous_step_re
     (line,) = [r.getMessage() for r in caplog.records if "damaged memory snapshot" in r.getMessage()]
     assert f"own-node copy of rank 0's shard of step 2" in line and f"expected {meta['crc32c']}" in line
     (moved,) = (t.root / "quarantine").iterdir()  # kept for inspection, not deleted
-    assert sorted(p.name for p in moved.iterdir()) == ["DAMAGED.txt", f"own-r0-w1.{slot}.data", f"own-r0-w1.{slot}.meta"]
+    names = sorted(p.name for p in moved.iterdir())
+    assert names == ["DAMAGED.txt", f"own-r0-w1.{slot}.data", f"own-r0-w1.{slot}.meta"]
     assert str(moved) in line
     assert all(torch.equal(a, b) for a, b in zip(states[1]["net"].values(), dst.state_dict()["net"].values()))
     assert dst.progress.step == 1

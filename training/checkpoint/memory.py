@@ -17,17 +17,18 @@ snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of 
 
 A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
 
-Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`training.checkpoint.integrity`) is
-computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
-it arrives from the peer, and every generation that could be restored is checked before it is. A damaged one
-is named in one line (which copy, rank, step, file, expected vs found CRC32C), moved aside to
-``<run dir>/quarantine/`` (kept for inspection: the newest QUARANTINE_KEEP of each copy) and skipped: a rank's shard then
-comes from its peer's replica, or from an older step that every shard has intact, or the job restores from
-storage.
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
 step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. On
 GPUs the device-to-host part is queued on a side stream into reused page-locked buffers (host memory, never a
 second copy on the GPU), and the thread waits for that stream, not the training stream.
+
+Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`training.checkpoint.integrity`) is
+computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
+it arrives from the peer, and every generation that could be restored is checked before it is. A damaged one
+is named in one line (which copy, rank, step, file, expected vs found CRC32C), moved aside to
+``<run dir>/quarantine/`` (kept for inspection: the newest QUARANTINE_KEEP of each copy) and skipped: that
+rank's shard then comes from its peer's replica, or from an older step every shard has intact, or the job
+restores from storage.
 
 A restart at another world size (a node lost from an elastic job, or one rejoining) re-cuts the snapshot:
 FSDP2 splits every parameter and optimizer moment evenly on dim 0, so each new rank copies its rows out of the
@@ -484,7 +485,7 @@ class MemoryTier:
                 self.peer.publish(slot, int(got["step"]), peer_meta)
             else:  # the previous generation stays the current one; this one is kept aside, never offered
                 _write_atomic(self.peer.path(f"{slot}.meta"), peer_meta)  # quarantined with its data
-                self._name_damaged(self.peer, slot, {**got, "kind": "peer"}, damage, "arrived damaged from the peer")
+                self._name_damaged(self.peer, slot, got, damage, "arrived damaged from the peer")
 
     def wait(self) -> None:
         """Until the snapshot in flight is written (before the optimizer changes the state it copies). A failure
