@@ -22,6 +22,8 @@ SCENARIOS: dict[str, str] = {
     "kill-mid-snapshot": "a worker is SIGKILLed halfway through copying its in-memory snapshot: the previous is used",
     "kill-during-save": "SIGKILL rank 0 while an async checkpoint is written but not committed: it is ignored",
     "corrupt-checkpoint": "truncate a shard of the newest checkpoint, then kill a worker: resume from the previous",
+    "corrupt-snapshot": "damage a frozen worker's newest in-memory snapshot, SIGKILL it: its peer's replica is "
+                        "restored; then damage its replicas too: storage is (each damaged copy named)",
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
     "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
@@ -32,8 +34,9 @@ SCENARIOS: dict[str, str] = {
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
-              "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted",
+    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save",
+              "first-node-kill", "preemption", "hang", "kill-mid-snapshot", "node-pair-loss", "kill-during-save",
+              "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),

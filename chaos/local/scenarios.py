@@ -10,6 +10,7 @@ run without the fault (``tests/failover/test_verdicts.py``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -302,6 +303,128 @@ def inject_corrupt_checkpoint(run: ScenarioRun) -> None:
     run.cluster.signal_worker(_victim(run), signal.SIGKILL)
 
 
+FLIPPED_BYTES = 64  # how much of a snapshot corrupt-snapshot damages (inverted in place, as failing memory would)
+
+
+def damage_generations(mem: Path, prefix: str, *, newest_only: bool = False) -> list[dict]:
+    """Invert FLIPPED_BYTES in the middle of each complete in-memory generation named `prefix` (``own-r1-w2``,
+    ``peer-r1-w2``) under a node's memory directory (only the one its ``.current`` names, with `newest_only`).
+    Returns one record per generation: its file, step and offset, and the CRC32C its metadata holds vs that of
+    its bytes now (the proof that the damage is there)."""
+    import torch
+    from training.checkpoint.integrity import crc32c_bytes
+    done = []
+    for current in sorted(mem.glob(f"*/{prefix}.current")):
+        slots = [json.loads(current.read_text())["slot"]] if newest_only else [0, 1]
+        for slot in slots:
+            meta_file, data_file = (current.with_name(f"{prefix}.{slot}.{x}") for x in ("meta", "data"))
+            if not meta_file.exists():  # a copy in progress: not a generation anyone would restore
+                continue
+            meta = torch.load(meta_file, weights_only=True)
+            at = meta["nbytes"] // 2
+            with open(data_file, "r+b") as f:
+                f.seek(at)
+                good = f.read(FLIPPED_BYTES)
+                f.seek(at)
+                f.write(bytes(b ^ 0xFF for b in good))
+            now = crc32c_bytes(data_file.read_bytes()[:meta["nbytes"]])
+            done.append({"file": str(data_file), "step": int(meta["step"]), "offset": at, "bytes": len(good),
+                         "crc32c": meta.get("crc32c"), "now": now})
+    return done
+
+
+def _newest(mem: Path, prefix: str) -> int | None:
+    """The step of the newest complete generation `prefix` in a node's memory directory (its ``.current``)."""
+    for current in mem.glob(f"*/{prefix}.current"):
+        try:
+            return int(json.loads(current.read_text())["step"])
+        except (OSError, ValueError, KeyError):
+            return None
+    return None
+
+
+def _freeze_replicated(run: ScenarioRun, rank: int, at_least: int) -> tuple[int, int, int]:
+    """SIGSTOP `rank`'s worker at a moment its newest own-node snapshot (of a step >= `at_least` that no storage
+    checkpoint can hold: not a multiple of the interval) is also its peer's replica, so that its shard of that
+    step can only come from the replica once the own copy is damaged. Should the worker publish a newer snapshot
+    between the look and the stop, it is continued and the wait starts over. Returns (node, pid, step)."""
+    c, cfg = run.cluster, run.cfg
+    world, nproc = cfg.world, cfg.nproc_per_node
+    for _ in range(50):
+        # (node,): node 0 is a node, not a falsy answer to wait for
+        (node,) = run.wait_for(lambda: _some(c.node_of_rank(rank)), f"a running worker of rank {rank}")
+        (peer,) = run.wait_for(lambda: _some(c.node_of_rank((rank + nproc) % world)), "the node keeping its replica")
+
+        def in_place() -> int | None:
+            own = _newest(c.node_memory(node), f"own-r{rank}-w{world}")
+            kept = _newest(c.node_memory(peer), f"peer-r{rank}-w{world}")
+            ok = own is not None and own == kept and own >= at_least and own % cfg.interval
+            return own if ok else None
+        run.wait_for(in_place, f"rank {rank}'s snapshot of a step >= {at_least} on its node and its peer's",
+                     poll=0.02)
+        pid = next((p for p in c.workers(node) if c.rank_of(p) == rank), None)
+        if pid is None:
+            continue
+        os.kill(pid, signal.SIGSTOP)
+        confirm(pid, signal.SIGSTOP)
+        step = in_place()
+        if step is not None:
+            return node, pid, step
+        os.kill(pid, signal.SIGCONT)  # it moved on in between: look again
+    raise ScenarioFailed(f"rank {rank}'s newest snapshot was never also its peer's replica at a stop")
+
+
+def _some(x):
+    return None if x is None else (x,)
+
+
+def _damage_then_kill(run: ScenarioRun, *, at_least: int, replica: bool) -> dict:
+    """Freeze the last rank's worker (_freeze_replicated), damage its newest own-node snapshot (with `replica`:
+    every generation of its shard, own copies and the peer's replicas, on every node), then SIGKILL it."""
+    c, cfg = run.cluster, run.cfg
+    rank = cfg.world - 1
+    node, pid, step = _freeze_replicated(run, rank, at_least)
+    t = time.time()
+    if replica:
+        damaged = [d for i in sorted({n.index for n in c.nodes}) for kind in ("own", "peer")
+                   for d in damage_generations(c.node_memory(i), f"{kind}-r{rank}-w{cfg.world}")]
+    else:
+        damaged = damage_generations(c.node_memory(node), f"own-r{rank}-w{cfg.world}", newest_only=True)
+    os.kill(pid, signal.SIGKILL)
+    gone, how = confirm(pid, signal.SIGKILL)
+    shown = all(d["now"] != d["crc32c"] for d in damaged)
+    what = "its own-node copy and its replica (every generation)" if replica else "its newest own-node copy"
+    c.event("fault", node, f"worker pid {pid} (rank {rank}) frozen at step {step}; {FLIPPED_BYTES} bytes of {what} "
+            f"inverted ({len(damaged)} generation(s)); SIGKILL",
+            label="damaged snapshot + SIGKILL" + (" (own + replica)" if replica else ""), t=t,
+            confirmed=bool(damaged) and shown and gone,
+            evidence="; ".join(f"{Path(d['file']).name} step {d['step']}: CRC32C recorded {d['crc32c']}, now "
+                               f"{d['now']}" for d in damaged) + f"; {how}")
+    return {"rank": rank, "step": step, "replica": replica, "time": t,
+            "damaged": [(Path(d["file"]).name.split("-r", 1)[0], d["step"]) for d in damaged]}
+
+
+def second_damage_step(cfg: LocalChaosConfig) -> int:
+    """corrupt-snapshot's second fault: past the storage checkpoint at 2 x interval, which it falls back to."""
+    return 2 * cfg.interval + 1
+
+
+def inject_corrupt_snapshot(run: ScenarioRun) -> None:
+    """Two faults, each on the last rank, frozen with its newest snapshot replicated, damaged, then SIGKILLed:
+    first its own-node copy only (the peer's replica must be restored), later, once the job trains again and has
+    committed the checkpoint of 2 x interval, every generation of its shard, own and replica (storage must be)."""
+    if not run.cfg.memory_interval:
+        raise ScenarioFailed("in-memory snapshots are off (--memory-interval 0): there is no snapshot to damage")
+    run.cluster.start_all()
+    first = _damage_then_kill(run, at_least=run.cfg.kill_step, replica=False)
+    store = 2 * run.cfg.interval
+    run.wait_start_after(first["time"])
+    run.wait_for(lambda: any(r.get("event") == "checkpoint" and r["step"] == store for r in run.records()),
+                 f"the checkpoint of step {store} to be committed")
+    second = _damage_then_kill(run, at_least=second_damage_step(run.cfg), replica=True)
+    run.facts["snapshot_damage"] = [first, second]
+
+
 def inject_restarts_exhausted(run: ScenarioRun) -> None:
     run.start_until_kill_step()
     victim = _victim(run)
@@ -525,6 +648,55 @@ def check_previous_snapshot_used(obs: Observation) -> Check:
     return Check("previous snapshot used", ok, f"killed while copying step {step}; restored from {got or 'nothing'}")
 
 
+def _attempt_after(obs: Observation, t: float):
+    return next((a for a in split_attempts(obs.records) if a.start["time"] > t), None)
+
+
+def _skipped(restored: dict) -> set[tuple[str, int, int]]:
+    return {(d.get("copy"), d.get("rank"), d.get("step")) for d in restored.get("skipped") or []}
+
+
+def check_damaged_own_copy_replaced_by_replica(obs: Observation) -> Check:
+    """The restart after the first damage restored the damaged step itself, that rank's shard from the peer's
+    replica, with the damaged own copy named (restored_from's skipped, and its one-line warning)."""
+    damage = (obs.facts.get("snapshot_damage") or [{}])[0]
+    rank, step = damage.get("rank"), damage.get("step")
+    after = _attempt_after(obs, damage.get("time", float("inf")))
+    got = (after.start.get("restored_from") or {}) if after else {}
+    named = [ln for ln in obs.log_has("damaged memory snapshot") if f"own-node copy of rank {rank}'s shard of step "
+             f"{step} " in ln]
+    ok = (step is not None and got.get("tier") == "peer" and got.get("step") == step
+          and ("own", rank, step) in _skipped(got) and bool(named))
+    return Check("damaged own snapshot skipped for the peer replica", ok,
+                 f"rank {rank}'s own copy of step {step} damaged; restored from {_brief(got)}; "
+                 f"log: {named[0].strip()[:220] if named else 'no line names it'}")
+
+
+def check_damaged_replica_falls_back_to_storage(obs: Observation) -> Check:
+    """The restart after the second damage (own copies and replicas) restored from storage, the damaged
+    generations newer than it named as skipped, in one line of the job's log."""
+    damages = obs.facts.get("snapshot_damage") or []
+    damage = damages[1] if len(damages) > 1 else {}
+    rank = damage.get("rank")
+    after = _attempt_after(obs, damage.get("time", float("inf")))
+    got = (after.start.get("restored_from") or {}) if after else {}
+    skipped = _skipped(got)
+    newer = {(kind, rank, step) for kind, step in damage.get("damaged", []) if step > got.get("step", 0)}
+    said = [ln for ln in obs.log_has("memory snapshots not used") if f"rank {rank}'s" in ln]
+    ok = (bool(damage) and got.get("tier") == "storage" and bool(newer) and newer <= skipped
+          and {"own", "peer"} <= {k for k, _, _ in skipped} and bool(said))
+    return Check("damaged own snapshot and replica: storage restored, named", ok,
+                 f"damaged: {sorted(damage.get('damaged', []))}; restored from {_brief(got)}; "
+                 f"log: {said[0].strip()[:220] if said else 'no line names them'}")
+
+
+def _brief(restored: dict) -> str:
+    if not restored:
+        return "nothing"
+    skipped = sorted(f"{d.get('copy')} r{d.get('rank')} step {d.get('step')}" for d in restored.get("skipped") or [])
+    return f"{restored.get('tier')} step {restored.get('step')}" + (f" (skipped {skipped})" if skipped else "")
+
+
 def check_checkpoint_on_signal(obs: Observation) -> Check:
     t = obs.faults[0].time if obs.faults else float("inf")
     sig = [r for r in obs.records if r.get("event") == "signal" and r["time"] >= t]
@@ -648,6 +820,10 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
                       (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
         LocalScenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
                       flags=storage_only),
+        # Two faults: the first costs the step in flight (the replica holds the damaged step; a stop that lands
+        # while a snapshot is copied costs one more), the second falls back to the checkpoint of 2 x interval.
+        LocalScenario("corrupt-snapshot", inject_corrupt_snapshot, Expectation(max_steps_lost=killed),
+                      (check_damaged_own_copy_replaced_by_replica, check_damaged_replica_falls_back_to_storage)),
         # --max-restarts 1 (2 kills): the same path as 3 (4 kills) at half the run time. The kills land as
         # each incarnation starts, before it logs a step, so no restart is expected to train.
         LocalScenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),

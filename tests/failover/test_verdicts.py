@@ -22,7 +22,15 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
                 "fell back to storage (a shard and its replica lost)", "silent node declared (its keep-alives or heartbeats stopped)",
-                "hot spare took the lost node's place"}
+                "hot spare took the lost node's place", "damaged own snapshot skipped for the peer replica",
+                "damaged own snapshot and replica: storage restored, named"}
+
+
+# corrupt-snapshot's two faults as its harness records them: rank 1 frozen, damaged, SIGKILLed at these times
+SNAPSHOT_DAMAGE = [{"rank": 1, "step": CFG.kill_step, "replica": False, "time": CFG.kill_step + 0.5,
+                    "damaged": [("own", CFG.kill_step)]},
+                   {"rank": 1, "step": 2 * CFG.interval + 1, "replica": True, "time": 20.5,
+                    "damaged": [("own", 8), ("own", 9), ("peer", 8), ("peer", 9)]}]
 
 
 def start(t, resumed=None, world=2, restart=0):
@@ -47,7 +55,8 @@ def no_fault_observation(name: str) -> Observation:
              "partial_checkpoint": "step_00000008", "corrupt_checkpoint": "step_00000008", "max_restarts": 1,
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
              "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
-             "silent_ranks": [1], "silent_agent_pid": 4242, "spare_nodes": [2], "spare_ranks_after": []}
+             "silent_ranks": [1], "silent_agent_pid": 4242, "spare_nodes": [2], "spare_ranks_after": [],
+             "snapshot_damage": SNAPSHOT_DAMAGE}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
@@ -189,3 +198,41 @@ def test_spare_verdict_needs_the_spare_to_host_ranks_at_an_unchanged_world_size(
     assert not check_spare_took_over(obs).ok
     obs.records, obs.facts = restarted(CFG.kill_step, "peer"), {**obs.facts, "spare_ranks_after": []}
     assert not check_spare_took_over(obs).ok  # restarted at full size, but not on the spare
+
+
+def corrupt_snapshot_run(first: dict, second: dict) -> list[dict]:
+    """Damaged and killed after step 6 (t 6.5), restored as `first`; again after step 9 (t 20.5), restored as
+    `second`; finished."""
+    a, b = first["step"], second["step"]
+    return ([start(0)] + [step(n, n) for n in range(1, 7)] + [{"event": "checkpoint", "time": 4.5, "step": 4}]
+            + [dict(start(10, a, restart=1), restored_from=first)] + [step(10 + n - a, n) for n in range(a + 1, 10)]
+            + [{"event": "checkpoint", "time": 12.5, "step": 8}]
+            + [dict(start(30, b, restart=2), restored_from=second)] + [step(30 + n - b, n) for n in range(b + 1, 17)]
+            + [{"event": "end", "time": 60, "step": CFG.steps}])
+
+
+def test_corrupt_snapshot_passes_only_on_the_replica_then_storage_with_each_damaged_copy_named():
+    from chaos.local.scenarios import (check_damaged_own_copy_replaced_by_replica,
+                                       check_damaged_replica_falls_back_to_storage)
+    obs = no_fault_observation("corrupt-snapshot")
+    peer = {"tier": "peer", "step": 6, "skipped": [{"copy": "own", "rank": 1, "step": 6}]}
+    storage = {"tier": "storage", "step": 8, "skipped": [{"copy": "own", "rank": 1, "step": 9},
+                                                         {"copy": "peer", "rank": 1, "step": 9}]}
+    obs.records = corrupt_snapshot_run(peer, storage)
+    obs.logs = [(11.0, "WARNING: damaged memory snapshot (found before restoring it): the own-node copy of rank 1's "
+                       "shard of step 6 (world size 2), host:/shm/own-r1-w2.0.data: CRC32C expected a, found b"),
+                (31.0, "memory snapshots not used; skipped as damaged (CRC32C mismatch, moved to quarantine): rank 1's "
+                       "own-node copy of step 9, rank 1's peer replica of step 9: ...")]
+    assert check_damaged_own_copy_replaced_by_replica(obs).ok
+    assert check_damaged_replica_falls_back_to_storage(obs).ok
+    # the damaged step loaded from its own copy as if nothing happened (today's behaviour): both fail
+    obs.records = corrupt_snapshot_run({"tier": "memory", "step": 6}, {"tier": "memory", "step": 9})
+    assert not check_damaged_own_copy_replaced_by_replica(obs).ok
+    assert not check_damaged_replica_falls_back_to_storage(obs).ok
+    # the right tiers, but nothing named what was skipped
+    obs.records = corrupt_snapshot_run({"tier": "peer", "step": 6}, {"tier": "storage", "step": 8})
+    assert not check_damaged_own_copy_replaced_by_replica(obs).ok
+    assert not check_damaged_replica_falls_back_to_storage(obs).ok
+    obs.records, obs.logs = corrupt_snapshot_run(peer, storage), []  # the skips recorded but never said in the log
+    assert not check_damaged_own_copy_replaced_by_replica(obs).ok
+    assert not check_damaged_replica_falls_back_to_storage(obs).ok

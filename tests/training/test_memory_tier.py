@@ -153,3 +153,144 @@ def test_each_new_shard_gets_exactly_the_old_shards_that_hold_its_rows(rows, old
             assert not mine or mine & _row_set(rows, old_world, s)
         covered += sorted(mine)
     assert sorted(covered) == list(range(rows))  # the new shards partition the rows
+
+
+# ----------------------------------------------------------------------------- checked generations
+def flip(path, offset: int, n: int = 64) -> None:
+    """Damage `n` bytes of a file in place (each byte inverted), as failing memory would."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        good = f.read(n)
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in good))
+
+
+def snapshots(t: MemoryTier, src: Plain, steps) -> dict[int, dict]:
+    """Snapshot `src` after each of `steps` training steps; returns each step's state (deep copies)."""
+    import copy
+    states = {}
+    for step in steps:
+        src.train_step()
+        t.snapshot(step, {"train": src})
+        t.wait()
+        states[step] = copy.deepcopy(src.state_dict())
+    return states
+
+
+def generation(t: MemoryTier, step: int) -> tuple[int, dict]:
+    slot = next(s for s in (0, 1) if (g := t.own.read(s)) is not None and g[0] == step)
+    return slot, t.own.read(slot)[1]
+
+
+def test_every_generation_carries_the_storage_tiers_crc32c_of_its_bytes(tmp_path):
+    from training.checkpoint.integrity import crc32c_file
+    t = tier(tmp_path)
+    snapshots(t, Plain(0), [1, 2])
+    for step in (1, 2):
+        slot, meta = generation(t, step)
+        assert meta["crc32c"] == crc32c_file(t.own.path(f"{slot}.data"))  # the file is exactly the snapshot's bytes
+
+
+def test_copy_checked_copies_any_layout_and_checksums_what_it_wrote():
+    from training.checkpoint.integrity import crc32c_bytes
+    from training.checkpoint.memory import COPY_CHUNK, _copy_checked, _layout, _views
+    tensors = [torch.arange(12.0).view(3, 4).t(),  # strided
+               torch.tensor(7, dtype=torch.int64),  # 0-dim
+               torch.randn(COPY_CHUNK // 4 + 3),  # more than one piece
+               torch.ones(5, dtype=torch.bfloat16)]
+    layout, nbytes = _layout(tensors)
+    buf = torch.full((nbytes,), 0xAB, dtype=torch.uint8)  # padding holds whatever was there: still covered
+    crc = _copy_checked(buf, layout, nbytes, tensors)
+    assert crc == crc32c_bytes(buf[:nbytes])
+    assert all(torch.equal(v, t) for v, t in zip(_views(buf, layout), tensors))
+
+
+def test_a_damaged_newest_snapshot_is_named_moved_aside_and_the_previous_step_restored(tmp_path, caplog):
+    t = tier(tmp_path)
+    states = snapshots(t, Plain(0), [1, 2])
+    slot, meta = generation(t, 2)
+    flip(t.own.path(f"{slot}.data"), meta["nbytes"] // 2)
+    dst = Plain(1)
+    with caplog.at_level("WARNING", logger="training"):
+        got = tier(tmp_path).restore({"train": dst}, storage_step=0)
+    assert got is not None and (got.step, got.tier) == (1, "memory")
+    (skipped,) = got.skipped
+    assert skipped["copy"] == "own" and (skipped["rank"], skipped["step"]) == (0, 2)
+    assert skipped["expected"] == meta["crc32c"] and skipped["found"] != meta["crc32c"]
+    (line,) = [r.getMessage() for r in caplog.records if "damaged memory snapshot" in r.getMessage()]
+    assert f"own-node copy of rank 0's shard of step 2" in line and f"expected {meta['crc32c']}" in line
+    (moved,) = (t.root / "quarantine").iterdir()  # kept for inspection, not deleted
+    names = sorted(p.name for p in moved.iterdir())
+    assert names == ["DAMAGED.txt", f"own-r0-w1.{slot}.data", f"own-r0-w1.{slot}.meta"]
+    assert str(moved) in line
+    assert all(torch.equal(a, b) for a, b in zip(states[1]["net"].values(), dst.state_dict()["net"].values()))
+    assert dst.progress.step == 1
+
+
+def test_with_every_generation_damaged_the_restore_goes_to_storage_and_says_why(tmp_path):
+    t = tier(tmp_path)
+    snapshots(t, Plain(0), [1, 2])
+    for step in (1, 2):
+        slot, meta = generation(t, step)
+        flip(t.own.path(f"{slot}.data"), 0)
+    again = tier(tmp_path)
+    assert again.restore({"train": Plain(1)}, storage_step=0) is None
+    assert sorted(d["step"] for d in again.skipped) == [1, 2]
+
+
+def test_a_generation_no_newer_than_storage_is_not_even_read(tmp_path):
+    t = tier(tmp_path)
+    snapshots(t, Plain(0), [1, 2])
+    slot, meta = generation(t, 1)
+    flip(t.own.path(f"{slot}.data"), 0)
+    again = tier(tmp_path)
+    assert again.restore({"train": Plain(1)}, storage_step=1).step == 2 and again.skipped == []
+
+
+def _replica_worker(rank: int, root: str, store: str, damage_at: int, out: str) -> None:
+    """One rank of a 2-node world (1 rank per node, each node its own memory directory): 3 snapshots, the
+    replica of step `damage_at` damaged on rank 0 as it arrives (after the transfer, before the check)."""
+    import json
+    from pathlib import Path
+    import torch.distributed as dist
+    from training.checkpoint.memory import MemoryTier
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+
+    def damage(step, data):
+        if step == damage_at:
+            data[100:164] ^= 0xFF
+    t = MemoryTier(interval=1, root=Path(root) / f"node{rank}", rank=rank, world=2, local_world=1,
+                   identity={"model": "net"}, replicate=True, timeout_s=60, device=torch.device("cpu"),
+                   replica_hook=damage if rank == 0 else None)
+    t.root.mkdir(parents=True)
+    src = Plain(rank)
+    for step in (1, 2, 3):
+        src.train_step()
+        t.snapshot(step, {"train": src})
+        t.wait()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(
+        {"replicas": sorted(g[0] for g in t.peer.complete()), "failed": t.failed,
+         "quarantined": sorted(p.name for p in (t.root / "quarantine").glob("*/*")) if rank == 0 else []}))
+    dist.destroy_process_group()
+
+
+def test_a_replica_damaged_on_the_way_is_caught_on_receipt_and_never_offered(tmp_path):
+    import json
+    import torch.multiprocessing as mp
+    mp.spawn(_replica_worker, args=(str(tmp_path / "shm"), str(tmp_path / "store"), 3, str(tmp_path)), nprocs=2)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["replicas"] == [2] and r1["replicas"] == [2, 3]  # rank 1's step-3 replica is not kept on node 0
+    assert not r0["failed"] and not r1["failed"]  # the own snapshots are fine: the tier stays on
+    assert r0["quarantined"] == ["DAMAGED.txt", "peer-r1-w2.0.data", "peer-r1-w2.0.meta"]
+
+
+def test_the_quarantine_keeps_the_newest_damaged_generations_only(tmp_path):
+    """Damaged generations live in the node's memory: a copy damaged at every step must not fill it."""
+    from training.checkpoint.memory import QUARANTINE_KEEP
+    g = _Generations(tmp_path, "peer-r1-w2")
+    for step in range(1, QUARANTINE_KEEP + 3):
+        slot, buf = g.begin(8)
+        g.path(f"{slot}.meta").write_bytes(b"m")
+        assert g.quarantine(slot, step, "damaged") is not None
+    kept = sorted(p.name.split(".")[1] for p in (tmp_path / "quarantine").iterdir())
+    assert kept == [f"step{s:08d}" for s in range(3, QUARANTINE_KEEP + 3)]

@@ -95,6 +95,49 @@ def test_a_lost_node_restores_its_shards_from_the_peer_replica(tiny_reference, t
     assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
 
 
+def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, tmp_path, node_memory):
+    from chaos.local.scenarios import damage_generations
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
+    # every own copy of rank 1 (whichever step its replica also holds), 64 bytes each, as failing memory would
+    damaged = damage_generations(node_memory / "node1", "own-r1-w2")
+    assert damaged and all(d["now"] != d["crc32c"] for d in damaged)
+    r = launch(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    restored = starts(out)[-1]["restored_from"]
+    assert restored["tier"] == "peer" and restored["step"] >= 4, restored
+    newer = {("own", 1, d["step"]) for d in damaged if d["step"] > 3}  # the storage checkpoint: step 3
+    assert {(d["copy"], d["rank"], d["step"]) for d in restored["skipped"]} == newer
+    for d in restored["skipped"]:  # one line each: which copy, file, expected vs found
+        assert (f"own-node copy of rank 1's shard of step {d['step']} (world size 2), {d['file']}: CRC32C expected "
+                f"{d['expected']}, found {d['found']}") in r.stdout + r.stderr
+    assert "damaged or lost shards from their peers' replicas" in r.stdout
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+    moved = sorted(p.name for p in (node_memory / "node1").glob("*/quarantine/*/*.data"))
+    assert len(moved) == len(newer)  # kept for inspection after the run finished
+
+
+def test_a_damaged_own_snapshot_and_replica_fall_back_to_storage(tiny_reference, tmp_path, node_memory):
+    from chaos.local.scenarios import damage_generations
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    assert r.returncode != 0
+    damaged = [d for node, kind in (("node1", "own"), ("node0", "peer"))
+               for d in damage_generations(node_memory / node, f"{kind}-r1-w2")]
+    r = launch(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    restored = starts(out)[-1]["restored_from"]
+    assert restored["tier"] == "storage" and restored["step"] == 3, restored
+    newer = {(Path(d["file"]).name.split("-r")[0], 1, d["step"]) for d in damaged if d["step"] > 3}
+    assert {(d["copy"], d["rank"], d["step"]) for d in restored["skipped"]} == newer and {c for c, _, _ in newer} == {
+        "own", "peer"}
+    (line,) = [ln for ln in r.stdout.splitlines() if "memory snapshots not used" in ln]  # named in one line
+    assert all(f"rank 1's {'own-node copy' if c == 'own' else 'peer replica'} of step {s}" in line for c, _, s in newer)
+    assert "resumed from step 3" in r.stdout + r.stderr
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+
+
 def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
     reference = tmp_path / "reference"
     r = launch(reference, 3, global_batch=6)

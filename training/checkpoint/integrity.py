@@ -7,6 +7,9 @@ when it is written (by the background writer) and again before it is loaded::
 
     mine = share(sizes, rank, world)             # the same split on every rank
     sums = {name: crc32c_file(path / name) for name in mine}
+
+The in-memory snapshots use the same checksum on bytes already in memory (:func:`crc32c_bytes`, or a
+:func:`checksum` fed chunk by chunk as a snapshot is copied).
 """
 from __future__ import annotations
 
@@ -19,13 +22,33 @@ import google_crc32c
 CHUNK = 8 << 20
 
 
+def checksum() -> google_crc32c.Checksum:
+    """A running CRC32C: ``update(chunk)`` with bytes or a numpy array, then :func:`hexdigest`."""
+    return google_crc32c.Checksum()
+
+
+def hexdigest(c: google_crc32c.Checksum) -> str:
+    """The CRC32C so far, as 8 hex digits (the form COMMITTED.json and the snapshots' metadata hold)."""
+    return c.hexdigest().decode()
+
+
 def crc32c_file(path: str | Path) -> str:
     """CRC32C of a file's bytes, as 8 hex digits."""
-    c = google_crc32c.Checksum()
+    c = checksum()
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(CHUNK):
             c.update(chunk)
-    return c.hexdigest().decode()
+    return hexdigest(c)
+
+
+def crc32c_bytes(data) -> str:
+    """CRC32C of bytes in memory (a uint8 CPU tensor, a numpy array or bytes), as 8 hex digits; read in CHUNK
+    pieces, the way :func:`crc32c_file` reads a file."""
+    c = checksum()
+    data = data.numpy() if hasattr(data, "numpy") else data  # a torch tensor: its bytes, not a copy
+    for a in range(0, len(data), CHUNK):
+        c.update(data[a:a + CHUNK])
+    return hexdigest(c)
 
 
 def share(sizes: dict[str, int], rank: int, world: int) -> list[str]:

@@ -15,8 +15,10 @@ Policy:
   synchronously (the process exits right after); a memory snapshot every ``checkpoint.memory_interval`` steps on a
   background thread (overlapping the next step's forward and backward).
 * **restore**: ``checkpoint.load_step`` names a storage step and wins; else the newest step some node's memory
-  holds for every shard, when newer than the newest complete storage checkpoint; else storage (verified, with
-  fallback); else ``checkpoint.initial_load_path`` seeds the model of a fresh run.
+  holds intact for every shard (CRC32C-checked: a damaged own-node copy is skipped for the peer's replica, a
+  damaged replica too for an older step or storage, each named), when newer than the newest complete storage
+  checkpoint; else storage (verified, with fallback); else ``checkpoint.initial_load_path`` seeds the model of a
+  fresh run. ``restored_from`` (the ``start`` event's) lists the damaged generations skipped on the way.
 * **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
   the memory tier off on every rank at the same step and training goes on with storage.
 """
@@ -78,16 +80,22 @@ class CheckpointManager:
             got = self.memory.restore(state, storage_step=storage_step)
             if got is not None:
                 where = ("every rank from its own node" if got.tier == "memory" else
+                         "damaged or lost shards from their peers' replicas" if got.skipped else
                          "shards of lost nodes from their peers' replicas")
                 if got.resharded_from:
                     where += f"; re-cut from world size {got.resharded_from} to {self.memory.world}"
                 self.say(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest storage "
-                         f"checkpoint: step {storage_step}")
+                         f"checkpoint: step {storage_step}{_skipped_words(got.skipped)}")
                 self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
                 if got.resharded_from:
                     self.restored_from["resharded_from"] = got.resharded_from
+                if got.skipped:
+                    self.restored_from["skipped"] = list(got.skipped)
                 self._say_initial_load_unused(got.step)
                 return got.step
+            if self.memory.skipped:
+                self.say(f"memory snapshots not used{_skipped_words(self.memory.skipped)}: no newer step is intact "
+                         f"for every shard; restoring from storage (step {storage_step})")
         info = self.storage.load(state)
         if info is None:
             self.say(f"fresh start: no complete checkpoint in {self.cfg.dir}")
@@ -99,6 +107,8 @@ class CheckpointManager:
         self.say(f"resumed from step {info['step']} (saved at world size {info['world_size']}, now "
                  f"{self.storage.world_size}) in {self.cfg.dir}")
         self.restored_from = {"tier": "storage", "step": info["step"]}
+        if self.memory.skipped and not self.cfg.load_step:
+            self.restored_from["skipped"] = list(self.memory.skipped)
         self._say_initial_load_unused(info["step"])
         return info["step"]
 
@@ -155,3 +165,12 @@ class CheckpointManager:
             self.memory.close(discard=discard_memory)
         finally:
             self.storage.close()
+
+
+def _skipped_words(skipped) -> str:
+    """'; skipped as damaged: rank 1's own-node copy of step 7, ...' ('' when nothing was skipped)."""
+    if not skipped:
+        return ""
+    names = [f"rank {d['rank']}'s {'own-node copy' if d['copy'] == 'own' else 'peer replica'} of step {d['step']}"
+             for d in skipped]
+    return f"; skipped as damaged (CRC32C mismatch, moved to quarantine): {', '.join(names)}"

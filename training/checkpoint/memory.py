@@ -16,10 +16,19 @@ snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of 
     peer-r{s}-w{W}.current
 
 A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
+
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
 step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. On
 GPUs the device-to-host part is queued on a side stream into reused page-locked buffers (host memory, never a
 second copy on the GPU), and the thread waits for that stream, not the training stream.
+
+Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`training.checkpoint.integrity`) is
+computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
+it arrives from the peer, and every generation that could be restored is checked before it is. A damaged one
+is named in one line (which copy, rank, step, file, expected vs found CRC32C), moved aside to
+``<run dir>/quarantine/`` (kept for inspection: the newest QUARANTINE_KEEP of each copy) and skipped: that
+rank's shard then comes from its peer's replica, or from an older step every shard has intact, or the job
+restores from storage.
 
 A restart at another world size (a node lost from an elastic job, or one rejoining) re-cuts the snapshot:
 FSDP2 splits every parameter and optimizer moment evenly on dim 0, so each new rank copies its rows out of the
@@ -38,6 +47,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -49,6 +59,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
+from training.checkpoint.integrity import checksum, crc32c_bytes, hexdigest
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
 log = logging.getLogger("training")
@@ -61,6 +72,13 @@ STALE_S = 24 * 3600  # other runs' snapshot directories untouched this long are 
 # memory_dir that is also home to anything else (a user's folder, /dev/shm itself, a checkpoint.dir) loses nothing.
 OWNED = ".t5-failover-snapshots"
 RUN_KEY_CHARS = 16  # run_key's hex digest length: the name of a run directory
+QUARANTINE = "quarantine"  # damaged generations are moved here, in the run directory, for inspection
+# The newest this many damaged generations of each copy are kept there: they are evidence, not an archive, and
+# they live in the node's memory (a link that damaged every replica would otherwise fill it, a step at a time).
+QUARANTINE_KEEP = 2
+# A snapshot is copied and checksummed in pieces of this size: each piece is checksummed while it is still in
+# the CPU's cache from the copy, instead of reading the whole snapshot from memory a second time.
+COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,8 @@ class Restored:
     seconds: float
     resharded_from: int | None = None
     """The world size the snapshot was taken at, when it differs from now (the shards were re-cut)."""
+    skipped: tuple[dict, ...] = ()
+    """The damaged generations skipped on the way (see :meth:`MemoryTier.restore`)."""
 
 
 def run_key(checkpoint_dir: str) -> str:
@@ -137,6 +157,40 @@ def _views(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]]) -> list[
         nbytes = n * torch.empty((), dtype=dt).element_size()
         views.append(buf[off:off + nbytes].view(dt).view(shape))
     return views
+
+
+def _copy_checked(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]], nbytes: int,
+                  tensors: list[torch.Tensor], before: Callable[[int], None] | None = None) -> str:
+    """Copy the shards into their places in `buf` and return the CRC32C of ``buf[:nbytes]`` (alignment padding
+    included), computed piece by piece right behind the copy. `before(i)` runs before shard i is copied."""
+    crc = checksum()
+    ends = [off for off, _, _ in layout[1:]] + [nbytes]
+    for i, ((off, _, _), dst, src, end) in enumerate(zip(layout, _views(buf, layout), tensors, ends)):
+        if before is not None:
+            before(i)
+        region, src = buf[off:end], src.detach()
+        if src.is_contiguous() and src.device.type == "cpu":
+            flat = src.reshape(-1).view(torch.uint8)
+            for a in range(0, flat.numel(), COPY_CHUNK):
+                piece = region[a:a + COPY_CHUNK][:flat.numel() - a]
+                piece.copy_(flat[a:a + COPY_CHUNK])
+                crc.update(piece.numpy())
+            if flat.numel() < region.numel():  # the padding up to the next aligned shard
+                crc.update(region[flat.numel():].numpy())
+        else:  # strided (or still on a device): copy it whole, then checksum its bytes
+            dst.copy_(src)
+            for a in range(0, region.numel(), COPY_CHUNK):
+                crc.update(region[a:a + COPY_CHUNK].numpy())
+    return hexdigest(crc)
+
+
+def _damage(meta: dict, data: torch.Tensor) -> tuple[str, str] | None:
+    """(expected, found) CRC32C when `data` is not the bytes `meta` describes, else None."""
+    expected = meta.get("crc32c")
+    found = crc32c_bytes(data[:meta["nbytes"]])
+    if expected == found:
+        return None
+    return (expected or "none (written without a checksum)", found)
 
 
 def _to_bytes(obj: Any) -> bytes:
@@ -221,6 +275,26 @@ class _Generations:
     def find(self, step: int) -> tuple[int, dict, torch.Tensor] | None:
         return next((got for got in self.complete() if got[0] == step), None)
 
+    def quarantine(self, slot: int, step: int, why: str) -> Path | None:
+        """Move a damaged slot (data and meta) aside to <root>/quarantine/, with `why` next to it, and forget its
+        buffer (the next write of this slot makes a new file). Returns where it went, None if it could not move."""
+        dest = self.root / QUARANTINE / f"{self.prefix}.step{step:08d}.{time.time_ns()}"
+        self.bufs.pop(slot, None)
+        try:
+            dest.mkdir(parents=True, mode=0o700)
+            for suffix in ("data", "meta"):
+                src = self.path(f"{slot}.{suffix}")
+                if src.exists():
+                    os.replace(src, dest / src.name)
+            (dest / "DAMAGED.txt").write_text(why + "\n")
+        except OSError:
+            self.path(f"{slot}.meta").unlink(missing_ok=True)  # at least never offered again
+            return None
+        kept = sorted(dest.parent.glob(f"{self.prefix}.step*"), key=lambda d: d.name.rsplit(".", 1)[1].zfill(24))
+        for old in kept[:-QUARANTINE_KEEP]:
+            shutil.rmtree(old, ignore_errors=True)
+        return dest
+
     def remove(self) -> None:
         self.bufs.clear()
         try:
@@ -236,8 +310,10 @@ class MemoryTier:
 
     def __init__(self, *, interval: int, root: Path, rank: int, world: int, local_world: int,
                  identity: dict[str, Any], replicate: bool, timeout_s: float, device: torch.device,
-                 mid_copy_hook: Callable[[int], None] | None = None):
+                 mid_copy_hook: Callable[[int], None] | None = None,
+                 replica_hook: Callable[[int, torch.Tensor], None] | None = None):
         self.mid_copy_hook = mid_copy_hook  # fault injection: called halfway through a copy, with its step
+        self.replica_hook = replica_hook  # fault injection: a received replica's (step, bytes), before its check
         self.interval, self.rank, self.world, self.local_world = interval, rank, world, local_world
         self.enabled = interval > 0
         self.root, self.identity, self.device = root, identity, device
@@ -258,6 +334,7 @@ class MemoryTier:
         self.unusable: str | None = None  # why this node's memory directory cannot be used (set by build)
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
+        self.skipped: list[dict] = []  # the damaged generations the last restore skipped (every rank's)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -297,8 +374,8 @@ class MemoryTier:
         layout, nbytes = _layout(tensors)
         if not self._checked and not self._check_room(nbytes):
             return time.perf_counter() - t0
-        meta = _to_bytes({"step": step, "rank": self.rank, "world": self.world, "skeleton": skel,
-                          "layout": layout, "nbytes": nbytes, "identity": self.identity})
+        meta = {"step": step, "rank": self.rank, "world": self.world, "skeleton": skel, "layout": layout,
+                "nbytes": nbytes, "identity": self.identity}  # its crc32c is added once the bytes are copied
         tensors, copied = self._stage(tensors)
         self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta, copied),
                                         name=f"memory-snapshot-{step}", daemon=True)
@@ -352,23 +429,25 @@ class MemoryTier:
             copied.record(self._stream)
         return [host if host is not None else t for host, t in zip(self._pinned, tensors)], copied
 
-    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: bytes, copied=None) -> None:
-        data = None
+    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: dict, copied=None) -> None:
+        data, meta_bytes = None, b""
         try:
             if copied is not None:
                 copied.synchronize()  # the side stream's device-to-host copies are in the pinned buffers
             slot, buf = self.own.begin(nbytes)
-            for i, (dst, src) in enumerate(zip(_views(buf, layout), tensors)):
-                if self.mid_copy_hook is not None and i == len(tensors) // 2:
-                    self.mid_copy_hook(step)
-                dst.copy_(src.detach())
-            self.own.publish(slot, step, meta)
+            hook = self.mid_copy_hook
+
+            def before(i: int) -> None:
+                if hook is not None and i == len(tensors) // 2:
+                    hook(step)
+            meta_bytes = _to_bytes({**meta, "crc32c": _copy_checked(buf, layout, nbytes, tensors, before)})
+            self.own.publish(slot, step, meta_bytes)
             data = buf[:nbytes]
         except Exception as e:  # noqa: BLE001 - reported by wait(); the peer exchange below still happens
             self._error = e
         try:
             if self.replicate:  # even after a failed copy: the peers' threads wait for this exchange
-                self._send_to_peer(data, meta)
+                self._send_to_peer(data, meta_bytes)
         except Exception as e:  # noqa: BLE001 - reported by wait() on the training thread
             self._error = self._error or e
 
@@ -398,7 +477,15 @@ class MemoryTier:
             raise failed
         if n >= 0:
             peer_meta = bytes(meta_in.numpy().tobytes())
-            self.peer.publish(slot, int(_from_bytes(peer_meta)["step"]), peer_meta)
+            got = _from_bytes(peer_meta)
+            if self.replica_hook is not None:
+                self.replica_hook(int(got["step"]), pbuf[:n])
+            damage = _damage(got, pbuf[:n])
+            if damage is None:
+                self.peer.publish(slot, int(got["step"]), peer_meta)
+            else:  # the previous generation stays the current one; this one is kept aside, never offered
+                _write_atomic(self.peer.path(f"{slot}.meta"), peer_meta)  # quarantined with its data
+                self._name_damaged(self.peer, slot, got, damage, "arrived damaged from the peer")
 
     def wait(self) -> None:
         """Until the snapshot in flight is written (before the optimizer changes the state it copies). A failure
@@ -420,6 +507,39 @@ class MemoryTier:
         """Every rank, at the same step boundary: no more snapshots in this attempt."""
         self.wait()
         self.enabled = False
+
+    # ------------------------------------------------------------------ checks
+    def _name_damaged(self, gens: _Generations, slot: int, meta: dict, damage: tuple[str, str], how: str) -> dict:
+        """Say in one line which generation is damaged and how, move it aside, and return that as a record."""
+        kind = gens.prefix.split("-r", 1)[0]
+        file = gens.path(f"{slot}.data")
+        record = {"copy": kind, "rank": int(meta["rank"]), "world": int(meta["world"]), "step": int(meta["step"]),
+                  "file": f"{socket.gethostname()}:{file}", "expected": damage[0], "found": damage[1]}
+        what = (f"{'own-node copy' if kind == 'own' else 'peer replica'} of rank {record['rank']}'s shard of step "
+                f"{record['step']} (world size {record['world']})")
+        dest = gens.quarantine(slot, record["step"], f"{what} {how}: CRC32C expected {damage[0]}, found {damage[1]}")
+        log.warning("WARNING: damaged memory snapshot (%s): the %s, %s: CRC32C expected %s, found %s; %s; skipped",
+                    how, what, record["file"], damage[0], damage[1],
+                    f"moved to {dest}" if dest else "could not be moved aside, its metadata removed")
+        return record
+
+    def _check_mine(self, inventory: list[tuple[int, int, int, str]], storage_step: int) -> list[dict]:
+        """Verify the generations of this node that this rank answers for (its node's ranks split them by saved
+        rank) and that could be restored (newer than storage); the damaged ones are named, moved aside and
+        returned."""
+        damaged = []
+        for s, w, step, kind in inventory:
+            if step <= storage_step or s % self.local_world != self.rank % self.local_world:
+                continue
+            gens = _Generations(self.root, f"{kind}-r{s}-w{w}")
+            for slot in (0, 1):
+                got = gens.read(slot)
+                if got is None or got[0] != step:
+                    continue
+                damage = _damage(got[1], got[2])
+                if damage is not None:
+                    damaged.append(self._name_damaged(gens, slot, got[1], damage, "found before restoring it"))
+        return damaged
 
     # ------------------------------------------------------------------ restore
     def _inventory(self) -> list[tuple[int, int, int, str]]:
@@ -445,8 +565,13 @@ class MemoryTier:
             return None
         t0 = time.perf_counter()
         mine = self._inventory()
-        everyone: list[Any] = [None] * self.world
-        dist.all_gather_object(everyone, mine, group=self.group)
+        damaged = self._check_mine(mine, storage_step)
+        node = f"{socket.gethostname()}:{self.root}"  # the ranks of one node list the same files
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, (node, mine, damaged), group=self.group)
+        self.skipped = [d for _, _, ds in gathered for d in ds]
+        bad = {(n, d["rank"], d["world"], d["step"], d["copy"]) for n, _, ds in gathered for d in ds}
+        everyone = [[e for e in inv if (n, *e) not in bad] for n, inv, _ in gathered]
         holders: dict[tuple[int, int, int], list[tuple[int, str]]] = {}  # (world, step, shard) -> [(rank, kind)]
         for holder, inv in enumerate(everyone):
             for s, w, step, kind in inv:
@@ -457,8 +582,10 @@ class MemoryTier:
         if chosen is None or chosen[0] <= storage_step:
             if self.rank == 0 and chosen is None and any(everyone):
                 worlds = sorted({w for w, _, _ in holders})
-                log.info("memory snapshots: no step complete for every shard (world size %s; a snapshot was lost "
-                         "with its node and its replica); restoring from storage", ",".join(map(str, worlds)))
+                why = ("once the damaged copies are skipped" if self.skipped else
+                       "a snapshot was lost with its node and its replica")
+                log.info("memory snapshots: no step complete for every shard (world size %s; %s); restoring from "
+                         "storage", ",".join(map(str, worlds)), why)
             return None
         step, world = chosen
         ok, tier = 1, "memory"
@@ -479,7 +606,8 @@ class MemoryTier:
         self._forget_other_worlds()
         self.restored = Restored(step=step, tier="peer" if int(agreed[1]) else "memory",
                                  seconds=time.perf_counter() - t0,
-                                 resharded_from=None if world == self.world else world)
+                                 resharded_from=None if world == self.world else world,
+                                 skipped=tuple(self.skipped))
         return self.restored
 
     def _restore_same_world(self, state: dict[str, Any], step: int, holders) -> str:
@@ -616,7 +744,12 @@ def _recv_blob(src: int, group) -> tuple[dict, torch.Tensor]:
     dist.recv(meta, src=src, group=group)
     data = torch.empty(int(sizes[1]), dtype=torch.uint8)
     dist.recv(data, src=src, group=group)
-    return _from_bytes(meta.numpy().tobytes()), data
+    got = _from_bytes(meta.numpy().tobytes())
+    damage = _damage(got, data)
+    if damage is not None:  # checked by its holder before it was sent: the transfer damaged it
+        raise ValueError(f"the snapshot of rank {got['rank']}'s shard of step {got['step']} sent by rank {src} "
+                         f"arrived damaged (CRC32C expected {damage[0]}, found {damage[1]})")
+    return got, data
 
 
 # ----------------------------------------------------------------------------- re-cutting shards
