@@ -30,11 +30,11 @@ import sys
 import tempfile
 import time
 
-try:  # the repository (tests) or the copy next to this file (the members)
-    from training.launch.rendezvous import certs
-except ImportError:  # pragma: no cover - exercised on the members
+if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "certs.py")):  # the members' copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import certs  # type: ignore[no-redef]
+    import certs  # type: ignore[import-not-found]
+else:  # in the repository (tests)
+    from training.launch.rendezvous import certs
 
 PLACEHOLDER = "{}"
 MEMBER_FILES = {"ca.crt": "ca_cert", "jwt.pub": "jwt_pub", "jwt.key": "jwt_key"}
