@@ -376,7 +376,7 @@ def test_members_start_before_the_cluster(pcluster: Synthesized) -> None:
 def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized) -> None:
     t = pcluster.template("ParallelCluster")
     policies = t.find_resources("AWS::IAM::ManagedPolicy")
-    (policy_id, policy), = policies.items()
+    (policy_id, policy), = [(lid, p) for lid, p in policies.items() if "EcrPull" in lid]
     # The ParallelCluster provider attaches only policies named parallelcluster* or under /parallelcluster/.
     assert policy["Properties"]["Path"] == "/parallelcluster/"
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -387,8 +387,9 @@ def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized)
     assert "Fn::ImportValue" in json.dumps(pull["Resource"]) and pull["Resource"] != "*"  # the storage stack's repo
     (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
     cfg = cr["Properties"]["ClusterConfiguration"]
-    for iam in (cfg["HeadNode"]["Iam"], cfg["Scheduling"]["SlurmQueues"][0]["Iam"]):
-        assert iam["AdditionalIamPolicies"] == [{"Policy": {"Ref": policy_id}}]
+    # every node pulls; the head node alone also reads the etcd secrets (test_root_password_is_readable_by_...)
+    assert cfg["Scheduling"]["SlurmQueues"][0]["Iam"]["AdditionalIamPolicies"] == [{"Policy": {"Ref": policy_id}}]
+    assert cfg["HeadNode"]["Iam"]["AdditionalIamPolicies"][0] == {"Policy": {"Ref": policy_id}}
 
 
 def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Synthesized) -> None:
