@@ -1,5 +1,5 @@
 """ParallelCluster deployment unit: a Slurm cluster with a GPU queue (EFA, placement group), FSx at /fsx, Pyxis/Enroot
-pulling the training image from ECR, and the rendezvous store kept running on the head node."""
+pulling the training image from ECR, and the jobs' coordinator: a three-member etcd on instances of its own."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +9,8 @@ from constructs import Construct
 
 from cluster_assets.parallelcluster import node_setup
 from cluster_assets.parallelcluster.config import build_cluster_config
-from cluster_facts import FSX_MOUNT_PATH, GPU_QUEUE, RDZV_STORE_PORT, RDZV_STORE_UNIT
+from cluster_facts import FSX_MOUNT_PATH, GPU_QUEUE
+from stacks.components.etcd_members import EtcdMembers
 from stacks.components.parallelcluster import ClusterNodeAccess, ParallelClusterResource
 from stacks.config import PCLUSTER_VERSION, InfraConfig
 from stacks.network_stack import NetworkStack
@@ -26,20 +27,27 @@ class PclusterStack(cdk.Stack):
         fs = storage.lustre.file_system
         repository = storage.images.repository
         self.node_access = ClusterNodeAccess(
-            self, "NodeAccess", vpc=network.vpc, repository=repository, store_port=RDZV_STORE_PORT,
+            self, "NodeAccess", vpc=network.vpc, repository=repository,
             pyxis_enroot_script_path=str(node_setup.PYXIS_ENROOT_SCRIPT),
-            rdzv_store_script_path=str(node_setup.RDZV_STORE_SCRIPT),
+            etcd_client_script_path=str(node_setup.ETCD_CLIENT_SCRIPT),
             node_base_script_path=str(node_setup.NODE_BASE_SCRIPT))
         access = self.node_access
+        # The coordinator: members in the private subnets in turn (the GPU nodes' AZ and the next), reachable from
+        # the head node and the compute nodes only.
+        self.etcd = EtcdMembers(self, "Etcd", vpc=network.vpc, subnets=network.gpu_subnets,
+                                client_security_groups=[access.head_node_security_group,
+                                                        access.compute_security_group])
         self.node_setup = node_setup.NodeSetup(
             script_bucket=access.pyxis_enroot_script.s3_bucket_name,
             pyxis_enroot_script_key=access.pyxis_enroot_script.s3_object_key,
-            rdzv_store_script_key=access.rdzv_store_script.s3_object_key,
+            etcd_client_script_key=access.etcd_client_script.s3_object_key,
             node_base_script_key=access.node_base_script.s3_object_key,
             # The host part of EcrRepositoryUri: the storage stack shares this stack's account and region.
             ecr_registry=f"{cdk.Aws.ACCOUNT_ID}.dkr.ecr.{cdk.Aws.REGION}.{cdk.Aws.URL_SUFFIX}",
             region=cdk.Aws.REGION,
-            store_port=RDZV_STORE_PORT, store_unit=RDZV_STORE_UNIT)
+            etcd_endpoints=self.etcd.endpoints,
+            etcd_client_secret=self.etcd.client_secret.secret_arn,
+            etcd_root_secret=self.etcd.root_secret.secret_arn)
         self.cluster_configuration = build_cluster_config(
             head_node_instance_type=config.head_node_instance_type,
             head_node_subnet_id=subnets[0].subnet_id,
@@ -58,9 +66,10 @@ class PclusterStack(cdk.Stack):
             compute_root_gib=config.gpu_root_volume_gib,
             tags={"project": "t5-failover"},
             node_setup=self.node_setup,
-            rdzv_store_security_group_id=access.store_security_group.security_group_id,
+            head_node_security_group_id=access.head_node_security_group.security_group_id,
             compute_security_group_id=access.compute_security_group.security_group_id,
             node_iam_policy_arns=[access.ecr_pull_policy.managed_policy_arn],
+            head_node_iam_policy_arns=[self.etcd.head_node_policy.managed_policy_arn],
             # Least privilege, as the EKS pods get: read the data, write only where Slurm jobs write.
             s3_read_prefixes=[config.data_prefix],
             s3_write_prefixes=list(config.job_prefixes),
@@ -70,13 +79,18 @@ class PclusterStack(cdk.Stack):
         self.pcluster = ParallelClusterResource(self, "ParallelCluster", cluster_name=config.cluster_name,
                                                 pcluster_version=PCLUSTER_VERSION,
                                                 cluster_configuration=self.cluster_configuration)
+        # The head node's setup waits for the members (their TLS material, a leader): start them first.
+        for member in self.etcd.instances:
+            self.pcluster.cluster.node.add_dependency(member)
         head_instance = self.pcluster.attribute("headNode.instanceId")
         head_address = self.pcluster.attribute("headNode.privateIpAddress")
         for name, value, desc in (
             ("ClusterName", config.cluster_name, "ParallelCluster cluster name"),
             ("HeadNodeAddress", head_address, "Private IP of the head node (slurmctld, login)"),
-            ("RdzvStoreEndpoint", f"{head_address}:{RDZV_STORE_PORT}",
-             f"Rendezvous store on the head node (systemd {RDZV_STORE_UNIT}), reachable from the compute nodes"),
+            ("EtcdEndpoints", self.etcd.endpoints,
+             "etcd members of the jobs' coordinator (/etc/t5-failover/etcd.env on the head node names them too)"),
+            ("EtcdMemberInstanceIds", cdk.Fn.join(",", [m.ref for m in self.etcd.instances]),
+             "etcd member instances (aws ssm start-session --target <id>; systemctl status t5-etcd)"),
             ("HeadNodeInstanceId", head_instance, "Head node instance id"),
             ("HeadNodeSessionCommand", f"aws ssm start-session --target {head_instance} --region {cdk.Aws.REGION}",
              "Open a shell on the head node (no SSH key or public IP needed)"),

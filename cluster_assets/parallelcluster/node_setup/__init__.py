@@ -7,8 +7,10 @@
   3.9) and, on the head node, the shared directories users write (``/fsx/checkpoints``, ``/fsx/runs``,
   ``/fsx/users/<user>``, ``/fsx/t5-failover``); first on each node (head ``OnNodeConfigured``, compute
   ``OnNodeStart``).
-* ``rdzv_store.sh``: installs the systemd unit :data:`cluster_facts.RDZV_STORE_UNIT` that keeps
-  ``python -m training.rdzv_store`` running on the head node's private address (head node ``OnNodeConfigured``).
+* ``etcd_client.sh``: the head node's side of the etcd coordinator (``stacks/components/etcd_members.py``): the
+  client certificate and root's password from Secrets Manager into the cluster user's home directory (shared with
+  the compute nodes), authentication turned on once, and ``/etc/t5-failover/etcd.env`` for the batch script
+  (head node ``OnNodeConfigured``).
 
 The stack uploads each script as an S3 asset; :class:`NodeSetup` takes their bucket and keys and renders the
 ``CustomActions`` blocks and the least-privilege ``S3Access`` entries (read on those objects only) that
@@ -24,31 +26,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster_facts import FSX_MOUNT_PATH, RDZV_STORE_PORT, RDZV_STORE_UNIT
+from cluster_facts import FSX_MOUNT_PATH
 
 SCRIPT_DIR = Path(__file__).resolve().parent
 PYXIS_ENROOT_SCRIPT = SCRIPT_DIR / "pyxis_enroot.sh"
-RDZV_STORE_SCRIPT = SCRIPT_DIR / "rdzv_store.sh"
+ETCD_CLIENT_SCRIPT = SCRIPT_DIR / "etcd_client.sh"
 NODE_BASE_SCRIPT = SCRIPT_DIR / "node_base.sh"
-SCRIPTS = (NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT, RDZV_STORE_SCRIPT)
-RDZV_STORE_CHECKOUT_SCRIPT = SCRIPT_DIR / "rdzv_store_checkout.sh"
-"""Run by hand on the head node (not uploaded): points the store at another checkout."""
+SCRIPTS = (NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT, ETCD_CLIENT_SCRIPT)
 
 #: The default user of each ParallelCluster OS (``Image.Os``): the same uid on every node of the cluster.
 CLUSTER_USERS = {"alinux2023": "ec2-user", "alinux2": "ec2-user", "rhel8": "ec2-user", "rhel9": "ec2-user",
                  "rocky8": "rocky", "rocky9": "rocky", "ubuntu2004": "ubuntu", "ubuntu2204": "ubuntu",
                  "ubuntu2404": "ubuntu"}
 
-DEFAULT_STORE_WORKDIR = f"{FSX_MOUNT_PATH}/t5-failover"
-"""Where docs/slurm.md clones the repository on the cluster (``cd /fsx && git clone <repo> t5-failover``)."""
-DEFAULT_STORE_PYTHON = f"{DEFAULT_STORE_WORKDIR}/.venv/bin/python"
-"""The venv ``scripts/venv.sh`` creates in that checkout (CPU torch: enough for the store)."""
-
 _ECR_REGISTRY = re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
-_UNIT = re.compile(r"[A-Za-z0-9_.@-]+\.service")
-# rdzv_store.sh writes these paths unquoted into the unit file (see its own check).
-_UNIT_PATH = re.compile(r"/[^\s%\"'\\]*")
+_ENDPOINT = re.compile(r"https://\d{1,3}(\.\d{1,3}){3}:\d{1,5}")
 
 
 def _is_token(value: str) -> bool:
@@ -61,34 +54,33 @@ class NodeSetup:
     """The uploaded node scripts and their arguments.
 
     Attributes:
-        script_bucket: S3 bucket holding both scripts (the CDK asset bucket).
-        pyxis_enroot_script_key / rdzv_store_script_key / node_base_script_key: object keys of
-            ``pyxis_enroot.sh`` / ``rdzv_store.sh`` / ``node_base.sh``.
+        script_bucket: S3 bucket holding the scripts (the CDK asset bucket).
+        pyxis_enroot_script_key / etcd_client_script_key / node_base_script_key: object keys of
+            ``pyxis_enroot.sh`` / ``etcd_client.sh`` / ``node_base.sh``.
         ecr_registry: ``<account>.dkr.ecr.<region>.amazonaws.com``, the registry Enroot gets credentials for.
-        region: region of that registry (``aws ecr get-login-password --region``).
-        store_port / store_unit: the store's TCP port and systemd unit (the shared :mod:`cluster_facts` names).
-        store_python / store_workdir: the interpreter and checkout the unit runs the store from.
+        region: region of that registry and of the etcd secrets.
+        etcd_endpoints: the etcd members' client URLs, comma separated (``https://IP:2379,...``).
+        etcd_client_secret / etcd_root_secret: ARNs of the secrets with the client certificate and root's password.
     """
 
     script_bucket: str
     pyxis_enroot_script_key: str
-    rdzv_store_script_key: str
+    etcd_client_script_key: str
     node_base_script_key: str
     ecr_registry: str
     region: str
-    store_port: int = RDZV_STORE_PORT
-    store_unit: str = RDZV_STORE_UNIT
-    store_python: str = DEFAULT_STORE_PYTHON
-    store_workdir: str = DEFAULT_STORE_WORKDIR
+    etcd_endpoints: str
+    etcd_client_secret: str
+    etcd_root_secret: str
 
     def __post_init__(self) -> None:
-        for name in ("script_bucket", "pyxis_enroot_script_key", "rdzv_store_script_key", "node_base_script_key",
-                     "ecr_registry", "region"):
+        for name in ("script_bucket", "pyxis_enroot_script_key", "etcd_client_script_key", "node_base_script_key",
+                     "ecr_registry", "region", "etcd_endpoints", "etcd_client_secret", "etcd_root_secret"):
             if not str(getattr(self, name)).strip():
                 raise ValueError(f"node_setup.{name} is empty: pass the stack's value (the S3 asset of "
                                  f"cluster_assets/parallelcluster/node_setup/*.sh, the ECR repository's registry "
-                                 f"and region)")
-        for name in ("pyxis_enroot_script_key", "rdzv_store_script_key", "node_base_script_key"):
+                                 f"and region, the etcd members' endpoints and secrets)")
+        for name in ("pyxis_enroot_script_key", "etcd_client_script_key", "node_base_script_key"):
             key = getattr(self, name)
             if not _is_token(key) and (key.startswith("/") or not key.endswith(".sh")):
                 raise ValueError(f"node_setup.{name}={key!r}: expected the S3 object key of the uploaded .sh "
@@ -98,20 +90,15 @@ class NodeSetup:
                              f"<account>.dkr.ecr.<region>.amazonaws.com (the host part of the repository URI)")
         if not _is_token(self.region) and not _REGION.fullmatch(self.region):
             raise ValueError(f"node_setup.region={self.region!r}: expected a region name such as us-east-1")
-        if not 1 <= self.store_port <= 65535:
-            raise ValueError(f"node_setup.store_port={self.store_port}: use a TCP port 1-65535 "
-                             f"(default {RDZV_STORE_PORT})")
-        if not _UNIT.fullmatch(self.store_unit):
-            raise ValueError(f"node_setup.store_unit={self.store_unit!r}: expected a systemd service name such as "
-                             f"{RDZV_STORE_UNIT}")
-        for name in ("store_python", "store_workdir"):
-            if not _UNIT_PATH.fullmatch(getattr(self, name)):
-                raise ValueError(f"node_setup.{name}={getattr(self, name)!r}: use an absolute path without spaces, "
-                                 f"quotes, backslashes or '%' (it goes into the systemd unit)")
-        if not self.store_python.startswith(self.store_workdir.rstrip("/") + "/"):
-            raise ValueError(f"node_setup.store_python={self.store_python!r} is outside store_workdir="
-                             f"{self.store_workdir!r}: use the venv of that checkout, so the store runs the "
-                             f"checkout's code with its own torch")
+        if not _is_token(self.etcd_endpoints):
+            for endpoint in self.etcd_endpoints.split(","):
+                if not _ENDPOINT.fullmatch(endpoint):
+                    raise ValueError(f"node_setup.etcd_endpoints={self.etcd_endpoints!r}: {endpoint!r} is not "
+                                     f"https://<IPv4>:<port> (e.g. https://10.0.1.10:2379,https://10.0.2.10:2379,...)")
+        for name in ("etcd_client_secret", "etcd_root_secret"):
+            value = getattr(self, name)
+            if not _is_token(value) and not value.startswith("arn:"):
+                raise ValueError(f"node_setup.{name}={value!r}: expected the secret's ARN (arn:aws:secretsmanager:...)")
 
     def url(self, key: str) -> str:
         """``s3://`` URL of one uploaded script."""
@@ -120,17 +107,22 @@ class NodeSetup:
     def _pyxis_action(self, role: str) -> dict[str, Any]:
         return {"Script": self.url(self.pyxis_enroot_script_key), "Args": [role, self.ecr_registry, self.region]}
 
-    def _base_action(self, role: str, os: str) -> dict[str, Any]:
+    @staticmethod
+    def _user(os: str) -> str:
         if os not in CLUSTER_USERS:
             raise ValueError(f"os={os!r}: no known default user; use one of {', '.join(sorted(CLUSTER_USERS))}")
-        return {"Script": self.url(self.node_base_script_key), "Args": [role, CLUSTER_USERS[os], FSX_MOUNT_PATH]}
+        return CLUSTER_USERS[os]
+
+    def _base_action(self, role: str, os: str) -> dict[str, Any]:
+        return {"Script": self.url(self.node_base_script_key), "Args": [role, self._user(os), FSX_MOUNT_PATH]}
 
     def head_node_custom_actions(self, os: str = "alinux2023") -> dict[str, Any]:
-        """``HeadNode.CustomActions``: Python and the shared directories, Pyxis/Enroot, then the store's systemd
-        unit, once the node is configured (FSx mounted)."""
-        store = {"Script": self.url(self.rdzv_store_script_key),
-                 "Args": [str(self.store_port), self.store_unit, self.store_python, self.store_workdir]}
-        return {"OnNodeConfigured": {"Sequence": [self._base_action("head", os), self._pyxis_action("head"), store]}}
+        """``HeadNode.CustomActions``: Python and the shared directories, Pyxis/Enroot, then the etcd client side
+        (credentials, authentication, ``/etc/t5-failover/etcd.env``), once the node is configured."""
+        etcd = {"Script": self.url(self.etcd_client_script_key),
+                "Args": [self.etcd_endpoints, self.etcd_client_secret, self.etcd_root_secret, self.region,
+                         self._user(os)]}
+        return {"OnNodeConfigured": {"Sequence": [self._base_action("head", os), self._pyxis_action("head"), etcd]}}
 
     def queue_custom_actions(self, os: str = "alinux2023") -> dict[str, Any]:
         """``SlurmQueues[].CustomActions``: Python and Pyxis/Enroot before the node's slurmd takes jobs."""
@@ -139,7 +131,7 @@ class NodeSetup:
     def head_node_s3_access(self) -> list[dict[str, Any]]:
         """Read access to exactly the three scripts the head node runs."""
         return [{"BucketName": self.script_bucket, "KeyName": key, "EnableWriteAccess": False}
-                for key in (self.node_base_script_key, self.pyxis_enroot_script_key, self.rdzv_store_script_key)]
+                for key in (self.node_base_script_key, self.pyxis_enroot_script_key, self.etcd_client_script_key)]
 
     def queue_s3_access(self) -> list[dict[str, Any]]:
         """Read access to exactly the two scripts the compute nodes run."""

@@ -1,0 +1,131 @@
+#!/bin/bash
+# Set up one etcd member of the ParallelCluster coordinator (run as root by the member's user data, every boot):
+#   member.sh INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR
+#     INDEX           this member's place in IPS (0, 1, 2); member 0 also makes the TLS material once
+#     IPS             every member's private address, comma separated (the stack's fixed network interfaces)
+#     CLIENT_PORT / PEER_PORT   2379 / 2380: the security group admits the head and compute nodes on the first,
+#                     the members on the second
+#     VERSION ARCH SHA256       the etcd release (stacks/versions.py): the tarball from etcd's GitHub releases is
+#                     unpacked only when its SHA-256 matches
+#     MEMBERS_SECRET / CLIENT_SECRET  Secrets Manager secrets (tls.py): the members' material, the clients'
+#     REGION          their region
+#     ASSET_DIR       where the user data put tls.py and certs.py
+#
+# Installs etcd (skipped when the pinned version is there), gets this member's TLS material (tls.py install; member
+# 0 runs tls.py init first), and writes and starts the systemd unit t5-etcd.service: TLS for clients and peers,
+# client certificates required, JWT auth tokens any member accepts, election timing of the local cluster
+# (training/launch/rendezvous/members.py). The data directory /var/lib/t5-etcd outlives reboots: a member that
+# comes back rejoins with its data (--initial-cluster-state is ignored once the directory exists).
+#
+# T5_SETUP_ROOT=DIR (tests, inspection): write files under DIR instead of /, log the commands that change the
+# system (dnf, useradd, systemctl) to DIR/commands.log instead of running them; `curl`, `aws` and `python3` are
+# whatever PATH gives.
+set -euo pipefail
+
+usage() { echo "usage: $0 INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR" >&2; exit 2; }
+[ $# -eq 11 ] || usage
+INDEX=$1 IPS=$2 CLIENT_PORT=$3 PEER_PORT=$4 VERSION=$5 ARCH=$6 SHA256=$7 MEMBERS_SECRET=$8 CLIENT_SECRET=$9
+REGION=${10} ASSET_DIR=${11}
+
+IFS=, read -r -a MEMBER_IPS <<< "$IPS"
+for ip in "${MEMBER_IPS[@]}"; do
+  [[ "$ip" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || { echo "$0: IPS: '$ip' is not an IPv4 address" >&2; exit 2; }
+done
+if ! [[ "$INDEX" =~ ^[0-9]+$ ]] || [ "$INDEX" -ge ${#MEMBER_IPS[@]} ]; then
+  echo "$0: INDEX '$INDEX' must be 0..$((${#MEMBER_IPS[@]} - 1)) (a place in IPS)" >&2; exit 2
+fi
+for port in "$CLIENT_PORT" "$PEER_PORT"; do
+  if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
+    echo "$0: port '$port' must be a TCP port 1-65535" >&2; exit 2
+  fi
+done
+[[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "$0: VERSION '$VERSION' must look like 3.6.14" >&2; exit 2; }
+case "$ARCH" in amd64|arm64) ;; *) echo "$0: ARCH '$ARCH' must be amd64 or arm64" >&2; exit 2 ;; esac
+[[ "$SHA256" =~ ^[0-9a-f]{64}$ ]] || { echo "$0: SHA256 '$SHA256' must be 64 hex digits" >&2; exit 2; }
+
+ROOT=${T5_SETUP_ROOT:-}
+run() {  # a command that changes the running system: logged instead under T5_SETUP_ROOT
+  if [ -n "$ROOT" ]; then echo "$*" >> "$ROOT/commands.log"; else "$@"; fi
+}
+NAME="m$INDEX"
+MY_IP=${MEMBER_IPS[$INDEX]}
+BIN=/usr/local/bin
+TLS=/etc/t5-etcd/tls
+UNIT=t5-etcd.service
+
+# ------------------------------------------------------------------ the pinned etcd release
+installed=$("$ROOT$BIN/etcd" --version 2>/dev/null | awk '/^etcd Version:/ {print $3}' || true)
+if [ "$installed" != "$VERSION" ]; then
+  dist="etcd-v$VERSION-linux-$ARCH"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  curl -fsSL --retry 5 -o "$tmp/$dist.tar.gz" "https://github.com/etcd-io/etcd/releases/download/v$VERSION/$dist.tar.gz"
+  if ! echo "$SHA256  $tmp/$dist.tar.gz" | sha256sum -c --status; then
+    echo "$0: $dist.tar.gz does not match the pinned SHA-256 $SHA256 (stacks/versions.py): not installed" >&2
+    exit 1
+  fi
+  tar -xzf "$tmp/$dist.tar.gz" -C "$tmp"
+  install -d -m 0755 "$ROOT$BIN"
+  for b in etcd etcdctl etcdutl; do install -m 0755 "$tmp/$dist/$b" "$ROOT$BIN/$b"; done
+  echo "[etcd member $NAME] installed etcd $VERSION ($ARCH)"
+fi
+
+# ------------------------------------------------------------------ TLS material
+id etcd >/dev/null 2>&1 || run useradd --system --no-create-home --shell /sbin/nologin etcd
+owner=(--owner etcd)
+[ -n "$ROOT" ] && owner=()  # no etcd user under a scratch root
+if [ "$INDEX" -eq 0 ]; then
+  run dnf install -y python3-cryptography
+  python3 "$ASSET_DIR/tls.py" init --region "$REGION" --members-secret "$MEMBERS_SECRET" \
+    --client-secret "$CLIENT_SECRET" --ips "$IPS"
+fi
+install -d -m 0755 "$ROOT/etc/t5-etcd"
+python3 "$ASSET_DIR/tls.py" install --region "$REGION" --members-secret "$MEMBERS_SECRET" --index "$INDEX" \
+  --dir "$ROOT$TLS" "${owner[@]}" ${T5_TLS_WAIT_S:+--wait-s "$T5_TLS_WAIT_S"} ${T5_TLS_POLL_S:+--poll-s "$T5_TLS_POLL_S"}
+
+# ------------------------------------------------------------------ the systemd unit
+cluster=""
+for i in "${!MEMBER_IPS[@]}"; do cluster+="${cluster:+,}m$i=https://${MEMBER_IPS[$i]}:$PEER_PORT"; done
+install -d -m 0755 "$ROOT/etc/systemd/system"
+cat > "$ROOT/etc/systemd/system/$UNIT.tmp" <<UNITFILE
+# Written by cluster_assets/parallelcluster/etcd/member.sh (the member's user data).
+[Unit]
+Description=t5-failover etcd member $NAME ($MY_IP): the Slurm jobs' membership store
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+Type=notify
+# A new cluster is ready only once a majority runs: wait for it, however long the other members take.
+TimeoutStartSec=0
+User=etcd
+StateDirectory=t5-etcd
+StateDirectoryMode=0700
+ExecStart=$BIN/etcd --name $NAME --data-dir /var/lib/t5-etcd \\
+  --listen-client-urls https://$MY_IP:$CLIENT_PORT --advertise-client-urls https://$MY_IP:$CLIENT_PORT \\
+  --listen-peer-urls https://$MY_IP:$PEER_PORT --initial-advertise-peer-urls https://$MY_IP:$PEER_PORT \\
+  --initial-cluster $cluster --initial-cluster-state new --initial-cluster-token t5-failover-etcd \\
+  --heartbeat-interval 100 --election-timeout 1000 \\
+  --auto-compaction-mode periodic --auto-compaction-retention 1h \\
+  --cert-file $TLS/member.crt --key-file $TLS/member.key --client-cert-auth --trusted-ca-file $TLS/ca.crt \\
+  --peer-cert-file $TLS/member.crt --peer-key-file $TLS/member.key --peer-client-cert-auth \\
+  --peer-trusted-ca-file $TLS/ca.crt \\
+  --auth-token jwt,pub-key=$TLS/jwt.pub,priv-key=$TLS/jwt.key,sign-method=ES256,ttl=10m
+Restart=always
+RestartSec=5
+LimitNOFILE=65536
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+
+[Install]
+WantedBy=multi-user.target
+UNITFILE
+mv -f "$ROOT/etc/systemd/system/$UNIT.tmp" "$ROOT/etc/systemd/system/$UNIT"
+run systemctl daemon-reload
+run systemctl enable "$UNIT"
+# --no-block: the first member of a new cluster is ready only when the others are (the user data must not fail).
+run systemctl restart --no-block "$UNIT"
+echo "[etcd member $NAME] $UNIT: https://$MY_IP:$CLIENT_PORT (peers $cluster)"

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""TLS material of the ParallelCluster etcd members, made once and kept in Secrets Manager.
+
+Runs on the members (Amazon Linux 2023's python3 + python3-cryptography), next to a copy of the project's
+``training/launch/rendezvous/certs.py`` (the stack uploads both); standard library otherwise. Secrets Manager is
+reached through the ``aws`` CLI, secrets are passed to it as ``file://`` (never on a command line).
+
+    tls.py init    --region R --members-secret ARN --client-secret ARN --ips IP0,IP1,IP2
+        member 0, first boot: when the members' secret is still the stack's placeholder ``{}``, make a CA, a
+        certificate per member (its IP as subject alternative name), a client certificate (no common name), the
+        ES256 key pair that signs etcd's auth tokens, and store them; then make sure the client secret holds the
+        client material (a rerun after a crash completes it). Nothing changes when both are there.
+    tls.py renew   (same arguments)
+        rotation: new member and client certificates from the same CA and token keys (members and clients keep
+        trusting each other through a rolling restart).
+    tls.py install --region R --members-secret ARN --index I --dir DIR [--owner USER] [--wait-s S]
+        every member, every boot: wait until the members' secret holds the material, write this member's files
+        into DIR (keys 0600, owned by USER when run as root).
+
+Exit codes: 0 done, 1 AWS or timeout (one line naming it), 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "certs.py")):  # the members' copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import certs  # type: ignore[import-not-found]
+else:  # in the repository (tests)
+    from training.launch.rendezvous import certs
+
+PLACEHOLDER = "{}"
+MEMBER_FILES = {"ca.crt": "ca_cert", "jwt.pub": "jwt_pub", "jwt.key": "jwt_key"}
+
+
+class Failure(Exception):
+    """One line for the log; exit 1."""
+
+
+def aws_secret(region: str, secret: str) -> dict:
+    proc = subprocess.run(["aws", "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret,
+                           "--query", "SecretString", "--output", "text"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise Failure(f"cannot read secret {secret}: {proc.stderr.strip()[-300:]}")
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise Failure(f"secret {secret} is not JSON: reset it to {PLACEHOLDER} and run init again") from None
+
+
+def put_secret(region: str, secret: str, value: dict) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        os.chmod(f.name, 0o600)
+        json.dump(value, f)
+    try:
+        proc = subprocess.run(["aws", "secretsmanager", "put-secret-value", "--region", region, "--secret-id", secret,
+                               "--secret-string", f"file://{f.name}"], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        raise Failure(f"cannot write secret {secret}: {proc.stderr.strip()[-300:]}")
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _jwt_keys(directory: str) -> tuple[str, str]:
+    """The ES256 key pair every member signs and checks auth tokens with (any member accepts another's)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return public.decode(), private.decode()
+
+
+def _issue_all(ca: "certs.CertificateAuthority", ips: list[str], directory: str) -> dict:
+    members = {}
+    for i, ip in enumerate(ips):
+        paths = ca.issue(f"m{i}", directory, hosts=[ip])
+        members[f"m{i}"] = {"ip": ip, "cert": _read(paths.cert), "key": _read(paths.key)}
+    client = ca.issue("client", directory)  # no hosts: a client certificate without a common name
+    return {"members": members, "client": {"cert": _read(client.cert), "key": _read(client.key)}}
+
+
+def _client_value(material: dict) -> dict:
+    return {"ca_cert": material["ca_cert"], "client_cert": material["client"]["cert"],
+            "client_key": material["client"]["key"]}
+
+
+def init(a: argparse.Namespace) -> str:
+    material = aws_secret(a.region, a.members_secret)
+    made = False
+    if not material.get("ca_cert"):
+        with tempfile.TemporaryDirectory() as tmp:
+            ca = certs.CertificateAuthority.create(tmp, name="t5-failover ParallelCluster etcd CA")
+            jwt_pub, jwt_key = _jwt_keys(tmp)
+            material = {"ca_cert": _read(ca.paths.cert), "ca_key": _read(ca.paths.key), "jwt_pub": jwt_pub,
+                        "jwt_key": jwt_key, **_issue_all(ca, a.ips, tmp)}
+        put_secret(a.region, a.members_secret, material)
+        made = True
+    if not aws_secret(a.region, a.client_secret).get("client_cert"):
+        put_secret(a.region, a.client_secret, _client_value(material))
+    return "made a new CA and certificates" if made else "material already there: nothing made"
+
+
+def renew(a: argparse.Namespace) -> str:
+    material = aws_secret(a.region, a.members_secret)
+    if not material.get("ca_key"):
+        raise Failure(f"secret {a.members_secret} holds no CA yet: run init first")
+    with tempfile.TemporaryDirectory() as tmp:
+        ca_paths = certs.CertPaths(os.path.join(tmp, "ca.crt"), os.path.join(tmp, "ca.key"))
+        for path, field in ((ca_paths.cert, "ca_cert"), (ca_paths.key, "ca_key")):
+            with open(path, "w") as f:
+                f.write(material[field])
+        material.update(_issue_all(certs.CertificateAuthority(ca_paths), a.ips, tmp))
+    put_secret(a.region, a.members_secret, material)
+    put_secret(a.region, a.client_secret, _client_value(material))
+    return "renewed the member and client certificates (same CA)"
+
+
+def _write(path: str, text: str, mode: int, owner: str | None) -> None:
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    if owner and os.geteuid() == 0:
+        import pwd
+        entry = pwd.getpwnam(owner)
+        os.chown(tmp, entry.pw_uid, entry.pw_gid)
+    os.replace(tmp, path)
+
+
+def install(a: argparse.Namespace) -> str:
+    deadline = time.monotonic() + a.wait_s
+    while True:
+        material = aws_secret(a.region, a.members_secret)
+        if material.get("ca_cert"):
+            break
+        if time.monotonic() > deadline:
+            raise Failure(f"secret {a.members_secret} still holds no TLS material after {a.wait_s:.0f} s: member 0 "
+                          f"makes it (journalctl -u t5-etcd-setup on member 0)")
+        time.sleep(a.poll_s)
+    member = material["members"].get(f"m{a.index}")
+    if member is None:
+        raise Failure(f"secret {a.members_secret} has no certificate for member m{a.index}")
+    os.makedirs(a.dir, mode=0o700, exist_ok=True)
+    for name, field in MEMBER_FILES.items():
+        _write(os.path.join(a.dir, name), material[field], 0o600, a.owner)
+    _write(os.path.join(a.dir, "member.crt"), member["cert"], 0o600, a.owner)
+    _write(os.path.join(a.dir, "member.key"), member["key"], 0o600, a.owner)
+    return f"member m{a.index} ({member['ip']}): TLS material in {a.dir}"
+
+
+def _ips(text: str) -> list[str]:
+    ips = text.split(",")
+    for ip in ips:
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--ips {text!r}: {ip!r} is not an IPv4 address (e.g. 10.0.1.10,...)")
+    if len(set(ips)) != len(ips) or len(ips) % 2 == 0:
+        raise argparse.ArgumentTypeError(f"--ips {text!r}: give an odd number of distinct member addresses")
+    return ips
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tls.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("init", "renew", "install"):
+        s = sub.add_parser(name)
+        s.add_argument("--region", required=True)
+        s.add_argument("--members-secret", required=True)
+        if name == "install":
+            s.add_argument("--index", type=int, required=True)
+            s.add_argument("--dir", required=True)
+            s.add_argument("--owner")
+            s.add_argument("--wait-s", type=float, default=1800.0)
+            s.add_argument("--poll-s", type=float, default=10.0)
+        else:
+            s.add_argument("--client-secret", required=True)
+            s.add_argument("--ips", type=_ips, required=True)
+    a = p.parse_args(argv)
+    try:
+        print(f"[etcd tls] {globals()[a.command](a)}")
+    except Failure as e:
+        print(f"[etcd tls] error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
