@@ -19,11 +19,15 @@ CFG = LocalChaosConfig()
 GB = CFG.global_batch
 JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "checkpoint on signal, clean exit",
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
-                "rank 0's node killed, job re-formed on the standalone store", "every restart used, then the job stopped",
+                "rank 0's node killed, job re-formed on the membership store", "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
                 "fell back to storage (a shard and its replica lost)", "silent node declared (its keep-alives or heartbeats stopped)",
                 "hot spare took the lost node's place", "damaged own snapshot skipped for the peer replica",
-                "damaged own snapshot and replica: storage restored, named"}
+                "damaged own snapshot and replica: storage restored, named",
+                # the store scenarios: what the agents logged (rounds formed, "store unreachable"), and which member
+                # etcd itself reports as leader after the kill (asked of etcd, not claimed by the harness)
+                "no restart: the job trained through the store's fault", "training went on with the store down",
+                "etcd leader killed, another member leads", "re-formed once the store was back"}
 
 
 # corrupt-snapshot's two faults as its harness records them: rank 1 frozen, damaged, SIGKILLed at these times
@@ -236,3 +240,27 @@ def test_corrupt_snapshot_passes_only_on_the_replica_then_storage_with_each_dama
     obs.records, obs.logs = corrupt_snapshot_run(peer, storage), []  # the skips recorded but never said in the log
     assert not check_damaged_own_copy_replaced_by_replica(obs).ok
     assert not check_damaged_replica_falls_back_to_storage(obs).ok
+
+
+def test_store_scenarios_pass_only_with_their_evidence():
+    """store-member-kill needs another leader and one round; store-outage needs steps logged while every member
+    was stopped and the agents saying so; the worker killed in an outage needs an attempt trained after it."""
+    rounds0 = [(1.0, "[rendezvous] round 0: rank 0 of 2 node(s)"), (1.0, "[rendezvous] round 0: rank 1 of 2 node(s)")]
+    obs = no_fault_observation("store-member-kill")
+    obs.logs = rounds0
+    obs.facts["store_killed"] = {"member": "m1", "pid": 7, "new_leader": "m0"}
+    sc = scenarios(CFG)["store-member-kill"]
+    assert judge(obs, sc.expect, sc.checks).passed
+    obs.logs = rounds0 + [(9.0, "[rendezvous] round 1: rank 0 of 2 node(s)")]  # a restart: the fault cost a round
+    assert {c.name for c in judge(obs, sc.expect, sc.checks).failed()} == {
+        "no restart: the job trained through the store's fault"}
+    obs.logs, obs.facts["store_killed"]["new_leader"] = rounds0, "m1"  # the killed member still leads: no kill
+    assert not judge(obs, sc.expect, sc.checks).passed
+
+    obs = no_fault_observation("store-outage")
+    obs.facts["store_outage"] = (CFG.kill_step + 0.5, CFG.kill_step + 4.5)
+    obs.logs = rounds0 + [(7.0, "[rendezvous] membership store unreachable: keep-alives paused, training goes on")]
+    sc = scenarios(CFG)["store-outage"]
+    assert judge(obs, sc.expect, sc.checks).passed
+    obs.logs = rounds0  # nobody said the store was away: it was not
+    assert {c.name for c in judge(obs, sc.expect, sc.checks).failed()} == {"training went on with the store down"}
