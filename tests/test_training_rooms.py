@@ -21,7 +21,7 @@ from tests.test_import_layers import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ROOT / "training"
-SHARED = {"training", "training.config", "training.errors", "training.field_docs"}
+SHARED = {"training", "training.config", "training.errors", "training.field_docs", "training.torch_private"}
 COMMANDS = {"training.bench", "training.bench_init", "training.compare", "training.export"}
 #: Top-level modules that belong to a room: their command names (python -m training[.rdzv_store]) stay short.
 IN_ROOM = {"training.__main__": "job", "training.rdzv_store": "launch"}

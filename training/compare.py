@@ -16,11 +16,9 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
-from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+from training.torch_private import load_dcp_state_dict
 from training.checkpoint import MARKER, parse_step, read_marker, scan, verify
 from training.checkpoint.integrity import crc32c_file, storage_reason
 
@@ -89,8 +87,7 @@ def resolve_checkpoint(path: str | Path, use: str) -> Path:
 def load_full(path: str | Path) -> dict[str, object]:
     """Every entry of a DCP checkpoint as a flat {dotted key: value} dict of full (unsharded) tensors."""
     sd: dict[str, object] = {}
-    _load_state_dict(sd, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(),
-                     no_dist=True)
+    load_dcp_state_dict(sd, str(path))
     flat: dict[str, object] = {}
 
     def walk(prefix: str, v: object) -> None:

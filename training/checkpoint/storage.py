@@ -47,6 +47,7 @@ from training.errors import CheckpointIncompatible, CheckpointStorageError, Peer
 from training.checkpoint.integrity import crc32c_file, peer_reason, share, storage_reason
 from training.checkpoint.run_identity import ALWAYS_ACCEPTED, Change, diff, show
 from training.checkpoint.staging import ReusedBufferStager
+from training.torch_private import set_pg_timeout
 
 log = logging.getLogger("training.checkpoint")
 #: Once a save has been timed, checkpoint collectives wait this many times the slowest save so far (see
@@ -427,7 +428,7 @@ class StorageTier:
             return
         bound = min(self.cfg.timeout_s, max(self.cfg.min_timeout_s, SAVE_TIMEOUT_FACTOR * self._slowest_save_s))
         if bound != self.collective_timeout_s:
-            dist.distributed_c10d._set_pg_timeout(timedelta(seconds=bound), self.group)
+            set_pg_timeout(timedelta(seconds=bound), self.group)
             if self.rank == 0 and self.collective_timeout_s == self.cfg.timeout_s:
                 log.info("checkpoint collectives now wait at most %.0f s for a peer (the slowest save took %.2f s; "
                          "checkpoint.min_timeout_s %.0f, timeout_s %.0f)", bound, self._slowest_save_s,

@@ -33,6 +33,7 @@ from training.job.startup import StartupClock
 from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
 from training.checkpoint.run_lock import lock_for_job
 from training.job.watchdog import PeerWatchdog
+from training.torch_private import set_pg_timeout
 
 log = logging.getLogger("training")
 # SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
@@ -289,7 +290,7 @@ class Trainer:
             if not past_first_step:
                 past_first_step = True
                 # Past start-up: from here a hung or vanished peer must fail fast so the job restarts.
-                dist.distributed_c10d._set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
+                set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
             sig = self._agreed_stop()
             blocked, snapshot_blocked = self.ckpt.save(step, self.state, stop=bool(sig), final=step == t.steps,
                                                        progress=self.progress.state_dict())

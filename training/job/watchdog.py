@@ -79,7 +79,8 @@ class PeerWatchdog:
             return cls(timeout_s=0, rank=rank, world=world)
         token = [secrets.token_hex(6) if rank == 0 else None]
         dist.broadcast_object_list(token, src=0)
-        base = dist.distributed_c10d._get_default_store()
+        from training.torch_private import default_store
+        base = default_store()
         while isinstance(base, dist.PrefixStore):
             base = base.underlying_store
         if not isinstance(base, dist.TCPStore):  # file:// or in-process groups (tests): nobody to watch over TCP

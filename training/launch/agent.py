@@ -59,6 +59,7 @@ from training.launch import warm_workers
 from training.job.lifecycle import AGENT_ENV, die_with_launcher
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 from training.job.watchdog import NodeWatchdog
+from training.torch_private import wrap_torchrun_entrypoint
 
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).
@@ -157,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed import run as torchrun
     from torch.distributed.run import main as torchrun_main, parse_args
     from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
     from training.launch.rendezvous import handler as etcd_handler
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()
-        _use_warm_workers(torchrun, warm_workers.apply_warm_start)
+        wrap_torchrun_entrypoint(warm_workers.apply_warm_start)
     try:
         torchrun_main(argv)
     except RendezvousClosedError:  # a hot spare the job finished without (the etcd handler's way to say so)
@@ -232,17 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         if watchdog is not None:
             watchdog.close()
     return 0
-
-
-def _use_warm_workers(torchrun, apply) -> None:
-    """Have torchrun's ``run`` pass its launch config and command through ``apply`` (the one place torchrun
-    turns arguments into an entrypoint), keeping everything else of ``torchrun.main`` as it is."""
-    original = torchrun.config_from_args
-
-    def config_from_args(args):
-        return apply(*original(args))
-
-    torchrun.config_from_args = config_from_args
 
 
 if __name__ == "__main__":

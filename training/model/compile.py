@@ -24,6 +24,7 @@ bias and padding mask before the kernel), not with 'eager'. The option concerns 
 from __future__ import annotations
 
 import torch
+from training.torch_private import raise_recompile_limit
 
 COMPILE_CHOICES = ("auto", "on", "off")
 
@@ -48,7 +49,7 @@ def apply_regional_compile(model: torch.nn.Module, enabled: bool) -> int:
     model.decoder.config.use_cache = False
     # All blocks share T5Block's forward, whose variants Dynamo caps at recompile_limit (8 by default; past it the
     # remaining calls silently run uncompiled): the variants listed in the module docstring come to 12.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    raise_recompile_limit(32)
     blocks = [block for stack in (model.encoder, model.decoder) for block in stack.block]
     for block in blocks:
         block.compile(options={"cpp.simdlen": 1})  # see the module docstring (CPU only)

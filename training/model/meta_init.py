@@ -25,8 +25,9 @@ from typing import Any, Callable
 
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from training.torch_private import dispatch_mode_and_tree_map
+
+TorchDispatchMode, tree_map = dispatch_mode_and_tree_map()
 
 # In-place writes on a parameter that the replay applies to the local shard as they are.
 _ELEMENTWISE_WRITES = {torch.ops.aten.fill_.Scalar, torch.ops.aten.zero_.default}

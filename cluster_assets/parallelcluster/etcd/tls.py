@@ -30,11 +30,21 @@ import sys
 import tempfile
 import time
 
-if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "certs.py")):  # the members' copy
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import certs  # type: ignore[import-not-found]
-else:  # in the repository (tests)
-    from training.launch.rendezvous import certs
+
+def _load_certs():
+    """The project's certs module: the copy next to this file on a member, else the repository's (tests)."""
+    copy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "certs.py")
+    if os.path.exists(copy):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("t5_etcd_certs", copy)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    from training.launch.rendezvous import certs as repository_copy
+    return repository_copy
+
+
+certs = _load_certs()
 
 PLACEHOLDER = "{}"
 MEMBER_FILES = {"ca.crt": "ca_cert", "jwt.pub": "jwt_pub", "jwt.key": "jwt_key"}

@@ -1,0 +1,115 @@
+"""Canaries for training/torch_private.py: each private torch API the project uses still exists and behaves as the
+project relies on. A failure here means a torch upgrade changed it: fix the one function in torch_private.py."""
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from training import torch_private
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_torchrun_turns_arguments_into_config_command_and_arguments():
+    from torch.distributed import run as torchrun
+
+    assert list(inspect.signature(torchrun.config_from_args).parameters) == ["args"]
+    config, cmd, cmd_args = torchrun.config_from_args(
+        torchrun.parse_args(["--standalone", "--nproc-per-node=1", "-m", "training", "--preset", "debug"]))
+    assert type(config).__name__ == "LaunchConfig" and isinstance(cmd_args, list)
+    assert "training" in cmd_args and "--preset" in cmd_args  # what warm_workers.apply_warm_start rewrites
+
+
+def test_the_wrapped_entrypoint_sees_every_launch(monkeypatch):
+    from torch.distributed import run as torchrun
+
+    monkeypatch.setattr(torchrun, "config_from_args", torchrun.config_from_args)  # restored after the test
+    seen = []
+    torch_private.wrap_torchrun_entrypoint(lambda c, cmd, a: seen.append(a) or (c, cmd, a))
+    torchrun.config_from_args(torchrun.parse_args(["--standalone", "--nproc-per-node=1", "-m", "training"]))
+    assert seen and "training" in seen[0]
+
+
+def test_default_store_is_the_default_groups_store(tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        got = torch_private.default_store()
+        base = got
+        while isinstance(base, dist.PrefixStore):  # what the watchdog unwraps to reach the TCPStore's address
+            base = base.underlying_store
+        assert isinstance(base, dist.FileStore)
+        got.set("canary", "1")
+        assert got.get("canary") == b"1"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dcp_loads_into_plain_tensors_without_a_process_group(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": {"w": torch.arange(4.0)}}, checkpoint_id=str(tmp_path), no_dist=True)
+    sd: dict = {}
+    torch_private.load_dcp_state_dict(sd, str(tmp_path))
+    assert torch.equal(sd["model"]["w"], torch.arange(4.0))
+
+
+def test_dispatch_mode_sees_ops_and_tree_map_maps_nested_args():
+    mode_cls, tree_map = torch_private.dispatch_mode_and_tree_map()
+    ops = []
+
+    class Recorder(mode_cls):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        torch.zeros(2).fill_(1.0)
+    assert torch.ops.aten.fill_.Scalar in ops
+    assert tree_map(lambda x: x * 2, (1, [2, {"a": 3}])) == (2, [4, {"a": 6}])
+
+
+def test_no_private_torch_api_outside_the_inventory():
+    """Only torch_private.py imports torch's underscore modules or names, or calls underscore attributes of torch
+    (the c10d rendezvous patches for the clusters' standalone store are the last exception, listed here)."""
+    allowed = {"training/torch_private.py", "training/launch/spare_fixes.py", "training/launch/lost_nodes.py",
+               "training/launch/rdzv_poll.py"}
+    offenders = []
+    for path in sorted((ROOT / "training").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch"):
+                if any(p.startswith("_") for p in node.module.split(".")) or any(
+                        a.name.startswith("_") for a in node.names):
+                    offenders.append(f"{rel}:{node.lineno} from {node.module} import ...")
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                chain = ast.unparse(node)
+                if chain.startswith(("torch.", "dist.", "dr.", "torchrun.")):
+                    offenders.append(f"{rel}:{node.lineno} {chain}")
+    assert offenders == [], offenders
+
+
+def test_a_live_groups_timeout_can_be_changed(tmp_path):
+    from datetime import timedelta
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1)
+    try:
+        torch_private.set_pg_timeout(timedelta(seconds=7))
+        dist.barrier()  # the group still works after the change
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dynamo_recompile_limit_is_where_compile_sets_it():
+    before = torch._dynamo.config.recompile_limit
+    try:
+        torch_private.raise_recompile_limit(before + 1)
+        assert torch._dynamo.config.recompile_limit == before + 1
+    finally:
+        torch._dynamo.config.recompile_limit = before

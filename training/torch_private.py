@@ -1,0 +1,99 @@
+"""Every private torch API the project uses, in one place: what, where, why no public one serves.
+
+The project extends torch through its public extension points (the rendezvous handler registry for membership,
+``torch.distributed.checkpoint`` for checkpoints, the agent's own process for stops and watchdogs). Where none
+exists, the use is made through this module and nowhere else, and ``tests/test_torch_private.py`` has a canary
+per entry: it fails when a torch upgrade renames, moves or changes the thing, so the upgrade stops here instead
+of in a job. Membership (``training.launch.rendezvous``) replaces nothing of torch's at run time.
+
+INVENTORY lists each use; the functions below are the only callers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class PrivateUse:
+    """One private torch API: where the project uses it and why nothing public does the job."""
+
+    api: str
+    used_by: str
+    why: str
+
+
+INVENTORY = (
+    PrivateUse("torch.distributed.run.config_from_args (replaced at run time)", "training.launch.agent",
+               "warm workers: the one place torchrun turns its arguments into the workers' entrypoint; the agent "
+               "wraps it so each (re)start forks workers from a process that imported torch and the model once "
+               "(training.launch.warm_workers). torchrun has no hook for the entrypoint."),
+    PrivateUse("torch.distributed.distributed_c10d._get_default_store", "training.job.watchdog",
+               "the heartbeat watchdog's own connection to the workers' store (the round's TCPStore hosted by "
+               "rank 0's worker): the default group's store is not exposed publicly."),
+    PrivateUse("torch.distributed.checkpoint.state_dict_loader._load_state_dict and "
+               "format_utils._EmptyStateDictLoadPlanner", "training.compare",
+               "load a whole DCP checkpoint into plain tensors without a model or a process group (what torch's "
+               "own dcp_to_torch_save does internally)."),
+    PrivateUse("torch.distributed.distributed_c10d._set_pg_timeout", "training.job.trainer, "
+               "training.checkpoint.storage",
+               "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
+               "the 10-30 min default) without re-creating the group, which would need every rank's agreement."),
+    PrivateUse("torch._dynamo.config.recompile_limit", "training.model.compile",
+               "raise the recompile cap so every T5 block variant compiles (the documented knob lives there)."),
+    PrivateUse("torch.utils._python_dispatch.TorchDispatchMode, torch.utils._pytree.tree_map",
+               "training.model.meta_init",
+               "record the initialization ops a model runs on the meta device and replay them per shard (torch "
+               "documents dispatch modes but keeps them under _python_dispatch)."),
+)
+
+
+def wrap_torchrun_entrypoint(apply: Callable) -> None:
+    """Have torchrun's ``run`` pass its ``(config, cmd, cmd_args)`` through ``apply`` before it launches."""
+    from torch.distributed import run as torchrun
+
+    original = torchrun.config_from_args
+
+    def config_from_args(args):
+        return apply(*original(args))
+
+    torchrun.config_from_args = config_from_args
+
+
+def default_store():
+    """The default process group's c10d store (the workers' store)."""
+    import torch.distributed as dist
+
+    return dist.distributed_c10d._get_default_store()
+
+
+def load_dcp_state_dict(state_dict: dict, path: str) -> None:
+    """Fill ``state_dict`` (empty) with every tensor of the DCP checkpoint at ``path``, no process group."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    _load_state_dict(state_dict, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(),
+                     no_dist=True)
+
+
+def set_pg_timeout(timeout, group=None) -> None:
+    """Change the timeout of ``group`` (default: the default group) in place."""
+    import torch.distributed as dist
+
+    dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+
+def raise_recompile_limit(at_least: int) -> None:
+    """Let Dynamo compile at least this many variants of one function."""
+    import torch
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, at_least)
+
+
+def dispatch_mode_and_tree_map():
+    """``(TorchDispatchMode, tree_map)`` for the meta-init recorder."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    return TorchDispatchMode, tree_map
