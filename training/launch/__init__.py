@@ -17,14 +17,11 @@
 * :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
   (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round
   decisions, pure), :mod:`.rendezvous.client` (etcd's v3 JSON API over TLS), :mod:`.rendezvous.members` (a
-  local 3-member etcd), :mod:`.rendezvous.certs` (its TLS material);
-* the agent's additions to torch's c10d rendezvous (the clusters' standalone store, until they run etcd): :mod:`~training.launch.lost_nodes` (a member whose
-  keep-alives stopped restarts the round), :mod:`~training.launch.spare_fixes` (hot spares take a lost node's
-  place), :mod:`~training.launch.rdzv_poll` (the monitor loop's state reads) and :mod:`~training.launch.standby`
-  (a spare says it was not needed).
+  local 3-member etcd), :mod:`.rendezvous.certs` (its TLS material), :mod:`.rendezvous.admin` (a job's etcd
+  user and role).
 
-The rendezvous store itself is ``python -m training.rdzv_store`` (top level: its command name is in the
-ParallelCluster unit and the store pod).
+torch's c10d rendezvous on a standalone store (``python -m training.rdzv_store``, ``T5_COORDINATOR=store``)
+remains for comparison and for a cluster without etcd, as torch ships it.
 
 The names below are re-exported so callers can keep ``from training.launch import ...``. Importing this
 package never imports torch: it runs before torch is needed.

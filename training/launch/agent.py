@@ -19,17 +19,14 @@ adds is how the agent stops:
 * a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
   agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.job.watchdog.NodeWatchdog`), so the agent
   restarts at once instead of after torch's fixed 30 s wait for a stopped process.
-* hot spares (agents beyond MAX nodes, on torch's redundancy list) work: a spare left waiting after all agents
-  re-formed goes back to standing by instead of restarting the job forever, and a spare that was never needed
-  exits 0 when the job finishes (:mod:`training.launch.spare_fixes`, two torch 2.13 bugs).
-* a node of the running round whose rendezvous keep-alives stop (a dead or cut-off node) restarts the job
-  within the keep-alive limit (3 s), SIGKILLing this node's workers rather than waiting for workers blocked
-  in a collective with it (:mod:`training.launch.lost_nodes`; before, the heartbeat watchdog found it after
-  10 s); the next round then forms as soon as every live node is in, without the 3 s last call.
+* membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`, registered here through
+  torch's public handler registry): a node whose lease expires is named in one line and this node's workers,
+  blocked in a collective with it, are SIGKILLed at once (:meth:`training.job.watchdog.NodeWatchdog.kill_all`);
+  a hot spare that was never needed exits 0 when the job finishes. torch's c10d rendezvous
+  (``--rdzv-backend=c10d``, ``T5_COORDINATOR=store``) runs as torch ships it: no hot spares there
+  (:class:`training.launch.config.LaunchConfig` refuses them).
 * workers of the training module start warm: forked from a process that imported torch and the model once
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
-* the rendezvous re-reads its state every 0.1-1 s, scaled to the job's size, instead of torch's fixed 1 s
-  (:mod:`training.launch.rdzv_poll`): the first agent back after a failure no longer idles up to 1 s.
 * with a standalone store (``is_host=false``), the agent first checks that a store answers at the endpoint, that
   it serves this rendezvous id (``--job-id``), and that the id's rendezvous is neither closed nor another job's
   (:mod:`training.launch.store_check`): exit 2 with one line naming the endpoint, the ids or the other job,
@@ -49,11 +46,8 @@ import sys
 
 from training.job.check import DONE_ENV, already_checked
 from training.launch.config import LaunchError
-from training.launch.lost_nodes import apply_lost_node_restart
 from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir
-from training.launch.rdzv_poll import apply_rdzv_poll
-from training.launch.spare_fixes import apply_spare_fixes
 from training.launch.store_check import check_store
 from training.launch import warm_workers
 from training.job.lifecycle import AGENT_ENV, die_with_launcher
@@ -100,11 +94,6 @@ def _nproc(args) -> int | None:
         return int(args.nproc_per_node)
     except (TypeError, ValueError):
         return None
-
-
-def _max_nodes(args) -> int:
-    """MAX of torchrun's --nnodes (1 for --standalone)."""
-    return 1 if args.standalone else int(str(args.nnodes).rpartition(":")[2])
 
 
 def _fixed_world(args) -> int | None:
@@ -200,10 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     on_etcd = args.rdzv_backend == etcd_handler.BACKEND
     if on_etcd:
         etcd_handler.register()
-    else:  # torch's c10d rendezvous (the clusters' standalone store until they run etcd)
-        apply_spare_fixes()
-        apply_lost_node_restart()  # wraps the spare fix's num_nodes_waiting
-        apply_rdzv_poll(_max_nodes(args))
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
     if on_etcd and watchdog is not None:
         etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))

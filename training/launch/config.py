@@ -134,6 +134,10 @@ class LaunchConfig:
         if self.coordinator not in COORDINATORS:
             raise LaunchError(f"coordinator {self.coordinator!r}: use one of {', '.join(COORDINATORS)} "
                               f"(T5_COORDINATOR)")
+        if self.spares and self.coordinator != "etcd":
+            raise LaunchError(f"{self.spares} hot spare(s) need the etcd coordinator (torch's c10d rendezvous "
+                              f"restarts forever with a spare waiting): unset T5_COORDINATOR=store / "
+                              f"--rdzv-endpoint, or use --spares 0")
         if self.max_restarts < 0:
             raise LaunchError(f"--max-restarts {self.max_restarts} < 0")
         if self.shutdown_timeout_s < 1:
