@@ -75,9 +75,8 @@ def test_dispatch_mode_sees_ops_and_tree_map_maps_nested_args():
 
 def test_no_private_torch_api_outside_the_inventory():
     """Only torch_private.py imports torch's underscore modules or names, or calls underscore attributes of torch
-    (the c10d rendezvous patches for the clusters' standalone store are the last exception, listed here)."""
-    allowed = {"training/torch_private.py", "training/launch/spare_fixes.py", "training/launch/lost_nodes.py",
-               "training/launch/rdzv_poll.py"}
+    (the membership on etcd replaces nothing of torch's)."""
+    allowed = {"training/torch_private.py"}
     offenders = []
     for path in sorted((ROOT / "training").rglob("*.py")):
         rel = str(path.relative_to(ROOT))

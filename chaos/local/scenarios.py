@@ -588,9 +588,8 @@ SILENT_NODE_DECLARED = "silent node declared (its keep-alives or heartbeats stop
 
 def check_silent_node_declared(obs: Observation) -> Check:
     """After the stop, the job itself named the stopped node: a peer agent's lost-node line with its agent's
-    pid (its etcd lease expired, :mod:`training.launch.rendezvous.handler`; or its c10d keep-alives stopped,
-    :mod:`training.launch.lost_nodes`), or a peer's heartbeat watchdog line with one of its ranks; not a
-    collective timeout."""
+    pid (its etcd lease expired, :mod:`training.launch.rendezvous.handler`; ``[agent] lost node(s)`` in runs from
+    before etcd), or a peer's heartbeat watchdog line with one of its ranks; not a collective timeout."""
     t = obs.faults[0].time if obs.faults else float("inf")
     ranks, agent = obs.facts.get("silent_ranks") or [], obs.facts.get("silent_agent_pid")
     lines = [ln for ln in obs.log_has("[watchdog]") if any(f": rank {r} (" in ln for r in ranks)]
