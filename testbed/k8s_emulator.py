@@ -253,6 +253,8 @@ def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: li
 def render(runtime: dict, trainjob: dict) -> Rendered:
     """Check the pair against the Trainer v2.3 contract and compute every replicated job's pod template."""
     _check_runtime_ref(runtime, trainjob)
+    unpatched = (runtime["spec"].get("template") or {}).get("spec", {}).get("replicatedJobs") or []
+    _node_container(_trainer_replicated_job(unpatched), unpatched)  # what the runtime itself must get right
     runtime = apply_runtime_patches(runtime, trainjob)
     rspec = runtime["spec"]
     ml = rspec.get("mlPolicy") or {}
