@@ -94,6 +94,7 @@ def _read(path: str) -> bytes:
 
 
 def _write(directory: str, name: str, data: bytes) -> str:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:

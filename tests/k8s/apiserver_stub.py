@@ -53,6 +53,7 @@ class Stub:
         self.job_outcome = "succeeded"  # what a created Job reports: succeeded / failed
         self.job_log = "[etcd-admin] etcd user job-x: read/write /t5-failover/jobs/x/\n"
         self.order: list[str] = []  # kinds created, in order
+        self.secret_data: dict[tuple[str, str], dict] = {}  # Secrets written through the API (etcd admin script)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -117,7 +118,9 @@ class Stub:
                 tj["status"] = {"conditions": [{"type": self.finish_as, "status": "True", "reason": "Stub",
                                                 "message": "stub says so"}]}
             return 200, tj
-        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/secrets/([^/]+)", path):
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?", path):
+            if method in ("POST", "PUT") or (m[1], m[2]) in self.secret_data:
+                return self._secret(method, m[1], m[2], body)
             return (200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": m[2], "namespace": m[1]}}) \
                 if (m[1], m[2]) in self.secrets else (404, None)
         if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?", path):
@@ -137,6 +140,20 @@ class Stub:
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log", path):
             return 200, "step 1/1 | stub log line\n"
         return 404, None
+
+    def _secret(self, method: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
+        """Secrets with data: created (409 if it exists), replaced, read back."""
+        if method == "POST":
+            key = (ns, body["metadata"]["name"])
+            if key in self.secret_data or key in self.secrets:
+                return 409, None
+            self.secret_data[key] = body
+            self.secrets.add(key)
+            return 201, body
+        if method == "PUT":
+            self.secret_data[(ns, name)] = body
+            return 200, body
+        return 200, self.secret_data[(ns, name)]
 
     def _job(self, method: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
         """batch/v1 Jobs: created as given; read back with the outcome the test chose (a succeeded add-job Job has
@@ -189,6 +206,9 @@ class Stub:
 
             def do_POST(self):
                 self._do("POST")
+
+            def do_PUT(self):
+                self._do("PUT")
 
             def do_DELETE(self):
                 self._do("DELETE")
