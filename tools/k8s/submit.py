@@ -12,7 +12,8 @@ IMAGE overrides the image, IMAGE_TAG its tag). The image is this checkout's, as 
 (tools/image_tag.py), in the stack's ECR repository.
 
 Exit codes: 0 the TrainJob completed (or dry run), 1 it failed or timed out, 2 bad arguments or the cluster
-is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing).
+is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing, the
+cluster's etcd not bootstrapped or the job's etcd user not created).
 """
 from __future__ import annotations
 
