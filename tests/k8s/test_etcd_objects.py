@@ -117,6 +117,16 @@ def test_admin_pods_run_the_script_the_configmap_carries(objects):
                                "verbs": ["get", "create", "update", "delete"]}] for r in roles)
 
 
+def test_submit_prints_the_etcd_objects_the_stack_installs():
+    import yaml
+    from tests.k8s.helpers import submit_cli
+    r = submit_cli("--dry-run", "--print-etcd", "--image", "reg/t5:1", "--name", "t5-a", "--nodes", "2")
+    assert r.returncode == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    want = etcd.cluster_objects(image="reg/t5:1", training_namespace="training", node_selector=SYSTEM)
+    assert docs[:-1] == [o for group in want.values() for o in group] and docs[-1]["kind"] == "TrainJob"
+
+
 # ------------------------------------------------------------------------------- the admin script, for real
 @pytest.fixture()
 def store():

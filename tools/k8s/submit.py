@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the TrainJob YAML and exit (env DRY_RUN=1/true/yes/on); no cluster needed")
     g.add_argument("--print-runtime", action="store_true",
                    help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
+    g.add_argument("--print-etcd", action="store_true",
+                   help="print the etcd objects the EKS stack installs in namespace t5-etcd (members, PDB, "
+                        "NetworkPolicy, administration), with this job's image for the administration pods")
     g.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
                    help="runtime maxRestarts for --print-runtime (the stack sets it; default %(default)s)")
     g.add_argument("--context", help="kubeconfig context (default: current)")
@@ -489,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         manifest = train_job_manifest(cfg)
         check_training_args(cfg)
         docs = []
+        if a.print_etcd:
+            docs += [o for group in etcd.cluster_objects(image=cfg.image, training_namespace=cfg.namespace,
+                                                         node_selector=SYSTEM_POOL_LABEL).values() for o in group]
         if a.print_runtime:
             docs.append(runtime_manifest(a, cfg))
         if a.dry_run:
