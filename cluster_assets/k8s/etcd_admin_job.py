@@ -116,9 +116,9 @@ def _ca(store: SecretStore, ns: str, work: str):
 
 
 def _member_material(ca, work: str, hosts: list[str]) -> dict[str, bytes]:
-    from training.launch.rendezvous.members import _jwt_keys  # the local cluster's key pair, made the same way
+    from training.launch.rendezvous.certs import jwt_key_pair
     cert = ca.issue("etcd-member", work, hosts=hosts)
-    public, private = _jwt_keys(work)
+    public, private = jwt_key_pair(work)
     return {CA_CERT: _read(ca.paths.cert), "tls.crt": _read(cert.cert), "tls.key": _read(cert.key),
             "jwt.pub": _read(public), "jwt.key": _read(private)}
 
