@@ -18,7 +18,9 @@ KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain"}
 
 def scenario_name(kind: str, rank: int, job: str = "node") -> str:
     """The catalog name of a pod fault: losing node 0's pod is first-node-kill whatever the kind; a fault on
-    another replicated job's pod is ``<job>-kill`` (``store-kill``: the rendezvous store)."""
+    another replicated job's pod is ``<job>-kill``; an etcd member's is ``store-member-kill``."""
+    if job == "etcd":
+        return "store-member-kill"
     if job != "node":
         return f"{job}-kill" if kind != "evict" else f"{job}-drain"
     return "first-node-kill" if rank == 0 and kind != "evict" else KIND_NAMES[kind]
@@ -66,6 +68,21 @@ def check_single_pod_replaced(obs: Observation) -> Check:
     detail = (f"replaced: {', '.join(replaced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}"
               + (f"; NOT: {'; '.join(problems)}" if problems else ""))
     return Check("only the failed pod was replaced", not problems, detail)
+
+
+def check_nothing_restarted(obs: Observation) -> Check:
+    """An etcd member lost (the leader included): no training pod failed or was recreated, no JobSet restart, and the
+    job trained in one attempt (one ``start`` in its metrics)."""
+    pods, restarts = obs.facts.get("pods") or {}, obs.facts.get("jobset_restarts", 0)
+    recreated = [f"{job}/{i}" for job, by in pods.items() for i, recs in by.items() if len(recs) != 1]
+    starts = sum(1 for r in obs.records if r.get("event") == "start")
+    ok = not recreated and not restarts and starts == 1 and bool(pods)
+    return Check("no pod restarted", ok, f"training pods recreated: {', '.join(recreated) or 'none'}; JobSet restarts "
+                                         f"{restarts}; training attempts {starts}")
+
+
+def member_faults_only(emu: Any) -> bool:
+    return bool(emu.fault_log) and all(f.get("job") == "etcd" for f in emu.fault_log)
 
 
 def runtime_retries_per_index(runtime: dict) -> int:
@@ -118,6 +135,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     pods = emu.pods_by_index() if hasattr(emu, "pods_by_index") else {}
     faulted = sorted({f"{f.get('job', 'node')}/{f['rank']}" for f in emu.fault_log})
     single = expects_single_replacement(emu)
+    members = member_faults_only(emu)  # the membership store's loss must cost nothing
     obs = Observation(
         records=records, faults=faults,
         detections=[ev.time for ev in emu.events if ev.what in ("Job failed", "pod replaced by the Job controller")],
@@ -130,7 +148,9 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                          events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
                          figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures})
     res.wall_s = obs.wall_s
-    if judged:
+    if judged and members:
+        res.apply(judge(obs, Expectation(restart=False, noticed=False), [check_nothing_restarted]))
+    elif judged:
         res.apply(judge(obs, expectation(interval), [check_single_pod_replaced if single else check_jobset_restarts]))
     res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
     rep = res.to_json()
@@ -139,7 +159,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                max_restarts=emu.r.max_restarts, pod_failures=emu.pod_failures, nodes=emu.r.num_nodes,
                nproc_per_node=emu.r.nproc_per_node, differences=emu.differences(), metrics=str(metrics_path),
                pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events],
-               expected="only the failed pod replaced" if single else "JobSet gang restart",
+               expected=("nothing restarted" if members else
+                         "only the failed pod replaced" if single else "JobSet gang restart"),
                pods={job: {i: [{**rec, "started": _rel(rec.get("started"), t0), "ended": _rel(rec.get("ended"), t0)}
                                for rec in recs] for i, recs in by.items()} for job, by in pods.items()},
                pods_created={f"{job}/{i}": len(recs) for job, by in pods.items() for i, recs in by.items()})

@@ -1,4 +1,4 @@
-"""EKS deployment unit: cluster, GPU nodes, device plugins, Kubeflow Trainer, training namespace."""
+"""EKS deployment unit: cluster, GPU nodes, device plugins, Kubeflow Trainer, training namespace, the jobs' etcd."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,6 +10,7 @@ from cluster_facts import FSX_MOUNT_PATH
 from stacks.components.eks_charts import GpuDevicePlugins, KubeflowTrainer
 from stacks.components.eks_cluster import SYSTEM_POOL_LABEL, TrainingEksCluster
 from stacks.components.eks_gpu_nodes import GPU_POOL_LABEL, GpuNodeGroup
+from stacks.components.etcd_cluster import EtcdCluster
 from stacks.components.training_namespace import TrainingNamespace
 from stacks.config import InfraConfig
 from stacks.eks_nag import acknowledge_eks_findings
@@ -56,6 +57,12 @@ class EksStack(cdk.Stack):
             gpu_node_labels=GPU_POOL_LABEL, system_node_labels=SYSTEM_POOL_LABEL, num_nodes=config.gpu_nodes)
         # The FSx CSI driver (its node plugin mounts the claim) is installed before the training namespace.
         self.training.node.add_dependency(self.eks.fsx_csi_driver)
+        # The jobs' membership store; its administration Jobs run the training image (the project's etcd code).
+        self.etcd = EtcdCluster(
+            self, "Etcd", cluster=cluster, image=f"{repo.repository_uri}:{config.image_tag}",
+            training_namespace=config.training_namespace,
+            training_namespace_manifest=self.training.namespace_manifest,
+            system_node_labels=SYSTEM_POOL_LABEL, system_nodes=self.eks.system_nodes)
         acknowledge_eks_findings(self, cluster=cluster,
                                  nodegroups=[self.eks.system_nodes, self.gpu_nodes.nodegroup])
 
@@ -68,6 +75,8 @@ class EksStack(cdk.Stack):
             ("RuntimeName", config.runtime_name, "ClusterTrainingRuntime to reference from TrainJobs"),
             ("FsxClaimName", self.training.pvc_name, f"PVC of the FSx file system (mounted at {FSX_MOUNT_PATH})"),
             ("ServiceAccountName", self.training.service_account_name, "Service account with S3 access"),
+            ("EtcdEndpoints", ",".join(self.etcd.endpoints),
+             "The jobs' 3-member etcd (namespace t5-etcd; reachable from training pods only)"),
             ("EcrRepositoryUri", repo.repository_uri, "Push the training image here (make image)"),
             ("FsxFileSystemId", storage.lustre.file_system.file_system_id, "FSx for Lustre file system id"),
             ("FsxMountName", storage.lustre.file_system.mount_name, "FSx for Lustre mount name"),

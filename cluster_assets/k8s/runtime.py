@@ -4,25 +4,21 @@ Pure function, no CDK or cluster access: the EKS stack installs what it returns,
 emulator) can render and inspect the exact same object. Targets the Trainer v2.2+/v2.3 API
 (``trainer.kubeflow.org/v1alpha1``) with JobSet v1alpha2 (v0.12) underneath and batch/v1 Jobs below that.
 
-Two replicated jobs:
+One replicated job, ``node`` (label ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``): the training pods.
+The Trainer sets ``parallelism = completions = numNodes`` and injects ``PET_*`` into container ``node``;
+``completionMode: Indexed`` (JobSet's webhook defaults it, rendered explicitly because per-index retry requires it)
+gives each pod its index (``PET_NODE_RANK``) and the stable hostname ``<job>-node-0-<index>``.
 
-* ``store`` (1 Job, 1 pod, CPU only, on the system node group): ``python -m training.rdzv_store``, the c10d
-  rendezvous store, so that no training pod hosts it (losing the store host kills a c10d job, pytorch#67742).
-  Labelled ``t5-failover/component: rdzv-store``; the training namespace's NetworkPolicy lets only training
-  pods reach its port. Trainer v2.3 leaves a replicated job without the ``trainjob-ancestor-step`` label alone:
-  no ``PET_*`` env, no TrainJob image/command/env/resources; it sets its ``parallelism``/``completions`` to the
-  template's ``parallelism`` (default 1). So the store always runs the runtime's image (``imageTag``).
-* ``node`` (label ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``): the training pods. The Trainer
-  sets ``parallelism = completions = numNodes`` and injects ``PET_*`` into container ``node``;
-  ``completionMode: Indexed`` (JobSet's webhook defaults it, rendered explicitly because per-index retry
-  requires it) gives each pod its index (``PET_NODE_RANK``) and the stable hostname ``<job>-node-0-<index>``.
-  The runtime adds ``JOBSET_NAME`` (downward API, label ``jobset.sigs.k8s.io/jobset-name``),
-  ``T5_RDZV_ENDPOINT=$(JOBSET_NAME)-store-0-0.$(JOBSET_NAME):29400`` (JobSet pod DNS:
-  ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>``, subdomain = the JobSet name, a headless
-  Service publishing not-ready pods too) and ``T5_RDZV_ID=trainjob-$(JOBSET_NAME)`` (what
-  ``training.launch`` would derive from ``PET_MASTER_ADDR`` anyway; the store is pinned to the same id).
-  ``dependsOn: [{name: store, status: Ready}]``: JobSet creates the node Job once the store pod passes its
-  TCP readiness probe.
+Membership (the rendezvous) lives in the cluster's 3-member etcd (:mod:`cluster_assets.k8s.etcd`, installed by the
+stack), not in any pod of the job: losing any one member, the leader included, costs no restart. The runtime gives
+every training pod what the launcher needs to use it (``training.launch.from_env``: ``T5_ETCD_ENDPOINTS`` switches it
+to the etcd coordinator): ``T5_ETCD_ENDPOINTS`` (the members' stable names), ``T5_ETCD_CA`` / ``T5_ETCD_CERT`` /
+``T5_ETCD_KEY`` (Secret ``etcd-client``, the agents' client certificate, mounted read-only) and
+``T5_RDZV_ID=trainjob-$(JOBSET_NAME)-a$(JOBSET_RESTART_ATTEMPT)`` (``JOBSET_NAME`` and ``JOBSET_RESTART_ATTEMPT``
+from the pod's JobSet labels through the downward API: a gang restart starts a fresh rendezvous, while a pod the
+Job controller replaces joins the running one). Which etcd user a job logs in as, and its key prefix, is the
+TrainJob's (:mod:`cluster_assets.k8s.trainjob`: ``T5_ETCD_USER``, ``T5_ETCD_PREFIX`` and its password Secret, made
+by the submit step).
 
 How a failure is handled (the reason for every field below):
 
@@ -37,18 +33,14 @@ How a failure is handled (the reason for every field below):
 * Exit codes that a restart cannot fix (:data:`NON_RETRYABLE_EXIT_CODES`): ``podFailurePolicy`` ``FailJob``
   -> Job failed (reason ``PodFailurePolicy``) -> JobSet ``failurePolicy`` rule ``NonRetryableExitCode``
   (``FailJobSet``) -> the TrainJob fails without looping.
-* Fallback, JobSet gang restart (``failurePolicy.maxRestarts``, ``restartStrategy: Recreate``: every pod of
-  both jobs recreated, the training package resumes from the newest complete checkpoint on FSx):
-  an index fails more than ``backoffLimitPerIndex`` times -> ``maxFailedIndexes: 0`` fails the node Job at once
-  (reason ``MaxFailedIndexesExceeded``; without it the other indexes would wait in the rendezvous until their
-  join timeout) -> rule ``NodeRetriesExhausted`` (``RestartJobSet``, counted); the store pod fails
-  (``backoffLimit: 0``, pod ``restartPolicy: Never``: a restarted store comes back empty and torch's TCPStore
-  clients do not reconnect, so restarting it in place cannot save the running rendezvous) -> rule ``StoreLost``
-  (``RestartJobSet``, counted), or ``StoreDisrupted`` (``RestartJobSetAndIgnoreMaxRestarts``) when the store
-  pod was evicted.
+* Fallback, JobSet gang restart (``failurePolicy.maxRestarts``, ``restartStrategy: Recreate``: every pod
+  recreated, the training package resumes from the newest complete checkpoint on FSx): an index fails more than
+  ``backoffLimitPerIndex`` times -> ``maxFailedIndexes: 0`` fails the node Job at once (reason
+  ``MaxFailedIndexesExceeded``; without it the other indexes would wait in the rendezvous until their join
+  timeout) -> rule ``NodeRetriesExhausted`` (``RestartJobSet``, counted). The membership store needs no rule of
+  its own: an etcd member lost (crash, drain, node gone) is no Job failure at all.
 * Success: JobSet ``successPolicy`` ``{operator: All, targetReplicatedJobs: [node]}``: the JobSet (and the
-  TrainJob) completes when every node pod has succeeded, although the store never exits; JobSet then deletes the
-  store Job.
+  TrainJob) completes when every node pod has succeeded.
 * The in-memory snapshots (``training.checkpoint.memory``) live in the node's ``/dev/shm/t5-failover`` (a hostPath),
   not in the pod: a pod recreated on the same node restores from them (or a lost node's shards from its peer's
   replica) instead of going back to the storage checkpoint.
@@ -58,24 +50,23 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cluster_facts import (FSX_MOUNT_PATH, GPU_TAINT_KEY, MEMORY_DIR_ENV, NODE_MEMORY_DIR, RDZV_STORE_PORT, nccl_env,
-                           platform_timeouts)
-from cluster_facts.names import COMPONENT_LABEL, RDZV_STORE_COMPONENT, TRAINING_COMPONENT
+from cluster_assets.k8s import etcd
+from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, MEMORY_DIR_ENV, NODE_MEMORY_DIR, nccl_env, platform_timeouts
+from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 #: The replicated job and container the Trainer torch plugin injects PET_* variables into.
 NODE = "node"
-#: The replicated job (and container) of the rendezvous store.
-STORE = "store"
-#: TCP port of the rendezvous store (the same default as the Slurm head-node store).
-STORE_PORT = RDZV_STORE_PORT
 #: Label JobSet puts on every pod it creates, naming its JobSet (= the TrainJob's name).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+#: Label JobSet puts on every pod it creates: the JobSet's restart attempt (0, then +1 per gang restart).
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-#: ``$(JOBSET_NAME)`` is expanded by the kubelet from the env var of that name (listed before its users).
-RDZV_ID = "trainjob-$(JOBSET_NAME)"
-#: JobSet's pod DNS name of the store: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain = jobset>.
-RDZV_ENDPOINT = f"$(JOBSET_NAME)-{STORE}-0-0.$(JOBSET_NAME):{STORE_PORT}"
+#: ``$(VAR)`` is expanded by the kubelet from the env vars of that name (listed before their users). One rendezvous
+#: per JobSet attempt: a gang restart never meets the previous attempt's rounds.
+RDZV_ID = "trainjob-$(JOBSET_NAME)-a$(JOBSET_RESTART_ATTEMPT)"
+#: The agents' etcd client material (Secret etcd.CLIENT_SECRET) in container ``node``.
+ETCD_CLIENT_VOLUME = "etcd-client"
 #: Exit codes of ``python -m training`` that no restart can fix: 2 bad config, data or device, 3 checkpoint of
 #: another model, 4 checkpoint of a run with other settings, 5 diverged (a rerun replays the same steps),
 #: 7 checkpoint.dir held by another run. 6 (storage) stays retryable: space may be freed meanwhile.
@@ -86,15 +77,17 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 #: Where the node's snapshot directory (cluster_facts.NODE_MEMORY_DIR, a hostPath) appears in the pod.
 SNAPSHOT_MOUNT_PATH = "/var/run/t5-failover/memory"
-#: The store holds a few KB of rendezvous state; the requests only have to fit the interpreter and torch.
-STORE_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
-#: The store keeps nothing worth a graceful stop: its state dies with it either way.
-STORE_GRACE_S = 5
+def _label_env(name: str, label: str) -> dict[str, Any]:
+    """An env var the kubelet fills from one of the pod's labels (downward API)."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
 
 
-def _jobset_name_env() -> dict[str, Any]:
-    return {"name": "JOBSET_NAME",
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}}
+def etcd_env(namespace: str = etcd.ETCD_NAMESPACE) -> dict[str, str]:
+    """The cluster's etcd as every agent reaches it: its members and the client material's files."""
+    return {"T5_ETCD_ENDPOINTS": ",".join(etcd.endpoints(namespace)),
+            "T5_ETCD_CA": f"{etcd.CLIENT_MOUNT}/{etcd.CA_CERT}",
+            "T5_ETCD_CERT": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_CERT}",
+            "T5_ETCD_KEY": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_KEY}"}
 
 
 def build_cluster_training_runtime(
@@ -114,17 +107,16 @@ def build_cluster_training_runtime(
     non_retryable_exit_codes: Sequence[int] = NON_RETRYABLE_EXIT_CODES,
     retries_per_index: int = DEFAULT_RETRIES_PER_INDEX,
     node_selector: Optional[dict[str, str]] = None,
-    store_node_selector: Optional[dict[str, str]] = None,
     env: Optional[dict[str, str]] = None,
+    etcd_namespace: str = etcd.ETCD_NAMESPACE,
 ) -> dict[str, Any]:
-    """Render the fault-tolerant torch runtime (a ``store`` and a ``node`` replicated job, see the module doc).
+    """Render the fault-tolerant torch runtime (the ``node`` replicated job, see the module doc).
 
     Args:
         name: object name (a DNS-1123 label); TrainJobs reference it in ``spec.runtimeRef.name``.
         pvc_name: PersistentVolumeClaim of the shared file system (FSx for Lustre), mounted at
             ``fsx_mount_path`` in every training pod; checkpoints must live there to survive restarts.
-        image: default training image (a TrainJob may override it in ``spec.trainer.image`` for the training
-            pods only; the store pod always runs this one, so it must exist in the registry).
+        image: default training image (a TrainJob may override it in ``spec.trainer.image``).
         max_restarts: JobSet ``failurePolicy.maxRestarts``: whole-job (gang) restarts before the TrainJob fails.
         gpus_per_node: ``nvidia.com/gpu`` per pod (one pod per node); 0 for CPU-only test clusters.
         efa_per_node: ``vpc.amazonaws.com/efa`` interfaces per pod; 0 disables EFA (no resource, no env).
@@ -144,8 +136,8 @@ def build_cluster_training_runtime(
             the Job controller replaces alone; one more fails the node Job and the JobSet restarts the gang.
             0 = every training pod failure is a gang restart.
         node_selector: optional node labels the training pods must match (e.g. the GPU node group's label).
-        store_node_selector: optional node labels the store pod must match (e.g. the system node group's).
         env: extra environment for the ``node`` container. ``PET_*`` names are reserved for the Trainer.
+        etcd_namespace: namespace of the cluster's etcd members (their names in ``T5_ETCD_ENDPOINTS``).
 
     Returns:
         A JSON-serialisable dict, ready for ``kubectl apply`` or CDK ``add_manifest``.
@@ -155,13 +147,11 @@ def build_cluster_training_runtime(
                              pvc_name=pvc_name, env=env, termination_grace_period_s=termination_grace_period_s,
                              gpudirect_rdma=gpudirect_rdma)
     codes = sorted(set(non_retryable_exit_codes))
-    # dependsOn must name the previous replicated job: the store comes first.
     replicated_jobs = [
-        _store_job(image, store_node_selector),
         _node_job(image=image, pvc_name=pvc_name, gpus_per_node=gpus_per_node, efa_per_node=efa_per_node,
                   gpudirect_rdma=gpudirect_rdma, fsx_mount_path=fsx_mount_path, shm_size=shm_size,
                   grace_s=termination_grace_period_s, codes=codes, retries_per_index=retries_per_index,
-                  node_selector=node_selector, env=env),
+                  node_selector=node_selector, env=env, etcd_namespace=etcd_namespace),
     ]
     return {
         "apiVersion": API_VERSION,
@@ -192,8 +182,11 @@ def _check_runtime_arguments(*, max_restarts: int, retries_per_index: int, gpus_
     reserved = sorted(k for k in (env or {}) if k.startswith("PET_"))
     if reserved:
         raise ValueError(f"env {reserved}: PET_* variables are set by the Trainer torch plugin; remove them")
-    if "JOBSET_NAME" in (env or {}):
-        raise ValueError("env JOBSET_NAME: the runtime sets it from the pod's JobSet label; remove it")
+    owned = sorted(k for k in (env or {}) if k in ("JOBSET_NAME", "JOBSET_RESTART_ATTEMPT", "T5_RDZV_ID")
+                   or k in etcd_env())
+    if owned:
+        raise ValueError(f"env {owned}: the runtime sets them (the pod's JobSet labels, the cluster's etcd); remove "
+                         f"them")
     if termination_grace_period_s < 30:
         raise ValueError(f"termination_grace_period_s={termination_grace_period_s}: allow >= 30 s to checkpoint")
     if gpudirect_rdma and not (gpus_per_node and efa_per_node):
@@ -212,7 +205,6 @@ def _jobset_spec(*, max_restarts: int, codes: list[int], replicated_jobs: list[d
     """The JobSet spec: done when every training pod has succeeded, gang restarts by the failure rules (up to
     ``max_restarts`` counted ones), and ``replicated_jobs`` in creation order."""
     return {
-        # The store never completes: only the training pods decide success.
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [NODE]},
         "failurePolicy": {
             "maxRestarts": max_restarts,
@@ -244,69 +236,14 @@ def _jobset_failure_rules(codes: list[int]) -> list[dict[str, Any]]:
             "onJobFailureReasons": ["MaxFailedIndexesExceeded", "FailedIndexes", "BackoffLimitExceeded"],
             "targetReplicatedJobs": [NODE],
         },
-        {
-            # The store pod was evicted/preempted: infrastructure churn does not use the job's budget.
-            "name": "StoreDisrupted",
-            "action": "RestartJobSetAndIgnoreMaxRestarts",
-            "onJobFailureReasons": ["PodFailurePolicy"],
-            "onJobFailureMessagePatterns": ["condition DisruptionTarget matching FailJob rule"],
-            "targetReplicatedJobs": [STORE],
-        },
-        {
-            # The store died: the rendezvous state is gone and every agent's connection with it.
-            "name": "StoreLost",
-            "action": "RestartJobSet",
-            "targetReplicatedJobs": [STORE],
-        },
     ]
     return rules
 
 
-def _store_job(image: str, node_selector: Optional[dict[str, str]]) -> dict[str, Any]:
-    """The ``store`` replicated job: one CPU pod serving the c10d rendezvous store until the JobSet ends."""
-    container: dict[str, Any] = {
-        "name": STORE,
-        "image": image,
-        # --job-id: the store answers only agents of this job (the same string as the node pods' T5_RDZV_ID).
-        "command": ["python", "-m", "training.rdzv_store", "--host", "0.0.0.0", "--port", str(STORE_PORT),
-                    "--job-id", RDZV_ID],
-        "env": [_jobset_name_env(), {"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "ports": [{"name": "rdzv", "containerPort": STORE_PORT, "protocol": "TCP"}],
-        # Ready = accepting connections: the node Job waits for it (dependsOn), so agents never race the store.
-        "readinessProbe": {"tcpSocket": {"port": "rdzv"}, "periodSeconds": 2, "failureThreshold": 3},
-        "resources": {k: dict(v) for k, v in STORE_RESOURCES.items()},
-    }
-    pod_spec: dict[str, Any] = {
-        # Never + backoffLimit 0: a store that stopped is a lost rendezvous; the JobSet restarts everything.
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": STORE_GRACE_S,
-        "containers": [container],
-    }
-    if node_selector:
-        pod_spec["nodeSelector"] = dict(node_selector)
-    return {
-        "name": STORE,
-        "replicas": 1,
-        "template": {
-            "spec": {
-                "parallelism": 1,
-                "completions": 1,
-                "backoffLimit": 0,
-                "podFailurePolicy": {"rules": [
-                    {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                ]},
-                "template": {
-                    "metadata": {"labels": {COMPONENT_LABEL: RDZV_STORE_COMPONENT}},
-                    "spec": pod_spec,
-                },
-            },
-        },
-    }
-
-
 def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool,
               fsx_mount_path: str, shm_size: str, grace_s: int, codes: list[int], retries_per_index: int,
-              node_selector: Optional[dict[str, str]], env: Optional[dict[str, str]]) -> dict[str, Any]:
+              node_selector: Optional[dict[str, str]], env: Optional[dict[str, str]],
+              etcd_namespace: str) -> dict[str, Any]:
     """The ``node`` replicated job: the training pods, each retried alone (see the module doc)."""
     container_env = _default_env(gpus_per_node, efa_per_node, gpudirect_rdma) | dict(env or {})
     # Quantities as strings: the canonical Kubernetes form (and what the typed API models round-trip).
@@ -319,15 +256,16 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
     container: dict[str, Any] = {
         "name": NODE,
         "image": image,
-        # JOBSET_NAME first: $(VAR) references only see variables defined earlier in the list.
-        "env": [_jobset_name_env(),
-                {"name": "T5_RDZV_ENDPOINT", "value": RDZV_ENDPOINT},
+        # The label variables first: $(VAR) references only see variables defined earlier in the list.
+        "env": [_label_env("JOBSET_NAME", JOBSET_NAME_LABEL),
+                _label_env("JOBSET_RESTART_ATTEMPT", RESTART_ATTEMPT_LABEL),
                 {"name": "T5_RDZV_ID", "value": RDZV_ID},
-                *({"name": k, "value": v} for k, v in container_env.items())],
+                *({"name": k, "value": v} for k, v in (etcd_env(etcd_namespace) | container_env).items())],
         "volumeMounts": [
             {"name": "fsx", "mountPath": fsx_mount_path},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "snapshots", "mountPath": SNAPSHOT_MOUNT_PATH},
+            {"name": ETCD_CLIENT_VOLUME, "mountPath": etcd.CLIENT_MOUNT, "readOnly": True},
         ],
     }
     if limits:
@@ -344,6 +282,8 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
             # The in-memory snapshots must outlive the pod: a replaced or gang-restarted pod is a new pod, and
             # an emptyDir would go with the old one. The node's tmpfs keeps them for the next pod there.
             {"name": "snapshots", "hostPath": {"path": NODE_MEMORY_DIR, "type": "DirectoryOrCreate"}},
+            # CA + client certificate of the agents (made by the stack's etcd-bootstrap Job); read by root only.
+            {"name": ETCD_CLIENT_VOLUME, "secret": {"secretName": etcd.CLIENT_SECRET, "defaultMode": 0o400}},
         ],
     }
     if gpus_per_node:
@@ -362,7 +302,6 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
     return {
         "name": NODE,
         "replicas": 1,
-        "dependsOn": [{"name": STORE, "status": "Ready"}],
         "template": {
             "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
             "spec": {

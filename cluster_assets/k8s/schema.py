@@ -29,15 +29,15 @@ class SchemaError(ValueError):
     """A manifest does not match the pinned Trainer API. The message lists every offending path."""
 
 
-def _diff(want: Any, got: Any, path: str, out: list[str]) -> None:
+def _diff(want: Any, got: Any, path: str, out: list[str], pin: str = TRAINER_API_PIN) -> None:
     """Collect the paths where the round-tripped object ``got`` differs from the input ``want``."""
     if isinstance(want, dict) and isinstance(got, dict):
         for key in want:
             sub = f"{path}.{key}" if path else str(key)
             if key not in got:
-                out.append(f"{sub}: unknown field (not in the {TRAINER_API_PIN} schema) or dropped")
+                out.append(f"{sub}: unknown field (not in the {pin} schema) or dropped")
             else:
-                _diff(want[key], got[key], sub, out)
+                _diff(want[key], got[key], sub, out, pin)
         for key in got:
             if key not in want:
                 out.append(f"{path}.{key}: added by the model (input had no such field)")
@@ -45,7 +45,7 @@ def _diff(want: Any, got: Any, path: str, out: list[str]) -> None:
         if len(want) != len(got):
             out.append(f"{path}: list of {len(want)} items became {len(got)} (empty or invalid items dropped)")
         for i, (w, g) in enumerate(zip(want, got)):
-            _diff(w, g, f"{path}[{i}]", out)
+            _diff(w, g, f"{path}[{i}]", out, pin)
     elif want != got or type(want) is not type(got):
         out.append(f"{path}: {want!r} became {got!r} (wrong type or value for the schema)")
 
@@ -83,3 +83,26 @@ def validate(obj: dict[str, Any]) -> dict[str, Any]:
     """Round-trip check (see :func:`roundtrip`); returns ``obj`` unchanged for chaining."""
     roundtrip(obj)
     return obj
+
+
+def roundtrip_core(obj: dict[str, Any]) -> None:
+    """The same lossless round trip for a built-in Kubernetes object (StatefulSet, Job, NetworkPolicy, ...), through
+    the pinned ``kubernetes`` client's typed models (``V1<kind>``): a typo'd or misplaced field is dropped by the
+    model and reported here; a missing required field or a wrong type fails the parse. Raises :class:`SchemaError`."""
+    from kubernetes import client
+
+    api = client.ApiClient()
+    kind = obj.get("kind", "")
+    model = getattr(client, f"V1{kind}", None)
+    if model is None or not str(obj.get("apiVersion", "")).endswith("v1"):
+        raise SchemaError(f"kind={kind!r} apiVersion={obj.get('apiVersion')!r}: no V1{kind} model in the kubernetes "
+                          f"client")
+    try:
+        typed = api._ApiClient__deserialize(obj, f"V1{kind}")  # the client's own JSON -> model path
+    except (TypeError, ValueError) as e:
+        raise SchemaError(f"{kind} {obj.get('metadata', {}).get('name', '?')!r}: {e}") from None
+    out: list[str] = []
+    _diff(obj, api.sanitize_for_serialization(typed), "", out, "kubernetes client")
+    if out:
+        raise SchemaError(f"{kind} {obj.get('metadata', {}).get('name', '?')!r} does not round-trip through the "
+                          f"kubernetes client's V1{kind}:\n  " + "\n  ".join(out))

@@ -23,6 +23,11 @@ What the rendered object says, and why:
   the user's overrides (last wins).
 * ``resourcesPerNode``: GPUs and EFA interfaces per node (+ the hugepages EFA needs); ``numNodes``,
   ``numProcPerNode`` (one worker per GPU).
+* the job's etcd identity: ``T5_ETCD_USER`` (``job-<name>``), ``T5_ETCD_PREFIX`` (``/t5-failover/jobs/<name>/``)
+  and ``T5_ETCD_PASSWORD_FILE``, the password in Secret ``<name>-etcd`` (made by the submit step's add-job Job just
+  before the TrainJob, :func:`cluster_assets.k8s.etcd.add_job_job`), which a ``runtimePatches`` entry mounts into
+  container ``node`` (the runtime is shared by every job and cannot name a job's Secret). The cluster's endpoints
+  and the client certificate come from the runtime.
 * hot spares (``spares`` K > 0): ``numNodes`` = nodes + K and ``T5_SPARES=K``; every pod runs the same launcher,
   the job trains on ``--min-nodes`` = MAX = nodes, and the K agents left over wait in the rendezvous (torch's
   redundancy list). When a training pod or its node is lost, a spare takes its place in the next round (seconds)
@@ -39,8 +44,9 @@ from typing import Any
 import yaml
 from kubeflow_trainer_api import models as m
 
-from cluster_assets.k8s import schema
+from cluster_assets.k8s import etcd, schema
 from cluster_facts import platform_timeouts
+from training.launch.rendezvous.admin import JOBS_PREFIX, job_user
 
 #: 2 MiB hugepages the EFA libfabric provider needs per pod (AWS EFA-on-EKS guidance).
 EFA_HUGEPAGES = "5120Mi"
@@ -51,6 +57,12 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LEN = 40
 #: The launcher's hot-spare count (``training.launch.from_env``), set from ``spares``.
 SPARES_ENV = "T5_SPARES"
+#: Set by the runtime or from the job's etcd identity: a TrainJob's --env may not replace them.
+OWNED_ENV = ("T5_RDZV_ID", "T5_RDZV_ENDPOINT", "JOBSET_NAME", "JOBSET_RESTART_ATTEMPT", "T5_ETCD_ENDPOINTS",
+             "T5_ETCD_CA", "T5_ETCD_CERT", "T5_ETCD_KEY", "T5_ETCD_USER", "T5_ETCD_PASSWORD_FILE", "T5_ETCD_PREFIX")
+#: ``runtimePatches[].manager`` of the patch that mounts the job's etcd Secret.
+PATCH_MANAGER = "t5-failover.io/submit"
+ETCD_JOB_VOLUME = "etcd-job"
 LABEL_APP = "app.kubernetes.io/part-of"
 LABEL_PRESET = "t5-failover/preset"
 
@@ -150,6 +162,9 @@ def check(cfg: TrainJobConfig) -> None:
     for name, _ in cfg.env:
         if name == SPARES_ENV:
             raise TrainJobError(f"env {name} is set from --spares (the pods beyond --nodes): pass --spares instead")
+        if name in OWNED_ENV:
+            raise TrainJobError(f"env {name} is set by the runtime or the job's etcd credentials (each TrainJob logs in "
+                                "to the cluster's etcd as its own user): remove it")
         if name in RESERVED_ENV:
             raise TrainJobError(f"env {name} is reserved: the Trainer torch plugin sets it (and v2.3 rejects "
                                 "TrainJobs that set it); change --nodes/--nproc-per-node instead")
@@ -199,12 +214,34 @@ def resources(cfg: TrainJobConfig) -> dict[str, dict[str, str]]:
     return out
 
 
+def etcd_identity_env(cfg: TrainJobConfig) -> dict[str, str]:
+    """The job's etcd user, its key prefix, and where its password is mounted (see the module docstring)."""
+    return {"T5_ETCD_USER": job_user(cfg.name), "T5_ETCD_PREFIX": f"{JOBS_PREFIX}{cfg.name}/",
+            "T5_ETCD_PASSWORD_FILE": f"{etcd.JOB_MOUNT}/{etcd.PASSWORD}"}
+
+
+def etcd_secret_patch(cfg: TrainJobConfig) -> m.TrainerV1alpha1RuntimePatch:
+    """Mount the job's Secret (its etcd password) into container ``node`` of the training pods."""
+    pod = m.TrainerV1alpha1PodSpecPatch(
+        volumes=[m.IoK8sApiCoreV1Volume.from_dict(
+            {"name": ETCD_JOB_VOLUME, "secret": {"secretName": etcd.job_secret_name(cfg.name), "defaultMode": 0o400}})],
+        containers=[m.TrainerV1alpha1ContainerPatch(name="node", volume_mounts=[m.IoK8sApiCoreV1VolumeMount(
+            name=ETCD_JOB_VOLUME, mount_path=etcd.JOB_MOUNT, read_only=True)])])
+    node = m.TrainerV1alpha1ReplicatedJobPatch(name="node", template=m.TrainerV1alpha1JobTemplatePatch(
+        spec=m.TrainerV1alpha1JobSpecPatch(template=m.TrainerV1alpha1PodTemplatePatch(spec=pod))))
+    return m.TrainerV1alpha1RuntimePatch(
+        manager=PATCH_MANAGER, training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
+            template=m.TrainerV1alpha1JobSetTemplatePatch(spec=m.TrainerV1alpha1JobSetSpecPatch(
+                replicated_jobs=[node]))))
+
+
 def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
     """The typed TrainJob model (validated settings, pinned API)."""
     check(cfg)
     command, args = node_command(cfg)
     spares = ((SPARES_ENV, str(cfg.spares)),) if cfg.spares else ()
-    env = [m.IoK8sApiCoreV1EnvVar(name=k, value=v) for k, v in (("PYTHONUNBUFFERED", "1"), *spares, *cfg.env)]
+    env = [m.IoK8sApiCoreV1EnvVar(name=k, value=v) for k, v in (("PYTHONUNBUFFERED", "1"), *spares,
+                                                                 *etcd_identity_env(cfg).items(), *cfg.env)]
     res = resources(cfg)
     labels = {LABEL_APP: "t5-failover", LABEL_PRESET: cfg.preset, **dict(cfg.labels)}
     return m.TrainerV1alpha1TrainJob(
@@ -223,6 +260,7 @@ def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
                 num_proc_per_node=cfg.nproc_per_node,
                 resources_per_node=m.IoK8sApiCoreV1ResourceRequirements.from_dict(res) if res else None,
             ),
+            runtime_patches=[etcd_secret_patch(cfg)],
         ),
     )
 

@@ -30,15 +30,15 @@ class TrainingEksCluster(Construct):
 
     Attributes:
         cluster: the ``eks.Cluster``.
-        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers and the jobs'
-            rendezvous stores run here).
+        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers and the jobs' 3 etcd
+            members, one per node, run here).
         vpc_cni: the managed ``vpc-cni`` add-on (``enableNetworkPolicy``).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str, kubernetes_version: str,
                  vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet], system_instance_type: str,
                  api_allowed_cidrs: Sequence[str], admin_principal_arn: Optional[str],
-                 system_nodes: int = 2) -> None:
+                 system_nodes: int = 3) -> None:
         super().__init__(scope, construct_id)
         if api_allowed_cidrs:
             endpoint = eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*api_allowed_cidrs)
@@ -77,6 +77,7 @@ class TrainingEksCluster(Construct):
             self.cluster.grant_access("Admin", admin_principal_arn, [
                 eks.AccessPolicy.from_access_policy_name(
                     "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
+        # 3 nodes: the etcd members require one node each (anti-affinity), so that losing a node loses one member.
         self.system_nodes = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             instance_types=[ec2.InstanceType(system_instance_type)],
@@ -95,7 +96,7 @@ class TrainingEksCluster(Construct):
         self.fsx_csi_driver = eks.Addon(self, "FsxCsiDriver", cluster=self.cluster,
                                         addon_name="aws-fsx-csi-driver")
         # The VPC CNI as a managed add-on with network policy enforcement on (its node agent): without it the
-        # training namespace's NetworkPolicy (only training pods may reach a job's rendezvous store) would be
+        # etcd namespace's NetworkPolicy (only training pods may reach the jobs' etcd) would be
         # accepted by the API server and enforced by nothing. EKS installs the CNI self-managed at cluster
         # creation; OVERWRITE lets the add-on take over those objects (the version follows the cluster default).
         self.vpc_cni = eks.Addon(self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni",

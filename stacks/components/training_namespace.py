@@ -1,5 +1,6 @@
-"""The training namespace: FSx static volume + claim, S3 service account (Pod Identity), the runtime, and the
-NetworkPolicy that lets only training pods reach the jobs' rendezvous stores."""
+"""The training namespace: FSx static volume + claim, S3 service account (Pod Identity) and the runtime. The jobs'
+membership store is the cluster's etcd (stacks/components/etcd_cluster.py), whose NetworkPolicy admits the training
+pods of this namespace."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -10,9 +11,8 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from cluster_assets.k8s.runtime import STORE_PORT, build_cluster_training_runtime
+from cluster_assets.k8s.runtime import build_cluster_training_runtime
 from cluster_facts import FSX_PVC_NAME
-from cluster_facts.names import COMPONENT_LABEL, RDZV_STORE_COMPONENT, TRAINING_COMPONENT
 from stacks.nag import acknowledge
 
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -59,28 +59,6 @@ def fsx_persistent_volume_claim(*, name: str, namespace: str, volume_name: str, 
     }
 
 
-def rdzv_store_network_policy(*, namespace: str, port: int = STORE_PORT) -> dict[str, Any]:
-    """NetworkPolicy: the rendezvous store pods (label ``t5-failover/component: rdzv-store``) accept connections
-    on the store port only from training pods (``t5-failover/component: training``) of the same namespace.
-
-    A policy cannot say "of the same TrainJob"; the store's ``--job-id`` refuses other jobs' agents. The kubelet's
-    readiness probe comes from the node, which Kubernetes NetworkPolicies (and the VPC CNI's) always allow.
-    """
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": "rdzv-store-from-training-pods", "namespace": namespace},
-        "spec": {
-            "podSelector": {"matchLabels": {COMPONENT_LABEL: RDZV_STORE_COMPONENT}},
-            "policyTypes": ["Ingress"],
-            "ingress": [{
-                "from": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: TRAINING_COMPONENT}}}],
-                "ports": [{"protocol": "TCP", "port": port}],
-            }],
-        },
-    }
-
-
 class TrainingNamespace(Construct):
     """Namespace where TrainJobs run, with everything a job needs already in place.
 
@@ -114,6 +92,7 @@ class TrainingNamespace(Construct):
                                         capacity_gib=fsx_capacity_gib),
         )
         storage.node.add_dependency(ns)
+        self.namespace_manifest = ns
 
         # Direct S3 access for pods (e.g. staging data or copying a checkpoint out), least privilege: read the
         # data prefix, read/write the jobs' prefix (a TrainJob writes /fsx/jobs/<name>/, which FSx exports to
@@ -141,14 +120,10 @@ class TrainingNamespace(Construct):
             name=runtime_name, pvc_name=self.pvc_name, image=image, max_restarts=max_restarts,
             gpus_per_node=gpus_per_node, efa_per_node=efa_per_node, gpudirect_rdma=gpudirect_rdma, num_nodes=num_nodes,
             node_selector=dict(gpu_node_labels),
-            # The store is a small CPU process: the system nodes, never a GPU node's capacity.
-            store_node_selector=dict(system_node_labels),
             # Pods cannot reach IMDS (hop limit 1); boto3 and the AWS CLI need the region from the env.
             env={"AWS_REGION": cdk.Aws.REGION},
         )
         runtime = cluster.add_manifest("TrainingRuntime", self.runtime)
         # The CRD and its validating webhook come with the Trainer chart.
         runtime.node.add_dependency(trainer_chart)
-        policy = cluster.add_manifest("RdzvStoreNetworkPolicy", rdzv_store_network_policy(namespace=namespace))
-        policy.node.add_dependency(ns)
 

@@ -88,26 +88,69 @@ def test_pod_identity_fsx_csi_and_vpc_cni_addons(eks: Synthesized) -> None:
     t.has_resource_properties("AWS::EKS::Addon", {
         "AddonName": "vpc-cni", "ResolveConflicts": "OVERWRITE",
         "ConfigurationValues": Match.serialized_json({"enableNetworkPolicy": "true"})})
-    t.resource_count_is("AWS::EKS::Addon", 3)
+    t.resource_count_is("AWS::EKS::Addon", 4)
 
 
-def test_only_training_pods_reach_the_rdzv_store(eks: Synthesized) -> None:
-    eks.template("Eks").has_resource_properties("Custom::AWSCDK-EKS-KubernetesResource", {
-        "Manifest": Match.serialized_json(Match.array_with([{
-            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            # object_like: CDK adds its prune label to the metadata
-            "metadata": Match.object_like({"name": "rdzv-store-from-training-pods", "namespace": "training"}),
-            "spec": {
-                "podSelector": {"matchLabels": {"t5-failover/component": "rdzv-store"}},
-                "policyTypes": ["Ingress"],
-                "ingress": [{"from": [{"podSelector": {"matchLabels": {"t5-failover/component": "training"}}}],
-                             "ports": [{"protocol": "TCP", "port": 29400}]}],
-            }}]))})
-    # the labels it selects are the ones the installed runtime puts on its pods
+def test_ebs_csi_driver_provisions_the_etcd_volumes_through_pod_identity(eks: Synthesized) -> None:
+    t = eks.template("Eks")
+    t.has_resource_properties("AWS::EKS::Addon", {"AddonName": "aws-ebs-csi-driver"})
+    t.has_resource_properties("AWS::EKS::PodIdentityAssociation",
+                              {"Namespace": "kube-system", "ServiceAccount": "ebs-csi-controller-sa"})
+    # three system nodes: the etcd members need one each (required anti-affinity)
+    t.has_resource_properties("AWS::EKS::Nodegroup", {
+        "AmiType": "AL2023_x86_64_STANDARD", "ScalingConfig": {"DesiredSize": 3, "MinSize": 3, "MaxSize": 5}})
+
+
+def test_the_stack_installs_the_jobs_etcd_closed_to_all_but_training_pods(eks: Synthesized) -> None:
+    """What the stack applies is exactly what cluster_assets/k8s/etcd.py renders (image tag from context), valid
+    against the kubernetes client's models; the NetworkPolicy admits the label the installed runtime's pods carry."""
+    from cluster_assets.k8s import etcd, schema
+    objs = [m for m in _all_manifests(eks) if m["metadata"].get("namespace") == "t5-etcd"
+            or m["kind"] in ("StorageClass",) or (m["kind"] == "Namespace" and m["metadata"]["name"] == "t5-etcd")
+            or (m["kind"] in ("Role", "RoleBinding") and m["metadata"]["name"] == "t5-etcd-admin")]
+    (sts,) = [m for m in objs if m["kind"] == "StatefulSet"]
+    image = next(m for m in objs if m["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.endswith(":0.1.0")  # the training image (<ECR repository URI>:imageTag)
+    want = etcd.cluster_objects(image=image, training_namespace="training", node_selector={"t5-failover/pool": "system"})
+    want_objs = [m for g in want.values() for m in g]
+    ident = lambda m: (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])  # noqa: E731
+    # the bootstrap Job's name carries a digest of its spec, whose image is a CloudFormation token at synth time
+    assert sorted(ident(m) for m in objs if m["kind"] != "Job") == sorted(ident(m) for m in want_objs
+                                                                          if m["kind"] != "Job")
+    installed = {ident(m): m for m in objs}
+    for m in want_objs:
+        if m["kind"] in ("StatefulSet", "PodDisruptionBudget", "NetworkPolicy", "Service", "StorageClass", "Role"):
+            got = installed[ident(m)]
+            assert {**got, "metadata": {**got["metadata"], "labels": m["metadata"].get("labels")}} == m
+    for m in objs:
+        schema.roundtrip_core(m)
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["template"]["spec"]["nodeSelector"] == {
+        "t5-failover/pool": "system"}
+    (policy,) = [m for m in objs if m["kind"] == "NetworkPolicy"]
     (rt,) = [m for m in _all_manifests(eks) if m["kind"] == "ClusterTrainingRuntime"]
-    labels = {j["name"]: j["template"]["spec"]["template"]["metadata"]["labels"]
-              for j in rt["spec"]["template"]["spec"]["replicatedJobs"]}
-    assert labels == {"store": {"t5-failover/component": "rdzv-store"}, "node": {"t5-failover/component": "training"}}
+    (node,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    training = node["template"]["spec"]["template"]["metadata"]["labels"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "training"}},
+            "podSelector": {"matchLabels": training}} in [p for r in policy["spec"]["ingress"] for p in r["from"]]
+    # no store NetworkPolicy any more (there is no store pod)
+    assert [m["metadata"]["name"] for m in _all_manifests(eks) if m["kind"] == "NetworkPolicy"] == [
+        "etcd-from-training-pods"]
+
+
+def test_etcd_members_come_after_the_ebs_driver_and_admin_after_the_training_namespace(eks: Synthesized) -> None:
+    res = eks.templates["Eks"]["Resources"]
+
+    def holding(kind: str) -> str:
+        (rid,) = [k for k, r in res.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+                  and any(m["kind"] == kind for m in manifests(r))]
+        return rid
+    (ebs,) = [k for k, r in res.items() if r["Type"] == "AWS::EKS::Addon"
+              and r["Properties"]["AddonName"] == "aws-ebs-csi-driver"]
+    assert ebs in res[holding("StatefulSet")]["DependsOn"]
+    (training_ns,) = [k for k, r in res.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+                      and {"kind": "Namespace", "name": "training"} in [
+                          {"kind": m["kind"], "name": m["metadata"]["name"]} for m in manifests(r)]]
+    assert training_ns in res[holding("ConfigMap")]["DependsOn"]  # the training namespace first
 
 
 def test_helm_charts_are_pinned(eks: Synthesized) -> None:
@@ -140,12 +183,10 @@ def test_runtime_manifest_restart_policy_and_devices(eks: Synthesized) -> None:
     assert rt["metadata"]["name"] == "t5-fault-tolerant"
     spec = rt["spec"]["template"]["spec"]
     assert spec["failurePolicy"]["maxRestarts"] == 10
-    store, node = spec["replicatedJobs"]
+    (node,) = spec["replicatedJobs"]  # no store job: membership is the cluster's etcd
     job = node["template"]["spec"]
     assert job["backoffLimitPerIndex"] == 3 and job["maxFailedIndexes"] == 0
     assert job["template"]["spec"]["restartPolicy"] == "Never"
-    # the store runs on the system node group, not on GPU capacity
-    assert store["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"t5-failover/pool": "system"}
     (container,) = job["template"]["spec"]["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
     assert job["template"]["spec"]["nodeSelector"] == {"t5-failover/pool": "gpu"}
@@ -155,7 +196,7 @@ def test_runtime_manifest_restart_policy_and_devices(eks: Synthesized) -> None:
 
 def test_fsx_static_volume_and_claim_in_the_training_namespace(eks: Synthesized) -> None:
     objs = _all_manifests(eks)
-    (ns,) = [m for m in objs if m["kind"] == "Namespace"]
+    (ns,) = [m for m in objs if m["kind"] == "Namespace" and m["metadata"]["name"] != "t5-etcd"]
     (pv,) = [m for m in objs if m["kind"] == "PersistentVolume"]
     (pvc,) = [m for m in objs if m["kind"] == "PersistentVolumeClaim"]
     assert ns["metadata"]["name"] == pvc["metadata"]["namespace"] == "training"

@@ -7,7 +7,8 @@ import pytest
 
 import re
 
-from cluster_assets.k8s.runtime import STORE_PORT, build_cluster_training_runtime, replicated_job
+from cluster_assets.k8s import etcd
+from cluster_assets.k8s.runtime import build_cluster_training_runtime, replicated_job
 from cluster_assets.k8s.schema import SchemaError, validate
 
 
@@ -20,10 +21,6 @@ def render(**overrides: object) -> dict:
 
 def node_job(rt: dict) -> dict:
     return replicated_job(rt, "node")
-
-
-def store_job(rt: dict) -> dict:
-    return replicated_job(rt, "store")
 
 
 def env_of(container: dict) -> dict:
@@ -49,58 +46,51 @@ def test_torch_runtime_shape_the_trainer_plugin_expects() -> None:
     assert container["name"] == "node"
 
 
-def test_store_is_its_own_cpu_job_on_the_system_nodes() -> None:
-    rt = render(store_node_selector={"t5-failover/pool": "system"}, node_selector={"t5-failover/pool": "gpu"})
-    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
-    assert [j["name"] for j in jobs] == ["store", "node"]  # dependsOn may only name the previous job
-    store = store_job(rt)
-    assert store["replicas"] == 1 and "labels" not in (store["template"].get("metadata") or {})  # no Trainer ancestor
-    spec = store["template"]["spec"]
-    assert spec["parallelism"] == spec["completions"] == 1 and spec["backoffLimit"] == 0
-    pod = spec["template"]["spec"]
-    assert spec["template"]["metadata"]["labels"] == {"t5-failover/component": "rdzv-store"}
-    assert pod["restartPolicy"] == "Never" and pod["nodeSelector"] == {"t5-failover/pool": "system"}
-    assert "tolerations" not in pod and "volumes" not in pod
-    (c,) = pod["containers"]
-    assert c["command"] == ["python", "-m", "training.rdzv_store", "--host", "0.0.0.0", "--port", str(STORE_PORT),
-                            "--job-id", "trainjob-$(JOBSET_NAME)"]
-    assert env_of(c)["JOBSET_NAME"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}
-    assert c["ports"] == [{"name": "rdzv", "containerPort": STORE_PORT, "protocol": "TCP"}]
-    assert c["readinessProbe"]["tcpSocket"] == {"port": "rdzv"}
-    assert "nvidia.com/gpu" not in json.dumps(c) and c["resources"]["requests"]["cpu"] == "250m"
-    assert c["image"] == "example/t5:1"
-
-
-def test_training_pods_use_the_store_and_start_after_it() -> None:
-    job = node_job(render())
-    assert job["dependsOn"] == [{"name": "store", "status": "Ready"}]
+def test_no_store_job_membership_is_in_the_clusters_etcd() -> None:
+    """Issue 33: the per-TrainJob store pod is gone; the training pods are the only replicated job and every one is
+    pointed at the stack's etcd (its members' stable names, the agents' client Secret mounted read-only)."""
+    rt = render(node_selector={"t5-failover/pool": "gpu"})
+    assert [j["name"] for j in rt["spec"]["template"]["spec"]["replicatedJobs"]] == ["node"]
+    job = node_job(rt)
+    assert "dependsOn" not in job
     pod = job["template"]["spec"]["template"]
-    assert pod["metadata"]["labels"] == {"t5-failover/component": "training"}
+    assert pod["metadata"]["labels"] == {"t5-failover/component": "training"}  # what etcd's NetworkPolicy admits
     (c,) = pod["spec"]["containers"]
-    names = [e["name"] for e in c["env"]]
-    # $(JOBSET_NAME) expands only from variables listed before its users
-    assert names.index("JOBSET_NAME") < names.index("T5_RDZV_ENDPOINT") and names.index("JOBSET_NAME") < names.index(
-        "T5_RDZV_ID")
     env = env_of(c)
-    assert env["JOBSET_NAME"] == env_of(store_job(render())["template"]["spec"]["template"]["spec"]["containers"][0])[
-        "JOBSET_NAME"]
-    # JobSet pod DNS: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain = jobset name>
-    assert env["T5_RDZV_ENDPOINT"] == f"$(JOBSET_NAME)-store-0-0.$(JOBSET_NAME):{STORE_PORT}"
-    # the launcher's own default id for a TrainJob (training.launch.from_env) and the store's --job-id
-    assert env["T5_RDZV_ID"] == "trainjob-$(JOBSET_NAME)"
+    assert env["T5_ETCD_ENDPOINTS"] == ",".join(f"https://etcd-{i}.etcd.t5-etcd.svc:2379" for i in range(3))
+    assert "T5_RDZV_ENDPOINT" not in env
+    (vol,) = [v for v in pod["spec"]["volumes"] if "secret" in v]
+    assert vol["secret"] == {"secretName": "etcd-client", "defaultMode": 0o400}
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
+    assert mount["readOnly"] and {env["T5_ETCD_CA"], env["T5_ETCD_CERT"], env["T5_ETCD_KEY"]} == {
+        f"{mount['mountPath']}/{k}" for k in (etcd.CA_CERT, etcd.CLIENT_CERT, etcd.CLIENT_KEY)}
+    # the job's own user, prefix and password come from the TrainJob (tests/k8s/test_manifests.py)
+    assert not {"T5_ETCD_USER", "T5_ETCD_PREFIX", "T5_ETCD_PASSWORD_FILE"} & set(env)
 
 
-def test_rdzv_id_is_the_one_the_launcher_derives_from_pet() -> None:
-    """T5_RDZV_ID as the kubelet expands it == what config_from_pet would derive without it."""
+def test_one_rendezvous_per_jobset_attempt_from_the_pods_labels() -> None:
+    (c,) = node_job(render())["template"]["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in c["env"]]
+    # $(VAR) expands only from variables listed before its users
+    assert names.index("JOBSET_NAME") < names.index("T5_RDZV_ID") and \
+        names.index("JOBSET_RESTART_ATTEMPT") < names.index("T5_RDZV_ID")
+    env = env_of(c)
+    assert env["JOBSET_NAME"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}
+    assert env["JOBSET_RESTART_ATTEMPT"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}
+    assert env["T5_RDZV_ID"] == "trainjob-$(JOBSET_NAME)-a$(JOBSET_RESTART_ATTEMPT)"
+
+
+def test_the_launcher_takes_the_etcd_coordinator_from_the_runtime_env() -> None:
+    """What config_from_pet makes of the runtime's env as the kubelet expands it: etcd, this attempt's id."""
     from training.launch.from_env import config_from_pet
     pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "job-a-node-0-0.job-a",
            "PET_MASTER_PORT": "29500"}
     env = env_of(node_job(render())["template"]["spec"]["template"]["spec"]["containers"][0])
-    expanded = {k: v.replace("$(JOBSET_NAME)", "job-a") for k, v in env.items() if k.startswith("T5_RDZV")}
-    derived = config_from_pet(pet)
+    expanded = {k: v.replace("$(JOBSET_NAME)", "job-a").replace("$(JOBSET_RESTART_ATTEMPT)", "2")
+                for k, v in env.items() if k.startswith("T5_") and isinstance(v, str)}
     cfg = config_from_pet(pet | expanded)
-    assert cfg.rdzv_id == derived.rdzv_id == "trainjob-job-a"
-    assert cfg.rdzv_endpoint == f"job-a-store-0-0.job-a:{STORE_PORT}" and cfg.external_store
+    assert cfg.coordinator == "etcd" and cfg.rdzv_id == "trainjob-job-a-a2" and not cfg.external_store
 
 
 def test_per_index_retry_and_gang_restart_fallback() -> None:
@@ -120,13 +110,12 @@ def test_per_index_retry_and_gang_restart_fallback() -> None:
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
     by_name = {r["name"]: r for r in policy["rules"]}
-    assert list(by_name) == ["NonRetryableExitCode", "NodeRetriesExhausted", "StoreDisrupted", "StoreLost"]
+    # no StoreLost / StoreDisrupted: losing an etcd member is no Job failure, and there is no store Job
+    assert list(by_name) == ["NonRetryableExitCode", "NodeRetriesExhausted"]
     assert by_name["NonRetryableExitCode"]["action"] == "FailJobSet"
     assert by_name["NonRetryableExitCode"]["targetReplicatedJobs"] == ["node"]
     assert by_name["NodeRetriesExhausted"]["action"] == "RestartJobSet"
     assert "MaxFailedIndexesExceeded" in by_name["NodeRetriesExhausted"]["onJobFailureReasons"]
-    assert by_name["StoreDisrupted"]["action"] == "RestartJobSetAndIgnoreMaxRestarts"
-    assert by_name["StoreLost"] == {"name": "StoreLost", "action": "RestartJobSet", "targetReplicatedJobs": ["store"]}
     # kubeflow/trainer#3737: a TTL makes the restart counter reset in a loop.
     assert "ttlSecondsAfterFinished" not in json.dumps(rt)
 
@@ -134,14 +123,11 @@ def test_per_index_retry_and_gang_restart_fallback() -> None:
 def test_non_retryable_patterns_match_the_job_controller_messages() -> None:
     rules = {r["name"]: r for r in render()["spec"]["template"]["spec"]["failurePolicy"]["rules"]}
     (exit_pattern,) = rules["NonRetryableExitCode"]["onJobFailureMessagePatterns"]
-    (disruption,) = rules["StoreDisrupted"]["onJobFailureMessagePatterns"]
     # Messages as the Kubernetes Job controller words them for podFailurePolicy matches.
     assert re.search(exit_pattern, "Container node for pod training/t5-node-0-0-x failed with exit code 3 "
                                    "matching FailJob rule at index 0")
     assert not re.search(exit_pattern, "Container node for pod training/t5-node-0-0-x failed with exit code 143 "
                                        "matching FailJob rule at index 0")
-    assert re.search(disruption, "Pod training/t5-store-0-0-x has condition DisruptionTarget matching FailJob "
-                                 "rule at index 0")
 
 
 def test_storage_shm_and_devices() -> None:
@@ -186,6 +172,8 @@ def test_cpu_variant_has_no_device_requests() -> None:
     ({"num_nodes": 0}, "num_nodes"),
     ({"retries_per_index": -1}, "retries_per_index"),
     ({"env": {"JOBSET_NAME": "x"}}, "JOBSET_NAME"),
+    ({"env": {"T5_ETCD_ENDPOINTS": "https://elsewhere:2379"}}, "T5_ETCD_ENDPOINTS"),
+    ({"env": {"T5_RDZV_ID": "x"}}, "T5_RDZV_ID"),
     ({"termination_grace_period_s": 5}, "termination_grace_period_s"),
     ({"efa_per_node": 0, "gpudirect_rdma": True}, "gpudirect_rdma"),
 ])

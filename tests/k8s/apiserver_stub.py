@@ -48,6 +48,12 @@ class Stub:
         self.finish_as = "Complete"  # condition a created TrainJob reports on its second read
         self.reads: dict[tuple[str, str], int] = {}
         self.ecr_images: set[tuple[str, str]] = set()  # (repository, tag) pairs ECR has
+        self.secrets: set[tuple[str, str]] = {("training", "etcd-client")}  # (namespace, name) that exist
+        self.jobs: dict[tuple[str, str], dict] = {}  # batch/v1 Jobs created (the etcd add-job Job)
+        self.job_outcome = "succeeded"  # what a created Job reports: succeeded / failed
+        self.job_log = "[etcd-admin] etcd user job-x: read/write /t5-failover/jobs/x/\n"
+        self.order: list[str] = []  # kinds created, in order
+        self.secret_data: dict[tuple[str, str], dict] = {}  # Secrets written through the API (etcd admin script)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -102,6 +108,7 @@ class Stub:
                 if key in self.trainjobs:
                     return 409, None
                 self.trainjobs[key] = body
+                self.order.append(f"TrainJob {key[1]}")
                 return 201, body
             if (ns, name) not in self.trainjobs:
                 return 404, None
@@ -111,14 +118,67 @@ class Stub:
                 tj["status"] = {"conditions": [{"type": self.finish_as, "status": "True", "reason": "Stub",
                                                 "message": "stub says so"}]}
             return 200, tj
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?", path):
+            if method in ("POST", "PUT") or (m[1], m[2]) in self.secret_data:
+                return self._secret(method, m[1], m[2], body)
+            return (200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": m[2], "namespace": m[1]}}) \
+                if (m[1], m[2]) in self.secrets else (404, None)
+        if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?", path):
+            return self._job(method, m[1], m[2], body)
         if re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/[^/]+/jobsets/[^/]+", path):
             return 200, {"status": {"restarts": 0}}
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path) and \
+                parse_qs(query).get("labelSelector", [""])[0].startswith("job-name="):
+            job = parse_qs(query)["labelSelector"][0].split("=", 1)[1]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+                {"metadata": {"name": f"{job}-abcde", "labels": {"job-name": job}}, "spec": {"containers": []}}]}
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/etcd-add-[^/]+/log", path):
+            return 200, self.job_log
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path):
             return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {},
                          "items": [p for p in self.pods if matches(p, query)]}
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log", path):
             return 200, "step 1/1 | stub log line\n"
         return 404, None
+
+    def _secret(self, method: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
+        """Secrets with data: created (409 if it exists), replaced, read back."""
+        if method == "POST":
+            key = (ns, body["metadata"]["name"])
+            if key in self.secret_data or key in self.secrets:
+                return 409, None
+            self.secret_data[key] = body
+            self.secrets.add(key)
+            return 201, body
+        if method == "PUT":
+            self.secret_data[(ns, name)] = body
+            return 200, body
+        return 200, self.secret_data[(ns, name)]
+
+    def _job(self, method: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
+        """batch/v1 Jobs: created as given; read back with the outcome the test chose (a succeeded add-job Job has
+        made the TrainJob's Secret)."""
+        if method == "POST":
+            name = body["metadata"]["name"]
+            if (ns, name) in self.jobs:
+                return 409, None
+            self.jobs[(ns, name)] = body
+            self.order.append(f"Job {name}")
+            return 201, body
+        if (ns, name) not in self.jobs:
+            return 404, None
+        if method == "DELETE":
+            del self.jobs[(ns, name)]
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        job = dict(self.jobs[(ns, name)])
+        if self.job_outcome == "succeeded":
+            trainjob = job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+            self.secrets.add(("training", f"{trainjob}-etcd"))
+            job["status"] = {"succeeded": 1}
+        else:
+            job["status"] = {"failed": 3, "conditions": [{"type": "Failed", "status": "True",
+                                                          "reason": "BackoffLimitExceeded"}]}
+        return 200, job
 
     def _handler(self):
         stub = self
@@ -146,5 +206,11 @@ class Stub:
 
             def do_POST(self):
                 self._do("POST")
+
+            def do_PUT(self):
+                self._do("PUT")
+
+            def do_DELETE(self):
+                self._do("DELETE")
 
         return H

@@ -175,27 +175,42 @@ def test_an_unschedulable_pod_is_named_while_the_job_waits(stub):
             "nvidia.com/gpu.; it starts once GPU nodes") in r.stdout and "gpuNodes" in r.stdout
 
 
-RUNTIME_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0"
-
-
-def test_a_runtime_whose_store_image_is_not_in_ecr_is_refused_before_submitting(stub):
-    # Every image a job pulls exists before it is pulled: the TrainJob's (this checkout's tag, pushed) and the
-    # store pod's, which the runtime fixes (a TrainJob cannot change it). A real boto3 client asks the stub's ECR.
+def test_submit_makes_the_jobs_etcd_user_in_the_cluster_before_the_trainjob(stub):
+    """Each TrainJob logs in to the cluster's etcd as its own user: the submit runs the add-job Job (training image,
+    etcd namespace, system nodes, the etcd-admin service account) and creates the TrainJob only once it succeeded."""
     s, kc = stub
-    s.ecr_images = {("t5", source_tag())}  # `make image` pushed this checkout; the runtime's 0.1.0 never was
-    args = [a for a in ARGS if a not in ("--image", "t5:1", "--skip-image-check")]
-    r = submit_cli(*args, env={**env_with(kc), **s.ecr_env()})
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 0, r.stderr
+    assert s.order == ["Job etcd-add-t5-stub", "TrainJob t5-stub"]
+    job = s.jobs[("t5-etcd", "etcd-add-t5-stub")]
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "t5:1" and c["command"][-3:] == ["add-job", "--job", "t5-stub"]
+    assert pod["serviceAccountName"] == "etcd-admin" and pod["nodeSelector"] == {"t5-failover/pool": "system"}
+    assert job["metadata"]["labels"]["t5-failover/component"] == "etcd-admin"  # admitted by etcd's NetworkPolicy
+    assert "etcd: creating user job-t5-stub" in r.stdout
+
+
+def test_a_failed_etcd_user_job_stops_the_submit_with_its_reason(stub):
+    s, kc = stub
+    s.job_outcome = "failed"
+    s.job_log = "[etcd-admin] waiting\nerror: add-job: StoreUnavailable: no etcd member answered\n"
+    r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 2 and not s.trainjobs
     (line,) = r.stderr.splitlines()
-    assert line == (f"error: the store pod of every job on runtime t5-fault-tolerant would pull {RUNTIME_IMAGE}, "
-                    f"which is missing in ECR (ImageNotFoundException): push the training image with `make image` "
-                    f"and deploy the EKS stack with `-c imageTag=<the tag it printed>`, so that the runtime names an "
-                    f"image that exists (docs/kubernetes.md); then submit again")
-    s.ecr_images.add(("t5", "0.1.0"))  # deployed with an imageTag that was pushed: the job is submitted
-    r = submit_cli(*args, env={**env_with(kc), **s.ecr_env()})
-    assert r.returncode == 0, r.stderr
-    (tj,) = s.trainjobs.values()
-    assert tj["spec"]["trainer"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:{source_tag()}"
+    assert line == ("error: etcd user for TrainJob t5-stub not created: Job t5-etcd/etcd-add-t5-stub failed (error: "
+                    "add-job: StoreUnavailable: no etcd member answered); see `kubectl -n t5-etcd logs "
+                    "job/etcd-add-t5-stub`")
+
+
+def test_an_etcd_that_was_never_bootstrapped_is_named_before_anything_is_created(stub):
+    s, kc = stub
+    s.secrets.clear()
+    r = submit_cli(*ARGS, env=env_with(kc))
+    assert r.returncode == 2 and not s.trainjobs and not s.jobs
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("error: Secret training/etcd-client is missing: the cluster's etcd is not bootstrapped yet")
+    assert "etcd-bootstrap Job" in line
 
 
 def test_chaos_without_cluster_fails_clearly(tmp_path):

@@ -5,8 +5,9 @@ as user overrides), run by the contract emulator as real processes (the store jo
 launcher -> torchrun -> training in the node pods):
 
 * kill node 0's pod -> the Job controller replaces that pod alone (backoffLimitPerIndex) -> node 1's agent
-  re-forms the rendezvous on the store job with the new pod -> resume -> finish; no JobSet restart;
-* kill the store pod -> the store Job fails -> JobSet gang restart (the fallback) -> resume -> finish.
+  re-forms the rendezvous in etcd with the new pod -> resume -> finish; no JobSet restart;
+* SIGKILL the etcd member that leads (a real 3-member etcd stands in for the stack's) -> nothing restarts: no
+  pod fails, no JobSet restart, one training attempt, weights bitwise equal to the reference.
 
 The emulator judges each run with the common chaos verdict (fault confirmed, noticed, restarted, steps
 recomputed, completed, every sample exactly once, final weights bitwise equal to an uninterrupted run of the
@@ -60,7 +61,7 @@ def reference(tmp_path_factory) -> Path:
     ref, rep, fsx = emulate(tmp, "t5-contract-ref")
     assert ref.returncode == 0, ref.stdout + ref.stderr + pod_logs(tmp, "t5-contract-ref")
     assert rep["state"] == "Complete" and rep["jobset_restarts"] == 0
-    assert rep["pods_created"] == {"store/0": 1, "node/0": 1, "node/1": 1}
+    assert rep["pods_created"] == {"node/0": 1, "node/1": 1}
     return fsx / "jobs/t5-contract-ref" / f"checkpoints/step_{STEPS:08d}"
 
 
@@ -93,13 +94,12 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     assert {"fault injected", "failure noticed", "job restarted", "every sample exactly once",
             "weights bitwise == reference", "only the failed pod was replaced"} <= set(checks)
     assert "pod failed" in checks["fault injected"]
-    # the Job controller replaced node 0's pod alone; node 1 and the store ran start to end; no gang restart
+    # the Job controller replaced node 0's pod alone; node 1 ran start to end; no gang restart
     assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
-    assert rep["pods_created"] == {"store/0": 1, "node/0": 2, "node/1": 1}
-    (old0, new0), (node1,), (store,) = rep["pods"]["node"]["0"], rep["pods"]["node"]["1"], rep["pods"]["store"]["0"]
+    assert rep["pods_created"] == {"node/0": 2, "node/1": 1}
+    (old0, new0), (node1,) = rep["pods"]["node"]["0"], rep["pods"]["node"]["1"]
     assert old0["exit_code"] == 137 and new0["why"] == "replaced (Count)" and new0["pid"] != old0["pid"]
     assert node1["exit_code"] == 0 and node1["attempt"] == new0["attempt"] == 0  # exited at the end, on its own
-    assert store["why"] == "created" and store["ended"] >= node1["ended"]  # deleted when the JobSet completed
     resumed_from_newest_checkpoint(rep, fsx, name)
 
 
@@ -130,22 +130,34 @@ def test_with_a_hot_spare_pod_a_killed_training_pod_never_shrinks_the_world(tmp_
     resumed_from_newest_checkpoint(rep, fsx, name)
 
 
-def test_single_replacement_check_fails_on_a_gang_restart(tmp_path, reference, capsys):
-    """The fallback: losing the store is a JobSet gang restart. Judged as a gang restart it passes; judged by the
-    per-index promise (only the failed pod replaced) the same report fails."""
-    name = "t5-contract-store"
-    chaos, rep, fsx = emulate(tmp_path, name, "kill:store@3", reference=reference)
+def test_etcd_leader_killed_mid_training_nothing_restarts_bitwise(tmp_path, reference, capsys):
+    """The membership store survives losing a member, the leader included: SIGKILL the etcd member that leads at
+    step 3 (the StatefulSet brings it back on its volume 2 s later). No training pod fails or is recreated, no
+    JobSet restart, one training attempt, and the final weights are bitwise those of the uninterrupted run."""
+    name = "t5-contract-etcd"
+    chaos, rep, fsx = emulate(tmp_path, name, "kill:etcd-leader@3", reference=reference)
     with capsys.disabled():
         print("\n" + chaos.stdout[chaos.stdout.find("==="):])
     assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
-    assert rep["state"] == "Complete" and rep["name"] == "store-kill" and rep["passed"]
-    assert rep["expected"] == "JobSet gang restart" and rep["jobset_restarts"] == 1
-    assert rep["pods_created"] == {"store/0": 2, "node/0": 2, "node/1": 2}
-    assert any("StoreLost" in e["detail"] for e in rep["pod_events"] if e["what"] == "JobSet restart")
-    resumed_from_newest_checkpoint(rep, fsx, name)
+    assert rep["state"] == "Complete" and rep["name"] == "store-member-kill" and rep["expected"] == "nothing restarted"
+    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
+    checks = {c["name"]: c["detail"] for c in rep["checks"]}
+    assert {"fault injected", "no pod restarted", "every sample exactly once", "weights bitwise == reference"} <= \
+        set(checks)
+    assert "(leader)" in rep["events"][0]["label"] and "pod failed" in checks["fault injected"]
+    assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 0
+    assert rep["pods_created"] == {"node/0": 1, "node/1": 1}
+    assert any(e["what"] == "etcd member restarted" for e in rep["pod_events"])
+    events = [json.loads(line) for line in (fsx / f"jobs/{name}/metrics.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("start") == 1
+
+
+def test_single_replacement_check_fails_on_a_gang_restart():
+    """Judged by the per-index promise (only the failed pod replaced), a gang restart fails."""
     from chaos.kubernetes import check_single_pod_replaced
     from chaos.verdict import Observation
-    facts = {"jobset_restarts": rep["jobset_restarts"], "pods": rep["pods"], "faulted": ["store/0"]}
+    pods = {"node": {"0": [{"pid": 1}, {"pid": 3}], "1": [{"pid": 2}, {"pid": 4}]}}
+    facts = {"jobset_restarts": 1, "pods": pods, "faulted": ["node/0"]}
     verdict = check_single_pod_replaced(Observation(records=[], faults=[], facts=facts))
     assert not verdict.ok and "1 JobSet restart(s)" in verdict.detail and "recreated although not faulted" in \
         verdict.detail

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.k8s_emulator import ContractError, Emulator, Fault, render
-from cluster_assets.k8s.runtime import STORE_PORT, build_cluster_training_runtime, replicated_job
+from cluster_assets.k8s.runtime import build_cluster_training_runtime, replicated_job
 from tests.k8s.helpers import render as render_cli
 
 
@@ -50,13 +50,19 @@ def node_spec(rt: dict) -> dict:
     return replicated_job(rt, "node")["template"]["spec"]
 
 
-PROBE = """import json, os, socket, sys
+PROBE = """import json, os, sys
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-host, port = os.environ["T5_RDZV_ENDPOINT"].rsplit(":", 1)
-with socket.socket() as s:  # the store must already be up: the node Job depends on it being Ready
-    store_up = s.connect_ex((host, int(port))) == 0
-json.dump({"env": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd(), "store_up": store_up},
+client = EtcdClient(ClientCredentials.from_env())  # the cluster's etcd, as this job's user
+client.put(client.key("probe/" + os.environ["PET_NODE_RANK"]), "here")
+try:  # another job's prefix
+    client.put("/t5-failover/jobs/someone-else/x", "1")
+    other = "written"
+except StoreRefused as e:
+    other = str(e)
+json.dump({"env": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd(), "other_prefix": other,
+           "mine": sorted(kv.key for kv in client.get_prefix(client.key("probe/"))[0])},
           open(os.path.join(out, os.environ["PET_NODE_RANK"] + ".json"), "w"))
 """
 
@@ -65,7 +71,6 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
     rt, tj = rendered
     emu = run(rt, with_command(tj, PROBE, "/fsx/probe"), tmp_path)
     assert emu.state == "Complete" and emu.restarts == 0
-    store_port = emu.port_map[("store", STORE_PORT)]
     for rank in (0, 1):
         got = json.loads((tmp_path / "fsx/probe" / f"{rank}.json").read_text())
         env = got["env"]
@@ -80,39 +85,25 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
         assert set(env) - {"PWD", "LC_CTYPE"} == expected  # PWD/LC_CTYPE: set by the interpreter itself
         assert env["HOSTNAME"] == f"t5-emu-unit-node-0-{rank}"
         assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-        # downward API + $(JOBSET_NAME) expansion + the store's pod DNS name resolved to the mapped local port
-        assert env["JOBSET_NAME"] == "t5-emu-unit" and env["T5_RDZV_ID"] == "trainjob-t5-emu-unit"
-        assert env["T5_RDZV_ENDPOINT"] == f"127.0.0.1:{store_port}"
-        assert got["store_up"], "node pods started before the store was ready (dependsOn Ready)"
+        # downward API (JobSet name and restart attempt) + $(VAR) expansion: one rendezvous per JobSet attempt
+        assert env["JOBSET_NAME"] == "t5-emu-unit" and env["T5_RDZV_ID"] == "trainjob-t5-emu-unit-a0"
+        assert env["T5_ETCD_ENDPOINTS"] == ",".join(emu.etcd.endpoints)  # the cluster's names -> local members
+        assert env["T5_ETCD_USER"] == "job-t5-emu-unit" and env["T5_ETCD_PREFIX"] == "/t5-failover/jobs/t5-emu-unit/"
         assert got["argv"][1] == str((tmp_path / "fsx/probe").resolve())  # /fsx -> the local FSx stand-in
 
 
-def test_store_pod_runs_the_real_store_until_the_jobset_completes(rendered, tmp_path):
+def test_pods_reach_the_clusters_etcd_as_their_job_only(rendered, tmp_path):
+    """The runtime's client Secret + the TrainJob's password Secret (mounted by its runtimePatches) log each pod in
+    as the job's etcd user: it writes under its prefix, never another job's."""
     rt, tj = rendered
     emu = run(rt, with_command(tj, PROBE, "/fsx/probe"), tmp_path)
-    assert emu.state == "Complete" and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 1}
-    (store,) = [p for p in emu.pod_log if p.job == "store"]
-    port = str(emu.port_map[("store", STORE_PORT)])
-    assert store.argv[:3] == ["python", "-m", "training.rdzv_store"]
-    assert store.argv[store.argv.index("--port") + 1] == port  # its own declared port, mapped
-    assert store.argv[store.argv.index("--job-id") + 1] == "trainjob-t5-emu-unit"
-    assert store.env["HOSTNAME"] == "t5-emu-unit-store-0-0" and "PET_NNODES" not in store.env
-    # successPolicy targets node only: the JobSet completed while the store was still serving, then deleted it
-    events = [e.what for e in emu.events]
-    assert events.index("TrainJob Complete") > events.index("pods terminated")
-    # deleted (SIGTERM, SIGKILL after its 5 s grace) only after the last node pod had succeeded
-    assert store.ended >= max(p.ended for p in emu.pod_log if p.job == "node") and store.exit_code is not None
-    nodes_started = [e.time for e in emu.events if e.what == "pods started" and "node-0-0" in e.detail]
-    assert nodes_started[0] > next(e.time for e in emu.events if e.what == "dependency reached")
-
-
-def test_without_the_success_policy_the_jobset_waits_for_the_store_forever(rendered, tmp_path):
-    """Why the runtime targets successPolicy at node: JobSet's default (All jobs) would wait for the store."""
-    rt, tj = copy.deepcopy(rendered[0]), rendered[1]
-    del rt["spec"]["template"]["spec"]["successPolicy"]
-    emu = run(rt, with_command(tj, "pass"), tmp_path, timeout_s=8)
-    assert emu.state == "Failed" and "timed out" in emu.message
-    assert sum(e.what == "pod succeeded" for e in emu.events) == 2
+    assert emu.state == "Complete" and pods(emu) == {"node/0": 1, "node/1": 1}
+    for rank in (0, 1):
+        got = json.loads((tmp_path / "fsx/probe" / f"{rank}.json").read_text())
+        assert f"/t5-failover/jobs/t5-emu-unit/probe/{rank}" in got["mine"]
+        assert "permission denied" in got["other_prefix"], got["other_prefix"]
+        assert Path(got["env"]["T5_ETCD_PASSWORD_FILE"]).read_text()  # the Secret's file, as the pod sees it
+    assert [e.what for e in emu.events].count("etcd started") == 1
 
 
 def test_shipped_command_maps_pet_to_torchrun(rendered, tmp_path):
@@ -127,10 +118,9 @@ def test_shipped_command_maps_pet_to_torchrun(rendered, tmp_path):
         log = (tmp_path / "work" / f"t5-emu-unit-node-0-{rank}-a0.log").read_text()
         assert "--nnodes=2:2" in log  # --min-nodes $(PET_NNODES) expanded by the kubelet rules
         assert "--nproc-per-node=1" in log
-        # the store job's endpoint, not node 0: every agent is a client of it
-        assert f"--rdzv-endpoint=127.0.0.1:{emu.port_map[('store', STORE_PORT)]}" in log
-        assert "is_host=false" in log and "--rdzv-id=trainjob-t5-emu-unit" in log
-        assert "--rdzv-backend=c10d" in log and "--module training" in log
+        # membership in the cluster's etcd (T5_ETCD_ENDPOINTS switches the launcher), one rendezvous per attempt
+        assert "--rdzv-backend=t5-etcd" in log and "--rdzv-id=trainjob-t5-emu-unit-a0" in log
+        assert "is_host=false" not in log and "--module training" in log
         assert f"--job.out_dir {(tmp_path / 'fsx').resolve()}/jobs/t5-emu-unit" in log
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in log
 
@@ -144,7 +134,7 @@ def test_crash_loops_use_the_per_index_retries_then_stop_at_max_restarts(rendere
     assert any("NodeRetriesExhausted" in e.detail for e in emu.events if e.what == "JobSet restart")
     # per attempt: an index fails, gets one retry, fails again -> the Job fails; the other index may still be on
     # its first pod (or its replacement) when that happens
-    assert 2 <= pods(emu)["node/0"] + pods(emu)["node/1"] <= 8 and pods(emu)["store/0"] == 2
+    assert 2 <= pods(emu)["node/0"] + pods(emu)["node/1"] <= 8
 
 
 def test_non_retryable_exit_code_fails_without_restart(rendered, tmp_path):
@@ -180,7 +170,7 @@ def test_a_killed_pod_is_replaced_alone(rendered, tmp_path):
     emu = run(runtime(max_restarts=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
               faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Complete", emu.message
-    assert emu.restarts == 0 and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 2}
+    assert emu.restarts == 0 and pods(emu) == {"node/0": 1, "node/1": 2}
     (repl,) = [p for p in emu.pod_log if p.why.startswith("replaced")]
     assert repl.why == "replaced (Count)" and repl.env["HOSTNAME"] == "t5-emu-unit-node-0-1"
 
@@ -190,7 +180,7 @@ def test_eviction_replaces_the_pod_without_using_the_index_budget(rendered, tmp_
     emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
               tmp_path, faults=[Fault("evict", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Complete", emu.message
-    assert emu.restarts == 0 and pods(emu) == {"store/0": 1, "node/0": 1, "node/1": 2}
+    assert emu.restarts == 0 and pods(emu) == {"node/0": 1, "node/1": 2}
     assert [p.why for p in emu.pod_log if p.job == "node" and p.rank == 1] == ["created", "replaced (Ignore)"]
 
 
@@ -200,7 +190,7 @@ def test_no_retries_per_index_means_a_gang_restart(rendered, tmp_path):
               tmp_path, faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Complete", emu.message
     assert emu.restarts == 1 and emu.restarts_towards_max == 1
-    assert pods(emu) == {"store/0": 2, "node/0": 2, "node/1": 2}  # everything recreated
+    assert pods(emu) == {"node/0": 2, "node/1": 2}  # everything recreated
 
 
 def test_kill_with_no_budget_fails(rendered, tmp_path):
@@ -208,16 +198,6 @@ def test_kill_with_no_budget_fails(rendered, tmp_path):
     emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
               faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
     assert emu.state == "Failed" and "maxRestarts=0" in emu.message
-
-
-def test_losing_the_store_is_a_gang_restart(rendered, tmp_path):
-    _, tj = rendered
-    emu = run(runtime(max_restarts=2), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
-              faults=[Fault("kill", 0, 1, job="store")], progress=ready(tmp_path))
-    assert emu.state == "Complete", emu.message
-    assert emu.restarts == 1 and emu.restarts_towards_max == 1
-    assert any("rule StoreLost -> RestartJobSet" in e.detail for e in emu.events if e.what == "JobSet restart")
-    assert pods(emu) == {"store/0": 2, "node/0": 2, "node/1": 2}
 
 
 def test_fail_index_rule_fails_the_job_at_once(rendered, tmp_path):
@@ -246,8 +226,9 @@ def test_without_failure_policy_the_first_failure_is_final(rendered, tmp_path):
     (lambda rt, tj: node_spec(rt)["template"]["spec"]["containers"][0].update(name="main"),
      "no container named 'node'"),
     (lambda rt, tj: tj["spec"]["trainer"]["env"].append({"name": "PET_NODE_RANK", "value": "0"}), "reserved"),
-    (lambda rt, tj: replicated_job(rt, "node")["dependsOn"][0].update(name="nope"), "dependsOn"),
-    (lambda rt, tj: rt["spec"]["template"]["spec"]["replicatedJobs"].reverse(), "dependsOn"),
+    (lambda rt, tj: replicated_job(rt, "node").update(dependsOn=[{"name": "nope", "status": "Ready"}]), "dependsOn"),
+    (lambda rt, tj: tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+     .update(name="store"), "runtimePatches names replicated job 'store'"),
     (lambda rt, tj: node_spec(rt).pop("backoffLimitPerIndex"), "maxFailedIndexes without backoffLimitPerIndex"),
     (lambda rt, tj: rt["spec"]["template"]["spec"]["successPolicy"].update(targetReplicatedJobs=["x"]),
      "successPolicy targets unknown"),

@@ -18,7 +18,7 @@ REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/t5ft/t5-train"
 
 def test_every_image_of_the_rendered_runtime_and_trainjob_is_the_tag_make_image_pushes(tmp_path):
     # The offline render a user does with the deploy's outputs (`cdk deploy --outputs-file`): the TrainJob's image
-    # and every container of the runtime (the store's included) are <EcrRepositoryUri>:<this checkout's tag>,
+    # and every container of the runtime are <EcrRepositoryUri>:<this checkout's tag>,
     # the tag scripts/image.sh pushes (tools.image_tag); validated with the pinned Trainer API models.
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"t5ft-storage": {"EcrRepositoryUri": REPO}}))
@@ -30,7 +30,7 @@ def test_every_image_of_the_rendered_runtime_and_trainjob_is_the_tag_make_image_
     pushed = f"{REPO}:{source_tag()}"
     assert docs["TrainJob"]["spec"]["trainer"]["image"] == pushed
     images = container_images(docs["ClusterTrainingRuntime"])
-    assert set(images) == {"store/store", f"{NODE}/{NODE}"} and set(images.values()) == {pushed}
+    assert set(images) == {f"{NODE}/{NODE}"} and set(images.values()) == {pushed}
 
 
 def pod(rjob: str, *, waiting: tuple[str, str] | None = None, unscheduled: str | None = None,

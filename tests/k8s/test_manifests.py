@@ -104,7 +104,7 @@ def test_schema_rejects(mutate, match):
 
 
 @pytest.mark.parametrize("job, field, index", [
-    ("store", "backofLimit", 0), ("node", "backoffLimitPerindex", 1), ("node", "maxFailedIndex", 1)])
+    ("node", "backofLimit", 0), ("node", "backoffLimitPerindex", 0), ("node", "maxFailedIndex", 0)])
 def test_schema_rejects_unknown_runtime_field(job, field, index):
     rt = gpu_runtime()
     replicated_job(rt, job)["template"]["spec"][field] = 0
@@ -113,15 +113,27 @@ def test_schema_rejects_unknown_runtime_field(job, field, index):
 
 
 def test_printed_runtime_pairs_with_the_trainjob():
-    """`--print-runtime` renders both replicated jobs; the store runs the runtime's image, the TrainJob's name
-    keeps the store's pod hostname a valid DNS label."""
+    """`--print-runtime` renders the training pods only (no store job), pointed at the cluster's etcd; the TrainJob
+    carries its own etcd user and prefix and mounts its password Secret through a runtime patch of that same
+    replicated job and container."""
     r = submit_cli("--dry-run", "--print-runtime", "--name", "t5-" + "x" * 37, "--image", "reg/t5:abc", *CPU_SHAPE)
     assert r.returncode == 0, r.stderr
     rt, tj = (d for d in yaml.safe_load_all(r.stdout) if d["kind"] in ("ClusterTrainingRuntime", "TrainJob"))
-    store = replicated_job(rt, "store")["template"]["spec"]["template"]["spec"]["containers"][0]
-    assert store["image"] == "reg/t5:abc" and store["command"][:3] == ["python", "-m", "training.rdzv_store"]
-    assert len(f"{tj['metadata']['name']}-store-0-0") <= 63
+    assert [j["name"] for j in rt["spec"]["template"]["spec"]["replicatedJobs"]] == ["node"]
+    name = tj["metadata"]["name"]
+    env = {e["name"]: e["value"] for e in tj["spec"]["trainer"]["env"]}
+    assert env["T5_ETCD_USER"] == f"job-{name}" and env["T5_ETCD_PREFIX"] == f"/t5-failover/jobs/{name}/"
+    (patch,) = tj["spec"]["runtimePatches"]
+    (rjp,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = rjp["template"]["spec"]["template"]["spec"]
+    assert rjp["name"] == "node" and pod["volumes"] == [
+        {"name": "etcd-job", "secret": {"secretName": f"{name}-etcd", "defaultMode": 0o400}}]
+    (ctr,) = pod["containers"]
+    (mount,) = ctr["volumeMounts"]
+    assert ctr["name"] == "node" and env["T5_ETCD_PASSWORD_FILE"] == f"{mount['mountPath']}/password"
+    assert len(f"{name}-etcd") <= 253 and len(f"etcd-add-{name}") <= 63  # Secret and add-job Job names
     schema.roundtrip(rt)
+    schema.roundtrip(tj)
 
 
 # --------------------------------------------------------------------------------------------- bad input
@@ -138,6 +150,8 @@ def test_printed_runtime_pairs_with_the_trainjob():
     (dict(env=(("PET_NNODES", "3"),)), "PET_NNODES is reserved"),
     (dict(spares=-1), "--spares -1 is invalid"),
     (dict(env=(("T5_SPARES", "1"),)), "pass --spares instead"),
+    (dict(env=(("T5_ETCD_USER", "root"),)), "T5_ETCD_USER is set by the runtime or the job's etcd credentials"),
+    (dict(env=(("T5_RDZV_ID", "x"),)), "T5_RDZV_ID is set by the runtime"),
     (dict(training_args=("--job.out_dir", "/tmp/x")), "submit with the same --name"),
     (dict(fsx_mount_path="fsx"), "must be absolute"),
 ])

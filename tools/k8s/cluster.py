@@ -135,6 +135,39 @@ class Cluster:
             raise ClusterError(f"PVC {namespace}/{claim} is {pvc.status.phase}, not Bound: check the FSx CSI driver "
                                f"add-on and the static PV (kubectl describe pvc -n {namespace} {claim})")
 
+    def secret_exists(self, namespace: str, name: str) -> bool:
+        return self._call(f"reading Secret {namespace}/{name}", self.core.read_namespaced_secret, name,
+                          namespace) is not None
+
+    # ------------------------------------------------------------------------------------------ batch Jobs
+    @property
+    def batch(self):
+        return _client()[0].BatchV1Api(self.api)
+
+    def create_job(self, manifest: dict[str, Any]) -> None:
+        ns = manifest["metadata"]["namespace"]
+        self._call(f"creating Job {ns}/{manifest['metadata']['name']}", self.batch.create_namespaced_job, ns,
+                   manifest)
+
+    def job_status(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job's status as a dict (``succeeded``, ``failed``, ``active``, ``conditions``), None if missing."""
+        job = self._call(f"reading Job {namespace}/{name}", self.batch.read_namespaced_job, name, namespace)
+        return None if job is None else self.api.sanitize_for_serialization(job.status) or {}
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        body = _client()[0].V1DeleteOptions(propagation_policy="Background")
+        self._call(f"deleting Job {namespace}/{name}", self.batch.delete_namespaced_job, name, namespace, body=body)
+
+    def job_log_tail(self, namespace: str, job: str, lines: int = 5) -> str:
+        """The last lines of the newest pod of Job ``job`` ("" when it has none)."""
+        res = self._call(f"listing pods of Job {namespace}/{job}", self.core.list_namespaced_pod, namespace,
+                         label_selector=f"job-name={job}")
+        pods = sorted(res.items if res else [], key=lambda p: p.metadata.creation_timestamp or 0)
+        if not pods:
+            return ""
+        return self._call(f"reading the log of {pods[-1].metadata.name}", self.core.read_namespaced_pod_log,
+                          pods[-1].metadata.name, namespace, tail_lines=lines) or ""
+
     def train_job_exists(self, namespace: str, name: str) -> bool:
         return self.get_train_job(namespace, name) is not None
 

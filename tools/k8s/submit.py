@@ -12,7 +12,8 @@ IMAGE overrides the image, IMAGE_TAG its tag). The image is this checkout's, as 
 (tools/image_tag.py), in the stack's ECR repository.
 
 Exit codes: 0 the TrainJob completed (or dry run), 1 it failed or timed out, 2 bad arguments or the cluster
-is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing).
+is not ready (no kubeconfig, unreachable API, Trainer not installed, runtime/PVC/namespace/image missing, the
+cluster's etcd not bootstrapped or the job's etcd user not created).
 """
 from __future__ import annotations
 
@@ -26,18 +27,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster_assets.k8s import schema
+from cluster_assets.k8s import etcd, schema
 from cluster_assets.k8s.runtime import NODE, container_images
 from cluster_assets.k8s.trainjob import (MAX_NAME_LEN, TrainJobConfig, TrainJobError, to_yaml,
                                          train_job_manifest)
 from cluster_assets.training_args import TrainingArgsError, split_training_flags
 from cluster_assets.training_args import check_training_args as shared_check
+from cluster_facts.names import NODE_POOL_LABEL, SYSTEM_POOL
 from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_MAX_RESTARTS, FSX_MOUNT_PATH,
                            FSX_PVC_NAME, GPU_INSTANCES, RUNTIME_NAME, TRAINING_NAMESPACE)
 from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.image_tag import check_tag, source_tag
 
 DEFAULT_PRESET = "t5-base"
+#: The stack's system node group: where the etcd administration pods run (stacks/components/eks_cluster.py).
+SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
 PLACEHOLDER_IMAGE = "t5-failover-train:set-image-with--image"
 
@@ -175,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the TrainJob YAML and exit (env DRY_RUN=1/true/yes/on); no cluster needed")
     g.add_argument("--print-runtime", action="store_true",
                    help="print our ClusterTrainingRuntime YAML (with --dry-run: before the TrainJob)")
+    g.add_argument("--print-etcd", action="store_true",
+                   help="print the etcd objects the EKS stack installs in namespace t5-etcd (members, PDB, "
+                        "NetworkPolicy, administration), with this job's image for the administration pods")
     g.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
                    help="runtime maxRestarts for --print-runtime (the stack sets it; default %(default)s)")
     g.add_argument("--context", help="kubeconfig context (default: current)")
@@ -333,6 +340,56 @@ def check_runtime_images(runtime_name: str, images: dict[str, str]) -> None:
                                f"the runtime names an image that exists (docs/kubernetes.md); then submit again")
 
 
+#: How long the add-job Job may take: the first one on a system node pulls the training image (several GB).
+ADD_JOB_TIMEOUT_S = 900.0
+
+
+def check_etcd_ready(cluster, cfg: TrainJobConfig) -> None:
+    """The cluster's etcd has been bootstrapped: the agents' client Secret exists in the training namespace."""
+    from tools.k8s.cluster import ClusterError
+    if not cluster.secret_exists(cfg.namespace, etcd.CLIENT_SECRET):
+        raise ClusterError(
+            f"Secret {cfg.namespace}/{etcd.CLIENT_SECRET} is missing: the cluster's etcd is not bootstrapped yet. The "
+            f"stack's etcd-bootstrap Job (namespace {etcd.ETCD_NAMESPACE}) makes it once the training image is in ECR; "
+            f"see `kubectl -n {etcd.ETCD_NAMESPACE} get jobs` and its log (docs/kubernetes.md)")
+
+
+def add_etcd_job_user(cluster, cfg: TrainJobConfig, *, timeout_s: float = ADD_JOB_TIMEOUT_S,
+                      poll_s: float = 2.0) -> None:
+    """Create the TrainJob's etcd user, role and password Secret with the administrative credentials, inside the
+    cluster: a short Job in the etcd namespace (:func:`cluster_assets.k8s.etcd.add_job_job`) running the training
+    image's own etcd code. Why a Job and not this machine: root's password never leaves the cluster, and the
+    members are reachable only from pods the NetworkPolicy admits (no port-forward, no kubectl needed here)."""
+    from tools.k8s.cluster import ClusterError
+    manifest = etcd.add_job_job(cfg.name, image=cfg.image, training_namespace=cfg.namespace,
+                                node_selector=SYSTEM_POOL_LABEL)
+    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    if cluster.job_status(ns, name) is not None:  # a previous submission of this name: run it again
+        cluster.delete_job(ns, name)
+        deadline = time.time() + 60
+        while cluster.job_status(ns, name) is not None and time.time() < deadline:
+            time.sleep(poll_s)
+    cluster.create_job(manifest)
+    print(f"[submit] etcd: creating user job-{cfg.name} (Job {ns}/{name})", flush=True)
+    deadline, said = time.time() + timeout_s, False
+    while True:
+        status = cluster.job_status(ns, name) or {}
+        if status.get("succeeded"):
+            return
+        if any(c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []):
+            tail = cluster.job_log_tail(ns, name).strip().splitlines()
+            raise ClusterError(f"etcd user for TrainJob {cfg.name} not created: Job {ns}/{name} failed"
+                               + (f" ({tail[-1]})" if tail else "") + f"; see `kubectl -n {ns} logs job/{name}`")
+        if time.time() > deadline:
+            raise ClusterError(f"etcd user for TrainJob {cfg.name} not created within {timeout_s:.0f} s: see "
+                               f"`kubectl -n {ns} describe job {name}`")
+        if not said and time.time() > deadline - timeout_s + 30:
+            print(f"[submit] etcd: still waiting for Job {ns}/{name} (its first run on a node pulls the training "
+                  f"image)", flush=True)
+            said = True
+        time.sleep(poll_s)
+
+
 def with_tag(image: str, tag: str) -> str:
     """``image`` (``registry/repo[:tag][@digest]``) with its tag replaced by ``tag``."""
     repo = image.split("@", 1)[0]
@@ -435,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         manifest = train_job_manifest(cfg)
         check_training_args(cfg)
         docs = []
+        if a.print_etcd:
+            docs += [o for group in etcd.cluster_objects(image=cfg.image, training_namespace=cfg.namespace,
+                                                         node_selector=SYSTEM_POOL_LABEL).values() for o in group]
         if a.print_runtime:
             docs.append(runtime_manifest(a, cfg))
         if a.dry_run:
@@ -462,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
             manifest = train_job_manifest(cfg)
             if not a.skip_image_check and (problem := check_image(cfg.image)):
                 raise ClusterError(problem)
+        check_etcd_ready(cluster, cfg)
+        add_etcd_job_user(cluster, cfg)
         cluster.create_train_job(manifest)
         spares = f" + {cfg.spares} hot spare(s)" if cfg.spares else ""
         print(f"[submit] created TrainJob {cfg.namespace}/{cfg.name}: {cfg.num_nodes} node(s) x "

@@ -83,17 +83,6 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _jwt_keys(directory: str) -> tuple[str, str]:
-    """The ES256 key pair every member signs and checks auth tokens with (any member accepts another's)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    key = ec.generate_private_key(ec.SECP256R1())
-    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return public.decode(), private.decode()
-
-
 def _issue_all(ca: "certs.CertificateAuthority", ips: list[str], directory: str) -> dict:
     members = {}
     for i, ip in enumerate(ips):
@@ -114,7 +103,7 @@ def init(a: argparse.Namespace) -> str:
     if not material.get("ca_cert"):
         with tempfile.TemporaryDirectory() as tmp:
             ca = certs.CertificateAuthority.create(tmp, name="t5-failover ParallelCluster etcd CA")
-            jwt_pub, jwt_key = _jwt_keys(tmp)
+            jwt_pub, jwt_key = (_read(p) for p in certs.jwt_key_pair(tmp))
             material = {"ca_cert": _read(ca.paths.cert), "ca_key": _read(ca.paths.key), "jwt_pub": jwt_pub,
                         "jwt_key": jwt_key, **_issue_all(ca, a.ips, tmp)}
         put_secret(a.region, a.members_secret, material)

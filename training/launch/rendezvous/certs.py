@@ -18,8 +18,11 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-#: Certificates made here are for one job's or one test's life; a year keeps a long local run valid.
+#: Member and client certificates: a year (the clusters renew them from the same CA before they expire).
 VALID_DAYS = 365
+#: A cluster's CA: ten years, so that renewing member and client certificates never needs a new trust root within
+#: a cluster's life (a CA rollover would need a trust bundle of the old and the new CA on every member and client).
+CA_VALID_DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class CertificateAuthority:
     paths: CertPaths
 
     @classmethod
-    def create(cls, directory: str, name: str = "t5-failover etcd CA") -> "CertificateAuthority":
+    def create(cls, directory: str, name: str = "t5-failover etcd CA",
+               valid_days: int = CA_VALID_DAYS) -> "CertificateAuthority":
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import NameOID
@@ -65,7 +69,7 @@ class CertificateAuthority:
         now = datetime.datetime.now(datetime.timezone.utc)
         cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+                .not_valid_after(now + datetime.timedelta(days=valid_days))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
                 .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                              content_commitment=False, key_encipherment=False,
@@ -78,7 +82,8 @@ class CertificateAuthority:
         _write_private(paths.key, _pem_key(key))
         return cls(paths)
 
-    def issue(self, common_name: str, directory: str, hosts: list[str] | tuple[str, ...] = ()) -> CertPaths:
+    def issue(self, common_name: str, directory: str, hosts: list[str] | tuple[str, ...] = (),
+              valid_days: int = VALID_DAYS) -> CertPaths:
         """A certificate for ``common_name`` signed by this CA, usable as TLS client and, with ``hosts`` (IP
         addresses or DNS names), as server; written as ``<common_name>.crt`` / ``.key`` in ``directory``."""
         from cryptography import x509
@@ -97,7 +102,7 @@ class CertificateAuthority:
                    .issuer_name(ca_cert.subject).public_key(key.public_key())
                    .serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+                   .not_valid_after(now + datetime.timedelta(days=valid_days))
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
         if hosts:
@@ -125,3 +130,18 @@ def _san(host: str):
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         return x509.DNSName(host)
+
+
+def jwt_key_pair(directory: str) -> tuple[str, str]:
+    """An ES256 key pair that signs the members' auth tokens (``--auth-token jwt,...``): any member then accepts
+    a token another issued. Returns the public and the private key's PEM paths (the private one 0600)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    public, private = os.path.join(directory, "jwt.pub"), os.path.join(directory, "jwt.key")
+    with open(public, "wb") as f:
+        f.write(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+    _write_private(private, _pem_key(key))
+    return public, private

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from training.launch.config import LaunchError
-from training.launch.rendezvous.certs import CertificateAuthority, CertPaths
+from training.launch.rendezvous.certs import CertificateAuthority, CertPaths, jwt_key_pair
 from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 
@@ -108,7 +108,7 @@ class LocalEtcd:
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
         log = open(os.path.join(workdir, "etcd.log"), "ab")
         etcd = cls(workdir, members, ca, ca.issue("client", tls), secrets.token_urlsafe(24), log)
-        jwt = _jwt_keys(tls)
+        jwt = jwt_key_pair(tls)
         for m, host in zip(members, hosts):
             server = ca.issue(m.name, tls, hosts=[host, "localhost"])
             m.argv = [binary, "--name", m.name, "--data-dir", m.data_dir,
@@ -235,20 +235,3 @@ def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux prctl)."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _jwt_keys(directory: str) -> tuple[str, str]:
-    """An ES256 key pair that signs the members' auth tokens (public, private PEM paths)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    public, private = os.path.join(directory, "jwt.pub"), os.path.join(directory, "jwt.key")
-    with open(public, "wb") as f:
-        f.write(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                              serialization.PublicFormat.SubjectPublicKeyInfo))
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
-    return public, private
