@@ -238,3 +238,14 @@ def test_package_reexports_resolve_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_missing_etcd_binary_is_one_line_naming_the_fix(tmp_path):
+    env = {**os.environ, "T5_ETCD_BIN": str(tmp_path / "no-etcd")}
+    r = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "2", "--", "--preset", "debug",
+                        "--job.out_dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (f"error: T5_ETCD_BIN={str(tmp_path / 'no-etcd')!r} is not an "
+                                                 f"executable file: point it at an etcd >= 3.4 binary or unset it")
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()

@@ -99,7 +99,12 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
     workdir = tempfile.mkdtemp(prefix="t5-launch-")
     etcd = None
     if own_store_needed and cfg.coordinator == "etcd":
-        etcd, cfg = start_etcd(workdir, cfg)
+        try:
+            etcd, cfg = start_etcd(workdir, cfg)
+        except LaunchError as e:  # no etcd binary, or members that would not start: one line, nothing ran
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            shutil.rmtree(workdir, ignore_errors=True)
+            return 2
     elif own_store_needed:
         own_store, port = start_store(workdir, cfg.python, die_with_us=True)
         cfg = replace(cfg, rdzv_endpoint=f"127.0.0.1:{port}")
