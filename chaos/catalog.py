@@ -25,12 +25,17 @@ SCENARIOS: dict[str, str] = {
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
     "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
+    "store-member-kill": "SIGKILL the etcd member that leads (of 3): a new leader, training goes on, 0 steps lost",
+    "store-outage": "every etcd member stopped for 20 s, then back: training goes on, the agents reconnect",
+    "store-outage-then-worker-kill": "a node's training processes die while no etcd member runs: the new round "
+                                     "waits for the store and trains again within seconds of its return",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save", "first-node-kill", "preemption", "hang", "kill-mid-snapshot",
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "restarts-exhausted"),
-    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"),
+    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
+              "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 
