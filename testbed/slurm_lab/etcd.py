@@ -9,7 +9,7 @@ this script starts them detached, records what it needs to stop, kill and restar
 batch script makes its job's etcd user (``python -m training.launch.rendezvous.admin add-job``).
 
     etcd.py start --root R --hosts 10.77.1.2,10.77.1.3,10.77.1.4     (up.sh)
-    etcd.py pids --root R | leader | health [--timeout S]
+    etcd.py pids --root R | leader | health [--timeout S]       leader: once one leads (--timeout, default 30 s)
     etcd.py kill --root R MEMBER|leader                             SIGKILL (fault.sh store kill-leader)
     etcd.py stop --root R MEMBER|all                                SIGTERM, wait (fault.sh store stop)
     etcd.py restart --root R MEMBER|all                             start again with its data (fault.sh store start)
@@ -32,7 +32,10 @@ from pathlib import Path
 from training.launch.config import LaunchError
 from training.launch.rendezvous.admin import JOBS_PREFIX
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
-from training.launch.rendezvous.members import LocalEtcd
+from training.launch.rendezvous.members import LocalEtcd, etcd_binary
+
+#: Runs each member: the real binary, minus the peer-address check that co-located members fail (see the script).
+MEMBER = Path(__file__).with_name("etcd-member.sh")
 
 
 def _dir(root: str) -> Path:
@@ -71,11 +74,13 @@ def start(root: str, hosts: list[str]) -> int:
     work = _dir(root)
     work.mkdir(parents=True, exist_ok=True)
     os.chmod(work, 0o700)
+    os.environ["SLAB_ETCD_REAL_BIN"] = etcd_binary()  # inherited by the members, restarts included
+    os.environ["T5_ETCD_BIN"] = str(MEMBER)
     etcd = LocalEtcd.start(str(work), size=len(hosts), hosts=hosts, die_with_parent=False)
     creds = etcd.root_credentials()
     admin = {"T5_ETCD_ENDPOINTS": ",".join(creds.endpoints), "T5_ETCD_CA": creds.ca, "T5_ETCD_CERT": creds.cert,
              "T5_ETCD_KEY": creds.key, "T5_ETCD_ROOT_PASSWORD_FILE": creds.password_file}
-    _save(root, {"admin": admin, "log": str(work / "etcd.log"),
+    _save(root, {"admin": admin, "log": str(work / "etcd.log"), "real_bin": os.environ["SLAB_ETCD_REAL_BIN"],
                  "members": [{"name": m.name, "client_url": m.client_url, "pid": m.process.pid, "argv": m.argv}
                              for m in etcd.members]})
     fd = os.open(work / "admin.env", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -114,6 +119,18 @@ def _leader(state: dict) -> dict:
     raise SystemExit("etcd.py: no member leads now (stopped, or electing)")
 
 
+def wait_leader(root: str, timeout_s: float) -> dict:
+    """The member that leads, once one does (an election after the leader's loss takes about a second)."""
+    state, deadline = _state(root), time.monotonic() + timeout_s
+    while True:
+        try:
+            return _leader(state)
+        except SystemExit:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def signal_members(root: str, which: str, sig: int) -> int:
     state = _state(root)
     hit = _members(state, which)
@@ -141,7 +158,8 @@ def restart(root: str, which: str) -> int:
             # its data directory holds the cluster: it rejoins as a member of the existing cluster
             m["argv"] = [a if a != "new" else "existing" for a in m["argv"]]
             m["pid"] = subprocess.Popen(m["argv"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                        start_new_session=True).pid
+                                        start_new_session=True,
+                                        env={**os.environ, "SLAB_ETCD_REAL_BIN": state["real_bin"]}).pid
     _save(root, state)
     print(" ".join(f"{m['name']}(pid {m['pid']})" for m in state["members"]))
     return 0
@@ -171,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("member", nargs="?", default="all", help="m0, m1, m2, leader or all")
     p.add_argument("--root", required=True, help="the lab's root (SLAB_ROOT)")
     p.add_argument("--hosts", help="start: comma-separated member addresses")
-    p.add_argument("--timeout", type=float, default=30.0, help="health: seconds to wait")
+    p.add_argument("--timeout", type=float, default=30.0, help="health, leader: seconds to wait")
     a = p.parse_args(argv)
     try:
         if a.command == "start":
@@ -183,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(str(m["pid"]) for m in _state(a.root)["members"] if _alive(m["pid"])))
             return 0
         if a.command == "leader":
-            print(_leader(_state(a.root))["name"])
+            print(wait_leader(a.root, a.timeout)["name"])
             return 0
         if a.command == "health":
             return health(a.root, a.timeout)

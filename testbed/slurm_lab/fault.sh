@@ -17,7 +17,7 @@
 #   store kill-leader   SIGKILL the etcd member that leads now (the membership store: 3 members off the nodes)
 #   store stop          SIGTERM every etcd member (an outage of the whole store; its data stays)
 #   store start         start the stopped members again with their data, wait until they elect a leader
-#   store leader | store pids | store health
+#   store leader | store pids | store health   (leader: the member that leads, once one does)
 # "Safe return to service": a node that slurmctld marked DOWN is brought back DRAINed; we wait until it
 # responds and its stale steps are gone, wait >1 s, then RESUME it. Without this a requeued job (same job
 # id) can land on it in the second in which slurmd revokes the old incarnation's credential, and the
@@ -33,7 +33,8 @@ if [[ "$cmd" == store ]]; then   # the membership store is no node's: testbed/sl
     kill-leader) m="$(etcd_ctl kill leader)" && log "SIGKILLed the etcd leader $m" ;;
     stop)        m="$(etcd_ctl stop all)" && log "stopped every etcd member: $m" ;;
     start)       etcd_ctl restart all >/dev/null && etcd_ctl health --timeout 30 >/dev/null && log "etcd members back: $(etcd_ctl pids)" ;;
-    leader|pids|health) etcd_ctl "$n" ;;
+    leader)      etcd_ctl leader --timeout 10 ;;   # once one leads: an election takes about a second
+    pids|health) etcd_ctl "$n" ;;
     *) usage >&2; die "store ${n:-(nothing)}: use kill-leader, stop, start, leader, pids or health" ;;
   esac
   exit
