@@ -5,7 +5,7 @@
 #   scripts/slurm_lab.sh status   daemons, nodes, jobs (exit 1 when not up/healthy)
 #   scripts/slurm_lab.sh env      print `export SLURM_CONF=...` and root's `T5_ETCD_*` lines:  eval "$(scripts/slurm_lab.sh env)"
 #   scripts/slurm_lab.sh fault kill-node|revive|kill-workers|kill-tasks|state|pids|wait NODE ...
-#   scripts/slurm_lab.sh fault store kill-leader|stop|start|leader|pids|health   (the lab's 3 etcd members)
+#   scripts/slurm_lab.sh fault store kill-leader|kill-all|stop|start|leader|pids|health   (the lab's 3 etcd members)
 # Settings (environment): NODES (or SLAB_NODES, default 2), SLAB_MODE=auto|netns|loopback,
 # SLAB_ROOT (default <repo>/.slurm-lab), SLAB_PFX, SLAB_NET, SLAB_CTLD_PORT, SLAB_SLURMD_PORT.
 # Needs root. See docs/slurm.md.

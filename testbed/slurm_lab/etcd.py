@@ -10,7 +10,8 @@ batch script makes its job's etcd user (``python -m training.launch.rendezvous.a
 
     etcd.py start --root R --hosts 10.77.1.2,10.77.1.3,10.77.1.4     (up.sh)
     etcd.py pids --root R | leader | health [--timeout S]       leader: once one leads (--timeout, default 30 s)
-    etcd.py kill --root R MEMBER|leader                             SIGKILL (fault.sh store kill-leader)
+    etcd.py kill --root R MEMBER|leader                             SIGKILL (fault.sh store kill-leader): the
+                                                                    leader's kill prints who leads next, how soon
     etcd.py stop --root R MEMBER|all                                SIGTERM, wait (fault.sh store stop)
     etcd.py restart --root R MEMBER|all                             start again with its data (fault.sh store start)
 
@@ -134,6 +135,7 @@ def wait_leader(root: str, timeout_s: float) -> dict:
 def signal_members(root: str, which: str, sig: int) -> int:
     state = _state(root)
     hit = _members(state, which)
+    t0 = time.monotonic()
     for m in hit:
         if _alive(m["pid"]):
             os.kill(m["pid"], sig)
@@ -145,6 +147,10 @@ def signal_members(root: str, which: str, sig: int) -> int:
                     os.kill(m["pid"], signal.SIGKILL)
             deadline = time.monotonic() + 5
         time.sleep(0.05)
+    if which == "leader":  # the others elect a new one: who, and how long it took (the store noticed)
+        new = wait_leader(root, 10.0)
+        print(f"{hit[0]['name']} -> {new['name']} in {time.monotonic() - t0:.2f} s")
+        return 0
     print(" ".join(m["name"] for m in hit))
     return 0
 

@@ -132,3 +132,29 @@ def test_with_etcd_the_spare_joins_after_training_started_and_asks_to_be_chosen_
     t0 = time.monotonic()
     out = subprocess.run(["bash", str(script), *agent], env=env, capture_output=True, text=True, timeout=30).stdout
     assert out.strip() == "standby=1 lines=2" and time.monotonic() - t0 >= 1.0
+
+
+def test_a_spare_still_standing_by_when_training_finished_leaves(tmp_path):
+    """Training finished (this incarnation's end record) while the rendezvous could not be closed (no etcd member
+    answered then): the spare's node agent stops its agent and exits 0, saying why."""
+    text = render(SlurmJobConfig(shared_dir="/fsx", run_name="r"))
+    start = text.index("NODE_AGENT='")
+    assign = text[start:text.index("exit \"$rc\"'", start) + len("exit \"$rc\"'")]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"event": "start", "time": 1}\n')
+    script = tmp_path / "agent.sh"
+    script.write_text(assign + '\nexec bash -c "$NODE_AGENT" t5-node-agent "$@"\n')
+    env = {**os.environ, "SLURM_NODEID": "0", "T5_STANDBY_NODE": "0", "T5_ETCD_ENDPOINTS": "https://192.0.2.1:1",
+           "T5_STANDBY_METRICS": str(metrics), "T5_STANDBY_METRICS_LINE0": "0", "T5_STANDBY_TIMEOUT": "60",
+           "T5_STANDBY_RELEASE_S": "0"}
+    # an agent standing by forever (it exits 143 on SIGTERM, as torchrun's does), and says when it stands by
+    ready = tmp_path / "standing-by"
+    agent = ["bash", "-c", f"trap 'exit 143' TERM; touch {ready}; while :; do sleep 0.1; done"]
+    p = subprocess.Popen(["bash", str(script), *agent], env=env, stderr=subprocess.PIPE, text=True)
+    while not ready.exists():
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.05)
+    with open(metrics, "a") as f:
+        f.write('{"event": "end", "time": 4, "step": 12, "status": "finished"}\n')
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0 and "training finished while this hot spare stood by" in err

@@ -202,19 +202,22 @@ def test_store_member_kill_passes_only_untouched():
 
 
 def outage_logs():
-    return [(5.9, "0: [rendezvous] membership store unreachable: keep-alives paused, training goes on")]
+    return [(5.9, "0: [rendezvous] membership store unreachable: keep-alives paused, training goes on"),
+            (25.3, "1: [rendezvous] membership store answers again: keep-alives resumed")]
 
 
 def test_store_outage_needs_steps_during_the_outage():
-    """Every member stopped at 5.5 and back at 25.5: steps 6..12 were logged meanwhile. A job that stalled until
-    the store came back (its steps all after 25.5) fails, and so does a store that never came back."""
+    """Every member stopped at 5.5, started at 25.0 and answering at 25.5: steps 6..12 were logged meanwhile, an
+    agent said it reconnected. A job that stalled until the store came back (its steps all after 25.5) fails, so
+    does a store that never came back, and agents that never said they reconnected."""
     sc = scenarios(CFG)["store-outage"]
     fault = [Fault("stop every etcd member", 5.5, True, "no member running")]
 
-    def run(records, **facts):
-        obs = observation(records, fault, 0, 0, **{"store_stopped": 5.5, "store_back": 25.5, **facts})
-        obs.detections = sc.noticed(outage_logs())
-        obs.logs = outage_logs()
+    def run(records, logs=outage_logs(), **facts):
+        obs = observation(records, fault, 0, 0, **{"store_stopped": 5.5, "store_started": 25.0, "store_back": 25.5,
+                                                   **facts})
+        obs.detections = sc.noticed(logs)
+        obs.logs = logs
         return judge(obs, sc.expect, sc.checks)
 
     v = run(uninterrupted())
@@ -222,6 +225,7 @@ def test_store_outage_needs_steps_during_the_outage():
     stalled = [r if r["time"] < 5.5 else {**r, "time": r["time"] + 20} for r in uninterrupted()]
     assert {c.name for c in run(stalled).failed()} == {"trained while no member answered"}
     assert "trained while no member answered" in {c.name for c in run(uninterrupted(), store_back=None).failed()}
+    assert {c.name for c in run(uninterrupted(), outage_logs()[:1]).failed()} == {"the agents reconnected"}
 
 
 def test_store_outage_then_worker_kill_trains_again_within_5_s_of_the_store():
