@@ -546,8 +546,8 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       "requeue; Slurm marks it DOWN, revive"),
         SlurmScenario("first-node-kill", kill_node, Expectation(max_steps_lost=lost), (check_killed_rank0, *in_alloc),
                       target=rank0_host, **node_lost,
-                      title="kill the node running rank 0 -> the store lives on the controller: the spare takes its "
-                      "place, no requeue"),
+                      title="kill the node running rank 0 -> the membership store lives off the compute nodes: the "
+                      "spare takes its place, no requeue"),
         SlurmScenario("network-cut", cut_link, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
                       title="take a training node's link down (its processes keep running, silent) -> the watchdog "
                       "notices, the spare takes its place, no requeue; fence + revive"),
