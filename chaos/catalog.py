@@ -27,10 +27,10 @@ SCENARIOS: dict[str, str] = {
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
     "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
-    "store-member-kill": "SIGKILL the etcd member that leads the membership store mid-training: no restart, no step lost",
-    "store-outage": "stop every etcd member for 20 s, then let them go on: training goes on, no restart",
-    "store-outage-then-worker-kill": "stop every etcd member for 20 s and SIGKILL a worker 5 s in: the job re-forms "
-                                     "once the store is back",
+    "store-member-kill": "SIGKILL the etcd member that leads (of 3): a new leader, training goes on, 0 steps lost",
+    "store-outage": "every etcd member stopped for 20 s, then back: training goes on, the agents reconnect",
+    "store-outage-then-worker-kill": "a worker dies while no etcd member answers: the new round waits for the store "
+                                     "and trains again within seconds of its return",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
@@ -38,7 +38,8 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
               "first-node-kill", "preemption", "hang", "kill-mid-snapshot", "node-pair-loss", "kill-during-save",
               "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
-    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"),
+    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
+              "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 

@@ -5,8 +5,9 @@ cached by config and training code) and once per scenario (``--scenarios NAME,NA
 
 {listing}
 
-The job trains on 2 nodes with 1 hot spare (3 lab nodes) against the rendezvous store the lab runs on its
-controller, as a ParallelCluster head node does; the batch host starts as the spare. node-kill unplugs and kills a
+The job trains on 2 nodes with 1 hot spare (3 lab nodes); its agents keep their membership in the 3-member etcd the
+lab runs on its host side, off every compute node, as the clusters run theirs (the batch script makes the job's own
+etcd user with the lab's root credentials); the batch host starts as the spare. node-kill unplugs and kills a
 training node outright, first-node-kill kills the node running rank 0: in both the job keeps its allocation
 (--no-kill), the survivors and the spare re-form in seconds, no requeue; Slurm marks the node DOWN on its own and
 the node is revived for the next scenario. network-cut takes a training node's link down instead (netns lab): its
@@ -15,14 +16,18 @@ spare takes its place; the node is fenced (everything on it SIGKILLed) before it
 the training processes on a node: torchrun restarts the worker group inside the allocation, no requeue.
 preemption sends SIGUSR1 to the batch script as Slurm's ``--signal=B:USR1@T`` does: the job checkpoints and
 requeues itself. batch-host-kill kills the node that runs the batch script, which ends any allocation: Slurm
-requeues the job and it resumes.
+requeues the job and it resumes. store-member-kill SIGKILLs the etcd leader: the others elect a new one and training
+goes on untouched. store-outage SIGKILLs every member and starts them again 20 s later: training goes on, the
+agents say the store is unreachable and reconnect. store-outage-then-worker-kill also kills a node's training
+processes while no member answers: the new round waits for the store and trains again within seconds of its return.
 
 Each scenario is judged by ``chaos.verdict.judge`` (the same checks as on the other platforms: fault injected
 and confirmed, noticed, restarted, steps recomputed, completed, exactly-once data, final weights bitwise equal
 to the reference) plus its Slurm checks (requeue or not). Prints the common table and writes report.json and
 timeline.png. Exit 0 when every scenario passed, 1 otherwise, 2 for a bad setting, 3 when the lab can't run.
 Slurm's "detect" is the first of: an agent logs the failed worker group or the rendezvous re-forming, a
-`[watchdog]` line (network-cut), the node is DOWN (node faults), or the job logs the signal (preemption).
+`[watchdog]` line (network-cut), the node is DOWN (node faults), the job logs the signal (preemption), etcd elected
+a new leader (store-member-kill), or the agents log that the store does not answer (the outages).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,13 +154,21 @@ class Lab:
         self._run("down.sh", check=False)
 
     @property
-    def store_port(self) -> int:
-        """Port of the rendezvous store the lab runs on its controller (lab.env, written by up.sh)."""
-        port = slurmctl.Lab(self.root).store_port
-        if port is None:
-            raise RuntimeError(f"the lab at {self.root} has no rendezvous store (SLAB_STORE_PORT in lab.env): "
-                               "restart it with scripts/slurm_lab.sh down && scripts/slurm_lab.sh up")
-        return port
+    def etcd_env(self) -> str:
+        """Root's ``T5_ETCD_*`` of the etcd members the lab runs off its nodes (written by up.sh): jobs make their
+        own etcd user with them."""
+        path = self.root / "etcd" / "admin.env"
+        if not path.is_file():
+            raise RuntimeError(f"the lab at {self.root} runs no etcd ({path} is missing): restart it with "
+                               "scripts/slurm_lab.sh down && scripts/slurm_lab.sh up")
+        return str(path)
+
+    def store(self, cmd: str) -> str:
+        """``fault.sh store CMD``: the lab's etcd members (kill-leader, stop, start, leader, pids, health)."""
+        return self._run("fault.sh", "store", cmd, timeout=60).strip()
+
+    def store_async(self, cmd: str) -> subprocess.Popen:
+        return self.fault_async("store", cmd)
 
     def fault(self, cmd: str, node: str) -> str:
         return self._run("fault.sh", cmd, node)
@@ -239,14 +253,15 @@ class Seen:
 # ------------------------------------------------------------------------------------------- faults
 @dataclass(frozen=True)
 class Target:
-    """Where a Slurm fault lands: the scenario, the job, the node picked for it, that node's training ranks, and
-    the last step the job had logged."""
+    """Where a Slurm fault lands: the scenario, the job, the node picked for it, that node's training ranks, the
+    last step the job had logged, and the scenario's notes."""
 
     scenario: str
     job: slurmctl.JobInfo
     node: str
     ranks: list[int]
     last_step: int
+    watch: dict = field(default_factory=dict)  # the scenario's notes (Seen.watch): what the fault did, when
 
 
 # Which node a scenario's fault hits, from the job's hosts and the training ranks on each.
@@ -310,17 +325,68 @@ def preempt(lab: Lab, t: Target) -> Fault:
                  f"scancel --signal=USR1 --batch {t.job.job_id} accepted by slurmctld")
 
 
+def kill_store_leader(lab: Lab, t: Target) -> Fault:
+    """SIGKILL the etcd member that leads; confirmed when it is gone and the two others have elected a new leader
+    (the time they did is the fault's detection, ``Target.watch["detections"]``)."""
+    start = time.time()
+    out = lab.store("kill-leader")  # "m0 -> m2 in 0.93 s": killed, who leads now, seconds from the kill
+    m = re.fullmatch(r"(m\d+) -> (m\d+) in ([\d.]+) s", out.splitlines()[-1] if out else "")
+    left = lab.store("pids").split()
+    t.watch["store_hit"] = True
+    if m is None:
+        return Fault("SIGKILL etcd leader", start, False, f"fault.sh store kill-leader said {out!r}")
+    before, now_leads, elected_s = m.group(1), m.group(2), float(m.group(3))
+    t.watch["detections"] = [start + elected_s]
+    say(f"{t.scenario}: SIGKILLed the etcd leader {before} after step {t.last_step}; {now_leads} leads "
+        f"{elected_s:.1f} s later")
+    return Fault(f"SIGKILL etcd leader {before}", start, len(left) == 2 and now_leads != before,
+                 f"{before} gone ({len(left)} of 3 members running), {now_leads} elected {elected_s:.1f} s later")
+
+
+def stop_store(lab: Lab, t: Target) -> Fault:
+    """Every etcd member SIGKILLed at once (all their hosts lost; the data on disk stays: a graceful stop would
+    spend ~5 s in the leader's futile leadership transfer, with the store half gone); confirmed when none runs.
+    The harness starts them again ``SlurmScenario.outage_s`` later."""
+    start = time.time()
+    lab.store("kill-all")
+    left = lab.store("pids").split()
+    t.watch.update(store_hit=True, store_stopped=start)
+    say(f"{t.scenario}: SIGKILLed every etcd member after step {t.last_step} ({len(left)} left)")
+    return Fault("SIGKILL every etcd member", start, not left,
+                 "no member running" if not left else f"{len(left)} member(s) still running")
+
+
+def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
+    """Every etcd member stopped, then the training processes on a node SIGKILLed while none answers: the fault's
+    time is the worker kill (the restart it needs waits for the store)."""
+    outage = stop_store(lab, t)
+    kill = kill_workers(lab, t)
+    return Fault(f"{outage.label}, then {kill.label}", kill.time, outage.confirmed and kill.confirmed,
+                 f"{outage.evidence}; {kill.evidence}")
+
+
 # Job-log lines that show a fault was noticed. Slurm's node DOWN is added for node faults: it is the only sign for
 # batch-host-kill, whose job log ends with the node.
+# the etcd rendezvous names the lost nodes itself (the c10d agent's line is "[agent] lost node(s) of this round")
+RDZV_LOST_RE = re.compile(r"\[rendezvous\] lost node\(s\) of round \d+")
+
+
 def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
-    """An agent logged its failed worker group or the rendezvous re-forming."""
-    return torchrun_detections(logs)
+    """An agent logged its failed worker group or the rendezvous re-forming (torch's lines, the c10d agent's or
+    the etcd rendezvous's)."""
+    return sorted(torchrun_detections(logs) + [t for t, line in logs if RDZV_LOST_RE.search(line)])
+
+
+def store_unreachable_logged(logs: list[tuple[float, str]]) -> list[float]:
+    """An agent said that no etcd member answers (its keep-alives, its watch, or a new round waiting)."""
+    return [t for t, line in logs if "[rendezvous] membership store unreachable" in line
+            or "[rendezvous] a new round waits for the membership store" in line]
 
 
 def agents_or_watchdog_noticed(logs: list[tuple[float, str]]) -> list[float]:
     """The survivors' agents (a failed collective ends their workers, or the lost node's keep-alives stop) or their
     heartbeat watchdog, seconds before Slurm marks the node DOWN."""
-    return torchrun_detections(logs) + [t for t, line in logs if "[watchdog]" in line]
+    return sorted(agents_noticed(logs) + [t for t, line in logs if "[watchdog]" in line])
 
 
 def batch_script_signalled(logs: list[tuple[float, str]]) -> list[float]:
@@ -397,6 +463,62 @@ def check_training_uninterrupted(obs: Observation) -> Check:
                  f"{max(steps, default=0)}")
 
 
+def check_no_requeue(obs: Observation) -> Check:
+    n = obs.facts["requeues"]
+    return Check("no requeue", n == 0, f"{n} requeue(s), final state {obs.facts['final_state']}")
+
+
+def check_no_node_lost(obs: Observation) -> Check:
+    """No agent declared a node lost: the store's trouble cost no member its place."""
+    lost = [line for _, line in obs.logs if RDZV_LOST_RE.search(line) or "[agent] lost node(s)" in line]
+    return Check("no node declared lost", not lost, lost[0].strip()[:200] if lost else "no lost-node line in the job log")
+
+
+def _store_back(obs: Observation) -> float | None:
+    return obs.facts.get("store_back")
+
+
+def check_trained_through_outage(obs: Observation) -> Check:
+    """Steps were logged while no etcd member ran (the collectives need no store), and the store came back."""
+    t0, back = (obs.faults[0].time if obs.faults else None), _store_back(obs)
+    if t0 is None or back is None:
+        return Check("trained while no member answered", False, f"store stopped at {t0}, back at {back}")
+    during = [r["step"] for r in obs.records if r.get("event") == "step" and t0 < r["time"] < back]
+    return Check("trained while no member answered", bool(during),
+                 f"steps {during[0]}..{during[-1]} logged during the {back - t0:.0f} s outage" if during else
+                 f"no step logged during the {back - t0:.0f} s outage")
+
+
+def check_agents_reconnected(obs: Observation) -> Check:
+    """The agents said the store answers again (their keep-alives or watch resumed) once it was back."""
+    started = obs.facts.get("store_started") or float("inf")  # the harness started the members again
+    lines = [line for t, line in obs.logs if t >= started and "[rendezvous] " in line and "answers again" in line]
+    return Check("the agents reconnected", bool(lines),
+                 f"{len(lines)} agent line(s) after the store's return, e.g. {lines[0].strip()[:120]!r}" if lines else
+                 "no agent said the store answers again")
+
+
+STORE_BACK_TARGET_S = 5.0
+
+
+def check_trained_again_after_store_back(obs: Observation) -> Check:
+    """The worker group killed during the outage trains again within ``STORE_BACK_TARGET_S`` of the store's
+    return (every member answering; the new round could only form then)."""
+    t, back = (obs.faults[0].time if obs.faults else None), _store_back(obs)
+    if t is None or back is None:
+        return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", False,
+                     f"fault at {t}, store back at {back}")
+    restarts = [r["time"] for r in obs.records if r.get("event") == "start" and r["time"] > t]
+    steps = [r["time"] for r in obs.records if r.get("event") == "step" and restarts and r["time"] > restarts[0]]
+    if not steps:
+        return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", False,
+                     "no step after the restart")
+    dt = steps[0] - back
+    return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", dt <= STORE_BACK_TARGET_S,
+                 f"first step of the new worker group {dt:.1f} s after every etcd member answered again "
+                 f"(store down {back - (obs.facts.get('store_stopped') or t):.0f} s)")
+
+
 @dataclass(frozen=True)
 class SlurmScenario(Scenario):
     """A Slurm scenario (:class:`chaos.scenario.Scenario`: ``inject(lab, target) -> Fault``), the node it hits
@@ -406,6 +528,11 @@ class SlurmScenario(Scenario):
     noticed: Callable[[list[tuple[float, str]]], list[float]] = nothing_logged  # from the job's log
     node_fault: bool = False  # the node is lost: Slurm marking it DOWN counts as noticed; it is revived after
     needs_spare: bool = False  # the job continues inside its allocation only with a hot spare
+    outage_s: float | None = None  # the etcd members are started again this long after the fault stopped them
+    train_args: tuple[str, ...] = ()  # the scenario's job only (wall time, never the math: the same reference)
+
+
+STORE_OUTAGE_S = 20.0  # issue 32's "every member down 20 s"
 
 
 def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
@@ -419,8 +546,8 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       "requeue; Slurm marks it DOWN, revive"),
         SlurmScenario("first-node-kill", kill_node, Expectation(max_steps_lost=lost), (check_killed_rank0, *in_alloc),
                       target=rank0_host, **node_lost,
-                      title="kill the node running rank 0 -> the store lives on the controller: the spare takes its "
-                      "place, no requeue"),
+                      title="kill the node running rank 0 -> the membership store lives off the compute nodes: the "
+                      "spare takes its place, no requeue"),
         SlurmScenario("network-cut", cut_link, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
                       title="take a training node's link down (its processes keep running, silent) -> the watchdog "
                       "notices, the spare takes its place, no requeue; fence + revive"),
@@ -435,6 +562,24 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       title="kill the node running the batch script (the standby spare) -> training goes on "
                       "untouched; the job, left without its batch script, is requeued by a surviving node and ends "
                       "cleanly"),
+        SlurmScenario("store-member-kill", kill_store_leader, Expectation(restart=False),
+                      (check_training_uninterrupted, check_no_requeue, check_no_node_lost),
+                      title="SIGKILL the etcd leader (of 3 members off the nodes) -> a new leader in about a second, "
+                      "training goes on untouched: 0 restarts, 0 steps lost, no requeue"),
+        SlurmScenario("store-outage", stop_store, Expectation(restart=False),
+                      (check_training_uninterrupted, check_trained_through_outage, check_agents_reconnected,
+                       check_no_requeue, check_no_node_lost), noticed=store_unreachable_logged, outage_s=STORE_OUTAGE_S,
+                      # slower steps (wall time only): the 7 steps after the fault outlast the outage
+                      train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
+                      title=f"SIGKILL every etcd member, start them {STORE_OUTAGE_S:g} s later -> training goes "
+                      "on, the agents pause their keep-alives and reconnect: 0 restarts, 0 steps lost"),
+        SlurmScenario("store-outage-then-worker-kill", stop_store_then_kill_workers,
+                      Expectation(max_steps_lost=lost),
+                      (check_restarted_in_allocation, check_resumed_newest, check_trained_again_after_store_back),
+                      noticed=agents_noticed, outage_s=STORE_OUTAGE_S,
+                      title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
+                      f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
+                      "it is back, no requeue"),
     ])
 
 
@@ -445,10 +590,10 @@ class Runner:
         # this interpreter: the project venv (scripts/venv.sh), on a file system every lab node sees
         self.python = sys.executable
 
-    def job_config(self, run_name: str) -> SlurmJobConfig:
-        return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=self.cfg.job_train_args,
-                              nodes=self.cfg.nodes, spares=self.cfg.spares, rdzv_store="controller",
-                              rdzv_store_port=self.lab.store_port, shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
+    def job_config(self, run_name: str, extra: tuple[str, ...] = ()) -> SlurmJobConfig:
+        return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=(*self.cfg.job_train_args, *extra),
+                              nodes=self.cfg.nodes, spares=self.cfg.spares, etcd_env=self.lab.etcd_env,
+                              shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
                               python=self.python, slurm_conf=self.lab.env["SLURM_CONF"], max_requeues=3,
                               max_restarts=3, shutdown_timeout_s=60, rdzv_port=self.cfg.rdzv_port,
                               step_timeout_s=int(self.cfg.scenario_timeout_s) + 60)
@@ -491,7 +636,7 @@ class Runner:
             rc = subprocess.run(
                 [str(REPO_DIR / "scripts" / "train_slurm.sh"), "--run-name", job.run_name, "--shared-dir",
                  str(self.shared), "--nodes", str(self.cfg.nodes), "--spares", str(self.cfg.spares),
-                 "--preset", self.cfg.preset,
+                 "--preset", self.cfg.preset, "--etcd-env", self.lab.etcd_env,
                  "--python", self.python, "--max-restarts", "0", "--no-requeue", "--rdzv-port", str(job.rdzv_port),
                  "--step-timeout", str(job.step_timeout_s), "--follow-timeout", str(self.cfg.scenario_timeout_s),
                  "--", *self.cfg.job_train_args],
@@ -511,7 +656,7 @@ class Runner:
     def scenario(self, sc: SlurmScenario, ref: SlurmJobConfig) -> ScenarioResult:
         """Submit the job, inject ``sc``'s fault once the job logged the fault step, follow it to its end and judge
         it against the reference."""
-        job = self.job_config(f"chaos-{sc.name}")
+        job = self.job_config(f"chaos-{sc.name}", sc.train_args)
         self.fresh(job)
         res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir,
                              t0=time.time())
@@ -555,6 +700,11 @@ class Runner:
                 reviver.wait(timeout=120)
             if watch.get("killed_node") and not watch.get("revived"):
                 self.lab.fault("revive", watch["killed_node"])
+            restarter = watch.get("store_restarter")
+            if restarter is not None:
+                restarter.wait(timeout=120)
+            if watch.get("store_hit"):  # the next scenario gets every member back
+                self.lab.store("start")
 
     def poll(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult) -> bool:
         """One look at the job: inject the fault once it is due, then note what the platform does. True once the
@@ -567,6 +717,7 @@ class Runner:
         last_step = max((r["step"] for r in seen.records if r["event"] == "step"), default=0)
         if not seen.faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
             seen.faults.append(self.inject(sc, info, last_step, watch))
+            seen.detections += watch.pop("detections", [])
             watch["fault_time"] = seen.faults[0].time
             res.events.append({"time": seen.faults[0].time, "kind": "fault", "label": seen.faults[0].label})
         elif seen.faults and sc.node_fault and "down" not in watch:
@@ -598,7 +749,9 @@ class Runner:
             facts={**res.figures, "final_state": info.state if info else None,
                    "starts after the fault": sum(1 for r in starts if faults and r["time"] > faults[0].time),
                    "killed_node": watch.get("killed_node"), "killed_ranks": watch.get("killed_ranks"),
-                   "batch_host": info.batch_host if info else None, "final_nodes": watch.get("final_nodes")})
+                   "batch_host": info.batch_host if info else None, "final_nodes": watch.get("final_nodes"),
+                   "store_stopped": watch.get("store_stopped"), "store_started": watch.get("store_started"),
+                   "store_back": watch.get("store_back")})
         res.apply(judge(obs, sc.expect, sc.checks))
         res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
         say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
@@ -615,7 +768,7 @@ class Runner:
         watch["killed_ranks"] = ranks[node]
         if sc.node_fault:
             watch["killed_node"] = node
-        return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step))
+        return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step, watch))
 
     def after_fault(self, sc: SlurmScenario, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
                     records: list[dict] | None = None) -> None:
@@ -637,6 +790,7 @@ class Runner:
             watch["reviver"] = self.lab.fault_async("revive", watch["killed_node"])
             # a cut node's processes still run: the lab's revive fences them first
             say(f"{sc.name}: reviving {watch['killed_node']}" + (" (fenced first)" if sc.inject is cut_link else ""))
+        self.end_outage(sc, watch, res)
         rv = watch.get("reviver")
         if rv is not None and not watch.get("revived") and rv.poll() is not None:
             watch["revived"] = True
@@ -644,6 +798,25 @@ class Runner:
             if rv.returncode != 0:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
             say(f"{sc.name}: {watch['killed_node']} is back")
+
+
+    def end_outage(self, sc: SlurmScenario, watch: dict, res: ScenarioResult) -> None:
+        """``sc.outage_s`` after the store was stopped, start every member again; note when they all answer."""
+        stopped = watch.get("store_stopped")
+        if sc.outage_s is None or stopped is None:
+            return
+        if "store_restarter" not in watch and time.time() - stopped >= sc.outage_s:
+            watch["store_restarter"] = self.lab.store_async("start")
+            watch["store_started"] = time.time()
+            say(f"{sc.name}: starting the etcd members again after {watch['store_started'] - stopped:.0f} s")
+        rs = watch.get("store_restarter")
+        if rs is not None and "store_back" not in watch and rs.poll() is not None:
+            if rs.returncode != 0:
+                raise RuntimeError(f"starting the etcd members failed: {rs.stdout.read()[-1000:]}")
+            watch["store_back"] = time.time()
+            res.events.append({"time": watch["store_back"], "kind": "replace", "label": "etcd back"})
+            say(f"{sc.name}: every etcd member answers again ({watch['store_back'] - watch['store_started']:.1f} s "
+                "after the start)")
 
 
 def global_batch(cfg: SlurmChaosConfig) -> int:

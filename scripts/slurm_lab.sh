@@ -3,8 +3,9 @@
 #   scripts/slurm_lab.sh up       start it (installs Debian's Slurm 22.05 + munge if missing); idempotent
 #   scripts/slurm_lab.sh down     stop it (only its own processes, namespaces and links)
 #   scripts/slurm_lab.sh status   daemons, nodes, jobs (exit 1 when not up/healthy)
-#   scripts/slurm_lab.sh env      print `export SLURM_CONF=...` lines:  eval "$(scripts/slurm_lab.sh env)"
+#   scripts/slurm_lab.sh env      print `export SLURM_CONF=...` and root's `T5_ETCD_*` lines:  eval "$(scripts/slurm_lab.sh env)"
 #   scripts/slurm_lab.sh fault kill-node|revive|kill-workers|kill-tasks|state|pids|wait NODE ...
+#   scripts/slurm_lab.sh fault store kill-leader|kill-all|stop|start|leader|pids|health   (the lab's 3 etcd members)
 # Settings (environment): NODES (or SLAB_NODES, default 2), SLAB_MODE=auto|netns|loopback,
 # SLAB_ROOT (default <repo>/.slurm-lab), SLAB_PFX, SLAB_NET, SLAB_CTLD_PORT, SLAB_SLURMD_PORT.
 # Needs root. See docs/slurm.md.
@@ -21,6 +22,6 @@ case "$cmd" in
   fault)  exec "$lab/fault.sh" "$@" ;;
   env)    [[ -s "$SLAB_ROOT/env.sh" ]] || { echo "slurm lab is not up (scripts/slurm_lab.sh up)" >&2; exit 1; }
           cat "$SLAB_ROOT/env.sh" ;;
-  -h|--help|help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help|help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "slurm_lab.sh: unknown command '$cmd' (up|down|status|env|fault; --help)" >&2; exit 2 ;;
 esac

@@ -102,8 +102,15 @@ class SlurmJobConfig:
     """torchrun worker-group restarts inside one allocation (a crashed worker costs seconds, no requeue)."""
     shutdown_timeout_s: int = SLURM_TIMEOUTS.shutdown_timeout_s
     """Seconds an agent waits for its workers to checkpoint after SIGTERM before it SIGKILLs them."""
+    etcd_env: str | None = None
+    """A file of ``T5_ETCD_*`` lines the batch script reads when the job starts: membership on etcd (the
+    coordinator that survives losing any member). Root's credentials (``T5_ETCD_ENDPOINTS``, ``_CA``, ``_CERT``,
+    ``_KEY`` and ``T5_ETCD_ROOT_PASSWORD_FILE``): the job makes its own etcd user, whose role reads and writes its
+    key prefix only, and its agents get that user, never root. A job's ``job.env`` (``python -m
+    training.launch.rendezvous.admin add-job``): the agents use it. Unset: ``T5_ETCD_*`` in the environment the
+    job is submitted from, else the c10d store of ``rdzv_store``."""
     rdzv_store: str = "controller"
-    """Where the rendezvous store runs. ``controller``: the Slurm controller host (the ParallelCluster head node,
+    """Without etcd (``etcd_env``, ``T5_ETCD_*``): where the c10d rendezvous store runs. ``controller``: the Slurm controller host (the ParallelCluster head node,
     whose ``t5-rdzv-store`` service serves every job there; the address comes from ``scontrol show config``).
     A host name or IP: a store you run there. ``first-node``: the job's first node hosts it (then losing that
     node always requeues). A store that does not answer when the job starts falls back to ``first-node``, with a
@@ -298,6 +305,9 @@ class SlurmJobConfig:
                 raise bad(name, value, "use an absolute path without spaces, the same on every node")
         if self.python and (not self.python.startswith("/") or any(c.isspace() for c in self.python)):
             raise bad("python", self.python, "use the absolute path of the venv's python on shared storage")
+        if self.etcd_env is not None and (not self.etcd_env.startswith("/") or any(c.isspace() for c in self.etcd_env)):
+            raise bad("etcd_env", self.etcd_env, "use the absolute path, as the batch host sees it, of a file of "
+                      "T5_ETCD_* lines (root's credentials, or a job's job.env)")
         if self.slurm_conf is not None and not self.slurm_conf.startswith("/"):
             raise bad("slurm_conf", self.slurm_conf, "use an absolute path to slurm.conf")
         if self.container_image is not None and (not self.container_image

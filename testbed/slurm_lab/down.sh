@@ -18,15 +18,7 @@ ctld="$(pidfile_pid "$R/run/slurmctld.pid")"
 add "$ctld"
 [[ -n "$ctld" ]] && add $(ps -o pid= --ppid "$ctld" 2>/dev/null)
 add "$(pidfile_pid "$R/run/munged.pid")"
-st="$(store_pid)"   # the store's restart loop (setsid: its own process group) and whatever it runs
-if [[ -n "$st" ]]; then
-  # The whole group, not a list of PIDs taken beforehand: the loop may fork its "sleep 1" or a new store in
-  # between, which would outlive the teardown. Gone before anything else stops.
-  kill -TERM -- "-$st" 2>/dev/null
-  for _ in $(seq 1 25); do pgrep -g "$st" >/dev/null || break; sleep 0.2; done
-  kill -KILL -- "-$st" 2>/dev/null
-  for _ in $(seq 1 25); do pgrep -g "$st" >/dev/null || break; sleep 0.2; done
-fi
+add $(store_pids)   # the etcd members (PIDs in $R/etcd/state.json; our_daemons finds them by tag too)
 add $(our_daemons)   # when PID files are gone or stale
 
 if ((${#pids[@]})); then
@@ -50,6 +42,6 @@ done
 
 if [[ -d "$R" ]]; then
   rm -rf "$R/log.prev"; [[ -d "$R/log" ]] && mv "$R/log" "$R/log.prev"
-  rm -rf "$R/run" "$R/state" "$R/etc" "$R/env.sh" "$R/lab.env"
+  rm -rf "$R/run" "$R/state" "$R/etc" "$R/etcd" "$R/env.sh" "$R/lab.env"
 fi
 echo "slurm lab down: stopped ${#pids[@]} processes"

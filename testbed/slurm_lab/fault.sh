@@ -14,6 +14,12 @@
 #   kill-tasks NODE     SIGKILL every srun-launched task on the node (agent and workers); the batch script
 #                       and its srun survive.
 #   pids NODE | state NODE | link NODE (UP, DOWN; none on loopback) | wait NODE REGEX [TIMEOUT_S]
+#   store kill-leader   SIGKILL the etcd member that leads now (the membership store: 3 members off the nodes)
+#   store stop          SIGTERM every etcd member (an outage of the whole store; its data stays; the leader's
+#                       graceful stop waits ~5 s for a leadership transfer that cannot happen)
+#   store kill-all      SIGKILL every etcd member (all their hosts lost at once; the data on disk stays)
+#   store start         start the stopped members again with their data, wait until they elect a leader
+#   store leader | store pids | store health   (leader: the member that leads, once one does)
 # "Safe return to service": a node that slurmctld marked DOWN is brought back DRAINed; we wait until it
 # responds and its stale steps are gone, wait >1 s, then RESUME it. Without this a requeued job (same job
 # id) can land on it in the second in which slurmd revokes the old incarnation's credential, and the
@@ -21,8 +27,21 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cmd="${1:-}"; n="${2:-}"
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 case "$cmd" in -h|--help|help|"") usage; exit 0 ;; esac
+if [[ "$cmd" == store ]]; then   # the membership store is no node's: testbed/slurm_lab/etcd.py acts on it
+  [[ -s "$R/etcd/state.json" ]] || die "the lab at $R runs no etcd (run: scripts/slurm_lab.sh up)"
+  case "$n" in
+    kill-leader) m="$(etcd_ctl kill leader)" && echo "$m" && log "SIGKILLed the etcd leader: $m" ;;
+    stop)        m="$(etcd_ctl stop all)" && echo "$m" && log "stopped every etcd member: $m" ;;
+    kill-all)    m="$(etcd_ctl kill all)" && echo "$m" && log "SIGKILLed every etcd member: $m" ;;
+    start)       etcd_ctl restart all >/dev/null && etcd_ctl health --timeout 30 >/dev/null && log "etcd members back: $(etcd_ctl pids)" ;;
+    leader)      etcd_ctl leader --timeout 10 ;;   # once one leads: an election takes about a second
+    pids|health) etcd_ctl "$n" ;;
+    *) usage >&2; die "store ${n:-(nothing)}: use kill-leader, kill-all, stop, start, leader, pids or health" ;;
+  esac
+  exit
+fi
 [[ -n "$n" ]] || { usage >&2; die "$cmd: missing NODE"; }
 i="$(node_idx "$n")"
 (( i >= 1 && i <= SLAB_NODES )) || die "no node $n in this lab (nodes n1..n$SLAB_NODES)"

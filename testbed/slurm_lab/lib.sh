@@ -27,7 +27,6 @@ SLAB_NET="${SLAB_NET:-10.77.$((_SLAB_H % 250 + 1))}"  # netns mode: /24 on a bri
 SLAB_PFX="${SLAB_PFX:-sl$(printf '%04x' $((_SLAB_H % 65536)))}"  # netns/link name prefix (<= 8 chars: IFNAMSIZ)
 SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-$((16000 + (_SLAB_H % 300) * 10))}"
 SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-$((SLAB_CTLD_PORT + 1))}"  # netns: same port in every namespace; loopback: port+i-1
-SLAB_STORE_PORT="${SLAB_STORE_PORT:-$((SLAB_CTLD_PORT + 2))}"  # the rendezvous store on the controller
 SLAB_SLURMD_TIMEOUT="${SLAB_SLURMD_TIMEOUT:-6}" # a dead node is marked DOWN ~2x this after it dies
 SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-10}"     # >= 5; a requeued job is held cred_expire+1 s before rerun
 
@@ -103,26 +102,24 @@ start_slurmd() {
   fi
 }
 
-# The rendezvous store on the controller, as the ParallelCluster head node runs it (a service that restarts it):
-# jobs reach it at the controller's address (SlurmctldHost), off every compute node. Tagged by environment so
-# down.sh finds it; the project venv's python (scripts/venv.sh) runs it.
-store_pid() { pidfile_pid "$R/run/rdzv-store.pid"; }
+# The membership store: 3 etcd members on the lab's host side, off every compute node, as the clusters run them
+# (testbed/slurm_lab/etcd.py; netns mode: 3 addresses on the host's bridge, loopback mode: 3 loopback ports).
+# Tagged by environment (SLAB_STORE_TAG) so down.sh finds them; the project venv's python runs the manager.
+store_tag() { echo "$SLAB_PFX:$R:store"; }
+store_hosts() {
+  if [[ "$(cur_mode)" == netns ]]; then echo "$SLAB_NET.2,$SLAB_NET.3,$SLAB_NET.4"; else echo "127.0.0.1,127.0.0.1,127.0.0.1"; fi
+}
+lab_python() {
+  local py="$SLAB_REPO/.venv/bin/python"
+  [[ -x "$py" ]] || py="$("$SLAB_REPO/scripts/venv.sh")" || die "no project venv for the lab's etcd (scripts/venv.sh)"
+  echo "$py"
+}
+etcd_ctl() { PYTHONPATH="$SLAB_REPO" SLAB_STORE_TAG="$(store_tag)" "$(lab_python)" "$SLAB_LAB_DIR/etcd.py" "$@" --root "$R"; }
+store_pids() { [[ -s "$R/etcd/state.json" ]] && etcd_ctl pids 2>/dev/null || true; }
 start_store() {
-  local addr="$1" py="$SLAB_REPO/.venv/bin/python"
-  [[ -x "$py" ]] || py="$("$SLAB_REPO/scripts/venv.sh")" || die "no project venv for the rendezvous store (scripts/venv.sh)"
-  rm -f "$R/run/rdzv-store.pid"
-  SLAB_STORE_TAG="$SLAB_PFX:$R:store" PYTHONPATH="$SLAB_REPO" setsid bash -c '
-    echo $$ > "$0/run/rdzv-store.pid"
-    while :; do
-      "$1" -m training.rdzv_store --host "$2" --port "$3"
-      echo "[slab-store $(date +%T)] store exited ($?): restarting in 1 s"
-      sleep 1
-    done' "$R" "$py" "$addr" "$SLAB_STORE_PORT" >> "$R/log/rdzv-store.log" 2>&1 < /dev/null &
-  local t=$SECONDS
-  until timeout 2 bash -c "exec 3<>/dev/tcp/$addr/$SLAB_STORE_PORT" 2>/dev/null; do
-    (( SECONDS - t > 60 )) && { tail -n 20 "$R/log/rdzv-store.log" >&2; die "the rendezvous store did not come up on $addr:$SLAB_STORE_PORT"; }
-    sleep 0.2
-  done
+  rm -rf "$R/etcd"
+  etcd_ctl start --hosts "$(store_hosts)" >> "$R/log/etcd-start.log" 2>&1 < /dev/null \
+    || { tail -n 20 "$R/log/etcd-start.log" "$R/etcd/etcd.log" >&2 2>/dev/null; die "the lab's etcd did not come up on $(store_hosts)"; }
 }
 
 # Wait until every listed node's short state (sinfo %t) matches the regex; default all nodes.
@@ -146,7 +143,7 @@ our_daemons() {
   for ((i = 1; i <= SLAB_NODES; i++)); do tags+=(-e "SLAB_NODE_TAG=$(node_tag "$i")"); done
   for d in /proc/[0-9]*; do
     p="${d#/proc/}"
-    if grep -qzxF "SLAB_STORE_TAG=$SLAB_PFX:$R:store" "$d/environ" 2>/dev/null; then echo "$p"; continue; fi
+    if grep -qzxF "SLAB_STORE_TAG=$(store_tag)" "$d/environ" 2>/dev/null; then echo "$p"; continue; fi
     case "$(cat "$d/comm" 2>/dev/null)" in munged|slurmctld|slurmd|slurmstepd|slurmscriptd) ;; *) continue ;; esac
     if tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -qF -- "$R/" \
        || grep -qzxF "${tags[@]}" "$d/environ" 2>/dev/null; then echo "$p"; fi

@@ -9,7 +9,8 @@ echo "slurm lab: $(cat "$R/run/settings" 2>/dev/null || echo 'starting or failed
 echo "  root $R   SLURM_CONF=$CONF   shared dir $R/shared"
 show munged "$(pidfile_pid "$R/run/munged.pid")"
 show slurmctld "$(pidfile_pid "$R/run/slurmctld.pid")"
-show rdzv-store "$(store_pid)"
+n=0; for p in $(store_pids); do show "etcd m$n" "$p"; n=$((n + 1)); done
+((n == 3)) || { printf '  %-10s %s of 3 members running\n' etcd "$n"; ok=1; }
 for ((i = 1; i <= SLAB_NODES; i++)); do show "slurmd n$i" "$(pidfile_pid "$R/run/slurmd-n$i.pid")"; done
 echo "nodes:"; timeout 10 sinfo -N -o '  %N %t %c %E' 2>/dev/null || { echo "  (slurmctld not answering)"; ok=1; }
 echo "jobs:";  timeout 10 squeue -t all -o '  %i %j %T %M %R' 2>/dev/null || true

@@ -29,13 +29,13 @@ if [[ "$SLAB_MODE" == auto ]]; then
     SLAB_MODE=loopback
   fi
 fi
-WANT="mode=$SLAB_MODE nodes=$SLAB_NODES cpus=$SLAB_CPUS net=$SLAB_NET pfx=$SLAB_PFX ports=$SLAB_CTLD_PORT/$SLAB_SLURMD_PORT/$SLAB_STORE_PORT timeout=$SLAB_SLURMD_TIMEOUT cred=$SLAB_CRED_EXPIRE"
+WANT="mode=$SLAB_MODE nodes=$SLAB_NODES cpus=$SLAB_CPUS net=$SLAB_NET pfx=$SLAB_PFX ports=$SLAB_CTLD_PORT/$SLAB_SLURMD_PORT etcd=3 timeout=$SLAB_SLURMD_TIMEOUT cred=$SLAB_CRED_EXPIRE"
 
 healthy() {
   [[ "$(cat "$R/run/settings" 2>/dev/null)" == "$WANT" ]] || return 1
   pid_alive "$(pidfile_pid "$R/run/munged.pid")" || return 1
   pid_alive "$(pidfile_pid "$R/run/slurmctld.pid")" || return 1
-  pid_alive "$(store_pid)" || return 1
+  [[ "$(store_pids | wc -w)" == 3 ]] || return 1
   local i; for ((i = 1; i <= SLAB_NODES; i++)); do pid_alive "$(pidfile_pid "$R/run/slurmd-n$i.pid")" || return 1; done
   timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' || return 1
   local st; st="$(timeout 10 sinfo -h -N -o '%t' 2>/dev/null)"
@@ -56,7 +56,6 @@ SLAB_NET=$SLAB_NET
 SLAB_PFX=$SLAB_PFX
 SLAB_CTLD_PORT=$SLAB_CTLD_PORT
 SLAB_SLURMD_PORT=$SLAB_SLURMD_PORT
-SLAB_STORE_PORT=$SLAB_STORE_PORT
 SLAB_SLURMD_TIMEOUT=$SLAB_SLURMD_TIMEOUT
 SLAB_CRED_EXPIRE=$SLAB_CRED_EXPIRE
 EOF
@@ -69,6 +68,7 @@ if [[ "$SLAB_MODE" == netns ]]; then
   br="${SLAB_PFX}-br"
   ip link add "$br" type bridge || die "cannot create bridge $br (another lab with SLAB_PFX=$SLAB_PFX?)"
   ip addr add "$CTL_ADDR/24" dev "$br"
+  for a in ${SLAB_NET}.{2,3,4}; do ip addr add "$a/24" dev "$br"; done   # the etcd members' hosts (store_hosts)
   ip link set "$br" up
   for ((i = 1; i <= SLAB_NODES; i++)); do
     ns="$(node_ns "$i")" h="${SLAB_PFX}-h$i" c="${SLAB_PFX}-c$i"
@@ -160,7 +160,6 @@ cat > "$R/env.sh" <<EOF
 export SLURM_CONF=$CONF
 export SLAB_ROOT=$R
 export SLAB_SHARED_DIR=$R/shared
-export SLAB_STORE_ENDPOINT=$CTL_ADDR:$SLAB_STORE_PORT
 EOF
 
 t=$SECONDS
@@ -168,8 +167,11 @@ until timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; do
   (( SECONDS - t > 20 )) && { tail -n 20 "$R/log/slurmctld.log" >&2; die "slurmctld did not come up"; }
   sleep 0.2
 done
-start_store "$CTL_ADDR"
-log "rendezvous store on the controller: $CTL_ADDR:$SLAB_STORE_PORT (pid $(store_pid))"
+start_store
+{ echo "# the membership store (3 etcd members off the compute nodes): root's credentials, with which a batch script"
+  echo "# makes its job's etcd user (python -m training.launch.rendezvous.admin add-job); a job's agents never see them"
+  sed 's/^/export /' "$R/etcd/admin.env"; } >> "$R/env.sh"
+log "membership store: 3 etcd members on $(store_hosts) (pids $(store_pids)); root's T5_ETCD_* in $R/env.sh"
 wait_nodes 'idle' 40 || { tail -n 5 "$R"/log/slurmd-*.log >&2; die "nodes did not become idle"; }
 echo "$WANT" > "$R/run/settings"   # written only after success: healthy() compares it
 log "up in $(( ($(date +%s%N) - T0) / 1000000 )) ms: $WANT"

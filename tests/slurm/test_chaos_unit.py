@@ -90,7 +90,8 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
 
 
 @pytest.mark.parametrize("name", ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
-                                  "batch-host-kill"])
+                                  "batch-host-kill", "store-member-kill", "store-outage",
+                                  "store-outage-then-worker-kill"])
 def test_slurm_verdict_fails_without_its_fault(name):
     """An uninterrupted job, the fault claimed and confirmed, Slurm figures as a real fault would leave them."""
     sc = scenarios(CFG)[name]
@@ -98,7 +99,8 @@ def test_slurm_verdict_fails_without_its_fault(name):
                           **{**SPARE_TOOK_OVER, "killed_ranks": [0]}), sc.expect, sc.checks)
     failed = {c.name for c in v.failed()}
     assert not v.passed and "fault injected" not in failed
-    assert ({"failure noticed"} if name == "batch-host-kill" else {"job restarted", "failure noticed"}) <= failed
+    untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
+    assert ({"failure noticed"} if name in untouched else {"job restarted", "failure noticed"}) <= failed
 
 
 def test_worker_kill_must_not_requeue():
@@ -132,7 +134,8 @@ def test_bad_chaos_settings(kw, msg):
 
 def test_default_runs_every_slurm_scenario():
     assert SlurmChaosConfig().names == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
-                                        "batch-host-kill"]
+                                        "batch-host-kill", "store-member-kill", "store-outage",
+                                        "store-outage-then-worker-kill"]
     SlurmChaosConfig(spares=0, scenarios="worker-kill,preemption,batch-host-kill").validate()  # no spare needed
 
 
@@ -156,6 +159,14 @@ def test_log_lines_that_count_as_noticed():
     assert noticed["node-kill"](logs) == [3.0]
     assert noticed["network-cut"](logs + [(4.0, "[watchdog] node 1 silent")]) == [3.0, 4.0]
     assert noticed["batch-host-kill"](logs) == []
+    # the etcd rendezvous names a lost node itself; the c10d agent's line still counts
+    etcd = [(5.0, "1: [rendezvous] lost node(s) of round 0: n3-77-ab12 (membership lease expired, TTL 3 s): ...")]
+    c10d = [(6.0, "0: [agent] lost node(s) of this round: n3")]
+    assert noticed["node-kill"](etcd + c10d) == [5.0, 6.0]
+    assert noticed["worker-kill"](etcd) == [5.0]
+    outage = [(7.0, "0: [rendezvous] membership store unreachable: keep-alives paused, training goes on"),
+              (8.0, "1: [rendezvous] a new round waits for the membership store (no member answered)")]
+    assert noticed["store-outage"](logs + outage) == [7.0, 8.0]
 
 
 def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_so():
@@ -170,3 +181,65 @@ def test_resume_from_a_newer_in_memory_snapshot_passes_only_when_the_start_says_
             r["restored_from"] = {"tier": "memory", "step": 5}
     assert check_resumed_newest(obs).ok
     assert judge(obs, scenarios(CFG)["network-cut"].expect, scenarios(CFG)["network-cut"].checks).passed
+
+
+# ------------------------------------------------------------------------------------------- the etcd store
+def test_store_member_kill_passes_only_untouched():
+    """The leader SIGKILLed at 5.5, a new one elected at 6.6: the job trains on, no restart, no requeue, no node
+    lost. An attempt started over, a requeue or a node declared lost each fail it."""
+    sc = scenarios(CFG)["store-member-kill"]
+    fault = [Fault("SIGKILL etcd leader m0", 5.5, True, "m0 gone, m1 elected")]
+    v = judge(observation(uninterrupted(), fault, 0, 0, [6.6]), sc.expect, sc.checks)
+    assert v.passed, v.failed()
+    assert v.recoveries[0].detect_s == pytest.approx(1.1)
+    assert {c.name for c in judge(observation(node_kill_run(), fault, 0, 1, [6.6]), sc.expect,
+                                  sc.checks).failed()} == {"training went on untouched"}
+    assert {c.name for c in judge(observation(uninterrupted(), fault, 1, 0, [6.6]), sc.expect,
+                                  sc.checks).failed()} == {"no requeue"}
+    obs = observation(uninterrupted(), fault, 0, 0, [6.6])
+    obs.logs = [(7.0, "0: [rendezvous] lost node(s) of round 0: n3-1-abc (membership lease expired, TTL 3 s)")]
+    assert {c.name for c in judge(obs, sc.expect, sc.checks).failed()} == {"no node declared lost"}
+
+
+def outage_logs():
+    return [(5.9, "0: [rendezvous] membership store unreachable: keep-alives paused, training goes on"),
+            (25.3, "1: [rendezvous] membership store answers again: keep-alives resumed")]
+
+
+def test_store_outage_needs_steps_during_the_outage():
+    """Every member stopped at 5.5, started at 25.0 and answering at 25.5: steps 6..12 were logged meanwhile, an
+    agent said it reconnected. A job that stalled until the store came back (its steps all after 25.5) fails, so
+    does a store that never came back, and agents that never said they reconnected."""
+    sc = scenarios(CFG)["store-outage"]
+    fault = [Fault("stop every etcd member", 5.5, True, "no member running")]
+
+    def run(records, logs=outage_logs(), **facts):
+        obs = observation(records, fault, 0, 0, **{"store_stopped": 5.5, "store_started": 25.0, "store_back": 25.5,
+                                                   **facts})
+        obs.detections = sc.noticed(logs)
+        obs.logs = logs
+        return judge(obs, sc.expect, sc.checks)
+
+    v = run(uninterrupted())
+    assert v.passed, v.failed()
+    stalled = [r if r["time"] < 5.5 else {**r, "time": r["time"] + 20} for r in uninterrupted()]
+    assert {c.name for c in run(stalled).failed()} == {"trained while no member answered"}
+    assert "trained while no member answered" in {c.name for c in run(uninterrupted(), store_back=None).failed()}
+    assert {c.name for c in run(uninterrupted(), outage_logs()[:1]).failed()} == {"the agents reconnected"}
+
+
+def test_store_outage_then_worker_kill_trains_again_within_5_s_of_the_store():
+    """Workers killed at 5.5 with every member down; the store is back at 20.5, the new group's first step at 25.
+    4.5 s: passes; the store back at 19.5 (5.5 s before that step): fails; a requeue instead: fails."""
+    sc = scenarios(CFG)["store-outage-then-worker-kill"]
+    fault = [Fault("stop every etcd member, then kill workers on n3", 5.5, True, "no member; workers gone")]
+    check = f"trained again <= {5:g} s after the store is back"
+
+    def run(back, requeues=0):
+        return judge(observation(node_kill_run(), fault, requeues, 1, [5.6], store_stopped=5.4, store_back=back),
+                     sc.expect, sc.checks)
+
+    v = run(20.5)
+    assert v.passed, v.failed()
+    assert {c.name for c in run(19.5).failed()} == {check}
+    assert "torchrun restarted the workers, no requeue" in {c.name for c in run(20.5, requeues=1).failed()}

@@ -1,7 +1,8 @@
 """End to end on a real Slurm cluster on this machine (the project's lab): bring it up, run the chaos scenarios
-on 2 training nodes + 1 hot spare against the store on the lab's controller (node kill, rank 0's node kill and
-network cut -> the spare takes over inside the allocation, no requeue; worker kill -> torchrun restart;
-pre-timeout signal -> self-requeue; batch host kill -> requeue) with bitwise verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
+on 2 training nodes + 1 hot spare with their membership in the lab's 3-member etcd off the compute nodes (node
+kill, rank 0's node kill and network cut -> the spare takes over inside the allocation, no requeue; worker kill ->
+torchrun restart; pre-timeout signal -> self-requeue; batch host kill -> requeue; the etcd leader killed, every
+member stopped 20 s, a worker killed meanwhile -> training goes on) with bitwise verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
 
 Each lab here has its own root, namespace prefix, subnet and ports, so it can run beside `make slurm-up`.
 Needs root; skips (with the reason) only when neither namespace nor loopback mode can start.
@@ -94,7 +95,10 @@ def test_lab_is_idempotent_and_reports_status(netns_lab):
     st = lab("status.sh", env)
     assert st.returncode == 0, st.stdout + st.stderr
     assert f"mode={mode} nodes=3" in st.stdout and all(f"n{i} idle" in st.stdout for i in (1, 2, 3))
-    assert "rdzv-store pid" in st.stdout  # the rendezvous store on the controller, off every compute node
+    # the membership store: 3 etcd members on the lab's host side, off every compute node
+    assert all(f"etcd m{i}" in st.stdout for i in range(3)) and "NOT RUNNING" not in st.stdout
+    leader = lab("fault.sh", env, "store", "leader")
+    assert leader.returncode == 0 and leader.stdout.strip() in ("m0", "m1", "m2"), leader.stderr
     bad = lab("fault.sh", env, "kill-node", "n7")
     assert bad.returncode != 0 and "no node n7" in bad.stderr
 
@@ -122,10 +126,12 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
 
 
 def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
-    """2 training nodes + 1 spare (the batch host), store on the controller: node-kill, first-node-kill (rank 0's
+    """2 training nodes + 1 spare (the batch host), membership on the lab's etcd: node-kill, first-node-kill (rank 0's
     node) and network-cut -> the spare takes over inside the allocation, no requeue; worker-kill -> torchrun
     restart, no requeue; preemption (pre-timeout signal) -> checkpoint + self-requeue, 0 steps lost;
-    batch-host-kill -> DOWN + requeue + resume. All bitwise equal to the reference.
+    batch-host-kill -> DOWN + requeue + resume; store-member-kill and store-outage -> training untouched;
+    store-outage-then-worker-kill -> trains again within 5 s of the store's return. All bitwise equal to the
+    reference.
     (`make chaos-test PLATFORM=slurm` runs the same with the full debug model.)"""
     env, _ = netns_lab
     out = tmp_path / "report"
@@ -140,12 +146,14 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
     report = json.loads((out / "report.json").read_text())
     by = {s["name"]: s for s in report["scenarios"]}
-    assert list(by) == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill"]
+    assert list(by) == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
+                        "store-member-kill", "store-outage", "store-outage-then-worker-kill"]
+    untouched = {"batch-host-kill", "store-member-kill", "store-outage"}
     for name, s in by.items():
         assert s["passed"], (name, [c for c in s["checks"] if not c["ok"]], s["error"])
         checks = {c["name"] for c in s["checks"]}
-        # batch-host-kill: the batch host was the spare, so training must NOT restart (its own check)
-        restarted = "training went on untouched" if name == "batch-host-kill" else "job restarted"
+        # the batch host was the spare / the store is no node: training must NOT restart (its own check)
+        restarted = "training went on untouched" if name in untouched else "job restarted"
         assert {"fault injected", "failure noticed", restarted, "weights bitwise == reference",
                 "every sample exactly once"} <= checks, name
     for name in ("node-kill", "first-node-kill", "network-cut"):  # a training node lost: no requeue
@@ -156,6 +164,10 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     assert by["worker-kill"]["figures"]["requeues"] == 0
     assert "torchrun restarted the workers, no requeue" in {c["name"] for c in by["worker-kill"]["checks"] if c["ok"]}
     assert by["preemption"]["figures"]["requeues"] >= 1 and by["preemption"]["recoveries"][0]["steps_lost"] == 0
+    for name in ("store-member-kill", "store-outage", "store-outage-then-worker-kill"):
+        assert by[name]["figures"]["requeues"] == 0, name
+    assert "trained again <= 5 s after the store is back" in {
+        c["name"] for c in by["store-outage-then-worker-kill"]["checks"] if c["ok"]}
     assert report["passed"] and r.returncode == 0
     # the reference ran through `make train PLATFORM=slurm`'s script and completed without interruption
     assert not report["reference"]["cached"]

@@ -120,6 +120,7 @@ def test_container_image_train_args_and_extras_are_quoted(tmp_path):
     ({"max_requeues": -1}, "max_requeues=-1"),
     ({"step_timeout_s": 5}, "step_timeout_s=5"),
     ({"slurm_conf": "etc/slurm.conf"}, "slurm_conf="),
+    ({"etcd_env": "job.env"}, "etcd_env='job.env'"),
 ])
 def test_bad_settings_are_rejected_naming_the_value(change, field):
     with pytest.raises(SlurmConfigError) as e:
