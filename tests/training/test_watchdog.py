@@ -105,3 +105,41 @@ def test_the_node_watchdog_also_kills_a_stale_worker_forked_by_the_agents_forkse
     finally:
         middle.kill()
         middle.wait()
+
+
+class _FlakyStore:
+    """A store that stops answering when told to (the workers' store behind a broken connection)."""
+
+    def __init__(self, inner):
+        self.inner, self.down = inner, False
+
+    def __getattr__(self, name):
+        method = getattr(self.inner, name)
+
+        def call(*args):
+            if self.down:
+                raise RuntimeError("Connection reset by peer")
+            return method(*args)
+        return call
+
+
+def test_a_store_that_does_not_answer_pauses_the_verdicts_and_never_ends_the_worker(store, capfd):
+    ended = []
+    flaky = _FlakyStore(store)
+    w0 = PeerWatchdog(timeout_s=2, rank=0, world=2, store=flaky, exit_fn=lambda code: ended.append(code))
+    w1 = PeerWatchdog(timeout_s=2, rank=1, world=2, store=flaky, exit_fn=lambda code: ended.append(code))
+    w0.start()
+    w1.start()
+    time.sleep(1.5)
+    flaky.down = True  # the store stops answering (its host, rank 0's worker, went) for longer than the timeout
+    time.sleep(4)
+    assert ended == [] and w0._thread.is_alive() and w1._thread.is_alive(), ended  # before: both ended
+    flaky.down = False
+    time.sleep(3)
+    assert ended == []  # both measure afresh once the store is back: no silence is blamed on a peer
+    err = capfd.readouterr().err
+    assert "rank 0: the workers' store does not answer (RuntimeError: Connection reset by peer); peer verdicts " \
+           "paused, training goes on" in err
+    assert "rank 0: the workers' store answers again; peer verdicts resumed" in err
+    w0.close()
+    w1.close()

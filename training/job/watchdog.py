@@ -11,7 +11,10 @@ waits another fixed 30 s for a stopped worker to exit. The watchdog cuts that sh
 * the same thread watches one peer, the next rank in a ring (``(rank + 1) % world``): every rank is watched
   by exactly one other, and the store sees O(world) reads a second, not O(world^2);
 * a peer whose counter has not moved for ``parallel.heartbeat_timeout_s`` is declared silent: the watcher
-  prints one line naming it (rank, node, pid) and ends its own worker. Its agent restarts the group; the rendezvous drops the silent node after its missed
+  prints one line naming it (rank, node, pid) and ends its own worker. A store that does not answer is not a
+  silent peer: the watcher says so once, pauses its verdicts and keeps beating its node's file (the store is
+  rank 0's worker's; a lost node is the membership's to find, by its expired lease), and starts measuring afresh
+  when the store answers again. Its agent restarts the group; the rendezvous drops the silent node after its missed
   keep-alives (about 3 s, ``training.launch``); the job resumes from the newest in-memory snapshot or
   checkpoint.
 
@@ -118,28 +121,35 @@ class PeerWatchdog:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        beat, seen, since, watching = 0, None, time.monotonic(), True
+        beat, seen, since, watching, store_away = 0, None, time.monotonic(), True, False
         key = f"hb/{self.peer}"
-        try:
-            while not self._stop.wait(BEAT_S if beat else 0):
-                beat += 1
+        while not self._stop.wait(BEAT_S if beat else 0):
+            beat += 1
+            self._touch(beat)  # first: this node's agent must see the worker alive whatever the store does
+            try:
                 self.store.set(f"hb/{self.rank}", str(beat))  # beats go on to the end: others watch this rank
-                self._touch(beat)
-                if not watching:
-                    continue
-                value = self.store.get(key).decode() if self.store.check([key]) else None
-                now = time.monotonic()
-                if value == DONE:
-                    watching = False  # the peer finished on purpose; nothing more to watch
-                elif value != seen:
-                    seen, since = value, now
-                elif now - since > self.timeout_s:
-                    self._declare(now - since)
-        except Exception as e:  # noqa: BLE001 - the store itself stopped answering: as silent as a peer
-            if not self._stop.is_set():
-                self._end(f"[watchdog] rank {self.rank}: the rendezvous store did not answer within "
-                          f"{self.timeout_s:.0f} s ({type(e).__name__}: {str(e).splitlines()[0][:120]}); ending this "
-                          "worker so the job re-forms")
+                value = self.store.get(key).decode() if watching and self.store.check([key]) else None
+            except Exception as e:  # noqa: BLE001 - the store does not answer: pause the verdicts, never end for it
+                if not store_away and not self._stop.is_set():
+                    print(f"[watchdog] rank {self.rank}: the workers' store does not answer ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:120] if str(e) else '-'}); peer verdicts paused, training goes on",
+                          file=sys.stderr, flush=True)
+                store_away = True
+                continue
+            now = time.monotonic()
+            if store_away:  # silence while the store was away is not the peer's: start measuring again
+                print(f"[watchdog] rank {self.rank}: the workers' store answers again; peer verdicts resumed",
+                      file=sys.stderr, flush=True)
+                store_away, seen, since = False, value, now
+                continue
+            if not watching:
+                continue
+            if value == DONE:
+                watching = False  # the peer finished on purpose; nothing more to watch
+            elif value != seen:
+                seen, since = value, now
+            elif now - since > self.timeout_s:
+                self._declare(now - since)
 
     def _touch(self, beat: int) -> None:
         if self.beat_file:

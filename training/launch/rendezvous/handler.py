@@ -45,6 +45,8 @@ from training.launch.rendezvous.client import ClientCredentials, EtcdClient, Key
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
 EXIT_WAIT_S = 10.0
+#: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
+CLOSE_WAIT_S = 60.0
 #: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
 STANDBY_ENV = "T5_STANDBY"
 _on_lost: list[Callable[[str], None]] = []
@@ -314,7 +316,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         try:
             if self.round is not None:
                 self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
-            self.set_closed()
+            self._close_rendezvous()
             if self._store is not None and self.round is not None:
                 self._wait_for_others_to_leave(self.round)
             self.client.revoke(self._lease)
@@ -323,6 +325,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._stop.set()
         self.round_view.stop()
         return True
+
+    def _close_rendezvous(self) -> None:
+        """Close it even if the store is away right now: spares standing by wait for this (at most
+        :data:`CLOSE_WAIT_S`, saying so once)."""
+        deadline, said = time.monotonic() + CLOSE_WAIT_S, False
+        while True:
+            try:
+                return self.set_closed()
+            except StoreUnavailable as e:
+                if time.monotonic() > deadline:
+                    raise
+                if not said:
+                    _say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
+                    said = True
+                time.sleep(0.5)
 
     def _wait_for_others_to_leave(self, r: rounds.Round) -> None:
         deadline = time.monotonic() + EXIT_WAIT_S
