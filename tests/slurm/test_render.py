@@ -336,3 +336,22 @@ def test_a_gpu_preset_without_gpus_per_node_is_refused_naming_the_instance_type_
     for gpus in (("--gpus-per-node", "8"), ("--instance-type", "p4d.24xlarge")):
         ok = run_cli(*base, *image, *gpus, env=submit_env(tmp_path))
         assert ok.returncode == 0 and "#SBATCH --gpus-per-node=8" in ok.stdout, ok.stderr
+
+
+def test_a_job_submitted_to_a_lab_that_runs_etcd_gets_the_labs_etcd(tmp_path):
+    """The lab's etcd administration file reaches the batch script without sourcing the lab's env.sh."""
+    root = tmp_path / "lab"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "slurm.conf").write_text("ClusterName=lab\n")
+    (root / "lab.env").write_text("SLAB_NODES=2\n")
+    (root / "etcd").mkdir()
+    (root / "etcd" / "admin.env").write_text("T5_ETCD_ENDPOINTS=https://10.0.0.2:2379\n")
+    env = submit_env(tmp_path, SLURM_CONF=str(root / "etc" / "slurm.conf"))
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--", "--train.steps", "2",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert str(root / "etcd" / "admin.env") in r.stdout
+    (root / "etcd" / "admin.env").unlink()  # a lab without etcd: the c10d store path, as before
+    r = run_cli("tools.slurm.submit", "--shared-dir", str(tmp_path), "--dry-run", "--", "--train.steps", "2",
+                env=env)
+    assert r.returncode == 0 and str(root / "etcd" / "admin.env") not in r.stdout

@@ -157,6 +157,13 @@ class Lab:
         port = self.setting("SLAB_STORE_PORT")
         return int(port) if port and port.isdigit() else None
 
+    @property
+    def etcd_env(self) -> str | None:
+        """The lab's etcd administration file (root's ``T5_ETCD_*``, ``<root>/etcd/admin.env``), if it runs etcd:
+        the batch script makes each job's etcd user with it."""
+        path = self.root / "etcd" / "admin.env"
+        return str(path) if path.is_file() else None
+
 
 def lab_for_conf(conf: str | None) -> Lab | None:
     """The lab a SLURM_CONF path belongs to (``<root>/etc/slurm.conf`` next to ``<root>/lab.env``)."""

@@ -163,8 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = replace(cfg, python=sys.executable)  # the venv scripts/venv.sh made (VENV may move it)
         if cfg.slurm_conf is None and env.get("SLURM_CONF"):
             cfg = replace(cfg, slurm_conf=env["SLURM_CONF"])
-        if lab is not None and a.rdzv_store_port is None and lab.store_port:
-            cfg = replace(cfg, rdzv_store_port=lab.store_port)  # the lab's store on its controller
+        if lab is not None and cfg.etcd_env is None and not os.environ.get("T5_ETCD_ENDPOINTS") and lab.etcd_env:
+            cfg = replace(cfg, etcd_env=lab.etcd_env)  # the lab's etcd members (the clusters' layout)
+        elif lab is not None and a.rdzv_store_port is None and lab.store_port:
+            cfg = replace(cfg, rdzv_store_port=lab.store_port)  # a lab that still runs a c10d store
         cfg = cfg.with_instance_type().validate(check_paths=True)
         check_training_args(cfg)
         text = render(cfg)
