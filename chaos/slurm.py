@@ -373,8 +373,8 @@ RDZV_LOST_RE = re.compile(r"\[rendezvous\] lost node\(s\) of round \d+")
 
 def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
     """An agent logged its failed worker group or the rendezvous re-forming (torch's lines, the c10d agent's or
-    the etcd rendezvous's)."""
-    return sorted(torchrun_detections(logs) + [t for t, line in logs if RDZV_LOST_RE.search(line)])
+    the etcd rendezvous's: chaos.analysis.DETECT_RE knows them all)."""
+    return sorted(torchrun_detections(logs))
 
 
 def store_unreachable_logged(logs: list[tuple[float, str]]) -> list[float]:

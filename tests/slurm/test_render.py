@@ -283,24 +283,29 @@ def test_spares_enlarge_the_allocation_and_the_launcher_trains_on_the_others(tmp
     assert '--spares "$SPARES"' in text and 'srun --kill-on-bad-exit=1 $( ((SPARES)) && echo --no-kill) --nodes="$ALLOC_NODES"' in text
     assert "2 node(s) + 1 hot spare(s)" in text  # the summary line
     env = dict(os.environ, SLURM_JOB_NUM_NODES="3", SLURM_JOB_ID="7", SLURM_NODEID="2",
-               SLURM_JOB_NODELIST="n1", SLURM_GPUS_ON_NODE="", T5_SPARES="1")
-    out = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--rdzv-endpoint",
-                          "n1:29400", "--print", "--", "--preset", "debug"], capture_output=True, text=True,
-                         env=env, cwd=ROOT)
+               SLURM_JOB_NODELIST="n1", SLURM_GPUS_ON_NODE="", T5_SPARES="1", T5_ETCD_ENDPOINTS="https://10.0.0.2:2379")
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--print", "--", "--preset",
+                          "debug"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    assert "--nnodes=1:2" in out.stdout  # 3 allocated - 1 spare = MAX 2
+    assert "--nnodes=1:2" in out.stdout and "--rdzv-backend=t5-etcd" in out.stdout  # 3 allocated - 1 spare = MAX 2
+    store = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--rdzv-endpoint",
+                            "n1:29400", "--print"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert store.returncode == 2 and "hot spare(s) need the etcd coordinator" in store.stderr  # c10d: no spares
     bad = subprocess.run([sys.executable, "-m", "training.launch", "--from-env", "slurm", "--print"],
                          capture_output=True, text=True, env=dict(env, T5_SPARES="3"), cwd=ROOT)
     assert bad.returncode == 2 and "T5_SPARES=3 leaves no training node" in bad.stderr
 
 
 def test_the_store_is_off_the_compute_nodes_by_default(tmp_path):
-    """Default rdzv_store=controller: agents are clients of the head node's store (no --node-hosts-store), the
-    batch host starts as the spare; first-node keeps the old per-job store on the first node."""
+    """Without etcd, rdzv_store=controller: agents are clients of the controller's store (no --node-hosts-store);
+    first-node keeps the old per-job store on the first node. Hot spares only with etcd (the batch host starts as
+    the spare, T5_STANDBY=1); a c10d job with spares stops at once, saying why."""
     text = render(replace(BASE, nodes=2, spares=1))
     assert "RDZV_STORE=controller" in text and "RDZV_STORE_PORT=29400" in text
     assert 'RDZV=(--rdzv-endpoint "$STORE_HOST:$RDZV_STORE_PORT")' in text
-    assert "((SPARES)) && STANDBY_NODE=0" in text and "training.launch.standby" in text
+    assert "((SPARES)) && STANDBY_NODE=0" in text and "export T5_STANDBY=1" in text
+    assert "training.launch.standby" not in text  # torch's pickled c10d state is read by nobody
+    assert 'hot spares need the etcd membership store' in text
     assert "RDZV_STORE=first-node" in render(replace(BASE, rdzv_store="first-node"))
     text = render(replace(BASE, rdzv_store="10.0.1.5", rdzv_store_port=29555))
     assert "RDZV_STORE=10.0.1.5" in text and "RDZV_STORE_PORT=29555" in text
