@@ -1046,6 +1046,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"expected ranks >= 0 and positive seconds, e.g. --worker-ranks 8 --steady-s 2 --worker-s 5")
     import logging
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    # torch's TCPStore client looks its own socket's address up (reverse DNS) when it connects, and under
+    # concurrent connects some of those addresses come out garbled: each then waits the resolver's timeout (5 s
+    # by default, twice). A machine whose DNS server does not answer (this one) turned 63 connects to one round
+    # store into 10 s; a short resolver timeout keeps that artifact out of the rounds (inherited by the workers).
+    os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {ETCD_TTL_S} s (1 s x 3); c10d keep-alive: "
           f"torch's default 5 s x 3 (c10d), the launcher's 1 s x 3 (c10d-1x3)", flush=True)
     try:
