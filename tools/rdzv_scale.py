@@ -467,7 +467,7 @@ def _worker(spec_json: str) -> int:
 
     host = _AgentHost(spec, range(spec["first"], spec["stop"]))
     try:
-        host.start(spec["timeout_s"])
+        host.start(spec["connect_s"])
     except threading.BrokenBarrierError:
         emit({"errors": host.errors() or ["a handler did not connect"]})
         return 1
@@ -692,8 +692,12 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
     pool = None
     try:
         t0 = time.monotonic()
-        connect_s = timeout_s + nodes  # building is slow on a loaded machine (~0.5 s a handler at load 12)
-        pool = _ThreadPool(spec, nodes, connect_s) if procs == 1 else _ProcPool(spec, nodes, procs, workdir, connect_s)
+        spec["connect_s"] = timeout_s + nodes  # building is slow on a loaded machine (~0.5 s a handler at load 12)
+        try:
+            pool = _ThreadPool(spec, nodes, spec["connect_s"]) if procs == 1 else \
+                _ProcPool(spec, nodes, procs, workdir, spec["connect_s"])
+        except (RuntimeError, TimeoutError, threading.BrokenBarrierError) as e:
+            return replace(base, error=f"building the handlers: {type(e).__name__}: {e}")
         base = replace(base, connect_s=time.monotonic() - t0)
         say(f"[rdzv-scale] {handler} N={nodes}: {nodes} handlers connected in {base.connect_s:.1f} s "
             f"({'threads of this process' if procs == 1 else f'threads of {procs} processes'})")
