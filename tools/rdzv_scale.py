@@ -711,6 +711,10 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
         except (RuntimeError, TimeoutError) as e:
             done = sum(1 for i in range(nodes) if rounds(i))
             use = cpu.end()
+            if watch:  # how far the round got: the phases seen so far, and how many agents had joined
+                base.phases_first = _phases(watch, t_go, 0, [r[0] for r in map(rounds, range(nodes)) if r], None)
+                joined = {key for _, kind, key, _ in list(watch.events) if key.startswith("joined/0/")}
+                e = f"{e}; {len(joined)}/{nodes} joined keys seen"
             return replace(base, lag_ms_max=1000 * pool.lag_max_s(), cpu_machine_pct_first=use["machine"],
                            cpu_store_pct_first=use.get("store", NAN), cpu_agents_pct_first=use.get("agents", NAN),
                            error=f"first round: {done}/{nodes} agents ranked after {time.monotonic() - t_go:.0f} s; "
@@ -784,8 +788,8 @@ def _phases(watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]],
     out["last joined"] = watch.last(t0, lambda k, key, v: k == "PUT" and key.startswith(f"joined/{n}/")) - t0
     out["closed (formed)"] = watch.round_seen(t0, n, "formed") - t0
     out["store published"] = watch.round_seen(t0, n, "store") - t0
-    out["last with its place"] = max(r["info"] for r in ranked) - t0
-    out["last ranked"] = max(r["ranked"] for r in ranked) - t0
+    out["last with its place"] = max((r["info"] for r in ranked), default=NAN) - t0
+    out["last ranked"] = max((r["ranked"] for r in ranked), default=NAN) - t0
     return out
 
 
