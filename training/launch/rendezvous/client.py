@@ -23,15 +23,17 @@ the token every request carries (re-fetched when a member says it expired).
 from __future__ import annotations
 
 import base64
+import random
 import json
 import os
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-#: Seconds one request may take against one member before the next is tried (members answer in milliseconds;
-#: a keep-alive that waited longer on a black-holed member would risk its own lease).
-REQUEST_TIMEOUT_S = 1.0
+#: Seconds to connect to one member before the next is tried (members answer in milliseconds; a keep-alive that
+#: waited longer on a black-holed member would risk its own lease), and to wait for its answer once connected (a
+#: loaded member that answers late still renewed the lease: only a member that does not answer at all is left).
+REQUEST_TIMEOUT_S = (1.0, 2.0)
 
 
 class StoreUnavailable(RuntimeError):
@@ -115,7 +117,7 @@ def _kv(raw: dict) -> KeyValue:
 class EtcdClient:
     """One user's connection to an etcd cluster (thread-safe; see the module docstring)."""
 
-    def __init__(self, creds: ClientCredentials, request_timeout_s: float = REQUEST_TIMEOUT_S):
+    def __init__(self, creds: ClientCredentials, request_timeout_s: float | tuple[float, float] = REQUEST_TIMEOUT_S):
         import requests
 
         self.creds = creds
@@ -124,6 +126,7 @@ class EtcdClient:
         self._session.cert = (creds.cert, creds.key)
         self._session.trust_env = False  # REQUESTS_CA_BUNDLE and proxies must not replace the cluster's CA
         self._endpoints = list(creds.endpoints)
+        random.shuffle(self._endpoints)  # spread the clients' watches and logins over the members
         self._token = ""
         self._lock = threading.Lock()
 
@@ -241,7 +244,8 @@ class EtcdClient:
         if not single_key:
             request["range_end"] = b64(prefix_end(prefix))
         body = {"create_request": request}
-        response = self.post("watch", body, timeout_s=(self.timeout, 15.0), stream=True)
+        connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
+        response = self.post("watch", body, timeout_s=(connect, 15.0), stream=True)
         next_rev = start_revision
         try:
             for line in _lines(response):

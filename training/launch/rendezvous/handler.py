@@ -166,9 +166,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             try:
                 self._lease = self.client.grant(self.ttl_s)
-                self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(), "standby": self.standby}),
-                                lease=self._lease)
-                self._member_rev = self.client.get(key).create_revision
+                revision = self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(),
+                                                            "standby": self.standby}), lease=self._lease)
+                kv = self.client.get(key)  # None if the lease ran out already (a very slow store): the put's revision
+                self._member_rev = kv.create_revision if kv else revision
                 return
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
@@ -361,7 +362,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 r = rounds.Round.loads(kv.value) if kv else None
                 if r is not None and r.closed:
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
-                step = rounds.agent_step(self.me, last, r, joined_round == (r.n if r else None),
+                step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes)
                 if step is rounds.Step.DONE:
                     try:
@@ -374,7 +375,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     continue  # lost the race or won it: read again
                 if step is rounds.Step.JOIN:
                     self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
-                    joined_round = r.n
+                    joined_round = (r.n, lease)  # a renewed lease (the old one expired) means joining again
                     continue
             except StoreUnavailable as e:
                 if not waited_for_store:
