@@ -82,6 +82,18 @@ def _raise_stopped(_signum, _frame) -> None:
     raise Stopped()
 
 
+def _refuse_what_the_store_cannot_run(cfg: LocalChaosConfig, names: list[str], soak: bool) -> None:
+    """torch's c10d rendezvous runs no hot spares and has no etcd members to fault: say which of the asked-for
+    runs need etcd (before anything starts)."""
+    from chaos.local.scenarios import scenarios
+    table = scenarios(cfg)
+    need = [n for n in names if table[n].spares or n.startswith("store-")] + (["the soak (hot spares)"] if soak else [])
+    if need:
+        raise LocalChaosConfigError(f"--coordinator store cannot run {', '.join(need)} (hot spares and the etcd "
+                                    f"members' faults need etcd): drop --coordinator store, or pick other "
+                                    f"--scenarios")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the harness; a stop (Ctrl-C, SIGTERM) ends it with one line and 128+signal, its processes stopped."""
     signal.signal(signal.SIGTERM, _raise_stopped)
@@ -105,6 +117,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         cfg.validate()
         names = catalog.select("local", a.scenarios)
+        if cfg.coordinator == "store":
+            _refuse_what_the_store_cannot_run(cfg, names, bool(a.soak))
     except (LocalChaosConfigError, catalog.UnknownScenario) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

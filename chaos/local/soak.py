@@ -220,7 +220,7 @@ def soak_plan(cfg: LocalChaosConfig, soak: SoakConfig) -> str:
              f"the soak itself",
              f"fault schedule (seconds after the soak's first step; it goes on while the job runs), first {periods}:"]
     lines += [f"  {i + 1:>3} {f'+{p.at_s:.1f}':>8} s  {p.kind}" for i, p in enumerate(schedule(soak, periods))]
-    launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, spares=soak.spares,
+    launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, spares=soak.spares, coordinator=cfg.coordinator,
                           nproc_per_node=cfg.nproc_per_node, rdzv_id="chaos-soak", rdzv_endpoint="127.0.0.1:29400",
                           max_restarts=soak_restarts(soak), train_timeout_s=cfg.train_timeout_s,
                           train_args=tuple(cfg.training_args("<run>/soak/job")))

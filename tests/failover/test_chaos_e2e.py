@@ -110,7 +110,7 @@ def test_partial_async_checkpoint_is_ignored(ref, tmp_path):
 
 
 def test_launcher_local_mode_runs_two_nodes_against_its_own_store(tmp_path):
-    """`python -m training.launch --nodes 2`: store + 2 agents + a finished job, store stopped after."""
+    """`python -m training.launch --nodes 2`: 3 etcd members + 2 agents + a finished job, members stopped after."""
     import subprocess
     import sys
 
@@ -119,5 +119,5 @@ def test_launcher_local_mode_runs_two_nodes_against_its_own_store(tmp_path):
                           "--job.out_dir", str(tmp_path), "--train.steps", "3", "--checkpoint.interval", "2"],
                          cwd=REPO, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "[launch] rendezvous store pid" in out.stdout and "is_host=false" in out.stdout
+    assert "[launch] membership: etcd members" in out.stdout and "--rdzv-backend=t5-etcd" in out.stdout
     assert "world 2" in out.stdout and (tmp_path / "checkpoints" / "step_00000003" / "COMMITTED.json").exists()

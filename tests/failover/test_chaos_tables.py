@@ -62,3 +62,19 @@ def test_a_scenario_must_be_in_the_catalog():
     with pytest.raises(ValueError, match="'meteor-strike' is not in chaos.catalog.SCENARIOS"):
         entry("meteor-strike")
     assert entry("hang").title == catalog.SCENARIOS["hang"]
+
+
+def test_the_c10d_comparison_mode_refuses_what_needs_etcd_before_anything_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = [sys.executable, "-m", "chaos.local", "--coordinator", "store", "--dry-run"]
+    r = subprocess.run(run + ["--scenarios", "worker-kill,node-kill-with-spare,store-outage"], cwd=root,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --coordinator store cannot run node-kill-with-spare, store-outage (hot spares and the etcd members' "
+        "faults need etcd): drop --coordinator store, or pick other --scenarios")
+    r = subprocess.run(run + ["--scenarios", "worker-kill"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--rdzv-backend=c10d" in r.stdout

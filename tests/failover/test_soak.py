@@ -85,7 +85,7 @@ def _marked(mark: str) -> list[str]:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_soak_leaves_no_process_behind(tmp_path, stop):
     """Stopped right after it started its store and agents (Ctrl-C to its process group as a terminal sends it,
-    `timeout`'s SIGTERM, or SIGKILL), the soak leaves nothing running: it used to leave its store (and agents)
+    `timeout`'s SIGTERM, or SIGKILL), the soak leaves nothing running: it used to leave its membership store (and agents)
     behind. Every process it starts inherits a marker in its environment, which is how survivors are found."""
     mark = f"T5_TEST_SOAK_MARK={uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "SOAK", "NODES", "NPROC")}
@@ -100,7 +100,8 @@ def test_a_stopped_soak_leaves_no_process_behind(tmp_path, stop):
             seen.append(line)
             if "start node1: agent pid" in line:
                 break
-        assert any("store: rendezvous store pid" in s for s in seen), "".join(seen) + proc.stderr.read()
+        assert any("store: etcd members pids" in s or "store: rendezvous store pid" in s for s in seen), \
+            "".join(seen) + proc.stderr.read()
         os.killpg(proc.pid, stop)
         _, err = proc.communicate(timeout=120)
         if stop != signal.SIGKILL:  # one line and 128+signal; every process stopped before it exits
