@@ -130,6 +130,10 @@ class PeerWatchdog:
                 self.store.set(f"hb/{self.rank}", str(beat))  # beats go on to the end: others watch this rank
                 value = self.store.get(key).decode() if watching and self.store.check([key]) else None
             except Exception as e:  # noqa: BLE001 - the store does not answer: pause the verdicts, never end for it
+                if _agent_gone():  # ...unless this worker's agent went with it: a worker outliving its agent ends
+                    self._end(f"[watchdog] rank {self.rank}: the workers' store does not answer and this worker's "
+                              f"agent is gone; ending this worker")
+                    return
                 if not store_away and not self._stop.is_set():
                     print(f"[watchdog] rank {self.rank}: the workers' store does not answer ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:120] if str(e) else '-'}); peer verdicts paused, training goes on",
@@ -257,6 +261,13 @@ class NodeWatchdog:
         if pids:
             print(f"[agent] SIGKILLed worker pid(s) {', '.join(map(str, pids))}: {reason}", file=sys.stderr, flush=True)
         return pids
+
+
+def _agent_gone() -> bool:
+    """True when this worker's torchrun agent (``T5_AGENT_PID``, set by training.launch.agent) no longer runs."""
+    from training.job.lifecycle import AGENT_ENV
+    agent = os.environ.get(AGENT_ENV, "")
+    return agent.isdigit() and _stat(int(agent))[0] in (None, "Z", "X")
 
 
 def _is_worker_of(pid: int, agent: int) -> bool:
