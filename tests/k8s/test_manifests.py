@@ -73,7 +73,9 @@ def test_hot_spare_pods_train_on_nodes_and_wait_in_the_rendezvous():
     assert tr["numNodes"] == 3 and {"name": "T5_SPARES", "value": "1"} in tr["env"]
     assert "$(PET_NNODES)" not in tr["command"]  # numNodes counts the spares: MIN is the training pods
     pet = {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "j-node-0-0.j",
-           "PET_MASTER_PORT": "29400", **{e["name"]: e["value"] for e in tr["env"]}}
+           "PET_MASTER_PORT": "29400", **{e["name"]: e["value"] for e in tr["env"]},
+           # the runtime's env (the pod gets the runtime's and the TrainJob's): the jobs' etcd, as the stack runs it
+           "T5_ETCD_ENDPOINTS": "https://etcd-0.etcd.t5-etcd.svc:2379"}
     launch = config_from_args(build_parser().parse_args(tr["command"][3:] + tr["args"]), pet)
     assert (launch.min_nodes, launch.max_nodes, launch.spares) == (2, 2, 1)
     assert "--nnodes=2:2" in torchrun_argv(launch)  # the spare agent is just one more agent on that line
