@@ -104,6 +104,13 @@ def test_places_keep_old_ranks_spares_fill_gaps_and_standby_members_come_last():
     assert rounds.choose(r, ["s", "a", "b"], {"s", "a", "b"}, set(), 2) == ["a", "b"]  # survivors first
     first = rounds.Round(n=0)
     assert rounds.choose(first, ["h", "x", "y"], {"h", "x", "y"}, {"h"}, 2) == ["x", "y"]  # h asked to stand by
+    # the first round follows the nodes' own numbering (T5_NODE_RANK), not who joined first; spares stay last
+    index = {"n1": 1, "n0": 0, "n2": 2}
+    assert rounds.choose(first, ["n1", "n2", "n0"], {"n0", "n1", "n2"}, set(), 2, index) == ["n0", "n1"]
+    assert rounds.choose(first, ["n1", "n0", "n2"], {"n0", "n1", "n2"}, {"n0"}, 2, index) == ["n1", "n2"]
+    assert rounds.choose(first, ["u", "n1"], {"u", "n1"}, set(), 2, index) == ["n1", "u"]  # no index: after
+    r = rounds.Round(n=4, prev=["n1", "n0"])
+    assert rounds.choose(r, ["n0", "n2", "n1"], {"n0", "n1", "n2"}, set(), 2, index) == ["n1", "n0"]  # ranks kept
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -118,15 +125,16 @@ def reference(tmp_path_factory) -> Path:
 class Job:
     """A 2-node job (plus spares) of real torchrun agents on ``etcd``, each agent's output kept by line."""
 
-    def __init__(self, etcd: LocalEtcd, out: Path, run_id: str, spares: int = 0):
+    def __init__(self, etcd: LocalEtcd, out: Path, run_id: str, spares: int = 0, extra: tuple[str, ...] = ()):
         creds = etcd.add_job_user(run_id)
         cfg = LaunchConfig(min_nodes=1, max_nodes=2, spares=spares, coordinator="etcd", rdzv_id=run_id,
                            rdzv_endpoint=creds.endpoints[0].split("//")[1], etcd_env=tuple(creds.as_env().items()),
-                           train_args=(*ARGS, "--job.out_dir", str(out)))
+                           train_args=(*ARGS, "--job.out_dir", str(out), *extra))
         self.out, self.lines, self.procs = out, [], []
         env = dict(launch_env(cfg), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         for i in range(2 + spares):
-            p = subprocess.Popen(torchrun_argv(cfg), env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}")),
+            p = subprocess.Popen(torchrun_argv(cfg), env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}"),
+                                                              T5_NODE_RANK=str(i)),
                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True)
             threading.Thread(target=self._pump, args=(p, i), daemon=True).start()
@@ -210,13 +218,18 @@ def test_every_member_stopped_training_goes_on_and_says_so(etcd, reference, tmp_
 
 @pytest.mark.e2e
 def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
-    """A node that goes silent (stopped: no socket closes, no keep-alive) is found by its expired lease."""
-    job = Job(etcd, tmp_path / "run", "spare", spares=1)
-    job.wait_for_step(3)
-    trained = {i for _, i, line in list(job.lines) if "[rendezvous] round 0: rank" in line}
-    victim = sorted(trained)[-1]
-    os.killpg(job.procs[victim].pid, signal.SIGSTOP)  # fault: the node falls silent (agent and workers)
-    stopped_at = job.last_step_seen()
+    """A node that goes silent (stopped: no socket closes, no keep-alive) is found by its expired lease.
+
+    The fault is pinned to a step so it always lands mid-training: rank 1's worker stops itself after step 5,
+    then its whole node (agent included) is stopped as soon as that line shows (well within the 10 s before
+    its own agent would end the stopped worker)."""
+    job = Job(etcd, tmp_path / "run", "spare", spares=1, extra=("--fault.stop_at_step", "5", "--fault.rank", "1"))
+    deadline = time.monotonic() + 180
+    while not (stopped := [i for _, i, line in list(job.lines) if "[fault] rank 1 stops itself" in line]):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in job.procs), job.text()
+        time.sleep(0.05)
+    victim = stopped[0]
+    os.killpg(job.procs[victim].pid, signal.SIGSTOP)  # fault: the whole node falls silent (agent and workers)
     try:
         deadline = time.monotonic() + 120
         while not any("[rendezvous] round 1: rank" in line for _, _, line in list(job.lines)):
@@ -226,10 +239,15 @@ def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
         os.killpg(job.procs[victim].pid, signal.SIGKILL)
     codes = job.wait()
     text = job.text()
-    assert victim in trained and codes[victim] == -signal.SIGKILL and stopped_at < STEPS, text
+    ranks = {i: line.split("rank ", 1)[1].split(" ")[0] for _, i, line in list(job.lines)
+             if "[rendezvous] round 0: rank" in line}
+    # the first round's ranks follow the nodes' numbering (T5_NODE_RANK) among the two that got in first
+    assert [ranks[i] for i in sorted(ranks)] == ["0", "1"] and ranks[victim] == "1", text
+    assert codes[victim] == -signal.SIGKILL, text
+    assert not any(i == victim and f"step {STEPS:>6}/" in line for _, i, line in list(job.lines)), text
     assert "lost node(s) of round 0" in text, text  # noticed through its expired lease
-    spare = ({0, 1, 2} - trained).pop()
-    assert any(i == spare and "[rendezvous] round 1: rank" in line for _, i, line in list(job.lines)), text
+    spare = ({0, 1, 2} - set(ranks)).pop()
+    assert any(i == spare and "[rendezvous] round 1: rank 1 of 2" in line for _, i, line in list(job.lines)), text
     assert [c for i, c in enumerate(codes) if i != victim] == [0, 0], text
     assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
 

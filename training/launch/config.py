@@ -61,7 +61,8 @@ class LaunchConfig:
         max_nodes: nodes the job grows back to (MAX of ``--nnodes``).
         spares: hot spares: nodes started beyond ``max_nodes`` whose agents wait in the rendezvous (torch's
             redundancy list) and take a lost node's place in the next round, so the world size does not
-            shrink. Same command line as a training node; which agents train is decided by join order.
+            shrink. Same command line as a training node; which agents train is decided by who is up when the
+            first round closes (ranks among them follow ``node_rank``).
         nproc_per_node: worker processes per node (int, or torchrun's "gpu"/"cpu"/"auto").
         rdzv_endpoint: HOST:PORT of the rendezvous store.
         rdzv_id: job identity in the store; all agents of one job attempt share it. A relaunch after the
@@ -84,8 +85,9 @@ class LaunchConfig:
         checkpoint_timeout_s: the checkpoint group's timeout (``--checkpoint.timeout_s``), same rule.
         The four timeouts and ``tuning.join_timeout`` default to the platform's row of
         ``cluster_facts.TIMEOUTS`` (local here; the Slurm and PET mappings use theirs).
-        node_rank: this node's index as the cluster numbers it (informational: elastic rendezvous
-            assigns ranks; exported as T5_NODE_RANK for logs).
+        node_rank: this node's index as the cluster numbers it, exported as T5_NODE_RANK: the etcd
+            rendezvous gives the job's first round's ranks in this order (node i, rank i); later rounds keep
+            survivors' ranks and give a lost node's to a spare.
         module: Python module each worker runs (``torchrun --module``).
         train_args: arguments for the training module.
         python: interpreter that runs the torchrun agent (``python -m training.launch.agent``).

@@ -49,6 +49,8 @@ EXIT_WAIT_S = 10.0
 CLOSE_WAIT_S = 60.0
 #: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
 STANDBY_ENV = "T5_STANDBY"
+#: The node's index as the cluster numbers it (set by the launchers); the first round orders nodes by it.
+NODE_INDEX_ENV = "T5_NODE_RANK"
 _on_lost: list[Callable[[str], None]] = []
 
 
@@ -133,13 +135,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
     """See the module docstring. Built by :func:`create_handler` from torchrun's rendezvous parameters."""
 
     def __init__(self, run_id: str, client: EtcdClient, *, min_nodes: int, max_nodes: int, ttl_s: int,
-                 last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False):
+                 last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False,
+                 node_index: int | None = None):
         self.run_id = run_id
         self.client = client
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.ttl_s, self.last_call_s, self.join_timeout_s = ttl_s, last_call_s, join_timeout_s
         self.addr = local_addr or socket.getfqdn()
         self.standby = standby
+        self.node_index = node_index
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
         self.round: rounds.Round | None = None  # the formed round this agent trains in
@@ -167,7 +171,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             try:
                 self._lease = self.client.grant(self.ttl_s)
                 revision = self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(),
-                                                            "standby": self.standby}), lease=self._lease)
+                                                            "standby": self.standby, "node": self.node_index}),
+                                           lease=self._lease)
                 kv = self.client.get(key)  # None if the lease ran out already (a very slow store): the put's revision
                 self._member_rev = kv.create_revision if kv else revision
                 return
@@ -265,8 +270,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         elif step is rounds.Step.MARK_MIN:
             new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
         else:  # CLOSE
-            standby = {i for i, k in live.items() if json.loads(k.value or "{}").get("standby")}
-            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes))
+            values = {i: json.loads(k.value or "{}") for i, k in live.items()}
+            standby = {i for i, v in values.items() if v.get("standby")}
+            node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
+            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index))
         self.client.compare_and_set(self.prefix + "round", kv.mod_revision, new.dumps())
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
@@ -451,7 +458,13 @@ def create_handler(params) -> EtcdRendezvousHandler:
         params.run_id, EtcdClient(creds), min_nodes=params.min_nodes, max_nodes=params.max_nodes,
         ttl_s=max(1, round(interval * attempts)), last_call_s=float(params.get("last_call_timeout", 3)),
         join_timeout_s=float(params.get("join_timeout", 600)), local_addr=params.local_addr,
-        standby=os.environ.get(STANDBY_ENV) == "1")
+        standby=os.environ.get(STANDBY_ENV) == "1", node_index=_node_index())
+
+
+def _node_index() -> int | None:
+    """This node's index from ``T5_NODE_RANK``, or None (unset or not a number: join order decides)."""
+    value = os.environ.get(NODE_INDEX_ENV, "")
+    return int(value) if value.isdigit() else None
 
 
 def register() -> None:

@@ -23,7 +23,10 @@ only the ``round`` key and the member created just before it).
   back to re-join (its workers failed: it opens the next round), or when a live member waits and the round
   has room for it (it opens the next round). A spare that sees a full, healthy formed round waits.
 * Places go first to the participants of the round before, in their old ranks (their own node's snapshot is
-  where they left it), then to the others in the order they joined, members that asked to stand by last.
+  where they left it), then to the others, members that asked to stand by last. Among the others, a member
+  that gave its node index (``T5_NODE_RANK``: the launcher's node number, Slurm's ``SLURM_NODEID``) comes in
+  that order, so a job's first round gives node i rank i (logs, fault targets and each node's memory directory
+  agree with the cluster's numbering); members without one follow in the order they joined.
 """
 from __future__ import annotations
 
@@ -111,12 +114,16 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     return Step.MARK_MIN if r.min_at is None else Step.WAIT
 
 
-def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_nodes: int) -> list[str]:
-    """The participants of open round ``r`` when it closes, in rank order (see the module docstring)."""
+def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_nodes: int,
+           node_index: dict[str, int] | None = None) -> list[str]:
+    """The participants of open round ``r`` when it closes, in rank order (see the module docstring);
+    ``node_index``: the node index each member gave, if it gave one."""
+    index = node_index or {}
     present = [j for j in joined if j in live]
+    by_node = sorted(present, key=lambda j: (index.get(j, float("inf")), present.index(j)))
     returning = [p for p in r.prev if p in present]
-    newcomers = [j for j in present if j not in r.prev and j not in standby]
-    spares_last = [j for j in present if j not in r.prev and j in standby]
+    newcomers = [j for j in by_node if j not in r.prev and j not in standby]
+    spares_last = [j for j in by_node if j not in r.prev and j in standby]
     chosen = (returning + newcomers + spares_last)[:max_nodes]
     slots: list[str | None] = [None] * len(chosen)
     for p in chosen:  # old rank where it fits
