@@ -27,6 +27,9 @@ from training.launch.rendezvous.client import EtcdClient, StoreRefused
 from training.launch.rendezvous.members import LocalEtcd
 
 STEPS = 40
+# Steps slowed to >= 0.1 s in the jobs whose fault comes "after step 3 was seen": on a loaded machine the output
+# reaches the test late, and 40 steps of 0.07 s could be over before the fault lands (same weights: a sleep).
+PACED = ("--fault.step_sleep_s", "0.1")
 # memory tier on (a lost node's shards come from their replica), storage checkpoints only at the end
 ARGS = [*TINY, "--train.steps", str(STEPS), "--checkpoint.interval", "1000", "--checkpoint.memory_interval", "1"]
 
@@ -179,7 +182,7 @@ def final(out: Path) -> Path:
 
 @pytest.mark.e2e
 def test_the_etcd_leader_sigkilled_mid_training_costs_no_restart(etcd, reference, tmp_path):
-    job = Job(etcd, tmp_path / "run", "leader-kill")
+    job = Job(etcd, tmp_path / "run", "leader-kill", extra=PACED)
     job.wait_for_step(3)
     leader = etcd.leader()
     etcd.kill(leader)  # fault: SIGKILL the member that leads
@@ -197,7 +200,7 @@ def test_the_etcd_leader_sigkilled_mid_training_costs_no_restart(etcd, reference
 
 @pytest.mark.e2e
 def test_every_member_stopped_training_goes_on_and_says_so(etcd, reference, tmp_path):
-    job = Job(etcd, tmp_path / "run", "outage")
+    job = Job(etcd, tmp_path / "run", "outage", extra=PACED)
     job.wait_for_step(3)
     for m in etcd.members:  # fault: no member answers (stopped, sockets open: the worst kind of silence)
         m.process.send_signal(signal.SIGSTOP)
