@@ -11,28 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from training.goodput.ledger import PNG, LedgerError, ledger_text, read_ledger, summary_line, timeline_track
-
-
-def _locate(run_dir: str | None, train_args: list[str]) -> tuple[str, str | None]:
-    """(run directory, metrics file or None for its metrics.jsonl) from RUN_DIR or the training arguments."""
-    args = train_args
-    if run_dir and args:
-        raise LedgerError("give RUN_DIR or the training arguments after --, not both")
-    if run_dir:
-        return run_dir, None
-    if not args:
-        raise LedgerError("no run: give RUN_DIR (the run's job.out_dir, e.g. runs/debug) or -- TRAINING_ARGS")
-    import contextlib
-    import io
-
-    from training.config import ConfigError, load_config
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            cfg = load_config(args)
-    except (ConfigError, SystemExit) as e:
-        raise LedgerError(f"the training arguments {' '.join(args)!r} do not resolve: {e}") from None
-    return cfg.job.out_dir, cfg.metrics.path
+from training.goodput.ledger import (PNG, LedgerError, ledger_text, locate_run, read_ledger, summary_line,
+                                     timeline_track)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                         "them) for the detect times; RUN_DIR/agent.log is read when it exists")
     a = p.parse_args(argv)
     try:
-        run_dir, metrics = _locate(a.run_dir, train_args)
+        run_dir, metrics = locate_run(a.run_dir, train_args)
         ledger = read_ledger(run_dir, [Path(x) for x in a.agent_log], metrics=metrics)
     except LedgerError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -81,7 +81,8 @@ class Ledger:
     total_steps: int | None
     step: int
     status: str
-    """The newest attempt's: finished, stopped (a signal), crashed, error, or running (no end record yet)."""
+    """The newest attempt's: finished, stopped (a signal), crashed, error, or unfinished (no end record: it runs,
+    or it was killed)."""
     attempts: int
     world_sizes: list[int]
     failures: list[Failure]
@@ -221,16 +222,21 @@ def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str |
     if not metrics.is_file():
         raise LedgerError(f"{run_dir} has no {metrics.name if metrics.parent == run_dir else metrics}: it is not a "
                           f"run directory, or its run has not started (give the job.out_dir of a run)")
-    records = analysis.load_records(metrics)
-    attempts = analysis.split_attempts(records)
-    if not attempts:
-        raise LedgerError(f"{metrics} has no start record yet: the run has not reached its first step")
-    logs = [p for p in [run_dir / AGENT_LOG, *map(Path, agent_logs)] if p.is_file()]
     for p in agent_logs:
         if not Path(p).is_file():
             raise LedgerError(f"agent log {p} does not exist: give a file of '<epoch seconds> <line>' lines")
-    detections = analysis.torchrun_detections([x for p in logs for x in read_agent_log(p)],
-                                              after=attempts[0].start["time"])
+    logs = [p for p in [run_dir / AGENT_LOG, *map(Path, agent_logs)] if p.is_file()]
+    return ledger_from_records(str(run_dir), analysis.load_records(metrics), _total_steps(run_dir),
+                               [x for p in logs for x in read_agent_log(p)], what=str(metrics))
+
+
+def ledger_from_records(run: str, records: list[dict], total_steps: int | None = None,
+                        agent_lines: list[tuple[float, str]] = (), what: str = "the metrics") -> Ledger:
+    """The ledger of a run's records (``analysis.parse_records``), e.g. read from a pod; ``run`` names it."""
+    attempts = analysis.split_attempts(records)
+    if not attempts:
+        raise LedgerError(f"{what} has no start record yet: the run has not reached its first step")
+    detections = analysis.torchrun_detections(list(agent_lines), after=attempts[0].start["time"])
     try:
         effective = analysis.effective_steps(attempts)
     except ChainError:
@@ -242,18 +248,40 @@ def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str |
     useful, gp = analysis.goodput(effective, wall)
     found = failures(attempts, records, detections)
     last = attempts[-1]
-    status = ("running" if last.end is None else {"signal": "stopped"}.get(last.end.get("status"),
+    status = ("unfinished" if last.end is None else {"signal": "stopped"}.get(last.end.get("status"),
                                                                             last.end.get("status", "?")))
     if status == "already_finished":
         status = "finished"
     lost = sum(f.cost_s or 0.0 for f in found)
     steps = [s["step"] for a in attempts for s in a.steps] + [a.resumed_from for a in attempts]
-    return Ledger(run_dir=str(run_dir), total_steps=_total_steps(run_dir), step=last.last_step if last.steps
+    return Ledger(run_dir=run, total_steps=total_steps, step=last.last_step if last.steps
                   else max(steps + [0]), status=status, attempts=len(attempts),
                   world_sizes=analysis.world_sizes(records), failures=found, useful_s=round(useful, 3),
                   wall_s=round(wall, 3), goodput=gp, uninterrupted_wall_s=round(wall - lost, 3),
                   uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
                   t0=walls[0][0], records=records)
+
+
+def locate_run(run_dir: str | None, train_args: list[str]) -> tuple[str, str | None]:
+    """(run directory, metrics file or None for its metrics.jsonl) from RUN_DIR or the run's training arguments
+    (resolved as the job resolves them: ``job.out_dir``, ``metrics.path``)."""
+    args = train_args
+    if run_dir and args:
+        raise LedgerError("give RUN_DIR or the training arguments after --, not both")
+    if run_dir:
+        return run_dir, None
+    if not args:
+        raise LedgerError("no run: give RUN_DIR (the run's job.out_dir, e.g. runs/debug) or -- TRAINING_ARGS")
+    import contextlib
+    import io
+
+    from training.config import ConfigError, load_config
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            cfg = load_config(args)
+    except (ConfigError, SystemExit) as e:
+        raise LedgerError(f"the training arguments {' '.join(args)!r} do not resolve: {e}") from None
+    return cfg.job.out_dir, cfg.metrics.path
 
 
 def _fmt(v: float | None) -> str:
