@@ -1,4 +1,5 @@
-"""Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts)."""
+"""Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts); every
+record also goes to the run's TensorBoard event files (:mod:`training.job.tensorboard`, when on)."""
 from __future__ import annotations
 
 import errno
@@ -10,6 +11,7 @@ import time
 from typing import Any
 
 from training.config import MetricsConfig
+from training.job.tensorboard import TensorBoardLog
 
 WARMUP_STEPS = 1  # an attempt's first step pays one-time costs (allocator, caches): not in the ETA
 
@@ -32,11 +34,14 @@ class MetricsLogger:
         if self.enabled:
             os.makedirs(os.path.dirname(os.path.abspath(cfg.path)), exist_ok=True)
             self._fd = os.open(cfg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.board = TensorBoardLog.build(cfg, enabled=self.enabled)  # the same records, off the training thread
 
     def event(self, event: str, **fields: Any) -> None:
         if self._fd is None:
             return
-        line = (json.dumps({"event": event, "time": time.time(), **fields}) + "\n").encode()
+        record = {"event": event, "time": time.time(), **fields}
+        self.board.record(record)
+        line = (json.dumps(record) + "\n").encode()
         end = os.fstat(self._fd).st_size
         try:
             written = os.write(self._fd, line)  # one append; a short one means the file system is full
@@ -113,3 +118,4 @@ class MetricsLogger:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self.board.close()

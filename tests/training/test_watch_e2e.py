@@ -1,6 +1,8 @@
-"""The goodput ledger (python -m training.goodput RUN_DIR) of real runs: one with two injected worker kills,
-restarted by its agent, and an uninterrupted one. Every figure is checked against the run's own metrics events
-(and the agent's timestamped log), not against the arithmetic the ledger shares with the chaos core."""
+"""What an operator watches of real runs: the goodput ledger (python -m training.goodput RUN_DIR) and the
+TensorBoard event files, of one run with two injected worker kills restarted by its agent, and of an
+uninterrupted one. Every figure is checked against the run's own metrics events (and the agent's timestamped
+log), not against the arithmetic the ledger shares with the chaos core; the event files are read back with
+TensorBoard's own reader."""
 from __future__ import annotations
 
 import json
@@ -140,3 +142,41 @@ def test_a_bad_run_dir_is_one_line_naming_it(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
     r = ledger_cli(tmp_path)
     assert r.returncode == 2 and "no start record yet" in r.stderr
+
+
+def read_board(run: Path):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.e2e
+def test_tensorboard_shows_the_steps_the_weights_contain_and_a_marker_per_restart(two_kills):
+    run, _ = two_kills
+    board = read_board(run)
+    recs = records(run)
+    newest = {x["step"]: x for x in recs if x["event"] == "step"}  # a restart's records replace the lost ones
+    for field, tag in [("loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
+                       ("tokens_per_s", "perf/tokens_per_s"), ("step_time_s", "perf/step_time_s"),
+                       ("world_size", "job/world_size")]:
+        got = board.Scalars(tag)
+        assert [e.step for e in got] == list(range(1, TINY_STEPS + 1)), tag  # each step once: the purged copies gone
+        assert [e.value for e in got] == pytest.approx([newest[e.step][field] for e in got], rel=1e-6), tag
+        assert [e.wall_time for e in got] == pytest.approx([newest[e.step]["time"] for e in got], abs=1e-3), tag
+    starts = [x for x in recs if x["event"] == "start"]
+    assert [(e.step, e.value) for e in board.Scalars("job/restarts")] == [
+        (x["resumed_from"] or 0, x["restart_count"]) for x in starts] == [(0, 0), (starts[1]["resumed_from"], 1),
+                                                                          (starts[2]["resumed_from"], 2)]
+    assert [e.step for e in board.Scalars("job/failures")] == [x["resumed_from"] for x in starts[1:]]
+    events = [e.tensor_proto.string_val[0].decode() for e in board.Tensors("job/events/text_summary")]
+    assert sum(t.startswith("attempt ") and " started at world size 2" in t for t in events) == 3, events
+    assert any("resumed from step" in t and "(memory)" in t for t in events), events
+
+
+@pytest.mark.e2e
+def test_tensorboard_of_an_uninterrupted_run_has_no_restart(tiny_reference):
+    board = read_board(tiny_reference)
+    assert [e.step for e in board.Scalars("train/loss")] == list(range(1, TINY_STEPS + 1))
+    assert [(e.step, e.value) for e in board.Scalars("job/restarts")] == [(0, 0)]
+    assert "job/failures" not in board.Tags()["scalars"]
