@@ -68,18 +68,33 @@ def _duration(s: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def current_speed(ledger: Ledger) -> tuple[float | None, float | None, float | None]:
-    """(median step seconds, median tokens/s, ETA seconds) over the newest attempt's last RECENT steps (its first
-    step left out: warm-up), None where no step is known."""
-    attempts = [r for r in ledger.records if r.get("event") in ("start", "step")]
-    last_start = max((i for i, r in enumerate(attempts) if r["event"] == "start"), default=-1)
-    steps = [r for r in attempts[last_start + 1:] if r["event"] == "step"][WARMUP_STEPS:][-RECENT:]
-    if not steps:
-        return None, None, None
-    step_s = statistics.median(r["step_time_s"] for r in steps)
-    tok_s = statistics.median(r["tokens_per_s"] for r in steps)
-    eta = step_s * (ledger.total_steps - ledger.step) if ledger.total_steps else None
-    return step_s, tok_s, eta
+@dataclass
+class Speed:
+    """The newest attempt's pace over its last RECENT steps (its first step left out: warm-up), medians.
+
+    Attributes:
+        step_s: a step's compute time (``step_time_s``).
+        pace_s: the wall time between step records (compute plus checkpoint stalls and anything between steps):
+            what the ETA is taken at.
+        tokens_per_s: the steps' tokens/s.
+    """
+
+    step_s: float
+    pace_s: float | None
+    tokens_per_s: float
+
+
+def current_speed(ledger: Ledger) -> Speed | None:
+    """The pace of the newest attempt (None before it has a step past its first)."""
+    recs = [r for r in ledger.records if r.get("event") in ("start", "step")]
+    last_start = max((i for i, r in enumerate(recs) if r["event"] == "start"), default=-1)
+    steps = [r for r in recs[last_start + 1:] if r["event"] == "step"][WARMUP_STEPS - 1:]
+    if len(steps) < 2:
+        return None
+    gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:])][-RECENT:]
+    steps = steps[1:][-RECENT:]
+    return Speed(step_s=statistics.median(r["step_time_s"] for r in steps), pace_s=statistics.median(gaps),
+                 tokens_per_s=statistics.median(r["tokens_per_s"] for r in steps))
 
 
 def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
@@ -92,14 +107,16 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
     total = ledger.total_steps
     lines = [f"job      {where.label}: {state}"]
     pct = f" ({ledger.step / total:.0%})" if total else ""
-    step_s, tok_s, eta = current_speed(ledger)
+    speed = current_speed(ledger)
     last = ledger.records[-1]
-    eta_txt = (f"ETA {_duration(eta)}" if eta is not None and where.running is not False and ledger.step != total
-               else "ETA -")
-    lines.append(f"step     {ledger.step}/{total or '?'}{pct}  {eta_txt}  (last record {_ago(last['time'], now)})")
+    running = where.running is not False and ledger.step != total
+    eta = speed.pace_s * (total - ledger.step) if speed and total and running else None
+    lines.append(f"step     {ledger.step}/{total or '?'}{pct}  ETA {'-' if eta is None else _duration(eta)}  "
+                 f"(last record {_ago(last['time'], now)})")
     loss = next((r.get("loss") for r in reversed(ledger.records) if r.get("event") == "step"), None)
-    lines.append("speed    " + (f"{tok_s:,.0f} tokens/s, {step_s:.2f} s/step (median of the last {RECENT} steps)"
-                                if tok_s is not None else "- (no step of this attempt after its first yet)")
+    lines.append("speed    " + (f"{speed.tokens_per_s:,.0f} tokens/s, {speed.pace_s:.2f} s/step ({speed.step_s:.2f} s "
+                                f"computing; medians of the last {RECENT} steps)" if speed
+                                else "- (no step of this attempt after its first yet)")
                  + (f"; loss {loss:.4f}" if loss is not None else ""))
     world = next((r.get("world_size") for r in reversed(ledger.records) if r.get("event") in ("step", "start")), None)
     spares = "-" if where.spares is None else str(where.spares)
@@ -158,7 +175,7 @@ def slurm(shared_dir: str | None, run_name: str) -> tuple[Ledger, Where]:
     from tools.slurm.submit import default_shared_dir
     env, lab = slurmctl.resolve_environment()
     try:
-        out = slurmctl.run(["squeue", "-h", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env, timeout=30)
+        out = slurmctl.run(["squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env, timeout=30)
     except slurmctl.SlurmError as e:
         raise StatusError(str(e)) from None
     jobs = [line.split("|") for line in out.splitlines() if line.count("|") == 5]
