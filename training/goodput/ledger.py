@@ -124,6 +124,7 @@ def _last_sign_of_life(a: Attempt) -> float:
 
 
 def _is_failure(prev: Attempt, nxt: Attempt) -> bool:
+    """Whether ``nxt`` starting after ``prev`` is a recovery from a disruption (see the module doc)."""
     if prev.end is None or prev.end.get("status") not in CLEAN_END:
         return True  # killed, crashed, error: a failure whether the agent or a person restarted the job
     # a clean stop the agent itself restarted (restart_count grew): a membership change stopped the group
@@ -140,7 +141,7 @@ def _phases(rec: Recovery, t_fail: float, detected: float | None, attempt: Attem
            "stop_and_rendezvous": parts.get("stop_and_rendezvous"),
            "startup": None if not parts or any(v is None for v in startup) else round(sum(startup), 2),
            "restore": parts.get("restore"), "first_step": parts.get("first_step"),
-           "recompute": round(back["time"] - first["time"], 2) if back is not None else 0.0}
+           "recompute": None if back is None else round(back["time"] - first["time"], 2)}
     return out
 
 
@@ -163,10 +164,14 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
             out.append(Failure(_how(prev), t_fail, step, rec, dict.fromkeys(PHASES), None))
             continue
         first = recovering.steps[0]
-        back = next((s for s in recovering.steps if s["step"] == step), None) if rec.steps_lost else None
-        phases = _phases(rec, t_fail, detected, recovering, first, back)
-        cost = (back["time"] - t_fail) if back is not None else (first["time"] - t_fail - first.get("step_time_s", 0.0))
-        out.append(Failure(_how(prev), t_fail, step, rec, phases, round(cost, 3)))
+        if rec.steps_lost:  # back where it was once it recorded that step again (None: still recomputing)
+            back = next((s for s in recovering.steps if s["step"] == step), None)
+            cost = None if back is None else round(back["time"] - t_fail, 3)
+        else:  # back where it was as its first step began
+            back = first
+            cost = round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
+        out.append(Failure(_how(prev), t_fail, step, rec, _phases(rec, t_fail, detected, recovering, first, back),
+                           cost))
     return out
 
 
