@@ -40,6 +40,9 @@ def test_rank_0_writes_what_it_logs_and_other_ranks_nothing(tmp_path):
     acc = read(tmp_path / "tb")
     assert [(e.step, round(e.value, 4)) for e in acc.Scalars("train/loss")] == [(1, 4.9), (2, 4.8), (3, 4.7)]
     assert [e.value for e in acc.Scalars("perf/tokens_per_s")] == [1001.0, 1002.0, 1003.0]
+    assert {"train/lr", "train/grad_norm", "perf/step_time_s", "perf/ckpt_block_s", "perf/snapshot_block_s",
+            "job/world_size", "job/restarts"} <= set(acc.Tags()["scalars"])
+    assert "perf/mfu" not in acc.Tags()["scalars"]  # only where the metrics have it (GPU runs that measure it)
 
 
 def test_off_with_its_setting(tmp_path):

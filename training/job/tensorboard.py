@@ -1,16 +1,17 @@
 """TensorBoard event files of a run, written from the records ``metrics.jsonl`` gets, off the training thread.
 
-    board = TensorBoardLog.build(cfg.metrics, resumed=False)   # a NullLog when metrics.tensorboard is off
+    board = TensorBoardLog.build(cfg.metrics, enabled=rank == 0)   # a NullLog when off or not rank 0
     board.record({"event": "step", "time": ..., "step": 3, "loss": ...})   # never blocks: a queue
     board.close()                                               # flushes (bounded wait)
 
-:class:`training.job.metrics.MetricsLogger` (rank 0) hands every record it writes to its board, so the trainer
-has no TensorBoard code. A background thread owns torch's ``SummaryWriter`` (the ``tensorboard`` package) and
-writes, per step: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``perf/tokens_per_s``, ``perf/step_time_s``,
-``perf/ckpt_block_s``, ``job/world_size`` (and ``perf/mfu`` where a record has it: GPU runs that measure it); per
-attempt: ``job/restarts`` at the step it resumed from, a ``job/events`` text (attempt started: resumed from,
-restored from which tier, world size; an attempt that ended other than finished: how) and, for an attempt that
-follows a failure (its agent restarted it), ``job/failures`` (1 at that step). Records carry their wall time.
+:class:`training.job.metrics.MetricsLogger` (rank 0) hands every record it writes to its board, so the trainer has
+no TensorBoard code. A background thread owns torch's ``SummaryWriter`` (the ``tensorboard`` package) and writes,
+per step: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``perf/tokens_per_s``, ``perf/step_time_s``,
+``perf/ckpt_block_s``, ``perf/snapshot_block_s``, ``job/world_size`` (and ``perf/mfu`` where a record has it: GPU
+runs that measure it); per attempt: ``job/restarts`` at the step it resumed from, a ``job/events`` text (attempt
+started: resumed from, restored from which tier, world size; an attempt that ended other than finished: how) and,
+for an attempt that follows a failure (its agent restarted it), ``job/failures`` (1 at that step). Records carry
+their wall time.
 
 A resumed attempt opens its writer with ``purge_step`` = the step after the one it resumed from, so TensorBoard
 hides what the failed attempt logged beyond it: the curves show the steps the weights contain once. Each attempt
@@ -30,7 +31,8 @@ from training.config import MetricsConfig
 #: step-record fields -> TensorBoard tags
 STEP_SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
                 "tokens_per_s": "perf/tokens_per_s", "step_time_s": "perf/step_time_s",
-                "ckpt_block_s": "perf/ckpt_block_s", "world_size": "job/world_size", "mfu": "perf/mfu"}
+                "ckpt_block_s": "perf/ckpt_block_s", "snapshot_block_s": "perf/snapshot_block_s",
+                "world_size": "job/world_size", "mfu": "perf/mfu"}
 QUEUE_SIZE = 10_000
 CLOSE_WAIT_S = 10.0
 
