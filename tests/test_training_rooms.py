@@ -3,7 +3,7 @@
     config, errors, field_docs   what every room shares        (the "shared" modules)
     data/, model/                <- shared only
     checkpoint/                  <- shared only
-    job/                         <- shared, data, model, checkpoint        (with its entry point, __main__)
+    job/                         <- shared, data, model, checkpoint, goodput (with its entry point, __main__)
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
     goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
     the tools                    compare, export, bench, bench_init: any room
@@ -28,7 +28,7 @@ COMMANDS = {"training.bench", "training.bench_init", "training.compare", "traini
 IN_ROOM = {"training.__main__": "job", "training.rdzv_store": "launch"}
 ROOMS = ("data", "model", "checkpoint", "job", "launch", "goodput")
 ALLOWED = {"shared": set(), "data": set(), "model": set(), "checkpoint": set(),
-           "job": {"data", "model", "checkpoint"}, "launch": {"job", "checkpoint"}, "goodput": set(),
+           "job": {"data", "model", "checkpoint", "goodput"}, "launch": {"job", "checkpoint"}, "goodput": set(),
            "commands": {"data", "model", "checkpoint", "job", "launch", "goodput", "commands"}}
 
 

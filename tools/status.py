@@ -198,8 +198,10 @@ def slurm(shared_dir: str | None, run_name: str) -> tuple[Ledger, Where]:
 
 
 # ------------------------------------------------------------------------------------------ eks
-def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger, Where]:
-    """A TrainJob: its status and pods; the metrics read through the rank-0 pod (FSx)."""
+def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | None, Where]:
+    """A TrainJob: its status (with the ``trainerStatus`` rank 0 reports) and pods; the metrics read through the
+    rank-0 pod (FSx). No ledger (None) when no pod runs but the TrainJob's status has the progress."""
+    from cluster_assets.k8s.trainjob import SPARES_ENV
     from tools.k8s import cluster as k8s
     try:
         c = k8s.connect()
@@ -209,12 +211,23 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger, Wh
         pods = c.pods(namespace, name)
     except k8s.ClusterError as e:
         raise StatusError(str(e)) from None
-    conds = [x for x in (job.get("status") or {}).get("conditions", []) if x.get("status") == "True"]
+    status = job.get("status") or {}
+    conds = [x for x in status.get("conditions", []) if x.get("status") == "True"]
     state = conds[-1]["type"] if conds else "Created"
-    phases = {}
+    phases: dict[str, int] = {}
     for p in pods:
         phases[p.status.phase] = phases.get(p.status.phase, 0) + 1
     running_pods = [p for p in pods if p.status.phase == "Running"]
+    trainer = (job.get("spec") or {}).get("trainer") or {}
+    submitted = next((e.get("value") for e in trainer.get("env") or [] if e.get("name") == SPARES_ENV), "0")
+    lines = [f"pods: {', '.join(f'{n} {ph}' for ph, n in sorted(phases.items())) or 'none'} "
+             f"(numNodes {trainer.get('numNodes', '?')}, {submitted} spare(s) submitted)"]
+    if status.get("trainerStatus"):  # what rank 0 reported (training.job.trainer_status), as kubectl shows it
+        ts = status["trainerStatus"]
+        shown = ", ".join(f"{m['name']} {m['value']}" for m in ts.get("metrics", []) if m.get("name") != "last_failure")
+        lines.append(f"trainerStatus: {ts.get('progressPercentage', '?')}%, "
+                     f"ETA {ts.get('estimatedRemainingSeconds', '?')} s; {shown} (updated {ts.get('lastUpdatedTime', '?')})")
+    label = f"TrainJob {namespace}/{name}"
     path = metrics_path or f"{FSX_MOUNT_PATH}/jobs/{name}/metrics.jsonl"  # TrainJobConfig.job_dir
     text = ""
     rank0 = next((p for p in running_pods if k8s.pod_rank(p) == 0), running_pods[0] if running_pods else None)
@@ -224,6 +237,8 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger, Wh
         except k8s.ClusterError as e:
             raise StatusError(f"cannot read {path} through pod {rank0.metadata.name}: {e}") from None
     if not text:
+        if len(lines) > 1:  # no pod to read the metrics through, but the TrainJob's own status says where it is
+            return None, Where(label=label, running=False, state=state, lines=lines)
         raise StatusError(f"TrainJob {namespace}/{name} is {state} and no pod runs to read {path} from FSx "
                           f"(its pods: {phases or 'none'})")
     try:
@@ -234,11 +249,11 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger, Wh
         total = None
     ledger = ledger_from_records(f"{namespace}/{name}:{path}", parse_records(text), total)
     world = next((r.get("world_size") for r in reversed(ledger.records) if r.get("event") == "step"), None)
-    nproc = max(1, (world or 1) // max(1, len(running_pods)))
-    spares = None if world is None else max(0, len(running_pods) - world // nproc)
-    return ledger, Where(label=f"TrainJob {namespace}/{name}", running=bool(running_pods) and state != "Complete",
-                         state=state, spares=spares,
-                         lines=[f"pods: " + ", ".join(f"{n} {ph}" for ph, n in sorted(phases.items()))])
+    nproc = trainer.get("numProcPerNode")
+    nproc = int(nproc) if str(nproc).isdigit() and int(nproc) > 0 else None
+    spares = None if world is None or nproc is None else max(0, len(running_pods) - world // nproc)
+    return ledger, Where(label=label, running=bool(running_pods) and state != "Complete", state=state,
+                         spares=spares, lines=lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LedgerError, StatusError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(screen(ledger, where))
+    print(screen(ledger, where) if ledger is not None else
+          "\n".join([f"job      {where.label}: {where.state} (no pod runs to read the metrics through)"]
+                    + [f"         {x}" for x in where.lines]))
     return 0
 
 

@@ -50,3 +50,28 @@ def test_status_names_the_trainjob_and_why_it_cannot_show_more(tmp_path):
         assert r.returncode == 2 and "needs the TrainJob's name" in error(r)
     finally:
         stub.close()
+
+
+def test_without_a_running_pod_the_trainjobs_own_trainer_status_is_shown(tmp_path):
+    """What rank 0 reported into TrainJob.status.trainerStatus (training.job.trainer_status) is on the screen."""
+    stub = Stub()
+    try:
+        kc = stub.kubeconfig(tmp_path / "kubeconfig")
+        stub.finish_as = ""
+        stub.trainjobs[("training", "t5-x")] = {
+            "apiVersion": f"{API_GROUP}/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "t5-x", "namespace": "training"},
+            "spec": {"trainer": {"numNodes": 3, "numProcPerNode": 8, "env": [{"name": "T5_SPARES", "value": "1"}]}},
+            "status": {"conditions": [{"type": "Suspended", "status": "False"}], "trainerStatus": {
+                "progressPercentage": 42, "estimatedRemainingSeconds": 3600, "lastUpdatedTime": "2026-11-26T21:00:00Z",
+                "metrics": [{"name": "step", "value": "840"}, {"name": "failures", "value": "1"},
+                            {"name": "last_failure", "value": "killed (no end record)"}]}}}
+        stub.pods = [pod("t5-x", 0, "Pending")]
+        r = make_status(kc, JOB_NAME="t5-x", NAMESPACE="training")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [
+            "job      TrainJob training/t5-x: Created (no pod runs to read the metrics through)",
+            "         pods: 1 Pending (numNodes 3, 1 spare(s) submitted)",
+            "         trainerStatus: 42%, ETA 3600 s; step 840, failures 1 (updated 2026-11-26T21:00:00Z)"]
+    finally:
+        stub.close()
