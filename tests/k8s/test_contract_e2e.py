@@ -101,6 +101,13 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     assert old0["exit_code"] == 137 and new0["why"] == "replaced (Count)" and new0["pid"] != old0["pid"]
     assert node1["exit_code"] == 0 and node1["attempt"] == new0["attempt"] == 0  # exited at the end, on its own
     resumed_from_newest_checkpoint(rep, fsx, name)
+    # rank 0 (node 0's pod, then its replacement) reported into TrainJob.status.trainerStatus: the run's end,
+    # with the failure it survived read back from the run's records on FSx
+    status = rep["trainerStatus"]
+    got = {m["name"]: m["value"] for m in status["metrics"]}
+    assert status["progressPercentage"] == 100 and got["step"] == str(STEPS), status
+    assert got["failures"] == "1" and "killed" in got["last_failure"], status
+    assert rep["trainer_status_updates"]["accepted"] >= 2 and rep["trainer_status_updates"]["refused"] == 0
 
 
 def test_with_a_hot_spare_pod_a_killed_training_pod_never_shrinks_the_world(tmp_path, reference, capsys):
