@@ -175,7 +175,8 @@ def slurm(shared_dir: str | None, run_name: str) -> tuple[Ledger, Where]:
     from tools.slurm.submit import default_shared_dir
     env, lab = slurmctl.resolve_environment()
     try:
-        out = slurmctl.run(["squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env, timeout=30)
+        out = slurmctl.run(["squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env,
+                           timeout=30)
     except slurmctl.SlurmError as e:
         raise StatusError(str(e)) from None
     jobs = [line.split("|") for line in out.splitlines() if line.count("|") == 5]
@@ -226,7 +227,8 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
         ts = status["trainerStatus"]
         shown = ", ".join(f"{m['name']} {m['value']}" for m in ts.get("metrics", []) if m.get("name") != "last_failure")
         lines.append(f"trainerStatus: {ts.get('progressPercentage', '?')}%, "
-                     f"ETA {ts.get('estimatedRemainingSeconds', '?')} s; {shown} (updated {ts.get('lastUpdatedTime', '?')})")
+                     f"ETA {ts.get('estimatedRemainingSeconds', '?')} s; {shown} "
+                     f"(updated {ts.get('lastUpdatedTime', '?')})")
     label = f"TrainJob {namespace}/{name}"
     path = metrics_path or f"{FSX_MOUNT_PATH}/jobs/{name}/metrics.jsonl"  # TrainJobConfig.job_dir
     text = ""

@@ -1,7 +1,8 @@
-"""`make status PLATFORM=eks` (scripts/status.sh) against the API server stub with the real `kubernetes` client: the TrainJob and its
-pods are read; with no pod running there is nothing to read the metrics through, which is said in one line (exit 2);
-a TrainJob that does not exist is named. (Reading the metrics goes through a pod's exec, which the stub does not
-serve: that part runs on a cluster.)"""
+"""`make status PLATFORM=eks` (scripts/status.sh) against the API server stub with the real `kubernetes` client:
+the TrainJob and its pods are read; with no pod running there is nothing to read the metrics through, which is
+said in one line (exit 2), unless the TrainJob's own trainerStatus has the progress; a TrainJob that does not exist
+is named. (Reading the metrics goes through a pod's exec, which the stub does not serve: that part runs on a
+cluster.)"""
 from __future__ import annotations
 
 import os

@@ -55,7 +55,8 @@ def two_kills(tmp_path_factory) -> tuple[Path, Path]:
             f.write(f"{time.time():.3f} {line}")
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     text = log.read_text()
-    assert "[fault] rank 1 SIGKILLs itself after step 2" in text and "halfway through the memory snapshot of step 5" in text
+    assert "[fault] rank 1 SIGKILLs itself after step 2" in text
+    assert "halfway through the memory snapshot of step 5" in text
     return run, log
 
 

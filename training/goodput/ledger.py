@@ -321,9 +321,10 @@ def ledger_text(ledger: Ledger) -> str:
                          + f"{_fmt(f.cost_s):>9}  {f.how[:60]}")
         lines.append("(seconds; detect '-': no agent log or notice recorded, stop+rdzv then includes it; "
                      "cost: failure -> back at the step it had reached)")
-    lines += ["", f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in {ledger.wall_s:,.1f} s "
-                  f"wall", f"uninterrupted estimate {ledger.uninterrupted_goodput:.1%}: the same steps in "
-                  f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s"]
+    lines += ["", f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in "
+                  f"{ledger.wall_s:,.1f} s wall",
+              f"uninterrupted estimate {ledger.uninterrupted_goodput:.1%}: the same steps in "
+              f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s"]
     return "\n".join(lines)
 
 

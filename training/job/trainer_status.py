@@ -10,9 +10,9 @@ the Trainer asks) and once more at the end of an attempt::
     {"trainerStatus": {"progressPercentage": 42, "estimatedRemainingSeconds": 3600,
                        "metrics": [{"name": "loss", "value": "2.31"}, ...], "lastUpdatedTime": "...Z"}}
 
-with the step, loss, tokens/s, world size, failures so far, goodput so far and the last failure's cost (the goodput ledger of
-the run's records, :mod:`training.goodput.ledger`). Older Trainer versions named the variables
-``KUBEFLOW_TRAINER_STATUS_*``; they are read too.
+with the step, loss, tokens/s, world size, failures so far, goodput so far and the last failure's cost (the goodput
+ledger of the run's records, :mod:`training.goodput.ledger`, refreshed once a minute: it reads every record). Older
+Trainer versions named the variables ``KUBEFLOW_TRAINER_STATUS_*``; they are read too.
 
     board = TrainerStatus.build(cfg.metrics, enabled=rank == 0, total_steps=...)   # a NullLog without the URL
     board.record(rec); board.close()
@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any, Mapping
 
 from training.config import MetricsConfig
@@ -37,6 +38,8 @@ from training.job.tensorboard import NullLog
 
 INTERVAL_S = 5.0
 TIMEOUT_S = 5.0
+LEDGER_EVERY_S = 60.0
+RECENT = 20  # steps the ETA's pace is taken over
 PREFIXES = ("KUBEFLOW_TRAINER_SERVER_", "KUBEFLOW_TRAINER_STATUS_")
 
 
@@ -55,11 +58,15 @@ class TrainerStatus:
                  total_steps: int, interval_s: float = INTERVAL_S):
         self.url, self.ca_file, self.token_file = url, ca_file, token_file
         self.metrics_path, self.total_steps, self.interval_s = metrics_path, total_steps, interval_s
-        self._records: list[dict] = []
+        self._earlier: list[dict] = []  # the run's records before this attempt (read from metrics.path)
+        self._mine: list[dict] = []  # this attempt's
+        self._last_step: dict | None = None
+        self._step_times: deque[float] = deque(maxlen=RECENT + 1)  # wall times of this attempt's newest steps
         self._lock = threading.Lock()
         self._new = threading.Event()  # a record arrived since the last report
         self._stop = threading.Event()
         self._errors: set[str] = set()
+        self._ledger: tuple[float, dict[str, Any]] = (float("-inf"), {})  # (when, its figures)
         self.posted = 0
         self._thread = threading.Thread(target=self._run, name="trainer-status", daemon=True)
         self._thread.start()
@@ -76,7 +83,10 @@ class TrainerStatus:
     def record(self, rec: dict[str, Any]) -> None:
         """Take one metrics record (any thread; never waits on the network)."""
         with self._lock:
-            self._records.append(rec)
+            self._mine.append(rec)
+            if rec.get("event") == "step":
+                self._last_step = rec
+                self._step_times.append(rec["time"])
         self._new.set()
 
     def close(self) -> None:
@@ -88,11 +98,9 @@ class TrainerStatus:
     # ---- the reporting thread
     def _run(self) -> None:
         self._new.wait()
-        with self._lock:  # the earlier attempts' records: what metrics.jsonl held before this attempt's first
-            first = self._records[0]["time"] if self._records else float("inf")
-        earlier = [r for r in load_records(self.metrics_path) if r.get("time", first) < first]
         with self._lock:
-            self._records[:0] = earlier
+            first = self._mine[0]["time"] if self._mine else float("inf")
+        self._earlier = [r for r in load_records(self.metrics_path) if r.get("time", first) < first]
         last = float("-inf")
         while not self._stop.is_set():
             if not self._new.wait(self.interval_s):
@@ -100,42 +108,52 @@ class TrainerStatus:
             if self._stop.wait(max(0.0, last + self.interval_s - time.monotonic())):
                 break  # closing: the final report below
             self._new.clear()
-            last = time.monotonic()
-            self._post()
-        self._post()
+            if self._post():
+                last = time.monotonic()
+        self._post(final=True)
 
-    def payload(self) -> dict[str, Any] | None:
-        """The ``trainerStatus`` body from the records so far (None before the first ``start`` record)."""
+    def _ledger_figures(self, final: bool) -> dict[str, Any]:
+        """Failures and goodput from the goodput ledger of the whole run: once a minute (it reads every record,
+        on the host's CPU) and for the final report."""
+        when, figures = self._ledger
+        if not final and time.monotonic() - when < LEDGER_EVERY_S:
+            return figures
         with self._lock:
-            records = list(self._records)
+            records = self._earlier + self._mine
         try:
             ledger = ledger_from_records("", records, self.total_steps)
         except LedgerError:
-            return None
-        steps = [r for r in records if r.get("event") == "step"]
-        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
-        mine = [r for r in records[starts[-1]:] if r.get("event") == "step"] if starts else []
-        gaps = [b["time"] - a["time"] for a, b in zip(mine[1:], mine[2:])][-20:]  # this attempt, warm-up out
-        left = self.total_steps - ledger.step
-        metrics = {"step": ledger.step, "world_size": steps[-1]["world_size"] if steps else None,
-                   "loss": steps[-1]["loss"] if steps else None,
-                   "tokens_per_s": steps[-1]["tokens_per_s"] if steps else None,
-                   "failures": len(ledger.failures), "goodput": round(ledger.goodput, 4)}
+            return figures
+        figures = {"failures": len(ledger.failures), "goodput": round(ledger.goodput, 4)}
         if ledger.failures:
             f = ledger.failures[-1]
-            metrics.update(last_failure_step=f.step, last_failure_cost_s=f.cost_s, last_failure=f.how[:100])
-        status = {"progressPercentage": int(100 * ledger.step / self.total_steps) if self.total_steps else 0,
+            figures.update(last_failure_step=f.step, last_failure_cost_s=f.cost_s, last_failure=f.how[:100])
+        self._ledger = (time.monotonic(), figures)
+        return figures
+
+    def payload(self, final: bool = False) -> dict[str, Any] | None:
+        """The ``trainerStatus`` body (None before this attempt's first step)."""
+        with self._lock:
+            step, times = self._last_step, list(self._step_times)
+        if step is None:
+            return None
+        left = self.total_steps - step["step"]
+        metrics = {"step": step["step"], "world_size": step.get("world_size"), "loss": step.get("loss"),
+                   "tokens_per_s": step.get("tokens_per_s"), **self._ledger_figures(final)}
+        status = {"progressPercentage": int(100 * step["step"] / self.total_steps) if self.total_steps else 0,
                   "metrics": [{"name": k, "value": str(v)} for k, v in metrics.items() if v is not None],
                   "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        gaps = [b - a for a, b in zip(times[1:], times[2:])]  # the attempt's first step (warm-up) left out
         if gaps and left >= 0:
             status["estimatedRemainingSeconds"] = int(statistics.median(gaps) * left)
         return {"trainerStatus": status}
 
-    def _post(self) -> None:
+    def _post(self, final: bool = False) -> bool:
+        """Send the status (False: nothing to say yet, before this attempt's first step)."""
         import requests  # here, on this thread: nothing of it on the training thread
-        body = self.payload()
+        body = self.payload(final)
         if body is None:
-            return
+            return False
         headers = {}
         try:
             if self.token_file:
@@ -148,6 +166,7 @@ class TrainerStatus:
                 self.posted += 1
         except (OSError, requests.RequestException) as e:
             self._say(type(e).__name__, str(e)[:200])
+        return True
 
     def _say(self, kind: str, detail: str) -> None:
         if kind not in self._errors:
