@@ -1,6 +1,6 @@
 # Thin index over scripts/; every target passes ARGS="..." through to its script.
 # Variables the scripts read (`make help` prints this table from the lines starting with "#>"):
-#> PLATFORM  local      where train/chaos-test run: local, slurm (= parallelcluster) or eks; synth, preflight, deploy, destroy: eks (their default) or parallelcluster
+#> PLATFORM  local      where train/status/chaos-test run: local, slurm (= parallelcluster) or eks; synth, preflight, deploy, destroy: eks (their default) or parallelcluster
 #> PRESET    debug      training preset (training/presets/*.toml); PLATFORM=eks defaults to t5-base
 #> NPROC     2          processes per node; local chaos-test: 1; slurm/eks: one per GPU of the instance type
 #> NODES     1          nodes; local train: NODES>1 simulates that many here; chaos-test, slurm, eks: 2 (the default deploy's GPU nodes)
@@ -12,7 +12,7 @@
 export PLATFORM PRESET NPROC NODES SPARES SOAK DRY_RUN IMAGE_TAG
 SHELL := /bin/bash
 
-.PHONY: help venv train test bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
+.PHONY: help venv train status test bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
 help:            ## list targets and the variables they read
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 	@echo
@@ -22,6 +22,8 @@ venv:            ## create/reuse the project venv with pinned deps
 	@scripts/venv.sh >/dev/null
 train:           ## run the FSDP T5 job (local CPU by default; PLATFORM=slurm|eks to submit)
 	@scripts/train.sh $(ARGS) || scripts/train_exit.sh train $$?
+status:          ## one screen for the running or last job: step, ETA, tokens/s, world, last failure, goodput
+	@scripts/status.sh $(ARGS)
 test:            ## run the whole test suite (unit + e2e)
 	@scripts/test.sh $(ARGS)
 bench:           ## throughput and checkpoint-stall benchmark (prints a table, writes JSON)

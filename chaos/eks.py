@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import kubernetes as k8s_verdict
-from chaos.analysis import parse_records
+from training.goodput.analysis import parse_records
 from chaos.report import ScenarioResult, write_json
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table

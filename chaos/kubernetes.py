@@ -117,7 +117,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     Job controller replaced the pod. The run must show what the runtime promises for its faults
     (:func:`expects_single_replacement`): only the faulted pods replaced, or a JobSet gang restart per fault.
     """
-    from chaos.analysis import load_records
+    from training.goodput.analysis import load_records
     records = load_records(metrics_path)
     cmd = list(emu.r.command)
     train_argv = cmd[cmd.index("--") + 1:] if "--" in cmd else []
@@ -184,7 +184,7 @@ def header(rep: dict[str, Any]) -> str:
 
 def format_report(rep: dict[str, Any]) -> str:
     """Header, the common table (one row for the run's faults), the checks, and the emulator's differences."""
-    from chaos.analysis import Recovery
+    from training.goodput.analysis import Recovery
     from chaos.report import table
     res = ScenarioResult(**{k: rep[k] for k in ScenarioResult.__dataclass_fields__ if k in rep})
     res.recoveries = [Recovery(**r) if isinstance(r, dict) else r for r in res.recoveries]

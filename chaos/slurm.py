@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos import catalog, report
-from chaos.analysis import parse_records, torchrun_detections
+from training.goodput.analysis import parse_records, torchrun_detections
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
@@ -373,7 +373,7 @@ RDZV_LOST_RE = re.compile(r"\[rendezvous\] lost node\(s\) of round \d+")
 
 def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
     """An agent logged its failed worker group or the rendezvous re-forming (torch's lines, the c10d agent's or
-    the etcd rendezvous's: chaos.analysis.DETECT_RE knows them all)."""
+    the etcd rendezvous's: training.goodput.analysis.DETECT_RE knows them all)."""
     return sorted(torchrun_detections(logs))
 
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from chaos.analysis import (ChainError, Recovery, effective_steps, exactly_once, goodput, max_loss_diff, recovery,
-                            split_attempts, world_sizes)
+from training.goodput.analysis import (ChainError, Recovery, effective_steps, exactly_once, goodput, max_loss_diff,
+                                       recovery, split_attempts, world_sizes)
 
 
 @dataclass

@@ -59,4 +59,10 @@ case $rc in
   2|3|4|5|6|7) ;;  # the job's own error line above names the problem and the fix; a plain rerun would not help
   *) echo "[train] failed with exit code $rc (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
 esac
+# The run's goodput so far, in one line (python -m training.goodput RUN_DIR prints the whole ledger): after any
+# attempt that trained, i.e. not after a refusal before the first step (bad settings, a busy directory).
+case $rc in
+  2|3|4|7) ;;
+  *) "$py" -m training.goodput --summary -- "${preset_args[@]}" "$@" 2>/dev/null || true ;;
+esac
 exit $rc

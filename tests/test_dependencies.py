@@ -24,9 +24,9 @@ ROOMS = {
     "stacks": {"", "deploy"},
     "cluster_assets": {"", "cluster"},
     "tools": {"", "cluster"},
-    "chaos": {"", "cluster", "chaos"},
-    "testbed": {"", "deploy", "cluster", "chaos", "test"},
-    "tests": {"", "deploy", "cluster", "chaos", "test"},
+    "chaos": {"", "cluster"},
+    "testbed": {"", "deploy", "cluster", "test"},
+    "tests": {"", "deploy", "cluster", "test"},
 }
 #: Files that run in their own venv, with the requirements file that pins what they import.
 OWN_VENV = {"cluster_assets/parallelcluster/validate.py": "requirements-pcluster.txt"}

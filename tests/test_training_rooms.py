@@ -3,8 +3,9 @@
     config, errors, field_docs   what every room shares        (the "shared" modules)
     data/, model/                <- shared only
     checkpoint/                  <- shared only
-    job/                         <- shared, data, model, checkpoint        (with its entry point, __main__)
+    job/                         <- shared, data, model, checkpoint, goodput (with its entry point, __main__)
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
+    goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
     the tools                    compare, export, bench, bench_init: any room
 
 Every import counts, at any depth (function-level ones too), as in tests/test_import_layers.py. Each room's
@@ -25,10 +26,10 @@ SHARED = {"training", "training.config", "training.errors", "training.field_docs
 COMMANDS = {"training.bench", "training.bench_init", "training.compare", "training.export"}
 #: Top-level modules that belong to a room: their command names (python -m training[.rdzv_store]) stay short.
 IN_ROOM = {"training.__main__": "job", "training.rdzv_store": "launch"}
-ROOMS = ("data", "model", "checkpoint", "job", "launch")
+ROOMS = ("data", "model", "checkpoint", "job", "launch", "goodput")
 ALLOWED = {"shared": set(), "data": set(), "model": set(), "checkpoint": set(),
-           "job": {"data", "model", "checkpoint"}, "launch": {"job", "checkpoint"},
-           "commands": {"data", "model", "checkpoint", "job", "launch", "commands"}}
+           "job": {"data", "model", "checkpoint", "goodput"}, "launch": {"job", "checkpoint"}, "goodput": set(),
+           "commands": {"data", "model", "checkpoint", "job", "launch", "goodput", "commands"}}
 
 
 def module_name(path: Path) -> str:

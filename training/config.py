@@ -232,6 +232,11 @@ class MetricsConfig:
     """Per-step metrics JSONL (rank 0, appended across restarts). Empty: <out_dir>/metrics.jsonl."""
     log_every: int = 1
     """Print a progress line every this many steps."""
+    tensorboard: bool = True
+    """Also write the metrics as TensorBoard event files (loss, lr, grad norm, tokens/s, step time, world size,
+    a marker per restart and failure; rank 0, on a background thread that never blocks a step). false: none."""
+    tensorboard_dir: str = ""
+    """Where the TensorBoard event files go (tensorboard --logdir DIR). Empty: <out_dir>/tensorboard."""
 
 
 @dataclass
@@ -431,6 +436,8 @@ def finalize(cfg: Config) -> Config:
         cfg.checkpoint.dir = os.path.join(cfg.job.out_dir, "checkpoints")
     if not cfg.metrics.path:
         cfg.metrics.path = os.path.join(cfg.job.out_dir, "metrics.jsonl")
+    if not cfg.metrics.tensorboard_dir:
+        cfg.metrics.tensorboard_dir = os.path.join(cfg.job.out_dir, "tensorboard")
     validate(cfg)
     return cfg
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
+from training.goodput.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
 from chaos.local.config import LocalChaosConfig
 from chaos.report import ScenarioResult
@@ -935,7 +935,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
 def observe(cfg: LocalChaosConfig, run: ScenarioRun, codes: dict[str, int | None], ref: Reference, atol: float,
             res: ScenarioResult) -> Observation:
     """The observation of a finished scenario run (the verdict's only input)."""
-    from chaos.analysis import torchrun_detections
+    from training.goodput.analysis import torchrun_detections
     logs = [(t, line) for t, _, line in run.cluster.log_lines()]
     faults = [Fault(e["label"], e["time"], e["confirmed"], e["evidence"]) for e in run.cluster.events
               if e["kind"] == "fault"]

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chaos.analysis import DETECT_RE
+from training.goodput.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
 from chaos.local.config import LocalChaosConfig
 from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference, training_and_spares

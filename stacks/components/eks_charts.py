@@ -57,7 +57,10 @@ class KubeflowTrainer(Construct):
                 "jobset": {"install": True},
                 # Only our own fault-tolerant runtime is installed (see TrainingNamespace).
                 "runtimes": {"defaultEnabled": False},
-                "manager": {"nodeSelector": dict(system_node_labels)},
+                # TrainJobStatus (alpha): the controller gives the training containers an endpoint for
+                # TrainJob.status.trainerStatus, which rank 0 reports progress into (training.job.trainer_status).
+                "manager": {"nodeSelector": dict(system_node_labels),
+                            "config": {"featureGates": {"TrainJobStatus": True}}},
             },
             # Wait for the controller and its webhooks before the runtime object is created.
             wait=True,

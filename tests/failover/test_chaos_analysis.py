@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from chaos.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput, load_records,
+from training.goodput.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput, load_records,
                             max_loss_diff, parse_records, recovery, split_attempts, torchrun_detections)
 from chaos.local.config import LocalChaosConfig, LocalChaosConfigError
 from chaos.report import ScenarioResult, table, targets
@@ -128,7 +128,7 @@ def test_the_reference_key_covers_the_code_in_every_room(tmp_path, monkeypatch):
 
 
 def test_targets_and_table_by_scenario_name():
-    from chaos.analysis import Recovery
+    from training.goodput.analysis import Recovery
 
     def res(name, *recs, **kw):
         return ScenarioResult(name=name, title=name, recoveries=list(recs), passed=True, **kw)
@@ -150,7 +150,7 @@ def test_targets_and_table_by_scenario_name():
 
 
 def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
-    from chaos.analysis import Recovery
+    from training.goodput.analysis import Recovery
     from chaos.report import timeline_png
     ok = ScenarioResult(name="worker-kill", title="x", passed=True, timeline=history(), t0=0.0,
                         recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, 18.8, 2, 1, 1)],
@@ -165,7 +165,7 @@ def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
 
 
 def test_restart_breakdown_adds_up_to_the_recovery_from_the_workers_own_clock():
-    from chaos.analysis import BREAKDOWN
+    from training.goodput.analysis import BREAKDOWN
     from chaos.report import breakdown_table
     recs = history()
     # the attempt that started at 20: its rank 0 was exec'd at 11.0 and timed its own start-up

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from chaos.analysis import parse_records, recovery, split_attempts
+from training.goodput.analysis import parse_records, recovery, split_attempts
 from chaos.report import ScenarioResult
 
 T0 = 1_000.0
@@ -130,7 +130,7 @@ def test_legend_and_labels_stay_off_the_data(drawn):
 
 
 def test_a_failure_never_recovered_and_a_broken_history_still_draw(tmp_path):
-    from chaos.analysis import Recovery
+    from training.goodput.analysis import Recovery
     from chaos.report import timeline_png
     recs = ([_start(0, None, 2, 0)] + [_step(n, n, 2) for n in (1, 3, 4)]  # step 2 missing: no consistent chain
             + [_start(10, 3, 2, 1)])

@@ -158,7 +158,8 @@ def test_helm_charts_are_pinned(eks: Synthesized) -> None:
     t.has_resource_properties("Custom::AWSCDK-EKS-HelmChart", {
         "Repository": "oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "Version": "2.3.0",
         "Namespace": "kubeflow-system", "Wait": True,
-        "Values": Match.serialized_json(Match.object_like({"jobset": {"install": True}}))})
+        "Values": Match.serialized_json(Match.object_like({"jobset": {"install": True}, "manager": Match.object_like(
+            {"config": {"featureGates": {"TrainJobStatus": True}}})}))})  # progress into trainerStatus
     t.has_resource_properties("Custom::AWSCDK-EKS-HelmChart", {
         "Chart": "nvidia-device-plugin", "Version": versions.NVIDIA_DEVICE_PLUGIN_VERSION,
         "Values": Match.serialized_json(Match.object_like({"tolerations": [Match.object_like(

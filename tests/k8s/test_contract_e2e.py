@@ -101,6 +101,18 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     assert old0["exit_code"] == 137 and new0["why"] == "replaced (Count)" and new0["pid"] != old0["pid"]
     assert node1["exit_code"] == 0 and node1["attempt"] == new0["attempt"] == 0  # exited at the end, on its own
     resumed_from_newest_checkpoint(rep, fsx, name)
+    # rank 0 (node 0's pod, then its replacement) reported into TrainJob.status.trainerStatus: the run's end, with
+    # the failures it survived read back from the run's records on FSx: the same as the run's goodput ledger (the
+    # survivor may train alone before the replacement joins: a second, membership restart)
+    status = rep["trainerStatus"]
+    got = {m["name"]: m["value"] for m in status["metrics"]}
+    assert status["progressPercentage"] == 100 and got["step"] == str(STEPS), status
+    ledger = subprocess.run([sys.executable, "-m", "training.goodput", str(fsx / f"jobs/{name}"), "--json",
+                             "--no-png"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    failures = json.loads(ledger.stdout)["failures"]
+    assert failures and got["failures"] == str(len(failures)), (status, failures)
+    assert got["last_failure"] == failures[-1]["how"][:100]
+    assert rep["trainer_status_updates"]["accepted"] >= 2 and rep["trainer_status_updates"]["refused"] == 0
 
 
 def test_with_a_hot_spare_pod_a_killed_training_pod_never_shrinks_the_world(tmp_path, reference, capsys):

@@ -77,10 +77,11 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
         assert {k: v for k, v in env.items() if k.startswith("PET_")} == {
             "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
             "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(emu.master_port)}
-        # runtime env + TrainJob env + PET_* + what the image provides; nothing else
+        # runtime env + TrainJob env + PET_* + the TrainJob status endpoint + what the image provides; nothing else
         expected = {e["name"] for e in node_spec(rt)["template"]["spec"]["containers"][0]["env"]}
         expected |= {e["name"] for e in tj["spec"]["trainer"]["env"]}
         expected |= {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                     "KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_CA_CERT", "KUBEFLOW_TRAINER_SERVER_TOKEN",
                      "PATH", "HOME", "HOSTNAME", "LANG"}
         assert set(env) - {"PWD", "LC_CTYPE"} == expected  # PWD/LC_CTYPE: set by the interpreter itself
         assert env["HOSTNAME"] == f"t5-emu-unit-node-0-{rank}"

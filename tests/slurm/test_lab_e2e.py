@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,17 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
     assert "[train-slurm] submitted job" in r.stdout
     assert "non-finite loss nan" in r.stdout  # the training error, followed from the job log
     assert "ERROR: training failed" in r.stdout and "FAILED" in r.stdout.splitlines()[-1]
+    # `make status PLATFORM=slurm`: the last job named after the run (squeue) and its run directory's metrics
+    s = subprocess.run(["make", "-s", "status"], cwd=ROOT, env=dict(env, SHARED_DIR=str(tmp_path), RUN_NAME="bad"),
+                       capture_output=True, text=True, timeout=120)
+    assert s.returncode == 0, s.stderr
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    screen = s.stdout.splitlines()
+    assert screen[0] == f"job      slurm job {job} ({tmp_path}/runs/bad): not running (error) [FAILED]", s.stdout
+    steps = [x for x in map(json.loads, (tmp_path / "runs" / "bad" / "metrics.jsonl").read_text().splitlines())
+             if x["event"] == "step"]
+    assert screen[1].startswith(f"step     {steps[-1]['step']}/4 ("), s.stdout
+    assert re.search(rf"^ +slurm job {job}: \d node\(s\) allocated", s.stdout, flags=re.M), s.stdout
 
 
 def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):

@@ -5,6 +5,8 @@
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
+* :mod:`~training.job.tensorboard`: the same records as TensorBoard event files, on a background thread;
+* :mod:`~training.job.trainer_status`: progress into the TrainJob's ``status.trainerStatus`` (Kubeflow Trainer);
 * :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung worker on this node;
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);

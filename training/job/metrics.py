@@ -1,4 +1,6 @@
-"""Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts)."""
+"""Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts); every
+record also goes to the run's TensorBoard event files (:mod:`training.job.tensorboard`, when on) and, on a
+Kubeflow Trainer with the TrainJobStatus feature, to the TrainJob's status (:mod:`training.job.trainer_status`)."""
 from __future__ import annotations
 
 import errno
@@ -10,6 +12,8 @@ import time
 from typing import Any
 
 from training.config import MetricsConfig
+from training.job.tensorboard import TensorBoardLog
+from training.job.trainer_status import TrainerStatus
 
 WARMUP_STEPS = 1  # an attempt's first step pays one-time costs (allocator, caches): not in the ETA
 
@@ -32,11 +36,17 @@ class MetricsLogger:
         if self.enabled:
             os.makedirs(os.path.dirname(os.path.abspath(cfg.path)), exist_ok=True)
             self._fd = os.open(cfg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # the same records, off the training thread: TensorBoard event files, the TrainJob's status (EKS)
+        self.board = TensorBoardLog.build(cfg, enabled=self.enabled)
+        self.trainer_status = TrainerStatus.build(cfg, enabled=self.enabled, total_steps=total_steps)
 
     def event(self, event: str, **fields: Any) -> None:
         if self._fd is None:
             return
-        line = (json.dumps({"event": event, "time": time.time(), **fields}) + "\n").encode()
+        record = {"event": event, "time": time.time(), **fields}
+        self.board.record(record)
+        self.trainer_status.record(record)
+        line = (json.dumps(record) + "\n").encode()
         end = os.fstat(self._fd).st_size
         try:
             written = os.write(self._fd, line)  # one append; a short one means the file system is full
@@ -113,3 +123,5 @@ class MetricsLogger:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self.board.close()
+        self.trainer_status.close()

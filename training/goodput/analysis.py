@@ -1,7 +1,8 @@
-"""Pure arithmetic over a job's ``metrics.jsonl``: the same on every platform.
+"""Pure arithmetic over a job's ``metrics.jsonl``: the same on every platform, for chaos scenarios and ordinary runs.
 
-The harnesses collect the records (a local file, a Slurm shared directory, FSx through a pod) and the times at
-which the platform noticed a failure; everything computed from them lives here.
+The chaos harnesses collect the records (a local file, a Slurm shared directory, FSx through a pod) and the times
+at which the platform noticed a failure; the goodput ledger (:mod:`training.goodput.ledger`) reads them from a run
+directory. Everything computed from them lives here, once.
 
 Definitions (used in the report and docs/failover.md):
 
@@ -65,6 +66,8 @@ class Attempt:
     steps: list[dict] = field(default_factory=list)
     signals: list[dict] = field(default_factory=list)
     ended: bool = False
+    end: dict | None = None
+    """Its ``end`` record (status: finished, already_finished, signal, crashed, error), None when it was killed."""
 
     @property
     def resumed_from(self) -> int:
@@ -88,7 +91,7 @@ def split_attempts(records: list[dict]) -> list[Attempt]:
         elif ev == "signal":
             attempts[-1].signals.append(r)
         elif ev == "end":
-            attempts[-1].ended = True
+            attempts[-1].ended, attempts[-1].end = True, r
     return attempts
 
 

@@ -1,0 +1,57 @@
+"""``python -m training.goodput RUN_DIR``: the goodput ledger of a run (see :mod:`training.goodput.ledger`).
+
+Prints each failure with its phases, the run's goodput and the uninterrupted estimate, and writes the timeline
+PNG (``RUN_DIR/goodput.png``). ``--json`` prints the same figures as JSON for scripts; ``--summary`` one line
+(``make train`` prints it at the end). A directory that is not a run's: one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from training.goodput.ledger import (PNG, LedgerError, ledger_text, locate_run, read_ledger, summary_line,
+                                     timeline_track)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(prog="python -m training.goodput", description=__doc__.split("\n\n")[0],
+                                usage="%(prog)s [options] (RUN_DIR | -- TRAINING_ARGS)",
+                                epilog="-- TRAINING_ARGS: instead of RUN_DIR, the run's training arguments (e.g. -- "
+                                       "--preset debug), resolved as the job resolves them (job.out_dir, metrics.path)")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="the run's job.out_dir (metrics.jsonl, "
+                   "config.toml), e.g. runs/debug for make train")
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON (figures in seconds)")
+    p.add_argument("--summary", action="store_true", help="print only the one-line summary")
+    p.add_argument("--png", metavar="PATH", help=f"where to write the timeline (default RUN_DIR/{PNG})")
+    p.add_argument("--no-png", action="store_true", help="do not draw the timeline")
+    p.add_argument("--agent-log", metavar="FILE", action="append", default=[],
+                   help="a timestamped agent log ('<epoch seconds> <line>' lines, as the chaos harness writes "
+                        "them) for the detect times; RUN_DIR/agent.log is read when it exists")
+    a = p.parse_args(argv)
+    try:
+        run_dir, metrics = locate_run(a.run_dir, train_args)
+        ledger = read_ledger(run_dir, [Path(x) for x in a.agent_log], metrics=metrics)
+    except LedgerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    png = None
+    if not (a.no_png or a.summary):
+        from training.goodput.timeline import timeline_png
+        png = Path(a.png) if a.png else Path(run_dir) / PNG
+        timeline_png(png, [timeline_track(ledger)], "goodput ledger")
+    if a.json:
+        print(json.dumps({**ledger.to_json(), "timeline_png": str(png) if png else None}, indent=1))
+    elif a.summary:
+        print(summary_line(ledger))
+    else:
+        print(ledger_text(ledger) + (f"\ntimeline: {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

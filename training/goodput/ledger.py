@@ -1,0 +1,338 @@
+"""The goodput ledger of one run directory: what each failure cost, phase by phase, and the run's goodput.
+
+    ledger = read_ledger("runs/debug")         # LedgerError (one line) for a directory that is not a run's
+    print(ledger_text(ledger)); ledger.to_json()
+
+It reads what every run writes (``metrics.jsonl``, ``config.toml``) and, where there is one, the agents'
+timestamped log (``<epoch seconds> <line>`` per line, as the chaos harnesses write them; ``agent.log`` in the run
+directory or ``--agent-log``), and computes everything with the chaos core's arithmetic
+(:mod:`training.goodput.analysis`), so a chaos scenario and an ordinary run are measured the same way.
+
+What an ordinary run's records can say, and so what the ledger calls what:
+
+* a **failure** is an attempt that ended without a clean ``end`` record (killed: none; ``crashed`` or ``error``)
+  and was followed by another attempt, or one that was stopped by a signal and restarted by its agent (a
+  membership change). A relaunch after a clean stop (finished, or a signal with the agent exiting: Ctrl-C, a
+  preemption) starts a new **session**: the time between sessions is not the run's wall time.
+* its **time** is the interrupted attempt's last record (its last sign of life; a fault injected after a step
+  is within milliseconds of it). The job's own records cannot say when the fault itself struck.
+* **detect**: from the failure to the first notice: an agent log line (``analysis.DETECT_RE``), a signal the job
+  logged, or a ``crashed`` end record (a watchdog's verdict). Without any, detect is unknown and
+  stop+rendezvous holds it too.
+* **stop+rendezvous**: to the exec of the new rank 0; **start-up**: its interpreter, imports, process group and
+  model build; **restore**: loading the state; **first step**: from its ``start`` record to its first step's
+  record; **recompute**: from there to the record of the last step done before the failure (0 when none was
+  lost).
+* a failure's **cost**: from the failure until the job is back at the step it had reached (the first step's own
+  compute not counted when nothing was lost). The **uninterrupted estimate** is the goodput of the same useful
+  step time over the wall time less those costs.
+* **goodput**: the effective steps' step time / the sessions' wall time (first worker's exec to last record).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from training.goodput import analysis
+from training.goodput.analysis import Attempt, ChainError, Recovery
+
+METRICS = "metrics.jsonl"
+CONFIG = "config.toml"
+AGENT_LOG = "agent.log"
+PNG = "goodput.png"
+#: ``end`` statuses after which a new attempt is a relaunch, not a recovery (when the agent did not restart it).
+CLEAN_END = ("finished", "already_finished", "signal")
+#: The phases of a failure's cost, in order (seconds; see the module doc).
+PHASES = ("detect", "stop_and_rendezvous", "startup", "restore", "first_step", "recompute")
+
+
+class LedgerError(ValueError):
+    """The directory is not a run directory the ledger can read (the message names it and the fix)."""
+
+
+@dataclass
+class Failure:
+    """One disruption of the run and what it cost.
+
+    Attributes:
+        how: how the interrupted attempt ended, in words.
+        time: its last record (epoch seconds).
+        step: the last step it completed.
+        recovery: the chaos core's figures (``analysis.recovery``): detect_s, recover_s, steps_lost, tier, ...
+        phases: seconds per :data:`PHASES` (None: unknown, e.g. detect without an agent log).
+        cost_s: from ``time`` until the job was back at ``step`` (None: it never was).
+    """
+
+    how: str
+    time: float
+    step: int
+    recovery: Recovery
+    phases: dict[str, float | None]
+    cost_s: float | None
+
+
+@dataclass
+class Ledger:
+    """A run's goodput ledger (see the module doc for the definitions)."""
+
+    run_dir: str
+    total_steps: int | None
+    step: int
+    status: str
+    """The newest attempt's: finished, stopped (a signal), crashed, error, or unfinished (no end record: it runs,
+    or it was killed)."""
+    attempts: int
+    world_sizes: list[int]
+    failures: list[Failure]
+    useful_s: float
+    wall_s: float
+    goodput: float
+    uninterrupted_wall_s: float
+    uninterrupted_goodput: float
+    t0: float
+    records: list[dict] = field(repr=False, default_factory=list)
+
+    @property
+    def lost_s(self) -> float:
+        return sum(f.cost_s or 0.0 for f in self.failures)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("records")
+        d["lost_s"] = round(self.lost_s, 3)
+        return d
+
+
+def _kind(a: Attempt) -> str:
+    """A failure's short name (the timeline's label): how the interrupted attempt ended."""
+    return "killed" if a.end is None else str(a.end.get("status", "?"))
+
+
+def _how(a: Attempt) -> str:
+    """How the interrupted attempt ended, in words (its rank 0's end record, shortened)."""
+    if a.end is None:
+        return "killed (no end record)"
+    detail = " ".join(str(a.end.get("detail") or "").split())
+    return _kind(a) + (f": {detail[:100]}" if detail else "")
+
+
+def _last_sign_of_life(a: Attempt) -> float:
+    """The attempt's last record other than its ``end`` (a watchdog's end record is the notice, not the fault)."""
+    return max([a.start["time"]] + [s["time"] for s in a.steps] + [s["time"] for s in a.signals])
+
+
+def _is_failure(prev: Attempt, nxt: Attempt) -> bool:
+    """Whether ``nxt`` starting after ``prev`` is a recovery from a disruption (see the module doc)."""
+    if prev.end is None or prev.end.get("status") not in CLEAN_END:
+        return True  # killed, crashed, error: a failure whether the agent or a person restarted the job
+    # a clean stop the agent itself restarted (restart_count grew): a membership change stopped the group
+    return prev.end.get("status") == "signal" and (nxt.start.get("restart_count") or 0) > 0
+
+
+def _phases(rec: Recovery, t_fail: float, detected: float | None, attempt: Attempt, first: dict,
+            back: dict | None) -> dict[str, float | None]:
+    """Seconds per PHASE, from the chaos core's breakdown of the recovering attempt."""
+    # Without a detection the breakdown is taken as if noticed at once: stop_and_rendezvous then holds detect too.
+    parts = analysis.breakdown(t_fail, t_fail if detected is None else detected, attempt.start, first["time"]) or {}
+    startup = [parts.get(k) for k in ("interpreter", "imports", "process_group", "build")]
+    out = {"detect": None if detected is None else rec.detect_s,
+           "stop_and_rendezvous": parts.get("stop_and_rendezvous"),
+           "startup": None if not parts or any(v is None for v in startup) else round(sum(startup), 2),
+           "restore": parts.get("restore"), "first_step": parts.get("first_step"),
+           "recompute": None if back is None else round(back["time"] - first["time"], 2)}
+    return out
+
+
+def failures(attempts: list[Attempt], records: list[dict], detections: list[float]) -> list[Failure]:
+    """Every disruption in ``attempts`` with its figures (see the module doc)."""
+    found = [(i, _last_sign_of_life(attempts[i - 1])) for i in range(1, len(attempts))
+             if _is_failure(attempts[i - 1], attempts[i])]
+    # a crashed attempt's end record is a watchdog's (or the job's own) notice of the failure
+    detections = sorted(detections + [a.end["time"] for a in attempts
+                                      if a.end is not None and a.end.get("status") == "crashed"])
+    out = []
+    for n, (i, t_fail) in enumerate(found):
+        prev = attempts[i - 1]
+        until = attempts[found[n + 1][0]].start["time"] if n + 1 < len(found) else None
+        rec = analysis.recovery(_kind(prev), t_fail, attempts, detections, records, until)
+        detected = analysis.first_detection(t_fail, detections, records)
+        step = max([s["step"] for a in attempts[:i] for s in a.steps] + [0])
+        recovering = next((a for a in attempts[i:] if a.steps and (until is None or a.start["time"] < until)), None)
+        if recovering is None:
+            out.append(Failure(_how(prev), t_fail, step, rec, dict.fromkeys(PHASES), None))
+            continue
+        first = recovering.steps[0]
+        if rec.steps_lost:  # back where it was once it recorded that step again (None: still recomputing)
+            back = next((s for s in recovering.steps if s["step"] == step), None)
+            cost = None if back is None else round(back["time"] - t_fail, 3)
+        else:  # back where it was as its first step began
+            back = first
+            cost = round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
+        out.append(Failure(_how(prev), t_fail, step, rec, _phases(rec, t_fail, detected, recovering, first, back),
+                           cost))
+    return out
+
+
+def sessions(attempts: list[Attempt]) -> list[list[Attempt]]:
+    """The attempts grouped by launch: a new session starts at an attempt after a clean stop its agent did not
+    restart (a relaunch by a person or a scheduler)."""
+    out: list[list[Attempt]] = []
+    for i, a in enumerate(attempts):
+        if i == 0 or not _is_failure(attempts[i - 1], a):
+            out.append([])
+        out[-1].append(a)
+    return out
+
+
+def _session_walls(groups: list[list[Attempt]], records: list[dict]) -> list[tuple[float, float]]:
+    """(start, end) of each session: its first worker's exec (else its start record) to its last record."""
+    starts = [g[0].start["time"] for g in groups] + [float("inf")]
+    out = []
+    for g, nxt in zip(groups, starts[1:]):
+        first = g[0].start
+        begin = (first.get("startup") or {}).get("exec_time") or first["time"]
+        out.append((begin, max(r["time"] for r in records if first["time"] <= r["time"] < nxt)))
+    return out
+
+
+def read_agent_log(path: Path) -> list[tuple[float, str]]:
+    """``(time, line)`` of a timestamped log (``<epoch seconds> <line>``); lines without a time are skipped."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        head, _, rest = line.partition(" ")
+        try:
+            out.append((float(head), rest))
+        except ValueError:
+            continue
+    return out
+
+
+def _total_steps(run_dir: Path) -> int | None:
+    try:
+        return int(tomllib.loads((run_dir / CONFIG).read_text())["train"]["steps"])
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError):
+        return None
+
+
+def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str | Path | None = None) -> Ledger:
+    """The ledger of ``run_dir`` (a run's ``job.out_dir``: ``metrics.jsonl`` and ``config.toml``; ``metrics``:
+    the run's ``metrics.path`` where it is not ``RUN_DIR/metrics.jsonl``)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise LedgerError(f"run directory {run_dir} does not exist: give the run's job.out_dir "
+                          f"(make train writes runs/<preset>)")
+    metrics = Path(metrics) if metrics else run_dir / METRICS
+    if not metrics.is_file():
+        raise LedgerError(f"{run_dir} has no {metrics.name if metrics.parent == run_dir else metrics}: it is not a "
+                          f"run directory, or its run has not started (give the job.out_dir of a run)")
+    for p in agent_logs:
+        if not Path(p).is_file():
+            raise LedgerError(f"agent log {p} does not exist: give a file of '<epoch seconds> <line>' lines")
+    logs = [p for p in [run_dir / AGENT_LOG, *map(Path, agent_logs)] if p.is_file()]
+    return ledger_from_records(str(run_dir), analysis.load_records(metrics), _total_steps(run_dir),
+                               [x for p in logs for x in read_agent_log(p)], what=str(metrics))
+
+
+def ledger_from_records(run: str, records: list[dict], total_steps: int | None = None,
+                        agent_lines: list[tuple[float, str]] = (), what: str = "the metrics") -> Ledger:
+    """The ledger of a run's records (``analysis.parse_records``), e.g. read from a pod; ``run`` names it."""
+    attempts = analysis.split_attempts(records)
+    if not attempts:
+        raise LedgerError(f"{what} has no start record yet: the run has not reached its first step")
+    detections = analysis.torchrun_detections(list(agent_lines), after=attempts[0].start["time"])
+    try:
+        effective = analysis.effective_steps(attempts)
+    except ChainError:
+        # not one consistent history (records of two runs in one file?): count each step's newest record
+        newest = {r["step"]: r for r in records if r.get("event") == "step"}
+        effective = [newest[k] for k in sorted(newest)]
+    walls = _session_walls(sessions(attempts), records)
+    wall = sum(end - begin for begin, end in walls)
+    useful, gp = analysis.goodput(effective, wall)
+    found = failures(attempts, records, detections)
+    last = attempts[-1]
+    status = ("unfinished" if last.end is None else {"signal": "stopped"}.get(last.end.get("status"),
+                                                                            last.end.get("status", "?")))
+    if status == "already_finished":
+        status = "finished"
+    lost = sum(f.cost_s or 0.0 for f in found)
+    steps = [s["step"] for a in attempts for s in a.steps] + [a.resumed_from for a in attempts]
+    return Ledger(run_dir=run, total_steps=total_steps, step=last.last_step if last.steps
+                  else max(steps + [0]), status=status, attempts=len(attempts),
+                  world_sizes=analysis.world_sizes(records), failures=found, useful_s=round(useful, 3),
+                  wall_s=round(wall, 3), goodput=gp, uninterrupted_wall_s=round(wall - lost, 3),
+                  uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
+                  t0=walls[0][0], records=records)
+
+
+def locate_run(run_dir: str | None, train_args: list[str]) -> tuple[str, str | None]:
+    """(run directory, metrics file or None for its metrics.jsonl) from RUN_DIR or the run's training arguments
+    (resolved as the job resolves them: ``job.out_dir``, ``metrics.path``)."""
+    args = train_args
+    if run_dir and args:
+        raise LedgerError("give RUN_DIR or the training arguments after --, not both")
+    if run_dir:
+        return run_dir, None
+    if not args:
+        raise LedgerError("no run: give RUN_DIR (the run's job.out_dir, e.g. runs/debug) or -- TRAINING_ARGS")
+    import contextlib
+    import io
+
+    from training.config import ConfigError, load_config
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            cfg = load_config(args)
+    except (ConfigError, SystemExit) as e:
+        raise LedgerError(f"the training arguments {' '.join(args)!r} do not resolve: {e}") from None
+    return cfg.job.out_dir, cfg.metrics.path
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def summary_line(ledger: Ledger) -> str:
+    """One line: goodput, what the failures cost, the uninterrupted estimate."""
+    n = len(ledger.failures)
+    cost = f"{n} failure(s) cost {ledger.lost_s:.1f} s" if n else "no failures"
+    return (f"[goodput] {ledger.goodput:.0%} of {ledger.wall_s:,.0f} s wall was useful step time; {cost} "
+            f"(uninterrupted estimate {ledger.uninterrupted_goodput:.0%}); "
+            f"ledger: python -m training.goodput {ledger.run_dir}")
+
+
+def ledger_text(ledger: Ledger) -> str:
+    """The ledger as a screen: the run, one row per failure, the goodput and the uninterrupted estimate."""
+    total = f"/{ledger.total_steps}" if ledger.total_steps else ""
+    worlds = ">".join(map(str, ledger.world_sizes)) or "-"
+    lines = [f"goodput ledger of {ledger.run_dir}: step {ledger.step}{total}, {ledger.status}; "
+             f"{ledger.attempts} attempt(s), world {worlds}"]
+    if ledger.failures:
+        cols = [("detect", "detect"), ("stop_and_rendezvous", "stop+rdzv"), ("startup", "start-up"),
+                ("restore", "restore"), ("first_step", "1st step"), ("recompute", "recompute")]
+        head = (f"{'#':>2} {'after step':>10} {'lost':>5} {'tier':>8}" + "".join(f"{h:>10}" for _, h in cols)
+                + f"{'cost s':>9}  how")
+        lines += ["", head, "-" * len(head)]
+        for n, f in enumerate(ledger.failures, 1):
+            lost = "-" if f.recovery.steps_lost is None else str(f.recovery.steps_lost)
+            lines.append(f"{n:>2} {f.step:>10} {lost:>5} {f.recovery.tier or '-':>8}"
+                         + "".join(f"{_fmt(f.phases.get(k)):>10}" for k, _ in cols)
+                         + f"{_fmt(f.cost_s):>9}  {f.how[:60]}")
+        lines.append("(seconds; detect '-': no agent log or notice recorded, stop+rdzv then includes it; "
+                     "cost: failure -> back at the step it had reached)")
+    lines += ["", f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in "
+                  f"{ledger.wall_s:,.1f} s wall",
+              f"uninterrupted estimate {ledger.uninterrupted_goodput:.1%}: the same steps in "
+              f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s"]
+    return "\n".join(lines)
+
+
+def timeline_track(ledger: Ledger):
+    """The run as one block of the timeline PNG (:mod:`training.goodput.timeline`)."""
+    from training.goodput.timeline import Track
+    heading = (f"{ledger.run_dir}: step {ledger.step}{f'/{ledger.total_steps}' if ledger.total_steps else ''}, "
+               f"{ledger.status}  |  {len(ledger.failures)} failure(s) cost {ledger.lost_s:.1f} s  |  goodput "
+               f"{ledger.goodput:.0%} (uninterrupted estimate {ledger.uninterrupted_goodput:.0%})")
+    return Track(heading=heading, t0=ledger.t0, records=ledger.records,
+                 recoveries=[f.recovery for f in ledger.failures])
