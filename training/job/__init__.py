@@ -5,7 +5,10 @@
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
-* :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung worker on this node;
+* :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung or wedged worker on this node;
+* :mod:`~training.job.progress`: the main thread's phase and step, their observed bounds (a wedged rank), the
+  process group's timeout after the warm-up;
+* :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
 * :mod:`~training.job.determinism`: deterministic kernels on request.

@@ -16,9 +16,10 @@ adds is how the agent stops:
 * jobs of the training module are checked on this node first (:mod:`training.job.check`: data, output
   locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
   worker starts.
-* a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
-  agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.job.watchdog.NodeWatchdog`), so the agent
-  restarts at once instead of after torch's fixed 30 s wait for a stopped process.
+* a worker of the training module that stops sending heartbeats (stopped) is SIGKILLed by this agent after its
+  ``parallel.heartbeat_timeout_s``, one that declares itself wedged (its main loop stuck) at once
+  (:class:`training.job.watchdog.NodeWatchdog`), so the agent restarts at once instead of after torch's fixed
+  30 s wait for a stopped process.
 * membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`, registered here through
   torch's public handler registry): a node whose lease expires is named in one line and this node's workers,
   blocked in a collective with it, are SIGKILLed at once (:meth:`training.job.watchdog.NodeWatchdog.kill_all`);
@@ -45,7 +46,7 @@ import signal
 import sys
 
 from training.job.check import DONE_ENV, already_checked
-from training.launch.config import LaunchError
+from training.launch.config import RDZV_ENV, LaunchError
 from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.store_check import check_store
@@ -142,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the torchrun agent with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     die_with_launcher(signal.SIGTERM)
     os.environ[AGENT_ENV] = str(os.getpid())  # workers check it at start (the agent may die before they do)
+    # Every round's workers get a fresh store (the launcher sets this for its agents; `make train` runs this agent
+    # directly): with the agent's store shared, a --standalone group restarted after a worker failure found the
+    # failed attempt's gloo addresses and failed to connect (Connection refused) until its restarts ran out.
+    for key, value in RDZV_ENV.items():
+        os.environ.setdefault(key, value)
     argv = list(sys.argv[1:] if argv is None else argv)
     # Ctrl-C while torch is imported: no worker exists yet, so just end (quietly, as SIGTERM would).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
