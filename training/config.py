@@ -188,7 +188,8 @@ class ParallelConfig:
     wedge_warmup: int = 3
     """A phase seen fewer times than this in an attempt (the first steps: caches, compilation, the first save),
     and everything before step 1 (build, load), may take init_timeout_s; the process-group timeout follows the
-    observed steps after this many steps (train_timeout_s until then, the most it ever is)."""
+    observed steps after this many steps (train_timeout_s until then, the most it ever is). Each phase's first
+    time is not used as a measure (it pays one-time costs)."""
 
 
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
@@ -503,7 +504,8 @@ def validate(cfg: Config) -> None:
          f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every second)")
     need(p.wedge_multiple >= 1.5, f"parallel.wedge_multiple={p.wedge_multiple} must be >= 1.5: a phase that takes a "
          "little longer than its slowest so far is not wedged")
-    need(p.wedge_warmup >= 1, f"parallel.wedge_warmup={p.wedge_warmup} must be >= 1")
+    need(p.wedge_warmup >= 2, f"parallel.wedge_warmup={p.wedge_warmup} must be >= 2 (a phase's first time, which pays "
+         "one-time costs, is not a measure of the next)")
     # The process-group timeout ends every wait at train_timeout_s: a wedge bound at or above it is never reached
     need(p.wedge_floor_s < p.train_timeout_s or p.wedge_floor_s == 0 or p.heartbeat_timeout_s == 0,
          f"parallel.wedge_floor_s={p.wedge_floor_s} must be below parallel.train_timeout_s={p.train_timeout_s} (a "

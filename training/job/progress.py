@@ -11,7 +11,8 @@ Bounds come from what this attempt observed, not from constants:
 * a phase seen fewer than ``parallel.wedge_warmup`` times in this attempt (the first steps: allocator, caches,
   compilation; the first save), and everything before step 1 (build, rendezvous, checkpoint load), may take
   ``parallel.init_timeout_s``, as the process group's own start-up timeout;
-* afterwards ``max(floor, parallel.wedge_multiple x the slowest time of that phase seen so far)``; the floor is
+* afterwards ``max(floor, parallel.wedge_multiple x the slowest time of that phase seen so far)`` (the first
+  time of each is left out: it pays the attempt's one-time costs, and the start-up bound covered it); the floor is
   ``parallel.wedge_floor_s``, for the checkpoint phase at least ``checkpoint.min_timeout_s`` (what its own
   collectives wait).
 
@@ -114,10 +115,11 @@ class ProgressTracker:
         now = self.clock()
         done = self.phase
         if done not in _ONCE:
-            self.slowest[done] = max(self.slowest.get(done, 0.0), now - self.since)
+            if self.seen.get(done):  # an attempt's first pass pays one-time costs: counted, not a measure
+                self.slowest[done] = max(self.slowest.get(done, 0.0), now - self.since)
             self.seen[done] = self.seen.get(done, 0) + 1
         if phase == DATA:  # a step is one pass from DATA to the next DATA (saves and waits included)
-            if self._iteration_start is not None:
+            if self._iteration_start is not None and self.seen.get(OPTIMIZER, 0) > 1:  # not the first, as above
                 self.slowest_step_s = max(self.slowest_step_s, now - self._iteration_start)
             self._iteration_start = now
         self.step = self.step if step is None else step

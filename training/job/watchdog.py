@@ -146,6 +146,10 @@ class PeerWatchdog:
             if stall is not None:
                 self._declare_wedged(stall, beat)
                 return
+            if _agent_gone():  # a worker must not outlive its agent, wherever the store lives (rank 0's worker
+                # hosts it when each round has its own, TORCH_DISABLE_SHARE_RDZV_TCP_STORE: then it answers on)
+                self._end(f"[watchdog] rank {self.rank}: this worker's agent is gone; ending this worker")
+                return
             self._touch(beat)  # first: this node's agent must see the worker alive whatever the store does
             try:
                 self.store.set(f"hb/{self.rank}", self._payload(beat))  # beats go on to the end: others watch it

@@ -68,8 +68,9 @@ def _signals_to_handle() -> str:
     return ",".join(s.strip() for s in base.split(",") if s.strip() and s.strip() != "SIGINT")
 
 
-def _abort_on_second_sigint(signal_exception: type) -> None:
-    """First SIGINT: raise torch's SignalException (the agent stops its workers the clean way). Second: die."""
+def _abort_on_second_sigint(signal_exception: type, workers: list) -> None:
+    """First SIGINT: raise torch's SignalException (the agent stops its workers the clean way). Second: SIGKILL
+    the workers (``workers``: the NodeWatchdog, once there is one) and die."""
     count = 0
 
     def handler(signum, _frame):
@@ -79,6 +80,8 @@ def _abort_on_second_sigint(signal_exception: type) -> None:
             raise signal_exception(f"Process {os.getpid()} got signal: SIGINT", sigval=signal.SIGINT)
         print("[agent] second SIGINT: stopping at once, without the checkpoint (the last complete one is kept)",
               file=sys.stderr, flush=True)
+        for watchdog in workers:  # before this process goes: a worker must not outlive it, nor race its peers' end
+            watchdog.kill_all("second SIGINT")
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)  # die *by* SIGINT, so a calling shell or make stops as well
 
@@ -191,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    _abort_on_second_sigint(SignalException)
+    node_watchdogs: list[NodeWatchdog] = []
+    _abort_on_second_sigint(SignalException, node_watchdogs)
     on_etcd = args.rdzv_backend == etcd_handler.BACKEND
     if on_etcd:
         etcd_handler.register()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
+    node_watchdogs += [watchdog] if watchdog is not None else []
     if on_etcd and watchdog is not None:
         etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))
     if warm:
