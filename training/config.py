@@ -180,7 +180,8 @@ class ParallelConfig:
     checkpoint) longer than that phase's bound, outside any collective, is wedged: it says so in one line and its
     agent SIGKILLs it, so the job restarts instead of waiting train_timeout_s. The bound is max(this, wedge_multiple
     x the slowest time of the phase seen in this attempt); the checkpoint phase's is at least
-    checkpoint.min_timeout_s. Runs on the heartbeat thread: off when heartbeat_timeout_s is 0. 0 = off (see
+    checkpoint.min_timeout_s; the synchronous save of a stop or of the last step may take init_timeout_s. Runs on
+    the heartbeat thread: off when heartbeat_timeout_s is 0 or with one process. 0 = off (see
     training/job/progress.py)."""
     wedge_multiple: float = 4.0
     """The wedge bound of a phase, and half the process-group timeout after the warm-up, is this many times the
@@ -501,7 +502,8 @@ def validate(cfg: Config) -> None:
     need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
          f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)")
     need(p.wedge_floor_s == 0 or p.wedge_floor_s >= 3,
-         f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every second)")
+         f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every "
+         "second)")
     need(p.wedge_multiple >= 1.5, f"parallel.wedge_multiple={p.wedge_multiple} must be >= 1.5: a phase that takes a "
          "little longer than its slowest so far is not wedged")
     need(p.wedge_warmup >= 2, f"parallel.wedge_warmup={p.wedge_warmup} must be >= 2 (a phase's first time, which pays "

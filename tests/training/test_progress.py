@@ -6,8 +6,8 @@ import time
 import pytest
 import torch.distributed as dist
 
-from training.job.progress import (CHECKPOINT, DATA, FORWARD_BACKWARD, OPTIMIZER, STARTUP, Heartbeat,
-                                   ProgressTracker)
+from training.job.progress import (CHECKPOINT, DATA, FINAL_CHECKPOINT, FORWARD_BACKWARD, OPTIMIZER, STARTUP,
+                                   Heartbeat, ProgressTracker)
 
 
 class Clock:
@@ -45,6 +45,14 @@ def test_bounds_are_generous_until_a_phase_was_seen_then_follow_the_slowest():
     assert t.bound(FORWARD_BACKWARD) == (8.0, "max(floor 5 s, 4 x slowest 2.00 s)")  # 4 x the slowest
     assert t.bound(DATA)[0] == 5.0  # fast phases: the floor
     assert t.bound(CHECKPOINT)[0] == 300  # no save yet: generous; after saves, at least checkpoint_floor_s
+    for _ in range(3):
+        t.enter(CHECKPOINT)
+        clock.t += 1.0
+        t.enter(DATA)
+    assert t.bound(CHECKPOINT)[0] == 30.0
+    t.enter(FINAL_CHECKPOINT)  # the synchronous save of a stop or the last step: once, generous
+    clock.t += 200
+    assert t.bound(FINAL_CHECKPOINT)[0] == 300 and t.stall() is None
 
 
 def test_a_main_thread_stuck_past_its_bound_is_a_stall_and_not_before():

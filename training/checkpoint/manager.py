@@ -50,9 +50,9 @@ class CheckpointManager:
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
                  signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: FaultPoints,
                  before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None],
-                 on_save: Callable[[], None] = lambda: None, on_snapshot: Callable[[], None] = lambda: None):
+                 on_save: Callable[[bool], None] = lambda sync: None, on_snapshot: Callable[[], None] = lambda: None):
         self.cfg, self.signature, self.say = cfg, signature, say
-        # where a step's storage save and its memory snapshot begin (the trainer's progress phases)
+        # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
         self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,
                                    accept=parse_accept(cfg.accept_changes), before_save=before_save,
@@ -144,7 +144,7 @@ class CheckpointManager:
         must = stop or final
         # a step without a save has no checkpoint phase (its bound comes from saves that were made)
         if must or self.storage.due(step):
-            self.on_save()
+            self.on_save(must)
         blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
         self.on_snapshot()
         return blocked, self.memory.snapshot(step, state)

@@ -9,8 +9,9 @@ hung read of the shared file system, a call that never returns). Its agent then 
 Bounds come from what this attempt observed, not from constants:
 
 * a phase seen fewer than ``parallel.wedge_warmup`` times in this attempt (the first steps: allocator, caches,
-  compilation; the first save), and everything before step 1 (build, rendezvous, checkpoint load), may take
-  ``parallel.init_timeout_s``, as the process group's own start-up timeout;
+  compilation; the first save), everything before step 1 (build, rendezvous, checkpoint load), the synchronous
+  save of a stop or of the last step and what follows it, may take ``parallel.init_timeout_s``, as the process
+  group's own start-up timeout;
 * afterwards ``max(floor, parallel.wedge_multiple x the slowest time of that phase seen so far)`` (the first
   time of each is left out: it pays the attempt's one-time costs, and the start-up bound covered it); the floor is
   ``parallel.wedge_floor_s``, for the checkpoint phase at least ``checkpoint.min_timeout_s`` (what its own
@@ -34,10 +35,11 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Callable
 
-STARTUP, DATA, FORWARD_BACKWARD, OPTIMIZER, SNAPSHOT, CHECKPOINT, CLOSING = (
-    "startup", "data", "forward_backward", "optimizer", "snapshot", "checkpoint", "closing")
-#: Phases that only happen once per attempt: bounded by the start-up timeout, never by observations.
-_ONCE = (STARTUP, CLOSING)
+STARTUP, DATA, FORWARD_BACKWARD, OPTIMIZER, SNAPSHOT, CHECKPOINT, FINAL_CHECKPOINT, CLOSING = (
+    "startup", "data", "forward_backward", "optimizer", "snapshot", "checkpoint", "final_checkpoint", "closing")
+#: Phases that happen once per attempt: bounded by the start-up timeout, never by observations. The synchronous
+#: save of a stop or of the last step writes everything itself (many times an asynchronous save's blocking part).
+_ONCE = (STARTUP, FINAL_CHECKPOINT, CLOSING)
 _TORCH_DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
 
 
@@ -137,9 +139,9 @@ class ProgressTracker:
             self.pg_timeout_s = want
             self.set_pg_timeout(want)
             if first_observed:
-                self.say(f"process-group timeout {want:.1f} s from step {step} on (the observed rule: min(train_timeout_s "
-                         f"{self.train_timeout_s:g}, 2 x max(wedge_floor_s {self.floor_s:g}, {self.multiple:g} x "
-                         f"slowest step {self.slowest_step_s:.2f} s)))")
+                self.say(f"process-group timeout {want:.1f} s from step {step} on (the observed rule: "
+                         f"min(train_timeout_s {self.train_timeout_s:g}, 2 x max(wedge_floor_s {self.floor_s:g}, "
+                         f"{self.multiple:g} x slowest step {self.slowest_step_s:.2f} s)))")
 
     # ---- the heartbeat thread
     def beat(self, beat: int) -> Heartbeat:
@@ -151,7 +153,8 @@ class ProgressTracker:
             return self.startup_s, f"start-up bound parallel.init_timeout_s {self.startup_s:g} s"
         floor = self.checkpoint_floor_s if phase == CHECKPOINT else self.floor_s
         slowest = self.slowest.get(phase, 0.0)
-        return max(floor, self.multiple * slowest), f"max(floor {floor:g} s, {self.multiple:g} x slowest {slowest:.2f} s)"
+        rule = f"max(floor {floor:g} s, {self.multiple:g} x slowest {slowest:.2f} s)"
+        return max(floor, self.multiple * slowest), rule
 
     def stall(self, now: float | None = None) -> Stall | None:
         """A Stall when the main thread has been in its phase past the bound and is not waiting for a peer."""

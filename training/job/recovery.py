@@ -41,7 +41,8 @@ class RecoveryNote:
         last_step, last_time = last
         start = resumed_from or 0
         tier = (restored_from or {}).get("tier", "a fresh start")
-        tier = {"memory": "memory", "peer": "memory (peers' replicas)", "storage": "a storage checkpoint"}.get(tier, tier)
+        tier = {"memory": "memory", "peer": "memory (peers' replicas)",
+                "storage": "a storage checkpoint"}.get(tier, tier)
         limit = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?")
         redo = max(0, last_step - start)
 

@@ -32,8 +32,8 @@ from training.checkpoint.run_identity import digest_tokens, run_fingerprint, sho
 from training.job.startup import StartupClock
 from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
 from training.checkpoint.run_lock import lock_for_job
-from training.job.progress import (CHECKPOINT, CLOSING, DATA, FORWARD_BACKWARD, OPTIMIZER, SNAPSHOT,
-                                   ProgressTracker)
+from training.job.progress import (CHECKPOINT, CLOSING, DATA, FINAL_CHECKPOINT, FORWARD_BACKWARD, OPTIMIZER,
+                                   SNAPSHOT, ProgressTracker)
 from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
 
@@ -141,7 +141,8 @@ class Trainer:
                                       checkpoint_bytes=12 * self.n_params, faults=self.faults,
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
-                                      say=self.metrics.info, on_save=lambda: self.tracker.enter(CHECKPOINT),
+                                      say=self.metrics.info,
+                                      on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
                                       on_snapshot=lambda: self.tracker.enter(SNAPSHOT))
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
