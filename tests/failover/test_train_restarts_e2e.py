@@ -33,16 +33,18 @@ def train_sh(out: Path, *extra: str) -> subprocess.CompletedProcess:
 def test_make_train_restarts_a_killed_worker_from_memory_and_finishes_bitwise(tmp_path):
     ref = train_sh(tmp_path / "ref")
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-2000:]
-    got = train_sh(tmp_path / "run", "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    # killed after step 6: its snapshot, or step 5's when the kill cut the copy short, is newer than the storage
+    # checkpoint of step 4, so memory restores it (after step 5 the newest complete one could be step 4's)
+    got = train_sh(tmp_path / "run", "--fault.sigkill_at_step", "6", "--fault.rank", "1")
     out = got.stdout + got.stderr
     assert got.returncode == 0, out[-4000:]
-    assert "[fault] rank 1 SIGKILLs itself after step 5" in out
+    assert "[fault] rank 1 SIGKILLs itself after step 6" in out
     line = re.search(r"\[recovery\] worker group restarted \(restart 1 of 3\): the previous attempt reached step "
                      r"(\d+); state restored from memory at step (\d+) \((\d+) step\(s\) recomputed\); ([0-9.]+) s "
                      r"from its last step to this attempt's step \d+", out)
     assert line, out[-4000:]
     reached, restored, redone = (int(line.group(i)) for i in (1, 2, 3))
-    assert reached == 5 and restored in (4, 5) and redone == reached - restored  # the snapshot of 5 or the one before
+    assert reached == 6 and restored in (5, 6) and redone == reached - restored  # the snapshot of 6 or the one before
     assert "run 'make train' again" not in out and "ChildFailedError" not in out
     final = f"checkpoints/step_{STEPS:08d}"
     assert compare(tmp_path / "run" / final, tmp_path / "ref" / final, 0.0) == []
