@@ -37,8 +37,8 @@ SCENARIOS: dict[str, str] = {
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save",
-              "first-node-kill", "preemption", "hang", "wedged-rank", "kill-mid-snapshot", "node-pair-loss", "kill-during-save",
-              "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
+              "first-node-kill", "preemption", "hang", "wedged-rank", "kill-mid-snapshot", "node-pair-loss",
+              "kill-during-save", "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),

@@ -52,7 +52,8 @@ def test_a_peer_that_ended_on_purpose_is_not_declared(store):
     before = Heartbeat.from_json(store.get("hb/0").decode()).beat
     time.sleep(5)
     assert ended == [] and w0._thread.is_alive()  # rank 0 declared nothing...
-    assert Heartbeat.from_json(store.get("hb/0").decode()).beat >= before + 3  # ...and still beats: whoever watches it must not see silence
+    # ...and still beats: whoever watches it must not see silence
+    assert Heartbeat.from_json(store.get("hb/0").decode()).beat >= before + 3
     w0.close()
     assert store.get("hb/0") == b"done"
 
