@@ -49,3 +49,12 @@ def test_make_train_restarts_a_killed_worker_from_memory_and_finishes_bitwise(tm
     final = f"checkpoints/step_{STEPS:08d}"
     assert compare(tmp_path / "run" / final, tmp_path / "ref" / final, 0.0) == []
     print(f"\n{line.group(0)}")
+
+
+def test_make_train_does_not_restart_a_worker_group_that_stopped_with_its_own_exit_code(tmp_path):
+    """A diverged run (exit 5) would diverge again: the agent ends with its code after the first attempt."""
+    got = train_sh(tmp_path / "run", "--fault.nan_at_step", "3")
+    out = got.stdout + got.stderr
+    assert got.returncode == 5, out[-4000:]
+    assert out.count("non-finite loss nan") == 1 and "[recovery]" not in out, out[-4000:]
+    assert "[agent] training stopped with exit code 5 (see the error above); the worker group is not restarted" in out

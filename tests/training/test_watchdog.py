@@ -186,3 +186,23 @@ def test_the_node_watchdog_kills_a_worker_that_declared_itself_wedged_at_once(tm
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_a_workers_own_exit_code_stops_its_agent_instead_of_a_restart(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+
+    from training.job.watchdog import HEARTBEAT_DIR_ENV, NodeWatchdog, tell_agent_final_exit
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+    tell_agent_final_exit(5)  # as a worker that diverged does before it exits 5
+    agent = subprocess.Popen(["sleep", "60"])  # stands in for the agent process the SIGTERM goes to
+    try:
+        wd = NodeWatchdog(str(tmp_path))
+        wd.agent = agent.pid
+        assert wd.check() == [] and wd.final_exit == 5
+        assert agent.wait(timeout=5) == -signal.SIGTERM
+        wd.check()  # once: a second look sends nothing more
+        assert wd.final_exit == 5
+    finally:
+        agent.kill()
+        agent.wait()

@@ -59,6 +59,22 @@ DONE = "done"
 HEARTBEAT_DIR_ENV = "T5F_HEARTBEAT_DIR"
 #: The last word of a heartbeat file whose worker declared itself wedged: its agent SIGKILLs it at once.
 WEDGED = "wedged"
+#: `<pid>.exit` in the heartbeat directory: the worker stopped with one of the training module's own exit codes.
+FINAL_EXIT_SUFFIX = ".exit"
+
+
+def tell_agent_final_exit(code: int) -> None:
+    """In a worker that stops with one of the training module's own exit codes (bad settings, another run's
+    checkpoint, divergence, failing storage, a busy directory: a restart would stop the same way), tell its agent
+    (:class:`NodeWatchdog`), which then ends the job with that code instead of restarting the group. No-op outside
+    an agent of training.launch.agent."""
+    beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
+    if beat_dir:
+        try:
+            with open(os.path.join(beat_dir, f"{os.getpid()}{FINAL_EXIT_SUFFIX}"), "w") as f:
+                f.write(f"{code}\n")
+        except OSError:
+            pass  # the agent is gone with its directory: nothing will restart this worker either
 
 
 class PeerWatchdog:
@@ -239,6 +255,7 @@ class NodeWatchdog:
     def __init__(self, directory: str):
         self.dir = directory
         self.agent = os.getpid()
+        self.final_exit: int | None = None  # a worker's own exit code (tell_agent_final_exit): the job ends with it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="t5f-node-watchdog", daemon=True)
 
@@ -266,6 +283,9 @@ class NodeWatchdog:
         now = time.time() if now is None else now
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
             path = os.path.join(self.dir, name)
+            if name.endswith(FINAL_EXIT_SUFFIX):
+                self._stop_on_final_exit(path)
+                continue
             try:
                 pid, age = int(name), now - os.stat(path).st_mtime
                 with open(path) as f:
@@ -290,6 +310,18 @@ class NodeWatchdog:
                       file=sys.stderr, flush=True)
         return killed
 
+
+    def _stop_on_final_exit(self, path: str) -> None:
+        """A worker stopped with its own exit code: SIGTERM this agent (torchrun stops its workers and raises
+        SignalException, which training.launch.agent turns into that code) instead of a restart."""
+        try:
+            with open(path) as f:
+                code = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if self.final_exit is None:
+            self.final_exit = code
+            os.kill(self.agent, signal.SIGTERM)
 
     def kill_all(self, reason: str, reap_timeout_s: float = 5.0) -> list[int]:
         """SIGKILL every worker of this agent that has a heartbeat file and wait until they are gone (they may be

@@ -12,7 +12,9 @@ adds is how the agent stops:
 * started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
   checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
-  instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes.
+  instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes; the group is not restarted
+  for it (the worker tells the agent, :func:`training.job.watchdog.tell_agent_final_exit`): it would stop the
+  same way.
 * jobs of the training module are checked on this node first (:mod:`training.job.check`: data, output
   locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
   worker starts.
@@ -213,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
         return 0
     except SignalException as e:
+        if watchdog is not None and watchdog.final_exit is not None:  # its own SIGTERM: a worker's own exit code
+            print(f"[agent] training stopped with exit code {watchdog.final_exit} (see the error above); the worker "
+                  "group is not restarted: it would stop the same way", file=sys.stderr, flush=True)
+            return watchdog.final_exit
         sig = signal.Signals(e.sigval)
         print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)
         return 128 + sig
