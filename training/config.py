@@ -543,5 +543,5 @@ def check_world(cfg: Config, world_size: int) -> None:
             f"train.global_batch={cfg.train.global_batch} is not divisible by the world size {world_size}; "
             f"pick a global batch that every world size the job may run at divides (e.g. "
             f"{world_size * max(1, cfg.train.global_batch // world_size)})")
-    if cfg.fault.sigkill_at_step and cfg.fault.rank >= world_size:
+    if (cfg.fault.sigkill_at_step or cfg.fault.wedge_at_step) and cfg.fault.rank >= world_size:
         raise ConfigError(f"fault.rank={cfg.fault.rank} >= world size {world_size}")
