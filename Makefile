@@ -5,11 +5,12 @@
 #> NPROC     2          processes per node; local chaos-test: 1; slurm/eks: one per GPU of the instance type
 #> NODES     1          nodes; local train: NODES>1 simulates that many here; chaos-test, slurm, eks: 2 (the default deploy's GPU nodes)
 #> SPARES    0          hot-spare nodes beyond NODES (local simulated, extra Slurm nodes, or extra EKS pods): they replace a lost node, the world size stays
+#> MAX_RESTARTS 3       local train (one node): worker-group restarts from the in-memory snapshot before the run fails
 #> SOAK      (off)      chaos-test: a goodput soak of this length (e.g. 10m) with one random fault per minute, instead of the scenarios
 #> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)
 #> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test, image, deploy or destroy would do, run nothing; 0/false/no/off/empty: run
 #> IMAGE_TAG (content)  image tag for image and train PLATFORM=eks; default: this checkout's src-<digest> (tools/image_tag.py)
-export PLATFORM PRESET NPROC NODES SPARES SOAK DRY_RUN IMAGE_TAG
+export PLATFORM PRESET NPROC NODES SPARES MAX_RESTARTS SOAK DRY_RUN IMAGE_TAG
 SHELL := /bin/bash
 
 .PHONY: help venv train status test bench chaos-test synth slurm-up slurm-down image preflight deploy destroy

@@ -18,6 +18,8 @@ SCENARIOS: dict[str, str] = {
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
+    "wedged-rank": "one rank's main thread blocks mid-step while its process and heartbeat thread live on: its "
+                   "progress stops, it is declared wedged in one line, its agent SIGKILLs it, the job resumes",
     "node-pair-loss": "two adjacent nodes of three die at once: a shard and its replica are gone, storage restores",
     "kill-mid-snapshot": "a worker is SIGKILLed halfway through copying its in-memory snapshot: the previous is used",
     "kill-during-save": "SIGKILL rank 0 while an async checkpoint is written but not committed: it is ignored",
@@ -35,8 +37,8 @@ SCENARIOS: dict[str, str] = {
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save",
-              "first-node-kill", "preemption", "hang", "kill-mid-snapshot", "node-pair-loss", "kill-during-save",
-              "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
+              "first-node-kill", "preemption", "hang", "wedged-rank", "kill-mid-snapshot", "node-pair-loss",
+              "kill-during-save", "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),

@@ -2,7 +2,8 @@
 # make train: run the FSDP2 T5 job. PLATFORM picks where:
 #   local (default)          torchrun --standalone on this machine (PRESET=debug, NPROC=2); NODES=N > 1 runs N
 #                            simulated nodes (python -m training.launch); DRY_RUN=1 prints the command
-#                            Ctrl-C saves a checkpoint at the next step and stops (twice: stops at once)
+#                            Ctrl-C saves a checkpoint at the next step and stops (twice: stops at once); a worker
+#                            that dies is restarted from the in-memory snapshot, at most MAX_RESTARTS times (3)
 #   slurm | parallelcluster  sbatch on a Slurm cluster (scripts/train_slurm.sh)
 #   eks                      a Kubeflow TrainJob (scripts/train_eks.sh; DRY_RUN=1 prints the YAML)
 # Extra arguments go to the training CLI (python -m training --help), e.g.
@@ -28,6 +29,8 @@ for a in "$@"; do
 done
 nproc="${NPROC:-2}"
 [[ "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "error: NPROC=$nproc must be a positive integer" >&2; exit 2; }
+max_restarts="${MAX_RESTARTS:-3}"
+[[ "$max_restarts" =~ ^[0-9]+$ ]] || { echo "error: MAX_RESTARTS=$max_restarts must be 0 or a positive integer (worker-group restarts)" >&2; exit 2; }
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # NODES and DRY_RUN (read the same way on every platform): NODES > 1 simulates that many nodes on this machine
 # with the launcher the clusters use; DRY_RUN=1 prints the command(s) instead of running them.
@@ -44,20 +47,23 @@ if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   exec "${launch[@]}" -- "${preset_args[@]}" "$@"
 fi
 if [ "$dry" = true ]; then
-  echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc -m training${preset_args[*]:+ ${preset_args[*]}} $*"
+  echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc --max_restarts=$max_restarts -m training${preset_args[*]:+ ${preset_args[*]}} $*"
   exit 0
 fi
-echo "[train] local run: preset=$preset, $nproc processes (torchrun --standalone, gloo on CPU)"
+echo "[train] local run: preset=$preset, $nproc processes (torchrun --standalone, gloo on CPU; a failed worker group restarts from the in-memory snapshot, at most $max_restarts times)"
 set +e
-# torchrun's agent through training.launch.agent: one line instead of tracebacks on Ctrl-C, workers die with it
-"$py" -m training.launch.agent --standalone --nproc_per_node="$nproc" -m training "${preset_args[@]}" "$@"
+# torchrun's agent through training.launch.agent: one line instead of tracebacks on Ctrl-C, workers die with it;
+# --max_restarts: a worker that dies (or is killed for its silence or wedge) restarts the group on this node, which
+# resumes from the snapshot in this node's memory (torchrun's standalone rendezvous: no coordinator needed for one node)
+"$py" -m training.launch.agent --standalone --nproc_per_node="$nproc" --max_restarts="$max_restarts" -m training \
+  "${preset_args[@]}" "$@"
 rc=$?
 set -e
 case $rc in
   0) ;;
   130|143) echo "[train] $("$py" -m tools.resume_point "${preset_args[@]}" "$@" 2>/dev/null || echo stopped)" >&2 ;;
   2|3|4|5|6|7) ;;  # the job's own error line above names the problem and the fix; a plain rerun would not help
-  *) echo "[train] failed with exit code $rc (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
+  *) echo "[train] failed with exit code $rc after at most $max_restarts automatic restart(s) (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
 esac
 # The run's goodput so far, in one line (python -m training.goodput RUN_DIR prints the whole ledger): after any
 # attempt that trained, i.e. not after a refusal before the first step (bad settings, a busy directory).

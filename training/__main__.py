@@ -21,15 +21,19 @@ from training.job.check import CHECK_ERRORS, already_checked, check_job
 from training.job.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
 from training.job.startup import StartupClock
+from training.job.watchdog import tell_agent_final_exit
 
 KNOWN_ERRORS = {**EXIT_CODES, CheckpointDirBusy: EXIT_BUSY}
 
 
 def _report(e: BaseException) -> int:
-    """Print a known error once per job (rank 0) and return its exit code."""
+    """Print a known error once per job (rank 0), tell the agent (a restart would stop the same way) and return its
+    exit code."""
     if os.environ.get("RANK", "0") == "0":
         print(f"error: {e}", file=sys.stderr, flush=True)
-    return exit_code(e, KNOWN_ERRORS)
+    code = exit_code(e, KNOWN_ERRORS)
+    tell_agent_final_exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -175,6 +175,22 @@ class ParallelConfig:
     watcher ends its own worker, and the silent worker's own agent SIGKILLs it (when the agent still runs), so
     the job re-forms in seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps
     and long saves never look silent. 0 = off (see training/job/watchdog.py)."""
+    wedge_floor_s: float = 10.0
+    """A rank whose main thread stays in one phase of a step (data, forward_backward, optimizer, snapshot,
+    checkpoint) longer than that phase's bound, outside any collective, is wedged: it says so in one line and its
+    agent SIGKILLs it, so the job restarts instead of waiting train_timeout_s. The bound is max(this, wedge_multiple
+    x the slowest time of the phase seen in this attempt); the checkpoint phase's is at least
+    checkpoint.min_timeout_s; the synchronous save of a stop or of the last step may take init_timeout_s. Runs on
+    the heartbeat thread: off when heartbeat_timeout_s is 0 or with one process. 0 = off (see
+    training/job/progress.py)."""
+    wedge_multiple: float = 4.0
+    """The wedge bound of a phase, and half the process-group timeout after the warm-up, is this many times the
+    slowest time observed (of the phase; of a whole step), at least wedge_floor_s."""
+    wedge_warmup: int = 3
+    """A phase seen fewer times than this in an attempt (the first steps: caches, compilation, the first save),
+    and everything before step 1 (build, load), may take init_timeout_s; the process-group timeout follows the
+    observed steps after this many steps (train_timeout_s until then, the most it ever is). Each phase's first
+    time is not used as a measure (it pays one-time costs)."""
 
 
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
@@ -267,6 +283,10 @@ class FaultConfig:
     kill_in_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank` SIGKILLs itself halfway through copying this step's in-memory snapshot
     (once per out_dir): the previous snapshot must be the one restored."""
+    wedge_at_step: int = 0
+    """If > 0: rank `fault.rank` blocks its main thread for good at the start of this step's forward pass (once
+    per out_dir); its process and heartbeat thread run on, as with a hung file-system read: its wedge verdict
+    (parallel.wedge_floor_s) must end it, not the process-group timeout."""
 
 
 @dataclass
@@ -488,6 +508,17 @@ def validate(cfg: Config) -> None:
          "(a hung peer is what it is for: 20-300 s in the presets)")
     need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
          f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)")
+    need(p.wedge_floor_s == 0 or p.wedge_floor_s >= 3,
+         f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every "
+         "second)")
+    need(p.wedge_multiple >= 1.5, f"parallel.wedge_multiple={p.wedge_multiple} must be >= 1.5: a phase that takes a "
+         "little longer than its slowest so far is not wedged")
+    need(p.wedge_warmup >= 2, f"parallel.wedge_warmup={p.wedge_warmup} must be >= 2 (a phase's first time, which pays "
+         "one-time costs, is not a measure of the next)")
+    # The process-group timeout ends every wait at train_timeout_s: a wedge bound at or above it is never reached
+    need(p.wedge_floor_s < p.train_timeout_s or p.wedge_floor_s == 0 or p.heartbeat_timeout_s == 0,
+         f"parallel.wedge_floor_s={p.wedge_floor_s} must be below parallel.train_timeout_s={p.train_timeout_s} (a "
+         "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
@@ -503,7 +534,7 @@ def validate(cfg: Config) -> None:
     need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
          and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0
          and cfg.fault.fail_snapshot_at_step >= 0 and cfg.fault.stop_at_step >= 0
-         and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0,
+         and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0 and cfg.fault.wedge_at_step >= 0,
          "fault.* values must be >= 0")
 
 
@@ -519,5 +550,5 @@ def check_world(cfg: Config, world_size: int) -> None:
             f"train.global_batch={cfg.train.global_batch} is not divisible by the world size {world_size}; "
             f"pick a global batch that every world size the job may run at divides (e.g. "
             f"{world_size * max(1, cfg.train.global_batch // world_size)})")
-    if cfg.fault.sigkill_at_step and cfg.fault.rank >= world_size:
+    if (cfg.fault.sigkill_at_step or cfg.fault.wedge_at_step) and cfg.fault.rank >= world_size:
         raise ConfigError(f"fault.rank={cfg.fault.rank} >= world size {world_size}")

@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store, process lifetime, the run lock and this harness only decide *when* processes run,
 # not what they compute. (training/launch/ is not hashed: only the other rooms' modules and the presets are.)
-_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py", "startup.py"}
+_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py", "startup.py",
+             "progress.py", "recovery.py"}
 
 
 class LocalChaosConfigError(ValueError):
@@ -36,6 +37,8 @@ class LocalChaosConfig:
         train_timeout_s: process-group timeout after step 1: how long a hung peer blocks the others.
         heartbeat_timeout_s: the workers' heartbeat watchdog (``--parallel.heartbeat_timeout_s``): a silent
             peer (stopped node, hung worker) is declared after this long.
+        wedge_floor_s: the least time a rank may stay in one phase of a step before it is declared wedged
+            (``--parallel.wedge_floor_s``; below ``train_timeout_s``, whose process-group timeout would come first).
         max_restarts: torchrun ``--max-restarts`` (``restarts-exhausted`` exceeds it on purpose).
         slow_commit_s: ``kill-during-save`` widens the "async checkpoint written, not yet committed" window by this.
         atol: tolerance for the final weights when the world size changed (``node-loss-rejoin``).
@@ -57,6 +60,7 @@ class LocalChaosConfig:
     memory_interval: int = 1
     train_timeout_s: int = 10
     heartbeat_timeout_s: float = 5.0
+    wedge_floor_s: float = 5.0
     max_restarts: int = 3
     slow_commit_s: float = 6.0
     atol: float = 1e-4
@@ -111,6 +115,7 @@ class LocalChaosConfig:
                 "--checkpoint.memory_interval", str(self.memory_interval),
                 "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
                 "--parallel.heartbeat_timeout_s", f"{self.heartbeat_timeout_s:g}",
+                "--parallel.wedge_floor_s", f"{self.wedge_floor_s:g}",
                 *self.extra_args, *extra]
 
     def reference_key(self, math_args: tuple[str, ...] = ()) -> str:

@@ -121,3 +121,16 @@ def test_launcher_local_mode_runs_two_nodes_against_its_own_store(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[launch] membership: etcd members" in out.stdout and "--rdzv-backend=t5-etcd" in out.stdout
     assert "world 2" in out.stdout and (tmp_path / "checkpoints" / "step_00000003" / "COMMITTED.json").exists()
+
+
+def test_a_wedged_rank_is_found_by_its_progress_and_the_job_resumes_bitwise(ref, tmp_path):
+    """The last rank's main thread blocks at the start of a step while its process and heartbeat thread live on:
+    its own progress verdict names it, its agent SIGKILLs it, the group resumes from the in-memory snapshot and the
+    final weights equal the uninterrupted run's. The seconds to the next step are printed (target <= 10 s)."""
+    res = run("wedged-rank", ref, tmp_path)
+    check = next(c for c in res.checks if c.name == "wedged rank declared and killed by its agent")
+    assert f"of step {CFG.kill_step} " in check.detail and "next step" in check.detail, check.detail
+    rec = res.recoveries[0]
+    assert rec.kind == "wedged main thread" and rec.tier == "memory" and rec.steps_lost <= CFG.memory_interval
+    assert res.world_sizes == [CFG.world]
+    print(f"\n[wedged-rank] {check.detail}")

@@ -27,7 +27,8 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 # the store scenarios: what the agents logged (rounds formed, "store unreachable"), and which member
                 # etcd itself reports as leader after the kill (asked of etcd, not claimed by the harness)
                 "no restart: the job trained through the store's fault", "training went on with the store down",
-                "etcd leader killed, another member leads", "re-formed once the store was back"}
+                "etcd leader killed, another member leads", "re-formed once the store was back",
+                "wedged rank declared and killed by its agent"}
 
 
 # corrupt-snapshot's two faults as its harness records them: rank 1 frozen, damaged, SIGKILLed at these times
@@ -60,7 +61,8 @@ def no_fault_observation(name: str) -> Observation:
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
              "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
              "silent_ranks": [1], "silent_agent_pid": 4242, "spare_nodes": [2], "spare_ranks_after": [],
-             "snapshot_damage": SNAPSHOT_DAMAGE}
+             "snapshot_damage": SNAPSHOT_DAMAGE,
+             "wedge": {"step": CFG.kill_step, "rank": 1, "pid": 77, "time": t}}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
                        exit_detail="exit codes {'node0': 0, 'node1': 0}", steps=CFG.steps, global_batch=GB,
@@ -188,6 +190,31 @@ def test_silent_node_passes_only_when_the_job_named_the_stopped_node():
     assert not check_silent_node_declared(obs).ok
     obs.facts, obs.logs = {**obs.facts, "silent_ranks": [1]}, []  # a collective timeout found it
     assert not check_silent_node_declared(obs).ok
+
+
+def test_wedged_rank_passes_only_when_its_own_line_named_it_and_its_agent_killed_that_worker():
+    from chaos.local.scenarios import check_wedge_declared
+    obs = no_fault_observation("wedged-rank")
+    t = obs.faults[0].time
+    obs.records, obs.detections = restarted(CFG.kill_step - 1, "memory"), [t + 4.2]
+    wedged = (t + 4.0, "[node1] [watchdog] rank 1 (node 1, pid 77) is wedged: no progress in phase forward_backward "
+                       f"of step {CFG.kill_step} for 3.1 s (bound 3.0 s: max(floor 3 s, 4 x slowest 0.21 s)); its "
+                       "agent SIGKILLs it so the job restarts")
+    killed = (t + 4.3, "[node1] [agent] worker pid 77 (rank 1) declared itself wedged (its line above): SIGKILLed it "
+                       "so this node restarts at once")
+    obs.logs = [wedged, killed]
+    v = judge(obs, scenarios(CFG)["wedged-rank"].expect, scenarios(CFG)["wedged-rank"].checks)
+    assert v.passed, v.failed()
+    check = check_wedge_declared(obs)
+    assert "is wedged" in check.detail and "next step" in check.detail and "target <= 10 s" in check.detail
+    obs.logs = [killed]  # no wedge verdict: the process-group timeout (or anything else) ended it
+    assert not check_wedge_declared(obs).ok
+    obs.logs = [wedged]  # declared, but its agent never killed it
+    assert not check_wedge_declared(obs).ok
+    obs.logs = [(t - 1, wedged[1]), (t - 1, killed[1])]  # lines from before the fault are not its evidence
+    assert not check_wedge_declared(obs).ok
+    obs.logs, obs.facts = [wedged, killed], {**obs.facts, "wedge": {**obs.facts["wedge"], "rank": 0}}
+    assert not check_wedge_declared(obs).ok  # the line names another rank than the one blocked
 
 
 def test_spare_verdict_needs_the_spare_to_host_ranks_at_an_unchanged_world_size():

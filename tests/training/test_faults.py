@@ -18,6 +18,7 @@ def test_no_setting_no_fault_at_any_point(tmp_path):
     assert not f.enabled
     assert f.loss(1, 2.5) == 2.5
     for step in (0, 1, 2):
+        f.mid_step(step)
         f.mid_snapshot(step)
         f.during_save(step)
         f.before_commit(step)
@@ -44,3 +45,20 @@ def test_a_process_fault_happens_once_per_out_dir(tmp_path):
     assert first.returncode == -9 and "[fault] rank 0 SIGKILLs itself after step 2" in first.stdout
     again = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.strip() == "alive"  # the restarted job is not killed again
+
+
+def test_a_wedge_blocks_the_calling_thread_at_its_step_and_rank_once_per_out_dir(tmp_path):
+    import threading
+    import time
+    Faults(FaultConfig(wedge_at_step=3, rank=1), rank=0, out_dir=str(tmp_path)).mid_step(3)  # another rank: no-op
+    f = Faults(FaultConfig(wedge_at_step=3, rank=1), rank=1, out_dir=str(tmp_path))
+    assert f.enabled
+    f.mid_step(2)  # another step: no-op
+    main = threading.Thread(target=f.mid_step, args=(3,), daemon=True)  # stands in for the trainer's main thread
+    main.start()
+    main.join(timeout=1.0)
+    assert main.is_alive()  # blocked for good; the process (this test) runs on
+    assert (tmp_path / ".fault-wedge-step3").exists()
+    t0 = time.monotonic()
+    f.mid_step(3)  # the restarted job: the marker says it happened, no second wedge
+    assert time.monotonic() - t0 < 0.5

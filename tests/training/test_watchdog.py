@@ -6,6 +6,7 @@ import time
 import pytest
 import torch.distributed as dist
 
+from training.job.progress import Heartbeat
 from training.job.watchdog import PeerWatchdog
 
 
@@ -48,10 +49,11 @@ def test_a_peer_that_ended_on_purpose_is_not_declared(store):
     w1.start()
     time.sleep(1.5)
     w1.close()  # publishes "done"
-    before = int(store.get("hb/0"))
+    before = Heartbeat.from_json(store.get("hb/0").decode()).beat
     time.sleep(5)
     assert ended == [] and w0._thread.is_alive()  # rank 0 declared nothing...
-    assert int(store.get("hb/0")) >= before + 3  # ...and still beats: whoever watches it must not see silence
+    # ...and still beats: whoever watches it must not see silence
+    assert Heartbeat.from_json(store.get("hb/0").decode()).beat >= before + 3
     w0.close()
     assert store.get("hb/0") == b"done"
 
@@ -143,3 +145,64 @@ def test_a_store_that_does_not_answer_pauses_the_verdicts_and_never_ends_the_wor
     assert "rank 0: the workers' store answers again; peer verdicts resumed" in err
     w0.close()
     w1.close()
+
+
+def test_a_wedged_main_thread_is_declared_in_one_line_and_its_heartbeat_file_carries_the_verdict(
+        store, tmp_path, monkeypatch, capfd):
+    from training.job.progress import FORWARD_BACKWARD, ProgressTracker
+    from training.job.watchdog import HEARTBEAT_DIR_ENV
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+    progress = ProgressTracker(floor_s=3, multiple=4, warmup=1, startup_s=3, train_timeout_s=60)  # this thread's
+    ended = []
+    w = PeerWatchdog(timeout_s=10, rank=1, world=2, store=store, on_silent=ended.append,
+                     exit_fn=lambda code: ended.append(code), progress=progress)
+    w.start()
+    progress.enter(FORWARD_BACKWARD, 5)
+    time.sleep(1.5)
+    beat = Heartbeat.from_json(store.get("hb/1").decode())
+    assert (beat.step, beat.phase) == (5, FORWARD_BACKWARD) and not ended  # beats carry the progress
+    time.sleep(3.5)  # this (main) thread makes no progress past the start-up bound of 3 s: wedged
+    assert len(ended) == 1 and w._thread is not None and not w._thread.is_alive()  # no exit: the agent kills it
+    line = ended[0]
+    assert re.search(r"rank 1 \(node \S+, pid \d+\) is wedged: no progress in phase forward_backward of step 5 for "
+                     r"3\.\d s \(bound 3\.0 s", line), line
+    assert line in capfd.readouterr().err
+    assert (tmp_path / str(__import__("os").getpid())).read_text().split()[3] == "wedged"
+    stopped = store.get("hb/1")
+    time.sleep(1.5)
+    assert store.get("hb/1") == stopped  # no more beats: without its agent, its peer declares it silent
+
+
+def test_the_node_watchdog_kills_a_worker_that_declared_itself_wedged_at_once(tmp_path, capfd):
+    import subprocess
+
+    from training.job.watchdog import NodeWatchdog
+    worker = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / str(worker.pid)).write_text("10 1 42 wedged\n")  # fresh: 10 s of heartbeat timeout left
+        assert NodeWatchdog(str(tmp_path)).check() == [worker.pid]
+        assert worker.wait(timeout=5) == -9
+        assert f"worker pid {worker.pid} (rank 1) declared itself wedged" in capfd.readouterr().err
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_a_workers_own_exit_code_stops_its_agent_instead_of_a_restart(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+
+    from training.job.watchdog import HEARTBEAT_DIR_ENV, NodeWatchdog, tell_agent_final_exit
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+    tell_agent_final_exit(5)  # as a worker that diverged does before it exits 5
+    agent = subprocess.Popen(["sleep", "60"])  # stands in for the agent process the SIGTERM goes to
+    try:
+        wd = NodeWatchdog(str(tmp_path))
+        wd.agent = agent.pid
+        assert wd.check() == [] and wd.final_exit == 5
+        assert agent.wait(timeout=5) == -signal.SIGTERM
+        wd.check()  # once: a second look sends nothing more
+        assert wd.final_exit == 5
+    finally:
+        agent.kill()
+        agent.wait()

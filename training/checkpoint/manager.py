@@ -49,8 +49,11 @@ class CheckpointManager:
 
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
                  signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: FaultPoints,
-                 before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None]):
+                 before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None],
+                 on_save: Callable[[bool], None] = lambda sync: None, on_snapshot: Callable[[], None] = lambda: None):
         self.cfg, self.signature, self.say = cfg, signature, say
+        # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
+        self.on_save, self.on_snapshot = on_save, on_snapshot
         self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,
                                    accept=parse_accept(cfg.accept_changes), before_save=before_save,
                                    during_save=faults.during_save, before_commit=faults.before_commit,
@@ -139,7 +142,11 @@ class CheckpointManager:
         """After `step`: storage if due (synchronous on a stop or the last step, which exit right after), then the
         memory snapshot if due. Returns the seconds training was blocked by each (storage, memory)."""
         must = stop or final
+        # a step without a save has no checkpoint phase (its bound comes from saves that were made)
+        if must or self.storage.due(step):
+            self.on_save(must)
         blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
+        self.on_snapshot()
         return blocked, self.memory.snapshot(step, state)
 
     def local_failures(self) -> tuple[bool, bool]:

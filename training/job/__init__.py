@@ -7,7 +7,10 @@
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
 * :mod:`~training.job.tensorboard`: the same records as TensorBoard event files, on a background thread;
 * :mod:`~training.job.trainer_status`: progress into the TrainJob's ``status.trainerStatus`` (Kubeflow Trainer);
-* :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung worker on this node;
+* :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung or wedged worker on this node;
+* :mod:`~training.job.progress`: the main thread's phase and step, their observed bounds (a wedged rank), the
+  process group's timeout after the warm-up;
+* :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
 * :mod:`~training.job.determinism`: deterministic kernels on request.

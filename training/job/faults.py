@@ -3,6 +3,7 @@
 
 The points, in the order a step meets them::
 
+    faults.mid_step(step)              # the step's batch is agreed, its forward pass not begun (wedge)
     faults.loss(step, loss)            # the step's loss (NaN at fault.nan_at_step)
     faults.mid_snapshot(step)          # halfway through copying the in-memory snapshot (fail / SIGKILL)
     faults.during_save(step)           # a checkpoint save, once its directory is agreed (SIGSTOP)
@@ -17,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import threading
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -37,6 +39,14 @@ class Faults:
         defaults = FaultConfig()
         self.enabled = any(getattr(cfg, f.name) != getattr(defaults, f.name) for f in fields(cfg) if f.name != "rank")
         self._mine = rank == cfg.rank  # the faults aimed at one rank hit fault.rank only
+
+    def mid_step(self, step: int) -> None:
+        """Before the forward pass of `step`: block this rank's main thread for good at fault.wedge_at_step (once
+        per out_dir). Only the main thread: the process and its heartbeat thread run on."""
+        if self._mine and _at(self.cfg.wedge_at_step, step) and self._mark_once(f"wedge-step{step}"):
+            print(f"[fault] rank {self.rank} blocks its main thread at the start of step {step}'s forward pass "
+                  f"(pid {os.getpid()}; its heartbeat thread runs on)", flush=True)
+            threading.Event().wait()  # never set: a wedged main loop
 
     def loss(self, step: int, loss):
         """The loss as computed, or NaN times it at fault.nan_at_step (every rank)."""
@@ -74,10 +84,16 @@ class Faults:
 
     def _signal_self_once(self, name: str, what: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` to this process, once per out_dir (a marker file keeps the restarted job from repeating it)."""
-        marker = self.out_dir / f".fault-{name}"
-        if marker.exists():
+        if not self._mark_once(name):
             return
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(os.getpid()))
         print(f"[fault] rank {self.rank} {what}", flush=True)
         os.kill(os.getpid(), sig)
+
+    def _mark_once(self, name: str) -> bool:
+        """True the first time `name` is marked in out_dir (the marker holds this pid), False ever after."""
+        marker = self.out_dir / f".fault-{name}"
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        return True

@@ -32,8 +32,10 @@ from training.checkpoint.run_identity import digest_tokens, run_fingerprint, sho
 from training.job.startup import StartupClock
 from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
 from training.checkpoint.run_lock import lock_for_job
+from training.job.progress import (CHECKPOINT, CLOSING, DATA, FINAL_CHECKPOINT, FORWARD_BACKWARD, OPTIMIZER,
+                                   SNAPSHOT, ProgressTracker)
+from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
-from training.torch_private import set_pg_timeout
 
 log = logging.getLogger("training")
 # SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
@@ -99,7 +101,10 @@ class Trainer:
             problem = (f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
                        "--metrics.path or --job.out_dir at a writable directory")
         self._raise_if_any(problem, ConfigError)
-        self.watchdog = PeerWatchdog.build(p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer)
+        # The main thread's phases, for the heartbeat (a wedged rank) and the process group's timeout
+        self.tracker = ProgressTracker.from_config(cfg, say=self.metrics.info)
+        self.watchdog = PeerWatchdog.build(p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer,
+                                           progress=self.tracker)
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))
 
@@ -136,7 +141,9 @@ class Trainer:
                                       checkpoint_bytes=12 * self.n_params, faults=self.faults,
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
-                                      say=self.metrics.info)
+                                      say=self.metrics.info,
+                                      on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
+                                      on_snapshot=lambda: self.tracker.enter(SNAPSHOT))
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         self._signal = 0
@@ -212,11 +219,13 @@ class Trainer:
         if counts[2].item():
             self._raise_if_any(problem, DataSourceError)
         n_targets, n_tokens = counts[0].item(), counts[1].item() + counts[0].item()
+        step = self.progress.step + 1
+        self.tracker.enter(FORWARD_BACKWARD)
+        self.faults.mid_step(step)
         ids = batch["input_ids"].to(self.device, non_blocking=True)
         mask = batch["attention_mask"].to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        step = self.progress.step + 1
         # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
         # reduce-scatters its gradients, so only sharded gradients are held in between).
         micro = self.cfg.train.micro_batch or ids.size(0)
@@ -230,6 +239,7 @@ class Trainer:
             mb_loss = self.faults.loss(step, mb_loss)
             (mb_loss * (self.world / n_targets)).backward()
             loss_sum += mb_loss.detach()
+        self.tracker.enter(OPTIMIZER)
         max_norm = self.cfg.train.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):
@@ -277,8 +287,12 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
         self.model.train()
-        exit_code, past_first_step = 0, False
+        recovery = RecoveryNote.build(cfg.metrics.path, rank=self.rank, restart_count=self.restart_count,
+                                      resumed_from=resumed, restored_from=self.ckpt.restored_from,
+                                      say=self.metrics.info)
+        exit_code = 0
         while self.progress.step < t.steps:
+            self.tracker.enter(DATA, self.progress.step + 1)
             t0 = time.perf_counter()
             offset = self.progress.data_offset
             loss, grad_norm, n_tokens = self._step(*_next_batch(loader))
@@ -287,10 +301,8 @@ class Trainer:
             self.progress.data_offset += t.global_batch
             step = self.progress.step
             step_time = time.perf_counter() - t0
-            if not past_first_step:
-                past_first_step = True
-                # Past start-up: from here a hung or vanished peer must fail fast so the job restarts.
-                set_pg_timeout(timedelta(seconds=cfg.parallel.train_timeout_s))
+            # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
+            self.tracker.step_done(step)
             sig = self._agreed_stop()
             blocked, snapshot_blocked = self.ckpt.save(step, self.state, stop=bool(sig), final=step == t.steps,
                                                        progress=self.progress.state_dict())
@@ -300,6 +312,7 @@ class Trainer:
                               world_size=self.world, restart_count=self.restart_count, data_offset=offset,
                               tokens=n_tokens)
             self.faults.after_step(step)
+            recovery.after_step(step)
             if sig:
                 name = signal.Signals(sig).name
                 self.metrics.event("signal", signal=name, step=step)
@@ -315,6 +328,7 @@ class Trainer:
         return exit_code
 
     def close(self) -> None:
+        self.tracker.enter(CLOSING)  # waits for the last writes: bounded like the start-up, not like a step
         try:
             self.ckpt.close(discard_memory=self._finished or not self.keep_memory)
         finally:

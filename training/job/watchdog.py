@@ -23,6 +23,15 @@ A stopped or wedged worker is also ended by its own node: the worker's thread to
 (``training.launch.agent``), SIGKILLs a child worker whose file has not changed for its timeout. The agent then
 sees a dead worker and restarts at once, instead of after torch's fixed 30 s wait for a stopped process.
 
+The same thread also watches its own main thread (:mod:`training.job.progress`): each beat carries the step and
+the phase the trainer last entered (:class:`training.job.progress.Heartbeat`, JSON), and a main thread that has
+stayed in its phase past the phase's bound, outside any collective, is *wedged* (a hung read of the shared file
+system, a call that never returns; the thread itself beats on, so silence would never show it). The thread
+prints one line (rank, node, pid, phase, step, seconds stuck vs the bound), writes the verdict into its heartbeat
+file and stops beating: the agent's :class:`NodeWatchdog` SIGKILLs the worker at its next look (a second), as it
+does a stopped one, and the group restarts. (Why the agent and not the worker itself: the kill comes from outside
+the stuck process, the same path as a stopped worker's, and a worker without an agent watching ends itself.)
+
 A worker that ends normally publishes ``done`` first, so a peer that is still closing never mistakes it for
 silence. Keys live under a prefix drawn at start-up (one collective), so every restart of the group starts
 with fresh heartbeats. One process (``world`` 1) or ``heartbeat_timeout_s`` 0: :meth:`PeerWatchdog.build`
@@ -41,11 +50,31 @@ import time
 from datetime import timedelta
 from typing import Callable
 
+from training.job.progress import Heartbeat, ProgressTracker, Stall
+
 #: Seconds between two beats (and two looks at the watched peer).
 BEAT_S = 1.0
 DONE = "done"
 #: Set by the agent for its workers: the node-local directory of their heartbeat files (see NodeWatchdog).
 HEARTBEAT_DIR_ENV = "T5F_HEARTBEAT_DIR"
+#: The last word of a heartbeat file whose worker declared itself wedged: its agent SIGKILLs it at once.
+WEDGED = "wedged"
+#: `<pid>.exit` in the heartbeat directory: the worker stopped with one of the training module's own exit codes.
+FINAL_EXIT_SUFFIX = ".exit"
+
+
+def tell_agent_final_exit(code: int) -> None:
+    """In a worker that stops with one of the training module's own exit codes (bad settings, another run's
+    checkpoint, divergence, failing storage, a busy directory: a restart would stop the same way), tell its agent
+    (:class:`NodeWatchdog`), which then ends the job with that code instead of restarting the group. No-op outside
+    an agent of training.launch.agent."""
+    beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
+    if beat_dir:
+        try:
+            with open(os.path.join(beat_dir, f"{os.getpid()}{FINAL_EXIT_SUFFIX}"), "w") as f:
+                f.write(f"{code}\n")
+        except OSError:
+            pass  # the agent is gone with its directory: nothing will restart this worker either
 
 
 class PeerWatchdog:
@@ -59,7 +88,7 @@ class PeerWatchdog:
 
     def __init__(self, *, timeout_s: float, rank: int, world: int, store=None,
                  on_silent: Callable[[str], None] | None = None, exit_code: int = 1,
-                 exit_fn: Callable[[int], None] = os._exit):
+                 exit_fn: Callable[[int], None] = os._exit, progress: ProgressTracker | None = None):
         self.enabled = timeout_s > 0 and world > 1 and store is not None
         self.timeout_s, self.rank, self.world = timeout_s, rank, world
         self.peer = (rank + 1) % world
@@ -67,6 +96,7 @@ class PeerWatchdog:
         self.on_silent = on_silent or (lambda line: None)
         self.exit_code = exit_code
         self.exit_fn = exit_fn  # os._exit: the main thread may be blocked in a collective that never returns
+        self.progress = progress  # None: beats carry no progress and the main thread is not judged
         self.node = os.environ.get("GROUP_RANK", "0")  # the torchrun agent (node) this worker belongs to
         beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
         self.beat_file = os.path.join(beat_dir, str(os.getpid())) if beat_dir and self.enabled else ""
@@ -74,9 +104,11 @@ class PeerWatchdog:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def build(cls, cfg, *, rank: int, world: int, on_silent: Callable[[str], None] | None = None) -> "PeerWatchdog":
-        """From the parallel config slice (heartbeat_timeout_s). Collective when enabled: rank 0 draws the key
-        prefix of this incarnation of the group and broadcasts it."""
+    def build(cls, cfg, *, rank: int, world: int, on_silent: Callable[[str], None] | None = None,
+              progress: ProgressTracker | None = None) -> "PeerWatchdog":
+        """From the parallel config slice (heartbeat_timeout_s); `progress`: the trainer's tracker, whose phases
+        the beats carry and whose stalls end this worker. Collective when enabled: rank 0 draws the key prefix of
+        this incarnation of the group and broadcasts it."""
         import torch.distributed as dist  # here: the agent imports this module for NodeWatchdog before torch
         if cfg.heartbeat_timeout_s <= 0 or world < 2 or not dist.is_initialized():
             return cls(timeout_s=0, rank=rank, world=world)
@@ -93,7 +125,8 @@ class PeerWatchdog:
         client = dist.TCPStore(base.host, base.port, is_master=False,
                                timeout=timedelta(seconds=cfg.heartbeat_timeout_s))
         store = dist.PrefixStore(f"t5-failover/heartbeat/{token[0]}/", client)
-        return cls(timeout_s=cfg.heartbeat_timeout_s, rank=rank, world=world, store=store, on_silent=on_silent)
+        return cls(timeout_s=cfg.heartbeat_timeout_s, rank=rank, world=world, store=store, on_silent=on_silent,
+                   progress=progress)
 
     def start(self) -> None:
         if not self.enabled:
@@ -125,9 +158,17 @@ class PeerWatchdog:
         key = f"hb/{self.peer}"
         while not self._stop.wait(BEAT_S if beat else 0):
             beat += 1
+            stall = self.progress.stall() if self.progress is not None else None
+            if stall is not None:
+                self._declare_wedged(stall, beat)
+                return
+            if _agent_gone():  # a worker must not outlive its agent, wherever the store lives (rank 0's worker
+                # hosts it when each round has its own, TORCH_DISABLE_SHARE_RDZV_TCP_STORE: then it answers on)
+                self._end(f"[watchdog] rank {self.rank}: this worker's agent is gone; ending this worker")
+                return
             self._touch(beat)  # first: this node's agent must see the worker alive whatever the store does
             try:
-                self.store.set(f"hb/{self.rank}", str(beat))  # beats go on to the end: others watch this rank
+                self.store.set(f"hb/{self.rank}", self._payload(beat))  # beats go on to the end: others watch it
                 value = self.store.get(key).decode() if watching and self.store.check([key]) else None
             except Exception as e:  # noqa: BLE001 - the store does not answer: pause the verdicts, never end for it
                 if _agent_gone():  # ...unless this worker's agent went with it: a worker outliving its agent ends
@@ -155,13 +196,32 @@ class PeerWatchdog:
             elif now - since > self.timeout_s:
                 self._declare(now - since)
 
-    def _touch(self, beat: int) -> None:
+    def _payload(self, beat: int) -> str:
+        return (self.progress.beat(beat) if self.progress is not None else Heartbeat(beat, 0, "")).to_json()
+
+    def _touch(self, beat: int, verdict: str = "") -> None:
         if self.beat_file:
             try:
                 with open(self.beat_file, "w") as f:
-                    f.write(f"{self.timeout_s} {self.rank} {beat}\n")
+                    f.write(f"{self.timeout_s} {self.rank} {beat}{' ' + verdict if verdict else ''}\n")
             except OSError:
                 self.beat_file = ""  # the directory went away: the agent's watchdog is not there either
+
+    def _declare_wedged(self, stall: Stall, beat: int) -> None:
+        """One line, then the verdict in the heartbeat file (the agent SIGKILLs this worker) and no more beats;
+        without an agent watching, this worker ends itself."""
+        line = (f"[watchdog] rank {self.rank} (node {self.node}, pid {os.getpid()}) is wedged: no progress in phase "
+                f"{stall.phase} of step {stall.step} for {stall.stuck_s:.1f} s (bound {stall.bound_s:.1f} s: "
+                f"{stall.rule}); its agent SIGKILLs it so the job restarts")
+        if not self.beat_file:
+            self._end(line)
+            return
+        print(line, file=sys.stderr, flush=True)
+        try:
+            self.on_silent(line)
+        except Exception:  # noqa: BLE001 - the kill matters more than the record
+            pass
+        self._touch(beat, WEDGED)
 
     def _declare(self, silent_s: float) -> None:
         try:
@@ -195,6 +255,7 @@ class NodeWatchdog:
     def __init__(self, directory: str):
         self.dir = directory
         self.agent = os.getpid()
+        self.final_exit: int | None = None  # a worker's own exit code (tell_agent_final_exit): the job ends with it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="t5f-node-watchdog", daemon=True)
 
@@ -222,27 +283,45 @@ class NodeWatchdog:
         now = time.time() if now is None else now
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
             path = os.path.join(self.dir, name)
+            if name.endswith(FINAL_EXIT_SUFFIX):
+                self._stop_on_final_exit(path)
+                continue
             try:
                 pid, age = int(name), now - os.stat(path).st_mtime
                 with open(path) as f:
-                    timeout_s, rank = (float(x) for x in f.read().split()[:2])
-            except (OSError, ValueError):
+                    words = f.read().split()
+                timeout_s, rank = float(words[0]), float(words[1])
+                wedged = words[3:4] == [WEDGED]
+            except (OSError, ValueError, IndexError):
                 continue
             if not _is_worker_of(pid, self.agent):  # ended (or never ours): forget it
                 _unlink(path)
                 continue
-            if age > timeout_s:
+            if age > timeout_s or wedged:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 _unlink(path)
                 killed.append(pid)
-                print(f"[agent] worker pid {pid} (rank {int(rank)}) has sent no heartbeat for {age:.1f} s "
-                      f"(parallel.heartbeat_timeout_s {timeout_s:g}): SIGKILLed it so this node restarts at once",
+                why = ("declared itself wedged (its line above)" if wedged else
+                       f"has sent no heartbeat for {age:.1f} s (parallel.heartbeat_timeout_s {timeout_s:g})")
+                print(f"[agent] worker pid {pid} (rank {int(rank)}) {why}: SIGKILLed it so this node restarts at once",
                       file=sys.stderr, flush=True)
         return killed
 
+
+    def _stop_on_final_exit(self, path: str) -> None:
+        """A worker stopped with its own exit code: SIGTERM this agent (torchrun stops its workers and raises
+        SignalException, which training.launch.agent turns into that code) instead of a restart."""
+        try:
+            with open(path) as f:
+                code = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if self.final_exit is None:
+            self.final_exit = code
+            os.kill(self.agent, signal.SIGTERM)
 
     def kill_all(self, reason: str, reap_timeout_s: float = 5.0) -> list[int]:
         """SIGKILL every worker of this agent that has a heartbeat file and wait until they are gone (they may be

@@ -12,13 +12,16 @@ adds is how the agent stops:
 * started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
   checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
-  instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes.
+  instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes; the group is not restarted
+  for it (the worker tells the agent, :func:`training.job.watchdog.tell_agent_final_exit`): it would stop the
+  same way.
 * jobs of the training module are checked on this node first (:mod:`training.job.check`: data, output
   locations, GPUs): a problem is one line and its exit code (2, or 6 for checkpoint storage) before any
   worker starts.
-* a worker of the training module that stops sending heartbeats (stopped, wedged) is SIGKILLed by this
-  agent after its ``parallel.heartbeat_timeout_s`` (:class:`training.job.watchdog.NodeWatchdog`), so the agent
-  restarts at once instead of after torch's fixed 30 s wait for a stopped process.
+* a worker of the training module that stops sending heartbeats (stopped) is SIGKILLed by this agent after its
+  ``parallel.heartbeat_timeout_s``, one that declares itself wedged (its main loop stuck) at once
+  (:class:`training.job.watchdog.NodeWatchdog`), so the agent restarts at once instead of after torch's fixed
+  30 s wait for a stopped process.
 * membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`, registered here through
   torch's public handler registry): a node whose lease expires is named in one line and this node's workers,
   blocked in a collective with it, are SIGKILLed at once (:meth:`training.job.watchdog.NodeWatchdog.kill_all`);
@@ -45,7 +48,7 @@ import signal
 import sys
 
 from training.job.check import DONE_ENV, already_checked
-from training.launch.config import LaunchError
+from training.launch.config import RDZV_ENV, LaunchError
 from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir
 from training.launch.store_check import check_store
@@ -67,8 +70,9 @@ def _signals_to_handle() -> str:
     return ",".join(s.strip() for s in base.split(",") if s.strip() and s.strip() != "SIGINT")
 
 
-def _abort_on_second_sigint(signal_exception: type) -> None:
-    """First SIGINT: raise torch's SignalException (the agent stops its workers the clean way). Second: die."""
+def _abort_on_second_sigint(signal_exception: type, workers: list) -> None:
+    """First SIGINT: raise torch's SignalException (the agent stops its workers the clean way). Second: SIGKILL
+    the workers (``workers``: the NodeWatchdog, once there is one) and die."""
     count = 0
 
     def handler(signum, _frame):
@@ -78,6 +82,8 @@ def _abort_on_second_sigint(signal_exception: type) -> None:
             raise signal_exception(f"Process {os.getpid()} got signal: SIGINT", sigval=signal.SIGINT)
         print("[agent] second SIGINT: stopping at once, without the checkpoint (the last complete one is kept)",
               file=sys.stderr, flush=True)
+        for watchdog in workers:  # before this process goes: a worker must not outlive it, nor race its peers' end
+            watchdog.kill_all("second SIGINT")
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)  # die *by* SIGINT, so a calling shell or make stops as well
 
@@ -142,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the torchrun agent with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     die_with_launcher(signal.SIGTERM)
     os.environ[AGENT_ENV] = str(os.getpid())  # workers check it at start (the agent may die before they do)
+    # Every round's workers get a fresh store (the launcher sets this for its agents; `make train` runs this agent
+    # directly): with the agent's store shared, a --standalone group restarted after a worker failure found the
+    # failed attempt's gloo addresses and failed to connect (Connection refused) until its restarts ran out.
+    for key, value in RDZV_ENV.items():
+        os.environ.setdefault(key, value)
     argv = list(sys.argv[1:] if argv is None else argv)
     # Ctrl-C while torch is imported: no worker exists yet, so just end (quietly, as SIGTERM would).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -185,11 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    _abort_on_second_sigint(SignalException)
+    node_watchdogs: list[NodeWatchdog] = []
+    _abort_on_second_sigint(SignalException, node_watchdogs)
     on_etcd = args.rdzv_backend == etcd_handler.BACKEND
     if on_etcd:
         etcd_handler.register()
     watchdog = NodeWatchdog.start_for_workers() if _is_training(args) else None
+    node_watchdogs += [watchdog] if watchdog is not None else []
     if on_etcd and watchdog is not None:
         etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))
     if warm:
@@ -202,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
         return 0
     except SignalException as e:
+        if watchdog is not None and watchdog.final_exit is not None:  # its own SIGTERM: a worker's own exit code
+            print(f"[agent] training stopped with exit code {watchdog.final_exit} (see the error above); the worker "
+                  "group is not restarted: it would stop the same way", file=sys.stderr, flush=True)
+            return watchdog.final_exit
         sig = signal.Signals(e.sigval)
         print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)
         return 128 + sig
