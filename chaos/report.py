@@ -21,6 +21,7 @@ TARGETS = [
     ("node loss -> next step (s)", "node-loss-rejoin", "recover_s", 15.0, "<="),
     ("rejoin -> next full-size step (s)", "node-loss-rejoin:rejoin", "recover_s", 12.0, "<="),
     ("hang detected (s)", "hang", "detect_s", 30.0, "<="),
+    ("slow node (a spare waiting) -> the spare's first step (s)", "straggler", "recover_s", 30.0, "<="),
     ("steps lost on a termination notice", "preemption", "steps_lost", 0, "=="),
     ("steps lost on SIGKILL (worker, node, first node)", "worker-kill,node-kill,node-loss-rejoin,first-node-kill",
      "steps_lost", None, "<="),

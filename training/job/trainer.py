@@ -26,6 +26,7 @@ from training.job.guard import NonFiniteGuard
 from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
 from training.job.metrics import MetricsLogger
+from training.job.stragglers import StragglerWatch
 from training.model.t5 import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
                             model_signature)
 from training.checkpoint.run_identity import digest_tokens, run_fingerprint, show
@@ -137,6 +138,10 @@ class Trainer:
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
                                       say=self.metrics.info)
+        self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, device=self.device, rank=self.rank,
+                                               world=self.world, out_dir=cfg.job.out_dir,
+                                               snapshot_due=self.ckpt.memory.due, metrics=self.metrics,
+                                               last_step=cfg.train.steps)
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         self._signal = 0
@@ -307,6 +312,7 @@ class Trainer:
                 self.metrics.end("signal", step, detail=name)
                 exit_code = 128 + sig
                 break
+            self.stragglers.after_step(step)  # may stop every rank here (Regroup): a straggler's node leaves
         else:
             self._finished = True
             self.metrics.end("finished", self.progress.step)
