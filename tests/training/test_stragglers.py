@@ -78,3 +78,20 @@ def test_agent_notes_go_through_the_heartbeat_directory(tmp_path, monkeypatch):
     assert agent_notes.request_take_out("rank 1 is a straggler\n")
     assert agent_notes.take_out_request() == "rank 1 is a straggler"
     assert agent_notes.take_out_request() == "rank 1 is a straggler"  # every later question: the same answer
+
+
+def test_a_node_is_taken_out_only_with_a_spare_a_restart_the_window_open_and_a_snapshot():
+    from training.job.stragglers import Row, decide
+
+    def rows(spares=(0, 1), restarts=(2, 2), window=(1, 1)):
+        return [Row(0.2, i, spares[i], restarts[i], window[i]) for i in range(2)]
+
+    kw = dict(step=9, snapshot_due=True, last_step=16, window_s=600)
+    assert decide(rows(), **kw) == (True, "taking its node out after the in-memory snapshot of step 9: a hot spare "
+                                          "takes its place")  # one agent's view of a spare is enough
+    assert decide(rows(spares=(0, 0)), **kw) == (False, "no hot spare waits: the job keeps its size")
+    assert "no restart left" in decide(rows(restarts=(2, 0)), **kw)[1]
+    assert "less than straggler.evict_window_s 600 s ago" in decide(rows(window=(0, 1)), **kw)[1]
+    assert "named, never taken out" in decide(rows(window=(0, 0)), **{**kw, "window_s": 0})[1]
+    assert "waiting for a step with an in-memory snapshot" in decide(rows(), **{**kw, "snapshot_due": False})[1]
+    assert not decide(rows(), **{**kw, "step": 16})[0]  # the last step: nothing left to train

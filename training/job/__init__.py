@@ -6,6 +6,8 @@
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
 * :mod:`~training.job.watchdog`: heartbeats: a silent peer, a hung worker on this node;
+* :mod:`~training.job.stragglers`: a rank persistently slower than the others: named, its node taken out for a spare;
+* :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out);
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
 * :mod:`~training.job.determinism`: deterministic kernels on request.

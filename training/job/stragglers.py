@@ -128,6 +128,37 @@ class StragglerRule:
         return max(named, key=lambda s: s.ratio, default=None)
 
 
+@dataclass(frozen=True)
+class Row:
+    """What one rank contributes to the step's all-gather."""
+
+    work_s: float
+    node: float
+    spares: float  # hot spares its agent says wait (agent_notes)
+    restarts_left: float
+    window_open: float  # 1: no node taken out within straggler.evict_window_s (its view of the file)
+
+
+def decide(rows: list[Row], *, step: int, snapshot_due: bool, last_step: int, window_s: float) -> tuple[bool, str]:
+    """(take the straggler's node out now, the action in words) from the gathered rows, the same on every rank:
+    only with a spare waiting (any agent's view), a restart left on every node (else the job would end instead of
+    re-forming), the eviction window open (rank 0's view), this step's in-memory snapshot taken (what the group
+    restarts from: nothing recomputed) and a step still to train."""
+    if not max(r.spares for r in rows):
+        return False, "no hot spare waits: the job keeps its size"
+    if min(r.restarts_left for r in rows) <= 0:
+        return False, "a node has no restart left: the job keeps its size"
+    if not rows[0].window_open:
+        return False, ("straggler.evict_window_s is 0: stragglers are named, never taken out" if window_s <= 0 else
+                       f"a node was taken out less than straggler.evict_window_s {window_s:g} s ago: the job keeps "
+                       "its size")
+    if step >= last_step:
+        return False, "the last step is done: nothing to gain from a spare"
+    if not snapshot_due:
+        return False, "waiting for a step with an in-memory snapshot to take its node out"
+    return True, f"taking its node out after the in-memory snapshot of step {step}: a hot spare takes its place"
+
+
 class NoStragglerWatch:
     """The watch when detection is off (``straggler.factor`` 0) or there is nobody to compare with."""
 
@@ -160,6 +191,7 @@ class StragglerWatch:
         self.restarts_left = restarts_left
         self.last_step = last_step  # nothing to gain from re-forming after the last step
         self._seen = 0
+        self.window_open = self._window_open()  # read once: it changes only with a take-out, which ends the attempt
         self._named: int | None = None  # the rank named in the current episode (said once)
 
     @classmethod
@@ -185,7 +217,7 @@ class StragglerWatch:
 
     def after_step(self, step: int) -> None:
         own = self.clock.take()
-        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, float(self._window_open())],
+        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, float(self.window_open)],
                            dtype=torch.float64)
         table = [torch.empty_like(row) for _ in range(self.world)]
         dist.all_gather(table, row)
@@ -197,27 +229,13 @@ class StragglerWatch:
             self._named = None  # the episode is over (or none began)
             return
         node = int(table[found.rank][1].item())
-        spares = int(max(t[2].item() for t in table))
-        can_restart = min(t[3].item() for t in table) > 0
-        window_open = bool(table[0][4].item())
-        take_out = spares > 0 and can_restart and window_open and self.snapshot_due(step) and step < self.last_step
+        take_out, action = decide([Row(*t.tolist()) for t in table], step=step, snapshot_due=self.snapshot_due(step),
+                                  last_step=self.last_step, window_s=self.cfg.evict_window_s)
         if self._named != found.rank or take_out:
-            self._say(found, node, step, self._action(take_out, spares, can_restart, window_open, step))
+            self._say(found, node, step, action)
             self._named = found.rank
         if take_out:
             self._leave(found, node, step)
-
-    def _action(self, take_out: bool, spares: int, can_restart: bool, window_open: bool, step: int) -> str:
-        if take_out:
-            return f"taking its node out after the in-memory snapshot of step {step}: a hot spare takes its place"
-        if not spares:
-            return "no hot spare waits: the job keeps its size"
-        if not can_restart:
-            return "no restart left on every node: the job keeps its size"
-        if not window_open:
-            return (f"a node was taken out less than straggler.evict_window_s {self.cfg.evict_window_s:g} s ago: the "
-                    "job keeps its size")
-        return "waiting for a step with an in-memory snapshot to take its node out"
 
     def _say(self, s: Straggler, node: int, step: int, action: str) -> None:
         line = (f"[straggler] rank {s.rank} (node {node}, host {self.hosts[s.rank]}) worked {s.work_s:.3f} s in step "
