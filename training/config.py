@@ -188,7 +188,7 @@ class StragglerConfig:
     factor: float = 2.0
     """k: a rank whose work time is at least this many times the median of the other ranks' is slow this step.
     Measured on the debug preset, 2 CPU processes on a shared 2-core machine: ordinary steps differ by at most
-    1.21x; a process stopped 0.2 s of every 0.3 s reads 1.6-4.3x, median 2.9x (docs/failover.md). 0 = off."""
+    1.24x; a process stopped 0.2 s of every 0.3 s reads 1.5-4.3x, median 2.8-2.9x (docs/failover.md). 0 = off."""
     steps: int = 3
     """M: consecutive slow steps before the rank is named (a single slow step is noise: a page fault burst,
     another process on the core)."""

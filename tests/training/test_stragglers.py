@@ -12,7 +12,7 @@ import torch.distributed as dist
 from training.job import agent_notes
 from training.job.stragglers import StragglerRule, WorkClock
 
-# Forward work times (s) of ranks 0 and 1, debug preset, 2 processes x 1 thread on the shared 2-core machine
+# Forward work times (s, the first measurement: forward only) of ranks 0 and 1, debug preset, 2 processes x 1 thread on the shared 2-core machine
 # (training/job/stragglers.py): ordinary steps, then rank 1's process stopped 0.2 s of every 0.3 s.
 NORMAL = [(0.2713, 0.2881), (0.2837, 0.3189), (0.2717, 0.2981), (0.2127, 0.2532), (0.2271, 0.2747),
           (0.1869, 0.1821), (0.4192, 0.4871), (0.2614, 0.2405)]
@@ -58,11 +58,19 @@ def test_the_work_clock_times_fsdp_blocks_forward_and_starts_over(tmp_path):
         for block in model:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        clock = WorkClock(model, torch.device("cpu"))
+        class SlowSGD(torch.optim.SGD):
+            def step(self, closure=None):
+                time.sleep(0.08)  # the optimizer's own work
+                return super().step(closure)
+
+        optimizer = SlowSGD(model.parameters(), lr=0.1)
+        clock = WorkClock(model, torch.device("cpu"), optimizer)
         assert len(clock.blocks) == 3  # the blocks, not the root
         model(torch.ones(2, 4)).sum().backward()
-        first = clock.take()
-        assert 0.05 <= first < 1.0
+        forward = clock.take()
+        assert 0.05 <= forward < 0.5  # the sleeping block's forward
+        optimizer.step()
+        assert 0.08 <= clock.take() < 0.5  # the optimizer step
         assert clock.take() == 0.0  # started over
     finally:
         dist.destroy_process_group()

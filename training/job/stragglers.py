@@ -7,8 +7,9 @@ are all-gathered before it runs, its gradients reduce-scattered after), so a ste
 rank: the fast ones wait for the slow one. What differs is the time a rank spends on its *own* work. Each rank
 sums, per step, the time between FSDP's pre-forward hook (which has waited for the block's all-gather) and the
 block's output, over the model's FSDP blocks (:class:`WorkClock`, public module hooks registered after
-``fully_shard``, so they run after FSDP's own). That is the forward compute without the waits for peers: a rank
-slowed by a throttled device, a noisy neighbour or a stop/continue cycle reads 2-4x, its peers do not. CPU time
+``fully_shard``, so they run after FSDP's own), plus its optimizer step (AdamW on its own shards, no collective;
+the optimizer's public step hooks). That is its compute without the waits for peers: a rank slowed by a throttled
+device, a noisy neighbour or a stop/continue cycle reads 2-4x, its peers do not. CPU time
 (``time.thread_time``) was rejected: a process that is stopped or starved of a core uses no CPU time, so the
 common slow-node causes would not show. On a GPU the same hooks record CUDA events on the compute stream, read at
 the step's end.
@@ -16,7 +17,8 @@ the step's end.
 How ranks compare. One all-gather of five numbers per rank each step (work time, node, spares waiting, restarts
 left, eviction window open): every rank then holds the same table and takes the same decision at the same step
 boundary, which a store read at each rank's own moment would not give (and a decision that differs between ranks
-would leave some ranks at the next step's collectives). Cost: one small gloo collective, ~1 ms on these CPUs.
+would leave some ranks at the next step's collectives). Cost: one small gloo collective, ~3 ms per step here
+(median, waiting for the last rank included).
 
 The rule (:class:`StragglerRule`): rank r is slow in a step when its work time is at least ``straggler.factor`` x
 the median of the *other* ranks' (the others' median: with two ranks the median of all would include the straggler
@@ -56,38 +58,43 @@ TAKEN_OUT_FILE = ".straggler-taken-out"
 
 
 class WorkClock:
-    """Sums the forward compute time of the model's FSDP blocks (the all-gather waits excluded; see the module
-    docstring). ``take()`` returns the seconds since the last ``take()`` and starts over."""
+    """Sums this rank's own work per step: the forward compute of the model's FSDP blocks (the all-gather waits
+    excluded; see the module docstring) and the optimizer step (local: AdamW on this rank's shards). ``take()``
+    returns the seconds since the last ``take()`` and starts over."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
+    def __init__(self, model: torch.nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None):
         from torch.distributed.fsdp import FSDPModule
         self.cuda = device.type == "cuda"
         self.blocks = [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]
         self._total, self._t0 = 0.0, 0.0
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._events: list[list[torch.cuda.Event]] = []
         for block in self.blocks:
-            block.register_forward_pre_hook(self._enter)  # after FSDP's pre-forward hook: the all-gather waited
-            block.register_forward_hook(self._leave)
+            # registered after fully_shard: they run after FSDP's pre-forward hook (the all-gather waited for)
+            block.register_forward_pre_hook(lambda *_: self._enter())
+            block.register_forward_hook(lambda *_: self._leave())
+        if optimizer is not None:
+            optimizer.register_step_pre_hook(lambda *_: self._enter())
+            optimizer.register_step_post_hook(lambda *_: self._leave())
 
-    def _enter(self, _module, _args) -> None:
+    def _enter(self) -> None:
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
-            self._events.append((start, start))
+            self._events.append([start])
         else:
             self._t0 = time.perf_counter()
 
-    def _leave(self, _module, _args, _out) -> None:
+    def _leave(self) -> None:
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self._events[-1] = (self._events[-1][0], end)
+            self._events[-1].append(end)
         else:
             self._total += time.perf_counter() - self._t0
 
     def take(self) -> float:
         if self.cuda and self._events:
-            self._events[-1][1].synchronize()
+            self._events[-1][-1].synchronize()
             self._total = sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
             self._events.clear()
         total, self._total = self._total, 0.0
@@ -195,7 +202,8 @@ class StragglerWatch:
         self._named: int | None = None  # the rank named in the current episode (said once)
 
     @classmethod
-    def build(cls, cfg, *, model: torch.nn.Module, device: torch.device, rank: int, world: int, out_dir: str,
+    def build(cls, cfg, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, rank: int,
+              world: int, out_dir: str,
               snapshot_due: Callable[[int], bool], metrics, last_step: int) -> "StragglerWatch | NoStragglerWatch":
         """From the straggler config slice; call after ``fully_shard`` (the hooks go on the FSDP blocks)."""
         if cfg.factor <= 0 or world < 2 or not dist.is_initialized():
@@ -203,7 +211,7 @@ class StragglerWatch:
         # torchrun tells its workers how many restarts the agent has left; a take-out needs one on every node
         # (the group restarts without the straggler), else the job would end instead of re-forming
         left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        return cls(cfg, clock=WorkClock(model, device), rank=rank, world=world, out_dir=out_dir,
+        return cls(cfg, clock=WorkClock(model, device, optimizer), rank=rank, world=world, out_dir=out_dir,
                    snapshot_due=snapshot_due, metrics=metrics, restarts_left=left, last_step=last_step)
 
     def _window_open(self) -> bool:

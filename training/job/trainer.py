@@ -138,7 +138,8 @@ class Trainer:
                                       before_save=lambda step: self.guard.check_weights(self.model, step),
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
                                       say=self.metrics.info)
-        self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, device=self.device, rank=self.rank,
+        self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, optimizer=self.optimizer,
+                                               device=self.device, rank=self.rank,
                                                world=self.world, out_dir=cfg.job.out_dir,
                                                snapshot_due=self.ckpt.memory.due, metrics=self.metrics,
                                                last_step=cfg.train.steps)
