@@ -22,7 +22,7 @@ from typing import Callable
 
 from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
-from chaos.local.config import LocalChaosConfig
+from chaos.local.config import STRAGGLER_PERIOD_S, LocalChaosConfig
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
@@ -173,9 +173,9 @@ def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
 
 def inject_straggler(run: ScenarioRun) -> None:
     """From the kill step on, a training node (not rank 0's) of a fixed-size job runs at a third of its speed (its
-    processes stopped 0.2 s of every 0.3 s) while a hot spare waits; the slowdown goes on until the node is out of
-    the job (its agent gone) or the job has trained again after it. Records the slow node, its ranks and the
-    ranks the spare hosts afterwards."""
+    processes stopped ``straggler_stopped_s``, 0.2 s, of every 0.3 s) while a hot spare waits; the slowdown goes on
+    until the node is out of the job (its agent gone) or the job has trained again after it. Records the slow node,
+    its ranks and the ranks the spare hosts afterwards."""
     run.start_until_kill_step()
     c = run.cluster
     training, spares = training_and_spares(run)
@@ -186,7 +186,7 @@ def inject_straggler(run: ScenarioRun) -> None:
                              f"spares {spares}, rank 0 on node{first}")
     run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
     run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
-    slow = c.slow_node(victim)
+    slow = c.slow_node(victim, stopped_s=run.cfg.straggler_stopped_s, period_s=STRAGGLER_PERIOD_S)
     try:
         _record_spare_takeover(run, spares)
     finally:
