@@ -171,12 +171,18 @@ def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
             f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
 
 
+#: The straggler scenario slows a node once this step is logged: early, so that a short job has steps left for the
+#: detection (straggler.steps slow steps in a row) and the spare, and late enough for two normal steps to compare with.
+STRAGGLER_FROM_STEP = 3
+
+
 def inject_straggler(run: ScenarioRun) -> None:
-    """From the kill step on, a training node (not rank 0's) of a fixed-size job runs at a third of its speed (its
+    """From step STRAGGLER_FROM_STEP on, a training node (not rank 0's) of a fixed-size job runs at a third of its speed (its
     processes stopped ``straggler_stopped_s``, 0.2 s, of every 0.3 s) while a hot spare waits; the slowdown goes on
     until the node is out of the job (its agent gone) or the job has trained again after it. Records the slow node,
     its ranks and the ranks the spare hosts afterwards."""
-    run.start_until_kill_step()
+    run.cluster.start_all()
+    run.wait_step(STRAGGLER_FROM_STEP)
     c = run.cluster
     training, spares = training_and_spares(run)
     first = c.node_of_rank(0)
@@ -676,10 +682,10 @@ def check_spare_replaced_straggler(obs: Observation) -> Check:
 
 def back_to_speed_s(obs: Observation, factor: float = 1.5) -> tuple[float | None, float]:
     """(seconds from the slowdown's start to the first of two consecutive steps within ``factor`` x the normal
-    step time, or None; the normal: the median step time before the slowdown, first two steps left out)."""
+    step time, or None; the normal: the median step time before the slowdown, the first step left out)."""
     t = obs.faults[0].time if obs.faults else float("inf")
     steps = [r for r in obs.records if r.get("event") == "step"]
-    before = [r["step_time_s"] for r in steps if r["time"] < t][2:]
+    before = [r["step_time_s"] for r in steps if r["time"] < t][1:]  # the first step warms up
     normal = statistics.median(before) if before else 0.0
     after = [r for r in steps if r["time"] > t]
     for a, b in zip(after, after[1:]):
