@@ -18,9 +18,6 @@ class LocalChaosConfigError(ValueError):
     """A chaos setting that cannot work (the message names the value and the fix)."""
 
 
-STRAGGLER_PERIOD_S = 0.3  # the straggler scenario's stop/continue period
-
-
 @dataclass(frozen=True)
 class LocalChaosConfig:
     """The job every scenario runs (and the uninterrupted reference it is compared with).
@@ -48,8 +45,6 @@ class LocalChaosConfig:
             default) or ``store`` (torch's c10d rendezvous on the standalone store, as the clusters today);
             the ``store-*`` scenarios need etcd.
         store_outage_s: how long ``store-outage`` keeps every etcd member stopped.
-        straggler_stopped_s: ``straggler`` stops the slow node this long of every 0.3 s (issue 34's 0.2: a third
-            of its speed; more makes the fault stand out on a machine whose cores are oversubscribed).
     """
 
     nodes: int = 2
@@ -69,7 +64,6 @@ class LocalChaosConfig:
     scenario_timeout_s: float = 300.0
     coordinator: str = "etcd"
     store_outage_s: float = 20.0
-    straggler_stopped_s: float = 0.2
 
     @property
     def kill_step(self) -> int:
@@ -105,9 +99,6 @@ class LocalChaosConfig:
             raise LocalChaosConfigError(f"train_timeout_s={self.train_timeout_s} must be >= 1")
         if self.coordinator not in ("etcd", "store"):
             raise LocalChaosConfigError(f"coordinator={self.coordinator!r}: use etcd (the default) or store")
-        if not 0 < self.straggler_stopped_s < STRAGGLER_PERIOD_S:
-            raise LocalChaosConfigError(f"straggler_stopped_s={self.straggler_stopped_s:g} must be in (0, "
-                                        f"{STRAGGLER_PERIOD_S:g}): the seconds stopped of every {STRAGGLER_PERIOD_S:g} s")
         if self.store_outage_s <= 0:
             raise LocalChaosConfigError(f"store_outage_s={self.store_outage_s:g} must be > 0")
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
-from chaos.local.config import STRAGGLER_PERIOD_S, LocalChaosConfig
+from chaos.local.config import LocalChaosConfig
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
@@ -178,7 +178,7 @@ STRAGGLER_FROM_STEP = 3
 
 def inject_straggler(run: ScenarioRun) -> None:
     """From step STRAGGLER_FROM_STEP on, a training node (not rank 0's) of a fixed-size job runs at a third of its speed (its
-    processes stopped ``straggler_stopped_s``, 0.2 s, of every 0.3 s) while a hot spare waits; the slowdown goes on
+    processes stopped 0.2 s of every 0.3 s) while a hot spare waits; the slowdown goes on
     until the node is out of the job (its agent gone) or the job has trained again after it. Records the slow node,
     its ranks and the ranks the spare hosts afterwards."""
     run.cluster.start_all()
@@ -192,7 +192,7 @@ def inject_straggler(run: ScenarioRun) -> None:
                              f"spares {spares}, rank 0 on node{first}")
     run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
     run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
-    slow = c.slow_node(victim, stopped_s=run.cfg.straggler_stopped_s, period_s=STRAGGLER_PERIOD_S)
+    slow = c.slow_node(victim)
     try:
         _record_spare_takeover(run, spares)
     finally:
@@ -684,14 +684,23 @@ def back_to_speed_s(obs: Observation, factor: float = 1.5) -> tuple[float | None
     """(seconds from the slowdown's start to the first of two consecutive steps within ``factor`` x the normal
     step time, or None; the normal: the median step time before the slowdown, the first step left out)."""
     t = obs.faults[0].time if obs.faults else float("inf")
-    steps = [r for r in obs.records if r.get("event") == "step"]
-    before = [r["step_time_s"] for r in steps if r["time"] < t][1:]  # the first step warms up
-    normal = statistics.median(before) if before else 0.0
-    after = [r for r in steps if r["time"] > t]
+    normal = slowdown(obs.records, t, t)[0]
+    after = [r for r in obs.records if r.get("event") == "step" and r["time"] > t]
     for a, b in zip(after, after[1:]):
         if a["step_time_s"] <= factor * normal and b["step_time_s"] <= factor * normal:
             return a["time"] - t, normal
     return None, normal
+
+
+def slowdown(records: list[dict], t_fault: float, t_until: float) -> tuple[float, float, float]:
+    """(normal step time, median step time while a node was slowed, their ratio) from a run's step records; the
+    normal: the median before the fault, the first step left out. The ratio is 0 when either is unknown."""
+    steps = [r for r in records if r.get("event") == "step"]
+    before = [r["step_time_s"] for r in steps if r["time"] < t_fault][1:]
+    slowed = [r["step_time_s"] for r in steps if t_fault < r["time"] <= t_until]
+    normal = statistics.median(before) if before else 0.0
+    slow = statistics.median(slowed) if slowed else 0.0
+    return normal, slow, slow / normal if normal > 0 else 0.0
 
 
 def check_back_to_speed(obs: Observation) -> Check:
@@ -701,13 +710,12 @@ def check_back_to_speed(obs: Observation) -> Check:
     asserted: the machine is shared)."""
     t = obs.faults[0].time if obs.faults else float("inf")
     until = obs.facts.get("slow_until") or 0.0
-    took, normal = back_to_speed_s(obs)
+    took, _ = back_to_speed_s(obs)
+    normal, slow_med, ratio = slowdown(obs.records, t, until)
     steps = [r for r in obs.records if r.get("event") == "step"]
     slowed = [r["step_time_s"] for r in steps if t < r["time"] <= until]
     after = [r["step_time_s"] for r in steps if r["time"] > until]
-    slow_med = statistics.median(slowed) if slowed else 0.0
-    ok = bool(slowed) and bool(after) and normal > 0 and slow_med >= 1.5 * normal \
-        and statistics.median(after) < slow_med
+    ok = bool(slowed) and bool(after) and ratio >= 1.5 and statistics.median(after) < slow_med
     figure = f"{took:.1f} s" if took is not None else "not within 1.5x for two steps"
     return Check(BACK_TO_SPEED, ok,
                  f"normal step {normal:.2f} s; while slowed {', '.join(f'{x:.2f}' for x in slowed[:8]) or 'none'} s "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from chaos.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
-from chaos.local.config import STRAGGLER_PERIOD_S, LocalChaosConfig
+from chaos.local.config import LocalChaosConfig
 from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference, training_and_spares
 from chaos.report import ScenarioResult
 from chaos.verdict import Expectation, judge
@@ -184,8 +184,7 @@ class SoakInjector:
             c.stop_node(victim)
             self._replace_later(victim, fence=True)
         elif kind == "straggler":
-            self.slowed.append(c.slow_node(victim, stopped_s=self.run.cfg.straggler_stopped_s,
-                                           period_s=STRAGGLER_PERIOD_S))
+            self.slowed.append(c.slow_node(victim))
             self._replace_later(victim, fence=False)  # the job takes it out; its agent leaves
 
     def _replace_later(self, victim: int, *, fence: bool) -> None:
