@@ -23,7 +23,7 @@ from typing import Callable
 from chaos.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
 from chaos.local.config import LocalChaosConfig
-from chaos.report import ScenarioResult
+from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
@@ -1040,7 +1040,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
     obs = observe(cfg, run, codes, ref, sc.expect.atol if sc.expect.outcome == "close" else 0.0, res)
     res.apply(judge(obs, sc.expect, sc.checks))
     res.figures["exit codes"] = codes
-    res.timeline = [r for r in obs.records if r.get("event") in ("step", "start", "signal", "checkpoint", "end")]
+    res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
     if res.passed and not keep and run.ckpt.exists():
         shutil.rmtree(run.ckpt)  # keep logs and metrics; checkpoints are ~100 MB each
     return res

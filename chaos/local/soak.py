@@ -34,7 +34,7 @@ from chaos.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
 from chaos.local.config import LocalChaosConfig
 from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference, training_and_spares
-from chaos.report import ScenarioResult
+from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.verdict import Expectation, judge
 
 SOAK_FAULTS = ("worker-kill", "node-kill", "silent-node", "hang", "straggler")
@@ -278,7 +278,7 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     res.apply(judge(obs, Expectation(max_steps_lost=job.memory_interval or job.interval)))
     res.figures.update({"exit codes": codes, "faults": injector.injected, "steps": steps,
                         "reference_wall_s": ref.wall_s})
-    res.timeline = [r for r in obs.records if r.get("event") in ("step", "start", "signal", "checkpoint", "end")]
+    res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
     return res, ref
 
 
