@@ -19,8 +19,10 @@ lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
   leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0.
 * a node whose workers left the take-out note (a straggler while a spare waits, :mod:`training.job.stragglers`)
-  leaves the job at its next ``next_rendezvous()``: its lease revoked, :class:`NodeTakenOut` raised (the agent's
-  exit 0), the rendezvous left open. Every agent tells its workers how many spares wait (the round record's
+  leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
+  :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
+  as ``taken_out``: the other agents say so and do not SIGKILL their workers, which stop at the same step
+  boundary by themselves (after the step's snapshot). Every agent tells its workers how many spares wait (the round record's
   ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
 
 While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the
@@ -268,7 +270,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if step is rounds.Step.WAIT:
             return
         if step is rounds.Step.REOPEN:
-            new = rounds.next_round(r, rounds.lost_participants(r, set(live)))
+            taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
+            new = rounds.next_round(r, rounds.lost_participants(r, set(live)), taken_out)
         elif step is rounds.Step.NOTE_SPARES:
             new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
         elif step is rounds.Step.MARK_MIN:
@@ -312,6 +315,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
         lost = [p for p in current.lost if p in mine.participants]
+        if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
+            self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
+            _say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
+                 f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
             _say(f"lost node(s) of round {mine.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
@@ -338,7 +345,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         self._taken_out = True
         self._stop.set()  # no keep-alive re-registers this member, no closer loop runs on
-        try:
+        try:  # first the note (no lease: it outlives this member), so the closer can tell a departure from a loss
+            self.client.put(self.prefix + f"taken-out/{self.me}", reason)
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - the lease then expires by itself within its TTL
             pass

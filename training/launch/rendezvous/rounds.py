@@ -59,6 +59,8 @@ class Round:
         closed: the job ended: no more rounds.
         spares: live members waiting beside the formed round (hot spares), kept up to date by the closer; the
             agents tell their workers how many (a straggler's node is taken out only when one waits).
+        taken_out: those of ``lost`` that left on purpose (a straggler's node, ``taken-out/<id>`` keys): their
+            workers stop at a step boundary by themselves, so the others' workers are not killed for them.
     """
 
     n: int
@@ -70,6 +72,7 @@ class Round:
     store: str = ""
     closed: bool = False
     spares: list[str] = field(default_factory=list)
+    taken_out: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -139,11 +142,13 @@ def waiting(r: Round, live: set[str]) -> list[str]:
     return sorted(live - set(r.participants))
 
 
-def next_round(r: Round | None, lost: list[str] = ()) -> Round:
-    """The open round that replaces ``r`` (``lost``: the participants it replaces because they were lost)."""
+def next_round(r: Round | None, lost: list[str] = (), taken_out: set[str] = frozenset()) -> Round:
+    """The open round that replaces ``r`` (``lost``: the participants it replaces because they were lost;
+    ``taken_out``: the members known to have left on purpose)."""
     if r is None:
         return Round(n=0)
-    return Round(n=r.n + 1, prev=r.participants if r.formed else r.prev, lost=list(lost))
+    return Round(n=r.n + 1, prev=r.participants if r.formed else r.prev, lost=list(lost),
+                 taken_out=[p for p in lost if p in taken_out])
 
 
 def formed(r: Round, participants: list[str], live: set[str] = frozenset()) -> Round:
