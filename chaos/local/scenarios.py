@@ -177,10 +177,10 @@ STRAGGLER_FROM_STEP = 3
 
 
 def inject_straggler(run: ScenarioRun) -> None:
-    """From step STRAGGLER_FROM_STEP on, a training node (not rank 0's) of a fixed-size job runs at a third of its speed (its
-    processes stopped 0.2 s of every 0.3 s) while a hot spare waits; the slowdown goes on
-    until the node is out of the job (its agent gone) or the job has trained again after it. Records the slow node,
-    its ranks and the ranks the spare hosts afterwards."""
+    """From step STRAGGLER_FROM_STEP on, a training node (not rank 0's) of a fixed-size job runs at a third of its
+    speed (its processes stopped 0.2 s of every 0.3 s) while a hot spare waits; the slowdown goes on until the node
+    is out of the job (its agent gone) or the job has trained again after it. Records the slow node, its ranks and
+    the ranks the spare hosts afterwards."""
     run.cluster.start_all()
     run.wait_step(STRAGGLER_FROM_STEP)
     c = run.cluster

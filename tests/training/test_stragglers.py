@@ -12,8 +12,9 @@ import torch.distributed as dist
 from training.job import agent_notes
 from training.job.stragglers import StragglerRule, WorkClock
 
-# Forward work times (s, the first measurement: forward only) of ranks 0 and 1, debug preset, 2 processes x 1 thread on the shared 2-core machine
-# (training/job/stragglers.py): ordinary steps, then rank 1's process stopped 0.2 s of every 0.3 s.
+# Forward work times (s; the first measurement, forward only) of ranks 0 and 1, debug preset, 2 processes x 1
+# thread on the shared 2-core machine (docs/failover.md): ordinary steps, then rank 1's process stopped 0.2 s of
+# every 0.3 s.
 NORMAL = [(0.2713, 0.2881), (0.2837, 0.3189), (0.2717, 0.2981), (0.2127, 0.2532), (0.2271, 0.2747),
           (0.1869, 0.1821), (0.4192, 0.4871), (0.2614, 0.2405)]
 SLOWED = [(0.1894, 0.431), (0.1575, 0.5627), (0.1653, 0.5771), (0.1644, 0.5668), (0.2593, 0.6266),

@@ -210,7 +210,8 @@ class StragglerWatch:
             return NoStragglerWatch()
         # torchrun tells its workers how many restarts the agent has left; a take-out needs one on every node
         # (the group restarts without the straggler), else the job would end instead of re-forming
-        left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+        env = os.environ
+        left = int(env.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
         return cls(cfg, clock=WorkClock(model, device, optimizer), rank=rank, world=world, out_dir=out_dir,
                    snapshot_due=snapshot_due, metrics=metrics, restarts_left=left, last_step=last_step)
 

@@ -22,8 +22,8 @@ lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
   leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
   :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
   as ``taken_out``: the other agents say so and do not SIGKILL their workers, which stop at the same step
-  boundary by themselves (after the step's snapshot). Every agent tells its workers how many spares wait (the round record's
-  ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
+  boundary by themselves (after the step's snapshot). Every agent tells its workers how many spares wait (the
+  round record's ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
 
 While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the
 watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
