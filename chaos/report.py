@@ -25,6 +25,7 @@ TARGETS = [
     ("rejoin -> next full-size step (s)", "node-loss-rejoin:rejoin", "recover_s", 12.0, "<="),
     ("hang detected (s)", "hang", "detect_s", 30.0, "<="),
     ("wedged rank -> next step (s)", "wedged-rank", "recover_s", 10.0, "<="),  # issue 34 (60 s before)
+    ("slow node (a spare waiting) -> the spare's first step (s)", "straggler", "recover_s", 30.0, "<="),
     ("steps lost on a termination notice", "preemption", "steps_lost", 0, "=="),
     ("steps lost on SIGKILL (worker, node, first node)", "worker-kill,node-kill,node-loss-rejoin,first-node-kill",
      "steps_lost", None, "<="),
@@ -197,6 +198,10 @@ def write_json(path: Path, platform: str, config: dict, results: list[ScenarioRe
 
 def reference_goodput(records_effective: list[dict], wall_s: float) -> float:
     return goodput(records_effective, wall_s)[1]
+
+
+#: The job's metrics events a scenario's timeline keeps (``ScenarioResult.timeline``).
+TIMELINE_EVENTS = ("step", "start", "signal", "checkpoint", "end", "straggler")
 
 
 def _title(r: ScenarioResult) -> str:

@@ -16,7 +16,7 @@ import traceback
 import warnings
 
 from training.config import ConfigError, parse_args, to_toml
-from training.errors import EXIT_CODES, Diverged, exit_code
+from training.errors import EXIT_CODES, Diverged, Regroup, exit_code
 from training.job.check import CHECK_ERRORS, already_checked, check_job
 from training.job.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trainer = Trainer(cfg, clock)
         code = trainer.train()
+    except Regroup as e:  # the ranks agreed to stop here; close() below waits for this step's snapshot
+        code = e.exit_code
     except Exception as e:
         if exit_code(e, KNOWN_ERRORS) is None:
             _crash(trainer)

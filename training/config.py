@@ -193,6 +193,28 @@ class ParallelConfig:
     time is not used as a measure (it pays one-time costs)."""
 
 
+@dataclass
+class StragglerConfig:
+    """Straggler detection (training/job/stragglers.py): every step each rank times its own work (the forward
+    compute of its FSDP blocks, the parameter all-gathers where it waits for peers excluded, and its optimizer step)
+    and the ranks compare the times in one small all-gather. A rank at least `factor` x the median of the others for `steps` consecutive
+    steps is named (a `straggler` event); with a hot spare waiting, its node leaves the job at that step boundary,
+    after the step's in-memory snapshot, and the spare takes its place."""
+
+    factor: float = 2.0
+    """k: a rank whose work time is at least this many times the median of the other ranks' is slow this step.
+    Measured on the debug preset, 2 CPU processes on a shared 2-core machine: ordinary steps differ by at most
+    1.24x; a process stopped 0.2 s of every 0.3 s reads 1.5-4.3x, median 2.8-2.9x (docs/failover.md). 0 = off."""
+    steps: int = 3
+    """M: consecutive slow steps before the rank is named (a single slow step is noise: a page fault burst,
+    another process on the core)."""
+    skip_steps: int = 2
+    """Steps after each start that are not judged (the first steps warm caches, compile, restore)."""
+    evict_window_s: float = 600.0
+    """At most one node taken out per this many seconds (an eviction storm guard; the time is kept in
+    <out_dir>/.straggler-taken-out across restarts). 0 = never take a node out: name it only."""
+
+
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
 # simulated node its own directory through MEMORY_DIR_ENV (EKS points it at the node's copy, see the runtime).
 DEFAULT_MEMORY_DIR = NODE_MEMORY_DIR
@@ -301,6 +323,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -536,6 +559,12 @@ def validate(cfg: Config) -> None:
          and cfg.fault.fail_snapshot_at_step >= 0 and cfg.fault.stop_at_step >= 0
          and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0 and cfg.fault.wedge_at_step >= 0,
          "fault.* values must be >= 0")
+    sg = cfg.straggler
+    need(sg.factor == 0 or sg.factor > 1, f"straggler.factor={sg.factor} must be 0 (off) or > 1 (a multiple of the "
+         "others' median work time)")
+    need(sg.steps >= 1, f"straggler.steps={sg.steps} must be >= 1")
+    need(sg.skip_steps >= 0, f"straggler.skip_steps={sg.skip_steps} must be >= 0")
+    need(sg.evict_window_s >= 0, f"straggler.evict_window_s={sg.evict_window_s} must be >= 0 (0 = never take out)")
 
 
 # Floors of the process-group timeouts (seconds): below them ordinary waits time out (see validate).

@@ -30,6 +30,14 @@ class PeerLost(RuntimeError):
     the group from the newest complete checkpoint."""
 
 
+class Regroup(RuntimeError):
+    """Every rank stops at this step boundary so the group re-forms without a node (a straggler taken out while a
+    hot spare waits, :mod:`training.job.stragglers`). Not in EXIT_CODES: its exit code (8) is not a failure the
+    agent passes on but one it restarts from (the snapshot of this step), and it says nothing as an error."""
+
+    exit_code = 8
+
+
 EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, CheckpointIncompatible: 3, RunChanged: 4, Diverged: 5,
                                           CheckpointStorageError: 6}
 

@@ -331,6 +331,13 @@ class LocalCluster:
                    confirmed=bool(workers) and all(ok for ok, _ in states),
                    evidence="; ".join(how for _, how in states))
 
+    def slow_node(self, index: int, *, stopped_s: float = 0.2, period_s: float = 0.3) -> "DutyCycle":
+        """Slow node ``index`` to (period - stopped) / period of its speed, from now until :meth:`DutyCycle.stop` or
+        until the node's agent is gone: its agent and every process under it are stopped (SIGSTOP) for
+        ``stopped_s`` of every ``period_s``, then continued. A node that runs slowly, not a silent one: each stop is
+        shorter than any heartbeat or keep-alive timeout. The fault is recorded once the first stop took effect."""
+        return DutyCycle(self, index, stopped_s, period_s).start()
+
     def signal_everything(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every process of every node: agents, forkservers, workers (a preemption notice to the
         whole job, as Slurm sends it to every process of a step)."""
@@ -398,3 +405,67 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 self.store.kill()
                 self.store.wait()
+
+
+class DutyCycle:
+    """A thread that stops and continues one simulated node's processes (see :meth:`LocalCluster.slow_node`).
+    ``cycles``: the stop/continue cycles done; :meth:`stop` ends it and continues whatever is still stopped."""
+
+    def __init__(self, cluster: LocalCluster, index: int, stopped_s: float, period_s: float):
+        self.cluster, self.index = cluster, index
+        self.stopped_s, self.running_s = stopped_s, max(0.0, period_s - stopped_s)
+        self.cycles = 0
+        self._quit = threading.Event()
+        self._stopped: list[int] = []
+        self._first = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"slow-node{index}", daemon=True)
+
+    def start(self) -> "DutyCycle":
+        node = self.cluster.current(self.index)
+        workers = self.cluster.workers(self.index)
+        t = time.time()
+        self._thread.start()
+        self._first.wait(timeout=10)
+        ok, how = self._first_confirmed
+        self.cluster.event("fault", self.index, f"slow node{self.index}: agent {node.proc.pid} + workers {workers} "
+                           f"stopped {self.stopped_s:g} s of every {self.stopped_s + self.running_s:g} s",
+                           label="slow node (stop/continue duty cycle)", t=t, confirmed=ok and bool(workers),
+                           evidence=how)
+        return self
+
+    _first_confirmed: tuple[bool, str] = (False, "the duty cycle never stopped a process")
+
+    def _run(self) -> None:
+        while not self._quit.is_set():
+            pids = self.cluster.processes(self.index)
+            if not pids:
+                break
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                    self._stopped.append(p)
+                except ProcessLookupError:
+                    pass
+            if not self._first.is_set():
+                self._first_confirmed = confirm(pids[-1], signal.SIGSTOP, timeout=1.0)
+                self._first.set()
+            self._quit.wait(self.stopped_s)
+            self._continue()
+            self.cycles += 1
+            self._quit.wait(self.running_s)
+        self._first.set()
+
+    def _continue(self) -> None:
+        for p in self._stopped:
+            try:
+                os.kill(p, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self._stopped = []
+
+    def stop(self) -> int:
+        """End the slowdown (every process continued); returns the cycles done."""
+        self._quit.set()
+        self._thread.join(timeout=5)
+        self._continue()
+        return self.cycles

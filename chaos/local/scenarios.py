@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
@@ -22,7 +23,7 @@ from typing import Callable
 from training.goodput.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
 from chaos.local.config import LocalChaosConfig
-from chaos.report import ScenarioResult
+from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
@@ -168,6 +169,35 @@ def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
     run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
     c.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
             f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
+
+
+#: The straggler scenario slows a node once this step is logged: early, so that a short job has steps left for the
+#: detection (straggler.steps slow steps in a row) and the spare, and late enough for two normal steps to compare with.
+STRAGGLER_FROM_STEP = 3
+
+
+def inject_straggler(run: ScenarioRun) -> None:
+    """From step STRAGGLER_FROM_STEP on, a training node (not rank 0's) of a fixed-size job runs at a third of its
+    speed (its processes stopped 0.2 s of every 0.3 s) while a hot spare waits; the slowdown goes on until the node
+    is out of the job (its agent gone) or the job has trained again after it. Records the slow node, its ranks and
+    the ranks the spare hosts afterwards."""
+    run.cluster.start_all()
+    run.wait_step(STRAGGLER_FROM_STEP)
+    c = run.cluster
+    training, spares = training_and_spares(run)
+    first = c.node_of_rank(0)
+    victim = next((i for i in reversed(training) if i != first), None)
+    if not spares or victim is None:
+        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
+                             f"spares {spares}, rank 0 on node{first}")
+    run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
+    run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
+    slow = c.slow_node(victim)
+    try:
+        _record_spare_takeover(run, spares)
+    finally:
+        run.facts["slow_cycles"] = slow.stop()
+        run.facts["slow_until"] = time.time()
 
 
 def inject_silent_node_during_save(run: ScenarioRun) -> None:
@@ -643,6 +673,87 @@ def check_spare_took_over(obs: Observation) -> Check:
                  f"attempts that trained after the kill: {len(again)}")
 
 
+STRAGGLER_NAMED = "straggler named on the slow node"
+SPARE_REPLACED_STRAGGLER = "the straggler's node left, the hot spare took its place"
+BACK_TO_SPEED = "steps slowed by the fault, faster again after the take-over"
+
+
+def check_straggler_named(obs: Observation) -> Check:
+    """After the slowdown began, the job named a rank of the slow node a straggler (a ``straggler`` event) and
+    decided to take its node out; the evidence is the event's own figures."""
+    t = obs.faults[0].time if obs.faults else float("inf")
+    ranks = obs.facts.get("slow_ranks") or []
+    named = [r for r in obs.records if r.get("event") == "straggler" and r["time"] > t and r.get("rank") in ranks]
+    out = [r for r in named if "taking its node out" in r.get("action", "")]
+    wrong = [r for r in obs.records if r.get("event") == "straggler" and r.get("rank") not in ranks]
+    ok = bool(ranks) and bool(out) and not wrong
+    e = out[0] if out else (named[0] if named else None)
+    return Check(STRAGGLER_NAMED, ok,
+                 f"rank {e['rank']} (node {e['node']}) at step {e['step']}: {e['work_s']} s vs the others' median "
+                 f"{e['median_s']} s (x{e['ratio']}) for {e['slow_steps']} steps; {e['action']}"
+                 + (f"; other ranks named too: {[r['rank'] for r in wrong]}" if wrong else "")
+                 if e else f"no straggler event naming the slow node's rank(s) {ranks}"
+                 + (f" (named instead: {[r['rank'] for r in wrong]})" if wrong else ""))
+
+
+def check_spare_replaced_straggler(obs: Observation) -> Check:
+    """The slow node's agent said it left the job, a node that was a spare hosts ranks afterwards, and the world
+    size never changed."""
+    spares, ranks = obs.facts.get("spare_nodes") or [], obs.facts.get("spare_ranks_after") or []
+    left = obs.log_has("[agent] this node left the job")
+    worlds = world_sizes(obs.records)
+    again = [a for a in _restarted_attempts(obs) if a.steps]
+    ok = bool(spares) and bool(ranks) and bool(left) and bool(again) and set(worlds) == {obs.facts["world"]}
+    return Check(SPARE_REPLACED_STRAGGLER, ok,
+                 f"{left[0].strip()[:160] if left else 'no node said it left the job'}; spare(s) {spares} host "
+                 f"rank(s) {ranks} afterwards; world sizes {worlds}; attempts that trained after: {len(again)}")
+
+
+def back_to_speed_s(obs: Observation, factor: float = 1.5) -> tuple[float | None, float]:
+    """(seconds from the slowdown's start to the first of two consecutive steps within ``factor`` x the normal
+    step time, or None; the normal: the median step time before the slowdown, the first step left out)."""
+    t = obs.faults[0].time if obs.faults else float("inf")
+    normal = slowdown(obs.records, t, t)[0]
+    after = [r for r in obs.records if r.get("event") == "step" and r["time"] > t]
+    for a, b in zip(after, after[1:]):
+        if a["step_time_s"] <= factor * normal and b["step_time_s"] <= factor * normal:
+            return a["time"] - t, normal
+    return None, normal
+
+
+def slowdown(records: list[dict], t_fault: float, t_until: float) -> tuple[float, float, float]:
+    """(normal step time, median step time while a node was slowed, their ratio) from a run's step records; the
+    normal: the median before the fault, the first step left out. The ratio is 0 when either is unknown."""
+    steps = [r for r in records if r.get("event") == "step"]
+    before = [r["step_time_s"] for r in steps if r["time"] < t_fault][1:]
+    slowed = [r["step_time_s"] for r in steps if t_fault < r["time"] <= t_until]
+    normal = statistics.median(before) if before else 0.0
+    slow = statistics.median(slowed) if slowed else 0.0
+    return normal, slow, slow / normal if normal > 0 else 0.0
+
+
+def check_back_to_speed(obs: Observation) -> Check:
+    """The job's own step times show the slowdown (their median while the node was slowed >= 1.2 x the normal) and
+    its end (the steps after the take-over faster than the slowed ones). The figure in the detail: how long after
+    the slowdown began two consecutive steps ran within 1.5 x the normal again (target <= 30 s; reported, not
+    asserted: the machine is shared)."""
+    t = obs.faults[0].time if obs.faults else float("inf")
+    until = obs.facts.get("slow_until") or 0.0
+    took, _ = back_to_speed_s(obs)
+    normal, slow_med, ratio = slowdown(obs.records, t, until)
+    steps = [r for r in obs.records if r.get("event") == "step"]
+    slowed = [r["step_time_s"] for r in steps if t < r["time"] <= until]
+    after = [r["step_time_s"] for r in steps if r["time"] > until]
+    # 1.2x, not 3x: on the shared cores other processes take the time the stopped node leaves (seen: 1.3-2.8x)
+    ok = bool(slowed) and bool(after) and ratio >= 1.2 and statistics.median(after) < slow_med
+    figure = f"{took:.1f} s" if took is not None else "not within 1.5x for two steps"
+    return Check(BACK_TO_SPEED, ok,
+                 f"normal step {normal:.2f} s; while slowed {', '.join(f'{x:.2f}' for x in slowed[:8]) or 'none'} s "
+                 f"(median {slow_med:.2f}); after the take-over median "
+                 f"{statistics.median(after) if after else 0:.2f} s; back within 1.5x of normal {figure} after the "
+                 f"slowdown began (target <= 30 s)")
+
+
 def check_rank0_node_killed(obs: Observation) -> Check:
     """The killed node was the one running rank 0, and the job re-formed at full size on the same store."""
     killed, rank0 = obs.facts.get("killed_node"), obs.facts.get("rank0_node")
@@ -854,6 +965,10 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
                       Expectation(max_steps_lost=same_world), (check_silent_node_declared, check_spare_took_over),
                       spares=1, flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)),
                                        "--fault.rank", str(cfg.world - 1))),
+        # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, replaced
+        # by the spare: nothing recomputed.
+        LocalScenario("straggler", inject_straggler, Expectation(max_steps_lost=0),
+                      (check_straggler_named, check_spare_replaced_straggler, check_back_to_speed), spares=1),
         LocalScenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
                       (check_rank0_node_killed,)),
         LocalScenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
@@ -981,7 +1096,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
     obs = observe(cfg, run, codes, ref, sc.expect.atol if sc.expect.outcome == "close" else 0.0, res)
     res.apply(judge(obs, sc.expect, sc.checks))
     res.figures["exit codes"] = codes
-    res.timeline = [r for r in obs.records if r.get("event") in ("step", "start", "signal", "checkpoint", "end")]
+    res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
     if res.passed and not keep and run.ckpt.exists():
         shutil.rmtree(run.ckpt)  # keep logs and metrics; checkpoints are ~100 MB each
     return res

@@ -8,9 +8,11 @@ uninterrupted run of the same length.
 2. Runs that job uninterrupted (the reference, cached by config + training code) and measures its goodput.
 3. Runs the same job on the simulated nodes plus ``spares`` hot spares, and every ``every_s`` seconds injects
    one fault drawn from :data:`SOAK_FAULTS` with a seeded generator (the schedule is printed as it is drawn):
-   a worker SIGKILL, a node SIGKILL, a silent node (SIGSTOP of its agent and workers) or a hung worker
-   (SIGSTOP). A lost node's place is taken by the spare; the lost machine is then fenced and comes back as
-   the new spare, so every node fault finds one.
+   a worker SIGKILL, a node SIGKILL, a silent node (SIGSTOP of its agent and workers), a hung worker
+   (SIGSTOP) or a straggler (a node stopped 0.2 s of every 0.3 s until the job takes it out). A lost or slow
+   node's place is taken by the spare; the machine is then fenced and comes back as the new spare, so every node
+   fault finds one (the job takes a straggler out at most once per half fault period here:
+   ``--straggler.evict_window_s``).
 4. Judges the run like any scenario (:func:`chaos.verdict.judge`: each fault confirmed, noticed and recovered
    from, at most ``memory_interval`` steps recomputed per fault, every sample exactly once, final weights
    bitwise equal to the reference's) and reports goodput = useful step time / wall time, for both runs, with
@@ -32,10 +34,11 @@ from training.goodput.analysis import DETECT_RE
 from chaos.local.cluster import ClusterError
 from chaos.local.config import LocalChaosConfig
 from chaos.local.scenarios import ScenarioFailed, ScenarioRun, observe, reference, training_and_spares
-from chaos.report import ScenarioResult
+from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.verdict import Expectation, judge
 
-SOAK_FAULTS = ("worker-kill", "node-kill", "silent-node", "hang")
+SOAK_FAULTS = ("worker-kill", "node-kill", "silent-node", "hang", "straggler")
+NODE_FAULTS = ("node-kill", "silent-node", "straggler")  # each takes a node out: the spare must be there
 GOODPUT_TARGET = 0.90  # of the uninterrupted run's goodput
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
@@ -80,7 +83,7 @@ class SoakConfig:
         bad = [f for f in self.faults if f not in SOAK_FAULTS]
         if bad:
             raise SoakConfigError(f"soak fault(s) {bad}: choose from {', '.join(SOAK_FAULTS)}")
-        if self.spares < 1 and {"node-kill", "silent-node"} & set(self.faults):
+        if self.spares < 1 and set(NODE_FAULTS) & set(self.faults):
             raise SoakConfigError("node faults in a fixed-size soak need a hot spare: use --soak-spares 1")
 
 
@@ -121,11 +124,12 @@ class SoakInjector:
         self.run, self.cfg, self.cluster = run, cfg, run.cluster
         self.rng = random.Random(cfg.seed + 1)  # targets: independent of the schedule's draws
         self.injected: list[dict] = []
+        self.slowed: list = []  # the duty cycles of straggler faults (each ends with its node's agent)
 
     def _ready(self, kind: str) -> bool:
         """Full world training, and a spare waiting for a node fault."""
         training, spares = training_and_spares(self.run)
-        return len(training) >= self.run.cfg.nodes and (kind not in ("node-kill", "silent-node") or bool(spares))
+        return len(training) >= self.run.cfg.nodes and (kind not in NODE_FAULTS or bool(spares))
 
     def _next_index(self) -> int:
         return max(n.index for n in self.cluster.nodes) + 1
@@ -179,6 +183,9 @@ class SoakInjector:
         elif kind == "silent-node":
             c.stop_node(victim)
             self._replace_later(victim, fence=True)
+        elif kind == "straggler":
+            self.slowed.append(c.slow_node(victim))
+            self._replace_later(victim, fence=False)  # the job takes it out; its agent leaves
 
     def _replace_later(self, victim: int, *, fence: bool) -> None:
         """Bring the lost machine back as the next spare (a new node index) once the job trains again at full
@@ -208,6 +215,12 @@ def soak_restarts(soak: SoakConfig) -> int:
     return 3 * int(4 * soak.duration_s / soak.every_s) + 3
 
 
+def soak_flags(soak: SoakConfig) -> tuple[str, ...]:
+    """Training flags of the soaked job (none changes the math): a straggler may be taken out once per half
+    fault period, so each straggler fault is recovered from before the next (the default window is 10 min)."""
+    return ("--straggler.evict_window_s", f"{soak.every_s / 2:g}")
+
+
 def soak_plan(cfg: LocalChaosConfig, soak: SoakConfig) -> str:
     """What ``--soak`` would run (DRY_RUN=1): its settings, the seeded fault schedule and one agent's command."""
     from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
@@ -223,7 +236,7 @@ def soak_plan(cfg: LocalChaosConfig, soak: SoakConfig) -> str:
     launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, spares=soak.spares, coordinator=cfg.coordinator,
                           nproc_per_node=cfg.nproc_per_node, rdzv_id="chaos-soak", rdzv_endpoint="127.0.0.1:29400",
                           max_restarts=soak_restarts(soak), train_timeout_s=cfg.train_timeout_s,
-                          train_args=tuple(cfg.training_args("<run>/soak/job")))
+                          train_args=tuple(cfg.training_args("<run>/soak/job", *soak_flags(soak))))
     lines += ["agent command (per node and spare; the store's port is picked at start; --train.steps from the "
               "sizing):", format_argv(torchrun_argv(launch), RDZV_ENV)]
     return "\n".join(lines)
@@ -242,7 +255,7 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     ref = reference(job, cache, out)
     print(f"[soak] reference: {steps} steps uninterrupted in {ref.wall_s:.0f} s", flush=True)
     run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares,
-                      max_restarts=soak_restarts(soak))
+                      max_restarts=soak_restarts(soak), extra=soak_flags(soak))
     res = ScenarioResult(name="soak", title=f"{soak.duration_s / 60:g} min soak: one fault per "
                          f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
                          workdir=str(run.workdir))
@@ -254,6 +267,8 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     except (ScenarioFailed, ClusterError) as e:
         res.error = str(e)
     finally:
+        for slow in injector.slowed:
+            slow.stop()
         codes = run.cluster.exit_codes()
         run.cluster.close()
     nodes = run.cluster.nodes
@@ -263,7 +278,7 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     res.apply(judge(obs, Expectation(max_steps_lost=job.memory_interval or job.interval)))
     res.figures.update({"exit codes": codes, "faults": injector.injected, "steps": steps,
                         "reference_wall_s": ref.wall_s})
-    res.timeline = [r for r in obs.records if r.get("event") in ("step", "start", "signal", "checkpoint", "end")]
+    res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
     return res, ref
 
 

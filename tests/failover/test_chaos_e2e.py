@@ -1,8 +1,9 @@
 """End to end: real torchrun agents on loopback, a standalone rendezvous store, real SIGKILL/SIGTERM.
 
-Four scenarios of the local chaos harness (worker-kill, node-loss-rejoin, preemption, kill-during-save) on a
-lean job (debug preset, 1 proc per node, 10 steps, dropout off so that all four share one reference run,
-cached under .chaos/cache), and every local verdict judged on that real uninterrupted run, where it must fail.
+Scenarios of the local chaos harness (worker-kill, node-loss-rejoin, node-kill-with-spare, straggler, preemption,
+kill-during-save) on a lean job (debug preset, 1 proc per node, 10 steps, dropout off so that they all share one
+reference run, cached under .chaos/cache), and every local verdict judged on that real uninterrupted run, where it
+must fail.
 Timings are recorded in the report, never asserted: the CI machine is shared.
 """
 from dataclasses import replace
@@ -95,6 +96,33 @@ def test_hot_spare_replaces_a_killed_node_at_the_same_world_size(ref, tmp_path):
     assert rec.kind == "SIGKILL node" and rec.tier == "peer" and rec.steps_lost <= CFG.memory_interval
     spare = next(c for c in res.checks if c.name == "hot spare took the lost node's place")
     assert spare.ok, spare.detail
+
+
+def test_a_straggler_is_named_and_replaced_by_the_spare_after_a_snapshot(ref, tmp_path):
+    """A training node stopped 0.2 s of every 0.3 s from step 3 on, a spare waiting: the slow rank is named from the
+    ranks' work times, its node leaves after a step's in-memory snapshot, the spare takes its place: nothing
+    recomputed, bitwise equal. M = 2 slow steps (default 3) so that a 10-step job has room after it. Skips (saying
+    so) when the machine's cores are so oversubscribed that the fault did not slow the job 2x."""
+    from chaos.local.scenarios import slowdown
+    sc = scenarios(CFG)["straggler"]
+    res = run_scenario(CFG, replace(sc, flags=sc.flags + ("--straggler.steps", "2")), ref, tmp_path)
+    fault = next(e["time"] for e in res.events if e["kind"] == "fault")
+    spare_trained = [e["time"] for e in res.events if e["kind"] == "observed"]
+    normal, slow, ratio = slowdown(res.timeline, fault, spare_trained[0] if spare_trained else float("inf"))
+    if not res.passed and ratio < 2.0:
+        # The cores are oversubscribed (other jobs on the 2 shared cores): stopping one process 2/3 of the time then
+        # frees the core its peer uses meanwhile, the job slows < 2x and no k can tell the slow rank from noise
+        # (measured: 0.9-2.5x its peer's work under 2 extra busy loops). The fault did not happen as specified.
+        pytest.skip(f"the slow node slowed the job only x{ratio:.2f} (step {normal:.2f} s -> {slow:.2f} s): this "
+                    f"machine's cores are oversubscribed, a node stopped 2/3 of the time is not a third as fast here")
+    failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
+    assert res.passed, f"scenario straggler failed ({res.workdir}/logs): {failed}"
+    assert res.world_sizes == [CFG.world]
+    rec = res.recoveries[0]
+    # the straggler's shard from its peer's replica, or the storage checkpoint when the take-out step has one
+    assert rec.steps_lost == 0 and rec.tier in ("peer", "storage"), rec
+    named = next(c for c in res.checks if c.name == "straggler named on the slow node")
+    assert "taking its node out" in named.detail, named.detail
 
 
 def test_preemption_checkpoints_on_signal_and_loses_nothing(ref, tmp_path):

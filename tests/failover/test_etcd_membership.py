@@ -80,7 +80,13 @@ def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node(
     assert closer(reform, "a", "a") is S.CLOSE  # b is lost: every live member is in, no last call
     assert closer(reform, "ac", "a") is S.MARK_MIN  # c lives but has not joined: the last call
     formed = rounds.Round(n=3, formed=True, participants=["b", "a"], prev=["a", "b"])
-    assert closer(formed, "abc", "") is S.WAIT  # full and healthy
+    assert closer(formed, "abc", "") is S.NOTE_SPARES  # c waits beside it: the record says so (the workers ask)
+    assert closer(replace(formed, spares=["c"]), "abc", "") is S.WAIT  # full and healthy, its spare noted
+    assert closer(replace(formed, spares=["c"]), "ab", "") is S.NOTE_SPARES  # the spare left
+    assert rounds.waiting(formed, {"a", "b", "c", "d"}) == ["c", "d"]
+    assert rounds.formed(rounds.Round(n=4), ["a", "b"], {"a", "b", "c"}).spares == ["c"]  # noted as it forms
+    gone = rounds.next_round(formed, ["b"], {"b", "x"})  # b left on purpose (its taken-out note): not a loss
+    assert gone.lost == ["b"] and gone.taken_out == ["b"] and rounds.next_round(formed, ["b"]).taken_out == []
     assert closer(formed, "ac", "") is S.REOPEN  # b lost
     assert closer(formed, "ac", "", settled=False) is S.WAIT  # right after an outage: b may come back
     assert closer(replace(formed, closed=True), "a", "") is S.WAIT

@@ -25,6 +25,7 @@ def test_durations(text, seconds):
     (SoakConfig(duration_s=90), "shorter than two fault periods"),
     (SoakConfig(duration_s=600, faults=("worker-kill", "meteor")), "meteor"),
     (SoakConfig(duration_s=600, spares=0), "need a hot spare"),
+    (SoakConfig(duration_s=600, spares=0, faults=("worker-kill", "straggler")), "need a hot spare"),
 ])
 def test_bad_soak_settings_name_the_value(cfg, words):
     with pytest.raises(SoakConfigError, match=words):
@@ -63,6 +64,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "fault schedule" in out.stdout and "training.launch.agent" in out.stdout
+    assert "--straggler.evict_window_s 30" in out.stdout  # a straggler may be taken out once per half period
     first = schedule(SoakConfig(duration_s=600), 1)[0]  # the seeded schedule the soak would follow
     assert ["1", f"+{first.at_s:.1f}", "s", first.kind] in [line.split() for line in out.stdout.splitlines()]
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()

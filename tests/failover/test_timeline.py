@@ -146,3 +146,16 @@ def test_a_failure_never_recovered_and_a_broken_history_still_draw(tmp_path):
     assert [(m.kind, m.step) for m in _kinds(marks, "step", "discarded")] == [("step", 1), ("step", 3),
                                                                                ("discarded", 4)]
     assert _png_size(tl.path.read_bytes())[0] > 0
+
+
+def test_a_named_straggler_is_drawn_where_the_job_named_it(tmp_path):
+    from chaos.report import timeline_png
+    named = {"event": "straggler", "time": T0 + 9.5, "step": 4, "rank": 1, "node": 1, "ratio": 2.6,
+             "work_s": 0.9, "median_s": 0.35, "slow_steps": 3, "action": "taking its node out"}
+    recs = ([_start(0, None, 2, 0)] + [_step(n, n, 2) for n in (1, 3, 5, 9)] + [named]
+            + [_start(12, 4, 2, 1)] + [_step(12 + n, n, 2) for n in (5, 6)])
+    r = ScenarioResult(name="straggler", title="", outcome="bitwise", t0=T0, timeline=recs, recoveries=[],
+                       events=[{"time": T0 + 4, "kind": "fault", "label": "slow node"}])
+    tl = timeline_png(tmp_path / "t.png", [r], "title")
+    assert [(m.t, m.step, m.label) for m in _kinds(tl.marks[0], "straggler")] == [(9.5, 4, "straggler: rank 1 x2.6")]
+    assert _png_size(tl.path.read_bytes())[0] > 0

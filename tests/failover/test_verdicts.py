@@ -28,7 +28,9 @@ JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "che
                 # etcd itself reports as leader after the kill (asked of etcd, not claimed by the harness)
                 "no restart: the job trained through the store's fault", "training went on with the store down",
                 "etcd leader killed, another member leads", "re-formed once the store was back",
-                "wedged rank declared and killed by its agent"}
+                "wedged rank declared and killed by its agent",
+                # straggler: the job's own straggler event, and the slow node's agent saying it left
+                "straggler named on the slow node", "the straggler's node left, the hot spare took its place"}
 
 
 # corrupt-snapshot's two faults as its harness records them: rank 1 frozen, damaged, SIGKILLed at these times
@@ -61,7 +63,7 @@ def no_fault_observation(name: str) -> Observation:
              "truncated": {"file": "step_00000008/__0_0.distcp", "from": 100, "to": 50},
              "snapshot_kill_step": CFG.kill_step, "memory_interval": CFG.memory_interval, "killed_nodes": [1, 2],
              "silent_ranks": [1], "silent_agent_pid": 4242, "spare_nodes": [2], "spare_ranks_after": [],
-             "snapshot_damage": SNAPSHOT_DAMAGE,
+             "snapshot_damage": SNAPSHOT_DAMAGE, "slow_ranks": [1], "slow_until": t + 10,
              "wedge": {"step": CFG.kill_step, "rank": 1, "pid": 77, "time": t}}
     return Observation(records=uninterrupted(), faults=[Fault(name, t, True, "claimed by a lying harness")],
                        rejoins=[t + 3] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
@@ -291,3 +293,31 @@ def test_store_scenarios_pass_only_with_their_evidence():
     assert judge(obs, sc.expect, sc.checks).passed
     obs.logs = rounds0  # nobody said the store was away: it was not
     assert {c.name for c in judge(obs, sc.expect, sc.checks).failed()} == {"training went on with the store down"}
+
+
+def straggler_run(slow_s: float = 3.0) -> list[dict]:
+    """Slowed from t 6.5 (after step 6), named at step 9, its node out, restarted from step 9 on the spare at t 20."""
+    slowed = [dict(step(6.5 + 3 * (n - 6), n), step_time_s=slow_s) for n in (7, 8, 9)]
+    named = {"event": "straggler", "time": 15.6, "step": 9, "rank": 1, "node": 1, "host": "h", "work_s": 0.6,
+             "median_s": 0.2, "ratio": 3.0, "slow_steps": 3,
+             "action": "taking its node out after the in-memory snapshot of step 9: a hot spare takes its place"}
+    return ([start(0)] + [step(n, n) for n in range(1, 7)] + slowed + [named]
+            + [dict(start(19, 9, restart=1), restored_from={"tier": "peer", "step": 9})]
+            + [step(20 + n - 10, n) for n in range(10, CFG.steps + 1)] + [{"event": "end", "time": 40, "step": 16}])
+
+
+def test_straggler_verdict_needs_the_named_rank_its_node_leaving_and_the_slowed_steps():
+    from chaos.local.scenarios import check_back_to_speed, check_spare_replaced_straggler, check_straggler_named
+    obs = no_fault_observation("straggler")
+    obs.records, obs.facts = straggler_run(), {**obs.facts, "spare_ranks_after": [1], "slow_until": 19.5}
+    obs.logs = [(16.0, "[agent] this node left the job: rank 1 (node 1, host h) is a straggler")]
+    assert check_straggler_named(obs).ok and check_spare_replaced_straggler(obs).ok
+    back = check_back_to_speed(obs)
+    assert back.ok and "back within 1.5x of normal 13.5 s after the slowdown began" in back.detail, back.detail
+    obs.facts["slow_ranks"] = [0]  # the event names a rank of another node
+    assert not check_straggler_named(obs).ok
+    obs.facts["slow_ranks"] = [1]
+    obs.logs = []  # the slow node never said it left (the job re-formed for another reason)
+    assert not check_spare_replaced_straggler(obs).ok
+    obs.records = straggler_run(slow_s=1.1)  # the job's steps hardly slowed: the fault took no effect
+    assert not check_back_to_speed(obs).ok

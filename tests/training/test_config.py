@@ -137,3 +137,13 @@ def test_timeouts_that_cannot_work_are_refused(flag, value, needle):
     """Issue 29: inf was an OverflowError traceback in every rank; 0.001 s timed out every collective."""
     with pytest.raises(ConfigError, match=re.escape(needle)):
         load_config([flag, value])
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--straggler.factor", "1", "straggler.factor=1.0 must be 0 (off) or > 1"),
+    ("--straggler.steps", "0", "straggler.steps=0 must be >= 1"),
+    ("--straggler.evict_window_s", "-1", "straggler.evict_window_s=-1.0 must be >= 0 (0 = never take out)"),
+])
+def test_straggler_settings_that_cannot_work_are_refused(flag, value, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_config([flag, value])

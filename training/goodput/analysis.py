@@ -28,10 +28,11 @@ from pathlib import Path
 # Agent log lines that mean "a failure was noticed". torchrun logs the first when a worker exits non-zero,
 # the others when it decides to restart (failure or a new node waiting) or received a signal; ours when a
 # node of the round was lost (its etcd lease expired: training.launch.rendezvous.handler; the older
-# '[agent] lost node(s)' line is kept for reports of runs before etcd).
+# '[agent] lost node(s)' line is kept for reports of runs before etcd); the job's own when it named a straggler
+# (training.job.stragglers).
 DETECT_RE = re.compile(r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will restart worker group|"
                        r"Received Signals?\.SIG|Received SIG\w+ death signal|\[agent\] lost node\(s\)|"
-                       r"\[rendezvous\] lost node\(s\)")
+                       r"\[rendezvous\] lost node\(s\)|\[straggler\] rank \d+ ")
 
 
 def parse_records(text: str) -> list[dict]:

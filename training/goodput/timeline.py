@@ -21,6 +21,7 @@ MARK_KINDS = {
     "rejoin": "a lost node back (t) -> first step at full world size again (t_end); not a failure",
     "action": "another harness action: relaunch, requeue, replacement node, new hot spare, corrupted checkpoint",
     "signal": "the job logged a signal it received",
+    "straggler": "the job named a straggler (label: its rank and work time vs the others' median)",
     "attempt": "a worker group ran from its start (t) to its last record (t_end) at world size value, "
                "resumed from step",
     "checkpoint": "checkpoint of step committed",
@@ -133,6 +134,9 @@ def timeline_marks(r: Track) -> list[Mark]:
                   for x in a.signals]
     marks += [Mark("checkpoint", x["time"] - t0, step=x["step"]) for x in r.records
               if x.get("event") == "checkpoint" and x.get("committed", True)]
+    marks += [Mark("straggler", x["time"] - t0, step=x.get("step"),
+                   label=f"straggler: rank {x.get('rank')} x{x.get('ratio')}") for x in r.records
+              if x.get("event") == "straggler"]
     for x in r.recoveries:
         end = None if x.recover_s is None else x.time + x.recover_s - t0
         if x.kind == "rejoin":
@@ -193,7 +197,7 @@ def timeline_png(path: Path, tracks: list[Track], title: str) -> Timeline:
 
 _COLORS = {"failure": "tab:red", "rejoin": "tab:purple", "action": "tab:purple", "step": "tab:blue",
            "recomputed": "tab:orange", "discarded": "0.45", "checkpoint": "black", "full": "tab:green",
-           "small": "tab:olive", "signal": "darkred"}
+           "small": "tab:olive", "signal": "darkred", "straggler": "tab:purple"}
 _EVENT_ROWS = {"faults": 3, "rejoins, actions": 2, "workers": 1, "checkpoints": 0}  # y of each row, events lane
 
 
@@ -266,7 +270,7 @@ class _EventsLane:
 
     def draw(self) -> None:
         drawers = {"failure": self.failure, "rejoin": self.rejoin, "action": self.action, "signal": self.signal,
-                   "attempt": self.attempt, "checkpoint": self.checkpoint}
+                   "attempt": self.attempt, "checkpoint": self.checkpoint, "straggler": self.straggler}
         for m in self.marks:
             if m.kind in drawers:
                 drawers[m.kind](m)
@@ -305,6 +309,12 @@ class _EventsLane:
     def signal(self, m: Mark) -> None:
         self.ev.plot([m.t], [_EVENT_ROWS["workers"]], marker="*", ms=9, color=_COLORS["signal"], mec="white",
                      mew=0.5, zorder=3)
+
+    def straggler(self, m: Mark) -> None:
+        """A square on the workers row where the job named a straggler, with its rank and ratio."""
+        y = _EVENT_ROWS["workers"]
+        self.ev.plot([m.t], [y], marker="s", ms=6, color=_COLORS["straggler"], mec="white", mew=0.5, zorder=3)
+        self.label(m.t, y + 0.3, m.label, _COLORS["straggler"])
 
     def attempt(self, m: Mark) -> None:
         """A worker group's bar (green at full world size, olive smaller), its world size inside if it fits."""
@@ -365,6 +375,7 @@ def _legend_handles() -> list:
         Patch(color=c["failure"], alpha=0.9, label="failure (fault injected) -> noticed"),
         Patch(color=c["failure"], alpha=0.3, label="noticed -> training again (hatched: never)"),
         Line2D([], [], marker="*", ls="", color=c["signal"], label="job logged a signal"),
+        Line2D([], [], marker="s", ls="", ms=6, color=c["straggler"], label="job named a straggler"),
         Patch(color=c["rejoin"], alpha=0.3, label="node rejoined -> full world size again (not a failure)"),
         Line2D([], [], marker="v", ls="", color=c["action"], mfc="white",
                label="harness: relaunch / requeue / replacement / corruption"),

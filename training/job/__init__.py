@@ -11,6 +11,8 @@
 * :mod:`~training.job.progress`: the main thread's phase and step, their observed bounds (a wedged rank), the
   process group's timeout after the warm-up;
 * :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
+* :mod:`~training.job.stragglers`: a rank persistently slower than the others: named, its node taken out for a spare;
+* :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out);
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
 * :mod:`~training.job.determinism`: deterministic kernels on request.

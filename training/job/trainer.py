@@ -26,6 +26,7 @@ from training.job.guard import NonFiniteGuard
 from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
 from training.job.metrics import MetricsLogger
+from training.job.stragglers import StragglerWatch
 from training.model.t5 import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
                             model_signature)
 from training.checkpoint.run_identity import digest_tokens, run_fingerprint, show
@@ -144,6 +145,11 @@ class Trainer:
                                       say=self.metrics.info,
                                       on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
                                       on_snapshot=lambda: self.tracker.enter(SNAPSHOT))
+        self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, optimizer=self.optimizer,
+                                               device=self.device, rank=self.rank,
+                                               world=self.world, out_dir=cfg.job.out_dir,
+                                               snapshot_due=self.ckpt.memory.due, metrics=self.metrics,
+                                               last_step=cfg.train.steps)
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         self._signal = 0
@@ -320,6 +326,7 @@ class Trainer:
                 self.metrics.end("signal", step, detail=name)
                 exit_code = 128 + sig
                 break
+            self.stragglers.after_step(step)  # may stop every rank here (Regroup): a straggler's node leaves
         else:
             self._finished = True
             self.metrics.end("finished", self.progress.step)

@@ -25,7 +25,8 @@ adds is how the agent stops:
 * membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`, registered here through
   torch's public handler registry): a node whose lease expires is named in one line and this node's workers,
   blocked in a collective with it, are SIGKILLed at once (:meth:`training.job.watchdog.NodeWatchdog.kill_all`);
-  a hot spare that was never needed exits 0 when the job finishes. torch's c10d rendezvous
+  a hot spare that was never needed exits 0 when the job finishes; a node taken out as a straggler
+  (:mod:`training.job.stragglers`) leaves the job with one line and exit 0. torch's c10d rendezvous
   (``--rdzv-backend=c10d``, ``T5_COORDINATOR=store``) runs as torch ships it: no hot spares there
   (:class:`training.launch.config.LaunchConfig` refuses them).
 * workers of the training module start warm: forked from a process that imported torch and the model once
@@ -213,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         torchrun_main(argv)
     except RendezvousClosedError:  # a hot spare the job finished without (the etcd handler's way to say so)
         print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
+        return 0
+    except etcd_handler.NodeTakenOut as e:  # a straggler's node, replaced by a hot spare: the job goes on
+        print(f"[agent] this node left the job: {e}; a hot spare takes its place", file=sys.stderr, flush=True)
         return 0
     except SignalException as e:
         if watchdog is not None and watchdog.final_exit is not None:  # its own SIGTERM: a worker's own exit code

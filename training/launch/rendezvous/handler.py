@@ -18,6 +18,12 @@ lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
   watch's view, so it never waits for etcd.
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
   leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0.
+* a node whose workers left the take-out note (a straggler while a spare waits, :mod:`training.job.stragglers`)
+  leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
+  :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
+  as ``taken_out``: the other agents say so and do not SIGKILL their workers, which stop at the same step
+  boundary by themselves (after the step's snapshot). Every agent tells its workers how many spares wait (the
+  round record's ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
 
 While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the
 watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
@@ -39,6 +45,7 @@ from typing import Callable
 from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousError, RendezvousHandler,
                                                         RendezvousInfo, RendezvousStoreInfo, RendezvousTimeoutError)
 
+from training.job import agent_notes
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
 
@@ -154,6 +161,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._member_rev = 0
         self._answering_since: float | None = time.monotonic()
         self._membership_lock = threading.Lock()
+        self._taken_out = False
+        self._spares_told = -1
         self._join_store()
         self.round_view = Watched(client, self.prefix + "round", "t5f-rdzv-round", single_key=True).start()
         threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
@@ -266,14 +275,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if step is rounds.Step.WAIT:
             return
         if step is rounds.Step.REOPEN:
-            new = rounds.next_round(r, rounds.lost_participants(r, set(live)))
+            taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
+            new = rounds.next_round(r, rounds.lost_participants(r, set(live)), taken_out)
+        elif step is rounds.Step.NOTE_SPARES:
+            new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
         elif step is rounds.Step.MARK_MIN:
             new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
         else:  # CLOSE
             values = {i: json.loads(k.value or "{}") for i, k in live.items()}
             standby = {i for i, v in values.items() if v.get("standby")}
             node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
-            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index))
+            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
+                                 set(live))
         self.client.compare_and_set(self.prefix + "round", kv.mod_revision, new.dumps())
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
@@ -306,9 +319,14 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def num_nodes_waiting(self) -> int:
         mine = self.round
         current, _ = self._current()
+        self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
         lost = [p for p in current.lost if p in mine.participants]
+        if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
+            self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
+            _say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
+                 f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
             _say(f"lost node(s) of round {mine.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
@@ -318,9 +336,37 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 callback(", ".join(lost))
         return 1
 
+    def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Round | None) -> None:
+        """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
+        takes a slow node out only when a spare waits, :mod:`training.job.stragglers`)."""
+        count = len(current.spares) if mine and current and current.n == mine.n and current.formed else 0
+        if count != self._spares_told:
+            agent_notes.publish_spares(count)
+            self._spares_told = count
+
+    def _leave_if_taken_out(self) -> None:
+        """A worker of this node left the take-out note (a straggler, a spare waiting): leave the job instead of
+        joining the next round: the member key goes at once (the lease revoked), so the closer re-forms the round
+        with the spare without waiting out a TTL. Raises :class:`NodeTakenOut`."""
+        reason = agent_notes.take_out_request()
+        if reason is None:
+            return
+        self._taken_out = True
+        self._stop.set()  # no keep-alive re-registers this member, no closer loop runs on
+        try:  # first the note (no lease: it outlives this member), so the closer can tell a departure from a loss
+            self.client.put(self.prefix + f"taken-out/{self.me}", reason)
+            self.client.revoke(self._lease)
+        except Exception:  # noqa: BLE001 - the lease then expires by itself within its TTL
+            pass
+        self.round_view.stop()
+        raise NodeTakenOut(reason)
+
     def shutdown(self) -> bool:
         """Close the rendezvous (the job ended). The agent that hosts the round's store keeps it up until the
-        others have left torchrun's exit barrier (each says so before closing), at most :data:`EXIT_WAIT_S`."""
+        others have left torchrun's exit barrier (each says so before closing), at most :data:`EXIT_WAIT_S`.
+        A node taken out of the job closes nothing: the job goes on without it."""
+        if self._taken_out:
+            return True
         try:
             if self.round is not None:
                 self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
@@ -359,6 +405,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             time.sleep(0.2)
 
     def next_rendezvous(self):
+        self._leave_if_taken_out()
         last = self.round.n if self.round else -1
         deadline = time.monotonic() + self.join_timeout_s
         waited_for_store, joined_round = False, None
@@ -442,6 +489,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if time.monotonic() > deadline:
                 raise RendezvousError(f"round {r.n}: its rank-0 node did not publish the round's store")
             self._wait_for_change(seen, 0.5)
+
+
+class NodeTakenOut(RendezvousError):
+    """This node left the job on purpose (a straggler taken out while a hot spare waits); the agent ends with a
+    line and exit 0 (:mod:`training.launch.agent`), the job goes on without it."""
 
 
 class _RoundChanged(Exception):

@@ -44,6 +44,7 @@ class Step(Enum):
     MARK_MIN = "mark min"          # closer: the open round reached MIN (its last call starts)
     CLOSE = "close"                # closer: form the open round
     REOPEN = "reopen"              # closer: a participant of the formed round is lost: open the next round
+    NOTE_SPARES = "note spares"    # closer: the live members waiting beside the formed round changed
 
 
 @dataclass
@@ -59,6 +60,10 @@ class Round:
         lost: the participants of the round before that were lost (why this round exists, if so).
         store: ``host:port`` of the formed round's TCPStore (its rank 0 publishes it).
         closed: the job ended: no more rounds.
+        spares: live members waiting beside the formed round (hot spares), kept up to date by the closer; the
+            agents tell their workers how many (a straggler's node is taken out only when one waits).
+        taken_out: those of ``lost`` that left on purpose (a straggler's node, ``taken-out/<id>`` keys): their
+            workers stop at a step boundary by themselves, so the others' workers are not killed for them.
     """
 
     n: int
@@ -69,6 +74,8 @@ class Round:
     lost: list[str] = field(default_factory=list)
     store: str = ""
     closed: bool = False
+    spares: list[str] = field(default_factory=list)
+    taken_out: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -103,8 +110,12 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     ``settled``: the store has answered long enough that a missing member key means a lost node."""
     if r is None or r.closed:
         return Step.WAIT
-    if r.formed:
-        return Step.REOPEN if settled and lost_participants(r, live) else Step.WAIT
+    if r.formed:  # right after an outage (not settled) a missing key may come back: change nothing
+        if not settled:
+            return Step.WAIT
+        if lost_participants(r, live):
+            return Step.REOPEN
+        return Step.NOTE_SPARES if waiting(r, live) != r.spares else Step.WAIT
     present = [j for j in joined if j in live]
     if len(present) < min_nodes:
         return Step.WAIT
@@ -133,12 +144,19 @@ def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_n
     return [s if s is not None else next(rest) for s in slots]
 
 
-def next_round(r: Round | None, lost: list[str] = ()) -> Round:
-    """The open round that replaces ``r`` (``lost``: the participants it replaces because they were lost)."""
+def waiting(r: Round, live: set[str]) -> list[str]:
+    """The live members that are not participants of formed round ``r`` (its hot spares), sorted."""
+    return sorted(live - set(r.participants))
+
+
+def next_round(r: Round | None, lost: list[str] = (), taken_out: set[str] = frozenset()) -> Round:
+    """The open round that replaces ``r`` (``lost``: the participants it replaces because they were lost;
+    ``taken_out``: the members known to have left on purpose)."""
     if r is None:
         return Round(n=0)
-    return Round(n=r.n + 1, prev=r.participants if r.formed else r.prev, lost=list(lost))
+    return Round(n=r.n + 1, prev=r.participants if r.formed else r.prev, lost=list(lost),
+                 taken_out=[p for p in lost if p in taken_out])
 
 
-def formed(r: Round, participants: list[str]) -> Round:
-    return replace(r, formed=True, participants=participants)
+def formed(r: Round, participants: list[str], live: set[str] = frozenset()) -> Round:
+    return replace(r, formed=True, participants=participants, spares=sorted(set(live) - set(participants)))

@@ -1,0 +1,171 @@
+"""Straggler detection: the rule on work times measured on this machine, the work clock on a real FSDP2 model, the
+notes between an agent and its workers."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from training.job import agent_notes
+from training.job.stragglers import StragglerRule, WorkClock
+
+# Forward work times (s; the first measurement, forward only) of ranks 0 and 1, debug preset, 2 processes x 1
+# thread on the shared 2-core machine (docs/failover.md): ordinary steps, then rank 1's process stopped 0.2 s of
+# every 0.3 s.
+NORMAL = [(0.2713, 0.2881), (0.2837, 0.3189), (0.2717, 0.2981), (0.2127, 0.2532), (0.2271, 0.2747),
+          (0.1869, 0.1821), (0.4192, 0.4871), (0.2614, 0.2405)]
+SLOWED = [(0.1894, 0.431), (0.1575, 0.5627), (0.1653, 0.5771), (0.1644, 0.5668), (0.2593, 0.6266),
+          (0.1679, 0.3592), (0.2881, 0.8803), (0.287, 0.4565)]
+
+
+def test_ordinary_noise_names_nobody_and_a_stopped_rank_is_named_after_m_steps():
+    rule = StragglerRule(factor=2.0, steps=3)
+    assert all(rule.observe(list(t)) is None for t in NORMAL * 3)
+    found = [rule.observe(list(t)) for t in SLOWED]
+    assert found[:2] == [None, None]  # two slow steps are not yet a straggler
+    named = found[2]
+    assert named is not None and named.rank == 1 and named.steps == 3
+    assert named.work_s == 0.5771 and named.median_s == 0.1653 and named.ratio == pytest.approx(3.49, abs=0.01)
+    assert found[7] is None  # x1.6: the streak is broken, the episode over
+
+
+def test_a_slowdown_on_every_rank_names_nobody_and_the_others_median_is_used():
+    rule = StragglerRule(factor=2.0, steps=2)
+    for _ in range(5):  # everyone 3x slower (a slow storage write, a long batch): relative times unchanged
+        assert rule.observe([0.9, 0.95, 0.88, 0.92]) is None
+    # Of four ranks one is 2.5x the median of the *other three*; with the median of all four it would read 1.9x
+    assert rule.observe([0.2, 0.21, 0.5, 0.19]) is None
+    named = rule.observe([0.2, 0.21, 0.5, 0.19])
+    assert named is not None and named.rank == 2 and named.median_s == 0.2
+
+
+def test_the_work_clock_times_fsdp_blocks_forward_and_starts_over(tmp_path):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+
+        class Slow(torch.nn.Module):
+            def forward(self, x):
+                time.sleep(0.05)  # the block's own work
+                return x
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), Slow(), torch.nn.Linear(4, 4))
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        class SlowSGD(torch.optim.SGD):
+            def step(self, closure=None):
+                time.sleep(0.08)  # the optimizer's own work
+                return super().step(closure)
+
+        optimizer = SlowSGD(model.parameters(), lr=0.1)
+        clock = WorkClock(model, torch.device("cpu"), optimizer)
+        assert len(clock.blocks) == 3  # the blocks, not the root
+        model(torch.ones(2, 4)).sum().backward()
+        forward = clock.take()
+        assert 0.05 <= forward < 0.5  # the sleeping block's forward
+        optimizer.step()
+        assert 0.08 <= clock.take() < 0.5  # the optimizer step
+        assert clock.take() == 0.0  # started over
+    finally:
+        dist.destroy_process_group()
+
+
+def test_agent_notes_go_through_the_heartbeat_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv(agent_notes.HEARTBEAT_DIR_ENV, raising=False)
+    assert agent_notes.spares_waiting() == 0 and not agent_notes.request_take_out("x")  # no agent: no spare
+    monkeypatch.setenv(agent_notes.HEARTBEAT_DIR_ENV, str(tmp_path))
+    assert agent_notes.spares_waiting() == 0 and agent_notes.take_out_request() is None
+    agent_notes.publish_spares(2)
+    assert agent_notes.spares_waiting() == 2
+    assert agent_notes.request_take_out("rank 1 is a straggler\n")
+    assert agent_notes.take_out_request() == "rank 1 is a straggler"
+    assert agent_notes.take_out_request() == "rank 1 is a straggler"  # every later question: the same answer
+
+
+def test_a_node_is_taken_out_only_with_a_spare_a_restart_the_window_open_and_a_snapshot():
+    from training.job.stragglers import Row, decide
+
+    def rows(spares=(0, 1), restarts=(2, 2), window=(1, 1)):
+        return [Row(0.2, i, spares[i], restarts[i], window[i]) for i in range(2)]
+
+    kw = dict(step=9, snapshot_due=True, last_step=16, window_s=600)
+    assert decide(rows(), **kw) == (True, "taking its node out after the in-memory snapshot of step 9: a hot spare "
+                                          "takes its place")  # one agent's view of a spare is enough
+    assert decide(rows(spares=(0, 0)), **kw) == (False, "no hot spare waits: the job keeps its size")
+    assert "no restart left" in decide(rows(restarts=(2, 0)), **kw)[1]
+    assert "less than straggler.evict_window_s 600 s ago" in decide(rows(window=(0, 1)), **kw)[1]
+    assert "named, never taken out" in decide(rows(window=(0, 0)), **{**kw, "window_s": 0})[1]
+    assert "waiting for a step with an in-memory snapshot" in decide(rows(), **{**kw, "snapshot_due": False})[1]
+    assert not decide(rows(), **{**kw, "step": 16})[0]  # the last step: nothing left to train
+
+
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(parent, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        found = kids.get(todo.pop(), [])
+        out += found
+        todo += found
+    return out
+
+
+@pytest.mark.e2e
+def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_path):
+    """A real 2-rank job (no hot spare) whose rank 1 is stopped 0.2 s of every 0.3 s from its first step on: the job
+    names rank 1 in one line and a straggler event, says no spare waits, and finishes at world 2 in one attempt."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from training.job.lifecycle import worker_rank
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    job = subprocess.Popen([sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2",
+                            "-m", "training", "--preset", "debug", "--job.out_dir", str(tmp_path),
+                            "--train.steps", "6", "--checkpoint.interval", "6", "--parallel.threads", "1",
+                            "--straggler.steps", "2", "--straggler.skip_steps", "1"],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while not (metrics.exists() and '"event": "step"' in metrics.read_text()):  # the first step is logged
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended or never trained"
+            time.sleep(0.1)
+        slow = next(p for p in _descendants(job.pid) if worker_rank(p) == 1)  # this job's own rank 1 only
+        while job.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(slow, signal.SIGSTOP)
+                time.sleep(0.2)
+                os.kill(slow, signal.SIGCONT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+    finally:
+        if job.poll() is None:
+            try:
+                os.kill(slow, signal.SIGCONT)
+            except (NameError, ProcessLookupError):
+                pass
+        out = job.communicate(timeout=120)[0]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert job.returncode == 0, out[-3000:]
+    named = [r for r in records if r["event"] == "straggler"]
+    assert named and {r["rank"] for r in named} == {1}, (named, out[-3000:])
+    assert named[0]["action"] == "no hot spare waits: the job keeps its size" and named[0]["ratio"] >= 2
+    assert "[straggler] rank 1 (node 0, host" in out and "no hot spare waits" in out
+    assert [r["world_size"] for r in records if r["event"] == "step"] == [2] * 6
+    assert len([r for r in records if r["event"] == "start"]) == 1  # one attempt: nobody was taken out
