@@ -93,7 +93,7 @@ class ProgressTracker:
         self.train_timeout_s, self.checkpoint_floor_s = train_timeout_s, max(floor_s, checkpoint_floor_s)
         self.set_pg_timeout, self.say, self.clock = set_pg_timeout or (lambda s: None), say, clock
         self.main_thread = threading.get_ident()
-        self.step, self.phase, self.since = 0, STARTUP, clock()
+        self.at: tuple[int, str, float] = (0, STARTUP, clock())  # (step, phase, since): one write, read whole
         self.slowest: dict[str, float] = {}
         self.seen: dict[str, int] = {}
         self._iteration_start: float | None = None
@@ -115,17 +115,16 @@ class ProgressTracker:
     def enter(self, phase: str, step: int | None = None) -> None:
         """The main thread starts `phase` (of `step`; None: the same step). Records how long the previous took."""
         now = self.clock()
-        done = self.phase
+        current, done, since = self.at
         if done not in _ONCE:
             if self.seen.get(done):  # an attempt's first pass pays one-time costs: counted, not a measure
-                self.slowest[done] = max(self.slowest.get(done, 0.0), now - self.since)
+                self.slowest[done] = max(self.slowest.get(done, 0.0), now - since)
             self.seen[done] = self.seen.get(done, 0) + 1
         if phase == DATA:  # a step is one pass from DATA to the next DATA (saves and waits included)
             if self._iteration_start is not None and self.seen.get(OPTIMIZER, 0) > 1:  # not the first, as above
                 self.slowest_step_s = max(self.slowest_step_s, now - self._iteration_start)
             self._iteration_start = now
-        self.step = self.step if step is None else step
-        self.phase, self.since = phase, now  # the phase last: the heartbeat thread reads these unlocked
+        self.at = (current if step is None else step, phase, now)  # one assignment: the heartbeat thread reads it
 
     def step_done(self, step: int) -> None:
         """After `step`: the process group's timeout becomes train_timeout_s after step 1, then follows the
@@ -145,7 +144,8 @@ class ProgressTracker:
 
     # ---- the heartbeat thread
     def beat(self, beat: int) -> Heartbeat:
-        return Heartbeat(beat, self.step, self.phase)
+        step, phase, _ = self.at
+        return Heartbeat(beat, step, phase)
 
     def bound(self, phase: str) -> tuple[float, str]:
         """(seconds the main thread may stay in `phase`, how that was found)."""
@@ -160,7 +160,7 @@ class ProgressTracker:
         """A Stall when the main thread has been in its phase past the bound and is not waiting for a peer."""
         if not self.enabled:
             return None
-        phase, since, step = self.phase, self.since, self.step
+        step, phase, since = self.at
         stuck = (self.clock() if now is None else now) - since
         limit, rule = self.bound(phase)
         if stuck <= limit or self.waiting_for_peers():
