@@ -206,3 +206,35 @@ def test_a_workers_own_exit_code_stops_its_agent_instead_of_a_restart(tmp_path, 
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_a_worker_with_its_own_exit_code_sigterms_its_agent_itself_once(tmp_path, monkeypatch):
+    """torchrun looks at its workers every 0.1 s, the NodeWatchdog once a second: the worker must not wait for
+    the watchdog, or the group is restarted first (seen in CI: a diverged run restarted from step 0)."""
+    import signal
+    import subprocess
+
+    from training.job.lifecycle import AGENT_ENV
+    from training.job.watchdog import HEARTBEAT_DIR_ENV, NodeWatchdog, tell_agent_final_exit
+    agent = subprocess.Popen(["sleep", "60"])  # stands in for the agent process
+    try:
+        monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+        monkeypatch.setenv(AGENT_ENV, str(agent.pid))
+        tell_agent_final_exit(5)  # rank 0 of the node
+        assert agent.wait(timeout=5) == -signal.SIGTERM  # at once, from the worker
+        again = subprocess.Popen(["sleep", "60"])
+        try:
+            monkeypatch.setenv(AGENT_ENV, str(again.pid))
+            tell_agent_final_exit(5)  # another rank of the same node: the agent was told already
+            wd = NodeWatchdog(str(tmp_path))
+            wd.agent = again.pid
+            assert wd.final_exit_code() == 5  # read when the SIGTERM arrives, not at the watchdog's next look
+            wd.check()
+            with pytest.raises(subprocess.TimeoutExpired):
+                again.wait(timeout=1)  # no second SIGTERM, from a worker or the watchdog
+        finally:
+            again.kill()
+            again.wait()
+    finally:
+        agent.kill()
+        agent.wait()

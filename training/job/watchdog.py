@@ -61,20 +61,43 @@ HEARTBEAT_DIR_ENV = "T5F_HEARTBEAT_DIR"
 WEDGED = "wedged"
 #: `<pid>.exit` in the heartbeat directory: the worker stopped with one of the training module's own exit codes.
 FINAL_EXIT_SUFFIX = ".exit"
+#: Created (exclusively) by whoever SIGTERMs the agent for a final exit, so the agent gets that signal once.
+FINAL_EXIT_SIGNALLED = "final-exit.signalled"
 
 
 def tell_agent_final_exit(code: int) -> None:
     """In a worker that stops with one of the training module's own exit codes (bad settings, another run's
     checkpoint, divergence, failing storage, a busy directory: a restart would stop the same way), tell its agent
     (:class:`NodeWatchdog`), which then ends the job with that code instead of restarting the group. No-op outside
-    an agent of training.launch.agent."""
+    an agent of training.launch.agent.
+
+    The worker SIGTERMs its agent itself, at once: torchrun's monitor loop looks at its workers every 0.1 s and
+    would restart the group before the agent's NodeWatchdog (one look a second) read the note."""
+    from training.job.lifecycle import AGENT_ENV
     beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
-    if beat_dir:
+    if not beat_dir:
+        return
+    try:
+        with open(os.path.join(beat_dir, f"{os.getpid()}{FINAL_EXIT_SUFFIX}"), "w") as f:
+            f.write(f"{code}\n")
+    except OSError:
+        return  # the agent is gone with its directory: nothing will restart this worker either
+    agent = os.environ.get(AGENT_ENV, "")
+    if agent.isdigit() and _claim_final_exit_signal(beat_dir):
         try:
-            with open(os.path.join(beat_dir, f"{os.getpid()}{FINAL_EXIT_SUFFIX}"), "w") as f:
-                f.write(f"{code}\n")
-        except OSError:
-            pass  # the agent is gone with its directory: nothing will restart this worker either
+            os.kill(int(agent), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _claim_final_exit_signal(beat_dir: str) -> bool:
+    """True for the first caller on this node (a worker or the agent's watchdog): it sends the agent's SIGTERM.
+    A second SIGTERM would interrupt the agent while it stops its workers."""
+    try:
+        os.close(os.open(os.path.join(beat_dir, FINAL_EXIT_SIGNALLED), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except OSError:
+        return False
 
 
 class PeerWatchdog:
@@ -321,7 +344,20 @@ class NodeWatchdog:
             return
         if self.final_exit is None:
             self.final_exit = code
-            os.kill(self.agent, signal.SIGTERM)
+            if _claim_final_exit_signal(self.dir):  # the worker could not (no T5_AGENT_PID): tell the agent here
+                os.kill(self.agent, signal.SIGTERM)
+
+    def final_exit_code(self) -> int | None:
+        """A worker's own exit code if one stopped with it (read now: the worker's SIGTERM may come before this
+        watchdog's next look), else None."""
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            if name.endswith(FINAL_EXIT_SUFFIX) and self.final_exit is None:
+                try:
+                    with open(os.path.join(self.dir, name)) as f:
+                        self.final_exit = int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue
+        return self.final_exit
 
     def kill_all(self, reason: str, reap_timeout_s: float = 5.0) -> list[int]:
         """SIGKILL every worker of this agent that has a heartbeat file and wait until they are gone (they may be

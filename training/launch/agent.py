@@ -219,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[agent] this node left the job: {e}; a hot spare takes its place", file=sys.stderr, flush=True)
         return 0
     except SignalException as e:
-        if watchdog is not None and watchdog.final_exit is not None:  # its own SIGTERM: a worker's own exit code
-            print(f"[agent] training stopped with exit code {watchdog.final_exit} (see the error above); the worker "
+        final_exit = watchdog.final_exit_code() if watchdog is not None else None
+        if final_exit is not None:  # the SIGTERM of a worker that stopped with its own exit code
+            print(f"[agent] training stopped with exit code {final_exit} (see the error above); the worker "
                   "group is not restarted: it would stop the same way", file=sys.stderr, flush=True)
-            return watchdog.final_exit
+            return final_exit
         sig = signal.Signals(e.sigval)
         print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)
         return 128 + sig
