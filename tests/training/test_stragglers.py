@@ -64,6 +64,7 @@ def test_the_work_clock_times_fsdp_blocks_forward_and_starts_over(tmp_path):
                 time.sleep(0.08)  # the optimizer's own work
                 return super().step(closure)
 
+        torch.optim.SGD(model.parameters(), lr=0.1)  # torch now wraps SGD.step too: SlowSGD's hooks nest
         optimizer = SlowSGD(model.parameters(), lr=0.1)
         clock = WorkClock(model, torch.device("cpu"), optimizer)
         assert len(clock.blocks) == 3  # the blocks, not the root

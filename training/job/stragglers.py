@@ -67,6 +67,9 @@ class WorkClock:
         self.cuda = device.type == "cuda"
         self.blocks = [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]
         self._total, self._t0 = 0.0, 0.0
+        # Hooks may nest (an optimizer subclass whose step() calls its parent's, both wrapped by torch's step
+        # hooks): only the outermost enter/leave pair times, or the inner enter would restart the clock.
+        self._depth = 0
         self._events: list[list[torch.cuda.Event]] = []
         for block in self.blocks:
             # registered after fully_shard: they run after FSDP's pre-forward hook (the all-gather waited for)
@@ -77,6 +80,9 @@ class WorkClock:
             optimizer.register_step_post_hook(lambda *_: self._leave())
 
     def _enter(self) -> None:
+        self._depth += 1
+        if self._depth > 1:
+            return
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -85,6 +91,9 @@ class WorkClock:
             self._t0 = time.perf_counter()
 
     def _leave(self) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth > 0:
+            return
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
