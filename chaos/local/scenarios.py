@@ -142,12 +142,7 @@ def inject_node_kill_with_spare(run: ScenarioRun) -> None:
     the kill and which ranks they host once the job trains again."""
     run.start_until_kill_step()
     c = run.cluster
-    training, spares = training_and_spares(run)
-    first = c.node_of_rank(0)
-    victim = next((i for i in reversed(training) if i != first), None)
-    if not spares or victim is None:
-        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
-                             f"spares {spares}, rank 0 on node{first}")
+    spares, victim = spares_and_a_victim(run)
     run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
     c.kill_node(victim)
     _record_spare_takeover(run, spares)
@@ -159,6 +154,18 @@ def training_and_spares(run: ScenarioRun) -> tuple[list[int], list[int]]:
     alive = sorted({n.index for n in c.alive()})
     training = [i for i in alive if c.workers(i)]
     return training, [i for i in alive if i not in training]
+
+
+def spares_and_a_victim(run: ScenarioRun) -> tuple[list[int], int]:
+    """(the hot spares, the last training node that does not run rank 0): the target of a fault a spare must
+    absorb (rank 0's node also hosts the round's store: first-node-kill is its own scenario)."""
+    training, spares = training_and_spares(run)
+    first = run.cluster.node_of_rank(0)
+    victim = next((i for i in reversed(training) if i != first), None)
+    if not spares or victim is None:
+        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
+                             f"spares {spares}, rank 0 on node{first}")
+    return spares, victim
 
 
 def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
@@ -184,12 +191,7 @@ def inject_straggler(run: ScenarioRun) -> None:
     run.cluster.start_all()
     run.wait_step(STRAGGLER_FROM_STEP)
     c = run.cluster
-    training, spares = training_and_spares(run)
-    first = c.node_of_rank(0)
-    victim = next((i for i in reversed(training) if i != first), None)
-    if not spares or victim is None:
-        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
-                             f"spares {spares}, rank 0 on node{first}")
+    spares, victim = spares_and_a_victim(run)
     run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
     run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
     slow = c.slow_node(victim)
