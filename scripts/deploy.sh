@@ -16,12 +16,8 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   exit 0
 fi
 cd "$(dirname "$0")/.."
-platform="${PLATFORM:-eks}"
-case "$platform" in
-  eks|parallelcluster) ;;
-  slurm) platform=parallelcluster ;;
-  *) echo "error: PLATFORM=$platform: deploy supports PLATFORM=eks or PLATFORM=parallelcluster" >&2; exit 2 ;;
-esac
+source scripts/cdk_lib.sh
+cdk_platform deploy
 dry=$(python3 -m tools.env_flags DRY_RUN) || exit 2
 scripts/venv.sh >/dev/null
 
@@ -42,7 +38,7 @@ except ConfigError:
 sys.exit(0 if (given.strip() if given is not None else "imageTag" in saved) else 1)
 PY
 }
-# The store pod of every TrainJob runs the runtime's image: name the one `make image` pushes from this checkout,
+# TrainJobs that name no image run the runtime's default image: make it the one `make image` pushes from here,
 # so deploy -> make image -> make train works the first time.
 if [ "$platform" = eks ] && ! image_tag_chosen "$@"; then
   tag=$(python3 -m tools.image_tag) || exit 2
@@ -59,6 +55,5 @@ if [ "$dry" = true ]; then
   printf '[deploy] would run:'; printf ' %q' "${cmd[@]}"; echo
   exit 0
 fi
-[ -x node_modules/.bin/cdk ] || npm ci --no-audit --no-fund --loglevel=error >&2
-export CDK_DISABLE_CLI_TELEMETRY=true
+cdk_cli_ready
 "${cmd[@]}"

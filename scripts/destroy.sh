@@ -12,12 +12,8 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   exit 0
 fi
 cd "$(dirname "$0")/.."
-platform="${PLATFORM:-eks}"
-case "$platform" in
-  eks|parallelcluster) ;;
-  slurm) platform=parallelcluster ;;
-  *) echo "error: PLATFORM=$platform: destroy supports PLATFORM=eks or PLATFORM=parallelcluster" >&2; exit 2 ;;
-esac
+source scripts/cdk_lib.sh
+cdk_platform destroy
 dry=$(python3 -m tools.env_flags DRY_RUN) || exit 2
 scripts/venv.sh >/dev/null
 cluster_only=false
@@ -40,6 +36,5 @@ if [ "$dry" = true ]; then
   printf '[destroy] would run:'; printf ' %q' "${cmd[@]}"; echo
   exit 0
 fi
-[ -x node_modules/.bin/cdk ] || npm ci --no-audit --no-fund --loglevel=error >&2
-export CDK_DISABLE_CLI_TELEMETRY=true
+cdk_cli_ready
 "${cmd[@]}"

@@ -13,32 +13,14 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   exit 0
 fi
 cd "$(dirname "$0")/.."
-platform="${PLATFORM:-eks}"
-case "$platform" in
-  eks|parallelcluster) ;;
-  *) echo "error: PLATFORM=$platform: synth supports PLATFORM=eks or PLATFORM=parallelcluster" >&2; exit 2 ;;
-esac
+source scripts/cdk_lib.sh
+cdk_platform synth
 
 scripts/venv.sh >/dev/null  # the app runs in the project venv (cdk.json: .venv/bin/python app.py)
 # CDK ignores unknown keys and `-c key` without a value; refuse them (and -c platform != PLATFORM) first.
 .venv/bin/python -m stacks.synth_check "$platform" "$@"
 
-command -v node >/dev/null || { echo "error: node (>= 18) is required for the CDK CLI; install Node.js 22 or 24" >&2; exit 2; }
-want=$(node -p "require('./package.json').devDependencies['aws-cdk']")
-have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
-if [ "$have" != "$want" ]; then
-  echo "[synth] installing the pinned CDK CLI aws-cdk@$want (npm ci)" >&2
-  npm ci --no-audit --no-fund --loglevel=error >&2
-fi
-
-export CDK_DISABLE_CLI_TELEMETRY=true
-# The CDK CLI accepts Node >= 18, but jsii (which runs the Python CDK app) supports only Node 22 and 24 and prints
-# a 12-line banner on older ones; say it once, briefly, instead.
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 22 ]; then
-  echo "[synth] note: Node $node_major is end-of-life and unsupported by jsii (the Python CDK runtime); it still works, but install Node 22 or 24" >&2
-  export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="$node_major" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
-fi
+cdk_cli_ready
 
 out="cdk.out/$platform"
 rm -rf -- "$out"  # never lint a template left over from an earlier synth

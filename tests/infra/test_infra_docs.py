@@ -85,8 +85,10 @@ def test_head_node_access_is_what_the_stack_sets_up(pcluster: Synthesized) -> No
 
 def test_node_version_is_stated_as_synth_checks_it() -> None:
     readme = (ROOT / "README.md").read_text()
-    synth = (ROOT / "scripts" / "synth.sh").read_text()
-    assert '"$node_major" -lt 22' in synth and "Node 22 or 24" in synth
+    cdk_lib = (ROOT / "scripts" / "cdk_lib.sh").read_text()  # synth, deploy and destroy all run its check
+    assert '"$node_major" -lt 22' in cdk_lib and "Node 22 or 24" in cdk_lib
+    for script in ("synth.sh", "deploy.sh", "destroy.sh"):
+        assert "cdk_cli_ready" in (ROOT / "scripts" / script).read_text(), script
     assert "Node.js 22 or 24 for `make synth`" in readme
     assert not re.search(r"Node 20 for", readme)
     engines = (ROOT / "node_modules" / "aws-cdk" / "package.json")

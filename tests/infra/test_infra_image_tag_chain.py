@@ -27,7 +27,7 @@ def scratch_root(tmp_path: Path, saved: dict | None = None) -> Path:
     (root / "scripts").mkdir(parents=True)
     for name in ("stacks", "tools", "training", "cluster_facts", "cluster_assets", ".venv"):
         (root / name).symlink_to(ROOT / name)
-    for script in ("deploy.sh", "image.sh"):
+    for script in ("deploy.sh", "image.sh", "cdk_lib.sh"):
         shutil.copy(ROOT / "scripts" / script, root / "scripts" / script)
     (root / "scripts/venv.sh").write_text("#!/bin/sh\n")  # the venv exists: nothing to install
     (root / "scripts/venv.sh").chmod(0o755)
