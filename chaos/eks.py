@@ -143,8 +143,8 @@ class EksChaosRun:
                              if not self.state() else -1)
 
     def observe(self) -> None:
-        """Record the uids of the store and node pods now (a pod replaced and gone between two looks is missed)."""
-        for job in ("store", "node"):
+        """Record the uids of the node pods now (a pod replaced and gone between two looks is missed)."""
+        for job in ("node",):
             for p in self.c.pods(self.cfg.namespace, self.cfg.name, job):
                 recs = self.seen.setdefault(job, {}).setdefault(str(pod_rank(p)), [])
                 if p.metadata.uid not in [r["uid"] for r in recs]:

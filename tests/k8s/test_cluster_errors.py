@@ -143,19 +143,6 @@ def test_image_that_cannot_be_pulled(stub):
     assert "ImagePullBackOff" in r.stderr and "make image" in r.stderr
 
 
-def test_a_store_pod_that_cannot_pull_its_image_is_reported_not_waited_for(stub):
-    # The store pod runs the runtime's image: before, the watch listed only `node` pods, which never come (JobSet
-    # creates them once the store is ready), and waited forever without a word.
-    s, kc = stub
-    s.finish_as = None
-    s.pods = [job_pod("store", {"reason": "ErrImagePull", "message": "repo/t5:store-tag: not found"})]
-    r = submit_cli(*ARGS, "--timeout", "5", env=env_with(kc))  # a watch that misses it times out: rc 1
-    assert r.returncode == 2, r.stdout
-    (line,) = r.stderr.splitlines()
-    assert line.startswith("error: pod t5-stub-store-0-0-x cannot start: ErrImagePull: repo/t5:store-tag: not found;")
-    assert "imageTag" in line and "make image" in line and "kubectl delete trainjob" in line
-
-
 def test_a_pod_with_a_broken_container_config_is_reported(stub):
     s, kc = stub
     s.finish_as = None

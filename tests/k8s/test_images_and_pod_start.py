@@ -49,14 +49,6 @@ def pod(rjob: str, *, waiting: tuple[str, str] | None = None, unscheduled: str |
                              conditions=conditions))
 
 
-def test_a_store_pod_without_its_image_names_the_image_and_the_redeploy():
-    p = pod_start_problem(pod("store", waiting=("ImagePullBackOff", "Back-off pulling image")), "training", "job")
-    assert p.fatal and p.reason == "ImagePullBackOff" and p.pod == "job-store-0-0-abcde"
-    assert p.line.startswith("pod job-store-0-0-abcde cannot start: ImagePullBackOff: Back-off pulling image; the "
-                             f"runtime's store image {REPO}:store-tag is not in the registry: push")
-    assert "-c imageTag=" in p.line and "kubectl delete trainjob -n training job" in p.line
-
-
 def test_a_training_pod_without_its_image_names_make_image():
     p = pod_start_problem(pod("node", waiting=("ErrImagePull", "not found")), "training", "job")
     assert p.fatal and f"the image {REPO}:node-tag is missing or not pullable: push it with `make image`" in p.line
@@ -79,4 +71,4 @@ def test_an_unschedulable_pod_is_reported_but_may_still_start():
 
 def test_pods_that_start_or_pull_have_no_problem():
     assert pod_start_problem(pod("node", running=True), "training", "job") is None
-    assert pod_start_problem(pod("store", waiting=("ContainerCreating", "")), "training", "job") is None
+    assert pod_start_problem(pod("node", waiting=("ContainerCreating", "")), "training", "job") is None

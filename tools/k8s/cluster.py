@@ -385,9 +385,8 @@ class StartProblem:
 
 def pod_start_problem(pod: Any, namespace: str, trainjob: str) -> StartProblem | None:
     """The one line for a pod of TrainJob ``namespace/trainjob`` that cannot start: its name, the reason and the fix
-    (which depends on the pod: the training pods run the TrainJob's image, the store pod the runtime's); or None."""
+    (a TrainJob's pods are its nodes, which run the TrainJob's image); or None."""
     name = pod.metadata.name
-    rjob = (pod.metadata.labels or {}).get(L_RJOB, "")
     describe = f"`kubectl describe pod -n {namespace} {name}`"
     resubmit = f"then delete the TrainJob (`kubectl delete trainjob -n {namespace} {trainjob}`) and submit again"
     problem = pod_problem(pod)
@@ -397,18 +396,13 @@ def pod_start_problem(pod: Any, namespace: str, trainjob: str) -> StartProblem |
         if reason in CONFIG_ERRORS:
             fix = f"a Secret, ConfigMap or volume the pod names is missing or invalid ({describe} says which); " \
                   f"fix it, {resubmit}"
-        elif rjob == "store":
-            fix = (f"the runtime's store image {image} is not in the registry: push the training image with "
-                   f"`make image` and deploy the EKS stack with `-c imageTag=<the tag it printed>` (the store runs "
-                   f"the runtime's image, docs/kubernetes.md), {resubmit}")
         else:
             fix = (f"the image {image} is missing or not pullable: push it with `make image` (or submit a tag that "
                    f"exists with IMAGE_TAG=...), {resubmit}")
         return StartProblem(name, reason, True, f"pod {name} cannot start: {problem}; {fix}")
     pending = pod_pending_reason(pod)
     if pending:
-        what = "GPU nodes" if rjob != "store" else "a system node"
-        fix = (f"it starts once {what} with room for it exist: the GPU node group scales up to context gpuNodes "
+        fix = (f"it starts once GPU nodes with room for it exist: the GPU node group scales up to context gpuNodes "
                f"(check its size and your EC2 quota for the instance type); {describe}")
         return StartProblem(name, "Unschedulable", False, f"pod {name} is not scheduled yet: {pending}; {fix}")
     return None

@@ -326,8 +326,9 @@ def preflight(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> str | None
 
 
 def check_runtime_images(runtime_name: str, images: dict[str, str]) -> None:
-    """Every image the runtime itself makes a job pull (the store pod's: a TrainJob cannot change it) is in the
-    registry before the TrainJob is created; ClusterError naming the pod, the image and the fix otherwise."""
+    """Every image the runtime itself makes a job pull (any container but the node's, whose image the TrainJob
+    sets) is in the registry before the TrainJob is created; ClusterError naming the pod, the image and the fix
+    otherwise."""
     from tools.k8s.cluster import ClusterError
     for where, image in images.items():
         if where == f"{NODE}/{NODE}":  # replaced by the TrainJob's image, checked on its own
@@ -336,8 +337,9 @@ def check_runtime_images(runtime_name: str, images: dict[str, str]) -> None:
         if code:
             raise ClusterError(f"the {where.split('/')[0]} pod of every job on runtime {runtime_name} would pull "
                                f"{image}, which is missing in ECR ({code}): push the training image with `make "
-                               f"image` and deploy the EKS stack with `-c imageTag=<the tag it printed>`, so that "
-                               f"the runtime names an image that exists (docs/kubernetes.md); then submit again")
+                               f"image` and redeploy with its tag (`make deploy PLATFORM=eks ARGS=\"-c "
+                               f"imageTag=<the tag it printed>\"`), so that the runtime names an image that exists "
+                               f"(docs/kubernetes.md); then submit again")
 
 
 #: How long the add-job Job may take: the first one on a system node pulls the training image (several GB).
