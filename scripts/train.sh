@@ -39,12 +39,25 @@ nodes="${NODES:-1}"
 spares="${SPARES:-0}"
 [[ "$spares" =~ ^[0-9]+$ ]] || { echo "error: SPARES=$spares must be 0 or a positive integer (hot-spare nodes)" >&2; exit 2; }
 dry=$("$py" -m tools.env_flags DRY_RUN) || exit 2
+# The run's goodput so far, in one line (python -m training.goodput RUN_DIR prints the whole ledger): after any
+# attempt that trained, i.e. not after a refusal before the first step (bad settings, a busy directory).
+goodput_line() {  # RC ARGS...: the run's exit code, then the training arguments
+  case $1 in
+    2|3|4|7) ;;
+    *) "$py" -m training.goodput --summary -- "${preset_args[@]}" "${@:2}" 2>/dev/null || true ;;
+  esac
+}
 if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   what="local run"; [ "$dry" = true ] && what="dry run"
   echo "[train] $what: preset=$preset, $nodes simulated node(s) x $nproc processes$( ((spares)) && echo " + $spares hot spare(s)") (python -m training.launch, gloo on CPU)"
   launch=("$py" -m training.launch --nodes "$nodes" --spares "$spares" --nproc-per-node "$nproc")
-  [ "$dry" = true ] && launch+=(--print)
-  exec "${launch[@]}" -- "${preset_args[@]}" "$@"
+  [ "$dry" = true ] && exec "${launch[@]}" --print -- "${preset_args[@]}" "$@"
+  set +e
+  "${launch[@]}" -- "${preset_args[@]}" "$@"
+  rc=$?
+  set -e
+  goodput_line "$rc" "$@"
+  exit $rc
 fi
 if [ "$dry" = true ]; then
   echo "[train] dry run: $(dirname "$py")/torchrun --standalone --nproc_per_node=$nproc --max_restarts=$max_restarts -m training${preset_args[*]:+ ${preset_args[*]}} $*"
@@ -65,10 +78,5 @@ case $rc in
   2|3|4|5|6|7) ;;  # the job's own error line above names the problem and the fix; a plain rerun would not help
   *) echo "[train] failed with exit code $rc after at most $max_restarts automatic restart(s) (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
 esac
-# The run's goodput so far, in one line (python -m training.goodput RUN_DIR prints the whole ledger): after any
-# attempt that trained, i.e. not after a refusal before the first step (bad settings, a busy directory).
-case $rc in
-  2|3|4|7) ;;
-  *) "$py" -m training.goodput --summary -- "${preset_args[@]}" "$@" 2>/dev/null || true ;;
-esac
+goodput_line "$rc" "$@"
 exit $rc
