@@ -53,6 +53,16 @@ def test_a_finished_run(tmp_path):
     assert field(screen, "goodput").startswith(f"{ledger['goodput']:.0%} so far")
 
 
+def test_a_finished_simulated_multi_node_run_ends_with_the_goodput_line_too(tmp_path):
+    out = tmp_path / "run"
+    r = subprocess.run(["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "3"], cwd=ROOT,
+                       env=ENV | {"NODES": "2", "NPROC": "1"}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 simulated node(s) x 1 processes" in r.stdout  # the launcher's path, not torchrun --standalone
+    summary = r.stdout.splitlines()[-1]
+    assert summary.startswith("[goodput] ") and "no failures" in summary and str(out) in summary, r.stdout[-800:]
+
+
 def _ledger(out: Path) -> str:
     r = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "training.goodput", str(out), "--json", "--no-png"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
