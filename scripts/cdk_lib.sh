@@ -19,8 +19,14 @@ cdk_cli_ready() {
   want=$(node -p "require('./package.json').devDependencies['aws-cdk']")
   have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
   if [ "$have" != "$want" ]; then
-    echo "[cdk] installing the pinned CDK CLI aws-cdk@$want (npm ci)" >&2
-    npm ci --no-audit --no-fund --loglevel=error >&2
+    exec 9<package-lock.json
+    command -v flock >/dev/null && flock 9  # one npm ci at a time (two synths at once, the test suite's workers); a second caller finds it done
+    have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
+    if [ "$have" != "$want" ]; then
+      echo "[cdk] installing the pinned CDK CLI aws-cdk@$want (npm ci)" >&2
+      npm ci --no-audit --no-fund --loglevel=error >&2
+    fi
+    exec 9<&-
   fi
   export CDK_DISABLE_CLI_TELEMETRY=true
   # The CDK CLI accepts Node >= 18, but jsii (which runs the Python CDK app) supports only Node 22 and 24 and

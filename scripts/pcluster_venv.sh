@@ -12,6 +12,8 @@ py=$("$root/scripts/venv.sh" --python) || exit 2  # the project's Python (>= 3.1
 req="$root/requirements-pcluster.txt"
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$req" | cut -d' ' -f1)
+exec 9<"$req"
+command -v flock >/dev/null && flock 9  # one creation or installation at a time (e.g. two test workers): a second caller finds it done
 if [ ! -x "$venv/bin/python" ]; then
   echo "[pcluster-venv] creating $venv" >&2
   "$py" -m venv "$venv"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Run the test suite in the project venv. Extra args go to pytest (e.g. -m "not e2e", -k chaos, -n 0).
-# The suite runs on TEST_WORKERS pytest-xdist workers (default 2): most of its time is spent waiting on
-# processes it started (training runs detecting a fault, Slurm, etcd), not computing, so two test files at a
-# time roughly halve it. A file's tests stay on one worker in order (its module fixtures are built once); files
-# that share machine-wide state (the Slurm lab, the synthesized apps) run on one worker (tests/conftest.py).
+# Run the test suite in the project venv. Extra args go to pytest (e.g. -m "not e2e", -k chaos).
+# The suite runs on TEST_WORKERS pytest-xdist workers (default 2), a test file at a time per worker (--dist
+# loadfile: a file's tests run in order on one worker, its module fixtures built once): most of the suite's time
+# is spent waiting on the processes it starts (training runs detecting a fault, Slurm, etcd), not computing.
+# What several files share is made once under a lock (the venvs, node_modules, the Slurm lab's packages).
 # TEST_WORKERS=0 runs everything in this process, one test at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(scripts/venv.sh)
 workers="${TEST_WORKERS:-2}"
 [[ "$workers" =~ ^[0-9]+$ ]] || { echo "error: TEST_WORKERS=$workers: give a whole number of workers (0 = no workers)" >&2; exit 2; }
-exec "$py" -m pytest -n "$workers" --dist loadgroup "$@"
+if [ "$workers" -eq 0 ]; then exec "$py" -m pytest "$@"; fi
+exec "$py" -m pytest -n "$workers" --dist loadfile "$@"

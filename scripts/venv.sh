@@ -53,6 +53,13 @@ else
 fi
 want=$(sha256sum "$root/requirements.txt" | cut -d' ' -f1)
 [ "$build" = cpu ] || want="$want+$build"  # a CPU venv keeps the stamp it always had
+if [ ! -x "$venv/bin/python" ] || [ "$made" != "$want" ]; then
+  # One creation or installation at a time (two make commands at once, the test suite's workers): a second caller
+  # waits on the lock, then finds the work done.
+  exec 9<"$root/requirements.txt"
+  command -v flock >/dev/null && flock 9
+  made=$(cat "$stamp" 2>/dev/null || true)
+fi
 if [ ! -x "$venv/bin/python" ]; then
   py=$(pick_python) || exit 2
   echo "[venv] creating $venv with $py" >&2

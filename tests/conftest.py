@@ -11,25 +11,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
-#: Test files that share machine-wide state run on one xdist worker, one after the other (`make test` runs the
-#: suite on several workers, scripts/test.sh); every other file is its own group, so a module's fixtures are
-#: built once. The Slurm lab is one per machine (and its installer takes apt's lock); tests/infra share the
-#: synthesized apps, node_modules and .venv-pcluster, which two workers must not create at once.
-SHARED_STATE_GROUPS = {
-    "tests/slurm/": "slurm-lab",
-    "tests/failover/test_launch.py": "slurm-lab",
-    "tests/infra/": "infra",
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test an xdist group (used by ``--dist loadgroup``): its shared-state group, else its file."""
-    for item in items:
-        rel = Path(item.fspath).resolve().relative_to(ROOT).as_posix()
-        group = next((g for prefix, g in SHARED_STATE_GROUPS.items() if rel.startswith(prefix)), rel)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 # A model small enough that end-to-end tests take seconds per run on 2 cores.
 TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "--model.num_layers", "2",
         "--model.num_decoder_layers", "2", "--model.num_heads", "4", "--data.seq_len", "64",
