@@ -33,10 +33,16 @@ def check_straggler_named(obs: Observation) -> Check:
 
 def back_to_speed_s(obs: Observation, factor: float = 1.5) -> tuple[float | None, float]:
     """(seconds from the slowdown's start to the first of two consecutive steps within ``factor`` x the normal
-    step time, or None; the normal: the median step time before the slowdown, the first step left out)."""
+    step time once the slowdown had stretched a step beyond it, or None; the normal: the median step time before the
+    slowdown, the first step left out). The steps before the slowdown bites (a quota, a duty cycle, takes a step or
+    two to show) are not a recovery: the search starts after the last step beyond ``factor`` x normal while the node
+    was slowed (``slow_until``; the fault's time when unknown)."""
     t = obs.faults[0].time if obs.faults else float("inf")
+    until = obs.facts.get("slow_until") or t
     normal = slowdown(obs.records, t, t)[0]
     after = [r for r in obs.records if r.get("event") == "step" and r["time"] > t]
+    stretched = [r["time"] for r in after if r["time"] <= until and r["step_time_s"] > factor * normal]
+    after = [r for r in after if r["time"] > max(stretched, default=t)]
     for a, b in zip(after, after[1:]):
         if a["step_time_s"] <= factor * normal and b["step_time_s"] <= factor * normal:
             return a["time"] - t, normal

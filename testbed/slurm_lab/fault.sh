@@ -128,12 +128,18 @@ case "$cmd" in
     cg="$(node_cgroup "$root" "$i")"
     mkdir -p "$cg"
     set_cpu_quota "$cg" "$pct"
-    p=$(node_pids_alive "$n" | tr '\n' ' ')
-    [[ -n "$p" ]] || die "no process on $n to slow"
-    for q in $p; do echo "$q" > "$cg/cgroup.procs" 2>/dev/null || true; done
+    [[ -n "$(node_pids_alive "$n")" ]] || die "no process on $n to slow"
+    for _ in 1 2 3; do   # again for children forked while we moved their parents (they may have forked first)
+      left=0
+      for q in $(node_pids_alive "$n"); do
+        grep -qxF "$q" "$cg/cgroup.procs" && continue
+        echo "$q" > "$cg/cgroup.procs" 2>/dev/null || true; left=1
+      done
+      (( left )) || break
+    done
     echo "$pct" > "$R/run/slow-$n"
-    echo "$cg"
-    log "slowed $n to $pct% of one CPU (cgroup $cg): $(wc -w < "$cg/cgroup.procs") processes" ;;
+    echo "$cg $(wc -l < "$cg/cgroup.procs")"
+    log "slowed $n to $pct% of one CPU (cgroup $cg): $(wc -l < "$cg/cgroup.procs") processes" ;;
   unslow)
     drop_node_cgroup "$i"
     log "$n at full speed again" ;;

@@ -145,6 +145,16 @@ def test_straggler_verdict_needs_the_slow_node_named_replaced_by_the_spare_in_th
     assert "steps slowed by the fault, faster again after the take-over" in failed(straggler_run(slow_s=1.1))
 
 
+def test_back_to_speed_counts_from_the_last_stretched_step_not_the_steps_before_the_slowdown_bit():
+    """A quota takes a step or two to show: the fast steps right after the fault are not the recovery."""
+    from chaos.grey import back_to_speed_s
+    recs = [dict(r, step_time_s=1.0) if r["event"] == "step" and r["step"] in (4, 5) else r for r in straggler_run()]
+    obs = observation(recs, [Fault("slow n3", 3.5, True, "x")], 0, 0, **STRAGGLER_FACTS)
+    assert back_to_speed_s(obs) == (13.5, 1.0)  # step 7 (t 17) and 8 after the slow step 6, not steps 4 and 5
+    obs.facts["slow_until"] = None  # unknown: counted from the fault, as before
+    assert back_to_speed_s(obs) == (3.0, 1.0)
+
+
 def test_wedged_rank_verdict_needs_its_own_wedge_line_its_agent_kill_and_no_requeue():
     sc = scenarios(CFG)["wedged-rank"]
     t = 5.5
