@@ -366,7 +366,9 @@ def slow_node(lab: Lab, t: Target) -> Fault:
     cgroup_dir, moved = lab.fault("slow", t.node, str(SLOW_CPU_PERCENT)).strip().splitlines()[-1].split()
     t.watch.update(slowed_node=t.node, facts={**t.watch.get("facts", {}), "slow_node": t.node,
                                               "slow_ranks": t.ranks, "spare": t.job.batch_host})
-    where = {p: _cpu_cgroup(p) for p in before}
+    # the workers now (a pid read before may have been a short-lived child of a worker, named after it)
+    workers = lab.worker_pids(t.node)
+    where = {p: _cpu_cgroup(p) for p in workers}
     inside = {p for p, cg in where.items() if (cg or "").rstrip("/").endswith("/" + Path(cgroup_dir).name)}
     deadline = time.monotonic() + 3
     while not _throttled(cgroup_dir) and time.monotonic() < deadline:
@@ -375,8 +377,9 @@ def slow_node(lab: Lab, t: Target) -> Fault:
     running = {p for p in inside if worker_rank(p) is not None and _proc_state(p) not in (None, "T", "t", "Z")}
     say(f"{t.scenario}: slowed {t.node} (ranks {t.ranks}) to {SLOW_CPU_PERCENT}% of one CPU after step "
         f"{t.last_step}; throttled in {throttled} periods so far")
-    return Fault(f"slow {t.node} to {SLOW_CPU_PERCENT}% CPU", start, bool(before) and running == before and throttled > 0,
-                 f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(before)} there: "
+    return Fault(f"slow {t.node} to {SLOW_CPU_PERCENT}% CPU", start,
+                 bool(before) and bool(workers) and running == workers and throttled > 0,
+                 f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(workers)} there: "
                  f"{sorted(inside)} (their cpu cgroups {where}), "
                  f"running (not stopped): "
                  f"{sorted(running)}; the quota throttled them in {throttled} periods of 10 ms within 3 s")
@@ -715,7 +718,10 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
         SlurmScenario("straggler", slow_node, Expectation(max_steps_lost=0),
                       (check_straggler_named, check_spare_replaced_slow_node, check_continued_in_allocation,
                        check_back_to_speed), target=training_host_off_rank0, noticed=straggler_logged,
-                      needs_spare=True, fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP), train_args=MEMORY_TIER,
+                      needs_spare=True, fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                      # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
+                      # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
+                      train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
                       title=f"hold a training node (not rank 0's) to {SLOW_CPU_PERCENT}% of one CPU (a cgroup quota) "
                       "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
                       "allocation: 0 steps recomputed"),

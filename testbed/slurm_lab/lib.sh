@@ -165,15 +165,33 @@ cpu_cgroup_root() {
   fi
 }
 node_cgroup() { echo "$1/${SLAB_PFX}-n$2"; }   # cgroup root, node index
-# Limit a cgroup to PERCENT of one CPU, over CFS periods of 10 ms (short: a tiny step's compute is throttled too).
-set_cpu_quota() {
+# A node's CPU: PERCENT of one CPU at most (a CFS quota over 10 ms periods: short, so that a tiny step's compute is
+# throttled too) and PERCENT of a node's weight when the CPUs are contended (cpu.shares of 1024; v2: cpu.weight of
+# 100). The quota alone does not bind on a busy machine, where every process gets less than it anyway; the weight
+# does, against the other nodes' cgroups at full weight. 100 = a node at full speed (no quota).
+set_node_cpu() {
   local cg="$1" pct="$2" period=10000
   if [[ -f "$cg/cpu.cfs_quota_us" ]]; then
     echo "$period" > "$cg/cpu.cfs_period_us"
-    echo $((period * pct / 100)) > "$cg/cpu.cfs_quota_us"
+    if (( pct < 100 )); then echo $((period * pct / 100)) > "$cg/cpu.cfs_quota_us"; else echo -1 > "$cg/cpu.cfs_quota_us"; fi
+    echo $(( 1024 * pct / 100 > 2 ? 1024 * pct / 100 : 2 )) > "$cg/cpu.shares"
   else
-    echo "$((period * pct / 100)) $period" > "$cg/cpu.max"
+    if (( pct < 100 )); then echo "$((period * pct / 100)) $period" > "$cg/cpu.max"; else echo "max $period" > "$cg/cpu.max"; fi
+    echo "$pct" > "$cg/cpu.weight"
   fi
+}
+# Every process of node index $2 into the cgroup $1, in up to $3 passes (the next for children forked while their
+# parents moved; what a moved process forks later is born in the cgroup).
+move_node_to_cgroup() {
+  local cg="$1" n pass; n="$(node_name "$2")"
+  for ((pass = 0; pass < ${3:-3}; pass++)); do
+    local left=0 q
+    for q in $(node_pids_alive "$n"); do
+      grep -qxF "$q" "$cg/cgroup.procs" && continue
+      echo "$q" > "$cg/cgroup.procs" 2>/dev/null || true; left=1
+    done
+    (( left )) || break
+  done
 }
 # Remove a node's CPU cgroup: its processes back to the controller's root first (down.sh, unslow, revive).
 drop_node_cgroup() {
