@@ -174,12 +174,6 @@ class Lab:
     def fault(self, cmd: str, node: str, *args: str) -> str:
         return self._run("fault.sh", cmd, node, *args)
 
-    def cannot_slow(self) -> str | None:
-        """Why ``fault.sh slow`` cannot slow a node here (no cpu cgroup controller), or None."""
-        out = subprocess.run([str(LAB_DIR / "fault.sh"), "can-slow"], env=self.env, capture_output=True, text=True,
-                             timeout=30)
-        return None if out.returncode == 0 else (out.stderr or out.stdout).strip() or f"exit {out.returncode}"
-
     def fault_async(self, cmd: str, node: str) -> subprocess.Popen:
         return subprocess.Popen([str(LAB_DIR / "fault.sh"), cmd, node], env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -330,10 +324,10 @@ def kill_workers(lab: Lab, t: Target) -> Fault:
                  f"workers before {sorted(before)}, still alive {sorted(survived)}")
 
 
-#: A slow node's share of one CPU (fault.sh slow). A worker of the tiny and debug jobs uses most of a core while it
-#: computes. At 25% its own work took 3.6-6.3x as long here, but on the shared 2-core machine (load average 60 from
-#: other jobs) the tiny job's step time, mostly waits, hardly rose (x1.1): 10% makes the slowdown show in the step
-#: time too, and still leaves its heartbeat and keep-alive threads a millisecond of every 10.
+#: A slow node's share of one CPU and of a node's CPU weight (fault.sh slow). At 25% (quota only) its rank's own work
+#: took 3.6-6.3x as long on a quiet machine, but with the shared 2-core machine at load average 50-60 the quota did
+#: not bind (every process got less than it) and no straggler was named; with the weight and 10% the work read
+#: x29-38 and the step times 2-10x, and its heartbeat and keep-alive threads still ran (a millisecond of every 10).
 SLOW_CPU_PERCENT = 10
 
 
@@ -358,9 +352,10 @@ def _throttled(cgroup_dir: str) -> int:
 
 
 def slow_node(lab: Lab, t: Target) -> Fault:
-    """The node slowed, not stopped: every process on it held to ``SLOW_CPU_PERCENT`` of one CPU (``fault.sh slow``,
-    a CPU cgroup quota) until the scenario ends. Confirmed when its training workers are in that cgroup, running
-    (not stopped), and the quota throttled them within 3 s."""
+    """The node slowed, not stopped: every process on it held to ``SLOW_CPU_PERCENT`` of one CPU and of a node's CPU
+    weight (``fault.sh slow``: a cgroup's CFS quota and shares, the other nodes in cgroups at full weight) until the
+    scenario ends. Confirmed when its training workers are in that cgroup, running (not stopped), and the quota
+    throttled them within 3 s."""
     before = lab.worker_pids(t.node)
     start = time.time()
     cgroup_dir, moved = lab.fault("slow", t.node, str(SLOW_CPU_PERCENT)).strip().splitlines()[-1].split()
@@ -380,9 +375,8 @@ def slow_node(lab: Lab, t: Target) -> Fault:
     return Fault(f"slow {t.node} to {SLOW_CPU_PERCENT}% CPU", start,
                  bool(before) and bool(workers) and running == workers and throttled > 0,
                  f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(workers)} there: "
-                 f"{sorted(inside)} (their cpu cgroups {where}), "
-                 f"running (not stopped): "
-                 f"{sorted(running)}; the quota throttled them in {throttled} periods of 10 ms within 3 s")
+                 f"{sorted(inside)} (their cpu cgroups {where}), running (not stopped): {sorted(running)}; the "
+                 f"quota throttled them in {throttled} periods of 10 ms within 3 s")
 
 
 def _proc_state(pid: int) -> str | None:
@@ -722,7 +716,8 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
                       # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
                       train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
-                      title=f"hold a training node (not rank 0's) to {SLOW_CPU_PERCENT}% of one CPU (a cgroup quota) "
+                      title=f"hold a training node (not rank 0's) to {SLOW_CPU_PERCENT}% of one CPU (a cgroup's quota "
+                      "and weight) "
                       "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
                       "allocation: 0 steps recomputed"),
         # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
