@@ -15,8 +15,9 @@ SCENARIOS: dict[str, str] = {
                             "the world size never shrinks",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
                                "it is declared lost in seconds, the spare takes its place",
-    "straggler": "a training node runs at a third of its speed (stopped 0.2 s of every 0.3 s) while a hot spare "
-                 "waits: it is named from the ranks' work times and taken out after a snapshot; the spare replaces it",
+    "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "
+                 "every 0.3 s; Slurm lab: a CPU quota): it is named from the ranks' work times and taken out after a "
+                 "snapshot; the spare replaces it",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
@@ -43,7 +44,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
               "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
               "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
     "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
-              "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
+              "store-member-kill", "store-outage", "store-outage-then-worker-kill", "straggler", "wedged-rank"),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos import catalog, report
+from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
 from training.goodput.analysis import parse_records, torchrun_detections
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario
@@ -170,8 +171,8 @@ class Lab:
     def store_async(self, cmd: str) -> subprocess.Popen:
         return self.fault_async("store", cmd)
 
-    def fault(self, cmd: str, node: str) -> str:
-        return self._run("fault.sh", cmd, node)
+    def fault(self, cmd: str, node: str, *args: str) -> str:
+        return self._run("fault.sh", cmd, node, *args)
 
     def fault_async(self, cmd: str, node: str) -> subprocess.Popen:
         return subprocess.Popen([str(LAB_DIR / "fault.sh"), cmd, node], env=self.env,
@@ -237,6 +238,7 @@ class Seen:
     jid: int
     metrics: Tail
     log: Tail
+    run_dir: Path
     records: list[dict] = field(default_factory=list)
     logs: list[tuple[float, str]] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
@@ -262,6 +264,7 @@ class Target:
     ranks: list[int]
     last_step: int
     watch: dict = field(default_factory=dict)  # the scenario's notes (Seen.watch): what the fault did, when
+    run_dir: Path = Path()  # the job's run directory (its job.out_dir: the fault hooks' markers)
 
 
 # Which node a scenario's fault hits, from the job's hosts and the training ranks on each.
@@ -273,6 +276,11 @@ def last_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobIn
 def rank0_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
     """The node running rank 0."""
     return next((h for h in hosts if 0 in ranks[h]), hosts[-1])
+
+
+def training_host_off_rank0(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
+    """The last node that trains (runs workers) without rank 0 and is not the batch host (the standby spare)."""
+    return next((h for h in reversed(hosts) if ranks[h] and 0 not in ranks[h] and h != job.batch_host), hosts[-1])
 
 
 def batch_host(hosts: list[str], ranks: dict[str, list[int]], job: slurmctl.JobInfo) -> str:
@@ -314,6 +322,97 @@ def kill_workers(lab: Lab, t: Target) -> Fault:
     return Fault(f"kill workers on {t.node}", start, bool(before) and not survived,
                  f"workers {sorted(before)} gone" if before and not survived else
                  f"workers before {sorted(before)}, still alive {sorted(survived)}")
+
+
+#: A slow node's share of one CPU and of a node's CPU weight (fault.sh slow). At 25% (quota only) its rank's own work
+#: took 3.6-6.3x as long on a quiet machine, but with the shared 2-core machine at load average 50-60 the quota did
+#: not bind (every process got less than it) and no straggler was named; with the weight and 10% the work read
+#: x29-38 and the step times 2-10x, and its heartbeat and keep-alive threads still ran (a millisecond of every 10).
+SLOW_CPU_PERCENT = 10
+
+
+def _cpu_cgroup(pid: int) -> str | None:
+    """The cpu controller's cgroup of a process (cgroup v1's ``cpu`` line, else v2's unified one), or None."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = [ln.split(":", 2)[2] for ln in lines if "cpu" in ln.split(":", 2)[1].split(",")]
+    v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+    return (v1 or v2 or [None])[0]
+
+
+def _throttled(cgroup_dir: str) -> int:
+    """Periods in which the cgroup's quota throttled it (cpu.stat's nr_throttled), 0 when unknown."""
+    try:
+        stat = dict(ln.split() for ln in Path(cgroup_dir, "cpu.stat").read_text().splitlines() if ln.strip())
+    except (OSError, ValueError):
+        return 0
+    return int(stat.get("nr_throttled", 0))
+
+
+def slow_node(lab: Lab, t: Target) -> Fault:
+    """The node slowed, not stopped: every process on it held to ``SLOW_CPU_PERCENT`` of one CPU and of a node's CPU
+    weight (``fault.sh slow``: a cgroup's CFS quota and shares, the other nodes in cgroups at full weight) until the
+    scenario ends. Confirmed when its training workers are in that cgroup, running (not stopped), and the quota
+    throttled them within 3 s."""
+    before = lab.worker_pids(t.node)
+    start = time.time()
+    cgroup_dir, moved = lab.fault("slow", t.node, str(SLOW_CPU_PERCENT)).strip().splitlines()[-1].split()
+    t.watch.update(slowed_node=t.node, facts={**t.watch.get("facts", {}), "slow_node": t.node,
+                                              "slow_ranks": t.ranks, "spare": t.job.batch_host})
+    # the workers now (a pid read before may have been a short-lived child of a worker, named after it)
+    workers = lab.worker_pids(t.node)
+    where = {p: _cpu_cgroup(p) for p in workers}
+    inside = {p for p, cg in where.items() if (cg or "").rstrip("/").endswith("/" + Path(cgroup_dir).name)}
+    deadline = time.monotonic() + 3
+    while not _throttled(cgroup_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    throttled = _throttled(cgroup_dir)
+    running = {p for p in inside if worker_rank(p) is not None and _proc_state(p) not in (None, "T", "t", "Z")}
+    say(f"{t.scenario}: slowed {t.node} (ranks {t.ranks}) to {SLOW_CPU_PERCENT}% of one CPU after step "
+        f"{t.last_step}; throttled in {throttled} periods so far")
+    return Fault(f"slow {t.node} to {SLOW_CPU_PERCENT}% CPU", start,
+                 bool(before) and bool(workers) and running == workers and throttled > 0,
+                 f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(workers)} there: "
+                 f"{sorted(inside)} (their cpu cgroups {where}), running (not stopped): {sorted(running)}; the "
+                 f"quota throttled them in {throttled} periods of 10 ms within 3 s")
+
+
+def _proc_state(pid: int) -> str | None:
+    """A process's state letter (R, S, T, Z, ...), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def await_wedge(lab: Lab, t: Target) -> Fault:
+    """The job wedges itself (``--fault.wedge_at_step``: rank ``WEDGED_RANK``'s main thread blocks at the start of the
+    step after the one just logged): wait for the hook's marker in the run directory (it holds the worker's pid;
+    its time is the fault's), then confirm the worker alive and not stopped over ~1 s: only its progress tells."""
+    deadline = time.monotonic() + 120
+    marker = None
+    while time.monotonic() < deadline:
+        marker = next(t.run_dir.glob(".fault-wedge-step*"), None)
+        if marker is not None and marker.read_text().strip():
+            break
+        time.sleep(0.05)
+    if marker is None:
+        return Fault("wedged main thread", time.time(), False, f"no wedge marker in {t.run_dir} within 120 s")
+    pid, at = int(marker.read_text()), marker.stat().st_mtime
+    step = int(marker.name.removeprefix(".fault-wedge-step"))
+    states = []
+    for _ in range(3):
+        states.append(_proc_state(pid))
+        time.sleep(0.3)
+    alive = all(s is not None and s not in ("T", "t", "Z", "X") for s in states)
+    rank = worker_rank(pid) if alive else None
+    node = next((h for h in t.watch.get("hosts", []) if pid in lab.worker_pids(h)), "?") if alive else "?"
+    t.watch["facts"] = {**t.watch.get("facts", {}), "wedge": {"step": step, "rank": rank, "pid": pid, "time": at}}
+    say(f"{t.scenario}: rank {rank} (pid {pid} on {node}) blocked its main thread at step {step}; states {states}")
+    return Fault(f"wedged main thread of rank {rank} on {node}", at, alive and rank == WEDGED_RANK,
+                 f"{marker.name} holds pid {pid} (rank {rank}); its states over 0.9 s {states} (alive, not stopped)")
 
 
 def preempt(lab: Lab, t: Target) -> Fault:
@@ -394,6 +493,16 @@ def batch_script_signalled(logs: list[tuple[float, str]]) -> list[float]:
     return [t for t, line in logs if "SIGUSR1" in line]
 
 
+def straggler_logged(logs: list[tuple[float, str]]) -> list[float]:
+    """The job named a straggler (its ``[straggler]`` line)."""
+    return [t for t, line in logs if "[straggler] rank " in line]
+
+
+def wedge_logged(logs: list[tuple[float, str]]) -> list[float]:
+    """A rank's watchdog said it is wedged, or an agent logged the failed worker group."""
+    return sorted(agents_noticed(logs) + [t for t, line in logs if "is wedged: no progress in phase" in line])
+
+
 def nothing_logged(logs: list[tuple[float, str]]) -> list[float]:
     return []
 
@@ -443,6 +552,17 @@ def check_spare_took_over(obs: Observation) -> Check:
     ok = bool(lost) and lost not in last and batch in last
     return Check("the spare took the lost node's place", ok,
                  f"lost {lost}; nodes training at the end {sorted(last)} (batch host / spare {batch})")
+
+
+def check_spare_replaced_slow_node(obs: Observation) -> Check:
+    """The slow node's agent left the job (the straggler's take-out note), and the nodes that train at the end are
+    the spare (the batch host) and not the slow node."""
+    slow, spare, last = obs.facts.get("slow_node"), obs.facts.get("spare"), obs.facts.get("final_nodes") or []
+    left = [line for _, line in obs.logs if "[agent] this node left the job" in line]
+    ok = bool(slow) and bool(left) and slow not in last and spare in last
+    return Check("the slow node left, the spare took its place", ok,
+                 f"{left[0].strip()[:160] if left else 'no agent said its node left the job'}; slow node {slow}; "
+                 f"nodes training at the end {sorted(last)} (batch host / spare {spare})")
 
 
 def check_killed_rank0(obs: Observation) -> Check:
@@ -530,9 +650,15 @@ class SlurmScenario(Scenario):
     needs_spare: bool = False  # the job continues inside its allocation only with a hot spare
     outage_s: float | None = None  # the etcd members are started again this long after the fault stopped them
     train_args: tuple[str, ...] = ()  # the scenario's job only (wall time, never the math: the same reference)
+    fault_step: int | None = None  # inject once the job logged this step (None: the run's --fault-step)
 
 
 STORE_OUTAGE_S = 20.0  # issue 32's "every member down 20 s"
+STRAGGLER_FROM_STEP = 3  # early: the job needs straggler.steps slow steps, then steps at speed after the take-over
+# The in-memory tier on (the default; a lean test job may turn it off): the straggler's node is taken out after a
+# step's snapshot, a wedged rank's restart resumes from it.
+MEMORY_TIER = ("--checkpoint.memory_interval", "1")
+WEDGED_RANK = 1  # every job here has it (>= 2 nodes); with one worker per lab node it is not on rank 0's node
 
 
 def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
@@ -580,6 +706,29 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
                       f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
                       "it is back, no requeue"),
+        # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, the spare
+        # in its place; nothing recomputed. Slowed early (an eviction needs straggler.steps slow steps after the
+        # first judged ones, then steps at speed to show the recovery).
+        SlurmScenario("straggler", slow_node, Expectation(max_steps_lost=0),
+                      (check_straggler_named, check_spare_replaced_slow_node, check_continued_in_allocation,
+                       check_back_to_speed), target=training_host_off_rank0, noticed=straggler_logged,
+                      needs_spare=True, fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                      # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
+                      # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
+                      train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
+                      title=f"hold a training node (not rank 0's) to {SLOW_CPU_PERCENT}% of one CPU (a cgroup's quota "
+                      "and weight) "
+                      "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
+                      "allocation: 0 steps recomputed"),
+        # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
+        SlurmScenario("wedged-rank", await_wedge, Expectation(max_steps_lost=1),
+                      (check_wedge_declared, check_restarted_in_allocation, check_resumed_newest),
+                      noticed=wedge_logged,
+                      train_args=("--fault.wedge_at_step", str(cfg.fault_step + 1), "--fault.rank", str(WEDGED_RANK),
+                                  "--parallel.wedge_floor_s", "3", *MEMORY_TIER),
+                      title="block one rank's main thread mid-step (its process and heartbeat thread live on) -> "
+                      "declared wedged from its progress, its agent kills it, torchrun restarts the workers inside "
+                      "the allocation"),
     ])
 
 
@@ -664,13 +813,14 @@ class Runner:
         jid = self.submit(job)
         res.figures["job"] = jid
         say(f"{sc.name}: {sc.title}: job {jid}")
-        seen = Seen(jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))))
+        seen = Seen(jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))),
+                    Path(job.run_dir))
         self.follow(sc, seen, res, deadline=t_start + self.cfg.scenario_timeout_s)
         time.sleep(0.5)
         seen.read()
         res.wall_s = round(time.monotonic() - t_start, 1)
         if not seen.faults and not res.error:
-            res.error = f"the job ended before step {self.cfg.fault_step}; no fault was injected"
+            res.error = f"the job ended before step {sc.fault_step or self.cfg.fault_step}; no fault was injected"
         return self.verdict(sc, job, ref, seen, res)
 
     def follow(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult, deadline: float) -> None:
@@ -705,6 +855,8 @@ class Runner:
                 restarter.wait(timeout=120)
             if watch.get("store_hit"):  # the next scenario gets every member back
                 self.lab.store("start")
+            if watch.get("slowed_node"):  # full speed for the next scenario
+                self.lab.fault("unslow", watch["slowed_node"])
 
     def poll(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult) -> bool:
         """One look at the job: inject the fault once it is due, then note what the platform does. True once the
@@ -715,8 +867,9 @@ class Runner:
             raise RuntimeError(f"job {seen.jid} vanished from slurmctld")
         watch = seen.watch
         last_step = max((r["step"] for r in seen.records if r["event"] == "step"), default=0)
-        if not seen.faults and info.state == "RUNNING" and last_step >= self.cfg.fault_step:
-            seen.faults.append(self.inject(sc, info, last_step, watch))
+        due = sc.fault_step or self.cfg.fault_step
+        if not seen.faults and info.state == "RUNNING" and last_step >= due:
+            seen.faults.append(self.inject(sc, info, last_step, watch, seen.run_dir))
             seen.detections += watch.pop("detections", [])
             watch["fault_time"] = seen.faults[0].time
             res.events.append({"time": seen.faults[0].time, "kind": "fault", "label": seen.faults[0].label})
@@ -751,14 +904,14 @@ class Runner:
                    "killed_node": watch.get("killed_node"), "killed_ranks": watch.get("killed_ranks"),
                    "batch_host": info.batch_host if info else None, "final_nodes": watch.get("final_nodes"),
                    "store_stopped": watch.get("store_stopped"), "store_started": watch.get("store_started"),
-                   "store_back": watch.get("store_back")})
+                   "store_back": watch.get("store_back"), **watch.get("facts", {})})
         res.apply(judge(obs, sc.expect, sc.checks))
         res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
         say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
             + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks))
         return res
 
-    def inject(self, sc: SlurmScenario, info: slurmctl.JobInfo, last_step: int, watch: dict) -> Fault:
+    def inject(self, sc: SlurmScenario, info: slurmctl.JobInfo, last_step: int, watch: dict, run_dir: Path) -> Fault:
         """Inject ``sc``'s fault on the node it targets and confirm its effect."""
         hosts = slurmctl.run(["scontrol", "show", "hostnames", info.node_list], env=self.lab.env).split()
         watch["hosts"] = hosts
@@ -768,12 +921,14 @@ class Runner:
         watch["killed_ranks"] = ranks[node]
         if sc.node_fault:
             watch["killed_node"] = node
-        return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step, watch))
+        return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step, watch, run_dir))
 
     def after_fault(self, sc: SlurmScenario, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
                     records: list[dict] | None = None) -> None:
         fault_t = watch.get("fault_time", float("inf"))
         restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
+        if watch.get("slowed_node") and restarted:  # the job re-formed without it: its slowdown no longer counts
+            watch["facts"].setdefault("slow_until", restarted[0])
         if "final_nodes" not in watch and restarted and any(r["event"] == "step" and r["time"] > restarted[0]
                                                             for r in records or []):
             # the nodes that run training workers once the job trains again after the fault (one /proc scan: the

@@ -32,6 +32,8 @@ if ((${#pids[@]})); then
   ((${#alive[@]})) && kill -KILL "${alive[@]}" 2>/dev/null
 fi
 
+for ((i = 1; i <= SLAB_NODES; i++)); do drop_node_cgroup "$i"; done   # the CPU cgroups of slowed nodes
+
 # namespaces and links of this lab only (prefix), also when $R is already gone
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${SLAB_PFX}-(n[0-9]+|probe)\$"); do
   ip netns del "$ns" 2>/dev/null

@@ -13,6 +13,16 @@
 #                       the node: the agent restarts its worker group inside the allocation.
 #   kill-tasks NODE     SIGKILL every srun-launched task on the node (agent and workers); the batch script
 #                       and its srun survive.
+#   slow NODE [PERCENT] a slow node, not a stopped one (a throttled CPU, a noisy neighbour): every process of the
+#                       node, slurmd included (what it starts later inherits it), goes into a CPU cgroup limited to
+#                       PERCENT (default 33) of one CPU over 10 ms periods and to PERCENT of a node's CPU weight (the
+#                       other nodes get cgroups at full weight: on a busy machine the quota alone would not bind);
+#                       its heartbeats and keep-alives still run.
+#                       Needs the cpu cgroup controller (v1, or v2 with cpu delegated); the kernel's netem would slow
+#                       the link instead, but it is often absent (no sch_netem, no modprobe): `can-slow` says which.
+#   unslow NODE         full speed again: its processes back to the root cgroup, the node's cgroup removed (the
+#                       other nodes' too once no node is slow)
+#   can-slow            exit 0 (printing the cgroup controller) when `slow` works here, else 1 with the reason
 #   pids NODE | state NODE | link NODE (UP, DOWN; none on loopback) | wait NODE REGEX [TIMEOUT_S]
 #   store kill-leader   SIGKILL the etcd member that leads now (the membership store: 3 members off the nodes)
 #   store stop          SIGTERM every etcd member (an outage of the whole store; its data stays; the leader's
@@ -27,7 +37,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cmd="${1:-}"; n="${2:-}"
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 case "$cmd" in -h|--help|help|"") usage; exit 0 ;; esac
 if [[ "$cmd" == store ]]; then   # the membership store is no node's: testbed/slurm_lab/etcd.py acts on it
   [[ -s "$R/etcd/state.json" ]] || die "the lab at $R runs no etcd (run: scripts/slurm_lab.sh up)"
@@ -42,6 +52,7 @@ if [[ "$cmd" == store ]]; then   # the membership store is no node's: testbed/sl
   esac
   exit
 fi
+if [[ "$cmd" == can-slow ]]; then cpu_cgroup_root; exit; fi
 [[ -n "$n" ]] || { usage >&2; die "$cmd: missing NODE"; }
 i="$(node_idx "$n")"
 (( i >= 1 && i <= SLAB_NODES )) || die "no node $n in this lab (nodes n1..n$SLAB_NODES)"
@@ -109,9 +120,37 @@ case "$cmd" in
     fi
     if [[ "$(cur_mode)" == netns ]]; then ip link set "${SLAB_PFX}-h$i" up; fi
     p=$(slurmd_pid); if pid_alive "$p"; then kill -9 "$p"; sleep 0.2; fi
+    drop_node_cgroup "$i"   # a node that was slowed comes back at full speed
     start_slurmd "$i"
     safe_resume "$drained"
     log "revived $n ($(node_state "$n"))" ;;
+  slow)
+    pct="${3:-33}"
+    [[ "$pct" =~ ^[0-9]+$ ]] && (( pct >= 1 && pct <= 100 )) || die "slow $n $pct: PERCENT must be 1..100 (of one CPU)"
+    root="$(cpu_cgroup_root)" || die "cannot slow $n here: $(cpu_cgroup_root 2>&1)"
+    [[ -n "$(node_pids_alive "$n")" ]] || die "no process on $n to slow"
+    # every node in a cgroup of its own, as machines have their own CPUs: the others at full weight, this one at
+    # PERCENT of it and of one CPU; this node first, so that the slowdown starts as soon as it can
+    cg="$(node_cgroup "$root" "$i")"
+    mkdir -p "$cg"
+    set_node_cpu "$cg" "$pct"
+    move_node_to_cgroup "$cg" "$i" 3
+    for ((k = 1; k <= SLAB_NODES; k++)); do
+      kg="$(node_cgroup "$root" "$k")"
+      (( k == i )) || [[ -d "$kg" ]] && continue   # a node already in its cgroup stays there (slow or not)
+      mkdir -p "$kg"
+      set_node_cpu "$kg" 100
+      move_node_to_cgroup "$kg" "$k" 1
+    done
+    echo "$pct" > "$R/run/slow-$n"
+    echo "$cg $(wc -l < "$cg/cgroup.procs")"
+    log "slowed $n to $pct% of one CPU (cgroup $cg): $(wc -l < "$cg/cgroup.procs") processes" ;;
+  unslow)
+    drop_node_cgroup "$i"
+    if ! compgen -G "$R/run/slow-n*" >/dev/null; then   # nobody slow: the other nodes' cgroups go too
+      for ((k = 1; k <= SLAB_NODES; k++)); do drop_node_cgroup "$k"; done
+    fi
+    log "$n at full speed again" ;;
   kill-workers)
     p=$(node_worker_pids | tr '\n' ' ')
     [[ -n "$p" ]] || die "no torchrun worker processes on $n"

@@ -149,3 +149,57 @@ our_daemons() {
        || grep -qzxF "${tags[@]}" "$d/environ" 2>/dev/null; then echo "$p"; fi
   done
 }
+
+# A slow node (fault.sh slow): its processes in a CPU cgroup with a CFS quota. The kernel's netem (a slow link)
+# was the other way; kernels without sch_netem, and labs that cannot modprobe it, are common, while the cpu
+# controller is there wherever containers run. cgroup v1 (/sys/fs/cgroup/cpu) or v2 (cpu enabled for the root's
+# children). Prints the controller's directory, or says why there is none and fails.
+cpu_cgroup_root() {
+  if [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
+    echo /sys/fs/cgroup/cpu
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    echo /sys/fs/cgroup
+  else
+    echo "no cpu cgroup controller here (cgroup v1 /sys/fs/cgroup/cpu, or v2 with cpu in /sys/fs/cgroup/cgroup.subtree_control)" >&2
+    return 1
+  fi
+}
+node_cgroup() { echo "$1/${SLAB_PFX}-n$2"; }   # cgroup root, node index
+# A node's CPU: PERCENT of one CPU at most (a CFS quota over 10 ms periods: short, so that a tiny step's compute is
+# throttled too) and PERCENT of a node's weight when the CPUs are contended (cpu.shares of 1024; v2: cpu.weight of
+# 100). The quota alone does not bind on a busy machine, where every process gets less than it anyway; the weight
+# does, against the other nodes' cgroups at full weight. 100 = a node at full speed (no quota).
+set_node_cpu() {
+  local cg="$1" pct="$2" period=10000
+  if [[ -f "$cg/cpu.cfs_quota_us" ]]; then
+    echo "$period" > "$cg/cpu.cfs_period_us"
+    if (( pct < 100 )); then echo $((period * pct / 100)) > "$cg/cpu.cfs_quota_us"; else echo -1 > "$cg/cpu.cfs_quota_us"; fi
+    echo $(( 1024 * pct / 100 > 2 ? 1024 * pct / 100 : 2 )) > "$cg/cpu.shares"
+  else
+    if (( pct < 100 )); then echo "$((period * pct / 100)) $period" > "$cg/cpu.max"; else echo "max $period" > "$cg/cpu.max"; fi
+    echo "$pct" > "$cg/cpu.weight"
+  fi
+}
+# Every process of node index $2 into the cgroup $1, in up to $3 passes (the next for children forked while their
+# parents moved; what a moved process forks later is born in the cgroup).
+move_node_to_cgroup() {
+  local cg="$1" n pass; n="$(node_name "$2")"
+  for ((pass = 0; pass < ${3:-3}; pass++)); do
+    local left=0 q
+    for q in $(node_pids_alive "$n"); do
+      grep -qxF "$q" "$cg/cgroup.procs" && continue
+      echo "$q" > "$cg/cgroup.procs" 2>/dev/null || true; left=1
+    done
+    (( left )) || break
+  done
+}
+# Remove a node's CPU cgroup: its processes back to the controller's root first (down.sh, unslow, revive).
+drop_node_cgroup() {
+  local root cg p
+  root="$(cpu_cgroup_root 2>/dev/null)" || return 0
+  cg="$(node_cgroup "$root" "$1")"
+  [[ -d "$cg" ]] || return 0
+  for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do echo "$p" > "$root/cgroup.procs" 2>/dev/null || true; done
+  rmdir "$cg" 2>/dev/null || { sleep 0.2; rmdir "$cg" 2>/dev/null; } || log "could not remove $cg"
+  rm -f "$R/run/slow-n$1"
+}

@@ -91,7 +91,7 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
 
 @pytest.mark.parametrize("name", ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
                                   "batch-host-kill", "store-member-kill", "store-outage",
-                                  "store-outage-then-worker-kill"])
+                                  "store-outage-then-worker-kill", "straggler", "wedged-rank"])
 def test_slurm_verdict_fails_without_its_fault(name):
     """An uninterrupted job, the fault claimed and confirmed, Slurm figures as a real fault would leave them."""
     sc = scenarios(CFG)[name]
@@ -101,6 +101,81 @@ def test_slurm_verdict_fails_without_its_fault(name):
     assert not v.passed and "fault injected" not in failed
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
     assert ({"failure noticed"} if name in untouched else {"job restarted", "failure noticed"}) <= failed
+
+
+def straggler_run(slow_s: float = 3.0):
+    """n3 (rank 1) slowed after step 3 (t 3.5), named at step 6 and taken out after its snapshot; the group restarts
+    on n1 (the spare) and n2 at t 16 from step 6's in-memory snapshot, at normal speed."""
+    recs = [rec("start", 0, restart_count=0, resumed_from=None)] + [step(n, n) for n in range(1, 4)]
+    recs += [dict(step(3.5 + 3 * (n - 3), n), step_time_s=slow_s) for n in (4, 5, 6)]
+    recs += [rec("checkpoint", 2.5, step=2), rec("checkpoint", 10.0, step=4)]
+    recs += [rec("straggler", 12.6, step=6, rank=1, node=1, host="n3", work_s=0.09, median_s=0.03, ratio=3.0,
+                 slow_steps=3, action="taking its node out after the in-memory snapshot of step 6: a hot spare takes "
+                                      "its place"),
+             rec("start", 16, restart_count=0, resumed_from=6, restored_from={"tier": "memory", "step": 6})]
+    recs += [step(16 + n - 6, n) for n in range(7, CFG.steps + 1)]
+    return sorted(recs, key=lambda r: r["time"]) + [rec("end", 40, step=CFG.steps)]
+
+
+STRAGGLER_FACTS = {"slow_node": "n3", "slow_ranks": [1], "spare": "n1", "final_nodes": ["n1", "n2"], "slow_until": 16}
+LEFT = (13.0, "n3: [agent] this node left the job: rank 1 (node 1, host n3) is a straggler; a hot spare takes its place")
+
+
+def test_straggler_verdict_needs_the_slow_node_named_replaced_by_the_spare_in_the_allocation():
+    sc = scenarios(CFG)["straggler"]
+    fault = [Fault("slow n3 to 25% CPU", 3.5, True, "workers in the node's cgroup, throttled")]
+    obs = observation(straggler_run(), fault, 0, 0, [12.6], **STRAGGLER_FACTS)
+    obs.logs = [LEFT]
+    v = judge(obs, sc.expect, sc.checks)
+    assert v.passed, v.failed()
+    assert v.recoveries[0].steps_lost == 0
+    back = next(c for c in v.checks if c.name == "steps slowed by the fault, faster again after the take-over")
+    assert "back within 1.5x of normal 13.5 s after the slowdown began" in back.detail, back.detail
+
+    def failed(records=None, requeues=0, logs=(LEFT,), **facts):
+        o = observation(records or straggler_run(), fault, requeues, 0, [12.6], **{**STRAGGLER_FACTS, **facts})
+        o.logs = list(logs)
+        return {c.name for c in judge(o, sc.expect, sc.checks).failed()}
+
+    assert "continued inside the allocation, no requeue" in failed(requeues=1)
+    assert failed(final_nodes=["n2", "n3"]) == {"the slow node left, the spare took its place"}
+    assert failed(logs=()) == {"the slow node left, the spare took its place"}  # re-formed for another reason
+    assert failed(slow_ranks=[0]) == {"straggler named on the slow node"}  # another node's rank was named
+    # the steps hardly slowed: the fault took no effect
+    assert "steps slowed by the fault, faster again after the take-over" in failed(straggler_run(slow_s=1.1))
+
+
+def test_back_to_speed_counts_from_the_last_stretched_step_not_the_steps_before_the_slowdown_bit():
+    """A quota takes a step or two to show: the fast steps right after the fault are not the recovery."""
+    from chaos.grey import back_to_speed_s
+    recs = [dict(r, step_time_s=1.0) if r["event"] == "step" and r["step"] in (4, 5) else r for r in straggler_run()]
+    obs = observation(recs, [Fault("slow n3", 3.5, True, "x")], 0, 0, **STRAGGLER_FACTS)
+    assert back_to_speed_s(obs) == (13.5, 1.0)  # step 7 (t 17) and 8 after the slow step 6, not steps 4 and 5
+    obs.facts["slow_until"] = None  # unknown: counted from the fault, as before
+    assert back_to_speed_s(obs) == (3.0, 1.0)
+
+
+def test_wedged_rank_verdict_needs_its_own_wedge_line_its_agent_kill_and_no_requeue():
+    sc = scenarios(CFG)["wedged-rank"]
+    t = 5.5
+    fault = [Fault("wedged main thread of rank 1 on n3", t, True, "alive, not stopped")]
+    wedge = {"wedge": {"step": 6, "rank": 1, "pid": 77, "time": t}}
+    recs = [dict(r, restored_from={"tier": "memory", "step": 5}) if r["event"] == "start" and r["time"] > t else r
+            for r in node_kill_run(resumed=5)]  # step 6 never finished: resumed from step 5's in-memory snapshot
+    lines = [(t + 3.2, "n3: [watchdog] rank 1 (node 1, pid 77) is wedged: no progress in phase forward_backward of "
+                       "step 6 for 3.1 s (bound 3.0 s)"),
+             (t + 3.4, "n3: [agent] worker pid 77 (rank 1) declared itself wedged (its line above): SIGKILLed it")]
+
+    def verdict(requeues=0, logs=tuple(lines), **facts):
+        o = observation(recs, fault, requeues, 1, [], **{**wedge, **facts})
+        o.logs, o.detections = list(logs), [at for at, _ in logs]
+        return judge(o, sc.expect, sc.checks)
+
+    v = verdict()
+    assert v.passed, v.failed()
+    assert {c.name for c in verdict(requeues=1).failed()} == {"torchrun restarted the workers, no requeue"}
+    assert "wedged rank declared and killed by its agent" in {c.name for c in verdict(logs=lines[1:]).failed()}
+    assert "wedged rank declared and killed by its agent" in {c.name for c in verdict(logs=lines[:1]).failed()}
 
 
 def test_worker_kill_must_not_requeue():
@@ -135,7 +210,7 @@ def test_bad_chaos_settings(kw, msg):
 def test_default_runs_every_slurm_scenario():
     assert SlurmChaosConfig().names == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption",
                                         "batch-host-kill", "store-member-kill", "store-outage",
-                                        "store-outage-then-worker-kill"]
+                                        "store-outage-then-worker-kill", "straggler", "wedged-rank"]
     SlurmChaosConfig(spares=0, scenarios="worker-kill,preemption,batch-host-kill").validate()  # no spare needed
 
 

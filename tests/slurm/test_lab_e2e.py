@@ -2,7 +2,9 @@
 on 2 training nodes + 1 hot spare with their membership in the lab's 3-member etcd off the compute nodes (node
 kill, rank 0's node kill and network cut -> the spare takes over inside the allocation, no requeue; worker kill ->
 torchrun restart; pre-timeout signal -> self-requeue; batch host kill -> requeue; the etcd leader killed, every
-member stopped 20 s, a worker killed meanwhile -> training goes on) with bitwise verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
+member stopped 20 s, a worker killed meanwhile -> training goes on; grey failures: a node held to a quarter of a CPU
+-> named a straggler, the spare takes its place; a rank's main thread wedged -> found by its progress, restarted)
+with bitwise verdicts, check the loopback fallback, tear everything down and check nothing of ours is left.
 
 Each lab here has its own root, namespace prefix, subnet and ports, so it can run beside `make slurm-up`.
 Needs root; skips (with the reason) only when neither namespace nor loopback mode can start.
@@ -137,7 +139,31 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
     assert re.search(rf"^ +slurm job {job}: \d node\(s\) allocated", s.stdout, flags=re.M), s.stdout
 
 
-def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
+@pytest.fixture(scope="module")
+def chaos_work(tmp_path_factory):
+    """The chaos runs' shared directory: the first run's reference (cached by config and code) serves the others."""
+    return tmp_path_factory.mktemp("chaos-work")
+
+
+CLEAN_FAILURES = ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
+                  "store-member-kill", "store-outage", "store-outage-then-worker-kill"]
+
+
+def run_chaos(env: dict, work: Path, out: Path, scenarios: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """``python -m chaos.slurm`` on the lab for ``scenarios`` with the tiny model; its result and its report."""
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "chaos.slurm", "--scenarios", ",".join(scenarios), "--steps", "12", "--interval", "2",
+         "--fault-step", "3", "--work-dir", str(work), "--lab-root", env["SLAB_ROOT"],
+         "--rdzv-port", str(int(env["SLAB_CTLD_PORT"]) + 5), "--scenario-timeout", "300", "--out", str(out),
+         # the debug preset with a tiny model: these tests are about Slurm's mechanics, and they must stay lean
+         "--", *TINY],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
+    return r, json.loads((out / "report.json").read_text())
+
+
+def test_chaos_scenarios_on_slurm(netns_lab, chaos_work, tmp_path):
     """2 training nodes + 1 spare (the batch host), membership on the lab's etcd: node-kill, first-node-kill (rank 0's
     node) and network-cut -> the spare takes over inside the allocation, no requeue; worker-kill -> torchrun
     restart, no requeue; preemption (pre-timeout signal) -> checkpoint + self-requeue, 0 steps lost;
@@ -147,19 +173,9 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     (`make chaos-test PLATFORM=slurm` runs the same with the full debug model.)"""
     env, _ = netns_lab
     out = tmp_path / "report"
-    t0 = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "chaos.slurm", "--steps", "12", "--interval", "2",
-         "--fault-step", "3", "--work-dir", str(tmp_path / "work"), "--lab-root", env["SLAB_ROOT"],
-         "--rdzv-port", str(int(env["SLAB_CTLD_PORT"]) + 5), "--scenario-timeout", "300", "--out", str(out),
-         # the debug preset with a tiny model: this test is about Slurm's mechanics, and it must stay lean
-         "--", *TINY],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
-    report = json.loads((out / "report.json").read_text())
+    r, report = run_chaos(env, chaos_work, out, CLEAN_FAILURES)
     by = {s["name"]: s for s in report["scenarios"]}
-    assert list(by) == ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
-                        "store-member-kill", "store-outage", "store-outage-then-worker-kill"]
+    assert list(by) == CLEAN_FAILURES
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}
     for name, s in by.items():
         assert s["passed"], (name, [c for c in s["checks"] if not c["ok"]], s["error"])
@@ -184,6 +200,48 @@ def test_chaos_scenarios_on_slurm(netns_lab, tmp_path):
     # the reference ran through `make train PLATFORM=slurm`'s script and completed without interruption
     assert not report["reference"]["cached"]
     assert (out / "timeline.png").stat().st_size > 0
+
+
+def passed_with_evidence(report: dict, name: str) -> dict:
+    """The scenario's entry, after asserting it passed with the standard evidence (bitwise included)."""
+    (sc,) = [s for s in report["scenarios"] if s["name"] == name]
+    assert sc["passed"], (name, [c for c in sc["checks"] if not c["ok"]], sc["error"])
+    assert {"fault injected", "failure noticed", "job restarted", "weights bitwise == reference",
+            "every sample exactly once"} <= {c["name"] for c in sc["checks"]}
+    return sc
+
+
+def test_a_slow_node_is_replaced_by_the_spare_on_slurm(netns_lab, chaos_work, tmp_path):
+    """straggler: a training node (not rank 0's) held to a quarter of one CPU by a cgroup quota (`fault.sh slow`)
+    while the batch host waits as the spare -> named a straggler, taken out after a snapshot, the spare takes its
+    place inside the allocation (no requeue), 0 steps recomputed, bitwise equal to the reference."""
+    env, _ = netns_lab
+    why = subprocess.run([str(LAB / "fault.sh"), "can-slow"], env=env, capture_output=True, text=True, timeout=30)
+    if why.returncode != 0:
+        pytest.skip(f"the lab cannot slow a node here (fault.sh can-slow): {why.stderr.strip()}")
+    r, report = run_chaos(env, chaos_work, tmp_path / "report", ["straggler"])
+    sc = passed_with_evidence(report, "straggler")
+    ok = {c["name"]: c["detail"] for c in sc["checks"] if c["ok"]}
+    assert {"straggler named on the slow node", "the slow node left, the spare took its place",
+            "continued inside the allocation, no requeue",
+            "steps slowed by the fault, faster again after the take-over"} <= set(ok)
+    assert sc["figures"]["requeues"] == 0 and sc["recoveries"][0]["steps_lost"] == 0
+    assert r.returncode == 0
+    print(f"\n[straggler] {ok['steps slowed by the fault, faster again after the take-over']}")
+
+
+def test_a_wedged_rank_is_found_by_its_progress_on_slurm(netns_lab, chaos_work, tmp_path):
+    """wedged-rank: rank 1's main thread blocks mid-step (`--fault.wedge_at_step`), its process alive -> its own
+    watchdog declares it wedged, its agent kills it, torchrun restarts the workers inside the allocation (no
+    requeue), at most 1 step recomputed, bitwise equal to the reference."""
+    env, _ = netns_lab
+    r, report = run_chaos(env, chaos_work, tmp_path / "report", ["wedged-rank"])
+    sc = passed_with_evidence(report, "wedged-rank")
+    ok = {c["name"]: c["detail"] for c in sc["checks"] if c["ok"]}
+    assert {"wedged rank declared and killed by its agent", "torchrun restarted the workers, no requeue"} <= set(ok)
+    assert sc["figures"]["requeues"] == 0 and sc["recoveries"][0]["steps_lost"] <= 1
+    assert r.returncode == 0
+    print(f"\n[wedged-rank] {ok['wedged rank declared and killed by its agent']}")
 
 
 def test_loopback_fallback_runs_jobs(tmp_path):
