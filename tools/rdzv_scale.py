@@ -303,7 +303,10 @@ class _AgentHost:
             a.done.set()
 
     def errors(self) -> list[str]:
-        return [f"agent {a.idx}: {a.error!r}" for a in self.agents.values() if a.error is not None]
+        """The agents' errors, causes first (one agent's failure breaks the others' start barrier)."""
+        failed = [a for a in self.agents.values() if a.error is not None]
+        failed.sort(key=lambda a: isinstance(a.error, threading.BrokenBarrierError))
+        return [f"agent {a.idx}: {a.error!r}" for a in failed]
 
     def report(self, i: int) -> dict[str, Any]:
         a = self.agents[i]

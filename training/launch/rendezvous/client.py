@@ -212,14 +212,17 @@ class EtcdClient:
     def delete(self, key: str) -> None:
         self.post("kv/deleterange", {"key": b64(key)})
 
-    def compare_and_set(self, key: str, mod_revision: int, value: str, lease: int = 0) -> bool:
-        """Put ``value`` at ``key`` if the key's mod revision is still ``mod_revision`` (0: the key is absent)."""
+    def compare_and_set(self, key: str, mod_revision: int, value: str, lease: int = 0,
+                        also: dict[str, str] | None = None) -> bool:
+        """Put ``value`` at ``key`` if the key's mod revision is still ``mod_revision`` (0: the key is absent);
+        ``also``: more keys put in the same transaction (same revision), without a lease."""
         put = {"key": b64(key), "value": b64(value)}
         if lease:
             put["lease"] = str(lease)
+        more = [{"request_put": {"key": b64(k), "value": b64(v)}} for k, v in (also or {}).items()]
         r = self.post("kv/txn", {"compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL",
                                               "mod_revision": str(mod_revision)}],
-                                 "success": [{"request_put": put}]})
+                                 "success": [{"request_put": put}] + more})
         return bool(r.get("succeeded"))
 
     # ------------------------------------------------------------------ leases
