@@ -174,9 +174,11 @@ def _build_handler(spec: dict[str, Any]):
         # the driver's login token: one etcd login costs ~0.1 s of a member's CPU (bcrypt), and N agents logging
         # in at once is a start-up cost (measured apart: login s), not a round's
         client._token = spec["token"]
+        # its lease is renewed by the process's lease keepers (_AgentHost), not a thread of its own
         return EtcdRendezvousHandler(spec["run_id"], client, min_nodes=spec["nodes"] - 1,
                                      max_nodes=spec["nodes"], ttl_s=ETCD_TTL_S, last_call_s=LAST_CALL_S,
-                                     join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1")
+                                     join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1",
+                                     keep_alive_thread=False)
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
@@ -200,6 +202,8 @@ class SimAgent(threading.Thread):
         self.failed = threading.Event()   # c10d survivors: "my workers failed" -> next rendezvous
         self.die = threading.Event()      # the victim: stop everything, as SIGKILL would
         self.done = threading.Event()     # driver: the run is over, leave
+        self.wake = threading.Event()     # any of the three above
+        self.monitoring = False           # in torchrun's monitor loop: the host's monitor asks num_nodes_waiting
         self.handler = None
         self.rounds: list[dict[str, Any]] = []
         self.signal_at: float | None = None  # when num_nodes_waiting() first said 1 after round 1
@@ -259,11 +263,9 @@ class SimAgent(threading.Thread):
             self.start_barrier.wait()
             self.go.wait()
             self._round()
-            while not (self.failed.is_set() or self.die.is_set() or self.done.is_set()):
-                time.sleep(MONITOR_INTERVAL_S)
-                if not self.die.is_set() and self.handler.num_nodes_waiting() > 0 and self.signal_at is None:
-                    self.signal_at = time.monotonic()
-                    self.failed.set()
+            self.monitoring = True  # the host's monitor thread asks num_nodes_waiting() for it (_AgentHost)
+            self.wake.wait()
+            self.monitoring = False
             if self.die.is_set():
                 self._stop_like_sigkill()
                 return
@@ -276,14 +278,52 @@ class SimAgent(threading.Thread):
             self.start_barrier.abort()
 
 
+#: etcd agents whose leases one keeper thread renews (each renewal is one HTTPS call of ~1 ms).
+AGENTS_PER_KEEPER = 32
+
+
 class _AgentHost:
-    """The simulated agents ``indices`` living in this process, and the events that drive them."""
+    """The simulated agents ``indices`` living in this process, and the events that drive them.
+
+    What the agents of a process share (the simulation's own economy; the store sees the same calls): one
+    monitor thread asks every agent's ``num_nodes_waiting()`` every :data:`MONITOR_INTERVAL_S` (torchrun's
+    monitor loop, one per real agent), and for etcd a few lease keepers renew the agents' leases every
+    ``keep_alive_interval_s`` (the handler's own keep-alive thread, one per real agent)."""
 
     def __init__(self, spec: dict[str, Any], indices: range) -> None:
         self.counts = _Counters()
         self.barrier, self.go = threading.Barrier(len(indices) + 1), threading.Event()
         self.agents = {i: SimAgent(i, spec, self.barrier, self.go, self.counts) for i in indices}
         self.at_once = spec["handler"] != "etcd"  # torch's c10d: survivors re-join when their workers fail
+        self._stop = threading.Event()
+        threading.Thread(target=self._monitor, name="sim-monitor", daemon=True).start()
+        if spec["handler"] == "etcd":
+            agents = list(self.agents.values())
+            for k in range(0, len(agents), AGENTS_PER_KEEPER):
+                threading.Thread(target=self._keep_leases, args=(agents[k:k + AGENTS_PER_KEEPER],),
+                                 name="sim-lease-keeper", daemon=True).start()
+
+    def _monitor(self) -> None:
+        """torchrun's monitor loop for every agent of this process that has its place."""
+        while not self._stop.wait(MONITOR_INTERVAL_S):
+            for a in self.agents.values():
+                if a.monitoring and not a.wake.is_set() and a.handler.num_nodes_waiting() > 0:
+                    a.signal_at = time.monotonic() if a.signal_at is None else a.signal_at
+                    a.failed.set()
+                    a.wake.set()
+
+    def _keep_leases(self, agents: list[SimAgent]) -> None:
+        """The handlers' keep-alive, for ``agents`` (etcd): each lease once per interval, as its own thread would;
+        not the victim's once it died (its lease must expire)."""
+        interval = None
+        while not self._stop.is_set():
+            start = time.monotonic()
+            for a in agents:
+                h = a.handler
+                if h is not None and not a.die.is_set() and not h._stop.is_set():
+                    interval = h.keep_alive_interval_s
+                    h.keep_alive_once()
+            self._stop.wait(max(0.0, (interval or 0.2) - (time.monotonic() - start)))
 
     def start(self, timeout_s: float) -> None:
         for a in self.agents.values():
@@ -293,14 +333,18 @@ class _AgentHost:
     def kill(self, victim: int) -> None:
         if victim in self.agents:
             self.agents[victim].die.set()
+            self.agents[victim].wake.set()
         if self.at_once:
             for i, a in self.agents.items():
                 if i != victim:
                     a.failed.set()
+                    a.wake.set()
 
     def finish(self) -> None:
+        self._stop.set()
         for a in self.agents.values():
             a.done.set()
+            a.wake.set()
 
     def errors(self) -> list[str]:
         """The agents' errors, causes first (one agent's failure breaks the others' start barrier)."""
@@ -376,6 +420,13 @@ class _ProcPool:
             self.procs.append(p)
             threading.Thread(target=self._read, args=(k, p), daemon=True).start()
         self.pids = [p.pid for p in self.procs]
+        try:
+            self._wait_ready(procs, timeout_s)
+        except BaseException:
+            self.close()  # no orphaned agents left running against the next run's store
+            raise
+
+    def _wait_ready(self, procs: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while len(self._ready) < procs:
             if self._errors:

@@ -144,7 +144,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def __init__(self, run_id: str, client: EtcdClient, *, min_nodes: int, max_nodes: int, ttl_s: int,
                  last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False,
-                 node_index: int | None = None):
+                 node_index: int | None = None, keep_alive_thread: bool = True):
+        """``keep_alive_thread=False``: the caller renews the lease, calling :meth:`keep_alive_once` every
+        :attr:`keep_alive_interval_s` (the scale simulation renews a process's many agents from a few threads)."""
         self.run_id = run_id
         self.client = client
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
@@ -164,10 +166,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._membership_lock = threading.Lock()
         self._taken_out = False
         self._spares_told = -1
+        self._said_unreachable = False
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._join_store()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
+        if keep_alive_thread:
+            threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
         threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
 
     # ------------------------------------------------------------------ membership
@@ -192,24 +196,36 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     raise
                 _say(f"waiting for the membership store: {e}")
                 time.sleep(1)
+            except StoreRefused as e:  # the new lease ran out before the put (a store or host slower than its TTL)
+                if "lease not found" not in str(e) or time.monotonic() > deadline:
+                    raise
+                _say(f"this node's new lease expired before its member key was written; joining again ({e})")
+
+    @property
+    def keep_alive_interval_s(self) -> float:
+        """Seconds between two renewals of the lease (a third of its TTL: two may fail before it expires)."""
+        return max(0.2, self.ttl_s / 3)
 
     def _keep_alive(self) -> None:
-        said = False
-        while not self._stop.wait(max(0.2, self.ttl_s / 3)):
-            try:
-                if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
-                    self._renew_membership(self._lease)
-                if self._answering_since is None:
-                    self._answering_since = time.monotonic()
-                    _say("membership store answers again: keep-alives resumed")
-                said = False
-            except StoreUnavailable:
-                self._answering_since = None
-                if not said:
-                    _say("membership store unreachable: keep-alives paused, training goes on")
-                    said = True
-            except Exception as e:  # noqa: BLE001 - never end the agent from this thread
-                _say(f"keep-alive failed: {type(e).__name__}: {e}")
+        while not self._stop.wait(self.keep_alive_interval_s):
+            self.keep_alive_once()
+
+    def keep_alive_once(self) -> None:
+        """Renew the lease once; if it expired, join again under a new one. Never raises (says what failed)."""
+        try:
+            if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
+                self._renew_membership(self._lease)
+            if self._answering_since is None:
+                self._answering_since = time.monotonic()
+                _say("membership store answers again: keep-alives resumed")
+            self._said_unreachable = False
+        except StoreUnavailable:
+            self._answering_since = None
+            if not self._said_unreachable:
+                _say("membership store unreachable: keep-alives paused, training goes on")
+                self._said_unreachable = True
+        except Exception as e:  # noqa: BLE001 - never end the agent from this thread
+            _say(f"keep-alive failed: {type(e).__name__}: {e}")
 
     def _renew_membership(self, expired: int) -> None:
         """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
