@@ -174,11 +174,9 @@ def _build_handler(spec: dict[str, Any]):
         # the driver's login token: one etcd login costs ~0.1 s of a member's CPU (bcrypt), and N agents logging
         # in at once is a start-up cost (measured apart: login s), not a round's
         client._token = spec["token"]
-        # its lease is renewed by the process's lease keepers (_AgentHost), not a thread of its own
         return EtcdRendezvousHandler(spec["run_id"], client, min_nodes=spec["nodes"] - 1,
                                      max_nodes=spec["nodes"], ttl_s=ETCD_TTL_S, last_call_s=LAST_CALL_S,
-                                     join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1",
-                                     keep_alive_thread=False)
+                                     join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1")
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
@@ -278,8 +276,8 @@ class SimAgent(threading.Thread):
             self.start_barrier.abort()
 
 
-#: etcd agents whose leases one keeper thread renews (each renewal is one HTTPS call of ~1 ms).
-AGENTS_PER_KEEPER = 32
+#: How much lower the agents' worker processes' CPU priority is than the store's (``--procs``; nice increment).
+AGENT_NICE = 10
 
 
 class _AgentHost:
@@ -287,8 +285,8 @@ class _AgentHost:
 
     What the agents of a process share (the simulation's own economy; the store sees the same calls): one
     monitor thread asks every agent's ``num_nodes_waiting()`` every :data:`MONITOR_INTERVAL_S` (torchrun's
-    monitor loop, one per real agent), and for etcd a few lease keepers renew the agents' leases every
-    ``keep_alive_interval_s`` (the handler's own keep-alive thread, one per real agent)."""
+    monitor loop, one per real agent). Each handler keeps its own threads (lease keep-alive, watches): renewing
+    many leases from one thread would make each renewal wait for the others' when the store is slow."""
 
     def __init__(self, spec: dict[str, Any], indices: range) -> None:
         self.counts = _Counters()
@@ -297,11 +295,6 @@ class _AgentHost:
         self.at_once = spec["handler"] != "etcd"  # torch's c10d: survivors re-join when their workers fail
         self._stop = threading.Event()
         threading.Thread(target=self._monitor, name="sim-monitor", daemon=True).start()
-        if spec["handler"] == "etcd":
-            agents = list(self.agents.values())
-            for k in range(0, len(agents), AGENTS_PER_KEEPER):
-                threading.Thread(target=self._keep_leases, args=(agents[k:k + AGENTS_PER_KEEPER],),
-                                 name="sim-lease-keeper", daemon=True).start()
 
     def _monitor(self) -> None:
         """torchrun's monitor loop for every agent of this process that has its place."""
@@ -311,19 +304,6 @@ class _AgentHost:
                     a.signal_at = time.monotonic() if a.signal_at is None else a.signal_at
                     a.failed.set()
                     a.wake.set()
-
-    def _keep_leases(self, agents: list[SimAgent]) -> None:
-        """The handlers' keep-alive, for ``agents`` (etcd): each lease once per interval, as its own thread would;
-        not the victim's once it died (its lease must expire)."""
-        interval = None
-        while not self._stop.is_set():
-            start = time.monotonic()
-            for a in agents:
-                h = a.handler
-                if h is not None and not a.die.is_set() and not h._stop.is_set():
-                    interval = h.keep_alive_interval_s
-                    h.keep_alive_once()
-            self._stop.wait(max(0.0, (interval or 0.2) - (time.monotonic() - start)))
 
     def start(self, timeout_s: float) -> None:
         for a in self.agents.values():
@@ -415,8 +395,9 @@ class _ProcPool:
             self._stderr.append(err)
             argv = [sys.executable, "-m", "tools.rdzv_scale", "--worker",
                     json.dumps(spec | {"first": bounds[k], "stop": bounds[k + 1]})]
+            # below the store's CPU priority: on real nodes the agents do not take the store hosts' CPU
             p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(err, "w"),
-                                 text=True, bufsize=1)
+                                 text=True, bufsize=1, preexec_fn=lambda: os.nice(AGENT_NICE))
             self.procs.append(p)
             threading.Thread(target=self._read, args=(k, p), daemon=True).start()
         self.pids = [p.pid for p in self.procs]
@@ -707,10 +688,11 @@ class _CpuWindow:
 
 
 def _lag_monitor(stop: threading.Event, out: list[float]) -> None:
+    """Keeps ``out`` as ``[the largest lag so far]`` (how late a 10 ms sleep woke)."""
     while not stop.is_set():
         t = time.monotonic()
         time.sleep(0.01)
-        out.append(time.monotonic() - t - 0.01)
+        out[:] = [max(out[0] if out else 0.0, time.monotonic() - t - 0.01)]
 
 
 def _wait_until(cond, timeout_s: float, what: str, pool) -> float:

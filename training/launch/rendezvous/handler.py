@@ -144,9 +144,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def __init__(self, run_id: str, client: EtcdClient, *, min_nodes: int, max_nodes: int, ttl_s: int,
                  last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False,
-                 node_index: int | None = None, keep_alive_thread: bool = True):
-        """``keep_alive_thread=False``: the caller renews the lease, calling :meth:`keep_alive_once` every
-        :attr:`keep_alive_interval_s` (the scale simulation renews a process's many agents from a few threads)."""
+                 node_index: int | None = None):
         self.run_id = run_id
         self.client = client
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
@@ -170,8 +168,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._join_store()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        if keep_alive_thread:
-            threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
+        threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
         threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
 
     # ------------------------------------------------------------------ membership
@@ -201,16 +198,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     raise
                 _say(f"this node's new lease expired before its member key was written; joining again ({e})")
 
-    @property
-    def keep_alive_interval_s(self) -> float:
-        """Seconds between two renewals of the lease (a third of its TTL: two may fail before it expires)."""
-        return max(0.2, self.ttl_s / 3)
-
     def _keep_alive(self) -> None:
-        while not self._stop.wait(self.keep_alive_interval_s):
-            self.keep_alive_once()
+        while not self._stop.wait(max(0.2, self.ttl_s / 3)):  # two renewals may fail before the lease expires
+            self._keep_alive_once()
 
-    def keep_alive_once(self) -> None:
+    def _keep_alive_once(self) -> None:
         """Renew the lease once; if it expired, join again under a new one. Never raises (says what failed)."""
         try:
             if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
