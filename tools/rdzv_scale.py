@@ -87,9 +87,10 @@ NAN = float("nan")
 HANDLERS = {"etcd": None, "c10d": (5, 3), "c10d-1x3": (1, 3)}
 LAST_CALL_S = 3
 ETCD_TTL_S = 3  # the launcher's 1 s x 3 (--etcd-keep-alive-s 1)
-#: Handlers built at once per process. Building is not timed, and all N at once on 2 cores takes an etcd handler
-#: longer than its lease between its grant and its member key's read-back (the handler then fails).
-_BUILDING = threading.BoundedSemaphore(4)
+#: Handlers built at once per process. Building is not timed; all N at once on 2 cores takes an etcd handler
+#: longer than its lease between its grant and its member key's read-back, and past 256 agents even 4 at a time
+#: per process overloaded the store (requests timed out, clients reconnected: thousands of TLS handshakes).
+_BUILDING = threading.BoundedSemaphore(1)
 
 
 @dataclass
