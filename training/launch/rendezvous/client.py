@@ -137,7 +137,7 @@ class EtcdClient:
         self.timeout = request_timeout_s
         for path in (creds.cert, creds.key, creds.ca):  # a missing file is a setup error, not a member away
             if not os.path.exists(path):
-                raise ValueError(f"etcd TLS file {path} does not exist (see {', '.join(ClientCredentials.ENV.values())})")
+                raise ValueError(f"etcd TLS file {path} does not exist: check T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY")
         # one pool per member; no environment (proxies, CA bundles) replaces the cluster's CA; a few connections
         # per member at once: the lease's keep-alive, two watch streams, the closer's, the agent's own calls
         self._http = urllib3.PoolManager(num_pools=max(4, len(creds.endpoints)), maxsize=8, cert_reqs="CERT_REQUIRED",

@@ -3,10 +3,10 @@
 Each agent holds an etcd lease (TTL = keep-alive interval x attempts, ``--rdzv-conf``) with its member key
 under it, renewed by a thread of its own, and watches one key, the round record's head (the record without its
 member lists, :class:`.rounds.Head`), so every agent hears of a new round at once (no polling, and a keep-alive
-or a round change costs each agent the same at any job size; the whole record is read once a round is formed). One agent, the *closer* (the
-oldest live member; each agent watches the member created just before it and takes over when that one
-goes), also watches the member and joined keys: it closes rounds and opens the next when a participant's
-lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
+or a round change costs each agent the same at any job size; the whole record is read once a round is formed).
+One agent, the *closer* (the oldest live member; each agent watches the member created just before it and
+takes over when that one goes), also watches the member and joined keys: it closes rounds and opens the next
+when a participant's lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
 
 * ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d ``TCPStore``
   hosted by the round's rank-0 agent for torchrun's rank assignment, exit barrier and the workers' bootstrap
@@ -467,7 +467,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         continue
                 if step is rounds.Step.NEW_ROUND:
                     self._put_round(revision, rounds.next_round(r))
-                    continue  # lost the race or won it: read again
+                    self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
+                    continue
                 if step is rounds.Step.JOIN:
                     self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
                     joined_round = (r.n, lease)  # a renewed lease (the old one expired) means joining again
