@@ -7,7 +7,8 @@ TLS and auth on, one job user); ``c10d`` and ``c10d-1x3``, torch's own ``Dynamic
 backend, ``is_host=false``, no launcher patch, torch's shared round TCPStore) against one real
 ``python -m training.rdzv_store``, with torch's default keep-alive (5 s x 3) or the launcher's 1 s x 3; last
 call 3 s for all. Agents are threads of this process, or with ``--procs P`` threads of P worker processes (each
-with its own GIL; the coordinator gets their round times over a pipe and sends "go", "die" and "done").
+with its own GIL, at a CPU priority 10 nice steps below the store's; the coordinator gets their round times over
+a pipe and sends "go", "die" and "done").
 
 Per handler and node count N (MIN:MAX = N-1:N), one run:
 
@@ -16,7 +17,8 @@ Per handler and node count N (MIN:MAX = N-1:N), one run:
    not part of the rounds.
 2. *first round*: all N agents call ``next_rendezvous()`` at once, then torchrun's rank assignment
    (``SimpleElasticAgent._assign_worker_ranks``) through the round's store; from the start until the last
-   agent has its rank. Then each agent asks ``num_nodes_waiting()`` every 0.1 s (torchrun's monitor loop).
+   agent has its rank. Then each agent is asked ``num_nodes_waiting()`` every 0.1 s (torchrun's monitor loop;
+   one thread per process asks for all of its agents).
 3. *steady*: ``--steady-s`` seconds of healthy agents: store operations and bytes per second (keep-alives).
 4. *re-formed*: the agent with rank 0 (the round's store host; ``--victim closer``: the etcd closer) stops its
    keep-alive and calls nothing more (etcd: its lease thread and watches stop, nothing is revoked). etcd
@@ -45,6 +47,13 @@ Usage::
 
     python -m tools.rdzv_scale --nodes 16,64 --handlers etcd,c10d-1x3
     python -m tools.rdzv_scale --nodes 16,64,256,1024 --procs 8 --json bench/out/rdzv_scale.json
+
+What a simulated agent does differently from a real node's (the handlers' calls and the store's side are
+the real ones): it shares a process, its GIL and this machine's cores with the other agents (a real node has
+its own); the agents of a process share one monitor thread (torchrun runs one loop per agent; each handler
+keeps its own lease keep-alive thread and watches); the agents' processes run below the store's CPU priority
+(a real store runs on hosts of its own); the etcd agents share the driver's login token; there are no
+workers (no torch process group, no training), and torch is imported once per process, not per agent.
 
 What it cannot show: network latency and bandwidth between nodes and the store (all loopback here), agent
 start skew across real nodes (all agents start together: the worst burst), the store on a loaded or remote
@@ -77,10 +86,11 @@ NAN = float("nan")
 #: The handlers compared; c10d's keep-alive (interval s, attempts): torch's default and the launcher's.
 HANDLERS = {"etcd": None, "c10d": (5, 3), "c10d-1x3": (1, 3)}
 LAST_CALL_S = 3
-ETCD_TTL_S = 3  # the launcher's 1 s x 3
-#: Handlers built at once per process. Building is not timed, and all N at once on 2 cores takes an etcd handler
-#: longer than its lease between its grant and its member key's read-back (the handler then fails).
-_BUILDING = threading.BoundedSemaphore(4)
+ETCD_TTL_S = 3  # the launcher's 1 s x 3 (--etcd-keep-alive-s 1)
+#: Handlers built at once per process. Building is not timed; all N at once on 2 cores takes an etcd handler
+#: longer than its lease between its grant and its member key's read-back, and past 256 agents even 4 at a time
+#: per process overloaded the store (requests timed out, clients reconnected: thousands of TLS handshakes).
+_BUILDING = threading.BoundedSemaphore(1)
 
 
 @dataclass
@@ -90,6 +100,7 @@ class ScaleResult:
     handler: str
     nodes: int
     procs: int = 1
+    lease_s: float = NAN
     connect_s: float = NAN
     login_s: float = NAN
     first_round_s: float = NAN
@@ -175,7 +186,7 @@ def _build_handler(spec: dict[str, Any]):
         # in at once is a start-up cost (measured apart: login s), not a round's
         client._token = spec["token"]
         return EtcdRendezvousHandler(spec["run_id"], client, min_nodes=spec["nodes"] - 1,
-                                     max_nodes=spec["nodes"], ttl_s=ETCD_TTL_S, last_call_s=LAST_CALL_S,
+                                     max_nodes=spec["nodes"], ttl_s=spec["etcd_ttl_s"], last_call_s=LAST_CALL_S,
                                      join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1")
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
@@ -200,6 +211,8 @@ class SimAgent(threading.Thread):
         self.failed = threading.Event()   # c10d survivors: "my workers failed" -> next rendezvous
         self.die = threading.Event()      # the victim: stop everything, as SIGKILL would
         self.done = threading.Event()     # driver: the run is over, leave
+        self.wake = threading.Event()     # any of the three above
+        self.monitoring = False           # in torchrun's monitor loop: the host's monitor asks num_nodes_waiting
         self.handler = None
         self.rounds: list[dict[str, Any]] = []
         self.signal_at: float | None = None  # when num_nodes_waiting() first said 1 after round 1
@@ -259,11 +272,9 @@ class SimAgent(threading.Thread):
             self.start_barrier.wait()
             self.go.wait()
             self._round()
-            while not (self.failed.is_set() or self.die.is_set() or self.done.is_set()):
-                time.sleep(MONITOR_INTERVAL_S)
-                if not self.die.is_set() and self.handler.num_nodes_waiting() > 0 and self.signal_at is None:
-                    self.signal_at = time.monotonic()
-                    self.failed.set()
+            self.monitoring = True  # the host's monitor thread asks num_nodes_waiting() for it (_AgentHost)
+            self.wake.wait()
+            self.monitoring = False
             if self.die.is_set():
                 self._stop_like_sigkill()
                 return
@@ -276,14 +287,34 @@ class SimAgent(threading.Thread):
             self.start_barrier.abort()
 
 
+#: How much lower the agents' worker processes' CPU priority is than the store's (``--procs``; nice increment).
+AGENT_NICE = 10
+
+
 class _AgentHost:
-    """The simulated agents ``indices`` living in this process, and the events that drive them."""
+    """The simulated agents ``indices`` living in this process, and the events that drive them.
+
+    What the agents of a process share (the simulation's own economy; the store sees the same calls): one
+    monitor thread asks every agent's ``num_nodes_waiting()`` every :data:`MONITOR_INTERVAL_S` (torchrun's
+    monitor loop, one per real agent). Each handler keeps its own threads (lease keep-alive, watches): renewing
+    many leases from one thread would make each renewal wait for the others' when the store is slow."""
 
     def __init__(self, spec: dict[str, Any], indices: range) -> None:
         self.counts = _Counters()
         self.barrier, self.go = threading.Barrier(len(indices) + 1), threading.Event()
         self.agents = {i: SimAgent(i, spec, self.barrier, self.go, self.counts) for i in indices}
         self.at_once = spec["handler"] != "etcd"  # torch's c10d: survivors re-join when their workers fail
+        self._stop = threading.Event()
+        threading.Thread(target=self._monitor, name="sim-monitor", daemon=True).start()
+
+    def _monitor(self) -> None:
+        """torchrun's monitor loop for every agent of this process that has its place."""
+        while not self._stop.wait(MONITOR_INTERVAL_S):
+            for a in self.agents.values():
+                if a.monitoring and not a.wake.is_set() and a.handler.num_nodes_waiting() > 0:
+                    a.signal_at = time.monotonic() if a.signal_at is None else a.signal_at
+                    a.failed.set()
+                    a.wake.set()
 
     def start(self, timeout_s: float) -> None:
         for a in self.agents.values():
@@ -293,17 +324,24 @@ class _AgentHost:
     def kill(self, victim: int) -> None:
         if victim in self.agents:
             self.agents[victim].die.set()
+            self.agents[victim].wake.set()
         if self.at_once:
             for i, a in self.agents.items():
                 if i != victim:
                     a.failed.set()
+                    a.wake.set()
 
     def finish(self) -> None:
+        self._stop.set()
         for a in self.agents.values():
             a.done.set()
+            a.wake.set()
 
     def errors(self) -> list[str]:
-        return [f"agent {a.idx}: {a.error!r}" for a in self.agents.values() if a.error is not None]
+        """The agents' errors, causes first (one agent's failure breaks the others' start barrier)."""
+        failed = [a for a in self.agents.values() if a.error is not None]
+        failed.sort(key=lambda a: isinstance(a.error, threading.BrokenBarrierError))
+        return [f"agent {a.idx}: {a.error!r}" for a in failed]
 
     def report(self, i: int) -> dict[str, Any]:
         a = self.agents[i]
@@ -368,11 +406,19 @@ class _ProcPool:
             self._stderr.append(err)
             argv = [sys.executable, "-m", "tools.rdzv_scale", "--worker",
                     json.dumps(spec | {"first": bounds[k], "stop": bounds[k + 1]})]
+            # below the store's CPU priority: on real nodes the agents do not take the store hosts' CPU
             p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(err, "w"),
-                                 text=True, bufsize=1)
+                                 text=True, bufsize=1, preexec_fn=lambda: os.nice(AGENT_NICE))
             self.procs.append(p)
             threading.Thread(target=self._read, args=(k, p), daemon=True).start()
         self.pids = [p.pid for p in self.procs]
+        try:
+            self._wait_ready(procs, timeout_s)
+        except BaseException:
+            self.close()  # no orphaned agents left running against the next run's store
+            raise
+
+    def _wait_ready(self, procs: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while len(self._ready) < procs:
             if self._errors:
@@ -653,10 +699,11 @@ class _CpuWindow:
 
 
 def _lag_monitor(stop: threading.Event, out: list[float]) -> None:
+    """Keeps ``out`` as ``[the largest lag so far]`` (how late a 10 ms sleep woke)."""
     while not stop.is_set():
         t = time.monotonic()
         time.sleep(0.01)
-        out.append(time.monotonic() - t - 0.01)
+        out[:] = [max(out[0] if out else 0.0, time.monotonic() - t - 0.01)]
 
 
 def _wait_until(cond, timeout_s: float, what: str, pool) -> float:
@@ -678,14 +725,16 @@ def _join_all(threads: list[threading.Thread], timeout_s: float) -> None:
 
 
 def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float = 2.0, timeout_s: float = 120.0,
-             victim: str = "rank0", say=print) -> ScaleResult:
+             victim: str = "rank0", etcd_ttl_s: int = ETCD_TTL_S, say=print) -> ScaleResult:
     """Run the rounds of ``handler`` at ``nodes`` agents against ``store`` (:class:`_EtcdStore` or
     :class:`_C10dStore`); see the module docstring."""
     if nodes < 2:
         raise ValueError(f"--nodes {nodes}: need at least 2 (one dies, MIN = N-1 re-form)")
     run_id = f"scale-{handler}-{nodes}-{os.getpid()}"
-    spec = {"handler": handler, "nodes": nodes, "run_id": run_id, "timeout_s": timeout_s} | store.spec(run_id)
-    base = ScaleResult(handler=handler, nodes=nodes, procs=procs)
+    spec = {"handler": handler, "nodes": nodes, "run_id": run_id, "timeout_s": timeout_s,
+            "etcd_ttl_s": etcd_ttl_s} | store.spec(run_id)
+    interval, attempts = HANDLERS[handler] or (etcd_ttl_s / 3, 3)
+    base = ScaleResult(handler=handler, nodes=nodes, procs=procs, lease_s=interval * attempts)
     watch = _RoundWatch(store.creds) if handler == "etcd" else None
     base.login_s = getattr(store, "login_s", NAN)
     workdir = tempfile.mkdtemp(prefix="t5-rdzv-scale-")
@@ -911,6 +960,7 @@ def worker_store_load(nodes: int, per_node: int, *, seconds: float = 5.0, procs:
 
 # ---------------------------------------------------------------------------------------------- tables
 COLUMNS = [("handler", "handler", "{}"), ("N", "nodes", "{:d}"), ("procs", "procs", "{:d}"),
+           ("lease s", "lease_s", "{:g}"),
            ("connect s", "connect_s", "{:.1f}"), ("login s", "login_s", "{:.2f}"),
            ("first round s", "first_round_s", "{:.2f}"),
            ("re-formed s", "reform_s", "{:.2f}"), ("ops/s 1st", "ops_per_s_first", "{:.0f}"),
@@ -988,7 +1038,7 @@ def _handlers(raw: str) -> list[str]:
 
 
 def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: float = 2.0, timeout_s: float = 180.0,
-        victim: str = "rank0", worker_ranks: int = 8, worker_s: float = 5.0,
+        victim: str = "rank0", worker_ranks: int = 8, worker_s: float = 5.0, etcd_ttl_s: int = ETCD_TTL_S,
         say=print) -> tuple[list[ScaleResult], list[WorkerStoreResult]]:
     """Every handler at every node count (each against a fresh store), then the workers' store rows."""
     results = []
@@ -1003,7 +1053,7 @@ def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: floa
                     # the handlers' per-agent lines ("[rendezvous] round 0: rank ...") go to a file
                     with open(log, "a") as f, contextlib.redirect_stderr(f):
                         results.append(simulate(h, n, one, procs=procs, steady_s=steady_s, timeout_s=timeout_s,
-                                                victim=victim, say=say))
+                                                victim=victim, etcd_ttl_s=etcd_ttl_s, say=say))
                 finally:
                     if one is not store:
                         one.close()
@@ -1030,6 +1080,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=2.0,
                    help="seconds of healthy agents between the rounds (steady store load; default 2)")
     p.add_argument("--timeout-s", type=float, default=180.0, help="give up on a round after this (default 180)")
+    p.add_argument("--etcd-keep-alive-s", type=int, default=ETCD_TTL_S // 3,
+                   help="etcd agents renew their lease this often; its TTL is 3 times that (default 1: the "
+                        "launcher's 1 s x 3). Longer: fewer keep-alives for this machine to carry, and a lost node "
+                        "is found later (the table's 'lease s' and the phases' 'lease expired' say so)")
     p.add_argument("--victim", choices=("rank0", "closer"), default="rank0",
                    help="which agent dies: the round's rank 0 (default) or, for etcd, the closer")
     p.add_argument("--worker-ranks", type=int, default=8,
@@ -1059,11 +1113,16 @@ def main(argv: list[str] | None = None) -> int:
     # by default, twice). A machine whose DNS server does not answer (this one) turned 63 connects to one round
     # store into 10 s; a short resolver timeout keeps that artifact out of the rounds (inherited by the workers).
     os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
-    print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {ETCD_TTL_S} s (1 s x 3); c10d keep-alive: "
+    if a.etcd_keep_alive_s < 1:
+        p.error(f"--etcd-keep-alive-s {a.etcd_keep_alive_s}: expected whole seconds >= 1 (etcd leases have whole-"
+                f"second TTLs), e.g. 1 (the launcher's)")
+    print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {3 * a.etcd_keep_alive_s} s "
+          f"({a.etcd_keep_alive_s} s x 3); c10d keep-alive: "
           f"torch's default 5 s x 3 (c10d), the launcher's 1 s x 3 (c10d-1x3)", flush=True)
     try:
         results, workers = run(a.nodes, a.handlers, procs=a.procs, steady_s=a.steady_s, timeout_s=a.timeout_s,
                                victim=a.victim, worker_ranks=a.worker_ranks, worker_s=a.worker_s,
+                               etcd_ttl_s=3 * a.etcd_keep_alive_s,
                                say=lambda m: print(m, flush=True))
     except Exception as e:  # noqa: BLE001 - a store that did not start (no etcd binary, ...): one line
         print(f"[rdzv-scale] {type(e).__name__}: {e}", file=sys.stderr)

@@ -92,6 +92,17 @@ def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node(
     assert closer(replace(formed, closed=True), "a", "") is S.WAIT
 
 
+def test_the_head_every_agent_watches_stays_small_at_any_job_size():
+    ids = [f"ip-10-0-{i // 256}-{i % 256}-4242-abcdef" for i in range(1024)]
+    before = rounds.Round(n=0, formed=True, participants=ids)
+    r = rounds.formed(rounds.next_round(before, [ids[0]]), ids[1:], set(ids[1:]) | {"spare"})
+    head = rounds.Head.of(r)
+    assert len(r.dumps()) > 50_000 and len(head.dumps()) < 300  # what each of 1,024 agents receives per change
+    back = rounds.Head.loads(head.dumps())
+    assert back == head and (back.n, back.formed, back.spares, back.lost) == (1, True, 1, [ids[0]])
+    assert back.as_round().participants == [] and rounds.Head.of(back.as_round()).spares == 0
+
+
 def test_what_an_agent_does_next():
     S = rounds.Step
     step = rounds.agent_step

@@ -37,6 +37,7 @@ def test_etcd_and_c10d_handlers_form_and_re_form_with_every_figure_measured():
     assert all(later >= earlier - 0.25 for earlier, later in zip(seen, seen[1:])), dict(zip(PHASES_REFORM, seen))
     assert 0.5 < etcd.lost_seen_s <= 4.5 and etcd.reform_s >= etcd.lost_seen_s
     assert _measured(etcd.login_s) and isinstance(etcd.victim_was_closer, bool)
+    assert etcd.lease_s == 3 and c10d.lease_s == 3  # 1 s x 3 for both
     assert _measured(c10d.cas_lost_pct_first)  # torch's compare-and-sets of the whole state were counted
     (w,) = workers
     assert w.ranks == 6 and w.target_ops_per_s == 18
@@ -55,12 +56,12 @@ def test_workers_store_counts_what_the_heartbeats_did():
 
 
 def test_table_marks_a_round_that_did_not_form():
-    good = ScaleResult(handler="etcd", nodes=4, first_round_s=0.4, reform_s=3.1, reformed_world=3,
+    good = ScaleResult(handler="etcd", nodes=4, lease_s=3, first_round_s=0.4, reform_s=3.1, reformed_world=3,
                        reformed_ranks=[0, 1, 2], victim_in_new_round=False)
     bad = ScaleResult(handler="c10d", nodes=9, error="first round: 3/9 agents ranked after 120 s")
     rows = table([good, bad], [WorkerStoreResult(nodes=4, ranks=32)]).splitlines()
-    assert rows[2].startswith("| etcd | 4 | 1 | - | - | 0.40 | 3.10 |") and rows[2].endswith("| True |")
-    assert rows[3].startswith("| c10d | 9 | 1 | - | - | - | - |") and rows[3].endswith("| False |")
+    assert rows[2].startswith("| etcd | 4 | 1 | 3 | - | - | 0.40 | 3.10 |") and rows[2].endswith("| True |")
+    assert rows[3].startswith("| c10d | 9 | 1 | - | - | - | - | - |") and rows[3].endswith("| False |")
     assert rows[4] == "c10d N=9: first round: 3/9 agents ranked after 120 s"
 
 
@@ -69,7 +70,8 @@ def test_cli_help_and_bad_values():
     assert h.returncode == 0 and "--handlers" in h.stdout and "What it cannot show" in h.stdout
     for argv, says in ((["--nodes", "8,1"], "each count must be >= 2"),
                        (["--nodes", "8,4", "--procs", "5"], "smallest --nodes (4)"),
-                       (["--handlers", "etcd,zk"], "--handlers 'etcd,zk': expected some of etcd,c10d,c10d-1x3")):
+                       (["--handlers", "etcd,zk"], "--handlers 'etcd,zk': expected some of etcd,c10d,c10d-1x3"),
+                       (["--etcd-keep-alive-s", "0"], "--etcd-keep-alive-s 0: expected whole seconds >= 1")):
         r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", *argv], cwd=ROOT, capture_output=True,
                            text=True)
         assert r.returncode == 2 and says in r.stderr, r.stderr

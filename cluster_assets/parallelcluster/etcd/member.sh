@@ -107,6 +107,7 @@ ExecStart=$BIN/etcd --name $NAME --data-dir /var/lib/t5-etcd \\
   --listen-peer-urls https://$MY_IP:$PEER_PORT --initial-advertise-peer-urls https://$MY_IP:$PEER_PORT \\
   --initial-cluster $cluster --initial-cluster-state new --initial-cluster-token t5-failover-etcd \\
   --heartbeat-interval 100 --election-timeout 1000 \\
+  --experimental-watch-progress-notify-interval 5s \\
   --auto-compaction-mode periodic --auto-compaction-retention 1h \\
   --cert-file $TLS/member.crt --key-file $TLS/member.key --client-cert-auth --trusted-ca-file $TLS/ca.crt \\
   --peer-cert-file $TLS/member.crt --peer-key-file $TLS/member.key --peer-client-cert-auth \\

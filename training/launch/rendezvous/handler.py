@@ -1,11 +1,12 @@
 """torchrun's rendezvous on etcd: ``--rdzv-backend=t5-etcd``, registered through torch's public handler registry.
 
 Each agent holds an etcd lease (TTL = keep-alive interval x attempts, ``--rdzv-conf``) with its member key
-under it, renewed by a thread of its own, and watches one key, the round record, so every agent hears of a new
-round at once (no polling, and a keep-alive costs the same at any job size). One agent, the *closer* (the
-oldest live member; each agent watches the member created just before it and takes over when that one
-goes), also watches the member and joined keys: it closes rounds and opens the next when a participant's
-lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
+under it, renewed by a thread of its own, and watches one key, the round record's head (the record without its
+member lists, :class:`.rounds.Head`), so every agent hears of a new round at once (no polling, and a keep-alive
+or a round change costs each agent the same at any job size; the whole record is read once a round is formed).
+One agent, the *closer* (the oldest live member; each agent watches the member created just before it and
+takes over when that one goes), also watches the member and joined keys: it closes rounds and opens the next
+when a participant's lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
 
 * ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d ``TCPStore``
   hosted by the round's rank-0 agent for torchrun's rank assignment, exit barrier and the workers' bootstrap
@@ -163,8 +164,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._membership_lock = threading.Lock()
         self._taken_out = False
         self._spares_told = -1
+        self._said_unreachable = False
+        self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._join_store()
-        self.round_view = Watched(client, self.prefix + "round", "t5f-rdzv-round", single_key=True).start()
+        self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
         threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
         threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
 
@@ -190,24 +193,31 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     raise
                 _say(f"waiting for the membership store: {e}")
                 time.sleep(1)
+            except StoreRefused as e:  # the new lease ran out before the put (a store or host slower than its TTL)
+                if "lease not found" not in str(e) or time.monotonic() > deadline:
+                    raise
+                _say(f"this node's new lease expired before its member key was written; joining again ({e})")
 
     def _keep_alive(self) -> None:
-        said = False
-        while not self._stop.wait(max(0.2, self.ttl_s / 3)):
-            try:
-                if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
-                    self._renew_membership(self._lease)
-                if self._answering_since is None:
-                    self._answering_since = time.monotonic()
-                    _say("membership store answers again: keep-alives resumed")
-                said = False
-            except StoreUnavailable:
-                self._answering_since = None
-                if not said:
-                    _say("membership store unreachable: keep-alives paused, training goes on")
-                    said = True
-            except Exception as e:  # noqa: BLE001 - never end the agent from this thread
-                _say(f"keep-alive failed: {type(e).__name__}: {e}")
+        while not self._stop.wait(max(0.2, self.ttl_s / 3)):  # two renewals may fail before the lease expires
+            self._keep_alive_once()
+
+    def _keep_alive_once(self) -> None:
+        """Renew the lease once; if it expired, join again under a new one. Never raises (says what failed)."""
+        try:
+            if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
+                self._renew_membership(self._lease)
+            if self._answering_since is None:
+                self._answering_since = time.monotonic()
+                _say("membership store answers again: keep-alives resumed")
+            self._said_unreachable = False
+        except StoreUnavailable:
+            self._answering_since = None
+            if not self._said_unreachable:
+                _say("membership store unreachable: keep-alives paused, training goes on")
+                self._said_unreachable = True
+        except Exception as e:  # noqa: BLE001 - never end the agent from this thread
+            _say(f"keep-alive failed: {type(e).__name__}: {e}")
 
     def _renew_membership(self, expired: int) -> None:
         """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
@@ -287,7 +297,34 @@ class EtcdRendezvousHandler(RendezvousHandler):
             node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
                                  set(live))
-        self.client.compare_and_set(self.prefix + "round", kv.mod_revision, new.dumps())
+        self._put_round(kv.mod_revision, new)
+
+    def _put_round(self, revision: int, new: rounds.Round) -> bool:
+        """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head."""
+        return self.client.compare_and_set(self.prefix + "round", revision, new.dumps(),
+                                           also={self.prefix + "head": rounds.Head.of(new).dumps()})
+
+    def _read_round(self) -> tuple[rounds.Round | None, int]:
+        """The round record and its mod revision: an open (or closed) round from the head as this agent's watch
+        last delivered it (no read: N agents waiting on a round would otherwise each read it at every change),
+        a formed round whole from the store (an agent's place is in it; the head says which revision to expect).
+        While the watch is not connected (the store away, or just started) the head is read from the store too.
+        A head that is behind the store costs nothing wrong: a join for an old round is not counted by the
+        closer, and a compare-and-set on an old revision fails; the next change wakes the agent again."""
+        while True:
+            if self.round_view.connected:
+                head, revision = self._current()
+            else:
+                head_kv = self.client.get(self.prefix + "head")
+                head, revision = (rounds.Head.loads(head_kv.value), head_kv.mod_revision) if head_kv else (None, 0)
+            if head is None:
+                return None, 0
+            if not head.formed or head.closed:
+                return head.as_round(), revision
+            kv = self.client.get(self.prefix + "round")
+            if kv is not None and kv.mod_revision == revision:
+                return rounds.Round.loads(kv.value), kv.mod_revision
+            self._wait_for_change(revision, 0.2)  # the view is behind the store: let the watch catch up
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -300,9 +337,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def get_run_id(self) -> str:
         return self.run_id
 
-    def _current(self) -> tuple[rounds.Round | None, int]:
-        kv = self.round_view.get(self.prefix + "round")
-        return (rounds.Round.loads(kv.value), kv.mod_revision) if kv else (None, 0)
+    def _current(self) -> tuple[rounds.Head | None, int]:
+        """The round's head as the watch last delivered it, and its mod revision (parsed once per change:
+        torchrun's monitor loop asks ``num_nodes_waiting()`` every 0.1 s)."""
+        kv = self.round_view.get(self.prefix + "head")
+        if kv is None:
+            return None, 0
+        if self._head_cache[0] != kv.mod_revision:
+            self._head_cache = (kv.mod_revision, rounds.Head.loads(kv.value))
+        return self._head_cache[1], kv.mod_revision
 
     def is_closed(self) -> bool:
         r, _ = self._current()
@@ -313,7 +356,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             kv = self.client.get(self.prefix + "round")
             r = rounds.Round.loads(kv.value) if kv else rounds.Round(n=0)
             r.closed = True
-            if self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0, r.dumps()):
+            if self._put_round(kv.mod_revision if kv else 0, r):
                 return
 
     def num_nodes_waiting(self) -> int:
@@ -336,10 +379,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 callback(", ".join(lost))
         return 1
 
-    def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Round | None) -> None:
+    def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
         takes a slow node out only when a spare waits, :mod:`training.job.stragglers`)."""
-        count = len(current.spares) if mine and current and current.n == mine.n and current.formed else 0
+        count = current.spares if mine and current and current.n == mine.n and current.formed else 0
         if count != self._spares_told:
             agent_notes.publish_spares(count)
             self._spares_told = count
@@ -412,21 +455,20 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             lease = self._lease
             try:
-                kv = self.client.get(self.prefix + "round")
-                r = rounds.Round.loads(kv.value) if kv else None
+                r, revision = self._read_round()
                 if r is not None and r.closed:
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes)
                 if step is rounds.Step.DONE:
                     try:
-                        return self._take_place(r, kv.mod_revision)
+                        return self._take_place(r, revision)
                     except _RoundChanged:
                         continue
                 if step is rounds.Step.NEW_ROUND:
-                    self.client.compare_and_set(self.prefix + "round", kv.mod_revision if kv else 0,
-                                                rounds.next_round(r).dumps())
-                    continue  # lost the race or won it: read again
+                    self._put_round(revision, rounds.next_round(r))
+                    self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
+                    continue
                 if step is rounds.Step.JOIN:
                     self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
                     joined_round = (r.n, lease)  # a renewed lease (the old one expired) means joining again
@@ -448,7 +490,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                                              f"{self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
-            self._wait_for_change(kv.mod_revision if kv else 0)
+            self._wait_for_change(revision)
 
     def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
         end = time.monotonic() + timeout_s
@@ -475,7 +517,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if rank == 0:
             self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
             published = rounds.Round(**{**r.__dict__, "store": f"{self.addr}:{self._store.port}"})
-            if not self.client.compare_and_set(self.prefix + "round", revision, published.dumps()):
+            if not self._put_round(revision, published):
                 raise _RoundChanged()
             return self._store
         deadline = time.monotonic() + self.join_timeout_s
