@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -223,3 +224,21 @@ def test_stack_defaults_are_the_shared_names():
                               additional_security_group_ids=["sg-0123456789abcdef0"], bucket_name="b")
     assert pc["Scheduling"]["SlurmQueues"][0]["Name"] == f.GPU_QUEUE
     assert pc["SharedStorage"][0]["MountDir"] == f.FSX_MOUNT_PATH
+
+
+def test_every_etcd_member_sends_progress_notices_with_a_flag_its_release_accepts():
+    from cluster_assets.k8s.etcd import member_args
+    from cluster_facts import versions
+    from training.launch.rendezvous.client import WATCH_IDLE_S
+
+    assert versions.WATCH_PROGRESS_S * 2 < WATCH_IDLE_S  # a healthy idle watch hears from its member in time
+
+    # the experimental spelling is the one 3.5 (tests) and 3.6 (clusters) both accept; 3.7 removes it
+    if versions.WATCH_PROGRESS_FLAG.startswith("--experimental-"):
+        for pin in (versions.TEST_ETCD_VERSION, versions.ETCD_VERSION, versions.PCLUSTER_ETCD_VERSION):
+            assert tuple(map(int, pin.split(".")[:2])) < (3, 7), \
+                f"etcd {pin} has no {versions.WATCH_PROGRESS_FLAG}: use --watch-progress-notify-interval there"
+    setting = f"{versions.WATCH_PROGRESS_FLAG}={versions.WATCH_PROGRESS_S}s"
+    assert setting in member_args()
+    member_sh = (Path(__file__).resolve().parents[1] / "cluster_assets/parallelcluster/etcd/member.sh").read_text()
+    assert f"{versions.WATCH_PROGRESS_FLAG} {versions.WATCH_PROGRESS_S}s" in member_sh

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
-from cluster_facts.versions import ETCD_IMAGE
+from cluster_facts.versions import ETCD_IMAGE, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
 
 ETCD_NAMESPACE = "t5-etcd"
 #: StatefulSet and headless Service name: members are ``etcd-<i>.etcd.<namespace>.svc``.
@@ -154,9 +154,9 @@ def member_args(namespace: str = ETCD_NAMESPACE) -> list[str]:
         f"--initial-cluster={cluster}", "--initial-cluster-state=new", f"--initial-cluster-token={namespace}",
         f"--listen-metrics-urls=http://0.0.0.0:{PROBE_PORT}",
         f"--heartbeat-interval={HEARTBEAT_MS}", f"--election-timeout={ELECTION_MS}",
-        # progress notices to idle watches well inside the agents' 15 s watch timeout (training.launch.rendezvous
-        # .client.WATCH_PROGRESS_S): without them every agent re-reads and re-watches every 15 s
-        "--experimental-watch-progress-notify-interval=5s",
+        # progress notices to idle watches well inside the agents' 15 s watch timeout: without them every agent
+        # re-reads and re-watches every 15 s
+        f"{WATCH_PROGRESS_FLAG}={WATCH_PROGRESS_S}s",
         f"--cert-file={tls}/tls.crt", f"--key-file={tls}/tls.key", f"--trusted-ca-file={tls}/{CA_CERT}",
         "--client-cert-auth",
         f"--peer-cert-file={tls}/tls.crt", f"--peer-key-file={tls}/tls.key", f"--peer-trusted-ca-file={tls}/{CA_CERT}",

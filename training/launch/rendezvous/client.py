@@ -33,6 +33,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from cluster_facts.versions import WATCH_PROGRESS_S
+
 #: Seconds to connect to one member before the next is tried (members answer in milliseconds; a keep-alive that
 #: waited longer on a black-holed member would risk its own lease), and to wait for its answer once connected (a
 #: loaded member that answers late still renewed the lease: only a member that does not answer at all is left).
@@ -42,11 +44,10 @@ REQUEST_TIMEOUT_S = (1.0, 2.0)
 #: Seconds a watch stream may stay silent before the client takes its member for gone (a member whose host
 #: vanished sends no reset) and watches again from another.
 WATCH_IDLE_S = 15.0
-#: How often the members send an idle watch a progress notice (``--experimental-watch-progress-notify-interval``
-#: on every member): well inside :data:`WATCH_IDLE_S`, so a healthy idle watch is never torn down and re-read
-#: (etcd's default, 10 minutes, made every agent's two watches re-read their keys every 15 s: at 1,024 agents
-#: ~140 reads and new watches a second for nothing).
-WATCH_PROGRESS_S = 5
+# How often every member sends an idle watch a progress notice (cluster_facts.versions.WATCH_PROGRESS_S, set on
+# the local, EKS and ParallelCluster members alike): well inside WATCH_IDLE_S, so a healthy idle watch is never
+# torn down and re-read (etcd's default, 10 minutes, made every agent's two watches re-read their keys every
+# 15 s: at 1,024 agents ~140 reads and new watches a second for nothing).
 
 
 class StoreUnavailable(RuntimeError):

@@ -28,10 +28,11 @@ import subprocess
 import time
 from dataclasses import dataclass, field, replace
 
+from cluster_facts.versions import WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
 from training.launch.config import LaunchError
 from training.launch.rendezvous.certs import CertificateAuthority, CertPaths, jwt_key_pair
 from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
-from training.launch.rendezvous.client import (WATCH_PROGRESS_S, ClientCredentials, EtcdClient, StoreRefused,
+from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, StoreRefused,
                                                StoreUnavailable)
 
 #: etcd's own election timing, scaled for loopback (ms): a lost leader is replaced in about a second.
@@ -118,7 +119,7 @@ class LocalEtcd:
                       "--initial-cluster", cluster, "--initial-cluster-state", "new",
                       "--initial-cluster-token", os.path.basename(workdir.rstrip("/")),
                       "--heartbeat-interval", str(HEARTBEAT_MS), "--election-timeout", str(ELECTION_MS),
-                      "--experimental-watch-progress-notify-interval", f"{WATCH_PROGRESS_S}s",
+                      WATCH_PROGRESS_FLAG, f"{WATCH_PROGRESS_S}s",
                       "--cert-file", server.cert, "--key-file", server.key, "--client-cert-auth",
                       "--trusted-ca-file", ca.paths.cert,
                       "--peer-cert-file", server.cert, "--peer-key-file", server.key, "--peer-client-cert-auth",
