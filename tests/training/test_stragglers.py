@@ -2,6 +2,7 @@
 notes between an agent and its workers."""
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from training.job import agent_notes
-from training.job.stragglers import StragglerRule, WorkClock
+from training.job.stragglers import TAKEN_OUT_FILE, StragglerRule, WorkClock, window_opens_at
 
 # Forward work times (s; the first measurement, forward only) of ranks 0 and 1, debug preset, 2 processes x 1
 # thread on the shared 2-core machine (docs/failover.md): ordinary steps, then rank 1's process stopped 0.2 s of
@@ -170,3 +171,16 @@ def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_pat
     assert "[straggler] rank 1 (node 0, host" in out and "no hot spare waits" in out
     assert [r["world_size"] for r in records if r["event"] == "step"] == [2] * 6
     assert len([r for r in records if r["event"] == "start"]) == 1  # one attempt: nobody was taken out
+
+
+def test_the_eviction_window_opens_with_time_inside_an_attempt(tmp_path):
+    # An attempt starts right after the take-out that restarted it, so the window is closed then; it must open
+    # window_s later in the same attempt (the soak found a second straggler left in the job for 3 minutes).
+    f = tmp_path / TAKEN_OUT_FILE
+    assert window_opens_at(f, 30) == 0.0  # no take-out yet: open at once
+    f.write_text(f"{time.time():.3f}\n")
+    opens = window_opens_at(f, 0.3)
+    assert time.time() < opens <= time.time() + 0.3
+    time.sleep(0.35)
+    assert time.time() >= opens  # what StragglerWatch.after_step compares each step
+    assert window_opens_at(f, 0) == math.inf  # window 0: named, never taken out

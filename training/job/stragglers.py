@@ -39,6 +39,7 @@ storage write, a long batch) raises the median with it: nobody is named. What ha
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -175,6 +176,18 @@ def decide(rows: list[Row], *, step: int, snapshot_due: bool, last_step: int, wi
     return True, f"taking its node out after the in-memory snapshot of step {step}: a hot spare takes its place"
 
 
+def window_opens_at(window_file: Path, window_s: float) -> float:
+    """When the eviction window opens (a time.time() value): ``window_s`` after the last take-out recorded in
+    ``window_file``; at once without one; never when ``window_s`` <= 0 (stragglers are named, never taken out)."""
+    if window_s <= 0:
+        return math.inf
+    try:
+        last = float(window_file.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+    return last + window_s
+
+
 class NoStragglerWatch:
     """The watch when detection is off (``straggler.factor`` 0) or there is nobody to compare with."""
 
@@ -207,7 +220,9 @@ class StragglerWatch:
         self.restarts_left = restarts_left
         self.last_step = last_step  # nothing to gain from re-forming after the last step
         self._seen = 0
-        self.window_open = self._window_open()  # read once: it changes only with a take-out, which ends the attempt
+        # read once (the file changes only with a take-out, which ends the attempt); the window itself opens with
+        # time, inside this attempt: an attempt starts right after the take-out that restarted it
+        self.window_opens_at = window_opens_at(self.window_file, cfg.evict_window_s)
         self._named: int | None = None  # the rank named in the current episode (said once)
 
     @classmethod
@@ -224,18 +239,10 @@ class StragglerWatch:
         return cls(cfg, clock=WorkClock(model, device, optimizer), rank=rank, world=world, out_dir=out_dir,
                    snapshot_due=snapshot_due, metrics=metrics, restarts_left=left, last_step=last_step)
 
-    def _window_open(self) -> bool:
-        if self.cfg.evict_window_s <= 0:
-            return False
-        try:
-            last = float(self.window_file.read_text().strip() or 0)
-        except (OSError, ValueError):
-            return True
-        return time.time() - last >= self.cfg.evict_window_s
-
     def after_step(self, step: int) -> None:
         own = self.clock.take()
-        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, float(self.window_open)],
+        window_open = float(time.time() >= self.window_opens_at)
+        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, window_open],
                            dtype=torch.float64)
         table = [torch.empty_like(row) for _ in range(self.world)]
         dist.all_gather(table, row)
