@@ -13,15 +13,17 @@ cdk_platform() {
   esac
 }
 
+installed_cdk() { node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }"; }  # the CDK CLI version in node_modules, or empty
+
 cdk_cli_ready() {
   command -v node >/dev/null || { echo "error: node (>= 18) is required for the CDK CLI; install Node.js 22 or 24" >&2; exit 2; }
   local want have node_major
   want=$(node -p "require('./package.json').devDependencies['aws-cdk']")
-  have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
+  have=$(installed_cdk)
   if [ "$have" != "$want" ]; then
     exec 9<package-lock.json
     command -v flock >/dev/null && flock 9  # one npm ci at a time (two synths at once, the test suite's workers); a second caller finds it done
-    have=$(node -p "try { require('./node_modules/aws-cdk/package.json').version } catch (e) { '' }")
+    have=$(installed_cdk)
     if [ "$have" != "$want" ]; then
       echo "[cdk] installing the pinned CDK CLI aws-cdk@$want (npm ci)" >&2
       npm ci --no-audit --no-fund --loglevel=error >&2
