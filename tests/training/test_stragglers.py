@@ -126,8 +126,10 @@ def _descendants(pid: int) -> list[int]:
 
 @pytest.mark.e2e
 def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_path):
-    """A real 2-rank job (no hot spare) whose rank 1 is stopped 0.2 s of every 0.3 s from its first step on: the job
-    names rank 1 in one line and a straggler event, says no spare waits, and finishes at world 2 in one attempt."""
+    """A real 2-rank job (no hot spare) whose rank 1 is stopped 0.4 s of every 0.5 s from its first step on: the job
+    names rank 1 in one line and a straggler event, says no spare waits, and finishes at world 2 in one attempt.
+    (0.2 s of every 0.3 s read 1.5-4.3x on a quiet machine, and in CI, with another test on the second core, it
+    once stayed under 2x for the whole run: at a fifth of its speed the straggler reads well above 2x under load.)"""
     import json
     import signal
     import subprocess
@@ -138,7 +140,7 @@ def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_pat
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     job = subprocess.Popen([sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2",
                             "-m", "training", "--preset", "debug", "--job.out_dir", str(tmp_path),
-                            "--train.steps", "6", "--checkpoint.interval", "6", "--parallel.threads", "1",
+                            "--train.steps", "8", "--checkpoint.interval", "8", "--parallel.threads", "1",
                             "--straggler.steps", "2", "--straggler.skip_steps", "1"],
                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = tmp_path / "metrics.jsonl"
@@ -151,7 +153,7 @@ def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_pat
         while job.poll() is None and time.monotonic() < deadline:
             try:
                 os.kill(slow, signal.SIGSTOP)
-                time.sleep(0.2)
+                time.sleep(0.4)
                 os.kill(slow, signal.SIGCONT)
             except ProcessLookupError:
                 break
@@ -169,7 +171,7 @@ def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_pat
     assert named and {r["rank"] for r in named} == {1}, (named, out[-3000:])
     assert named[0]["action"] == "no hot spare waits: the job keeps its size" and named[0]["ratio"] >= 2
     assert "[straggler] rank 1 (node 0, host" in out and "no hot spare waits" in out
-    assert [r["world_size"] for r in records if r["event"] == "step"] == [2] * 6
+    assert [r["world_size"] for r in records if r["event"] == "step"] == [2] * 8
     assert len([r for r in records if r["event"] == "start"]) == 1  # one attempt: nobody was taken out
 
 
