@@ -200,7 +200,8 @@ def test_resume_from_an_older_checkpoint_fails():
     ({"nodes": 1}, "at least 2 nodes"),
     ({"fault_step": 2, "interval": 2}, "interval (2) < fault step (2)"), ({"fault_step": 12, "steps": 12}, "< steps"),
     ({"spares": 0}, "only with a hot spare"), ({"spares": 0, "scenarios": "worker-kill,preemption,bogus"}, "bogus"),
-    ({"spares": 9}, "--spares 9"),
+    ({"spares": 9}, "--spares 9"), ({"slow_percent": 0}, "--slow-percent 0: use 1..90"),
+    ({"slow_percent": 100}, "--slow-percent 100"),
 ])
 def test_bad_chaos_settings(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
@@ -212,6 +213,14 @@ def test_default_runs_every_slurm_scenario():
                                         "batch-host-kill", "store-member-kill", "store-outage",
                                         "store-outage-then-worker-kill", "straggler", "wedged-rank"]
     SlurmChaosConfig(spares=0, scenarios="worker-kill,preemption,batch-host-kill").validate()  # no spare needed
+
+
+def test_the_straggler_is_held_to_a_third_of_a_cpu_unless_told_otherwise():
+    from chaos.slurm import build_parser, scenarios
+    assert build_parser().parse_args([]).slow_percent == SlurmChaosConfig().slow_percent == 33  # the third
+    for percent in (33, 10):
+        sc = scenarios(SlurmChaosConfig(slow_percent=percent))["straggler"]
+        assert sc.inject.keywords == {"percent": percent} and f"to {percent}% of one CPU" in sc.title
 
 
 def test_tail_returns_only_complete_lines(tmp_path):
