@@ -67,9 +67,9 @@ class ConfigError(ValueError):
     """A context value or combination of values that cannot be deployed. The message names the fix."""
 
 
-def _key(name: str) -> dict[str, str]:
-    """Field metadata: the context key a field is read from."""
-    return {"context_key": name}
+def _key(name: str, *, eks_only: bool = False) -> dict[str, object]:
+    """Field metadata: the context key a field is read from, and whether only the EKS stacks read it."""
+    return {"context_key": name, "eks_only": eks_only}
 
 
 @dataclass(frozen=True)
@@ -140,30 +140,30 @@ class InfraConfig:
     Training data lives under ``<prefix>data/``; EKS jobs write ``<prefix>jobs/<name>/`` (checkpoints in its
     ``checkpoints/``), Slurm jobs ``<prefix>checkpoints/<name>/`` and ``<prefix>runs/<name>/``."""
 
-    kubernetes_version: str = field(default="1.35", metadata=_key("kubernetesVersion"))
+    kubernetes_version: str = field(default="1.35", metadata=_key("kubernetesVersion", eks_only=True))
     """EKS Kubernetes version, pinned (1.34-1.36: the kubectl v1.35 layer's supported skew)."""
 
-    trainer_chart_version: str = field(default="2.3.0", metadata=_key("trainerChartVersion"))
+    trainer_chart_version: str = field(default="2.3.0", metadata=_key("trainerChartVersion", eks_only=True))
     """Kubeflow Trainer Helm chart version (v2.x; installs JobSet too). The runtime targets the 2.2+ API."""
 
-    training_namespace: str = field(default=TRAINING_NAMESPACE, metadata=_key("trainingNamespace"))
+    training_namespace: str = field(default=TRAINING_NAMESPACE, metadata=_key("trainingNamespace", eks_only=True))
     """Kubernetes namespace for TrainJobs, the FSx PVC and the S3 service account."""
 
-    runtime_name: str = field(default=RUNTIME_NAME, metadata=_key("runtimeName"))
+    runtime_name: str = field(default=RUNTIME_NAME, metadata=_key("runtimeName", eks_only=True))
     """Name of the fault-tolerant ClusterTrainingRuntime the stack installs."""
 
-    max_restarts: int = field(default=DEFAULT_MAX_RESTARTS, metadata=_key("maxRestarts"))
+    max_restarts: int = field(default=DEFAULT_MAX_RESTARTS, metadata=_key("maxRestarts", eks_only=True))
     """JobSet failurePolicy.maxRestarts: whole-job restarts (resume from the last checkpoint) before failing."""
 
-    image_tag: str = field(default=DEFAULT_IMAGE_TAG, metadata=_key("imageTag"))
+    image_tag: str = field(default=DEFAULT_IMAGE_TAG, metadata=_key("imageTag", eks_only=True))
     """Tag (in the stack's ECR repository) of the runtime's default image, used only by TrainJobs that name no
     image: ``make train PLATFORM=eks`` names this checkout's image, the content tag ``make image`` pushes. Deploy
     with the tag ``make image`` printed to make that the default."""
 
-    admin_role_arn: Optional[str] = field(default=None, metadata=_key("adminRoleArn"))
+    admin_role_arn: Optional[str] = field(default=None, metadata=_key("adminRoleArn", eks_only=True))
     """IAM role/user ARN granted EKS cluster-admin through an access entry (who runs kubectl / make train)."""
 
-    api_allowed_cidrs: tuple[str, ...] = field(default=(), metadata=_key("apiAllowedCidrs"))
+    api_allowed_cidrs: tuple[str, ...] = field(default=(), metadata=_key("apiAllowedCidrs", eks_only=True))
     """CIDRs allowed to reach the public EKS API endpoint (JSON list or comma-separated), e.g. your address
     ``203.0.113.7/32``. Unset or ``[]`` = private endpoint only (kubectl runs inside the VPC or through an SSM
     port forward: docs/deploy.md); ``make deploy PLATFORM=eks`` stops until you choose one of the two."""
@@ -345,6 +345,11 @@ class InfraConfig:
     def context_keys(cls) -> dict[str, str]:
         """Map of context key -> field name, for every field."""
         return {f.metadata["context_key"]: f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def eks_only_keys(cls) -> frozenset[str]:
+        """The context keys that only the EKS stacks read (ParallelCluster deploys ignore them)."""
+        return frozenset(f.metadata["context_key"] for f in dataclasses.fields(cls) if f.metadata["eks_only"])
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any] | Mapping[str, Any]) -> "InfraConfig":

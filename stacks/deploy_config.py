@@ -123,10 +123,15 @@ def save(saved: Mapping[str, Any], root: Path = ROOT) -> Path:
     return path
 
 
-def settings_line(saved: Mapping[str, Any]) -> str:
-    """The saved settings of ours (not CDK's cached lookups), as key=value pairs."""
+def settings_line(saved: Mapping[str, Any], platform: str) -> str:
+    """The saved settings of ours (not CDK's cached lookups), as key=value pairs; on ParallelCluster the EKS-only
+    ones (one settings file serves both platforms) are listed apart as kept but unused."""
     ours = InfraConfig.context_keys()
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in saved.items() if k in ours) or "(none: the cdk.json defaults)"
+    unused = InfraConfig.eks_only_keys() if platform != "eks" else frozenset()
+    used = ", ".join(f"{k}={json.dumps(v)}" for k, v in saved.items() if k in ours and k not in unused)
+    kept = ", ".join(k for k in saved if k in unused)
+    line = used or "(none: the cdk.json defaults)"
+    return f"{line}; kept for EKS, unused by {platform}: {kept}" if kept else line
 
 
 def stack_names(config: InfraConfig) -> list[str]:
@@ -148,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             saved = load_saved()
             config = InfraConfig.from_context({**json.loads((ROOT / "cdk.json").read_text())["context"], **saved,
                                                "platform": platform})
-            print(f"[settings] saved in {SAVED_FILE}: {settings_line(saved)}", file=sys.stderr)
+            print(f"[settings] saved in {SAVED_FILE}: {settings_line(saved, config.platform)}", file=sys.stderr)
             print(" ".join(stack_names(config)))
             return 0
         plan = plan_deploy(platform, rest)
@@ -162,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         save(plan.saved)
         print(f"[deploy] saved to {SAVED_FILE}: {what}", file=sys.stderr)
     cfg = plan.config
-    print(f"[deploy] settings: {settings_line(plan.saved)}", file=sys.stderr)
+    print(f"[deploy] settings: {settings_line(plan.saved, plan.config.platform)}", file=sys.stderr)
     print(f"[deploy] {cfg.platform}: {cfg.gpu_nodes} x {cfg.gpu_instance_type}, stacks "
           f"{', '.join(stack_names(cfg))}", file=sys.stderr)
     return 0

@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
 from stacks.config import ConfigError, InfraConfig
-from stacks.deploy_config import load_saved, merge_settings, plan_deploy, save
+from stacks.deploy_config import load_saved, merge_settings, plan_deploy, save, settings_line
 from stacks.synth_check import file_context
 from tests.infra.support import ROOT, Synthesized, manifests, resources_of_type, synthesize
 
@@ -95,6 +95,30 @@ def test_bad_values_are_refused_before_anything_is_saved(tmp_path: Path) -> None
 def run_script(name: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(ROOT / "scripts" / name), *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env})
+
+
+def test_a_parallelcluster_deploy_lists_the_eks_only_settings_apart(tmp_path: Path) -> None:
+    # One settings file serves both platforms: after an EKS deploy, a ParallelCluster deploy's settings line says
+    # which saved values it does not use (they are kept for the next EKS deploy), and the EKS line lists them all.
+    root = project_root(tmp_path)
+    saved = deploy(root, "eks", *FIRST_DEPLOY, "-c", f"imageTag={NEW_TAG}")
+    assert settings_line(saved, "eks") == (f'adminRoleArn="{ADMIN}", gpuNodes=3, apiAllowedCidrs=["203.0.113.7/32"], '
+                                           f'imageTag="{NEW_TAG}"')
+    assert settings_line(saved, "parallelcluster") == (
+        "gpuNodes=3; kept for EKS, unused by parallelcluster: adminRoleArn, apiAllowedCidrs, imageTag")
+    assert settings_line({}, "parallelcluster") == "(none: the cdk.json defaults)"
+
+
+def test_the_eks_only_settings_do_not_change_the_parallelcluster_stacks(tmp_path: Path) -> None:
+    # What the line above calls unused must really be: a ParallelCluster synth with every EKS-only key set to a
+    # non-default value gives the same templates as one without them.
+    eks_only = {"kubernetesVersion": "1.34", "trainerChartVersion": "2.2.0", "trainingNamespace": "other",
+                "runtimeName": "other-runtime", "maxRestarts": "7", "imageTag": NEW_TAG, "adminRoleArn": ADMIN,
+                "apiAllowedCidrs": "203.0.113.7/32"}
+    assert set(eks_only) == InfraConfig.eks_only_keys()
+    plain = synthesize({"platform": "parallelcluster"}, tmp_path / "a").templates
+    with_eks_keys = synthesize({"platform": "parallelcluster", **eks_only}, tmp_path / "b").templates
+    assert with_eks_keys == plain
 
 
 def test_make_deploy_and_destroy_dry_runs_print_the_commands_and_change_nothing() -> None:
