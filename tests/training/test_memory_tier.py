@@ -135,6 +135,20 @@ def test_generations_alternate_slots(tmp_path):
     assert s1 != s0 and g.current() == {"slot": s0, "step": 1}
 
 
+def test_a_slot_published_again_is_read_anew_not_from_the_parsed_meta_cache(tmp_path):
+    # A restore reads each meta several times and parses it once (training.checkpoint.memory._read_meta); a slot
+    # written again (same size, same slot, next-but-one step) must read as the new step, never the cached one.
+    from training.checkpoint.memory import _to_bytes
+    g = _Generations(tmp_path, "own-r0-w1")
+    for step in (1, 2, 3, 4, 5):
+        slot, buf = g.begin(8)
+        buf[:8] = step
+        g.publish(slot, step, _to_bytes({"step": step, "nbytes": 8}))
+        assert g.find(step) is not None and g.find(step)[1]["step"] == step
+        assert sorted(got[0] for got in g.complete()) == ([step - 1, step] if step > 1 else [1])
+        assert g.find(step - 2) is None  # overwritten: gone, not served from the cache
+
+
 def _row_set(n: int, world: int, rank: int) -> set[int]:
     from training.checkpoint.memory import _rows
     first, count = _rows(n, world, rank)
