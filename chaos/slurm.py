@@ -352,7 +352,7 @@ def _throttled(cgroup_dir: str) -> int:
 
 
 def slow_node(lab: Lab, t: Target, *, percent: int) -> Fault:
-    """The node slowed, not stopped: every process on it held to ``slow_percent`` of one CPU and of a node's CPU
+    """The node slowed, not stopped: every process on it held to ``percent`` of one CPU and of a node's CPU
     weight (``fault.sh slow``: a cgroup's CFS quota and shares, the other nodes in cgroups at full weight) until the
     scenario ends. Confirmed when its training workers are in that cgroup, running (not stopped), and the quota
     throttled them within 3 s.
@@ -714,7 +714,8 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
         # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, the spare
         # in its place; nothing recomputed. Slowed early (an eviction needs straggler.steps slow steps after the
         # first judged ones, then steps at speed to show the recovery).
-        SlurmScenario("straggler", functools.partial(slow_node, percent=cfg.slow_percent), Expectation(max_steps_lost=0),
+        SlurmScenario("straggler", functools.partial(slow_node, percent=cfg.slow_percent),
+                      Expectation(max_steps_lost=0),
                       (check_straggler_named, check_spare_replaced_slow_node, check_continued_in_allocation,
                        check_back_to_speed), target=training_host_off_rank0, noticed=straggler_logged,
                       needs_spare=True, fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
@@ -1046,7 +1047,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-port", type=int, default=d.rdzv_port, help=f"rendezvous base port (default {d.rdzv_port})")
     p.add_argument("--scenario-timeout", type=float, default=d.scenario_timeout_s, help="seconds per scenario")
     p.add_argument("--slow-percent", type=int, default=d.slow_percent,
-                   help=f"straggler: the slow node's percent of one CPU (default {d.slow_percent}: a third of its speed)")
+                   help=f"straggler: the slow node's percent of one CPU (default {d.slow_percent}: a third of its "
+                   "speed)")
     p.add_argument("--out", type=Path, help="report directory (default <work-dir>/reports/<time>)")
     p.add_argument("train_args", nargs="*", help="after --: extra training flags for every job")
     return p
