@@ -127,6 +127,38 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     assert not left.exists() and sorted(p.name for p in root.iterdir() if p.name.startswith(".step")) == []
 
 
+def test_a_removal_of_ours_killed_midway_leaves_no_step_directory_a_resume_would_refuse(world1, tmp_path, monkeypatch):
+    """CI once saw a resume refused (exit 2, "holds step_00000006, which this job did not write"): rank 0 had been
+    killed while deleting its failed save of step 6, and rmtree had removed the ownership file first. A step
+    directory of ours is now renamed to a scratch name before it is deleted: a kill midway (here: the deletion
+    raises after removing the ownership file) leaves only scratch, which is ours and swept by the next save."""
+    import shutil
+
+    from training.checkpoint import layout
+    from training.checkpoint.storage import OWNED, StorageTier, foreign_entries, is_ours, step_dir
+    from training.config import CheckpointConfig
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    mgr = StorageTier(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature={})
+    mgr.save(6, {"w": torch.arange(4.0)}, force=True)
+    assert is_ours(step_dir(root, 6))
+
+    def killed_midway(path, ignore_errors=False):
+        (Path(path) / OWNED).unlink()  # rmtree's first victim, then the process dies
+        raise SystemExit("killed")
+
+    rmtree = shutil.rmtree
+    monkeypatch.setattr(layout.shutil, "rmtree", killed_midway)
+    with pytest.raises(SystemExit):
+        mgr._discard(6)  # what a failed async save does; the same helper serves the leftover and _prune paths
+    monkeypatch.setattr(layout.shutil, "rmtree", rmtree)
+    assert not step_dir(root, 6).exists() and foreign_entries(root) == []  # nothing a resume would refuse
+    mgr.check_no_clash(1, 10)  # the start check that refused in CI: passes
+    mgr.save(6, {"w": torch.arange(4.0)}, force=True)  # the step is saved again; the scratch is swept
+    mgr.close()
+    assert is_ours(step_dir(root, 6)) and [p.name for p in root.iterdir() if p.name.startswith(".step")] == []
+
+
 def test_checkpoint_collectives_wait_a_bound_from_the_timed_saves_not_the_hour(world1, tmp_path):
     """The load and the first save wait checkpoint.timeout_s; from the next save on, the group's real timeout
     is max(min_timeout_s, 4 x the slowest save), so a peer silent mid-save costs seconds, not an hour."""

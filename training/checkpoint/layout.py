@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,26 @@ LINEAGE = ".t5-failover-lineage"
 MARKER_FIELDS = ("step", "signature", "files")
 OURS_AT_ROOT = {QUARANTINE, SUPERSEDED, ROLLBACK, LOCK, LINEAGE}
 #: A step directory is made under this scratch name (".step_00000006.new-<pid>") with its ownership file inside,
-#: then renamed into place: a rank killed in between leaves no step directory without that file (which a later
-#: start would take for someone else's and refuse to overwrite).
-SCRATCH_RE = re.compile(rf"^\.{re.escape(PREFIX)}\d+\.new-\d+$")
+#: then renamed into place; one of ours is removed by renaming it to ".step_00000006.old-<ns>" first, then deleting
+#: that (:func:`remove_ours`). Either way a rank killed midway leaves no step directory without its ownership file
+#: (which a later start would take for someone else's and refuse to overwrite: CI once saw a resume refused so,
+#: after rank 0 was killed while deleting a failed save). Scratch names are ours; the next save sweeps them.
+SCRATCH_RE = re.compile(rf"^\.{re.escape(PREFIX)}\d+\.(new|old)-\d+$")
 
 
 def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"{PREFIX}{step:08d}"
+
+
+def remove_ours(path: Path) -> None:
+    """Delete a step directory of ours without ever leaving it half-deleted under its own name: one rename to a
+    scratch name (atomic), then the deletion. A missing ``path`` is fine; a rename that fails raises OSError."""
+    trash = path.with_name(f".{path.name}.old-{time.time_ns()}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)  # what a kill leaves here is swept by the next save
 
 
 def parse_step(path: Path) -> int | None:

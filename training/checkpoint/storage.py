@@ -40,7 +40,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from training.checkpoint.layout import (LINEAGE, MARKER, OWNED, PREFIX, PROBE, QUARANTINE, ROLLBACK, SCRATCH_RE,
                                         SUPERSEDED, _file_sizes, foreign_entries, is_ours, latest_complete,
-                                        parse_step, read_marker, scan, step_dir, verify)
+                                        parse_step, read_marker, remove_ours, scan, step_dir, verify)
 from training.config import CheckpointConfig
 from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
@@ -365,7 +365,7 @@ class StorageTier:
                 if path.exists():
                     if not is_ours(path):
                         raise OSError(f"{path} exists and was not written by this job; it is left alone")
-                    shutil.rmtree(path)  # a leftover of an earlier attempt at this step (crash, rerun)
+                    remove_ours(path)  # a leftover of an earlier attempt at this step (crash, rerun)
                 self._make_step_dir(step, path)
             except OSError as e:
                 problem = self._failure_text(step, e)
@@ -455,7 +455,10 @@ class StorageTier:
     def _discard(self, step: int) -> None:
         """Rank 0: remove the incomplete directory of a failed save (ours, never committed) to free space."""
         if self.rank == 0:
-            shutil.rmtree(step_dir(self.root, step), ignore_errors=True)
+            try:
+                remove_ours(step_dir(self.root, step))
+            except OSError:
+                pass  # left for the next start's sweep of unfinished saves
 
     def wait(self) -> None:
         """Block until the in-flight async save (if any) is written and committed (or has failed)."""
@@ -511,7 +514,10 @@ class StorageTier:
         unfinished = [b for b, _ in bad if not (b / MARKER).exists()]
         for p in good[self.cfg.keep_last:] + unfinished:
             if parse_step(p) < oldest_kept:
-                shutil.rmtree(p, ignore_errors=True)
+                try:
+                    remove_ours(p)
+                except OSError:
+                    pass
 
     def close(self) -> None:
         try:
