@@ -239,8 +239,11 @@ def test_sigkill_of_the_local_launcher_stops_agents_workers_and_store(tmp_path):
 
 def test_one_run_per_checkpoint_dir(tmp_path):
     out, log = tmp_path / "run", tmp_path / "first.log"
-    steps = 300  # long enough to outlive the checks below (the last one starts 2 workers: ~20 s)
-    first = start(train_sh(out, steps), log)
+    # It must outlive the checks below (the last one starts 2 workers: ~20 s, more under load). 300 plain tiny
+    # steps once finished first in CI; 0.4 s of sleep per step (wall time only: fault.* is not part of the run's
+    # identity, the later resumes match) keeps it running >= 80 s whatever the machine's speed.
+    steps = 200
+    first = start([*train_sh(out, steps), "--fault.step_sleep_s", "0.4"], log)
     try:
         wait_for(lambda: records(out, "step"), "the first run's step 1", proc=first, log=log)
         holder = json.loads((out / "checkpoints" / ".t5-failover.lock").read_text())
