@@ -43,14 +43,19 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"{PREFIX}{step:08d}"
 
 
-def remove_ours(path: Path) -> None:
+def remove_ours(path: Path, *, ignore_errors: bool = False) -> None:
     """Delete a step directory of ours without ever leaving it half-deleted under its own name: one rename to a
-    scratch name (atomic), then the deletion. A missing ``path`` is fine; a rename that fails raises OSError."""
+    scratch name (atomic), then the deletion. A missing ``path`` is fine; a rename that fails raises OSError
+    unless ``ignore_errors`` (then the directory stays for a later attempt)."""
     trash = path.with_name(f".{path.name}.old-{time.time_ns()}")
     try:
         os.rename(path, trash)
     except FileNotFoundError:
         return
+    except OSError:
+        if ignore_errors:
+            return
+        raise
     shutil.rmtree(trash, ignore_errors=True)  # what a kill leaves here is swept by the next save
 
 

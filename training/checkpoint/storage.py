@@ -455,10 +455,7 @@ class StorageTier:
     def _discard(self, step: int) -> None:
         """Rank 0: remove the incomplete directory of a failed save (ours, never committed) to free space."""
         if self.rank == 0:
-            try:
-                remove_ours(step_dir(self.root, step))
-            except OSError:
-                pass  # left for the next start's sweep of unfinished saves
+            remove_ours(step_dir(self.root, step), ignore_errors=True)  # else left for a later save's _prune
 
     def wait(self) -> None:
         """Block until the in-flight async save (if any) is written and committed (or has failed)."""
@@ -514,10 +511,7 @@ class StorageTier:
         unfinished = [b for b, _ in bad if not (b / MARKER).exists()]
         for p in good[self.cfg.keep_last:] + unfinished:
             if parse_step(p) < oldest_kept:
-                try:
-                    remove_ours(p)
-                except OSError:
-                    pass
+                remove_ours(p, ignore_errors=True)
 
     def close(self) -> None:
         try:
