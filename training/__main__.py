@@ -16,7 +16,7 @@ import traceback
 import warnings
 
 from training.config import ConfigError, parse_args, to_toml
-from training.errors import EXIT_CODES, Diverged, Regroup, exit_code
+from training.errors import EXIT_CODES, Diverged, Regroup, exit_code, print_error
 from training.job.check import CHECK_ERRORS, already_checked, check_job
 from training.job.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
@@ -30,7 +30,7 @@ def _report(e: BaseException) -> int:
     """Print a known error once per job (rank 0), tell the agent (a restart would stop the same way) and return its
     exit code."""
     if os.environ.get("RANK", "0") == "0":
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print_error(e)
     code = exit_code(e, KNOWN_ERRORS)
     tell_agent_final_exit(code)
     return code
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, args = parse_args(argv)
     except ConfigError as e:
         if os.environ.get("RANK", "0") == "0":
-            print(f"error: {e}", file=sys.stderr)
+            print_error(e)
         return 2
     if args.print_config:
         print(to_toml(cfg), end="")

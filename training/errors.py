@@ -5,7 +5,17 @@ whether a rerun can help: 2-5 need a change of settings or data, 6 needs storage
 """
 from __future__ import annotations
 
+import sys
+
 from training.config import ConfigError
+
+
+def print_error(e: BaseException | str) -> None:
+    """Write ``error: <e>`` and its newline to stderr in one write. Workers run with PYTHONUNBUFFERED, where
+    ``print`` writes the text and the newline apart, and the agent shares the stream: its own line could land
+    between the two and glue itself onto the error."""
+    sys.stderr.write(f"error: {e}\n")
+    sys.stderr.flush()
 
 
 class CheckpointIncompatible(RuntimeError):
