@@ -2,10 +2,10 @@
 
 Each simulated agent is a real rendezvous handler driven as torchrun's agent drives it, with no worker and no
 training: ``etcd``, the launcher's :class:`~training.launch.rendezvous.handler.EtcdRendezvousHandler` (lease
-1 s x 3, last call 3 s) against a real 3-member etcd (:class:`~training.launch.rendezvous.members.LocalEtcd`,
+TTL 2 s, last call 3 s) against a real 3-member etcd (:class:`~training.launch.rendezvous.members.LocalEtcd`,
 TLS and auth on, one job user); ``c10d`` and ``c10d-1x3``, torch's own ``DynamicRendezvousHandler`` (c10d
 backend, ``is_host=false``, no launcher patch, torch's shared round TCPStore) against one real
-``python -m training.rdzv_store``, with torch's default keep-alive (5 s x 3) or the launcher's 1 s x 3; last
+``python -m training.rdzv_store``, with torch's default keep-alive (5 s x 3) or 1 s x 3 (the launcher's on c10d, until etcd); last
 call 3 s for all. Agents are threads of this process, or with ``--procs P`` threads of P worker processes (each
 with its own GIL, at a CPU priority 10 nice steps below the store's; the coordinator gets their round times over
 a pipe and sends "go", "die" and "done").
@@ -79,14 +79,15 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from training.launch.config import RdzvTuning
+from training.launch.config import ETCD_MIN_LEASE_S, RdzvTuning
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's --monitor-interval default: how often a healthy agent checks for waiters
 NAN = float("nan")
 #: The handlers compared; c10d's keep-alive (interval s, attempts): torch's default and the launcher's.
 HANDLERS = {"etcd": None, "c10d": (5, 3), "c10d-1x3": (1, 3)}
 LAST_CALL_S = 3
-ETCD_TTL_S = 3  # the launcher's 1 s x 3 (--etcd-keep-alive-s 1)
+#: The launcher's lease TTL (its keep-alive's interval x attempts, RdzvTuning; --etcd-ttl-s changes it).
+ETCD_TTL_S = RdzvTuning().keep_alive_interval * RdzvTuning().keep_alive_max_attempt
 #: Handlers built at once per process. Building is not timed; all N at once on 2 cores takes an etcd handler
 #: longer than its lease between its grant and its member key's read-back, and past 256 agents even 4 at a time
 #: per process overloaded the store (requests timed out, clients reconnected: thousands of TLS handshakes).
@@ -1080,9 +1081,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=2.0,
                    help="seconds of healthy agents between the rounds (steady store load; default 2)")
     p.add_argument("--timeout-s", type=float, default=180.0, help="give up on a round after this (default 180)")
-    p.add_argument("--etcd-keep-alive-s", type=int, default=ETCD_TTL_S // 3,
-                   help="etcd agents renew their lease this often; its TTL is 3 times that (default 1: the "
-                        "launcher's 1 s x 3). Longer: fewer keep-alives for this machine to carry, and a lost node "
+    p.add_argument("--etcd-ttl-s", type=int, default=ETCD_TTL_S,
+                   help=f"the etcd agents' lease TTL; they renew it every third of that (default {ETCD_TTL_S}: the "
+                        "launcher's). Longer: fewer keep-alives for this machine to carry, and a lost node "
                         "is found later (the table's 'lease s' and the phases' 'lease expired' say so)")
     p.add_argument("--victim", choices=("rank0", "closer"), default="rank0",
                    help="which agent dies: the round's rank 0 (default) or, for etcd, the closer")
@@ -1113,16 +1114,16 @@ def main(argv: list[str] | None = None) -> int:
     # by default, twice). A machine whose DNS server does not answer (this one) turned 63 connects to one round
     # store into 10 s; a short resolver timeout keeps that artifact out of the rounds (inherited by the workers).
     os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
-    if a.etcd_keep_alive_s < 1:
-        p.error(f"--etcd-keep-alive-s {a.etcd_keep_alive_s}: expected whole seconds >= 1 (etcd leases have whole-"
-                f"second TTLs), e.g. 1 (the launcher's)")
-    print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {3 * a.etcd_keep_alive_s} s "
-          f"({a.etcd_keep_alive_s} s x 3); c10d keep-alive: "
-          f"torch's default 5 s x 3 (c10d), the launcher's 1 s x 3 (c10d-1x3)", flush=True)
+    if a.etcd_ttl_s < ETCD_MIN_LEASE_S:
+        p.error(f"--etcd-ttl-s {a.etcd_ttl_s}: expected whole seconds >= {ETCD_MIN_LEASE_S} (etcd's shortest "
+                f"lease), e.g. {ETCD_TTL_S} (the launcher's)")
+    print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {a.etcd_ttl_s} s "
+          f"(renewed every {a.etcd_ttl_s / 3:.2g} s); c10d keep-alive: "
+          f"torch's default 5 s x 3 (c10d), 1 s x 3 (c10d-1x3)", flush=True)
     try:
         results, workers = run(a.nodes, a.handlers, procs=a.procs, steady_s=a.steady_s, timeout_s=a.timeout_s,
                                victim=a.victim, worker_ranks=a.worker_ranks, worker_s=a.worker_s,
-                               etcd_ttl_s=3 * a.etcd_keep_alive_s,
+                               etcd_ttl_s=a.etcd_ttl_s,
                                say=lambda m: print(m, flush=True))
     except Exception as e:  # noqa: BLE001 - a store that did not start (no etcd binary, ...): one line
         print(f"[rdzv-scale] {type(e).__name__}: {e}", file=sys.stderr)

@@ -22,6 +22,7 @@ import requests
 from tests.conftest import ROOT, TINY, torchrun
 from training.compare import compare
 from training.launch import LaunchConfig, launch_env, torchrun_argv
+from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient, StoreRefused
 from training.launch.rendezvous.members import LocalEtcd
@@ -50,6 +51,14 @@ def test_a_job_reads_and_writes_its_own_prefix_only(etcd):
         client.put(other.prefix + "x", "1")
     with pytest.raises(StoreRefused, match="permission denied"):
         client.get(other.prefix + "x")
+
+
+def test_etcd_raises_a_lease_shorter_than_the_launchers_floor_to_it(etcd):
+    """The launcher refuses keep-alives under ETCD_MIN_LEASE_S on etcd: the members would grant that much anyway
+    (1.5 x their election timeout, rounded up), so a shorter setting would only mislead its own messages."""
+    client = EtcdClient(etcd.add_job_user("ttl"))
+    assert int(client.post("lease/grant", {"TTL": "1"})["TTL"]) == ETCD_MIN_LEASE_S
+    assert int(client.post("lease/grant", {"TTL": str(ETCD_MIN_LEASE_S)})["TTL"]) == ETCD_MIN_LEASE_S
 
 
 def test_a_client_without_a_certificate_or_the_password_is_refused(etcd, tmp_path):

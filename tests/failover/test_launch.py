@@ -50,9 +50,9 @@ def test_argv_has_elastic_rendezvous_and_training_module():
 def test_rdzv_conf_is_tuned_and_external_store_is_a_client():
     conf = dict(kv.split("=") for kv in rdzv_conf(LaunchConfig()).split(","))
     assert conf == {"last_call_timeout": "3", "close_timeout": "10", "join_timeout": "120", "read_timeout": "30",
-                    "keep_alive_interval": "1", "keep_alive_max_attempt": "3", "is_host": "false"}
-    hosted = rdzv_conf(LaunchConfig(external_store=False, tuning=RdzvTuning(keep_alive_max_attempt=2)))
-    assert "is_host" not in hosted and "keep_alive_max_attempt=2" in hosted
+                    "keep_alive_interval": "1", "keep_alive_max_attempt": "2", "is_host": "false"}
+    hosted = rdzv_conf(LaunchConfig(external_store=False, tuning=RdzvTuning(keep_alive_max_attempt=3)))
+    assert "is_host" not in hosted and "keep_alive_max_attempt=3" in hosted
 
 
 def test_env_disables_shared_rendezvous_store():
@@ -95,6 +95,8 @@ def test_each_mapping_takes_its_platforms_timeouts(kind, env, platform):
     (dict(tuning=RdzvTuning(join_timeout=0)), "--join-timeout 0"),
     (dict(tuning=RdzvTuning(keep_alive_interval=0, keep_alive_max_attempt=0)), "--keep-alive 0x0"),
     (dict(tuning=RdzvTuning(keep_alive_max_attempt=0)), "--keep-alive 1x0"),
+    (dict(coordinator="etcd", tuning=RdzvTuning(keep_alive_max_attempt=1)),
+     "--keep-alive 1x1: etcd's shortest lease is 2 s"),
 ])
 def test_bad_values_are_named(bad, needle):
     with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
@@ -228,7 +230,7 @@ def test_cli_bad_values_are_one_line_before_anything_starts(args, env, line):
                          text=True, timeout=60, cwd=ROOT, env={**os.environ, **env})
     assert (out.returncode, out.stdout) == (2, ""), out.stderr
     assert out.stderr.startswith(line) and out.stderr.count("\n") == 1, out.stderr
-    assert "use e.g. --keep-alive 1x3" in out.stderr or "--keep-alive" not in args
+    assert "use e.g. --keep-alive 1x2" in out.stderr or "--keep-alive" not in args
 
 
 def test_package_reexports_resolve_without_importing_torch():

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.rdzv_scale import (PHASES_FIRST, PHASES_REFORM, ScaleResult, WorkerStoreResult, run, table,
-                              worker_store_load)
+from tools.rdzv_scale import (ETCD_TTL_S, PHASES_FIRST, PHASES_REFORM, ScaleResult, WorkerStoreResult, run,
+                              table, worker_store_load)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_etcd_and_c10d_handlers_form_and_re_form_with_every_figure_measured():
                   "kib_per_s_steady", "cpu_machine_pct_first", "cpu_store_pct_steady", "lag_ms_max"):
             assert _measured(getattr(r, f)), (r.handler, f)
         assert r.ops_per_s_steady > 0 and r.kib_per_s_steady > 0  # keep-alives reach the store
-    # etcd: every phase seen by the driver's watch, in order; a lost node is found by its lease (3 s TTL)
+    # etcd: every phase seen by the driver's watch, in order; a lost node is found by its lease (2 s TTL)
     assert all(_measured(etcd.phases_first[p]) for p in PHASES_FIRST)
     assert all(_measured(etcd.phases_reform[p]) for p in PHASES_REFORM)
     seen = [etcd.phases_reform[p] for p in PHASES_REFORM]
@@ -37,7 +37,7 @@ def test_etcd_and_c10d_handlers_form_and_re_form_with_every_figure_measured():
     assert all(later >= earlier - 0.25 for earlier, later in zip(seen, seen[1:])), dict(zip(PHASES_REFORM, seen))
     assert 0.5 < etcd.lost_seen_s <= 4.5 and etcd.reform_s >= etcd.lost_seen_s
     assert _measured(etcd.login_s) and isinstance(etcd.victim_was_closer, bool)
-    assert etcd.lease_s == 3 and c10d.lease_s == 3  # 1 s x 3 for both
+    assert etcd.lease_s == ETCD_TTL_S == 2 and c10d.lease_s == 3  # the launcher's TTL; c10d 1 s x 3
     assert _measured(c10d.cas_lost_pct_first)  # torch's compare-and-sets of the whole state were counted
     (w,) = workers
     assert w.ranks == 6 and w.target_ops_per_s == 18
@@ -71,7 +71,7 @@ def test_cli_help_and_bad_values():
     for argv, says in ((["--nodes", "8,1"], "each count must be >= 2"),
                        (["--nodes", "8,4", "--procs", "5"], "smallest --nodes (4)"),
                        (["--handlers", "etcd,zk"], "--handlers 'etcd,zk': expected some of etcd,c10d,c10d-1x3"),
-                       (["--etcd-keep-alive-s", "0"], "--etcd-keep-alive-s 0: expected whole seconds >= 1")):
+                       (["--etcd-ttl-s", "1"], "--etcd-ttl-s 1: expected whole seconds >= 2")):
         r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", *argv], cwd=ROOT, capture_output=True,
                            text=True)
         assert r.returncode == 2 and says in r.stderr, r.stderr

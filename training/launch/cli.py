@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
                         "and image pull (default 120)")
     p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
-                   help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product, default 1x3)")
+                   help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product: on etcd the membership "
+                        "lease's TTL, 2 s at least; default 1x2)")
     p.add_argument("--module", default="training", help="module the workers run (default training)")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the command(s), run nothing")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the training module's arguments")
@@ -127,7 +128,7 @@ def config_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None
         try:
             iv, att = (int(x) for x in a.keep_alive.lower().split("x"))
         except ValueError:
-            raise LaunchError(f"--keep-alive {a.keep_alive!r}: expected INTERVALxATTEMPTS, e.g. 1x3") from None
+            raise LaunchError(f"--keep-alive {a.keep_alive!r}: expected INTERVALxATTEMPTS, e.g. 1x2") from None
         over["tuning"] = replace(over.get("tuning", cfg.tuning), keep_alive_interval=iv, keep_alive_max_attempt=att)
     targs = list(a.train_args)
     if targs and targs[0] == "--":
