@@ -5,10 +5,10 @@ training: ``etcd``, the launcher's :class:`~training.launch.rendezvous.handler.E
 TTL 2 s, last call 3 s) against a real 3-member etcd (:class:`~training.launch.rendezvous.members.LocalEtcd`,
 TLS and auth on, one job user); ``c10d`` and ``c10d-1x3``, torch's own ``DynamicRendezvousHandler`` (c10d
 backend, ``is_host=false``, no launcher patch, torch's shared round TCPStore) against one real
-``python -m training.rdzv_store``, with torch's default keep-alive (5 s x 3) or 1 s x 3 (the launcher's on c10d, until etcd); last
-call 3 s for all. Agents are threads of this process, or with ``--procs P`` threads of P worker processes (each
-with its own GIL, at a CPU priority 10 nice steps below the store's; the coordinator gets their round times over
-a pipe and sends "go", "die" and "done").
+``python -m training.rdzv_store``, with torch's default keep-alive (5 s x 3) or 1 s x 3 (the launcher's on c10d,
+before etcd); last call 3 s for all. Agents are threads of this process, or with ``--procs P`` threads of P worker
+processes (each with its own GIL, at a CPU priority 10 nice steps below the store's; the coordinator gets their
+round times over a pipe and sends "go", "die" and "done").
 
 Per handler and node count N (MIN:MAX = N-1:N), one run:
 
@@ -83,7 +83,7 @@ from training.launch.config import ETCD_MIN_LEASE_S, RdzvTuning
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's --monitor-interval default: how often a healthy agent checks for waiters
 NAN = float("nan")
-#: The handlers compared; c10d's keep-alive (interval s, attempts): torch's default and the launcher's.
+#: The handlers compared; c10d's keep-alive (interval s, attempts): torch's default and the launcher's before etcd.
 HANDLERS = {"etcd": None, "c10d": (5, 3), "c10d-1x3": (1, 3)}
 LAST_CALL_S = 3
 #: The launcher's lease TTL (its keep-alive's interval x attempts, RdzvTuning; --etcd-ttl-s changes it).
