@@ -1014,9 +1014,18 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
     res.apply(judge(obs, sc.expect, sc.checks))
     res.figures["exit codes"] = codes
     res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
-    if res.passed and not keep and run.ckpt.exists():
-        shutil.rmtree(run.ckpt)  # keep logs and metrics; checkpoints are ~100 MB each
+    if res.passed and not keep:
+        _drop_bulk(run)
     return res
+
+
+def _drop_bulk(run: ScenarioRun) -> None:
+    """Remove what a passing scenario leaves that only a failing one needs, keeping its logs and metrics: the
+    checkpoints (~100 MB each), the nodes' in-memory snapshots and the etcd members' data (each member
+    preallocates a 64 MB log segment); a full ``make chaos-test`` left ~5 GB without this."""
+    bulk = [run.ckpt, run.workdir / "node-memory", *(run.workdir / "etcd").glob("m[0-9]*")]
+    for path in bulk:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def observe(cfg: LocalChaosConfig, run: ScenarioRun, codes: dict[str, int | None], ref: Reference, atol: float,

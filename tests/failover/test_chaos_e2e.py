@@ -37,6 +37,10 @@ def run(name: str, ref, tmp_path: Path, *flags: str):
     assert res.passed, f"scenario {name} failed ({res.workdir}/logs): {failed}"
     names = {c.name for c in res.checks}
     assert {"fault injected", "failure noticed", "job restarted"} <= names
+    # a passing scenario keeps its logs and metrics, not its bulk (checkpoints, snapshots, etcd data)
+    work = Path(res.workdir)
+    assert all((work / p).exists() for p in ("logs", "job/metrics.jsonl", "etcd/etcd.log"))
+    assert not [p for p in ("job/checkpoints", "node-memory", "etcd/m0") if (work / p).exists()]
     return res
 
 
