@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--soak-spares", type=int, default=1, help="soak: hot-spare nodes (default 1)")
     p.add_argument("--out", type=Path, help="run directory (default .chaos/runs/<time>)")
     p.add_argument("--cache", type=Path, default=REPO / ".chaos" / "cache", help="reference-run cache")
-    p.add_argument("--keep", action="store_true", help="keep the checkpoints, snapshots and etcd data of passing scenarios")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the checkpoints, snapshots and etcd data of passing scenarios")
     p.add_argument("--dry-run", action="store_true", help="print the config and one agent's command; run nothing")
     p.add_argument("train_args", nargs="*", help="after --: extra training flags for every run")
     return p
