@@ -59,7 +59,10 @@ def test_a_hung_worker_is_killed_by_its_nodes_watchdog_then_resume_is_exact(refe
     # Rank 1 stops (SIGSTOP) after step 5: alive, sockets open, silent. Its agent's node watchdog sees its
     # heartbeat file unchanged for parallel.heartbeat_timeout_s and SIGKILLs it (no 30 s stop wait); rank 0
     # does not wait in its next collective for train_timeout_s (60 s here). A rerun resumes from step 3.
-    r = run(tmp_path, 2, "--fault.stop_at_step", "5", "--fault.rank", "1", "--parallel.heartbeat_timeout_s", "5")
+    # Steps paced (a sleep: same weights) so step 3's async save commits before the stop after step 5; CI once saw
+    # it still in flight under load (its commit lost the peer, so it was rightly discarded).
+    r = run(tmp_path, 2, "--fault.stop_at_step", "5", "--fault.rank", "1", "--parallel.heartbeat_timeout_s", "5",
+            "--fault.step_sleep_s", "0.5")
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "rank 1 stops itself (SIGSTOP) after step 5" in out, out
     pid = int((tmp_path / ".fault-stop-step5").read_text())
