@@ -402,6 +402,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         except Exception:  # noqa: BLE001 - the lease then expires by itself within its TTL
             pass
         self.round_view.stop()
+        self.client.close()
         raise NodeTakenOut(reason)
 
     def shutdown(self) -> bool:
@@ -421,6 +422,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             pass
         self._stop.set()
         self.round_view.stop()
+        self.client.close()
         return True
 
     def _close_rendezvous(self) -> None:

@@ -1,0 +1,87 @@
+"""Lease keep-alives over etcd's gRPC stream (training/launch/rendezvous/lease_stream.py), against a real 3-member
+etcd with TLS and auth: the hand-encoded messages, the stream going to the leader, surviving the leader's SIGKILL,
+a gone lease, and a store that does not answer at all (bounded, naming the members)."""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from training.launch.rendezvous.client import EtcdClient, StoreUnavailable
+from training.launch.rendezvous.lease_stream import encode_varint, keep_alive_request, keep_alive_response
+from training.launch.rendezvous.members import LocalEtcd
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+        yield cluster
+
+
+def test_the_messages_are_protobuf():
+    assert encode_varint(1) == b"\x01" and encode_varint(300) == b"\xac\x02"
+    assert keep_alive_request(300) == b"\x08\xac\x02"
+    assert len(encode_varint(-1)) == 10  # int64 two's complement, as protobuf writes it
+    header = b"\x0a\x04\x08\x01\x10\x02"  # field 1, 4 bytes: a ResponseHeader the parser skips
+    assert keep_alive_response(header + b"\x10\xac\x02\x18\x03") == (300, 3)
+    assert keep_alive_response(header + b"\x10\xac\x02") == (300, 0)  # no TTL field: the lease is gone
+    with pytest.raises(ValueError, match="truncated"):
+        keep_alive_response(b"\x10\xac")
+
+
+def test_a_keep_alive_renews_over_a_stream_to_the_leader(etcd):
+    client = EtcdClient(etcd.add_job_user("ka"))
+    lease = client.grant(2)
+    client.put(client.key("member"), "x", lease=lease)
+    assert client.keep_alive(lease) == 2
+    assert client._keep_alive_stream._stream.endpoint == etcd.leader().client_url
+    assert client.keep_alive(lease + 1) == 0  # no such lease: gone, not an error
+    for _ in range(5):  # renewed past its TTL: the member key is still there
+        time.sleep(2 / 3)
+        assert client.keep_alive(lease) == 2
+    assert client.get(client.key("member")).value == "x"
+    client.close()
+
+
+def test_the_leaders_sigkill_costs_the_lease_nothing(etcd):
+    client = EtcdClient(etcd.add_job_user("kill"))
+    lease = client.grant(2)
+    client.put(client.key("member"), "x", lease=lease)
+    client.keep_alive(lease)
+    old = etcd.leader()
+    etcd.kill(old)  # the stream's member
+    renewed = []
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:  # renewing as the agent does, every third of the TTL
+        try:
+            renewed.append(client.keep_alive(lease))
+        except StoreUnavailable:
+            renewed.append(None)
+        time.sleep(2 / 3)
+    assert renewed[-3:] == [2, 2, 2], renewed
+    assert client._keep_alive_stream._stream.endpoint != old.client_url
+    assert client.get(client.key("member")) is not None, "the lease expired during the election"
+    client.close()
+    etcd.restart(old)  # three members again for the next test
+    etcd.wait_healthy()
+
+
+def test_no_member_answering_is_store_unavailable_within_its_bound(etcd):
+    client = EtcdClient(etcd.add_job_user("silent"))
+    lease = client.grant(10)
+    client.keep_alive(lease)
+    for m in etcd.members:
+        m.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="no etcd member answered the keep-alive") as e:
+            client.keep_alive(lease)
+        took = time.monotonic() - started
+    finally:
+        for m in etcd.members:
+            m.process.send_signal(signal.SIGCONT)
+    assert took < 5, took  # twice the read timeout, then the handler says "unreachable" and keeps trying
+    assert sum(m.client_url in str(e.value) for m in etcd.members) >= 2, str(e.value)  # the members it tried
+    assert client.keep_alive(lease) == 10  # back: the next renewal opens a new stream
+    client.close()
