@@ -603,7 +603,8 @@ class _EtcdStore:
         return {"creds": self.creds.as_env(), "token": client._token}
 
     def counters(self, pool=None) -> tuple[float, float]:
-        """gRPC calls started (KV, lease, watch, auth) and gRPC message bytes in and out, summed over members."""
+        """gRPC calls started (KV, lease, watch, auth; a lease keep-alive is a message on a kept-open stream, so
+        those count by message) and gRPC message bytes in and out, summed over members."""
         import requests
 
         root = self.etcd.root_credentials()
@@ -613,7 +614,11 @@ class _EtcdStore:
         for url in self.etcd.endpoints:
             text = session.get(f"{url}/metrics", verify=root.ca, timeout=10).text
             for line in text.splitlines():
-                if line.startswith("grpc_server_started_total{") and any(s in line for s in self.SERVICES):
+                keep_alive = 'grpc_method="LeaseKeepAlive"' in line
+                if line.startswith("grpc_server_started_total{") and any(s in line for s in self.SERVICES) \
+                        and not keep_alive:
+                    ops += float(line.rsplit(" ", 1)[1])
+                elif line.startswith("grpc_server_msg_received_total{") and keep_alive:
                     ops += float(line.rsplit(" ", 1)[1])
                 elif re.match(r"etcd_network_client_grpc_(received|sent)_bytes_total ", line):
                     nbytes += float(line.rsplit(" ", 1)[1])

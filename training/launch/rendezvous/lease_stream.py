@@ -4,21 +4,24 @@ Why not the JSON gateway, like every other call of :mod:`.client`: a keep-alive 
 all the time (every third of its lease's TTL), so its cost, times the number of nodes, is the store's steady
 load. Through the gateway each keep-alive is an HTTPS request that the member turns into a new gRPC stream to
 itself, and a member that is not the leader forwards it to the leader over its peer connection. Measured here
-(3 loopback members, 1,024 leases renewed every 0.67 s, 2026-11-27): through the gateway the members needed
-122 % of a core and fell behind (1,347 of 1,536 renewals a second); over one kept-open stream per agent to the
-leader, 15 % (36 % to a follower, which forwards), and the agents' own CPU halved. A stream is also what etcd's
-Go client does.
+(``python -m tools.keepalive_cost``: 3 loopback members, 1,024 leases renewed every 0.67 s, each with its own
+connections, 2026-11-27): 0.94 ms of the members' CPU per renewal through the gateway (108 % of a core, and
+they fell behind), 0.32 ms over one kept-open stream per agent to the leader, 0.57 ms to a follower. A stream
+is also what etcd's Go client does.
 
 The messages are two protobuf fields each way (``LeaseKeepAliveRequest{int64 ID = 1}``;
 ``LeaseKeepAliveResponse{ResponseHeader header = 1; int64 ID = 2; int64 TTL = 3}``), encoded here: no generated
-code, no etcd proto files. The stream goes to the member that leads when it is opened (each member's
-``maintenance/status`` says whether it leads, asked over the gateway without a login); when it breaks or an
-answer is late, the next keep-alive opens a new one (to the leader of then, else any member that answers).
-TLS with the client's certificate as for every call; the login token rides along as etcd's ``token``
+code, no etcd proto files. A new stream goes to the member that leads (each member's ``maintenance/status``
+says whether it leads, asked over the gateway without a login): when the open one broke (its member went) or
+none was open. When an answer is only late (a loaded member, or this host starved), the renewal goes on to the
+other members in order without asking who leads: asking costs more calls of a store or host that is already
+slow. TLS with the client's certificate as for every call; the login token rides along as etcd's ``token``
 metadata (etcd 3.5 does not check it for keep-alives: a client certificate is what lets a client renew a lease).
+:meth:`.client.EtcdClient.keep_alive` is the way in:
 
-    stream = LeaseKeepAliveStream(creds, find_leader=lambda: "https://10.0.0.5:2379", token=lambda: token)
-    ttl = stream.renew(lease_id, timeout_s=(1.0, 2.0))   # 0: the lease is gone
+    stream = LeaseKeepAliveStream(endpoints, ca, cert, key, find_leader=client.leader_endpoint,
+                                  token=lambda: client._token)
+    ttl = stream.renew(lease_id, connect_s=1.0, read_s=2.0)   # 0: the lease is gone
 """
 from __future__ import annotations
 
@@ -35,7 +38,12 @@ _CLOSE = object()
 
 
 class KeepAliveFailed(RuntimeError):
-    """The member did not answer the keep-alive in time, or the stream broke (the caller tries another)."""
+    """The member did not answer the keep-alive in time (``late``), or the stream broke (the caller tries
+    another)."""
+
+    def __init__(self, message: str, late: bool = False):
+        super().__init__(message)
+        self.late = late
 
 
 def encode_varint(value: int) -> bytes:
@@ -116,7 +124,8 @@ class _Stream:
             try:
                 answer = self._answers.get(timeout=read_timeout_s)
             except queue.Empty:
-                raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s") from None
+                raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s",
+                                      late=True) from None
             if isinstance(answer, Exception):
                 raise answer
             answered, ttl = keep_alive_response(answer)
@@ -159,41 +168,35 @@ class LeaseKeepAliveStream:
         self._lock = threading.Lock()
 
     def renew(self, lease: int, connect_s: float, read_s: float) -> int:
-        """Renew ``lease`` once; its TTL (0: gone). Tries the open stream, then the leader, then the others, for
-        at most twice ``read_s`` in all (what one pass of the gateway's calls took when no member answered), and
-        raises :class:`KeepAliveFailed` naming every member tried when none answered."""
+        """Renew ``lease`` once; its TTL (0: gone). Tries the open stream, then the other members (the leader
+        first when the stream broke or none was open), for at most twice ``read_s`` in all (what one pass of the
+        gateway's calls took when no member answered); raises :class:`KeepAliveFailed` naming every member tried
+        when none answered."""
         deadline = time.monotonic() + 2 * read_s
         left = lambda: deadline - time.monotonic()  # noqa: E731
         with self._lock:
-            errors = []
+            errors, tried, late = [], [], False
             if self._stream is not None:
+                tried.append(self._stream.endpoint)
                 try:
                     return self._stream.renew(lease, read_s)
                 except KeepAliveFailed as e:
                     errors.append(str(e))
+                    late = e.late
                     self._drop()
-            leader = self._find_leader(min(LEADER_STATUS_S, max(0.05, left())))
-            for endpoint in ([leader] if leader else []) + [e for e in self._endpoints if e != leader]:
+            # a late answer (a loaded member, or this host starved) is no reason to ask every member who leads
+            leader = None if late else self._find_leader(min(LEADER_STATUS_S, max(0.05, left())))
+            order = ([leader] if leader else []) + [e for e in self._endpoints if e != leader]
+            for endpoint in [e for e in order if e not in tried] + tried:
                 if left() <= 0:
                     break
                 try:
-                    self._stream = self._open(endpoint, min(connect_s, left()))
-                    return self._stream.renew(lease, max(0.05, min(read_s, left())))
+                    self._stream = _Stream(endpoint, self._credentials, self._token())
+                    return self._stream.renew(lease, max(0.05, min(connect_s + read_s, left())))
                 except KeepAliveFailed as e:
                     errors.append(str(e))
                     self._drop()
             raise KeepAliveFailed("; ".join(errors))
-
-    def _open(self, endpoint: str, connect_s: float) -> _Stream:
-        import grpc
-
-        stream = _Stream(endpoint, self._credentials, self._token())
-        try:
-            grpc.channel_ready_future(stream.channel).result(timeout=connect_s)
-        except grpc.FutureTimeoutError:
-            stream.close()
-            raise KeepAliveFailed(f"{endpoint}: no connection within {connect_s:.1f} s") from None
-        return stream
 
     def _drop(self) -> None:
         if self._stream is not None:
