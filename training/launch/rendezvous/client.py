@@ -143,9 +143,8 @@ class EtcdClient:
             if not os.path.exists(path):
                 raise ValueError(f"etcd TLS file {path} does not exist: check T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY")
         # one pool per member; no environment (proxies, CA bundles) replaces the cluster's CA; a few connections
-        # per member at once: the lease's keep-alive, two watch streams, the closer's, the agent's own calls
-        # one TLS context, its CA, certificate and key loaded once (urllib3 given the files instead would read and
-        # parse them again for every new connection)
+        # per member at once: two watch streams, the closer's, the agent's own calls. One TLS context, its CA,
+        # certificate and key loaded once (urllib3 given the files would read and parse them for every connection)
         tls = ssl.create_default_context(cafile=creds.ca)
         tls.load_cert_chain(creds.cert, creds.key)
         self._http = urllib3.PoolManager(num_pools=max(4, len(creds.endpoints)), maxsize=8, ssl_context=tls)
