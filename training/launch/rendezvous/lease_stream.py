@@ -129,7 +129,7 @@ class _Stream:
             if isinstance(answer, Exception):
                 raise answer
             answered, ttl = keep_alive_response(answer)
-            if answered == lease:  # a late answer to an earlier renewal is skipped
+            if answered == lease:  # an answer for a lease this agent held before (it joined again) is skipped
                 return ttl
 
     def close(self) -> None:
