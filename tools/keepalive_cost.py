@@ -6,10 +6,10 @@ For each N, a fresh 3-member etcd (TLS, auth on, as the launcher starts it) and 
 third of the launcher's lease TTL, for ``--seconds``: ``gateway`` (one HTTPS keep-alive call per renewal, the
 client's transport before 2026-11-27), ``stream-leader`` and ``stream-follower`` (one kept-open
 ``Lease/LeaseKeepAlive`` stream per lease, to the leader or to a follower, which forwards each renewal to the
-leader). Each lease has its own client and connections, as each agent has. The leases are spread over ``--procs`` client processes (10 nice steps below the members, as a real
-store has hosts of its own). Printed per row: renewals a second done and needed, the members' CPU (all three,
-percent of one core), the clients' CPU, and how often a client's lap over its leases took longer than the renewal
-period (it fell behind). No rendezvous, no agents: only the one call every agent makes all the time.
+leader). Each lease has its own client and connections, as each agent has. The leases are spread over
+``--procs`` client processes (10 nice steps below the members, as a real store has hosts of its own).
+Printed per row: renewals a second done and needed, the members' CPU (all three, percent of one core), the
+clients' CPU, and how often a client's lap over its leases took longer than the renewal period (it fell behind). No rendezvous, no agents: only the one call every agent makes all the time.
 """
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.keepalive_cost", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--leases", default="256,1024", help="lease counts, comma-separated (default 256,1024)")
     p.add_argument("--modes", default=",".join(MODES), help=f"which transports (default {','.join(MODES)})")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds of renewals per row (default 20)")
