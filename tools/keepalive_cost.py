@@ -9,7 +9,8 @@ client's transport before 2026-11-27), ``stream-leader`` and ``stream-follower``
 leader). Each lease has its own client and connections, as each agent has. The leases are spread over
 ``--procs`` client processes (10 nice steps below the members, as a real store has hosts of its own).
 Printed per row: renewals a second done and needed, the members' CPU (all three, percent of one core), the
-clients' CPU, and how often a client's lap over its leases took longer than the renewal period (it fell behind). No rendezvous, no agents: only the one call every agent makes all the time.
+clients' CPU, and how often a client's lap over its leases took longer than the renewal period (it fell behind).
+No rendezvous, no agents: only the one call every agent makes all the time.
 """
 from __future__ import annotations
 
