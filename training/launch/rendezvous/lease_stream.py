@@ -25,7 +25,8 @@ metadata (etcd 3.5 does not check it for keep-alives: a client certificate is wh
 """
 from __future__ import annotations
 
-import queue
+import asyncio
+import concurrent.futures
 import threading
 import time
 from typing import Callable
@@ -34,7 +35,6 @@ METHOD = "/etcdserverpb.Lease/LeaseKeepAlive"
 #: Seconds a member may take to say whether it leads before the stream is opened elsewhere (a member answers a
 #: status in milliseconds; one slower than this is no member to prefer).
 LEADER_STATUS_S = 0.5
-_CLOSE = object()
 
 
 class KeepAliveFailed(RuntimeError):
@@ -91,51 +91,78 @@ def keep_alive_response(buf: bytes) -> tuple[int, int]:
     return signed(fields.get(2, 0)), signed(fields.get(3, 0))
 
 
+class _EventLoop:
+    """The one asyncio loop (its own thread) that every keep-alive stream of this process runs on: a stream then
+    costs no thread of its own (grpc's blocking API spends three per stream, two of them waking several times a
+    second: felt when a simulation runs hundreds of agents in a few processes)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="t5f-etcd-keepalive", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
 class _Stream:
-    """One open LeaseKeepAlive call on its own channel: requests go in through a queue, answers come out
-    through another (a thread reads them, so a renewal can give up on a late answer)."""
+    """One open LeaseKeepAlive call on its own channel (grpc's asyncio API, on :class:`_EventLoop`); a renewal
+    waits for its answer at most its timeout."""
 
     def __init__(self, endpoint: str, credentials, token: str):
-        import grpc
+        self.endpoint = endpoint
+        self._loop = _EventLoop.get()
+        self._channel = self._call = None
+        asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop).result()
+
+    async def _open(self, credentials, token: str) -> None:
+        import grpc.aio
 
         # its own connection (not grpc's process-wide subchannel pool: one agent, one connection, also when a
         # simulation runs many agents in one process); no proxy from the environment between agent and store
-        self.endpoint = endpoint
-        self.channel = grpc.secure_channel(endpoint.split("://", 1)[-1], credentials,
-                                           options=[("grpc.use_local_subchannel_pool", 1),
-                                                    ("grpc.enable_http_proxy", 0)])
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._answers: queue.SimpleQueue = queue.SimpleQueue()
-        call = self.channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
-        self._call = call(iter(self._requests.get, _CLOSE), metadata=(("token", token),) if token else None)
-        threading.Thread(target=self._read, name="t5f-etcd-keepalive", daemon=True).start()
+        self._channel = grpc.aio.secure_channel(self.endpoint.split("://", 1)[-1], credentials,
+                                                options=[("grpc.use_local_subchannel_pool", 1),
+                                                         ("grpc.enable_http_proxy", 0)])
+        method = self._channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
+        self._call = method(metadata=(("token", token),) if token else None)
 
-    def _read(self) -> None:
-        try:
-            for answer in self._call:
-                self._answers.put(answer)
-            self._answers.put(KeepAliveFailed(f"{self.endpoint}: the keep-alive stream ended"))
-        except Exception as e:  # noqa: BLE001 - grpc.RpcError (member gone, cancelled): the renewal hears of it
-            self._answers.put(KeepAliveFailed(f"{self.endpoint}: {_rpc_reason(e)}"))
+    async def _renew(self, lease: int) -> int:
+        import grpc.aio
 
-    def renew(self, lease: int, read_timeout_s: float) -> int:
-        self._requests.put(keep_alive_request(lease))
+        await self._call.write(keep_alive_request(lease))
         while True:
-            try:
-                answer = self._answers.get(timeout=read_timeout_s)
-            except queue.Empty:
-                raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s",
-                                      late=True) from None
-            if isinstance(answer, Exception):
-                raise answer
+            answer = await self._call.read()
+            if answer is grpc.aio.EOF:
+                raise KeepAliveFailed(f"{self.endpoint}: the keep-alive stream ended")
             answered, ttl = keep_alive_response(answer)
             if answered == lease:  # an answer for a lease this agent held before (it joined again) is skipped
                 return ttl
 
-    def close(self) -> None:
-        self._requests.put(_CLOSE)
+    def renew(self, lease: int, read_timeout_s: float) -> int:
+        import grpc
+
+        future = asyncio.run_coroutine_threadsafe(self._renew(lease), self._loop)
+        try:
+            return future.result(read_timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s",
+                                  late=True) from None
+        except (grpc.RpcError, asyncio.InvalidStateError, concurrent.futures.CancelledError) as e:
+            raise KeepAliveFailed(f"{self.endpoint}: {_rpc_reason(e)}") from None
+
+    async def _close(self) -> None:
         self._call.cancel()
-        self.channel.close()
+        await self._channel.close()
+
+    def close(self) -> None:
+        """Cancel the call and close the channel (on the loop; not waited for)."""
+        if not self._loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self._close(), self._loop)
 
 
 def _rpc_reason(e: Exception) -> str:
