@@ -35,6 +35,8 @@ METHOD = "/etcdserverpb.Lease/LeaseKeepAlive"
 #: Seconds a member may take to say whether it leads before the stream is opened elsewhere (a member answers a
 #: status in milliseconds; one slower than this is no member to prefer).
 LEADER_STATUS_S = 0.5
+#: Seconds the event loop may take to make a stream's channel (it does not connect: that is the first renewal's).
+OPEN_S = 5.0
 
 
 class KeepAliveFailed(RuntimeError):
@@ -117,7 +119,11 @@ class _Stream:
         self.endpoint = endpoint
         self._loop = _EventLoop.get()
         self._channel = self._call = None
-        asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop).result()
+        try:  # making a channel does not connect (the first renewal does): this is quick unless the loop is stuck
+            asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop).result(OPEN_S)
+        except concurrent.futures.TimeoutError:
+            raise KeepAliveFailed(f"{endpoint}: the keep-alive event loop did not open a stream in {OPEN_S} s",
+                                  late=True) from None
 
     async def _open(self, credentials, token: str) -> None:
         import grpc.aio
