@@ -23,16 +23,11 @@ import time
 
 from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient
-from training.launch.rendezvous.lease_stream import _Stream
+from training.launch.rendezvous.lease_stream import LeaseKeepAliveStream
 from training.launch.rendezvous.members import LocalEtcd
+from tools.rdzv_scale import cpu_s
 
 MODES = ("gateway", "stream-leader", "stream-follower")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, period_s: float, seconds: float,
@@ -44,13 +39,11 @@ def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, 
         for client in clients.values():
             client._token = token  # one login for all (each costs a member ~0.1 s of bcrypt)
         renew = lambda lease: clients[lease].post("lease/keepalive", {"ID": str(lease)})  # noqa: E731
-    else:
-        import grpc
-
-        with open(creds.ca, "rb") as c, open(creds.key, "rb") as k, open(creds.cert, "rb") as crt:
-            tls = grpc.ssl_channel_credentials(c.read(), k.read(), crt.read())
-        streams = {lease: _Stream(endpoint, tls, token) for lease in leases}
-        renew = lambda lease: streams[lease].renew(lease, 5.0)  # noqa: E731
+    else:  # the client's own stream class, pinned to one member (no leader lookup)
+        streams = {lease: LeaseKeepAliveStream([endpoint], creds.ca, creds.cert, creds.key,
+                                               find_leader=lambda _timeout_s: endpoint, token=lambda: token)
+                   for lease in leases}
+        renew = lambda lease: streams[lease].renew(lease, 1.0, 5.0)  # noqa: E731
     done = late = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -82,12 +75,12 @@ def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) ->
         workers = [mp.get_context("spawn").Process(
             target=_client, args=(mode, creds.as_env(), admin._token, ids[k::procs], endpoint, period_s, seconds, out))
             for k in range(procs)]
-        members_before, start = sum(_cpu_s(p) for p in pids), time.monotonic()
+        members_before, start = sum(cpu_s(p) for p in pids), time.monotonic()
         for w in workers:
             w.start()
         results = [out.get() for _ in workers]
         wall = time.monotonic() - start
-        members = sum(_cpu_s(p) for p in pids) - members_before
+        members = sum(cpu_s(p) for p in pids) - members_before
         for w in workers:
             w.join()
     return {"mode": mode, "leases": leases, "needed_per_s": leases / period_s,

@@ -673,7 +673,7 @@ class _RoundWatch:
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def _cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` used so far, threads included."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
@@ -695,14 +695,14 @@ class _CpuWindow:
     def __init__(self, pids: dict[str, list[int]]) -> None:
         self.pids = pids
         self.t, self.m = time.monotonic(), _machine_cpu()
-        self.c = {k: sum(_cpu_s(p) for p in ps) for k, ps in pids.items()}
+        self.c = {k: sum(cpu_s(p) for p in ps) for k, ps in pids.items()}
 
     def end(self) -> dict[str, float]:
         dt, m = time.monotonic() - self.t, _machine_cpu()
         out = {"machine": 100 * (m[0] - self.m[0]) / max(1, m[1] - self.m[1])}
         for k, ps in self.pids.items():
             with contextlib.suppress(OSError):
-                out[k] = 100 * (sum(_cpu_s(p) for p in ps) - self.c[k]) / dt
+                out[k] = 100 * (sum(cpu_s(p) for p in ps) - self.c[k]) / dt
         return out
 
 

@@ -272,9 +272,10 @@ class EtcdClient:
                 self._keep_alive_stream = LeaseKeepAliveStream(
                     self.creds.endpoints, self.creds.ca, self.creds.cert, self.creds.key,
                     find_leader=self.leader_endpoint, token=lambda: self._token)
+            stream = self._keep_alive_stream  # close() may clear the attribute meanwhile
         connect, read = self.timeout if isinstance(self.timeout, tuple) else (self.timeout, self.timeout)
         try:
-            return self._keep_alive_stream.renew(lease, connect, read)
+            return stream.renew(lease, connect, read)
         except KeepAliveFailed as e:
             raise StoreUnavailable(f"no etcd member answered the keep-alive ({e})") from None
 

@@ -189,8 +189,8 @@ class LeaseKeepAliveStream:
         token: the client's current login token ("" before any login).
     """
 
-    def __init__(self, endpoints: list[str], ca: str, cert: str, key: str, find_leader: Callable[[], str | None],
-                 token: Callable[[], str]):
+    def __init__(self, endpoints: list[str], ca: str, cert: str, key: str,
+                 find_leader: Callable[[float], str | None], token: Callable[[], str]):
         import grpc
 
         with open(ca, "rb") as c, open(key, "rb") as k, open(cert, "rb") as crt:
