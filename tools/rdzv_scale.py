@@ -292,6 +292,12 @@ class SimAgent(threading.Thread):
 
 #: How much lower the agents' worker processes' CPU priority is than the store's (``--procs``; nice increment).
 AGENT_NICE = 10
+#: The interpreter's thread switch interval in a worker process (``--procs``; CPython's default is 5 ms). A real
+#: agent is a process of its own; here 128 simulated agents (~640 threads) share one interpreter lock, and with
+#: the default hundreds of threads asking for it every 5 ms spent the cores on hand-offs (1,024 agents in 8
+#: processes: ~175 % system time, a 10 ms sleep woke 20-36 s late, and the first round never formed; 50 ms:
+#: 0.3-4 s late, measured 2026-11-27). Threads that wait for the network give the lock up at once either way.
+SIM_SWITCH_INTERVAL_S = 0.05
 
 
 class _AgentHost:
@@ -507,6 +513,7 @@ def _worker(spec_json: str) -> int:
 
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     spec = json.loads(spec_json)
+    sys.setswitchinterval(SIM_SWITCH_INTERVAL_S)
     out = sys.stdout
     sys.stdout = sys.stderr  # stdout carries the reports alone
 

@@ -79,6 +79,7 @@ def closer(r, live, joined, min_nodes=1, max_nodes=2, now=100.0, settled=True):
 
 def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node():
     S = rounds.Step
+    assert closer(None, "ab", "") is S.OPEN  # the job's first round: the closer alone opens it
     first = rounds.Round(n=0)
     assert closer(first, "ab", "") is S.WAIT
     assert closer(first, "ab", "a") is S.MARK_MIN  # the first round waits out the last call below MAX
@@ -115,7 +116,7 @@ def test_the_head_every_agent_watches_stays_small_at_any_job_size():
 def test_what_an_agent_does_next():
     S = rounds.Step
     step = rounds.agent_step
-    assert step("a", -1, None, False, max_nodes=2) is S.NEW_ROUND
+    assert step("a", -1, None, False, max_nodes=2) is S.WAIT  # the closer opens the first round
     open_round = rounds.Round(n=3, prev=["a", "b"])
     assert step("a", 2, open_round, False, max_nodes=2) is S.JOIN
     assert step("a", 2, open_round, True, max_nodes=2) is S.WAIT
@@ -124,6 +125,27 @@ def test_what_an_agent_does_next():
     assert step("a", 3, formed, False, max_nodes=2) is S.NEW_ROUND  # a's workers failed: everyone re-forms
     assert step("a", 2, formed, False, max_nodes=2) is S.DONE
     assert step("c", -1, replace(formed, participants=["a"]), False, max_nodes=2) is S.NEW_ROUND  # room
+    # what the agents see of a formed round: the head (no member lists) and their own page of its seats
+    head = rounds.Head.of(formed).as_round()
+    page = lambda member: rounds.seat_pages(formed)[rounds.page_of(member, 1)]  # noqa: E731
+    assert step("a", 2, head, False, max_nodes=2, seats=page("a")) is S.DONE
+    assert step("c", -1, head, False, max_nodes=2, seats=page("c")) is S.STAND_BY
+    assert step("c", -1, head, False, max_nodes=3, seats=page("c")) is S.NEW_ROUND
+
+
+def test_each_agent_finds_its_seat_on_a_small_page_of_the_formed_round():
+    ids = [f"ip-10-0-{i // 256}-{i % 256}-4242-{i:06x}" for i in range(1024)]
+    r = rounds.formed(rounds.Round(n=7), list(reversed(ids)), set(ids))
+    pages = rounds.seat_pages(r)
+    assert len(pages) == rounds.page_count(1024) == 16
+    for member in ids:  # on the page its id names, at its rank in the record
+        page = pages[rounds.page_of(member, len(pages))]
+        assert (page.n, page.size, page.ranks[member]) == (7, 1024, r.participants.index(member))
+    assert sum(len(p.ranks) for p in pages.values()) == 1024
+    assert max(len(p.dumps()) for p in pages.values()) < 4_000 and len(r.dumps()) > 25_000
+    assert rounds.Seats.loads(pages[3].dumps()) == pages[3]
+    assert rounds.page_count(1) == 1 and rounds.page_count(64) == 1 and rounds.page_count(65) == 2
+    assert rounds.Head.of(r).size == 1024
 
 
 def test_places_keep_old_ranks_spares_fill_gaps_and_standby_members_come_last():

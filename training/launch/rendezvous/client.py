@@ -245,13 +245,16 @@ class EtcdClient:
         self.post("kv/deleterange", {"key": b64(key)})
 
     def compare_and_set(self, key: str, mod_revision: int, value: str, lease: int = 0,
-                        also: dict[str, str] | None = None) -> bool:
+                        also: dict[str, str] | None = None, drop: tuple[str, str] | None = None) -> bool:
         """Put ``value`` at ``key`` if the key's mod revision is still ``mod_revision`` (0: the key is absent);
-        ``also``: more keys put in the same transaction (same revision), without a lease."""
+        ``also``: more keys put in the same transaction (same revision), without a lease; ``drop``: the keys from
+        ``drop[0]`` up to (not including) ``drop[1]`` deleted in it (none of ``also``'s may be among them)."""
         put = {"key": b64(key), "value": b64(value)}
         if lease:
             put["lease"] = str(lease)
         more = [{"request_put": {"key": b64(k), "value": b64(v)}} for k, v in (also or {}).items()]
+        if drop:
+            more.append({"request_delete_range": {"key": b64(drop[0]), "range_end": b64(drop[1])}})
         r = self.post("kv/txn", {"compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL",
                                               "mod_revision": str(mod_revision)}],
                                  "success": [{"request_put": put}] + more})

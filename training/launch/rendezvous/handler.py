@@ -3,10 +3,11 @@
 Each agent holds an etcd lease (TTL = keep-alive interval x attempts, ``--rdzv-conf``) with its member key
 under it, renewed by a thread of its own, and watches one key, the round record's head (the record without its
 member lists, :class:`.rounds.Head`), so every agent hears of a new round at once (no polling, and a keep-alive
-or a round change costs each agent the same at any job size; the whole record is read once a round is formed).
-One agent, the *closer* (the oldest live member; each agent watches the member created just before it and
-takes over when that one goes), also watches the member and joined keys: it closes rounds and opens the next
-when a participant's lease expires. The decisions are :mod:`.rounds`. What torchrun gets:
+or a round change costs each agent the same at any job size). One agent, the *closer* (the oldest live member;
+each agent watches the member created just before it and takes over when that one goes), also watches the
+member and joined keys: it opens the first round, closes rounds, and opens the next when a participant's lease
+expires. An agent takes its place from its page of the formed round's seats (:class:`.rounds.Seats`, ~2 KiB at
+any job size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What torchrun gets:
 
 * ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d ``TCPStore``
   hosted by the round's rank-0 agent for torchrun's rank assignment, exit barrier and the workers' bootstrap
@@ -159,7 +160,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.node_index = node_index
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
-        self.round: rounds.Round | None = None  # the formed round this agent trains in
+        self.round: rounds.Round | None = None  # the formed round it trains in (rank 0: whole; others: the head)
         self._said_lost_of = -1
         self._store = None  # the round's TCPStore when this agent hosts it
         self._stop = threading.Event()
@@ -289,6 +290,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
                                   now=time.time(), last_call_s=self.last_call_s, settled=self._settled())
         if step is rounds.Step.WAIT:
             return
+        if step is rounds.Step.OPEN:
+            self._put_round(0, rounds.next_round(None))
+            return
         if step is rounds.Step.REOPEN:
             taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
             new = rounds.next_round(r, rounds.lost_participants(r, set(live)), taken_out)
@@ -302,20 +306,29 @@ class EtcdRendezvousHandler(RendezvousHandler):
             node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
                                  set(live))
+            return self._put_round(kv.mod_revision, new, seats=True)
         self._put_round(kv.mod_revision, new)
 
-    def _put_round(self, revision: int, new: rounds.Round) -> bool:
-        """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head."""
-        return self.client.compare_and_set(self.prefix + "round", revision, new.dumps(),
-                                           also={self.prefix + "head": rounds.Head.of(new).dumps()})
+    def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
+        """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
+        ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
+        also, drop = {self.prefix + "head": rounds.Head.of(new).dumps()}, None
+        if seats:
+            also |= {self._seats_key(new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
+            drop = (self.prefix + "seats/", self._seats_key(new.n, ""))  # zero-padded: older rounds sort first
+        return self.client.compare_and_set(self.prefix + "round", revision, new.dumps(), also=also, drop=drop)
 
-    def _read_round(self) -> tuple[rounds.Round | None, int]:
-        """The round record and its mod revision: an open (or closed) round from the head as this agent's watch
-        last delivered it (no read: N agents waiting on a round would otherwise each read it at every change),
-        a formed round whole from the store (an agent's place is in it; the head says which revision to expect).
-        While the watch is not connected (the store away, or just started) the head is read from the store too.
+    def _seats_key(self, n: int, page: int | str) -> str:
+        return self.prefix + f"seats/{n:08d}/{page}"
+
+    def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
+        """The round as its head says (without its member lists), the head's mod revision (the record's: both are
+        written together), and for a formed round this agent's page of its seats. The head is as this agent's
+        watch last delivered it (no read: N agents waiting on a round would otherwise each read it at every
+        change); while the watch is not connected (the store away, or just started) it is read from the store.
         A head that is behind the store costs nothing wrong: a join for an old round is not counted by the
-        closer, and a compare-and-set on an old revision fails; the next change wakes the agent again."""
+        closer, a compare-and-set on an old revision fails, and a round's seats are written once, when it is
+        formed; the next change wakes the agent again."""
         while True:
             if self.round_view.connected:
                 head, revision = self._current()
@@ -323,13 +336,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 head_kv = self.client.get(self.prefix + "head")
                 head, revision = (rounds.Head.loads(head_kv.value), head_kv.mod_revision) if head_kv else (None, 0)
             if head is None:
-                return None, 0
+                return None, 0, None
             if not head.formed or head.closed:
-                return head.as_round(), revision
-            kv = self.client.get(self.prefix + "round")
-            if kv is not None and kv.mod_revision == revision:
-                return rounds.Round.loads(kv.value), kv.mod_revision
-            self._wait_for_change(revision, 0.2)  # the view is behind the store: let the watch catch up
+                return head.as_round(), revision, None
+            kv = self.client.get(self._seats_key(head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
+            if kv is not None:
+                return head.as_round(), revision, rounds.Seats.loads(kv.value)
+            self._wait_for_change(revision, 0.2)  # a newer round was formed since: let the watch catch up
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -370,7 +383,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
-        lost = [p for p in current.lost if p in mine.participants]
+        lost = current.lost  # a round that replaces lost nodes follows the formed round they were in: this one
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
             _say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
@@ -462,18 +475,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             lease = self._lease
             try:
-                r, revision = self._read_round()
+                r, revision, seats = self._read_round()
                 if r is not None and r.closed:
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
-                                         max_nodes=self.max_nodes)
+                                         max_nodes=self.max_nodes, seats=seats)
                 if step is rounds.Step.DONE:
                     try:
-                        return self._take_place(r, revision)
+                        return self._take_place(r, seats)
                     except _RoundChanged:
                         continue
                 if step is rounds.Step.NEW_ROUND:
-                    self._put_round(revision, rounds.next_round(r))
+                    self._open_next_round(r, revision)
                     self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
                     continue
                 if step is rounds.Step.JOIN:
@@ -493,37 +506,53 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
-                raise RendezvousTimeoutError(f"round {r.n} of {self.run_id} did not form within "
-                                             f"{self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
+                raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
+                                             f"not form within {self.join_timeout_s:g} s (MIN {self.min_nodes} "
+                                             f"node(s))")
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
 
     def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
-        """Until the watched head's revision is no longer ``revision``, at most ``timeout_s`` (woken by the watch,
-        not by polling: hundreds of agents sharing a host's cores each polling 5 times a second was felt)."""
-        self.round_view.wait_for(lambda: self._current()[1] != revision, timeout_s)
+        """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
+        polling: hundreds of agents sharing a host's cores each polling 5 times a second was felt)."""
+        self.round_view.wait_for(lambda: self._current()[1] > revision, timeout_s)
 
-    def _take_place(self, r: rounds.Round, revision: int):
-        rank = r.participants.index(self.me)
-        store = self._round_store(r, rank, revision)
-        self.round = r
-        _say(f"round {r.n}: rank {rank} of {len(r.participants)} node(s)")
-        return RendezvousInfo(store, rank, len(r.participants),
-                              RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
+    def _open_next_round(self, r: rounds.Round | None, revision: int) -> None:
+        """Replace round ``r`` (the head's view of it, at ``revision``; None: no round yet) with the next, open
+        one, unless another agent or the closer changed it first. The next round's ``prev`` is a formed round's
+        participants (their old ranks), so a formed round is read whole first."""
+        if r is None or not r.formed:
+            self._put_round(revision, rounds.next_round(r))
+            return
+        kv = self.client.get(self.prefix + "round")
+        whole = rounds.Round.loads(kv.value) if kv else None
+        if whole is not None and whole.n == r.n and whole.formed and not whole.closed:
+            self._put_round(kv.mod_revision, rounds.next_round(whole))
 
-    def _round_store(self, r: rounds.Round, rank: int, revision: int):
-        """The round's TCPStore: rank 0 hosts it and publishes its address in the round record; the others
-        connect. Raises :class:`_RoundChanged` if the round is replaced meanwhile."""
+    def _take_place(self, r: rounds.Round, seats: rounds.Seats):
+        rank = seats.ranks[self.me]
+        store, self.round = self._round_store(r, rank)
+        _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
+        return RendezvousInfo(store, rank, seats.size, RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
+
+    def _round_store(self, r: rounds.Round, rank: int):
+        """The round's TCPStore, and the round as this agent keeps it: rank 0 hosts the store and publishes its
+        address in the round record (read whole: it waits for the others to leave at the end); the others
+        connect and keep the head's view. Raises :class:`_RoundChanged` if the round is replaced meanwhile."""
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
         if rank == 0:
-            self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
-            published = rounds.Round(**{**r.__dict__, "store": f"{self.addr}:{self._store.port}"})
-            if not self._put_round(revision, published):
+            kv = self.client.get(self.prefix + "round")
+            whole = rounds.Round.loads(kv.value) if kv else None
+            if whole is None or whole.n != r.n or not whole.formed or whole.closed:
                 raise _RoundChanged()
-            return self._store
+            self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
+            published = rounds.Round(**{**whole.__dict__, "store": f"{self.addr}:{self._store.port}"})
+            if not self._put_round(kv.mod_revision, published):
+                raise _RoundChanged()
+            return self._store, published
         deadline = time.monotonic() + self.join_timeout_s
         while True:
             current, seen = self._current()
@@ -531,7 +560,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 raise _RoundChanged()
             if current.store:
                 host, _, port = current.store.rpartition(":")
-                return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+                return dist.TCPStore(host, int(port), is_master=False, timeout=timeout), r
             if time.monotonic() > deadline:
                 raise RendezvousError(f"round {r.n}: its rank-0 node did not publish the round's store")
             self._wait_for_change(seen, 0.5)

@@ -7,13 +7,16 @@ The store holds, under the job's prefix:
 * ``round``: the :class:`Round` record, changed only by compare-and-set;
 * ``head``: its :class:`Head`, written in the same transaction as every change of ``round`` (so both have the
   same mod revision): the record without its member lists, which is what every agent watches;
-* ``joined/<n>/<id>``: an agent's wish to train in open round ``n`` (under its lease).
+* ``joined/<n>/<id>``: an agent's wish to train in open round ``n`` (under its lease);
+* ``seats/<n>/<page>``: formed round ``n``'s ranks in :class:`Seats` pages, written in the transaction that forms
+  it (older rounds' pages deleted in it): each agent reads its own page, not the whole record.
 
 Two roles. Every agent runs :func:`agent_step` until it has a place (``DONE``). One agent, the *closer* (the
 oldest live member, etcd's election recipe), also runs :func:`closer_step` on every change it watches: it
 alone reads every member and joined key, so a round costs O(N) store events, not O(N^2) (each agent watches
-only the ``round`` key and the member created just before it).
+only the round's ``head`` and the member created just before it).
 
+* The closer opens the job's first round (one transaction; every agent racing to create it cost one each).
 * A round is *open* while agents join it and *formed* once the closer closes it with its participants (at
   most MAX, at least MIN), who train; live members left out are the hot spares.
 * The closer closes an open round as soon as every live member has joined (no waiting out a last call for
@@ -33,6 +36,8 @@ only the ``round`` key and the member created just before it).
 from __future__ import annotations
 
 import json
+import math
+import zlib
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
@@ -43,6 +48,7 @@ class Step(Enum):
     DONE = "done"                  # agent: it has a place in the formed round
     STAND_BY = "stand by"          # agent: a hot spare; wait for the round to change
     WAIT = "wait"                  # agent: joined, waiting for the closer (or the closer: nothing to do)
+    OPEN = "open"                  # closer: open the job's first round
     MARK_MIN = "mark min"          # closer: the open round reached MIN (its last call starts)
     CLOSE = "close"                # closer: form the open round
     REOPEN = "reopen"              # closer: a participant of the formed round is lost: open the next round
@@ -95,7 +101,7 @@ class Head:
     through the store per change, O(N^2)); the head is ~110 bytes at any N. An agent reads the whole record only when
     the round is formed (its place) and the closer reads it from its own watch.
 
-    Attributes: as :class:`Round`'s; ``spares`` is how many wait.
+    Attributes: as :class:`Round`'s; ``spares`` is how many wait, ``size`` how many participate.
     """
 
     n: int
@@ -105,11 +111,12 @@ class Head:
     lost: list[str] = field(default_factory=list)
     taken_out: list[str] = field(default_factory=list)
     spares: int = 0
+    size: int = 0  # how many participants (a formed round)
 
     @classmethod
     def of(cls, r: Round) -> "Head":
         return cls(n=r.n, formed=r.formed, closed=r.closed, store=r.store, lost=r.lost, taken_out=r.taken_out,
-                   spares=len(r.spares))
+                   spares=len(r.spares), size=len(r.participants))
 
     def as_round(self) -> Round:
         """The record this head stands for, without its member lists: all an agent needs of an open or closed
@@ -125,21 +132,69 @@ class Head:
         return cls(**json.loads(text))
 
 
+#: Participants per :class:`Seats` page (so a page is ~2 KiB, and a round of up to 126 x 64 = 8,064 nodes is
+#: formed in one transaction within etcd's default limit of 128 operations: the round, its head, the pages, and
+#: the deletion of older rounds' pages).
+SEATS_PER_PAGE = 64
+
+
+@dataclass
+class Seats:
+    """One page of a formed round's seating (``seats/<n>/<page>``): the ranks of the participants whose id falls
+    on this page (:func:`page_of`) and the round's size. Taking a place reads this page, O(1) bytes, where the
+    whole record is O(N): 1,024 agents each reading the ~40 KiB record at once were 40 MiB through the members'
+    JSON gateway, and the reads ran past their 2 s timeout (measured 2026-11-27, ``tools.rdzv_scale``)."""
+
+    n: int
+    size: int
+    ranks: dict[str, int]
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> "Seats":
+        return cls(**json.loads(text))
+
+
+def page_count(size: int) -> int:
+    """How many :class:`Seats` pages a round of ``size`` participants has (at least one)."""
+    return max(1, math.ceil(size / SEATS_PER_PAGE))
+
+
+def page_of(member: str, pages: int) -> int:
+    """The page on which ``member``'s seat is, of ``pages`` (a hash of its id: every agent finds its own page
+    without reading the others)."""
+    return zlib.crc32(member.encode()) % pages
+
+
+def seat_pages(r: Round) -> dict[int, Seats]:
+    """Formed round ``r``'s seats, by page (every page present, also an empty one)."""
+    pages = page_count(len(r.participants))
+    out = {k: Seats(n=r.n, size=len(r.participants), ranks={}) for k in range(pages)}
+    for rank, member in enumerate(r.participants):
+        out[page_of(member, pages)].ranks[member] = rank
+    return out
+
+
 def lost_participants(r: Round, live: set[str]) -> list[str]:
     """Participants of a formed round whose member key is gone (their lease expired)."""
     return [p for p in r.participants if p not in live] if r.formed else []
 
 
-def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max_nodes: int) -> Step:
+def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max_nodes: int,
+               seats: Seats | None = None) -> Step:
     """What agent ``me`` does next; ``last_trained``: the round it trained in (-1: none); ``joined``: whether
-    its joined key for ``r`` is in."""
-    if r is None:
-        return Step.NEW_ROUND
+    its joined key for ``r`` is in; ``seats``: ``me``'s page of formed round ``r`` (the agents' view of a formed
+    round; without it, ``r``'s own participants)."""
+    if r is None:  # the closer opens the job's first round (N agents racing to create it cost N transactions)
+        return Step.WAIT
     if not r.formed:
         return Step.WAIT if joined else Step.JOIN
-    if me in r.participants and r.n > last_trained:
+    seats = seats or Seats(n=r.n, size=len(r.participants), ranks={p: i for i, p in enumerate(r.participants)})
+    if me in seats.ranks and r.n > last_trained:
         return Step.DONE
-    if r.n <= last_trained or (me not in r.participants and len(r.participants) < max_nodes):
+    if r.n <= last_trained or (me not in seats.ranks and seats.size < max_nodes):
         return Step.NEW_ROUND
     return Step.STAND_BY
 
@@ -148,7 +203,9 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
                 last_call_s: float, settled: bool) -> Step:
     """What the closer does about ``r``; ``joined``: the ids with a joined key for ``r``, in joining order;
     ``settled``: the store has answered long enough that a missing member key means a lost node."""
-    if r is None or r.closed:
+    if r is None:
+        return Step.OPEN
+    if r.closed:
         return Step.WAIT
     if r.formed:  # right after an outage (not settled) a missing key may come back: change nothing
         if not settled:
