@@ -54,7 +54,8 @@ What a simulated agent does differently from a real node's (the handlers' calls 
 the real ones): it shares a process, its GIL and this machine's cores with the other agents (a real node has
 its own); the agents of a process share one monitor thread (torchrun runs one loop per agent; each handler
 keeps its own lease keep-alive thread and watches); the agents' processes run below the store's CPU priority
-(a real store runs on hosts of its own); the etcd agents share the driver's login token; there are no
+(a real store runs on hosts of its own), and switch threads every 50 ms instead of 5 ms (hundreds of threads
+share one interpreter lock); the etcd agents share the driver's login token; there are no
 workers (no torch process group, no training), and torch is imported once per process, not per agent.
 
 What it cannot show: network latency and bandwidth between nodes and the store (all loopback here), agent

@@ -181,7 +181,7 @@ class Job:
         cfg = LaunchConfig(min_nodes=1, max_nodes=2, spares=spares, coordinator="etcd", rdzv_id=run_id,
                            rdzv_endpoint=creds.endpoints[0].split("//")[1], etcd_env=tuple(creds.as_env().items()),
                            train_args=(*ARGS, "--job.out_dir", str(out), *extra))
-        self.out, self.lines, self.procs = out, [], []
+        self.out, self.lines, self.procs, self.creds = out, [], [], creds
         env = dict(launch_env(cfg), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         for i in range(2 + spares):
             p = subprocess.Popen(torchrun_argv(cfg), env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}"),
@@ -301,6 +301,11 @@ def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
     assert any(i == spare and "[rendezvous] round 1: rank 1 of 2" in line for _, i, line in list(job.lines)), text
     assert [c for i, c in enumerate(codes) if i != victim] == [0, 0], text
     assert compare(reference / "checkpoints" / f"step_{STEPS:08d}", final(job.out)) == []
+    # the agents took their places from the formed rounds' seat pages; forming round 1 deleted round 0's
+    seats, _ = EtcdClient(job.creds).get_prefix(job.creds.prefix + "rdzv/spare/seats/")
+    assert [kv.key.split("/seats/")[1] for kv in seats] == ["00000001/0"], [kv.key for kv in seats]
+    page, lost_id = rounds.Seats.loads(seats[0].value), text.split("lost node(s) of round 0: ", 1)[1].split(" ")[0]
+    assert (page.n, page.size, sorted(page.ranks.values())) == (1, 2, [0, 1]) and lost_id not in page.ranks, page
 
 
 def test_the_admin_command_gives_a_job_its_own_user(etcd, tmp_path):
