@@ -22,6 +22,10 @@ from __future__ import annotations
 #: such cap), and every JSON-gateway request of a member rides one such connection to itself: about 375 agents'
 #: watches fill three members. A handful of local agents never come near it; ``python -m tools.rdzv_scale`` beyond
 #: ~300 nodes runs with ``T5_ETCD_BIN`` pointing at a newer etcd (Debian 12's ``etcd-server`` 3.4.23).
+#: It also has etcd-io/etcd#15247 (#12528): a leader that was stopped (SIGSTOP, a stalled disk) and resumes may
+#: still revoke every lease it saw expire while it slept, after a new leader renewed them; fixed by
+#: etcd-io/etcd#16822 (2023-11, backported to 3.4 and 3.5, in 3.6). Here: 2 lapsed leases in 21 tries of
+#: stopping the leader for 5 s under a lease renewed every 0.67 s (2026-11-27), each right after it resumed.
 TEST_ETCD_VERSION = "3.5.1"
 
 #: etcd's flag for progress notices to idle watches (members send one every WATCH_PROGRESS_S to a watch with no

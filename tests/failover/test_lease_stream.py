@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -23,9 +24,10 @@ def test_the_messages_are_protobuf():
     assert encode_varint(1) == b"\x01" and encode_varint(300) == b"\xac\x02"
     assert keep_alive_request(300) == b"\x08\xac\x02"
     assert len(encode_varint(-1)) == 10  # int64 two's complement, as protobuf writes it
-    header = b"\x0a\x04\x08\x01\x10\x02"  # field 1, 4 bytes: a ResponseHeader the parser skips
-    assert keep_alive_response(header + b"\x10\xac\x02\x18\x03") == (300, 3)
-    assert keep_alive_response(header + b"\x10\xac\x02") == (300, 0)  # no TTL field: the lease is gone
+    header = b"\x0a\x06\x08\x01\x10\x02\x20\x07"  # field 1: ResponseHeader{cluster 1, member 2, raft_term 7}
+    assert keep_alive_response(header + b"\x10\xac\x02\x18\x03") == (300, 3, 7)
+    assert keep_alive_response(header + b"\x10\xac\x02") == (300, 0, 7)  # no TTL field: the lease is gone
+    assert keep_alive_response(b"\x10\xac\x02\x18\x03") == (300, 3, 0)  # no header: term 0
     with pytest.raises(ValueError, match="truncated"):
         keep_alive_response(b"\x10\xac")
 
@@ -65,6 +67,24 @@ def test_the_leaders_sigkill_costs_the_lease_nothing(etcd):
     client.close()
     etcd.restart(old)  # three members again for the next test
     etcd.wait_healthy()
+
+
+def test_after_the_leader_hands_over_the_stream_follows_it(etcd):
+    """The leader stays up and hands its leadership to another member (as on SIGTERM or a rolling update): the
+    open stream does not break, and without a check it would go on through a follower for the rest of the job."""
+    client = EtcdClient(etcd.add_job_user("handover"))
+    lease = client.grant(2)
+    assert client.keep_alive(lease) == 2
+    old = etcd.leader()
+    assert client._keep_alive_stream._stream.endpoint == old.client_url
+    new = next(m for m in etcd.members if m is not old and m.process.poll() is None)
+    root = EtcdClient(replace(etcd.root_credentials(), endpoints=(old.client_url,)))
+    root.post("maintenance/transfer-leadership", {"targetID": etcd.status(new)["header"]["member_id"]})
+    assert etcd.leader_within(5) is new
+    for _ in range(3):  # the first answer after the election carries the new raft term; the next renewal moves
+        assert client.keep_alive(lease) == 2
+    assert client._keep_alive_stream._stream.endpoint == new.client_url, "the stream stayed on a follower"
+    client.close()
 
 
 def test_no_member_answering_is_store_unavailable_within_its_bound(etcd):

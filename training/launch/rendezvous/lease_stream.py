@@ -9,13 +9,16 @@ connections, 2026-11-27): 0.94 ms of the members' CPU per renewal through the ga
 they fell behind), 0.32 ms over one kept-open stream per agent to the leader, 0.57 ms to a follower. A stream
 is also what etcd's Go client does.
 
-The messages are two protobuf fields each way (``LeaseKeepAliveRequest{int64 ID = 1}``;
+The messages are a few protobuf fields each way (``LeaseKeepAliveRequest{int64 ID = 1}``;
 ``LeaseKeepAliveResponse{ResponseHeader header = 1; int64 ID = 2; int64 TTL = 3}``), encoded here: no generated
 code, no etcd proto files. A new stream goes to the member that leads (each member's ``maintenance/status``
 says whether it leads, asked over the gateway without a login): when the open one broke (its member went) or
 none was open. When an answer is only late (a loaded member, or this host starved), the renewal goes on to the
 other members in order without asking who leads: asking costs more calls of a store or host that is already
-slow. TLS with the client's certificate as for every call; the login token rides along as etcd's ``token``
+slow. The stream asks again at the next renewal after an answer whose raft term (in its header) is not one in
+which its member was found leading: after an election, or when the late path left it on any member, it moves
+back to the leader (found 2026-11-27: after the leader was stopped and came back, streams stayed on a follower
+for the rest of the job). TLS with the client's certificate as for every call; the login token rides along as etcd's ``token``
 metadata (etcd 3.5 does not check it for keep-alives: a client certificate is what lets a client renew a lease).
 :meth:`.client.EtcdClient.keep_alive` is the way in:
 
@@ -35,6 +38,9 @@ METHOD = "/etcdserverpb.Lease/LeaseKeepAlive"
 #: Seconds a member may take to say whether it leads before the stream is opened elsewhere (a member answers a
 #: status in milliseconds; one slower than this is no member to prefer).
 LEADER_STATUS_S = 0.5
+#: Seconds before a stream whose member is not known to lead asks again who leads, when no member said so in time
+#: (a member stopped, an election under way): asking at every renewal would slow each by up to LEADER_STATUS_S.
+LEADER_RECHECK_S = 5.0
 #: Seconds the event loop may take to make a stream's channel (it does not connect: that is the first renewal's).
 OPEN_S = 5.0
 
@@ -76,21 +82,30 @@ def keep_alive_request(lease: int) -> bytes:
     return b"\x08" + encode_varint(lease)
 
 
-def keep_alive_response(buf: bytes) -> tuple[int, int]:
-    """(ID, TTL) of a ``LeaseKeepAliveResponse``; an absent field is 0 (a TTL of 0: the lease is gone)."""
-    fields, i = {}, 0
+def _fields(buf: bytes, message: str) -> tuple[dict[int, int], dict[int, bytes]]:
+    """A protobuf message's varint fields and length-delimited fields, by field number."""
+    varints, nested, i = {}, {}, 0
     while i < len(buf):
         tag, i = _varint(buf, i)
         number, wire = tag >> 3, tag & 7
         if wire == 0:
-            fields[number], i = _varint(buf, i)
+            varints[number], i = _varint(buf, i)
         elif wire == 2:
             length, i = _varint(buf, i)
-            i += length  # the header: not needed
+            nested[number], i = buf[i:i + length], i + length
         else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in a LeaseKeepAliveResponse")
+            raise ValueError(f"unexpected protobuf wire type {wire} in a {message}")
+    return varints, nested
+
+
+def keep_alive_response(buf: bytes) -> tuple[int, int, int]:
+    """(ID, TTL, raft term) of a ``LeaseKeepAliveResponse``; an absent field is 0 (a TTL of 0: the lease is
+    gone). The raft term is its header's (``ResponseHeader{... uint64 raft_term = 4}``): it grows with every
+    election, which is how a stream finds out that its member may no longer lead."""
+    varints, nested = _fields(buf, "LeaseKeepAliveResponse")
+    header, _ = _fields(nested.get(1, b""), "ResponseHeader")
     signed = lambda v: v - (1 << 64) if v >= 1 << 63 else v  # noqa: E731 - int64 from its varint
-    return signed(fields.get(2, 0)), signed(fields.get(3, 0))
+    return signed(varints.get(2, 0)), signed(varints.get(3, 0)), header.get(4, 0)
 
 
 class _EventLoop:
@@ -113,10 +128,14 @@ class _EventLoop:
 
 class _Stream:
     """One open LeaseKeepAlive call on its own channel (grpc's asyncio API, on :class:`_EventLoop`); a renewal
-    waits for its answer at most its timeout."""
+    waits for its answer at most its timeout. ``to_leader``: opened to the member found leading; ``leads_in``: the
+    raft term in which its member is known to lead (None: not known); ``term``: its last answer's."""
 
-    def __init__(self, endpoint: str, credentials, token: str):
-        self.endpoint = endpoint
+    def __init__(self, endpoint: str, credentials, token: str, to_leader: bool = False):
+        self.endpoint, self.to_leader = endpoint, to_leader
+        self.leads_in: int | None = None
+        self.term = 0
+        self.ask_again_at = 0.0  # monotonic time before which it does not ask again who leads
         self._loop = _EventLoop.get()
         self._channel = self._call = None
         try:  # making a channel does not connect (the first renewal does): this is quick unless the loop is stuck
@@ -136,7 +155,7 @@ class _Stream:
         method = self._channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
         self._call = method(metadata=(("token", token),) if token else None)
 
-    async def _renew(self, lease: int) -> int:
+    async def _renew(self, lease: int) -> tuple[int, int]:
         import grpc.aio
 
         await self._call.write(keep_alive_request(lease))
@@ -144,16 +163,19 @@ class _Stream:
             answer = await self._call.read()
             if answer is grpc.aio.EOF:
                 raise KeepAliveFailed(f"{self.endpoint}: the keep-alive stream ended")
-            answered, ttl = keep_alive_response(answer)
+            answered, ttl, term = keep_alive_response(answer)
             if answered == lease:  # an answer for a lease this agent held before (it joined again) is skipped
-                return ttl
+                return ttl, term
 
     def renew(self, lease: int, read_timeout_s: float) -> int:
         import grpc
 
         future = asyncio.run_coroutine_threadsafe(self._renew(lease), self._loop)
         try:
-            return future.result(read_timeout_s)
+            ttl, self.term = future.result(read_timeout_s)
+            if self.to_leader and self.leads_in is None:
+                self.leads_in = self.term
+            return ttl
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s",
@@ -204,10 +226,13 @@ class LeaseKeepAliveStream:
         """Renew ``lease`` once; its TTL (0: gone). Tries the open stream, then the other members (the leader
         first when the stream broke or none was open), for at most twice ``read_s`` in all (what one pass of the
         gateway's calls took when no member answered); raises :class:`KeepAliveFailed` naming every member tried
-        when none answered."""
+        when none answered. A stream whose member is not known to lead in the raft term of its last answer (an
+        election since, or a stream opened elsewhere after a late answer) asks who leads first, and moves there:
+        a follower forwards every renewal to the leader, 1.8 times the members' CPU."""
         deadline = time.monotonic() + 2 * read_s
         left = lambda: deadline - time.monotonic()  # noqa: E731
         with self._lock:
+            moved_to = self._follow_the_leader(left)
             errors, tried, late = [], [], False
             if self._stream is not None:
                 tried.append(self._stream.endpoint)
@@ -218,18 +243,36 @@ class LeaseKeepAliveStream:
                     late = e.late
                     self._drop()
             # a late answer (a loaded member, or this host starved) is no reason to ask every member who leads
-            leader = None if late else self._find_leader(min(LEADER_STATUS_S, max(0.05, left())))
+            leader = moved_to or (None if late else self._find_leader(min(LEADER_STATUS_S, max(0.05, left()))))
             order = ([leader] if leader else []) + [e for e in self._endpoints if e != leader]
             for endpoint in [e for e in order if e not in tried] + tried:
                 if left() <= 0:
                     break
                 try:
-                    self._stream = _Stream(endpoint, self._credentials, self._token())
+                    self._stream = _Stream(endpoint, self._credentials, self._token(), to_leader=endpoint == leader)
                     return self._stream.renew(lease, max(0.05, min(connect_s + read_s, left())))
                 except KeepAliveFailed as e:
                     errors.append(str(e))
                     self._drop()
             raise KeepAliveFailed("; ".join(errors))
+
+    def _follow_the_leader(self, left: Callable[[], float]) -> str | None:
+        """Before a renewal: if the open stream's member is not known to lead in its last answer's term, ask who
+        leads (at most :data:`LEADER_STATUS_S`) and close the stream if another member does; returns that member
+        (the renewal opens a stream there), else None. If no member says it leads in time, it asks again after
+        :data:`LEADER_RECHECK_S`."""
+        stream = self._stream
+        if stream is None or stream.leads_in == stream.term or time.monotonic() < stream.ask_again_at:
+            return None
+        leader = self._find_leader(min(LEADER_STATUS_S, max(0.05, left())))
+        if leader is None:  # none said so in time: ask again later
+            stream.ask_again_at = time.monotonic() + LEADER_RECHECK_S
+            return None
+        if leader == stream.endpoint:
+            stream.leads_in = stream.term
+            return None
+        self._drop()
+        return leader
 
     def _drop(self) -> None:
         if self._stream is not None:
