@@ -525,10 +525,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if r is None or not r.formed:
             self._put_round(revision, rounds.next_round(r))
             return
+        whole, whole_revision = self._read_whole(r)
+        if whole is not None:
+            self._put_round(whole_revision, rounds.next_round(whole))
+
+    def _read_whole(self, r: rounds.Round) -> tuple[rounds.Round | None, int]:
+        """Formed round ``r`` read whole from the store (with its member lists) and its mod revision, or (None, 0)
+        if the record is another round by now."""
         kv = self.client.get(self.prefix + "round")
         whole = rounds.Round.loads(kv.value) if kv else None
-        if whole is not None and whole.n == r.n and whole.formed and not whole.closed:
-            self._put_round(kv.mod_revision, rounds.next_round(whole))
+        if whole is None or whole.n != r.n or not whole.formed or whole.closed:
+            return None, 0
+        return whole, kv.mod_revision
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
@@ -544,13 +552,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
         timeout = datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
         if rank == 0:
-            kv = self.client.get(self.prefix + "round")
-            whole = rounds.Round.loads(kv.value) if kv else None
-            if whole is None or whole.n != r.n or not whole.formed or whole.closed:
+            whole, revision = self._read_whole(r)
+            if whole is None:
                 raise _RoundChanged()
             self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
             published = rounds.Round(**{**whole.__dict__, "store": f"{self.addr}:{self._store.port}"})
-            if not self._put_round(kv.mod_revision, published):
+            if not self._put_round(revision, published):
                 raise _RoundChanged()
             return self._store, published
         deadline = time.monotonic() + self.join_timeout_s
