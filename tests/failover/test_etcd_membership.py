@@ -26,6 +26,7 @@ from training.launch import LaunchConfig, launch_env, torchrun_argv
 from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient, StoreRefused
+from training.launch.rendezvous.handler import put_round
 from training.launch.rendezvous.members import LocalEtcd
 
 STEPS = 40
@@ -90,6 +91,23 @@ def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkey
     finally:
         squatter.close()
     assert b"address already in use" in (tmp_path / "etcd" / "etcd.log").read_bytes()
+
+
+def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused(etcd):
+    """A round's seat pages are written in the transaction that forms it: MAX_ROUND_NODES participants fit in
+    etcd's operations per transaction, one page more is refused (the launcher refuses such a --nodes first).
+    Member ids as long as a pod's (``<40-character hostname>-<pid>-<6 hex>``): the bytes fit as well."""
+    client = EtcdClient(etcd.add_job_user("big"))
+    prefix = client.key("rdzv/big/")
+    def formed(n_nodes: int, n: int) -> rounds.Round:
+        ids = [f"{'trainjob-t5-large-node-0-7f9c4d5b6-x2k4q':<40}-{100000 + i}-{i:06x}" for i in range(n_nodes)]
+        return rounds.formed(rounds.Round(n=n, prev=ids), ids)
+    assert put_round(client, prefix, 0, formed(rounds.MAX_ROUND_NODES, 0), seats=True)
+    stored = client.get(prefix + "round")
+    assert len(rounds.Round.loads(stored.value).participants) == rounds.MAX_ROUND_NODES
+    assert len(client.get_prefix(prefix + "seats/")[0]) == rounds.page_count(rounds.MAX_ROUND_NODES) == 125
+    with pytest.raises(StoreRefused, match="too many operations in txn request"):
+        put_round(client, prefix, stored.mod_revision, formed(rounds.MAX_ROUND_NODES + 1, 1), seats=True)
 
 
 # ---------------------------------------------------------------------------------------------- decisions

@@ -97,6 +97,7 @@ def test_each_mapping_takes_its_platforms_timeouts(kind, env, platform):
     (dict(tuning=RdzvTuning(keep_alive_max_attempt=0)), "--keep-alive 1x0"),
     (dict(coordinator="etcd", tuning=RdzvTuning(keep_alive_max_attempt=1)),
      "--keep-alive 1x1: etcd's shortest lease is 2 s"),
+    (dict(coordinator="etcd", max_nodes=8001), "max nodes 8001: a round on etcd holds at most 8,000 nodes"),
 ])
 def test_bad_values_are_named(bad, needle):
     with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
@@ -223,6 +224,7 @@ def test_cli_print_and_errors():
     ([], {"NODES": "0"}, "error: NODES=0 is not a number of nodes"),
     ([], {"NPROC": "abc"}, "error: NPROC='abc' is not a number of workers per node"),
     (["--nodes", "0"], {}, "error: --nodes 0: use 1 or more nodes"),
+    (["--nodes", "8001"], {}, "error: max nodes 8001: a round on etcd holds at most 8,000 nodes"),
 ])
 def test_cli_bad_values_are_one_line_before_anything_starts(args, env, line):
     """Each bad value ends the launcher at parse time with exit 2 and one line naming it (no traceback)."""

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 from cluster_facts import PlatformTimeouts, platform_timeouts
+from training.launch.rendezvous.rounds import ETCD_MAX_TXN_OPS, MAX_ROUND_NODES
 
 DEFAULT_RDZV_PORT = 29400
 _LOCAL = platform_timeouts("local")
@@ -142,6 +143,10 @@ class LaunchConfig:
         if self.coordinator not in COORDINATORS:
             raise LaunchError(f"coordinator {self.coordinator!r}: use one of {', '.join(COORDINATORS)} "
                               f"(T5_COORDINATOR)")
+        if self.coordinator == "etcd" and self.max_nodes > MAX_ROUND_NODES:
+            raise LaunchError(f"max nodes {self.max_nodes}: a round on etcd holds at most {MAX_ROUND_NODES:,} nodes "
+                              f"(its seats are written in one transaction, within etcd's {ETCD_MAX_TXN_OPS} "
+                              f"operations); use --nodes {MAX_ROUND_NODES} or fewer")
         if self.spares and self.coordinator != "etcd":
             raise LaunchError(f"{self.spares} hot spare(s) need the etcd coordinator (torch's c10d rendezvous "
                               f"restarts forever with a spare waiting): unset T5_COORDINATOR=store / "

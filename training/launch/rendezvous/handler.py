@@ -312,14 +312,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
         """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
         ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
-        also, drop = {self.prefix + "head": rounds.Head.of(new).dumps()}, None
-        if seats:
-            also |= {self._seats_key(new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
-            drop = (self.prefix + "seats/", self._seats_key(new.n, ""))  # zero-padded: older rounds sort first
-        return self.client.compare_and_set(self.prefix + "round", revision, new.dumps(), also=also, drop=drop)
+        return put_round(self.client, self.prefix, revision, new, seats)
 
     def _seats_key(self, n: int, page: int | str) -> str:
-        return self.prefix + f"seats/{n:08d}/{page}"
+        return seats_key(self.prefix, n, page)
 
     def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
         """The round as its head says (without its member lists), the head's mod revision (the record's: both are
@@ -580,6 +576,21 @@ class NodeTakenOut(RendezvousError):
 
 class _RoundChanged(Exception):
     """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
+
+
+def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False) -> bool:
+    """One transaction under the job's ``prefix``: the round record compare-and-set on its ``revision`` (0: none
+    yet) and its head; with ``seats`` (the round is being formed) also its seat pages, older rounds' pages
+    deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit)."""
+    also, drop = {prefix + "head": rounds.Head.of(new).dumps()}, None
+    if seats:
+        also |= {seats_key(prefix, new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
+        drop = (prefix + "seats/", seats_key(prefix, new.n, ""))  # zero-padded: older rounds sort first
+    return client.compare_and_set(prefix + "round", revision, new.dumps(), also=also, drop=drop)
+
+
+def seats_key(prefix: str, n: int, page: int | str) -> str:
+    return prefix + f"seats/{n:08d}/{page}"
 
 
 def create_handler(params) -> EtcdRendezvousHandler:

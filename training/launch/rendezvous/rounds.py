@@ -132,10 +132,17 @@ class Head:
         return cls(**json.loads(text))
 
 
-#: Participants per :class:`Seats` page (so a page is ~2 KiB, and a round of up to 126 x 64 = 8,064 nodes is
-#: formed in one transaction within etcd's default limit of 128 operations: the round, its head, the pages, and
-#: the deletion of older rounds' pages).
+#: Participants per :class:`Seats` page (a page is ~2 KiB).
 SEATS_PER_PAGE = 64
+#: etcd's default limit of operations in one transaction (``--max-txn-ops``), which the members here and on the
+#: clusters keep: one more is refused ("too many operations in txn request"; checked against etcd by a test).
+ETCD_MAX_TXN_OPS = 128
+#: The operations of the transaction that forms a round besides its seat pages: the round, its head, and the
+#: deletion of older rounds' pages.
+FORMING_OPS = 3
+#: The most participants a round can have: every seat page goes into the one transaction that forms it,
+#: so 125 pages of 64, 8,000 nodes (the launcher refuses a larger --nodes on etcd).
+MAX_ROUND_NODES = (ETCD_MAX_TXN_OPS - FORMING_OPS) * SEATS_PER_PAGE
 
 
 @dataclass
