@@ -26,7 +26,7 @@ from training.launch import LaunchConfig, launch_env, torchrun_argv
 from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient, StoreRefused
-from training.launch.rendezvous.handler import put_round
+from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
 from training.launch.rendezvous.members import LocalEtcd
 
 STEPS = 40
@@ -108,6 +108,22 @@ def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused
     assert len(client.get_prefix(prefix + "seats/")[0]) == rounds.page_count(rounds.MAX_ROUND_NODES) == 125
     with pytest.raises(StoreRefused, match="too many operations in txn request"):
         put_round(client, prefix, stored.mod_revision, formed(rounds.MAX_ROUND_NODES + 1, 1), seats=True)
+
+
+def test_at_the_end_only_the_first_agent_writes_the_closed_round(etcd):
+    """Every agent closes the rendezvous when the job ends: the first writes it, the others find it closed and
+    write nothing (each rewriting the whole record was N x its size through etcd's raft log)."""
+    creds = etcd.add_job_user("closing")
+    agents = [EtcdRendezvousHandler("closing", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
+                                    join_timeout_s=10) for _ in range(3)]
+    client = EtcdClient(creds)
+    key = client.key("rdzv/closing/round")
+    agents[0].shutdown()
+    closed = client.get(key)
+    assert rounds.Round.loads(closed.value).closed
+    for agent in agents[1:]:
+        agent.shutdown()
+    assert client.get(key).mod_revision == closed.mod_revision
 
 
 # ---------------------------------------------------------------------------------------------- decisions
