@@ -232,19 +232,25 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
 def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_nodes: int,
            node_index: dict[str, int] | None = None) -> list[str]:
     """The participants of open round ``r`` when it closes, in rank order (see the module docstring);
-    ``node_index``: the node index each member gave, if it gave one."""
+    ``node_index``: the node index each member gave, if it gave one. O(N log N): the closer runs it with every
+    member of the job (quadratic, it took 2.8 s at 8,000 nodes)."""
     index = node_index or {}
     present = [j for j in joined if j in live]
-    by_node = sorted(present, key=lambda j: (index.get(j, float("inf")), present.index(j)))
-    returning = [p for p in r.prev if p in present]
-    newcomers = [j for j in by_node if j not in r.prev and j not in standby]
-    spares_last = [j for j in by_node if j not in r.prev and j in standby]
+    order: dict[str, int] = {}
+    for i, j in enumerate(present):
+        order.setdefault(j, i)
+    by_node = sorted(present, key=lambda j: (index.get(j, float("inf")), order[j]))
+    old_rank = {p: i for i, p in reversed(list(enumerate(r.prev)))}  # a member listed twice: its first rank
+    returning = [p for p in r.prev if p in order]
+    newcomers = [j for j in by_node if j not in old_rank and j not in standby]
+    spares_last = [j for j in by_node if j not in old_rank and j in standby]
     chosen = (returning + newcomers + spares_last)[:max_nodes]
     slots: list[str | None] = [None] * len(chosen)
     for p in chosen:  # old rank where it fits
-        if p in r.prev and r.prev.index(p) < len(slots) and slots[r.prev.index(p)] is None:
-            slots[r.prev.index(p)] = p
-    rest = iter(p for p in chosen if p not in slots)
+        if p in old_rank and old_rank[p] < len(slots) and slots[old_rank[p]] is None:
+            slots[old_rank[p]] = p
+    seated = set(slots)
+    rest = iter(p for p in chosen if p not in seated)
     return [s if s is not None else next(rest) for s in slots]
 
 
