@@ -110,6 +110,32 @@ def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused
         put_round(client, prefix, stored.mod_revision, formed(rounds.MAX_ROUND_NODES + 1, 1), seats=True)
 
 
+def test_a_round_is_formed_with_its_rank_0_store_in_one_write_and_every_agent_uses_it(etcd):
+    """The closer writes rank 0's store address into the transaction that forms the round: the record changes
+    twice (opened, formed), with no third write to publish a store, and both agents get the same store (a key
+    one sets, the other reads) under the round's own prefix."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    creds = etcd.add_job_user("formed")
+    agents = [EtcdRendezvousHandler("formed", EtcdClient(creds), min_nodes=2, max_nodes=2, ttl_s=2, last_call_s=1,
+                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
+        kv = EtcdClient(creds).get(creds.prefix + "rdzv/formed/round")
+        r = rounds.Round.loads(kv.value)
+        assert (r.n, r.formed, kv.version) == (0, True, 2), (r, kv.version)
+        rank0 = next(a for a, info in zip(agents, infos) if info.rank == 0)
+        assert r.store == f"127.0.0.1:{rank0._store_server.port}"
+        assert sorted(info.rank for info in infos) == [0, 1]
+        infos[0].store.set("hello", "from one agent")
+        assert infos[1].store.get("hello") == b"from one agent"
+        assert rank0._store_server.get("t5f/round/0/hello") == b"from one agent"  # the round's own prefix
+    finally:
+        for a in sorted(agents, key=lambda a: a._hosting):  # the host last: it waits for the others to leave
+            a.shutdown()
+
+
 def test_at_the_end_only_the_first_agent_writes_the_closed_round(etcd):
     """Every agent closes the rendezvous when the job ends: the first writes it, the others find it closed and
     write nothing (each rewriting the whole record was N x its size through etcd's raft log)."""

@@ -124,11 +124,12 @@ class KeyValue:
     mod_revision: int
     lease: int
     create_revision: int = 0
+    version: int = 0  # etcd's count of the key's writes since it was created
 
 
 def _kv(raw: dict) -> KeyValue:
     return KeyValue(unb64(raw["key"]), unb64(raw.get("value", "")), int(raw.get("mod_revision", 0)),
-                    int(raw.get("lease", 0)), int(raw.get("create_revision", 0)))
+                    int(raw.get("lease", 0)), int(raw.get("create_revision", 0)), int(raw.get("version", 0)))
 
 
 class EtcdClient:

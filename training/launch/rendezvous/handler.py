@@ -9,9 +9,13 @@ member and joined keys: it opens the first round, closes rounds, and opens the n
 expires. An agent takes its place from its page of the formed round's seats (:class:`.rounds.Seats`, ~2 KiB at
 any job size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What torchrun gets:
 
-* ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d ``TCPStore``
-  hosted by the round's rank-0 agent for torchrun's rank assignment, exit barrier and the workers' bootstrap
-  address. Its host is a participant of the round, so losing it is losing a node of the round, which ends
+* ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d store for
+  torchrun's rank assignment, exit barrier and the workers' bootstrap address: the round's key prefix on the
+  ``TCPStore`` that every agent starts when it joins the job and that the round's rank-0 agent serves. Its
+  address is in each member key, and the closer writes rank 0's into the transaction that forms the round, so
+  every agent connects as soon as it has its place (rank 0 publishing a store after the round formed was one
+  more transaction and one more change for every agent to hear: ~1 s of a 1,024-node re-formation in the
+  simulation). Its host is a participant of the round, so losing it is losing a node of the round, which ends
   the round anyway: no process outside the round can end the job through it.
 * ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: 1 when a newer
   round exists (a participant lost, a worker group failed, a node waiting with room), else 0. When the newer
@@ -54,6 +58,9 @@ from training.launch.rendezvous.client import ClientCredentials, EtcdClient, Key
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
 EXIT_WAIT_S = 10.0
+#: Seconds one try to connect to the round's store may take before the agent looks whether the round is still
+#: the one it took a place in (its rank-0 node may have been lost since: then a new round is on its way).
+STORE_CONNECT_TRY_S = 3.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
 #: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
@@ -162,7 +169,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.prefix = client.key(f"rdzv/{run_id}/")
         self.round: rounds.Round | None = None  # the formed round it trains in (rank 0: whole; others: the head)
         self._said_lost_of = -1
-        self._store = None  # the round's TCPStore when this agent hosts it
+        self._store_server = self._serve_store()  # serves the rounds in which this agent has rank 0
+        self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
         self._stop = threading.Event()
         self._lease = 0
         self._member_rev = 0
@@ -189,7 +197,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             try:
                 self._lease = self.client.grant(self.ttl_s)
                 revision = self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(),
-                                                            "standby": self.standby, "node": self.node_index}),
+                                                            "standby": self.standby, "node": self.node_index,
+                                                            "store": f"{self.addr}:{self._store_server.port}"}),
                                            lease=self._lease)
                 kv = self.client.get(key)  # None if the lease ran out already (a very slow store): the put's revision
                 self._member_rev = kv.create_revision if kv else revision
@@ -306,6 +315,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
                                  set(live))
+            new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see _round_store)
             return self._put_round(kv.mod_revision, new, seats=True)
         self._put_round(kv.mod_revision, new)
 
@@ -437,8 +447,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if self.round is not None:
                 self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
             self._close_rendezvous()
-            if self._store is not None and self.round is not None:
-                self._wait_for_others_to_leave(self.round)
+            if self._hosting and self.round is not None:
+                self._wait_for_others_to_leave(self.round.n)
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
@@ -462,7 +472,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     said = True
                 time.sleep(0.5)
 
-    def _wait_for_others_to_leave(self, r: rounds.Round) -> None:
+    def _wait_for_others_to_leave(self, n: int) -> None:
+        """Until every live participant of round ``n`` (read whole, once) said it left, at most EXIT_WAIT_S."""
+        kv = self.client.get(self.prefix + "round")
+        r = rounds.Round.loads(kv.value) if kv else None
+        if r is None or r.n != n:
+            return
         deadline = time.monotonic() + EXIT_WAIT_S
         while time.monotonic() < deadline:
             live = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + "members/")[0]}
@@ -544,37 +559,44 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
-        store, self.round = self._round_store(r, rank)
+        store = self._round_store(r)
+        self.round, self._hosting = r, rank == 0
         _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
 
-    def _round_store(self, r: rounds.Round, rank: int):
-        """The round's TCPStore, and the round as this agent keeps it: rank 0 hosts the store and publishes its
-        address in the round record (read whole: it waits for the others to leave at the end); the others
-        connect and keep the head's view. Raises :class:`_RoundChanged` if the round is replaced meanwhile."""
+    def _serve_store(self):
+        """This agent's ``TCPStore`` server, for the rounds in which it has rank 0 (see the module docstring)."""
         import torch.distributed as dist
 
-        timeout = datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
-        if rank == 0:
-            whole, revision = self._read_whole(r)
-            if whole is None:
-                raise _RoundChanged()
-            self._store = dist.TCPStore(self.addr, 0, is_master=True, timeout=timeout, wait_for_workers=False)
-            published = rounds.Round(**{**whole.__dict__, "store": f"{self.addr}:{self._store.port}"})
-            if not self._put_round(revision, published):
-                raise _RoundChanged()
-            return self._store, published
+        return dist.TCPStore(self.addr, 0, is_master=True, timeout=self._store_timeout(), wait_for_workers=False)
+
+    def _store_timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
+
+    def _round_store(self, r: rounds.Round):
+        """Formed round ``r``'s store: its key prefix on the store of its rank-0 agent (named in the round), which
+        every participant connects to, rank 0 included. Raises :class:`_RoundChanged` if the round is replaced
+        while that store does not answer (its node lost meanwhile)."""
+        import torch.distributed as dist
+
+        host, _, port = r.store.rpartition(":")
+        if not host or not port.isdigit():
+            raise RendezvousError(f"round {r.n} names no store of its rank-0 node ({r.store!r})")
         deadline = time.monotonic() + self.join_timeout_s
         while True:
-            current, seen = self._current()
-            if current is None or current.n != r.n or current.closed:
-                raise _RoundChanged()
-            if current.store:
-                host, _, port = current.store.rpartition(":")
-                return dist.TCPStore(host, int(port), is_master=False, timeout=timeout), r
-            if time.monotonic() > deadline:
-                raise RendezvousError(f"round {r.n}: its rank-0 node did not publish the round's store")
-            self._wait_for_change(seen, 0.5)
+            try:
+                store = dist.TCPStore(host, int(port), is_master=False,
+                                      timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S))
+                store.set_timeout(self._store_timeout())
+                # torch's own handler does the same: keys of earlier rounds on the same server are not this round's
+                return dist.PrefixStore(f"t5f/round/{r.n}", store)
+            except RuntimeError as e:  # torch's DistStoreError / DistNetworkError: not answering (yet)
+                current, _ = self._current()
+                if current is None or current.n != r.n or current.closed:
+                    raise _RoundChanged() from None
+                if time.monotonic() > deadline:
+                    raise RendezvousError(f"round {r.n}: its rank-0 node's store {r.store} did not answer within "
+                                          f"{self.join_timeout_s:g} s ({e})") from None
 
 
 class NodeTakenOut(RendezvousError):

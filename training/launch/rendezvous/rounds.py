@@ -66,7 +66,7 @@ class Round:
         prev: the participants of the round before (rank order for the next).
         min_at: when an open round reached MIN (wall clock, the closer's), for the last call.
         lost: the participants of the round before that were lost (why this round exists, if so).
-        store: ``host:port`` of the formed round's TCPStore (its rank 0 publishes it).
+        store: ``host:port`` of the formed round's TCPStore: its rank-0 agent's, written when it is formed.
         closed: the job ended: no more rounds.
         spares: live members waiting beside the formed round (hot spares), kept up to date by the closer; the
             agents tell their workers how many (a straggler's node is taken out only when one waits).
