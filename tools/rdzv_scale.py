@@ -28,7 +28,8 @@ Per handler and node count N (MIN:MAX = N-1:N), one run:
    survivor has its rank in the N-1 round.
 
 For etcd a separate watch on the job's prefix (the driver's) times each phase: the last joined key, the
-closer's close (the round record formed), the round's TCPStore published by its rank 0, and the last agent
+closer's close (the round record formed), the round's TCPStore named in it (since 2026-11-27 in the same
+transaction that forms the round, so the two columns agree; before, rank 0 published it afterwards), and the last agent
 with its rank (the round record's delivery to every agent, connecting to that store, rank assignment); for the
 re-formed round also the lost member's key deleted (lease expiry) and the next round opened. etcd operations
 and bytes are the members' own counters (gRPC calls started and gRPC message bytes, all 3 members, from their

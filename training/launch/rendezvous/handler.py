@@ -167,7 +167,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.node_index = node_index
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
-        self.round: rounds.Round | None = None  # the formed round it trains in (rank 0: whole; others: the head)
+        self.round: rounds.Round | None = None  # the formed round it trains in, as its head gave it
         self._said_lost_of = -1
         self._store_server = self._serve_store()  # serves the rounds in which this agent has rank 0
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
