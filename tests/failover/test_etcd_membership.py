@@ -136,6 +136,26 @@ def test_a_round_is_formed_with_its_rank_0_store_in_one_write_and_every_agent_us
             a.shutdown()
 
 
+def test_an_agent_whose_rank_0_store_does_not_answer_gives_up_its_place_once_the_round_changed(etcd):
+    """Rank 0's node lost right after the round formed: its store does not answer, and a newer round replaces
+    the one the agent took a place in. The agent stops trying that store (to join the newer round) instead of
+    waiting out the store's 30 s timeout."""
+    from training.launch.rendezvous import handler as handler_module
+
+    agent = EtcdRendezvousHandler("gone", EtcdClient(etcd.add_job_user("gone")), min_nodes=1, max_nodes=2,
+                                  ttl_s=2, last_call_s=1, join_timeout_s=60, local_addr="127.0.0.1")
+    try:
+        with socket.socket() as s:  # a port nothing listens on: the lost rank 0's store
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        # the head shows another round than n=7; without the check it would try until join_timeout_s (60 s) and
+        # then raise RendezvousError
+        with pytest.raises(handler_module._RoundChanged):
+            agent._round_store(rounds.Round(n=7, formed=True, store=f"127.0.0.1:{dead}"))
+    finally:
+        agent.shutdown()
+
+
 def test_at_the_end_only_the_first_agent_writes_the_closed_round(etcd):
     """Every agent closes the rendezvous when the job ends: the first writes it, the others find it closed and
     write nothing (each rewriting the whole record was N x its size through etcd's raft log)."""
