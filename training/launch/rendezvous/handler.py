@@ -324,9 +324,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
         return put_round(self.client, self.prefix, revision, new, seats)
 
-    def _seats_key(self, n: int, page: int | str) -> str:
-        return seats_key(self.prefix, n, page)
-
     def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
         """The round as its head says (without its member lists), the head's mod revision (the record's: both are
         written together), and for a formed round this agent's page of its seats. The head is as this agent's
@@ -345,7 +342,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return None, 0, None
             if not head.formed or head.closed:
                 return head.as_round(), revision, None
-            kv = self.client.get(self._seats_key(head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
+            kv = self.client.get(seats_key(self.prefix, head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
             if kv is not None:
                 return head.as_round(), revision, rounds.Seats.loads(kv.value)
             self._wait_for_change(revision, 0.2)  # a newer round was formed since: let the watch catch up
@@ -620,6 +617,7 @@ def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round,
 
 
 def seats_key(prefix: str, n: int, page: int | str) -> str:
+    """The key of formed round ``n``'s seat ``page`` under the job's ``prefix``."""
     return prefix + f"seats/{n:08d}/{page}"
 
 
