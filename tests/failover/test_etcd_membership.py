@@ -249,6 +249,96 @@ def test_each_agent_finds_its_seat_on_a_small_page_of_the_formed_round():
     assert rounds.Head.of(r).size == 1024
 
 
+def _page_seat(formed: rounds.Round, member: str) -> dict[str, int]:
+    """``member``'s seat as its page of ``formed`` gives it (``{}``: none), what an agent read before."""
+    pages = rounds.seat_pages(formed)
+    page = pages[rounds.page_of(member, len(pages))]
+    return {member: page.ranks[member]} if member in page.ranks else {}
+
+
+def test_a_node_of_the_round_before_finds_its_seat_in_the_head_as_its_page_gives_it():
+    """A re-formation after a lost node changes one or two seats: the head names them, and each node of the
+    round before finds its own seat there (the same as its page says) instead of 1,023 page reads at once."""
+    import random
+
+    ids = [f"ip-10-0-{i // 256}-{i % 256}-4242-{i:06x}" for i in range(1024)]
+    before = rounds.formed(rounds.Round(n=5), ids, set(ids) | {"spare"})
+    survivors = ids[1:]  # rank 0 lost; a spare waits
+    nxt = rounds.next_round(before, [ids[0]])
+    assert nxt.prev_n == 5 and rounds.next_round(nxt).prev_n == 5  # a round that did not form passes it on
+    live = set(survivors) | {"spare"}
+    r = rounds.formed(nxt, rounds.choose(nxt, ["spare", *survivors], live, set(), 1024), live)
+    head = rounds.Head.loads(rounds.Head.of(r).dumps())
+    assert head.moved == {"spare": 0, ids[0]: -1} and len(head.dumps()) < 400
+    for rank, member in enumerate(ids):
+        seat = rounds.seat_from_head(head, member, (5, member, rank))
+        assert seat.ranks == _page_seat(r, member) and (seat.n, seat.size) == (6, 1024)
+    assert rounds.seat_from_head(head, ids[3], (4, ids[3], 3)) is None  # its place was in another round
+    assert rounds.seat_from_head(head, "renewed", (5, ids[3], 3)) is None  # joined again under a new id
+    assert rounds.seat_from_head(rounds.Head.of(before), ids[3], None) is None  # the first round: its page
+    # without a spare the last rank moves to the lost one's: two changes
+    r = rounds.formed(nxt, rounds.choose(nxt, survivors, set(survivors), set(), 1024), set(survivors))
+    assert rounds.Head.of(r).moved == {ids[-1]: 0, ids[0]: -1}
+    # any round that follows a formed one, small and random: the head's seat is the page's, or the page is read
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.randint(1, 24)
+        members = [f"m{i}" for i in range(n + 6)]
+        prev = rounds.formed(rounds.Round(n=2), rng.sample(members, n))
+        live = set(rng.sample(members, rng.randint(1, len(members))))
+        joined = rng.sample(sorted(live), rng.randint(0, len(live)))
+        standby = set(rng.sample(members, rng.randint(0, 3)))
+        nxt = rounds.next_round(prev, [p for p in prev.participants if p not in live])
+        chosen = rounds.choose(nxt, joined, live, standby, rng.randint(1, n + 4))
+        if not chosen:
+            continue
+        r = rounds.formed(nxt, chosen, live)
+        head = rounds.Head.of(r)
+        changes = sum(prev.participants.index(p) != chosen.index(p) for p in set(chosen) & set(prev.participants))
+        assert (head.moved is None) == (changes + len(set(chosen) - set(prev.participants))
+                                        + len(set(prev.participants) - set(chosen)) > rounds.HEAD_MOVES_MAX)
+        for rank, member in enumerate(prev.participants):
+            seat = rounds.seat_from_head(head, member, (2, member, rank))
+            assert seat is None if head.moved is None else seat.ranks == _page_seat(r, member)
+
+
+def test_a_lost_nodes_round_re_forms_without_a_seat_read_by_the_nodes_that_kept_their_place(etcd):
+    """Three real agents form a round; the one with the highest rank stops (its lease expires, as a lost node's
+    does). The two others re-form, find their seats in the head (they keep their ranks) and read no seat page;
+    before, each read its page."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    creds = etcd.add_job_user("kept")
+    agents = [EtcdRendezvousHandler("kept", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
+                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
+    lost = None
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
+        ranks = {a: info.rank for a, info in zip(agents, infos)}
+        lost = max(agents, key=ranks.get)
+        survivors = [a for a in agents if a is not lost]
+        lost._stop.set()  # as a SIGKILLed node: its keep-alives and watch stop, nothing is revoked
+        lost.round_view.stop()
+        reads: list[str] = []
+        for a in survivors:
+            get = a.client.get
+            a.client.get = lambda key, *args, _get=get, **kw: reads.append(key) or _get(key, *args, **kw)
+        deadline = time.monotonic() + 20
+        while not all(a.num_nodes_waiting() for a in survivors):  # the lease expired, the closer reopened
+            assert time.monotonic() < deadline, "the lost node's round was not replaced"
+            time.sleep(0.1)
+        with ThreadPoolExecutor(2) as pool:
+            again = list(pool.map(lambda a: a.next_rendezvous(), survivors))
+        assert [(info.rank, info.world_size) for info in again] == [(ranks[a], 2) for a in survivors]
+        assert [k for k in reads if "/seats/" in k] == [], reads
+        head = rounds.Head.loads(EtcdClient(creds).get(creds.prefix + "rdzv/kept/head").value)
+        assert head.n == 1 and head.formed and head.moved == {lost.me: -1}
+    finally:
+        for a in sorted((a for a in agents if a is not lost), key=lambda a: a._hosting):
+            a.shutdown()
+
+
 def test_places_keep_old_ranks_spares_fill_gaps_and_standby_members_come_last():
     r = rounds.Round(n=4, prev=["a", "b", "c"])
     assert rounds.choose(r, ["s", "b", "c"], {"s", "b", "c"}, set(), 3) == ["s", "b", "c"]  # s takes a's rank 0

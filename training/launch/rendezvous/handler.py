@@ -168,6 +168,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
         self.round: rounds.Round | None = None  # the formed round it trains in, as its head gave it
+        self._seat: tuple[int, str, int] | None = None  # that round's number, this agent's id and rank in it
         self._said_lost_of = -1
         self._store_server = self._serve_store()  # serves the rounds in which this agent has rank 0
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
@@ -326,7 +327,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
         """The round as its head says (without its member lists), the head's mod revision (the record's: both are
-        written together), and for a formed round this agent's page of its seats. The head is as this agent's
+        written together), and for a formed round this agent's seat: from the head's changes when this agent had
+        a place in the round they are relative to (it kept its rank, or the head names its new one), else its page
+        of the round's seats, read from the store. The head is as this agent's
         watch last delivered it (no read: N agents waiting on a round would otherwise each read it at every
         change); while the watch is not connected (the store away, or just started) it is read from the store.
         A head that is behind the store costs nothing wrong: a join for an old round is not counted by the
@@ -342,6 +345,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return None, 0, None
             if not head.formed or head.closed:
                 return head.as_round(), revision, None
+            seats = rounds.seat_from_head(head, self.me, self._seat)  # kept its place, or the head says where
+            if seats is not None:
+                return head.as_round(), revision, seats
             kv = self.client.get(seats_key(self.prefix, head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
             if kv is not None:
                 return head.as_round(), revision, rounds.Seats.loads(kv.value)
@@ -557,7 +563,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
         store = self._round_store(r)
-        self.round, self._hosting = r, rank == 0
+        self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
         _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
 
