@@ -112,3 +112,23 @@ def test_dynamo_recompile_limit_is_where_compile_sets_it():
         assert torch._dynamo.config.recompile_limit == before + 1
     finally:
         torch._dynamo.config.recompile_limit = before
+
+
+def test_identical_workers_get_their_ranks_without_the_store(monkeypatch):
+    """TORCH_ELASTIC_WORKER_IDENTICAL=1 (training.launch.commands.launch_env): the ranks come from the node's
+    rendezvous rank alone; a store that fails on any use is not touched. Without the variable torchrun uses it."""
+    import pytest
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
+
+    class Unusable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the store was used: {name}")
+
+    spec = WorkerSpec(role="default", local_world_size=2, rdzv_handler=None, entrypoint="x")
+    monkeypatch.setenv("TORCH_ELASTIC_WORKER_IDENTICAL", "1")
+    workers = SimpleElasticAgent._assign_worker_ranks(None, Unusable(), 3, 5, spec)
+    assert [(w.global_rank, w.world_size, w.role_rank, w.role_world_size) for w in workers] == [(6, 10, 6, 10),
+                                                                                               (7, 10, 7, 10)]
+    monkeypatch.delenv("TORCH_ELASTIC_WORKER_IDENTICAL")
+    with pytest.raises(AssertionError, match="the store was used"):
+        SimpleElasticAgent._assign_worker_ranks(None, Unusable(), 3, 5, spec)

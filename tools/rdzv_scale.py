@@ -16,8 +16,9 @@ Per handler and node count N (MIN:MAX = N-1:N), one run:
    share the driver's login token, as one etcd login costs ~0.1 s of a member's CPU: *login s* is one login);
    not part of the rounds.
 2. *first round*: all N agents call ``next_rendezvous()`` at once, then torchrun's rank assignment
-   (``SimpleElasticAgent._assign_worker_ranks``) through the round's store; from the start until the last
-   agent has its rank. Then each agent is asked ``num_nodes_waiting()`` every 0.1 s (torchrun's monitor loop;
+   (``SimpleElasticAgent._assign_worker_ranks``) in the launcher's environment (``TORCH_ELASTIC_WORKER_IDENTICAL``:
+   from the round's rank, no gather through the round's store); from the start until the last agent has its
+   rank. Then each agent is asked ``num_nodes_waiting()`` every 0.1 s (torchrun's monitor loop;
    one thread per process asks for all of its agents).
 3. *steady*: ``--steady-s`` seconds of healthy agents: store operations and bytes per second (keep-alives).
 4. *re-formed*: the agent with rank 0 (the round's store host; ``--victim closer``: the etcd closer) stops its
@@ -84,7 +85,7 @@ from datetime import timedelta
 from typing import Any
 
 from tools import loopback_names
-from training.launch.config import ETCD_MIN_LEASE_S, RdzvTuning
+from training.launch.config import ETCD_MIN_LEASE_S, IDENTICAL_WORKERS_ENV, RdzvTuning
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's --monitor-interval default: how often a healthy agent checks for waiters
 NAN = float("nan")
@@ -254,7 +255,7 @@ class SimAgent(threading.Thread):
         info = self.handler.next_rendezvous()
         t_info = time.monotonic()
         spec = WorkerSpec(role="default", local_world_size=1, rdzv_handler=self.handler, entrypoint="sim")
-        # torchrun's own rank assignment (rank 0 gathers every agent's role info through the round's store);
+        # torchrun's own rank assignment, as the launcher's agents run it (IDENTICAL_WORKERS_ENV, set in main);
         # it uses no agent state, so it runs unbound here
         workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, info.rank, info.world_size, spec)
         self.rounds.append({"start": t0, "info": t_info, "ranked": time.monotonic(), "rank": info.rank,
@@ -1059,6 +1060,7 @@ def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: floa
         victim: str = "rank0", worker_ranks: int = 8, worker_s: float = 5.0, etcd_ttl_s: int = ETCD_TTL_S,
         say=print) -> tuple[list[ScaleResult], list[WorkerStoreResult]]:
     """Every handler at every node count (each against a fresh store), then the workers' store rows."""
+    os.environ.update(IDENTICAL_WORKERS_ENV)  # the launcher's agents' rank assignment (inherited by the workers)
     results = []
     workdir = tempfile.mkdtemp(prefix="t5-rdzv-scale-")
     log = os.path.join(workdir, "handlers.log")

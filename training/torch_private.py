@@ -39,6 +39,11 @@ INVENTORY = (
                "training.checkpoint.storage",
                "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
                "the 10-30 min default) without re-creating the group, which would need every rank's agreement."),
+    PrivateUse("TORCH_ELASTIC_WORKER_IDENTICAL=1 (read by SimpleElasticAgent._assign_worker_ranks)",
+               "training.launch.commands.launch_env",
+               "torchrun's rank assignment from the node's rendezvous rank alone, no gather through rank 0's store "
+               "(which waited the store's timeout for a node lost after the round formed, then failed every "
+               "agent); torchrun documents the variable only in that private method's docstring."),
     PrivateUse("torch._dynamo.config.recompile_limit", "training.model.compile",
                "raise the recompile cap so every T5 block variant compiles (the documented knob lives there)."),
     PrivateUse("torch.utils._python_dispatch.TorchDispatchMode, torch.utils._pytree.tree_map",

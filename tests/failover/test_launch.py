@@ -59,6 +59,8 @@ def test_env_disables_shared_rendezvous_store():
     env = launch_env(LaunchConfig(node_rank=3), base={"PATH": "/bin"})
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert env["T5_NODE_RANK"] == "3" and env["PATH"] == "/bin"
+    assert env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"  # a fixed --nproc-per-node: ranks without a gather
+    assert "TORCH_ELASTIC_WORKER_IDENTICAL" not in launch_env(LaunchConfig(nproc_per_node="gpu"), base={})
 
 
 def test_explicit_train_timeout_is_not_overridden():

@@ -8,6 +8,9 @@ local multi-node run exercises exactly the torchrun arguments the clusters use:
   seconds instead of ~50 s;
 * ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: works around a torch 2.13 deadlock when a node joins a later
   rendezvous round (pytorch#147064);
+* ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` with a fixed ``--nproc-per-node``: workers' ranks from the node's
+  rendezvous rank, no gather through rank 0's store (a node lost after its round formed is a lost node, not a
+  30 s store timeout that fails every agent);
 * the rendezvous store can live outside every training node (``is_host=false`` against
   ``python -m training.rdzv_store``), so the job survives losing *any* node, including rank 0's;
 * a short process-group timeout after the first step (``--parallel.train_timeout_s``) so a hung peer is
@@ -57,7 +60,7 @@ from typing import Mapping
 
 from training.job.check import DONE_ENV
 from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv, training_argv
-from training.launch.config import DEFAULT_RDZV_PORT, RDZV_ENV, LaunchConfig, LaunchError
+from training.launch.config import DEFAULT_RDZV_PORT, IDENTICAL_WORKERS_ENV, RDZV_ENV, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
 from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
@@ -169,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# one agent per simulated node, {nodes} node(s)"
                   + (f" + {cfg.spares} hot spare(s) (the first {nodes} to join train)" if cfg.spares else "") + ":")
             for i in range(nodes + cfg.spares):
-                print(format_argv(torchrun_argv(cfg), dict(RDZV_ENV, T5_NODE_RANK=str(i))))
+                env = launch_env(cfg, base={})
+                print(format_argv(torchrun_argv(cfg), {k: v for k, v in env.items() if k != "T5_NODE_RANK"}
+                                  | {"T5_NODE_RANK": str(i)}))
             return 0
         try:
             check_checkpoint_dir(cfg)
@@ -185,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_local(cfg, nodes, own_store or cfg.coordinator == "etcd")
     argv_, env = torchrun_argv(cfg), launch_env(cfg)
     if a.print_only:
-        print(format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, "T5_NODE_RANK") if k in env}))
+        print(format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, *IDENTICAL_WORKERS_ENV, "T5_NODE_RANK") if k in env}))
         return 0
-    print(f"[launch] {format_argv(argv_, RDZV_ENV)}", flush=True)
+    print(f"[launch] {format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, *IDENTICAL_WORKERS_ENV) if k in env})}",
+          flush=True)
     os.execvpe(argv_[0], argv_, env)  # the agent replaces us: signals from Slurm/kubelet reach it directly
     return 127  # not reached

@@ -11,7 +11,7 @@ import shlex
 import sys
 from typing import Mapping, Sequence
 
-from training.launch.config import RDZV_ENV, LaunchConfig
+from training.launch.config import IDENTICAL_WORKERS_ENV, RDZV_ENV, LaunchConfig
 
 
 def rdzv_conf(cfg: LaunchConfig) -> str:
@@ -58,9 +58,12 @@ def torchrun_argv(cfg: LaunchConfig) -> list[str]:
 
 
 def launch_env(cfg: LaunchConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for an agent: ``base`` (default os.environ) plus the rendezvous workaround."""
+    """Environment for an agent: ``base`` (default os.environ) plus the rendezvous workaround, and torchrun's
+    rank assignment without a gather when every node runs a fixed number of workers."""
     env = dict(os.environ if base is None else base)
     env.update(RDZV_ENV)
+    if isinstance(cfg.nproc_per_node, int):  # "gpu"/"auto": nodes may differ, torchrun gathers their counts
+        env.update(IDENTICAL_WORKERS_ENV)
     env.update(dict(cfg.etcd_env))
     env.setdefault("PYTHONUNBUFFERED", "1")  # timely logs: the chaos harness timestamps lines as they come
     if cfg.node_rank is not None:
