@@ -238,7 +238,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def _renew_membership(self, expired: int) -> None:
         """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
         with self._membership_lock:
-            if self._lease == expired:
+            if self._lease == expired and not self._stop.is_set():  # not once the agent is leaving
                 _say(f"this node's membership lease expired; joining again as {self.me}")
                 self._join_store_locked()
 
@@ -452,6 +452,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._close_rendezvous()
             if self._hosting and self.round is not None:
                 self._wait_for_others_to_leave(self.round.n)
+            self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
