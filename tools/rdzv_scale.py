@@ -130,6 +130,7 @@ class ScaleResult:
     cpu_agents_pct_steady: float = NAN
     phases_first: dict[str, float] = dataclasses.field(default_factory=dict)
     phases_reform: dict[str, float] = dataclasses.field(default_factory=dict)
+    rejoined: int = 0  # etcd survivors in the re-formed round under a new member id: their own lease had expired
     error: str = ""
 
     @property
@@ -825,6 +826,13 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
                        reformed_ranks=sorted(r["global_rank"] for r in second),
                        victim_in_new_round=any(r["member"] == dead for r in second),
                        lag_ms_max=1000 * pool.lag_max_s())
+        base.rejoined = sum(rounds(i)[1]["member"][0] != rounds(i)[0]["member"][0] for i in survivors)
+        early = sum(r["start"] < t_kill for r in second)
+        if early:  # a healthy agent's keep-alives were starved past its lease: it was "lost", and came back
+            base.error = (f"{early} survivor(s) started their second round before the kill: the agents' own leases "
+                          f"expired while all were healthy ({base.rejoined} re-joined under a new id; sim lag "
+                          f"{base.lag_ms_max:.0f} ms, agents {base.cpu_agents_pct_steady:.0f} % CPU at steady): "
+                          f"this machine's load, not a measurement (--etcd-ttl-s 3 gives the keep-alives slack)")
         if watch:
             signals = [pool.agent(i)["signal_at"] for i in survivors]
             base.phases_reform = _phases(watch, t_kill, 1, second, signals, lost=dead[0])

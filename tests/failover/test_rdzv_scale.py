@@ -39,7 +39,7 @@ def test_etcd_and_c10d_handlers_form_and_re_form_with_every_figure_measured():
     # watch's, whose events arrive a little later than the agents' on a loaded machine (CI: 2.7 ms out of order)
     assert all(later >= earlier - 0.25 for earlier, later in zip(seen, seen[1:])), dict(zip(PHASES_REFORM, seen))
     assert 0.5 < etcd.lost_seen_s <= 4.5 and etcd.reform_s >= etcd.lost_seen_s
-    assert _measured(etcd.login_s) and isinstance(etcd.victim_was_closer, bool)
+    assert _measured(etcd.login_s) and isinstance(etcd.victim_was_closer, bool) and etcd.rejoined == 0
     assert etcd.lease_s == ETCD_TTL_S == 2 and c10d.lease_s == 3  # the launcher's TTL; c10d 1 s x 3
     assert _measured(c10d.cas_lost_pct_first)  # torch's compare-and-sets of the whole state were counted
     (w,) = workers
