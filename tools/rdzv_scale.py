@@ -829,10 +829,12 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
         base.rejoined = sum(rounds(i)[1]["member"][0] != rounds(i)[0]["member"][0] for i in survivors)
         early = sum(r["start"] < t_kill for r in second)
         if early:  # a healthy agent's keep-alives were starved past its lease: it was "lost", and came back
-            base.error = (f"{early} survivor(s) started their second round before the kill: the agents' own leases "
-                          f"expired while all were healthy ({base.rejoined} re-joined under a new id; sim lag "
-                          f"{base.lag_ms_max:.0f} ms, agents {base.cpu_agents_pct_steady:.0f} % CPU at steady): "
-                          f"this machine's load, not a measurement (--etcd-ttl-s 3 gives the keep-alives slack)")
+            base.error = (f"{early} survivor(s) started their second round before the kill: a round re-formed while "
+                          f"every agent was healthy (an agent's own lease expired under this machine's load, "
+                          f"{base.rejoined} survivor(s) re-joined under a new id; or one joined after the first "
+                          f"round closed without it; sim lag {base.lag_ms_max:.0f} ms, agents "
+                          f"{base.cpu_agents_pct_steady:.0f} % CPU at steady): not a measurement (--etcd-ttl-s 3 "
+                          f"gives the keep-alives slack)")
         if watch:
             signals = [pool.agent(i)["signal_at"] for i in survivors]
             base.phases_reform = _phases(watch, t_kill, 1, second, signals, lost=dead[0])
