@@ -6,6 +6,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -117,7 +118,6 @@ def test_dynamo_recompile_limit_is_where_compile_sets_it():
 def test_identical_workers_get_their_ranks_without_the_store(monkeypatch):
     """TORCH_ELASTIC_WORKER_IDENTICAL=1 (training.launch.commands.launch_env): the ranks come from the node's
     rendezvous rank alone; a store that fails on any use is not touched. Without the variable torchrun uses it."""
-    import pytest
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 
     class Unusable:

@@ -256,7 +256,7 @@ class SimAgent(threading.Thread):
         info = self.handler.next_rendezvous()
         t_info = time.monotonic()
         spec = WorkerSpec(role="default", local_world_size=1, rdzv_handler=self.handler, entrypoint="sim")
-        # torchrun's own rank assignment, as the launcher's agents run it (IDENTICAL_WORKERS_ENV, set in main);
+        # torchrun's own rank assignment, as the launcher's agents run it (IDENTICAL_WORKERS_ENV, set by run());
         # it uses no agent state, so it runs unbound here
         workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, info.rank, info.world_size, spec)
         self.rounds.append({"start": t0, "info": t_info, "ranked": time.monotonic(), "rank": info.rank,

@@ -59,8 +59,8 @@ from dataclasses import replace
 from typing import Mapping
 
 from training.job.check import DONE_ENV
-from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv, training_argv
-from training.launch.config import DEFAULT_RDZV_PORT, IDENTICAL_WORKERS_ENV, RDZV_ENV, LaunchConfig, LaunchError
+from training.launch.commands import format_argv, launch_env, shown_env, store_argv, torchrun_argv, training_argv
+from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
 from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
@@ -172,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# one agent per simulated node, {nodes} node(s)"
                   + (f" + {cfg.spares} hot spare(s) (the first {nodes} to join train)" if cfg.spares else "") + ":")
             for i in range(nodes + cfg.spares):
-                env = launch_env(cfg, base={})
-                print(format_argv(torchrun_argv(cfg), {k: v for k, v in env.items() if k != "T5_NODE_RANK"}
-                                  | {"T5_NODE_RANK": str(i)}))
+                print(format_argv(torchrun_argv(cfg), shown_env(launch_env(cfg, base={})) | {"T5_NODE_RANK": str(i)}))
             return 0
         try:
             check_checkpoint_dir(cfg)
@@ -190,9 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_local(cfg, nodes, own_store or cfg.coordinator == "etcd")
     argv_, env = torchrun_argv(cfg), launch_env(cfg)
     if a.print_only:
-        print(format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, *IDENTICAL_WORKERS_ENV, "T5_NODE_RANK") if k in env}))
+        print(format_argv(argv_, shown_env(env) | {k: env[k] for k in ("T5_NODE_RANK",) if k in env}))
         return 0
-    print(f"[launch] {format_argv(argv_, {k: env[k] for k in (*RDZV_ENV, *IDENTICAL_WORKERS_ENV) if k in env})}",
-          flush=True)
+    print(f"[launch] {format_argv(argv_, shown_env(env))}", flush=True)
     os.execvpe(argv_[0], argv_, env)  # the agent replaces us: signals from Slurm/kubelet reach it directly
     return 127  # not reached

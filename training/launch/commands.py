@@ -71,6 +71,12 @@ def launch_env(cfg: LaunchConfig, base: Mapping[str, str] | None = None) -> dict
     return env
 
 
+def shown_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What of an agent's environment (:func:`launch_env`) a printed command line carries: the variables that
+    change torchrun's behaviour (never the etcd credentials' variables)."""
+    return {k: env[k] for k in (*RDZV_ENV, *IDENTICAL_WORKERS_ENV) if k in env}
+
+
 def store_argv(port: int, port_file: str | None = None, python: str = sys.executable) -> list[str]:
     """Command line of the standalone rendezvous store (``training.rdzv_store``)."""
     argv = [python, "-m", "training.rdzv_store", "--port", str(port)]
