@@ -101,7 +101,8 @@ class Head:
     """The ``head`` key: what every agent watches of the round record, without the lists of O(N) member ids
     (``participants``, ``prev``, ``spares``). A round changes about five times per re-formation and every agent
     hears of each change: with the whole record, 1,024 agents received 28-57 KiB each per change (up to 57 MiB
-    through the store per change, O(N^2)); the head is ~110 bytes at any N. An agent reads the whole record only when
+    through the store per change, O(N^2)); the head is ~110 bytes at any N (a formed round that follows another
+    adds its seat changes, at most :data:`HEAD_MOVES_MAX`). An agent reads the whole record only when
     the round is formed (its place) and the closer reads it from its own watch.
 
     Attributes: as :class:`Round`'s; ``spares`` is how many wait, ``size`` how many participate; ``moved``: a
