@@ -109,7 +109,7 @@ def test_an_etcd_with_the_250_stream_cap_is_named_before_a_large_run(monkeypatch
 
 
 _NAME_V4_MAPPED_LOOPBACK = (
-    "import os, socket; from tools import loopback_names as n;"
+    "import socket; from tools import loopback_names as n;"
     "print(socket.getnameinfo(('::ffff:127.0.0.1', 1, 0, 0), socket.NI_NAMEREQD)[0], n.named_here())")
 
 
@@ -133,8 +133,9 @@ def test_loopback_names_answer_the_v4_mapped_loopback_address_inside_and_change_
 
 
 def test_the_scale_tool_runs_itself_with_loopback_named_and_says_so():
-    if loopback_names.unavailable() is not None:
-        pytest.skip(loopback_names.unavailable())
+    why = loopback_names.unavailable()
+    if why is not None:
+        pytest.skip(why)
     r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", "--nodes", "2", "--handlers", "c10d",
                         "--worker-ranks", "0", "--steady-s", "0.5"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
