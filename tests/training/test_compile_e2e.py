@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import TINY_STEPS, tiny_run
+from tests.conftest import STEP_3_COMMITTED, TINY_STEPS, tiny_run
 from training.checkpoint import latest_complete, step_dir
 from training.compare import compare
 
@@ -16,7 +16,7 @@ def test_compiled_sdpa_bias_run_killed_and_resumed_equals_its_uninterrupted_run(
     reference = tiny_run(tmp_path / "reference", 2, *FAST_PATH)
     assert reference.returncode == 0, reference.stdout + reference.stderr
     killed = tmp_path / "killed"
-    r = tiny_run(killed, 2, *FAST_PATH, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    r = tiny_run(killed, 2, *FAST_PATH, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "SIGKILL" in r.stdout + r.stderr
     assert latest_complete(killed / "checkpoints").name == "step_00000003"
     r = tiny_run(killed, 2, *FAST_PATH)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, TINY_STEPS, tiny_run
+from tests.conftest import ROOT, STEP_3_COMMITTED, TINY_STEPS, tiny_run
 from training.checkpoint import latest_complete, step_dir
 from training.compare import compare
 
@@ -40,10 +40,8 @@ def test_deterministic_mode_sets_what_reproducible_gpu_kernels_need_and_off_leav
 
 @pytest.mark.e2e
 def test_a_killed_deterministic_run_resumes_bitwise_equal_to_the_reference(tiny_reference, tmp_path):
-    # Steps paced (a sleep: same weights) so step 3's async save commits before the kill after step 5; CI once
-    # saw it still in flight under load (its commit lost the peer, so it was rightly discarded).
-    r = tiny_run(tmp_path, 2, "--parallel.deterministic", "true", "--fault.sigkill_at_step", "5", "--fault.rank", "1",
-                 "--fault.step_sleep_s", "0.5")
+    r = tiny_run(tmp_path, 2, *STEP_3_COMMITTED, "--parallel.deterministic", "true", "--fault.sigkill_at_step", "5",
+                 "--fault.rank", "1")
     assert r.returncode != 0 and "SIGKILL" in r.stdout + r.stderr
     assert latest_complete(tmp_path / "checkpoints").name == "step_00000003"
     r = tiny_run(tmp_path, 2, "--parallel.deterministic", "true")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY, TINY_STEPS, tiny_run
+from tests.conftest import ROOT, STEP_3_COMMITTED, TINY, TINY_STEPS, tiny_run
 from training.checkpoint import latest_complete, step_dir
 from training.compare import compare
 
@@ -50,7 +50,7 @@ def launch(out: Path, nodes: int, *extra: str, global_batch: int = 4) -> subproc
 
 def test_worker_kill_restores_from_its_nodes_memory(tiny_reference, tmp_path, node_memory):
     out = tmp_path / "run"
-    r = tiny_run(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    r = tiny_run(out, 2, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     assert latest_complete(out / "checkpoints").name == "step_00000003"  # storage alone would redo 4 and 5
     r = tiny_run(out, 2, *MEMORY)
@@ -98,7 +98,7 @@ def test_a_lost_node_restores_its_shards_from_the_peer_replica(tiny_reference, t
 def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, tmp_path, node_memory):
     from chaos.local.scenarios import damage_generations
     out = tmp_path / "run"
-    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     # every own copy of rank 1 (whichever step its replica also holds), 64 bytes each, as failing memory would
     damaged = damage_generations(node_memory / "node1", "own-r1-w2")
@@ -121,7 +121,7 @@ def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, 
 def test_a_damaged_own_snapshot_and_replica_fall_back_to_storage(tiny_reference, tmp_path, node_memory):
     from chaos.local.scenarios import damage_generations
     out = tmp_path / "run"
-    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0
     damaged = [d for node, kind in (("node1", "own"), ("node0", "peer"))
                for d in damage_generations(node_memory / node, f"{kind}-r1-w2")]
@@ -138,12 +138,30 @@ def test_a_damaged_own_snapshot_and_replica_fall_back_to_storage(tiny_reference,
     assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
 
 
+def test_damaged_snapshots_with_no_storage_checkpoint_start_over_and_say_so(tiny_reference, tmp_path, node_memory):
+    from chaos.local.scenarios import damage_generations
+    out = tmp_path / "run"
+    r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "2", "--fault.rank", "1")  # before step 3's checkpoint
+    assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 2" in r.stdout
+    assert latest_complete(out / "checkpoints") is None
+    damaged = [d for node, kind in (("node1", "own"), ("node0", "peer"))
+               for d in damage_generations(node_memory / node, f"{kind}-r1-w2")]
+    assert damaged
+    r = launch(out, 2, *MEMORY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert starts(out)[-1]["restored_from"] is None  # nothing damaged was loaded
+    (line,) = [ln for ln in r.stdout.splitlines() if "memory snapshots not used" in ln]
+    assert "no storage checkpoint is complete either: the run starts over from step 0" in line, line
+    assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
+
+
 def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
     reference = tmp_path / "reference"
     r = launch(reference, 3, global_batch=6)
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "run"
-    r = launch(out, 3, *MEMORY, "--fault.sigkill_at_step", "5", "--fault.rank", "1", global_batch=6)
+    r = launch(out, 3, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1",
+               global_batch=6)
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     for node in ("node1", "node2"):  # rank 1's snapshot (node 1) and its replica (node 2) are both gone
         shutil.rmtree(node_memory / node)
@@ -178,8 +196,8 @@ def test_another_world_size_restores_from_memory_re_cut_to_its_shards(tmp_path, 
 
 def test_a_world_size_change_without_every_shard_in_memory_restores_from_storage(tmp_path, node_memory):
     out = tmp_path / "run"
-    r = launch(out, 2, *MEMORY, "--checkpoint.memory_replica", "false", "--fault.sigkill_at_step", "5",
-               "--fault.rank", "1")
+    r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--checkpoint.memory_replica", "false",
+               "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     shutil.rmtree(node_memory / "node1")  # rank 1's shard was only on its node (no replica)
     r = launch(out, 1, *MEMORY)

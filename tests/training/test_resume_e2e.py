@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY, TINY_STEPS, tiny_run, torchrun
+from tests.conftest import STEP_3_COMMITTED, TINY, TINY_STEPS, tiny_run, torchrun
 from training.checkpoint import latest_complete, step_dir
 from training.compare import compare
 
@@ -59,10 +59,8 @@ def test_a_hung_worker_is_killed_by_its_nodes_watchdog_then_resume_is_exact(refe
     # Rank 1 stops (SIGSTOP) after step 5: alive, sockets open, silent. Its agent's node watchdog sees its
     # heartbeat file unchanged for parallel.heartbeat_timeout_s and SIGKILLs it (no 30 s stop wait); rank 0
     # does not wait in its next collective for train_timeout_s (60 s here). A rerun resumes from step 3.
-    # Steps paced (a sleep: same weights) so step 3's async save commits before the stop after step 5; CI once saw
-    # it still in flight under load (its commit lost the peer, so it was rightly discarded).
-    r = run(tmp_path, 2, "--fault.stop_at_step", "5", "--fault.rank", "1", "--parallel.heartbeat_timeout_s", "5",
-            "--fault.step_sleep_s", "0.5")
+    r = run(tmp_path, 2, *STEP_3_COMMITTED, "--fault.stop_at_step", "5", "--fault.rank", "1",
+            "--parallel.heartbeat_timeout_s", "5")
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "rank 1 stops itself (SIGSTOP) after step 5" in out, out
     pid = int((tmp_path / ".fault-stop-step5").read_text())
@@ -77,10 +75,8 @@ def test_a_hung_worker_is_killed_by_its_nodes_watchdog_then_resume_is_exact(refe
 
 def test_sigkill_then_resume_is_bitwise_exact(reference, tmp_path):
     # Rank 1 is SIGKILLed after step 5, while the step-3 checkpoint is the newest complete one (step 6 never
-    # reached): steps 4-5 are recomputed. Synchronous saves in the killed run, so the step-3 checkpoint has
-    # committed by then on a loaded machine too (an async one may still be writing); the resumed run saves
-    # asynchronously, like the reference: the saved state is the same either way.
-    r = run(tmp_path, 2, "--fault.sigkill_at_step", "5", "--fault.rank", "1", "--checkpoint.async_save", "false")
+    # reached): steps 4-5 are recomputed.
+    r = run(tmp_path, 2, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "SIGKILL" in r.stdout + r.stderr
     assert latest_complete(tmp_path / "checkpoints").name == "step_00000003"
     r = run(tmp_path)
@@ -146,7 +142,7 @@ def test_micro_batches_accumulate_the_same_gradient_and_resume_bitwise(reference
     assert "global batch 4 (2 per rank in 2 micro-batches of <= 1)" in r.stdout
     final = step_dir(straight / "checkpoints", STEPS)
     assert compare(step_dir(reference_no_dropout / "checkpoints", STEPS), final, atol=1e-5) == []
-    r = run(killed, 2, *micro, "--fault.sigkill_at_step", "5", "--fault.rank", "0")
+    r = run(killed, 2, *micro, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "0")
     assert r.returncode != 0 and "SIGKILL" in r.stdout + r.stderr
     r = run(killed, 2, *micro)
     assert r.returncode == 0 and "resumed from step 3" in r.stdout, r.stdout + r.stderr

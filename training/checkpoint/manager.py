@@ -97,8 +97,10 @@ class CheckpointManager:
                 self._say_initial_load_unused(got.step)
                 return got.step
             if self.memory.skipped:
+                then = (f"restoring from storage (step {storage_step})" if storage_step else
+                        "no storage checkpoint is complete either: the run starts over from step 0")
                 self.say(f"memory snapshots not used{_skipped_words(self.memory.skipped)}: no newer step is intact "
-                         f"for every shard; restoring from storage (step {storage_step})")
+                         f"for every shard; {then}")
         info = self.storage.load(state)
         if info is None:
             self.say(f"fresh start: no complete checkpoint in {self.cfg.dir}")
