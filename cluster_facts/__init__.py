@@ -8,7 +8,8 @@ training image alike. One module per group of facts:
 * :mod:`cluster_facts.names`: resource names and deployment defaults (namespace, runtime, FSx claim, ECR
   repository, ...);
 * :mod:`cluster_facts.nccl_env`: the NCCL/EFA environment of the training processes;
-* :mod:`cluster_facts.timeouts`: the timeouts of each platform, which must nest.
+* :mod:`cluster_facts.timeouts`: the timeouts of each platform, which must nest;
+* :mod:`cluster_facts.torchrun_env`: the environment torchrun's agents need on every platform.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cluster_facts.names import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, D
                                  TRAINING_NAMESPACE, image_repository)
 from cluster_facts.nccl_env import EFA_LIBRARY_DIRS, NCCL_NET_PLUGIN_LIBRARY, nccl_env
 from cluster_facts.timeouts import SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, platform_timeouts
+from cluster_facts.torchrun_env import IDENTICAL_WORKERS_ENV, RDZV_ENV
 
 __all__ = [
     "GPU_INSTANCES", "GpuInstanceSpec", "gpu_instance",
@@ -27,4 +29,5 @@ __all__ = [
     "RDZV_STORE_UNIT", "RUNTIME_NAME", "TRAINING_NAMESPACE", "image_repository",
     "EFA_LIBRARY_DIRS", "NCCL_NET_PLUGIN_LIBRARY", "nccl_env",
     "SHUTDOWN_MARGIN_S", "TIMEOUTS", "PlatformTimeouts", "platform_timeouts",
+    "IDENTICAL_WORKERS_ENV", "RDZV_ENV",
 ]

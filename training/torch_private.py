@@ -40,7 +40,7 @@ INVENTORY = (
                "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
                "the 10-30 min default) without re-creating the group, which would need every rank's agreement."),
     PrivateUse("TORCH_ELASTIC_WORKER_IDENTICAL=1 (read by SimpleElasticAgent._assign_worker_ranks)",
-               "training.launch.commands.launch_env",
+               "training.launch.commands.launch_env, cluster_assets.k8s.runtime (cluster_facts.torchrun_env)",
                "torchrun's rank assignment from the node's rendezvous rank alone, no gather through rank 0's store "
                "(which waited the store's timeout for a node lost after the round formed, then failed every "
                "agent); torchrun documents the variable only in that private method's docstring."),

@@ -51,7 +51,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from cluster_assets.k8s import etcd
-from cluster_facts import FSX_MOUNT_PATH, GPU_TAINT_KEY, MEMORY_DIR_ENV, NODE_MEMORY_DIR, nccl_env, platform_timeouts
+from cluster_facts import (FSX_MOUNT_PATH, GPU_TAINT_KEY, IDENTICAL_WORKERS_ENV, MEMORY_DIR_ENV, NODE_MEMORY_DIR,
+                           RDZV_ENV, nccl_env, platform_timeouts)
 from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -322,14 +323,14 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
 
 
 def _default_env(gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool) -> dict[str, str]:
-    """Environment every training pod gets: the rendezvous fix-up, and on GPU pods the NCCL/EFA environment
-    shared with the Slurm batch script (:func:`cluster_facts.nccl_env`)."""
+    """Environment every training pod gets: torchrun's (:mod:`cluster_facts.torchrun_env`), and on GPU pods the
+    NCCL/EFA environment shared with the Slurm batch script (:func:`cluster_facts.nccl_env`)."""
     env = {
-        # torch 2.13: a node joining a later rendezvous round deadlocks while agents share the rendezvous
-        # TCPStore with their workers (pytorch#147064). The launcher sets it as well; the runtime sets it for
-        # any TrainJob that runs torchrun itself instead of the launcher. (Slurm jobs always go through the
-        # launcher, so the batch script does not need it.)
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        # The launcher sets torchrun's environment as well; the runtime sets it for any TrainJob that runs
+        # torchrun itself instead of the launcher. Identical workers: a TrainJob has one numProcPerNode for all
+        # its pods, which run on one GPU instance type. (Slurm jobs always go through the launcher, so the batch
+        # script does not need either.)
+        **RDZV_ENV, **IDENTICAL_WORKERS_ENV,
         MEMORY_DIR_ENV: SNAPSHOT_MOUNT_PATH,  # the in-memory snapshots on the node's tmpfs (see the volumes)
     }
     if gpus_per_node:

@@ -141,6 +141,8 @@ def test_storage_shm_and_devices() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     env = env_of(container)
     assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # a TrainJob that runs torchrun itself gets the launcher's rank assignment too (no gather through rank 0's store)
+    assert env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"
     assert "FI_EFA_USE_DEVICE_RDMA" not in env  # only for types with GPUDirect RDMA
     rdma = node_job(render(gpudirect_rdma=True))["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in rdma

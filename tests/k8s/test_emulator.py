@@ -85,7 +85,7 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
                      "PATH", "HOME", "HOSTNAME", "LANG"}
         assert set(env) - {"PWD", "LC_CTYPE"} == expected  # PWD/LC_CTYPE: set by the interpreter itself
         assert env["HOSTNAME"] == f"t5-emu-unit-node-0-{rank}"
-        assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+        assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" and env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"
         # downward API (JobSet name and restart attempt) + $(VAR) expansion: one rendezvous per JobSet attempt
         assert env["JOBSET_NAME"] == "t5-emu-unit" and env["T5_RDZV_ID"] == "trainjob-t5-emu-unit-a0"
         assert env["T5_ETCD_ENDPOINTS"] == ",".join(emu.etcd.endpoints)  # the cluster's names -> local members

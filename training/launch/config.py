@@ -9,20 +9,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from cluster_facts import PlatformTimeouts, platform_timeouts
+# RDZV_ENV, IDENTICAL_WORKERS_ENV: torchrun's environment, shared with the EKS runtime (re-exported here)
+from cluster_facts import IDENTICAL_WORKERS_ENV, RDZV_ENV, PlatformTimeouts, platform_timeouts
 from training.launch.rendezvous.rounds import ETCD_MAX_TXN_OPS, MAX_ROUND_NODES
 
 DEFAULT_RDZV_PORT = 29400
 _LOCAL = platform_timeouts("local")
-# torch 2.13: a node joining a later rendezvous round deadlocks while agents share the rendezvous TCPStore
-# with their workers (pytorch#147064). With this set, each round's rank-0 worker hosts its own store.
-RDZV_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-#: torchrun gives each node's workers their ranks from the node's rendezvous rank (rank x workers per node + local
-#: rank) instead of gathering every agent's worker count through rank 0's store: the same ranks when every node
-#: runs as many workers, which a fixed --nproc-per-node guarantees (training/torch_private.py, the canary). The
-#: gather waited the store's timeout (30 s) for a node lost between a round's forming and its ranks, then failed
-#: every agent; without it such a node is an ordinary lost node (its lease expires, the round re-forms).
-IDENTICAL_WORKERS_ENV = {"TORCH_ELASTIC_WORKER_IDENTICAL": "1"}
 
 
 #: etcd's shortest lease TTL (s): it raises a shorter one to 1.5 x the members' election timeout (1 s,
