@@ -2,7 +2,8 @@
 (:func:`training.launch.commands.launch_env`) and by the EKS runtime for every training pod, so that a TrainJob that
 runs torchrun itself instead of the launcher gets it too.
 
-Both are read by torch, not by this project: ``training/torch_private.py`` inventories them, each with a canary test.
+Both are read by torch, not by this project. ``TORCH_ELASTIC_WORKER_IDENTICAL`` is documented only in a private
+method, so ``training/torch_private.py`` lists it, with a canary test.
 """
 from __future__ import annotations
 
