@@ -8,8 +8,9 @@ client's transport before 2026-11-27), ``stream-leader`` and ``stream-follower``
 ``Lease/LeaseKeepAlive`` stream per lease, to the leader or to a follower, which forwards each renewal to the
 leader). Each lease has its own client and connections, as each agent has. The leases are spread over
 ``--procs`` client processes (10 nice steps below the members, as a real store has hosts of its own).
-Printed per row: renewals a second done and needed, the members' CPU (all three, percent of one core), the
-clients' CPU, and how often a client's lap over its leases took longer than the renewal period (it fell behind).
+The clock starts once every client is connected and has renewed each lease once. Printed per row: renewals a
+second done and needed, the members' CPU (all three, percent of one core), the clients' CPU, and how often a
+client's lap over its leases took longer than the renewal period (it fell behind).
 No rendezvous, no agents: only the one call every agent makes all the time.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ MODES = ("gateway", "stream-leader", "stream-follower")
 
 
 def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, period_s: float, seconds: float,
-            out) -> None:
+            out, go) -> None:
     os.nice(10)
     creds = ClientCredentials.from_env(env)
     if mode == "gateway":  # each lease its own client (its own connections), as each agent has
@@ -44,7 +46,12 @@ def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, 
                                                find_leader=lambda _timeout_s: endpoint, token=lambda: token)
                    for lease in leases}
         renew = lambda lease: streams[lease].renew(lease, 1.0, 5.0)  # noqa: E731
+    for lease in leases:  # each connection opened before the clock starts
+        renew(lease)
+    out.put("ready")
+    go.wait()  # every client set up (imports, connections) before the clock starts: only renewals are measured
     done = late = 0
+    cpu0 = time.process_time()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         lap = time.monotonic()
@@ -57,7 +64,21 @@ def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, 
     if mode != "gateway":
         for stream in streams.values():
             stream.close()
-    out.put((done, late, time.process_time()))
+    out.put((done, late, time.process_time() - cpu0))
+
+
+def _collect(out, workers: list, what: str, timeout_s: float) -> list:
+    """One message from each client process; a client that died or a wait past `timeout_s` is an error."""
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < len(workers):
+        try:
+            got.append(out.get(timeout=1.0))
+        except queue.Empty:
+            dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"keep-alive clients failed before {what} (exit codes {dead}, "
+                                   f"{len(got)} of {len(workers)} answered)") from None
+    return got
 
 
 def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) -> dict:
@@ -71,14 +92,17 @@ def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) ->
         follower = next(m for m in etcd.members if m is not leader)
         endpoint = (follower if mode == "stream-follower" else leader).client_url
         pids = [m.process.pid for m in etcd.members]
-        out = mp.get_context("spawn").Queue()
-        workers = [mp.get_context("spawn").Process(
-            target=_client, args=(mode, creds.as_env(), admin._token, ids[k::procs], endpoint, period_s, seconds, out))
-            for k in range(procs)]
-        members_before, start = sum(cpu_s(p) for p in pids), time.monotonic()
+        ctx = mp.get_context("spawn")
+        out, go = ctx.Queue(), ctx.Event()
+        workers = [ctx.Process(target=_client, args=(mode, creds.as_env(), admin._token, ids[k::procs], endpoint,
+                                                     period_s, seconds, out, go))
+                   for k in range(procs)]
         for w in workers:
             w.start()
-        results = [out.get() for _ in workers]
+        _collect(out, workers, "they were ready", 300)
+        members_before, start = sum(cpu_s(p) for p in pids), time.monotonic()
+        go.set()
+        results = _collect(out, workers, "they reported", 300 + seconds)
         wall = time.monotonic() - start
         members = sum(cpu_s(p) for p in pids) - members_before
         for w in workers:

@@ -290,6 +290,11 @@ class FaultConfig:
     step_sleep_s: float = 0.0
     """Sleep this long after every step, on every rank: stretches a short chaos job so that a rejoining node
     is admitted before the job ends. Changes wall time only, never the math."""
+    hold_file: str = ""
+    """If set: while this file exists, every rank waits after each step (looking every 0.1 s) before the next.
+    A chaos harness creates it to hold a short job at a step boundary until a rejoining node is admitted, and
+    removes it once the job trains at full size again, so the job cannot end first however slow the machine.
+    Changes wall time only, never the math."""
     nan_at_step: int = 0
     """If > 0: the loss of this step is made NaN on every rank (tests the non-finite guard)."""
     fail_snapshot_at_step: int = 0

@@ -15,6 +15,7 @@ import shutil
 import signal
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -40,12 +41,16 @@ class ScenarioRun:
     """One scenario's simulated cluster, paths and waits; ``facts`` collects what its checks need."""
 
     def __init__(self, cfg: LocalChaosConfig, workdir: Path, *, rdzv_id: str, min_nodes: int,
-                 extra: tuple[str, ...] = (), max_restarts: int | None = None, spares: int = 0):
+                 extra: tuple[str, ...] = (), max_restarts: int | None = None, spares: int = 0,
+                 hold: bool = False):
         self.cfg = cfg
         self.workdir = workdir
         if workdir.exists():
             shutil.rmtree(workdir)
         self.out = workdir / "job"
+        self.hold_file = workdir / "hold-after-step"  # see held(); the job looks for it only when `hold`
+        if hold:
+            extra = (*extra, "--fault.hold_file", str(self.hold_file))
         self.ckpt = self.out / "checkpoints"
         self.metrics = self.out / "metrics.jsonl"
         launch = LaunchConfig(min_nodes=min_nodes, max_nodes=cfg.nodes, spares=spares,
@@ -84,6 +89,16 @@ class ScenarioRun:
             return None
         return self.wait_for(hit, f"step {step}" + (f" at world size {world}" if world else ""))
 
+    @contextmanager
+    def held(self):
+        """Every rank waits after its next step until the block ends (``--fault.hold_file``): a short job cannot
+        finish while the harness brings a node back, however slow the machine. The scenario must be ``hold``."""
+        self.hold_file.touch()
+        try:
+            yield
+        finally:
+            self.hold_file.unlink(missing_ok=True)
+
     def start_until_kill_step(self) -> None:
         """Start every node and wait until the job logged ``cfg.kill_step`` (mid checkpoint interval)."""
         self.cluster.start_all()
@@ -115,8 +130,21 @@ def inject_node_loss_rejoin(run: ScenarioRun) -> None:
     t_kill = run.cluster.events[-1]["time"]
     small = (cfg.nodes - 1) * cfg.nproc_per_node
     first_small = run.wait_step(1, world=small, after=t_kill)
-    run.wait_step(first_small["step"] + 1, world=small, after=t_kill)  # trains on at the smaller size
-    run.cluster.start_node(victim, kind="rejoin")
+    _rejoin_held(run, victim, after_small_step=first_small["step"] + 1, after=t_kill)
+
+
+def _rejoin_held(run: ScenarioRun, victim: int, *, after_small_step: int, after: float,
+                 fence: bool = False) -> None:
+    """Once the smaller job trained `after_small_step`, start a fresh agent for `victim` while the job is held at a
+    step boundary, and let it go on once it trains at full size again: the job cannot end before the rejoin.
+    ``fence``: SIGKILL the victim's (stopped) processes first, unrecorded, as a silent machine is fenced."""
+    cfg = run.cfg
+    run.wait_step(after_small_step, world=(cfg.nodes - 1) * cfg.nproc_per_node, after=after)  # trains on small
+    with run.held():  # after the step just seen or a later one (a step is recorded before its hold point)
+        if fence:
+            run.cluster.kill_node(victim, record=False)
+        run.cluster.start_node(victim, kind="rejoin")
+        run.wait_step(1, world=cfg.world, after=run.cluster.events[-1]["time"])
 
 
 def inject_silent_node(run: ScenarioRun) -> None:
@@ -132,9 +160,7 @@ def inject_silent_node(run: ScenarioRun) -> None:
     t_stop = run.cluster.events[-1]["time"]
     small = (cfg.nodes - 1) * cfg.nproc_per_node
     first_small = run.wait_step(1, world=small, after=t_stop)
-    run.wait_step(first_small["step"] + 1, world=small, after=t_stop)
-    run.cluster.kill_node(victim, record=False)
-    run.cluster.start_node(victim, kind="rejoin")
+    _rejoin_held(run, victim, after_small_step=first_small["step"] + 1, after=t_stop, fence=True)
 
 
 def inject_node_kill_with_spare(run: ScenarioRun) -> None:
@@ -846,6 +872,7 @@ class LocalScenario(Scenario):
     max_restarts: int | None = None  # None: the config's
     spares: int = 0  # hot-spare agents beyond the job's nodes
     nodes: int = 0  # 0: the config's; more gives the scenario its own (reference) job size
+    hold: bool = False  # the injector holds the job at a step boundary (ScenarioRun.held) while a node rejoins
 
     def config(self, cfg: LocalChaosConfig) -> LocalChaosConfig:
         """The job this scenario runs: the config's, or with `nodes` nodes (global batch rounded up to fit)."""
@@ -868,11 +895,11 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
         # dropout-free run can match the reference within fp tolerance.
         LocalScenario("node-loss-rejoin", inject_node_loss_rejoin,
                       Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                      (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0")),
+                      (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0"), hold=True),
         LocalScenario("silent-node", inject_silent_node,
                       Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
                       (check_silent_node_declared, check_shrank_and_grew), min_nodes="one",
-                      math=("--model.dropout", "0")),
+                      math=("--model.dropout", "0"), hold=True),
         # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
         LocalScenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
                       (check_spare_took_over,), spares=1),
@@ -991,7 +1018,7 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
     cfg = sc.config(cfg)
     run = ScenarioRun(cfg, root / sc.name, rdzv_id=f"chaos-{sc.name}",
                       min_nodes=cfg.nodes if sc.min_nodes == "all" else 1, extra=sc.math + sc.flags,
-                      max_restarts=sc.max_restarts, spares=sc.spares)
+                      max_restarts=sc.max_restarts, spares=sc.spares, hold=sc.hold)
     res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=str(run.workdir))
     print(f"[chaos] {sc.name}: {sc.title}", flush=True)
     res.t0 = time.time()

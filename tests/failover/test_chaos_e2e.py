@@ -76,8 +76,8 @@ def test_worker_kill_resumes_bitwise(ref, tmp_path):
 
 
 def test_node_loss_shrinks_then_rejoins(ref, tmp_path):
-    # The rejoining node starts after 2 steps at world 1; a 10-step job would otherwise finish at world 1 before
-    # the new agent is admitted (recovery from memory made the small world fast): 2 s per step leaves it time.
+    # The harness holds the job after its second step at world 1 until the rejoined node trains (--fault.hold_file):
+    # 2 s per step only gives the harness time to see the first step at world 1 before a 10-step job ends.
     res = run("node-loss-rejoin", ref, tmp_path, "--fault.step_sleep_s", "2")
     assert res.world_sizes[0] == CFG.world and CFG.world - 1 in res.world_sizes and res.world_sizes[-1] == CFG.world
     kinds = [r.kind for r in res.recoveries]

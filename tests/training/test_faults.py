@@ -62,3 +62,28 @@ def test_a_wedge_blocks_the_calling_thread_at_its_step_and_rank_once_per_out_dir
     t0 = time.monotonic()
     f.mid_step(3)  # the restarted job: the marker says it happened, no second wedge
     assert time.monotonic() - t0 < 0.5
+
+
+def test_a_hold_file_holds_every_rank_after_its_step_until_removed_or_the_rank_is_asked_to_stop(tmp_path):
+    import threading
+    hold = tmp_path / "hold"
+    stop = threading.Event()
+    f = Faults(FaultConfig(hold_file=str(hold)), rank=0, out_dir=str(tmp_path), interrupted=stop.is_set)
+    assert f.enabled
+    f.after_step(1)  # no file: no hold
+    hold.touch()
+    rank = threading.Thread(target=f.after_step, args=(2,), daemon=True)
+    rank.start()
+    rank.join(timeout=0.5)
+    assert rank.is_alive()  # held while the file exists
+    hold.unlink()
+    rank.join(timeout=2.0)
+    assert not rank.is_alive()  # released
+    hold.touch()
+    rank = threading.Thread(target=f.after_step, args=(3,), daemon=True)
+    rank.start()
+    rank.join(timeout=0.5)
+    assert rank.is_alive()
+    stop.set()  # its agent's SIGTERM: the rank goes on to its next step boundary and stops there
+    rank.join(timeout=2.0)
+    assert not rank.is_alive() and hold.exists()

@@ -8,7 +8,7 @@ The points, in the order a step meets them::
     faults.mid_snapshot(step)          # halfway through copying the in-memory snapshot (fail / SIGKILL)
     faults.during_save(step)           # a checkpoint save, once its directory is agreed (SIGSTOP)
     faults.before_commit(step)         # a checkpoint's data written, its commit marker not yet (sleep)
-    faults.after_step(step)            # the step is done and recorded (SIGKILL, SIGSTOP, sleep)
+    faults.after_step(step)            # the step is done and recorded (SIGKILL, SIGSTOP, sleep, hold)
 
 A fault that ends or stops the process happens once per ``job.out_dir`` (a marker file there), so the restarted
 job does not repeat it.
@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import fields
 from pathlib import Path
+from typing import Callable
 
 from training.config import FaultConfig
 
@@ -34,8 +35,12 @@ def _at(setting: int, step: int) -> bool:
 class Faults:
     """The injected faults of one rank. ``enabled`` is False when no fault.* setting is on."""
 
-    def __init__(self, cfg: FaultConfig, *, rank: int, out_dir: str):
+    def __init__(self, cfg: FaultConfig, *, rank: int, out_dir: str,
+                 interrupted: Callable[[], bool] = lambda: False):
+        """``interrupted``: whether this rank was asked to stop (SIGTERM from its agent): a hold ends then, so
+        that the rank reaches its next step boundary and stops there as it would unheld."""
         self.cfg, self.rank, self.out_dir = cfg, rank, Path(out_dir)
+        self._interrupted = interrupted
         defaults = FaultConfig()
         self.enabled = any(getattr(cfg, f.name) != getattr(defaults, f.name) for f in fields(cfg) if f.name != "rank")
         self._mine = rank == cfg.rank  # the faults aimed at one rank hit fault.rank only
@@ -74,13 +79,26 @@ class Faults:
             time.sleep(self.cfg.slow_commit_s)
 
     def after_step(self, step: int) -> None:
-        """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once), and the per-step sleep (every rank)."""
+        """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once), the per-step sleep and the hold while
+        fault.hold_file exists (every rank)."""
         if self._mine and _at(self.cfg.sigkill_at_step, step):
             self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
         if self.cfg.step_sleep_s:
             time.sleep(self.cfg.step_sleep_s)
+        self._hold(step)
         if self._mine and _at(self.cfg.stop_at_step, step):
             self._signal_self_once(f"stop-step{step}", f"stops itself (SIGSTOP) after step {step}", signal.SIGSTOP)
+
+    def _hold(self, step: int) -> None:
+        """Wait while fault.hold_file exists (a harness holds the job at this step boundary), unless asked to stop."""
+        hold = self.cfg.hold_file
+        if not hold or not os.path.exists(hold) or self._interrupted():
+            return
+        print(f"[fault] rank {self.rank} holds after step {step} while {hold} exists", flush=True)
+        while os.path.exists(hold) and not self._interrupted():
+            time.sleep(0.1)
+        why = "asked to stop" if self._interrupted() else "released"
+        print(f"[fault] rank {self.rank} {why} after step {step}", flush=True)
 
     def _signal_self_once(self, name: str, what: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` to this process, once per out_dir (a marker file keeps the restarted job from repeating it)."""

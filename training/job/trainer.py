@@ -136,7 +136,8 @@ class Trainer:
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(t.max_bad_steps)
         fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
-        self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir)
+        self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir,
+                             interrupted=lambda: bool(self._signal))
         # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
         # storage checkpoint of this model takes.
         self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world=self.world, device=self.device,
