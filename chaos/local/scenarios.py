@@ -553,13 +553,7 @@ def inject_store_member_kill(run: ScenarioRun) -> None:
 def _stop_store(run: ScenarioRun, *, as_fault: bool = True) -> float:
     """SIGSTOP every etcd member (a store that does not answer, its sockets open); returns when. ``as_fault``
     False: the outage is the setting of another fault, recorded as a plain event (no restart expected of it)."""
-    etcd = run.cluster.etcd
-    for m in etcd.members:
-        m.process.send_signal(signal.SIGSTOP)
-    deadline = time.monotonic() + 2.0  # the signal is delivered asynchronously
-    while time.monotonic() < deadline and any(_proc_state(m.process.pid) != "T" for m in etcd.members):
-        time.sleep(0.01)
-    states = {m.name: _proc_state(m.process.pid) for m in etcd.members}
+    states = run.cluster.etcd.pause()
     run.facts["store_stopped_states"] = states
     run.cluster.event("fault" if as_fault else "store-down", None,
                       f"SIGSTOP every etcd member for {run.cfg.store_outage_s:g} s", label="store-outage",
@@ -568,8 +562,7 @@ def _stop_store(run: ScenarioRun, *, as_fault: bool = True) -> float:
 
 
 def _resume_store(run: ScenarioRun) -> float:
-    for m in run.cluster.etcd.members:
-        m.process.send_signal(signal.SIGCONT)
+    run.cluster.etcd.resume()
     run.cluster.event("store-back", None, "SIGCONT every etcd member")
     return run.cluster.events[-1]["time"]
 

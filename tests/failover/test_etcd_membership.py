@@ -460,15 +460,14 @@ def test_the_etcd_leader_sigkilled_mid_training_costs_no_restart(etcd, reference
 def test_every_member_stopped_training_goes_on_and_says_so(etcd, reference, tmp_path):
     job = Job(etcd, tmp_path / "run", "outage", extra=PACED)
     job.wait_for_step(3)
-    for m in etcd.members:  # fault: no member answers (stopped, sockets open: the worst kind of silence)
-        m.process.send_signal(signal.SIGSTOP)
-    stopped_at = job.last_step_seen()
     try:
+        states = etcd.pause()  # fault: no member answers (stopped, sockets open: the worst kind of silence)
+        stopped_at = job.last_step_seen()
+        assert set(states.values()) == {"T"}, states
         time.sleep(6)
         trained_during = job.last_step_seen() - stopped_at
     finally:
-        for m in etcd.members:
-            m.process.send_signal(signal.SIGCONT)
+        etcd.resume()
     codes = job.wait()
     assert codes == [0, 0], job.text()
     assert trained_during > 0 or job.last_step_seen() == STEPS, f"no step while the store was down:\n{job.text()}"

@@ -85,6 +85,15 @@ def _free_port(host: str) -> int:
     raise LaunchError(f"no free port for an etcd member on {host} in {MEMBER_PORTS.start}-{MEMBER_PORTS.stop - 1}")
 
 
+def _process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of process ``pid`` ("T": stopped), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 class _PortTaken(LaunchError):
     """A member exited at start because another process bound its port first."""
 
@@ -253,6 +262,27 @@ class LocalEtcd:
     def kill(self, m: Member, sig: int = signal.SIGKILL) -> None:
         m.process.send_signal(sig)
         m.process.wait()
+
+    def pause(self, timeout_s: float = 2.0) -> dict[str, str | None]:
+        """SIGSTOP every member (a store that does not answer while its sockets stay open) and wait, at most
+        ``timeout_s``, until the kernel shows each one stopped: ``kill`` returns before every thread of a member
+        has stopped, and a member not yet stopped can still answer. Returns each member's process state ("T":
+        stopped), the evidence that the fault took."""
+        for m in self.members:
+            m.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and set(self.process_states().values()) != {"T"}:
+            time.sleep(0.01)
+        return self.process_states()
+
+    def process_states(self) -> dict[str, str | None]:
+        """Each member's one-letter process state as the kernel shows it ("T": stopped; None: gone)."""
+        return {m.name: _process_state(m.process.pid) for m in self.members}
+
+    def resume(self) -> None:
+        """SIGCONT every member (after :meth:`pause`)."""
+        for m in self.members:
+            m.process.send_signal(signal.SIGCONT)
 
     def restart(self, m: Member) -> None:
         """Start a stopped member again with its data (it rejoins the cluster)."""
