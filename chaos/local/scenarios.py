@@ -31,6 +31,7 @@ from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from training.checkpoint import MARKER
 from training.launch import LaunchConfig
+from training.launch.rendezvous.members import process_state
 
 
 class ScenarioFailed(RuntimeError):
@@ -344,7 +345,7 @@ def inject_wedged_rank(run: ScenarioRun) -> None:
     pid = int(marker.read_text()) if marker.exists() else None
     states = []
     for _ in range(3):  # alive and running on over a second: not stopped, not gone
-        states.append(_proc_state(pid) if pid else None)
+        states.append(process_state(pid) if pid else None)
         time.sleep(0.3)
     alive = bool(states) and all(s is not None and s not in ("T", "t", "Z", "X") for s in states)
     node = next((n.index for n in c.alive() if pid in c.workers(n.index)), None)
@@ -565,14 +566,6 @@ def _resume_store(run: ScenarioRun) -> float:
     run.cluster.etcd.resume()
     run.cluster.event("store-back", None, "SIGCONT every etcd member")
     return run.cluster.events[-1]["time"]
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 def inject_store_outage(run: ScenarioRun) -> None:

@@ -85,7 +85,7 @@ def _free_port(host: str) -> int:
     raise LaunchError(f"no free port for an etcd member on {host} in {MEMBER_PORTS.start}-{MEMBER_PORTS.stop - 1}")
 
 
-def _process_state(pid: int) -> str | None:
+def process_state(pid: int) -> str | None:
     """The kernel's one-letter state of process ``pid`` ("T": stopped), None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -277,7 +277,7 @@ class LocalEtcd:
 
     def process_states(self) -> dict[str, str | None]:
         """Each member's one-letter process state as the kernel shows it ("T": stopped; None: gone)."""
-        return {m.name: _process_state(m.process.pid) for m in self.members}
+        return {m.name: process_state(m.process.pid) for m in self.members}
 
     def resume(self) -> None:
         """SIGCONT every member (after :meth:`pause`)."""
