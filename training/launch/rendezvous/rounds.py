@@ -23,7 +23,11 @@ only the round's ``head`` and the member created just before it).
 * The closer closes an open round as soon as every live member has joined (no waiting out a last call for
   nobody), or ``last_call_s`` after it reached MIN (a member that lives but does not come). The job's first
   round, which no node has trained in yet, waits out the last call below MAX: the other nodes may still be
-  starting.
+  starting. While a live participant of the round before has not joined, the last call is longer by
+  :data:`STOPPING_WORKERS_S`: that agent is still stopping its workers (a stop at a step boundary saves a
+  checkpoint first), and a round closed without it would start a second incarnation of the job beside the one
+  still training (seen on a loaded machine: a rejoining node formed a round alone at MIN 1, then the two
+  alternated).
 * A formed round is replaced by a new open one when one of its participants is no longer live (the closer:
   a lost node, its lease expired; the record names it, so every agent can say why), when a participant comes
   back to re-join (its workers failed: it opens the next round), or when a live member waits and the round
@@ -244,6 +248,11 @@ def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max
     return Step.STAND_BY
 
 
+#: How much longer an open round waits for a live participant of the round before: torchrun gives a worker
+#: group 30 s from SIGTERM to SIGKILL when it stops it (``PContext.close``), then the agent joins.
+STOPPING_WORKERS_S = 30.0
+
+
 def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes: int, max_nodes: int, now: float,
                 last_call_s: float, settled: bool) -> Step:
     """What the closer does about ``r``; ``joined``: the ids with a joined key for ``r``, in joining order;
@@ -262,7 +271,9 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     if len(present) < min_nodes:
         return Step.WAIT
     everyone_in = live <= set(joined) and (bool(r.prev) or len(present) >= max_nodes)
-    if everyone_in or (r.min_at is not None and now >= r.min_at + last_call_s):
+    stopping = any(p in live and p not in joined for p in r.prev)  # still stopping its workers
+    last_call = last_call_s + (STOPPING_WORKERS_S if stopping else 0.0)
+    if everyone_in or (r.min_at is not None and now >= r.min_at + last_call):
         return Step.CLOSE
     return Step.MARK_MIN if r.min_at is None else Step.WAIT
 
