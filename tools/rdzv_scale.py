@@ -32,7 +32,8 @@ For etcd a separate watch on the job's prefix (the driver's) times each phase: t
 closer's close (the round record formed), the round's TCPStore named in it (since 2026-11-27 in the same
 transaction that forms the round, so the two columns agree; before, rank 0 published it afterwards), and the last agent
 with its rank (the round record's delivery to every agent, connecting to that store, rank assignment); for the
-re-formed round also the lost member's key deleted (lease expiry) and the next round opened. etcd operations
+re-formed round also the lost member's key deleted (lease expiry) and the next round written (formed at once
+when enough live members are left: no joins then, the column is empty). etcd operations
 and bytes are the members' own counters (gRPC calls started and gRPC message bytes, all 3 members, from their
 ``/metrics``; the agents speak JSON over HTTPS, a few times larger on the wire, and renew their leases as
 messages on one gRPC stream each, counted by message); c10d's are counted in the handlers (store calls, key and
@@ -675,12 +676,13 @@ class _RoundWatch:
 
     def round_seen(self, after: float, n: int, what: str) -> float:
         """When the round record ``n`` was first seen formed (``what`` "formed"), with its store published
-        ("store") or open ("open")."""
+        ("store"), open ("open") or either ("any")."""
         def pred(kind: str, key: str, value: str) -> bool:
             if kind != "PUT" or key != "round":
                 return False
             r = json.loads(value)
-            return r["n"] == n and {"open": not r["formed"], "formed": r["formed"], "store": bool(r["store"])}[what]
+            return r["n"] == n and {"open": not r["formed"], "formed": r["formed"], "store": bool(r["store"]),
+                                    "any": True}[what]
         return self.first(after, pred)
 
 
@@ -861,10 +863,14 @@ def _phases(watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]],
     out = {}
     if lost:
         out["lease expired"] = watch.first(t0, lambda k, key, v: k == "DELETE" and key == f"members/{lost}") - t0
-        out["next round opened"] = watch.round_seen(t0, n, "open") - t0
+        out["next round written"] = watch.round_seen(t0, n, "any") - t0
         out["last survivor told"] = max(s for s in signals if s is not None) - t0 if any(signals) else NAN
-    out["last joined"] = watch.last(t0, lambda k, key, v: k == "PUT" and key.startswith(f"joined/{n}/")) - t0
-    out["closed (formed)"] = watch.round_seen(t0, n, "formed") - t0
+    formed_at = watch.round_seen(t0, n, "formed")
+    # joins that formed the round (a re-formed round formed at once has none: its participants confirm later)
+    joins = [t for t, kind, key, _ in list(watch.events)
+             if t >= t0 and kind == "PUT" and key.startswith(f"joined/{n}/") and not t > formed_at]
+    out["last joined"] = max(joins, default=NAN) - t0
+    out["closed (formed)"] = formed_at - t0
     out["store published"] = watch.round_seen(t0, n, "store") - t0
     out["last with its place"] = max((r["info"] for r in ranked), default=NAN) - t0
     out["last ranked"] = max((r["ranked"] for r in ranked), default=NAN) - t0
@@ -1000,7 +1006,7 @@ COLUMNS = [("handler", "handler", "{}"), ("N", "nodes", "{:d}"), ("procs", "proc
            ("CPU % store steady", "cpu_store_pct_steady", "{:.0f}"),
            ("CPU % agents steady", "cpu_agents_pct_steady", "{:.0f}"), ("N-1 ranks ok", "ok", "{}")]
 PHASES_FIRST = ["last joined", "closed (formed)", "store published", "last with its place", "last ranked"]
-PHASES_REFORM = ["lease expired", "next round opened", "last survivor told"] + PHASES_FIRST
+PHASES_REFORM = ["lease expired", "next round written", "last survivor told"] + PHASES_FIRST
 WORKER_COLUMNS = [("N", "nodes", "{:d}"), ("ranks", "ranks", "{:d}"), ("ops/s needed", "target_ops_per_s", "{:.0f}"),
                   ("ops/s done", "ops_per_s", "{:.0f}"), ("KiB/s", "kib_per_s", "{:.0f}"),
                   ("op ms p50", "op_ms_p50", "{:.2f}"), ("beat ms max", "op_ms_max", "{:.1f}"),

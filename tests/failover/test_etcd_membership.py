@@ -228,6 +228,38 @@ def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node(
     assert closer(replace(formed, closed=True), "a", "") is S.WAIT
 
 
+def test_a_lost_nodes_round_is_formed_at_once_from_the_live_members_and_a_stuck_one_is_left_out_later():
+    """A participant lost: the next round is formed in the same step (survivors in their old ranks, a spare in
+    the lost rank), with nobody's join; a live participant that has not confirmed its place by the end of the
+    window (last call + STOPPING_WORKERS_S, counted from the store answering again after an outage) is stuck."""
+    S = rounds.Step
+    before = rounds.formed(rounds.Round(n=4), ["a", "b", "c"], {"a", "b", "c", "s"})
+    r = rounds.reformed(before, ["s", "c", "a"], lost=["b"], standby={"s"}, min_nodes=2, max_nodes=3, now=50.0)
+    assert (r.n, r.formed, r.participants, r.lost, r.presumed_at, r.prev_n) == (5, True, ["a", "s", "c"], ["b"],
+                                                                                  50.0, 4)
+    assert rounds.Head.of(r).moved == {"s": 1, "b": -1} and r.spares == []
+    # no spare: the survivors close ranks; too few for MIN: None (the closer opens a round instead)
+    assert rounds.reformed(before, ["c", "a"], lost=["b"], min_nodes=2, max_nodes=3, now=0).participants == ["a", "c"]
+    assert rounds.reformed(before, ["c"], lost=["a", "b"], min_nodes=2, max_nodes=3, now=0) is None
+    # a newcomer waiting with room comes in after the survivors; more than MAX: the oldest first, the rest wait
+    grown = rounds.reformed(before, ["a", "c", "n1", "n2"], lost=["b"], min_nodes=1, max_nodes=3, now=0)
+    assert grown.participants == ["a", "n1", "c"] and grown.spares == ["n2"]
+    window = 3 + rounds.STOPPING_WORKERS_S
+    assert closer(r, "asc", "", max_nodes=3, now=50.0 + window - 1) is S.WAIT  # still in the window
+    assert closer(r, "asc", "as", max_nodes=3, now=50.0 + window - 1) is S.WAIT
+    assert closer(r, "asc", "asc", max_nodes=3, now=50.0 + window + 1) is S.WAIT  # everyone came
+    assert closer(r, "asc", "as", max_nodes=3, now=50.0 + window + 1) is S.REOPEN  # c lives, but never came
+    assert rounds.unconfirmed(r, {"a", "s", "c"}, ["a", "s"], now=50.0 + window + 1, last_call_s=3) == ["c"]
+    # the store was away until 60: the leases and the confirmations expired with it; the window starts again
+    assert rounds.unconfirmed(r, {"a", "s", "c"}, [], now=50.0 + window + 1, last_call_s=3,
+                              answering_since=60.0) == []
+    assert rounds.unconfirmed(before, {"a", "b", "c"}, [], now=1e9, last_call_s=3) == []  # formed from joins
+    again = rounds.reformed(r, ["c", "a", "s"], lost=[], stuck=["c"], min_nodes=1, max_nodes=3, now=90.0)
+    assert (again.participants, again.lost, again.stuck, again.spares) == (["a", "s"], ["c"], ["c"], [])
+    head = rounds.Head.loads(rounds.Head.of(again).dumps())
+    assert head.stuck == ["c"] and head.as_round().stuck == ["c"]
+
+
 def test_the_head_every_agent_watches_stays_small_at_any_job_size():
     ids = [f"ip-10-0-{i // 256}-{i % 256}-4242-abcdef" for i in range(1024)]
     before = rounds.Round(n=0, formed=True, participants=ids)
@@ -359,6 +391,54 @@ def test_a_lost_nodes_round_re_forms_without_a_seat_read_by_the_nodes_that_kept_
         assert [k for k in reads if "/seats/" in k] == [], reads
         head = rounds.Head.loads(EtcdClient(creds).get(creds.prefix + "rdzv/kept/head").value)
         assert head.n == 1 and head.formed and head.moved == {lost.me: -1}
+    finally:
+        for a in sorted((a for a in agents if a is not lost), key=lambda a: a._hosting):
+            a.shutdown()
+
+
+def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, monkeypatch, capsys):
+    """Three real agents form a round; the highest rank is lost. The closer forms the next round at once from
+    the two survivors (no joins). One of them never comes for its place (alive: its keep-alives go on, as an
+    agent blocked on a worker that cannot be killed): once the window ends (shortened here from 30 s), the
+    round is replaced by one without it, and the other survivor says why and gets a place of one. Without the
+    rule the other survivor's workers would wait for the stuck node's forever."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(rounds, "STOPPING_WORKERS_S", 1.0)
+    creds = etcd.add_job_user("stuck")
+    agents = [EtcdRendezvousHandler("stuck", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
+                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
+    lost = None
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
+        ranks = {a: info.rank for a, info in zip(agents, infos)}
+        lost = max(agents, key=ranks.get)
+        good, stuck = sorted((a for a in agents if a is not lost), key=ranks.get)
+        lost._stop.set()  # as a SIGKILLed node: its keep-alives and watch stop, nothing is revoked
+        lost.round_view.stop()
+
+        def wait_for_round(n: int, timeout_s: float) -> rounds.Round:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                kv = EtcdClient(creds).get(creds.prefix + "rdzv/stuck/round")
+                r = rounds.Round.loads(kv.value)
+                if r.n >= n and good.num_nodes_waiting():
+                    return r
+                assert time.monotonic() < deadline, f"no round {n} within {timeout_s} s: {r}"
+                time.sleep(0.1)
+
+        r = wait_for_round(1, 20)
+        assert (r.n, r.formed, r.participants, r.lost) == (1, True, [good.me, stuck.me], [lost.me])
+        assert r.presumed_at is not None  # formed at once, from the live members: nobody joined it
+        info = good.next_rendezvous()
+        assert (info.rank, info.world_size) == (0, 2)
+        r = wait_for_round(2, 15)  # the stuck one never called next_rendezvous
+        assert (r.n, r.formed, r.participants, r.lost, r.stuck) == (2, True, [good.me], [stuck.me], [stuck.me])
+        info = good.next_rendezvous()
+        assert (info.rank, info.world_size) == (0, 1)
+        err = capsys.readouterr().err
+        assert f"lost node(s) of round 1: {stuck.me} (alive but did not take its place within 2 s: stuck)" in err
     finally:
         for a in sorted((a for a in agents if a is not lost), key=lambda a: a._hosting):
             a.shutdown()

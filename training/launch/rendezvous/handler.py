@@ -241,6 +241,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if self._lease == expired and not self._stop.is_set():  # not once the agent is leaving
                 _say(f"this node's membership lease expired; joining again as {self.me}")
                 self._join_store_locked()
+                if self._seat is not None:  # its place's confirmation went with the lease
+                    self._confirm(self._seat[0])
+
+    def _answering_since_wall(self) -> float:
+        """Since when (wall clock) the store has answered this agent without a break (+inf: it does not now).
+        An outage expires the leases, and with them the participants' confirmations of their places: each
+        confirms again when it joins again, and :func:`.rounds.unconfirmed` gives it the whole window from here."""
+        since = self._answering_since
+        return float("inf") if since is None else time.time() - (time.monotonic() - since)
 
     def _settled(self) -> bool:
         """Whether the store has answered this agent for longer than a lease: only then is a missing member key
@@ -297,28 +306,48 @@ class EtcdRendezvousHandler(RendezvousHandler):
         joined_kvs = sorted(view.under(self.prefix + f"joined/{r.n}/") if r else [], key=lambda k: k.create_revision)
         joined = [k.key.rsplit("/", 1)[1] for k in joined_kvs]
         step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                  now=time.time(), last_call_s=self.last_call_s, settled=self._settled())
+                                  now=time.time(), last_call_s=self.last_call_s, settled=self._settled(),
+                                  answering_since=self._answering_since_wall())
         if step is rounds.Step.WAIT:
             return
         if step is rounds.Step.OPEN:
             self._put_round(0, rounds.next_round(None))
             return
         if step is rounds.Step.REOPEN:
-            taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
-            new = rounds.next_round(r, rounds.lost_participants(r, set(live)), taken_out)
-        elif step is rounds.Step.NOTE_SPARES:
+            self._reform(kv.mod_revision, r, view, live, joined)
+            return
+        if step is rounds.Step.NOTE_SPARES:
             new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
         elif step is rounds.Step.MARK_MIN:
             new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
         else:  # CLOSE
-            values = {i: json.loads(k.value or "{}") for i, k in live.items()}
-            standby = {i for i, v in values.items() if v.get("standby")}
-            node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
+            values, standby, node_index = _member_values(live)
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
-                                 set(live))
+                                set(live))
             new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see _round_store)
             return self._put_round(kv.mod_revision, new, seats=True)
         self._put_round(kv.mod_revision, new)
+
+    def _reform(self, revision: int, r: rounds.Round, view: Watched, live: dict[str, KeyValue],
+                joined: list[str]) -> None:
+        """Replace formed round ``r`` (at ``revision``), a participant of which is lost or stuck: by the next
+        formed round at once (:func:`.rounds.reformed`), or by an open one when too few are left for MIN."""
+        lost = rounds.lost_participants(r, set(live))
+        stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
+                                   answering_since=self._answering_since_wall())
+        taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
+        values, standby, node_index = _member_values(live)
+        oldest_first = sorted(live, key=lambda i: live[i].create_revision)
+        new = rounds.reformed(r, oldest_first, lost=lost, stuck=stuck, taken_out=taken_out, standby=standby,
+                              node_index=node_index, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
+                              now=time.time())
+        if new is None:
+            new = rounds.next_round(r, [*lost, *stuck], taken_out)
+            new.stuck = stuck
+            self._put_round(revision, new)
+            return
+        new.store = values[new.participants[0]].get("store", "")
+        self._put_round(revision, new, seats=True)
 
     def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
         """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
@@ -407,9 +436,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
                  f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
-            _say(f"lost node(s) of round {mine.n}: {', '.join(lost)} (membership lease expired, TTL {self.ttl_s} s): "
-                 f"re-forming now; this node's workers are SIGKILLed, as their collectives with the lost node "
-                 f"cannot finish")
+            stuck = [p for p in lost if p in set(current.stuck)]
+            expired = [p for p in lost if p not in set(stuck)]
+            why = ([f"{', '.join(expired)} (membership lease expired, TTL {self.ttl_s} s)"] if expired else []) + (
+                [f"{', '.join(stuck)} (alive but did not take its place within "
+                 f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"] if stuck else [])
+            _say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
+                 f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
         return 1
@@ -505,9 +538,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
                                          max_nodes=self.max_nodes, seats=seats)
                 if step is rounds.Step.DONE:
                     try:
-                        return self._take_place(r, seats)
+                        info = self._take_place(r, seats)
                     except _RoundChanged:
                         continue
+                    if joined_round != (r.n, lease):  # a round formed without this agent's join: say it came
+                        self._confirm(r.n)
+                    return info
                 if step is rounds.Step.NEW_ROUND:
                     self._open_next_round(r, revision)
                     self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
@@ -535,6 +571,24 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
+
+    def _confirm(self, n: int) -> None:
+        """Put this agent's joined key for formed round ``n`` (under its lease): it came, it is not stuck (a round
+        the closer formed without joins, :func:`.rounds.reformed`; again after its lease expired, which took the
+        key with it). In a thread of its own: the agent's workers need not wait for it, and N-1 agents' writes
+        at once are not on the re-formation's path. Tries until it is written or the round is replaced."""
+        def put() -> None:
+            while not self._stop.is_set():
+                head, _ = self._current()
+                if head is not None and head.n != n:
+                    return
+                try:
+                    self.client.put(self.prefix + f"joined/{n}/{self.me}", "", lease=self._lease)
+                    return
+                except Exception:  # noqa: BLE001 - no member answers, or the lease expired and the keep-alive
+                    self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
+
+        threading.Thread(target=put, name="t5f-rdzv-confirm", daemon=True).start()
 
     def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
         """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
@@ -621,6 +675,15 @@ def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round,
         also |= {seats_key(prefix, new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
         drop = (prefix + "seats/", seats_key(prefix, new.n, ""))  # zero-padded: older rounds sort first
     return client.compare_and_set(prefix + "round", revision, new.dumps(), also=also, drop=drop)
+
+
+def _member_values(live: dict[str, KeyValue]) -> tuple[dict[str, dict], set[str], dict[str, int]]:
+    """The live members' key values (what each agent wrote when it joined the job), those that asked to stand
+    by, and the node index each gave."""
+    values = {i: json.loads(k.value or "{}") for i, k in live.items()}
+    standby = {i for i, v in values.items() if v.get("standby")}
+    node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
+    return values, standby, node_index
 
 
 def seats_key(prefix: str, n: int, page: int | str) -> str:

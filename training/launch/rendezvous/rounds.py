@@ -28,10 +28,20 @@ only the round's ``head`` and the member created just before it).
   checkpoint first), and a round closed without it would start a second incarnation of the job beside the one
   still training (seen on a loaded machine: a rejoining node formed a round alone at MIN 1, then the two
   alternated).
-* A formed round is replaced by a new open one when one of its participants is no longer live (the closer:
-  a lost node, its lease expired; the record names it, so every agent can say why), when a participant comes
-  back to re-join (its workers failed: it opens the next round), or when a live member waits and the round
-  has room for it (it opens the next round). A spare that sees a full, healthy formed round waits.
+* A formed round one of whose participants is no longer live (a lost node, its lease expired) is replaced at
+  once by the next *formed* round (:func:`reformed`, one transaction of the closer): its live participants keep
+  their ranks and live members waiting beside it (spares, newcomers) fill the places, as :func:`choose` orders
+  them; the record names the lost node, so every agent can say why. Nobody joins it: each agent hears the new
+  head, stops its workers and takes its place. Joining first (an open round, a joined key from each of N-1
+  agents, then the close) was the largest cost of a 1,024-node re-formation (~1.1 s of ~4.5 s, measured
+  2026-11-27). A participant confirms it came with its joined key for the round, off its critical path; one
+  that has not within ``last_call_s`` + :data:`STOPPING_WORKERS_S` of the round forming lives but is stuck
+  (an agent blocked on a worker that cannot be killed): the closer replaces the round again without it
+  (``stuck``), as the open round's last call would have left it out. Too few live members for MIN: an open
+  round, as below.
+* A formed round is replaced by a new open one when a participant comes back to re-join (its workers failed:
+  it opens the next round), or when a live member waits and the round has room for it (it opens the next
+  round). A spare that sees a full, healthy formed round waits.
 * Places go first to the participants of the round before, in their old ranks (their own node's snapshot is
   where they left it), then to the others, members that asked to stand by last. Among the others, a member
   that gave its node index (``T5_NODE_RANK``: the launcher's node number, Slurm's ``SLURM_NODEID``) comes in
@@ -56,7 +66,7 @@ class Step(Enum):
     OPEN = "open"                  # closer: open the job's first round
     MARK_MIN = "mark min"          # closer: the open round reached MIN (its last call starts)
     CLOSE = "close"                # closer: form the open round
-    REOPEN = "reopen"              # closer: a participant of the formed round is lost: open the next round
+    REOPEN = "reopen"              # closer: a participant of the formed round is lost (or stuck): the next round
     NOTE_SPARES = "note spares"    # closer: the live members waiting beside the formed round changed
 
 
@@ -78,6 +88,11 @@ class Round:
         taken_out: those of ``lost`` that left on purpose (a straggler's node, ``taken-out/<id>`` keys): their
             workers stop at a step boundary by themselves, so the others' workers are not killed for them.
         prev_n: the number of the formed round whose participants ``prev`` lists (-1: none).
+        presumed_at: when the closer formed this round from the live members without their joins (wall clock,
+            the closer's; :func:`reformed`); None for a round formed from joins. Its participants confirm with
+            their joined keys (:func:`unconfirmed`).
+        stuck: those of ``lost`` that were live but had not taken their place in the round before (presumed)
+            in time: they are left out as lost nodes are.
     """
 
     n: int
@@ -91,6 +106,8 @@ class Round:
     spares: list[str] = field(default_factory=list)
     taken_out: list[str] = field(default_factory=list)
     prev_n: int = -1
+    presumed_at: float | None = None
+    stuck: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -124,18 +141,19 @@ class Head:
     size: int = 0  # how many participants (a formed round)
     prev_n: int = -1
     moved: dict[str, int] | None = None
+    stuck: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, r: Round) -> "Head":
         return cls(n=r.n, formed=r.formed, closed=r.closed, store=r.store, lost=r.lost, taken_out=r.taken_out,
                    spares=len(r.spares), size=len(r.participants), prev_n=r.prev_n,
-                   moved=seat_changes(r) if r.formed else None)
+                   moved=seat_changes(r) if r.formed else None, stuck=r.stuck)
 
     def as_round(self) -> Round:
         """The record this head stands for, without its member lists: all an agent needs of an open or closed
         round (an open round's lists are the closer's business)."""
         return Round(n=self.n, formed=self.formed, closed=self.closed, store=self.store, lost=self.lost,
-                     taken_out=self.taken_out)
+                     taken_out=self.taken_out, stuck=self.stuck)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -231,6 +249,38 @@ def lost_participants(r: Round, live: set[str]) -> list[str]:
     return [p for p in r.participants if p not in live] if r.formed else []
 
 
+def unconfirmed(r: Round, live: set[str], joined: list[str], *, now: float, last_call_s: float,
+                answering_since: float = float("-inf")) -> list[str]:
+    """Live participants of presumed round ``r`` (:func:`reformed`) without a joined key for it once
+    ``last_call_s`` + :data:`STOPPING_WORKERS_S` have passed since it formed, or since the store answers again
+    (``answering_since``: an outage took the confirmations with the leases): alive, but stuck before taking their
+    place (the others' workers wait for theirs). Empty for a round formed from joins, or before the deadline."""
+    if not r.formed or r.presumed_at is None:
+        return []
+    if now < max(r.presumed_at, answering_since) + last_call_s + STOPPING_WORKERS_S:
+        return []
+    came = set(joined)
+    return [p for p in r.participants if p in live and p not in came]
+
+
+def reformed(r: Round, live: list[str], *, lost: list[str], stuck: list[str] = (), taken_out: set[str] = frozenset(),
+             standby: set[str] = frozenset(), node_index: dict[str, int] | None = None, min_nodes: int,
+             max_nodes: int, now: float) -> Round | None:
+    """The formed round that replaces formed round ``r`` at once (see the module docstring): its live
+    participants in their old ranks, then the other live members (``live``, oldest first) as :func:`choose`
+    orders them, without ``stuck``; ``lost``: the participants it replaces. None when fewer than ``min_nodes``
+    are left: the closer opens the next round instead."""
+    nxt = next_round(r, [*lost, *stuck], taken_out)
+    nxt.stuck = list(stuck)
+    present = [m for m in live if m not in set(stuck)]
+    chosen = choose(nxt, present, set(present), set(standby), max_nodes, node_index)
+    if len(chosen) < min_nodes:
+        return None
+    out = formed(nxt, chosen, set(present))
+    out.presumed_at = now
+    return out
+
+
 def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max_nodes: int,
                seats: Seats | None = None) -> Step:
     """What agent ``me`` does next; ``last_trained``: the round it trained in (-1: none); ``joined``: whether
@@ -254,9 +304,11 @@ STOPPING_WORKERS_S = 30.0
 
 
 def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes: int, max_nodes: int, now: float,
-                last_call_s: float, settled: bool) -> Step:
-    """What the closer does about ``r``; ``joined``: the ids with a joined key for ``r``, in joining order;
-    ``settled``: the store has answered long enough that a missing member key means a lost node."""
+                last_call_s: float, settled: bool, answering_since: float = float("-inf")) -> Step:
+    """What the closer does about ``r``; ``joined``: the ids with a joined key for ``r``, in joining order (for
+    a formed round: the participants that confirmed their place);
+    ``settled``: the store has answered long enough that a missing member key means a lost node;
+    ``answering_since``: since when it answers (wall clock, :func:`unconfirmed`)."""
     if r is None:
         return Step.OPEN
     if r.closed:
@@ -264,7 +316,8 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     if r.formed:  # right after an outage (not settled) a missing key may come back: change nothing
         if not settled:
             return Step.WAIT
-        if lost_participants(r, live):
+        if lost_participants(r, live) or unconfirmed(r, live, joined, now=now, last_call_s=last_call_s,
+                                                      answering_since=answering_since):
             return Step.REOPEN
         return Step.NOTE_SPARES if waiting(r, live) != r.spares else Step.WAIT
     present = [j for j in joined if j in live]
