@@ -5,9 +5,10 @@ under it, renewed by a thread of its own, and watches one key, the round record'
 member lists, :class:`.rounds.Head`), so every agent hears of a new round at once (no polling, and a keep-alive
 or a round change costs each agent the same at any job size). One agent, the *closer* (the oldest live member;
 each agent watches the member created just before it and takes over when that one goes), also watches the
-member and joined keys: it opens the first round, closes rounds, and opens the next when a participant's lease
-expires. An agent takes its place from its page of the formed round's seats (:class:`.rounds.Seats`, ~2 KiB at
-any job size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What torchrun gets:
+member and joined keys: it opens the first round, closes rounds, and forms the next at once when a
+participant's lease expires (:func:`.rounds.reformed`; the participants confirm their places afterwards). An
+agent takes its place from its page of the formed round's seats (:class:`.rounds.Seats`, ~2 KiB at any job
+size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What torchrun gets:
 
 * ``next_rendezvous()``: a place in a formed round (its rank, the number of nodes) and a c10d store for
   torchrun's rank assignment, exit barrier and the workers' bootstrap address: the round's key prefix on the
