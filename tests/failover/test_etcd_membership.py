@@ -359,24 +359,38 @@ def test_a_node_of_the_round_before_finds_its_seat_in_the_head_as_its_page_gives
             assert seat is None if head.moved is None else seat.ranks == _page_seat(r, member)
 
 
+def _three_agents_and_the_last_lost(etcd, run_id: str):
+    """Three real agents (MIN 1, MAX 3, a 2 s lease) form a round; then the one with the highest rank stops as a
+    SIGKILLed node's would (its keep-alives and watch stop, nothing is revoked: its lease expires). Returns the
+    job's credentials, the agents, their ranks and the lost one; the caller shuts the others down."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    creds = etcd.add_job_user(run_id)
+    agents = [EtcdRendezvousHandler(run_id, EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
+                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
+    except BaseException:
+        for a in agents:
+            a.shutdown()
+        raise
+    ranks = {a: info.rank for a, info in zip(agents, infos)}
+    lost = max(agents, key=ranks.get)
+    lost._stop.set()
+    lost.round_view.stop()
+    return creds, agents, ranks, lost
+
+
 def test_a_lost_nodes_round_re_forms_without_a_seat_read_by_the_nodes_that_kept_their_place(etcd):
     """Three real agents form a round; the one with the highest rank stops (its lease expires, as a lost node's
     does). The two others re-form, find their seats in the head (they keep their ranks) and read no seat page;
     before, each read its page."""
     from concurrent.futures import ThreadPoolExecutor
 
-    creds = etcd.add_job_user("kept")
-    agents = [EtcdRendezvousHandler("kept", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
-                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
-    lost = None
+    creds, agents, ranks, lost = _three_agents_and_the_last_lost(etcd, "kept")
     try:
-        with ThreadPoolExecutor(3) as pool:
-            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
-        ranks = {a: info.rank for a, info in zip(agents, infos)}
-        lost = max(agents, key=ranks.get)
         survivors = [a for a in agents if a is not lost]
-        lost._stop.set()  # as a SIGKILLed node: its keep-alives and watch stop, nothing is revoked
-        lost.round_view.stop()
         reads: list[str] = []
         for a in survivors:
             get = a.client.get
@@ -402,21 +416,10 @@ def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, mo
     agent blocked on a worker that cannot be killed): once the window ends (shortened here from 30 s), the
     round is replaced by one without it, and the other survivor says why and gets a place of one. Without the
     rule the other survivor's workers would wait for the stuck node's forever."""
-    from concurrent.futures import ThreadPoolExecutor
-
     monkeypatch.setattr(rounds, "STOPPING_WORKERS_S", 1.0)
-    creds = etcd.add_job_user("stuck")
-    agents = [EtcdRendezvousHandler("stuck", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
-                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
-    lost = None
+    creds, agents, ranks, lost = _three_agents_and_the_last_lost(etcd, "stuck")
     try:
-        with ThreadPoolExecutor(3) as pool:
-            infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
-        ranks = {a: info.rank for a, info in zip(agents, infos)}
-        lost = max(agents, key=ranks.get)
         good, stuck = sorted((a for a in agents if a is not lost), key=ranks.get)
-        lost._stop.set()  # as a SIGKILLed node: its keep-alives and watch stop, nothing is revoked
-        lost.round_view.stop()
 
         def wait_for_round(n: int, timeout_s: float) -> rounds.Round:
             deadline = time.monotonic() + timeout_s
