@@ -7,7 +7,8 @@ The store holds, under the job's prefix:
 * ``round``: the :class:`Round` record, changed only by compare-and-set;
 * ``head``: its :class:`Head`, written in the same transaction as every change of ``round`` (so both have the
   same mod revision): the record without its member lists, which is what every agent watches;
-* ``joined/<n>/<id>``: an agent's wish to train in open round ``n`` (under its lease);
+* ``joined/<n>/<id>``: an agent's wish to train in open round ``n``, or its confirmation that it took its place in
+  round ``n`` formed without joins (:func:`reformed`); under its lease;
 * ``seats/<n>/<page>``: formed round ``n``'s ranks in :class:`Seats` pages, written in the transaction that forms
   it (older rounds' pages deleted in it): each agent reads its own page, not the whole record. An agent that had
   a place in the formed round before reads none: the head names the seats that changed (:func:`seat_changes`).
