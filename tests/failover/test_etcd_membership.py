@@ -413,10 +413,11 @@ def test_a_lost_nodes_round_re_forms_without_a_seat_read_by_the_nodes_that_kept_
 def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, monkeypatch, capsys):
     """Three real agents form a round; the highest rank is lost. The closer forms the next round at once from
     the two survivors (no joins). One of them never comes for its place (alive: its keep-alives go on, as an
-    agent blocked on a worker that cannot be killed): once the window ends (shortened here from 30 s), the
+    agent blocked on a worker that cannot be killed): once the window ends (shortened here from 33 s), the
     round is replaced by one without it, and the other survivor says why and gets a place of one. Without the
     rule the other survivor's workers would wait for the stuck node's forever."""
-    monkeypatch.setattr(rounds, "STOPPING_WORKERS_S", 1.0)
+    # a window of 1 + 4 s: long enough for the survivor that comes to confirm on a loaded machine
+    monkeypatch.setattr(rounds, "STOPPING_WORKERS_S", 4.0)
     creds, agents, ranks, lost = _three_agents_and_the_last_lost(etcd, "stuck")
     try:
         good, stuck = sorted((a for a in agents if a is not lost), key=ranks.get)
@@ -436,12 +437,12 @@ def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, mo
         assert r.presumed_at is not None  # formed at once, from the live members: nobody joined it
         info = good.next_rendezvous()
         assert (info.rank, info.world_size) == (0, 2)
-        r = wait_for_round(2, 15)  # the stuck one never called next_rendezvous
+        r = wait_for_round(2, 25)  # the stuck one never called next_rendezvous
         assert (r.n, r.formed, r.participants, r.lost, r.stuck) == (2, True, [good.me], [stuck.me], [stuck.me])
         info = good.next_rendezvous()
         assert (info.rank, info.world_size) == (0, 1)
         err = capsys.readouterr().err
-        assert f"lost node(s) of round 1: {stuck.me} (alive but did not take its place within 2 s: stuck)" in err
+        assert f"lost node(s) of round 1: {stuck.me} (alive but did not take its place within 5 s: stuck)" in err
     finally:
         for a in sorted((a for a in agents if a is not lost), key=lambda a: a._hosting):
             a.shutdown()
