@@ -670,9 +670,10 @@ class _RoundWatch:
     def first(self, after: float, pred) -> float:
         return next((t for t, kind, key, value in list(self.events) if t >= after and pred(kind, key, value)), NAN)
 
-    def last(self, after: float, pred) -> float:
-        return max((t for t, kind, key, value in list(self.events) if t >= after and pred(kind, key, value)),
-                   default=NAN)
+    def last(self, after: float, pred, until: float = float("inf")) -> float:
+        """The last matching event's time from ``after`` on, not later than ``until`` (NaN: no bound)."""
+        return max((t for t, kind, key, value in list(self.events)
+                    if t >= after and not t > until and pred(kind, key, value)), default=NAN)
 
     def round_seen(self, after: float, n: int, what: str) -> float:
         """When the round record ``n`` was first seen formed (``what`` "formed"), with its store published
@@ -867,9 +868,8 @@ def _phases(watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]],
         out["last survivor told"] = max(s for s in signals if s is not None) - t0 if any(signals) else NAN
     formed_at = watch.round_seen(t0, n, "formed")
     # joins that formed the round (a re-formed round formed at once has none: its participants confirm later)
-    joins = [t for t, kind, key, _ in list(watch.events)
-             if t >= t0 and kind == "PUT" and key.startswith(f"joined/{n}/") and not t > formed_at]
-    out["last joined"] = max(joins, default=NAN) - t0
+    out["last joined"] = watch.last(t0, lambda k, key, v: k == "PUT" and key.startswith(f"joined/{n}/"),
+                                    until=formed_at) - t0
     out["closed (formed)"] = formed_at - t0
     out["store published"] = watch.round_seen(t0, n, "store") - t0
     out["last with its place"] = max((r["info"] for r in ranked), default=NAN) - t0

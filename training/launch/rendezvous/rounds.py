@@ -273,7 +273,8 @@ def reformed(r: Round, live: list[str], *, lost: list[str], stuck: list[str] = (
     are left: the closer opens the next round instead."""
     nxt = next_round(r, [*lost, *stuck], taken_out)
     nxt.stuck = list(stuck)
-    present = [m for m in live if m not in set(stuck)]
+    left_out = set(stuck)
+    present = [m for m in live if m not in left_out]
     chosen = choose(nxt, present, set(present), set(standby), max_nodes, node_index)
     if len(chosen) < min_nodes:
         return None
