@@ -242,3 +242,16 @@ def test_every_etcd_member_sends_progress_notices_with_a_flag_its_release_accept
     assert setting in member_args()
     member_sh = (Path(__file__).resolve().parents[1] / "cluster_assets/parallelcluster/etcd/member.sh").read_text()
     assert f"{versions.WATCH_PROGRESS_FLAG} {versions.WATCH_PROGRESS_S}s" in member_sh
+
+
+def test_every_etcd_member_hashes_passwords_at_the_cost_the_facts_name():
+    """The clusters' members run the same --bcrypt-cost as the local ones (cluster_facts.versions.BCRYPT_COST), and
+    the one password a cluster generates for itself (ParallelCluster's root) is as random as the jobs' (asserted
+    on its template in tests/infra/test_infra_pcluster.py)."""
+    from cluster_assets.k8s.etcd import member_args
+    from cluster_facts import versions
+
+    assert 4 <= versions.BCRYPT_COST <= 31  # etcd refuses any other
+    assert f"--bcrypt-cost={versions.BCRYPT_COST}" in member_args()
+    member_sh = (Path(__file__).resolve().parents[1] / "cluster_assets/parallelcluster/etcd/member.sh").read_text()
+    assert f"--bcrypt-cost {versions.BCRYPT_COST}" in member_sh

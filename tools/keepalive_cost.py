@@ -39,7 +39,7 @@ def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, 
     if mode == "gateway":  # each lease its own client (its own connections), as each agent has
         clients = {lease: EtcdClient(creds) for lease in leases}
         for client in clients.values():
-            client._token = token  # one login for all (each costs a member ~0.1 s of bcrypt)
+            client._token = token  # one login for all (logins are measured apart: python -m tools.login_cost)
         renew = lambda lease: clients[lease].post("lease/keepalive", {"ID": str(lease)})  # noqa: E731
     else:  # the client's own stream class, pinned to one member (no leader lookup)
         streams = {lease: LeaseKeepAliveStream([endpoint], creds.ca, creds.cert, creds.key,

@@ -13,8 +13,8 @@ round times over a pipe and sends "go", "die" and "done").
 Per handler and node count N (MIN:MAX = N-1:N), one run:
 
 1. *connect*: all N handlers are built, 4 at a time per process (etcd: lease, member key, watches; the agents
-   share the driver's login token, as one etcd login costs ~0.1 s of a member's CPU: *login s* is one login);
-   not part of the rounds.
+   share the driver's login token (*login s* is one login; N at once: ``python -m tools.login_cost``); not part
+   of the rounds.
 2. *first round*: all N agents call ``next_rendezvous()`` at once, then torchrun's rank assignment
    (``SimpleElasticAgent._assign_worker_ranks``) in the launcher's environment (``TORCH_ELASTIC_WORKER_IDENTICAL``:
    from the round's rank, no gather through the round's store); from the start until the last agent has its
@@ -191,8 +191,8 @@ def _build_handler(spec: dict[str, Any]):
         from training.launch.rendezvous.handler import EtcdRendezvousHandler
 
         client = EtcdClient(ClientCredentials.from_env(spec["creds"]))
-        # the driver's login token: one etcd login costs ~0.1 s of a member's CPU (bcrypt), and N agents logging
-        # in at once is a start-up cost (measured apart: login s), not a round's
+        # the driver's login token: N agents logging in at once is a start-up cost, not a round's (measured apart:
+        # python -m tools.login_cost)
         client._token = spec["token"]
         return EtcdRendezvousHandler(spec["run_id"], client, min_nodes=spec["nodes"] - 1,
                                      max_nodes=spec["nodes"], ttl_s=spec["etcd_ttl_s"], last_call_s=LAST_CALL_S,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
-from cluster_facts.versions import ETCD_IMAGE, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
+from cluster_facts.versions import BCRYPT_COST, ETCD_IMAGE, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
 
 ETCD_NAMESPACE = "t5-etcd"
 #: StatefulSet and headless Service name: members are ``etcd-<i>.etcd.<namespace>.svc``.
@@ -163,6 +163,8 @@ def member_args(namespace: str = ETCD_NAMESPACE) -> list[str]:
         "--peer-client-cert-auth",
         # JWT tokens signed by one key pair: any member accepts a token another issued (members.py does the same).
         f"--auth-token=jwt,pub-key={tls}/jwt.pub,priv-key={tls}/jwt.key,sign-method=ES256,ttl=10m",
+        # random passwords: the cheapest hash gives nothing away and makes 1,024 logins cheap (cluster_facts)
+        f"--bcrypt-cost={BCRYPT_COST}",
         # Membership writes a few keys per round: keep an hour of history, and a quota below the volume's size.
         "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
         f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}", "--log-level=warn",

@@ -27,6 +27,7 @@ from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient, StoreRefused
 from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
+from cluster_facts.versions import BCRYPT_COST
 from training.launch.rendezvous.members import LocalEtcd
 
 STEPS = 40
@@ -71,6 +72,20 @@ def test_a_client_without_a_certificate_or_the_password_is_refused(etcd, tmp_pat
     wrong.write_text("not-the-password")
     with pytest.raises(StoreRefused, match="could not log in"):
         EtcdClient(replace(creds, password_file=str(wrong))).get(creds.prefix + "x")
+
+
+def test_passwords_are_random_secrets_hashed_at_the_cheapest_cost(etcd):
+    """The members hash passwords at bcrypt's least cost (cluster_facts.versions.BCRYPT_COST: a login is then
+    ~1 ms of a member's CPU, not ~85 ms), which is safe only because no password is one a person chose: each
+    job's is a random secret of 144 bits, and the login with it works."""
+    assert all(m.argv[m.argv.index("--bcrypt-cost") + 1] == str(BCRYPT_COST) for m in etcd.members)
+    creds = etcd.add_job_user("cheap-hash")
+    with open(creds.password_file) as f:
+        password = f.read().strip()
+    assert len(password) >= 32 and len(set(password)) > 16  # token_urlsafe(24): 32 characters, 6 random bits each
+    client = EtcdClient(creds)
+    client.put(client.key("x"), "1")
+    assert client.get(client.key("x")).value == "1"
 
 
 def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):

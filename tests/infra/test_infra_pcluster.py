@@ -328,7 +328,9 @@ def test_etcd_endpoints_reach_the_head_node_and_the_outputs(pcluster: Synthesize
     assert "RdzvStoreEndpoint" not in t.to_json()["Outputs"]  # the head node's store is gone
     secrets = t.find_resources("AWS::SecretsManager::Secret")
     assert {client_secret["Ref"], root_secret["Ref"]} <= set(secrets)
-    assert "GenerateSecretString" in secrets[root_secret["Ref"]]["Properties"]
+    generated = secrets[root_secret["Ref"]]["Properties"]["GenerateSecretString"]
+    # random and long: the members hash it at bcrypt's least cost (cluster_facts.versions.BCRYPT_COST)
+    assert generated["PasswordLength"] >= 32 and generated.get("ExcludeCharacters", "") == ""
     assert secrets[client_secret["Ref"]]["Properties"]["SecretString"] == "{}"  # member 0 fills it
 
 

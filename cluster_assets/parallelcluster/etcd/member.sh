@@ -112,7 +112,7 @@ ExecStart=$BIN/etcd --name $NAME --data-dir /var/lib/t5-etcd \\
   --cert-file $TLS/member.crt --key-file $TLS/member.key --client-cert-auth --trusted-ca-file $TLS/ca.crt \\
   --peer-cert-file $TLS/member.crt --peer-key-file $TLS/member.key --peer-client-cert-auth \\
   --peer-trusted-ca-file $TLS/ca.crt \\
-  --auth-token jwt,pub-key=$TLS/jwt.pub,priv-key=$TLS/jwt.key,sign-method=ES256,ttl=10m
+  --auth-token jwt,pub-key=$TLS/jwt.pub,priv-key=$TLS/jwt.key,sign-method=ES256,ttl=10m --bcrypt-cost 4
 Restart=always
 RestartSec=5
 LimitNOFILE=65536

@@ -28,7 +28,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field, replace
 
-from cluster_facts.versions import WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
+from cluster_facts.versions import BCRYPT_COST, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
 from training.launch.config import LaunchError
 from training.launch.rendezvous.certs import CertificateAuthority, CertPaths, jwt_key_pair
 from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
@@ -133,8 +133,9 @@ class LocalEtcd:
 
     @classmethod
     def start(cls, workdir: str, size: int = 3, hosts: list[str] | None = None, timeout_s: float = 30.0,
-              die_with_parent: bool = False) -> "LocalEtcd":
+              die_with_parent: bool = False, bcrypt_cost: int = BCRYPT_COST) -> "LocalEtcd":
         """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on.
+        ``bcrypt_cost``: what the members' password hashes cost (another value only to measure it).
 
         A member that finds its port taken at start is not an error of the caller's: the whole cluster starts
         again on fresh ports, up to :data:`START_ATTEMPTS` times."""
@@ -144,7 +145,7 @@ class LocalEtcd:
         ca = CertificateAuthority.create(tls)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent)
+                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent, bcrypt_cost)
             except _PortTaken:
                 if attempt == START_ATTEMPTS:
                     raise
@@ -154,7 +155,7 @@ class LocalEtcd:
 
     @classmethod
     def _start_once(cls, workdir: str, binary: str, hosts: list[str], ca: CertificateAuthority, timeout_s: float,
-                    die_with_parent: bool) -> "LocalEtcd":
+                    die_with_parent: bool, bcrypt_cost: int) -> "LocalEtcd":
         tls = os.path.join(workdir, "tls")
         members = []
         for i, host in enumerate(hosts):
@@ -177,7 +178,7 @@ class LocalEtcd:
                       "--cert-file", server.cert, "--key-file", server.key, "--client-cert-auth",
                       "--trusted-ca-file", ca.paths.cert,
                       "--peer-cert-file", server.cert, "--peer-key-file", server.key, "--peer-client-cert-auth",
-                      "--peer-trusted-ca-file", ca.paths.cert, "--log-level", "warn",
+                      "--peer-trusted-ca-file", ca.paths.cert, "--log-level", "warn", "--bcrypt-cost", str(bcrypt_cost),
                       "--auth-token", f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl=10m"]
             etcd._spawn(m, die_with_parent)
         try:
