@@ -25,7 +25,7 @@ from training.compare import compare
 from training.launch import LaunchConfig, launch_env, torchrun_argv
 from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import EtcdClient, StoreRefused
+from training.launch.rendezvous.client import EtcdClient, StoreRefused, token_lifetime_s
 from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
 from cluster_facts.versions import BCRYPT_COST
 from training.launch.rendezvous.members import LocalEtcd
@@ -86,6 +86,40 @@ def test_passwords_are_random_secrets_hashed_at_the_cheapest_cost(etcd):
     client = EtcdClient(creds)
     client.put(client.key("x"), "1")
     assert client.get(client.key("x")).value == "1"
+
+
+def test_a_client_logs_in_again_before_its_token_expires_off_its_calls_path(tmp_path):
+    """Tokens last 10 minutes; a job's agents log in together, so without renewal every agent's first call after
+    that (a re-formation's) would wait for its login, N logins at once. The client logs in again in the
+    background during the token's last quarter: with 6 s tokens, a call every 0.5 s for 12 s never logs in on
+    its own thread, and the token changes before the first one expires. Without the background login the calls
+    after 6 s log in themselves (the member calls the token expired)."""
+    with LocalEtcd.start(str(tmp_path / "etcd"), token_ttl_s=6) as cluster:
+        client = EtcdClient(cluster.add_job_user("renew"))
+        logins: list[str] = []
+        log_in = client._authenticate
+
+        def counted(url: str) -> None:
+            logins.append(threading.current_thread().name)
+            log_in(url)
+
+        client._authenticate = counted
+        try:
+            client.put(client.key("x"), "1")
+            first = client._token
+            lifetime = token_lifetime_s(first)
+            assert lifetime is not None and 4 < lifetime <= 6
+            tokens = {first}
+            end = time.monotonic() + 12
+            while time.monotonic() < end:
+                assert client.get(client.key("x")).value == "1"
+                tokens.add(client._token)
+                time.sleep(0.5)
+        finally:
+            client.close()
+        assert logins[0] == threading.current_thread().name  # the first login is the first call's
+        assert len(tokens) >= 3, f"the token was not renewed in time: {len(tokens)} tokens in 12 s of 6 s tokens"
+        assert set(logins[1:]) == {"t5f-etcd-login"}, f"a call logged in on its own path: {logins}"
 
 
 def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):

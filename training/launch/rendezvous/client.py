@@ -17,7 +17,10 @@ protobuf. torch's own etcd backend needs the v2 API, gone from etcd 3.6.
 Failover: every call tries the endpoint that answered last, then the others; a call that finds no member
 raises :class:`StoreUnavailable` after one pass (the caller decides how long to keep trying). Authentication:
 a client certificate for TLS (the members require one signed by their CA) and an etcd user's password for
-the token every request carries (re-fetched when a member says it expired).
+the token every request carries. The members' tokens (JWTs) expire after 10 minutes; the client logs in again
+in the background at a random point of the token's last quarter, so that neither a call nor a job's agents,
+started together, all log in at once when the tokens expire (a re-formation would otherwise wait for N logins);
+a token a member calls expired all the same is fetched again on the spot.
 
     client = EtcdClient(ClientCredentials.from_env())
     lease = client.grant(ttl_s=3)
@@ -51,6 +54,26 @@ WATCH_IDLE_S = 15.0
 # the local, EKS and ParallelCluster members alike): well inside WATCH_IDLE_S, so a healthy idle watch is never
 # torn down and re-read (etcd's default, 10 minutes, made every agent's two watches re-read their keys every
 # 15 s: at 1,024 agents ~140 reads and new watches a second for nothing).
+
+
+#: Where in a token's life the client logs in again ahead of its expiry: at a random point between these
+#: fractions of it (spread so that agents that logged in together do not log in again together).
+TOKEN_REFRESH_AT = (0.70, 0.90)
+#: Seconds before a background login that failed (no member answered) is tried again.
+TOKEN_RETRY_S = 10.0
+
+
+def token_lifetime_s(token: str, now: float | None = None) -> float | None:
+    """Seconds until an etcd JWT ``token`` expires (its ``exp`` claim, read without checking the signature: the
+    members check it), or None for a token that is not a JWT (etcd's "simple" tokens live while they are used)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        return float(claims["exp"]) - (time.time() if now is None else now)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class StoreUnavailable(RuntimeError):
@@ -154,6 +177,8 @@ class EtcdClient:
         self._token = ""
         self._lock = threading.Lock()
         self._keep_alive_stream = None  # opened by the first keep_alive()
+        self._refresh: threading.Timer | None = None  # the next background login (see the module docstring)
+        self._closed = False
 
     def key(self, suffix: str) -> str:
         return self.creds.prefix + suffix
@@ -178,6 +203,30 @@ class EtcdClient:
         if r.status != 200:
             raise StoreRefused(f"etcd user {self.creds.user!r} could not log in at {url}: {_reason(r)}")
         self._token = r.json()["token"]
+        lifetime = token_lifetime_s(self._token)
+        if lifetime is not None:
+            self._log_in_again_in(lifetime * random.uniform(*TOKEN_REFRESH_AT))
+
+    def _log_in_again_in(self, seconds: float) -> None:
+        with self._lock:
+            if self._refresh is not None:
+                self._refresh.cancel()
+            if self._closed:
+                return
+            self._refresh = threading.Timer(max(0.0, seconds), self._log_in_again)
+            self._refresh.name, self._refresh.daemon = "t5f-etcd-login", True
+            self._refresh.start()
+
+    def _log_in_again(self) -> None:
+        """A background login ahead of the token's expiry; the token in use stays until the new one is here."""
+        from urllib3.exceptions import HTTPError
+
+        for url in list(self._endpoints):
+            try:
+                return self._authenticate(url)  # schedules the next one
+            except (HTTPError, StoreRefused, ValueError):
+                continue
+        self._log_in_again_in(TOKEN_RETRY_S)  # no member answered: the token may still be good; try again soon
 
     def post(self, path: str, body: dict, timeout_s: float | None = None, stream: bool = False,
              authenticated: bool = True):
@@ -303,9 +352,13 @@ class EtcdClient:
         return None
 
     def close(self) -> None:
-        """Close the keep-alive stream (the other calls hold no open stream between calls)."""
+        """Close the keep-alive stream and stop the background logins (the other calls hold no open stream
+        between calls)."""
         with self._lock:
             stream, self._keep_alive_stream = self._keep_alive_stream, None
+            self._closed = True
+            if self._refresh is not None:
+                self._refresh.cancel()
         if stream is not None:
             stream.close()
 

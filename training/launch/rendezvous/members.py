@@ -109,6 +109,10 @@ class Member:
     die_with_parent: bool = False
 
 
+#: Seconds the members' login tokens (JWTs) last, as on the clusters' members (``ttl=10m``).
+TOKEN_TTL_S = 600
+
+
 #: Seconds :meth:`LocalEtcd.stop` gives the members to end on SIGTERM before it SIGKILLs them. On SIGTERM the
 #: leader tries to hand its leadership to a follower, and with every member stopping at once it gave up only after
 #: ~7 s ("leadership transfer failed" in its log; every test and chaos scenario paid it). Nothing reuses a stopped
@@ -133,9 +137,11 @@ class LocalEtcd:
 
     @classmethod
     def start(cls, workdir: str, size: int = 3, hosts: list[str] | None = None, timeout_s: float = 30.0,
-              die_with_parent: bool = False, bcrypt_cost: int = BCRYPT_COST) -> "LocalEtcd":
+              die_with_parent: bool = False, bcrypt_cost: int = BCRYPT_COST,
+              token_ttl_s: int = TOKEN_TTL_S) -> "LocalEtcd":
         """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on.
-        ``bcrypt_cost``: what the members' password hashes cost (another value only to measure it).
+        ``bcrypt_cost``: what the members' password hashes cost (another value only to measure it);
+        ``token_ttl_s``: how long their login tokens last (shorter only to test the clients' renewal of them).
 
         A member that finds its port taken at start is not an error of the caller's: the whole cluster starts
         again on fresh ports, up to :data:`START_ATTEMPTS` times."""
@@ -145,7 +151,8 @@ class LocalEtcd:
         ca = CertificateAuthority.create(tls)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent, bcrypt_cost)
+                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent, bcrypt_cost,
+                                      token_ttl_s)
             except _PortTaken:
                 if attempt == START_ATTEMPTS:
                     raise
@@ -155,7 +162,7 @@ class LocalEtcd:
 
     @classmethod
     def _start_once(cls, workdir: str, binary: str, hosts: list[str], ca: CertificateAuthority, timeout_s: float,
-                    die_with_parent: bool, bcrypt_cost: int) -> "LocalEtcd":
+                    die_with_parent: bool, bcrypt_cost: int, token_ttl_s: int) -> "LocalEtcd":
         tls = os.path.join(workdir, "tls")
         members = []
         for i, host in enumerate(hosts):
@@ -179,7 +186,7 @@ class LocalEtcd:
                       "--trusted-ca-file", ca.paths.cert,
                       "--peer-cert-file", server.cert, "--peer-key-file", server.key, "--peer-client-cert-auth",
                       "--peer-trusted-ca-file", ca.paths.cert, "--log-level", "warn", "--bcrypt-cost", str(bcrypt_cost),
-                      "--auth-token", f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl=10m"]
+                      "--auth-token", f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl={token_ttl_s}s"]
             etcd._spawn(m, die_with_parent)
         try:
             etcd.wait_healthy(timeout_s)
