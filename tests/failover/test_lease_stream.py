@@ -106,3 +106,27 @@ def test_no_member_answering_is_store_unavailable_within_its_bound(etcd):
     assert sum(m.client_url in str(e.value) for m in etcd.members) >= 2, str(e.value)  # the members it tried
     assert client.keep_alive(lease) == 10  # back: the next renewal opens a new stream
     client.close()
+
+
+def test_a_late_member_keeps_its_connection_for_the_next_stream(etcd):
+    """A member that answers late is loaded, not gone: only the call is cancelled, and the next stream to that
+    member goes over the same connection (a new one would cost the loaded member one more TLS handshake, and a
+    loaded cluster's agents all doing that at once was a reconnect storm). Every member stopped: the renewal is
+    late everywhere; once they are back, it goes over the connection the stream had before."""
+    client = EtcdClient(etcd.add_job_user("late"))
+    lease = client.grant(10)
+    client.keep_alive(lease)
+    keep_alive = client._keep_alive_stream
+    before = keep_alive._stream._channel
+    try:
+        assert set(etcd.pause().values()) == {"T"}
+        with pytest.raises(StoreUnavailable, match="no keep-alive answer within"):
+            client.keep_alive(lease)
+        kept = list(keep_alive._kept.values())
+    finally:
+        etcd.resume()
+    assert any(channel is before for channel in kept), "the late member's connection was closed"
+    assert client.keep_alive(lease) == 10
+    assert keep_alive._stream._channel is before, "the stream after the late answers opened a new connection"
+    client.close()
+    assert keep_alive._kept == {}

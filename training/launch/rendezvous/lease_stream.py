@@ -15,7 +15,10 @@ code, no etcd proto files. A new stream goes to the member that leads (each memb
 says whether it leads, asked over the gateway without a login): when the open one broke (its member went) or
 none was open. When an answer is only late (a loaded member, or this host starved), the renewal goes on to the
 other members in order without asking who leads: asking costs more calls of a store or host that is already
-slow. The stream asks again at the next renewal after an answer whose raft term (in its header) is not one in
+slow. A late member's connection is kept (only the call is cancelled) and the next stream to it reuses it: a
+loaded member is not gone, and a new connection would cost it one more TLS handshake (2026-11-28: in the
+1,024-agent simulation, streams re-opened after late answers were part of a reconnect storm, ~675 new
+connections a second, that kept the members' accept queues full). The stream asks again at the next renewal after an answer whose raft term (in its header) is not one in
 which its member was found leading: after an election, or when the late path left it on any member, it moves
 back to the leader (found 2026-11-27: after the leader was stopped and came back, streams stayed on a follower
 for the rest of the job). TLS with the client's certificate as for every call; the login token rides along as
@@ -127,17 +130,18 @@ class _EventLoop:
 
 
 class _Stream:
-    """One open LeaseKeepAlive call on its own channel (grpc's asyncio API, on :class:`_EventLoop`); a renewal
-    waits for its answer at most its timeout. ``to_leader``: opened to the member found leading; ``leads_in``: the
-    raft term in which its member is known to lead (None: not known); ``term``: its last answer's."""
+    """One open LeaseKeepAlive call (grpc's asyncio API, on :class:`_EventLoop`) on ``channel`` if given (one kept
+    from an earlier stream to the same member), else on a new channel of its own; a renewal waits for its answer
+    at most its timeout. ``to_leader``: opened to the member found leading; ``leads_in``: the raft term in which
+    its member is known to lead (None: not known); ``term``: its last answer's."""
 
-    def __init__(self, endpoint: str, credentials, token: str, to_leader: bool = False):
+    def __init__(self, endpoint: str, credentials, token: str, to_leader: bool = False, channel=None):
         self.endpoint, self.to_leader = endpoint, to_leader
         self.leads_in: int | None = None
         self.term = 0
         self.ask_again_at = 0.0  # monotonic time before which it does not ask again who leads
         self._loop = _EventLoop.get()
-        self._channel = self._call = None
+        self._channel, self._call = channel, None
         try:  # making a channel does not connect (the first renewal does): this is quick unless the loop is stuck
             asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop).result(OPEN_S)
         except concurrent.futures.TimeoutError:
@@ -147,11 +151,12 @@ class _Stream:
     async def _open(self, credentials, token: str) -> None:
         import grpc.aio
 
-        # its own connection (not grpc's process-wide subchannel pool: one agent, one connection, also when a
-        # simulation runs many agents in one process); no proxy from the environment between agent and store
-        self._channel = grpc.aio.secure_channel(self.endpoint.split("://", 1)[-1], credentials,
-                                                options=[("grpc.use_local_subchannel_pool", 1),
-                                                         ("grpc.enable_http_proxy", 0)])
+        if self._channel is None:
+            # its own connection (not grpc's process-wide subchannel pool: one agent, one connection, also when a
+            # simulation runs many agents in one process); no proxy from the environment between agent and store
+            self._channel = grpc.aio.secure_channel(self.endpoint.split("://", 1)[-1], credentials,
+                                                    options=[("grpc.use_local_subchannel_pool", 1),
+                                                             ("grpc.enable_http_proxy", 0)])
         method = self._channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
         self._call = method(metadata=(("token", token),) if token else None)
 
@@ -183,14 +188,17 @@ class _Stream:
         except (grpc.RpcError, asyncio.InvalidStateError, concurrent.futures.CancelledError) as e:
             raise KeepAliveFailed(f"{self.endpoint}: {_rpc_reason(e)}") from None
 
-    async def _close(self) -> None:
+    async def _close(self, keep_channel: bool) -> None:
         self._call.cancel()
-        await self._channel.close()
+        if not keep_channel:
+            await self._channel.close()
 
-    def close(self) -> None:
-        """Cancel the call and close the channel (on the loop; not waited for)."""
+    def close(self, keep_channel: bool = False):
+        """Cancel the call and, unless ``keep_channel``, close the channel (on the loop; not waited for). Returns
+        the channel if kept (for the next stream to this member), else None."""
         if not self._loop.is_closed():
-            asyncio.run_coroutine_threadsafe(self._close(), self._loop)
+            asyncio.run_coroutine_threadsafe(self._close(keep_channel), self._loop)
+        return self._channel if keep_channel else None
 
 
 def _rpc_reason(e: Exception) -> str:
@@ -220,6 +228,10 @@ class LeaseKeepAliveStream:
         self._endpoints = endpoints
         self._find_leader, self._token = find_leader, token
         self._stream: _Stream | None = None
+        # channels kept after a late answer, by endpoint: a late member is loaded, not gone, and a new channel
+        # would cost it one more TLS handshake (a loaded cluster's agents all doing that at once was a reconnect
+        # storm that kept 1,024 simulated agents from ever forming a round)
+        self._kept: dict[str, object] = {}
         self._lock = threading.Lock()
 
     def renew(self, lease: int, connect_s: float, read_s: float) -> int:
@@ -241,7 +253,7 @@ class LeaseKeepAliveStream:
                 except KeepAliveFailed as e:
                     errors.append(str(e))
                     late = e.late
-                    self._drop()
+                    self._drop(keep_channel=e.late)
             # a late answer (a loaded member, or this host starved) is no reason to ask every member who leads
             leader = moved_to or (None if late else self._find_leader(min(LEADER_STATUS_S, max(0.05, left()))))
             order = ([leader] if leader else []) + [e for e in self._endpoints if e != leader]
@@ -249,11 +261,12 @@ class LeaseKeepAliveStream:
                 if left() <= 0:
                     break
                 try:
-                    self._stream = _Stream(endpoint, self._credentials, self._token(), to_leader=endpoint == leader)
+                    self._stream = _Stream(endpoint, self._credentials, self._token(), to_leader=endpoint == leader,
+                                           channel=self._kept.pop(endpoint, None))
                     return self._stream.renew(lease, max(0.05, min(connect_s + read_s, left())))
                 except KeepAliveFailed as e:
                     errors.append(str(e))
-                    self._drop()
+                    self._drop(keep_channel=e.late)
             raise KeepAliveFailed("; ".join(errors))
 
     def _follow_the_leader(self, left: Callable[[], float]) -> str | None:
@@ -274,11 +287,26 @@ class LeaseKeepAliveStream:
         self._drop()
         return leader
 
-    def _drop(self) -> None:
+    def _drop(self, keep_channel: bool = False) -> None:
+        """End the open stream; ``keep_channel`` (after a late answer): its connection stays for the next stream
+        to that member, else it is closed (the stream broke, or it moves to the leader)."""
         if self._stream is not None:
-            self._stream.close()
+            channel = self._stream.close(keep_channel)
+            if channel is not None:
+                old = self._kept.pop(self._stream.endpoint, None)
+                if old is not None and old is not channel:
+                    _close_channel(old, self._stream._loop)
+                self._kept[self._stream.endpoint] = channel
             self._stream = None
 
     def close(self) -> None:
         with self._lock:
             self._drop()
+            kept, self._kept = self._kept, {}
+            for channel in kept.values():
+                _close_channel(channel, _EventLoop.get())
+
+
+def _close_channel(channel, loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        asyncio.run_coroutine_threadsafe(channel.close(), loop)
