@@ -25,7 +25,7 @@ from training.compare import compare
 from training.launch import LaunchConfig, launch_env, torchrun_argv
 from training.launch.config import ETCD_MIN_LEASE_S
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import EtcdClient, StoreRefused, token_lifetime_s
+from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUnavailable, token_lifetime_s
 from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
 from cluster_facts.versions import BCRYPT_COST
 from training.launch.rendezvous.members import LocalEtcd
@@ -120,6 +120,38 @@ def test_a_client_logs_in_again_before_its_token_expires_off_its_calls_path(tmp_
         assert logins[0] == threading.current_thread().name  # the first login is the first call's
         assert len(tokens) >= 3, f"the token was not renewed in time: {len(tokens)} tokens in 12 s of 6 s tokens"
         assert set(logins[1:]) == {"t5f-etcd-login"}, f"a call logged in on its own path: {logins}"
+
+
+def test_a_client_waits_longer_only_when_every_member_is_slow(etcd):
+    """One member that does not answer is taken for gone and the next tried at once; every member slow is a
+    loaded store, where giving up early only comes back sooner with a new TLS connection for the members to
+    handshake. So a pass in which every member timed out doubles the next pass's timeouts (up to 4 times), a
+    member refusing the connection (gone, not slow) does not, and any answer sets them back."""
+    creds = etcd.add_job_user("patience")
+    client = EtcdClient(creds)
+    client.put(client.key("x"), "1")
+    with socket.socket() as s:  # a port nobody listens on: refused at once
+        s.bind(("127.0.0.1", 0))
+        closed = f"https://127.0.0.1:{s.getsockname()[1]}"
+    refusing = EtcdClient(replace(creds, endpoints=(closed,)))
+    with pytest.raises(StoreUnavailable, match="NewConnectionError"):
+        refusing.get(creds.prefix + "x")
+    assert refusing._patience == 1.0
+    took = []
+    try:
+        assert set(etcd.pause().values()) == {"T"}  # fault: every member slow (stopped, its sockets open)
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="timed out"):
+                client.get(client.key("x"))
+            took.append(time.monotonic() - started)
+    finally:
+        etcd.resume()
+    assert client._patience == 4.0
+    # each pass: three members' connects (1 s each, then 2 s, then 4 s); only lower bounds, a loaded machine adds
+    assert took[1] >= 0.95 * 3 * 2 and took[2] >= 0.95 * 3 * 4, took
+    assert client.get(client.key("x")).value == "1"
+    assert client._patience == 1.0
 
 
 def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):

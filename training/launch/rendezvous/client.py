@@ -47,6 +47,22 @@ from cluster_facts.versions import WATCH_PROGRESS_S
 REQUEST_TIMEOUT_S = (1.0, 2.0)
 
 
+#: How much longer than its timeouts a call waits after a pass in which no member answered in time (each such
+#: pass doubles it, up to this; any answer sets it back to 1). One member silent past its timeout is taken for
+#: gone and the next one tried at once; all of them slow is a loaded store, where giving up early only comes
+#: back sooner with a new connection: its TLS handshake is more work for the members, and with a full accept
+#: queue each new connect waits a dropped SYN's second (the 1,024-agent simulation's reconnect storm).
+PATIENCE_MAX = 4.0
+
+
+#: What a member says when it took a call but could not do it in time (its raft or its gateway's call to itself
+#: timed out; 2026-11-28, 1,024 simulated agents: ``HTTP 500 context deadline exceeded`` on a lease grant, which
+#: ended that agent): a loaded store, tried again like a timeout, not a refusal. A write retried after one may
+#: have been done: every write here is a put (the same again), a lease grant (an extra lease expires unused) or a
+#: compare-and-set (the second finds its own write and reports a lost race; its callers read again).
+TOO_SLOW = ("deadline exceeded", "request timed out", "too many requests")
+
+
 #: Seconds a watch stream may stay silent before the client takes its member for gone (a member whose host
 #: vanished sends no reset) and watches again from another.
 WATCH_IDLE_S = 15.0
@@ -178,6 +194,7 @@ class EtcdClient:
         self._lock = threading.Lock()
         self._keep_alive_stream = None  # opened by the first keep_alive()
         self._refresh: threading.Timer | None = None  # the next background login (see the module docstring)
+        self._patience = 1.0  # see PATIENCE_MAX
         self._closed = False
 
     def key(self, suffix: str) -> str:
@@ -228,37 +245,49 @@ class EtcdClient:
                 continue
         self._log_in_again_in(TOKEN_RETRY_S)  # no member answered: the token may still be good; try again soon
 
-    def post(self, path: str, body: dict, timeout_s: float | None = None, stream: bool = False,
+    def post(self, path: str, body: dict, timeout_s: float | tuple[float, float] | None = None, stream: bool = False,
              authenticated: bool = True):
         """POST to the first member that answers; returns the decoded JSON (or the response if ``stream``).
         ``authenticated=False``: no login (a cluster whose authentication is not on yet)."""
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError as CallTimedOut
 
-        errors = []
+        given = timeout_s or self.timeout
+        connect, read = given if isinstance(given, tuple) else (given, given)
+        timeout = (connect * self._patience, read if stream else read * self._patience)  # a watch's read: idle
+        errors, timed_out = [], 0
         for url in list(self._endpoints):
             try:
                 for attempt in (1, 2):  # a second time after a fresh token
                     if authenticated and not self._token:
                         self._authenticate(url)
                     headers = {"Authorization": self._token} if authenticated else {}
-                    r = self._request(f"{url}/v3/{path}", body, timeout_s or self.timeout, headers, stream)
+                    r = self._request(f"{url}/v3/{path}", body, timeout, headers, stream)
                     if r.status != 200 and "auth token" in _text(r) and attempt == 1:
                         self._token = ""
                         continue
                     break
             except HTTPError as e:  # refused, reset, timed out, TLS failed: this member is not there for us
                 errors.append(f"{url}: {type(e).__name__} {str(e)[-160:]}")
+                timed_out += isinstance(e, CallTimedOut) and not isinstance(e, NewConnectionError)  # not refused
                 continue
             if r.status == 503 or (r.status != 200 and "leader" in _text(r)):
                 errors.append(f"{url}: {_reason(r)}")  # a member without a leader: try another
                 continue
+            if r.status != 200 and any(words in _text(r) for words in TOO_SLOW):
+                errors.append(f"{url}: {_reason(r)}")  # the member took the call but not in time: as a timeout
+                timed_out += 1
+                continue
             if r.status != 200:
                 raise StoreRefused(f"etcd {path}: {_reason(r)}")
             with self._lock:  # the member that answered goes first next time
+                self._patience = 1.0
                 if self._endpoints[0] != url:
                     self._endpoints.remove(url)
                     self._endpoints.insert(0, url)
             return r if stream else json.loads(r.data)
+        if timed_out == len(self._endpoints):  # every member slow: a loaded store, not a lost member
+            with self._lock:
+                self._patience = min(PATIENCE_MAX, self._patience * 2)
         raise StoreUnavailable(f"no etcd member answered ({'; '.join(errors)})")
 
     # ------------------------------------------------------------------ keys
