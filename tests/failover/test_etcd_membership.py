@@ -154,6 +154,56 @@ def test_a_client_waits_longer_only_when_every_member_is_slow(etcd):
     assert client._patience == 1.0
 
 
+def test_a_member_that_could_not_finish_a_call_in_time_is_a_slow_member_not_a_refusal(etcd, tmp_path):
+    """A loaded member that took a call but could not finish it in time answers HTTP 500 with etcd's
+    ``context deadline exceeded`` (seen on a lease grant at 1,024 simulated agents, where it ended the agent as a
+    refusal). It is a slow member: the client goes on to the next one, and counts it toward its patience. A
+    member cannot be made to say it on cue, so the first endpoint here is a TLS server with the cluster's CA
+    that says exactly that to every call; the real members follow."""
+    import http.server
+    import ssl
+
+    said = []
+
+    class TooSlow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            said.append(self.path)
+            body = b'{"error":"context deadline exceeded","code":2,"message":"context deadline exceeded"}'
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    cert = etcd.ca.issue("too-slow", str(tmp_path), hosts=["127.0.0.1"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TooSlow)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert.cert, cert.key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    slow = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        creds = etcd.add_job_user("too-slow")
+        client = EtcdClient(replace(creds, endpoints=(slow,) + tuple(creds.endpoints)))
+        client._endpoints = [slow] + list(creds.endpoints)  # the slow one first (the client shuffles them)
+        logged_in = EtcdClient(creds)
+        logged_in.get(logged_in.key("x"))  # a login at a real member (the slow one would not let it)
+        client._token = logged_in._token
+        lease = client.grant(5)  # the call that ended an agent: now answered by the next member
+        assert lease > 0 and said == ["/v3/lease/grant"]
+        only_slow = EtcdClient(replace(creds, endpoints=(slow,)))
+        only_slow._token = client._token
+        with pytest.raises(StoreUnavailable, match="context deadline exceeded"):
+            only_slow.grant(5)
+        assert only_slow._patience == 2.0  # every member it has timed out: wait longer next time
+    finally:
+        server.shutdown()
+
+
 def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):
     """Another process can bind a member's port between the choice and etcd's bind (CI lost a member that way):
     the cluster starts again on fresh ports instead of failing the caller."""

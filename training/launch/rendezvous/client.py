@@ -15,7 +15,8 @@ this client exists to survive. ``python-etcd3`` (gRPC) is unmaintained and does 
 protobuf. torch's own etcd backend needs the v2 API, gone from etcd 3.6.
 
 Failover: every call tries the endpoint that answered last, then the others; a call that finds no member
-raises :class:`StoreUnavailable` after one pass (the caller decides how long to keep trying). Authentication:
+raises :class:`StoreUnavailable` after one pass (the caller decides how long to keep trying); after a pass in
+which every member timed out, the next waits longer (:data:`PATIENCE_MAX`). Authentication:
 a client certificate for TLS (the members require one signed by their CA) and an etcd user's password for
 the token every request carries. The members' tokens (JWTs) expire after 10 minutes; the client logs in again
 in the background at a random point of the token's last quarter, so that neither a call nor a job's agents,
