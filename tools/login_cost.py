@@ -30,14 +30,16 @@ def _counts(text: str) -> list[int]:
     except ValueError:
         values = []
     if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive whole numbers separated by commas, e.g. 256,1024")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive whole numbers separated by commas, "
+                                         f"e.g. 256,1024")
     return values
 
 
 def _costs(text: str) -> list[int]:
     values = _counts(text)
     if min(values) < 4 or max(values) > 31:
-        raise argparse.ArgumentTypeError(f"{text!r}: etcd's bcrypt cost is 4 to 31 (its default 10, ours {BCRYPT_COST})")
+        raise argparse.ArgumentTypeError(f"{text!r}: etcd's bcrypt cost is 4 to 31 (its default 10, "
+                                         f"ours {BCRYPT_COST})")
     return values
 
 
