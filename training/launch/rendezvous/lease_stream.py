@@ -23,7 +23,8 @@ after an answer whose raft term (in its header) is not one in which its member w
 election, or when the late path left it on any member, it moves back to the leader (found 2026-11-27: after the
 leader was stopped and came back, streams stayed on a follower for the rest of the job). TLS with the client's
 certificate as for every call; the login token rides along as etcd's ``token`` metadata (etcd 3.5 does not check
-it for keep-alives: a client certificate is what lets a client renew a lease). :meth:`.client.EtcdClient.keep_alive` is the way in:
+it for keep-alives: a client certificate is what lets a client renew a lease).
+:meth:`.client.EtcdClient.keep_alive` is the way in:
 
     stream = LeaseKeepAliveStream(endpoints, ca, cert, key, find_leader=client.leader_endpoint,
                                   token=lambda: client._token)
