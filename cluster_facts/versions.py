@@ -38,8 +38,8 @@ WATCH_PROGRESS_S = 5
 
 #: The cost of etcd's bcrypt hash of its users' passwords (``--bcrypt-cost``; etcd's default is 10, its least 4).
 #: Every login checks the password against that hash on the member that takes it: at 10 that took ~85 ms of a
-#: member's CPU here, so 1,024 agents logging in at once kept three members busy for ~30 s each, and again when
-#: their 10-minute tokens all expired together (``python -m tools.login_cost``). A slow hash protects passwords
+#: member's CPU here, so 1,024 agents logging in at once kept three members busy for ~30 s each (``python -m
+#: tools.login_cost``; the agents log in at start and again before each 10-minute token expires). A slow hash protects passwords
 #: a person chose against guessing once the hash is stolen; every password here is a random secret of 144 bits
 #: or more (``secrets.token_urlsafe``: root's, each job's), which no number of guesses finds, so the cheapest cost
 #: gives nothing away and takes ~64 times less CPU per login.

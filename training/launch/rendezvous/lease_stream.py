@@ -293,10 +293,7 @@ class LeaseKeepAliveStream:
         to that member, else it is closed (the stream broke, or it moves to the leader)."""
         if self._stream is not None:
             channel = self._stream.close(keep_channel)
-            if channel is not None:
-                old = self._kept.pop(self._stream.endpoint, None)
-                if old is not None and old is not channel:
-                    _close_channel(old, self._stream._loop)
+            if channel is not None:  # none is kept for its member meanwhile: the stream took it when it opened
                 self._kept[self._stream.endpoint] = channel
             self._stream = None
 
