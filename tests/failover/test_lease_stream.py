@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from training.launch.rendezvous.client import EtcdClient, StoreUnavailable
-from training.launch.rendezvous.lease_stream import encode_varint, keep_alive_request, keep_alive_response
+from training.launch.rendezvous.lease_stream import (LEADER_LOOKUP_S, LeaseKeepAliveStream, encode_varint,
+                                                     keep_alive_request, keep_alive_response)
 from training.launch.rendezvous.members import LocalEtcd
 
 
@@ -80,8 +81,9 @@ def test_after_the_leader_hands_over_the_stream_follows_it(etcd):
     root = EtcdClient(replace(etcd.root_credentials(), endpoints=(old.client_url,)))
     root.post("maintenance/transfer-leadership", {"targetID": etcd.status(new)["header"]["member_id"]})
     assert etcd.leader_within(5) is new
-    for _ in range(3):  # the first answer after the election carries the new raft term; the next renewal moves
-        assert client.keep_alive(lease) == 2
+    for _ in range(4):  # as the agent renews: the first answer after the election carries the new raft term, the
+        assert client.keep_alive(lease) == 2  # next renewal asks who leads, and the one after the answer moves
+        time.sleep(2 / 3)
     assert client._keep_alive_stream._stream.endpoint == new.client_url, "the stream stayed on a follower"
     client.close()
 
@@ -130,3 +132,36 @@ def test_a_late_member_keeps_its_connection_for_the_next_stream(etcd):
     assert keep_alive._stream._channel is before, "the stream after the late answers opened a new connection"
     client.close()
     assert keep_alive._kept == {}
+
+
+def test_a_slow_answer_to_who_leads_is_waited_for_off_the_renewals_path(etcd):
+    """A loaded member answers its status after 1.5 s, past the 0.5 s a renewal waits for it: the lookup goes on
+    in the background, the renewals go over a follower meanwhile, and the stream moves to the leader once the
+    answer is in, after one lookup. A lookup given up at its timeout would never see the answer, and asking again
+    would cost the loaded member a new TLS connection each time."""
+    leader = etcd.leader()
+    followers = tuple(m.client_url for m in etcd.members if m is not leader)
+    client = EtcdClient(replace(etcd.add_job_user("slowleader"), endpoints=followers + (leader.client_url,)))
+    asked = []
+
+    def loaded_status(timeout_s: float) -> str | None:
+        asked.append(timeout_s)
+        if timeout_s < 1.5:
+            time.sleep(timeout_s)  # no answer within its time
+            return None
+        time.sleep(1.5)
+        return client.leader_endpoint(timeout_s - 1.5)
+
+    lease = client.grant(10)
+    stream = LeaseKeepAliveStream(list(client.creds.endpoints), client.creds.ca, client.creds.cert, client.creds.key,
+                                  find_leader=loaded_status, token=lambda: client._token)
+    on = []
+    for _ in range(8):
+        assert stream.renew(lease, connect_s=1.0, read_s=2.0) == 10
+        on.append(stream._stream.endpoint)
+        time.sleep(0.5)
+    assert on[0] == followers[0], on  # the first stream did not wait for the answer
+    assert on[-1] == leader.client_url, f"the stream never reached the leader: {on}, lookups {asked}"
+    assert asked == [LEADER_LOOKUP_S], asked  # one lookup, given its full time
+    stream.close()
+    client.close()

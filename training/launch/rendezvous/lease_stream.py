@@ -11,19 +11,21 @@ is also what etcd's Go client does.
 
 The messages are a few protobuf fields each way (``LeaseKeepAliveRequest{int64 ID = 1}``;
 ``LeaseKeepAliveResponse{ResponseHeader header = 1; int64 ID = 2; int64 TTL = 3}``), encoded here: no generated
-code, no etcd proto files. A new stream goes to the member that leads (each member's ``maintenance/status``
-says whether it leads, asked over the gateway without a login): when the open one broke (its member went) or
-none was open. When an answer is only late (a loaded member, or this host starved), the renewal goes on to the
-other members in order without asking who leads: asking costs more calls of a store or host that is already
-slow. A late member's connection is kept (only the call is cancelled) and the next stream to it reuses it: a
-loaded member is not gone, and a new connection would cost it one more TLS handshake (2026-11-28: in the
-1,024-agent simulation, streams re-opened after late answers were part of a reconnect storm, ~675 new
-connections a second, that kept the members' accept queues full). The stream asks again at the next renewal
-after an answer whose raft term (in its header) is not one in which its member was found leading: after an
-election, or when the late path left it on any member, it moves back to the leader (found 2026-11-27: after the
-leader was stopped and came back, streams stayed on a follower for the rest of the job). TLS with the client's
-certificate as for every call; the login token rides along as etcd's ``token`` metadata (etcd 3.5 does not check
-it for keep-alives: a client certificate is what lets a client renew a lease).
+code, no etcd proto files. A new stream goes to the member that leads (each member's ``maintenance/status`` says
+whether it leads, asked over the gateway without a login): when the open one broke (its member went) or none was
+open. That lookup runs on a thread of its own and is not given up early: a renewal waits for it at most
+:data:`LEADER_STATUS_S`, and a later answer moves the stream at a later renewal (a lookup dropped at its timeout
+cost a loaded member one more TLS handshake each time it was asked again). When an answer is only late (a loaded
+member, or this host starved), the renewal goes on to the other members in order without asking who leads: asking
+costs more calls of a store or host that is already slow. A late member's connection is kept (only the call is
+cancelled) and the next stream to it reuses it: a loaded member is not gone, and a new connection would cost it
+one more TLS handshake (2026-11-28: in the 1,024-agent simulation, streams re-opened after late answers were part
+of a reconnect storm, ~675 new connections a second, that kept the members' accept queues full). The stream asks
+again at the next renewal after an answer whose raft term (in its header) is not one in which its member was found
+leading: after an election, or when the late path left it on any member, it moves back to the leader (found
+2026-11-27: after the leader was stopped and came back, streams stayed on a follower for the rest of the job). TLS
+with the client's certificate as for every call; the login token rides along as etcd's ``token`` metadata (etcd
+3.5 does not check it for keep-alives: a client certificate is what lets a client renew a lease).
 :meth:`.client.EtcdClient.keep_alive` is the way in:
 
     stream = LeaseKeepAliveStream(endpoints, ca, cert, key, find_leader=client.leader_endpoint,
@@ -39,9 +41,15 @@ import time
 from typing import Callable
 
 METHOD = "/etcdserverpb.Lease/LeaseKeepAlive"
-#: Seconds a member may take to say whether it leads before the stream is opened elsewhere (a member answers a
-#: status in milliseconds; one slower than this is no member to prefer).
+#: Seconds a renewal with no stream open waits for the answer to who leads before it opens one elsewhere (a member
+#: answers a status in milliseconds; one slower than this is no member to prefer).
 LEADER_STATUS_S = 0.5
+#: Seconds the lookup of who leads may take: it runs in the background, and a late answer is used at a later
+#: renewal (the stream moves then). Giving up on it sooner saves no renewal anything and costs a loaded member a
+#: TLS handshake per lookup: urllib3 drops a timed-out call's connection, so the next lookup connects afresh
+#: (2026-11-28, 512 simulated agents: a quarter of the agents' network samples were lookups connecting, with
+#: the renewal waiting on them).
+LEADER_LOOKUP_S = 3.0
 #: Seconds before a stream whose member is not known to lead asks again who leads, when no member said so in time
 #: (a member stopped, an election under way): asking at every renewal would slow each by up to LEADER_STATUS_S.
 LEADER_RECHECK_S = 5.0
@@ -233,6 +241,7 @@ class LeaseKeepAliveStream:
         # would cost it one more TLS handshake (a loaded cluster's agents all doing that at once was a reconnect
         # storm that kept 1,024 simulated agents from ever forming a round)
         self._kept: dict[str, object] = {}
+        self._lookup: concurrent.futures.Future | None = None  # the lookup of who leads in flight, if any
         self._lock = threading.Lock()
 
     def renew(self, lease: int, connect_s: float, read_s: float) -> int:
@@ -240,12 +249,13 @@ class LeaseKeepAliveStream:
         first when the stream broke or none was open), for at most twice ``read_s`` in all (what one pass of the
         gateway's calls took when no member answered); raises :class:`KeepAliveFailed` naming every member tried
         when none answered. A stream whose member is not known to lead in the raft term of its last answer (an
-        election since, or a stream opened elsewhere after a late answer) asks who leads first, and moves there:
-        a follower forwards every renewal to the leader, 1.8 times the members' CPU."""
+        election since, or a stream opened elsewhere after a late answer) asks who leads, and moves there at the
+        first renewal after the answer: a follower forwards every renewal to the leader, 1.8 times the members'
+        CPU."""
         deadline = time.monotonic() + 2 * read_s
         left = lambda: deadline - time.monotonic()  # noqa: E731
         with self._lock:
-            moved_to = self._follow_the_leader(left)
+            moved_to = self._follow_the_leader()
             errors, tried, late = [], [], False
             if self._stream is not None:
                 tried.append(self._stream.endpoint)
@@ -256,7 +266,7 @@ class LeaseKeepAliveStream:
                     late = e.late
                     self._drop(keep_channel=e.late)
             # a late answer (a loaded member, or this host starved) is no reason to ask every member who leads
-            leader = moved_to or (None if late else self._find_leader(min(LEADER_STATUS_S, max(0.05, left()))))
+            leader = moved_to or (None if late else self._leader_within(min(LEADER_STATUS_S, max(0.05, left()))))
             order = ([leader] if leader else []) + [e for e in self._endpoints if e != leader]
             for endpoint in [e for e in order if e not in tried] + tried:
                 if left() <= 0:
@@ -270,15 +280,52 @@ class LeaseKeepAliveStream:
                     self._drop(keep_channel=e.late)
             raise KeepAliveFailed("; ".join(errors))
 
-    def _follow_the_leader(self, left: Callable[[], float]) -> str | None:
+    def _ask_who_leads(self) -> concurrent.futures.Future:
+        """The lookup of who leads in flight, started (on a thread of its own, :data:`LEADER_LOOKUP_S` at most)
+        if none is."""
+        if self._lookup is None:
+            answer: concurrent.futures.Future = concurrent.futures.Future()
+
+            def look() -> None:
+                try:
+                    answer.set_result(self._find_leader(LEADER_LOOKUP_S))
+                except Exception:  # noqa: BLE001 - no answer is "not known", as a member's silence is
+                    answer.set_result(None)
+
+            threading.Thread(target=look, name="t5f-etcd-leader", daemon=True).start()
+            self._lookup = answer
+        return self._lookup
+
+    def _answer_of_lookup(self, wait_s: float = 0.0) -> tuple[bool, str | None]:
+        """(whether the lookup in flight answered within ``wait_s``, its answer); an answer is taken once."""
+        lookup = self._lookup
+        if lookup is None:
+            return False, None
+        try:
+            leader = lookup.result(wait_s)
+        except concurrent.futures.TimeoutError:
+            return False, None  # it goes on: a later renewal takes its answer
+        self._lookup = None
+        return True, leader
+
+    def _leader_within(self, wait_s: float) -> str | None:
+        """Who leads, if the lookup (started now unless one is in flight) answers within ``wait_s``."""
+        self._ask_who_leads()
+        return self._answer_of_lookup(wait_s)[1]
+
+    def _follow_the_leader(self) -> str | None:
         """Before a renewal: if the open stream's member is not known to lead in its last answer's term, ask who
-        leads (at most :data:`LEADER_STATUS_S`) and close the stream if another member does; returns that member
-        (the renewal opens a stream there), else None. If no member says it leads in time, it asks again after
-        :data:`LEADER_RECHECK_S`."""
+        leads, without waiting: the renewal goes over the open stream, and the first renewal after the answer
+        closes the stream if another member leads and returns that member (the renewal opens a stream there),
+        else None. If no member says it leads, it asks again after :data:`LEADER_RECHECK_S`."""
         stream = self._stream
-        if stream is None or stream.leads_in == stream.term or time.monotonic() < stream.ask_again_at:
+        if stream is None or stream.leads_in == stream.term:
             return None
-        leader = self._find_leader(min(LEADER_STATUS_S, max(0.05, left())))
+        answered, leader = self._answer_of_lookup()
+        if not answered:
+            if self._lookup is None and time.monotonic() >= stream.ask_again_at:
+                self._ask_who_leads()
+            return None
         if leader is None:  # none said so in time: ask again later
             stream.ask_again_at = time.monotonic() + LEADER_RECHECK_S
             return None
