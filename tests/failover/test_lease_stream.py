@@ -165,3 +165,33 @@ def test_a_slow_answer_to_who_leads_is_waited_for_off_the_renewals_path(etcd):
     assert asked == [LEADER_LOOKUP_S], asked  # one lookup, given its full time
     stream.close()
     client.close()
+
+
+def test_a_stuck_event_loop_does_not_lose_a_kept_connection(etcd):
+    """The keep-alive event loop stuck past OPEN_S (a starved host) while a renewal opens a stream on a member's
+    kept connection: the renewal fails, and the connection stays kept (before, it was dropped without being
+    closed); once the loop runs again, the next stream goes over it."""
+    from training.launch.rendezvous.lease_stream import OPEN_S, _EventLoop
+
+    client = EtcdClient(etcd.add_job_user("stuckloop"))
+    lease = client.grant(30)
+    client.keep_alive(lease)
+    keep_alive = client._keep_alive_stream
+    before = keep_alive._stream._channel
+    try:
+        assert set(etcd.pause().values()) == {"T"}
+        with pytest.raises(StoreUnavailable):
+            client.keep_alive(lease)  # late everywhere: the stream's connection is kept
+    finally:
+        etcd.resume()
+    kept = dict(keep_alive._kept)
+    assert any(channel is before for channel in kept.values()), "the late member's connection was closed"
+    _EventLoop.get().call_soon_threadsafe(time.sleep, OPEN_S + 1.5)  # the loop is stuck from now on
+    with pytest.raises(StoreUnavailable, match="did not open a stream"):
+        client.keep_alive(lease)
+    assert keep_alive._kept == kept and all(keep_alive._kept[e] is c for e, c in kept.items()), \
+        "a kept connection was lost while the loop was stuck"
+    time.sleep(2)  # the loop runs again
+    assert client.keep_alive(lease) == 30
+    assert keep_alive._stream._channel is before, "the stream after the stuck loop opened a new connection"
+    client.close()

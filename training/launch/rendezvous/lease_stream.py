@@ -151,9 +151,11 @@ class _Stream:
         self.ask_again_at = 0.0  # monotonic time before which it does not ask again who leads
         self._loop = _EventLoop.get()
         self._channel, self._call = channel, None
+        opening = asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop)
         try:  # making a channel does not connect (the first renewal does): this is quick unless the loop is stuck
-            asyncio.run_coroutine_threadsafe(self._open(credentials, token), self._loop).result(OPEN_S)
+            opening.result(OPEN_S)
         except concurrent.futures.TimeoutError:
+            opening.cancel()  # not opened later behind the caller's back, on a kept channel the caller gets back
             raise KeepAliveFailed(f"{endpoint}: the keep-alive event loop did not open a stream in {OPEN_S} s",
                                   late=True) from None
 
@@ -271,9 +273,16 @@ class LeaseKeepAliveStream:
             for endpoint in [e for e in order if e not in tried] + tried:
                 if left() <= 0:
                     break
+                kept = self._kept.pop(endpoint, None)
                 try:
                     self._stream = _Stream(endpoint, self._credentials, self._token(), to_leader=endpoint == leader,
-                                           channel=self._kept.pop(endpoint, None))
+                                           channel=kept)
+                except KeepAliveFailed as e:  # the event loop was stuck: the kept channel stays kept
+                    errors.append(str(e))
+                    if kept is not None:
+                        self._kept[endpoint] = kept
+                    continue
+                try:
                     return self._stream.renew(lease, max(0.05, min(connect_s + read_s, left())))
                 except KeepAliveFailed as e:
                     errors.append(str(e))
