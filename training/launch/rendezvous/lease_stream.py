@@ -51,7 +51,8 @@ LEADER_STATUS_S = 0.5
 #: the renewal waiting on them).
 LEADER_LOOKUP_S = 3.0
 #: Seconds before a stream whose member is not known to lead asks again who leads, when no member said so in time
-#: (a member stopped, an election under way): asking at every renewal would slow each by up to LEADER_STATUS_S.
+#: (a member stopped, an election under way): asking at every renewal would add a status call of every member to
+#: each renewal while the store is busy electing.
 LEADER_RECHECK_S = 5.0
 #: Seconds the event loop may take to make a stream's channel (it does not connect: that is the first renewal's).
 OPEN_S = 5.0
