@@ -708,6 +708,11 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                       Expectation(max_steps_lost=lost),
                       (check_restarted_in_allocation, check_resumed_newest, check_trained_again_after_store_back),
                       noticed=agents_noticed, outage_s=STORE_OUTAGE_S,
+                      # slower steps (wall time only, after each step's record: the first step after the restart
+                      # is not delayed): the job must still be training when the worker kill follows the store's
+                      # (CI, 2026-11-28: on a loaded machine the job had finished its 12 steps by then, no worker
+                      # was left to kill, and the scenario failed with "no torchrun worker processes on n3")
+                      train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
                       title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
                       f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
                       "it is back, no requeue"),
