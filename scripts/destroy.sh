@@ -36,5 +36,8 @@ if [ "$dry" = true ]; then
   printf '[destroy] would run:'; printf ' %q' "${cmd[@]}"; echo
   exit 0
 fi
+# AWS first: offline, a missing region or refused credentials would otherwise surface after npm ci and a synth,
+# as CDK's "Unable to resolve AWS account" (stacks/aws_access.py; one line, exit 1)
+.venv/bin/python -m stacks.aws_access "make destroy" "$@" || exit 1
 cdk_cli_ready
 "${cmd[@]}"

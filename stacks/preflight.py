@@ -15,8 +15,8 @@ The GPU AZ is chosen where the instance type is offered: the reservation's AZ if
 so the next ``make deploy`` puts the GPU subnet and FSx there. ``ARGS="-c key=value ..."`` (e.g. ``-c
 capacityReservationId=cr-...``) are merged into the saved settings as ``make deploy`` merges them, and saved with it.
 
-Exit 0: every check passed (AZ saved); 1: a check failed, or AWS could not be asked (no credentials, no region);
-2: the saved settings are invalid.
+Exit 0: every check passed (AZ saved); 1: a check failed, or AWS could not be asked (no credentials, no region,
+AWS unreachable, credentials refused: one line, :mod:`stacks.aws_access`); 2: the saved settings are invalid.
 """
 from __future__ import annotations
 
@@ -203,23 +203,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import boto3  # noqa: PLC0415 - after the config check: bad settings fail fast
-    import botocore.exceptions  # noqa: PLC0415
+    import botocore.exceptions  # noqa: PLC0415 - after the config check: bad settings fail fast
 
-    session = boto3.Session(region_name=config.region) if config.region else boto3.Session()
+    from stacks.aws_access import AwsAccessError, aws_session, check_access  # noqa: PLC0415
+
+    session = aws_session(config.region)
     reservation = (f"capacity reservation {config.capacity_reservation_id}: type, state, AZ, free instances "
                    "(ec2 describe-capacity-reservations)" if config.capacity_reservation_id
                    else "no capacity reservation is set (capacityReservationId): nothing to check there")
     try:
-        credentials = session.get_credentials()
-    except botocore.exceptions.BotoCoreError:
-        credentials = None
-    if credentials is None or not session.region_name:
+        check_access(session, "make preflight")
+    except AwsAccessError as e:
         print(WOULD_CHECK.format(itype=config.gpu_instance_type, nodes=config.gpu_nodes, reservation=reservation,
                                  saved=SAVED_FILE), file=sys.stderr)
-        missing = "no AWS credentials" if credentials is None else "no AWS region"
-        print(f"error: {missing}: configure them (aws configure, AWS_PROFILE, or AWS_REGION / -c region=...) and "
-              "rerun make preflight", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 1
     region = session.region_name
     print(f"[preflight] {platform}: {config.gpu_nodes} x {config.gpu_instance_type} in {region}", file=sys.stderr)

@@ -125,8 +125,8 @@ def test_without_credentials_it_says_what_it_would_check_and_exits_with_one_erro
     assert "Traceback" not in proc.stderr
     assert "would check" in proc.stderr and "describe-instance-type-offerings" in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: no AWS credentials: configure them (aws configure, AWS_PROFILE, or AWS_REGION / -c "
-                      "region=...) and rerun make preflight"]
+    assert errors == ["error: no AWS credentials: configure them (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID / "
+                      "AWS_SECRET_ACCESS_KEY), then rerun make preflight"]
 
 
 @pytest.mark.parametrize("platform", ["k8s"])
