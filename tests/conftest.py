@@ -9,6 +9,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# `make test ARGS=...` hands its command-line variables to everything below it (the environment, and MAKEFLAGS for
+# a make), and the Makefile exports the scripts' variables: a test's own `make status` then got the suite's ARGS
+# (`--durations=60` as a training option). A script or make that a test runs sees only what the test gives it.
+MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "ARGS", "PLATFORM", "PRESET", "NPROC", "NODES",
+                  "SPARES", "MAX_RESTARTS", "SOAK", "DRY_RUN", "IMAGE_TAG")
+for _name in MAKE_VARIABLES:
+    os.environ.pop(_name, None)
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 # A model small enough that end-to-end tests take seconds per run on 2 cores.

@@ -45,3 +45,13 @@ def test_a_files_tests_stay_on_one_worker():
     assert set(ran) == set(files), ran
     assert all(len(w) == 1 for w in ran.values()), ran  # never split: a module's fixtures are built once
     assert len(set().union(*ran.values())) == 2, ran  # and both workers got files
+
+
+def test_tests_that_run_make_work_under_make_test_with_args():
+    # make test ARGS=--durations=5: the suite's ARGS must not reach the make a test runs (it did, as a training
+    # option of that make's `make status`: "unknown option --durations")
+    env = {k: v for k, v in ENV.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "ARGS")}
+    r = subprocess.run(["make", "-s", "test", "TEST_WORKERS=0", "ARGS=--durations=5 -q -p no:cacheprovider "
+                        "tests/test_make_help.py::test_a_make_that_a_test_runs_gets_no_variable_of_the_make_running_the_suite"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
