@@ -15,24 +15,24 @@ from training import torch_private
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_torchrun_turns_arguments_into_config_command_and_arguments():
+def test_torchrun_runs_as_the_agent_runs_it_through_public_pieces():
+    """training.launch.agent._launch does what torchrun's ``run`` does, without replacing any of it: the rendezvous
+    defaults, ``config_from_args``, then ``elastic_launch(config, entrypoint)(*args)``. A torch whose ``run`` does
+    more (or other) stops here."""
     from torch.distributed import run as torchrun
 
+    from training.launch.agent import _torchrun_rendezvous_defaults
+
+    body = inspect.getsource(torchrun.run)
+    assert "config, cmd, cmd_args = config_from_args(args)" in body
+    assert "elastic_launch(" in body and "entrypoint=cmd" in body and ")(*cmd_args)" in body
     assert list(inspect.signature(torchrun.config_from_args).parameters) == ["args"]
-    config, cmd, cmd_args = torchrun.config_from_args(
-        torchrun.parse_args(["--standalone", "--nproc-per-node=1", "-m", "training", "--preset", "debug"]))
-    assert type(config).__name__ == "LaunchConfig" and isinstance(cmd_args, list)
+    args = torchrun.parse_args(["--standalone", "--nproc-per-node=1", "-m", "training", "--preset", "debug"])
+    _torchrun_rendezvous_defaults(args)
+    assert (args.rdzv_backend, args.rdzv_endpoint, args.master_port) == ("c10d", "localhost:0", 29500)
+    config, cmd, cmd_args = torchrun.config_from_args(args)
+    assert type(config).__name__ == "LaunchConfig" and config.rdzv_backend == "c10d" and isinstance(cmd_args, list)
     assert "training" in cmd_args and "--preset" in cmd_args  # what warm_workers.apply_warm_start rewrites
-
-
-def test_the_wrapped_entrypoint_sees_every_launch(monkeypatch):
-    from torch.distributed import run as torchrun
-
-    monkeypatch.setattr(torchrun, "config_from_args", torchrun.config_from_args)  # restored after the test
-    seen = []
-    torch_private.wrap_torchrun_entrypoint(lambda c, cmd, a: seen.append(a) or (c, cmd, a))
-    torchrun.config_from_args(torchrun.parse_args(["--standalone", "--nproc-per-node=1", "-m", "training"]))
-    assert seen and "training" in seen[0]
 
 
 def test_default_store_is_the_default_groups_store(tmp_path):
@@ -92,6 +92,62 @@ def test_no_private_torch_api_outside_the_inventory():
                 chain = ast.unparse(node)
                 if chain.startswith(("torch.", "dist.", "dr.", "torchrun.")):
                     offenders.append(f"{rel}:{node.lineno} {chain}")
+    assert offenders == [], offenders
+
+
+def torch_names(tree: ast.AST) -> set[str]:
+    """The names a module binds to torch or a part of it (``import torch``, ``from torch.distributed import run as
+    torchrun``, ``import torch.distributed as dist``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "torch"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def torch_assignments(source: str) -> list[str]:
+    """Assignments (``=``, ``+=``, ``setattr``, ``del``) to an attribute of torch: every one but a configuration flag
+    (``torch.backends...``, ``....config.x``) replaces a piece of torch at run time."""
+    tree = ast.parse(source)
+    names = torch_names(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and len(node.args) >= 2:  # setattr(obj, "name", value) assigns obj.name
+            name = node.args[1].value if isinstance(node.args[1], ast.Constant) else "?"
+            targets = [ast.Attribute(value=node.args[0], attr=str(name))]
+        else:
+            continue
+        for target in targets:
+            root = target
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            chain = ast.unparse(target)
+            if isinstance(root, ast.Name) and root.id in names and target is not root \
+                    and ".config." not in chain and ".backends." not in chain:
+                out.append(f"{node.lineno} {chain}")
+    return out
+
+
+def test_the_guard_catches_a_replaced_torch_attribute():
+    assert torch_assignments("from torch.distributed import run as torchrun\ntorchrun.config_from_args = f\n") \
+        == ["2 torchrun.config_from_args"]
+    assert torch_assignments("import torch.distributed as dist\nsetattr(dist, 'barrier', f)\n") == ["2 dist.barrier"]
+    assert torch_assignments("import torch\ntorch._dynamo.config.recompile_limit = 9\n"
+                             "torch.backends.cudnn.benchmark = False\nx = torch.ones(1)\nx.grad = None\n") == []
+
+
+def test_nothing_of_torch_is_replaced_at_run_time():
+    """No module assigns to a torch attribute other than a configuration flag (the warm workers' entrypoint used
+    to replace ``torch.distributed.run.config_from_args``; training.launch.agent now calls the public pieces)."""
+    offenders = [f"{path.relative_to(ROOT)}:{hit}" for folder in ("training", "chaos", "tools", "testbed")
+                 for path in sorted((ROOT / folder).rglob("*.py")) for hit in torch_assignments(path.read_text())]
     assert offenders == [], offenders
 
 

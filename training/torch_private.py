@@ -4,14 +4,16 @@ The project extends torch through its public extension points (the rendezvous ha
 ``torch.distributed.checkpoint`` for checkpoints, the agent's own process for stops and watchdogs). Where none
 exists, the use is made through this module and nowhere else, and ``tests/test_torch_private.py`` has a canary
 per entry: it fails when a torch upgrade renames, moves or changes the thing, so the upgrade stops here instead
-of in a job. Membership (``training.launch.rendezvous``) replaces nothing of torch's at run time.
+of in a job. Nothing of torch's is replaced at run time: membership is a registered rendezvous handler
+(``training.launch.rendezvous``), warm workers an entrypoint handed to the public ``elastic_launch``
+(``training.launch.agent``), and ``tests/test_torch_private.py`` refuses any assignment to a torch attribute
+other than a configuration flag.
 
 INVENTORY lists each use; the functions below are the only callers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,6 @@ class PrivateUse:
 
 
 INVENTORY = (
-    PrivateUse("torch.distributed.run.config_from_args (replaced at run time)", "training.launch.agent",
-               "warm workers: the one place torchrun turns its arguments into the workers' entrypoint; the agent "
-               "wraps it so each (re)start forks workers from a process that imported torch and the model once "
-               "(training.launch.warm_workers). torchrun has no hook for the entrypoint."),
     PrivateUse("torch.distributed.distributed_c10d._get_default_store", "training.job.watchdog",
                "the heartbeat watchdog's own connection to the workers' store (the round's TCPStore hosted by "
                "rank 0's worker): the default group's store is not exposed publicly."),
@@ -35,7 +33,7 @@ INVENTORY = (
                "format_utils._EmptyStateDictLoadPlanner", "training.compare",
                "load a whole DCP checkpoint into plain tensors without a model or a process group (what torch's "
                "own dcp_to_torch_save does internally)."),
-    PrivateUse("torch.distributed.distributed_c10d._set_pg_timeout", "training.job.trainer, "
+    PrivateUse("torch.distributed.distributed_c10d._set_pg_timeout", "training.job.progress, "
                "training.checkpoint.storage",
                "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
                "the 10-30 min default) without re-creating the group, which would need every rank's agreement."),
@@ -51,18 +49,6 @@ INVENTORY = (
                "record the initialization ops a model runs on the meta device and replay them per shard (torch "
                "documents dispatch modes but keeps them under _python_dispatch)."),
 )
-
-
-def wrap_torchrun_entrypoint(apply: Callable) -> None:
-    """Have torchrun's ``run`` pass its ``(config, cmd, cmd_args)`` through ``apply`` before it launches."""
-    from torch.distributed import run as torchrun
-
-    original = torchrun.config_from_args
-
-    def config_from_args(args):
-        return apply(*original(args))
-
-    torchrun.config_from_args = config_from_args
 
 
 def default_store():

@@ -1,7 +1,8 @@
 """``python -m training.launch.agent [torchrun options] -m training ...``: torchrun's agent, stopping cleanly.
 
-Runs ``torch.distributed.run.main`` (the torchrun agent) in this process with the same arguments; what it
-adds is how the agent stops:
+Runs the torchrun agent in this process with the same arguments, as ``torch.distributed.run.main`` does (its
+``parse_args``, ``config_from_args`` and the public ``elastic_launch``, :func:`_launch`); what it adds is how the
+agent stops:
 
 * SIGINT (Ctrl-C) or SIGTERM: the agent passes the signal to its workers, which checkpoint at the next step
   and exit (``python -m training``); then this prints one line and exits 128+signum, where torchrun
@@ -57,7 +58,6 @@ from training.launch import warm_workers
 from training.job.lifecycle import AGENT_ENV, die_with_launcher
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 from training.job.watchdog import NodeWatchdog
-from training.torch_private import wrap_torchrun_entrypoint
 
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).
@@ -145,6 +145,36 @@ def _standalone_checkpoint_dir(args) -> str | None:
     return checkpoint_dir(args.training_script_args)
 
 
+def _torchrun_rendezvous_defaults(args) -> None:
+    """What torchrun's ``run(args)`` sets before it builds the launch: ``--standalone`` (and a one-node static
+    launch with no endpoint) is a c10d rendezvous on localhost under a fresh id; the static master port is 29500."""
+    import uuid
+
+    from torch.distributed.run import parse_min_max_nnodes
+
+    one_static_node = (args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None
+                       and parse_min_max_nnodes(args.nnodes)[1] == 1)
+    if args.standalone or one_static_node:
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = 29500
+
+
+def _launch(args, warm: bool) -> None:
+    """torchrun's ``run(args)`` through its public pieces (``config_from_args``, then ``elastic_launch``), with the
+    warm workers' entrypoint in between when ``warm`` (:func:`warm_workers.apply_warm_start`): torchrun has no hook
+    for the entrypoint, and replacing its ``config_from_args`` at run time, as this did before, is what the project
+    never does to torch. ``tests/test_torch_private.py`` has the canary for ``run``'s shape."""
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args
+
+    _torchrun_rendezvous_defaults(args)
+    config, cmd, cmd_args = config_from_args(args)
+    if warm:
+        config, cmd, cmd_args = warm_workers.apply_warm_start(config, cmd, cmd_args)
+    elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the torchrun agent with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     die_with_launcher(signal.SIGTERM)
@@ -159,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import main as torchrun_main, parse_args
+    from torch.distributed.run import parse_args
     from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
     from training.launch.rendezvous import handler as etcd_handler
 
@@ -209,9 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()
-        wrap_torchrun_entrypoint(warm_workers.apply_warm_start)
     try:
-        torchrun_main(argv)
+        _launch(args, warm)
     except RendezvousClosedError:  # a hot spare the job finished without (the etcd handler's way to say so)
         print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
         return 0
