@@ -256,7 +256,8 @@ class CheckpointConfig:
     shard of a step newer than the newest storage checkpoint (re-cut to the new shards if the world size
     changed); else from storage. A node without room for them turns the tier off with a warning."""
     memory_dir: str = ""
-    """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover."""
+    """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover. An
+    absolute path: a relative one is refused (it would put the snapshots on disk under the current directory)."""
     memory_replica: bool = True
     """Also keep each node's snapshot in the next node's memory (a ring over the ranks with the same local
     rank), so losing a whole node loses no snapshot. Needs 2+ nodes; two adjacent nodes lost at once fall
@@ -557,6 +558,10 @@ def validate(cfg: Config) -> None:
          "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
+    # A relative path resolves against wherever the job was started (the checkout): snapshots on disk, not in memory
+    need(not c.memory_dir or os.path.isabs(c.memory_dir),
+         f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "
+         f"memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir {DEFAULT_MEMORY_DIR}) or leave it empty")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
     need(0 < c.min_timeout_s <= c.timeout_s, f"checkpoint.min_timeout_s={c.min_timeout_s} must be > 0 and at most "
          f"checkpoint.timeout_s={c.timeout_s}")
