@@ -277,3 +277,16 @@ def test_a_bad_launcher_flag_is_one_line_not_the_usage(args, line):
     assert (out.returncode, out.stdout) == (2, ""), out.stderr
     assert out.stderr == line + "\n"
 
+
+@pytest.mark.parametrize("module, why", [("no_such_module", ""),
+                                         ("no_such_pkg.sub", " (No module named 'no_such_pkg')"),
+                                         ("training.no_such_module", "")])
+def test_a_missing_module_is_one_line_before_anything_starts(tmp_path, module, why):
+    """Round 4, case 4: torchrun restarted the worker that exited 'No module named ...' three times (31 lines)."""
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "1", "--module", module, "--",
+                          "--preset", "debug", "--job.out_dir", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (2, ""), out.stdout + out.stderr
+    assert out.stderr == (f"error: --module {module!r} is not importable here{why}, and the workers run python -m "
+                          f"{module}; pass an installed module (default training) or set PYTHONPATH so it is found\n")
+    assert list(tmp_path.iterdir()) == []

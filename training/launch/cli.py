@@ -63,7 +63,7 @@ from training.launch.commands import format_argv, launch_env, shown_env, store_a
 from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
-from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
+from training.launch.preflight import check_checkpoint_dir, check_module, check_training_job, preflight
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
 
 
@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
                    help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product: on etcd the membership "
                         "lease's TTL, 2 s at least; default 1x2)")
-    p.add_argument("--module", default="training", help="module the workers run (default training)")
+    p.add_argument("--module", default="training",
+                   help="module the workers run (default training; found here before anything starts)")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the command(s), run nothing")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the training module's arguments")
     return p
@@ -185,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(a)
         for w in preflight(cfg):
             print(f"[launch] warning: {w}", file=sys.stderr)
+        if not a.print_only:  # --print only shows the command, maybe for a host or image where the module is
+            check_module(cfg.module)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
