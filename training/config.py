@@ -165,24 +165,25 @@ class ParallelConfig:
     allow it; an op without a deterministic kernel stops the run naming it. Costs speed on GPUs (see
     docs/failover.md). CPU runs are deterministic either way."""
     init_timeout_s: float = 300.0
-    """Process-group timeout until the first step completes (rendezvous, checkpoint load)."""
+    """Process-group timeout until the first step completes (rendezvous, checkpoint load). 10 s to 604800 s
+    (7 days)."""
     train_timeout_s: float = 60.0
     """Process-group timeout after the first step: how long a collective waits for a hung or vanished
-    peer before the job fails and restarts (the defaults would wait 10-30 minutes)."""
+    peer before the job fails and restarts (the defaults would wait 10-30 minutes). 1 s to 604800 s (7 days)."""
     heartbeat_timeout_s: float = 10.0
     """A peer whose heartbeat (a thread in every worker, once a second, in the rendezvous store) has not moved
     for this long is declared silent (a node that lost power, a partition, a stopped or wedged worker): its
     watcher ends its own worker, and the silent worker's own agent SIGKILLs it (when the agent still runs), so
     the job re-forms in seconds instead of after train_timeout_s. Heartbeats come from a thread, so slow steps
-    and long saves never look silent. 0 = off (see training/job/watchdog.py)."""
+    and long saves never look silent. 0 = off, else 3 s to 604800 s (7 days); see training/job/watchdog.py."""
     wedge_floor_s: float = 10.0
     """A rank whose main thread stays in one phase of a step (data, forward_backward, optimizer, snapshot,
     checkpoint) longer than that phase's bound, outside any collective, is wedged: it says so in one line and its
     agent SIGKILLs it, so the job restarts instead of waiting train_timeout_s. The bound is max(this, wedge_multiple
     x the slowest time of the phase seen in this attempt); the checkpoint phase's is at least
     checkpoint.min_timeout_s; the synchronous save of a stop or of the last step may take init_timeout_s. Runs on
-    the heartbeat thread: off when heartbeat_timeout_s is 0 or with one process. 0 = off (see
-    training/job/progress.py)."""
+    the heartbeat thread: off when heartbeat_timeout_s is 0 or with one process. 0 = off, else 3 s to 604800 s
+    (7 days) and below train_timeout_s (see training/job/progress.py)."""
     wedge_multiple: float = 4.0
     """The wedge bound of a phase, and half the process-group timeout after the warm-up, is this many times the
     slowest time observed (of the phase; of a whole step), at least wedge_floor_s."""
@@ -212,7 +213,8 @@ class StragglerConfig:
     """Steps after each start that are not judged (the first steps warm caches, compile, restore)."""
     evict_window_s: float = 600.0
     """At most one node taken out per this many seconds (an eviction storm guard; the time is kept in
-    <out_dir>/.straggler-taken-out across restarts). 0 = never take a node out: name it only."""
+    <out_dir>/.straggler-taken-out across restarts). 0 = never take a node out: name it only. At most 604800 s
+    (7 days)."""
 
 
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
@@ -233,11 +235,12 @@ class CheckpointConfig:
     timeout_s: float = 3600.0
     """Timeout of the checkpoint collectives (their own gloo group) until a save has been timed: how long the
     load and the first save wait for the slowest rank's read or write before they fail. Also the most any
-    later save waits (see min_timeout_s)."""
+    later save waits (see min_timeout_s). At most 604800 s (7 days)."""
     min_timeout_s: float = 60.0
     """Once a save has been timed, the checkpoint collectives wait max(this, 4 x the slowest save so far), at
     most timeout_s: a peer that goes silent mid-save (its sockets stay open) costs that long, not timeout_s.
-    The in-memory snapshots' collectives (node memory, one peer) wait this long."""
+    The in-memory snapshots' collectives (node memory, one peer) wait this long. Above 0, at most timeout_s
+    (and 604800 s, 7 days)."""
     load_step: int = 0
     """Resume from this step's checkpoint instead of the newest (0 = newest). Newer checkpoints are moved to
     <dir>/superseded/ (kept, never overwritten); later restarts of the same run resume from the newest again."""
@@ -253,7 +256,8 @@ class CheckpointConfig:
     shard of a step newer than the newest storage checkpoint (re-cut to the new shards if the world size
     changed); else from storage. A node without room for them turns the tier off with a warning."""
     memory_dir: str = ""
-    """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover."""
+    """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover. An
+    absolute path: a relative one is refused (it would put the snapshots on disk under the current directory)."""
     memory_replica: bool = True
     """Also keep each node's snapshot in the next node's memory (a ring over the ranks with the same local
     rank), so losing a whole node loses no snapshot. Needs 2+ nodes; two adjacent nodes lost at once fall
@@ -286,10 +290,10 @@ class FaultConfig:
     rank: int = 0
     """Rank that `sigkill_at_step` kills."""
     slow_commit_s: float = 0.0
-    """Sleep this long after a checkpoint's data is written and before its commit marker."""
+    """Sleep this long after a checkpoint's data is written and before its commit marker (at most 604800 s)."""
     step_sleep_s: float = 0.0
     """Sleep this long after every step, on every rank: stretches a short chaos job so that a rejoining node
-    is admitted before the job ends. Changes wall time only, never the math."""
+    is admitted before the job ends. Changes wall time only, never the math. At most 604800 s (7 days)."""
     hold_file: str = ""
     """If set: while this file exists, every rank waits after each step (looking every 0.1 s) before the next.
     A chaos harness creates it to hold a short job at a step boundary until a rejoining node is admitted, and
@@ -504,6 +508,11 @@ def validate(cfg: Config) -> None:
             v = getattr(getattr(cfg, section), f.name)
             need(not isinstance(v, float) or math.isfinite(v),
                  f"{section}.{f.name}={v} must be a finite number (--{section}.{f.name})")
+            # every *_s field is a wait: timedelta, torch's C++ clocks and time.sleep overflow long before a float
+            if f.name.endswith("_s") and v > MAX_WAIT_S:
+                raise ConfigError(f"{section}.{f.name}={_seconds(v)} must be at most {MAX_WAIT_S:g} s "
+                                  f"({MAX_WAIT_S / 86400:g} days): longer waits overflow Python's and torch's "
+                                  f"timers; use --{section}.{f.name} {MAX_WAIT_S:g} or less")
     for name in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads"):
         need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
@@ -549,6 +558,10 @@ def validate(cfg: Config) -> None:
          "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
     need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
+    # A relative path resolves against wherever the job was started (the checkout): snapshots on disk, not in memory
+    need(not c.memory_dir or os.path.isabs(c.memory_dir),
+         f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "
+         f"memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir {DEFAULT_MEMORY_DIR}) or leave it empty")
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
     need(0 < c.min_timeout_s <= c.timeout_s, f"checkpoint.min_timeout_s={c.min_timeout_s} must be > 0 and at most "
          f"checkpoint.timeout_s={c.timeout_s}")
@@ -575,6 +588,17 @@ def validate(cfg: Config) -> None:
 # Floors of the process-group timeouts (seconds): below them ordinary waits time out (see validate).
 MIN_INIT_TIMEOUT_S = 10.0
 MIN_TRAIN_TIMEOUT_S = 1.0
+# The longest any *_s setting may be (seconds). A process-group timeout of 1e15 s passed the checks, then
+# timedelta() raised OverflowError at step 1 on every rank and the job restarted into it; torch's C++ clocks
+# (int64 microseconds, and nanoseconds once added to now) and time.sleep give out past ~292 years. A week
+# is far below all of them and longer than any wait a job means (a hung peer, a save, a chaos hold).
+MAX_WAIT_S = 7 * 24 * 3600.0
+
+
+def _seconds(v: float) -> str:
+    """1e15 as 1e+15, not 1000000000000000.0; but 604800.5 in full (a rounded value would look allowed)."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(v)
 
 
 def check_world(cfg: Config, world_size: int) -> None:

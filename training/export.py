@@ -11,6 +11,8 @@ The exported directory also works as ``--model.init_from DIR`` for a new run.
 from __future__ import annotations
 
 import argparse
+import errno
+import shutil
 import sys
 from pathlib import Path
 
@@ -28,17 +30,63 @@ def export(ckpt: str | Path, out: str | Path) -> Path:
     # The same check compare makes: what the path is, the commit marker, every file's size and CRC32C.
     ckpt = resolve_checkpoint(ckpt, "export a checkpoint")
     info = read_marker(ckpt)
-    if out.exists() and any(out.iterdir()):
-        raise ValueError(f"{out} exists and is not empty; choose a new directory (nothing was overwritten)")
-    model = build_model(ModelConfig(**info["signature"]), seed=0)
-    weights = {k[len(MODEL_PREFIX):]: v for k, v in load_full(ckpt).items() if k.startswith(MODEL_PREFIX)}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{ckpt} does not hold this model's weights (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})")
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    made = _new_out_dir(out)
+    try:
+        model = build_model(ModelConfig(**info["signature"]), seed=0)
+        weights = {k[len(MODEL_PREFIX):]: v for k, v in load_full(ckpt).items() if k.startswith(MODEL_PREFIX)}
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{ckpt} does not hold this model's weights (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+        try:
+            model.save_pretrained(out)
+        except OSError as e:
+            raise ValueError(f"cannot write {out}: {e.strerror or e}; choose a writable directory with room "
+                             "(nothing was left there)") from None
+    except BaseException:
+        _discard(out, made)
+        raise
     return out
+
+
+def _new_out_dir(out: Path) -> Path | None:
+    """Make ``out`` an empty directory to export into; returns the first directory this made (None: ``out``
+    was there, empty), so a failed export removes exactly what it made. A path that is a file, lies under a
+    file, or cannot be created is one ValueError naming it and the fix (not a bare errno)."""
+    if out.is_dir():
+        if any(out.iterdir()):
+            raise ValueError(f"{out} exists and is not empty; choose a new directory (nothing was overwritten)")
+        return None
+    if out.exists() or out.is_symlink():
+        what = "a file" if out.exists() else "a symbolic link to nothing"
+        raise ValueError(f"{out} is {what}, not a directory; choose a new directory for the export (nothing was "
+                         "overwritten)")
+    first = out
+    while not first.parent.exists() and first.parent != first.parent.parent:
+        first = first.parent
+    if first.parent.exists() and not first.parent.is_dir():
+        raise ValueError(f"cannot create {out}: {first.parent} is a file, not a directory; choose a new directory "
+                         "elsewhere")
+    try:
+        out.mkdir(parents=True)
+    except OSError as e:
+        # mkdir in /proc or /sys says ENOENT though the parent is there: say what that means
+        why = (f"{first.parent} takes no new directories" if e.errno == errno.ENOENT and first.parent.is_dir()
+               else e.strerror or str(e))
+        raise ValueError(f"cannot create {out}: {why}; choose a new directory on a writable file system") from None
+    return first
+
+
+def _discard(out: Path, made: Path | None) -> None:
+    """Undo a failed export: remove the directories it made, or empty the one that was empty before."""
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("checkpoint", help="a step_NNNNNNNN directory, or a checkpoint.dir (its newest complete one)")
-    p.add_argument("out", help="new directory for config.json + model.safetensors")
+    p.add_argument("out", help="new (or empty) directory for config.json + model.safetensors; made with its parents, "
+                                "and removed again if the export fails")
     a = p.parse_args(argv)
     try:
         out = export(a.checkpoint, a.out)

@@ -255,3 +255,38 @@ def test_a_missing_etcd_binary_is_one_line_naming_the_fix(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == (f"error: T5_ETCD_BIN={str(tmp_path / 'no-etcd')!r} is not an "
                                                  f"executable file: point it at an etcd >= 3.4 binary or unset it")
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+HELP = " (python -m training.launch --help lists the options)"
+
+
+@pytest.mark.parametrize("args, line", [
+    # round 4, case 3: argparse printed its 13-line usage before the one useful line
+    (["--nodes", "abc"], "error: argument --nodes: 'abc' is not a whole number: pass one, e.g. --nodes 2" + HELP),
+    (["--join-timeout", "1.5"],
+     "error: argument --join-timeout: '1.5' is not a whole number: pass one, e.g. --join-timeout 120" + HELP),
+    (["--from-env", "k8s"],
+     "error: argument --from-env: invalid choice: 'k8s' (choose from 'local', 'slurm', 'pet')" + HELP),
+    (["--nodes"], "error: argument --nodes: expected one argument" + HELP),
+    (["--preset", "debug"], "error: unknown launcher option(s) --preset: training arguments go after '--' "
+                            "(python -m training.launch [options] -- --preset debug ...)"),
+], ids=["nodes-abc", "join-timeout-float", "from-env-choice", "nodes-no-value", "training-args-without-dashes"])
+def test_a_bad_launcher_flag_is_one_line_not_the_usage(args, line):
+    out = subprocess.run([sys.executable, "-m", "training.launch", *args], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == line + "\n"
+
+
+@pytest.mark.parametrize("module, why", [("no_such_module", ""),
+                                         ("no_such_pkg.sub", " (No module named 'no_such_pkg')"),
+                                         ("training.no_such_module", "")])
+def test_a_missing_module_is_one_line_before_anything_starts(tmp_path, module, why):
+    """Round 4, case 4: torchrun restarted the worker that exited 'No module named ...' three times (31 lines)."""
+    out = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "1", "--module", module, "--",
+                          "--preset", "debug", "--job.out_dir", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (2, ""), out.stdout + out.stderr
+    assert out.stderr == (f"error: --module {module!r} is not importable here{why}, and the workers run python -m "
+                          f"{module}; pass an installed module (default training) or set PYTHONPATH so it is found\n")
+    assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import pytest
 
@@ -147,3 +148,43 @@ def test_timeouts_that_cannot_work_are_refused(flag, value, needle):
 def test_straggler_settings_that_cannot_work_are_refused(flag, value, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         load_config([flag, value])
+
+
+WAITS = [f"{s}.{f}" for s, f in [("parallel", "init_timeout_s"), ("parallel", "train_timeout_s"),
+                                 ("parallel", "heartbeat_timeout_s"), ("parallel", "wedge_floor_s"),
+                                 ("checkpoint", "timeout_s"), ("checkpoint", "min_timeout_s"),
+                                 ("fault", "slow_commit_s"), ("fault", "step_sleep_s"),
+                                 ("straggler", "evict_window_s")]]
+
+
+def test_every_seconds_field_is_listed_here():
+    """A new *_s field gets the same bound; this list must name it so the test below covers it."""
+    from training.config import SECTIONS, Config
+    found = sorted(f"{s}.{f.name}" for s in SECTIONS for f in dataclass_fields(getattr(Config(), s))
+                   if f.name.endswith("_s"))
+    assert found == sorted(WAITS)
+
+
+@pytest.mark.parametrize("name", WAITS)
+def test_a_wait_too_long_for_the_timers_is_refused(name):
+    """Round 4, case 1: 1e15 s passed the checks, then timedelta() overflowed at step 1 on every rank."""
+    with pytest.raises(ConfigError, match=re.escape(f"{name}=1e+15 must be at most 604800 s (7 days)")):
+        load_config([f"--{name}", "1e15"])
+    assert "604800" in field_docs(type(getattr(load_config([]), name.split(".")[0])))[name.split(".")[1]]
+
+
+def test_a_week_is_the_longest_wait_and_allowed():
+    cfg = load_config(["--parallel.train_timeout_s", "604800", "--checkpoint.timeout_s", "604800",
+                       "--parallel.init_timeout_s", "604800"])
+    assert cfg.parallel.train_timeout_s == 604800
+    with pytest.raises(ConfigError, match=re.escape("checkpoint.timeout_s=604800.5 must be at most 604800 s")):
+        load_config(["--checkpoint.timeout_s", "604800.5"])
+
+
+def test_cli_refuses_a_timeout_that_overflows_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "training", "--parallel.train_timeout_s", "1e15", "--train.steps", "1",
+                        "--job.out_dir", str(tmp_path / "run")], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert not (tmp_path / "run").exists()
+    assert r.stderr == ("error: parallel.train_timeout_s=1e+15 must be at most 604800 s (7 days): longer waits "
+                        "overflow Python's and torch's timers; use --parallel.train_timeout_s 604800 or less\n")

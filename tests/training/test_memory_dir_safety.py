@@ -148,3 +148,19 @@ def test_a_full_tmpfs_is_a_warning_not_a_sigbus(tmp_path, tmpfs):
     assert r.returncode == 0, f"the snapshot killed the process (rc {r.returncode}; -7 is SIGBUS):\n{out}"
     assert "second snapshot done, failed = True" in out and "in-memory snapshot failed" in out, out
     assert "No space left on device" in out.split("filled:")[1]
+
+
+@pytest.mark.parametrize("relative", ["snaps", "./shm/t5"])
+def test_a_relative_memory_dir_is_refused_and_nothing_is_made(tmp_path, relative):
+    """Round 4, case 2: a relative memory_dir resolved against the checkout: the snapshots went to disk under the
+    project folder, without a word, and an empty directory stayed there. Run from a scratch directory (where such
+    a path would land) through the real entry point."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "training", "--checkpoint.memory_dir", relative, "--train.steps", "1",
+                        "--job.out_dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path,
+                       env=env, timeout=300)
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout + r.stderr
+    assert r.stderr == (f"error: checkpoint.memory_dir={relative!r} is a relative path: the snapshots must be on "
+                        "node-local shared memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir "
+                        "/dev/shm/t5-failover) or leave it empty\n")
+    assert list(tmp_path.iterdir()) == []  # neither the snapshot directory nor the run's

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from tests.conftest import tiny_run
+from tests.conftest import ROOT, tiny_run
 from training import compare as compare_cli
 from training import export as export_cli
 from training.checkpoint.storage import StorageTier, step_dir
@@ -133,6 +135,51 @@ def test_an_unfinished_save_still_says_so(checkpoints, tmp_path, capsys):
     code, _, err = run(compare_cli, unfinished, step_dir(checkpoints, 2), capsys=capsys)
     assert code == 2 and "no commit marker (the save did not finish)" in one_error_line(err)
 
+
+# ---- round 4, case 5: an export to a path that cannot become its new directory ---------------------------------
+def export_in_a_process(ckpt: Path, out: Path | str) -> tuple[int, str]:
+    """The real entry point in its own process: its exit code and its stderr (stdout empty, no traceback)."""
+    r = subprocess.run([sys.executable, "-m", "training.export", str(ckpt), str(out)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    assert r.stdout == "" and "Traceback" not in r.stderr, r.stdout + r.stderr
+    return r.returncode, r.stderr
+
+
+def test_an_export_onto_a_file_or_under_one_is_one_line_and_touches_nothing(checkpoints, tmp_path):
+    """Before: a bare '[Errno 20] Not a directory'. The file stays as it was and nothing is made."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    assert export_in_a_process(checkpoints, afile) == (
+        2, f"error: {afile} is a file, not a directory; choose a new directory for the export (nothing was "
+           "overwritten)\n")
+    for under in (afile / "hf", afile / "a" / "hf"):
+        assert export_in_a_process(checkpoints, under) == (
+            2, f"error: cannot create {under}: {afile} is a file, not a directory; choose a new directory "
+               "elsewhere\n")
+    assert afile.read_text() == "keep me" and list(tmp_path.iterdir()) == [afile]
+
+
+def test_an_export_where_no_directory_can_be_made_is_one_line(checkpoints):
+    """Before: a bare '[Errno 2] No such file or directory' (mkdir in /proc says ENOENT, its parent there)."""
+    code, err = export_in_a_process(checkpoints, "/proc/t5-export")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: cannot create /proc/t5-export: ") and err.endswith(
+        "; choose a new directory on a writable file system\n"), err
+    assert not Path("/proc/t5-export").exists()
+
+
+@pytest.mark.parametrize("there", [False, True], ids=["new-dir", "empty-dir"])
+def test_an_export_that_runs_out_of_room_leaves_nothing_half_written(checkpoints, tmpfs, there):
+    """A real 4 KiB tmpfs (root only: skips elsewhere): the weights do not fit. Before: '[Errno 28] ...' and a
+    directory holding part of the export, which looks like a model."""
+    small = tmpfs("small", "size=4k")
+    out = small / "hf"
+    if there:
+        out.mkdir()
+    assert export_in_a_process(checkpoints, out) == (
+        2, f"error: cannot write {out}: No space left on device; choose a writable directory with room (nothing "
+           "was left there)\n")
+    assert [p.name for p in small.rglob("*")] == (["hf"] if there else [])
 
 # ---- case 4: --model.init_from without weights, or of another shape --------------------------------------------
 @pytest.fixture(scope="module")

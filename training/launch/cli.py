@@ -56,44 +56,73 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping, NoReturn
 
 from training.job.check import DONE_ENV
 from training.launch.commands import format_argv, launch_env, shown_env, store_argv, torchrun_argv, training_argv
 from training.launch.config import DEFAULT_RDZV_PORT, LaunchConfig, LaunchError
 from training.launch.from_env import config_from_env
 from training.launch.local import run_local
-from training.launch.preflight import check_checkpoint_dir, check_training_job, preflight
+from training.launch.preflight import check_checkpoint_dir, check_module, check_training_job, preflight
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
+
+
+HELP_POINTER = "python -m training.launch --help lists the options"
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad flag ends the launcher with one line naming it and the fix, exit 2: argparse's own error printed the
+    13-line usage first, which pushed the one useful line off a small terminal."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} ({HELP_POINTER})\n")
+
+
+def _whole(flag: str, example: int) -> Callable[[str], int]:
+    """argparse type for an integer flag whose error names the value and an example (not 'invalid int value')."""
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            msg = f"{text!r} is not a whole number: pass one, e.g. {flag} {example}"
+            raise argparse.ArgumentTypeError(msg) from None
+    parse.__name__ = "int"
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The launcher's flags; this module's docstring is the ``--help`` text (usage and environment as epilog)."""
     doc = __doc__.split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m training.launch", description=doc[0] + "\n\n" + doc[1],
-                                epilog="\n\n".join(doc[2:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m training.launch", description=doc[0] + "\n\n" + doc[1],
+                epilog="\n\n".join(doc[2:]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from-env", choices=["local", "slurm", "pet"], default="local",
                    help="where node count/rank/endpoint come from (default local: simulated nodes here)")
-    p.add_argument("--nodes", type=int, help="MAX nodes (local: how many agents to start; default NODES or 2)")
-    p.add_argument("--spares", type=int, help="hot-spare nodes beyond --nodes, waiting to replace a lost node "
-                                                "(default SPARES or 0)")
-    p.add_argument("--min-nodes", type=int, help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)")
+    p.add_argument("--nodes", type=_whole("--nodes", 2),
+                   help="MAX nodes (local: how many agents to start; default NODES or 2)")
+    p.add_argument("--spares", type=_whole("--spares", 1),
+                   help="hot-spare nodes beyond --nodes, waiting to replace a lost node (default SPARES or 0)")
+    p.add_argument("--min-nodes", type=_whole("--min-nodes", 1),
+                   help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)")
     p.add_argument("--nproc-per-node", help="workers per node (int|gpu|cpu|auto)")
-    p.add_argument("--max-restarts", type=int, help="worker-group restarts before failing (default 3)")
+    p.add_argument("--max-restarts", type=_whole("--max-restarts", 3),
+                   help="worker-group restarts before failing (default 3)")
     p.add_argument("--rdzv-endpoint", help="HOST:PORT of a standalone store (implies is_host=false)")
     p.add_argument("--rdzv-id", help="rendezvous id (default derived from the platform)")
     p.add_argument("--node-hosts-store", action="store_true",
                    help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)")
-    p.add_argument("--shutdown-timeout", type=int, help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, cluster_facts.TIMEOUTS)")
-    p.add_argument("--train-timeout-s", type=int,
+    p.add_argument("--shutdown-timeout", type=_whole("--shutdown-timeout", 60),
+                   help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, "
+                        "cluster_facts.TIMEOUTS)")
+    p.add_argument("--train-timeout-s", type=_whole("--train-timeout-s", 60),
                    help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = training's)")
-    p.add_argument("--join-timeout", type=int, metavar="SECONDS",
+    p.add_argument("--join-timeout", type=_whole("--join-timeout", 120), metavar="SECONDS",
                    help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
                         "and image pull (default 120)")
     p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
                    help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product: on etcd the membership "
                         "lease's TTL, 2 s at least; default 1x2)")
-    p.add_argument("--module", default="training", help="module the workers run (default training)")
+    p.add_argument("--module", default="training",
+                   help="module the workers run (default training; found here before anything starts)")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the command(s), run nothing")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the training module's arguments")
     return p
@@ -149,13 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     this process."""
     parser = build_parser()
     a, unknown = parser.parse_known_args(argv)
-    if unknown:
-        parser.error(f"unknown launcher option(s) {' '.join(unknown)}: training arguments go after '--' "
-                     f"(python -m training.launch [options] -- --preset debug ...)")
+    if unknown:  # the line says the fix itself: no pointer to --help
+        print(f"error: unknown launcher option(s) {' '.join(unknown)}: training arguments go after '--' "
+              f"(python -m training.launch [options] -- --preset debug ...)", file=sys.stderr)
+        return 2
     try:
         cfg = config_from_args(a)
         for w in preflight(cfg):
             print(f"[launch] warning: {w}", file=sys.stderr)
+        if not a.print_only:  # --print only shows the command, maybe for a host or image where the module is
+            check_module(cfg.module)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

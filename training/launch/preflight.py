@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 from typing import Sequence
 
@@ -39,6 +40,20 @@ def preflight(cfg: LaunchConfig) -> list[str]:
         return [f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
                 f"them the workers exit with a config error; raise --min-nodes or choose another global batch"]
     return []
+
+
+def check_module(module: str) -> None:
+    """Raise LaunchError unless the module the workers run (``torchrun --module``) is found here. Looked up, not
+    imported (its import may be heavy, or start things): a missing one made every worker exit 'No module named',
+    which torchrun restarted ``--max-restarts`` times, each a full round (31 lines) before the launcher failed."""
+    why = ""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except Exception as e:  # noqa: BLE001 - a missing parent package, an empty or relative name, a broken parent
+        found, why = False, f" ({e})"
+    if not found:
+        raise LaunchError(f"--module {module!r} is not importable here{why}, and the workers run python -m "
+                          f"{module}; pass an installed module (default training) or set PYTHONPATH so it is found")
 
 
 def checkpoint_dir(train_args: Sequence[str]) -> str | None:
