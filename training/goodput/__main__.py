@@ -2,7 +2,8 @@
 
 Prints each failure with its phases, the run's goodput and the uninterrupted estimate, and writes the timeline
 PNG (``RUN_DIR/goodput.png``). ``--json`` prints the same figures as JSON for scripts; ``--summary`` one line
-(``make train`` prints it at the end). A directory that is not a run's: one line and exit 2.
+(``make train`` prints it at the end). A directory that is not a run's: one line and exit 2. Lines of the metrics
+that are not records (a damaged file) are left out, with one warning line on stderr.
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from training.goodput.ledger import (PNG, LedgerError, ledger_text, locate_run, read_ledger, summary_line,
-                                     timeline_track)
+from training.goodput.ledger import (PNG, LedgerError, ledger_text, locate_run, read_ledger, skipped_warning,
+                                     summary_line, timeline_track)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summary_line(ledger))
     else:
         print(ledger_text(ledger) + (f"\ntimeline: {png}" if png else ""))
+    if warning := skipped_warning(ledger):  # after the figures, where it is read
+        print(warning, file=sys.stderr)
     return 0
 
 
