@@ -1,7 +1,8 @@
 """What the goodput ledger (python -m training.goodput RUN_DIR) and make status (scripts/status.sh ->
 python -m tools.status) say of a run directory they cannot fully read: damaged or wrong-typed metrics lines, no
-metrics file. Each answer is the ledger or the screen (exit 0) with at most one warning line, or one error line
-(exit 2); never a traceback. The real CLIs run on hand-made run directories."""
+metrics file, a timeline PNG that cannot be written. Each answer is the ledger or the screen (exit 0) with at
+most one warning line, or one error line (exit 2); never a traceback. The real CLIs run on hand-made run
+directories."""
 from __future__ import annotations
 
 import json
@@ -154,3 +155,67 @@ def test_a_damaged_config_toml_is_no_traceback(tmp_path, tool):
     (d / "config.toml").write_text("[train]\nsteps = [1]\n[checkpoint]\ndir = 5\n")
     r = cli(*tool, d)
     assert r.returncode == 0 and r.stderr == "", r.stderr  # no total steps: shown as unknown
+
+
+# ---------------------------------------------------------------------------------------- the timeline PNG
+def png_warning(r: subprocess.CompletedProcess, png: Path, why: str) -> None:
+    assert r.returncode == 0, r.stderr
+    assert one_line(r, "warning") == (f"warning: the timeline cannot be written to {png} ({why}): give --png PATH "
+                                      f"(a writable .png file), or --no-png\n")
+
+
+def test_an_unwritable_default_png_still_prints_the_ledger_then_one_warning(tmp_path):
+    # root writes into a read-only directory, so the run directory's goodput.png is made a directory instead:
+    # a path no user, root included, can write a file to
+    d = run_dir(tmp_path, lines(*GOOD))
+    (d / "goodput.png").mkdir()
+    r = cli("training.goodput", d)
+    png_warning(r, d / "goodput.png", "Is a directory")
+    assert r.stdout.startswith(f"goodput ledger of {d}: step 3") and "uninterrupted estimate" in r.stdout
+    assert "timeline:" not in r.stdout
+
+
+def test_a_png_path_under_a_file_is_one_warning_and_json_names_no_timeline(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    (tmp_path / "a_file").write_text("")
+    png = tmp_path / "a_file" / "t.png"
+    r = cli("training.goodput", d, "--png", png, "--json")
+    png_warning(r, png, "Not a directory")
+    out = json.loads(r.stdout)
+    assert out["timeline_png"] is None and out["step"] == 3
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory: the tests above use paths "
+                                              "that refuse root too")
+def test_a_read_only_run_directory_is_one_warning(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    d.chmod(0o555)
+    try:
+        r = cli("training.goodput", d)
+    finally:
+        d.chmod(0o755)
+    png_warning(r, d / "goodput.png", "Permission denied")
+
+
+def test_records_matplotlib_cannot_plot_are_one_warning_after_the_ledger(tmp_path):
+    # a start-up clock 10**300 s after the epoch is a finite number, so a record; the picture has no axis for it
+    d = run_dir(tmp_path, lines(start(1000.0, startup={"exec_time": 1e300}), *GOOD[1:]))
+    r = cli("training.goodput", d)
+    assert r.returncode == 0 and r.stdout.startswith(f"goodput ledger of {d}: step 3"), r.stderr
+    warning = one_line(r, "warning")
+    assert warning.startswith("warning: the timeline cannot be drawn (") and warning.endswith(
+        "the records hold values it cannot plot; --no-png leaves it out\n"), warning
+
+
+def test_a_writable_png_is_written_after_the_ledger(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    r = cli("training.goodput", d)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines()[-1] == f"timeline: {d / 'goodput.png'}"
+    assert (d / "goodput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_make_status_draws_no_png(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    assert cli("tools.status", d).returncode == 0
+    assert sorted(p.name for p in d.iterdir()) == ["metrics.jsonl"]
