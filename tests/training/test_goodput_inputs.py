@@ -1,8 +1,8 @@
 """What the goodput ledger (python -m training.goodput RUN_DIR) and make status (scripts/status.sh ->
 python -m tools.status) say of a run directory they cannot fully read: damaged or wrong-typed metrics lines, no
-metrics file, a timeline PNG that cannot be written. Each answer is the ledger or the screen (exit 0) with at
-most one warning line, or one error line (exit 2); never a traceback. The real CLIs run on hand-made run
-directories."""
+metrics file, a timeline PNG that cannot be written, a run directory given as make status's ARGS. Each answer is
+the ledger or the screen (exit 0) with at most one warning line, or one error line (exit 2); never a traceback.
+The real CLIs run on hand-made run directories."""
 from __future__ import annotations
 
 import json
@@ -219,3 +219,34 @@ def test_make_status_draws_no_png(tmp_path):
     d = run_dir(tmp_path, lines(*GOOD))
     assert cli("tools.status", d).returncode == 0
     assert sorted(p.name for p in d.iterdir()) == ["metrics.jsonl"]
+
+
+# ---------------------------------------------------------------------------------- make status ARGS=RUN_DIR
+def make_status(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "status", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_make_status_takes_the_run_directory_itself_as_args(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    for args in (f"ARGS={d}", f"ARGS=--job.out_dir {d}"):
+        r = make_status(args)
+        assert r.returncode == 0 and r.stderr == "", (args, r.stderr)
+        assert r.stdout.startswith(f"job      {d} (local): not running (unfinished)\n"), (args, r.stdout)
+
+
+def test_make_status_with_a_run_directory_and_more_args_is_one_line(tmp_path):
+    d = run_dir(tmp_path, lines(*GOOD))
+    r = subprocess.run(["scripts/status.sh", str(d), "--preset", "debug"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2
+    assert one_line(r, "error") == (f'error: ARGS="{d} --preset debug": give the run directory alone (ARGS={d}) or '
+                                    f'training arguments (ARGS="--job.out_dir {d} ..."), not both\n')
+
+
+def test_make_status_of_a_missing_run_directory_names_it(tmp_path):
+    r = subprocess.run(["scripts/status.sh", str(tmp_path / "nope")], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2
+    assert one_line(r, "error").startswith(f"error: run directory {tmp_path / 'nope'} does not exist: give the "
+                                           "run's job.out_dir")
