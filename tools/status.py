@@ -9,7 +9,9 @@ cost (phase by phase), goodput so far. The figures come from the run's ``metrics
 ledger (:mod:`training.goodput.ledger`); what runs comes from the platform: locally the run's checkpoint
 directory lock (held by the job's rank 0), on Slurm ``squeue`` (the job named after the run, its node count and
 the run directory on the shared file system), on EKS the TrainJob's status and its pods (the metrics read from
-FSx through the rank-0 pod). Exit 0 with the screen; 2 with one line when there is no such run or job.
+FSx through the rank-0 pod). Exit 0 with the screen; 2 with one line when there is no such run or job. Lines of
+the metrics that are not records (a damaged file) are left out of the figures, with one warning line on stderr.
+It draws no picture: ``python -m training.goodput RUN_DIR`` writes the timeline PNG.
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from pathlib import Path
 
 from cluster_facts import FSX_MOUNT_PATH
 from training.checkpoint.run_lock import CheckpointDirBusy, RunLock
-from training.goodput.analysis import parse_records
-from training.goodput.ledger import PHASES, Ledger, LedgerError, ledger_from_records, locate_run, read_ledger
+from training.goodput.analysis import scan_records
+from training.goodput.ledger import (PHASES, Ledger, LedgerError, ledger_from_records, locate_run, read_ledger,
+                                     skipped_warning)
 from training.job.metrics import WARMUP_STEPS
 
 RECENT = 20  # steps the speed and the ETA are taken over (the training log's ETA takes the same median)
@@ -88,7 +91,9 @@ def current_speed(ledger: Ledger) -> Speed | None:
     """The pace of the newest attempt (None before it has a step past its first)."""
     recs = [r for r in ledger.records if r.get("event") in ("start", "step")]
     last_start = max((i for i, r in enumerate(recs) if r["event"] == "start"), default=-1)
-    steps = [r for r in recs[last_start + 1:] if r["event"] == "step"][WARMUP_STEPS - 1:]
+    # the job's step records carry both figures; a hand-made one without them has no pace to take
+    steps = [r for r in recs[last_start + 1:] if r["event"] == "step" and "step_time_s" in r
+             and "tokens_per_s" in r][WARMUP_STEPS - 1:]
     if len(steps) < 2:
         return None
     gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:])][-RECENT:]
@@ -147,9 +152,10 @@ def local(run_dir: str | None, train_args: list[str]) -> tuple[Ledger, Where]:
     run_dir, metrics = locate_run(run_dir, train_args)
     ledger = read_ledger(run_dir, metrics=metrics)
     try:
-        cfg = tomllib.loads((Path(run_dir) / "config.toml").read_text())
-        ckpt = cfg["checkpoint"]["dir"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        ckpt = tomllib.loads((Path(run_dir) / "config.toml").read_text())["checkpoint"]["dir"]
+    except (OSError, KeyError, TypeError, ValueError):  # ValueError: TOMLDecodeError, UnicodeDecodeError
+        ckpt = None
+    if not isinstance(ckpt, str) or not ckpt:  # a damaged config.toml: the job's default place
         ckpt = str(Path(run_dir) / "checkpoints")
     try:
         RunLock(ckpt).check()
@@ -247,9 +253,10 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
         cfg = tomllib.loads(c.exec_read(namespace, rank0.metadata.name, str(Path(path).parent / "config.toml"),
                                         container="node"))
         total = int(cfg["train"]["steps"])
-    except (k8s.ClusterError, KeyError, ValueError, tomllib.TOMLDecodeError):
+    except (k8s.ClusterError, KeyError, TypeError, ValueError, OverflowError):  # ValueError: TOMLDecodeError
         total = None
-    ledger = ledger_from_records(f"{namespace}/{name}:{path}", parse_records(text), total)
+    records, skipped = scan_records(text)
+    ledger = ledger_from_records(f"{namespace}/{name}:{path}", records, total, what=path, skipped=skipped)
     world = next((r.get("world_size") for r in reversed(ledger.records) if r.get("event") == "step"), None)
     nproc = trainer.get("numProcPerNode")
     nproc = int(nproc) if str(nproc).isdigit() and int(nproc) > 0 else None
@@ -293,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     print(screen(ledger, where) if ledger is not None else
           "\n".join([f"job      {where.label}: {where.state} (no pod runs to read the metrics through)"]
                     + [f"         {x}" for x in where.lines]))
+    if ledger is not None and (warning := skipped_warning(ledger)):
+        print(warning, file=sys.stderr)
     return 0
 
 

@@ -1,8 +1,10 @@
 """``python -m training.goodput RUN_DIR``: the goodput ledger of a run (see :mod:`training.goodput.ledger`).
 
-Prints each failure with its phases, the run's goodput and the uninterrupted estimate, and writes the timeline
+Prints each failure with its phases, the run's goodput and the uninterrupted estimate, then writes the timeline
 PNG (``RUN_DIR/goodput.png``). ``--json`` prints the same figures as JSON for scripts; ``--summary`` one line
-(``make train`` prints it at the end). A directory that is not a run's: one line and exit 2.
+(``make train`` prints it at the end). A directory that is not a run's: one line and exit 2. Lines of the metrics
+that are not records (a damaged file) are left out, with one warning line on stderr; so is a timeline that
+cannot be written (a read-only run directory: ``--png PATH`` or ``--no-png``), and the exit stays 0.
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from training.goodput.ledger import (PNG, LedgerError, ledger_text, locate_run, read_ledger, summary_line,
-                                     timeline_track)
+from training.goodput.ledger import (PNG, Ledger, LedgerError, ledger_text, locate_run, read_ledger,
+                                     skipped_warning, summary_line, timeline_track)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,18 +41,36 @@ def main(argv: list[str] | None = None) -> int:
     except LedgerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    png = None
-    if not (a.no_png or a.summary):
-        from training.goodput.timeline import timeline_png
-        png = Path(a.png) if a.png else Path(run_dir) / PNG
-        timeline_png(png, [timeline_track(ledger)], "goodput ledger")
-    if a.json:
-        print(json.dumps({**ledger.to_json(), "timeline_png": str(png) if png else None}, indent=1))
+    png = None if a.no_png or a.summary else Path(a.png) if a.png else Path(run_dir) / PNG
+    if a.json:  # the JSON names the picture only once it was written
+        print(json.dumps({**ledger.to_json(), "timeline_png": str(png) if png and draw(png, ledger) else None},
+                         indent=1))
     elif a.summary:
         print(summary_line(ledger))
     else:
-        print(ledger_text(ledger) + (f"\ntimeline: {png}" if png else ""))
+        print(ledger_text(ledger), flush=True)  # the figures first: the picture is extra and may fail
+        if png and draw(png, ledger):
+            print(f"timeline: {png}")
+    if warning := skipped_warning(ledger):  # after the figures, where it is read
+        print(warning, file=sys.stderr)
     return 0
+
+
+def draw(png: Path, ledger: Ledger) -> bool:
+    """Write the timeline PNG; False, with one warning line, where it cannot be: a read-only run directory, a path
+    under a file, a full disk, a suffix matplotlib has no format for; or records it cannot plot."""
+    from training.goodput.timeline import timeline_png
+    try:
+        timeline_png(png, [timeline_track(ledger)], "goodput ledger")
+        return True
+    except (OSError, ValueError) as e:  # ValueError: matplotlib's for a suffix (the part before its format list)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).split(" (")[0][:100]
+        print(f"warning: the timeline cannot be written to {png} ({why}): give --png PATH (a writable .png file), "
+              f"or --no-png", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the picture is extra: records it cannot plot must not hide the ledger
+        print(f"warning: the timeline cannot be drawn ({type(e).__name__}: {' '.join(str(e).split())[:80]}): the "
+              f"records hold values it cannot plot; --no-png leaves it out", file=sys.stderr)
+    return False
 
 
 if __name__ == "__main__":

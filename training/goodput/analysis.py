@@ -4,6 +4,12 @@ The chaos harnesses collect the records (a local file, a Slurm shared directory,
 at which the platform noticed a failure; the goodput ledger (:mod:`training.goodput.ledger`) reads them from a run
 directory. Everything computed from them lives here, once.
 
+Reading them (:func:`scan_records`, :func:`scan_file`; :func:`parse_records` and :func:`load_records` give the
+records alone) never fails on what a file holds: a line that is not JSON (bytes that are not UTF-8 read as U+FFFD)
+or whose fields the arithmetic reads are missing or of the wrong type (:data:`RECORD_FIELDS`: ``time`` a finite
+number, ``step`` an integer, ...) is not a record; it is left out and returned as :class:`Skipped` (line number
+and why) for the reader to report.
+
 Definitions (used in the report and docs/failover.md):
 
 * attempt: the records from one ``start`` event to the next (one worker-group incarnation).
@@ -20,7 +26,9 @@ Definitions (used in the report and docs/failover.md):
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,23 +43,143 @@ DETECT_RE = re.compile(r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will 
                        r"\[rendezvous\] lost node\(s\)|\[straggler\] rank \d+ ")
 
 
-def parse_records(text: str) -> list[dict]:
-    """Metrics JSONL text -> event dicts (a torn last line from a killed or still-writing writer is ignored)."""
-    out = []
-    for line in text.splitlines():
+@dataclass(frozen=True)
+class Skipped:
+    """A line of a metrics file that is not a record: its number (1-based, as an editor counts) and why."""
+
+    line: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.why}"
+
+
+#: Larger integers are no value a record holds (and no float: arithmetic with them would overflow).
+_INT_LIMIT = 2**63
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) < _INT_LIMIT  # JSON true/false are not numbers
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, float) or _is_int(v)
+
+
+def _is_finite(v) -> bool:
+    return _is_number(v) and math.isfinite(v)
+
+
+def _startup_ok(v) -> bool:
+    """A ``start`` record's ``startup`` (training.job.startup): its epoch time and phase seconds finite or null."""
+    return isinstance(v, dict) and all(x is None or _is_finite(x) for k, x in v.items()
+                                       if k == "exec_time" or k.endswith("_s"))
+
+
+def _restored_ok(v) -> bool:
+    return isinstance(v, dict) and (v.get("tier") is None or isinstance(v["tier"], str))
+
+
+_FINITE, _NUMBER, _INT = (_is_finite, "a finite number"), (_is_number, "a number"), (_is_int, "an integer")
+_STR = (lambda v: isinstance(v, str), "a string")
+
+
+def _or_null(kind):
+    return (lambda v: v is None or kind[0](v)), kind[1] + " or null"
+
+
+#: The fields the arithmetic (here, the ledger, the timeline, tools.status) reads, per event: (check, what it must
+#: be, required). A record with one of them missing where required or of another type is not a record: the
+#: figures would be wrong or the reader would fail on it. Fields not named here are not looked at.
+RECORD_FIELDS: dict[str | None, dict[str, tuple]] = {
+    None: {"event": (*_STR, True), "time": (*_FINITE, True)},  # every record
+    "start": {"resumed_from": (*_or_null(_INT), False), "restart_count": (*_or_null(_INT), False),
+              "world_size": (*_or_null(_INT), False),
+              "startup": (*_or_null((_startup_ok, "an object of finite seconds")), False),
+              "restored_from": (*_or_null((_restored_ok, "an object with a string tier")), False)},
+    "step": {"step": (*_INT, True), "world_size": (*_INT, True), "step_time_s": (*_FINITE, False),
+             "tokens_per_s": (*_NUMBER, False), "loss": (*_or_null(_NUMBER), False), "data_offset": (*_INT, False)},
+    "end": {"status": (*_STR, False), "step": (*_or_null(_INT), False)},
+    "signal": {"step": (*_or_null(_INT), False)},
+    "checkpoint": {"step": (*_INT, True)},
+    "straggler": {"step": (*_or_null(_INT), False)},
+}
+
+
+def _short(v) -> str:
+    """The value as the file has it (JSON), cut to fit a line."""
+    r = json.dumps(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _field_problem(r: dict, fields: dict[str, tuple]) -> str | None:
+    for name, (ok, what, required) in fields.items():
+        if name not in r:
+            if required:
+                return f"{name} is missing"
+        elif not ok(r[name]):
+            return f"{name} is {_short(r[name])}, not {what}"
+    return None
+
+
+def record_problem(r) -> str | None:
+    """Why a decoded JSON value is not a metrics record (see RECORD_FIELDS); None when it is one."""
+    if not isinstance(r, dict) or "event" not in r:
+        return 'not a JSON object with an "event"'
+    # the common fields first: an event that is not a string is never looked up
+    return _field_problem(r, RECORD_FIELDS[None]) or _field_problem(r, RECORD_FIELDS.get(r["event"], {}))
+
+
+def _json_error(e: Exception) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return getattr(e, "msg", None) or str(e)[:60]  # JSONDecodeError's msg leaves out its position: the line says it
+
+
+def scan_records(text: str) -> tuple[list[dict], list[Skipped]]:
+    """Metrics JSONL text -> (records, the lines that are not records). Never raises on what the text holds.
+
+    A line is skipped when it is not JSON, not an object with an ``event``, or a field the arithmetic reads is
+    missing or of the wrong type (:data:`RECORD_FIELDS`). A torn last line (no newline after it: a writer killed
+    or still writing) is left out without being counted; blank lines are ignored."""
+    records: list[dict] = []
+    skipped: list[Skipped] = []
+    lines = text.split("\n")  # not splitlines(): line numbers as an editor counts them, whatever bytes are in it
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             r = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
+            if n == len(lines):
+                continue  # a torn last line: its writer was killed, or is still writing it
+            skipped.append(Skipped(n, f"not JSON ({_json_error(e)})"))
             continue
-        if isinstance(r, dict) and "event" in r:
-            out.append(r)
-    return out
+        why = record_problem(r)
+        if why:
+            skipped.append(Skipped(n, why))
+        else:
+            records.append(r)
+    return records, skipped
+
+
+def parse_records(text: str) -> list[dict]:
+    """Metrics JSONL text -> event dicts (the records of :func:`scan_records`; lines that are not are left out)."""
+    return scan_records(text)[0]
+
+
+def scan_file(path: str | Path) -> tuple[list[dict], list[Skipped]]:
+    """``scan_records`` of a file, read as bytes (what is not UTF-8 becomes U+FFFD: such a line is not a record);
+    ([], []) while it does not exist or is not a file. OSError where it cannot be read."""
+    p = Path(path)
+    if not p.is_file():
+        return [], []
+    return scan_records(p.read_bytes().decode("utf-8", errors="replace"))
 
 
 def load_records(path: str | Path) -> list[dict]:
-    """``parse_records`` of a file ([] while it does not exist)."""
-    p = Path(path)
-    return parse_records(p.read_text()) if p.exists() else []
+    """The records of a file (:func:`scan_file`; [] while it does not exist)."""
+    return scan_file(path)[0]
 
 
 def torchrun_detections(lines: list[tuple[float, str]], after: float = 0.0) -> list[float]:
@@ -119,10 +247,11 @@ def effective_steps(attempts: list[Attempt]) -> list[dict]:
         mine = {s["step"]: s for s in a.steps if a.resumed_from < s["step"] <= upto}
         if upto not in mine:
             continue
-        missing = [k for k in range(a.resumed_from + 1, upto + 1) if k not in mine]
+        # the first ten gaps only: a step number far beyond the records must not mean a walk up to it
+        missing = list(itertools.islice((k for k in range(a.resumed_from + 1, upto + 1) if k not in mine), 10))
         if missing:
             raise ChainError(f"attempt started at {a.start.get('time')} (resumed from {a.resumed_from}) lacks "
-                             f"steps {missing[:10]} needed up to step {upto}")
+                             f"steps {missing} needed up to step {upto}")
         chain = [mine[k] for k in range(a.resumed_from + 1, upto + 1)] + chain
         upto = a.resumed_from
     if upto:

@@ -6,7 +6,9 @@
 It reads what every run writes (``metrics.jsonl``, ``config.toml``) and, where there is one, the agents'
 timestamped log (``<epoch seconds> <line>`` per line, as the chaos harnesses write them; ``agent.log`` in the run
 directory or ``--agent-log``), and computes everything with the chaos core's arithmetic
-(:mod:`training.goodput.analysis`), so a chaos scenario and an ordinary run are measured the same way.
+(:mod:`training.goodput.analysis`), so a chaos scenario and an ordinary run are measured the same way. Lines of
+``metrics.jsonl`` that are not records (damaged, or a field of the wrong type: ``analysis.scan_records``) are left
+out of the figures: ``Ledger.skipped`` holds them, :func:`skipped_warning` says so in one line.
 
 What an ordinary run's records can say, and so what the ledger calls what:
 
@@ -31,12 +33,13 @@ What an ordinary run's records can say, and so what the ledger calls what:
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.goodput import analysis
-from training.goodput.analysis import Attempt, ChainError, Recovery
+from training.goodput.analysis import Attempt, ChainError, Recovery, Skipped
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.toml"
@@ -93,6 +96,11 @@ class Ledger:
     uninterrupted_goodput: float
     t0: float
     records: list[dict] = field(repr=False, default_factory=list)
+    skipped: list[Skipped] = field(repr=False, default_factory=list)
+    """Lines of the metrics that are not records (damaged, or of the wrong type: ``analysis.scan_records``); the
+    figures are of the other lines. :func:`skipped_warning` says so in one line."""
+    source: str = "the metrics"
+    """Where the records were read from (the metrics file), for messages."""
 
     @property
     def lost_s(self) -> float:
@@ -102,6 +110,8 @@ class Ledger:
         d = asdict(self)
         d.pop("records")
         d["lost_s"] = round(self.lost_s, 3)
+        d["skipped_lines"] = len(d.pop("skipped"))
+        d["first_skipped"] = str(self.skipped[0]) if self.skipped else None
         return d
 
 
@@ -203,17 +213,21 @@ def read_agent_log(path: Path) -> list[tuple[float, str]]:
     for line in path.read_text(errors="replace").splitlines():
         head, _, rest = line.partition(" ")
         try:
-            out.append((float(head), rest))
+            t = float(head)
         except ValueError:
             continue
+        if math.isfinite(t):  # 'nan' and 'inf' parse as floats too; they are no time
+            out.append((t, rest))
     return out
 
 
 def _total_steps(run_dir: Path) -> int | None:
+    """The run's train.steps from its config.toml (None where it has none that is a positive integer)."""
     try:
-        return int(tomllib.loads((run_dir / CONFIG).read_text())["train"]["steps"])
-    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError):
+        steps = tomllib.loads((run_dir / CONFIG).read_text())["train"]["steps"]
+    except (OSError, KeyError, TypeError, ValueError):  # ValueError: TOMLDecodeError, UnicodeDecodeError
         return None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
 
 
 def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str | Path | None = None) -> Ledger:
@@ -224,21 +238,35 @@ def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str |
         raise LedgerError(f"run directory {run_dir} does not exist: give the run's job.out_dir "
                           f"(make train writes runs/<preset>)")
     metrics = Path(metrics) if metrics else run_dir / METRICS
-    if not metrics.is_file():
+    if not metrics.exists():
         raise LedgerError(f"{run_dir} has no {metrics.name if metrics.parent == run_dir else metrics}: it is not a "
                           f"run directory, or its run has not started (give the job.out_dir of a run)")
+    if not metrics.is_file():  # a directory (or a FIFO, which a read would wait on forever)
+        raise LedgerError(f"{metrics} is {'a directory' if metrics.is_dir() else 'not a regular file'}, not a "
+                          f"metrics file: give the job.out_dir of a run, or move {metrics} aside")
     for p in agent_logs:
         if not Path(p).is_file():
             raise LedgerError(f"agent log {p} does not exist: give a file of '<epoch seconds> <line>' lines")
     logs = [p for p in [run_dir / AGENT_LOG, *map(Path, agent_logs)] if p.is_file()]
-    return ledger_from_records(str(run_dir), analysis.load_records(metrics), _total_steps(run_dir),
-                               [x for p in logs for x in read_agent_log(p)], what=str(metrics))
+    try:
+        records, skipped = analysis.scan_file(metrics)
+        lines = [x for p in logs for x in read_agent_log(p)]
+    except OSError as e:  # unreadable (permissions, an I/O error): the reader never fails on what a file holds
+        raise LedgerError(f"cannot read {e.filename or metrics} ({e.strerror or e}): check its permissions, or "
+                          f"give the job.out_dir of another run") from None
+    return ledger_from_records(str(run_dir), records, _total_steps(run_dir), lines, what=str(metrics),
+                               skipped=skipped)
 
 
 def ledger_from_records(run: str, records: list[dict], total_steps: int | None = None,
-                        agent_lines: list[tuple[float, str]] = (), what: str = "the metrics") -> Ledger:
-    """The ledger of a run's records (``analysis.parse_records``), e.g. read from a pod; ``run`` names it."""
+                        agent_lines: list[tuple[float, str]] = (), what: str = "the metrics",
+                        skipped: list[Skipped] = ()) -> Ledger:
+    """The ledger of a run's records (``analysis.parse_records``), e.g. read from a pod; ``run`` names it,
+    ``what`` where they were read from; ``skipped``: the lines that were not records (``analysis.scan_records``)."""
     attempts = analysis.split_attempts(records)
+    if not attempts and skipped:
+        raise LedgerError(f"{what} has no start record ({_skipped_text(skipped)}): the file is damaged, or not a "
+                          f"run's metrics; give the job.out_dir of a run")
     if not attempts:
         raise LedgerError(f"{what} has no start record yet: the run has not reached its first step")
     detections = analysis.torchrun_detections(list(agent_lines), after=attempts[0].start["time"])
@@ -264,7 +292,20 @@ def ledger_from_records(run: str, records: list[dict], total_steps: int | None =
                   world_sizes=analysis.world_sizes(records), failures=found, useful_s=round(useful, 3),
                   wall_s=round(wall, 3), goodput=gp, uninterrupted_wall_s=round(wall - lost, 3),
                   uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
-                  t0=walls[0][0], records=records)
+                  t0=walls[0][0], records=records, skipped=list(skipped), source=what)
+
+
+def _skipped_text(skipped: list[Skipped]) -> str:
+    return f"{len(skipped)} line(s) are not records; the first, {skipped[0]}"
+
+
+def skipped_warning(ledger: Ledger) -> str | None:
+    """One line on the lines of the metrics that are not records (None when there are none): how many, the
+    first one and why, and what to do."""
+    if not ledger.skipped:
+        return None
+    return (f"warning: {ledger.source}: {_skipped_text(ledger.skipped)}; the figures leave them out (a damaged "
+            f"or hand-edited file: fix or delete those lines to count them)")
 
 
 def locate_run(run_dir: str | None, train_args: list[str]) -> tuple[str, str | None]:
