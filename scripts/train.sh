@@ -47,6 +47,13 @@ goodput_line() {  # RC ARGS...: the run's exit code, then the training arguments
     *) "$py" -m training.goodput --summary -- "${preset_args[@]}" "${@:2}" 2>/dev/null || true ;;
   esac
 }
+# After a stop: where a rerun resumes, or that it starts afresh (a stop can come before the first checkpoint), in
+# the line make's exit line points at (scripts/train_exit.sh).
+resume_line() {  # RC ARGS...
+  case $1 in
+    130|138|143) echo "[train] $("$py" -m tools.resume_point "${preset_args[@]}" "${@:2}" 2>/dev/null || echo stopped)" >&2 ;;
+  esac
+}
 if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   what="local run"; [ "$dry" = true ] && what="dry run"
   echo "[train] $what: preset=$preset, $nodes simulated node(s) x $nproc processes$( ((spares)) && echo " + $spares hot spare(s)") (python -m training.launch, gloo on CPU)"
@@ -56,6 +63,7 @@ if [ "$nodes" -gt 1 ] || [ "$spares" -gt 0 ]; then
   "${launch[@]}" -- "${preset_args[@]}" "$@"
   rc=$?
   set -e
+  resume_line "$rc" "$@"
   goodput_line "$rc" "$@"
   exit $rc
 fi
@@ -74,7 +82,7 @@ rc=$?
 set -e
 case $rc in
   0) ;;
-  130|143) echo "[train] $("$py" -m tools.resume_point "${preset_args[@]}" "$@" 2>/dev/null || echo stopped)" >&2 ;;
+  130|138|143) resume_line "$rc" "$@" ;;
   2|3|4|5|6|7) ;;  # the job's own error line above names the problem and the fix; a plain rerun would not help
   *) echo "[train] failed with exit code $rc after at most $max_restarts automatic restart(s) (run 'make train' again to resume from the last complete checkpoint)" >&2 ;;
 esac

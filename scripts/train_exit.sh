@@ -28,14 +28,17 @@ meaning() {  # the code's meaning: README's exit code table (training), the subm
     slurm:3|parallelcluster:3) echo "no Slurm (sbatch missing) or no shared directory" ;;
     eks:1) echo "the TrainJob failed, or --timeout passed" ;;
     *:2) echo "invalid configuration, data, location or device (fix the named value)" ;;
-    *:130) echo "stopped by Ctrl-C after checkpointing (rerun resumes)" ;;
+    # Ctrl-C stops following a cluster's job, not the job; locally it may come before the first checkpoint, so
+    # the line above (scripts/train.sh, tools/resume_point) says where a rerun resumes, or that it starts afresh.
+    slurm:130|parallelcluster:130|eks:130) echo "stopped following by Ctrl-C; the job keeps running (the line above says how to stop it)" ;;
+    *:130) echo "stopped by Ctrl-C (the [train] line above says where a rerun resumes)" ;;
     slurm:*|parallelcluster:*|eks:*) echo "see the submit's line above" ;;
     *:3) echo "checkpoint of another model shape" ;;
     *:4) echo "checkpoint of a run with other settings" ;;
     *:5) echo "diverged (non-finite loss or weights)" ;;
     *:6) echo "checkpoint storage failed (rerun resumes once fixed)" ;;
     *:7) echo "checkpoint.dir in use by another run" ;;
-    *:138|*:143) echo "stopped by a signal after checkpointing (rerun resumes)" ;;
+    *:138|*:143) echo "stopped by a signal (the [train] line above says where a rerun resumes)" ;;
     *) echo "the job failed (rerun resumes from the last complete checkpoint)" ;;
   esac
 }

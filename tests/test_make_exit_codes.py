@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,3 +45,21 @@ def test_each_training_code_has_its_meaning() -> None:
     assert r.returncode == 1 and "scripts/chaos.sh exited 1: a scenario failed its checks" in r.stderr
     r = run("scripts/train_exit.sh", "train", "1", PLATFORM="eks")
     assert r.returncode == 1 and "the TrainJob failed" in r.stderr
+
+
+def test_after_a_stop_makes_line_agrees_with_the_jobs_line_on_where_a_rerun_resumes(tmp_path) -> None:
+    # A Ctrl-C before the first checkpoint: scripts/train.sh prints tools/resume_point's line ("stopped before any
+    # checkpoint was saved ... starts from the beginning"); make's line then said "after checkpointing (rerun
+    # resumes)". It now points at that line, the one that knows.
+    job = run(sys.executable, "-m", "tools.resume_point", "--preset", "debug", "--job.out_dir", str(tmp_path / "run"))
+    assert job.returncode == 0 and job.stdout.startswith("stopped before any checkpoint was saved"), job.stderr
+    for rc, stop in ((130, "Ctrl-C"), (143, "a signal")):
+        r = run("scripts/train_exit.sh", "train", str(rc), PLATFORM="local")
+        assert r.returncode == rc and r.stderr.startswith(
+            f"[make] scripts/train.sh exited {rc}: stopped by {stop} (the [train] line above says where a rerun "
+            f"resumes) "), r.stderr
+        assert "after checkpointing" not in r.stderr, r.stderr
+    # on a cluster Ctrl-C stops following: the job keeps running, nothing was stopped or checkpointed by it
+    for platform in ("slurm", "eks"):
+        r = run("scripts/train_exit.sh", "train", "130", PLATFORM=platform)
+        assert r.returncode == 130 and "stopped following by Ctrl-C; the job keeps running" in r.stderr, r.stderr

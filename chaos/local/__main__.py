@@ -11,6 +11,10 @@ as an uninterrupted one takes that long, with one seeded random fault per ``--so
 kill, node kill, silent node, hang) and a hot spare, and reports goodput against the uninterrupted run
 (chaos/local/soak.py).
 
+SPARES (the Makefile variable) sets the soak's hot spares (``--soak-spares``); the scenarios choose their own,
+so they refuse a non-zero SPARES. Training flags after ``--`` are checked with the training CLI's own parser
+before anything runs (the dry run too).
+
 Exit code 0 when every scenario passed, 1 otherwise, 2 for a bad setting.
 """
 
@@ -37,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default="all",
                    help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    try:  # a bad NODES/NPROC is one line naming it (python -m chaos.local directly; chaos.sh checks them too)
+    try:  # a bad NODES/NPROC/SPARES is one line naming it (python -m chaos.local directly; chaos.sh checks them too)
         nodes, nproc = env_count("NODES", d.nodes, 1), env_count("NPROC", d.nproc_per_node, 1)
+        spares = env_count("SPARES", None, 0)
     except EnvFlagError as e:
         p.exit(2, f"error: {e}\n")
     p.add_argument("--nodes", type=int, default=nodes, help="simulated nodes (env NODES; default 2)")
@@ -63,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="goodput soak of this length (e.g. 10m; env SOAK) instead of the scenarios")
     p.add_argument("--soak-every", type=float, default=60.0, help="soak: one fault per this many seconds (default 60)")
     p.add_argument("--soak-seed", type=int, default=0, help="soak: seed of the fault schedule (default 0)")
-    p.add_argument("--soak-spares", type=int, default=1, help="soak: hot-spare nodes (default 1)")
+    p.add_argument("--soak-spares", type=int, default=1 if spares is None else spares,
+                   help="soak: hot-spare nodes (env SPARES; default 1)")
+    p.set_defaults(env_spares=spares)  # run() refuses a non-zero SPARES for the scenarios, which pick their own
     p.add_argument("--out", type=Path, help="run directory (default .chaos/runs/<time>)")
     p.add_argument("--cache", type=Path, default=REPO / ".chaos" / "cache", help="reference-run cache")
     p.add_argument("--keep", action="store_true",
@@ -95,6 +102,47 @@ def _refuse_what_the_store_cannot_run(cfg: LocalChaosConfig, names: list[str], s
                                     f"--scenarios")
 
 
+def _refuse_spares_for_scenarios(cfg: LocalChaosConfig, spares: int | None) -> None:
+    """SPARES (make chaos-test SPARES=N) means hot spares beyond NODES; each scenario has its own (one where it
+    tests a spare's takeover, none elsewhere), so a non-zero SPARES would be ignored: refuse it, naming those."""
+    if not spares:
+        return
+    from chaos.local.scenarios import scenarios
+    table = scenarios(cfg)
+    with_spare = [n for n in table if table[n].spares]
+    raise LocalChaosConfigError(f"SPARES={spares}: chaos-test's scenarios choose their own hot spares "
+                                f"({', '.join(with_spare)} run one); unset SPARES, or use it with SOAK=<duration> "
+                                f"(the soak's hot spares, --soak-spares)")
+
+
+def _refuse_bad_training_args(cfg: LocalChaosConfig) -> None:
+    """The flags after ``--`` reach every job's workers: check them with the training CLI's own parser now, so
+    a misspelt one is one line here, not a failed reference run (or a plan printed as if it would run)."""
+    import contextlib
+    import io
+
+    from training.config import ConfigError, load_config
+    if not cfg.extra_args:
+        return
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes are the workers' to print, not the check's
+            load_config(cfg.training_args("<run>/<scenario>/job"))
+    except ConfigError as e:
+        raise LocalChaosConfigError(f"training flags after --: {e}") from None
+
+
+def _refuse_an_unusable_out(out: Path) -> None:
+    """--out must be a directory or become one: a file there (or in its path) would end the run in a
+    traceback after the checks, so say which path and the fix before anything starts."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == out else f" ({path} is a file)"
+                raise LocalChaosConfigError(f"--out {out}: not a directory{where}: give a directory path (it is "
+                                            f"created), or drop --out for .chaos/runs/<time>")
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the harness; a stop (Ctrl-C, SIGTERM) ends it with one line and 128+signal, its processes stopped."""
     signal.signal(signal.SIGTERM, _raise_stopped)
@@ -120,6 +168,11 @@ def run(argv: list[str] | None = None) -> int:
         names = catalog.select("local", a.scenarios)
         if cfg.coordinator == "store":
             _refuse_what_the_store_cannot_run(cfg, names, bool(a.soak))
+        if not a.soak:
+            _refuse_spares_for_scenarios(cfg, a.env_spares)
+        _refuse_bad_training_args(cfg)
+        if a.out and not (a.dry_run or a.list):  # only a run writes there
+            _refuse_an_unusable_out(a.out)
     except (LocalChaosConfigError, catalog.UnknownScenario) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -44,10 +44,10 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start(argv: list[str], log: Path) -> subprocess.Popen:
+def start(argv: list[str], log: Path, **env: str) -> subprocess.Popen:
     """Run in a new session (its own process group, like a terminal's foreground job); output to ``log``."""
     with open(log, "w") as f:
-        return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+        return subprocess.Popen(argv, cwd=ROOT, env={**ENV, **env}, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=_default_sigint)
 
 
@@ -173,6 +173,23 @@ def test_ctrl_c_before_the_first_step_says_nothing_was_saved_without_a_traceback
     text = log.read_text()
     assert rc == 130, text[-3000:]
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert f"[train] stopped before any checkpoint was saved ({out / 'checkpoints'} holds none)" in text, text
+    assert not records(out, "step")
+
+
+def test_ctrl_c_of_simulated_nodes_before_the_first_step_says_nothing_was_saved(tmp_path):
+    """make train NODES=2 ended with the launcher's "run the same command again to resume" only, so make's line,
+    which points at the [train] line above for where a rerun resumes (scripts/train_exit.sh), had none."""
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(train_sh(out), log, NODES="2", NPROC="1")
+    try:
+        wait_for(lambda: forkserver_of(p.pid), "a forkserver", proc=p, log=log)
+        os.killpg(p.pid, signal.SIGINT)  # while the workers import torch and the model
+        rc = p.wait(timeout=120)
+    finally:
+        kill_all([p.pid, *descendants(p.pid)])
+    text = log.read_text()
+    assert rc == 130, text[-3000:]
     assert f"[train] stopped before any checkpoint was saved ({out / 'checkpoints'} holds none)" in text, text
     assert not records(out, "step")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -131,9 +132,37 @@ def _env_count(p: argparse.ArgumentParser, name: str, default: int | None, minim
         p.exit(2, f"error: {e}\n")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad option value is one ``error:`` line naming it (exit 2), not a usage dump above it."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
+
+
+def _seconds(text: str, *, zero: str | None, fix: str) -> float:
+    """A finite number of seconds > 0 (>= 0 when ``zero`` says what 0 means); else an argparse error naming
+    ``text`` and ``fix``: a negative --timeout or a zero --poll would report a timeout or poll without pause."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if math.isfinite(value) and (value > 0 or (zero and value == 0)):
+        return value
+    bound, or_zero = (">= 0", f", or 0 {zero}") if zero else ("> 0", "")
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds {bound}: {fix}{or_zero}")
+
+
+def _timeout(text: str) -> float:
+    return _seconds(text, zero="to wait without limit", fix="give how long to wait for the job, e.g. 7200")
+
+
+def _poll(text: str) -> float:
+    return _seconds(text, zero=None, fix="give the pause between status checks, e.g. 5")
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ
-    p = argparse.ArgumentParser(prog="python -m tools.k8s.submit", description=__doc__.split("\n\n")[0],
+    p = _OneLineParser(prog="python -m tools.k8s.submit", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("job")
@@ -187,9 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--context", help="kubeconfig context (default: current)")
     g.add_argument("--detach", action="store_true", help="submit and exit without waiting")
     g.add_argument("--no-logs", action="store_true", help="wait without streaming node 0's log")
-    g.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds (0 = never)")
+    g.add_argument("--timeout", type=_timeout, default=0,
+                   help="give up waiting after this many seconds (0 = never)")
     g.add_argument("--skip-image-check", action="store_true", help="don't look the image tag up in ECR first")
-    g.add_argument("--poll", type=float, default=5.0, help="seconds between status checks (default 5)")
+    g.add_argument("--poll", type=_poll, default=5.0, help="seconds between status checks (> 0; default 5)")
     return p
 
 
