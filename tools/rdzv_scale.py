@@ -775,7 +775,7 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
             f"({'threads of this process' if procs == 1 else f'threads of {procs} processes'})")
         rounds = lambda i: pool.agent(i)["rounds"]  # noqa: E731
 
-        (ops0, b0), c0 = store.counters(pool), pool.counts()
+        (ops0, _), c0 = store.counters(pool), pool.counts()
         cpu, t_go = _CpuWindow({"store": store.pids, "agents": pool.pids}), time.monotonic()
         pool.go()
         try:

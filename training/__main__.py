@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         code = trainer.train()
     except Regroup as e:  # the ranks agreed to stop here; close() below waits for this step's snapshot
         code = e.exit_code
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the job's one reporter: a known error's line and code, else a crash
         if exit_code(e, KNOWN_ERRORS) is None:
             _crash(trainer)
         code = _report(e)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             # in-memory snapshots since the first bad step must not be what a rerun restores: storage holds
             # the last good state (nothing non-finite is ever saved there)
             trainer.keep_memory = not isinstance(e, Diverged)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - anything else (a signal's exception mid-collective): exit for a restart
         _crash(trainer)
     if trainer is not None:
         trainer.close()

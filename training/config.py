@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cluster_facts import MEMORY_DIR_ENV, NODE_MEMORY_DIR
+# MEMORY_DIR_ENV: re-exported for the rooms that read the memory directory (checkpoint, launch, chaos)
+from cluster_facts import MEMORY_DIR_ENV, NODE_MEMORY_DIR  # noqa: F401
 from training.field_docs import field_docs
 
 PRESET_DIR = Path(__file__).parent / "presets"

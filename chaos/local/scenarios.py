@@ -444,7 +444,7 @@ def _freeze_replicated(run: ScenarioRun, rank: int, at_least: int) -> tuple[int,
         (node,) = run.wait_for(lambda: _some(c.node_of_rank(rank)), f"a running worker of rank {rank}")
         (peer,) = run.wait_for(lambda: _some(c.node_of_rank((rank + nproc) % world)), "the node keeping its replica")
 
-        def in_place() -> int | None:
+        def in_place(node: int = node, peer: int = peer) -> int | None:  # this iteration's nodes
             own = _newest(c.node_memory(node), f"own-r{rank}-w{world}")
             kept = _newest(c.node_memory(peer), f"peer-r{rank}-w{world}")
             ok = own is not None and own == kept and own >= at_least and own % cfg.interval

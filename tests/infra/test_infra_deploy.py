@@ -3,7 +3,6 @@ make deploy / make destroy dry runs, a destroy that leaves nothing a new deploy 
 default, capacity reservations on both platforms, and least-privilege S3 prefixes where the jobs really write."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

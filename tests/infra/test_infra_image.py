@@ -117,7 +117,7 @@ def test_image_tag_follows_the_build_context_only(tmp_path) -> None:
     from tools.image_tag import CONTEXT, copy_context, source_tag  # noqa: PLC0415
 
     copy = tmp_path / "repo"
-    for name, rel in CONTEXT.items():  # a checkout with just the build context
+    for _name, rel in CONTEXT.items():  # a checkout with just the build context
         src, dst = ROOT / rel, copy / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():

@@ -43,7 +43,7 @@ def dry_deploy(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, lis
     proc = subprocess.run([str(root / "scripts/deploy.sh"), *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (line,) = [l for l in proc.stdout.splitlines() if l.startswith("[deploy] would run:")]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("[deploy] would run:")]
     return proc, shlex.split(line.removeprefix("[deploy] would run:"))  # printed with %q
 
 

@@ -304,7 +304,7 @@ def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synt
         "BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like({"Encrypted": True})})]})})
     instances = t.find_resources("AWS::EC2::Instance")
     sha = versions.ETCD_RELEASE_SHA256["arm64"]
-    for i, (lid, inst) in enumerate(sorted(instances.items())):
+    for i, (_lid, inst) in enumerate(sorted(instances.items())):
         assert inst["Properties"]["InstanceType"] == "t4g.small"
         user_data = json.dumps(inst["Properties"]["UserData"])
         assert f"/opt/t5-etcd/member.sh {i} " in user_data
@@ -479,11 +479,11 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
     assert "d /run/pyxis 1777" in (root / "etc/tmpfiles.d/t5-pyxis-enroot.conf").read_text()
     # The example's per-user ENROOT_CONFIG_PATH is replaced (Enroot keeps the first value it reads).
     conf = (root / "etc/enroot/enroot.conf").read_text()
-    assert [l for l in conf.splitlines() if l.startswith("ENROOT_CONFIG_PATH")] == [
+    assert [ln for ln in conf.splitlines() if ln.startswith("ENROOT_CONFIG_PATH")] == [
         "ENROOT_CONFIG_PATH /etc/enroot/cluster-config"]
     creds = root / "etc/enroot/cluster-config/.credentials"
     assert oct(creds.stat().st_mode & 0o777) == "0o644"
-    (line,) = [l for l in creds.read_text().splitlines() if l.startswith("machine")]
+    (line,) = [ln for ln in creds.read_text().splitlines() if ln.startswith("machine")]
     fields = line.split()
     assert fields[:5] == ["machine", REGISTRY, "login", "AWS", "password"]
     # Enroot evaluates a password starting with '$' in a shell at import time: do the same with the fake CLI.
@@ -756,7 +756,7 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
         assert json.loads(_secret(env, CLIENT_SECRET))["ca_cert"] == material["ca_cert"]
         # The units, run as written.
         processes = []
-        for i, root, _ in members:
+        for _i, root, _ in members:
             unit = (root / "etc/systemd/system/t5-etcd.service").read_text()
             assert "User=etcd" in unit and "--client-cert-auth" in unit and "--peer-client-cert-auth" in unit
             processes.append(subprocess.Popen(_exec_start(unit, root), stdout=subprocess.DEVNULL,
@@ -840,8 +840,9 @@ def test_tls_renew_keeps_the_ca_and_init_makes_nothing_twice(tmp_path: Path) -> 
     env = _fake_aws(tmp_path, {MEMBERS_SECRET: "{}", CLIENT_SECRET: "{}"})
     common = ["--region", "us-east-1", "--members-secret", MEMBERS_SECRET, "--client-secret", CLIENT_SECRET,
               "--ips", "10.0.1.10,10.0.2.10,10.0.1.11"]
-    run = lambda *a: subprocess.run([sys.executable, str(TLS_SCRIPT), *a], env=env, capture_output=True, text=True,
-                                    timeout=60)
+    def run(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(TLS_SCRIPT), *a], env=env, capture_output=True, text=True,
+                              timeout=60)
     first = run("init", *common)
     assert first.returncode == 0 and "made a new CA" in first.stdout, first.stderr
     made = json.loads(_secret(env, MEMBERS_SECRET))

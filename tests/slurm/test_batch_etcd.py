@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -297,7 +297,8 @@ def test_store_outage_needs_steps_during_the_outage():
     sc = scenarios(CFG)["store-outage"]
     fault = [Fault("stop every etcd member", 5.5, True, "no member running")]
 
-    def run(records, logs=outage_logs(), **facts):
+    def run(records, logs=None, **facts):
+        logs = outage_logs() if logs is None else logs
         obs = observation(records, fault, 0, 0, **{"store_stopped": 5.5, "store_started": 25.0, "store_back": 25.5,
                                                    **facts})
         obs.detections = sc.noticed(logs)

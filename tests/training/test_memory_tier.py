@@ -232,7 +232,7 @@ def test_a_damaged_newest_snapshot_is_named_moved_aside_and_the_previous_step_re
     assert skipped["copy"] == "own" and (skipped["rank"], skipped["step"]) == (0, 2)
     assert skipped["expected"] == meta["crc32c"] and skipped["found"] != meta["crc32c"]
     (line,) = [r.getMessage() for r in caplog.records if "damaged memory snapshot" in r.getMessage()]
-    assert f"own-node copy of rank 0's shard of step 2" in line and f"expected {meta['crc32c']}" in line
+    assert "own-node copy of rank 0's shard of step 2" in line and f"expected {meta['crc32c']}" in line
     (moved,) = (t.root / "quarantine").iterdir()  # kept for inspection, not deleted
     names = sorted(p.name for p in moved.iterdir())
     assert names == ["DAMAGED.txt", f"own-r0-w1.{slot}.data", f"own-r0-w1.{slot}.meta"]

@@ -94,7 +94,7 @@ def test_resume_with_other_settings_stops_and_names_them_then_accepting_applies_
     r = run(tmp_path, "--train.lr", "0.01", "--data.source", str(data))
     assert r.returncode == 4, r.stdout + r.stderr
     err = r.stderr
-    assert "train.lr: 0.001 -> 0.01" in err and f"data.source: builtin (content" in err and str(data) in err
+    assert "train.lr: 0.001 -> 0.01" in err and "data.source: builtin (content" in err and str(data) in err
     accept = [ln.split()[-1] for ln in err.splitlines() if ln.strip().startswith("--checkpoint.accept_changes")]
     assert accept and set(accept[0].split(",")) == {"train.lr", "data.source"} and "Nothing was loaded" in err
     assert err.count("belongs to a run with other settings") == 1  # rank 0 speaks for the job

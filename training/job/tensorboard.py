@@ -96,7 +96,7 @@ class TensorBoardLog:
                 self._write(writer, rec)
                 if self._queue.empty():
                     writer.flush()
-        except Exception as e:  # a full disk, a broken directory: say so, keep training
+        except Exception as e:  # noqa: BLE001 - a full disk, a broken directory: say so, keep training
             _warn(f"TensorBoard event files in {self.directory} can no longer be written ({e}); training "
                   "continues, metrics.jsonl has every record")
             while self._queue.get() is not None:  # let producers go on queueing without blocking
@@ -105,7 +105,7 @@ class TensorBoardLog:
             if writer is not None:
                 try:
                     writer.close()
-                except Exception:
+                except Exception:  # noqa: BLE001 - already reported above, or closing a writer that failed
                     pass
 
     def _open(self, first: dict[str, Any]):

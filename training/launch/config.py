@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 # RDZV_ENV, IDENTICAL_WORKERS_ENV: torchrun's environment, shared with the EKS runtime (re-exported here)
-from cluster_facts import IDENTICAL_WORKERS_ENV, RDZV_ENV, PlatformTimeouts, platform_timeouts
+from cluster_facts import IDENTICAL_WORKERS_ENV, RDZV_ENV, PlatformTimeouts, platform_timeouts  # noqa: F401
 from training.launch.rendezvous.rounds import ETCD_MAX_TXN_OPS, MAX_ROUND_NODES
 
 DEFAULT_RDZV_PORT = 29400

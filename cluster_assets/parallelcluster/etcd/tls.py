@@ -168,7 +168,8 @@ def _ips(text: str) -> list[str]:
         try:
             ipaddress.IPv4Address(ip)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--ips {text!r}: {ip!r} is not an IPv4 address (e.g. 10.0.1.10,...)")
+            raise argparse.ArgumentTypeError(f"--ips {text!r}: {ip!r} is not an IPv4 address (e.g. 10.0.1.10,...)") \
+                from None
     if len(set(ips)) != len(ips) or len(ips) % 2 == 0:
         raise argparse.ArgumentTypeError(f"--ips {text!r}: give an odd number of distinct member addresses")
     return ips

@@ -40,8 +40,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from cluster_facts.versions import WATCH_PROGRESS_S
-
 #: Seconds to connect to one member before the next is tried (members answer in milliseconds; a keep-alive that
 #: waited longer on a black-holed member would risk its own lease), and to wait for its answer once connected (a
 #: loaded member that answers late still renewed the lease: only a member that does not answer at all is left).
