@@ -4,7 +4,7 @@
 #> PRESET    debug      training preset (training/presets/*.toml); PLATFORM=eks defaults to t5-base
 #> NPROC     2          processes per node; local chaos-test: 1; slurm/eks: one per GPU of the instance type
 #> NODES     1          nodes; local train: NODES>1 simulates that many here; chaos-test, slurm, eks: 2 (the default deploy's GPU nodes)
-#> SPARES    0          hot-spare nodes beyond NODES (local simulated, extra Slurm nodes, or extra EKS pods): they replace a lost node, the world size stays; local chaos-test: the soak's (SOAK; default 1), its scenarios choose their own
+#> SPARES    0          hot-spare nodes beyond NODES (local simulated, extra Slurm nodes, or extra EKS pods): they replace a lost node, the world size stays; local chaos-test: the soak's (SOAK; default 1), its scenarios choose their own; PLATFORM=slurm chaos-test: per job (default 1)
 #> MAX_RESTARTS 3       local train (one node): worker-group restarts from the in-memory snapshot before the run fails
 #> SOAK      (off)      chaos-test: a goodput soak of this length (e.g. 10m) with one random fault per minute, instead of the scenarios
 #> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)

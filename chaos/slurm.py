@@ -54,6 +54,7 @@ from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from cluster_assets.slurm.config import REPO_DIR, SlurmJobConfig
 from cluster_assets.slurm.render import render
+from tools.env_flags import EnvFlagError, env_count
 from tools.slurm import slurmctl
 from training.checkpoint import MARKER
 from training.job.lifecycle import worker_rank
@@ -1039,12 +1040,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default=d.scenarios, help="comma-separated scenario names (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or d.nodes), help="nodes (env NODES; 2)")
+    p.add_argument("--nodes", type=int, help=f"nodes (env NODES; {d.nodes})")
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
     p.add_argument("--fault-step", type=int, default=d.fault_step, help=f"fault after this step (default {d.fault_step})")
-    p.add_argument("--spares", type=int, default=d.spares, help=f"hot-spare nodes per job (default {d.spares})")
+    p.add_argument("--spares", type=int, help=f"hot-spare nodes per job (env SPARES; {d.spares})")
     p.add_argument("--work-dir", default=d.work_dir, help=f"shared dir for jobs + reports (default {d.work_dir})")
     p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,
                    help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)")
@@ -1061,6 +1062,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    d = SlurmChaosConfig()
+    try:  # make chaos-test's NODES and SPARES, as make train reads them (a flag wins)
+        a.nodes = a.nodes if a.nodes is not None else env_count("NODES", d.nodes, 1)
+        a.spares = a.spares if a.spares is not None else env_count("SPARES", d.spares, 0)
+    except EnvFlagError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.list:
         print(catalog.listing("slurm"))
         return 0

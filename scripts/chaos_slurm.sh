@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make chaos-test PLATFORM=slurm: kill a node, kill training processes, send the pre-timeout signal on a real
 # Slurm cluster (the local lab, brought up if needed) and prove the final weights are bitwise equal to an
-# uninterrupted run. Arguments go to python -m chaos.slurm (--help). Needs root.
+# uninterrupted run. Arguments go to python -m chaos.slurm (--help); NODES and SPARES are its --nodes and --spares
+# unless those are given. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(scripts/venv.sh)
