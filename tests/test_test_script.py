@@ -31,9 +31,10 @@ def workers_by_file(stdout: str) -> dict[str, set[str]]:
 
 def test_the_suite_runs_on_two_workers_by_default_and_in_one_process_on_request():
     r = run("-p", "no:cacheprovider", "tests/test_make_help.py")
-    assert r.returncode == 0 and "2 passed" in r.stdout and "created: 2/2 workers" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "3 passed" in r.stdout and "created: 2/2 workers" in r.stdout, r.stdout + r.stderr
+    assert "slowest 25 durations" in r.stdout  # every run says where its time went
     r = run("-p", "no:cacheprovider", "tests/test_make_help.py", TEST_WORKERS="0")
-    assert r.returncode == 0 and "2 passed" in r.stdout and "workers" not in r.stdout, r.stdout
+    assert r.returncode == 0 and "3 passed" in r.stdout and "workers" not in r.stdout, r.stdout
 
 
 def test_a_files_tests_stay_on_one_worker():
