@@ -5,6 +5,7 @@
 * :mod:`~training.checkpoint.storage`: :class:`StorageTier`, DCP checkpoints on shared storage (async saves,
   commit markers with CRC32C, verification, quarantine, retention);
 * :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots every step on the node and a peer;
+* :mod:`~training.checkpoint.restore_plan`: which snapshot a restart restores and which copy of each shard (pure);
 * :mod:`~training.checkpoint.layout`: a checkpoint directory's names and discovery (torch-free);
 * :mod:`~training.checkpoint.staging`: the reused host buffers async saves copy into;
 * :mod:`~training.checkpoint.integrity`: CRC32C of files and the words for storage and peer failures;

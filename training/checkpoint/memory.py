@@ -59,6 +59,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
+from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots
 from training.checkpoint.integrity import checksum, crc32c_bytes, hexdigest
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
@@ -589,31 +590,22 @@ class MemoryTier:
         node = f"{socket.gethostname()}:{self.root}"  # the ranks of one node list the same files
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, (node, mine, damaged), group=self.group)
-        self.skipped = [d for _, _, ds in gathered for d in ds]
-        bad = {(n, d["rank"], d["world"], d["step"], d["copy"]) for n, _, ds in gathered for d in ds}
-        everyone = [[e for e in inv if (n, *e) not in bad] for n, inv, _ in gathered]
-        holders: dict[tuple[int, int, int], list[tuple[int, str]]] = {}  # (world, step, shard) -> [(rank, kind)]
-        for holder, inv in enumerate(everyone):
-            for s, w, step, kind in inv:
-                holders.setdefault((w, step, s), []).append((holder, kind))
-        complete = {(step, w) for w, step, _ in holders if all((w, step, s) in holders for s in range(w))}
-        # newest step first; at equal steps the one needing no re-cut
-        chosen = max(complete, key=lambda sw: (sw[0], sw[1] == self.world), default=None)
-        if chosen is None or chosen[0] <= storage_step:
-            if self.rank == 0 and chosen is None and any(everyone):
-                worlds = sorted({w for w, _, _ in holders})
+        search = search_snapshots(gathered, world=self.world)
+        self.skipped = search.skipped
+        if not restores_from_memory(search, storage_step=storage_step):
+            if self.rank == 0 and search.chosen is None and any(search.usable):
                 why = ("once the damaged copies are skipped" if self.skipped else
                        "a snapshot was lost with its node and its replica")
                 log.info("memory snapshots: no step complete for every shard (world size %s; %s); restoring from "
-                         "storage", ",".join(map(str, worlds)), why)
+                         "storage", ",".join(map(str, search.worlds)), why)
             return None
-        step, world = chosen
+        step, world = search.chosen
         ok, tier = 1, "memory"
         try:
             if world == self.world:
-                tier = self._restore_same_world(state, step, holders)
+                tier = self._restore_same_world(state, step, search.holders)
             else:
-                tier = self._restore_resharded(state, step, world, holders, everyone)
+                tier = self._restore_resharded(state, step, world, search.holders, search.usable)
         except Exception as e:  # noqa: BLE001 - any rank failing sends every rank to storage
             log.warning("WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s); restoring from "
                         "storage", self.rank, step, type(e).__name__, e)
@@ -631,9 +623,7 @@ class MemoryTier:
         return self.restored
 
     def _restore_same_world(self, state: dict[str, Any], step: int, holders) -> str:
-        # each shard from its own rank's node when it is there (no transfer), else from the first holder
-        plan = {s: next((hk for hk in holders[(self.world, step, s)] if hk[0] == s), holders[(self.world, step, s)][0])
-                for s in range(self.world)}
+        plan = same_world_sources(holders, world=self.world, step=step)
         meta, data = self._fetch(step, plan)
         tensors = [v.clone() for v in _views(data, meta["layout"])]
         for key, obj in state.items():
