@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def test_argv_has_elastic_rendezvous_and_training_module():
     assert flag(argv, "nnodes") == "1:2"
     assert flag(argv, "nproc-per-node") == "1"
     assert flag(argv, "max-restarts") == "5"
-    assert flag(argv, "rdzv-backend") == "c10d"
+    assert flag(argv, "rdzv-backend") == "t5-etcd"  # LaunchConfig's default coordinator, as on every platform
+    assert flag(torchrun_argv(replace(cfg, coordinator="store")), "rdzv-backend") == "c10d"
     assert flag(argv, "rdzv-endpoint") == "127.0.0.1:4000"
     assert flag(argv, "rdzv-id") == "job7"
     i = argv.index("--module")
@@ -48,10 +50,12 @@ def test_argv_has_elastic_rendezvous_and_training_module():
 
 
 def test_rdzv_conf_is_tuned_and_external_store_is_a_client():
-    conf = dict(kv.split("=") for kv in rdzv_conf(LaunchConfig()).split(","))
+    conf = dict(kv.split("=") for kv in rdzv_conf(LaunchConfig(coordinator="store")).split(","))
     assert conf == {"last_call_timeout": "3", "close_timeout": "10", "join_timeout": "120", "read_timeout": "30",
                     "keep_alive_interval": "1", "keep_alive_max_attempt": "2", "is_host": "false"}
-    hosted = rdzv_conf(LaunchConfig(external_store=False, tuning=RdzvTuning(keep_alive_max_attempt=3)))
+    assert "is_host" not in rdzv_conf(LaunchConfig())  # etcd (the default): no c10d store to host or not
+    hosted = rdzv_conf(LaunchConfig(coordinator="store", external_store=False,
+                                    tuning=RdzvTuning(keep_alive_max_attempt=3)))
     assert "is_host" not in hosted and "keep_alive_max_attempt=3" in hosted
 
 
@@ -135,6 +139,21 @@ def test_slurm_requeue_gets_a_fresh_rendezvous_and_external_store_wins():
     assert cfg.rdzv_id == "slurm-4242-r2"
     assert cfg.rdzv_endpoint == "head:29999" and cfg.external_store
     assert flag(torchrun_argv(cfg), "nnodes") == "3:4"
+
+
+def test_each_mapping_sets_the_coordinator_itself():
+    """etcd where the platform gives it (T5_ETCD_ENDPOINTS) or locally; without it the clusters fall back to torch's
+    c10d on a store, whatever LaunchConfig's default is."""
+    etcd = {"T5_ETCD_ENDPOINTS": "https://10.0.0.2:2379"}
+    slurm = dict(SLURM, T5_RDZV_ENDPOINT="head:29999")  # no scontrol needed
+    assert config_from_slurm(slurm, first_host=expand_first_host).coordinator == "store"
+    assert config_from_slurm({**slurm, **etcd}, first_host=expand_first_host).coordinator == "etcd"
+    assert config_from_pet(PET).coordinator == "store"
+    assert config_from_pet({**PET, **etcd}).coordinator == "etcd"
+    assert config_from_env("local", {}).coordinator == "etcd"
+    assert config_from_env("local", {"T5_COORDINATOR": "store"}).coordinator == "store"
+    assert config_from_env("local", {"T5_RDZV_ENDPOINT": "127.0.0.1:1"}).coordinator == "store"
+    assert config_from_env("local", {"T5_COORDINATOR": "store", **etcd}).coordinator == "etcd"
 
 
 def test_slurm_missing_variable_says_which():

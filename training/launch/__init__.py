@@ -9,7 +9,8 @@
 * :mod:`~training.launch.hostlist`: the first host of a Slurm hostlist;
 * :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
 * :mod:`~training.launch.store_check`: does the standalone store answer, and serve this job (``--job-id``)?
-* :mod:`~training.launch.local`: simulated nodes here (a standalone store plus one agent per node);
+* :mod:`~training.launch.local`: simulated nodes here (3 etcd members on loopback, or with
+  ``T5_COORDINATOR=store`` a standalone c10d store, plus one agent per node);
 * :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C;
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
   :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks);

@@ -4,17 +4,23 @@ Every platform goes through the same typed :class:`LaunchConfig` and the same :f
 local multi-node run exercises exactly the torchrun arguments the clusters use:
 
 * ``--nnodes=MIN:MAX`` elastic membership, ``--max-restarts`` for worker failures;
-* c10d rendezvous with tuned timeouts (``--rdzv-conf``) and a fast keep-alive, so a lost node is noticed in
-  seconds instead of ~50 s;
-* ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: works around a torch 2.13 deadlock when a node joins a later
-  rendezvous round (pytorch#147064);
+* membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`): 3 members off the
+  training nodes, each agent's lease with a fast keep-alive (TTL 1 s x 2), so a lost node is noticed in about
+  2 s instead of ~50 s; tuned round timeouts (``--rdzv-conf``);
+* each round's store (rank assignment, exit barrier) is served by that round's rank-0 agent, so no process
+  outside the round can end the job: losing *any* node, rank 0's included, ends only the round;
+* ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: the workers get a store of their own, not the round's (works
+  around a torch 2.13 deadlock when a node joins a later rendezvous round, pytorch#147064);
 * ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` with a fixed ``--nproc-per-node``: workers' ranks from the node's
   rendezvous rank, no gather through rank 0's store (a node lost after its round formed is a lost node, not a
   30 s store timeout that fails every agent);
-* the rendezvous store can live outside every training node (``is_host=false`` against
-  ``python -m training.rdzv_store``), so the job survives losing *any* node, including rank 0's;
 * a short process-group timeout after the first step (``--parallel.train_timeout_s``) so a hung peer is
   detected in seconds, not the 10-30 minute defaults.
+
+Without etcd (``T5_COORDINATOR=store``, ``--rdzv-endpoint``, or a cluster that gives no ``T5_ETCD_*``) the
+agents fall back to torch's own c10d rendezvous, as torch ships it (no hot spares there), on a standalone store
+(``is_host=false`` against ``python -m training.rdzv_store``; on Slurm the first node's when the head node's
+store does not answer).
 
 Usage::
 
@@ -33,17 +39,19 @@ Environment read by the mappings (flags win over environment):
   (first host via ``scontrol show hostnames``), SLURM_GPUS_ON_NODE.
 * pet (Kubeflow Trainer v2 torch plugin): PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
   PET_MASTER_ADDR, PET_MASTER_PORT.
-* all: T5_RDZV_ENDPOINT (HOST:PORT of a standalone store -> is_host=false), T5_RDZV_ID, T5_MIN_NODES,
-  T5_SPARES (Slurm: that many nodes of the allocation are hot spares; it trains on the others).
+* all: T5_ETCD_ENDPOINTS and the other T5_ETCD_* (the cluster's etcd and the job's credentials: the etcd
+  coordinator; on Slurm and EKS without them, the c10d fallback), T5_RDZV_ENDPOINT (HOST:PORT of a standalone
+  store -> c10d, is_host=false), T5_RDZV_ID, T5_MIN_NODES, T5_SPARES (Slurm: that many nodes of the allocation
+  are hot spares; it trains on the others).
 
-Hot spares (``--spares K``): K more agents with the same command line join the rendezvous; beyond MAX nodes
-torch keeps them on its redundancy list, and when a node is lost the next round takes a spare instead, so the
-world size stays the same and the job resumes bitwise as if nothing happened (the lost node's shards come from
-their replica in the in-memory tier). Whichever agents join first train; the others are the spares.
+Hot spares (``--spares K``, etcd only): K more agents with the same command line join the rendezvous; beyond
+MAX nodes they stay members without a seat, and when a node is lost the next round gives its rank to a spare,
+so the world size stays the same and the job resumes bitwise as if nothing happened (the lost node's shards come
+from their replica in the in-memory tier). Whichever agents join first train; the others are the spares.
 
 Stopping: Ctrl-C or SIGTERM makes the workers checkpoint at the next step and exit (a second Ctrl-C stops
-everything at once, without the checkpoint); if a local launcher dies, even by SIGKILL, its agents and store
-get SIGTERM; workers always die with their agent. Each agent is torchrun's, run as ``python -m training.launch.agent``.
+everything at once, without the checkpoint); if a local launcher dies, even by SIGKILL, its agents, etcd members
+and store get SIGTERM; workers always die with their agent. Each agent is torchrun's, run as ``python -m training.launch.agent``.
 
 Exit codes: 0 finished, 2 bad settings, 7 checkpoint.dir in use by another run (local: checked before any agent
 starts), 128+signum after a stop (130 Ctrl-C, 143 SIGTERM: rerun to resume), otherwise the first failed
@@ -106,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", help="workers per node (int|gpu|cpu|auto)")
     p.add_argument("--max-restarts", type=_whole("--max-restarts", 3),
                    help="worker-group restarts before failing (default 3)")
-    p.add_argument("--rdzv-endpoint", help="HOST:PORT of a standalone store (implies is_host=false)")
+    p.add_argument("--rdzv-endpoint", help="HOST:PORT of a standalone store: torch's c10d rendezvous instead of etcd "
+                        "(implies is_host=false)")
     p.add_argument("--rdzv-id", help="rendezvous id (default derived from the platform)")
     p.add_argument("--node-hosts-store", action="store_true",
                    help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)")

@@ -64,18 +64,19 @@ class LaunchConfig:
         min_nodes: fewest nodes the job keeps training with (MIN of ``--nnodes``); below it, it waits up
             to ``tuning.join_timeout`` for replacements. ``min_nodes == max_nodes`` = fixed-size job.
         max_nodes: nodes the job grows back to (MAX of ``--nnodes``).
-        spares: hot spares: nodes started beyond ``max_nodes`` whose agents wait in the rendezvous (torch's
-            redundancy list) and take a lost node's place in the next round, so the world size does not
+        spares: hot spares: nodes started beyond ``max_nodes`` whose agents wait in the etcd rendezvous
+            (members without a seat) and take a lost node's place in the next round, so the world size does not
             shrink. Same command line as a training node; which agents train is decided by who is up when the
             first round closes (ranks among them follow ``node_rank``).
         nproc_per_node: worker processes per node (int, or torchrun's "gpu"/"cpu"/"auto").
         rdzv_endpoint: HOST:PORT of the rendezvous store.
         rdzv_id: job identity in the store; all agents of one job attempt share it. A relaunch after the
             job ended (requeue) should use a new id: a finished job closes its rendezvous for good.
-        coordinator: where the agents keep their membership: ``etcd`` (a 3-member etcd cluster, the
-            ``t5-etcd`` rendezvous of :mod:`training.launch.rendezvous`; the agents get its endpoints and the
+        coordinator: where the agents keep their membership: ``etcd`` (the default: a 3-member etcd cluster,
+            the ``t5-etcd`` rendezvous of :mod:`training.launch.rendezvous`; the agents get its endpoints and the
             job's credentials as ``T5_ETCD_*`` variables, ``etcd_env``) or ``store`` (torch's c10d rendezvous on
-            ``rdzv_endpoint``: the clusters' standalone store until they run etcd).
+            ``rdzv_endpoint``: the fallback of a cluster that gives no etcd, ``T5_COORDINATOR=store`` locally).
+            The platform mappings (:mod:`training.launch.from_env`) always set it.
         etcd_env: the ``T5_ETCD_*`` variables of the job's etcd credentials (``coordinator`` etcd).
         external_store: True when ``rdzv_endpoint`` is a standalone store no training node hosts
             (``python -m training.rdzv_store``); agents then only connect (``is_host=false``). False:
@@ -104,7 +105,7 @@ class LaunchConfig:
     nproc_per_node: int | str = 1
     rdzv_endpoint: str = f"127.0.0.1:{DEFAULT_RDZV_PORT}"
     rdzv_id: str = "t5-local"
-    coordinator: str = "store"
+    coordinator: str = "etcd"
     etcd_env: tuple[tuple[str, str], ...] = ()
     external_store: bool = True
     max_restarts: int = 3

@@ -35,13 +35,15 @@ def _nnodes(raw: str, name: str) -> tuple[int | None, int]:
         raise LaunchError(f"{name}={raw!r}: expected N or MIN:MAX") from None
 
 
-def _common(env: Mapping[str, str], default_endpoint: str, default_id: str) -> dict:
-    """Overrides every mapping honours: an external store, an explicit id, the MIN of --nnodes."""
+def _common(env: Mapping[str, str], default_endpoint: str, default_id: str, without_etcd: str = "store") -> dict:
+    """Overrides every mapping honours: an external store, an explicit id, the MIN of --nnodes; and the
+    coordinator: etcd when the platform gives its endpoints (``T5_ETCD_ENDPOINTS``), else ``without_etcd``
+    (the clusters': torch's c10d on a store; never left to :class:`LaunchConfig`'s default)."""
     ext = env.get("T5_RDZV_ENDPOINT", "")
     out: dict = {"rdzv_endpoint": ext or default_endpoint, "external_store": bool(ext),
-                 "rdzv_id": env.get("T5_RDZV_ID") or default_id}
-    if env.get("T5_ETCD_ENDPOINTS"):  # an etcd cluster the platform runs; its T5_ETCD_* reach the agents as they are
-        out["coordinator"] = "etcd"
+                 "rdzv_id": env.get("T5_RDZV_ID") or default_id,
+                 # an etcd cluster the platform runs; its T5_ETCD_* reach the agents as they are
+                 "coordinator": "etcd" if env.get("T5_ETCD_ENDPOINTS") else without_etcd}
     if env.get("T5_MIN_NODES"):
         out["min_nodes"] = _int_env(env, "T5_MIN_NODES", "set it to the fewest nodes to keep training with")
     if env.get("T5_SPARES"):
@@ -53,7 +55,7 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
     """Map a Slurm allocation (one launcher per node, e.g. ``srun --ntasks-per-node=1``) to a LaunchConfig.
 
     The rendezvous id includes SLURM_RESTART_COUNT so a requeued job starts a fresh rendezvous.
-    Without T5_RDZV_ENDPOINT the first allocated host serves the store (plain c10d). With T5_SPARES=K the
+    Without T5_ETCD_ENDPOINTS (etcd) or T5_RDZV_ENDPOINT the first allocated host serves a c10d store. With T5_SPARES=K the
     allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes (``--nnodes MIN:MAX``
     with that MAX) and the K others wait in the rendezvous for a lost node's place.
     """
@@ -82,7 +84,8 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     """Map the Kubeflow Trainer v2.3 torch plugin's ``PET_*`` variables (container ``node``) to a LaunchConfig.
 
     PET_MASTER_ADDR is ``<job>-node-0-0.<job>``: the part after the first dot (the TrainJob name) is the
-    rendezvous id unless T5_RDZV_ID is set. Without T5_RDZV_ENDPOINT node 0 serves the store. With
+    rendezvous id unless T5_RDZV_ID is set. Without T5_ETCD_ENDPOINTS (etcd, which the runtime gives) or
+    T5_RDZV_ENDPOINT node 0 serves a c10d store. With
     T5_SPARES=K, K of the PET_NNODES pods are hot spares: the job trains on PET_NNODES - K (MAX).
     """
     hint = "this mapping runs inside a Kubeflow TrainJob pod (torch runtime, container 'node')"
@@ -127,9 +130,9 @@ def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
     nodes = _int_env(env, "NODES", hint) if env.get("NODES") else 2
     if nodes < 1:
         raise LaunchError(f"NODES={nodes} is not a number of nodes: {hint}")
-    common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local")
+    common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local",
+                     without_etcd=env.get("T5_COORDINATOR") or ("store" if env.get("T5_RDZV_ENDPOINT") else "etcd"))
     common["external_store"] = True  # local runs never host the store in an agent (run_local starts it)
-    common.setdefault("coordinator", env.get("T5_COORDINATOR") or ("store" if env.get("T5_RDZV_ENDPOINT") else "etcd"))
     if env.get("SPARES") and "spares" not in common:
         common["spares"] = _int_env(env, "SPARES", "set it to the number of hot-spare nodes (0 = none)")
     return LaunchConfig(max_nodes=nodes, nproc_per_node=_nproc_env(env, "NPROC", "1"), **common)

@@ -1,4 +1,5 @@
-"""Simulated nodes on this machine: a standalone rendezvous store plus one torchrun agent per node.
+"""Simulated nodes on this machine: the membership (3 etcd members on loopback, :func:`start_etcd`; with
+``T5_COORDINATOR=store`` a standalone c10d store, :func:`start_store`) plus one torchrun agent per node.
 
 Used by ``python -m training.launch`` (``--from-env local``) and by the chaos harness (:func:`start_store`).
 
