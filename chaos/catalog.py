@@ -10,7 +10,8 @@ SCENARIOS: dict[str, str] = {
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
     "network-cut": "take a node's network link down mid-training: its processes run on, cut off (a partition)",
-    "silent-node": "SIGSTOP a whole node (sockets stay open): its stopped keep-alives declare it lost, the job re-forms",
+    "silent-node": "SIGSTOP a whole node (sockets stay open): its stopped keep-alives declare it lost, "
+                   "the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
                             "the world size never shrinks",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "

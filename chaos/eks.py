@@ -18,9 +18,9 @@
 4. Waits for the TrainJob to complete, reads both jobs' metrics from FSx and judges the run with the common
    chaos verdict (``chaos.verdict``): every fault confirmed, noticed and recovered from, only the faulted pods
    replaced (store and other pods keep their uids, no JobSet restart) or one gang restart per fault, as the
-   installed runtime promises, steps recomputed per fault, completion, every sample used exactly once, final weights bitwise equal to the reference (compared
-   by ``python -m training.compare`` inside the reader pod, on FSx), same losses. Prints the common table
-   and writes JSON.
+   installed runtime promises, steps recomputed per fault, completion, every sample used exactly once, final weights
+   bitwise equal to the reference (compared by ``python -m training.compare`` inside the reader pod, on FSx), same
+   losses. Prints the common table and writes JSON.
 
 Exit: 0 every check passed, 1 a check failed (the report says which), 2 no usable cluster/bad arguments.
 Costs GPU time (twice the job without --reference-job): TrainJobs are deleted at the end unless --keep (their
@@ -73,7 +73,8 @@ def chaos_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("chaos")
     g.add_argument("--steps", type=int, default=600, help="train.steps of the chaos job (default 600)")
     g.add_argument("--interval", type=int, default=25, help="checkpoint.interval (default 25)")
-    g.add_argument("--gap", type=int, default=0, help="steps between a recovery and the next fault (default 3x interval)")
+    g.add_argument("--gap", type=int, default=0,
+                   help="steps between a recovery and the next fault (default 3x interval)")
     g.add_argument("--drain-node", action="store_true", help="also drain a GPU node (needs a spare GPU node)")
     g.add_argument("--reference-job", default="",
                    help="an earlier uninterrupted TrainJob with the same arguments whose FSx files to compare with "

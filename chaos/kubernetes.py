@@ -142,7 +142,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         exited_ok={"Complete": True, "Failed": False}.get(emu.state), exit_detail=f"TrainJob {emu.state}",
         steps=steps, global_batch=global_batch, final_committed=(final / "COMMITTED.json").exists(),
         weight_diffs=compare_weights(final, reference) if reference else None, reference_records=ref_records,
-        wall_s=(emu.events[-1].time - t0) if emu.events else 0.0, facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted})
+        wall_s=(emu.events[-1].time - t0) if emu.events else 0.0,
+        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted})
     res = ScenarioResult(name=",".join(names) or "no-fault", title="pod faults under Trainer v2.3 + JobSet",
                          t0=t0, workdir=str(out_dir),
                          events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
@@ -174,7 +175,8 @@ def _rel(t: float | None, t0: float) -> float | None:
 def header(rep: dict[str, Any]) -> str:
     """The Kubernetes line above the common table: TrainJob state, JobSet restarts, shape."""
     return (f"=== {rep.get('title', 'Kubernetes chaos report')} ===\n"
-            f"TrainJob {rep.get('trainjob')}: {rep.get('state')}" + (f" ({rep['message']})" if rep.get("message") else "")
+            f"TrainJob {rep.get('trainjob')}: {rep.get('state')}"
+            + (f" ({rep['message']})" if rep.get("message") else "")
             + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
             + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
             + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")
@@ -195,7 +197,7 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"  {r.kind}: detect {fmt(r.detect_s)} s, recover {fmt(r.recover_s)} s, "
                      f"{r.steps_lost} step(s) recomputed")
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
-    lines.append("detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of the resumed "
-                 "attempt; lost: steps recomputed")
+    lines.append("detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of "
+                 "the resumed attempt; lost: steps recomputed")
     lines += [f"  emulated: {d}" for d in rep.get("differences") or []]
     return "\n".join(lines)

@@ -173,8 +173,8 @@ def breakdown_table(results: list[ScenarioResult]) -> str:
                      + f"{_fmt(f[0].recover_s):>7}")
     if len(lines) == 1:
         return ""
-    lines.append("(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: its start-up; "
-                 "first_step: start event to the first step's record)")
+    lines.append("(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: "
+                 "its start-up; first_step: start event to the first step's record)")
     return "\n".join(lines)
 
 

@@ -597,7 +597,8 @@ def check_no_requeue(obs: Observation) -> Check:
 def check_no_node_lost(obs: Observation) -> Check:
     """No agent declared a node lost: the store's trouble cost no member its place."""
     lost = [line for _, line in obs.logs if RDZV_LOST_RE.search(line) or "[agent] lost node(s)" in line]
-    return Check("no node declared lost", not lost, lost[0].strip()[:200] if lost else "no lost-node line in the job log")
+    return Check("no node declared lost", not lost,
+                 lost[0].strip()[:200] if lost else "no lost-node line in the job log")
 
 
 def _store_back(obs: Observation) -> float | None:
@@ -1015,8 +1016,8 @@ def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = 
             progress("lab: down (this run started it)")
     rows = report.targets(cfg.interval, {r.name: r for r in results})
     png = report.timeline_png(out_dir / "timeline.png", results,
-                              f"Slurm chaos test: {cfg.nodes} nodes + {cfg.spares} spare, {cfg.preset}, {cfg.steps} steps, "
-                              f"checkpoint every {cfg.interval} ({lab_settings})").path
+                              f"Slurm chaos test: {cfg.nodes} nodes + {cfg.spares} spare, {cfg.preset}, "
+                              f"{cfg.steps} steps, checkpoint every {cfg.interval} ({lab_settings})").path
     report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
                       rows, png)
     return {"passed": all(r.passed for r in results), "results": results, "wall_s": time.monotonic() - t0,
@@ -1044,7 +1045,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
-    p.add_argument("--fault-step", type=int, default=d.fault_step, help=f"fault after this step (default {d.fault_step})")
+    p.add_argument("--fault-step", type=int, default=d.fault_step,
+                   help=f"fault after this step (default {d.fault_step})")
     p.add_argument("--spares", type=int, help=f"hot-spare nodes per job (env SPARES; {d.spares})")
     p.add_argument("--work-dir", default=d.work_dir, help=f"shared dir for jobs + reports (default {d.work_dir})")
     p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,

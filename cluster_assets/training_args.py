@@ -19,9 +19,9 @@ def split_training_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(submit options, training arguments) of a submit command line: every ``--section.field VALUE``, ``--config
     FILE`` and everything after a bare ``--`` is the training job's.
 
-    Split before the submit's own parser sees the line: argparse would read a value that starts with '-' (``--train.steps
-    -1``) as an option of its own, not as the value of a flag it does not know. Training flags always take one value
-    (booleans as true/false), so the value is the next word unless the flag has ``=VALUE``.
+    Split before the submit's own parser sees the line: argparse would read a value that starts with '-'
+    (``--train.steps -1``) as an option of its own, not as the value of a flag it does not know. Training flags always
+    take one value (booleans as true/false), so the value is the next word unless the flag has ``=VALUE``.
     """
     ours: list[str] = []
     train: list[str] = []

@@ -10,8 +10,9 @@
   kubespray's checksum table and in several independent pins; not re-downloaded here, no network to github.com).
 * **The EKS cluster** runs :data:`ETCD_IMAGE`: Kubernetes' own etcd image (the one kubeadm deploys for
   Kubernetes 1.34), pinned by tag and digest. Its digest was taken from one public Kubernetes manifest that pins
-  the same image (a single source: unverified); it was not pulled from the registry here (no network): ``crane digest``/``docker pull`` it before
-  bumping, and the pod fails to start (ErrImagePull) rather than run anything else if it is wrong.
+  the same image (a single source: unverified); it was not pulled from the registry here (no network):
+  ``crane digest``/``docker pull`` it before bumping, and the pod fails to start (ErrImagePull) rather than run anything
+  else if it is wrong.
 
 Standard library only, like the rest of ``cluster_facts``.
 """
@@ -39,8 +40,8 @@ WATCH_PROGRESS_S = 5
 #: The cost of etcd's bcrypt hash of its users' passwords (``--bcrypt-cost``; etcd's default is 10, its least 4).
 #: Every login checks the password against that hash on the member that takes it: at 10 that took ~85 ms of a
 #: member's CPU here, so 1,024 agents logging in at once kept three members busy for ~30 s each (``python -m
-#: tools.login_cost``; the agents log in at start and again before each 10-minute token expires). A slow hash protects passwords
-#: a person chose against guessing once the hash is stolen; every password here is a random secret of 144 bits
+#: tools.login_cost``; the agents log in at start and again before each 10-minute token expires). A slow hash protects
+#: passwords a person chose against guessing once the hash is stolen; every password here is a random secret of 144 bits
 #: or more (``secrets.token_urlsafe``: root's, each job's), which no number of guesses finds, so the cheapest cost
 #: gives nothing away and takes ~64 times less CPU per login.
 BCRYPT_COST = 4

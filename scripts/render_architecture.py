@@ -36,7 +36,8 @@ def render(dot: Path) -> Path:
 
 def main() -> int:
     if shutil.which("dot") is None:
-        print("error: Graphviz's `dot` is not installed; install it (Debian: apt-get install graphviz)", file=sys.stderr)
+        print("error: Graphviz's `dot` is not installed; install it (Debian: apt-get install graphviz)",
+              file=sys.stderr)
         return 2
     for dot in sorted(DOCS.glob("*.dot")):
         print(f"rendered {render(dot).relative_to(DOCS.parents[1])}")

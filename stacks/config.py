@@ -31,7 +31,8 @@ FSX_THROUGHPUT_TIERS = (125, 250, 500, 1000)
 #: An EC2 instance type name: family (letters, generation digit(s), attribute letters, e.g. m7i, c7gn, m7i-flex,
 #: u-6tb1, mac2-m2pro) '.' size (nano .. medium, large, xlarge, Nxlarge, metal, metal-Nxl). A typo such as
 #: m7i.2xlarg or m7i.big would otherwise fail only at deploy time, minutes into CloudFormation.
-EC2_INSTANCE_TYPE = re.compile(r"[a-z]+-?\d+[a-z0-9-]*\.(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)")
+EC2_INSTANCE_TYPE = re.compile(r"[a-z]+-?\d+[a-z0-9-]*\."
+                               r"(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)")
 #: The aws-parallelcluster release the provider stack and the schema test both use.
 PCLUSTER_VERSION = "3.16.1"
 #: Top-level /fsx directories (= S3 prefixes under s3Prefix) where the jobs of each platform write checkpoints

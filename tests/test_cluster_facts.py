@@ -220,7 +220,8 @@ def test_stack_defaults_are_the_shared_names():
     assert SlurmJobConfig().shared_dir == f.FSX_MOUNT_PATH
     pc = build_cluster_config(head_node_instance_type="m7i.2xlarge", head_node_subnet_id="subnet-0123456789abcdef0",
                               compute_subnet_ids=["subnet-0123456789abcdef0"], gpu_instance_type="p5.48xlarge",
-                              compute_resource_name="p5-48xlarge", max_nodes=2, fsx_file_system_id="fs-0123456789abcdef0",
+                              compute_resource_name="p5-48xlarge", max_nodes=2,
+                              fsx_file_system_id="fs-0123456789abcdef0",
                               additional_security_group_ids=["sg-0123456789abcdef0"], bucket_name="b")
     assert pc["Scheduling"]["SlurmQueues"][0]["Name"] == f.GPU_QUEUE
     assert pc["SharedStorage"][0]["MountDir"] == f.FSX_MOUNT_PATH

@@ -125,7 +125,8 @@ def test_own_venv_files_import_only_what_their_requirements_pin() -> None:
         pinned = {canonical(line.split("==")[0]) for line in (ROOT / req).read_text().splitlines()
                   if "==" in line and not line.startswith("#")}
         # That venv is not this one: map the import names whose distribution is named differently by hand.
-        dists = {OWN_VENV_NAMES.get(t, canonical(t)) for t in {m.split(".")[0] for m in third_party_imports(ROOT / rel)}}
+        dists = {OWN_VENV_NAMES.get(t, canonical(t))
+                 for t in {m.split(".")[0] for m in third_party_imports(ROOT / rel)}}
         missing = dists - pinned
         assert not missing, f"{rel} imports {sorted(missing)}, which {req} does not pin"
 

@@ -1,8 +1,9 @@
 """DRY_RUN means the same everywhere: one parser (tools/env_flags.py), and every entry point that reads it.
 
-Each entry point runs (the script its `make` target runs, to see its own exit status) with every spelling. A dry run must print what it would do and exit 0; a
-real run must get past the decision and stop at once for lack of a cluster (no kubeconfig, no sbatch on PATH,
-no AWS credentials), which nothing here has; a bad value must stop with exit 2 naming the variable.
+Each entry point runs (the script its `make` target runs, to see its own exit status) with every spelling. A dry run
+must print what it would do and exit 0; a real run must get past the decision and stop at once for lack of a cluster
+(no kubeconfig, no sbatch on PATH, no AWS credentials), which nothing here has; a bad value must stop with exit 2
+naming the variable.
 """
 from __future__ import annotations
 

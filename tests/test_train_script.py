@@ -10,7 +10,8 @@ from tests.conftest import ROOT
 
 
 def dry_run(*args: str, **env: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in ("PRESET", "NODES", "NPROC", "SPARES", "PLATFORM", "MAX_RESTARTS")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PRESET", "NODES", "NPROC", "SPARES", "PLATFORM", "MAX_RESTARTS")}
     r = subprocess.run(["scripts/train.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**clean, "DRY_RUN": "1", **env})
     assert r.returncode == 0, r.stderr

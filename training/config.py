@@ -199,9 +199,9 @@ class ParallelConfig:
 class StragglerConfig:
     """Straggler detection (training/job/stragglers.py): every step each rank times its own work (the forward
     compute of its FSDP blocks, the parameter all-gathers where it waits for peers excluded, and its optimizer step)
-    and the ranks compare the times in one small all-gather. A rank at least `factor` x the median of the others for `steps` consecutive
-    steps is named (a `straggler` event); with a hot spare waiting, its node leaves the job at that step boundary,
-    after the step's in-memory snapshot, and the spare takes its place."""
+    and the ranks compare the times in one small all-gather. A rank at least `factor` x the median of the others for
+    `steps` consecutive steps is named (a `straggler` event); with a hot spare waiting, its node leaves the job at that
+    step boundary, after the step's in-memory snapshot, and the spare takes its place."""
 
     factor: float = 2.0
     """k: a rank whose work time is at least this many times the median of the other ranks' is slow this step.

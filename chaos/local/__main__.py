@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-timeout-s", type=int, default=d.train_timeout_s,
                    help=f"process-group timeout after step 1 (default {d.train_timeout_s})")
     p.add_argument("--heartbeat-timeout-s", type=float, default=d.heartbeat_timeout_s,
-                   help=f"a silent peer is declared after this long, 0 = watchdog off (default {d.heartbeat_timeout_s:g})")
+                   help="a silent peer is declared after this long, 0 = watchdog off "
+                        f"(default {d.heartbeat_timeout_s:g})")
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
     p.add_argument("--coordinator", choices=("etcd", "store"), default=d.coordinator,
                    help="membership: etcd (3 members on loopback, default) or store (torch's c10d on the "

@@ -260,7 +260,8 @@ class LocalCluster:
         if rank is not None:
             pids = [p for p in pids if self.rank_of(p) == rank]
         if not pids:
-            raise ClusterError(f"node{index} has no running worker" + (f" with rank {rank}" if rank is not None else ""))
+            raise ClusterError(f"node{index} has no running worker"
+                               + (f" with rank {rank}" if rank is not None else ""))
         pid = pids[0]
         self._verified_worker(index, pid)
         rank = self.rank_of(pid)  # read before the signal: a killed process has no /proc entry

@@ -84,8 +84,8 @@ class SoakConfig:
         if bad:
             raise SoakConfigError(f"soak fault(s) {bad}: choose from {', '.join(SOAK_FAULTS)}")
         if self.spares < 1 and set(NODE_FAULTS) & set(self.faults):
-            raise SoakConfigError(f"--soak-spares {self.spares}: node faults in a fixed-size soak need a hot spare: use "
-                                  f"--soak-spares 1 (make chaos-test: SPARES=1, or unset SPARES)")
+            raise SoakConfigError(f"--soak-spares {self.spares}: node faults in a fixed-size soak need a hot spare: "
+                                  f"use --soak-spares 1 (make chaos-test: SPARES=1, or unset SPARES)")
 
 
 @dataclass(frozen=True)

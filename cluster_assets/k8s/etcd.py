@@ -294,7 +294,8 @@ def admin_script_configmap(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
 def _admin_pod_spec(*, image: str, args: list[str], training_namespace: str, namespace: str,
                     node_selector: Optional[Mapping[str, str]]) -> dict[str, Any]:
     env = {"T5_ETCD_NAMESPACE": namespace, "T5_TRAINING_NAMESPACE": training_namespace,
-           "T5_ETCD_ENDPOINTS": ",".join(endpoints(namespace)), "T5_ETCD_CERT_HOSTS": ",".join(member_cert_hosts(namespace)),
+           "T5_ETCD_ENDPOINTS": ",".join(endpoints(namespace)),
+           "T5_ETCD_CERT_HOSTS": ",".join(member_cert_hosts(namespace)),
            "PYTHONUNBUFFERED": "1"}
     spec: dict[str, Any] = {
         "serviceAccountName": ADMIN_SERVICE_ACCOUNT,

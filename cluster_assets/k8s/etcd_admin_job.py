@@ -181,7 +181,8 @@ def root_credentials(store: SecretStore, ns: str, endpoints: list[str], work: st
     if admin is None:
         raise RuntimeError(f"Secret {ns}/{ADMIN_SECRET} is missing: run the etcd-bootstrap Job first")
     return ClientCredentials(tuple(endpoints), _write(work, "admin-ca.crt", admin[CA_CERT]),
-                             _write(work, "admin.crt", admin[CLIENT_CERT]), _write(work, "admin.key", admin[CLIENT_KEY]),
+                             _write(work, "admin.crt", admin[CLIENT_CERT]),
+                             _write(work, "admin.key", admin[CLIENT_KEY]),
                              "root", _write(work, "root.password", admin[PASSWORD]), JOBS_PREFIX)
 
 

@@ -163,8 +163,8 @@ def check(cfg: TrainJobConfig) -> None:
         if name == SPARES_ENV:
             raise TrainJobError(f"env {name} is set from --spares (the pods beyond --nodes): pass --spares instead")
         if name in OWNED_ENV:
-            raise TrainJobError(f"env {name} is set by the runtime or the job's etcd credentials (each TrainJob logs in "
-                                "to the cluster's etcd as its own user): remove it")
+            raise TrainJobError(f"env {name} is set by the runtime or the job's etcd credentials (each TrainJob "
+                                "logs in to the cluster's etcd as its own user): remove it")
         if name in RESERVED_ENV:
             raise TrainJobError(f"env {name} is reserved: the Trainer torch plugin sets it (and v2.3 rejects "
                                 "TrainJobs that set it); change --nodes/--nproc-per-node instead")

@@ -216,7 +216,8 @@ def _security_groups(*, additional_security_group_ids: Sequence[str], head_node_
 
 
 def _node_iam(*, bucket_name: str, node_setup: Optional[NodeSetup], node_iam_policy_arns: Sequence[str],
-              head_node_iam_policy_arns: Sequence[str], read_prefixes: Sequence[str], write_prefixes: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+              head_node_iam_policy_arns: Sequence[str], read_prefixes: Sequence[str],
+              write_prefixes: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``Iam`` sections of the head node and of the GPU queue, in that order: read access to the data
     prefixes and read-write access to the jobs' prefixes of the bucket (least privilege, as the EKS pods get),
     read access to the node scripts each runs, and the extra managed policies."""

@@ -110,11 +110,11 @@ class SlurmJobConfig:
     training.launch.rendezvous.admin add-job``): the agents use it. Unset: ``T5_ETCD_*`` in the environment the
     job is submitted from, else the c10d store of ``rdzv_store``."""
     rdzv_store: str = "controller"
-    """Without etcd (``etcd_env``, ``T5_ETCD_*``): where the c10d rendezvous store runs. ``controller``: the Slurm controller host (the ParallelCluster head node,
-    whose ``t5-rdzv-store`` service serves every job there; the address comes from ``scontrol show config``).
-    A host name or IP: a store you run there. ``first-node``: the job's first node hosts it (then losing that
-    node always requeues). A store that does not answer when the job starts falls back to ``first-node``, with a
-    warning in the job log."""
+    """Without etcd (``etcd_env``, ``T5_ETCD_*``): where the c10d rendezvous store runs. ``controller``: the Slurm
+    controller host (the ParallelCluster head node, whose ``t5-rdzv-store`` service serves every job there; the address
+    comes from ``scontrol show config``). A host name or IP: a store you run there. ``first-node``: the job's first node
+    hosts it (then losing that node always requeues). A store that does not answer when the job starts falls back to
+    ``first-node``, with a warning in the job log."""
     rdzv_store_port: int = RDZV_STORE_PORT
     """Port of the standalone store (``rdzv_store`` other than ``first-node``)."""
     rdzv_port: int = 29400
@@ -354,4 +354,5 @@ def field_docs() -> dict[str, str]:
     return _field_docs(SlurmJobConfig)
 
 
-__all__ = ["SlurmJobConfig", "SlurmConfigError", "SharedDirError", "parse_time_limit", "field_docs", "RESERVED_TRAIN_FLAGS"]
+__all__ = ["SlurmJobConfig", "SlurmConfigError", "SharedDirError", "parse_time_limit", "field_docs",
+           "RESERVED_TRAIN_FLAGS"]

@@ -42,7 +42,8 @@ class KubeflowTrainer(Construct):
     """Kubeflow Trainer v2 control plane from its OCI Helm chart, with JobSet as a chart dependency.
 
     Helm, not ``add_manifest``: the Trainer CRDs are ~740 KB, beyond what ``kubectl create`` can store in the
-    last-applied annotation that ``kubectl create --save-config`` writes (limit ~256 KB). The chart is pulled at deploy time over NAT.
+    last-applied annotation that ``kubectl create --save-config`` writes (limit ~256 KB). The chart is pulled at deploy
+    time over NAT.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, chart_version: str,

@@ -95,7 +95,8 @@ class EtcdMembers(Construct):
                         description="etcd members: SSM shell, their scripts, their TLS secrets",
                         managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
                             "AmazonSSMManagedInstanceCore")])
-        acknowledge(role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+        acknowledge(role,
+                    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
                     "AmazonSSMManagedInstanceCore is AWS's maintained policy for Session Manager, the members' only "
                     "shell (no SSH key, no public address)")
         self.members_secret.grant_read(role)
@@ -111,7 +112,8 @@ class EtcdMembers(Construct):
                     "CDK's asset grant: bucket location/metadata reads on the asset bucket, needed by aws s3 cp")
         acknowledge(role, "AwsSolutions-IAM5[Action::s3:List*]",
                     "CDK's asset grant: listing the asset bucket, needed by aws s3 cp to report a missing object")
-        acknowledge(role, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*]",
+        acknowledge(role, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::"
+                          "cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*]",
                     "CDK's asset bucket: the member scripts are objects in it; the grant is read-only")
 
         self.head_node_policy = iam.ManagedPolicy(
@@ -126,7 +128,8 @@ class EtcdMembers(Construct):
         # Amazon Linux never replaces a running member (all three at once would lose the coordinator's data).
         image = ec2.MachineImage.resolve_ssm_parameter_at_launch(
             f"/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{ami_arch}")
-        template = ec2.CfnLaunchTemplate(self, "MemberTemplate", launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        template = ec2.CfnLaunchTemplate(self, "MemberTemplate",
+                                         launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             image_id=image.get_image(self).image_id,
             metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(http_tokens="required",
                                                                            http_put_response_hop_limit=1,

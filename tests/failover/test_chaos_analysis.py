@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from training.goodput.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput, load_records,
-                            max_loss_diff, parse_records, recovery, split_attempts, torchrun_detections)
+from training.goodput.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
+                            load_records, max_loss_diff, parse_records, recovery, split_attempts, torchrun_detections)
 from chaos.local.config import LocalChaosConfig, LocalChaosConfigError
 from chaos.report import ScenarioResult, table, targets
 

@@ -11,8 +11,8 @@ import pytest
 from cluster_facts import platform_timeouts
 
 from training.launch import (DEFAULT_RDZV_PORT, LaunchConfig, LaunchError, RdzvTuning, build_parser,
-                             config_from_args, config_from_env, config_from_pet, config_from_slurm, expand_first_host, launch_env,
-                             preflight, rdzv_conf, slurm_first_host, torchrun_argv)
+                             config_from_args, config_from_env, config_from_pet, config_from_slurm, expand_first_host,
+                             launch_env, preflight, rdzv_conf, slurm_first_host, torchrun_argv)
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = {"SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2", "SLURM_JOB_ID": "4242",

@@ -60,6 +60,7 @@ def test_a_plugin_the_loader_finds_or_a_node_without_rdma_gets_no_warning(efa_no
 def test_a_file_that_is_not_a_library_is_reported_as_the_loader_sees_it(efa_node, tmp_path):
     plugin_dir = tmp_path / "broken"
     plugin_dir.mkdir()
-    (plugin_dir / NCCL_NET_PLUGIN_LIBRARY).write_text("not an ELF file\n" * 20)  # e.g. a text file or an HTML error page saved under its name
+    # e.g. a text file or an HTML error page saved under its name
+    (plugin_dir / NCCL_NET_PLUGIN_LIBRARY).write_text("not an ELF file\n" * 20)
     warning = missing_plugin_warning(str(efa_node), env_with(LD_LIBRARY_PATH=str(plugin_dir)))
     assert f"({plugin_dir / NCCL_NET_PLUGIN_LIBRARY}: invalid ELF header)" in warning

@@ -87,8 +87,8 @@ def _marked(mark: str) -> list[str]:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_soak_leaves_no_process_behind(tmp_path, stop):
     """Stopped right after it started its store and agents (Ctrl-C to its process group as a terminal sends it,
-    `timeout`'s SIGTERM, or SIGKILL), the soak leaves nothing running: it used to leave its membership store (and agents)
-    behind. Every process it starts inherits a marker in its environment, which is how survivors are found."""
+    `timeout`'s SIGTERM, or SIGKILL), the soak leaves nothing running: it used to leave its membership store (and
+    agents) behind. Every process it starts inherits a marker in its environment, which is how survivors are found."""
     mark = f"T5_TEST_SOAK_MARK={uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "SOAK", "NODES", "NPROC")}
     env.update(OMP_NUM_THREADS="1", T5_TEST_SOAK_MARK=mark.split("=", 1)[1])

@@ -47,8 +47,8 @@ def _default_sigint() -> None:
 def start(argv: list[str], log: Path, **env: str) -> subprocess.Popen:
     """Run in a new session (its own process group, like a terminal's foreground job); output to ``log``."""
     with open(log, "w") as f:
-        return subprocess.Popen(argv, cwd=ROOT, env={**ENV, **env}, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_default_sigint)
+        return subprocess.Popen(argv, cwd=ROOT, env={**ENV, **env}, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_default_sigint)
 
 
 def records(out: Path, event: str) -> list[dict]:

@@ -19,9 +19,11 @@ CFG = LocalChaosConfig()
 GB = CFG.global_batch
 JOB_EVIDENCE = {"failure noticed", "job restarted", "shrank and grew back", "checkpoint on signal, clean exit",
                 "partial checkpoint ignored", "corrupt checkpoint skipped with a warning",
-                "rank 0's node killed, job re-formed on the membership store", "every restart used, then the job stopped",
+                "rank 0's node killed, job re-formed on the membership store",
+                "every restart used, then the job stopped",
                 "job stopped with an error", "clear failure message", "previous snapshot used",
-                "fell back to storage (a shard and its replica lost)", "silent node declared (its keep-alives or heartbeats stopped)",
+                "fell back to storage (a shard and its replica lost)",
+                "silent node declared (its keep-alives or heartbeats stopped)",
                 "hot spare took the lost node's place", "damaged own snapshot skipped for the peer replica",
                 "damaged own snapshot and replica: storage restored, named",
                 # the store scenarios: what the agents logged (rounds formed, "store unreachable"), and which member

@@ -127,7 +127,8 @@ def checkout_copy(tmp_path: Path) -> Path:
     """The checkout's files (tracked, and new ones git does not ignore) in a scratch directory with the project venv
     linked: a deploy there saves its settings there, never in the checkout the other tests read."""
     dst = tmp_path / "checkout"
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout
     subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
                    stdout=open(tmp_path / "tree.tar", "wb"))
     dst.mkdir()

@@ -218,7 +218,8 @@ def test_eks_gpu_nodes_launch_into_a_capacity_block(tmp_path: Path) -> None:
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
         "Placement": Match.absent()})})
     template.resource_count_is("AWS::EC2::PlacementGroup", 0)
-    (gpu,) = [r for _, r in resources_of_type(t, "AWS::EKS::Nodegroup") if r["Properties"]["AmiType"].endswith("NVIDIA")]
+    (gpu,) = [r for _, r in resources_of_type(t, "AWS::EKS::Nodegroup")
+              if r["Properties"]["AmiType"].endswith("NVIDIA")]
     assert gpu["Properties"]["CapacityType"] == "CAPACITY_BLOCK"
     assert len(gpu["Properties"]["Subnets"]) == 1  # only the reservation's AZ
 

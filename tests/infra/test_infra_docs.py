@@ -20,7 +20,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Help texts a user reads as docs (module docstrings printed by --help).
 HELP = [ROOT / "tools" / "slurm" / "submit.py", ROOT / "tools" / "k8s" / "submit.py",
         ROOT / "cluster_assets" / "slurm" / "render.py"]
-ECR_URI = re.compile(r"\b\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com/([a-z0-9][\w./-]*?)(?::([\w.-]+))?(?=[\s\"'`)]|$)")
+ECR_URI = re.compile(r"\b\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com/"
+                     r"([a-z0-9][\w./-]*?)(?::([\w.-]+))?(?=[\s\"'`)]|$)")
 #: A command that runs on a deployed cluster (the local lab and simulated nodes are not bound by gpuNodes).
 CLUSTER_COMMAND = re.compile(r"make (?:train|chaos-test) PLATFORM=(?:slurm|eks)|tools\.(?:slurm|k8s)\.submit|"
                              r"cluster_assets\.slurm\.render|scripts/(?:train|chaos)_(?:slurm|eks)\.sh")

@@ -172,6 +172,7 @@ def test_align_torch_runs_in_a_bare_venv_the_way_scripts_venv_sh_starts_a_gpu_ve
     r = subprocess.run([python, str(ROOT / "cluster_assets" / "docker" / "align_torch.py"), "--requirements",
                         str(ROOT / "requirements.txt"), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"installed torch none, wanted \S+\+cu130: 1 step\(s\)\n\[align-torch\] \S+/bare/bin/python -m pip "
+    assert re.search(r"installed torch none, wanted \S+\+cu130: 1 step\(s\)\n"
+                     r"\[align-torch\] \S+/bare/bin/python -m pip "
                      r"install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
                      r.stdout), r.stdout

@@ -95,8 +95,8 @@ def fake_push_tools(bindir: Path) -> dict[str, str]:
 
 
 def push(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(root / "scripts/image.sh"), "--repo", REPO, "--region", "us-east-1"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([str(root / "scripts/image.sh"), "--repo", REPO, "--region", "us-east-1"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == f"{REPO}:{source_tag()}"
     return proc

@@ -33,7 +33,8 @@ VALIDATOR = ROOT / "cluster_assets" / "parallelcluster" / "validate.py"
 #: Placeholders for the CloudFormation tokens (the schema checks ID formats and cannot parse tokens).
 PLACEHOLDERS = {"SubnetId": "subnet-0123456789abcdef0", "SubnetIds": "subnet-0123456789abcdef0",
                 "AdditionalSecurityGroups": "sg-0123456789abcdef0", "FileSystemId": "fs-0123456789abcdef0",
-                "BucketName": "example-training-bucket", "Policy": "arn:aws:iam::123456789012:policy/parallelcluster/ecr",
+                "BucketName": "example-training-bucket",
+                "Policy": "arn:aws:iam::123456789012:policy/parallelcluster/ecr",
                 "Script": "s3://example-training-bucket/0123abcd.sh", "Args": "placeholder-arg"}
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 ENDPOINTS = "https://10.0.1.10:2379,https://10.0.2.10:2379,https://10.0.1.11:2379"
@@ -277,13 +278,15 @@ def test_etcd_members_admit_only_the_head_and_compute_nodes(pcluster: Synthesize
     for lid in (member_sg, head_sg, compute_sg):
         props = groups[lid]["Properties"]
         # EC2's character set for descriptions (cfn-lint E3031): an apostrophe fails the deploy
-        assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*", props["GroupDescription"]), props["GroupDescription"]
+        assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*",
+                            props["GroupDescription"]), props["GroupDescription"]
         assert "SecurityGroupIngress" not in props
     cfg = _cluster_config(pcluster)
     head_sgs = cfg["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
     queue_sgs = cfg["Scheduling"]["SlurmQueues"][0]["Networking"]["AdditionalSecurityGroups"]
     assert {"Fn::GetAtt": [head_sg, "GroupId"]} in head_sgs and {"Fn::GetAtt": [head_sg, "GroupId"]} not in queue_sgs
-    assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs and {"Fn::GetAtt": [compute_sg, "GroupId"]} not in head_sgs
+    assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs \
+        and {"Fn::GetAtt": [compute_sg, "GroupId"]} not in head_sgs
     # The members' interfaces carry the members' group and nothing else; the instances use those interfaces.
     enis = t.find_resources("AWS::EC2::NetworkInterface")
     assert len(enis) == 3
@@ -459,7 +462,8 @@ def _fake_node(root: Path, os_release: str = 'ID="amzn"\nVERSION_ID="2023"\n') -
     (root / "etc/os-release").write_text(os_release)
     bin_dir = root.parent / f"{root.name}-bin"
     bin_dir.mkdir()
-    (bin_dir / "aws").write_text("#!/bin/sh\n[ \"$*\" = 'ecr get-login-password --region us-east-1' ] && echo TOKEN-42\n")
+    (bin_dir / "aws").write_text("#!/bin/sh\n"
+                                 "[ \"$*\" = 'ecr get-login-password --region us-east-1' ] && echo TOKEN-42\n")
     (bin_dir / "aws").chmod(0o755)
     return {**os.environ, "T5_SETUP_ROOT": str(root), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 

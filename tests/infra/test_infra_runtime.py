@@ -84,8 +84,8 @@ def test_one_rendezvous_per_jobset_attempt_from_the_pods_labels() -> None:
 def test_the_launcher_takes_the_etcd_coordinator_from_the_runtime_env() -> None:
     """What config_from_pet makes of the runtime's env as the kubelet expands it: etcd, this attempt's id."""
     from training.launch.from_env import config_from_pet
-    pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "job-a-node-0-0.job-a",
-           "PET_MASTER_PORT": "29500"}
+    pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0",
+           "PET_MASTER_ADDR": "job-a-node-0-0.job-a", "PET_MASTER_PORT": "29500"}
     env = env_of(node_job(render())["template"]["spec"]["template"]["spec"]["containers"][0])
     expanded = {k: v.replace("$(JOBSET_NAME)", "job-a").replace("$(JOBSET_RESTART_ATTEMPT)", "2")
                 for k, v in env.items() if k.startswith("T5_") and isinstance(v, str)}

@@ -78,7 +78,8 @@ def test_network_policy_admits_training_pods_admin_pods_and_members_only(objects
     members = only(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= members.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    sources = [(peer, [p["port"] for p in rule["ports"]]) for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    sources = [(peer, [p["port"] for p in rule["ports"]]) for rule in policy["spec"]["ingress"]
+               for peer in rule["from"]]
     rt = build_cluster_training_runtime(name="rt", pvc_name="fsx", image="i:1", max_restarts=1, gpus_per_node=0,
                                         efa_per_node=0)
     training = replicated_job(rt, "node")["template"]["spec"]["template"]["metadata"]["labels"]

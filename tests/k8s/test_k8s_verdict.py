@@ -38,7 +38,8 @@ def emulator(fault_logged: bool, pod_died: bool, restarts: int):
     events = [ev(time=0.0, what="pods started", detail="job-node-0-0, job-node-1-0")]
     log = []
     if fault_logged:
-        log.append({"label": "kill node-1 pod", "time": 3.5, "step": 3, "pod": "job-node-1-0", "kind": "kill", "rank": 1})
+        log.append({"label": "kill node-1 pod", "time": 3.5, "step": 3, "pod": "job-node-1-0", "kind": "kill",
+                    "rank": 1})
         events.append(ev(time=3.5, what="fault kill", detail="node 1 pod job-node-1-0 at step 3"))
     if pod_died:
         events += [ev(time=3.6, what="pod failed", detail="job-node-1-0 exit -9, conditions -"),

@@ -48,7 +48,8 @@ def test_command_parses_with_the_real_launcher_and_waits_for_replacement_nodes()
     def launcher_conf(**kw) -> dict:
         command, args = (train_job_manifest(cfg(**kw))["spec"]["trainer"][k] for k in ("command", "args"))
         argv = [pet["PET_NNODES"] if a == "$(PET_NNODES)" else a for a in command[3:]] + args
-        return dict(kv.split("=") for kv in rdzv_conf(config_from_args(build_parser().parse_args(argv), pet)).split(","))
+        return dict(kv.split("=")
+                    for kv in rdzv_conf(config_from_args(build_parser().parse_args(argv), pet)).split(","))
 
     eks = platform_timeouts("eks")
     assert launcher_conf()["join_timeout"] == str(eks.rdzv_join_timeout_s)  # image pull on a replacement node

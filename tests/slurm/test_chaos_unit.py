@@ -118,7 +118,8 @@ def straggler_run(slow_s: float = 3.0):
 
 
 STRAGGLER_FACTS = {"slow_node": "n3", "slow_ranks": [1], "spare": "n1", "final_nodes": ["n1", "n2"], "slow_until": 16}
-LEFT = (13.0, "n3: [agent] this node left the job: rank 1 (node 1, host n3) is a straggler; a hot spare takes its place")
+LEFT = (13.0, "n3: [agent] this node left the job: rank 1 (node 1, host n3) is a straggler; "
+              "a hot spare takes its place")
 
 
 def test_straggler_verdict_needs_the_slow_node_named_replaced_by_the_spare_in_the_allocation():

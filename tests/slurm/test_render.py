@@ -280,7 +280,8 @@ def test_spares_enlarge_the_allocation_and_the_launcher_trains_on_the_others(tmp
     # a lost node does not end the allocation (the spare takes over inside it); no spare, no --no-kill
     assert "--no-kill" in sbatch_opts(text) and "--no-kill" not in sbatch_opts(render(BASE))
     assert "NODES=2 " in text and "SPARES=1 " in text and "ALLOC_NODES=3" in text
-    assert '--spares "$SPARES"' in text and 'srun --kill-on-bad-exit=1 $( ((SPARES)) && echo --no-kill) --nodes="$ALLOC_NODES"' in text
+    assert '--spares "$SPARES"' in text \
+        and 'srun --kill-on-bad-exit=1 $( ((SPARES)) && echo --no-kill) --nodes="$ALLOC_NODES"' in text
     assert "2 node(s) + 1 hot spare(s)" in text  # the summary line
     env = dict(os.environ, SLURM_JOB_NUM_NODES="3", SLURM_JOB_ID="7", SLURM_NODEID="2",
                SLURM_JOB_NODELIST="n1", SLURM_GPUS_ON_NODE="", T5_SPARES="1", T5_ETCD_ENDPOINTS="https://10.0.0.2:2379")

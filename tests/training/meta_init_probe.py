@@ -31,7 +31,8 @@ def main() -> None:
     cpu = build_model(cfg, seed=11)
     reference = cpu.state_dict()
     differ = [n for n, p in model.named_parameters() if not torch.equal(p.full_tensor(), reference[n])]
-    Path(sys.argv[2], f"rank-{dist.get_rank()}.json").write_text(json.dumps({"rank": dist.get_rank(), "recorded": isinstance(built, RecordedInit), "was_meta": was_meta,
+    Path(sys.argv[2], f"rank-{dist.get_rank()}.json").write_text(json.dumps({"rank": dist.get_rank(),
+                      "recorded": isinstance(built, RecordedInit), "was_meta": was_meta,
                       "params": len(list(model.parameters())), "differ": differ,
                       "local_numel": sum(p.to_local().numel() for p in model.parameters()),
                       "largest_local": largest_local,

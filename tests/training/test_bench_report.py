@@ -53,7 +53,8 @@ def test_step_only_results_get_a_table_of_settings_mfu_and_peak_memory(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert "1st async" not in "\n".join(lines)  # no save figures: no save table
     rows = [line for line in lines if line.startswith("t5-large")]
-    assert "8.0%" in rows[0] and "61.2" in rows[0] and rows[0].endswith("--model.attention eager --parallel.compile off")
+    assert "8.0%" in rows[0] and "61.2" in rows[0] \
+        and rows[0].endswith("--model.attention eager --parallel.compile off")
     assert "31.2%" in rows[1] and "40.5" in rows[1] and "31.0" in rows[1]
 
 

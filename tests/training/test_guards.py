@@ -86,7 +86,8 @@ def test_a_write_failure_without_errno_on_a_full_device_is_named_as_a_full_devic
     # say the device is full. A real full tmpfs, in a private mount namespace.
     probe = ("import sys; from training.checkpoint.integrity import storage_reason; d = sys.argv[1]\n"
              "try:\n    open(d + '/fill', 'wb').write(b'x' * (1 << 20))\nexcept OSError: pass\n"
-             "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598'), d))")
+             "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . "
+             "unexpected pos 704 vs 598'), d))")
     full = tmp_path / "full"
     full.mkdir()
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",

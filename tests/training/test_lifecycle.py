@@ -108,7 +108,8 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
     import time
 
     from training.job.lifecycle import worker_rank
-    code = "from training.job.lifecycle import name_worker; import sys, time; name_worker(12); print('ok', flush=True); time.sleep(30)"
+    code = ("from training.job.lifecycle import name_worker; import sys, time; name_worker(12); "
+            "print('ok', flush=True); time.sleep(30)")
     named = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     plain = subprocess.Popen(["sleep", "30"])
     try:

@@ -110,7 +110,8 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
     assert compare(saved, step_dir(resave_root, 6)) == []
 
 
-@pytest.mark.parametrize("micro_batch, per_rank", [("0", "4 per rank)"), ("2", "4 per rank in 2 micro-batches of <= 2)")])
+@pytest.mark.parametrize("micro_batch, per_rank",
+                         [("0", "4 per rank)"), ("2", "4 per rank in 2 micro-batches of <= 2)")])
 def test_reshard_world2_to_world1_every_sample_once(reference_no_dropout, tmp_path, monkeypatch, micro_batch,
                                                     per_rank):
     """The survivor of a 2-rank job takes the whole global batch; with train.micro_batch it does so in

@@ -130,7 +130,8 @@ def in_private_tmpfs(mountpoint: Path, size: str, *argv: str, ro: bool = False) 
 
 
 def tiny_argv(out: Path, ckpts: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, "--job.out_dir", str(out),
+    return [sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training",
+            *TINY, "--job.out_dir", str(out),
             "--checkpoint.dir", str(ckpts), "--train.steps", str(STEPS), "--checkpoint.interval", "3", *extra]
 
 

@@ -207,7 +207,8 @@ def test_init_from_without_weights_is_a_config_error_naming_the_directory(pretra
         with pytest.raises(ConfigError) as e:
             check()
         assert exit_code(e.value) == 2
-        assert f"model.init_from={path!r} {missing}" in str(e.value) and "config.json and model.safetensors" in str(e.value)
+        assert f"model.init_from={path!r} {missing}" in str(e.value) \
+            and "config.json and model.safetensors" in str(e.value)
 
 
 def test_init_from_of_another_shape_is_exit_3_naming_the_field_and_the_fix(pretrained):

@@ -266,8 +266,8 @@ def config_from_args(a: argparse.Namespace, training_args: list[str]) -> TrainJo
     name = a.name or default_name(a.preset)
     cfg = TrainJobConfig(name=name, namespace=a.namespace, image=image, runtime_name=a.runtime,
                          fsx_mount_path=a.fsx_mount, num_nodes=a.nodes, spares=a.spares, nproc_per_node=nproc,
-                         gpus_per_node=gpus, efa_per_node=efa, cpu_request=a.cpu, memory_request=a.memory, preset=a.preset,
-                         training_args=tuple(training_args), launcher_args=tuple(a.launcher_arg),
+                         gpus_per_node=gpus, efa_per_node=efa, cpu_request=a.cpu, memory_request=a.memory,
+                         preset=a.preset, training_args=tuple(training_args), launcher_args=tuple(a.launcher_arg),
                          env=tuple(env_pairs))
     return cfg
 

@@ -35,7 +35,8 @@ from cluster_facts import FSX_MOUNT_PATH
 from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
 
-ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node", "SHARED_DIR": "--shared-dir",
+ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node",
+             "SHARED_DIR": "--shared-dir",
              "RUN_NAME": "--run-name", "TIME_LIMIT": "--time", "PARTITION": "--partition",
              "INSTANCE_TYPE": "--instance-type", "CONTAINER_IMAGE": "--container-image",
              "SLURM_JOB_CONFIG": "--slurm-config"}

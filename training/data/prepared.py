@@ -52,8 +52,8 @@ class Shard:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What ``manifest.json`` records. ``digest`` is what :func:`training.checkpoint.run_identity.digest_tokens` gives for
-    the same token stream held in memory, so a run's fingerprint does not change when its data is prepared."""
+    """What ``manifest.json`` records. ``digest`` is what :func:`training.checkpoint.run_identity.digest_tokens` gives
+    for the same token stream held in memory, so a run's fingerprint does not change when its data is prepared."""
 
     directory: str
     source: str
@@ -220,7 +220,8 @@ def verify_contents(manifest: Manifest, *, say: Callable[[str], None] = lambda l
     differs (or the directory, for a manifest without per-shard hashes) and the fix. ``say`` gets progress lines
     about every 10 s."""
     redo = REDO.format(dst=manifest.directory)
-    whole, digest = hashlib.sha256(), hashlib.blake2b(digest_size=8)  # training.checkpoint.run_identity.digest_tokens's hash
+    # digest: training.checkpoint.run_identity.digest_tokens's hash
+    whole, digest = hashlib.sha256(), hashlib.blake2b(digest_size=8)
     done, said = 0, time.monotonic()
     for n, shard in enumerate(manifest.shards, 1):
         mine = hashlib.sha256()

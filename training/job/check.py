@@ -214,5 +214,5 @@ def check_device(p: ParallelConfig, *, preset: str, nproc_per_node: int | None =
                           f"use --nproc-per-node {count} (NPROC={count})")
 
 
-__all__ = ["CHECK_ERRORS", "DONE_ENV", "CorpusFacts", "DataSourceError", "already_checked", "check_data", "check_device",
-           "check_inputs", "check_job", "check_locations"]
+__all__ = ["CHECK_ERRORS", "DONE_ENV", "CorpusFacts", "DataSourceError", "already_checked", "check_data",
+           "check_device", "check_inputs", "check_job", "check_locations"]

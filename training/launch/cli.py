@@ -51,7 +51,8 @@ from their replica in the in-memory tier). Whichever agents join first train; th
 
 Stopping: Ctrl-C or SIGTERM makes the workers checkpoint at the next step and exit (a second Ctrl-C stops
 everything at once, without the checkpoint); if a local launcher dies, even by SIGKILL, its agents, etcd members
-and store get SIGTERM; workers always die with their agent. Each agent is torchrun's, run as ``python -m training.launch.agent``.
+and store get SIGTERM; workers always die with their agent. Each agent is torchrun's, run as
+``python -m training.launch.agent``.
 
 Exit codes: 0 finished, 2 bad settings, 7 checkpoint.dir in use by another run (local: checked before any agent
 starts), 128+signum after a stop (130 Ctrl-C, 143 SIGTERM: rerun to resume), otherwise the first failed
@@ -123,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, "
                         "cluster_facts.TIMEOUTS)")
     p.add_argument("--train-timeout-s", type=_whole("--train-timeout-s", 60),
-                   help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = training's)")
+                   help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = "
+                        "training's)")
     p.add_argument("--join-timeout", type=_whole("--join-timeout", 120), metavar="SECONDS",
                    help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
                         "and image pull (default 120)")

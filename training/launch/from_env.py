@@ -55,8 +55,8 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
     """Map a Slurm allocation (one launcher per node, e.g. ``srun --ntasks-per-node=1``) to a LaunchConfig.
 
     The rendezvous id includes SLURM_RESTART_COUNT so a requeued job starts a fresh rendezvous.
-    Without T5_ETCD_ENDPOINTS (etcd) or T5_RDZV_ENDPOINT the first allocated host serves a c10d store. With T5_SPARES=K the
-    allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes (``--nnodes MIN:MAX``
+    Without T5_ETCD_ENDPOINTS (etcd) or T5_RDZV_ENDPOINT the first allocated host serves a c10d store. With
+    T5_SPARES=K the allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes (``--nnodes MIN:MAX``
     with that MAX) and the K others wait in the rendezvous for a lost node's place.
     """
     hint = "run inside an sbatch/salloc allocation (srun --ntasks-per-node=1 python -m training.launch ...)"

@@ -13,8 +13,8 @@ from training.model.attention import attn_implementation
 from training.config import ConfigError, ModelConfig, ParallelConfig
 from training.errors import CheckpointIncompatible
 from training.model.meta_init import RecordedInit, record_init
-from training.model.pretrained import (CONFIG_FILE, FEED_FORWARD, SHAPE_FIELDS, WANTED, check_pretrained_dir, shape_differences,
-                                 shape_mismatch)
+from training.model.pretrained import (CONFIG_FILE, FEED_FORWARD, SHAPE_FIELDS, WANTED, check_pretrained_dir,
+                                 shape_differences, shape_mismatch)
 
 log = logging.getLogger("training")
 
@@ -26,7 +26,8 @@ def build_t5_config(cfg: ModelConfig):
     return T5Config(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv, d_ff=cfg.d_ff,
                     num_layers=cfg.num_layers, num_decoder_layers=cfg.num_decoder_layers,
                     num_heads=cfg.num_heads, feed_forward_proj=FEED_FORWARD, dropout_rate=cfg.dropout,
-                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, attn_implementation=attn_implementation(cfg.attention))
+                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                    attn_implementation=attn_implementation(cfg.attention))
 
 
 def build_model(cfg: ModelConfig, *, seed: int) -> torch.nn.Module:
