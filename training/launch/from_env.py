@@ -56,8 +56,8 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
 
     The rendezvous id includes SLURM_RESTART_COUNT so a requeued job starts a fresh rendezvous.
     Without T5_ETCD_ENDPOINTS (etcd) or T5_RDZV_ENDPOINT the first allocated host serves a c10d store. With
-    T5_SPARES=K the allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes (``--nnodes MIN:MAX``
-    with that MAX) and the K others wait in the rendezvous for a lost node's place.
+    T5_SPARES=K the allocation holds K hot spares: the job trains on ``SLURM_JOB_NUM_NODES - K`` nodes
+    (``--nnodes MIN:MAX`` with that MAX) and the K others wait in the rendezvous for a lost node's place.
     """
     hint = "run inside an sbatch/salloc allocation (srun --ntasks-per-node=1 python -m training.launch ...)"
     nnodes = _int_env(env, "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in env else "SLURM_NNODES", hint)
