@@ -24,7 +24,9 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
   watch's view, so it never waits for etcd.
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
-  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0.
+  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0. While no etcd
+  member answers it keeps trying for :data:`CLOSE_WAIT_S`; if it could not close it says so in one line and
+  returns False (torch's contract), as an open rendezvous would give a waiting spare the ended job's place.
 * a node whose workers left the take-out note (a straggler while a spare waits, :mod:`training.job.stragglers`)
   leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
   :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
@@ -475,40 +477,61 @@ class EtcdRendezvousHandler(RendezvousHandler):
         raise NodeTakenOut(reason)
 
     def shutdown(self) -> bool:
-        """Close the rendezvous (the job ended). The agent that hosts the round's store keeps it up until the
-        others have left torchrun's exit barrier (each says so before closing), at most :data:`EXIT_WAIT_S`.
-        A node taken out of the job closes nothing: the job goes on without it."""
+        """Close the rendezvous (the job ended); True once it is closed, False if it could not be closed (torch's
+        contract: the store did not answer for :data:`CLOSE_WAIT_S`, said in one line). The agent that hosts the
+        round's store keeps it up until the others have left torchrun's exit barrier (each says so before
+        closing), at most :data:`EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
+        without it."""
         if self._taken_out:
             return True
+        self._say_left()
+        closed = self._close_rendezvous()
         try:
-            if self.round is not None:
-                self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
-            self._close_rendezvous()
-            if self._hosting and self.round is not None:
+            if closed and self._hosting and self.round is not None:
                 self._wait_for_others_to_leave(self.round.n)
-            self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
+        except Exception:  # noqa: BLE001 - the store went away again: the others' exit barrier decides
+            pass
+        self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
+        try:
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
-        self._stop.set()
         self.round_view.stop()
         self.client.close()
-        return True
+        return closed
 
-    def _close_rendezvous(self) -> None:
-        """Close it even if the store is away right now: spares standing by wait for this (at most
-        :data:`CLOSE_WAIT_S`, saying so once)."""
+    def _say_left(self) -> None:
+        """Say this agent left its round's exit barrier (the round's store host waits for it). Best effort, and
+        on its own: a store that does not answer now must not skip the close, which waits for it."""
+        if self.round is None:
+            return
+        try:
+            self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
+        except Exception:  # noqa: BLE001 - the host then waits EXIT_WAIT_S at most
+            pass
+
+    def _close_rendezvous(self) -> bool:
+        """Close it even if the store is away right now: spares standing by wait for this (a rendezvous left open
+        gives them the ended job's place). Tries for :data:`CLOSE_WAIT_S`, saying so once; False (and a line)
+        if it could not."""
         deadline, said = time.monotonic() + CLOSE_WAIT_S, False
         while True:
             try:
-                return self.set_closed()
+                self.set_closed()
+                return True
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
-                    raise
+                    _say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
+                         f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
+                         f"stop them")
+                    return False
                 if not said:
                     _say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
                     said = True
                 time.sleep(0.5)
+            except StoreRefused as e:
+                _say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
+                return False
 
     def _wait_for_others_to_leave(self, n: int) -> None:
         """Until every live participant of round ``n`` (read whole, once) said it left, at most EXIT_WAIT_S."""
