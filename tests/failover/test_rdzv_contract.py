@@ -99,3 +99,61 @@ def test_a_job_that_could_not_close_its_rendezvous_says_so(tmp_path, monkeypatch
         _kill_all(cluster)
         assert node.shutdown() is False
     assert "could not close the rendezvous of unclosed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- a join that timed out
+def test_a_node_whose_join_timed_out_is_not_in_the_next_round(etcd):
+    """A node joins the first round alone (MIN 2) and its join times out; it stays alive (torch's own tests
+    drive handlers so). Two other nodes come: they form the round, the timed-out one is not in it. Before: its
+    joined key outlived the timeout, the round took it as rank 0, the other participant waited 30 s for an
+    address it never published and failed with a raw ``DistStoreError``, and the third node stood by."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    creds = etcd.add_job_user("gave-up")
+    gave_up = _agent(creds, "gave-up", min_nodes=2, max_nodes=2, join_timeout_s=3)
+    with pytest.raises(RendezvousTimeoutError):
+        gave_up.next_rendezvous()
+    joined, _ = EtcdClient(creds).get_prefix(creds.prefix + "rdzv/gave-up/joined/")
+    assert joined == [], f"the timed-out join is still there: {[kv.key for kv in joined]}"
+    others = [_agent(creds, "gave-up", min_nodes=2, max_nodes=2) for _ in range(2)]
+    calls = [_Call(a.next_rendezvous) for a in others]
+    try:
+        results = [c.result(timeout_s=60) for c in calls]
+        assert [error for _, error in results] == [None, None], results
+        assert sorted((info.rank, info.world_size) for info, _ in results) == [(0, 2), (1, 2)]
+        r = rounds.Round.loads(EtcdClient(creds).get(creds.prefix + "rdzv/gave-up/round").value)
+        assert gave_up.me not in r.participants and r.formed
+    finally:
+        for a in sorted([*others, gave_up], key=lambda a: a._hosting):
+            a.shutdown()
+
+
+def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_error(etcd):
+    """A round forms with a rank-0 node that never takes its place (here a member written by the test, its
+    store a real TCPStore that nobody publishes the workers' address in). The other participant gives up after
+    its store timeout (30 s) with a ``RendezvousError`` that says so, which torch's agent handles as a
+    rendezvous failure. Before: the raw ``DistStoreError`` of torch's store."""
+    import json
+
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    creds = etcd.add_job_user("absent")
+    node = _agent(creds, "absent", min_nodes=2, max_nodes=2)  # the oldest member: the closer
+    absent_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client, prefix = EtcdClient(creds), creds.prefix + "rdzv/absent/"
+    try:
+        deadline = time.monotonic() + 20
+        while client.get(prefix + "head") is None:  # the closer opens the first round
+            assert time.monotonic() < deadline, "the first round was not opened"
+            time.sleep(0.1)
+        lease = client.grant(120)  # alive for the whole test, never taking its place
+        client.put(prefix + "members/absent", json.dumps({"addr": "127.0.0.1", "node": 0,
+                                                          "store": f"127.0.0.1:{absent_store.port}"}), lease=lease)
+        client.put(prefix + "joined/0/absent", "", lease=lease)
+        with pytest.raises(RendezvousError, match="its rank-0 node .* did not take its place"):
+            node.next_rendezvous()
+        r = rounds.Round.loads(client.get(prefix + "round").value)
+        assert r.participants == ["absent", node.me]  # the scenario: it was rank 0 of the formed round
+    finally:
+        node.shutdown()

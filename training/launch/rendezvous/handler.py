@@ -589,12 +589,35 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
+                if joined_round is not None and self._withdraw(joined_round[0]):
+                    self._wait_for_change(revision)  # the round formed with it meanwhile: take the place
+                    continue
                 raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
                                              f"not form within {self.join_timeout_s:g} s (MIN {self.min_nodes} "
                                              f"node(s))")
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
+
+    def _withdraw(self, n: int) -> bool:
+        """Take this agent's join of open round ``n`` back (its join timed out): its joined key deleted, then
+        the round record rewritten as it is, so a close the closer computed while the key was there fails its
+        compare-and-set (a round formed with a node that gave up waits for it: the others' workers never get
+        rank 0's address). True if round ``n`` was formed with this agent first: it takes its place after all."""
+        try:
+            self.client.delete(self.prefix + f"joined/{n}/{self.me}")
+            while True:
+                kv = self.client.get(self.prefix + "round")
+                r = rounds.Round.loads(kv.value) if kv else None
+                if r is None or r.n != n or r.closed:
+                    return False
+                if r.formed:
+                    return self.me in r.participants
+                if self._put_round(kv.mod_revision, r):
+                    return False
+        except (StoreUnavailable, StoreRefused) as e:  # its key goes with its lease when the agent ends
+            _say(f"could not take back this node's join of round {n} after its timeout ({e})")
+            return False
 
     def _confirm(self, n: int) -> None:
         """Put this agent's joined key for formed round ``n`` (under its lease): it came, it is not stuck (a round
@@ -644,7 +667,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         store = self._round_store(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
         _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
-        return RendezvousInfo(store, rank, seats.size, RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
+        return RendezvousInfo(store, rank, seats.size, self._store_info(r, rank, store))
+
+    def _store_info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
+        """The workers' bootstrap address, which rank 0 publishes in the round's store (torch's
+        ``RendezvousStoreInfo.build``); a rank-0 node that never takes its place is a rendezvous error, not the
+        raw ``DistStoreError`` torch's store raises after its timeout."""
+        try:
+            return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
+        except RuntimeError as e:  # torch's DistStoreError: the key never came
+            raise RendezvousError(f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
+                                  f"{self._store_timeout().total_seconds():g} s (it gave up or is stuck); start "
+                                  f"this node again to join a new round ({str(e).splitlines()[0]})") from None
 
     def _serve_store(self):
         """This agent's ``TCPStore`` server, for the rounds in which it has rank 0 (see the module docstring)."""
