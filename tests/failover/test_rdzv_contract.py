@@ -157,3 +157,41 @@ def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_erro
         assert r.participants == ["absent", node.me]  # the scenario: it was rank 0 of the formed round
     finally:
         node.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------- late nodes
+def test_two_late_nodes_are_two_nodes_waiting(etcd):
+    """Two nodes form a round (MIN 2, MAX 4); two more come late. torch counts them: the running nodes'
+    ``num_nodes_waiting()`` says 2 (torch's own handler, its wait list). Before: 1 for any number of them."""
+    creds = etcd.add_job_user("late")
+    first = [_agent(creds, "late", min_nodes=2, max_nodes=4) for _ in range(2)]
+    late: list[EtcdRendezvousHandler] = []
+    try:
+        for c in [_Call(a.next_rendezvous) for a in first]:
+            assert c.result(timeout_s=60)[1] is None
+        late = [_agent(creds, "late", min_nodes=2, max_nodes=4) for _ in range(2)]
+        calls = [_Call(a.next_rendezvous) for a in late]
+        deadline, seen = time.monotonic() + 20, []
+        while not seen or seen[-1] != [2, 2]:  # the closer counts each as it joins: 1, then 2
+            assert time.monotonic() < deadline, f"num_nodes_waiting() said {seen[-5:]}, not 2"
+            seen.append([a.num_nodes_waiting() for a in first])
+            time.sleep(0.1)
+        assert max(max(s) for s in seen) == 2, seen
+    finally:
+        for a in sorted(first, key=lambda a: a._hosting):  # closes the rendezvous: the late nodes' calls end
+            a.shutdown()
+        for a in late:
+            a.shutdown()
+    assert all(isinstance(c.result(timeout_s=30)[1], RendezvousClosedError) for c in calls)
+
+
+def test_late_nodes_are_counted_as_far_as_the_round_has_room_and_not_in_the_first_round():
+    """torch's handler puts late nodes beyond MAX on its redundancy list, not its wait list; the job's first
+    round has no running node to tell (and counting each of N joins there would be N head writes)."""
+    nxt = rounds.next_round(rounds.formed(rounds.Round(n=0), ["a", "b"]))
+    assert rounds.arriving(nxt, {"a", "b", "c", "d"}, ["c", "d"], max_nodes=4) == 2
+    assert rounds.arriving(nxt, {"a", "b", "c", "d"}, ["c", "d", "a"], max_nodes=3) == 1  # room for one
+    assert rounds.arriving(nxt, {"b", "c", "d"}, ["c", "d"], max_nodes=3) == 2  # a lost: room for two
+    assert rounds.arriving(rounds.Round(n=0), {"a", "b"}, ["a", "b"], max_nodes=4) == 0
+    assert rounds.closer_step(nxt, {"a", "b", "c"}, ["c"], min_nodes=2, max_nodes=4, now=0.0, last_call_s=1,
+                              settled=True) is rounds.Step.NOTE_ARRIVING

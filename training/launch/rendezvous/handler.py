@@ -18,8 +18,10 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   more transaction and one more change for every agent to hear: ~1 s of a 1,024-node re-formation in the
   simulation). Its host is a participant of the round, so losing it is losing a node of the round, which ends
   the round anyway: no process outside the round can end the job through it.
-* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: 1 when a newer
-  round exists (a participant lost, a worker group failed, a node waiting with room), else 0. When the newer
+* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: when a newer
+  round exists (a participant lost, a worker group failed, nodes waiting with room), the late nodes that joined
+  it as torch counts them (the closer keeps the count in the head, :func:`.rounds.arriving`), at least 1; else
+  0. When the newer
   round replaces lost nodes of this one, it first says so in one line and SIGKILLs this node's workers
   (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
   watch's view, so it never waits for etcd.
@@ -321,8 +323,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         if step is rounds.Step.NOTE_SPARES:
             new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
-        elif step is rounds.Step.MARK_MIN:
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
+        elif step is rounds.Step.NOTE_ARRIVING:
+            new = rounds.Round(**{**r.__dict__, "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
+        elif step is rounds.Step.MARK_MIN:  # the late nodes' count with it: one write
+            new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
+                                  "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
         else:  # CLOSE
             values, standby, node_index = _member_values(live)
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
@@ -448,7 +453,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                  f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
-        return 1
+        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
 
     def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
