@@ -195,3 +195,22 @@ def test_late_nodes_are_counted_as_far_as_the_round_has_room_and_not_in_the_firs
     assert rounds.arriving(rounds.Round(n=0), {"a", "b"}, ["a", "b"], max_nodes=4) == 0
     assert rounds.closer_step(nxt, {"a", "b", "c"}, ["c"], min_nodes=2, max_nodes=4, now=0.0, last_call_s=1,
                               settled=True) is rounds.Step.NOTE_ARRIVING
+
+
+# ---------------------------------------------------------------------------------------------- threads
+def test_no_thread_of_a_handler_outlives_its_shutdown(etcd):
+    """Three nodes form a round and shut down (torch's tests expect a handler's threads gone after its
+    ``shutdown()``). When shutdown returns, none of the handlers' threads runs: the watches (round head, the
+    closer's view, the election's) end with their streams shut, the lease and closer threads are waited for.
+    Before: each watch thread ran on until its idle stream's next progress notice or its 15 s idle bound."""
+    before = set(threading.enumerate())
+    creds = etcd.add_job_user("threads")
+    agents = [_agent(creds, "threads", max_nodes=3) for _ in range(3)]
+    try:
+        for c in [_Call(a.next_rendezvous) for a in agents]:
+            assert c.result(timeout_s=60)[1] is None
+    finally:
+        for a in sorted(agents, key=lambda a: a._hosting):
+            a.shutdown()
+    left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("t5f-rdzv")]
+    assert left == [], f"threads still running after shutdown(): {sorted(left)}"

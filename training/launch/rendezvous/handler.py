@@ -58,7 +58,8 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
 
 from training.job import agent_notes
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable,
+                                               shut_stream)
 
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
@@ -68,6 +69,9 @@ EXIT_WAIT_S = 10.0
 STORE_CONNECT_TRY_S = 3.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
+#: Seconds ``shutdown()`` waits in all for the handler's threads to end (each ends at once, or after the store
+#: call it is in, whose own timeouts bound it).
+THREADS_STOP_S = 10.0
 #: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
 STANDBY_ENV = "T5_STANDBY"
 #: The node's index as the cluster numbers it (set by the launchers); the first round orders nodes by it.
@@ -95,15 +99,32 @@ class Watched:
         self.connected = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stream = None  # the open watch stream, which stop() shuts
+        self._stream_lock = threading.Lock()
 
     def start(self) -> "Watched":
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 0.0) -> None:
+        """Stop watching: the stream is shut, so its thread ends now, not at the next progress notice or the
+        stream's idle bound (torch expects a handler's threads gone after shutdown); waits ``join_s`` for it."""
         self._stop.set()
+        with self._stream_lock:
+            stream = self._stream
+        if stream is not None:
+            shut_stream(stream)
         with self.changed:
             self.changed.notify_all()
+        if join_s > 0 and self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(join_s)
+
+    def _opened(self, stream) -> None:
+        with self._stream_lock:
+            self._stream = stream
+            stopping = self._stop.is_set()
+        if stopping:  # stop() came between the stream's opening and now: it found no stream to shut
+            shut_stream(stream)
 
     def get(self, key: str) -> KeyValue | None:
         with self.changed:
@@ -152,7 +173,8 @@ class Watched:
                 self._stop.wait(0.2)
                 continue
             try:
-                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key)
+                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key,
+                                  on_open=self._opened)
             except Exception:  # noqa: BLE001 - the member went, or the stream idled out: resync and watch again
                 pass
 
@@ -188,8 +210,23 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._join_store()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
-        threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
+        self._threads = [self._start(self._keep_alive, "t5f-rdzv-lease"),
+                         self._start(self._elect_and_close, "t5f-rdzv-closer")]  # shutdown() waits for them
+
+    @staticmethod
+    def _start(target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _stop_threads(self) -> None:
+        """Stop the watch and wait (:data:`THREADS_STOP_S` in all) for every thread of this handler to end; the
+        closer's own watches end with it (it stops them on its way out)."""
+        deadline = time.monotonic() + THREADS_STOP_S
+        self._stop.set()
+        self.round_view.stop(join_s=THREADS_STOP_S)
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ membership
     def _join_store(self) -> None:
@@ -283,7 +320,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     return
                 watch.wait(1.0)
         finally:
-            watch.stop()
+            watch.stop(join_s=THREADS_STOP_S)
 
     def _close(self) -> None:
         """The closer's loop: watch every key of the job and act on each change (and every 0.2 s for the last
@@ -302,7 +339,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     return  # registered again: another member may be older now; elect again
                 self._close_step(view)
         finally:
-            view.stop()
+            view.stop(join_s=THREADS_STOP_S)
 
     def _close_step(self, view: Watched) -> None:
         kv = view.get(self.prefix + "round")
@@ -477,7 +514,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - the lease then expires by itself within its TTL
             pass
-        self.round_view.stop()
+        self._stop_threads()
         self.client.close()
         raise NodeTakenOut(reason)
 
@@ -501,7 +538,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
-        self.round_view.stop()
+        self._stop_threads()
         self.client.close()
         return closed
 
@@ -640,7 +677,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 except Exception:  # noqa: BLE001 - no member answers, or the lease expired and the keep-alive
                     self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
 
-        threading.Thread(target=put, name="t5f-rdzv-confirm", daemon=True).start()
+        self._threads.append(self._start(put, "t5f-rdzv-confirm"))  # one a round at most: the list stays short
 
     def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
         """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
