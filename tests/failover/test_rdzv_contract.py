@@ -214,3 +214,45 @@ def test_no_thread_of_a_handler_outlives_its_shutdown(etcd):
             a.shutdown()
     left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("t5f-rdzv")]
     assert left == [], f"threads still running after shutdown(): {sorted(left)}"
+
+
+# ---------------------------------------------------------------------------------------------- a spare at the end
+_TORCHRUN_WITH = """
+import sys
+from torch.distributed.elastic.rendezvous import RendezvousHandler, rendezvous_handler_registry
+from torch.distributed.elastic.rendezvous import api
+from torch.distributed.run import main
+
+class Ended(RendezvousHandler):  # a hot spare's handler as the job ends: the rendezvous is closed
+    def get_backend(self): return "ended"
+    def next_rendezvous(self): raise getattr(api, sys.argv[1])("the job ended")
+    def is_closed(self): return True
+    def set_closed(self): pass
+    def num_nodes_waiting(self): return 0
+    def get_run_id(self): return "ended"
+    def shutdown(self): return True
+
+rendezvous_handler_registry.register("ended", lambda params: Ended())
+sys.exit(main(["--rdzv-backend", "ended", "--rdzv-endpoint", "x:1", "--nnodes", "1", "--nproc-per-node", "1",
+               "-m", "json.tool", "/dev/null"]))
+"""
+
+
+@pytest.mark.parametrize("error", ["RendezvousGracefulExitError", "RendezvousClosedError"])
+def test_canary_no_rendezvous_error_ends_plain_torchrun_with_0(error):
+    """Which error a spare's handler raises at the job's end: torch's agent (``SimpleElasticAgent.run``) catches
+    ``RendezvousGracefulExitError`` as a graceful exit, but torch 2.13's ``launch_agent`` then reads the result
+    it did not get (``'NoneType' object has no attribute 'is_failed'``): plain torchrun exits 1 either way, and
+    with that error the project's agent would no longer see why. So t5-etcd raises ``RendezvousClosedError``,
+    which the project's agent turns into exit 0. When this canary fails, torch exits 0 on the graceful error:
+    raise that in ``next_rendezvous`` (and catch it in ``training.launch.agent``)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _TORCHRUN_WITH, error], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    if error == "RendezvousGracefulExitError":
+        assert "'NoneType' object has no attribute 'is_failed'" in done.stderr, done.stderr[-2000:]
+    else:
+        assert f"{error}: the job ended" in done.stderr, done.stderr[-2000:]

@@ -598,7 +598,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             lease = self._lease
             try:
                 r, revision, seats = self._read_round()
-                if r is not None and r.closed:
+                if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
+                    # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes, seats=seats)
