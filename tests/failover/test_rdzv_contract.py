@@ -256,3 +256,20 @@ def test_canary_no_rendezvous_error_ends_plain_torchrun_with_0(error):
         assert "'NoneType' object has no attribute 'is_failed'" in done.stderr, done.stderr[-2000:]
     else:
         assert f"{error}: the job ended" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_node_taken_out_leaves_no_thread_behind(etcd, tmp_path, monkeypatch):
+    """A straggler's node leaves the job at its next ``next_rendezvous()`` (its workers' take-out note): it stops
+    its threads as shutdown does, and the job's rendezvous stays open for the others."""
+    from training.job import agent_notes
+
+    monkeypatch.setenv(agent_notes.HEARTBEAT_DIR_ENV, str(tmp_path))
+    before = set(threading.enumerate())
+    creds = etcd.add_job_user("taken")
+    node = _agent(creds, "taken")
+    node.next_rendezvous()
+    assert agent_notes.request_take_out("slow")
+    with pytest.raises(handler_module.NodeTakenOut):
+        node.next_rendezvous()
+    left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("t5f-rdzv")]
+    assert left == [] and not _closed(creds, "taken"), left
