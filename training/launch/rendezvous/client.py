@@ -395,10 +395,11 @@ class EtcdClient:
 
     # ------------------------------------------------------------------ watch
     def watch(self, prefix: str, start_revision: int, on_event: Callable[[str, KeyValue], None],
-              stop: threading.Event, single_key: bool = False) -> int:
+              stop: threading.Event, single_key: bool = False, on_open: Callable[[object], None] | None = None) -> int:
         """Deliver every change under ``prefix`` (or of the one key ``prefix``, ``single_key``) from
         ``start_revision`` on (``on_event("PUT"|"DELETE", kv)``) until the stream breaks or ``stop`` is set;
-        returns the next revision to watch from."""
+        returns the next revision to watch from. ``on_open(response)``: the stream as soon as it is open, for a
+        stopper to shut (:func:`shut_stream`: a read blocked on an idle stream wakes only then)."""
         request = {"key": b64(prefix), "start_revision": str(start_revision), "progress_notify": True}
         if not single_key:
             request["range_end"] = b64(prefix_end(prefix))
@@ -407,6 +408,8 @@ class EtcdClient:
         response = self.post("watch", body, timeout_s=(connect, WATCH_IDLE_S), stream=True)
         next_rev = start_revision
         try:
+            if on_open is not None:
+                on_open(response)
             for line in _lines(response):
                 if stop.is_set():
                     break
@@ -423,6 +426,15 @@ class EtcdClient:
         finally:
             response.close()
         return next_rev
+
+
+def shut_stream(response) -> None:
+    """Wake a thread blocked reading ``response`` (a watch stream) now: its socket shut for reading (urllib3's
+    ``shutdown``; closing the response from another thread does not wake the read)."""
+    try:
+        response.shutdown()
+    except (ValueError, RuntimeError, OSError):  # already released or closed: no read to wake
+        pass
 
 
 def _lines(response) -> Iterator[str]:

@@ -18,13 +18,17 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   more transaction and one more change for every agent to hear: ~1 s of a 1,024-node re-formation in the
   simulation). Its host is a participant of the round, so losing it is losing a node of the round, which ends
   the round anyway: no process outside the round can end the job through it.
-* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: 1 when a newer
-  round exists (a participant lost, a worker group failed, a node waiting with room), else 0. When the newer
+* ``num_nodes_waiting()``, which torchrun's monitor loop asks every ``--monitor-interval``: when a newer
+  round exists (a participant lost, a worker group failed, nodes waiting with room), the late nodes that joined
+  it as torch counts them (the closer keeps the count in the head, :func:`.rounds.arriving`), at least 1; else
+  0. When the newer
   round replaces lost nodes of this one, it first says so in one line and SIGKILLs this node's workers
   (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
   watch's view, so it never waits for etcd.
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
-  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0.
+  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0. While no etcd
+  member answers it keeps trying for :data:`CLOSE_WAIT_S`; if it could not close it says so in one line and
+  returns False (torch's contract), as an open rendezvous would give a waiting spare the ended job's place.
 * a node whose workers left the take-out note (a straggler while a spare waits, :mod:`training.job.stragglers`)
   leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
   :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
@@ -54,7 +58,8 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
 
 from training.job import agent_notes
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable,
+                                               shut_stream)
 
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
@@ -64,6 +69,9 @@ EXIT_WAIT_S = 10.0
 STORE_CONNECT_TRY_S = 3.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
+#: Seconds ``shutdown()`` waits in all for the handler's threads to end (each ends at once, or after the store
+#: call it is in, whose own timeouts bound it).
+THREADS_STOP_S = 10.0
 #: An agent started with this variable set to 1 asks to be a hot spare: it is given a place last.
 STANDBY_ENV = "T5_STANDBY"
 #: The node's index as the cluster numbers it (set by the launchers); the first round orders nodes by it.
@@ -91,15 +99,32 @@ class Watched:
         self.connected = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stream = None  # the open watch stream, which stop() shuts
+        self._stream_lock = threading.Lock()
 
     def start(self) -> "Watched":
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 0.0) -> None:
+        """Stop watching: the stream is shut, so its thread ends now, not at the next progress notice or the
+        stream's idle bound (torch expects a handler's threads gone after shutdown); waits ``join_s`` for it."""
         self._stop.set()
+        with self._stream_lock:
+            stream = self._stream
+        if stream is not None:
+            shut_stream(stream)
         with self.changed:
             self.changed.notify_all()
+        if join_s > 0 and self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(join_s)
+
+    def _opened(self, stream) -> None:
+        with self._stream_lock:
+            self._stream = stream
+            stopping = self._stop.is_set()
+        if stopping:  # stop() came between the stream's opening and now: it found no stream to shut
+            shut_stream(stream)
 
     def get(self, key: str) -> KeyValue | None:
         with self.changed:
@@ -148,7 +173,8 @@ class Watched:
                 self._stop.wait(0.2)
                 continue
             try:
-                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key)
+                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key,
+                                  on_open=self._opened)
             except Exception:  # noqa: BLE001 - the member went, or the stream idled out: resync and watch again
                 pass
 
@@ -184,8 +210,23 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._join_store()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        threading.Thread(target=self._keep_alive, name="t5f-rdzv-lease", daemon=True).start()
-        threading.Thread(target=self._elect_and_close, name="t5f-rdzv-closer", daemon=True).start()
+        self._threads = [self._start(self._keep_alive, "t5f-rdzv-lease"),
+                         self._start(self._elect_and_close, "t5f-rdzv-closer")]  # shutdown() waits for them
+
+    @staticmethod
+    def _start(target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _stop_threads(self) -> None:
+        """Stop the watch and wait (:data:`THREADS_STOP_S` in all) for every thread of this handler to end; the
+        closer's own watches end with it (it stops them on its way out)."""
+        deadline = time.monotonic() + THREADS_STOP_S
+        self._stop.set()
+        self.round_view.stop(join_s=THREADS_STOP_S)
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ membership
     def _join_store(self) -> None:
@@ -279,7 +320,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     return
                 watch.wait(1.0)
         finally:
-            watch.stop()
+            watch.stop(join_s=THREADS_STOP_S)
 
     def _close(self) -> None:
         """The closer's loop: watch every key of the job and act on each change (and every 0.2 s for the last
@@ -298,7 +339,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     return  # registered again: another member may be older now; elect again
                 self._close_step(view)
         finally:
-            view.stop()
+            view.stop(join_s=THREADS_STOP_S)
 
     def _close_step(self, view: Watched) -> None:
         kv = view.get(self.prefix + "round")
@@ -319,8 +360,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         if step is rounds.Step.NOTE_SPARES:
             new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
-        elif step is rounds.Step.MARK_MIN:
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time()})
+        elif step is rounds.Step.NOTE_ARRIVING:
+            new = rounds.Round(**{**r.__dict__, "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
+        elif step is rounds.Step.MARK_MIN:  # the late nodes' count with it: one write
+            new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
+                                  "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
         else:  # CLOSE
             values, standby, node_index = _member_values(live)
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
@@ -446,7 +490,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                  f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
-        return 1
+        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
 
     def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
@@ -470,45 +514,66 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - the lease then expires by itself within its TTL
             pass
-        self.round_view.stop()
+        self._stop_threads()
         self.client.close()
         raise NodeTakenOut(reason)
 
     def shutdown(self) -> bool:
-        """Close the rendezvous (the job ended). The agent that hosts the round's store keeps it up until the
-        others have left torchrun's exit barrier (each says so before closing), at most :data:`EXIT_WAIT_S`.
-        A node taken out of the job closes nothing: the job goes on without it."""
+        """Close the rendezvous (the job ended); True once it is closed, False if it could not be closed (torch's
+        contract: the store did not answer for :data:`CLOSE_WAIT_S`, said in one line). The agent that hosts the
+        round's store keeps it up until the others have left torchrun's exit barrier (each says so before
+        closing), at most :data:`EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
+        without it."""
         if self._taken_out:
             return True
+        self._say_left()
+        closed = self._close_rendezvous()
         try:
-            if self.round is not None:
-                self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
-            self._close_rendezvous()
-            if self._hosting and self.round is not None:
+            if closed and self._hosting and self.round is not None:
                 self._wait_for_others_to_leave(self.round.n)
-            self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
+        except Exception:  # noqa: BLE001 - the store went away again: the others' exit barrier decides
+            pass
+        self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
+        try:
             self.client.revoke(self._lease)
         except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
             pass
-        self._stop.set()
-        self.round_view.stop()
+        self._stop_threads()
         self.client.close()
-        return True
+        return closed
 
-    def _close_rendezvous(self) -> None:
-        """Close it even if the store is away right now: spares standing by wait for this (at most
-        :data:`CLOSE_WAIT_S`, saying so once)."""
+    def _say_left(self) -> None:
+        """Say this agent left its round's exit barrier (the round's store host waits for it). Best effort, and
+        on its own: a store that does not answer now must not skip the close, which waits for it."""
+        if self.round is None:
+            return
+        try:
+            self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
+        except Exception:  # noqa: BLE001 - the host then waits EXIT_WAIT_S at most
+            pass
+
+    def _close_rendezvous(self) -> bool:
+        """Close it even if the store is away right now: spares standing by wait for this (a rendezvous left open
+        gives them the ended job's place). Tries for :data:`CLOSE_WAIT_S`, saying so once; False (and a line)
+        if it could not."""
         deadline, said = time.monotonic() + CLOSE_WAIT_S, False
         while True:
             try:
-                return self.set_closed()
+                self.set_closed()
+                return True
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
-                    raise
+                    _say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
+                         f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
+                         f"stop them")
+                    return False
                 if not said:
                     _say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
                     said = True
                 time.sleep(0.5)
+            except StoreRefused as e:
+                _say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
+                return False
 
     def _wait_for_others_to_leave(self, n: int) -> None:
         """Until every live participant of round ``n`` (read whole, once) said it left, at most EXIT_WAIT_S."""
@@ -533,7 +598,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             lease = self._lease
             try:
                 r, revision, seats = self._read_round()
-                if r is not None and r.closed:
+                if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
+                    # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes, seats=seats)
@@ -566,12 +632,35 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
+                if joined_round is not None and self._withdraw(joined_round[0]):
+                    self._wait_for_change(revision)  # the round formed with it meanwhile: take the place
+                    continue
                 raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
                                              f"not form within {self.join_timeout_s:g} s (MIN {self.min_nodes} "
                                              f"node(s))")
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
+
+    def _withdraw(self, n: int) -> bool:
+        """Take this agent's join of open round ``n`` back (its join timed out): its joined key deleted, then
+        the round record rewritten as it is, so a close the closer computed while the key was there fails its
+        compare-and-set (a round formed with a node that gave up waits for it: the others' workers never get
+        rank 0's address). True if round ``n`` was formed with this agent first: it takes its place after all."""
+        try:
+            self.client.delete(self.prefix + f"joined/{n}/{self.me}")
+            while True:
+                kv = self.client.get(self.prefix + "round")
+                r = rounds.Round.loads(kv.value) if kv else None
+                if r is None or r.n != n or r.closed:
+                    return False
+                if r.formed:
+                    return self.me in r.participants
+                if self._put_round(kv.mod_revision, r):
+                    return False
+        except (StoreUnavailable, StoreRefused) as e:  # its key goes with its lease when the agent ends
+            _say(f"could not take back this node's join of round {n} after its timeout ({e})")
+            return False
 
     def _confirm(self, n: int) -> None:
         """Put this agent's joined key for formed round ``n`` (under its lease): it came, it is not stuck (a round
@@ -589,7 +678,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 except Exception:  # noqa: BLE001 - no member answers, or the lease expired and the keep-alive
                     self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
 
-        threading.Thread(target=put, name="t5f-rdzv-confirm", daemon=True).start()
+        self._threads.append(self._start(put, "t5f-rdzv-confirm"))  # one a round at most: the list stays short
 
     def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
         """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
@@ -621,7 +710,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         store = self._round_store(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
         _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
-        return RendezvousInfo(store, rank, seats.size, RendezvousStoreInfo.build(rank, store, local_addr=self.addr))
+        return RendezvousInfo(store, rank, seats.size, self._store_info(r, rank, store))
+
+    def _store_info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
+        """The workers' bootstrap address, which rank 0 publishes in the round's store (torch's
+        ``RendezvousStoreInfo.build``); a rank-0 node that never takes its place is a rendezvous error, not the
+        raw ``DistStoreError`` torch's store raises after its timeout."""
+        try:
+            return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
+        except RuntimeError as e:  # torch's DistStoreError: the key never came
+            raise RendezvousError(f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
+                                  f"{self._store_timeout().total_seconds():g} s (it gave up or is stuck); start "
+                                  f"this node again to join a new round ({str(e).splitlines()[0]})") from None
 
     def _serve_store(self):
         """This agent's ``TCPStore`` server, for the rounds in which it has rank 0 (see the module docstring)."""

@@ -69,6 +69,7 @@ class Step(Enum):
     CLOSE = "close"                # closer: form the open round
     REOPEN = "reopen"              # closer: a participant of the formed round is lost (or stuck): the next round
     NOTE_SPARES = "note spares"    # closer: the live members waiting beside the formed round changed
+    NOTE_ARRIVING = "note arriving"  # closer: the late nodes that joined the open round changed (their count)
 
 
 @dataclass
@@ -94,6 +95,8 @@ class Round:
             their joined keys (:func:`unconfirmed`).
         stuck: those of ``lost`` that were live but had not taken their place in the round before (presumed)
             in time: they are left out as lost nodes are.
+        arriving: how many nodes wait to join the job in this open round (:func:`arriving`), kept by the closer:
+            what ``num_nodes_waiting()`` tells torchrun's agents still in the round before.
     """
 
     n: int
@@ -109,6 +112,7 @@ class Round:
     prev_n: int = -1
     presumed_at: float | None = None
     stuck: list[str] = field(default_factory=list)
+    arriving: int = 0
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -143,18 +147,19 @@ class Head:
     prev_n: int = -1
     moved: dict[str, int] | None = None
     stuck: list[str] = field(default_factory=list)
+    arriving: int = 0
 
     @classmethod
     def of(cls, r: Round) -> "Head":
         return cls(n=r.n, formed=r.formed, closed=r.closed, store=r.store, lost=r.lost, taken_out=r.taken_out,
                    spares=len(r.spares), size=len(r.participants), prev_n=r.prev_n,
-                   moved=seat_changes(r) if r.formed else None, stuck=r.stuck)
+                   moved=seat_changes(r) if r.formed else None, stuck=r.stuck, arriving=r.arriving)
 
     def as_round(self) -> Round:
         """The record this head stands for, without its member lists: all an agent needs of an open or closed
         round (an open round's lists are the closer's business)."""
         return Round(n=self.n, formed=self.formed, closed=self.closed, store=self.store, lost=self.lost,
-                     taken_out=self.taken_out, stuck=self.stuck)
+                     taken_out=self.taken_out, stuck=self.stuck, arriving=self.arriving)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -324,13 +329,30 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
         return Step.NOTE_SPARES if waiting(r, live) != r.spares else Step.WAIT
     present = [j for j in joined if j in live]
     if len(present) < min_nodes:
-        return Step.WAIT
+        return _note_arriving(r, live, joined, max_nodes)
     everyone_in = live <= set(joined) and (bool(r.prev) or len(present) >= max_nodes)
     stopping = any(p in live and p not in joined for p in r.prev)  # still stopping its workers
     last_call = last_call_s + (STOPPING_WORKERS_S if stopping else 0.0)
     if everyone_in or (r.min_at is not None and now >= r.min_at + last_call):
         return Step.CLOSE
-    return Step.MARK_MIN if r.min_at is None else Step.WAIT
+    return Step.MARK_MIN if r.min_at is None else _note_arriving(r, live, joined, max_nodes)
+
+
+def _note_arriving(r: Round, live: set[str], joined: list[str], max_nodes: int) -> Step:
+    return Step.NOTE_ARRIVING if arriving(r, live, joined, max_nodes) != r.arriving else Step.WAIT
+
+
+def arriving(r: Round, live: set[str], joined: list[str], max_nodes: int) -> int:
+    """How many nodes wait to join the job in open round ``r`` as torch counts them (its wait list): live members
+    that joined it and were not participants of the round before, as many as there is room for beside the live
+    ones that were (torch puts the rest on its redundancy list). 0 for the job's first round: no agent trains yet
+    to ask, and a count that changes with each of N joins would be N writes of the head that every agent hears."""
+    if r.formed or not r.prev:
+        return 0
+    before = set(r.prev)
+    late = {j for j in joined if j in live and j not in before}
+    room = max_nodes - len(before & live)
+    return max(0, min(len(late), room))
 
 
 def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_nodes: int,
