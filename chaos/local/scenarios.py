@@ -196,14 +196,16 @@ def spares_and_a_victim(run: ScenarioRun) -> tuple[list[int], int]:
     return spares, victim
 
 
-def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> None:
-    """After the fault just recorded: wait for the job's next step and record which ranks the spares host."""
+def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> dict:
+    """After the fault just recorded: wait for the job's next step and record which ranks the spares host.
+    Returns the start record of the attempt that trained it."""
     c = run.cluster
     start = run.wait_start_after(c.events[-1]["time"])  # a step of the old attempt may still be logged after it
     first_after = run.wait_step(1, after=start["time"])
     run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
     c.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
             f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
+    return start
 
 
 #: The straggler scenario slows a node once this step is logged: early, so that a short job has steps left for the
@@ -223,11 +225,14 @@ def inject_straggler(run: ScenarioRun) -> None:
     run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
     run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
     slow = c.slow_node(victim)
+    took_over = None
     try:
-        _record_spare_takeover(run, spares)
+        took_over = _record_spare_takeover(run, spares)
     finally:
         run.facts["slow_cycles"] = slow.stop()
-        run.facts["slow_until"] = time.time()
+        # The job re-formed without the slow node when the spare's attempt started: the steps from there on are
+        # the take-over's (as on Slurm), even though the duty cycle is stopped only once the harness saw one.
+        run.facts["slow_until"] = took_over["time"] if took_over else time.time()
 
 
 def inject_silent_node_during_save(run: ScenarioRun) -> None:
