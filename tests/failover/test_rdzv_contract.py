@@ -185,6 +185,43 @@ def test_two_late_nodes_are_two_nodes_waiting(etcd):
     assert all(isinstance(c.result(timeout_s=30)[1], RendezvousClosedError) for c in calls)
 
 
+def test_a_late_node_waits_until_the_participants_leave_the_running_round(etcd, monkeypatch):
+    """Two nodes form a round (MIN 1, MAX 3) and keep training (they do not call ``next_rendezvous`` again, as
+    an agent still stopping its workers, or stuck doing so); a third comes late. torch's contract: it waits, and
+    the next round forms only once the participants have left the running one. Before: the late node's round
+    closed without them once the last call and a 30 s grace had passed (shortened to 1 s here, so that the test
+    fails in seconds without the rule): rank 0 of world 1 while the round before trained on, two worker groups of
+    one job. Once the participants come, the three form the next round together."""
+    monkeypatch.setattr(rounds, "STOPPING_WORKERS_S", 1.0)
+    creds = etcd.add_job_user("arrive")
+    first = [_agent(creds, "arrive", max_nodes=3) for _ in range(2)]
+    late = None
+    try:
+        calls = [_Call(a.next_rendezvous) for a in first]
+        before = [c.result(timeout_s=60) for c in calls]
+        assert [e for _, e in before] == [None, None] and sorted(i.world_size for i, _ in before) == [2, 2]
+        late = _agent(creds, "arrive", max_nodes=3)
+        arriving = _Call(late.next_rendezvous)
+        deadline = time.monotonic() + 20
+        while not all(a.num_nodes_waiting() for a in first):  # the running nodes are told: torchrun restarts
+            assert time.monotonic() < deadline, "the running nodes never heard of the late node"
+            time.sleep(0.1)
+        time.sleep(1 + rounds.STOPPING_WORKERS_S + 4)  # last call (1 s) + the old grace, and room for a loaded machine
+        kv = EtcdClient(creds).get(creds.prefix + "rdzv/arrive/round")
+        r = rounds.Round.loads(kv.value)
+        assert not r.formed and r.n == 1, f"a round formed beside the running one: {r}"
+        assert arriving.value is None and arriving.error is None  # still waiting
+        again = [_Call(a.next_rendezvous) for a in first]  # the participants leave round 0 and join
+        infos = [c.result(timeout_s=60) for c in again + [arriving]]
+        assert [e for _, e in infos] == [None] * 3, infos
+        assert sorted(i.rank for i, _ in infos) == [0, 1, 2] and {i.world_size for i, _ in infos} == {3}
+        # the participants keep their ranks (their snapshots are where they left them); the late node comes last
+        assert [i.rank for i, _ in infos[:2]] == [i.rank for i, _ in before] and infos[2][0].rank == 2
+    finally:
+        for a in sorted(first + ([late] if late else []), key=lambda a: a._hosting):
+            a.shutdown()
+
+
 def test_late_nodes_are_counted_as_far_as_the_round_has_room_and_not_in_the_first_round():
     """torch's handler puts late nodes beyond MAX on its redundancy list, not its wait list; the job's first
     round has no running node to tell (and counting each of N joins there would be N head writes)."""

@@ -24,11 +24,12 @@ only the round's ``head`` and the member created just before it).
 * The closer closes an open round as soon as every live member has joined (no waiting out a last call for
   nobody), or ``last_call_s`` after it reached MIN (a member that lives but does not come). The job's first
   round, which no node has trained in yet, waits out the last call below MAX: the other nodes may still be
-  starting. While a live participant of the round before has not joined, the last call is longer by
-  :data:`STOPPING_WORKERS_S`: that agent is still stopping its workers (a stop at a step boundary saves a
-  checkpoint first), and a round closed without it would start a second incarnation of the job beside the one
-  still training (seen on a loaded machine: a rejoining node formed a round alone at MIN 1, then the two
-  alternated).
+  starting. It never closes while a live participant of the round before has not joined (torch's contract: a
+  node that arrives while a round runs waits until the participants leave it): that agent is still stopping its
+  workers (a stop at a step boundary saves a checkpoint first, a hung collective takes torchrun's 30 s SIGTERM
+  grace), and a round closed without it would be a second worker group of the job beside the one still
+  training, both writing snapshots and checkpoints (seen: a late node took rank 0 of world 1 while the round
+  before trained on). Only its lease ending (its agent gone) lets the round close without it.
 * A formed round one of whose participants is no longer live (a lost node, its lease expired) is replaced at
   once by the next *formed* round (:func:`reformed`, one transaction of the closer): its live participants keep
   their ranks and live members waiting beside it (spares, newcomers) fill the places, as :func:`choose` orders
@@ -331,9 +332,11 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     if len(present) < min_nodes:
         return _note_arriving(r, live, joined, max_nodes)
     everyone_in = live <= set(joined) and (bool(r.prev) or len(present) >= max_nodes)
-    stopping = any(p in live and p not in joined for p in r.prev)  # still stopping its workers
-    last_call = last_call_s + (STOPPING_WORKERS_S if stopping else 0.0)
-    if everyone_in or (r.min_at is not None and now >= r.min_at + last_call):
+    # torch's contract: the next round forms only once every live participant of the round before has left it.
+    # One still stopping its workers (or stuck doing so) may still be training: a round without it would be a
+    # second worker group of the job beside the first. Its lease, not a timer, says when it is gone.
+    still_in_prev = any(p in live and p not in joined for p in r.prev)
+    if not still_in_prev and (everyone_in or (r.min_at is not None and now >= r.min_at + last_call_s)):
         return Step.CLOSE
     return Step.MARK_MIN if r.min_at is None else _note_arriving(r, live, joined, max_nodes)
 
