@@ -256,11 +256,13 @@ def test_sigkill_of_the_local_launcher_stops_agents_workers_and_store(tmp_path):
 
 def test_one_run_per_checkpoint_dir(tmp_path):
     out, log = tmp_path / "run", tmp_path / "first.log"
-    # It must outlive the checks below (the last one starts 2 workers: ~20 s, more under load). 300 plain tiny
-    # steps once finished first in CI; 0.4 s of sleep per step (wall time only: fault.* is not part of the run's
-    # identity, the later resumes match) keeps it running >= 80 s whatever the machine's speed.
-    steps = 200
-    first = start([*train_sh(out, steps), "--fault.step_sleep_s", "0.4"], log)
+    # It must outlive the checks below (the last one starts 2 workers: ~20 s, more under load; 300 plain tiny
+    # steps once finished first in CI): it holds after each step while the hold file exists (fault.* is not part
+    # of the run's identity: the later resumes match), and is let go once the checks are done. A fixed 0.4 s per
+    # step for 200 steps did the same and kept the test at ~125 s whatever the checks took.
+    steps, hold = 30, tmp_path / "hold"
+    hold.touch()
+    first = start([*train_sh(out, steps), "--fault.hold_file", str(hold)], log)
     try:
         wait_for(lambda: records(out, "step"), "the first run's step 1", proc=first, log=log)
         holder = json.loads((out / "checkpoints" / ".t5-failover.lock").read_text())
@@ -282,7 +284,8 @@ def test_one_run_per_checkpoint_dir(tmp_path):
                            timeout=120)
         assert r.returncode != 0 and "exitcode: 7" in r.stderr, r.stdout + r.stderr
         assert r.stderr.count(busy) == 1, r.stderr  # rank 0 speaks for the job; the others agree silently
-        assert first.poll() is None, "the first run ended before the checks: raise its steps"
+        assert first.poll() is None, "the first run ended before the checks: it was not held"
+        hold.unlink()
         assert first.wait(timeout=240) == 0, log.read_text()[-3000:]
     finally:
         kill_all([first.pid, *descendants(first.pid)])
