@@ -151,13 +151,22 @@ _ORDER = ("T5_ETCD_CA", "T5_ETCD_CERT", "T5_ETCD_ENDPOINTS")
 def unreachable_setting(e: StoreUnavailable, creds: ClientCredentials) -> str | None:
     """One line naming the setting that kept every endpoint from answering, what was seen and the fix; None when
     a member answered as etcd (no leader, too slow): an outage, not a setting."""
-    if not e.causes or any(isinstance(error, str) for _, error in e.causes):
+    if not e.causes or any(isinstance(error, str) or _accepted_but_silent(error) for _, error in e.causes):
         return None
     findings = [(url, *_finding(error)) for url, error in e.causes]
     url, var, seen, fix = min(findings, key=lambda f: _ORDER.index(f[1]))
     value = ",".join(creds.endpoints) if var == "T5_ETCD_ENDPOINTS" else getattr(
         creds, next(n for n, v in ClientCredentials.ENV.items() if v == var))
     return f"{var}={value}: {seen} at {url}: {fix}"
+
+
+def _accepted_but_silent(error: BaseException) -> bool:
+    """A server that took the connection and then did not answer in time: a stopped or loaded member (an outage),
+    not a setting; a wrong address or another server fails at once."""
+    from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError, SSLError
+
+    return isinstance(error, ReadTimeoutError) or (isinstance(error, (SSLError, ConnectTimeoutError)) and
+                                                   "read operation timed out" in str(error))
 
 
 def refused_setting(e: StoreRefused, creds: ClientCredentials) -> str:
