@@ -217,7 +217,7 @@ def add_job(store: SecretStore, creds, job: str, training_ns: str, work: str) ->
     prefix = f"{creds.prefix}{job}/"
     # an earlier TrainJob of this name left its rounds (a closed rendezvous) behind: start clean
     EtcdClient(creds).post("kv/deleterange", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
-    job_creds = admin.add_job_user(job, work)
+    job_creds = admin.add_job_user(job, work, rotate=True)  # a new TrainJob of the name: its prefix was just wiped
     store.put(training_ns, job_secret_name(job), {PASSWORD: _read(job_creds.password_file)}, replace=True)
     return f"etcd user {job_creds.user}: read/write {job_creds.prefix}; password in Secret " \
            f"{training_ns}/{job_secret_name(job)}"

@@ -36,6 +36,11 @@ agent stops:
   it serves this rendezvous id (``--job-id``), and that the id's rendezvous is neither closed nor another job's
   (:mod:`training.launch.store_check`): exit 2 with one line naming the endpoint, the ids or the other job,
   before it touches the rendezvous.
+* membership on etcd: before anything else starts (the warm workers' forkserver included), the agent checks its
+  ``T5_ETCD_*`` settings against the store and that the rendezvous id is this job's
+  (:mod:`training.launch.rendezvous.start`): a wrong setting, a closed rendezvous (its job ended) or another job's
+  id is one line naming it and the fix, exit 2. The job's identity is ``T5_JOB_IDENTITY`` when set, else the
+  training's absolute ``--job.out_dir`` (:func:`_job_identity`).
 * ``--standalone`` jobs of the training module check the checkpoint directory's run lock first
   (:mod:`training.checkpoint.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
@@ -52,7 +57,7 @@ import sys
 from training.job.check import DONE_ENV, already_checked
 from training.launch.config import RDZV_ENV, LaunchError
 from training.launch.nccl_plugin import missing_plugin_warning
-from training.launch.preflight import check_training_job, checkpoint_dir
+from training.launch.preflight import check_training_job, checkpoint_dir, job_out_dir
 from training.launch.store_check import check_store
 from training.launch import warm_workers
 from training.job.lifecycle import AGENT_ENV, die_with_launcher
@@ -130,6 +135,32 @@ def _job_description(args) -> str:
     return f"nnodes {args.nnodes}, nproc {args.nproc_per_node}, {what}, arguments {digest}"
 
 
+def _job_identity(args) -> str:
+    """What every agent of this job gives as its identity on etcd (:mod:`training.launch.rendezvous.start`):
+    ``T5_JOB_IDENTITY``, else the training's output directory (absolute: the nodes of a job share it, two jobs
+    never do), else the job's description (another module)."""
+    from training.launch.rendezvous.start import IDENTITY_ENV
+
+    given = os.environ.get(IDENTITY_ENV, "").strip()
+    if given:
+        return given
+    out_dir = job_out_dir(args.training_script_args) if _is_training(args) else None
+    return f"out_dir {os.path.abspath(out_dir)}" if out_dir else _job_description(args)
+
+
+def _check_etcd_start(args) -> int:
+    """0 when this agent may join its rendezvous on etcd; else the one line is printed and its exit code returned
+    (before the forkserver starts: an agent refused here leaves no process behind)."""
+    from training.launch.rendezvous.start import StartRefused, check_start
+
+    try:
+        check_start(args.rdzv_id, _job_identity(args), _rdzv_conf(args))
+    except StartRefused as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return e.code
+    return 0
+
+
 def _stale_after_s(args) -> float:
     """A rendezvous whose newest heartbeat is older than this has no live agent: twice the time torch gives a node
     before calling it dead (keep-alive interval x attempts, torch's defaults 5 x 3), and at least 10 s."""
@@ -204,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         except LaunchError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2
+    if args.rdzv_backend == etcd_handler.BACKEND:
+        code = _check_etcd_start(args)
+        if code:
+            return code
     if _is_training(args) and not already_checked():
         # data, output locations and GPUs, from this node, before any worker starts (torchrun would restart
         # a worker that exits 2 --max-restarts times); the workers skip the same check

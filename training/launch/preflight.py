@@ -67,6 +67,16 @@ def checkpoint_dir(train_args: Sequence[str]) -> str | None:
         return None
 
 
+def job_out_dir(train_args: Sequence[str]) -> str | None:
+    """The job.out_dir that ``python -m training`` resolves from ``train_args``; None if they are invalid."""
+    from training.config import ConfigError, load_config
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return load_config(list(train_args)).job.out_dir
+    except (ConfigError, SystemExit):
+        return None
+
+
 def check_checkpoint_dir(cfg: LaunchConfig) -> None:
     """Raise :class:`training.checkpoint.run_lock.CheckpointDirBusy` if another run holds the training's checkpoint.dir.
 

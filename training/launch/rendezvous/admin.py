@@ -8,8 +8,13 @@ credentials the stack keeps (root's password file and a client certificate).
     python -m training.launch.rendezvous.admin add-job --job t5-123 --out DIR     # T5_ETCD_ADMIN_* set
     # DIR/job.env: the T5_ETCD_* variables the agents read; DIR/job-t5-123.password (0600)
 
+A job id that has a user already is refused (exit 2): a new password would lock its running agents out at their
+next login. ``--rotate`` replaces the user and its password on purpose (the job's agents then need the new
+job.env).
+
 Environment (``add-job``): T5_ETCD_ENDPOINTS, T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY (as for the agents) and
-T5_ETCD_ROOT_PASSWORD_FILE. Exit codes: 0 done, 2 bad settings or etcd refused, 3 no member answered.
+T5_ETCD_ROOT_PASSWORD_FILE. Exit codes: 0 done, 2 bad settings, a job id that has a user (without ``--rotate``) or
+etcd refused, 3 no member answered.
 """
 from __future__ import annotations
 
@@ -27,6 +32,10 @@ JOBS_PREFIX = "/t5-failover/jobs/"
 
 def job_user(job: str) -> str:
     return f"job-{job}"
+
+
+class JobExists(ValueError):
+    """The job already has an etcd user (its agents may be running with its password)."""
 
 
 def _write_secret(path: str, text: str) -> None:
@@ -51,10 +60,14 @@ class EtcdAdmin:
         self.client.post("auth/user/grant", {"user": "root", "role": "root"}, authenticated=False)
         self.client.post("auth/enable", {}, authenticated=False)
 
-    def add_job_user(self, job: str, directory: str) -> ClientCredentials:
-        """A user and role for ``job`` (read and write under its prefix only, created again if it exists);
-        its password is written 0600 in ``directory``. Returns the job's credentials."""
+    def add_job_user(self, job: str, directory: str, rotate: bool = False) -> ClientCredentials:
+        """A user and role for ``job`` (read and write under its prefix only); its password is written 0600 in
+        ``directory``. Returns the job's credentials. A job that has a user already raises :class:`JobExists`
+        unless ``rotate``: then both are created again with a new password."""
         user, prefix = job_user(job), f"{JOBS_PREFIX}{job}/"
+        if not rotate and self._user_exists(user):
+            raise JobExists(f"job {job!r} has an etcd user already ({user}); a new password would lock its running "
+                            f"agents out: give a new job id, or pass --rotate to replace its password on purpose")
         for path, body in (("auth/user/delete", {"name": user}), ("auth/role/delete", {"role": user})):
             try:
                 self.client.post(path, body)
@@ -73,6 +86,16 @@ class EtcdAdmin:
                                  password_file, prefix)
 
 
+    def _user_exists(self, user: str) -> bool:
+        try:
+            self.client.post("auth/user/get", {"name": user})
+            return True
+        except StoreRefused as e:
+            if "user name not found" in str(e):
+                return False
+            raise
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.launch.rendezvous.admin",
                                 description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -81,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     add = sub.add_parser("add-job", help="create the job's etcd user and role; write its credentials")
     add.add_argument("--job", required=True, help="the job's rendezvous id")
     add.add_argument("--out", required=True, help="directory for job.env and the password file (made 0700)")
+    add.add_argument("--rotate", action="store_true", help="replace the user of a job id that has one already, "
+                     "with a new password (without it such a job id is refused: its running agents would be "
+                     "locked out)")
     a = p.parse_args(argv)
     env = dict(os.environ)
     root_pw = env.get("T5_ETCD_ROOT_PASSWORD_FILE", "")
@@ -89,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env.update({"T5_ETCD_USER": "root", "T5_ETCD_PASSWORD_FILE": root_pw, "T5_ETCD_PREFIX": JOBS_PREFIX})
     try:
-        creds = EtcdAdmin(ClientCredentials.from_env(env)).add_job_user(a.job, a.out)
+        creds = EtcdAdmin(ClientCredentials.from_env(env)).add_job_user(a.job, a.out, rotate=a.rotate)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

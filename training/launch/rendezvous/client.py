@@ -92,7 +92,13 @@ def token_lifetime_s(token: str, now: float | None = None) -> float | None:
 
 
 class StoreUnavailable(RuntimeError):
-    """No etcd member answered (all down, or unreachable)."""
+    """No etcd member answered (all down, or unreachable). ``causes``: what each endpoint tried did, as
+    ``(url, error)`` with the exception urllib3 raised or a member's answer as text: an agent that never reached
+    the store tells a wrong setting from an outage by them (:mod:`.start`)."""
+
+    def __init__(self, message: str, causes: list[tuple[str, BaseException | str]] | None = None):
+        super().__init__(message)
+        self.causes = list(causes or [])
 
 
 class StoreRefused(RuntimeError):
@@ -136,10 +142,25 @@ class ClientCredentials:
         missing = [var for var in cls.ENV.values() if not env.get(var)]
         if missing:
             raise ValueError(f"etcd credentials incomplete: {', '.join(missing)} not set (the launcher sets them; "
-                             f"on a cluster, the job's setup step)")
+                             f"on a cluster, the job's setup step: the job.env that admin add-job writes)")
         values = {name: env[var] for name, var in cls.ENV.items()}
         values["endpoints"] = tuple(e.strip() for e in values["endpoints"].split(",") if e.strip())
+        plain = [e for e in values["endpoints"] if not e.startswith("https://")]
+        if plain:  # urllib3 would speak plain HTTP to a TLS port: the members hang up, an outage to the client
+            raise ValueError(f"T5_ETCD_ENDPOINTS={env['T5_ETCD_ENDPOINTS']!r}: {plain[0]!r} is not an https:// URL "
+                             f"(the members serve TLS only): write each endpoint as https://HOST:PORT")
         return cls(**values)
+
+
+def _check_files(creds: ClientCredentials) -> None:
+    """ValueError naming the variable whose file is missing or unreadable (read when the first call logs in, it
+    would otherwise end that call with a raw OSError)."""
+    for name in ("ca", "cert", "key", "password_file"):
+        path, var = getattr(creds, name), ClientCredentials.ENV[name]
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            why = "is not readable" if os.path.isfile(path) else "does not exist"
+            raise ValueError(f"{var}={path}: the file {why}: point {var} at the job's file (the job.env that admin "
+                             f"add-job writes names them all)")
 
 
 def b64(data: str | bytes) -> str:
@@ -178,9 +199,7 @@ class EtcdClient:
 
         self.creds = creds
         self.timeout = request_timeout_s
-        for path in (creds.cert, creds.key, creds.ca):  # a missing file is a setup error, not a member away
-            if not os.path.exists(path):
-                raise ValueError(f"etcd TLS file {path} does not exist: check T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY")
+        _check_files(creds)  # a missing file is a setup error, not a member away
         # one pool per member; no environment (proxies, CA bundles) replaces the cluster's CA; a few connections
         # per member at once: two watch streams, the closer's, the agent's own calls. One TLS context, its CA,
         # certificate and key loaded once (urllib3 given the files would read and parse them for every connection)
@@ -253,7 +272,7 @@ class EtcdClient:
         given = timeout_s or self.timeout
         connect, read = given if isinstance(given, tuple) else (given, given)
         timeout = (connect * self._patience, read if stream else read * self._patience)  # a watch's read: idle
-        errors, timed_out = [], 0
+        errors, causes, timed_out = [], [], 0
         for url in list(self._endpoints):
             try:
                 for attempt in (1, 2):  # a second time after a fresh token
@@ -267,13 +286,16 @@ class EtcdClient:
                     break
             except HTTPError as e:  # refused, reset, timed out, TLS failed: this member is not there for us
                 errors.append(f"{url}: {type(e).__name__} {str(e)[-160:]}")
+                causes.append((url, e))
                 timed_out += isinstance(e, CallTimedOut) and not isinstance(e, NewConnectionError)  # not refused
                 continue
             if r.status == 503 or (r.status != 200 and "leader" in _text(r)):
                 errors.append(f"{url}: {_reason(r)}")  # a member without a leader: try another
+                causes.append((url, _reason(r)))
                 continue
             if r.status != 200 and any(words in _text(r) for words in TOO_SLOW):
                 errors.append(f"{url}: {_reason(r)}")  # the member took the call but not in time: as a timeout
+                causes.append((url, _reason(r)))
                 timed_out += 1
                 continue
             if r.status != 200:
@@ -287,7 +309,7 @@ class EtcdClient:
         if timed_out == len(self._endpoints):  # every member slow: a loaded store, not a lost member
             with self._lock:
                 self._patience = min(PATIENCE_MAX, self._patience * 2)
-        raise StoreUnavailable(f"no etcd member answered ({'; '.join(errors)})")
+        raise StoreUnavailable(f"no etcd member answered ({'; '.join(errors)})", causes)
 
     # ------------------------------------------------------------------ keys
     def get(self, key: str) -> KeyValue | None:

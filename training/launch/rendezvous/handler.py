@@ -465,7 +465,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if r.closed:
                 return
             r.closed = True
-            if self._put_round(kv.mod_revision if kv else 0, r):
+            # when, in the same write: an agent that later arrives under this id is told when its job ended
+            ended = {self.prefix + "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            if put_round(self.client, self.prefix, kv.mod_revision if kv else 0, r, extra=ended):
                 return
 
     def num_nodes_waiting(self) -> int:
@@ -767,11 +769,12 @@ class _RoundChanged(Exception):
     """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
 
 
-def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False) -> bool:
+def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False,
+              extra: dict[str, str] | None = None) -> bool:
     """One transaction under the job's ``prefix``: the round record compare-and-set on its ``revision`` (0: none
     yet) and its head; with ``seats`` (the round is being formed) also its seat pages, older rounds' pages
-    deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit)."""
-    also, drop = {prefix + "head": rounds.Head.of(new).dumps()}, None
+    deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit); ``extra``: more keys put with them."""
+    also, drop = {prefix + "head": rounds.Head.of(new).dumps(), **(extra or {})}, None
     if seats:
         also |= {seats_key(prefix, new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
         drop = (prefix + "seats/", seats_key(prefix, new.n, ""))  # zero-padded: older rounds sort first
