@@ -187,6 +187,21 @@ def test_an_agent_that_arrives_at_a_finished_jobs_rendezvous_is_refused_not_a_si
     assert "give this run a new rendezvous id" in line, line
 
 
+def test_a_late_node_of_the_job_that_ended_exits_0_saying_it_is_not_needed(etcd, tmp_path):
+    """The same job (its identity recorded at its start) ended; a node of it that starts only now (a replacement
+    pod that came as the job finished) is not an error: a pod that failed would fail a TrainJob that succeeded."""
+    creds = etcd.add_job_user("ended-own")
+    out = tmp_path / "out"
+    check_start("ended-own", f"out_dir {out}", {}, env=creds.as_env())  # the job's first node, at its start
+    node = EtcdRendezvousHandler("ended-own", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2,
+                                 last_call_s=0.5, join_timeout_s=30)
+    node.next_rendezvous()
+    assert node.shutdown() is True
+    code, lines, _ = run_agent(creds.as_env(), "ended-own", out)
+    assert code == 0 and len(lines) == 1, lines
+    assert lines[0].startswith("[agent] the job of rendezvous id 'ended-own' (out_dir ") and "not needed" in lines[0]
+
+
 def test_a_bad_first_contact_timeout_is_named(etcd, tmp_path):
     creds = etcd.add_job_user("bad-window")
     with pytest.raises(StartRefused, match="--rdzv-conf first_contact_timeout='soon' is not a positive number"):

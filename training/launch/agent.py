@@ -148,17 +148,18 @@ def _job_identity(args) -> str:
     return f"out_dir {os.path.abspath(out_dir)}" if out_dir else _job_description(args)
 
 
-def _check_etcd_start(args) -> int:
-    """0 when this agent may join its rendezvous on etcd; else the one line is printed and its exit code returned
-    (before the forkserver starts: an agent refused here leaves no process behind)."""
+def _check_etcd_start(args) -> int | None:
+    """None when this agent may join its rendezvous on etcd; else the one line is printed and the agent's exit
+    code returned (0: its job ended already), before the forkserver starts: an agent stopped here leaves no
+    process behind."""
     from training.launch.rendezvous.start import StartRefused, check_start
 
     try:
         check_start(args.rdzv_id, _job_identity(args), _rdzv_conf(args))
     except StartRefused as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {e}" if e.code else str(e), file=sys.stderr, flush=True)
         return e.code
-    return 0
+    return None
 
 
 def _stale_after_s(args) -> float:
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.rdzv_backend == etcd_handler.BACKEND:
         code = _check_etcd_start(args)
-        if code:
+        if code is not None:
             return code
     if _is_training(args) and not already_checked():
         # data, output locations and GPUs, from this node, before any worker starts (torchrun would restart

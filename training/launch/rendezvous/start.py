@@ -14,9 +14,11 @@ the rendezvous id is this job's. Each failure is one line naming the setting and
 * Identity. A rendezvous id names one job. Its first agent records the job's identity (``T5_JOB_IDENTITY``, by
   default what the agent derives: the training's absolute ``--job.out_dir``) under the id's prefix (``job``,
   written once: a create-if-absent transaction); an agent of a job with another identity is refused, naming
-  both, where it would otherwise wait silently as the other job's hot spare and exit 0. An agent that finds the
-  id's rendezvous closed (its job ended) is refused too: nothing would train there. Spares and restarted nodes of
-  the same job (the same identity, the rendezvous open) join as before.
+  both, where it would otherwise wait silently as the other job's hot spare and exit 0. An agent of another job
+  that finds the id's rendezvous closed (its job ended) is refused too: nothing would train there. One of the
+  same job (a replacement that started as the job ended) exits 0 saying it is not needed, as a spare the job
+  finished without does: on Kubernetes a late pod that failed would fail a TrainJob that succeeded. Spares and
+  restarted nodes of the same job (the same identity, the rendezvous open) join as before.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ T = TypeVar("T")
 
 class StartRefused(RendezvousError):
     """This agent must not join: one line saying why and the fix; ``code`` is the agent's exit code (2: a
-    setting; 1: a store that never became able to serve)."""
+    setting; 1: a store that never became able to serve; 0: its own job ended already, the line is not an
+    error)."""
 
     def __init__(self, line: str, code: int = 2):
         super().__init__(line)
@@ -196,8 +199,14 @@ def check_identity(client: EtcdClient, run_id: str, identity: str) -> None:
     theirs = client.get(prefix + "job")
     if head is not None and rounds.Head.loads(head.value).closed:
         ended = client.get(prefix + "ended")
+        when = ended.value if ended else "an unrecorded time"
+        if theirs is not None and json.loads(theirs.value).get("identity") == identity:
+            # this job's own late node (a replacement pod or node that started as the job ended): not an error,
+            # or a pod that came too late would fail a TrainJob that succeeded
+            raise StartRefused(f"[agent] the job of rendezvous id {run_id!r} ({identity}) ended at {when}: this "
+                               f"node is not needed (a new run of it needs a new rendezvous id: {NEW_ID})", code=0)
         raise StartRefused(f"rendezvous id {run_id!r} belongs to a job that ended at "
-                           f"{ended.value if ended else 'an unrecorded time'}{_job(theirs)} (its rendezvous is closed: "
+                           f"{when}{_job(theirs)} (its rendezvous is closed: "
                            f"nothing would train here): give this run a new rendezvous id ({NEW_ID})")
     if theirs is None:
         record = json.dumps({"identity": identity, "host": socket.gethostname(), "at": _now()})
