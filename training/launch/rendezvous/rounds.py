@@ -306,8 +306,10 @@ def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max
     return Step.STAND_BY
 
 
-#: How much longer an open round waits for a live participant of the round before: torchrun gives a worker
-#: group 30 s from SIGTERM to SIGKILL when it stops it (``PContext.close``), then the agent joins.
+#: How much longer than the last call a participant of a round formed without joins (:func:`reformed`) has to
+#: confirm its place before it counts as stuck: torchrun gives a worker group 30 s from SIGTERM to SIGKILL when
+#: it stops it (``PContext.close``), then the agent takes its place. (An open round waits for the participants of
+#: the round before without a bound: :func:`closer_step`.)
 STOPPING_WORKERS_S = 30.0
 
 
