@@ -49,4 +49,5 @@ def test_the_cli_says_it_in_one_line():
                        capture_output=True, text=True, timeout=120)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
-    assert "checkpoint.memory_interval='fast' is not valid" in lines[0] and "--checkpoint.memory_interval auto" in lines[0]
+    assert "checkpoint.memory_interval='fast' is not valid" in lines[0]
+    assert "--checkpoint.memory_interval auto" in lines[0]

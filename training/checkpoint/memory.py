@@ -2,11 +2,12 @@
 
 A failure then costs at most the steps since the last snapshot (``checkpoint.memory_interval``: a number, or
 ``auto``, as often as ``checkpoint.memory_budget`` allows, see :mod:`training.checkpoint.snapshot_budget`), not a
-checkpoint interval: after a snapshotted step's optimizer step every rank copies its shard of the training state (model and optimizer shards, scheduler, progress with the data
-offset, its RNG) into node-local shared memory that outlives the worker process (``/dev/shm``), and sends the
-same bytes to the rank with its local rank on the next node (a ring), which keeps them in its own node's
-memory. A restarted worker restores from its node; a replacement node's ranks get their shards from the
-peer that holds the replica; storage (:mod:`training.checkpoint`) remains the tier of last resort.
+checkpoint interval: after a snapshotted step's optimizer step every rank copies its shard of the training state
+(model and optimizer shards, scheduler, progress with the data offset, its RNG) into node-local shared memory
+that outlives the worker process (``/dev/shm``), and sends the same bytes to the rank with its local rank on the
+next node (a ring), which keeps them in its own node's memory. A restarted worker restores from its node; a
+replacement node's ranks get their shards from the peer that holds the replica; storage
+(:mod:`training.checkpoint`) remains the tier of last resort.
 
 Layout, per node: ``<memory dir>/<run key>/`` (0700), the run key a hash of the checkpoint directory, so a
 snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of world ``W``::
