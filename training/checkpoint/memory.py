@@ -351,6 +351,7 @@ class MemoryTier:
         self.enabled = self.interval > 0
         self.pace = Pace(budget=budget, max_interval=max_interval, fixed=None if self.auto else self.interval)
         self._next_due = 0  # auto: the next step to snapshot (the first step of an attempt is one)
+        self._snapped = -1  # auto: the step of the last snapshot started
         self._taken = 0  # snapshots started in this attempt
         self._last: tuple[int, float, float, float] | None = None  # (step, end, waited_s, capture_s) of the last
         self.news: list[Choice] = []  # what the manager says and records: a new interval, a fixed one over budget
@@ -397,15 +398,17 @@ class MemoryTier:
 
     # ------------------------------------------------------------------ snapshots
     def due(self, step: int) -> bool:
+        """Whether `step` is a snapshot step; still True for it once its snapshot started (the straggler watch asks
+        after the snapshot whether the step has one to restart from)."""
         if self.auto:
-            return self.enabled and step >= self._next_due
+            return self.enabled and (step >= self._next_due or step == self._snapped)
         return self.enabled and step % self.interval == 0
 
     def snapshot(self, step: int, state: dict[str, Any]) -> float:
         """Start the snapshot of `step` (collective on the first call: the memory check; with auto, on every one
         measured: the figures); returns the seconds the caller was blocked (capturing the state's structure,
         waiting for the previous copy)."""
-        if not self.due(step):
+        if not self.due(step) or step == self._snapped:
             return 0.0
         t0, waited0 = time.perf_counter(), self.waited_s
         self.wait()
@@ -416,7 +419,7 @@ class MemoryTier:
         self._start(step, state)
         end = time.perf_counter()
         self._last = (step, end, self.waited_s, end - t1)
-        self._next_due = step + self.interval
+        self._next_due, self._snapped = step + self.interval, step
         return end - t0
 
     def _start(self, step: int, state: dict[str, Any]) -> None:
