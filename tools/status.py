@@ -128,6 +128,9 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
     lines.append(f"world    {world or '?'} ranks, {spares} spare node(s); {ledger.attempts} attempt(s) "
                  f"({'>'.join(map(str, ledger.world_sizes)) or '-'})")
     lines += [f"         {x}" for x in where.lines]
+    snapshots = snapshot_line(ledger)
+    if snapshots:
+        lines.append(snapshots)
     if ledger.failures:
         f = ledger.failures[-1]
         parts = ", ".join(f"{k.replace('_and_', '+').replace('_', ' ')} {v:.1f}" for k in PHASES
@@ -144,6 +147,30 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
                  f"{len(ledger.failures)} failure(s) cost {ledger.lost_s:,.1f} s")
     lines.append(f"ledger   python -m training.goodput {ledger.run_dir}")
     return "\n".join(lines)
+
+
+def snapshot_line(ledger: Ledger) -> str | None:
+    """The newest attempt's in-memory snapshot interval (its step records) and, when the job measured it, what it
+    costs against checkpoint.memory_budget (its newest ``snapshot_interval`` record); None for records that do not
+    say (runs from before the interval was recorded)."""
+    recs = ledger.records
+    first = max((i for i, r in enumerate(recs) if r.get("event") == "start"), default=-1) + 1
+    interval = next((r["snapshot_interval"] for r in reversed(recs[first:])
+                     if r.get("event") == "step" and "snapshot_interval" in r), None)
+    chosen = next((r for r in reversed(recs[first:]) if r.get("event") == "snapshot_interval"), None)
+    if interval is None and chosen is None:
+        return None
+    if interval == 0:
+        return "memory   in-memory snapshots off (restarts restore from storage)"
+    n = chosen["interval"] if interval is None else interval
+    line = f"memory   in-memory snapshot every {n} step(s): a failure costs at most {n} step(s)"
+    if chosen is None or "share" not in chosen or "budget" not in chosen:
+        return line
+    cost = f"{100 * chosen['share']:.1f}% of training time blocked, budget {100 * chosen['budget']:g}%"
+    if chosen.get("mode") == "fixed":  # a fixed memory_interval over the budget
+        return f"{line} (memory_interval={chosen['interval']}: {cost}; auto would take every " \
+               f"{chosen.get('auto_interval', '?')})"
+    return f"{line} (auto: {cost})"
 
 
 # ------------------------------------------------------------------------------------------ local

@@ -104,6 +104,17 @@ def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
             "restore_memory_s": from_memory, "restore_storage_s": from_storage}
 
 
+def _auto_interval(memory: dict[str, float], ckpt) -> dict:
+    """What checkpoint.memory_interval=auto takes for the measured figures: a snapshot's blocking (capture plus the
+    wait for its copy) against the step without snapshots, within checkpoint.memory_budget (the run's setting),
+    at most checkpoint.interval; and the share of training time it blocks at that interval."""
+    from training.checkpoint.snapshot_budget import Choice, interval_for
+    n = interval_for(memory["snapshot_block_s"], memory["snapshot_base_step_s"], ckpt.memory_budget, ckpt.interval)
+    chosen = Choice(n, memory["snapshot_block_s"], memory["snapshot_base_step_s"], ckpt.memory_budget, ckpt.interval)
+    return {"snapshot_auto_interval": n, "snapshot_auto_share": chosen.share, "snapshot_budget": ckpt.memory_budget,
+            "snapshot_max_interval": ckpt.interval}
+
+
 def run(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.bench run")
     ap.add_argument("--preset", default="debug")
@@ -194,6 +205,7 @@ def run(argv: list[str]) -> int:
                 "ckpt_block_all_s": blocks,
                 **memory, "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
                 "snapshot_block_over_step": memory["snapshot_block_s"] / memory["snapshot_base_step_s"],
+                **_auto_interval(memory, cfg.checkpoint),
             }
             _write(trainer, a.out, res)
     finally:
@@ -261,6 +273,13 @@ def _print_save_table(rows: list[dict]) -> None:
                   f"{r['snapshot_base_step_s']:.3f} s without ({100 * r['snapshot_over_step']:+.1f}%: the copy shares "
                   f"the cores); restore {r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s "
                   "from storage")
+        if "snapshot_auto_interval" in r:
+            n = r["snapshot_auto_interval"]
+            print(f"{r['preset']}: memory_interval=auto takes {'every step' if n == 1 else f'every {n} steps'}: a "
+                  f"snapshot blocks {100 * r['snapshot_block_over_step']:.1f}% of a step (capture and wait for its "
+                  f"copy), {100 * r['snapshot_auto_share']:.2f}% of training time at that interval; budget "
+                  f"{100 * r['snapshot_budget']:g}% (checkpoint.memory_budget), at most every "
+                  f"{r['snapshot_max_interval']} steps (checkpoint.interval)")
     for r in rows:
         if r["preset"] == "t5-60m":
             ok1 = r["ckpt_block_over_step"]["async"] <= 0.10

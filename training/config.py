@@ -250,12 +250,21 @@ class CheckpointConfig:
     newest complete checkpoint). Only used when this run has no checkpoint yet (a resume says it is not used);
     optimizer, schedule and data start fresh. The model shape must match (exit 3 otherwise); a damaged one is
     refused (exit 2)."""
-    memory_interval: int = 1
-    """In-memory snapshot every this many steps (0 = off): each rank copies its shard of the whole training
-    state into node-local shared memory (and a peer node's, see memory_replica) on a background thread, so a
-    failure costs at most the step in flight. A restart restores from memory when some node still holds every
-    shard of a step newer than the newest storage checkpoint (re-cut to the new shards if the world size
-    changed); else from storage. A node without room for them turns the tier off with a warning."""
+    memory_interval: int | str = "auto"
+    """In-memory snapshot every this many steps, 'auto' (the default), or 0 (off): each rank copies its shard of the
+    whole training state into node-local shared memory (and a peer node's, see memory_replica) on a background
+    thread, so a failure costs at most the interval's steps (the one in flight included). 'auto' measures what a
+    snapshot blocks training (capturing the state and waiting for its copy) and the step time, and takes the
+    smallest interval within memory_budget, at most checkpoint.interval (rarer would bound lost work no better
+    than storage); the first snapshots of an attempt are taken every step to measure, and it is re-measured as
+    conditions change (a slower node, another world size). The log says what it chose, and again when it changes.
+    A number is kept as given; if it costs more than memory_budget the log says so once, with what 'auto' would
+    take. A restart restores from memory when some node still holds every shard of a step newer than the newest
+    storage checkpoint (re-cut to the new shards if the world size changed); else from storage. A node without
+    room for them turns the tier off with a warning."""
+    memory_budget: float = 0.02
+    """The share of training time in-memory snapshots may block (0.02 = 2%): memory_interval='auto' keeps within
+    it; a fixed memory_interval over it is reported once. Above 0 and below 1."""
     memory_dir: str = ""
     """Node-local directory for the snapshots (tmpfs). Empty: $T5F_MEMORY_DIR, else /dev/shm/t5-failover. An
     absolute path: a relative one is refused (it would put the snapshots on disk under the current directory)."""
@@ -372,8 +381,23 @@ def _apply(cfg: Config, section: str, key: str, value: Any, origin: str) -> None
     if key not in types:
         raise ConfigError(f"unknown option {section}.{key} in {origin}; valid: "
                           + ", ".join(f"{section}.{k}" for k in types))
+    if types[key] == "int | str":  # a number or a word (memory_interval: 3 or auto); validate() judges the word
+        setattr(sub, key, _int_or_word(value))
+        return
     typ = {"int": int, "float": float, "str": str, "bool": bool}[types[key]]
     setattr(sub, key, _coerce(value, typ, f"{section}.{key}"))
+
+
+def _int_or_word(value: Any) -> int | str:
+    """'3' or 3 -> 3; anything else stays as it came (a word such as 'auto', or a mistake validate() names)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return str(value).strip().lower()
 
 
 def _apply_toml(cfg: Config, path: Path) -> None:
@@ -428,7 +452,7 @@ def build_arg_parser(preset: str = "debug") -> argparse.ArgumentParser:
         docs = field_docs(type(sub))
         for f in fields(sub):
             g.add_argument(f"--{section}.{f.name}", dest=f"{section}.{f.name}", default=None,
-                           metavar=f.type.upper(),
+                           metavar=f.type.upper().replace(" ", ""),
                            help=f"{docs.get(f.name, '')} ({preset}: {getattr(sub, f.name)!r})".replace("%", "%%"))
     return p
 
@@ -558,7 +582,11 @@ def validate(cfg: Config) -> None:
          f"parallel.wedge_floor_s={p.wedge_floor_s} must be below parallel.train_timeout_s={p.train_timeout_s} (a "
          "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)")
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
-    need(c.memory_interval >= 0, f"checkpoint.memory_interval={c.memory_interval} must be >= 0 (0 = off)")
+    need(c.memory_interval == "auto" or (isinstance(c.memory_interval, int) and c.memory_interval >= 0),
+         f"checkpoint.memory_interval={c.memory_interval!r} is not valid: use auto (the default: within "
+         "checkpoint.memory_budget), a number of steps, or 0 (off); e.g. --checkpoint.memory_interval auto")
+    need(0 < c.memory_budget < 1, f"checkpoint.memory_budget={c.memory_budget} must be above 0 and below 1 (a share "
+         "of training time: 0.02 = 2%); e.g. --checkpoint.memory_budget 0.02")
     # A relative path resolves against wherever the job was started (the checkout): snapshots on disk, not in memory
     need(not c.memory_dir or os.path.isabs(c.memory_dir),
          f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "

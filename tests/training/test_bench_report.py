@@ -78,6 +78,7 @@ def test_the_bench_run_measures_a_tiny_model_end_to_end(tmp_path):
                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     figures = json.loads(out.read_text())
-    for key in ("step_s", "tokens_per_s", "ckpt_block_s", "snapshot_block_s", "restore_memory_s"):
+    for key in ("step_s", "tokens_per_s", "ckpt_block_s", "snapshot_block_s", "restore_memory_s",
+                "snapshot_auto_interval"):
         assert key in figures, (key, sorted(figures))
     assert figures["step_s"] > 0 and figures["ckpt_block_s"]["async"] >= 0

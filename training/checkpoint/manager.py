@@ -13,7 +13,9 @@ Policy:
 
 * **save**: storage every ``checkpoint.interval`` steps, asynchronously; on a stop signal or the last step
   synchronously (the process exits right after); a memory snapshot every ``checkpoint.memory_interval`` steps on a
-  background thread (overlapping the next step's forward and backward).
+  background thread (overlapping the next step's forward and backward); ``auto``: as often as
+  ``checkpoint.memory_budget`` allows (:mod:`training.checkpoint.snapshot_budget`), said in the log and recorded
+  (event ``snapshot_interval``) when chosen and when it changes; a fixed interval over the budget is said once.
 * **restore**: ``checkpoint.load_step`` names a storage step and wins; else the newest step some node's memory
   holds intact for every shard (CRC32C-checked: a damaged own-node copy is skipped for the peer's replica, a
   damaged replica too for an older step or storage, each named), when newer than the newest complete storage
@@ -50,8 +52,9 @@ class CheckpointManager:
     def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
                  signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: FaultPoints,
                  before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None],
-                 on_save: Callable[[bool], None] = lambda sync: None, on_snapshot: Callable[[], None] = lambda: None):
-        self.cfg, self.signature, self.say = cfg, signature, say
+                 on_save: Callable[[bool], None] = lambda sync: None, on_snapshot: Callable[[], None] = lambda: None,
+                 record: Callable[..., None] = lambda event, **fields: None):
+        self.cfg, self.signature, self.say, self.record = cfg, signature, say, record
         # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
         self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,
@@ -149,7 +152,21 @@ class CheckpointManager:
             self.on_save(must)
         blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
         self.on_snapshot()
-        return blocked, self.memory.snapshot(step, state)
+        snapshot_blocked = self.memory.snapshot(step, state)
+        self._tell_interval(step)
+        return blocked, snapshot_blocked
+
+    @property
+    def snapshot_interval(self) -> int:
+        """The in-memory snapshot interval in effect (0: the tier is off)."""
+        return self.memory.interval if self.memory.enabled else 0
+
+    def _tell_interval(self, step: int) -> None:
+        """What the memory tier chose (or found over budget) at this snapshot: one log line and one record each."""
+        news, self.memory.news = self.memory.news, []
+        for choice in news:
+            self.say(choice.line())
+            self.record("snapshot_interval", step=step, **choice.record())
 
     def local_failures(self) -> tuple[bool, bool]:
         """(this rank's last async save failed, this rank's last snapshot failed): agreed by the trainer with its

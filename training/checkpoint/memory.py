@@ -1,11 +1,13 @@
-"""In-memory snapshots of the whole training state, every step, on the node and on a peer node.
+"""In-memory snapshots of the whole training state, every few steps, on the node and on a peer node.
 
-A failure then costs at most the step in flight, not a checkpoint interval: after each optimizer step every
-rank copies its shard of the training state (model and optimizer shards, scheduler, progress with the data
-offset, its RNG) into node-local shared memory that outlives the worker process (``/dev/shm``), and sends the
-same bytes to the rank with its local rank on the next node (a ring), which keeps them in its own node's
-memory. A restarted worker restores from its node; a replacement node's ranks get their shards from the
-peer that holds the replica; storage (:mod:`training.checkpoint`) remains the tier of last resort.
+A failure then costs at most the steps since the last snapshot (``checkpoint.memory_interval``: a number, or
+``auto``, as often as ``checkpoint.memory_budget`` allows, see :mod:`training.checkpoint.snapshot_budget`), not a
+checkpoint interval: after a snapshotted step's optimizer step every rank copies its shard of the training state
+(model and optimizer shards, scheduler, progress with the data offset, its RNG) into node-local shared memory
+that outlives the worker process (``/dev/shm``), and sends the same bytes to the rank with its local rank on the
+next node (a ring), which keeps them in its own node's memory. A restarted worker restores from its node; a
+replacement node's ranks get their shards from the peer that holds the replica; storage
+(:mod:`training.checkpoint`) remains the tier of last resort.
 
 Layout, per node: ``<memory dir>/<run key>/`` (0700), the run key a hash of the checkpoint directory, so a
 snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of world ``W``::
@@ -61,6 +63,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots
 from training.checkpoint.integrity import checksum, crc32c_bytes, hexdigest
+from training.checkpoint.snapshot_budget import Choice, Pace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
 log = logging.getLogger("training")
@@ -80,6 +83,11 @@ QUARANTINE_KEEP = 2
 # A snapshot is copied and checksummed in pieces of this size: each piece is checksummed while it is still in
 # the CPU's cache from the copy, instead of reading the whole snapshot from memory a second time.
 COPY_CHUNK = 1 << 20
+# An attempt's first snapshots pay one-time costs (the pages of both generations' buffers, and of the replica's,
+# pinned host buffers on GPUs, the room check's collective): their cost is not what the next ones will cost.
+WARMUP_SNAPSHOTS = 2
+# A fixed memory_interval is judged against the budget once, on this many measured snapshots (averaged).
+FIXED_JUDGED_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -329,14 +337,24 @@ class _Generations:
 class MemoryTier:
     """The in-memory snapshot tier of one rank; every method with a collective is called by all ranks."""
 
-    def __init__(self, *, interval: int, root: Path, rank: int, world: int, local_world: int,
+    def __init__(self, *, interval: int | str, root: Path, rank: int, world: int, local_world: int,
                  identity: dict[str, Any], replicate: bool, timeout_s: float, device: torch.device,
+                 budget: float = 0.02, max_interval: int = 10,
                  mid_copy_hook: Callable[[int], None] | None = None,
                  replica_hook: Callable[[int, torch.Tensor], None] | None = None):
         self.mid_copy_hook = mid_copy_hook  # fault injection: called halfway through a copy, with its step
         self.replica_hook = replica_hook  # fault injection: a received replica's (step, bytes), before its check
-        self.interval, self.rank, self.world, self.local_world = interval, rank, world, local_world
-        self.enabled = interval > 0
+        self.rank, self.world, self.local_world = rank, world, local_world
+        self.auto = interval == "auto"
+        # the interval in effect: auto starts at every step (its first snapshots measure) and moves with the budget
+        self.interval = 1 if self.auto else int(interval)
+        self.enabled = self.interval > 0
+        self.pace = Pace(budget=budget, max_interval=max_interval, fixed=None if self.auto else self.interval)
+        self._next_due = 0  # auto: the next step to snapshot (the first step of an attempt is one)
+        self._snapped = -1  # auto: the step of the last snapshot started
+        self._taken = 0  # snapshots started in this attempt
+        self._last: tuple[int, float, float, float] | None = None  # (step, end, waited_s, capture_s) of the last
+        self.news: list[Choice] = []  # what the manager says and records: a new interval, a fixed one over budget
         self.root, self.identity, self.device = root, identity, device
         self.nodes = max(1, world // max(1, local_world))
         self.replicate = replicate and self.enabled and self.nodes > 1 and world % local_world == 0
@@ -361,10 +379,11 @@ class MemoryTier:
     @classmethod
     def build(cls, cfg, *, rank: int, world: int, local_world: int, checkpoint_dir: str, identity: dict[str, Any],
               device: torch.device, mid_copy_hook: Callable[[int], None] | None = None) -> "MemoryTier":
-        """From the checkpoint config slice (memory_interval, memory_dir, memory_replica, min_timeout_s)."""
+        """From the checkpoint config slice (memory_interval, memory_budget, interval, memory_dir, memory_replica,
+        min_timeout_s)."""
         root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
         unusable = None
-        if cfg.memory_interval > 0:
+        if cfg.memory_interval:  # auto or a number of steps
             try:
                 _make_run_dir(root)
                 if int(os.environ.get("LOCAL_RANK", "0")) == 0:
@@ -373,35 +392,83 @@ class MemoryTier:
                 unusable = f"{root.parent} cannot hold them ({type(e).__name__}: {e})"
         tier = cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
                    identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.min_timeout_s, device=device,
-                   mid_copy_hook=mid_copy_hook)
+                   budget=cfg.memory_budget, max_interval=cfg.interval, mid_copy_hook=mid_copy_hook)
         tier.unusable = unusable
         return tier
 
     # ------------------------------------------------------------------ snapshots
     def due(self, step: int) -> bool:
+        """Whether `step` is a snapshot step; still True for it once its snapshot started (the straggler watch asks
+        after the snapshot whether the step has one to restart from)."""
+        if self.auto:
+            return self.enabled and (step >= self._next_due or step == self._snapped)
         return self.enabled and step % self.interval == 0
 
     def snapshot(self, step: int, state: dict[str, Any]) -> float:
-        """Start the snapshot of `step` (collective on the first call: the memory check); returns the seconds
-        the caller was blocked (capturing the state's structure, waiting for the previous copy)."""
-        if not self.due(step):
+        """Start the snapshot of `step` (collective on the first call: the memory check; with auto, on every one
+        measured: the figures); returns the seconds the caller was blocked (capturing the state's structure,
+        waiting for the previous copy)."""
+        if not self.due(step) or step == self._snapped:
             return 0.0
-        t0 = time.perf_counter()
+        t0, waited0 = time.perf_counter(), self.waited_s
         self.wait()
         if not self.enabled:
             return time.perf_counter() - t0
+        self._measure(step, t0, waited0)
+        t1 = time.perf_counter()
+        self._start(step, state)
+        end = time.perf_counter()
+        self._last = (step, end, self.waited_s, end - t1)
+        self._next_due, self._snapped = step + self.interval, step
+        return end - t0
+
+    def _start(self, step: int, state: dict[str, Any]) -> None:
+        """Capture the state's structure and start its copy on the snapshot thread."""
         tensors: list[torch.Tensor] = []
         skel = {k: _split(v.state_dict(), tensors) for k, v in state.items()}
         layout, nbytes = _layout(tensors)
         if not self._checked and not self._check_room(nbytes):
-            return time.perf_counter() - t0
+            return
         meta = {"step": step, "rank": self.rank, "world": self.world, "skeleton": skel, "layout": layout,
                 "nbytes": nbytes, "identity": self.identity}  # its crc32c is added once the bytes are copied
         tensors, copied = self._stage(tensors)
         self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta, copied),
                                         name=f"memory-snapshot-{step}", daemon=True)
         self._thread.start()
-        return time.perf_counter() - t0
+
+    def _measure(self, step: int, t0: float, waited0: float) -> None:
+        """The previous snapshot's cost (capturing it, plus every wait for its copy up to now, this one's included)
+        and the steps' time since it (their wall time less those waits), past the attempt's first snapshots; auto
+        takes its interval from them, a fixed interval is judged against the budget once."""
+        last, self._last = self._last, None
+        self._taken += 1
+        judged = WARMUP_SNAPSHOTS + 1 + FIXED_JUDGED_AFTER
+        if last is None or self._taken <= WARMUP_SNAPSHOTS + 1 or (not self.auto and self._taken > judged):
+            return
+        prev_step, prev_end, prev_waited, capture_s = last
+        cost_s = capture_s + self.waited_s - prev_waited
+        step_s = (t0 - prev_end - (waited0 - prev_waited)) / max(1, step - prev_step)
+        if not self.auto:  # measured on this rank alone until judged, then agreed once (the steps stay as set)
+            self.pace.add(cost_s, step_s)
+            if self._taken == judged:
+                self.pace.cost_s, self.pace.step_s = self._agreed(self.pace.cost_s, self.pace.step_s)
+                self.news += [c for c in [self.pace.judge_fixed()] if c is not None]
+            return
+        self.pace.add(*self._agreed(cost_s, step_s))
+        chosen = self.pace.decide()
+        if chosen is not None:
+            self.interval = chosen.interval
+            self.news.append(chosen)
+
+    def _agreed(self, cost_s: float, step_s: float) -> tuple[float, float]:
+        """Every rank's figures -> the largest of each, the same on every rank. Each rank measures its own
+        cost, but the ranks must snapshot at the same steps: the replica ring and the room check are collectives
+        a rank snapshotting alone would wait in until the timeout. The slowest rank's blocking holds the others
+        at the next collective anyway, so its figure is the job's. One 16-byte all_reduce on the tier's gloo
+        group, at a snapshot every rank takes (its previous copy joined: nothing else is on the group)."""
+        figures = torch.tensor([cost_s, step_s], dtype=torch.float64)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX, group=self.group)
+        return float(figures[0]), float(figures[1])
 
     def _check_room(self, nbytes: int) -> bool:
         """All ranks agree the nodes have room for two generations (and a replica's two); else the tier is off."""

@@ -7,11 +7,12 @@
 :class:`training.job.metrics.MetricsLogger` (rank 0) hands every record it writes to its board, so the trainer has
 no TensorBoard code. A background thread owns torch's ``SummaryWriter`` (the ``tensorboard`` package) and writes,
 per step: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``perf/tokens_per_s``, ``perf/step_time_s``,
-``perf/ckpt_block_s``, ``perf/snapshot_block_s``, ``job/world_size`` (and ``perf/mfu`` where a record has it: GPU
-runs that measure it); per attempt: ``job/restarts`` at the step it resumed from, a ``job/events`` text (attempt
-started: resumed from, restored from which tier, world size; an attempt that ended other than finished: how) and,
-for an attempt that follows a failure (its agent restarted it), ``job/failures`` (1 at that step). Records carry
-their wall time.
+``perf/ckpt_block_s``, ``perf/snapshot_block_s``, ``job/world_size``, ``job/snapshot_interval`` (the in-memory
+snapshot interval in effect, 0 = off) (and ``perf/mfu`` where a record has it: GPU runs that measure it); per
+attempt: ``job/restarts`` at the step it resumed from, a ``job/events`` text (attempt started: resumed from,
+restored from which tier, world size; an attempt that ended other than finished: how; the snapshot interval
+memory_interval=auto chose, and each change, or a fixed one over its budget) and, for an attempt that follows a
+failure (its agent restarted it), ``job/failures`` (1 at that step). Records carry their wall time.
 
 A resumed attempt opens its writer with ``purge_step`` = the step after the one it resumed from, so TensorBoard
 hides what the failed attempt logged beyond it: the curves show the steps the weights contain once. Each attempt
@@ -32,7 +33,7 @@ from training.config import MetricsConfig
 STEP_SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
                 "tokens_per_s": "perf/tokens_per_s", "step_time_s": "perf/step_time_s",
                 "ckpt_block_s": "perf/ckpt_block_s", "snapshot_block_s": "perf/snapshot_block_s",
-                "world_size": "job/world_size", "mfu": "perf/mfu"}
+                "world_size": "job/world_size", "snapshot_interval": "job/snapshot_interval", "mfu": "perf/mfu"}
 QUEUE_SIZE = 10_000
 CLOSE_WAIT_S = 10.0
 
@@ -134,6 +135,8 @@ class TensorBoardLog:
             detail = f": {rec['detail']}" if rec.get("detail") else ""
             w.add_text("job/events", f"attempt ended at step {rec.get('step')}: {rec.get('status')}{detail}",
                        rec.get("step") or 0, walltime=t)
+        elif ev == "snapshot_interval" and rec.get("detail"):  # what memory_interval chose, or a fixed one's cost
+            w.add_text("job/events", str(rec["detail"]), rec.get("step") or 0, walltime=t)
         elif ev == "signal":
             w.add_text("job/events", f"{rec.get('signal')} received: checkpoint and stop", rec.get("step") or 0,
                        walltime=t)

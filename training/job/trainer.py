@@ -147,7 +147,8 @@ class Trainer:
                                       on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
                                       say=self.metrics.info,
                                       on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
-                                      on_snapshot=lambda: self.tracker.enter(SNAPSHOT))
+                                      on_snapshot=lambda: self.tracker.enter(SNAPSHOT),
+                                      record=self.metrics.event)
         self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, optimizer=self.optimizer,
                                                device=self.device, rank=self.rank,
                                                world=self.world, out_dir=cfg.job.out_dir,
@@ -317,7 +318,7 @@ class Trainer:
                                                        progress=self.progress.state_dict())
             self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
                               tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
-                              snapshot_block_s=snapshot_blocked,
+                              snapshot_block_s=snapshot_blocked, snapshot_interval=self.ckpt.snapshot_interval,
                               world_size=self.world, restart_count=self.restart_count, data_offset=offset,
                               tokens=n_tokens)
             self.faults.after_step(step)
