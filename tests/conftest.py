@@ -111,3 +111,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if problems:
         raise pytest.UsageError("\n".join(problems))
 
+
+# Every run ends with one line per tier (scripts/test.sh runs the tiers in one pytest run, so pytest-xdist keeps
+# both workers busy across them): what passed and failed, and the seconds its tests took, setup and teardown
+# included, summed over the workers (a tier's share of the run; the tiers overlap in wall time).
+_TIER_STATS: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = Path(report.fspath).parts
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS else None
+    if tier is None:
+        return
+    stats = _TIER_STATS.setdefault(tier, {"seconds": 0.0, "outcomes": {}})
+    stats["seconds"] += report.duration
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else \
+            "xpassed" if hasattr(report, "wasxfail") else "error" if report.when == "setup" and report.failed \
+            else report.outcome
+        stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _TIER_STATS:
+        return
+    terminalreporter.section("time per tier")
+    for tier in TIERS:
+        if tier in _TIER_STATS:
+            stats = _TIER_STATS[tier]
+            counts = ", ".join(f"{n} {what}" for what, n in sorted(stats["outcomes"].items()))
+            terminalreporter.write_line(f"tier {tier}: {counts} in {stats['seconds']:.1f} s of test time")

@@ -57,3 +57,13 @@ def test_tests_that_run_make_work_under_make_test_with_args():
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
 
+
+def test_a_tier_runs_its_folder_and_every_run_ends_with_a_line_per_tier():
+    # make test-unit / test-fast pass --tier; an unknown tier is named, not handed to pytest as a file
+    r = run("--tier", "fast")
+    assert r.returncode == 2 and "--tier fast: give unit, integration or e2e" in r.stderr
+    r = run("--tier", "unit", "-q", "-p", "no:cacheprovider", "-k", "test_resolving_refuses_a_stale_name",
+            TEST_WORKERS="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^tier unit: 1 passed in [\d.]+ s of test time$", r.stdout, re.M), r.stdout
+    assert "tier integration" not in r.stdout and "tier e2e" not in r.stdout
