@@ -10,11 +10,11 @@
 #> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)
 #> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test, image, deploy or destroy would do, run nothing; 0/false/no/off/empty: run
 #> IMAGE_TAG (content)  image tag for image and train PLATFORM=eks; default: this checkout's src-<digest> (tools/image_tag.py)
-#> TEST_WORKERS 2       test: pytest-xdist workers the suite runs on (0: one test at a time, in one process)
+#> TEST_WORKERS 2       test, test-unit, test-fast: pytest-xdist workers the suite runs on (0: one test at a time, in one process)
 export PLATFORM PRESET NPROC NODES SPARES MAX_RESTARTS SOAK DRY_RUN IMAGE_TAG TEST_WORKERS
 SHELL := /bin/bash
 
-.PHONY: help venv train status test lint bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
+.PHONY: help venv train status test test-unit test-fast lint bench chaos-test synth slurm-up slurm-down image preflight deploy destroy
 help:            ## list targets and the variables they read
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 	@echo
@@ -26,8 +26,12 @@ train:           ## run the FSDP T5 job (local CPU by default; PLATFORM=slurm|ek
 	@scripts/train.sh $(ARGS) || scripts/train_exit.sh train $$?
 status:          ## one screen for the running or last job: step, ETA, tokens/s, world, last failure, goodput
 	@scripts/status.sh $(ARGS)
-test:            ## run the whole test suite (unit + e2e)
+test:            ## run the whole test suite: tests/unit, tests/integration, tests/e2e (what CI runs; ~26 min on 2 cores)
 	@scripts/test.sh $(ARGS)
+test-unit:       ## the unit tier only (tests/unit: no process, no socket; about a minute)
+	@scripts/test.sh --tier unit $(ARGS)
+test-fast:       ## the unit and integration tiers (no training run, chaos, Slurm lab or k8s emulator)
+	@scripts/test.sh --tier unit --tier integration $(ARGS)
 lint:            ## ruff (pyproject.toml's rules) and shellcheck over scripts/; CI runs it before the tests
 	@scripts/lint.sh $(ARGS)
 bench:           ## throughput and checkpoint-stall benchmark (prints a table, writes JSON)

@@ -14,7 +14,7 @@ the job ended, its final checkpoint and the reference's) to :func:`judge` with t
   to the uninterrupted reference (bitwise, or within a tolerance when the world size changed), same losses.
 
 So a run in which nothing happened fails every scenario, whatever the harness claims: see
-``tests/failover/test_verdicts.py``.
+``tests/unit/failover/test_verdicts.py``.
 """
 from __future__ import annotations
 

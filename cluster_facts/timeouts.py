@@ -11,7 +11,8 @@ the inner one off:
 
 So ``grace_s`` exceeds ``shutdown_timeout_s`` by at least :data:`SHUTDOWN_MARGIN_S`, and
 ``shutdown_timeout_s`` covers a step plus two full checkpoint writes of the largest preset a platform runs
-(the test in tests/test_cluster_facts.py states the model size and storage bandwidth behind the values).
+(the test in tests/unit/cluster_facts/test_cluster_facts.py states the model size and storage bandwidth behind the
+values).
 
 Platforms: ``local`` (simulated nodes on one machine, CPU presets), ``slurm`` (ParallelCluster, and the
 local Slurm lab), ``eks`` (Kubeflow Trainer on EKS). Both clusters checkpoint to the stack's FSx for Lustre.

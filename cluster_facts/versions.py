@@ -32,7 +32,8 @@ TEST_ETCD_VERSION = "3.5.1"
 #: etcd's flag for progress notices to idle watches (members send one every WATCH_PROGRESS_S to a watch with no
 #: events, so the agents' idle watches are never taken for a lost member), in the spelling every etcd above runs:
 #: the tests' 3.5 knows only the experimental name, 3.6 (the clusters) accepts it as a deprecated alias of
-#: ``--watch-progress-notify-interval``, and 3.7 removes it (tests/test_cluster_facts.py fails once a pin is 3.7).
+#: ``--watch-progress-notify-interval``, and 3.7 removes it (tests/unit/cluster_facts/test_cluster_facts.py fails
+#: once a pin is 3.7).
 WATCH_PROGRESS_FLAG = "--experimental-watch-progress-notify-interval"
 #: Seconds between those notices (training.launch.rendezvous.client gives up on a watch silent for 15 s).
 WATCH_PROGRESS_S = 5

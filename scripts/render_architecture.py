@@ -3,7 +3,7 @@
 
     scripts/render_architecture.py            # needs Graphviz's `dot` (Debian: apt-get install graphviz)
 
-tests/test_architecture_doc.py compares the recorded hash with the source, so an edited diagram whose picture
+tests/unit/repo/test_architecture_doc.py compares the recorded hash with the source, so an edited diagram whose picture
 was not rendered again fails the suite (CI has no Graphviz: it checks, it does not render).
 """
 from __future__ import annotations

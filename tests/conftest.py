@@ -24,7 +24,7 @@ TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "-
         "--model.num_decoder_layers", "2", "--model.num_heads", "4", "--data.seq_len", "64",
         "--train.global_batch", "4", "--train.warmup_steps", "2", "--parallel.threads", "1",
         # Most end-to-end tests are about the storage tier (what a resume after a kill loads); the in-memory
-        # tier (on by default) is turned on by its own tests (tests/training/test_memory_tier_e2e.py, chaos).
+        # tier (on by default) is turned on by its own tests (tests/e2e/training/test_memory_tier_e2e.py, chaos).
         "--checkpoint.memory_interval", "0"]
 
 
@@ -83,3 +83,61 @@ def tmpfs(tmp_path):
     yield make
     for where in mounted:
         subprocess.run(["umount", "-l", str(where)])
+
+
+# The suite's tiers are its top folders; a test's tier marker comes from where it lives, so `-m unit` selects what
+# `pytest tests/unit` runs (scripts/test.sh runs the tiers by folder). A test outside a tier would run in `make test`
+# but in no tier's target, and a test marked with another tier than its folder's would be selected by both: either
+# stops the run, naming the files.
+TIERS = ("unit", "integration", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m, which must see these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    outside, misplaced = set(), set()
+    for item in items:
+        parts = item.path.resolve().relative_to(here).parts if item.path.resolve().is_relative_to(here) else ()
+        tier = parts[0] if len(parts) > 1 else None
+        if tier not in TIERS:
+            outside.add(str(item.path))
+            continue
+        other = {m.name for m in item.iter_markers() if m.name in TIERS} - {tier}
+        if other:
+            misplaced.add(f"{item.nodeid} (marked {', '.join(sorted(other))})")
+        item.add_marker(tier)
+    problems = [f"not in a tier's folder (tests/unit, tests/integration, tests/e2e): {p}" for p in sorted(outside)]
+    problems += [f"marked with another tier than its folder's: {p}" for p in sorted(misplaced)]
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
+# Every run ends with one line per tier (scripts/test.sh runs the tiers in one pytest run, so pytest-xdist keeps
+# both workers busy across them): what passed and failed, and the seconds its tests took, setup and teardown
+# included, summed over the workers (a tier's share of the run; the tiers overlap in wall time).
+_TIER_STATS: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = Path(report.fspath).parts
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS else None
+    if tier is None:
+        return
+    stats = _TIER_STATS.setdefault(tier, {"seconds": 0.0, "outcomes": {}})
+    stats["seconds"] += report.duration
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else \
+            "xpassed" if hasattr(report, "wasxfail") else "error" if report.when == "setup" and report.failed \
+            else report.outcome
+        stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _TIER_STATS:
+        return
+    terminalreporter.section("time per tier")
+    for tier in TIERS:
+        if tier in _TIER_STATS:
+            stats = _TIER_STATS[tier]
+            counts = ", ".join(f"{n} {what}" for what, n in sorted(stats["outcomes"].items()))
+            terminalreporter.write_line(f"tier {tier}: {counts} in {stats['seconds']:.1f} s of test time")

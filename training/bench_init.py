@@ -3,7 +3,8 @@
 Two ways, each under torchrun with NPROC ranks on this machine's CPU: ``cpu`` builds the whole model on every
 rank and then shards it (the old path, still used for ``model.init_from``); ``meta`` builds on the meta device
 and materialises only the rank's shards (training.model.meta_init, the trainer's path). Prints seconds and peak
-resident memory per rank; both give bitwise the same weights (tests/training/test_meta_init.py).
+resident memory per rank; both give bitwise the same weights (tests/unit/training/test_meta_init.py,
+tests/integration/training/test_meta_init.py).
 
     python -m training.bench_init --preset t5-large --nproc 2
 """

@@ -2,11 +2,11 @@
 
 The project extends torch through its public extension points (the rendezvous handler registry for membership,
 ``torch.distributed.checkpoint`` for checkpoints, the agent's own process for stops and watchdogs). Where none
-exists, the use is made through this module and nowhere else, and ``tests/test_torch_private.py`` has a canary
+exists, the use is made through this module and nowhere else, and ``tests/unit/repo/test_torch_private.py`` has a canary
 per entry: it fails when a torch upgrade renames, moves or changes the thing, so the upgrade stops here instead
 of in a job. Nothing of torch's is replaced at run time: membership is a registered rendezvous handler
 (``training.launch.rendezvous``), warm workers an entrypoint handed to the public ``elastic_launch``
-(``training.launch.agent``), and ``tests/test_torch_private.py`` refuses any assignment to a torch attribute
+(``training.launch.agent``), and ``tests/unit/repo/test_torch_private.py`` refuses any assignment to a torch attribute
 other than a configuration flag.
 
 INVENTORY lists each use; the functions below are the only callers.

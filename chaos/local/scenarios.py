@@ -4,7 +4,7 @@ Each scenario starts a fresh simulated cluster on a fresh checkpoint directory, 
 has logged ``cfg.kill_step`` (mid checkpoint interval), lets the job finish, and is judged by
 ``chaos.verdict.judge`` from an :class:`~chaos.verdict.Observation` of the run against the uninterrupted
 reference. Scenario-specific checks are plain functions of that observation, so they can be tested on a
-run without the fault (``tests/failover/test_verdicts.py``).
+run without the fault (``tests/unit/failover/test_verdicts.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
   both tiers (the trainer only asks it);
 * :mod:`~training.checkpoint.storage`: :class:`StorageTier`, DCP checkpoints on shared storage (async saves,
   commit markers with CRC32C, verification, quarantine, retention);
-* :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots every step on the node and a peer;
+* :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots on the node and a peer;
+* :mod:`~training.checkpoint.snapshot_budget`: how often the memory tier snapshots (``auto``: within a share of
+  training time; pure arithmetic);
 * :mod:`~training.checkpoint.restore_plan`: which snapshot a restart restores and which copy of each shard (pure);
 * :mod:`~training.checkpoint.layout`: a checkpoint directory's names and discovery (torch-free);
 * :mod:`~training.checkpoint.staging`: the reused host buffers async saves copy into;

@@ -196,7 +196,7 @@ def _launch(args, warm: bool) -> None:
     """torchrun's ``run(args)`` through its public pieces (``config_from_args``, then ``elastic_launch``), with the
     warm workers' entrypoint in between when ``warm`` (:func:`warm_workers.apply_warm_start`): torchrun has no hook
     for the entrypoint, and replacing its ``config_from_args`` at run time, as this did before, is what the project
-    never does to torch. ``tests/test_torch_private.py`` has the canary for ``run``'s shape."""
+    never does to torch. ``tests/unit/repo/test_torch_private.py`` has the canary for ``run``'s shape."""
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 

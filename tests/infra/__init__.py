@@ -1,1 +1,0 @@
-"""Tests of the CDK infrastructure (tests/infra): synth, intent assertions, cfn-lint, cdk-nag, pcluster schema."""

@@ -1,0 +1,1 @@
+"""Integration tier: real local services and processes (etcd, shell scripts, cdk synth, make targets)."""
