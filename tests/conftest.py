@@ -37,6 +37,41 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    """A real local 3-member etcd (TLS, authentication on) for the test module; every file that tests membership
+    on etcd gets its own, as each defined it before."""
+    from training.launch.rendezvous.members import LocalEtcd
+
+    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment with no cluster and no credentials: PATH without Slurm's commands, no kubeconfig, no AWS
+    credentials or instance metadata, a scratch shared directory, no local Slurm lab (the make variables' tests,
+    in two tiers)."""
+    tmp = tmp_path_factory.mktemp("env-flags")
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    slurm = {"sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "salloc", "sacct"}
+    for d in os.environ["PATH"].split(os.pathsep):
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name not in slurm and not (bindir / name).exists():
+                    (bindir / name).symlink_to(os.path.join(d, name))
+    (tmp / "not-a-dir").write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "SLURM_", "KUBE")) and k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")}
+    env.update(PATH=str(bindir), KUBECONFIG=str(tmp / "no-kubeconfig"), SHARED_DIR=str(tmp / "shared"),
+               SLAB_ROOT=str(tmp / "no-lab"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
+               AWS_CONFIG_FILE=str(tmp / "no-config"), AWS_EC2_METADATA_DISABLED="true",
+               OUT_FILE=str(tmp / "not-a-dir"))
+    (tmp / "shared").mkdir()
+    return env
+
+
 TINY_STEPS = 8
 
 # For a killed run whose resume must come from the storage checkpoint of step 3 (a kill after step 5): synchronous

@@ -1,10 +1,7 @@
-"""Membership on etcd (training/launch/rendezvous): a real 3-member etcd with TLS and auth, real torchrun agents.
-
-Fast tests check who gets in (no certificate, wrong password, another job's prefix) and the round decisions;
-the e2e tests inject a fault (leader SIGKILLed, every member stopped, a node lost with a spare waiting) into a
-running 2-node job and check the evidence: the fault happened while training ran, what the agents said, how
-many rounds formed, and that the final weights equal an uninterrupted run's.
-"""
+"""Membership on etcd under faults, with real torchrun agents of a running 2-node job: the leader SIGKILLed,
+every member stopped, a node lost with a spare waiting. Each test checks the evidence: the fault happened
+while training ran, what the agents said, how many rounds formed, and that the final weights equal an
+uninterrupted run's."""
 from __future__ import annotations
 
 import os
@@ -24,11 +21,6 @@ from training.launch.rendezvous.client import EtcdClient
 from training.launch.rendezvous.members import LocalEtcd
 
 
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
-        yield cluster
 
 
 STEPS = 40

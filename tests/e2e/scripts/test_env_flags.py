@@ -7,39 +7,11 @@ naming the variable.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
-
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
 from tests.integration.scripts.test_env_flags import (ENTRY_POINTS, FALSE_SPELLINGS, out,
                                                       run_make)
-
-
-@pytest.fixture(scope="module")
-def isolated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """An environment with no cluster and no credentials: PATH without Slurm's commands, no kubeconfig, no AWS
-    credentials or instance metadata, a scratch shared directory, no local Slurm lab."""
-    tmp = tmp_path_factory.mktemp("env-flags")
-    bindir = tmp / "bin"
-    bindir.mkdir()
-    slurm = {"sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "salloc", "sacct"}
-    for d in os.environ["PATH"].split(os.pathsep):
-        if os.path.isdir(d):
-            for name in os.listdir(d):
-                if name not in slurm and not (bindir / name).exists():
-                    (bindir / name).symlink_to(os.path.join(d, name))
-    (tmp / "not-a-dir").write_text("")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "SLURM_", "KUBE")) and k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")}
-    env.update(PATH=str(bindir), KUBECONFIG=str(tmp / "no-kubeconfig"), SHARED_DIR=str(tmp / "shared"),
-               SLAB_ROOT=str(tmp / "no-lab"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
-               AWS_CONFIG_FILE=str(tmp / "no-config"), AWS_EC2_METADATA_DISABLED="true",
-               OUT_FILE=str(tmp / "not-a-dir"))
-    (tmp / "shared").mkdir()
-    return env
-
 
 
 @pytest.mark.e2e

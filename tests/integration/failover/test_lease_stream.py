@@ -11,13 +11,7 @@ import pytest
 from training.launch.rendezvous.client import EtcdClient, StoreUnavailable
 from training.launch.rendezvous.lease_stream import (LEADER_LOOKUP_S, LeaseKeepAliveStream, encode_varint,
                                                      keep_alive_request, keep_alive_response)
-from training.launch.rendezvous.members import LocalEtcd
 
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
-        yield cluster
 
 
 def test_the_messages_are_protobuf():

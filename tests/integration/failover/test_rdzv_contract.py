@@ -60,11 +60,6 @@ CONF = dict(keep_alive_interval=2, keep_alive_max_attempt=3, last_call_timeout=1
             heartbeat_timeout=5)
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
-        yield cluster
-
 
 class Backend:
     """Handlers of one rendezvous (``run_id``) on one backend, built through torch's registry as torchrun builds

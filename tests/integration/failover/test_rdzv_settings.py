@@ -24,11 +24,6 @@ from training.launch.rendezvous.start import StartRefused, check_start, first_co
 WINDOW_S = 2
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
-        yield cluster
-
 
 def _session_processes(sid: int) -> list[str]:
     """The processes still alive in session ``sid`` (the agent's, started in a session of its own)."""

@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from cluster_assets.slurm.config import SlurmJobConfig
 from cluster_assets.slurm.render import render
@@ -24,11 +23,6 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python")
 BEGIN, END = "# ---------------------------------------------------------------- membership: etcd", \
     "# ---------------------------------------------------------------- c10d rendezvous store"
 
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    with LocalEtcd.start(str(tmp_path_factory.mktemp("etcd"))) as cluster:
-        yield cluster
 
 
 def root_env(etcd: LocalEtcd) -> dict[str, str]:

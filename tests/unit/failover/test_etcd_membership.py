@@ -1,10 +1,6 @@
-"""Membership on etcd (training/launch/rendezvous): a real 3-member etcd with TLS and auth, real torchrun agents.
-
-Fast tests check who gets in (no certificate, wrong password, another job's prefix) and the round decisions;
-the e2e tests inject a fault (leader SIGKILLed, every member stopped, a node lost with a spare waiting) into a
-running 2-node job and check the evidence: the fault happened while training ran, what the agents said, how
-many rounds formed, and that the final weights equal an uninterrupted run's.
-"""
+"""Membership on etcd, its decisions (training/launch/rendezvous/rounds.py): when the closer opens, closes and
+re-forms a round, what an agent does next, where each finds its seat, who gets which place: pure functions of
+what the store holds, no etcd (the real members' tests are the integration and e2e tiers' files of this name)."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from training.config import load_config
 from training.checkpoint.memory import MemoryTier, _Generations, _remove_stale, run_key
@@ -48,12 +47,8 @@ class Plain:
         self.progress.load_state_dict(sd["progress"])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+# the tier's collectives on a gloo world of one process (file rendezvous: no socket connects)
+pytestmark = pytest.mark.usefixtures("world_of_one")
 
 
 def tier(root, identity=None, interval=1) -> MemoryTier:

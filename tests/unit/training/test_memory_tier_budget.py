@@ -9,7 +9,6 @@ import time
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from training.checkpoint.memory import MemoryTier
 from training.config import load_config
@@ -28,12 +27,8 @@ class Blob:
         self.w.copy_(sd["w"])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+# the tier's collectives on a gloo world of one process (file rendezvous: no socket connects)
+pytestmark = pytest.mark.usefixtures("world_of_one")
 
 
 def tier(root, interval: str, budget: float = 0.02, storage_interval: int = 5) -> MemoryTier:
