@@ -47,7 +47,6 @@ import datetime
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -59,6 +58,7 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
 from training.job import agent_notes
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.layout import member_values, put_round, say, seats_key
 from training.launch.rendezvous.watched import Watched
 
 BACKEND = "t5-etcd"
@@ -82,10 +82,6 @@ _on_lost: list[Callable[[str], None]] = []
 def set_on_lost(callback: Callable[[str], None]) -> None:
     """What this process does to its workers when a node of its round is lost (the agent: SIGKILL them)."""
     _on_lost[:] = [callback]
-
-
-def _say(line: str) -> None:
-    print(f"[rendezvous] {line}", file=sys.stderr, flush=True)
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -158,12 +154,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
                     raise
-                _say(f"waiting for the membership store: {e}")
+                say(f"waiting for the membership store: {e}")
                 time.sleep(1)
             except StoreRefused as e:  # the new lease ran out before the put (a store or host slower than its TTL)
                 if "lease not found" not in str(e) or time.monotonic() > deadline:
                     raise
-                _say(f"this node's new lease expired before its member key was written; joining again ({e})")
+                say(f"this node's new lease expired before its member key was written; joining again ({e})")
 
     def _keep_alive(self) -> None:
         while not self._stop.wait(max(0.2, self.ttl_s / 3)):  # two renewals may fail before the lease expires
@@ -176,21 +172,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 self._renew_membership(self._lease)
             if self._answering_since is None:
                 self._answering_since = time.monotonic()
-                _say("membership store answers again: keep-alives resumed")
+                say("membership store answers again: keep-alives resumed")
             self._said_unreachable = False
         except StoreUnavailable:
             self._answering_since = None
             if not self._said_unreachable:
-                _say("membership store unreachable: keep-alives paused, training goes on")
+                say("membership store unreachable: keep-alives paused, training goes on")
                 self._said_unreachable = True
         except Exception as e:  # noqa: BLE001 - never end the agent from this thread
-            _say(f"keep-alive failed: {type(e).__name__}: {e}")
+            say(f"keep-alive failed: {type(e).__name__}: {e}")
 
     def _renew_membership(self, expired: int) -> None:
         """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
         with self._membership_lock:
             if self._lease == expired and not self._stop.is_set():  # not once the agent is leaving
-                _say(f"this node's membership lease expired; joining again as {self.me}")
+                say(f"this node's membership lease expired; joining again as {self.me}")
                 self._join_store_locked()
                 if self._seat is not None:  # its place's confirmation went with the lease
                     self._confirm(self._seat[0])
@@ -275,7 +271,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
                                   "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
         else:  # CLOSE
-            values, standby, node_index = _member_values(live)
+            values, standby, node_index = member_values(live)
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
                                 set(live))
             new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see _round_store)
@@ -290,7 +286,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
                                    answering_since=self._answering_since_wall())
         taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
-        values, standby, node_index = _member_values(live)
+        values, standby, node_index = member_values(live)
         oldest_first = sorted(live, key=lambda i: live[i].create_revision)
         new = rounds.reformed(r, oldest_first, lost=lost, stuck=stuck, taken_out=taken_out, standby=standby,
                               node_index=node_index, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
@@ -388,7 +384,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         lost = current.lost  # a round that replaces lost nodes follows the formed round they were in: this one
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
-            _say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
+            say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
                  f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
@@ -397,7 +393,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             why = ([f"{', '.join(expired)} (membership lease expired, TTL {self.ttl_s} s)"] if expired else []) + (
                 [f"{', '.join(stuck)} (alive but did not take its place within "
                  f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"] if stuck else [])
-            _say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
+            say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
                  f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
@@ -474,16 +470,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return True
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
-                    _say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
+                    say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
                          f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
                          f"stop them")
                     return False
                 if not said:
-                    _say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
+                    say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
                     said = True
                 time.sleep(0.5)
             except StoreRefused as e:
-                _say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
+                say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
                 return False
 
     def _wait_for_others_to_leave(self, n: int) -> None:
@@ -532,7 +528,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     continue
             except StoreUnavailable as e:
                 if not waited_for_store:
-                    _say(f"a new round waits for the membership store ({e})")
+                    say(f"a new round waits for the membership store ({e})")
                     waited_for_store = True
                 time.sleep(0.2)
                 continue
@@ -570,7 +566,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if self._put_round(kv.mod_revision, r):
                     return False
         except (StoreUnavailable, StoreRefused) as e:  # its key goes with its lease when the agent ends
-            _say(f"could not take back this node's join of round {n} after its timeout ({e})")
+            say(f"could not take back this node's join of round {n} after its timeout ({e})")
             return False
 
     def _confirm(self, n: int) -> None:
@@ -620,7 +616,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         rank = seats.ranks[self.me]
         store = self._round_store(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
-        _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
+        say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, self._store_info(r, rank, store))
 
     def _store_info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
@@ -676,32 +672,6 @@ class NodeTakenOut(RendezvousError):
 
 class _RoundChanged(Exception):
     """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
-
-
-def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False,
-              extra: dict[str, str] | None = None) -> bool:
-    """One transaction under the job's ``prefix``: the round record compare-and-set on its ``revision`` (0: none
-    yet) and its head; with ``seats`` (the round is being formed) also its seat pages, older rounds' pages
-    deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit); ``extra``: more keys put with them."""
-    also, drop = {prefix + "head": rounds.Head.of(new).dumps(), **(extra or {})}, None
-    if seats:
-        also |= {seats_key(prefix, new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
-        drop = (prefix + "seats/", seats_key(prefix, new.n, ""))  # zero-padded: older rounds sort first
-    return client.compare_and_set(prefix + "round", revision, new.dumps(), also=also, drop=drop)
-
-
-def _member_values(live: dict[str, KeyValue]) -> tuple[dict[str, dict], set[str], dict[str, int]]:
-    """The live members' key values (what each agent wrote when it joined the job), those that asked to stand
-    by, and the node index each gave."""
-    values = {i: json.loads(k.value or "{}") for i, k in live.items()}
-    standby = {i for i, v in values.items() if v.get("standby")}
-    node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
-    return values, standby, node_index
-
-
-def seats_key(prefix: str, n: int, page: int | str) -> str:
-    """The key of formed round ``n``'s seat ``page`` under the job's ``prefix``."""
-    return prefix + f"seats/{n:08d}/{page}"
 
 
 def create_handler(params) -> EtcdRendezvousHandler:
