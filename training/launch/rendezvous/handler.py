@@ -43,7 +43,6 @@ stopped, not restarted, expires every lease when it wakes; each agent then joins
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import socket
@@ -53,20 +52,19 @@ import uuid
 from typing import Callable
 
 from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousError, RendezvousHandler,
-                                                        RendezvousInfo, RendezvousStoreInfo, RendezvousTimeoutError)
+                                                        RendezvousInfo, RendezvousTimeoutError)
 
 from training.job import agent_notes
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.layout import member_values, put_round, say, seats_key
+from training.launch.rendezvous.round_store import RoundStore
+from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
 from training.launch.rendezvous.watched import Watched
 
 BACKEND = "t5-etcd"
 #: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
 EXIT_WAIT_S = 10.0
-#: Seconds one try to connect to the round's store may take before the agent looks whether the round is still
-#: the one it took a place in (its rank-0 node may have been lost since: then a new round is on its way).
-STORE_CONNECT_TRY_S = 3.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
 #: Seconds ``shutdown()`` waits in all for the handler's threads to end (each ends at once, or after the store
@@ -102,7 +100,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.round: rounds.Round | None = None  # the formed round it trains in, as its head gave it
         self._seat: tuple[int, str, int] | None = None  # that round's number, this agent's id and rank in it
         self._said_lost_of = -1
-        self._store_server = self._serve_store()  # serves the rounds in which this agent has rank 0
+        self._stores = RoundStore(self.addr, join_timeout_s, self._current)  # serves rounds it has rank 0 in
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
         self._stop = threading.Event()
         self._lease = 0
@@ -274,7 +272,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             values, standby, node_index = member_values(live)
             new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
                                 set(live))
-            new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see _round_store)
+            new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see .round_store)
             return self._put_round(kv.mod_revision, new, seats=True)
         self._put_round(kv.mod_revision, new)
 
@@ -614,64 +612,25 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
-        store = self._round_store(r)
+        store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
         say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
-        return RendezvousInfo(store, rank, seats.size, self._store_info(r, rank, store))
+        return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
 
-    def _store_info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
-        """The workers' bootstrap address, which rank 0 publishes in the round's store (torch's
-        ``RendezvousStoreInfo.build``); a rank-0 node that never takes its place is a rendezvous error, not the
-        raw ``DistStoreError`` torch's store raises after its timeout."""
-        try:
-            return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
-        except RuntimeError as e:  # torch's DistStoreError: the key never came
-            raise RendezvousError(f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
-                                  f"{self._store_timeout().total_seconds():g} s (it gave up or is stuck); start "
-                                  f"this node again to join a new round ({str(e).splitlines()[0]})") from None
-
-    def _serve_store(self):
-        """This agent's ``TCPStore`` server, for the rounds in which it has rank 0 (see the module docstring)."""
-        import torch.distributed as dist
-
-        return dist.TCPStore(self.addr, 0, is_master=True, timeout=self._store_timeout(), wait_for_workers=False)
-
-    def _store_timeout(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
+    @property
+    def _store_server(self):
+        """This agent's store server (:class:`.round_store.RoundStore`), which the rounds it has rank 0 in use."""
+        return self._stores.server
 
     def _round_store(self, r: rounds.Round):
-        """Formed round ``r``'s store: its key prefix on the store of its rank-0 agent (named in the round), which
-        every participant connects to, rank 0 included. Raises :class:`_RoundChanged` if the round is replaced
-        while that store does not answer (its node lost meanwhile)."""
-        import torch.distributed as dist
+        """Formed round ``r``'s store (:meth:`.round_store.RoundStore.connect`)."""
+        return self._stores.connect(r)
 
-        host, _, port = r.store.rpartition(":")
-        if not host or not port.isdigit():
-            raise RendezvousError(f"round {r.n} names no store of its rank-0 node ({r.store!r})")
-        deadline = time.monotonic() + self.join_timeout_s
-        while True:
-            try:
-                store = dist.TCPStore(host, int(port), is_master=False,
-                                      timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S))
-                store.set_timeout(self._store_timeout())
-                # torch's own handler does the same: keys of earlier rounds on the same server are not this round's
-                return dist.PrefixStore(f"t5f/round/{r.n}", store)
-            except RuntimeError as e:  # torch's DistStoreError / DistNetworkError: not answering (yet)
-                current, _ = self._current()
-                if current is None or current.n != r.n or current.closed:
-                    raise _RoundChanged() from None
-                if time.monotonic() > deadline:
-                    raise RendezvousError(f"round {r.n}: its rank-0 node's store {r.store} did not answer within "
-                                          f"{self.join_timeout_s:g} s ({e})") from None
 
 
 class NodeTakenOut(RendezvousError):
     """This node left the job on purpose (a straggler taken out while a hot spare waits); the agent ends with a
     line and exit 0 (:mod:`training.launch.agent`), the job goes on without it."""
-
-
-class _RoundChanged(Exception):
-    """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
 
 
 def create_handler(params) -> EtcdRendezvousHandler:
