@@ -43,7 +43,6 @@ stopped, not restarted, expires every lease when it wakes; each agent then joins
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -58,6 +57,7 @@ from training.job import agent_notes
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.layout import member_values, put_round, say, seats_key
+from training.launch.rendezvous.membership import Membership
 from training.launch.rendezvous.round_store import RoundStore
 from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
 from training.launch.rendezvous.watched import Watched
@@ -103,17 +103,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._stores = RoundStore(self.addr, join_timeout_s, self._current)  # serves rounds it has rank 0 in
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
         self._stop = threading.Event()
-        self._lease = 0
-        self._member_rev = 0
-        self._answering_since: float | None = time.monotonic()
-        self._membership_lock = threading.Lock()
+        value = {"addr": self.addr, "pid": os.getpid(), "standby": standby, "node": node_index,
+                 "store": f"{self.addr}:{self._stores.server.port}"}
+        self._membership = Membership(client, self.prefix, self.me, value, ttl_s=ttl_s, join_timeout_s=join_timeout_s,
+                                      stop=self._stop, on_rejoined=self._confirm_seat)
         self._taken_out = False
         self._spares_told = -1
-        self._said_unreachable = False
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
-        self._join_store()
+        self._membership.join()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        self._threads = [self._start(self._keep_alive, "t5f-rdzv-lease"),
+        self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
                          self._start(self._elect_and_close, "t5f-rdzv-closer")]  # shutdown() waits for them
 
     @staticmethod
@@ -131,76 +130,25 @@ class EtcdRendezvousHandler(RendezvousHandler):
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    # ------------------------------------------------------------------ membership
-    def _join_store(self) -> None:
-        with self._membership_lock:
-            self._join_store_locked()
+    # ------------------------------------------------------------------ membership (.membership)
+    @property
+    def _lease(self) -> int:
+        return self._membership.lease
 
-    def _join_store_locked(self) -> None:
-        deadline = time.monotonic() + self.join_timeout_s
-        key = self.prefix + f"members/{self.me}"
-        while True:
-            try:
-                self._lease = self.client.grant(self.ttl_s)
-                revision = self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(),
-                                                            "standby": self.standby, "node": self.node_index,
-                                                            "store": f"{self.addr}:{self._store_server.port}"}),
-                                           lease=self._lease)
-                kv = self.client.get(key)  # None if the lease ran out already (a very slow store): the put's revision
-                self._member_rev = kv.create_revision if kv else revision
-                return
-            except StoreUnavailable as e:
-                if time.monotonic() > deadline:
-                    raise
-                say(f"waiting for the membership store: {e}")
-                time.sleep(1)
-            except StoreRefused as e:  # the new lease ran out before the put (a store or host slower than its TTL)
-                if "lease not found" not in str(e) or time.monotonic() > deadline:
-                    raise
-                say(f"this node's new lease expired before its member key was written; joining again ({e})")
-
-    def _keep_alive(self) -> None:
-        while not self._stop.wait(max(0.2, self.ttl_s / 3)):  # two renewals may fail before the lease expires
-            self._keep_alive_once()
+    @property
+    def _member_rev(self) -> int:
+        return self._membership.member_rev
 
     def _keep_alive_once(self) -> None:
-        """Renew the lease once; if it expired, join again under a new one. Never raises (says what failed)."""
-        try:
-            if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
-                self._renew_membership(self._lease)
-            if self._answering_since is None:
-                self._answering_since = time.monotonic()
-                say("membership store answers again: keep-alives resumed")
-            self._said_unreachable = False
-        except StoreUnavailable:
-            self._answering_since = None
-            if not self._said_unreachable:
-                say("membership store unreachable: keep-alives paused, training goes on")
-                self._said_unreachable = True
-        except Exception as e:  # noqa: BLE001 - never end the agent from this thread
-            say(f"keep-alive failed: {type(e).__name__}: {e}")
+        self._membership.keep_alive_once()
 
     def _renew_membership(self, expired: int) -> None:
-        """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
-        with self._membership_lock:
-            if self._lease == expired and not self._stop.is_set():  # not once the agent is leaving
-                say(f"this node's membership lease expired; joining again as {self.me}")
-                self._join_store_locked()
-                if self._seat is not None:  # its place's confirmation went with the lease
-                    self._confirm(self._seat[0])
+        self._membership.renew(expired)
 
-    def _answering_since_wall(self) -> float:
-        """Since when (wall clock) the store has answered this agent without a break (+inf: it does not now).
-        An outage expires the leases, and with them the participants' confirmations of their places: each
-        confirms again when it joins again, and :func:`.rounds.unconfirmed` gives it the whole window from here."""
-        since = self._answering_since
-        return float("inf") if since is None else time.time() - (time.monotonic() - since)
-
-    def _settled(self) -> bool:
-        """Whether the store has answered this agent for longer than a lease: only then is a missing member key
-        a lost node (see the module docstring)."""
-        since = self._answering_since
-        return since is not None and time.monotonic() - since > self.ttl_s + 1
+    def _confirm_seat(self) -> None:
+        """After joining again under a new lease: its place's confirmation went with the old one."""
+        if self._seat is not None:
+            self._confirm(self._seat[0])
 
     # ------------------------------------------------------------------ the closer
     def _elect_and_close(self) -> None:
@@ -251,8 +199,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         joined_kvs = sorted(view.under(self.prefix + f"joined/{r.n}/") if r else [], key=lambda k: k.create_revision)
         joined = [k.key.rsplit("/", 1)[1] for k in joined_kvs]
         step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                  now=time.time(), last_call_s=self.last_call_s, settled=self._settled(),
-                                  answering_since=self._answering_since_wall())
+                                  now=time.time(), last_call_s=self.last_call_s, settled=self._membership.settled(),
+                                  answering_since=self._membership.answering_since_wall())
         if step is rounds.Step.WAIT:
             return
         if step is rounds.Step.OPEN:
@@ -282,7 +230,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         formed round at once (:func:`.rounds.reformed`), or by an open one when too few are left for MIN."""
         lost = rounds.lost_participants(r, set(live))
         stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
-                                   answering_since=self._answering_since_wall())
+                                   answering_since=self._membership.answering_since_wall())
         taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
         values, standby, node_index = member_values(live)
         oldest_first = sorted(live, key=lambda i: live[i].create_revision)
