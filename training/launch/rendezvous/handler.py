@@ -55,8 +55,9 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
 
 from training.job import agent_notes
 from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable
-from training.launch.rendezvous.layout import member_values, put_round, say, seats_key
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.closer import Closer
+from training.launch.rendezvous.layout import put_round, say, seats_key
 from training.launch.rendezvous.membership import Membership
 from training.launch.rendezvous.round_store import RoundStore
 from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
@@ -107,13 +108,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
                  "store": f"{self.addr}:{self._stores.server.port}"}
         self._membership = Membership(client, self.prefix, self.me, value, ttl_s=ttl_s, join_timeout_s=join_timeout_s,
                                       stop=self._stop, on_rejoined=self._confirm_seat)
+        self._closer = Closer(client, self.prefix, self.me, self._membership, self._stop, min_nodes=min_nodes,
+                              max_nodes=max_nodes, last_call_s=last_call_s, threads_stop_s=THREADS_STOP_S)
         self._taken_out = False
         self._spares_told = -1
         self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._membership.join()
         self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
         self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
-                         self._start(self._elect_and_close, "t5f-rdzv-closer")]  # shutdown() waits for them
+                         self._start(self._closer.run, "t5f-rdzv-closer")]  # shutdown() waits for them
 
     @staticmethod
     def _start(target: Callable[[], None], name: str) -> threading.Thread:
@@ -149,101 +152,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """After joining again under a new lease: its place's confirmation went with the old one."""
         if self._seat is not None:
             self._confirm(self._seat[0])
-
-    # ------------------------------------------------------------------ the closer
-    def _elect_and_close(self) -> None:
-        """Wait until this agent is the oldest live member, then close and reopen rounds (:meth:`_close`)."""
-        while not self._stop.is_set():
-            try:
-                before = self.client.newest_before(self.prefix + "members/", self._member_rev)
-                if before is None:
-                    self._close()
-                else:  # wait until the member created just before this one is gone
-                    self._wait_deleted(before.key)
-            except Exception:  # noqa: BLE001 - the store went away: try again
-                self._stop.wait(0.5)
-
-    def _wait_deleted(self, key: str) -> None:
-        watch = Watched(self.client, key, "t5f-rdzv-elect", single_key=True).start()
-        try:
-            while not self._stop.is_set():
-                if watch.connected and watch.get(key) is None:
-                    return
-                watch.wait(1.0)
-        finally:
-            watch.stop(join_s=THREADS_STOP_S)
-
-    def _close(self) -> None:
-        """The closer's loop: watch every key of the job and act on each change (and every 0.2 s for the last
-        call), until this agent is no longer the oldest member (its own key was re-made) or it stops."""
-        view = Watched(self.client, self.prefix, "t5f-rdzv-closer-view").start()
-        my_key = self.prefix + f"members/{self.me}"
-        try:
-            while not self._stop.is_set():
-                view.wait(0.2)
-                if not view.connected:
-                    continue
-                mine = view.get(my_key)
-                if mine is None:
-                    continue  # expired (an outage): the keep-alive thread registers it again
-                if mine.create_revision != self._member_rev:
-                    return  # registered again: another member may be older now; elect again
-                self._close_step(view)
-        finally:
-            view.stop(join_s=THREADS_STOP_S)
-
-    def _close_step(self, view: Watched) -> None:
-        kv = view.get(self.prefix + "round")
-        r = rounds.Round.loads(kv.value) if kv else None
-        live = {k.key.rsplit("/", 1)[1]: k for k in view.under(self.prefix + "members/")}
-        joined_kvs = sorted(view.under(self.prefix + f"joined/{r.n}/") if r else [], key=lambda k: k.create_revision)
-        joined = [k.key.rsplit("/", 1)[1] for k in joined_kvs]
-        step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                  now=time.time(), last_call_s=self.last_call_s, settled=self._membership.settled(),
-                                  answering_since=self._membership.answering_since_wall())
-        if step is rounds.Step.WAIT:
-            return
-        if step is rounds.Step.OPEN:
-            self._put_round(0, rounds.next_round(None))
-            return
-        if step is rounds.Step.REOPEN:
-            self._reform(kv.mod_revision, r, view, live, joined)
-            return
-        if step is rounds.Step.NOTE_SPARES:
-            new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
-        elif step is rounds.Step.NOTE_ARRIVING:
-            new = rounds.Round(**{**r.__dict__, "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
-        elif step is rounds.Step.MARK_MIN:  # the late nodes' count with it: one write
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
-                                  "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
-        else:  # CLOSE
-            values, standby, node_index = member_values(live)
-            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
-                                set(live))
-            new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see .round_store)
-            return self._put_round(kv.mod_revision, new, seats=True)
-        self._put_round(kv.mod_revision, new)
-
-    def _reform(self, revision: int, r: rounds.Round, view: Watched, live: dict[str, KeyValue],
-                joined: list[str]) -> None:
-        """Replace formed round ``r`` (at ``revision``), a participant of which is lost or stuck: by the next
-        formed round at once (:func:`.rounds.reformed`), or by an open one when too few are left for MIN."""
-        lost = rounds.lost_participants(r, set(live))
-        stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
-                                   answering_since=self._membership.answering_since_wall())
-        taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
-        values, standby, node_index = member_values(live)
-        oldest_first = sorted(live, key=lambda i: live[i].create_revision)
-        new = rounds.reformed(r, oldest_first, lost=lost, stuck=stuck, taken_out=taken_out, standby=standby,
-                              node_index=node_index, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                              now=time.time())
-        if new is None:
-            new = rounds.next_round(r, [*lost, *stuck], taken_out)
-            new.stuck = stuck
-            self._put_round(revision, new)
-            return
-        new.store = values[new.participants[0]].get("store", "")
-        self._put_round(revision, new, seats=True)
 
     def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
         """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
