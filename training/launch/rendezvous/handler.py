@@ -57,7 +57,8 @@ from training.job import agent_notes
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.closer import Closer
-from training.launch.rendezvous.layout import put_round, say, seats_key
+from training.launch.rendezvous.head_view import HeadView
+from training.launch.rendezvous.layout import put_round, say
 from training.launch.rendezvous.membership import Membership
 from training.launch.rendezvous.round_store import RoundStore
 from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
@@ -112,9 +113,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                               max_nodes=max_nodes, last_call_s=last_call_s, threads_stop_s=THREADS_STOP_S)
         self._taken_out = False
         self._spares_told = -1
-        self._head_cache: tuple[int, rounds.Head | None] = (0, None)
         self._membership.join()
-        self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
+        self._head = HeadView(client, self.prefix, self.me).start()
         self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
                          self._start(self._closer.run, "t5f-rdzv-closer")]  # shutdown() waits for them
 
@@ -158,33 +158,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
         ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
         return put_round(self.client, self.prefix, revision, new, seats)
 
-    def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
-        """The round as its head says (without its member lists), the head's mod revision (the record's: both are
-        written together), and for a formed round this agent's seat: from the head's changes when this agent had
-        a place in the round they are relative to (it kept its rank, or the head names its new one), else its page
-        of the round's seats, read from the store. The head is as this agent's
-        watch last delivered it (no read: N agents waiting on a round would otherwise each read it at every
-        change); while the watch is not connected (the store away, or just started) it is read from the store.
-        A head that is behind the store costs nothing wrong: a join for an old round is not counted by the
-        closer, a compare-and-set on an old revision fails, and a round's seats are written once, when it is
-        formed; the next change wakes the agent again."""
-        while True:
-            if self.round_view.connected:
-                head, revision = self._current()
-            else:
-                head_kv = self.client.get(self.prefix + "head")
-                head, revision = (rounds.Head.loads(head_kv.value), head_kv.mod_revision) if head_kv else (None, 0)
-            if head is None:
-                return None, 0, None
-            if not head.formed or head.closed:
-                return head.as_round(), revision, None
-            seats = rounds.seat_from_head(head, self.me, self._seat)  # kept its place, or the head says where
-            if seats is not None:
-                return head.as_round(), revision, seats
-            kv = self.client.get(seats_key(self.prefix, head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
-            if kv is not None:
-                return head.as_round(), revision, rounds.Seats.loads(kv.value)
-            self._wait_for_change(revision, 0.2)  # a newer round was formed since: let the watch catch up
+    # ------------------------------------------------------------------ the round's head (.head_view)
+    @property
+    def round_view(self) -> Watched:
+        """The watch on the round's head."""
+        return self._head.watch
+
+    def _current(self) -> tuple[rounds.Head | None, int]:
+        """The round's head as the watch last delivered it, and its mod revision (:meth:`.HeadView.current`)."""
+        return self._head.current()
+
+    def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
+        self._head.wait_for_change(revision, timeout_s)
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -196,16 +181,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def get_run_id(self) -> str:
         return self.run_id
-
-    def _current(self) -> tuple[rounds.Head | None, int]:
-        """The round's head as the watch last delivered it, and its mod revision (parsed once per change:
-        torchrun's monitor loop asks ``num_nodes_waiting()`` every 0.1 s)."""
-        kv = self.round_view.get(self.prefix + "head")
-        if kv is None:
-            return None, 0
-        if self._head_cache[0] != kv.mod_revision:
-            self._head_cache = (kv.mod_revision, rounds.Head.loads(kv.value))
-        return self._head_cache[1], kv.mod_revision
 
     def is_closed(self) -> bool:
         r, _ = self._current()
@@ -358,7 +333,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             lease = self._lease
             try:
-                r, revision, seats = self._read_round()
+                r, revision, seats = self._head.read(self._seat)
                 if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
                     # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
                     raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
@@ -440,11 +415,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
 
         self._threads.append(self._start(put, "t5f-rdzv-confirm"))  # one a round at most: the list stays short
-
-    def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
-        """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
-        polling: hundreds of agents sharing a host's cores each polling 5 times a second was felt)."""
-        self.round_view.wait_for(lambda: self._current()[1] > revision, timeout_s)
 
     def _open_next_round(self, r: rounds.Round | None, revision: int) -> None:
         """Replace round ``r`` (the head's view of it, at ``revision``; None: no round yet) with the next, open
