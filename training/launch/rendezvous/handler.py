@@ -58,6 +58,7 @@ from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.closer import Closer
 from training.launch.rendezvous.head_view import HeadView
+from training.launch.rendezvous.joining import Joining
 from training.launch.rendezvous.layout import put_round, say
 from training.launch.rendezvous.membership import Membership
 from training.launch.rendezvous.round_store import RoundStore
@@ -115,6 +116,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._spares_told = -1
         self._membership.join()
         self._head = HeadView(client, self.prefix, self.me).start()
+        self._joining = Joining(client, self.prefix, self.me, self._membership, self._head, self._stop,
+                                start=self._start_kept)
         self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
                          self._start(self._closer.run, "t5f-rdzv-closer")]  # shutdown() waits for them
 
@@ -123,6 +126,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         return thread
+
+    def _start_kept(self, target: Callable[[], None], name: str) -> None:
+        """Start a thread that :meth:`_stop_threads` waits for."""
+        self._threads.append(self._start(target, name))
 
     def _stop_threads(self) -> None:
         """Stop the watch and wait (:data:`THREADS_STOP_S` in all) for every thread of this handler to end; the
@@ -151,12 +158,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def _confirm_seat(self) -> None:
         """After joining again under a new lease: its place's confirmation went with the old one."""
         if self._seat is not None:
-            self._confirm(self._seat[0])
-
-    def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
-        """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
-        ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
-        return put_round(self.client, self.prefix, revision, new, seats)
+            self._joining.confirm(self._seat[0])
 
     # ------------------------------------------------------------------ the round's head (.head_view)
     @property
@@ -345,14 +347,14 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     except _RoundChanged:
                         continue
                     if joined_round != (r.n, lease):  # a round formed without this agent's join: say it came
-                        self._confirm(r.n)
+                        self._joining.confirm(r.n)
                     return info
                 if step is rounds.Step.NEW_ROUND:
-                    self._open_next_round(r, revision)
+                    self._joining.open_next_round(r, revision)
                     self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
                     continue
                 if step is rounds.Step.JOIN:
-                    self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
+                    self._joining.join(r.n, lease)
                     joined_round = (r.n, lease)  # a renewed lease (the old one expired) means joining again
                     continue
             except StoreUnavailable as e:
@@ -368,7 +370,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
-                if joined_round is not None and self._withdraw(joined_round[0]):
+                if joined_round is not None and self._joining.withdraw(joined_round[0]):
                     self._wait_for_change(revision)  # the round formed with it meanwhile: take the place
                     continue
                 raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
@@ -377,64 +379,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
-
-    def _withdraw(self, n: int) -> bool:
-        """Take this agent's join of open round ``n`` back (its join timed out): its joined key deleted, then
-        the round record rewritten as it is, so a close the closer computed while the key was there fails its
-        compare-and-set (a round formed with a node that gave up waits for it: the others' workers never get
-        rank 0's address). True if round ``n`` was formed with this agent first: it takes its place after all."""
-        try:
-            self.client.delete(self.prefix + f"joined/{n}/{self.me}")
-            while True:
-                kv = self.client.get(self.prefix + "round")
-                r = rounds.Round.loads(kv.value) if kv else None
-                if r is None or r.n != n or r.closed:
-                    return False
-                if r.formed:
-                    return self.me in r.participants
-                if self._put_round(kv.mod_revision, r):
-                    return False
-        except (StoreUnavailable, StoreRefused) as e:  # its key goes with its lease when the agent ends
-            say(f"could not take back this node's join of round {n} after its timeout ({e})")
-            return False
-
-    def _confirm(self, n: int) -> None:
-        """Put this agent's joined key for formed round ``n`` (under its lease): it came, it is not stuck (a round
-        the closer formed without joins, :func:`.rounds.reformed`; again after its lease expired, which took the
-        key with it). In a thread of its own: the agent's workers need not wait for it, and N-1 agents' writes
-        at once are not on the re-formation's path. Tries until it is written or the round is replaced."""
-        def put() -> None:
-            while not self._stop.is_set():
-                head, _ = self._current()
-                if head is not None and head.n != n:
-                    return
-                try:
-                    self.client.put(self.prefix + f"joined/{n}/{self.me}", "", lease=self._lease)
-                    return
-                except Exception:  # noqa: BLE001 - no member answers, or the lease expired and the keep-alive
-                    self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
-
-        self._threads.append(self._start(put, "t5f-rdzv-confirm"))  # one a round at most: the list stays short
-
-    def _open_next_round(self, r: rounds.Round | None, revision: int) -> None:
-        """Replace round ``r`` (the head's view of it, at ``revision``; None: no round yet) with the next, open
-        one, unless another agent or the closer changed it first. The next round's ``prev`` is a formed round's
-        participants (their old ranks), so a formed round is read whole first."""
-        if r is None or not r.formed:
-            self._put_round(revision, rounds.next_round(r))
-            return
-        whole, whole_revision = self._read_whole(r)
-        if whole is not None:
-            self._put_round(whole_revision, rounds.next_round(whole))
-
-    def _read_whole(self, r: rounds.Round) -> tuple[rounds.Round | None, int]:
-        """Formed round ``r`` read whole from the store (with its member lists) and its mod revision, or (None, 0)
-        if the record is another round by now."""
-        kv = self.client.get(self.prefix + "round")
-        whole = rounds.Round.loads(kv.value) if kv else None
-        if whole is None or whole.n != r.n or not whole.formed or whole.closed:
-            return None, 0
-        return whole, kv.mod_revision
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
