@@ -54,20 +54,18 @@ from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, Ren
                                                         RendezvousInfo, RendezvousTimeoutError)
 
 from training.job import agent_notes
-from training.launch.rendezvous import rounds
+from training.launch.rendezvous import ending, rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.closer import Closer
 from training.launch.rendezvous.head_view import HeadView
 from training.launch.rendezvous.joining import Joining
-from training.launch.rendezvous.layout import put_round, say
+from training.launch.rendezvous.layout import put_round, say  # noqa: F401 - put_round: tests import it from here
 from training.launch.rendezvous.membership import Membership
 from training.launch.rendezvous.round_store import RoundStore
 from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
 from training.launch.rendezvous.watched import Watched
 
 BACKEND = "t5-etcd"
-#: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
-EXIT_WAIT_S = 10.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
 #: Seconds ``shutdown()`` waits in all for the handler's threads to end (each ends at once, or after the store
@@ -195,16 +193,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         head, _ = self._current()
         if head is not None and head.closed:
             return
-        while True:
-            kv = self.client.get(self.prefix + "round")
-            r = rounds.Round.loads(kv.value) if kv else rounds.Round(n=0)
-            if r.closed:
-                return
-            r.closed = True
-            # when, in the same write: an agent that later arrives under this id is told when its job ended
-            ended = {self.prefix + "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            if put_round(self.client, self.prefix, kv.mod_revision if kv else 0, r, extra=ended):
-                return
+        ending.close_round(self.client, self.prefix)
 
     def num_nodes_waiting(self) -> int:
         mine = self.round
@@ -216,7 +205,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
             say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
-                 f"re-forming with a hot spare")
+                f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
             stuck = [p for p in lost if p in set(current.stuck)]
@@ -225,7 +214,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 [f"{', '.join(stuck)} (alive but did not take its place within "
                  f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"] if stuck else [])
             say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
-                 f"SIGKILLed, as their collectives with the lost node cannot finish")
+                f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
         return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
@@ -260,15 +249,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Close the rendezvous (the job ended); True once it is closed, False if it could not be closed (torch's
         contract: the store did not answer for :data:`CLOSE_WAIT_S`, said in one line). The agent that hosts the
         round's store keeps it up until the others have left torchrun's exit barrier (each says so before
-        closing), at most :data:`EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
+        closing), at most :data:`.ending.EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
         without it."""
         if self._taken_out:
             return True
-        self._say_left()
+        if self.round is not None:
+            ending.say_left(self.client, self.prefix, self.round.n, self.me, self._lease)
         closed = self._close_rendezvous()
         try:
             if closed and self._hosting and self.round is not None:
-                self._wait_for_others_to_leave(self.round.n)
+                ending.wait_for_others_to_leave(self.client, self.prefix, self.round.n)
         except Exception:  # noqa: BLE001 - the store went away again: the others' exit barrier decides
             pass
         self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
@@ -279,16 +269,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._stop_threads()
         self.client.close()
         return closed
-
-    def _say_left(self) -> None:
-        """Say this agent left its round's exit barrier (the round's store host waits for it). Best effort, and
-        on its own: a store that does not answer now must not skip the close, which waits for it."""
-        if self.round is None:
-            return
-        try:
-            self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
-        except Exception:  # noqa: BLE001 - the host then waits EXIT_WAIT_S at most
-            pass
 
     def _close_rendezvous(self) -> bool:
         """Close it even if the store is away right now: spares standing by wait for this (a rendezvous left open
@@ -302,8 +282,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
                     say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
-                         f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
-                         f"stop them")
+                        f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
+                        f"stop them")
                     return False
                 if not said:
                     say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
@@ -312,20 +292,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
             except StoreRefused as e:
                 say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
                 return False
-
-    def _wait_for_others_to_leave(self, n: int) -> None:
-        """Until every live participant of round ``n`` (read whole, once) said it left, at most EXIT_WAIT_S."""
-        kv = self.client.get(self.prefix + "round")
-        r = rounds.Round.loads(kv.value) if kv else None
-        if r is None or r.n != n:
-            return
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while time.monotonic() < deadline:
-            live = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + "members/")[0]}
-            left = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + f"left/{r.n}/")[0]}
-            if all(p not in live or p in left for p in r.participants):
-                return
-            time.sleep(0.2)
 
     def next_rendezvous(self):
         self._leave_if_taken_out()
