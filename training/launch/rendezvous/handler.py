@@ -40,6 +40,13 @@ While no etcd member answers, training goes on (no collective needs etcd); the k
 watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
 right after an outage is not a lost node until the store has answered for a lease's time (a store that was
 stopped, not restarted, expires every lease when it wakes; each agent then joins again).
+
+This module is torch's handler interface and the agent's loop to a place; it composes small parts, one idea a
+module (as torch's own dynamic rendezvous divides into a state holder, an executor and small operations):
+:mod:`.membership` (the lease and member key, the keep-alive thread), :mod:`.head_view` (the watched head and
+this agent's seat), :mod:`.joining` (its join, withdrawal, confirmation, the next round opened), :mod:`.closer`
+(the oldest member's role), :mod:`.round_store` (the round's ``TCPStore``), :mod:`.ending` (the job's end),
+:mod:`.watched` (a watched key or prefix) and :mod:`.layout` (the job's keys, the round's one transaction).
 """
 from __future__ import annotations
 
@@ -201,6 +208,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
+        self._say_lost(mine, current)
+        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
+
+    def _say_lost(self, mine: rounds.Round, current: rounds.Head) -> None:
+        """Once per round of this node's: say which of its nodes newer round ``current`` replaces and why; unless
+        they left on purpose (taken out as stragglers), SIGKILL this node's workers (:func:`set_on_lost`)."""
         lost = current.lost  # a round that replaces lost nodes follows the formed round they were in: this one
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
@@ -217,7 +230,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
-        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
 
     def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
@@ -301,10 +313,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             lease = self._lease
             try:
-                r, revision, seats = self._head.read(self._seat)
-                if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
-                    # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
-                    raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+                r, revision, seats = self._read_open_round()
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes, seats=seats)
                 if step is rounds.Step.DONE:
@@ -339,12 +348,23 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if joined_round is not None and self._joining.withdraw(joined_round[0]):
                     self._wait_for_change(revision)  # the round formed with it meanwhile: take the place
                     continue
-                raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
-                                             f"not form within {self.join_timeout_s:g} s (MIN {self.min_nodes} "
-                                             f"node(s))")
+                raise self._not_formed(r)
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
+
+    def _read_open_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
+        """The round, its revision and this agent's seat (:meth:`.HeadView.read`); raises
+        :class:`RendezvousClosedError` once the rendezvous is closed."""
+        r, revision, seats = self._head.read(self._seat)
+        if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
+            # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
+            raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+        return r, revision, seats
+
+    def _not_formed(self, r: rounds.Round | None) -> RendezvousTimeoutError:
+        return RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did not form "
+                                      f"within {self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
