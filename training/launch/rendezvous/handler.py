@@ -40,33 +40,39 @@ While no etcd member answers, training goes on (no collective needs etcd); the k
 watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
 right after an outage is not a lost node until the store has answered for a lease's time (a store that was
 stopped, not restarted, expires every lease when it wakes; each agent then joins again).
+
+This module is torch's handler interface and the agent's loop to a place; it composes small parts, one idea a
+module (as torch's own dynamic rendezvous divides into a state holder, an executor and small operations):
+:mod:`.membership` (the lease and member key, the keep-alive thread), :mod:`.head_view` (the watched head and
+this agent's seat), :mod:`.joining` (its join, withdrawal, confirmation, the next round opened), :mod:`.closer`
+(the oldest member's role), :mod:`.round_store` (the round's ``TCPStore``), :mod:`.ending` (the job's end),
+:mod:`.watched` (a watched key or prefix) and :mod:`.layout` (the job's keys, the round's one transaction).
 """
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
 from typing import Callable
 
 from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousError, RendezvousHandler,
-                                                        RendezvousInfo, RendezvousStoreInfo, RendezvousTimeoutError)
+                                                        RendezvousInfo, RendezvousTimeoutError)
 
 from training.job import agent_notes
-from training.launch.rendezvous import rounds
-from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, KeyValue, StoreRefused, StoreUnavailable,
-                                               shut_stream)
+from training.launch.rendezvous import ending, rounds
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.closer import Closer
+from training.launch.rendezvous.head_view import HeadView
+from training.launch.rendezvous.joining import Joining
+from training.launch.rendezvous.layout import put_round, say  # noqa: F401 - put_round: tests import it from here
+from training.launch.rendezvous.membership import Membership
+from training.launch.rendezvous.round_store import RoundStore
+from training.launch.rendezvous.round_store import RoundChanged as _RoundChanged
+from training.launch.rendezvous.watched import Watched
 
 BACKEND = "t5-etcd"
-#: Seconds the round's store host waits at the end for the other agents to leave torchrun's exit barrier.
-EXIT_WAIT_S = 10.0
-#: Seconds one try to connect to the round's store may take before the agent looks whether the round is still
-#: the one it took a place in (its rank-0 node may have been lost since: then a new round is on its way).
-STORE_CONNECT_TRY_S = 3.0
 #: Seconds a finished job keeps trying to close its rendezvous while the store does not answer.
 CLOSE_WAIT_S = 60.0
 #: Seconds ``shutdown()`` waits in all for the handler's threads to end (each ends at once, or after the store
@@ -82,101 +88,6 @@ _on_lost: list[Callable[[str], None]] = []
 def set_on_lost(callback: Callable[[str], None]) -> None:
     """What this process does to its workers when a node of its round is lost (the agent: SIGKILL them)."""
     _on_lost[:] = [callback]
-
-
-def _say(line: str) -> None:
-    print(f"[rendezvous] {line}", file=sys.stderr, flush=True)
-
-
-class Watched:
-    """Keys under ``prefix`` (or the one key ``prefix``, ``single_key``) as a watch last delivered them;
-    ``changed`` is notified on every change. ``connected``: the last resync succeeded."""
-
-    def __init__(self, client: EtcdClient, prefix: str, name: str, single_key: bool = False):
-        self.client, self.prefix, self.single_key = client, prefix, single_key
-        self.keys: dict[str, KeyValue] = {}
-        self.changed = threading.Condition()
-        self.connected = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._stream = None  # the open watch stream, which stop() shuts
-        self._stream_lock = threading.Lock()
-
-    def start(self) -> "Watched":
-        self._thread.start()
-        return self
-
-    def stop(self, join_s: float = 0.0) -> None:
-        """Stop watching: the stream is shut, so its thread ends now, not at the next progress notice or the
-        stream's idle bound (torch expects a handler's threads gone after shutdown); waits ``join_s`` for it."""
-        self._stop.set()
-        with self._stream_lock:
-            stream = self._stream
-        if stream is not None:
-            shut_stream(stream)
-        with self.changed:
-            self.changed.notify_all()
-        if join_s > 0 and self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(join_s)
-
-    def _opened(self, stream) -> None:
-        with self._stream_lock:
-            self._stream = stream
-            stopping = self._stop.is_set()
-        if stopping:  # stop() came between the stream's opening and now: it found no stream to shut
-            shut_stream(stream)
-
-    def get(self, key: str) -> KeyValue | None:
-        with self.changed:
-            return self.keys.get(key)
-
-    def under(self, prefix: str) -> list[KeyValue]:
-        with self.changed:
-            return [kv for k, kv in self.keys.items() if k.startswith(prefix)]
-
-    def wait(self, timeout_s: float) -> None:
-        with self.changed:
-            self.changed.wait(timeout_s)
-
-    def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
-        """Until ``predicate()`` (checked under the view's lock, so no change slips between check and wait)."""
-        with self.changed:
-            return self.changed.wait_for(predicate, timeout_s)
-
-    def _apply(self, kind: str, kv: KeyValue) -> None:
-        with self.changed:
-            if kind == "DELETE":
-                self.keys.pop(kv.key, None)
-            else:
-                self.keys[kv.key] = kv
-            self.changed.notify_all()
-
-    def _resync(self) -> int:
-        if self.single_key:
-            kv, rev = self.client.get_with_revision(self.prefix)
-            kvs = [kv] if kv else []
-        else:
-            kvs, rev = self.client.get_prefix(self.prefix)
-        with self.changed:
-            self.keys = {kv.key: kv for kv in kvs}
-            self.connected = True
-            self.changed.notify_all()
-        return rev
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:  # resync: a broken or idle stream may have missed events
-                rev = self._resync()
-            except Exception:  # noqa: BLE001 - no member answers: the keep-alive thread says so; keep trying
-                with self.changed:
-                    self.connected = False
-                self._stop.wait(0.2)
-                continue
-            try:
-                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key,
-                                  on_open=self._opened)
-            except Exception:  # noqa: BLE001 - the member went, or the stream idled out: resync and watch again
-                pass
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -197,27 +108,33 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.round: rounds.Round | None = None  # the formed round it trains in, as its head gave it
         self._seat: tuple[int, str, int] | None = None  # that round's number, this agent's id and rank in it
         self._said_lost_of = -1
-        self._store_server = self._serve_store()  # serves the rounds in which this agent has rank 0
+        self._stores = RoundStore(self.addr, join_timeout_s, self._current)  # serves rounds it has rank 0 in
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
         self._stop = threading.Event()
-        self._lease = 0
-        self._member_rev = 0
-        self._answering_since: float | None = time.monotonic()
-        self._membership_lock = threading.Lock()
+        value = {"addr": self.addr, "pid": os.getpid(), "standby": standby, "node": node_index,
+                 "store": f"{self.addr}:{self._stores.server.port}"}
+        self._membership = Membership(client, self.prefix, self.me, value, ttl_s=ttl_s, join_timeout_s=join_timeout_s,
+                                      stop=self._stop, on_rejoined=self._confirm_seat)
+        self._closer = Closer(client, self.prefix, self.me, self._membership, self._stop, min_nodes=min_nodes,
+                              max_nodes=max_nodes, last_call_s=last_call_s, threads_stop_s=THREADS_STOP_S)
         self._taken_out = False
         self._spares_told = -1
-        self._said_unreachable = False
-        self._head_cache: tuple[int, rounds.Head | None] = (0, None)
-        self._join_store()
-        self.round_view = Watched(client, self.prefix + "head", "t5f-rdzv-round", single_key=True).start()
-        self._threads = [self._start(self._keep_alive, "t5f-rdzv-lease"),
-                         self._start(self._elect_and_close, "t5f-rdzv-closer")]  # shutdown() waits for them
+        self._membership.join()
+        self._head = HeadView(client, self.prefix, self.me).start()
+        self._joining = Joining(client, self.prefix, self.me, self._membership, self._head, self._stop,
+                                start=self._start_kept)
+        self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
+                         self._start(self._closer.run, "t5f-rdzv-closer")]  # shutdown() waits for them
 
     @staticmethod
     def _start(target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         return thread
+
+    def _start_kept(self, target: Callable[[], None], name: str) -> None:
+        """Start a thread that :meth:`_stop_threads` waits for."""
+        self._threads.append(self._start(target, name))
 
     def _stop_threads(self) -> None:
         """Stop the watch and wait (:data:`THREADS_STOP_S` in all) for every thread of this handler to end; the
@@ -228,204 +145,38 @@ class EtcdRendezvousHandler(RendezvousHandler):
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    # ------------------------------------------------------------------ membership
-    def _join_store(self) -> None:
-        with self._membership_lock:
-            self._join_store_locked()
+    # ------------------------------------------------------------------ membership (.membership)
+    @property
+    def _lease(self) -> int:
+        return self._membership.lease
 
-    def _join_store_locked(self) -> None:
-        deadline = time.monotonic() + self.join_timeout_s
-        key = self.prefix + f"members/{self.me}"
-        while True:
-            try:
-                self._lease = self.client.grant(self.ttl_s)
-                revision = self.client.put(key, json.dumps({"addr": self.addr, "pid": os.getpid(),
-                                                            "standby": self.standby, "node": self.node_index,
-                                                            "store": f"{self.addr}:{self._store_server.port}"}),
-                                           lease=self._lease)
-                kv = self.client.get(key)  # None if the lease ran out already (a very slow store): the put's revision
-                self._member_rev = kv.create_revision if kv else revision
-                return
-            except StoreUnavailable as e:
-                if time.monotonic() > deadline:
-                    raise
-                _say(f"waiting for the membership store: {e}")
-                time.sleep(1)
-            except StoreRefused as e:  # the new lease ran out before the put (a store or host slower than its TTL)
-                if "lease not found" not in str(e) or time.monotonic() > deadline:
-                    raise
-                _say(f"this node's new lease expired before its member key was written; joining again ({e})")
-
-    def _keep_alive(self) -> None:
-        while not self._stop.wait(max(0.2, self.ttl_s / 3)):  # two renewals may fail before the lease expires
-            self._keep_alive_once()
+    @property
+    def _member_rev(self) -> int:
+        return self._membership.member_rev
 
     def _keep_alive_once(self) -> None:
-        """Renew the lease once; if it expired, join again under a new one. Never raises (says what failed)."""
-        try:
-            if self.client.keep_alive(self._lease) == 0:  # expired (an outage, or the others saw it as lost)
-                self._renew_membership(self._lease)
-            if self._answering_since is None:
-                self._answering_since = time.monotonic()
-                _say("membership store answers again: keep-alives resumed")
-            self._said_unreachable = False
-        except StoreUnavailable:
-            self._answering_since = None
-            if not self._said_unreachable:
-                _say("membership store unreachable: keep-alives paused, training goes on")
-                self._said_unreachable = True
-        except Exception as e:  # noqa: BLE001 - never end the agent from this thread
-            _say(f"keep-alive failed: {type(e).__name__}: {e}")
+        self._membership.keep_alive_once()
 
     def _renew_membership(self, expired: int) -> None:
-        """Join again under a new lease after ``expired`` ran out (once, whichever thread finds it first)."""
-        with self._membership_lock:
-            if self._lease == expired and not self._stop.is_set():  # not once the agent is leaving
-                _say(f"this node's membership lease expired; joining again as {self.me}")
-                self._join_store_locked()
-                if self._seat is not None:  # its place's confirmation went with the lease
-                    self._confirm(self._seat[0])
+        self._membership.renew(expired)
 
-    def _answering_since_wall(self) -> float:
-        """Since when (wall clock) the store has answered this agent without a break (+inf: it does not now).
-        An outage expires the leases, and with them the participants' confirmations of their places: each
-        confirms again when it joins again, and :func:`.rounds.unconfirmed` gives it the whole window from here."""
-        since = self._answering_since
-        return float("inf") if since is None else time.time() - (time.monotonic() - since)
+    def _confirm_seat(self) -> None:
+        """After joining again under a new lease: its place's confirmation went with the old one."""
+        if self._seat is not None:
+            self._joining.confirm(self._seat[0])
 
-    def _settled(self) -> bool:
-        """Whether the store has answered this agent for longer than a lease: only then is a missing member key
-        a lost node (see the module docstring)."""
-        since = self._answering_since
-        return since is not None and time.monotonic() - since > self.ttl_s + 1
+    # ------------------------------------------------------------------ the round's head (.head_view)
+    @property
+    def round_view(self) -> Watched:
+        """The watch on the round's head."""
+        return self._head.watch
 
-    # ------------------------------------------------------------------ the closer
-    def _elect_and_close(self) -> None:
-        """Wait until this agent is the oldest live member, then close and reopen rounds (:meth:`_close`)."""
-        while not self._stop.is_set():
-            try:
-                before = self.client.newest_before(self.prefix + "members/", self._member_rev)
-                if before is None:
-                    self._close()
-                else:  # wait until the member created just before this one is gone
-                    self._wait_deleted(before.key)
-            except Exception:  # noqa: BLE001 - the store went away: try again
-                self._stop.wait(0.5)
+    def _current(self) -> tuple[rounds.Head | None, int]:
+        """The round's head as the watch last delivered it, and its mod revision (:meth:`.HeadView.current`)."""
+        return self._head.current()
 
-    def _wait_deleted(self, key: str) -> None:
-        watch = Watched(self.client, key, "t5f-rdzv-elect", single_key=True).start()
-        try:
-            while not self._stop.is_set():
-                if watch.connected and watch.get(key) is None:
-                    return
-                watch.wait(1.0)
-        finally:
-            watch.stop(join_s=THREADS_STOP_S)
-
-    def _close(self) -> None:
-        """The closer's loop: watch every key of the job and act on each change (and every 0.2 s for the last
-        call), until this agent is no longer the oldest member (its own key was re-made) or it stops."""
-        view = Watched(self.client, self.prefix, "t5f-rdzv-closer-view").start()
-        my_key = self.prefix + f"members/{self.me}"
-        try:
-            while not self._stop.is_set():
-                view.wait(0.2)
-                if not view.connected:
-                    continue
-                mine = view.get(my_key)
-                if mine is None:
-                    continue  # expired (an outage): the keep-alive thread registers it again
-                if mine.create_revision != self._member_rev:
-                    return  # registered again: another member may be older now; elect again
-                self._close_step(view)
-        finally:
-            view.stop(join_s=THREADS_STOP_S)
-
-    def _close_step(self, view: Watched) -> None:
-        kv = view.get(self.prefix + "round")
-        r = rounds.Round.loads(kv.value) if kv else None
-        live = {k.key.rsplit("/", 1)[1]: k for k in view.under(self.prefix + "members/")}
-        joined_kvs = sorted(view.under(self.prefix + f"joined/{r.n}/") if r else [], key=lambda k: k.create_revision)
-        joined = [k.key.rsplit("/", 1)[1] for k in joined_kvs]
-        step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                  now=time.time(), last_call_s=self.last_call_s, settled=self._settled(),
-                                  answering_since=self._answering_since_wall())
-        if step is rounds.Step.WAIT:
-            return
-        if step is rounds.Step.OPEN:
-            self._put_round(0, rounds.next_round(None))
-            return
-        if step is rounds.Step.REOPEN:
-            self._reform(kv.mod_revision, r, view, live, joined)
-            return
-        if step is rounds.Step.NOTE_SPARES:
-            new = rounds.Round(**{**r.__dict__, "spares": rounds.waiting(r, set(live))})
-        elif step is rounds.Step.NOTE_ARRIVING:
-            new = rounds.Round(**{**r.__dict__, "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
-        elif step is rounds.Step.MARK_MIN:  # the late nodes' count with it: one write
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
-                                  "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
-        else:  # CLOSE
-            values, standby, node_index = _member_values(live)
-            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
-                                set(live))
-            new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see _round_store)
-            return self._put_round(kv.mod_revision, new, seats=True)
-        self._put_round(kv.mod_revision, new)
-
-    def _reform(self, revision: int, r: rounds.Round, view: Watched, live: dict[str, KeyValue],
-                joined: list[str]) -> None:
-        """Replace formed round ``r`` (at ``revision``), a participant of which is lost or stuck: by the next
-        formed round at once (:func:`.rounds.reformed`), or by an open one when too few are left for MIN."""
-        lost = rounds.lost_participants(r, set(live))
-        stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
-                                   answering_since=self._answering_since_wall())
-        taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
-        values, standby, node_index = _member_values(live)
-        oldest_first = sorted(live, key=lambda i: live[i].create_revision)
-        new = rounds.reformed(r, oldest_first, lost=lost, stuck=stuck, taken_out=taken_out, standby=standby,
-                              node_index=node_index, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                              now=time.time())
-        if new is None:
-            new = rounds.next_round(r, [*lost, *stuck], taken_out)
-            new.stuck = stuck
-            self._put_round(revision, new)
-            return
-        new.store = values[new.participants[0]].get("store", "")
-        self._put_round(revision, new, seats=True)
-
-    def _put_round(self, revision: int, new: rounds.Round, seats: bool = False) -> bool:
-        """Compare-and-set the round record (``revision``: its mod revision now; 0: none yet) and its head;
-        ``seats``: also the round's seat pages (it is being formed), older rounds' pages deleted."""
-        return put_round(self.client, self.prefix, revision, new, seats)
-
-    def _read_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
-        """The round as its head says (without its member lists), the head's mod revision (the record's: both are
-        written together), and for a formed round this agent's seat: from the head's changes when this agent had
-        a place in the round they are relative to (it kept its rank, or the head names its new one), else its page
-        of the round's seats, read from the store. The head is as this agent's
-        watch last delivered it (no read: N agents waiting on a round would otherwise each read it at every
-        change); while the watch is not connected (the store away, or just started) it is read from the store.
-        A head that is behind the store costs nothing wrong: a join for an old round is not counted by the
-        closer, a compare-and-set on an old revision fails, and a round's seats are written once, when it is
-        formed; the next change wakes the agent again."""
-        while True:
-            if self.round_view.connected:
-                head, revision = self._current()
-            else:
-                head_kv = self.client.get(self.prefix + "head")
-                head, revision = (rounds.Head.loads(head_kv.value), head_kv.mod_revision) if head_kv else (None, 0)
-            if head is None:
-                return None, 0, None
-            if not head.formed or head.closed:
-                return head.as_round(), revision, None
-            seats = rounds.seat_from_head(head, self.me, self._seat)  # kept its place, or the head says where
-            if seats is not None:
-                return head.as_round(), revision, seats
-            kv = self.client.get(seats_key(self.prefix, head.n, rounds.page_of(self.me, rounds.page_count(head.size))))
-            if kv is not None:
-                return head.as_round(), revision, rounds.Seats.loads(kv.value)
-            self._wait_for_change(revision, 0.2)  # a newer round was formed since: let the watch catch up
+    def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
+        self._head.wait_for_change(revision, timeout_s)
 
     # ------------------------------------------------------------------ torch's RendezvousHandler
     def get_backend(self) -> str:
@@ -438,16 +189,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def get_run_id(self) -> str:
         return self.run_id
 
-    def _current(self) -> tuple[rounds.Head | None, int]:
-        """The round's head as the watch last delivered it, and its mod revision (parsed once per change:
-        torchrun's monitor loop asks ``num_nodes_waiting()`` every 0.1 s)."""
-        kv = self.round_view.get(self.prefix + "head")
-        if kv is None:
-            return None, 0
-        if self._head_cache[0] != kv.mod_revision:
-            self._head_cache = (kv.mod_revision, rounds.Head.loads(kv.value))
-        return self._head_cache[1], kv.mod_revision
-
     def is_closed(self) -> bool:
         r, _ = self._current()
         return bool(r and r.closed)
@@ -459,16 +200,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         head, _ = self._current()
         if head is not None and head.closed:
             return
-        while True:
-            kv = self.client.get(self.prefix + "round")
-            r = rounds.Round.loads(kv.value) if kv else rounds.Round(n=0)
-            if r.closed:
-                return
-            r.closed = True
-            # when, in the same write: an agent that later arrives under this id is told when its job ended
-            ended = {self.prefix + "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            if put_round(self.client, self.prefix, kv.mod_revision if kv else 0, r, extra=ended):
-                return
+        ending.close_round(self.client, self.prefix)
 
     def num_nodes_waiting(self) -> int:
         mine = self.round
@@ -476,11 +208,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
+        self._say_lost(mine, current)
+        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
+
+    def _say_lost(self, mine: rounds.Round, current: rounds.Head) -> None:
+        """Once per round of this node's: say which of its nodes newer round ``current`` replaces and why; unless
+        they left on purpose (taken out as stragglers), SIGKILL this node's workers (:func:`set_on_lost`)."""
         lost = current.lost  # a round that replaces lost nodes follows the formed round they were in: this one
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
-            _say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
-                 f"re-forming with a hot spare")
+            say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
+                f"re-forming with a hot spare")
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
             stuck = [p for p in lost if p in set(current.stuck)]
@@ -488,11 +226,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
             why = ([f"{', '.join(expired)} (membership lease expired, TTL {self.ttl_s} s)"] if expired else []) + (
                 [f"{', '.join(stuck)} (alive but did not take its place within "
                  f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"] if stuck else [])
-            _say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
-                 f"SIGKILLed, as their collectives with the lost node cannot finish")
+            say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
+                f"SIGKILLed, as their collectives with the lost node cannot finish")
             for callback in _on_lost:
                 callback(", ".join(lost))
-        return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
 
     def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
@@ -524,15 +261,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Close the rendezvous (the job ended); True once it is closed, False if it could not be closed (torch's
         contract: the store did not answer for :data:`CLOSE_WAIT_S`, said in one line). The agent that hosts the
         round's store keeps it up until the others have left torchrun's exit barrier (each says so before
-        closing), at most :data:`EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
+        closing), at most :data:`.ending.EXIT_WAIT_S`. A node taken out of the job closes nothing: the job goes on
         without it."""
         if self._taken_out:
             return True
-        self._say_left()
+        if self.round is not None:
+            ending.say_left(self.client, self.prefix, self.round.n, self.me, self._lease)
         closed = self._close_rendezvous()
         try:
             if closed and self._hosting and self.round is not None:
-                self._wait_for_others_to_leave(self.round.n)
+                ending.wait_for_others_to_leave(self.client, self.prefix, self.round.n)
         except Exception:  # noqa: BLE001 - the store went away again: the others' exit barrier decides
             pass
         self._stop.set()  # before the revoke: a renewal after it would find the lease gone and join again
@@ -543,16 +281,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._stop_threads()
         self.client.close()
         return closed
-
-    def _say_left(self) -> None:
-        """Say this agent left its round's exit barrier (the round's store host waits for it). Best effort, and
-        on its own: a store that does not answer now must not skip the close, which waits for it."""
-        if self.round is None:
-            return
-        try:
-            self.client.put(self.prefix + f"left/{self.round.n}/{self.me}", "1", lease=self._lease)
-        except Exception:  # noqa: BLE001 - the host then waits EXIT_WAIT_S at most
-            pass
 
     def _close_rendezvous(self) -> bool:
         """Close it even if the store is away right now: spares standing by wait for this (a rendezvous left open
@@ -565,31 +293,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return True
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
-                    _say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
-                         f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
-                         f"stop them")
+                    say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
+                        f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
+                        f"stop them")
                     return False
                 if not said:
-                    _say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
+                    say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
                     said = True
                 time.sleep(0.5)
             except StoreRefused as e:
-                _say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
+                say(f"could not close the rendezvous of {self.run_id}: the membership store refused it ({e})")
                 return False
-
-    def _wait_for_others_to_leave(self, n: int) -> None:
-        """Until every live participant of round ``n`` (read whole, once) said it left, at most EXIT_WAIT_S."""
-        kv = self.client.get(self.prefix + "round")
-        r = rounds.Round.loads(kv.value) if kv else None
-        if r is None or r.n != n:
-            return
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while time.monotonic() < deadline:
-            live = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + "members/")[0]}
-            left = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.prefix + f"left/{r.n}/")[0]}
-            if all(p not in live or p in left for p in r.participants):
-                return
-            time.sleep(0.2)
 
     def next_rendezvous(self):
         self._leave_if_taken_out()
@@ -599,10 +313,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         while True:
             lease = self._lease
             try:
-                r, revision, seats = self._read_round()
-                if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
-                    # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
-                    raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+                r, revision, seats = self._read_open_round()
                 step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
                                          max_nodes=self.max_nodes, seats=seats)
                 if step is rounds.Step.DONE:
@@ -611,19 +322,19 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     except _RoundChanged:
                         continue
                     if joined_round != (r.n, lease):  # a round formed without this agent's join: say it came
-                        self._confirm(r.n)
+                        self._joining.confirm(r.n)
                     return info
                 if step is rounds.Step.NEW_ROUND:
-                    self._open_next_round(r, revision)
+                    self._joining.open_next_round(r, revision)
                     self._wait_for_change(revision)  # lost the race or won it: read again once the watch has it
                     continue
                 if step is rounds.Step.JOIN:
-                    self.client.put(self.prefix + f"joined/{r.n}/{self.me}", "", lease=lease)
+                    self._joining.join(r.n, lease)
                     joined_round = (r.n, lease)  # a renewed lease (the old one expired) means joining again
                     continue
             except StoreUnavailable as e:
                 if not waited_for_store:
-                    _say(f"a new round waits for the membership store ({e})")
+                    say(f"a new round waits for the membership store ({e})")
                     waited_for_store = True
                 time.sleep(0.2)
                 continue
@@ -634,165 +345,48 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 joined_round = None
                 continue
             if step is rounds.Step.WAIT and time.monotonic() > deadline:
-                if joined_round is not None and self._withdraw(joined_round[0]):
+                if joined_round is not None and self._joining.withdraw(joined_round[0]):
                     self._wait_for_change(revision)  # the round formed with it meanwhile: take the place
                     continue
-                raise RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did "
-                                             f"not form within {self.join_timeout_s:g} s (MIN {self.min_nodes} "
-                                             f"node(s))")
+                raise self._not_formed(r)
             if step is rounds.Step.STAND_BY:
                 deadline = time.monotonic() + self.join_timeout_s
             self._wait_for_change(revision)
 
-    def _withdraw(self, n: int) -> bool:
-        """Take this agent's join of open round ``n`` back (its join timed out): its joined key deleted, then
-        the round record rewritten as it is, so a close the closer computed while the key was there fails its
-        compare-and-set (a round formed with a node that gave up waits for it: the others' workers never get
-        rank 0's address). True if round ``n`` was formed with this agent first: it takes its place after all."""
-        try:
-            self.client.delete(self.prefix + f"joined/{n}/{self.me}")
-            while True:
-                kv = self.client.get(self.prefix + "round")
-                r = rounds.Round.loads(kv.value) if kv else None
-                if r is None or r.n != n or r.closed:
-                    return False
-                if r.formed:
-                    return self.me in r.participants
-                if self._put_round(kv.mod_revision, r):
-                    return False
-        except (StoreUnavailable, StoreRefused) as e:  # its key goes with its lease when the agent ends
-            _say(f"could not take back this node's join of round {n} after its timeout ({e})")
-            return False
+    def _read_open_round(self) -> tuple[rounds.Round | None, int, rounds.Seats | None]:
+        """The round, its revision and this agent's seat (:meth:`.HeadView.read`); raises
+        :class:`RendezvousClosedError` once the rendezvous is closed."""
+        r, revision, seats = self._head.read(self._seat)
+        if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
+            # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
+            raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
+        return r, revision, seats
 
-    def _confirm(self, n: int) -> None:
-        """Put this agent's joined key for formed round ``n`` (under its lease): it came, it is not stuck (a round
-        the closer formed without joins, :func:`.rounds.reformed`; again after its lease expired, which took the
-        key with it). In a thread of its own: the agent's workers need not wait for it, and N-1 agents' writes
-        at once are not on the re-formation's path. Tries until it is written or the round is replaced."""
-        def put() -> None:
-            while not self._stop.is_set():
-                head, _ = self._current()
-                if head is not None and head.n != n:
-                    return
-                try:
-                    self.client.put(self.prefix + f"joined/{n}/{self.me}", "", lease=self._lease)
-                    return
-                except Exception:  # noqa: BLE001 - no member answers, or the lease expired and the keep-alive
-                    self._stop.wait(0.5)  # thread is joining again under a new one (which confirms again)
-
-        self._threads.append(self._start(put, "t5f-rdzv-confirm"))  # one a round at most: the list stays short
-
-    def _wait_for_change(self, revision: int, timeout_s: float = 1.0) -> None:
-        """Until the watched head is newer than ``revision``, at most ``timeout_s`` (woken by the watch, not by
-        polling: hundreds of agents sharing a host's cores each polling 5 times a second was felt)."""
-        self.round_view.wait_for(lambda: self._current()[1] > revision, timeout_s)
-
-    def _open_next_round(self, r: rounds.Round | None, revision: int) -> None:
-        """Replace round ``r`` (the head's view of it, at ``revision``; None: no round yet) with the next, open
-        one, unless another agent or the closer changed it first. The next round's ``prev`` is a formed round's
-        participants (their old ranks), so a formed round is read whole first."""
-        if r is None or not r.formed:
-            self._put_round(revision, rounds.next_round(r))
-            return
-        whole, whole_revision = self._read_whole(r)
-        if whole is not None:
-            self._put_round(whole_revision, rounds.next_round(whole))
-
-    def _read_whole(self, r: rounds.Round) -> tuple[rounds.Round | None, int]:
-        """Formed round ``r`` read whole from the store (with its member lists) and its mod revision, or (None, 0)
-        if the record is another round by now."""
-        kv = self.client.get(self.prefix + "round")
-        whole = rounds.Round.loads(kv.value) if kv else None
-        if whole is None or whole.n != r.n or not whole.formed or whole.closed:
-            return None, 0
-        return whole, kv.mod_revision
+    def _not_formed(self, r: rounds.Round | None) -> RendezvousTimeoutError:
+        return RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did not form "
+                                      f"within {self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
-        store = self._round_store(r)
+        store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
-        _say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
-        return RendezvousInfo(store, rank, seats.size, self._store_info(r, rank, store))
+        say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
+        return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
 
-    def _store_info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
-        """The workers' bootstrap address, which rank 0 publishes in the round's store (torch's
-        ``RendezvousStoreInfo.build``); a rank-0 node that never takes its place is a rendezvous error, not the
-        raw ``DistStoreError`` torch's store raises after its timeout."""
-        try:
-            return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
-        except RuntimeError as e:  # torch's DistStoreError: the key never came
-            raise RendezvousError(f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
-                                  f"{self._store_timeout().total_seconds():g} s (it gave up or is stuck); start "
-                                  f"this node again to join a new round ({str(e).splitlines()[0]})") from None
-
-    def _serve_store(self):
-        """This agent's ``TCPStore`` server, for the rounds in which it has rank 0 (see the module docstring)."""
-        import torch.distributed as dist
-
-        return dist.TCPStore(self.addr, 0, is_master=True, timeout=self._store_timeout(), wait_for_workers=False)
-
-    def _store_timeout(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
+    @property
+    def _store_server(self):
+        """This agent's store server (:class:`.round_store.RoundStore`), which the rounds it has rank 0 in use."""
+        return self._stores.server
 
     def _round_store(self, r: rounds.Round):
-        """Formed round ``r``'s store: its key prefix on the store of its rank-0 agent (named in the round), which
-        every participant connects to, rank 0 included. Raises :class:`_RoundChanged` if the round is replaced
-        while that store does not answer (its node lost meanwhile)."""
-        import torch.distributed as dist
+        """Formed round ``r``'s store (:meth:`.round_store.RoundStore.connect`)."""
+        return self._stores.connect(r)
 
-        host, _, port = r.store.rpartition(":")
-        if not host or not port.isdigit():
-            raise RendezvousError(f"round {r.n} names no store of its rank-0 node ({r.store!r})")
-        deadline = time.monotonic() + self.join_timeout_s
-        while True:
-            try:
-                store = dist.TCPStore(host, int(port), is_master=False,
-                                      timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S))
-                store.set_timeout(self._store_timeout())
-                # torch's own handler does the same: keys of earlier rounds on the same server are not this round's
-                return dist.PrefixStore(f"t5f/round/{r.n}", store)
-            except RuntimeError as e:  # torch's DistStoreError / DistNetworkError: not answering (yet)
-                current, _ = self._current()
-                if current is None or current.n != r.n or current.closed:
-                    raise _RoundChanged() from None
-                if time.monotonic() > deadline:
-                    raise RendezvousError(f"round {r.n}: its rank-0 node's store {r.store} did not answer within "
-                                          f"{self.join_timeout_s:g} s ({e})") from None
 
 
 class NodeTakenOut(RendezvousError):
     """This node left the job on purpose (a straggler taken out while a hot spare waits); the agent ends with a
     line and exit 0 (:mod:`training.launch.agent`), the job goes on without it."""
-
-
-class _RoundChanged(Exception):
-    """The round this agent was taking a place in was replaced (a participant lost meanwhile)."""
-
-
-def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False,
-              extra: dict[str, str] | None = None) -> bool:
-    """One transaction under the job's ``prefix``: the round record compare-and-set on its ``revision`` (0: none
-    yet) and its head; with ``seats`` (the round is being formed) also its seat pages, older rounds' pages
-    deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit); ``extra``: more keys put with them."""
-    also, drop = {prefix + "head": rounds.Head.of(new).dumps(), **(extra or {})}, None
-    if seats:
-        also |= {seats_key(prefix, new.n, k): page.dumps() for k, page in rounds.seat_pages(new).items()}
-        drop = (prefix + "seats/", seats_key(prefix, new.n, ""))  # zero-padded: older rounds sort first
-    return client.compare_and_set(prefix + "round", revision, new.dumps(), also=also, drop=drop)
-
-
-def _member_values(live: dict[str, KeyValue]) -> tuple[dict[str, dict], set[str], dict[str, int]]:
-    """The live members' key values (what each agent wrote when it joined the job), those that asked to stand
-    by, and the node index each gave."""
-    values = {i: json.loads(k.value or "{}") for i, k in live.items()}
-    standby = {i for i, v in values.items() if v.get("standby")}
-    node_index = {i: v["node"] for i, v in values.items() if isinstance(v.get("node"), int)}
-    return values, standby, node_index
-
-
-def seats_key(prefix: str, n: int, page: int | str) -> str:
-    """The key of formed round ``n``'s seat ``page`` under the job's ``prefix``."""
-    return prefix + f"seats/{n:08d}/{page}"
 
 
 def create_handler(params) -> EtcdRendezvousHandler:
