@@ -135,39 +135,53 @@ def test_a_client_waits_longer_only_when_every_member_is_slow(etcd):
     assert client._patience == 1.0
 
 
+class _FakeMember:
+    """A TLS server with the cluster's CA that answers every call with one status and etcd error, as a member in
+    trouble does (a member cannot be made to say it on cue); ``said``: the paths it was asked."""
+
+    def __init__(self, etcd, tmp_path, status: int, error: str):
+        import http.server
+        import json
+        import ssl
+
+        said = self.said = []
+        body = json.dumps({"error": error, "code": 14 if status == 503 else 2, "message": error}).encode()
+
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers["Content-Length"]))
+                said.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        cert = etcd.ca.issue(f"fake-{status}", str(tmp_path), hosts=["127.0.0.1"])
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert.cert, cert.key)
+        self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "_FakeMember":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+
+
 def test_a_member_that_could_not_finish_a_call_in_time_is_a_slow_member_not_a_refusal(etcd, tmp_path):
     """A loaded member that took a call but could not finish it in time answers HTTP 500 with etcd's
     ``context deadline exceeded`` (seen on a lease grant at 1,024 simulated agents, where it ended the agent as a
-    refusal). It is a slow member: the client goes on to the next one, and counts it toward its patience. A
-    member cannot be made to say it on cue, so the first endpoint here is a TLS server with the cluster's CA
-    that says exactly that to every call; the real members follow."""
-    import http.server
-    import ssl
-
-    said = []
-
-    class TooSlow(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            self.rfile.read(int(self.headers["Content-Length"]))
-            said.append(self.path)
-            body = b'{"error":"context deadline exceeded","code":2,"message":"context deadline exceeded"}'
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    cert = etcd.ca.issue("too-slow", str(tmp_path), hosts=["127.0.0.1"])
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TooSlow)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert.cert, cert.key)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    slow = f"https://127.0.0.1:{server.server_address[1]}"
-    try:
+    refusal). It is a slow member: the client goes on to the next one, and counts it toward its patience. The
+    first endpoint here says exactly that to every call; the real members follow."""
+    with _FakeMember(etcd, tmp_path, 500, "context deadline exceeded") as slow_member:
+        slow, said = slow_member.url, slow_member.said
         creds = etcd.add_job_user("too-slow")
         client = EtcdClient(replace(creds, endpoints=(slow,) + tuple(creds.endpoints)))
         client._endpoints = [slow] + list(creds.endpoints)  # the slow one first (the client shuffles them)
@@ -181,8 +195,30 @@ def test_a_member_that_could_not_finish_a_call_in_time_is_a_slow_member_not_a_re
         with pytest.raises(StoreUnavailable, match="context deadline exceeded"):
             only_slow.grant(5)
         assert only_slow._patience == 2.0  # every member it has timed out: wait longer next time
-    finally:
-        server.shutdown()
+
+
+def test_a_login_during_a_leader_change_is_a_member_that_cannot_serve_not_wrong_credentials(etcd, tmp_path):
+    """A member that answers the login with HTTP 503 ``etcdserver: leader changed`` (the leader was just
+    SIGKILLed) cannot serve now; another member can. Before, the login's answer was a refusal: the Slurm lab's
+    spare, starting as the leader was killed, ended with exit 2 'check T5_ETCD_USER, T5_ETCD_PASSWORD_FILE' and
+    srun took the job down (a requeue). Now the client logs in at the next member; with no other member it is an
+    outage, which the start check waits out instead of naming the credentials."""
+    from training.launch.rendezvous.start import StartRefused, check_start
+
+    with _FakeMember(etcd, tmp_path, 503, "etcdserver: leader changed") as electing:
+        creds = etcd.add_job_user("electing")
+        client = EtcdClient(replace(creds, endpoints=(electing.url,) + tuple(creds.endpoints)))
+        client._endpoints = [electing.url] + list(creds.endpoints)  # the electing one first
+        assert client.get(client.key("x")) is None  # logged in at a real member, read there
+        assert electing.said == ["/v3/auth/authenticate"]
+        only = EtcdClient(replace(creds, endpoints=(electing.url,)))
+        with pytest.raises(StoreUnavailable, match="leader changed"):
+            only.get(only.key("x"))
+        env = {**creds.as_env(), "T5_ETCD_ENDPOINTS": electing.url}
+        with pytest.raises(StartRefused) as refused:
+            check_start("electing", "job e", {"join_timeout": "2", "first_contact_timeout": "1"}, env=env)
+        assert refused.value.code == 1 and "never served this agent within the join timeout" in str(refused.value)
+        assert "T5_ETCD_USER" not in str(refused.value)
 
 
 def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkeypatch):

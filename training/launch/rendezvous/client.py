@@ -101,6 +101,16 @@ class StoreUnavailable(RuntimeError):
         self.causes = list(causes or [])
 
 
+class _CannotServe(Exception):
+    """A member answered a login but could not serve it now (no leader, a leader election under way, too slow):
+    another member may; an agent starting while the leader is replaced once took this for wrong credentials."""
+
+
+def _cannot_serve(r) -> bool:
+    text = _text(r)
+    return r.status == 503 or "leader" in text or any(words in text for words in TOO_SLOW)
+
+
 class StoreRefused(RuntimeError):
     """A member answered and refused: bad credentials, no permission for the key, or a malformed request."""
 
@@ -235,6 +245,8 @@ class EtcdClient:
     def _authenticate(self, url: str) -> None:
         r = self._request(f"{url}/v3/auth/authenticate", {"name": self.creds.user, "password": self._password()},
                           self.timeout)
+        if r.status != 200 and _cannot_serve(r):  # a leader election, a loaded member: another member may serve
+            raise _CannotServe(_reason(r))
         if r.status != 200:
             raise StoreRefused(f"etcd user {self.creds.user!r} could not log in at {url}: {_reason(r)}")
         self._token = r.json()["token"]
@@ -259,7 +271,7 @@ class EtcdClient:
         for url in list(self._endpoints):
             try:
                 return self._authenticate(url)  # schedules the next one
-            except (HTTPError, StoreRefused, ValueError):
+            except (HTTPError, StoreRefused, _CannotServe, ValueError):
                 continue
         self._log_in_again_in(TOKEN_RETRY_S)  # no member answered: the token may still be good; try again soon
 
@@ -288,6 +300,11 @@ class EtcdClient:
                 errors.append(f"{url}: {type(e).__name__} {str(e)[-160:]}")
                 causes.append((url, e))
                 timed_out += isinstance(e, CallTimedOut) and not isinstance(e, NewConnectionError)  # not refused
+                continue
+            except _CannotServe as e:  # its login: as the same answer to a call below
+                errors.append(f"{url}: {e}")
+                causes.append((url, str(e)))
+                timed_out += any(words in str(e) for words in TOO_SLOW)
                 continue
             if r.status == 503 or (r.status != 200 and "leader" in _text(r)):
                 errors.append(f"{url}: {_reason(r)}")  # a member without a leader: try another
