@@ -32,7 +32,7 @@ test-unit:       ## the unit tier only (tests/unit: no process, no socket; about
 	@scripts/test.sh --tier unit $(ARGS)
 test-fast:       ## the unit and integration tiers (no training run, chaos, Slurm lab or k8s emulator)
 	@scripts/test.sh --tier unit --tier integration $(ARGS)
-lint:            ## ruff (pyproject.toml's rules) and shellcheck over scripts/; CI runs it before the tests
+lint:            ## ruff check + format (pyproject.toml) and shellcheck over scripts/; CI runs it before the tests
 	@scripts/lint.sh $(ARGS)
 bench:           ## throughput and checkpoint-stall benchmark (prints a table, writes JSON)
 	@scripts/bench.sh $(ARGS)

@@ -10,6 +10,7 @@ Usage (through the pinned CDK CLI):  make synth PLATFORM=eks|parallelcluster [AR
           (make deploy saves its -c settings in cdk.context.json, which every cdk command reads: docs/deploy.md)
           python app.py --help       list the context keys, their defaults and meaning
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,7 +20,7 @@ def _print_help() -> None:
     from stacks.config import defaults, field_docs  # noqa: PLC0415 - keep --help free of CDK start-up
 
     print(__doc__)
-    print("Context keys (cdk.json documents them under \"//keys\"; override with -c key=value):\n")
+    print('Context keys (cdk.json documents them under "//keys"; override with -c key=value):\n')
     dflt = defaults()
     for key, doc in field_docs().items():
         print(f"  {key} (default: {dflt[key]!r})\n      {doc}")

@@ -3,6 +3,7 @@
 Each platform harness implements the subset it can inject (``PLATFORMS``) and says so in ``--help`` and
 ``--list``; an unknown or unsupported name is refused with the supported list.
 """
+
 from __future__ import annotations
 
 SCENARIOS: dict[str, str] = {
@@ -11,41 +12,69 @@ SCENARIOS: dict[str, str] = {
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
     "network-cut": "take a node's network link down mid-training: its processes run on, cut off (a partition)",
     "silent-node": "SIGSTOP a whole node (sockets stay open): its stopped keep-alives declare it lost, "
-                   "the job re-forms",
+    "the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
-                            "the world size never shrinks",
+    "the world size never shrinks",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
-                               "it is declared lost in seconds, the spare takes its place",
+    "it is declared lost in seconds, the spare takes its place",
     "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "
-                 "every 0.3 s; Slurm lab: a CPU quota): it is named from the ranks' work times and taken out after a "
-                 "snapshot; the spare replaces it",
+    "every 0.3 s; Slurm lab: a CPU quota): it is named from the ranks' work times and taken out after a "
+    "snapshot; the spare replaces it",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
     "wedged-rank": "one rank's main thread blocks mid-step while its process and heartbeat thread live on: its "
-                   "progress stops, it is declared wedged in one line, its agent SIGKILLs it, the job resumes",
+    "progress stops, it is declared wedged in one line, its agent SIGKILLs it, the job resumes",
     "node-pair-loss": "two adjacent nodes of three die at once: a shard and its replica are gone, storage restores",
     "kill-mid-snapshot": "a worker is SIGKILLed halfway through copying its in-memory snapshot: the previous is used",
     "kill-during-save": "SIGKILL rank 0 while an async checkpoint is written but not committed: it is ignored",
     "corrupt-checkpoint": "truncate a shard of the newest checkpoint, then kill a worker: resume from the previous",
     "corrupt-snapshot": "damage a frozen worker's newest in-memory snapshot, SIGKILL it: its peer's replica is "
-                        "restored; then damage its replicas too: storage is (each damaged copy named)",
+    "restored; then damage its replicas too: storage is (each damaged copy named)",
     "restarts-exhausted": "more worker failures than --max-restarts: the job fails cleanly, checkpoints intact",
     "node-drain": "drain the Kubernetes node under a training pod (cordon + evict)",
     "batch-host-kill": "the node running the Slurm batch script dies: the allocation ends, Slurm requeues the job",
     "store-member-kill": "SIGKILL the etcd member that leads (of 3): a new leader, training goes on, 0 steps lost",
     "store-outage": "every etcd member stopped for 20 s, then back: training goes on, the agents reconnect",
     "store-outage-then-worker-kill": "a worker dies while no etcd member answers: the new round waits for the store "
-                                     "and trains again within seconds of its return",
+    "and trains again within seconds of its return",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
-    "local": ("worker-kill", "node-loss-rejoin", "silent-node", "node-kill-with-spare", "silent-node-during-save",
-              "straggler", "first-node-kill", "preemption", "hang", "wedged-rank", "kill-mid-snapshot",
-              "node-pair-loss", "kill-during-save", "corrupt-checkpoint", "corrupt-snapshot", "restarts-exhausted",
-              "store-member-kill", "store-outage", "store-outage-then-worker-kill"),
-    "slurm": ("node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
-              "store-member-kill", "store-outage", "store-outage-then-worker-kill", "straggler", "wedged-rank"),
+    "local": (
+        "worker-kill",
+        "node-loss-rejoin",
+        "silent-node",
+        "node-kill-with-spare",
+        "silent-node-during-save",
+        "straggler",
+        "first-node-kill",
+        "preemption",
+        "hang",
+        "wedged-rank",
+        "kill-mid-snapshot",
+        "node-pair-loss",
+        "kill-during-save",
+        "corrupt-checkpoint",
+        "corrupt-snapshot",
+        "restarts-exhausted",
+        "store-member-kill",
+        "store-outage",
+        "store-outage-then-worker-kill",
+    ),
+    "slurm": (
+        "node-kill",
+        "first-node-kill",
+        "network-cut",
+        "worker-kill",
+        "preemption",
+        "batch-host-kill",
+        "store-member-kill",
+        "store-outage",
+        "store-outage-then-worker-kill",
+        "straggler",
+        "wedged-rank",
+    ),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }
 
@@ -63,8 +92,7 @@ def select(platform: str, spec: str) -> list[str]:
     bad = [n for n in names if n not in supported]
     if bad:
         where = [f"{n} (not on {platform})" if n in SCENARIOS else n for n in bad]
-        raise UnknownScenario(f"unknown scenario(s) {', '.join(where)}; {platform} supports: "
-                              f"{', '.join(supported)}")
+        raise UnknownScenario(f"unknown scenario(s) {', '.join(where)}; {platform} supports: {', '.join(supported)}")
     return names
 
 

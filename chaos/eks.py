@@ -27,6 +27,7 @@ Costs GPU time (twice the job without --reference-job): TrainJobs are deleted at
 files stay on FSx). Weights: bitwise on CPU pods; on GPU pods within GPU_WEIGHT_ATOL by default, because two
 uninterrupted GPU runs already differ by ~1e-7 (docs/failover.md, section 6); --atol sets it (0: bitwise).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,19 @@ from chaos.scenario import table as scenario_table
 from chaos.verdict import Fault, Observation, judge
 from cluster_assets.k8s.trainjob import TrainJobConfig, TrainJobError, train_job_manifest
 from tools.k8s.cluster import ClusterError, connect, pod_attempt, pod_rank, pod_start_problem
-from tools.k8s.submit import (PLACEHOLDER_IMAGE, apply_output_defaults, build_parser, check_submit_options,
-                              check_training_args, condition, config_from_args, default_name, preflight,
-                              split_at_dashes, split_training_args)
+from tools.k8s.submit import (
+    PLACEHOLDER_IMAGE,
+    apply_output_defaults,
+    build_parser,
+    check_submit_options,
+    check_training_args,
+    condition,
+    config_from_args,
+    default_name,
+    preflight,
+    split_at_dashes,
+    split_training_args,
+)
 
 
 #: Default weight tolerance of a chaos job on GPU pods: some CUDA kernels accumulate with atomics in a varying
@@ -73,15 +84,23 @@ def chaos_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("chaos")
     g.add_argument("--steps", type=int, default=600, help="train.steps of the chaos job (default 600)")
     g.add_argument("--interval", type=int, default=25, help="checkpoint.interval (default 25)")
-    g.add_argument("--gap", type=int, default=0,
-                   help="steps between a recovery and the next fault (default 3x interval)")
+    g.add_argument(
+        "--gap", type=int, default=0, help="steps between a recovery and the next fault (default 3x interval)"
+    )
     g.add_argument("--drain-node", action="store_true", help="also drain a GPU node (needs a spare GPU node)")
-    g.add_argument("--reference-job", default="",
-                   help="an earlier uninterrupted TrainJob with the same arguments whose FSx files to compare with "
-                        "(default: run <name>-ref first)")
-    g.add_argument("--atol", type=float, default=None,
-                   help=f"weight tolerance vs the reference (default: 0, bitwise, on CPU pods; {GPU_WEIGHT_ATOL:g} on "
-                        f"GPU pods, whose uninterrupted runs already differ by ~1e-7; 0 = bitwise)")
+    g.add_argument(
+        "--reference-job",
+        default="",
+        help="an earlier uninterrupted TrainJob with the same arguments whose FSx files to compare with "
+        "(default: run <name>-ref first)",
+    )
+    g.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help=f"weight tolerance vs the reference (default: 0, bitwise, on CPU pods; {GPU_WEIGHT_ATOL:g} on "
+        f"GPU pods, whose uninterrupted runs already differ by ~1e-7; 0 = bitwise)",
+    )
     g.add_argument("--keep", action="store_true", help="keep the TrainJobs at the end (default: delete them)")
     g.add_argument("--report", default="reports/chaos-eks.json", help="report JSON path (default %(default)s)")
     g.add_argument("--phase-timeout", type=float, default=1800, help="max seconds to wait for one phase")
@@ -140,8 +159,9 @@ class EksChaosRun:
 
     def wait_step(self, step: int) -> int:
         self.log(f"waiting for step {step}")
-        return self.wait_for(f"step {step}", lambda: (s if (s := self.last_step()) >= step else 0)
-                             if not self.state() else -1)
+        return self.wait_for(
+            f"step {step}", lambda: (s if (s := self.last_step()) >= step else 0) if not self.state() else -1
+        )
 
     def observe(self) -> None:
         """Record the uids of the node pods now (a pod replaced and gone between two looks is missed)."""
@@ -170,30 +190,40 @@ class EksChaosRun:
         if gang:
             self.wait_for("the JobSet restart", lambda: self.restarts() > before)
         else:
-            self.wait_for(f"a new pod for node {rank} (or a JobSet restart)",
-                          lambda: self.restarts() > before or self.replaced(rank, uid))
+            self.wait_for(
+                f"a new pod for node {rank} (or a JobSet restart)",
+                lambda: self.restarts() > before or self.replaced(rank, uid),
+            )
         self.detections.append(time.time())  # resolution: the poll interval
         self.observe()
-        self.log(f"{'JobSet restart' if self.restarts() > before else f'replacement pod for node {rank}'} seen after "
-                 f"{self.detections[-1] - t:.1f} s (JobSet restarts {self.restarts()}); waiting for training")
+        self.log(
+            f"{'JobSet restart' if self.restarts() > before else f'replacement pod for node {rank}'} seen after "
+            f"{self.detections[-1] - t:.1f} s (JobSet restarts {self.restarts()}); waiting for training"
+        )
 
         def resumed():
             recs = self.records()
             starts = [e for e in recs if e["event"] == "start" and e["time"] > t]
             return starts and any(e["event"] == "step" and e["time"] > starts[0]["time"] for e in recs)
+
         self.wait_for("the first step after the restart", resumed)
         self.observe()
         self.log(f"{label}: training resumed")
 
     def delete_pod(self, rank: int) -> tuple[str, bool, str]:
-        pod = self.wait_for(f"a running pod of node {rank}", lambda: (p := self.c.node_pod(
-            self.cfg.namespace, self.cfg.name, rank)) and p.status.phase == "Running" and p)
+        pod = self.wait_for(
+            f"a running pod of node {rank}",
+            lambda: (
+                (p := self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)) and p.status.phase == "Running" and p
+            ),
+        )
         uid = self.last_uid = pod.metadata.uid
         self.c.delete_pod(self.cfg.namespace, pod.metadata.name)
 
         def gone():
             now = self.c.node_pod(self.cfg.namespace, self.cfg.name, rank)
             return now is None or now.metadata.uid != uid or now.metadata.deletion_timestamp is not None
+
         ok = bool(self.wait_for(f"pod {pod.metadata.name} to go", gone))
         return f"deleted pod {pod.metadata.name} on {pod.spec.node_name}", ok, f"pod uid {uid} terminating or replaced"
 
@@ -208,8 +238,11 @@ class EksChaosRun:
 
     def spare_gpu_nodes(self) -> int:
         nodes = self.c.core.list_node(_request_timeout=30).items
-        gpu = [n for n in nodes if int((n.status.allocatable or {}).get("nvidia.com/gpu", "0")) > 0
-               and not n.spec.unschedulable]
+        gpu = [
+            n
+            for n in nodes
+            if int((n.status.allocatable or {}).get("nvidia.com/gpu", "0")) > 0 and not n.spec.unschedulable
+        ]
         return len(gpu) - self.cfg.num_nodes
 
     def compare(self, ref_dir: str, steps: int, atol: float) -> list[str] | None:
@@ -263,12 +296,24 @@ def scenarios(interval: int, gang: bool, atol: float = 0.0) -> dict[str, EksScen
     if atol:
         expect = replace(expect, outcome="close", atol=atol)
     checks = (k8s_verdict.check_jobset_restarts if gang else k8s_verdict.check_single_pod_replaced,)
-    return scenario_table("eks", [
-        EksScenario("node-kill", EksChaosRun.delete_pod, expect, checks, title="delete the pod of node 1", index=1),
-        EksScenario("first-node-kill", EksChaosRun.delete_pod, expect, checks, title="delete node 0's pod", index=0),
-        EksScenario("node-drain", EksChaosRun.drain, expect, checks, title="drain the GPU node of node 1", index=1,
-                    needs_spare_node=True),
-    ])
+    return scenario_table(
+        "eks",
+        [
+            EksScenario("node-kill", EksChaosRun.delete_pod, expect, checks, title="delete the pod of node 1", index=1),
+            EksScenario(
+                "first-node-kill", EksChaosRun.delete_pod, expect, checks, title="delete node 0's pod", index=0
+            ),
+            EksScenario(
+                "node-drain",
+                EksChaosRun.drain,
+                expect,
+                checks,
+                title="drain the GPU node of node 1",
+                index=1,
+                needs_spare_node=True,
+            ),
+        ],
+    )
 
 
 def chosen(table: dict[str, EksScenario], drain_node: bool) -> list[EksScenario]:
@@ -295,41 +340,58 @@ def main(argv: list[str] | None = None) -> int:
     return chaos_run(a, cfg, ref_cfg, shape)
 
 
-def job_config(a: argparse.Namespace, parser: argparse.ArgumentParser, unknown: list[str],
-               after: list[str]) -> tuple[TrainJobConfig, tuple[int, int, int]]:
+def job_config(
+    a: argparse.Namespace, parser: argparse.ArgumentParser, unknown: list[str], after: list[str]
+) -> tuple[TrainJobConfig, tuple[int, int, int]]:
     """The chaos TrainJob (the one ``make train PLATFORM=eks`` builds, with ``--steps`` and ``--interval``) and the
     (steps, global batch, checkpoint interval) its training arguments resolve to. TrainJobError or ValueError for a
     bad setting."""
     apply_output_defaults(a, parser)
     check_submit_options(a, parser)
-    targs = ["--train.steps", str(a.steps), "--checkpoint.interval", str(a.interval),
-             *split_training_args(unknown, after)]
+    targs = [
+        "--train.steps",
+        str(a.steps),
+        "--checkpoint.interval",
+        str(a.interval),
+        *split_training_args(unknown, after),
+    ]
     cfg = config_from_args(a, targs)
     check_training_args(cfg)
     a.atol = weight_tolerance(a.atol, cfg.gpus_per_node)
     return cfg, k8s_verdict.training_shape(["--preset", cfg.preset, *targs])
 
 
-def print_plan(a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None,
-               plan: list[EksScenario]) -> None:
+def print_plan(
+    a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None, plan: list[EksScenario]
+) -> None:
     """DRY_RUN: the run's plan in one line, then the chaos TrainJob's YAML."""
     from cluster_assets.k8s.trainjob import to_yaml
+
     ref = a.reference_job or f"{ref_cfg.name} (run first, uninterrupted)"
     gap = a.gap or 3 * a.interval
 
     def when(i: int) -> str:
         return f"at step {2 * a.interval + 1}" if i == 0 else f"{gap} steps after it resumed" if i == 1 else "then"
+
     faults = "; ".join(f"{when(i)} {sc.name} ({sc.title})" for i, sc in enumerate(plan))
-    weights = f"within {a.atol:g} (GPU pods)" if a.atol and cfg.gpus_per_node else \
-        f"within {a.atol:g}" if a.atol else "bitwise"
-    print(f"# chaos plan: reference {ref}; submit {cfg.name}; {faults}; wait for completion; judge: faults confirmed "
-          f"+ noticed + recovered, steps recomputed, completion, exactly-once data, weights vs the reference "
-          f"{weights}")
+    weights = (
+        f"within {a.atol:g} (GPU pods)"
+        if a.atol and cfg.gpus_per_node
+        else f"within {a.atol:g}"
+        if a.atol
+        else "bitwise"
+    )
+    print(
+        f"# chaos plan: reference {ref}; submit {cfg.name}; {faults}; wait for completion; judge: faults confirmed "
+        f"+ noticed + recovered, steps recomputed, completion, exactly-once data, weights vs the reference "
+        f"{weights}"
+    )
     print(to_yaml(train_job_manifest(cfg)), end="")
 
 
-def chaos_run(a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None,
-              shape: tuple[int, int, int]) -> int:
+def chaos_run(
+    a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfig | None, shape: tuple[int, int, int]
+) -> int:
     """Reference, chaos TrainJob, faults, verdict, report (module docstring); the exit code. Whatever happens, the
     nodes drained are uncordoned and, unless ``--keep``, the TrainJobs created are deleted."""
     run = None
@@ -346,15 +408,20 @@ def chaos_run(a: argparse.Namespace, cfg: TrainJobConfig, ref_cfg: TrainJobConfi
         gang = k8s_verdict.runtime_retries_per_index(rt) < 1
         plan = chosen(scenarios(shape[2], gang, a.atol), a.drain_node)
         if any(sc.needs_spare_node for sc in plan) and run.spare_gpu_nodes() < 1:
-            print("error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
-                  "group size (gpuNodes) or drop --drain-node", file=sys.stderr)
+            print(
+                "error: --drain-node needs a spare GPU node (schedulable GPU nodes > --nodes): raise the node "
+                "group size (gpuNodes) or drop --drain-node",
+                file=sys.stderr,
+            )
             return 2
         cluster.start_reader(cfg.namespace, run.reader, cfg.image, claim, cfg.fsx_mount_path)
         ref_dir = reference(run, a, ref_cfg, created)
         cluster.create_train_job(train_job_manifest(cfg))
         created.append(cfg.name)
-        run.log(f"created TrainJob {cfg.namespace}/{cfg.name} ({cfg.num_nodes} x {cfg.nproc_per_node}, {a.steps} "
-                f"steps, checkpoint every {a.interval}); reader pod {run.reader}")
+        run.log(
+            f"created TrainJob {cfg.namespace}/{cfg.name} ({cfg.num_nodes} x {cfg.nproc_per_node}, {a.steps} "
+            f"steps, checkpoint every {a.interval}); reader pod {run.reader}"
+        )
         t0 = time.time()
         inject_plan(run, plan, first_step=2 * a.interval + 1, gap=a.gap or 3 * a.interval, gang=gang)
         run.log("waiting for the TrainJob to complete")
@@ -383,9 +450,12 @@ def ready(cluster, a: argparse.Namespace, cfg: TrainJobConfig) -> tuple[TrainJob
 
 def fsx_claim(runtime: dict[str, Any]) -> str:
     """The claim of the FSx volume the runtime's pods mount (the reader pod mounts it too)."""
-    return next(v["persistentVolumeClaim"]["claimName"] for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]
-                for v in rj["template"]["spec"]["template"]["spec"].get("volumes", [])
-                if "persistentVolumeClaim" in v)
+    return next(
+        v["persistentVolumeClaim"]["claimName"]
+        for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        for v in rj["template"]["spec"]["template"]["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in v
+    )
 
 
 def reference(run: EksChaosRun, a: argparse.Namespace, ref_cfg: TrainJobConfig | None, created: list[str]) -> str:
@@ -412,46 +482,81 @@ def inject_plan(run: EksChaosRun, plan: list[EksScenario], first_step: int, gap:
         next_step = run.last_step() + gap
 
 
-def verdict(run: EksChaosRun, plan: list[EksScenario], shape: tuple[int, int, int], ref_dir: str, atol: float,
-            t0: float) -> ScenarioResult:
+def verdict(
+    run: EksChaosRun, plan: list[EksScenario], shape: tuple[int, int, int], ref_dir: str, atol: float, t0: float
+) -> ScenarioResult:
     """The completed run, judged once for all its faults (one TrainJob takes them all): by the expectation every
     pod fault shares and the checks of the faults injected."""
     steps, global_batch, _ = shape
     cfg, cluster = run.cfg, run.c
     final = f"{cfg.job_dir}/checkpoints/step_{steps:08d}/COMMITTED.json"
     obs = Observation(
-        records=run.records(), faults=run.faults, detections=run.detections, exited_ok=True,
-        exit_detail="TrainJob Complete", steps=steps, global_batch=global_batch,
+        records=run.records(),
+        faults=run.faults,
+        detections=run.detections,
+        exited_ok=True,
+        exit_detail="TrainJob Complete",
+        steps=steps,
+        global_batch=global_batch,
         final_committed=bool(cluster.exec_read(cfg.namespace, run.reader, final)),
-        weight_diffs=run.compare(ref_dir, steps, atol), reference_records=run.records(ref_dir),
+        weight_diffs=run.compare(ref_dir, steps, atol),
+        reference_records=run.records(ref_dir),
         wall_s=time.time() - t0,
-        facts={"jobset_restarts": run.restarts(), "pods": run.seen, "faulted": sorted(set(run.faulted))})
-    injected = plan[:len(run.faults)]
-    res = ScenarioResult(name=",".join(sc.name for sc in injected), title="pod faults on EKS",
-                         t0=t0, events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
-                         figures={"JobSet restarts": run.restarts()}, workdir=cfg.job_dir)
+        facts={"jobset_restarts": run.restarts(), "pods": run.seen, "faulted": sorted(set(run.faulted))},
+    )
+    injected = plan[: len(run.faults)]
+    res = ScenarioResult(
+        name=",".join(sc.name for sc in injected),
+        title="pod faults on EKS",
+        t0=t0,
+        events=[{"time": f.time, "kind": "fault", "label": f.label} for f in run.faults],
+        figures={"JobSet restarts": run.restarts()},
+        workdir=cfg.job_dir,
+    )
     checks = list(dict.fromkeys(c for sc in plan for c in sc.checks))
     res.apply(judge(obs, plan[0].expect, checks))
     res.wall_s = obs.wall_s
     return res
 
 
-def report(a: argparse.Namespace, run: EksChaosRun, res: ScenarioResult, rt: dict[str, Any], gang: bool,
-           shape: tuple[int, int, int], ref_dir: str) -> None:
+def report(
+    a: argparse.Namespace,
+    run: EksChaosRun,
+    res: ScenarioResult,
+    rt: dict[str, Any],
+    gang: bool,
+    shape: tuple[int, int, int],
+    ref_dir: str,
+) -> None:
     """Print the Kubernetes report and the verdict; write the JSON report (``--report``)."""
     cfg = run.cfg
     steps, _, interval = shape
-    rep = {**res.to_json(), "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
-           "trainjob": cfg.name, "state": "Complete", "jobset_restarts": run.restarts(),
-           "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
-           "nodes": cfg.num_nodes, "nproc_per_node": cfg.nproc_per_node, "reference": ref_dir,
-           "expected": "JobSet gang restart" if gang else "only the failed pod replaced", "pods": run.seen,
-           "pods_created": {f"{j}/{i}": len(r) for j, by in run.seen.items() for i, r in by.items()}}
+    rep = {
+        **res.to_json(),
+        "title": "EKS chaos test (Kubeflow Trainer TrainJob on the fault-tolerant runtime)",
+        "trainjob": cfg.name,
+        "state": "Complete",
+        "jobset_restarts": run.restarts(),
+        "max_restarts": (rt["spec"]["template"]["spec"].get("failurePolicy") or {}).get("maxRestarts"),
+        "nodes": cfg.num_nodes,
+        "nproc_per_node": cfg.nproc_per_node,
+        "reference": ref_dir,
+        "expected": "JobSet gang restart" if gang else "only the failed pod replaced",
+        "pods": run.seen,
+        "pods_created": {f"{j}/{i}": len(r) for j, by in run.seen.items() for i, r in by.items()},
+    }
     print(k8s_verdict.format_report(rep))
     print(f"verdict: {'PASS' if res.passed else 'FAIL'}")
     Path(a.report).parent.mkdir(parents=True, exist_ok=True)
-    write_json(Path(a.report), "eks", {"trainjob": cfg.name, "steps": steps, "interval": interval,
-                                       "nodes": cfg.num_nodes}, [res], {"job_dir": ref_dir}, [], None)
+    write_json(
+        Path(a.report),
+        "eks",
+        {"trainjob": cfg.name, "steps": steps, "interval": interval, "nodes": cfg.num_nodes},
+        [res],
+        {"job_dir": ref_dir},
+        [],
+        None,
+    )
     print(f"report: {a.report}")
 
 

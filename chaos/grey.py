@@ -2,6 +2,7 @@
 (``chaos.local.scenarios``, ``chaos.slurm``): plain functions of an :class:`~chaos.verdict.Observation`, reading
 the job's own records and log lines and the facts the harness noted (``slow_ranks``, ``slow_until``, ``wedge``).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -23,12 +24,16 @@ def check_straggler_named(obs: Observation) -> Check:
     wrong = [r for r in obs.records if r.get("event") == "straggler" and r.get("rank") not in ranks]
     ok = bool(ranks) and bool(out) and not wrong
     e = out[0] if out else (named[0] if named else None)
-    return Check(STRAGGLER_NAMED, ok,
-                 f"rank {e['rank']} (node {e['node']}) at step {e['step']}: {e['work_s']} s vs the others' median "
-                 f"{e['median_s']} s (x{e['ratio']}) for {e['slow_steps']} steps; {e['action']}"
-                 + (f"; other ranks named too: {[r['rank'] for r in wrong]}" if wrong else "")
-                 if e else f"no straggler event naming the slow node's rank(s) {ranks}"
-                 + (f" (named instead: {[r['rank'] for r in wrong]})" if wrong else ""))
+    return Check(
+        STRAGGLER_NAMED,
+        ok,
+        f"rank {e['rank']} (node {e['node']}) at step {e['step']}: {e['work_s']} s vs the others' median "
+        f"{e['median_s']} s (x{e['ratio']}) for {e['slow_steps']} steps; {e['action']}"
+        + (f"; other ranks named too: {[r['rank'] for r in wrong]}" if wrong else "")
+        if e
+        else f"no straggler event naming the slow node's rank(s) {ranks}"
+        + (f" (named instead: {[r['rank'] for r in wrong]})" if wrong else ""),
+    )
 
 
 def back_to_speed_s(obs: Observation, factor: float = 1.5) -> tuple[float | None, float]:
@@ -75,11 +80,14 @@ def check_back_to_speed(obs: Observation) -> Check:
     # 1.2x, not 3x: on the shared cores other processes take the time the stopped node leaves (seen: 1.3-2.8x)
     ok = bool(slowed) and bool(after) and ratio >= 1.2 and statistics.median(after) < slow_med
     figure = f"{took:.1f} s" if took is not None else "not within 1.5x for two steps"
-    return Check(BACK_TO_SPEED, ok,
-                 f"normal step {normal:.2f} s; while slowed {', '.join(f'{x:.2f}' for x in slowed[:8]) or 'none'} s "
-                 f"(median {slow_med:.2f}); after the take-over median "
-                 f"{statistics.median(after) if after else 0:.2f} s; back within 1.5x of normal {figure} after the "
-                 f"slowdown began (target <= 30 s)")
+    return Check(
+        BACK_TO_SPEED,
+        ok,
+        f"normal step {normal:.2f} s; while slowed {', '.join(f'{x:.2f}' for x in slowed[:8]) or 'none'} s "
+        f"(median {slow_med:.2f}); after the take-over median "
+        f"{statistics.median(after) if after else 0:.2f} s; back within 1.5x of normal {figure} after the "
+        f"slowdown began (target <= 30 s)",
+    )
 
 
 WEDGE_TARGET_S = 10.0  # issue 34's target for the next step after a wedge (reported, not asserted)
@@ -91,13 +99,25 @@ def check_wedge_declared(obs: Observation) -> Check:
     to the next attempt's first step (issue 34's target: <= 10 s, reported only)."""
     w = obs.facts.get("wedge") or {}
     t, rank, pid, step = w.get("time", float("inf")), w.get("rank"), w.get("pid"), w.get("step")
-    said = [ln for at, ln in obs.logs if at >= t and f"[watchdog] rank {rank} (" in ln
-            and "is wedged: no progress in phase" in ln and f"of step {step} " in ln]
+    said = [
+        ln
+        for at, ln in obs.logs
+        if at >= t
+        and f"[watchdog] rank {rank} (" in ln
+        and "is wedged: no progress in phase" in ln
+        and f"of step {step} " in ln
+    ]
     killed = [ln for at, ln in obs.logs if at >= t and f"worker pid {pid} (rank {rank}) declared itself wedged" in ln]
     after = [a for a in split_attempts(obs.records) if a.start["time"] > t and a.steps]
     ok = bool(w) and bool(said) and bool(killed) and bool(after)
-    figure = (f"next step {after[0].steps[0]['time'] - t:.1f} s after the wedge (target <= {WEDGE_TARGET_S:g} s)"
-              if ok else f"attempts that trained after it: {len(after)}")
-    return Check("wedged rank declared and killed by its agent", ok,
-                 f"{said[0].strip()[:240] if said else f'no wedge line for rank {rank} at step {step}'}; "
-                 f"{killed[0].strip()[:120] if killed else f'no agent kill of pid {pid}'}; {figure}")
+    figure = (
+        f"next step {after[0].steps[0]['time'] - t:.1f} s after the wedge (target <= {WEDGE_TARGET_S:g} s)"
+        if ok
+        else f"attempts that trained after it: {len(after)}"
+    )
+    return Check(
+        "wedged rank declared and killed by its agent",
+        ok,
+        f"{said[0].strip()[:240] if said else f'no wedge line for rank {rank} at step {step}'}; "
+        f"{killed[0].strip()[:120] if killed else f'no agent kill of pid {pid}'}; {figure}",
+    )

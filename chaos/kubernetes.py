@@ -4,6 +4,7 @@ Both hand the core (``chaos.verdict``) the same kind of observation: the job's m
 the evidence that each pod really died, the times the JobSet noticed (a Job failed / the JobSet restarted),
 whether the TrainJob completed, and the final weights compared with an uninterrupted reference run.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,7 +55,8 @@ def check_single_pod_replaced(obs: Observation) -> Check:
             pids = "->".join(str(r.get("pid") or r.get("uid")) for r in recs)
             if key in faulted:
                 (replaced if len(recs) >= 2 else problems).append(
-                    f"{key} pids {pids}" + ("" if len(recs) >= 2 else " (never recreated)"))
+                    f"{key} pids {pids}" + ("" if len(recs) >= 2 else " (never recreated)")
+                )
             elif len(recs) != 1:
                 problems.append(f"{key} recreated although not faulted (pids {pids})")
             else:
@@ -65,8 +67,9 @@ def check_single_pod_replaced(obs: Observation) -> Check:
         problems.append("no pod fault to replace")
     if restarts:
         problems.append(f"{restarts} JobSet restart(s)")
-    detail = (f"replaced: {', '.join(replaced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}"
-              + (f"; NOT: {'; '.join(problems)}" if problems else ""))
+    detail = f"replaced: {', '.join(replaced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}" + (
+        f"; NOT: {'; '.join(problems)}" if problems else ""
+    )
     return Check("only the failed pod was replaced", not problems, detail)
 
 
@@ -77,8 +80,12 @@ def check_nothing_restarted(obs: Observation) -> Check:
     recreated = [f"{job}/{i}" for job, by in pods.items() for i, recs in by.items() if len(recs) != 1]
     starts = sum(1 for r in obs.records if r.get("event") == "start")
     ok = not recreated and not restarts and starts == 1 and bool(pods)
-    return Check("no pod restarted", ok, f"training pods recreated: {', '.join(recreated) or 'none'}; JobSet restarts "
-                                         f"{restarts}; training attempts {starts}")
+    return Check(
+        "no pod restarted",
+        ok,
+        f"training pods recreated: {', '.join(recreated) or 'none'}; JobSet restarts "
+        f"{restarts}; training attempts {starts}",
+    )
 
 
 def member_faults_only(emu: Any) -> bool:
@@ -105,12 +112,12 @@ def expects_single_replacement(emu: Any) -> bool:
 def training_shape(train_argv: list[str]) -> tuple[int, int, int]:
     """(steps, global_batch, checkpoint interval) the training CLI resolves from a TrainJob's arguments."""
     from training.config import load_config
+
     c = load_config(list(train_argv))
     return c.train.steps, c.train.global_batch, c.checkpoint.interval
 
 
-def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | None,
-                    judged: bool) -> dict[str, Any]:
+def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | None, judged: bool) -> dict[str, Any]:
     """Judge one emulator run (``judged``: faults were asked for) and return its JSON report.
 
     Evidence per fault: the emulator logged the target pod failing after it; "noticed" = a Job failed or the
@@ -118,16 +125,29 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     (:func:`expects_single_replacement`): only the faulted pods replaced, or a JobSet gang restart per fault.
     """
     from training.goodput.analysis import load_records
+
     records = load_records(metrics_path)
     cmd = list(emu.r.command)
-    train_argv = cmd[cmd.index("--") + 1:] if "--" in cmd else []
+    train_argv = cmd[cmd.index("--") + 1 :] if "--" in cmd else []
     steps, global_batch, interval = training_shape(train_argv)
     faults, names = [], []
     for f in emu.fault_log:
-        died = next((ev for ev in emu.events if ev.time >= f["time"] and f["pod"] in ev.detail
-                     and ev.what in ("pod failed", "pods terminated")), None)
-        faults.append(Fault(f["label"], f["time"], died is not None,
-                            f"{died.what}: {died.detail[:120]}" if died else f"pod {f['pod']} never failed"))
+        died = next(
+            (
+                ev
+                for ev in emu.events
+                if ev.time >= f["time"] and f["pod"] in ev.detail and ev.what in ("pod failed", "pods terminated")
+            ),
+            None,
+        )
+        faults.append(
+            Fault(
+                f["label"],
+                f["time"],
+                died is not None,
+                f"{died.what}: {died.detail[:120]}" if died else f"pod {f['pod']} never failed",
+            )
+        )
         names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
     out_dir = metrics_path.parent
     final = out_dir / "checkpoints" / f"step_{steps:08d}"
@@ -137,17 +157,27 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     single = expects_single_replacement(emu)
     members = member_faults_only(emu)  # the membership store's loss must cost nothing
     obs = Observation(
-        records=records, faults=faults,
+        records=records,
+        faults=faults,
         detections=[ev.time for ev in emu.events if ev.what in ("Job failed", "pod replaced by the Job controller")],
-        exited_ok={"Complete": True, "Failed": False}.get(emu.state), exit_detail=f"TrainJob {emu.state}",
-        steps=steps, global_batch=global_batch, final_committed=(final / "COMMITTED.json").exists(),
-        weight_diffs=compare_weights(final, reference) if reference else None, reference_records=ref_records,
+        exited_ok={"Complete": True, "Failed": False}.get(emu.state),
+        exit_detail=f"TrainJob {emu.state}",
+        steps=steps,
+        global_batch=global_batch,
+        final_committed=(final / "COMMITTED.json").exists(),
+        weight_diffs=compare_weights(final, reference) if reference else None,
+        reference_records=ref_records,
         wall_s=(emu.events[-1].time - t0) if emu.events else 0.0,
-        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted})
-    res = ScenarioResult(name=",".join(names) or "no-fault", title="pod faults under Trainer v2.3 + JobSet",
-                         t0=t0, workdir=str(out_dir),
-                         events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
-                         figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures})
+        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted},
+    )
+    res = ScenarioResult(
+        name=",".join(names) or "no-fault",
+        title="pod faults under Trainer v2.3 + JobSet",
+        t0=t0,
+        workdir=str(out_dir),
+        events=[{"time": f.time, "kind": "fault", "label": f.label} for f in faults],
+        figures={"JobSet restarts": emu.restarts, "pod failures": emu.pod_failures},
+    )
     res.wall_s = obs.wall_s
     if judged and members:
         res.apply(judge(obs, Expectation(restart=False, noticed=False), [check_nothing_restarted]))
@@ -155,16 +185,34 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         res.apply(judge(obs, expectation(interval), [check_single_pod_replaced if single else check_jobset_restarts]))
     res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
     rep = res.to_json()
-    rep.update(title="Kubernetes contract emulator (Trainer v2.3 + JobSet semantics, pods as local processes)",
-               trainjob=emu.r.job_name, state=emu.state, message=emu.message, jobset_restarts=emu.restarts,
-               max_restarts=emu.r.max_restarts, pod_failures=emu.pod_failures, nodes=emu.r.num_nodes,
-               nproc_per_node=emu.r.nproc_per_node, differences=emu.differences(), metrics=str(metrics_path),
-               pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events],
-               expected=("nothing restarted" if members else
-                         "only the failed pod replaced" if single else "JobSet gang restart"),
-               pods={job: {i: [{**rec, "started": _rel(rec.get("started"), t0), "ended": _rel(rec.get("ended"), t0)}
-                               for rec in recs] for i, recs in by.items()} for job, by in pods.items()},
-               pods_created={f"{job}/{i}": len(recs) for job, by in pods.items() for i, recs in by.items()})
+    rep.update(
+        title="Kubernetes contract emulator (Trainer v2.3 + JobSet semantics, pods as local processes)",
+        trainjob=emu.r.job_name,
+        state=emu.state,
+        message=emu.message,
+        jobset_restarts=emu.restarts,
+        max_restarts=emu.r.max_restarts,
+        pod_failures=emu.pod_failures,
+        nodes=emu.r.num_nodes,
+        nproc_per_node=emu.r.nproc_per_node,
+        differences=emu.differences(),
+        metrics=str(metrics_path),
+        pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events],
+        expected=(
+            "nothing restarted" if members else "only the failed pod replaced" if single else "JobSet gang restart"
+        ),
+        pods={
+            job: {
+                i: [
+                    {**rec, "started": _rel(rec.get("started"), t0), "ended": _rel(rec.get("ended"), t0)}
+                    for rec in recs
+                ]
+                for i, recs in by.items()
+            }
+            for job, by in pods.items()
+        },
+        pods_created={f"{job}/{i}": len(recs) for job, by in pods.items() for i, recs in by.items()},
+    )
     return rep
 
 
@@ -174,30 +222,39 @@ def _rel(t: float | None, t0: float) -> float | None:
 
 def header(rep: dict[str, Any]) -> str:
     """The Kubernetes line above the common table: TrainJob state, JobSet restarts, shape."""
-    return (f"=== {rep.get('title', 'Kubernetes chaos report')} ===\n"
-            f"TrainJob {rep.get('trainjob')}: {rep.get('state')}"
-            + (f" ({rep['message']})" if rep.get("message") else "")
-            + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
-            + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
-            + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")
-            + ("\npods per index (started): " + ", ".join(f"{k} {n}" for k, n in rep["pods_created"].items())
-               if rep.get("pods_created") else ""))
+    return (
+        f"=== {rep.get('title', 'Kubernetes chaos report')} ===\n"
+        f"TrainJob {rep.get('trainjob')}: {rep.get('state')}"
+        + (f" ({rep['message']})" if rep.get("message") else "")
+        + f" | JobSet restarts {rep.get('jobset_restarts')} (maxRestarts {rep.get('max_restarts')})"
+        + (f" | pod failures {rep['pod_failures']}" if rep.get("pod_failures") is not None else "")
+        + (f" | {rep['nodes']} node(s) x {rep['nproc_per_node']} proc" if rep.get("nodes") else "")
+        + (
+            "\npods per index (started): " + ", ".join(f"{k} {n}" for k, n in rep["pods_created"].items())
+            if rep.get("pods_created")
+            else ""
+        )
+    )
 
 
 def format_report(rep: dict[str, Any]) -> str:
     """Header, the common table (one row for the run's faults), the checks, and the emulator's differences."""
     from training.goodput.analysis import Recovery
     from chaos.report import table
+
     res = ScenarioResult(**{k: rep[k] for k in ScenarioResult.__dataclass_fields__ if k in rep})
     res.recoveries = [Recovery(**r) if isinstance(r, dict) else r for r in res.recoveries]
     res.checks = [Check(**c) if isinstance(c, dict) else c for c in res.checks]
     lines = [header(rep), table([res], columns=("JobSet restarts", "pod failures"))]
     for r in res.recoveries:
         fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        lines.append(f"  {r.kind}: detect {fmt(r.detect_s)} s, recover {fmt(r.recover_s)} s, "
-                     f"{r.steps_lost} step(s) recomputed")
+        lines.append(
+            f"  {r.kind}: detect {fmt(r.detect_s)} s, recover {fmt(r.recover_s)} s, {r.steps_lost} step(s) recomputed"
+        )
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
-    lines.append("detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of "
-                 "the resumed attempt; lost: steps recomputed")
+    lines.append(
+        "detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of "
+        "the resumed attempt; lost: steps recomputed"
+    )
     lines += [f"  emulated: {d}" for d in rep.get("differences") or []]
     return "\n".join(lines)

@@ -27,8 +27,13 @@ TARGETS = [
     ("wedged rank -> next step (s)", "wedged-rank", "recover_s", 10.0, "<="),  # issue 34 (60 s before)
     ("slow node (a spare waiting) -> the spare's first step (s)", "straggler", "recover_s", 30.0, "<="),
     ("steps lost on a termination notice", "preemption", "steps_lost", 0, "=="),
-    ("steps lost on SIGKILL (worker, node, first node)", "worker-kill,node-kill,node-loss-rejoin,first-node-kill",
-     "steps_lost", None, "<="),
+    (
+        "steps lost on SIGKILL (worker, node, first node)",
+        "worker-kill,node-kill,node-loss-rejoin,first-node-kill",
+        "steps_lost",
+        None,
+        "<=",
+    ),
 ]
 
 
@@ -119,17 +124,24 @@ def summary(results: list[ScenarioResult]) -> dict:
     done = [r for r in results if r.outcome != "fail"]
     useful = sum(r.useful_s for r in done)
     wall = sum(r.wall_s for r in done)
-    return {"passed": sum(r.passed for r in results), "total": len(results),
-            "useful_step_s": useful, "wall_s": wall, "goodput": useful / wall if wall else 0.0,
-            "all_wall_s": sum(r.wall_s for r in results)}
+    return {
+        "passed": sum(r.passed for r in results),
+        "total": len(results),
+        "useful_step_s": useful,
+        "wall_s": wall,
+        "goodput": useful / wall if wall else 0.0,
+        "all_wall_s": sum(r.wall_s for r in results),
+    }
 
 
-def table(results: list[ScenarioResult], reference_goodput: float | None = None,
-          columns: tuple[str, ...] = ()) -> str:
+def table(results: list[ScenarioResult], reference_goodput: float | None = None, columns: tuple[str, ...] = ()) -> str:
     """The pass/fail table; ``columns`` names extra per-platform ``figures`` to show (e.g. ``requeues``)."""
     width = max([20] + [len(r.name) + 1 for r in results])
-    head = (f"{'scenario':<{width}}{'verdict':<8}{'detect s':>9}{'recover s':>10}{'lost':>6}{'restarts':>9}"
-            + "".join(f"{c:>{len(c) + 2}}" for c in columns) + f"{'worlds':>10}{'goodput':>9}{'wall s':>8}")
+    head = (
+        f"{'scenario':<{width}}{'verdict':<8}{'detect s':>9}{'recover s':>10}{'lost':>6}{'restarts':>9}"
+        + "".join(f"{c:>{len(c) + 2}}" for c in columns)
+        + f"{'worlds':>10}{'goodput':>9}{'wall s':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         f = _faults(r)
@@ -141,19 +153,23 @@ def table(results: list[ScenarioResult], reference_goodput: float | None = None,
             recover += f"/{_fmt(rj[0].recover_s)}"
             lost += f"/{_fmt(rj[0].steps_lost)}"
         restarts = sum(x.restarts for x in r.recoveries)
-        lines.append(f"{r.name:<{width}}{'PASS' if r.passed else 'FAIL':<8}"
-                     f"{_fmt(first.detect_s) if first else '-':>9}{recover:>10}{lost:>6}{restarts:>9}"
-                     + "".join(f"{_fmt(r.figures.get(c)):>{len(c) + 2}}" for c in columns)
-                     + f"{'>'.join(map(str, r.world_sizes)) or '-':>10}"
-                     f"{(f'{r.goodput:.0%}' if r.outcome != 'fail' else '-'):>9}{r.wall_s:>8.0f}")
+        lines.append(
+            f"{r.name:<{width}}{'PASS' if r.passed else 'FAIL':<8}"
+            f"{_fmt(first.detect_s) if first else '-':>9}{recover:>10}{lost:>6}{restarts:>9}"
+            + "".join(f"{_fmt(r.figures.get(c)):>{len(c) + 2}}" for c in columns)
+            + f"{'>'.join(map(str, r.world_sizes)) or '-':>10}"
+            f"{(f'{r.goodput:.0%}' if r.outcome != 'fail' else '-'):>9}{r.wall_s:>8.0f}"
+        )
         for c in r.checks:
             if not c.ok:
                 lines.append(f"{'':4}x {c.name}: {c.detail}")
     s = summary(results)
     lines.append("-" * len(head))
     ref = f"; uninterrupted reference {reference_goodput:.0%}" if reference_goodput is not None else ""
-    lines.append(f"{s['passed']}/{s['total']} scenarios passed; goodput of the completing scenarios "
-                 f"{s['goodput']:.0%} ({s['useful_step_s']:.0f} s useful step time / {s['wall_s']:.0f} s wall{ref})")
+    lines.append(
+        f"{s['passed']}/{s['total']} scenarios passed; goodput of the completing scenarios "
+        f"{s['goodput']:.0%} ({s['useful_step_s']:.0f} s useful step time / {s['wall_s']:.0f} s wall{ref})"
+    )
     lines.append("(recover/lost of a rejoin shown after a slash; restarts = job attempts started after the faults)")
     return "\n".join(lines)
 
@@ -169,30 +185,47 @@ def breakdown_table(results: list[ScenarioResult]) -> str:
         parts = f[0].breakdown if f else None
         if not parts:
             continue
-        lines.append(f"{r.name:<{width}}" + "".join(f"{_fmt(parts.get(k)):>{w}}" for k, w in cols)
-                     + f"{_fmt(f[0].recover_s):>7}")
+        lines.append(
+            f"{r.name:<{width}}" + "".join(f"{_fmt(parts.get(k)):>{w}}" for k, w in cols) + f"{_fmt(f[0].recover_s):>7}"
+        )
     if len(lines) == 1:
         return ""
-    lines.append("(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: "
-                 "its start-up; first_step: start event to the first step's record)")
+    lines.append(
+        "(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: "
+        "its start-up; first_step: start event to the first step's record)"
+    )
     return "\n".join(lines)
 
 
 def targets_table(rows: list[dict]) -> str:
     out = ["targets (reported, not asserted):"]
     for t in rows:
-        out.append(f"  {t['target']:<52} {_fmt(t['value']):>6}  (target {t['limit']})  "
-                   f"{'met' if t['met'] else 'MISSED'}")
+        out.append(
+            f"  {t['target']:<52} {_fmt(t['value']):>6}  (target {t['limit']})  {'met' if t['met'] else 'MISSED'}"
+        )
     return "\n".join(out)
 
 
-def write_json(path: Path, platform: str, config: dict, results: list[ScenarioResult], reference: dict,
-               target_rows: list[dict], png: Path | None) -> None:
+def write_json(
+    path: Path,
+    platform: str,
+    config: dict,
+    results: list[ScenarioResult],
+    reference: dict,
+    target_rows: list[dict],
+    png: Path | None,
+) -> None:
     """``report.json``: the platform, its config, the reference run, every scenario, targets and summary."""
-    data = {"platform": platform, "config": config, "reference": reference,
-            "scenarios": [r.to_json() for r in results], "targets": target_rows, "summary": summary(results),
-            "passed": bool(results) and all(r.passed for r in results),
-            "timeline_png": str(png) if png else None}
+    data = {
+        "platform": platform,
+        "config": config,
+        "reference": reference,
+        "scenarios": [r.to_json() for r in results],
+        "targets": target_rows,
+        "summary": summary(results),
+        "passed": bool(results) and all(r.passed for r in results),
+        "timeline_png": str(png) if png else None,
+    }
     path.write_text(json.dumps(data, indent=1, default=str))
 
 
@@ -208,8 +241,10 @@ def _title(r: ScenarioResult) -> str:
     f = _faults(r)
     txt = f"{r.name}: {'PASS' if r.passed else 'FAIL'}"
     if f and f[0].recover_s is not None:
-        txt += (f"  |  {f[0].kind}: noticed after {_fmt(f[0].detect_s)} s, training after {f[0].recover_s:.1f} s, "
-                f"{f[0].steps_lost} step(s) recomputed")
+        txt += (
+            f"  |  {f[0].kind}: noticed after {_fmt(f[0].detect_s)} s, training after {f[0].recover_s:.1f} s, "
+            f"{f[0].steps_lost} step(s) recomputed"
+        )
     elif f:
         txt += f"  |  {len(f)} failure(s), job stopped: {r.figures.get('exit codes', '-')}"
     for x in [x for x in r.recoveries if x.kind == "rejoin"][:1]:

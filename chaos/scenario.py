@@ -8,6 +8,7 @@ from the entry, never from the scenario's name. Adding a scenario is its name an
 itself). A platform that needs more per scenario (the local job's shape, the Slurm node a fault hits) subclasses
 :class:`Scenario` with those fields.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ def table(platform: str, entries: Iterable[S]) -> dict[str, S]:
     doubled = sorted({s.name for s in entries if sum(e.name == s.name for e in entries) > 1})
     missing, extra = sorted(listed - set(by_name)), sorted(set(by_name) - listed)
     if doubled or missing or extra:
-        raise ValueError(f"the {platform} scenario table does not match chaos.catalog.PLATFORMS[{platform!r}]: "
-                         f"no entry for {missing or '-'}, not listed there {extra or '-'}, doubled {doubled or '-'}")
+        raise ValueError(
+            f"the {platform} scenario table does not match chaos.catalog.PLATFORMS[{platform!r}]: "
+            f"no entry for {missing or '-'}, not listed there {extra or '-'}, doubled {doubled or '-'}"
+        )
     return by_name

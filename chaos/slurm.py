@@ -29,6 +29,7 @@ Slurm's "detect" is the first of: an agent logs the failed worker group or the r
 `[watchdog]` line (network-cut), the node is DOWN (node faults), the job logs the signal (preemption), etcd elected
 a new leader (store-member-kill), or the agents log that the store does not answer (the outages).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,21 +116,37 @@ class SlurmChaosConfig:
         needy = [s.name for s in scenarios(self).values() if s.needs_spare]
         if self.spares < 1 and set(needy) & set(self.names):
             listed = " and ".join([", ".join(needy[:-1]), needy[-1]] if len(needy) > 1 else needy)
-            raise ValueError(f"{listed} continue inside the allocation only with a hot spare: use --spares 1 (or pick "
-                             "other --scenarios)")
+            raise ValueError(
+                f"{listed} continue inside the allocation only with a hot spare: use --spares 1 (or pick "
+                "other --scenarios)"
+            )
         if not 1 <= self.slow_percent <= 90:
             raise ValueError(f"--slow-percent {self.slow_percent}: use 1..90 (the slow node's percent of one CPU)")
         if not 1 <= self.interval < self.fault_step < self.steps:
-            raise ValueError(f"need 1 <= interval ({self.interval}) < fault step ({self.fault_step}) < steps "
-                             f"({self.steps}) so that a checkpoint exists before the fault and work remains after it")
+            raise ValueError(
+                f"need 1 <= interval ({self.interval}) < fault step ({self.fault_step}) < steps "
+                f"({self.steps}) so that a checkpoint exists before the fault and work remains after it"
+            )
 
     @property
     def job_train_args(self) -> tuple[str, ...]:
         # 0.2 s per step keeps the re-formed job training long enough for the chaos run to see which nodes train
         # (a tiny step takes ~0.2 s on a 2-core machine: the steps after a recovery were over in ~2 s)
-        return ("--train.steps", str(self.steps), "--train.warmup_steps", str(min(2, self.steps)),
-                "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
-                "--metrics.log_every", "1", "--fault.step_sleep_s", "0.2", *self.train_args)
+        return (
+            "--train.steps",
+            str(self.steps),
+            "--train.warmup_steps",
+            str(min(2, self.steps)),
+            "--checkpoint.interval",
+            str(self.interval),
+            "--checkpoint.keep_last",
+            "3",
+            "--metrics.log_every",
+            "1",
+            "--fault.step_sleep_s",
+            "0.2",
+            *self.train_args,
+        )
 
 
 # ------------------------------------------------------------------------------------------- lab control
@@ -143,11 +160,13 @@ class Lab:
         self.started_here = False
 
     def _run(self, script: str, *args: str, timeout: float = 180, check: bool = True) -> str:
-        out = subprocess.run([str(LAB_DIR / script), *args], env=self.env, capture_output=True, text=True,
-                             timeout=timeout)
+        out = subprocess.run(
+            [str(LAB_DIR / script), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and out.returncode != 0:
-            raise RuntimeError(f"lab {script} {' '.join(args)} failed ({out.returncode}): "
-                               f"{(out.stderr or out.stdout).strip()[-2000:]}")
+            raise RuntimeError(
+                f"lab {script} {' '.join(args)} failed ({out.returncode}): {(out.stderr or out.stdout).strip()[-2000:]}"
+            )
         return out.stdout
 
     def up(self) -> None:
@@ -155,8 +174,10 @@ class Lab:
         t0 = time.monotonic()
         self._run("up.sh", timeout=600)
         self.started_here = not was_up
-        say(f"lab {'already up' if was_up else f'up in {time.monotonic() - t0:.1f} s'} "
-            f"({(self.root / 'run' / 'settings').read_text().strip()})")
+        say(
+            f"lab {'already up' if was_up else f'up in {time.monotonic() - t0:.1f} s'} "
+            f"({(self.root / 'run' / 'settings').read_text().strip()})"
+        )
         self.env["SLURM_CONF"] = str(self.root / "etc" / "slurm.conf")
 
     def down(self) -> None:
@@ -168,8 +189,10 @@ class Lab:
         own etcd user with them."""
         path = self.root / "etcd" / "admin.env"
         if not path.is_file():
-            raise RuntimeError(f"the lab at {self.root} runs no etcd ({path} is missing): restart it with "
-                               "scripts/slurm_lab.sh down && scripts/slurm_lab.sh up")
+            raise RuntimeError(
+                f"the lab at {self.root} runs no etcd ({path} is missing): restart it with "
+                "scripts/slurm_lab.sh down && scripts/slurm_lab.sh up"
+            )
         return str(path)
 
     def store(self, cmd: str) -> str:
@@ -183,8 +206,13 @@ class Lab:
         return self._run("fault.sh", cmd, node, *args)
 
     def fault_async(self, cmd: str, node: str) -> subprocess.Popen:
-        return subprocess.Popen([str(LAB_DIR / "fault.sh"), cmd, node], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            [str(LAB_DIR / "fault.sh"), cmd, node],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def pids(self, node: str) -> set[int]:
         return {int(p) for p in self.fault("pids", node).split()}
@@ -202,8 +230,11 @@ class Lab:
         (one /proc scan, milliseconds: a tiny job trains a step in ~0.2 s, and the fault must land mid-run);
         otherwise through ``fault.sh pids`` per host."""
         prefix = slurmctl.Lab(self.root).setting("SLAB_PFX")
-        if (self.root / "run" / "mode").is_file() and (self.root / "run" / "mode").read_text().strip() == "netns" \
-                and prefix:
+        if (
+            (self.root / "run" / "mode").is_file()
+            and (self.root / "run" / "mode").read_text().strip() == "netns"
+            and prefix
+        ):
             out: dict[str, list[int]] = {h: [] for h in hosts}
             for d in Path("/proc").iterdir():
                 rank = worker_rank(int(d.name)) if d.name.isdigit() else None
@@ -301,10 +332,13 @@ def kill_node(lab: Lab, t: Target) -> Fault:
     start = time.time()
     lab.fault("kill-node", t.node)
     left = lab.pids(t.node)
-    say(f"{t.scenario}: killed node {t.node} (ranks {t.ranks}; batch host {t.job.batch_host}) after step "
-        f"{t.last_step}")
-    return Fault(f"kill node {t.node}", start, not left,
-                 f"no process left on {t.node}" if not left else f"{len(left)} processes survived on {t.node}")
+    say(f"{t.scenario}: killed node {t.node} (ranks {t.ranks}; batch host {t.job.batch_host}) after step {t.last_step}")
+    return Fault(
+        f"kill node {t.node}",
+        start,
+        not left,
+        f"no process left on {t.node}" if not left else f"{len(left)} processes survived on {t.node}",
+    )
 
 
 def cut_link(lab: Lab, t: Target) -> Fault:
@@ -314,10 +348,15 @@ def cut_link(lab: Lab, t: Target) -> Fault:
     lab.fault("cut-link", t.node)
     link = lab.link_state(t.node)
     alive = before & lab.worker_pids(t.node)
-    say(f"{t.scenario}: cut the link of {t.node} after step {t.last_step} (link {link}, workers alive: "
-        f"{sorted(alive)})")
-    return Fault(f"cut link of {t.node}", start, link == "DOWN" and bool(alive),
-                 f"link {link}; training workers {sorted(alive)} still running, cut off")
+    say(
+        f"{t.scenario}: cut the link of {t.node} after step {t.last_step} (link {link}, workers alive: {sorted(alive)})"
+    )
+    return Fault(
+        f"cut link of {t.node}",
+        start,
+        link == "DOWN" and bool(alive),
+        f"link {link}; training workers {sorted(alive)} still running, cut off",
+    )
 
 
 def kill_workers(lab: Lab, t: Target) -> Fault:
@@ -327,9 +366,14 @@ def kill_workers(lab: Lab, t: Target) -> Fault:
     lab.fault("kill-workers", t.node)
     survived = before & lab.worker_pids(t.node)
     say(f"{t.scenario}: killed the training processes on {t.node} after step {t.last_step}")
-    return Fault(f"kill workers on {t.node}", start, bool(before) and not survived,
-                 f"workers {sorted(before)} gone" if before and not survived else
-                 f"workers before {sorted(before)}, still alive {sorted(survived)}")
+    return Fault(
+        f"kill workers on {t.node}",
+        start,
+        bool(before) and not survived,
+        f"workers {sorted(before)} gone"
+        if before and not survived
+        else f"workers before {sorted(before)}, still alive {sorted(survived)}",
+    )
 
 
 def _cpu_cgroup(pid: int) -> str | None:
@@ -365,8 +409,10 @@ def slow_node(lab: Lab, t: Target, *, percent: int) -> Fault:
     before = lab.worker_pids(t.node)
     start = time.time()
     cgroup_dir, moved = lab.fault("slow", t.node, str(percent)).strip().splitlines()[-1].split()
-    t.watch.update(slowed_node=t.node, facts={**t.watch.get("facts", {}), "slow_node": t.node,
-                                              "slow_ranks": t.ranks, "spare": t.job.batch_host})
+    t.watch.update(
+        slowed_node=t.node,
+        facts={**t.watch.get("facts", {}), "slow_node": t.node, "slow_ranks": t.ranks, "spare": t.job.batch_host},
+    )
     # the workers now (a pid read before may have been a short-lived child of a worker, named after it)
     workers = lab.worker_pids(t.node)
     where = {p: _cpu_cgroup(p) for p in workers}
@@ -376,13 +422,18 @@ def slow_node(lab: Lab, t: Target, *, percent: int) -> Fault:
         time.sleep(0.1)
     throttled = _throttled(cgroup_dir)
     running = {p for p in inside if worker_rank(p) is not None and _proc_state(p) not in (None, "T", "t", "Z")}
-    say(f"{t.scenario}: slowed {t.node} (ranks {t.ranks}) to {percent}% of one CPU after step "
-        f"{t.last_step}; throttled in {throttled} periods so far")
-    return Fault(f"slow {t.node} to {percent}% CPU", start,
-                 bool(before) and bool(workers) and running == workers and throttled > 0,
-                 f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(workers)} there: "
-                 f"{sorted(inside)} (their cpu cgroups {where}), running (not stopped): {sorted(running)}; the "
-                 f"quota throttled them in {throttled} periods of 10 ms within 3 s")
+    say(
+        f"{t.scenario}: slowed {t.node} (ranks {t.ranks}) to {percent}% of one CPU after step "
+        f"{t.last_step}; throttled in {throttled} periods so far"
+    )
+    return Fault(
+        f"slow {t.node} to {percent}% CPU",
+        start,
+        bool(before) and bool(workers) and running == workers and throttled > 0,
+        f"{moved} processes of {t.node} moved to {cgroup_dir}; its training workers {sorted(workers)} there: "
+        f"{sorted(inside)} (their cpu cgroups {where}), running (not stopped): {sorted(running)}; the "
+        f"quota throttled them in {throttled} periods of 10 ms within 3 s",
+    )
 
 
 def _proc_state(pid: int) -> str | None:
@@ -417,8 +468,12 @@ def await_wedge(lab: Lab, t: Target) -> Fault:
     node = next((h for h in t.watch.get("hosts", []) if pid in lab.worker_pids(h)), "?") if alive else "?"
     t.watch["facts"] = {**t.watch.get("facts", {}), "wedge": {"step": step, "rank": rank, "pid": pid, "time": at}}
     say(f"{t.scenario}: rank {rank} (pid {pid} on {node}) blocked its main thread at step {step}; states {states}")
-    return Fault(f"wedged main thread of rank {rank} on {node}", at, alive and rank == WEDGED_RANK,
-                 f"{marker.name} holds pid {pid} (rank {rank}); its states over 0.9 s {states} (alive, not stopped)")
+    return Fault(
+        f"wedged main thread of rank {rank} on {node}",
+        at,
+        alive and rank == WEDGED_RANK,
+        f"{marker.name} holds pid {pid} (rank {rank}); its states over 0.9 s {states} (alive, not stopped)",
+    )
 
 
 def preempt(lab: Lab, t: Target) -> Fault:
@@ -426,8 +481,12 @@ def preempt(lab: Lab, t: Target) -> Fault:
     start = time.time()
     slurmctl.scancel(t.job.job_id, signal="USR1", batch=True, env=lab.env)
     say(f"{t.scenario}: sent SIGUSR1 to the batch script (as --signal=B:USR1@T does) after step {t.last_step}")
-    return Fault(f"SIGUSR1 to batch on {t.job.batch_host}", start, True,
-                 f"scancel --signal=USR1 --batch {t.job.job_id} accepted by slurmctld")
+    return Fault(
+        f"SIGUSR1 to batch on {t.job.batch_host}",
+        start,
+        True,
+        f"scancel --signal=USR1 --batch {t.job.job_id} accepted by slurmctld",
+    )
 
 
 def kill_store_leader(lab: Lab, t: Target) -> Fault:
@@ -442,10 +501,16 @@ def kill_store_leader(lab: Lab, t: Target) -> Fault:
         return Fault("SIGKILL etcd leader", start, False, f"fault.sh store kill-leader said {out!r}")
     before, now_leads, elected_s = m.group(1), m.group(2), float(m.group(3))
     t.watch["detections"] = [start + elected_s]
-    say(f"{t.scenario}: SIGKILLed the etcd leader {before} after step {t.last_step}; {now_leads} leads "
-        f"{elected_s:.1f} s later")
-    return Fault(f"SIGKILL etcd leader {before}", start, len(left) == 2 and now_leads != before,
-                 f"{before} gone ({len(left)} of 3 members running), {now_leads} elected {elected_s:.1f} s later")
+    say(
+        f"{t.scenario}: SIGKILLed the etcd leader {before} after step {t.last_step}; {now_leads} leads "
+        f"{elected_s:.1f} s later"
+    )
+    return Fault(
+        f"SIGKILL etcd leader {before}",
+        start,
+        len(left) == 2 and now_leads != before,
+        f"{before} gone ({len(left)} of 3 members running), {now_leads} elected {elected_s:.1f} s later",
+    )
 
 
 def stop_store(lab: Lab, t: Target) -> Fault:
@@ -457,8 +522,12 @@ def stop_store(lab: Lab, t: Target) -> Fault:
     left = lab.store("pids").split()
     t.watch.update(store_hit=True, store_stopped=start)
     say(f"{t.scenario}: SIGKILLed every etcd member after step {t.last_step} ({len(left)} left)")
-    return Fault("SIGKILL every etcd member", start, not left,
-                 "no member running" if not left else f"{len(left)} member(s) still running")
+    return Fault(
+        "SIGKILL every etcd member",
+        start,
+        not left,
+        "no member running" if not left else f"{len(left)} member(s) still running",
+    )
 
 
 def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
@@ -466,8 +535,12 @@ def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
     time is the worker kill (the restart it needs waits for the store)."""
     outage = stop_store(lab, t)
     kill = kill_workers(lab, t)
-    return Fault(f"{outage.label}, then {kill.label}", kill.time, outage.confirmed and kill.confirmed,
-                 f"{outage.evidence}; {kill.evidence}")
+    return Fault(
+        f"{outage.label}, then {kill.label}",
+        kill.time,
+        outage.confirmed and kill.confirmed,
+        f"{outage.evidence}; {kill.evidence}",
+    )
 
 
 # Job-log lines that show a fault was noticed. Slurm's node DOWN is added for node faults: it is the only sign for
@@ -484,8 +557,12 @@ def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
 
 def store_unreachable_logged(logs: list[tuple[float, str]]) -> list[float]:
     """An agent said that no etcd member answers (its keep-alives, its watch, or a new round waiting)."""
-    return [t for t, line in logs if "[rendezvous] membership store unreachable" in line
-            or "[rendezvous] a new round waits for the membership store" in line]
+    return [
+        t
+        for t, line in logs
+        if "[rendezvous] membership store unreachable" in line
+        or "[rendezvous] a new round waits for the membership store" in line
+    ]
 
 
 def agents_or_watchdog_noticed(logs: list[tuple[float, str]]) -> list[float]:
@@ -525,8 +602,11 @@ def check_restarted_in_allocation(obs: Observation) -> Check:
     the start record can stay 0.)"""
     n, r = obs.facts["requeues"], obs.facts["torchrun restarts"]
     starts = obs.facts.get("starts after the fault", 0)
-    return Check("torchrun restarted the workers, no requeue", n == 0 and starts >= 1,
-                 f"{starts} worker-group start(s) after the fault ({r} by torch's restart count), {n} requeue(s)")
+    return Check(
+        "torchrun restarted the workers, no requeue",
+        n == 0 and starts >= 1,
+        f"{starts} worker-group start(s) after the fault ({r} by torch's restart count), {n} requeue(s)",
+    )
 
 
 def check_resumed_newest(obs: Observation) -> Check:
@@ -540,24 +620,34 @@ def check_resumed_newest(obs: Observation) -> Check:
     resumed, newest = after[0].get("resumed_from") or 0, max(committed, default=0)
     got = after[0].get("restored_from") or {}
     from_memory = got.get("tier") in ("memory", "peer") and got.get("step") == resumed and resumed > newest
-    return Check("resumed from the newest complete checkpoint", resumed == newest or from_memory,
-                 f"resumed from step {resumed}" + (f" (in-memory snapshot, {got['tier']})" if from_memory else "")
-                 + f"; newest committed to storage before the restart: {newest}")
+    return Check(
+        "resumed from the newest complete checkpoint",
+        resumed == newest or from_memory,
+        f"resumed from step {resumed}"
+        + (f" (in-memory snapshot, {got['tier']})" if from_memory else "")
+        + f"; newest committed to storage before the restart: {newest}",
+    )
 
 
 def check_continued_in_allocation(obs: Observation) -> Check:
     """A node was lost and the job went on in the same allocation: no requeue, the agents re-formed."""
     n, starts = obs.facts["requeues"], obs.facts["starts after the fault"]
-    return Check("continued inside the allocation, no requeue", n == 0 and starts >= 1,
-                 f"{n} requeue(s), {starts} training start(s) after the fault, final state {obs.facts['final_state']}")
+    return Check(
+        "continued inside the allocation, no requeue",
+        n == 0 and starts >= 1,
+        f"{n} requeue(s), {starts} training start(s) after the fault, final state {obs.facts['final_state']}",
+    )
 
 
 def check_spare_took_over(obs: Observation) -> Check:
     """The node that was lost is not in the world that finished, and the spare (the batch host) is."""
     lost, batch, last = obs.facts.get("killed_node"), obs.facts.get("batch_host"), obs.facts.get("final_nodes") or []
     ok = bool(lost) and lost not in last and batch in last
-    return Check("the spare took the lost node's place", ok,
-                 f"lost {lost}; nodes training at the end {sorted(last)} (batch host / spare {batch})")
+    return Check(
+        "the spare took the lost node's place",
+        ok,
+        f"lost {lost}; nodes training at the end {sorted(last)} (batch host / spare {batch})",
+    )
 
 
 def check_spare_replaced_slow_node(obs: Observation) -> Check:
@@ -566,27 +656,37 @@ def check_spare_replaced_slow_node(obs: Observation) -> Check:
     slow, spare, last = obs.facts.get("slow_node"), obs.facts.get("spare"), obs.facts.get("final_nodes") or []
     left = [line for _, line in obs.logs if "[agent] this node left the job" in line]
     ok = bool(slow) and bool(left) and slow not in last and spare in last
-    return Check("the slow node left, the spare took its place", ok,
-                 f"{left[0].strip()[:160] if left else 'no agent said its node left the job'}; slow node {slow}; "
-                 f"nodes training at the end {sorted(last)} (batch host / spare {spare})")
+    return Check(
+        "the slow node left, the spare took its place",
+        ok,
+        f"{left[0].strip()[:160] if left else 'no agent said its node left the job'}; slow node {slow}; "
+        f"nodes training at the end {sorted(last)} (batch host / spare {spare})",
+    )
 
 
 def check_killed_rank0(obs: Observation) -> Check:
     r = obs.facts.get("killed_ranks") or []
-    return Check("the killed node ran rank 0, not the batch script", 0 in r and obs.facts.get("killed_node") !=
-                 obs.facts.get("batch_host"), f"ranks on {obs.facts.get('killed_node')}: {r}; batch host "
-                 f"{obs.facts.get('batch_host')}")
+    return Check(
+        "the killed node ran rank 0, not the batch script",
+        0 in r and obs.facts.get("killed_node") != obs.facts.get("batch_host"),
+        f"ranks on {obs.facts.get('killed_node')}: {r}; batch host {obs.facts.get('batch_host')}",
+    )
 
 
 def check_training_uninterrupted(obs: Observation) -> Check:
     """No attempt started after the fault with work left (a requeued rerun that finds the job finished is fine)."""
     t = obs.faults[0].time if obs.faults else float("inf")
     steps = {r["step"] for r in obs.records if r.get("event") == "step"}
-    again = [r for r in obs.records if r.get("event") == "start" and r["time"] > t
-             and (r.get("resumed_from") or 0) < max(steps, default=0)]
-    return Check("training went on untouched", not again and bool(steps),
-                 f"{len(again)} attempt(s) started with work left after the fault; trained to step "
-                 f"{max(steps, default=0)}")
+    again = [
+        r
+        for r in obs.records
+        if r.get("event") == "start" and r["time"] > t and (r.get("resumed_from") or 0) < max(steps, default=0)
+    ]
+    return Check(
+        "training went on untouched",
+        not again and bool(steps),
+        f"{len(again)} attempt(s) started with work left after the fault; trained to step {max(steps, default=0)}",
+    )
 
 
 def check_no_requeue(obs: Observation) -> Check:
@@ -597,8 +697,9 @@ def check_no_requeue(obs: Observation) -> Check:
 def check_no_node_lost(obs: Observation) -> Check:
     """No agent declared a node lost: the store's trouble cost no member its place."""
     lost = [line for _, line in obs.logs if RDZV_LOST_RE.search(line) or "[agent] lost node(s)" in line]
-    return Check("no node declared lost", not lost,
-                 lost[0].strip()[:200] if lost else "no lost-node line in the job log")
+    return Check(
+        "no node declared lost", not lost, lost[0].strip()[:200] if lost else "no lost-node line in the job log"
+    )
 
 
 def _store_back(obs: Observation) -> float | None:
@@ -611,18 +712,26 @@ def check_trained_through_outage(obs: Observation) -> Check:
     if t0 is None or back is None:
         return Check("trained while no member answered", False, f"store stopped at {t0}, back at {back}")
     during = [r["step"] for r in obs.records if r.get("event") == "step" and t0 < r["time"] < back]
-    return Check("trained while no member answered", bool(during),
-                 f"steps {during[0]}..{during[-1]} logged during the {back - t0:.0f} s outage" if during else
-                 f"no step logged during the {back - t0:.0f} s outage")
+    return Check(
+        "trained while no member answered",
+        bool(during),
+        f"steps {during[0]}..{during[-1]} logged during the {back - t0:.0f} s outage"
+        if during
+        else f"no step logged during the {back - t0:.0f} s outage",
+    )
 
 
 def check_agents_reconnected(obs: Observation) -> Check:
     """The agents said the store answers again (their keep-alives or watch resumed) once it was back."""
     started = obs.facts.get("store_started") or float("inf")  # the harness started the members again
     lines = [line for t, line in obs.logs if t >= started and "[rendezvous] " in line and "answers again" in line]
-    return Check("the agents reconnected", bool(lines),
-                 f"{len(lines)} agent line(s) after the store's return, e.g. {lines[0].strip()[:120]!r}" if lines else
-                 "no agent said the store answers again")
+    return Check(
+        "the agents reconnected",
+        bool(lines),
+        f"{len(lines)} agent line(s) after the store's return, e.g. {lines[0].strip()[:120]!r}"
+        if lines
+        else "no agent said the store answers again",
+    )
 
 
 STORE_BACK_TARGET_S = 5.0
@@ -633,17 +742,24 @@ def check_trained_again_after_store_back(obs: Observation) -> Check:
     return (every member answering; the new round could only form then)."""
     t, back = (obs.faults[0].time if obs.faults else None), _store_back(obs)
     if t is None or back is None:
-        return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", False,
-                     f"fault at {t}, store back at {back}")
+        return Check(
+            f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back",
+            False,
+            f"fault at {t}, store back at {back}",
+        )
     restarts = [r["time"] for r in obs.records if r.get("event") == "start" and r["time"] > t]
     steps = [r["time"] for r in obs.records if r.get("event") == "step" and restarts and r["time"] > restarts[0]]
     if not steps:
-        return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", False,
-                     "no step after the restart")
+        return Check(
+            f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", False, "no step after the restart"
+        )
     dt = steps[0] - back
-    return Check(f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back", dt <= STORE_BACK_TARGET_S,
-                 f"first step of the new worker group {dt:.1f} s after every etcd member answered again "
-                 f"(store down {back - (obs.facts.get('store_stopped') or t):.0f} s)")
+    return Check(
+        f"trained again <= {STORE_BACK_TARGET_S:g} s after the store is back",
+        dt <= STORE_BACK_TARGET_S,
+        f"first step of the new worker group {dt:.1f} s after every etcd member answered again "
+        f"(store down {back - (obs.facts.get('store_stopped') or t):.0f} s)",
+    )
 
 
 @dataclass(frozen=True)
@@ -673,76 +789,153 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
     lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
     in_alloc = (check_continued_in_allocation, check_spare_took_over, check_resumed_newest)
     node_lost = dict(noticed=agents_or_watchdog_noticed, node_fault=True, needs_spare=True)
-    return scenario_table("slurm", [
-        SlurmScenario("node-kill", kill_node, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
-                      title="kill a training node outright -> the spare takes its place inside the allocation, no "
-                      "requeue; Slurm marks it DOWN, revive"),
-        SlurmScenario("first-node-kill", kill_node, Expectation(max_steps_lost=lost), (check_killed_rank0, *in_alloc),
-                      target=rank0_host, **node_lost,
-                      title="kill the node running rank 0 -> the membership store lives off the compute nodes: the "
-                      "spare takes its place, no requeue"),
-        SlurmScenario("network-cut", cut_link, Expectation(max_steps_lost=lost), in_alloc, **node_lost,
-                      title="take a training node's link down (its processes keep running, silent) -> the watchdog "
-                      "notices, the spare takes its place, no requeue; fence + revive"),
-        SlurmScenario("worker-kill", kill_workers, Expectation(max_steps_lost=lost),
-                      (check_restarted_in_allocation, check_resumed_newest), noticed=agents_noticed,
-                      title="kill the training processes on a node -> torchrun restart, no requeue"),
-        SlurmScenario("preemption", preempt, Expectation(max_steps_lost=0), (check_requeued, check_resumed_newest),
-                      noticed=batch_script_signalled,
-                      title="pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost"),
-        SlurmScenario("batch-host-kill", kill_node, Expectation(restart=False),
-                      (check_training_uninterrupted, check_requeued), target=batch_host, node_fault=True,
-                      title="kill the node running the batch script (the standby spare) -> training goes on "
-                      "untouched; the job, left without its batch script, is requeued by a surviving node and ends "
-                      "cleanly"),
-        SlurmScenario("store-member-kill", kill_store_leader, Expectation(restart=False),
-                      (check_training_uninterrupted, check_no_requeue, check_no_node_lost),
-                      title="SIGKILL the etcd leader (of 3 members off the nodes) -> a new leader in about a second, "
-                      "training goes on untouched: 0 restarts, 0 steps lost, no requeue"),
-        SlurmScenario("store-outage", stop_store, Expectation(restart=False),
-                      (check_training_uninterrupted, check_trained_through_outage, check_agents_reconnected,
-                       check_no_requeue, check_no_node_lost), noticed=store_unreachable_logged, outage_s=STORE_OUTAGE_S,
-                      # slower steps (wall time only): the 7 steps after the fault outlast the outage
-                      train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
-                      title=f"SIGKILL every etcd member, start them {STORE_OUTAGE_S:g} s later -> training goes "
-                      "on, the agents pause their keep-alives and reconnect: 0 restarts, 0 steps lost"),
-        SlurmScenario("store-outage-then-worker-kill", stop_store_then_kill_workers,
-                      Expectation(max_steps_lost=lost),
-                      (check_restarted_in_allocation, check_resumed_newest, check_trained_again_after_store_back),
-                      noticed=agents_noticed, outage_s=STORE_OUTAGE_S,
-                      # slower steps (wall time only, after each step's record: the first step after the restart
-                      # is not delayed): the job must still be training when the worker kill follows the store's
-                      # (CI, 2026-11-28: on a loaded machine the job had finished its 12 steps by then, no worker
-                      # was left to kill, and the scenario failed with "no torchrun worker processes on n3")
-                      train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
-                      title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
-                      f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
-                      "it is back, no requeue"),
-        # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, the spare
-        # in its place; nothing recomputed. Slowed early (an eviction needs straggler.steps slow steps after the
-        # first judged ones, then steps at speed to show the recovery).
-        SlurmScenario("straggler", functools.partial(slow_node, percent=cfg.slow_percent),
-                      Expectation(max_steps_lost=0),
-                      (check_straggler_named, check_spare_replaced_slow_node, check_continued_in_allocation,
-                       check_back_to_speed), target=training_host_off_rank0, noticed=straggler_logged,
-                      needs_spare=True, fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
-                      # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
-                      # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
-                      train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
-                      title=f"hold a training node (not rank 0's) to {cfg.slow_percent}% of one CPU (a cgroup's quota "
-                      "and weight) "
-                      "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
-                      "allocation: 0 steps recomputed"),
-        # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
-        SlurmScenario("wedged-rank", await_wedge, Expectation(max_steps_lost=1),
-                      (check_wedge_declared, check_restarted_in_allocation, check_resumed_newest),
-                      noticed=wedge_logged,
-                      train_args=("--fault.wedge_at_step", str(cfg.fault_step + 1), "--fault.rank", str(WEDGED_RANK),
-                                  "--parallel.wedge_floor_s", "3", *MEMORY_TIER),
-                      title="block one rank's main thread mid-step (its process and heartbeat thread live on) -> "
-                      "declared wedged from its progress, its agent kills it, torchrun restarts the workers inside "
-                      "the allocation"),
-    ])
+    return scenario_table(
+        "slurm",
+        [
+            SlurmScenario(
+                "node-kill",
+                kill_node,
+                Expectation(max_steps_lost=lost),
+                in_alloc,
+                **node_lost,
+                title="kill a training node outright -> the spare takes its place inside the allocation, no "
+                "requeue; Slurm marks it DOWN, revive",
+            ),
+            SlurmScenario(
+                "first-node-kill",
+                kill_node,
+                Expectation(max_steps_lost=lost),
+                (check_killed_rank0, *in_alloc),
+                target=rank0_host,
+                **node_lost,
+                title="kill the node running rank 0 -> the membership store lives off the compute nodes: the "
+                "spare takes its place, no requeue",
+            ),
+            SlurmScenario(
+                "network-cut",
+                cut_link,
+                Expectation(max_steps_lost=lost),
+                in_alloc,
+                **node_lost,
+                title="take a training node's link down (its processes keep running, silent) -> the watchdog "
+                "notices, the spare takes its place, no requeue; fence + revive",
+            ),
+            SlurmScenario(
+                "worker-kill",
+                kill_workers,
+                Expectation(max_steps_lost=lost),
+                (check_restarted_in_allocation, check_resumed_newest),
+                noticed=agents_noticed,
+                title="kill the training processes on a node -> torchrun restart, no requeue",
+            ),
+            SlurmScenario(
+                "preemption",
+                preempt,
+                Expectation(max_steps_lost=0),
+                (check_requeued, check_resumed_newest),
+                noticed=batch_script_signalled,
+                title="pre-timeout SIGUSR1 -> checkpoint, self-requeue, 0 steps lost",
+            ),
+            SlurmScenario(
+                "batch-host-kill",
+                kill_node,
+                Expectation(restart=False),
+                (check_training_uninterrupted, check_requeued),
+                target=batch_host,
+                node_fault=True,
+                title="kill the node running the batch script (the standby spare) -> training goes on "
+                "untouched; the job, left without its batch script, is requeued by a surviving node and ends "
+                "cleanly",
+            ),
+            SlurmScenario(
+                "store-member-kill",
+                kill_store_leader,
+                Expectation(restart=False),
+                (check_training_uninterrupted, check_no_requeue, check_no_node_lost),
+                title="SIGKILL the etcd leader (of 3 members off the nodes) -> a new leader in about a second, "
+                "training goes on untouched: 0 restarts, 0 steps lost, no requeue",
+            ),
+            SlurmScenario(
+                "store-outage",
+                stop_store,
+                Expectation(restart=False),
+                (
+                    check_training_uninterrupted,
+                    check_trained_through_outage,
+                    check_agents_reconnected,
+                    check_no_requeue,
+                    check_no_node_lost,
+                ),
+                noticed=store_unreachable_logged,
+                outage_s=STORE_OUTAGE_S,
+                # slower steps (wall time only): the 7 steps after the fault outlast the outage
+                train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
+                title=f"SIGKILL every etcd member, start them {STORE_OUTAGE_S:g} s later -> training goes "
+                "on, the agents pause their keep-alives and reconnect: 0 restarts, 0 steps lost",
+            ),
+            SlurmScenario(
+                "store-outage-then-worker-kill",
+                stop_store_then_kill_workers,
+                Expectation(max_steps_lost=lost),
+                (check_restarted_in_allocation, check_resumed_newest, check_trained_again_after_store_back),
+                noticed=agents_noticed,
+                outage_s=STORE_OUTAGE_S,
+                # slower steps (wall time only, after each step's record: the first step after the restart
+                # is not delayed): the job must still be training when the worker kill follows the store's
+                # (CI, 2026-11-28: on a loaded machine the job had finished its 12 steps by then, no worker
+                # was left to kill, and the scenario failed with "no torchrun worker processes on n3")
+                train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
+                title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
+                f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
+                "it is back, no requeue",
+            ),
+            # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, the
+            # spare in its place; nothing recomputed. Slowed early (an eviction needs straggler.steps slow steps after
+            # the first judged ones, then steps at speed to show the recovery).
+            SlurmScenario(
+                "straggler",
+                functools.partial(slow_node, percent=cfg.slow_percent),
+                Expectation(max_steps_lost=0),
+                (
+                    check_straggler_named,
+                    check_spare_replaced_slow_node,
+                    check_continued_in_allocation,
+                    check_back_to_speed,
+                ),
+                target=training_host_off_rank0,
+                noticed=straggler_logged,
+                needs_spare=True,
+                fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
+                # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
+                train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
+                title=f"hold a training node (not rank 0's) to {cfg.slow_percent}% of one CPU (a cgroup's quota "
+                "and weight) "
+                "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
+                "allocation: 0 steps recomputed",
+            ),
+            # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
+            SlurmScenario(
+                "wedged-rank",
+                await_wedge,
+                Expectation(max_steps_lost=1),
+                (check_wedge_declared, check_restarted_in_allocation, check_resumed_newest),
+                noticed=wedge_logged,
+                train_args=(
+                    "--fault.wedge_at_step",
+                    str(cfg.fault_step + 1),
+                    "--fault.rank",
+                    str(WEDGED_RANK),
+                    "--parallel.wedge_floor_s",
+                    "3",
+                    *MEMORY_TIER,
+                ),
+                title="block one rank's main thread mid-step (its process and heartbeat thread live on) -> "
+                "declared wedged from its progress, its agent kills it, torchrun restarts the workers inside "
+                "the allocation",
+            ),
+        ],
+    )
 
 
 class Runner:
@@ -753,12 +946,23 @@ class Runner:
         self.python = sys.executable
 
     def job_config(self, run_name: str, extra: tuple[str, ...] = ()) -> SlurmJobConfig:
-        return SlurmJobConfig(run_name=run_name, preset=self.cfg.preset, train_args=(*self.cfg.job_train_args, *extra),
-                              nodes=self.cfg.nodes, spares=self.cfg.spares, etcd_env=self.lab.etcd_env,
-                              shared_dir=str(self.shared), repo_dir=str(REPO_DIR),
-                              python=self.python, slurm_conf=self.lab.env["SLURM_CONF"], max_requeues=3,
-                              max_restarts=3, shutdown_timeout_s=60, rdzv_port=self.cfg.rdzv_port,
-                              step_timeout_s=int(self.cfg.scenario_timeout_s) + 60)
+        return SlurmJobConfig(
+            run_name=run_name,
+            preset=self.cfg.preset,
+            train_args=(*self.cfg.job_train_args, *extra),
+            nodes=self.cfg.nodes,
+            spares=self.cfg.spares,
+            etcd_env=self.lab.etcd_env,
+            shared_dir=str(self.shared),
+            repo_dir=str(REPO_DIR),
+            python=self.python,
+            slurm_conf=self.lab.env["SLURM_CONF"],
+            max_requeues=3,
+            max_restarts=3,
+            shutdown_timeout_s=60,
+            rdzv_port=self.cfg.rdzv_port,
+            step_timeout_s=int(self.cfg.scenario_timeout_s) + 60,
+        )
 
     def fresh(self, job: SlurmJobConfig) -> None:
         for d in (job.run_dir, job.checkpoint_dir):
@@ -796,13 +1000,38 @@ class Runner:
         log = self.out_dir / "reference.log"
         with open(log, "w") as f:
             rc = subprocess.run(
-                [str(REPO_DIR / "scripts" / "train_slurm.sh"), "--run-name", job.run_name, "--shared-dir",
-                 str(self.shared), "--nodes", str(self.cfg.nodes), "--spares", str(self.cfg.spares),
-                 "--preset", self.cfg.preset, "--etcd-env", self.lab.etcd_env,
-                 "--python", self.python, "--max-restarts", "0", "--no-requeue", "--rdzv-port", str(job.rdzv_port),
-                 "--step-timeout", str(job.step_timeout_s), "--follow-timeout", str(self.cfg.scenario_timeout_s),
-                 "--", *self.cfg.job_train_args],
-                env=self.lab.env, stdout=f, stderr=subprocess.STDOUT, timeout=self.cfg.scenario_timeout_s + 120,
+                [
+                    str(REPO_DIR / "scripts" / "train_slurm.sh"),
+                    "--run-name",
+                    job.run_name,
+                    "--shared-dir",
+                    str(self.shared),
+                    "--nodes",
+                    str(self.cfg.nodes),
+                    "--spares",
+                    str(self.cfg.spares),
+                    "--preset",
+                    self.cfg.preset,
+                    "--etcd-env",
+                    self.lab.etcd_env,
+                    "--python",
+                    self.python,
+                    "--max-restarts",
+                    "0",
+                    "--no-requeue",
+                    "--rdzv-port",
+                    str(job.rdzv_port),
+                    "--step-timeout",
+                    str(job.step_timeout_s),
+                    "--follow-timeout",
+                    str(self.cfg.scenario_timeout_s),
+                    "--",
+                    *self.cfg.job_train_args,
+                ],
+                env=self.lab.env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=self.cfg.scenario_timeout_s + 120,
             ).returncode
         if rc != 0 or not (final / MARKER).is_file():
             raise RuntimeError(f"reference run failed (exit {rc}); see {log}")
@@ -820,14 +1049,16 @@ class Runner:
         it against the reference."""
         job = self.job_config(f"chaos-{sc.name}", sc.train_args)
         self.fresh(job)
-        res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir,
-                             t0=time.time())
+        res = ScenarioResult(
+            name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir, t0=time.time()
+        )
         t_start = time.monotonic()
         jid = self.submit(job)
         res.figures["job"] = jid
         say(f"{sc.name}: {sc.title}: job {jid}")
-        seen = Seen(jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))),
-                    Path(job.run_dir))
+        seen = Seen(
+            jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))), Path(job.run_dir)
+        )
         self.follow(sc, seen, res, deadline=t_start + self.cfg.scenario_timeout_s)
         time.sleep(0.5)
         seen.read()
@@ -846,8 +1077,10 @@ class Runner:
                     break
                 time.sleep(0.25)
             else:
-                res.error = (f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {seen.jid} "
-                             f"{seen.info.state if seen.info else '?'})")
+                res.error = (
+                    f"timed out after {self.cfg.scenario_timeout_s:.0f} s (job {seen.jid} "
+                    f"{seen.info.state if seen.info else '?'})"
+                )
                 slurmctl.scancel(seen.jid, env=self.lab.env)
         except BaseException as e:  # noqa: BLE001 - one scenario's failure is reported, the others still run
             res.error = f"{type(e).__name__}: {e}"
@@ -896,32 +1129,52 @@ class Runner:
             self.after_fault(sc, watch, info, res, seen.records)
         return info.terminal
 
-    def verdict(self, sc: SlurmScenario, job: SlurmJobConfig, ref: SlurmJobConfig, seen: Seen,
-                res: ScenarioResult) -> ScenarioResult:
+    def verdict(
+        self, sc: SlurmScenario, job: SlurmJobConfig, ref: SlurmJobConfig, seen: Seen, res: ScenarioResult
+    ) -> ScenarioResult:
         """Judge what was seen (``chaos.verdict.judge``: the standard checks and ``sc``'s) into ``res``."""
         records, faults, watch, info = seen.records, seen.faults, seen.watch, seen.info
         starts = [r for r in records if r["event"] == "start"]
-        res.figures.update(requeues=info.restarts if info else None,
-                           **{"torchrun restarts": max((int(r.get("restart_count") or 0) for r in starts), default=0)})
+        res.figures.update(
+            requeues=info.restarts if info else None,
+            **{"torchrun restarts": max((int(r.get("restart_count") or 0) for r in starts), default=0)},
+        )
         final = self.final_checkpoint(job)
         obs = Observation(
-            records=records, faults=faults, detections=seen.detections + sc.noticed(seen.logs),
+            records=records,
+            faults=faults,
+            detections=seen.detections + sc.noticed(seen.logs),
             exited_ok=info is not None and info.succeeded if info is not None and info.terminal else None,
             exit_detail=f"job {seen.jid} {info.state if info else '?'} exit {info.exit_code if info else '?'}",
-            steps=self.cfg.steps, global_batch=global_batch(self.cfg), final_committed=(final / MARKER).is_file(),
+            steps=self.cfg.steps,
+            global_batch=global_batch(self.cfg),
+            final_committed=(final / MARKER).is_file(),
             weight_diffs=compare_weights(final, self.final_checkpoint(ref)),
-            reference_records=parse_records(Path(ref.metrics_path).read_text()), wall_s=res.wall_s, error=res.error,
-            logs=seen.logs, checkpoint_dir=Path(job.checkpoint_dir),
-            facts={**res.figures, "final_state": info.state if info else None,
-                   "starts after the fault": sum(1 for r in starts if faults and r["time"] > faults[0].time),
-                   "killed_node": watch.get("killed_node"), "killed_ranks": watch.get("killed_ranks"),
-                   "batch_host": info.batch_host if info else None, "final_nodes": watch.get("final_nodes"),
-                   "store_stopped": watch.get("store_stopped"), "store_started": watch.get("store_started"),
-                   "store_back": watch.get("store_back"), **watch.get("facts", {})})
+            reference_records=parse_records(Path(ref.metrics_path).read_text()),
+            wall_s=res.wall_s,
+            error=res.error,
+            logs=seen.logs,
+            checkpoint_dir=Path(job.checkpoint_dir),
+            facts={
+                **res.figures,
+                "final_state": info.state if info else None,
+                "starts after the fault": sum(1 for r in starts if faults and r["time"] > faults[0].time),
+                "killed_node": watch.get("killed_node"),
+                "killed_ranks": watch.get("killed_ranks"),
+                "batch_host": info.batch_host if info else None,
+                "final_nodes": watch.get("final_nodes"),
+                "store_stopped": watch.get("store_stopped"),
+                "store_started": watch.get("store_started"),
+                "store_back": watch.get("store_back"),
+                **watch.get("facts", {}),
+            },
+        )
         res.apply(judge(obs, sc.expect, sc.checks))
         res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
-        say(f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
-            + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks))
+        say(
+            f"{sc.name}: {'PASS' if res.passed else 'FAIL'} ({obs.exit_detail}, {res.wall_s:.0f} s)"
+            + "".join(f"\n    {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}" for c in res.checks)
+        )
         return res
 
     def inject(self, sc: SlurmScenario, info: slurmctl.JobInfo, last_step: int, watch: dict, run_dir: Path) -> Fault:
@@ -936,14 +1189,23 @@ class Runner:
             watch["killed_node"] = node
         return sc.inject(self.lab, Target(sc.name, info, node, ranks[node], last_step, watch, run_dir))
 
-    def after_fault(self, sc: SlurmScenario, watch: dict, info: slurmctl.JobInfo, res: ScenarioResult,
-                    records: list[dict] | None = None) -> None:
+    def after_fault(
+        self,
+        sc: SlurmScenario,
+        watch: dict,
+        info: slurmctl.JobInfo,
+        res: ScenarioResult,
+        records: list[dict] | None = None,
+    ) -> None:
         fault_t = watch.get("fault_time", float("inf"))
         restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
         if watch.get("slowed_node") and restarted:  # the job re-formed without it: its slowdown no longer counts
             watch["facts"].setdefault("slow_until", restarted[0])
-        if "final_nodes" not in watch and restarted and any(r["event"] == "step" and r["time"] > restarted[0]
-                                                            for r in records or []):
+        if (
+            "final_nodes" not in watch
+            and restarted
+            and any(r["event"] == "step" and r["time"] > restarted[0] for r in records or [])
+        ):
             # the nodes that run training workers once the job trains again after the fault (one /proc scan: the
             # few steps left after a recovery can be over before a slower per-host look comes round)
             ranks = self.lab.worker_ranks(watch.get("hosts", []))
@@ -967,7 +1229,6 @@ class Runner:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
             say(f"{sc.name}: {watch['killed_node']} is back")
 
-
     def end_outage(self, sc: SlurmScenario, watch: dict, res: ScenarioResult) -> None:
         """``sc.outage_s`` after the store was stopped, start every member again; note when they all answer."""
         stopped = watch.get("store_stopped")
@@ -983,13 +1244,16 @@ class Runner:
                 raise RuntimeError(f"starting the etcd members failed: {rs.stdout.read()[-1000:]}")
             watch["store_back"] = time.time()
             res.events.append({"time": watch["store_back"], "kind": "replace", "label": "etcd back"})
-            say(f"{sc.name}: every etcd member answers again ({watch['store_back'] - watch['store_started']:.1f} s "
-                "after the start)")
+            say(
+                f"{sc.name}: every etcd member answers again ({watch['store_back'] - watch['store_started']:.1f} s "
+                "after the start)"
+            )
 
 
 def global_batch(cfg: SlurmChaosConfig) -> int:
     """The job's samples per step, as the training config resolves it (preset < flags)."""
     from training.config import load_config
+
     return load_config(["--preset", cfg.preset, *cfg.job_train_args]).train.global_batch
 
 
@@ -1015,14 +1279,23 @@ def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = 
             lab.down()
             progress("lab: down (this run started it)")
     rows = report.targets(cfg.interval, {r.name: r for r in results})
-    png = report.timeline_png(out_dir / "timeline.png", results,
-                              f"Slurm chaos test: {cfg.nodes} nodes + {cfg.spares} spare, {cfg.preset}, "
-                              f"{cfg.steps} steps, checkpoint every {cfg.interval} ({lab_settings})").path
-    report.write_json(out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference,
-                      rows, png)
-    return {"passed": all(r.passed for r in results), "results": results, "wall_s": time.monotonic() - t0,
-            "table": report.table(results, columns=COLUMNS), "breakdown": report.breakdown_table(results),
-            "targets": report.targets_table(rows)}
+    png = report.timeline_png(
+        out_dir / "timeline.png",
+        results,
+        f"Slurm chaos test: {cfg.nodes} nodes + {cfg.spares} spare, {cfg.preset}, "
+        f"{cfg.steps} steps, checkpoint every {cfg.interval} ({lab_settings})",
+    ).path
+    report.write_json(
+        out_dir / "report.json", "slurm", {**asdict(cfg), "lab": lab_settings}, results, reference, rows, png
+    )
+    return {
+        "passed": all(r.passed for r in results),
+        "results": results,
+        "wall_s": time.monotonic() - t0,
+        "table": report.table(results, columns=COLUMNS),
+        "breakdown": report.breakdown_table(results),
+        "targets": report.targets_table(rows),
+    }
 
 
 def preflight() -> str | None:
@@ -1036,27 +1309,36 @@ def preflight() -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = SlurmChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m chaos.slurm", description=__doc__.format(
-                                    listing=catalog.listing("slurm")),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m chaos.slurm",
+        description=__doc__.format(listing=catalog.listing("slurm")),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scenarios", default=d.scenarios, help="comma-separated scenario names (default: all)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--nodes", type=int, help=f"nodes (env NODES; {d.nodes})")
     p.add_argument("--preset", default=os.environ.get("PRESET") or d.preset, help="training preset (default debug)")
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
-    p.add_argument("--fault-step", type=int, default=d.fault_step,
-                   help=f"fault after this step (default {d.fault_step})")
+    p.add_argument(
+        "--fault-step", type=int, default=d.fault_step, help=f"fault after this step (default {d.fault_step})"
+    )
     p.add_argument("--spares", type=int, help=f"hot-spare nodes per job (env SPARES; {d.spares})")
     p.add_argument("--work-dir", default=d.work_dir, help=f"shared dir for jobs + reports (default {d.work_dir})")
-    p.add_argument("--lab-root", default=os.environ.get("SLAB_ROOT") or d.lab_root,
-                   help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)")
+    p.add_argument(
+        "--lab-root",
+        default=os.environ.get("SLAB_ROOT") or d.lab_root,
+        help="lab root (env SLAB_ROOT; other SLAB_* settings are read from the environment)",
+    )
     p.add_argument("--keep-lab", action="store_true", help="leave a lab this run started running")
     p.add_argument("--rdzv-port", type=int, default=d.rdzv_port, help=f"rendezvous base port (default {d.rdzv_port})")
     p.add_argument("--scenario-timeout", type=float, default=d.scenario_timeout_s, help="seconds per scenario")
-    p.add_argument("--slow-percent", type=int, default=d.slow_percent,
-                   help=f"straggler: the slow node's percent of one CPU (default {d.slow_percent}: a third of its "
-                   "speed)")
+    p.add_argument(
+        "--slow-percent",
+        type=int,
+        default=d.slow_percent,
+        help=f"straggler: the slow node's percent of one CPU (default {d.slow_percent}: a third of its speed)",
+    )
     p.add_argument("--out", type=Path, help="report directory (default <work-dir>/reports/<time>)")
     p.add_argument("train_args", nargs="*", help="after --: extra training flags for every job")
     return p
@@ -1074,11 +1356,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         print(catalog.listing("slurm"))
         return 0
-    cfg = SlurmChaosConfig(scenarios=a.scenarios, nodes=a.nodes, preset=a.preset, steps=a.steps, interval=a.interval,
-                           fault_step=a.fault_step, train_args=tuple(a.train_args),
-                           work_dir=os.path.abspath(a.work_dir), lab_root=os.path.abspath(a.lab_root),
-                           keep_lab=a.keep_lab, scenario_timeout_s=a.scenario_timeout, spares=a.spares,
-                           rdzv_port=a.rdzv_port, slow_percent=a.slow_percent)
+    cfg = SlurmChaosConfig(
+        scenarios=a.scenarios,
+        nodes=a.nodes,
+        preset=a.preset,
+        steps=a.steps,
+        interval=a.interval,
+        fault_step=a.fault_step,
+        train_args=tuple(a.train_args),
+        work_dir=os.path.abspath(a.work_dir),
+        lab_root=os.path.abspath(a.lab_root),
+        keep_lab=a.keep_lab,
+        scenario_timeout_s=a.scenario_timeout,
+        spares=a.spares,
+        rdzv_port=a.rdzv_port,
+        slow_percent=a.slow_percent,
+    )
     try:
         cfg.validate()
     except ValueError as e:
@@ -1095,8 +1388,10 @@ def main(argv: list[str] | None = None) -> int:
     print(rep["breakdown"])
     print(rep["targets"])
     n = len(rep["results"])
-    print(f"\n{'PASS' if rep['passed'] else 'FAIL'}: {sum(r.passed for r in rep['results'])}/{n} scenarios in "
-          f"{rep['wall_s']:.0f} s; report {out_dir / 'report.json'}, timeline {out_dir / 'timeline.png'}")
+    print(
+        f"\n{'PASS' if rep['passed'] else 'FAIL'}: {sum(r.passed for r in rep['results'])}/{n} scenarios in "
+        f"{rep['wall_s']:.0f} s; report {out_dir / 'report.json'}, timeline {out_dir / 'timeline.png'}"
+    )
     return 0 if rep["passed"] else 1
 
 

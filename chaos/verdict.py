@@ -16,14 +16,24 @@ the job ended, its final checkpoint and the reference's) to :func:`judge` with t
 So a run in which nothing happened fails every scenario, whatever the harness claims: see
 ``tests/unit/failover/test_verdicts.py``.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.goodput.analysis import (ChainError, Recovery, effective_steps, exactly_once, goodput, max_loss_diff,
-                                       recovery, split_attempts, world_sizes)
+from training.goodput.analysis import (
+    ChainError,
+    Recovery,
+    effective_steps,
+    exactly_once,
+    goodput,
+    max_loss_diff,
+    recovery,
+    split_attempts,
+    world_sizes,
+)
 
 
 @dataclass
@@ -138,8 +148,7 @@ class Verdict:
         return {**asdict(self), "passed": self.passed}
 
 
-def judge(obs: Observation, expect: Expectation,
-          extra: list[Callable[[Observation], Check]] = ()) -> Verdict:
+def judge(obs: Observation, expect: Expectation, extra: list[Callable[[Observation], Check]] = ()) -> Verdict:
     """Every standard check (module docstring) plus the scenario's ``extra`` checks."""
     records = obs.records
     attempts = split_attempts(records)
@@ -148,27 +157,53 @@ def judge(obs: Observation, expect: Expectation,
         checks.append(Check("ran to the end", False, obs.error.splitlines()[0][:300]))
 
     # ---- evidence: the fault happened, was noticed, and the job came back
-    checks.append(Check("fault injected", bool(obs.faults) and all(f.confirmed for f in obs.faults),
-                        "; ".join(f"{f.label}: {f.evidence}" for f in obs.faults) or "no fault was injected"))
+    checks.append(
+        Check(
+            "fault injected",
+            bool(obs.faults) and all(f.confirmed for f in obs.faults),
+            "; ".join(f"{f.label}: {f.evidence}" for f in obs.faults) or "no fault was injected",
+        )
+    )
     recoveries = _recoveries(obs, attempts, expect)
     per_fault = [r for r in recoveries if r.kind != "rejoin"]
     if expect.noticed:
         ok = bool(per_fault) and all(r.detect_s is not None for r in per_fault)
-        checks.append(Check("failure noticed", ok, "; ".join(
-            f"{r.kind}: after {r.detect_s:.1f} s" if r.detect_s is not None else f"{r.kind}: nothing noticed it"
-            for r in per_fault) or "no fault to notice"))
+        checks.append(
+            Check(
+                "failure noticed",
+                ok,
+                "; ".join(
+                    f"{r.kind}: after {r.detect_s:.1f} s" if r.detect_s is not None else f"{r.kind}: nothing noticed it"
+                    for r in per_fault
+                )
+                or "no fault to notice",
+            )
+        )
     if expect.restart:
         ok = bool(per_fault) and all(r.recover_s is not None for r in per_fault)
-        checks.append(Check("job restarted", ok, "; ".join(
-            f"{r.kind}: a new attempt trained {r.recover_s:.1f} s later, {r.steps_lost} step(s) recomputed"
-            + (f" (state from {r.tier})" if r.tier else "")
-            if r.recover_s is not None else f"{r.kind}: no attempt started and trained after it"
-            for r in per_fault) or "no fault to recover from"))
+        checks.append(
+            Check(
+                "job restarted",
+                ok,
+                "; ".join(
+                    f"{r.kind}: a new attempt trained {r.recover_s:.1f} s later, {r.steps_lost} step(s) recomputed"
+                    + (f" (state from {r.tier})" if r.tier else "")
+                    if r.recover_s is not None
+                    else f"{r.kind}: no attempt started and trained after it"
+                    for r in per_fault
+                )
+                or "no fault to recover from",
+            )
+        )
     if expect.max_steps_lost is not None:
         lost = [r.steps_lost for r in recoveries if r.kind != "rejoin"]
-        checks.append(Check(f"steps recomputed <= {expect.max_steps_lost}",
-                            bool(lost) and all(x is not None and x <= expect.max_steps_lost for x in lost),
-                            f"steps recomputed per fault: {lost}"))
+        checks.append(
+            Check(
+                f"steps recomputed <= {expect.max_steps_lost}",
+                bool(lost) and all(x is not None and x <= expect.max_steps_lost for x in lost),
+                f"steps recomputed per fault: {lost}",
+            )
+        )
 
     # ---- the result
     effective: list[dict] = []
@@ -195,30 +230,64 @@ def _recoveries(obs: Observation, attempts, expect: Expectation) -> list[Recover
     out = []
     for i, (t, label, is_rejoin) in enumerate(marks):
         until = marks[i + 1][0] if i + 1 < len(marks) else None
-        out.append(recovery(label, t, attempts, obs.detections, obs.records, until,
-                            want_world=expect.rejoin_world if is_rejoin else None, detect=not is_rejoin))
+        out.append(
+            recovery(
+                label,
+                t,
+                attempts,
+                obs.detections,
+                obs.records,
+                until,
+                want_world=expect.rejoin_world if is_rejoin else None,
+                detect=not is_rejoin,
+            )
+        )
     return out
 
 
 def _result_checks(obs: Observation, expect: Expectation, effective: list[dict]) -> list[Check]:
     ended = [r for r in obs.records if r.get("event") == "end"]
     done = bool(obs.exited_ok) and obs.final_committed and bool(ended) and ended[-1].get("step") == obs.steps
-    out = [Check("completed", done, f"{obs.exit_detail}; end event at step "
-                 f"{ended[-1].get('step') if ended else None} of {obs.steps}; final checkpoint committed: "
-                 f"{obs.final_committed}")]
+    out = [
+        Check(
+            "completed",
+            done,
+            f"{obs.exit_detail}; end event at step "
+            f"{ended[-1].get('step') if ended else None} of {obs.steps}; final checkpoint committed: "
+            f"{obs.final_committed}",
+        )
+    ]
     problems = exactly_once(effective, obs.global_batch, obs.steps) if effective else ["no effective steps"]
-    out.append(Check("every sample exactly once", not problems, "; ".join(problems[:3]) or
-                     f"{obs.steps} effective steps cover samples [0, {obs.steps * obs.global_batch})"))
+    out.append(
+        Check(
+            "every sample exactly once",
+            not problems,
+            "; ".join(problems[:3]) or f"{obs.steps} effective steps cover samples [0, {obs.steps * obs.global_batch})",
+        )
+    )
     exact = expect.outcome == "bitwise"
     name = "weights bitwise == reference" if exact else f"weights within {expect.atol:g} of reference"
     diffs = obs.weight_diffs
-    out.append(Check(name, diffs is not None and not diffs,
-                     "not compared (no final checkpoint or no reference)" if diffs is None else
-                     f"{len(diffs)} differing tensors: {diffs[:2]}" if diffs else "model + optimizer state equal"))
+    out.append(
+        Check(
+            name,
+            diffs is not None and not diffs,
+            "not compared (no final checkpoint or no reference)"
+            if diffs is None
+            else f"{len(diffs)} differing tensors: {diffs[:2]}"
+            if diffs
+            else "model + optimizer state equal",
+        )
+    )
     dl = max_loss_diff(effective, _reference_effective(obs.reference_records))
     if dl is not None:
-        out.append(Check("losses == reference" if exact else "losses close to reference",
-                         dl == 0.0 if exact else dl < 1e-3, f"max |loss diff| {dl:.3g}"))
+        out.append(
+            Check(
+                "losses == reference" if exact else "losses close to reference",
+                dl == 0.0 if exact else dl < 1e-3,
+                f"max |loss diff| {dl:.3g}",
+            )
+        )
     return out
 
 
@@ -233,9 +302,11 @@ def _reference_effective(records: list[dict]) -> list[dict]:
 def compare_weights(final: Path, reference: Path, atol: float = 0.0) -> list[str] | None:
     """Differing tensors (model + optimizer) of two local checkpoints; None when either is missing."""
     from training.checkpoint import MARKER
+
     if not (final / MARKER).exists() or not (reference / MARKER).exists():
         return None
     from training.compare import compare
+
     try:
         return compare(final, reference, atol)
     except ValueError as e:

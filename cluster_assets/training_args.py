@@ -6,6 +6,7 @@ training package's own parser and validation) and the checks that need the world
 the world size does not divide, which would otherwise fail on every rank minutes later, after the job was
 scheduled and the model built.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,12 +30,12 @@ def split_training_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     while i < len(argv):
         a = argv[i]
         if a == "--":
-            train += argv[i + 1:]
+            train += argv[i + 1 :]
             break
         name = a.split("=", 1)[0]
         if a.startswith("--") and ("." in name or name == "--config"):
             take = 1 if "=" in a else 2
-            train += argv[i:i + take]
+            train += argv[i : i + take]
             i += take
             continue
         ours.append(a)
@@ -46,9 +47,16 @@ class TrainingArgsError(ValueError):
     """The training arguments cannot run at this size; the message names the value and the fix."""
 
 
-def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_per_node: int,
-                        files_here: bool = False, python: str | None = None,
-                        gpus_per_node: int | None = None) -> None:
+def check_training_args(
+    preset: str,
+    args: Sequence[str],
+    *,
+    nodes: int,
+    nproc_per_node: int,
+    files_here: bool = False,
+    python: str | None = None,
+    gpus_per_node: int | None = None,
+) -> None:
     """Parse ``--preset preset args`` with ``python -m training``'s parser, validate, and check the world size.
 
     ``files_here``: this host sees the job's files where the job will (a Slurm head node on the shared file
@@ -76,18 +84,21 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
         lines = err.getvalue().strip().splitlines()
         raise TrainingArgsError(f"training arguments rejected: {lines[-1] if lines else ' '.join(args)}") from None
     except ConfigError as e:
-        raise TrainingArgsError(f"training arguments rejected: {e} (world size {nodes} node(s) x {nproc_per_node} = "
-                                f"{world})") from None
+        raise TrainingArgsError(
+            f"training arguments rejected: {e} (world size {nodes} node(s) x {nproc_per_node} = {world})"
+        ) from None
     if files_here:
         try:
             check_job(cfg, files=True, device=False)  # the GPUs are on the compute nodes, not here
         except CHECK_ERRORS as e:
             raise TrainingArgsError(f"training arguments rejected: {e}") from None
     if cfg.parallel.device == "cuda" and gpus_per_node == 0:
-        raise TrainingArgsError(f"preset {preset!r} trains on CUDA GPUs, but the job asks for no GPUs per node; "
-                                "pass --instance-type with the GPU nodes' instance type (e.g. p5.48xlarge: one "
-                                "process per GPU, the EFA settings) or --gpus-per-node N, or choose a CPU preset "
-                                "(debug)")
+        raise TrainingArgsError(
+            f"preset {preset!r} trains on CUDA GPUs, but the job asks for no GPUs per node; "
+            "pass --instance-type with the GPU nodes' instance type (e.g. p5.48xlarge: one "
+            "process per GPU, the EFA settings) or --gpus-per-node N, or choose a CPU preset "
+            "(debug)"
+        )
     if python and cfg.parallel.device == "cuda":
         _check_cuda_build(python, preset)
 
@@ -95,16 +106,25 @@ def check_training_args(preset: str, args: Sequence[str], *, nodes: int, nproc_p
 def _check_cuda_build(python: str, preset: str) -> None:
     """Refuse a CUDA preset whose interpreter has a CPU-only torch (no GPU needed here: the build says it)."""
     if not os.access(python, os.X_OK):
-        raise TrainingArgsError(f"{python} is not an interpreter on this host; build the venv on the shared "
-                                "storage the nodes mount (TORCH_BUILD=cu130 scripts/venv.sh) or pass --python")
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__, torch.version.cuda or '')"],
-                           capture_output=True, text=True, timeout=120)
+        raise TrainingArgsError(
+            f"{python} is not an interpreter on this host; build the venv on the shared "
+            "storage the nodes mount (TORCH_BUILD=cu130 scripts/venv.sh) or pass --python"
+        )
+    probe = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__, torch.version.cuda or '')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TrainingArgsError(f"{python} cannot import torch ({last}); rebuild its venv: TORCH_BUILD=cu130 "
-                                "scripts/venv.sh")
+        raise TrainingArgsError(
+            f"{python} cannot import torch ({last}); rebuild its venv: TORCH_BUILD=cu130 scripts/venv.sh"
+        )
     version, _, cuda = probe.stdout.strip().partition(" ")
     if not cuda:
-        raise TrainingArgsError(f"preset {preset!r} trains on CUDA GPUs, but the nodes would run {python} whose torch "
-                                f"{version} is a CPU-only build; build that venv with the CUDA build "
-                                "(TORCH_BUILD=cu130 scripts/venv.sh) or run the training image (--container-image)")
+        raise TrainingArgsError(
+            f"preset {preset!r} trains on CUDA GPUs, but the nodes would run {python} whose torch "
+            f"{version} is a CPU-only build; build that venv with the CUDA build "
+            "(TORCH_BUILD=cu130 scripts/venv.sh) or run the training image (--container-image)"
+        )

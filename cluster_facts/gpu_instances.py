@@ -5,6 +5,7 @@ network cards (one EFA per card), and getting it wrong either fails at launch or
 unused. aws-cdk-lib's own GPU list also misses the p5 family (a p5 with the NVIDIA AMI type fails at synth),
 so the stacks do not rely on it. Figures are from the EC2 accelerated-computing instance specifications.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,16 +42,21 @@ class GpuInstanceSpec:
 GPU_INSTANCES: dict[str, GpuInstanceSpec] = {
     spec.instance_type: spec
     for spec in (
-        GpuInstanceSpec("p4d.24xlarge", gpus=8, gpu_model="A100 40 GB", network_cards=4, efa_interfaces=4,
-                        gpudirect_rdma=True),
-        GpuInstanceSpec("p4de.24xlarge", gpus=8, gpu_model="A100 80 GB", network_cards=4, efa_interfaces=4,
-                        gpudirect_rdma=True),
-        GpuInstanceSpec("p5.48xlarge", gpus=8, gpu_model="H100 80 GB", network_cards=32, efa_interfaces=32,
-                        gpudirect_rdma=True),
-        GpuInstanceSpec("p5e.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=32, efa_interfaces=32,
-                        gpudirect_rdma=True),
-        GpuInstanceSpec("p5en.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=16, efa_interfaces=16,
-                        gpudirect_rdma=True),
+        GpuInstanceSpec(
+            "p4d.24xlarge", gpus=8, gpu_model="A100 40 GB", network_cards=4, efa_interfaces=4, gpudirect_rdma=True
+        ),
+        GpuInstanceSpec(
+            "p4de.24xlarge", gpus=8, gpu_model="A100 80 GB", network_cards=4, efa_interfaces=4, gpudirect_rdma=True
+        ),
+        GpuInstanceSpec(
+            "p5.48xlarge", gpus=8, gpu_model="H100 80 GB", network_cards=32, efa_interfaces=32, gpudirect_rdma=True
+        ),
+        GpuInstanceSpec(
+            "p5e.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=32, efa_interfaces=32, gpudirect_rdma=True
+        ),
+        GpuInstanceSpec(
+            "p5en.48xlarge", gpus=8, gpu_model="H200 141 GB", network_cards=16, efa_interfaces=16, gpudirect_rdma=True
+        ),
         GpuInstanceSpec("g6e.48xlarge", gpus=8, gpu_model="L40S 48 GB", network_cards=4, efa_interfaces=4),
         GpuInstanceSpec("g5.48xlarge", gpus=8, gpu_model="A10G 24 GB", network_cards=1, efa_interfaces=1),
     )
@@ -65,4 +71,5 @@ def gpu_instance(instance_type: str) -> GpuInstanceSpec:
         raise ValueError(
             f"gpuInstanceType={instance_type!r} is not a supported GPU instance type; use one of "
             f"{', '.join(sorted(GPU_INSTANCES))} (or add it to cluster_facts/gpu_instances.py with its GPU and "
-            f"network-card counts)") from None
+            f"network-card counts)"
+        ) from None

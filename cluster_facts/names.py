@@ -6,6 +6,7 @@ names, so both sides import them from here. A deployment may override the namesp
 type, image tag and restart budget with CDK context; the submit tool then reads the deployed values from the
 stack outputs (``--outputs-file``), and these constants are only its defaults.
 """
+
 from __future__ import annotations
 
 TRAINING_NAMESPACE = "training"
@@ -68,6 +69,7 @@ the head node to the compute nodes only."""
 
 RDZV_STORE_UNIT = "t5-rdzv-store.service"
 """systemd unit that keeps the rendezvous store running on the ParallelCluster head node."""
+
 
 def image_repository(name_prefix: str) -> str:
     """The ECR repository the storage stack creates for deployment ``name_prefix`` (``t5ft`` -> ``t5ft/t5-train``)."""

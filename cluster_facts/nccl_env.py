@@ -16,6 +16,7 @@ awsome-distributed-training, and aws-ofi-nccl's ``platform-aws``). Deliberately 
 * ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``: torch's default (3) already ends the process when a collective
   fails or times out; 1 first calls ``ncclCommAbort``, which can hang and turn a fast failure into a stuck pod.
 """
+
 from __future__ import annotations
 
 # Where EFA hosts keep libfabric and the aws-ofi-nccl plugin (libnccl-net.so): the EFA installer's layout differs
@@ -23,9 +24,15 @@ from __future__ import annotations
 # installer 1.44, lib64 from 1.44 on), and older ParallelCluster AMIs built the plugin in /opt/aws-ofi-nccl. A job
 # outside the image puts the ones that exist on LD_LIBRARY_PATH; the installer's ld.so.conf.d entries usually
 # make that redundant, and NCCL falls back to TCP sockets, silently, where neither finds the plugin.
-EFA_LIBRARY_DIRS = ("/opt/amazon/efa/lib64", "/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib64",
-                    "/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
-                    "/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu", "/opt/aws-ofi-nccl/lib")
+EFA_LIBRARY_DIRS = (
+    "/opt/amazon/efa/lib64",
+    "/opt/amazon/efa/lib",
+    "/opt/amazon/ofi-nccl/lib64",
+    "/opt/amazon/ofi-nccl/lib",
+    "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+    "/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu",
+    "/opt/aws-ofi-nccl/lib",
+)
 # The plugin NCCL loads when NCCL_NET_PLUGIN is unset; aws-ofi-nccl >= 1.15 names it libnccl-net-ofi.so and
 # keeps this name beside it.
 NCCL_NET_PLUGIN_LIBRARY = "libnccl-net.so"

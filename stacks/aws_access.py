@@ -15,6 +15,7 @@ message; ``-c region=...`` among ``ARGS`` and the saved settings' region are use
 line with the account and region, exit 0; else one ``error:`` line, exit 1 (AWS could not be asked: the settings
 are not at fault, the machine's access is).
 """
+
 from __future__ import annotations
 
 import os
@@ -79,22 +80,28 @@ def check_access(session: Any, command: str) -> Identity:
     if missing:
         fix = CREDENTIALS_FIX if missing.endswith("credentials") else REGION_FIX
         raise AwsAccessError(f"{missing}: {fix}, then rerun {command}")
-    config = botocore.config.Config(connect_timeout=CONNECT_S, read_timeout=CONNECT_S,
-                                    retries={"max_attempts": 1, "mode": "standard"})
+    config = botocore.config.Config(
+        connect_timeout=CONNECT_S, read_timeout=CONNECT_S, retries={"max_attempts": 1, "mode": "standard"}
+    )
     sts = session.client("sts", config=config)
     try:
         who = sts.get_caller_identity()
     except (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError, bx.ProxyConnectionError) as e:
-        raise AwsAccessError(f"AWS is unreachable from this machine ({sts.meta.endpoint_url}: {_reason(e)}): "
-                             f"{command} needs network access to AWS in {session.region_name}; check the network, "
-                             f"proxy (HTTPS_PROXY) or VPC endpoint, then rerun") from None
+        raise AwsAccessError(
+            f"AWS is unreachable from this machine ({sts.meta.endpoint_url}: {_reason(e)}): "
+            f"{command} needs network access to AWS in {session.region_name}; check the network, "
+            f"proxy (HTTPS_PROXY) or VPC endpoint, then rerun"
+        ) from None
     except bx.ClientError as e:
         err = e.response.get("Error", {})
-        raise AwsAccessError(f"AWS refused the credentials ({err.get('Code', '?')}: {err.get('Message', e)}): "
-                             f"{CREDENTIALS_FIX}, then rerun {command}") from None
+        raise AwsAccessError(
+            f"AWS refused the credentials ({err.get('Code', '?')}: {err.get('Message', e)}): "
+            f"{CREDENTIALS_FIX}, then rerun {command}"
+        ) from None
     except bx.BotoCoreError as e:
-        raise AwsAccessError(f"AWS could not be asked who the credentials are ({e}): {CREDENTIALS_FIX}, "
-                             f"then rerun {command}") from None
+        raise AwsAccessError(
+            f"AWS could not be asked who the credentials are ({e}): {CREDENTIALS_FIX}, then rerun {command}"
+        ) from None
     return Identity(account=who["Account"], arn=who["Arn"], region=session.region_name)
 
 
@@ -123,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     if not argv:
-        print("error: name the command the check is for: python -m stacks.aws_access 'make deploy' [ARGS...]",
-              file=sys.stderr)
+        print(
+            "error: name the command the check is for: python -m stacks.aws_access 'make deploy' [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
     command, rest = argv[0], argv[1:]
     try:

@@ -8,6 +8,7 @@ the two in sync). Values given with ``cdk synth -c key=value`` arrive as strings
 field's type here. Invalid values and bad combinations raise :class:`ConfigError` at synth time, naming the
 context key, the bad value and the fix.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, get_type_hints
 
-from cluster_facts import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_IMAGE_TAG, DEFAULT_MAX_RESTARTS, GPU_INSTANCES,
-                           RUNTIME_NAME, TRAINING_NAMESPACE, GpuInstanceSpec, gpu_instance)
+from cluster_facts import (
+    DEFAULT_GPU_INSTANCE_TYPE,
+    DEFAULT_IMAGE_TAG,
+    DEFAULT_MAX_RESTARTS,
+    GPU_INSTANCES,
+    RUNTIME_NAME,
+    TRAINING_NAMESPACE,
+    GpuInstanceSpec,
+    gpu_instance,
+)
 from stacks import context_keys as ctx_keys
 from training.field_docs import field_docs as _field_docs
 
@@ -31,8 +40,10 @@ FSX_THROUGHPUT_TIERS = (125, 250, 500, 1000)
 #: An EC2 instance type name: family (letters, generation digit(s), attribute letters, e.g. m7i, c7gn, m7i-flex,
 #: u-6tb1, mac2-m2pro) '.' size (nano .. medium, large, xlarge, Nxlarge, metal, metal-Nxl). A typo such as
 #: m7i.2xlarg or m7i.big would otherwise fail only at deploy time, minutes into CloudFormation.
-EC2_INSTANCE_TYPE = re.compile(r"[a-z]+-?\d+[a-z0-9-]*\."
-                               r"(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)")
+EC2_INSTANCE_TYPE = re.compile(
+    r"[a-z]+-?\d+[a-z0-9-]*\."
+    r"(?:nano|micro|small|medium|large|xlarge|\d+xlarge|metal(?:-\d+xl)?)"
+)
 #: The aws-parallelcluster release the provider stack and the schema test both use.
 PCLUSTER_VERSION = "3.16.1"
 #: Top-level /fsx directories (= S3 prefixes under s3Prefix) where the jobs of each platform write checkpoints
@@ -223,8 +234,9 @@ class InfraConfig:
         if self.region is not None and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", self.region):
             raise bad("region", self.region, "expected a region name such as us-east-1")
         if not re.fullmatch(r"[a-z][a-z0-9-]{1,19}", self.name_prefix) or self.name_prefix.endswith("-"):
-            raise bad("namePrefix", self.name_prefix,
-                      "use 2-20 lowercase letters, digits or hyphens, starting with a letter")
+            raise bad(
+                "namePrefix", self.name_prefix, "use 2-20 lowercase letters, digits or hyphens, starting with a letter"
+            )
         try:
             gpu_instance(self.gpu_instance_type)
         except ValueError as e:
@@ -232,30 +244,47 @@ class InfraConfig:
         if self.gpu_nodes < 1:
             raise bad("gpuNodes", self.gpu_nodes, "need at least 1 GPU node (2+ for multi-node training)")
         if self.gpu_nodes > 64:
-            raise bad("gpuNodes", self.gpu_nodes, "at most 64 nodes per cluster placement group here; "
-                      "split into several node groups/queues for more")
+            raise bad(
+                "gpuNodes",
+                self.gpu_nodes,
+                "at most 64 nodes per cluster placement group here; split into several node groups/queues for more",
+            )
         if self.max_azs not in (2, 3):
             raise bad("maxAzs", self.max_azs, "use 2 or 3 (EKS needs subnets in at least 2 AZs)")
         if self.gpu_subnet_count < 1 or self.gpu_subnet_count > self.max_azs:
             raise bad("gpuSubnetCount", self.gpu_subnet_count, f"use 1..maxAzs ({self.max_azs})")
         if self.placement_group and self.gpu_subnet_count != 1:
-            raise bad("gpuSubnetCount", self.gpu_subnet_count,
-                      "a CLUSTER placement group lives in one AZ, so the GPU nodes must use exactly one subnet: "
-                      "set gpuSubnetCount=1, or placementGroup=false to spread GPU nodes over several AZs")
+            raise bad(
+                "gpuSubnetCount",
+                self.gpu_subnet_count,
+                "a CLUSTER placement group lives in one AZ, so the GPU nodes must use exactly one subnet: "
+                "set gpuSubnetCount=1, or placementGroup=false to spread GPU nodes over several AZs",
+            )
         if not 100 <= self.gpu_root_volume_gib <= 16384:
-            raise bad("gpuRootVolumeGiB", self.gpu_root_volume_gib,
-                      "use 100-16384 GiB (the NVIDIA AMI plus the training image need ~100 GiB)")
-        for key, value in (("systemInstanceType", self.system_instance_type),
-                           ("headNodeInstanceType", self.head_node_instance_type)):
+            raise bad(
+                "gpuRootVolumeGiB",
+                self.gpu_root_volume_gib,
+                "use 100-16384 GiB (the NVIDIA AMI plus the training image need ~100 GiB)",
+            )
+        for key, value in (
+            ("systemInstanceType", self.system_instance_type),
+            ("headNodeInstanceType", self.head_node_instance_type),
+        ):
             known = ec2_instance_types()
             if not EC2_INSTANCE_TYPE.fullmatch(value) or (known and value not in known):
-                raise bad(key, value, "not an EC2 instance type" + (f" (botocore {known.version} lists no such "
-                                                                    "type)" if known else " (FAMILY.SIZE)")
-                          + f"; pass an existing one, e.g. -c {key}=m7i.2xlarge (aws ec2 "
-                          "describe-instance-types lists them)")
+                raise bad(
+                    key,
+                    value,
+                    "not an EC2 instance type"
+                    + (f" (botocore {known.version} lists no such type)" if known else " (FAMILY.SIZE)")
+                    + f"; pass an existing one, e.g. -c {key}=m7i.2xlarge (aws ec2 "
+                    "describe-instance-types lists them)",
+                )
         if self.head_node_instance_type in GPU_INSTANCES or self.system_instance_type in GPU_INSTANCES:
-            raise ConfigError("context systemInstanceType/headNodeInstanceType: use a general-purpose type "
-                              "(e.g. m7i.xlarge), not a GPU type; GPUs belong in gpuInstanceType")
+            raise ConfigError(
+                "context systemInstanceType/headNodeInstanceType: use a general-purpose type "
+                "(e.g. m7i.xlarge), not a GPU type; GPUs belong in gpuInstanceType"
+            )
         if self.ssh_key_name is not None and not self.ssh_key_name.strip():
             raise bad("sshKeyName", self.ssh_key_name, "unset it or give an existing EC2 key pair name")
         try:
@@ -265,12 +294,18 @@ class InfraConfig:
         if net.version != 4 or not 16 <= net.prefixlen <= 20:
             raise bad("vpcCidr", self.vpc_cidr, "use an IPv4 block from /16 to /20")
         if self.nat_gateways < 1 or self.nat_gateways > self.max_azs:
-            raise bad("natGateways", self.nat_gateways,
-                      f"use 1..maxAzs ({self.max_azs}); private GPU nodes need NAT to pull images and charts")
+            raise bad(
+                "natGateways",
+                self.nat_gateways,
+                f"use 1..maxAzs ({self.max_azs}); private GPU nodes need NAT to pull images and charts",
+            )
         if self.availability_zones:
             if len(self.availability_zones) != self.max_azs or len(set(self.availability_zones)) != self.max_azs:
-                raise bad("availabilityZones", list(self.availability_zones),
-                          f"list exactly maxAzs ({self.max_azs}) distinct AZ names, or set maxAzs to match")
+                raise bad(
+                    "availabilityZones",
+                    list(self.availability_zones),
+                    f"list exactly maxAzs ({self.max_azs}) distinct AZ names, or set maxAzs to match",
+                )
             for az in self.availability_zones:
                 if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d[a-z]", az):
                     raise bad("availabilityZones", az, "expected AZ names such as us-east-1a")
@@ -278,21 +313,33 @@ class InfraConfig:
                     raise bad("availabilityZones", az, f"AZ is not in region {self.region}")
         self._validate_fsx(bad)
         if self.bucket_name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", self.bucket_name):
-            raise bad("bucketName", self.bucket_name,
-                      "not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); "
-                      "unset it to let the stack create the bucket")
-        if self.s3_prefix and (not self.s3_prefix.endswith("/") or self.s3_prefix.startswith("/")
-                               or not re.fullmatch(r"[A-Za-z0-9!_.*'()/-]+", self.s3_prefix)):
+            raise bad(
+                "bucketName",
+                self.bucket_name,
+                "not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); "
+                "unset it to let the stack create the bucket",
+            )
+        if self.s3_prefix and (
+            not self.s3_prefix.endswith("/")
+            or self.s3_prefix.startswith("/")
+            or not re.fullmatch(r"[A-Za-z0-9!_.*'()/-]+", self.s3_prefix)
+        ):
             raise bad("s3Prefix", self.s3_prefix, "use a key prefix like 'team/t5/' (no leading '/', trailing '/')")
         if self.kubernetes_version not in KUBERNETES_VERSIONS:
-            raise bad("kubernetesVersion", self.kubernetes_version,
-                      f"use one of {', '.join(KUBERNETES_VERSIONS)} (the pinned kubectl v1.35 layer manages "
-                      "clusters within one minor version)")
+            raise bad(
+                "kubernetesVersion",
+                self.kubernetes_version,
+                f"use one of {', '.join(KUBERNETES_VERSIONS)} (the pinned kubectl v1.35 layer manages "
+                "clusters within one minor version)",
+            )
         m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", self.trainer_chart_version)
         if not m or int(m.group(1)) != 2 or int(m.group(2)) < 2:
-            raise bad("trainerChartVersion", self.trainer_chart_version,
-                      "use a Kubeflow Trainer v2.x chart version >= 2.2.0, e.g. 2.3.0 (the runtime uses the "
-                      "2.2+ API; v2.1 manifests do not validate on 2.2+)")
+            raise bad(
+                "trainerChartVersion",
+                self.trainer_chart_version,
+                "use a Kubeflow Trainer v2.x chart version >= 2.2.0, e.g. 2.3.0 (the runtime uses the "
+                "2.2+ API; v2.1 manifests do not validate on 2.2+)",
+            )
         for key, value in (("trainingNamespace", self.training_namespace), ("runtimeName", self.runtime_name)):
             if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
                 raise bad(key, value, "must be a Kubernetes DNS-1123 label (lowercase alphanumerics and '-')")
@@ -303,9 +350,13 @@ class InfraConfig:
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", self.image_tag):
             raise bad("imageTag", self.image_tag, "not a valid container image tag")
         if self.admin_role_arn is not None and not re.fullmatch(
-                r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", self.admin_role_arn):
-            raise bad("adminRoleArn", self.admin_role_arn,
-                      "expected an IAM role or user ARN such as arn:aws:iam::123456789012:role/Admin")
+            r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", self.admin_role_arn
+        ):
+            raise bad(
+                "adminRoleArn",
+                self.admin_role_arn,
+                "expected an IAM role or user ARN such as arn:aws:iam::123456789012:role/Admin",
+            )
         self._validate_capacity(bad)
         for cidr in self.api_allowed_cidrs:
             try:
@@ -313,33 +364,51 @@ class InfraConfig:
             except ValueError:
                 raise bad("apiAllowedCidrs", cidr, "expected CIDRs such as 203.0.113.0/24") from None
             if net.version != 4:  # EKS refuses IPv6 CIDRs for an IPv4 cluster's endpoint, at deploy time
-                raise bad("apiAllowedCidrs", cidr, "an IPv6 CIDR: the cluster is IPv4 and EKS accepts only IPv4 "
-                          "CIDRs for its public endpoint (0.0.0.0/0 already means every address); pass IPv4 "
-                          "CIDRs such as 203.0.113.0/24, or [] for a private endpoint only")
+                raise bad(
+                    "apiAllowedCidrs",
+                    cidr,
+                    "an IPv6 CIDR: the cluster is IPv4 and EKS accepts only IPv4 "
+                    "CIDRs for its public endpoint (0.0.0.0/0 already means every address); pass IPv4 "
+                    "CIDRs such as 203.0.113.0/24, or [] for a private endpoint only",
+                )
 
     def _validate_capacity(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
         rid = self.capacity_reservation_id
         if rid is None:
             if self.capacity_block:
-                raise bad("capacityBlock", True, "a Capacity Block is used through its reservation id: also set "
-                          "capacityReservationId=cr-... (aws ec2 describe-capacity-reservations lists it)")
+                raise bad(
+                    "capacityBlock",
+                    True,
+                    "a Capacity Block is used through its reservation id: also set "
+                    "capacityReservationId=cr-... (aws ec2 describe-capacity-reservations lists it)",
+                )
             return
         if not CAPACITY_RESERVATION_ID.fullmatch(rid):
             raise bad("capacityReservationId", rid, "expected a capacity reservation id such as cr-0123456789abcdef0")
         if self.placement_group:
-            raise bad("placementGroup", True, f"capacityReservationId={rid}: a reservation carries its own placement "
-                      "and instances launched into a new placement group do not use it; set placementGroup=false")
+            raise bad(
+                "placementGroup",
+                True,
+                f"capacityReservationId={rid}: a reservation carries its own placement "
+                "and instances launched into a new placement group do not use it; set placementGroup=false",
+            )
 
     def _validate_fsx(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
         cap = self.fsx_storage_capacity_gib
         if cap != 1200 and (cap < 2400 or cap % 2400):
             lower = max(1200, cap // 2400 * 2400)
-            raise bad("fsxStorageCapacityGiB", cap,
-                      f"PERSISTENT_2 capacity is 1200 GiB or a multiple of 2400 GiB (e.g. {lower} or "
-                      f"{(cap // 2400 + 1) * 2400})")
+            raise bad(
+                "fsxStorageCapacityGiB",
+                cap,
+                f"PERSISTENT_2 capacity is 1200 GiB or a multiple of 2400 GiB (e.g. {lower} or "
+                f"{(cap // 2400 + 1) * 2400})",
+            )
         if self.fsx_throughput_per_tib not in FSX_THROUGHPUT_TIERS:
-            raise bad("fsxThroughputPerTiB", self.fsx_throughput_per_tib,
-                      f"PERSISTENT_2 throughput tiers are {', '.join(map(str, FSX_THROUGHPUT_TIERS))} MB/s/TiB")
+            raise bad(
+                "fsxThroughputPerTiB",
+                self.fsx_throughput_per_tib,
+                f"PERSISTENT_2 throughput tiers are {', '.join(map(str, FSX_THROUGHPUT_TIERS))} MB/s/TiB",
+            )
 
     # ------------------------------------------------------------------ construction from context
     @classmethod

@@ -6,6 +6,7 @@ settings (``aws:cdk:...``), cached lookups (``availability-zones:account=...:reg
 ``cdk acknowledge`` and ``cdk cli-telemetry`` write. Everything else is a mistake worth stopping for: CDK
 itself ignores unknown keys, so a typo would silently deploy the defaults.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -46,5 +47,7 @@ def unknown_keys_message(keys: Iterable[str], known: Iterable[str]) -> str:
         guess = closest_key(key, known)
         parts.append(f"{key!r} (did you mean {guess}?)" if guess else repr(key))
     many = len(parts) > 1
-    return (f"unknown context key{'s' * many} {', '.join(parts)}: CDK would ignore {'them' if many else 'it'} and "
-            f"deploy the defaults; use the keys `.venv/bin/python app.py --help` lists (camelCase, e.g. gpuNodes=4)")
+    return (
+        f"unknown context key{'s' * many} {', '.join(parts)}: CDK would ignore {'them' if many else 'it'} and "
+        f"deploy the defaults; use the keys `.venv/bin/python app.py --help` lists (camelCase, e.g. gpuNodes=4)"
+    )

@@ -16,6 +16,7 @@ and an EKS deploy must name two choices that have no safe default:
     python -m stacks.deploy_config deploy PLATFORM [--dry-run] [CDK ARGS...]   # check, save, print a summary
     python -m stacks.deploy_config show PLATFORM                              # the saved settings and stacks
 """
+
 from __future__ import annotations
 
 import json
@@ -31,10 +32,10 @@ SAVED_FILE = "cdk.context.json"
 #: Keys an EKS deploy must have saved or given, with what to pass: each is a choice with no safe default.
 EKS_REQUIRED = {
     "apiAllowedCidrs": "who may reach the Kubernetes API: -c apiAllowedCidrs=<your address>/32 (curl -s "
-                       "https://checkip.amazonaws.com), or -c apiAllowedCidrs=[] for a private endpoint reached "
-                       "through the VPC (docs/deploy.md, \"From a laptop to make train\")",
+    "https://checkip.amazonaws.com), or -c apiAllowedCidrs=[] for a private endpoint reached "
+    'through the VPC (docs/deploy.md, "From a laptop to make train")',
     "adminRoleArn": "the IAM role kubectl and make train run as, e.g. -c adminRoleArn=$(aws sts get-caller-identity "
-                    "--query Arn --output text) for a role or user (an assumed-role ARN: pass its role's ARN)",
+    "--query Arn --output text) for a role or user (an assumed-role ARN: pass its role's ARN)",
 }
 
 
@@ -59,8 +60,9 @@ def load_saved(root: Path = ROOT) -> dict[str, Any]:
     try:
         saved = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e}); fix or delete it (it holds the saved deploy "
-                          "settings)") from None
+        raise ConfigError(
+            f"{path}: not valid JSON ({e}); fix or delete it (it holds the saved deploy settings)"
+        ) from None
     if not isinstance(saved, dict):
         raise ConfigError(f"{path}: expected a JSON object of context keys, got {type(saved).__name__}")
     return saved
@@ -74,14 +76,15 @@ def saveable(key: str, raw: str) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def merge_settings(platform: str, argv: Sequence[str], root: Path = ROOT, *,
-                   command: str = "deploy") -> DeployPlan:
+def merge_settings(platform: str, argv: Sequence[str], root: Path = ROOT, *, command: str = "deploy") -> DeployPlan:
     """The saved settings with the ``-c`` values of ``argv`` merged in, checked as synth checks them (unknown keys,
     bad values and combinations raise ConfigError); nothing is written."""
     given = context_args(argv)
     if "platform" in given and given["platform"] != platform:
-        raise ConfigError(f"-c platform={given['platform']} disagrees with PLATFORM={platform}: run "
-                          f"`make {command} PLATFORM={given['platform']}` without -c platform")
+        raise ConfigError(
+            f"-c platform={given['platform']} disagrees with PLATFORM={platform}: run "
+            f"`make {command} PLATFORM={given['platform']}` without -c platform"
+        )
     given.pop("platform", None)
     InfraConfig.check_keys(given)
     saved = load_saved(root)
@@ -110,10 +113,12 @@ def plan_deploy(platform: str, argv: Sequence[str], root: Path = ROOT) -> Deploy
                 raise ConfigError(f"{key} is not set (neither saved in {SAVED_FILE} nor given): pass {fix}")
     cfg = plan.config
     if cfg.capacity_reservation_id and not cfg.availability_zones:
-        raise ConfigError(f"capacityReservationId={cfg.capacity_reservation_id} lives in one AZ and the GPU nodes "
-                          "must launch there, but availabilityZones is not set: run `make preflight "
-                          f"PLATFORM={platform}` (it finds the reservation's AZ and saves it), or pass "
-                          "-c availabilityZones=<its AZ>,<another AZ>")
+        raise ConfigError(
+            f"capacityReservationId={cfg.capacity_reservation_id} lives in one AZ and the GPU nodes "
+            "must launch there, but availabilityZones is not set: run `make preflight "
+            f"PLATFORM={platform}` (it finds the reservation's AZ and saves it), or pass "
+            "-c availabilityZones=<its AZ>,<another AZ>"
+        )
     return plan
 
 
@@ -136,8 +141,11 @@ def settings_line(saved: Mapping[str, Any], platform: str) -> str:
 
 def stack_names(config: InfraConfig) -> list[str]:
     """The CloudFormation stacks of a deployment, in deploy order."""
-    return [config.stack_name("network"), config.stack_name("storage"),
-            config.stack_name("eks" if config.platform == "eks" else "pcluster")]
+    return [
+        config.stack_name("network"),
+        config.stack_name("storage"),
+        config.stack_name("eks" if config.platform == "eks" else "pcluster"),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,8 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if action == "show":
             saved = load_saved()
-            config = InfraConfig.from_context({**json.loads((ROOT / "cdk.json").read_text())["context"], **saved,
-                                               "platform": platform})
+            config = InfraConfig.from_context(
+                {**json.loads((ROOT / "cdk.json").read_text())["context"], **saved, "platform": platform}
+            )
             print(f"[settings] saved in {SAVED_FILE}: {settings_line(saved, config.platform)}", file=sys.stderr)
             print(" ".join(stack_names(config)))
             return 0
@@ -168,8 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[deploy] saved to {SAVED_FILE}: {what}", file=sys.stderr)
     cfg = plan.config
     print(f"[deploy] settings: {settings_line(plan.saved, plan.config.platform)}", file=sys.stderr)
-    print(f"[deploy] {cfg.platform}: {cfg.gpu_nodes} x {cfg.gpu_instance_type}, stacks "
-          f"{', '.join(stack_names(cfg))}", file=sys.stderr)
+    print(
+        f"[deploy] {cfg.platform}: {cfg.gpu_nodes} x {cfg.gpu_instance_type}, stacks {', '.join(stack_names(cfg))}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
 Every acknowledgement names one finding (cdk-nag 3 ids are per finding, e.g. ``AwsSolutions-IAM5[Resource::*]``)
 and carries a reason specific to this project; :func:`acknowledge` refuses short or generic reasons.
 """
+
 from __future__ import annotations
 
 import aws_cdk as cdk

@@ -1,4 +1,5 @@
 """Network deployment unit: the VPC every other stack uses."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -13,12 +14,27 @@ from stacks.components.network import TrainingNetwork
 class NetworkStack(cdk.Stack):
     """VPC, NAT, flow logs and VPC endpoints (see :class:`TrainingNetwork`)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int,
-                 availability_zones: Sequence[str], nat_gateways: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cidr: str,
+        max_azs: int,
+        availability_zones: Sequence[str],
+        nat_gateways: int,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self._explicit_azs = list(availability_zones)
-        self.network = TrainingNetwork(self, "Network", cidr=cidr, max_azs=max_azs,
-                                       availability_zones=availability_zones, nat_gateways=nat_gateways)
+        self.network = TrainingNetwork(
+            self,
+            "Network",
+            cidr=cidr,
+            max_azs=max_azs,
+            availability_zones=availability_zones,
+            nat_gateways=nat_gateways,
+        )
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training platform")
 
     @property

@@ -18,6 +18,7 @@ capacityReservationId=cr-...``) are merged into the saved settings as ``make dep
 Exit 0: every check passed (AZ saved); 1: a check failed, or AWS could not be asked (no credentials, no region,
 AWS unreachable, credentials refused: one line, :mod:`stacks.aws_access`); 2: the saved settings are invalid.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,9 @@ def quota_for(instance_type: str) -> tuple[str, str] | None:
     return ON_DEMAND_VCPU_QUOTAS.get(instance_type[0])
 
 
-def choose_az(*, offered: Sequence[str], region_azs: Sequence[str], wanted: Sequence[str],
-              reservation_az: Optional[str]) -> tuple[Optional[str], str]:
+def choose_az(
+    *, offered: Sequence[str], region_azs: Sequence[str], wanted: Sequence[str], reservation_az: Optional[str]
+) -> tuple[Optional[str], str]:
     """The AZ for the GPU nodes and why (None and the reason when there is none).
 
     ``offered``: AZs offering the instance type; ``region_azs``: the region's AZs in order; ``wanted``: the saved
@@ -82,8 +84,11 @@ def choose_az(*, offered: Sequence[str], region_azs: Sequence[str], wanted: Sequ
         if wanted[0] in offered:
             return wanted[0], f"{wanted[0]}: the first of the saved availabilityZones, which offers it"
         first = next((az for az in region_azs if az in offered), None)
-        return first, (f"{first}: the saved first AZ {wanted[0]} does not offer it; {first} is the region's first AZ "
-                       "that does" if first else f"the saved AZ {wanted[0]} does not offer it, nor does any other")
+        return first, (
+            f"{first}: the saved first AZ {wanted[0]} does not offer it; {first} is the region's first AZ that does"
+            if first
+            else f"the saved AZ {wanted[0]} does not offer it, nor does any other"
+        )
     first = next((az for az in region_azs if az in offered), None)
     if first is None:
         return None, "no AZ of the region offers it: pick another region or gpuInstanceType"
@@ -107,8 +112,9 @@ def check_reservation(ec2: Any, config: InfraConfig, report: Report) -> Optional
     try:
         (res,) = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
     except ec2.exceptions.ClientError as e:
-        report.add(False, f"reservation {rid}: {e.response['Error'].get('Message', e)} (is it in this region "
-                          "and account?)")
+        report.add(
+            False, f"reservation {rid}: {e.response['Error'].get('Message', e)} (is it in this region and account?)"
+        )
         return None
     az, state, itype = res["AvailabilityZone"], res["State"], res["InstanceType"]
     kind = res.get("ReservationType", "default")
@@ -119,13 +125,17 @@ def check_reservation(ec2: Any, config: InfraConfig, report: Report) -> Optional
     if state not in USABLE_RESERVATION_STATES:
         problems.append(f"its state is {state}")
     if is_block != config.capacity_block:
-        problems.append(f"it is {'a Capacity Block' if is_block else 'an On-Demand Capacity Reservation'}: set "
-                        f"capacityBlock={'true' if is_block else 'false'}")
+        problems.append(
+            f"it is {'a Capacity Block' if is_block else 'an On-Demand Capacity Reservation'}: set "
+            f"capacityBlock={'true' if is_block else 'false'}"
+        )
     free = res.get("TotalInstanceCount", 0) if state == "scheduled" else res.get("AvailableInstanceCount", 0)
     if free < config.gpu_nodes:
         problems.append(f"{free} instance(s) free, gpuNodes={config.gpu_nodes} needs {config.gpu_nodes}")
-    summary = (f"reservation {rid}: {state} {'Capacity Block' if is_block else 'On-Demand Capacity Reservation'} "
-               f"for {itype} in {az}, {free} free")
+    summary = (
+        f"reservation {rid}: {state} {'Capacity Block' if is_block else 'On-Demand Capacity Reservation'} "
+        f"for {itype} in {az}, {free} free"
+    )
     if is_block and res.get("StartDate") and res.get("EndDate"):
         summary += f", {res['StartDate']} to {res['EndDate']}"
     report.add(not problems, summary + (": " + "; ".join(problems) if problems else ""))
@@ -147,16 +157,18 @@ def check_quota(ec2: Any, quotas: Any, config: InfraConfig, report: Report) -> N
         value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
     except quotas.exceptions.NoSuchResourceException:
         value = quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
-    line = (f"quota {code} \"{name}\": {value:g} vCPUs, gpuNodes={config.gpu_nodes} x {itype} ({vcpus} vCPUs) "
-            f"need {need}")
+    line = f'quota {code} "{name}": {value:g} vCPUs, gpuNodes={config.gpu_nodes} x {itype} ({vcpus} vCPUs) need {need}'
     if config.capacity_reservation_id:
         report.add(True, line + " (informational: a reservation's instances were counted when it was made)")
     elif value >= need:
         report.add(True, line)
     else:
-        report.add(False, line + ": request an increase (Service Quotas console, or aws service-quotas "
-                                 f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                                 f"--desired-value {need}), or use a capacity reservation")
+        report.add(
+            False,
+            line + ": request an increase (Service Quotas console, or aws service-quotas "
+            f"request-service-quota-increase --service-code ec2 --quota-code {code} "
+            f"--desired-value {need}), or use a capacity reservation",
+        )
 
 
 def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str) -> Report:
@@ -164,7 +176,8 @@ def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str) -> Re
     report = Report(region=region)
     itype = config.gpu_instance_type
     offers = ec2.describe_instance_type_offerings(
-        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}])
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}]
+    )
     offered = sorted(o["Location"] for o in offers["InstanceTypeOfferings"])
     zones = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])
     region_azs = sorted(z["ZoneName"] for z in zones["AvailabilityZones"] if z.get("State") == "available")
@@ -208,30 +221,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stacks.aws_access import AwsAccessError, aws_session, check_access  # noqa: PLC0415
 
     session = aws_session(config.region)
-    reservation = (f"capacity reservation {config.capacity_reservation_id}: type, state, AZ, free instances "
-                   "(ec2 describe-capacity-reservations)" if config.capacity_reservation_id
-                   else "no capacity reservation is set (capacityReservationId): nothing to check there")
+    reservation = (
+        f"capacity reservation {config.capacity_reservation_id}: type, state, AZ, free instances "
+        "(ec2 describe-capacity-reservations)"
+        if config.capacity_reservation_id
+        else "no capacity reservation is set (capacityReservationId): nothing to check there"
+    )
     try:
         check_access(session, "make preflight")
     except AwsAccessError as e:
-        print(WOULD_CHECK.format(itype=config.gpu_instance_type, nodes=config.gpu_nodes, reservation=reservation,
-                                 saved=SAVED_FILE), file=sys.stderr)
+        print(
+            WOULD_CHECK.format(
+                itype=config.gpu_instance_type, nodes=config.gpu_nodes, reservation=reservation, saved=SAVED_FILE
+            ),
+            file=sys.stderr,
+        )
         print(f"error: {e}", file=sys.stderr)
         return 1
     region = session.region_name
     print(f"[preflight] {platform}: {config.gpu_nodes} x {config.gpu_instance_type} in {region}", file=sys.stderr)
     try:
-        report = run_checks(config, ec2=session.client("ec2"), quotas=session.client("service-quotas"),
-                            region=region)
+        report = run_checks(config, ec2=session.client("ec2"), quotas=session.client("service-quotas"), region=region)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         print(f"error: AWS refused a read-only call: {e}", file=sys.stderr)
         return 1
     print("\n".join(report.lines()), file=sys.stderr)
     if report.availability_zones:
         path = save_choice(plan.saved, report)
-        print(f"[preflight] saved availabilityZones={report.availability_zones} and region={region} in "
-              f"{path.name}: the next make deploy puts the GPU nodes and FSx in {report.availability_zones[0]}",
-              file=sys.stderr)
+        print(
+            f"[preflight] saved availabilityZones={report.availability_zones} and region={region} in "
+            f"{path.name}: the next make deploy puts the GPU nodes and FSx in {report.availability_zones[0]}",
+            file=sys.stderr,
+        )
     if not report.ok:
         print("error: preflight found a problem (FAIL above); fix it before make deploy", file=sys.stderr)
         return 1

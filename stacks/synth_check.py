@@ -14,6 +14,7 @@ cdk.context.json, then the ``-c key=value`` arguments, later ones winning as in 
 Prints one line on success (what will be synthesized). Exit 2 with ``error: ...`` naming the argument and the
 fix otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ def context_args(argv: Sequence[str]) -> dict[str, str]:
     while i < len(argv):
         arg = argv[i]
         if arg in ("-o", "--output") or arg.startswith("--output="):
-            raise ConfigError(f"{arg}: make synth always writes cdk.out/<PLATFORM> and lints it there; run "
-                              "`npx cdk synth --output DIR` yourself for another directory")
+            raise ConfigError(
+                f"{arg}: make synth always writes cdk.out/<PLATFORM> and lints it there; run "
+                "`npx cdk synth --output DIR` yourself for another directory"
+            )
         if arg in ("-c", "--context"):
             if i + 1 >= len(argv):
                 raise ConfigError(f"{arg} at the end of the arguments has no key=value: write {arg} key=value")
@@ -46,8 +49,10 @@ def context_args(argv: Sequence[str]) -> dict[str, str]:
             continue
         key, eq, value = pair.partition("=")
         if not eq or not key:
-            raise ConfigError(f"-c {pair}: a context option needs a value (CDK would ignore it and use the default); "
-                              f"write -c {key or 'key'}=VALUE")
+            raise ConfigError(
+                f"-c {pair}: a context option needs a value (CDK would ignore it and use the default); "
+                f"write -c {key or 'key'}=VALUE"
+            )
         out[key] = value
     return out
 
@@ -65,9 +70,11 @@ def check(platform: str, argv: Sequence[str], root: Path = ROOT) -> InfraConfig:
     """The config ``make synth PLATFORM=platform ARGS="argv"`` would synthesize; raises ConfigError."""
     given = context_args(argv)
     if "platform" in given and given["platform"] != platform:
-        raise ConfigError(f"-c platform={given['platform']} disagrees with PLATFORM={platform}: make synth takes the "
-                          f"platform from PLATFORM; run `make synth PLATFORM={given['platform']}` without "
-                          "-c platform")
+        raise ConfigError(
+            f"-c platform={given['platform']} disagrees with PLATFORM={platform}: make synth takes the "
+            f"platform from PLATFORM; run `make synth PLATFORM={given['platform']}` without "
+            "-c platform"
+        )
     context = {**file_context(root), **given, "platform": platform}
     InfraConfig.check_keys(context)
     return InfraConfig.from_context(context)
@@ -83,8 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"[synth] {cfg.platform}: {cfg.gpu_nodes} x {cfg.gpu_instance_type}, prefix {cfg.name_prefix}"
-          f"{', region ' + cfg.region if cfg.region else ' (env-agnostic)'}", file=sys.stderr)
+    print(
+        f"[synth] {cfg.platform}: {cfg.gpu_nodes} x {cfg.gpu_instance_type}, prefix {cfg.name_prefix}"
+        f"{', region ' + cfg.region if cfg.region else ' (env-agnostic)'}",
+        file=sys.stderr,
+    )
     return 0
 
 

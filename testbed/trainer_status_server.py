@@ -10,6 +10,7 @@ serves it: HTTPS on loopback with a CA of its own, a bearer token in a file, the
 A POST to another path, without the token or without a ``trainerStatus`` object is refused (404 / 401 / 400),
 as the Trainer's status server refuses it; ``refused`` counts them.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Shared test helpers."""
+
 from __future__ import annotations
 
 import os
@@ -13,28 +14,76 @@ ROOT = Path(__file__).resolve().parents[1]
 # `make test ARGS=...` hands its command-line variables to everything below it (the environment, and MAKEFLAGS for
 # a make), and the Makefile exports the scripts' variables: a test's own `make status` then got the suite's ARGS
 # (`--durations=60` as a training option). A script or make that a test runs sees only what the test gives it.
-MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "ARGS", "PLATFORM", "PRESET", "NPROC", "NODES",
-                  "SPARES", "MAX_RESTARTS", "SOAK", "DRY_RUN", "IMAGE_TAG")
+MAKE_VARIABLES = (
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKEOVERRIDES",
+    "MAKELEVEL",
+    "ARGS",
+    "PLATFORM",
+    "PRESET",
+    "NPROC",
+    "NODES",
+    "SPARES",
+    "MAX_RESTARTS",
+    "SOAK",
+    "DRY_RUN",
+    "IMAGE_TAG",
+)
 for _name in MAKE_VARIABLES:
     os.environ.pop(_name, None)
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 # A model small enough that end-to-end tests take seconds per run on 2 cores.
-TINY = ["--model.d_model", "64", "--model.d_kv", "16", "--model.d_ff", "128", "--model.num_layers", "2",
-        "--model.num_decoder_layers", "2", "--model.num_heads", "4", "--data.seq_len", "64",
-        "--train.global_batch", "4", "--train.warmup_steps", "2", "--parallel.threads", "1",
-        # Most end-to-end tests are about the storage tier (what a resume after a kill loads); the in-memory
-        # tier (on by default) is turned on by its own tests (tests/e2e/training/test_memory_tier_e2e.py, chaos).
-        "--checkpoint.memory_interval", "0"]
+TINY = [
+    "--model.d_model",
+    "64",
+    "--model.d_kv",
+    "16",
+    "--model.d_ff",
+    "128",
+    "--model.num_layers",
+    "2",
+    "--model.num_decoder_layers",
+    "2",
+    "--model.num_heads",
+    "4",
+    "--data.seq_len",
+    "64",
+    "--train.global_batch",
+    "4",
+    "--train.warmup_steps",
+    "2",
+    "--parallel.threads",
+    "1",
+    # Most end-to-end tests are about the storage tier (what a resume after a kill loads); the in-memory
+    # tier (on by default) is turned on by its own tests (tests/e2e/training/test_memory_tier_e2e.py, chaos).
+    "--checkpoint.memory_interval",
+    "0",
+]
 
 
 def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """`torchrun --standalone -m training` with `args` through the agent `make train` uses
     (training.launch.agent: the job's exit code, not torchrun's 1); returns the completed process (text output)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "training.launch.agent", "--standalone", f"--nproc_per_node={nproc}",
-                           "-m", "training", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch.agent",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "training",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +111,21 @@ def isolated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                 if name not in slurm and not (bindir / name).exists():
                     (bindir / name).symlink_to(os.path.join(d, name))
     (tmp / "not-a-dir").write_text("")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "SLURM_", "KUBE")) and k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")}
-    env.update(PATH=str(bindir), KUBECONFIG=str(tmp / "no-kubeconfig"), SHARED_DIR=str(tmp / "shared"),
-               SLAB_ROOT=str(tmp / "no-lab"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
-               AWS_CONFIG_FILE=str(tmp / "no-config"), AWS_EC2_METADATA_DISABLED="true",
-               OUT_FILE=str(tmp / "not-a-dir"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "SLURM_", "KUBE")) and k not in ("DRY_RUN", "NODES", "NPROC", "PRESET")
+    }
+    env.update(
+        PATH=str(bindir),
+        KUBECONFIG=str(tmp / "no-kubeconfig"),
+        SHARED_DIR=str(tmp / "shared"),
+        SLAB_ROOT=str(tmp / "no-lab"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
+        AWS_CONFIG_FILE=str(tmp / "no-config"),
+        AWS_EC2_METADATA_DISABLED="true",
+        OUT_FILE=str(tmp / "not-a-dir"),
+    )
     (tmp / "shared").mkdir()
     return env
 
@@ -83,8 +141,9 @@ STEP_3_COMMITTED = ("--checkpoint.async_save", "false")
 
 def tiny_run(out: Path, nproc: int = 2, *extra: str, steps: int = TINY_STEPS) -> subprocess.CompletedProcess:
     """The tiny model for `steps` steps with a checkpoint every 3 (and at the end) in `out`."""
-    return torchrun(nproc, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps),
-                    "--checkpoint.interval", "3", *extra)
+    return torchrun(
+        nproc, *TINY, "--job.out_dir", str(out), "--train.steps", str(steps), "--checkpoint.interval", "3", *extra
+    )
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +174,7 @@ def tmpfs(tmp_path):
         mount_tmpfs(where, options)
         mounted.append(where)
         return where
+
     yield make
     for where in mounted:
         subprocess.run(["umount", "-l", str(where)])
@@ -161,9 +221,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     stats = _TIER_STATS.setdefault(tier, {"seconds": 0.0, "outcomes": {}})
     stats["seconds"] += report.duration
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else \
-            "xpassed" if hasattr(report, "wasxfail") else "error" if report.when == "setup" and report.failed \
+        outcome = (
+            "xfailed"
+            if hasattr(report, "wasxfail") and report.skipped
+            else "xpassed"
+            if hasattr(report, "wasxfail")
+            else "error"
+            if report.when == "setup" and report.failed
             else report.outcome
+        )
         stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
 
 

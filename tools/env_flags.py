@@ -9,6 +9,7 @@ Case-insensitive, surrounding blanks ignored. Standard library only: shell scrip
 
     dry=$(python3 -m tools.env_flags DRY_RUN) || exit 2    # prints true or false; exit 2 on a bad value
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,10 @@ def parse_flag(name: str, value: str | None) -> bool:
         return True
     if text in FALSE:
         return False
-    raise EnvFlagError(f"{name}={value!r} is neither true nor false: use {'/'.join(TRUE)} for true, "
-                       f"{'/'.join(FALSE[:-1])} or empty for false")
+    raise EnvFlagError(
+        f"{name}={value!r} is neither true nor false: use {'/'.join(TRUE)} for true, "
+        f"{'/'.join(FALSE[:-1])} or empty for false"
+    )
 
 
 def env_flag(name: str, env: Mapping[str, str] | None = None) -> bool:

@@ -9,6 +9,7 @@ system python3 before a venv exists)::
     python3 -m tools.image_tag                  # print the tag of this checkout, e.g. src-3f9c2a7b1d04
     python3 -m tools.image_tag --context DIR    # copy the build context into DIR (empty), print the tag
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,9 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Build context: name in the context -> path in the repository (a file, or a directory copied whole).
-CONTEXT = {"Dockerfile": "cluster_assets/docker/Dockerfile", "requirements.txt": "requirements.txt",
-           "align_torch.py": "cluster_assets/docker/align_torch.py", "training": "training",
-           "cluster_facts": "cluster_facts"}
+CONTEXT = {
+    "Dockerfile": "cluster_assets/docker/Dockerfile",
+    "requirements.txt": "requirements.txt",
+    "align_torch.py": "cluster_assets/docker/align_torch.py",
+    "training": "training",
+    "cluster_facts": "cluster_facts",
+}
 #: What every tag looks like: "src-" and the first 12 hex digits of the context's SHA-256.
 TAG_PATTERN = re.compile(r"src-[0-9a-f]{12}")
 #: What Docker and ECR accept as a tag (IMAGE_TAG, --image-tag): up to 128 of these, not starting with '.' or '-'.
@@ -32,9 +37,11 @@ VALID_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 def check_tag(tag: str, given_as: str) -> str:
     """``tag`` when Docker/ECR accept it; else ValueError naming where it came from (``given_as``) and the rule."""
     if not VALID_TAG.fullmatch(tag):
-        raise ValueError(f"{given_as}={tag!r} is not a valid image tag: use up to 128 letters, digits, '_', '.' or "
-                         f"'-', not starting with '.' or '-' (e.g. v1.2), or unset it for this checkout's "
-                         f"{TAG_PATTERN.pattern.split('-')[0]}-<digest> tag")
+        raise ValueError(
+            f"{given_as}={tag!r} is not a valid image tag: use up to 128 letters, digits, '_', '.' or "
+            f"'-', not starting with '.' or '-' (e.g. v1.2), or unset it for this checkout's "
+            f"{TAG_PATTERN.pattern.split('-')[0]}-<digest> tag"
+        )
     return tag
 
 
@@ -54,8 +61,11 @@ def context_files(root: Path = ROOT) -> dict[str, Path]:
         if not src.is_dir():
             raise FileNotFoundError(f"{src}: part of the training image's build context, missing in this checkout")
         for path in sorted(src.rglob("*")):
-            if path.is_file() and not any(_skipped(p) for p in path.relative_to(src).parents[:-1]) \
-                    and not _skipped(path):
+            if (
+                path.is_file()
+                and not any(_skipped(p) for p in path.relative_to(src).parents[:-1])
+                and not _skipped(path)
+            ):
                 files[f"{name}/{path.relative_to(src).as_posix()}"] = path
     return dict(sorted(files.items()))
 

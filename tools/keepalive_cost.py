@@ -13,6 +13,7 @@ second done and needed, the members' CPU (all three, percent of one core), the c
 client's lap over its leases took longer than the renewal period (it fell behind).
 No rendezvous, no agents: only the one call every agent makes all the time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ from tools.rdzv_scale import cpu_s
 MODES = ("gateway", "stream-leader", "stream-follower")
 
 
-def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, period_s: float, seconds: float,
-            out, go) -> None:
+def _client(
+    mode: str, env: dict, token: str, leases: list[int], endpoint: str, period_s: float, seconds: float, out, go
+) -> None:
     os.nice(10)
     creds = ClientCredentials.from_env(env)
     if mode == "gateway":  # each lease its own client (its own connections), as each agent has
@@ -42,9 +44,17 @@ def _client(mode: str, env: dict, token: str, leases: list[int], endpoint: str, 
             client._token = token  # one login for all (logins are measured apart: python -m tools.login_cost)
         renew = lambda lease: clients[lease].post("lease/keepalive", {"ID": str(lease)})  # noqa: E731
     else:  # the client's own stream class, pinned to one member (no leader lookup)
-        streams = {lease: LeaseKeepAliveStream([endpoint], creds.ca, creds.cert, creds.key,
-                                               find_leader=lambda _timeout_s: endpoint, token=lambda: token)
-                   for lease in leases}
+        streams = {
+            lease: LeaseKeepAliveStream(
+                [endpoint],
+                creds.ca,
+                creds.cert,
+                creds.key,
+                find_leader=lambda _timeout_s: endpoint,
+                token=lambda: token,
+            )
+            for lease in leases
+        }
         renew = lambda lease: streams[lease].renew(lease, 1.0, 5.0)  # noqa: E731
     for lease in leases:  # each connection opened before the clock starts
         renew(lease)
@@ -76,8 +86,10 @@ def _collect(out, workers: list, what: str, timeout_s: float) -> list:
         except queue.Empty:
             dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"keep-alive clients failed before {what} (exit codes {dead}, "
-                                   f"{len(got)} of {len(workers)} answered)") from None
+                raise RuntimeError(
+                    f"keep-alive clients failed before {what} (exit codes {dead}, "
+                    f"{len(got)} of {len(workers)} answered)"
+                ) from None
     return got
 
 
@@ -94,9 +106,13 @@ def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) ->
         pids = [m.process.pid for m in etcd.members]
         ctx = mp.get_context("spawn")
         out, go = ctx.Queue(), ctx.Event()
-        workers = [ctx.Process(target=_client, args=(mode, creds.as_env(), admin._token, ids[k::procs], endpoint,
-                                                     period_s, seconds, out, go))
-                   for k in range(procs)]
+        workers = [
+            ctx.Process(
+                target=_client,
+                args=(mode, creds.as_env(), admin._token, ids[k::procs], endpoint, period_s, seconds, out, go),
+            )
+            for k in range(procs)
+        ]
         for w in workers:
             w.start()
         _collect(out, workers, "they were ready", 300)
@@ -107,15 +123,24 @@ def measure(mode: str, leases: int, seconds: float, procs: int, workdir: str) ->
         members = sum(cpu_s(p) for p in pids) - members_before
         for w in workers:
             w.join()
-    return {"mode": mode, "leases": leases, "needed_per_s": leases / period_s,
-            "done_per_s": sum(r[0] for r in results) / wall, "members_cpu_pct": 100 * members / wall,
-            "clients_cpu_pct": 100 * sum(r[2] for r in results) / wall, "late_laps": sum(r[1] for r in results)}
+    return {
+        "mode": mode,
+        "leases": leases,
+        "needed_per_s": leases / period_s,
+        "done_per_s": sum(r[0] for r in results) / wall,
+        "members_cpu_pct": 100 * members / wall,
+        "clients_cpu_pct": 100 * sum(r[2] for r in results) / wall,
+        "late_laps": sum(r[1] for r in results),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.keepalive_cost", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.keepalive_cost",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--leases", default="256,1024", help="lease counts, comma-separated (default 256,1024)")
     p.add_argument("--modes", default=",".join(MODES), help=f"which transports (default {','.join(MODES)})")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds of renewals per row (default 20)")
@@ -127,23 +152,35 @@ def main(argv: list[str] | None = None) -> int:
         if any(n < 1 for n in counts) or any(m not in MODES for m in modes) or args.seconds <= 0 or args.procs < 1:
             raise ValueError
     except ValueError:
-        p.error(f"--leases takes positive integers, --modes some of {', '.join(MODES)}, --seconds and --procs "
-                f"positive numbers (got --leases {args.leases} --modes {args.modes})")
-    print(f"[keepalive-cost] lease TTL {ETCD_MIN_LEASE_S} s, renewed every {ETCD_MIN_LEASE_S / 3:.2f} s; "
-          f"{args.procs} client processes; {args.seconds:g} s per row", file=sys.stderr, flush=True)
+        p.error(
+            f"--leases takes positive integers, --modes some of {', '.join(MODES)}, --seconds and --procs "
+            f"positive numbers (got --leases {args.leases} --modes {args.modes})"
+        )
+    print(
+        f"[keepalive-cost] lease TTL {ETCD_MIN_LEASE_S} s, renewed every {ETCD_MIN_LEASE_S / 3:.2f} s; "
+        f"{args.procs} client processes; {args.seconds:g} s per row",
+        file=sys.stderr,
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="t5-keepalive-cost-") as workdir:
         for n in counts:
             for mode in modes:
                 rows.append(measure(mode, n, args.seconds, args.procs, workdir))
                 r = rows[-1]
-                print(f"[keepalive-cost] {mode} {n}: {r['done_per_s']:.0f} of {r['needed_per_s']:.0f} renewals/s, "
-                      f"members {r['members_cpu_pct']:.0f} %", file=sys.stderr, flush=True)
+                print(
+                    f"[keepalive-cost] {mode} {n}: {r['done_per_s']:.0f} of {r['needed_per_s']:.0f} renewals/s, "
+                    f"members {r['members_cpu_pct']:.0f} %",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print("\n| transport | leases | renewals/s needed | renewals/s done | members CPU % | clients CPU % | late laps |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['leases']} | {r['needed_per_s']:.0f} | {r['done_per_s']:.0f} | "
-              f"{r['members_cpu_pct']:.0f} | {r['clients_cpu_pct']:.0f} | {r['late_laps']} |")
+        print(
+            f"| {r['mode']} | {r['leases']} | {r['needed_per_s']:.0f} | {r['done_per_s']:.0f} | "
+            f"{r['members_cpu_pct']:.0f} | {r['clients_cpu_pct']:.0f} | {r['late_laps']} |"
+        )
     return 0
 
 

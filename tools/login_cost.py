@@ -10,6 +10,7 @@ has, logging in through ``--threads`` threads at once. Printed per row: seconds 
 members' CPU seconds (all three) and the members' milliseconds per login. The first row of each cost is the
 one to read for a job's start; TLS handshakes are in every row (each client opens its own connection).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,23 +31,24 @@ def _counts(text: str) -> list[int]:
     except ValueError:
         values = []
     if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive whole numbers separated by commas, "
-                                         f"e.g. 256,1024")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected positive whole numbers separated by commas, e.g. 256,1024"
+        )
     return values
 
 
 def _costs(text: str) -> list[int]:
     values = _counts(text)
     if min(values) < 4 or max(values) > 31:
-        raise argparse.ArgumentTypeError(f"{text!r}: etcd's bcrypt cost is 4 to 31 (its default 10, "
-                                         f"ours {BCRYPT_COST})")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: etcd's bcrypt cost is 4 to 31 (its default 10, ours {BCRYPT_COST})"
+        )
     return values
 
 
 def measure(cost: int, logins: int, threads: int) -> tuple[float, float]:
     """(seconds until ``logins`` clients were all logged in, the members' CPU seconds meanwhile) at ``cost``."""
-    with LocalEtcd.start(tempfile.mkdtemp(prefix="t5-login-cost-"), die_with_parent=True,
-                         bcrypt_cost=cost) as etcd:
+    with LocalEtcd.start(tempfile.mkdtemp(prefix="t5-login-cost-"), die_with_parent=True, bcrypt_cost=cost) as etcd:
         creds = etcd.add_job_user("login-cost")
         clients = [EtcdClient(creds) for _ in range(logins)]
         pids = [m.process.pid for m in etcd.members]
@@ -59,11 +61,19 @@ def measure(cost: int, logins: int, threads: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__.split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m tools.login_cost", description=doc[0],
-                                epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.login_cost",
+        description=doc[0],
+        epilog="\n\n".join(doc[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--logins", type=_counts, default=[256], help="clients logging in at once (default 256)")
-    p.add_argument("--bcrypt-cost", type=_costs, default=[10, BCRYPT_COST],
-                   help=f"the members' bcrypt costs to compare (default 10,{BCRYPT_COST}: etcd's default, ours)")
+    p.add_argument(
+        "--bcrypt-cost",
+        type=_costs,
+        default=[10, BCRYPT_COST],
+        help=f"the members' bcrypt costs to compare (default 10,{BCRYPT_COST}: etcd's default, ours)",
+    )
     p.add_argument("--threads", type=int, default=32, help="client threads logging in at once (default 32)")
     a = p.parse_args(argv)
     if a.threads < 1:

@@ -25,6 +25,7 @@ also names the v4-mapped loopback address (nothing outside that namespace sees i
     if not loopback_names.named_here() and loopback_names.unavailable() is None:
         return loopback_names.run_named([sys.executable, "-m", "tools.rdzv_scale", *argv])
 """
+
 from __future__ import annotations
 
 import os

@@ -136,8 +136,12 @@ class ScaleResult:
 
     @property
     def ok(self) -> bool:
-        return (not self.error and self.reformed_world == self.nodes - 1
-                and self.reformed_ranks == list(range(self.nodes - 1)) and not self.victim_in_new_round)
+        return (
+            not self.error
+            and self.reformed_world == self.nodes - 1
+            and self.reformed_ranks == list(range(self.nodes - 1))
+            and not self.victim_in_new_round
+        )
 
 
 @dataclass
@@ -194,34 +198,53 @@ def _build_handler(spec: dict[str, Any]):
         # the driver's login token: N agents logging in at once is a start-up cost, not a round's (measured apart:
         # python -m tools.login_cost)
         client._token = spec["token"]
-        return EtcdRendezvousHandler(spec["run_id"], client, min_nodes=spec["nodes"] - 1,
-                                     max_nodes=spec["nodes"], ttl_s=spec["etcd_ttl_s"], last_call_s=LAST_CALL_S,
-                                     join_timeout_s=spec["timeout_s"], local_addr="127.0.0.1")
+        return EtcdRendezvousHandler(
+            spec["run_id"],
+            client,
+            min_nodes=spec["nodes"] - 1,
+            max_nodes=spec["nodes"],
+            ttl_s=spec["etcd_ttl_s"],
+            last_call_s=LAST_CALL_S,
+            join_timeout_s=spec["timeout_s"],
+            local_addr="127.0.0.1",
+        )
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
     interval, attempts = HANDLERS[spec["handler"]]
-    t = RdzvTuning(last_call_timeout=LAST_CALL_S, join_timeout=int(spec["timeout_s"]),
-                   keep_alive_interval=interval, keep_alive_max_attempt=attempts)
-    params = RendezvousParameters(backend="c10d", endpoint=spec["endpoint"], run_id=spec["run_id"],
-                                  min_nodes=spec["nodes"] - 1, max_nodes=spec["nodes"], local_addr="127.0.0.1",
-                                  is_host=False, **{k: v for k, v in dataclasses.asdict(t).items()})
+    t = RdzvTuning(
+        last_call_timeout=LAST_CALL_S,
+        join_timeout=int(spec["timeout_s"]),
+        keep_alive_interval=interval,
+        keep_alive_max_attempt=attempts,
+    )
+    params = RendezvousParameters(
+        backend="c10d",
+        endpoint=spec["endpoint"],
+        run_id=spec["run_id"],
+        min_nodes=spec["nodes"] - 1,
+        max_nodes=spec["nodes"],
+        local_addr="127.0.0.1",
+        is_host=False,
+        **{k: v for k, v in dataclasses.asdict(t).items()},
+    )
     return get_rendezvous_handler(params)  # as torchrun's launch_agent gets it
 
 
 class SimAgent(threading.Thread):
     """One simulated node: a real rendezvous handler driven like torchrun's agent drives it."""
 
-    def __init__(self, idx: int, spec: dict[str, Any], start: threading.Barrier, go: threading.Event,
-                 counts: _Counters) -> None:
+    def __init__(
+        self, idx: int, spec: dict[str, Any], start: threading.Barrier, go: threading.Event, counts: _Counters
+    ) -> None:
         super().__init__(name=f"sim-agent-{idx}", daemon=True)
         self.idx, self.spec, self.start_barrier, self.counts = idx, spec, start, counts
-        self.go = go                      # set by the driver to start round 1
-        self.failed = threading.Event()   # c10d survivors: "my workers failed" -> next rendezvous
-        self.die = threading.Event()      # the victim: stop everything, as SIGKILL would
-        self.done = threading.Event()     # driver: the run is over, leave
-        self.wake = threading.Event()     # any of the three above
-        self.monitoring = False           # in torchrun's monitor loop: the host's monitor asks num_nodes_waiting
+        self.go = go  # set by the driver to start round 1
+        self.failed = threading.Event()  # c10d survivors: "my workers failed" -> next rendezvous
+        self.die = threading.Event()  # the victim: stop everything, as SIGKILL would
+        self.done = threading.Event()  # driver: the run is over, leave
+        self.wake = threading.Event()  # any of the three above
+        self.monitoring = False  # in torchrun's monitor loop: the host's monitor asks num_nodes_waiting
         self.handler = None
         self.rounds: list[dict[str, Any]] = []
         self.signal_at: float | None = None  # when num_nodes_waiting() first said 1 after round 1
@@ -260,9 +283,17 @@ class SimAgent(threading.Thread):
         # torchrun's own rank assignment, as the launcher's agents run it (IDENTICAL_WORKERS_ENV, set by run());
         # it uses no agent state, so it runs unbound here
         workers = SimpleElasticAgent._assign_worker_ranks(None, info.store, info.rank, info.world_size, spec)
-        self.rounds.append({"start": t0, "info": t_info, "ranked": time.monotonic(), "rank": info.rank,
-                            "world": info.world_size, "global_rank": workers[0].global_rank,
-                            "member": self.member_id()})
+        self.rounds.append(
+            {
+                "start": t0,
+                "info": t_info,
+                "ranked": time.monotonic(),
+                "rank": info.rank,
+                "world": info.world_size,
+                "global_rank": workers[0].global_rank,
+                "member": self.member_id(),
+            }
+        )
 
     def _stop_like_sigkill(self) -> None:
         h = self.handler
@@ -419,11 +450,23 @@ class _ProcPool:
         for k in range(procs):
             err = os.path.join(workdir, f"worker-{k}.err")
             self._stderr.append(err)
-            argv = [sys.executable, "-m", "tools.rdzv_scale", "--worker",
-                    json.dumps(spec | {"first": bounds[k], "stop": bounds[k + 1]})]
+            argv = [
+                sys.executable,
+                "-m",
+                "tools.rdzv_scale",
+                "--worker",
+                json.dumps(spec | {"first": bounds[k], "stop": bounds[k + 1]}),
+            ]
             # below the store's CPU priority: on real nodes the agents do not take the store hosts' CPU
-            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(err, "w"),
-                                 text=True, bufsize=1, preexec_fn=lambda: os.nice(AGENT_NICE))
+            p = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=open(err, "w"),
+                text=True,
+                bufsize=1,
+                preexec_fn=lambda: os.nice(AGENT_NICE),
+            )
             self.procs.append(p)
             threading.Thread(target=self._read, args=(k, p), daemon=True).start()
         self.pids = [p.pid for p in self.procs]
@@ -440,8 +483,9 @@ class _ProcPool:
                 raise RuntimeError(f"a worker failed before the rendezvous: {self._errors[0]}")
             for k, p in enumerate(self.procs):
                 if p.poll() is not None and k not in self._ready:
-                    raise RuntimeError(f"worker {k} exited with {p.returncode} before its handlers connected: "
-                                       f"{self._tail(k)}")
+                    raise RuntimeError(
+                        f"worker {k} exited with {p.returncode} before its handlers connected: {self._tail(k)}"
+                    )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{procs} workers did not connect their handlers within {timeout_s:.0f} s")
             time.sleep(0.01)
@@ -483,8 +527,11 @@ class _ProcPool:
     def errors(self) -> list[str]:
         with self._lock:
             errs = list(self._errors)
-        dead = [f"worker {k} exited with {p.returncode}: {self._tail(k)}" for k, p in enumerate(self.procs)
-                if p.poll() not in (None, 0)]
+        dead = [
+            f"worker {k} exited with {p.returncode}: {self._tail(k)}"
+            for k, p in enumerate(self.procs)
+            if p.poll() not in (None, 0)
+        ]
         return errs + dead
 
     def counts(self) -> list[int]:
@@ -630,8 +677,11 @@ class _EtcdStore:
             text = session.get(f"{url}/metrics", verify=root.ca, timeout=10).text
             for line in text.splitlines():
                 keep_alive = 'grpc_method="LeaseKeepAlive"' in line
-                if line.startswith("grpc_server_started_total{") and any(s in line for s in self.SERVICES) \
-                        and not keep_alive:
+                if (
+                    line.startswith("grpc_server_started_total{")
+                    and any(s in line for s in self.SERVICES)
+                    and not keep_alive
+                ):
                     ops += float(line.rsplit(" ", 1)[1])
                 elif line.startswith("grpc_server_msg_received_total{") and keep_alive:
                     ops += float(line.rsplit(" ", 1)[1])
@@ -662,7 +712,7 @@ class _RoundWatch:
                 rev = self.client.watch(self.prefix, rev, self._on, self._stop)
 
     def _on(self, kind: str, kv) -> None:
-        self.events.append((time.monotonic(), kind, kv.key[len(self.prefix):].split("/", 1)[1], kv.value))
+        self.events.append((time.monotonic(), kind, kv.key[len(self.prefix) :].split("/", 1)[1], kv.value))
 
     def stop(self) -> None:
         self._stop.set()
@@ -672,18 +722,24 @@ class _RoundWatch:
 
     def last(self, after: float, pred, until: float = float("inf")) -> float:
         """The last matching event's time from ``after`` on, not later than ``until`` (NaN: no bound)."""
-        return max((t for t, kind, key, value in list(self.events)
-                    if t >= after and not t > until and pred(kind, key, value)), default=NAN)
+        return max(
+            (t for t, kind, key, value in list(self.events) if t >= after and not t > until and pred(kind, key, value)),
+            default=NAN,
+        )
 
     def round_seen(self, after: float, n: int, what: str) -> float:
         """When the round record ``n`` was first seen formed (``what`` "formed"), with its store published
         ("store"), open ("open") or either ("any")."""
+
         def pred(kind: str, key: str, value: str) -> bool:
             if kind != "PUT" or key != "round":
                 return False
             r = json.loads(value)
-            return r["n"] == n and {"open": not r["formed"], "formed": r["formed"], "store": bool(r["store"]),
-                                    "any": True}[what]
+            return (
+                r["n"] == n
+                and {"open": not r["formed"], "formed": r["formed"], "store": bool(r["store"]), "any": True}[what]
+            )
+
         return self.first(after, pred)
 
 
@@ -747,15 +803,30 @@ def _join_all(threads: list[threading.Thread], timeout_s: float) -> None:
         t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float = 2.0, timeout_s: float = 120.0,
-             victim: str = "rank0", etcd_ttl_s: int = ETCD_TTL_S, say=print) -> ScaleResult:
+def simulate(
+    handler: str,
+    nodes: int,
+    store,
+    *,
+    procs: int = 1,
+    steady_s: float = 2.0,
+    timeout_s: float = 120.0,
+    victim: str = "rank0",
+    etcd_ttl_s: int = ETCD_TTL_S,
+    say=print,
+) -> ScaleResult:
     """Run the rounds of ``handler`` at ``nodes`` agents against ``store`` (:class:`_EtcdStore` or
     :class:`_C10dStore`); see the module docstring."""
     if nodes < 2:
         raise ValueError(f"--nodes {nodes}: need at least 2 (one dies, MIN = N-1 re-form)")
     run_id = f"scale-{handler}-{nodes}-{os.getpid()}"
-    spec = {"handler": handler, "nodes": nodes, "run_id": run_id, "timeout_s": timeout_s,
-            "etcd_ttl_s": etcd_ttl_s} | store.spec(run_id)
+    spec = {
+        "handler": handler,
+        "nodes": nodes,
+        "run_id": run_id,
+        "timeout_s": timeout_s,
+        "etcd_ttl_s": etcd_ttl_s,
+    } | store.spec(run_id)
     interval, attempts = HANDLERS[handler] or (etcd_ttl_s / 3, 3)
     base = ScaleResult(handler=handler, nodes=nodes, procs=procs, lease_s=interval * attempts)
     watch = _RoundWatch(store.creds) if handler == "etcd" else None
@@ -766,13 +837,18 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
         t0 = time.monotonic()
         spec["connect_s"] = timeout_s + nodes  # building is slow on a loaded machine (~0.5 s a handler at load 12)
         try:
-            pool = _ThreadPool(spec, nodes, spec["connect_s"]) if procs == 1 else \
-                _ProcPool(spec, nodes, procs, workdir, spec["connect_s"])
+            pool = (
+                _ThreadPool(spec, nodes, spec["connect_s"])
+                if procs == 1
+                else _ProcPool(spec, nodes, procs, workdir, spec["connect_s"])
+            )
         except (RuntimeError, TimeoutError, threading.BrokenBarrierError) as e:
             return replace(base, error=f"building the handlers: {type(e).__name__}: {e}")
         base = replace(base, connect_s=time.monotonic() - t0)
-        say(f"[rdzv-scale] {handler} N={nodes}: {nodes} handlers connected in {base.connect_s:.1f} s "
-            f"({'threads of this process' if procs == 1 else f'threads of {procs} processes'})")
+        say(
+            f"[rdzv-scale] {handler} N={nodes}: {nodes} handlers connected in {base.connect_s:.1f} s "
+            f"({'threads of this process' if procs == 1 else f'threads of {procs} processes'})"
+        )
         rounds = lambda i: pool.agent(i)["rounds"]  # noqa: E731
 
         (ops0, _), c0 = store.counters(pool), pool.counts()
@@ -787,17 +863,26 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
                 base.phases_first = _phases(watch, t_go, 0, [r[0] for r in map(rounds, range(nodes)) if r], None)
                 joined = {key for _, kind, key, _ in list(watch.events) if key.startswith("joined/0/")}
                 e = f"{e}; {len(joined)}/{nodes} joined keys seen"
-            return replace(base, lag_ms_max=1000 * pool.lag_max_s(), cpu_machine_pct_first=use["machine"],
-                           cpu_store_pct_first=use.get("store", NAN), cpu_agents_pct_first=use.get("agents", NAN),
-                           error=f"first round: {done}/{nodes} agents ranked after {time.monotonic() - t_go:.0f} s; "
-                                 f"{e}")
+            return replace(
+                base,
+                lag_ms_max=1000 * pool.lag_max_s(),
+                cpu_machine_pct_first=use["machine"],
+                cpu_store_pct_first=use.get("store", NAN),
+                cpu_agents_pct_first=use.get("agents", NAN),
+                error=f"first round: {done}/{nodes} agents ranked after {time.monotonic() - t_go:.0f} s; {e}",
+            )
         use, first_s = cpu.end(), t_first - t_go
         ops1, b1 = store.counters(pool)
         c1 = pool.counts()
-        base = replace(base, first_round_s=first_s, ops_per_s_first=(ops1 - ops0) / first_s,
-                       cas_lost_pct_first=100 * (c1[3] - c0[3]) / (c1[2] - c0[2]) if c1[2] > c0[2] else NAN,
-                       cpu_machine_pct_first=use["machine"], cpu_store_pct_first=use.get("store", NAN),
-                       cpu_agents_pct_first=use.get("agents", NAN))
+        base = replace(
+            base,
+            first_round_s=first_s,
+            ops_per_s_first=(ops1 - ops0) / first_s,
+            cas_lost_pct_first=100 * (c1[3] - c0[3]) / (c1[2] - c0[2]) if c1[2] > c0[2] else NAN,
+            cpu_machine_pct_first=use["machine"],
+            cpu_store_pct_first=use.get("store", NAN),
+            cpu_agents_pct_first=use.get("agents", NAN),
+        )
         if watch:
             base.phases_first = _phases(watch, t_go, 0, [rounds(i)[0] for i in range(nodes)], None)
         say(f"[rdzv-scale] {handler} N={nodes}: first round {first_s:.2f} s")
@@ -806,8 +891,13 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
         (ops2, b2), cpu = store.counters(pool), _CpuWindow({"store": store.pids, "agents": pool.pids})
         time.sleep(steady_s)  # healthy agents: keep-alives and num_nodes_waiting
         (ops3, b3), use = store.counters(pool), cpu.end()
-        base = replace(base, ops_per_s_steady=(ops3 - ops2) / steady_s, kib_per_s_steady=(b3 - b2) / 1024 / steady_s,
-                       cpu_store_pct_steady=use.get("store", NAN), cpu_agents_pct_steady=use.get("agents", NAN))
+        base = replace(
+            base,
+            ops_per_s_steady=(ops3 - ops2) / steady_s,
+            kib_per_s_steady=(b3 - b2) / 1024 / steady_s,
+            cpu_store_pct_steady=use.get("store", NAN),
+            cpu_agents_pct_steady=use.get("agents", NAN),
+        )
 
         victim_idx = _victim(pool, nodes, handler, victim)
         dead = rounds(victim_idx)[0]["member"]
@@ -817,27 +907,34 @@ def simulate(handler: str, nodes: int, store, *, procs: int = 1, steady_s: float
         pool.kill(victim_idx)
         survivors = [i for i in range(nodes) if i != victim_idx]
         try:
-            t_reformed = _wait_until(lambda: all(len(rounds(i)) == 2 for i in survivors), timeout_s,
-                                     "the re-formed round", pool)
+            t_reformed = _wait_until(
+                lambda: all(len(rounds(i)) == 2 for i in survivors), timeout_s, "the re-formed round", pool
+            )
         except (RuntimeError, TimeoutError) as e:
             return replace(base, lag_ms_max=1000 * pool.lag_max_s(), error=f"re-forming: {e}")
         ops5 = store.counters(pool)[0]
         second = [rounds(i)[1] for i in survivors]
         worlds = {r["world"] for r in second}
-        base = replace(base, reform_s=t_reformed - t_kill, ops_per_s_reform=(ops5 - ops4) / (t_reformed - t_kill),
-                       reformed_world=worlds.pop() if len(worlds) == 1 else -1,
-                       reformed_ranks=sorted(r["global_rank"] for r in second),
-                       victim_in_new_round=any(r["member"] == dead for r in second),
-                       lag_ms_max=1000 * pool.lag_max_s())
+        base = replace(
+            base,
+            reform_s=t_reformed - t_kill,
+            ops_per_s_reform=(ops5 - ops4) / (t_reformed - t_kill),
+            reformed_world=worlds.pop() if len(worlds) == 1 else -1,
+            reformed_ranks=sorted(r["global_rank"] for r in second),
+            victim_in_new_round=any(r["member"] == dead for r in second),
+            lag_ms_max=1000 * pool.lag_max_s(),
+        )
         base.rejoined = sum(rounds(i)[1]["member"][0] != rounds(i)[0]["member"][0] for i in survivors)
         early = sum(r["start"] < t_kill for r in second)
         if early:  # a healthy agent's keep-alives were starved past its lease: it was "lost", and came back
-            base.error = (f"{early} survivor(s) started their second round before the kill: a round re-formed while "
-                          f"every agent was healthy (an agent's own lease expired under this machine's load, "
-                          f"{base.rejoined} survivor(s) re-joined under a new id; or one joined after the first "
-                          f"round closed without it; sim lag {base.lag_ms_max:.0f} ms, agents "
-                          f"{base.cpu_agents_pct_steady:.0f} % CPU at steady): not a measurement (--etcd-ttl-s 3 "
-                          f"gives the keep-alives slack)")
+            base.error = (
+                f"{early} survivor(s) started their second round before the kill: a round re-formed while "
+                f"every agent was healthy (an agent's own lease expired under this machine's load, "
+                f"{base.rejoined} survivor(s) re-joined under a new id; or one joined after the first "
+                f"round closed without it; sim lag {base.lag_ms_max:.0f} ms, agents "
+                f"{base.cpu_agents_pct_steady:.0f} % CPU at steady): not a measurement (--etcd-ttl-s 3 "
+                f"gives the keep-alives slack)"
+            )
         if watch:
             signals = [pool.agent(i)["signal_at"] for i in survivors]
             base.phases_reform = _phases(watch, t_kill, 1, second, signals, lost=dead[0])
@@ -858,8 +955,9 @@ def _victim(pool, nodes: int, handler: str, which: str) -> int:
     return next(i for i in range(nodes) if pool.agent(i)["rounds"][0]["rank"] == 0)
 
 
-def _phases(watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]], signals: list | None,
-            lost: str = "") -> dict[str, float]:
+def _phases(
+    watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]], signals: list | None, lost: str = ""
+) -> dict[str, float]:
     """Seconds from ``t0`` until each step of round ``n`` (the etcd handler), as the driver's watch saw it."""
     out = {}
     if lost:
@@ -868,8 +966,9 @@ def _phases(watch: _RoundWatch, t0: float, n: int, ranked: list[dict[str, Any]],
         out["last survivor told"] = max(s for s in signals if s is not None) - t0 if any(signals) else NAN
     formed_at = watch.round_seen(t0, n, "formed")
     # joins that formed the round (a re-formed round formed at once has none: its participants confirm later)
-    out["last joined"] = watch.last(t0, lambda k, key, v: k == "PUT" and key.startswith(f"joined/{n}/"),
-                                    until=formed_at) - t0
+    out["last joined"] = (
+        watch.last(t0, lambda k, key, v: k == "PUT" and key.startswith(f"joined/{n}/"), until=formed_at) - t0
+    )
     out["closed (formed)"] = formed_at - t0
     out["store published"] = watch.round_seen(t0, n, "store") - t0
     out["last with its place"] = max((r["info"] for r in ranked), default=NAN) - t0
@@ -887,8 +986,13 @@ def _beat_driver(spec_json: str) -> int:
 
     spec = json.loads(spec_json)
     ranks = list(range(spec["first"], spec["stop"]))
-    clients = {r: dist.PrefixStore("t5-failover/heartbeat/sim/", dist.TCPStore(
-        "127.0.0.1", spec["port"], is_master=False, timeout=timedelta(seconds=60))) for r in ranks}
+    clients = {
+        r: dist.PrefixStore(
+            "t5-failover/heartbeat/sim/",
+            dist.TCPStore("127.0.0.1", spec["port"], is_master=False, timeout=timedelta(seconds=60)),
+        )
+        for r in ranks
+    }
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()  # "go"
     stats = {"ops": 0, "bytes": 0, "lap_max": 0.0, "lat": []}
@@ -921,7 +1025,7 @@ def _beat_driver(spec_json: str) -> int:
             stats["lat"] += lat
             stats["lap_max"] = max(stats["lap_max"], lap_max)
 
-    threads = [threading.Thread(target=beat, args=(ranks[k::spec["threads"]],)) for k in range(spec["threads"])]
+    threads = [threading.Thread(target=beat, args=(ranks[k :: spec["threads"]],)) for k in range(spec["threads"])]
     for t in threads:
         t.start()
     for t in threads:
@@ -942,15 +1046,17 @@ def _host_store(port_file: str) -> int:
     return 0
 
 
-def worker_store_load(nodes: int, per_node: int, *, seconds: float = 5.0, procs: int = 4,
-                      threads: int = 8) -> WorkerStoreResult:
+def worker_store_load(
+    nodes: int, per_node: int, *, seconds: float = 5.0, procs: int = 4, threads: int = 8
+) -> WorkerStoreResult:
     """``nodes`` x ``per_node`` ranks beating into one TCPStore for ``seconds``; see the module docstring."""
     ranks = nodes * per_node
     res = WorkerStoreResult(nodes=nodes, ranks=ranks, target_ops_per_s=3 * ranks)
     workdir = tempfile.mkdtemp(prefix="t5-worker-store-")
     port_file = os.path.join(workdir, "port")
-    host = subprocess.Popen([sys.executable, "-m", "tools.rdzv_scale", "--host-store", port_file],
-                            stdin=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [sys.executable, "-m", "tools.rdzv_scale", "--host-store", port_file], stdin=subprocess.PIPE, text=True
+    )
     drivers: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + 60
@@ -963,11 +1069,22 @@ def worker_store_load(nodes: int, per_node: int, *, seconds: float = 5.0, procs:
         procs = max(1, min(procs, ranks))
         bounds = [ranks * k // procs for k in range(procs + 1)]
         for k in range(procs):
-            spec = {"first": bounds[k], "stop": bounds[k + 1], "port": port, "world": ranks, "seconds": seconds,
-                    "threads": threads}
-            drivers.append(subprocess.Popen([sys.executable, "-m", "tools.rdzv_scale", "--beat-driver",
-                                             json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            text=True))
+            spec = {
+                "first": bounds[k],
+                "stop": bounds[k + 1],
+                "port": port,
+                "world": ranks,
+                "seconds": seconds,
+                "threads": threads,
+            }
+            drivers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tools.rdzv_scale", "--beat-driver", json.dumps(spec)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for d in drivers:
             if not json.loads(d.stdout.readline() or "{}").get("ready"):
                 return replace(res, error="a client process did not connect its ranks")
@@ -978,12 +1095,17 @@ def worker_store_load(nodes: int, per_node: int, *, seconds: float = 5.0, procs:
         stats = [json.loads(d.stdout.readline()) for d in drivers]
         use = cpu.end()
         lat = sorted(x for s in stats for x in s["lat"])
-        return replace(res, ops_per_s=sum(s["ops"] for s in stats) / seconds,
-                       kib_per_s=sum(s["bytes"] for s in stats) / 1024 / seconds,
-                       op_ms_p50=1000 * statistics.median(lat) / 3 if lat else NAN,
-                       op_ms_max=1000 * max(lat) if lat else NAN, lap_s_max=max(s["lap_max"] for s in stats),
-                       cpu_machine_pct=use["machine"], cpu_store_pct=use.get("store", NAN),
-                       cpu_clients_pct=use.get("clients", NAN))
+        return replace(
+            res,
+            ops_per_s=sum(s["ops"] for s in stats) / seconds,
+            kib_per_s=sum(s["bytes"] for s in stats) / 1024 / seconds,
+            op_ms_p50=1000 * statistics.median(lat) / 3 if lat else NAN,
+            op_ms_max=1000 * max(lat) if lat else NAN,
+            lap_s_max=max(s["lap_max"] for s in stats),
+            cpu_machine_pct=use["machine"],
+            cpu_store_pct=use.get("store", NAN),
+            cpu_clients_pct=use.get("clients", NAN),
+        )
     finally:
         for d in drivers:
             if d.poll() is None:
@@ -994,24 +1116,43 @@ def worker_store_load(nodes: int, per_node: int, *, seconds: float = 5.0, procs:
 
 
 # ---------------------------------------------------------------------------------------------- tables
-COLUMNS = [("handler", "handler", "{}"), ("N", "nodes", "{:d}"), ("procs", "procs", "{:d}"),
-           ("lease s", "lease_s", "{:g}"),
-           ("connect s", "connect_s", "{:.1f}"), ("login s", "login_s", "{:.2f}"),
-           ("first round s", "first_round_s", "{:.2f}"),
-           ("re-formed s", "reform_s", "{:.2f}"), ("ops/s 1st", "ops_per_s_first", "{:.0f}"),
-           ("ops/s steady", "ops_per_s_steady", "{:.0f}"), ("KiB/s steady", "kib_per_s_steady", "{:.1f}"),
-           ("ops/s re-form", "ops_per_s_reform", "{:.0f}"), ("CAS lost % 1st", "cas_lost_pct_first", "{:.0f}"),
-           ("sim lag max ms", "lag_ms_max", "{:.0f}"), ("CPU % machine 1st", "cpu_machine_pct_first", "{:.0f}"),
-           ("CPU % store 1st", "cpu_store_pct_first", "{:.0f}"), ("CPU % agents 1st", "cpu_agents_pct_first", "{:.0f}"),
-           ("CPU % store steady", "cpu_store_pct_steady", "{:.0f}"),
-           ("CPU % agents steady", "cpu_agents_pct_steady", "{:.0f}"), ("N-1 ranks ok", "ok", "{}")]
+COLUMNS = [
+    ("handler", "handler", "{}"),
+    ("N", "nodes", "{:d}"),
+    ("procs", "procs", "{:d}"),
+    ("lease s", "lease_s", "{:g}"),
+    ("connect s", "connect_s", "{:.1f}"),
+    ("login s", "login_s", "{:.2f}"),
+    ("first round s", "first_round_s", "{:.2f}"),
+    ("re-formed s", "reform_s", "{:.2f}"),
+    ("ops/s 1st", "ops_per_s_first", "{:.0f}"),
+    ("ops/s steady", "ops_per_s_steady", "{:.0f}"),
+    ("KiB/s steady", "kib_per_s_steady", "{:.1f}"),
+    ("ops/s re-form", "ops_per_s_reform", "{:.0f}"),
+    ("CAS lost % 1st", "cas_lost_pct_first", "{:.0f}"),
+    ("sim lag max ms", "lag_ms_max", "{:.0f}"),
+    ("CPU % machine 1st", "cpu_machine_pct_first", "{:.0f}"),
+    ("CPU % store 1st", "cpu_store_pct_first", "{:.0f}"),
+    ("CPU % agents 1st", "cpu_agents_pct_first", "{:.0f}"),
+    ("CPU % store steady", "cpu_store_pct_steady", "{:.0f}"),
+    ("CPU % agents steady", "cpu_agents_pct_steady", "{:.0f}"),
+    ("N-1 ranks ok", "ok", "{}"),
+]
 PHASES_FIRST = ["last joined", "closed (formed)", "store published", "last with its place", "last ranked"]
 PHASES_REFORM = ["lease expired", "next round written", "last survivor told"] + PHASES_FIRST
-WORKER_COLUMNS = [("N", "nodes", "{:d}"), ("ranks", "ranks", "{:d}"), ("ops/s needed", "target_ops_per_s", "{:.0f}"),
-                  ("ops/s done", "ops_per_s", "{:.0f}"), ("KiB/s", "kib_per_s", "{:.0f}"),
-                  ("op ms p50", "op_ms_p50", "{:.2f}"), ("beat ms max", "op_ms_max", "{:.1f}"),
-                  ("lap s max", "lap_s_max", "{:.2f}"), ("CPU % machine", "cpu_machine_pct", "{:.0f}"),
-                  ("CPU % store", "cpu_store_pct", "{:.0f}"), ("CPU % clients", "cpu_clients_pct", "{:.0f}")]
+WORKER_COLUMNS = [
+    ("N", "nodes", "{:d}"),
+    ("ranks", "ranks", "{:d}"),
+    ("ops/s needed", "target_ops_per_s", "{:.0f}"),
+    ("ops/s done", "ops_per_s", "{:.0f}"),
+    ("KiB/s", "kib_per_s", "{:.0f}"),
+    ("op ms p50", "op_ms_p50", "{:.2f}"),
+    ("beat ms max", "op_ms_max", "{:.1f}"),
+    ("lap s max", "lap_s_max", "{:.2f}"),
+    ("CPU % machine", "cpu_machine_pct", "{:.0f}"),
+    ("CPU % store", "cpu_store_pct", "{:.0f}"),
+    ("CPU % clients", "cpu_clients_pct", "{:.0f}"),
+]
 
 
 def _cell(v: Any, fmt: str) -> str:
@@ -1032,18 +1173,29 @@ def table(results: list[ScaleResult], workers: list[WorkerStoreResult] = ()) -> 
     out += [f"{r.handler} N={r.nodes}: {r.error}" for r in results if r.error]
     etcd = [r for r in results if r.phases_first or r.phases_reform]
     if etcd:
-        out += ["", "etcd handler, seconds from the start of the round (first) or from the kill (re-formed), "
-                    "as the driver's watch saw each step:", ""]
+        out += [
+            "",
+            "etcd handler, seconds from the start of the round (first) or from the kill (re-formed), "
+            "as the driver's watch saw each step:",
+            "",
+        ]
         cols = ["N", "round"] + PHASES_REFORM
         out += ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" for _ in cols) + "|"]
         for r in etcd:
             for name, ph in (("first", r.phases_first), ("re-formed", r.phases_reform)):
                 if ph:
-                    out.append("| " + " | ".join([str(r.nodes), name] + [_cell(ph.get(p), "{:.2f}")
-                                                                         for p in PHASES_REFORM]) + " |")
+                    out.append(
+                        "| "
+                        + " | ".join([str(r.nodes), name] + [_cell(ph.get(p), "{:.2f}") for p in PHASES_REFORM])
+                        + " |"
+                    )
     if workers:
-        out += ["", "Workers' store (heartbeats: every rank sets its counter and reads its peer's once a second, "
-                    "one TCPStore):", ""]
+        out += [
+            "",
+            "Workers' store (heartbeats: every rank sets its counter and reads its peer's once a second, "
+            "one TCPStore):",
+            "",
+        ]
         out += _markdown(WORKER_COLUMNS, list(workers))
         out += [f"workers' store N={w.nodes}: {w.error}" for w in workers if w.error]
     return "\n".join(out)
@@ -1072,9 +1224,19 @@ def _handlers(raw: str) -> list[str]:
     return hs
 
 
-def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: float = 2.0, timeout_s: float = 180.0,
-        victim: str = "rank0", worker_ranks: int = 8, worker_s: float = 5.0, etcd_ttl_s: int = ETCD_TTL_S,
-        say=print) -> tuple[list[ScaleResult], list[WorkerStoreResult]]:
+def run(
+    nodes: list[int],
+    handlers: list[str],
+    *,
+    procs: int = 1,
+    steady_s: float = 2.0,
+    timeout_s: float = 180.0,
+    victim: str = "rank0",
+    worker_ranks: int = 8,
+    worker_s: float = 5.0,
+    etcd_ttl_s: int = ETCD_TTL_S,
+    say=print,
+) -> tuple[list[ScaleResult], list[WorkerStoreResult]]:
     """Every handler at every node count (each against a fresh store), then the workers' store rows."""
     os.environ.update(IDENTICAL_WORKERS_ENV)  # the launcher's agents' rank assignment (inherited by the workers)
     results = []
@@ -1088,8 +1250,19 @@ def run(nodes: list[int], handlers: list[str], *, procs: int = 1, steady_s: floa
                 try:
                     # the handlers' per-agent lines ("[rendezvous] round 0: rank ...") go to a file
                     with open(log, "a") as f, contextlib.redirect_stderr(f):
-                        results.append(simulate(h, n, one, procs=procs, steady_s=steady_s, timeout_s=timeout_s,
-                                                victim=victim, etcd_ttl_s=etcd_ttl_s, say=say))
+                        results.append(
+                            simulate(
+                                h,
+                                n,
+                                one,
+                                procs=procs,
+                                steady_s=steady_s,
+                                timeout_s=timeout_s,
+                                victim=victim,
+                                etcd_ttl_s=etcd_ttl_s,
+                                say=say,
+                            )
+                        )
                 finally:
                     if one is not store:
                         one.close()
@@ -1123,38 +1296,68 @@ def stream_cap_note() -> str:
     version = re.search(r"etcd Version: (\S+)", out)
     if version is None or not stream_capped(version.group(1)):
         return ""
-    return (f"note: {binary} is etcd {version.group(1)}, whose members serve at most 250 concurrent streams per "
-            f"TLS connection (etcd-io/etcd#14169): beyond ~{STREAM_CAP_AGENTS} agents every call waits behind the "
-            f"agents' watches; set T5_ETCD_BIN to an etcd >= 3.4.20 / 3.5.5 (Debian 12: apt install etcd-server, "
-            f"then T5_ETCD_BIN=/usr/bin/etcd)")
+    return (
+        f"note: {binary} is etcd {version.group(1)}, whose members serve at most 250 concurrent streams per "
+        f"TLS connection (etcd-io/etcd#14169): beyond ~{STREAM_CAP_AGENTS} agents every call waits behind the "
+        f"agents' watches; set T5_ETCD_BIN to an etcd >= 3.4.20 / 3.5.5 (Debian 12: apt install etcd-server, "
+        f"then T5_ETCD_BIN=/usr/bin/etcd)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__.split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m tools.rdzv_scale", description=doc[0],
-                                epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.rdzv_scale",
+        description=doc[0],
+        epilog="\n\n".join(doc[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--nodes", type=_nodes, default=[16, 64], help="simulated agent counts (default 16,64)")
-    p.add_argument("--handlers", type=_handlers, default=list(HANDLERS),
-                   help=f"which handlers (default {','.join(HANDLERS)})")
-    p.add_argument("--procs", type=int, default=1,
-                   help="spread the agents over this many worker processes, each with its own GIL (default 1: "
-                        "all agents are threads of this process)")
-    p.add_argument("--steady-s", type=float, default=2.0,
-                   help="seconds of healthy agents between the rounds (steady store load; default 2)")
+    p.add_argument(
+        "--handlers", type=_handlers, default=list(HANDLERS), help=f"which handlers (default {','.join(HANDLERS)})"
+    )
+    p.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        help="spread the agents over this many worker processes, each with its own GIL (default 1: "
+        "all agents are threads of this process)",
+    )
+    p.add_argument(
+        "--steady-s",
+        type=float,
+        default=2.0,
+        help="seconds of healthy agents between the rounds (steady store load; default 2)",
+    )
     p.add_argument("--timeout-s", type=float, default=180.0, help="give up on a round after this (default 180)")
-    p.add_argument("--etcd-ttl-s", type=int, default=ETCD_TTL_S,
-                   help=f"the etcd agents' lease TTL; they renew it every third of that (default {ETCD_TTL_S}: the "
-                        "launcher's). Longer: fewer keep-alives for this machine to carry, and a lost node "
-                        "is found later (the table's 'lease s' and the phases' 'lease expired' say so)")
-    p.add_argument("--victim", choices=("rank0", "closer"), default="rank0",
-                   help="which agent dies: the round's rank 0 (default) or, for etcd, the closer")
-    p.add_argument("--worker-ranks", type=int, default=8,
-                   help="ranks per node in the workers' store rows (default 8; 0: no such rows)")
+    p.add_argument(
+        "--etcd-ttl-s",
+        type=int,
+        default=ETCD_TTL_S,
+        help=f"the etcd agents' lease TTL; they renew it every third of that (default {ETCD_TTL_S}: the "
+        "launcher's). Longer: fewer keep-alives for this machine to carry, and a lost node "
+        "is found later (the table's 'lease s' and the phases' 'lease expired' say so)",
+    )
+    p.add_argument(
+        "--victim",
+        choices=("rank0", "closer"),
+        default="rank0",
+        help="which agent dies: the round's rank 0 (default) or, for etcd, the closer",
+    )
+    p.add_argument(
+        "--worker-ranks",
+        type=int,
+        default=8,
+        help="ranks per node in the workers' store rows (default 8; 0: no such rows)",
+    )
     p.add_argument("--worker-s", type=float, default=5.0, help="seconds of heartbeats per workers' store row")
     p.add_argument("--json", help="also write the results here")
-    p.add_argument("--system-resolver", action="store_true",
-                   help="look loopback peers up through this machine's DNS server, as torch's TCPStore asks it to "
-                        "(default: named in a private /etc/hosts when run as root; see tools/loopback_names.py)")
+    p.add_argument(
+        "--system-resolver",
+        action="store_true",
+        help="look loopback peers up through this machine's DNS server, as torch's TCPStore asks it to "
+        "(default: named in a private /etc/hosts when run as root; see tools/loopback_names.py)",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: a worker process of --procs
     p.add_argument("--beat-driver", help=argparse.SUPPRESS)  # internal: a client process of the workers' store
     p.add_argument("--host-store", help=argparse.SUPPRESS)  # internal: the workers' store
@@ -1166,40 +1369,64 @@ def main(argv: list[str] | None = None) -> int:
     if a.host_store:
         return _host_store(a.host_store)
     if a.procs < 1 or a.procs > min(a.nodes):
-        p.error(f"--procs {a.procs}: expected 1 (threads of this process) up to the smallest --nodes "
-                f"({min(a.nodes)}): each worker process runs at least one agent")
+        p.error(
+            f"--procs {a.procs}: expected 1 (threads of this process) up to the smallest --nodes "
+            f"({min(a.nodes)}): each worker process runs at least one agent"
+        )
     if a.worker_ranks < 0 or a.steady_s <= 0 or a.worker_s <= 0:
-        p.error(f"--worker-ranks {a.worker_ranks} / --steady-s {a.steady_s:g} / --worker-s {a.worker_s:g}: "
-                f"expected ranks >= 0 and positive seconds, e.g. --worker-ranks 8 --steady-s 2 --worker-s 5")
+        p.error(
+            f"--worker-ranks {a.worker_ranks} / --steady-s {a.steady_s:g} / --worker-s {a.worker_s:g}: "
+            f"expected ranks >= 0 and positive seconds, e.g. --worker-ranks 8 --steady-s 2 --worker-s 5"
+        )
     if a.etcd_ttl_s < ETCD_MIN_LEASE_S:
-        p.error(f"--etcd-ttl-s {a.etcd_ttl_s}: expected whole seconds >= {ETCD_MIN_LEASE_S} (etcd's shortest "
-                f"lease), e.g. {ETCD_TTL_S} (the launcher's)")
+        p.error(
+            f"--etcd-ttl-s {a.etcd_ttl_s}: expected whole seconds >= {ETCD_MIN_LEASE_S} (etcd's shortest "
+            f"lease), e.g. {ETCD_TTL_S} (the launcher's)"
+        )
     if not loopback_names.named_here():
         why = "--system-resolver" if a.system_resolver else loopback_names.unavailable()
         if why is None:
-            print("[rdzv-scale] loopback peers named in a private /etc/hosts: torch's TCPStore looks every peer "
-                  "up, and this machine's DNS server drops bursts of those queries (--system-resolver keeps it)",
-                  flush=True)
-            return loopback_names.run_named([sys.executable, "-m", "tools.rdzv_scale",
-                                             *(sys.argv[1:] if argv is None else argv)])
+            print(
+                "[rdzv-scale] loopback peers named in a private /etc/hosts: torch's TCPStore looks every peer "
+                "up, and this machine's DNS server drops bursts of those queries (--system-resolver keeps it)",
+                flush=True,
+            )
+            return loopback_names.run_named(
+                [sys.executable, "-m", "tools.rdzv_scale", *(sys.argv[1:] if argv is None else argv)]
+            )
         # the resolver's 5 s timeout per dropped query, cut to 1 s (inherited by the worker processes)
         os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
-        print(f"[rdzv-scale] loopback peers looked up through this machine's DNS server ({why}): store "
-              f"connects wait for the queries it drops", flush=True)
+        print(
+            f"[rdzv-scale] loopback peers looked up through this machine's DNS server ({why}): store "
+            f"connects wait for the queries it drops",
+            flush=True,
+        )
     import logging
+
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    print(f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {a.etcd_ttl_s} s "
-          f"(renewed every {a.etcd_ttl_s / 3:.2g} s); c10d keep-alive: "
-          f"torch's default 5 s x 3 (c10d), 1 s x 3 (c10d-1x3)", flush=True)
+    print(
+        f"[rdzv-scale] last call {LAST_CALL_S} s; etcd lease {a.etcd_ttl_s} s "
+        f"(renewed every {a.etcd_ttl_s / 3:.2g} s); c10d keep-alive: "
+        f"torch's default 5 s x 3 (c10d), 1 s x 3 (c10d-1x3)",
+        flush=True,
+    )
     if "etcd" in a.handlers and max(a.nodes) > STREAM_CAP_AGENTS:
         note = stream_cap_note()
         if note:
             print(f"[rdzv-scale] {note}", flush=True)
     try:
-        results, workers = run(a.nodes, a.handlers, procs=a.procs, steady_s=a.steady_s, timeout_s=a.timeout_s,
-                               victim=a.victim, worker_ranks=a.worker_ranks, worker_s=a.worker_s,
-                               etcd_ttl_s=a.etcd_ttl_s,
-                               say=lambda m: print(m, flush=True))
+        results, workers = run(
+            a.nodes,
+            a.handlers,
+            procs=a.procs,
+            steady_s=a.steady_s,
+            timeout_s=a.timeout_s,
+            victim=a.victim,
+            worker_ranks=a.worker_ranks,
+            worker_s=a.worker_s,
+            etcd_ttl_s=a.etcd_ttl_s,
+            say=lambda m: print(m, flush=True),
+        )
     except Exception as e:  # noqa: BLE001 - a store that did not start (no etcd binary, ...): one line
         print(f"[rdzv-scale] {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -1207,8 +1434,15 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, workers))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rendezvous": [dataclasses.asdict(r) | {"ok": r.ok} for r in results],
-                       "workers_store": [dataclasses.asdict(w) for w in workers]}, f, indent=1, default=str)
+            json.dump(
+                {
+                    "rendezvous": [dataclasses.asdict(r) | {"ok": r.ok} for r in results],
+                    "workers_store": [dataclasses.asdict(w) for w in workers],
+                },
+                f,
+                indent=1,
+                default=str,
+            )
     bad = [f"{r.handler} N={r.nodes}" for r in results if not r.ok]
     if bad:
         print(f"[rdzv-scale] not formed or wrong: {', '.join(bad)} (see the table)", file=sys.stderr)

@@ -6,6 +6,7 @@ It resolves ``checkpoint.dir`` from the same arguments the job got and names its
 says there is none yet (a stop before the first checkpoint: the rerun starts from the beginning). Torch-free and
 quick: it reads commit markers only. Exit 0 always, except 2 for arguments the job itself would refuse.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,7 @@ def describe(train_args: list[str]) -> str:
         directory = load_config(train_args).checkpoint.dir
     newest = latest_complete(directory)
     if newest is None:
-        return (f"stopped before any checkpoint was saved ({directory} holds none): a rerun starts from the "
-                "beginning")
+        return f"stopped before any checkpoint was saved ({directory} holds none): a rerun starts from the beginning"
     return f"stopped; the newest complete checkpoint is step {parse_step(newest)} ({newest}): a rerun resumes there"
 
 

@@ -13,6 +13,7 @@ FSx through the rank-0 pod). Exit 0 with the screen; 2 with one line when there 
 the metrics that are not records (a damaged file) are left out of the figures, with one warning line on stderr.
 It draws no picture: ``python -m training.goodput RUN_DIR`` writes the timeline PNG.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,15 @@ from pathlib import Path
 from cluster_facts import FSX_MOUNT_PATH
 from training.checkpoint.run_lock import CheckpointDirBusy, RunLock
 from training.goodput.analysis import scan_records
-from training.goodput.ledger import (PHASES, Ledger, LedgerError, ledger_from_records, locate_run, read_ledger,
-                                     skipped_warning)
+from training.goodput.ledger import (
+    PHASES,
+    Ledger,
+    LedgerError,
+    ledger_from_records,
+    locate_run,
+    read_ledger,
+    skipped_warning,
+)
 from training.job.metrics import WARMUP_STEPS
 
 RECENT = 20  # steps the speed and the ETA are taken over (the training log's ETA takes the same median)
@@ -92,21 +100,28 @@ def current_speed(ledger: Ledger) -> Speed | None:
     recs = [r for r in ledger.records if r.get("event") in ("start", "step")]
     last_start = max((i for i, r in enumerate(recs) if r["event"] == "start"), default=-1)
     # the job's step records carry both figures; a hand-made one without them has no pace to take
-    steps = [r for r in recs[last_start + 1:] if r["event"] == "step" and "step_time_s" in r
-             and "tokens_per_s" in r][WARMUP_STEPS - 1:]
+    steps = [r for r in recs[last_start + 1 :] if r["event"] == "step" and "step_time_s" in r and "tokens_per_s" in r][
+        WARMUP_STEPS - 1 :
+    ]
     if len(steps) < 2:
         return None
     gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:])][-RECENT:]
     steps = steps[1:][-RECENT:]
-    return Speed(step_s=statistics.median(r["step_time_s"] for r in steps), pace_s=statistics.median(gaps),
-                 tokens_per_s=statistics.median(r["tokens_per_s"] for r in steps))
+    return Speed(
+        step_s=statistics.median(r["step_time_s"] for r in steps),
+        pace_s=statistics.median(gaps),
+        tokens_per_s=statistics.median(r["tokens_per_s"] for r in steps),
+    )
 
 
 def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
     """The status screen (plain text, one fact per line)."""
     now = time.time() if now is None else now
-    state = {True: "running", False: f"not running ({ledger.status})" if ledger.status != "finished" else "finished",
-             None: ledger.status}[where.running]
+    state = {
+        True: "running",
+        False: f"not running ({ledger.status})" if ledger.status != "finished" else "finished",
+        None: ledger.status,
+    }[where.running]
     if where.state:
         state += f" [{where.state}]"
     total = ledger.total_steps
@@ -116,25 +131,36 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
     last = ledger.records[-1]
     running = where.running is not False and ledger.step != total
     eta = speed.pace_s * (total - ledger.step) if speed and total and running else None
-    lines.append(f"step     {ledger.step}/{total or '?'}{pct}  ETA {'-' if eta is None else _duration(eta)}  "
-                 f"(last record {_ago(last['time'], now)})")
+    lines.append(
+        f"step     {ledger.step}/{total or '?'}{pct}  ETA {'-' if eta is None else _duration(eta)}  "
+        f"(last record {_ago(last['time'], now)})"
+    )
     loss = next((r.get("loss") for r in reversed(ledger.records) if r.get("event") == "step"), None)
-    lines.append("speed    " + (f"{speed.tokens_per_s:,.0f} tokens/s, {speed.pace_s:.2f} s/step ({speed.step_s:.2f} s "
-                                f"computing; medians of the last {RECENT} steps)" if speed
-                                else "- (no step of this attempt after its first yet)")
-                 + (f"; loss {loss:.4f}" if loss is not None else ""))
+    lines.append(
+        "speed    "
+        + (
+            f"{speed.tokens_per_s:,.0f} tokens/s, {speed.pace_s:.2f} s/step ({speed.step_s:.2f} s "
+            f"computing; medians of the last {RECENT} steps)"
+            if speed
+            else "- (no step of this attempt after its first yet)"
+        )
+        + (f"; loss {loss:.4f}" if loss is not None else "")
+    )
     world = next((r.get("world_size") for r in reversed(ledger.records) if r.get("event") in ("step", "start")), None)
     spares = "-" if where.spares is None else str(where.spares)
-    lines.append(f"world    {world or '?'} ranks, {spares} spare node(s); {ledger.attempts} attempt(s) "
-                 f"({'>'.join(map(str, ledger.world_sizes)) or '-'})")
+    lines.append(
+        f"world    {world or '?'} ranks, {spares} spare node(s); {ledger.attempts} attempt(s) "
+        f"({'>'.join(map(str, ledger.world_sizes)) or '-'})"
+    )
     lines += [f"         {x}" for x in where.lines]
     snapshots = snapshot_line(ledger)
     if snapshots:
         lines.append(snapshots)
     if ledger.failures:
         f = ledger.failures[-1]
-        parts = ", ".join(f"{k.replace('_and_', '+').replace('_', ' ')} {v:.1f}" for k in PHASES
-                          if (v := f.phases.get(k)) is not None)
+        parts = ", ".join(
+            f"{k.replace('_and_', '+').replace('_', ' ')} {v:.1f}" for k in PHASES if (v := f.phases.get(k)) is not None
+        )
         lost = f.recovery.steps_lost
         cost = f"cost {f.cost_s:.1f} s ({parts})" if f.cost_s is not None else "not recovered yet"
         tier = f", restored from {f.recovery.tier}" if f.recovery.tier else ""
@@ -142,9 +168,11 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
         lines.append(f"         {cost}; {'-' if lost is None else lost} step(s) recomputed{tier}")
     else:
         lines.append("failure  none")
-    lines.append(f"goodput  {ledger.goodput:.0%} so far ({ledger.useful_s:,.0f} s useful of {ledger.wall_s:,.0f} s "
-                 f"wall); uninterrupted estimate {ledger.uninterrupted_goodput:.0%}; "
-                 f"{len(ledger.failures)} failure(s) cost {ledger.lost_s:,.1f} s")
+    lines.append(
+        f"goodput  {ledger.goodput:.0%} so far ({ledger.useful_s:,.0f} s useful of {ledger.wall_s:,.0f} s "
+        f"wall); uninterrupted estimate {ledger.uninterrupted_goodput:.0%}; "
+        f"{len(ledger.failures)} failure(s) cost {ledger.lost_s:,.1f} s"
+    )
     lines.append(f"ledger   python -m training.goodput {ledger.run_dir}")
     return "\n".join(lines)
 
@@ -155,8 +183,14 @@ def snapshot_line(ledger: Ledger) -> str | None:
     say (runs from before the interval was recorded)."""
     recs = ledger.records
     first = max((i for i, r in enumerate(recs) if r.get("event") == "start"), default=-1) + 1
-    interval = next((r["snapshot_interval"] for r in reversed(recs[first:])
-                     if r.get("event") == "step" and "snapshot_interval" in r), None)
+    interval = next(
+        (
+            r["snapshot_interval"]
+            for r in reversed(recs[first:])
+            if r.get("event") == "step" and "snapshot_interval" in r
+        ),
+        None,
+    )
     chosen = next((r for r in reversed(recs[first:]) if r.get("event") == "snapshot_interval"), None)
     if interval is None and chosen is None:
         return None
@@ -168,8 +202,10 @@ def snapshot_line(ledger: Ledger) -> str | None:
         return line
     cost = f"{100 * chosen['share']:.1f}% of training time blocked, budget {100 * chosen['budget']:g}%"
     if chosen.get("mode") == "fixed":  # a fixed memory_interval over the budget
-        return f"{line} (memory_interval={chosen['interval']}: {cost}; auto would take every " \
-               f"{chosen.get('auto_interval', '?')})"
+        return (
+            f"{line} (memory_interval={chosen['interval']}: {cost}; auto would take every "
+            f"{chosen.get('auto_interval', '?')})"
+        )
     return f"{line} (auto: {cost})"
 
 
@@ -206,10 +242,12 @@ def slurm(shared_dir: str | None, run_name: str) -> tuple[Ledger, Where]:
     system (``<shared_dir>/runs/<run_name>``, as ``tools.slurm.submit`` lays it out)."""
     from tools.slurm import slurmctl
     from tools.slurm.submit import default_shared_dir
+
     env, lab = slurmctl.resolve_environment()
     try:
-        out = slurmctl.run(["squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env,
-                           timeout=30)
+        out = slurmctl.run(
+            ["squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i|%T|%D|%N|%Z|%M"], env=env, timeout=30
+        )
     except slurmctl.SlurmError as e:
         raise StatusError(str(e)) from None
     jobs = [line.split("|") for line in out.splitlines() if line.count("|") == 5]
@@ -222,13 +260,17 @@ def slurm(shared_dir: str | None, run_name: str) -> tuple[Ledger, Where]:
     ledger = read_ledger(run_dir)
     train_nodes, spares = _sbatch_setting(run_dir, "NODES"), _sbatch_setting(run_dir, "SPARES")
     if not jobs:
-        return ledger, Where(label=f"{run_dir} (slurm: no job named {run_name} in squeue)", running=False,
-                             spares=spares)
+        return ledger, Where(
+            label=f"{run_dir} (slurm: no job named {run_name} in squeue)", running=False, spares=spares
+        )
     now_spares = None if train_nodes is None else max(0, int(nodes) - train_nodes)
-    lines = [f"slurm job {job_id}: {nodes} node(s) allocated ({nodelist}), {train_nodes or '?'} training, "
-             f"{spares if spares is not None else '?'} spare(s) submitted; elapsed {elapsed}"]
-    return ledger, Where(label=f"slurm job {job_id} ({run_dir})", running=state == "RUNNING", state=state,
-                         spares=now_spares, lines=lines)
+    lines = [
+        f"slurm job {job_id}: {nodes} node(s) allocated ({nodelist}), {train_nodes or '?'} training, "
+        f"{spares if spares is not None else '?'} spare(s) submitted; elapsed {elapsed}"
+    ]
+    return ledger, Where(
+        label=f"slurm job {job_id} ({run_dir})", running=state == "RUNNING", state=state, spares=now_spares, lines=lines
+    )
 
 
 # ------------------------------------------------------------------------------------------ eks
@@ -237,6 +279,7 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
     rank-0 pod (FSx). No ledger (None) when no pod runs but the TrainJob's status has the progress."""
     from cluster_assets.k8s.trainjob import SPARES_ENV
     from tools.k8s import cluster as k8s
+
     try:
         c = k8s.connect()
         job = c.get_train_job(namespace, name)
@@ -254,14 +297,18 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
     running_pods = [p for p in pods if p.status.phase == "Running"]
     trainer = (job.get("spec") or {}).get("trainer") or {}
     submitted = next((e.get("value") for e in trainer.get("env") or [] if e.get("name") == SPARES_ENV), "0")
-    lines = [f"pods: {', '.join(f'{n} {ph}' for ph, n in sorted(phases.items())) or 'none'} "
-             f"(numNodes {trainer.get('numNodes', '?')}, {submitted} spare(s) submitted)"]
+    lines = [
+        f"pods: {', '.join(f'{n} {ph}' for ph, n in sorted(phases.items())) or 'none'} "
+        f"(numNodes {trainer.get('numNodes', '?')}, {submitted} spare(s) submitted)"
+    ]
     if status.get("trainerStatus"):  # what rank 0 reported (training.job.trainer_status), as kubectl shows it
         ts = status["trainerStatus"]
         shown = ", ".join(f"{m['name']} {m['value']}" for m in ts.get("metrics", []) if m.get("name") != "last_failure")
-        lines.append(f"trainerStatus: {ts.get('progressPercentage', '?')}%, "
-                     f"ETA {ts.get('estimatedRemainingSeconds', '?')} s; {shown} "
-                     f"(updated {ts.get('lastUpdatedTime', '?')})")
+        lines.append(
+            f"trainerStatus: {ts.get('progressPercentage', '?')}%, "
+            f"ETA {ts.get('estimatedRemainingSeconds', '?')} s; {shown} "
+            f"(updated {ts.get('lastUpdatedTime', '?')})"
+        )
     label = f"TrainJob {namespace}/{name}"
     path = metrics_path or f"{FSX_MOUNT_PATH}/jobs/{name}/metrics.jsonl"  # TrainJobConfig.job_dir
     text = ""
@@ -274,11 +321,14 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
     if not text:
         if len(lines) > 1:  # no pod to read the metrics through, but the TrainJob's own status says where it is
             return None, Where(label=label, running=False, state=state, lines=lines)
-        raise StatusError(f"TrainJob {namespace}/{name} is {state} and no pod runs to read {path} from FSx "
-                          f"(its pods: {phases or 'none'})")
+        raise StatusError(
+            f"TrainJob {namespace}/{name} is {state} and no pod runs to read {path} from FSx "
+            f"(its pods: {phases or 'none'})"
+        )
     try:
-        cfg = tomllib.loads(c.exec_read(namespace, rank0.metadata.name, str(Path(path).parent / "config.toml"),
-                                        container="node"))
+        cfg = tomllib.loads(
+            c.exec_read(namespace, rank0.metadata.name, str(Path(path).parent / "config.toml"), container="node")
+        )
         total = int(cfg["train"]["steps"])
     except (k8s.ClusterError, KeyError, TypeError, ValueError, OverflowError):  # ValueError: TOMLDecodeError
         total = None
@@ -288,27 +338,44 @@ def eks(namespace: str, name: str, metrics_path: str | None) -> tuple[Ledger | N
     nproc = trainer.get("numProcPerNode")
     nproc = int(nproc) if str(nproc).isdigit() and int(nproc) > 0 else None
     spares = None if world is None or nproc is None else max(0, len(running_pods) - world // nproc)
-    return ledger, Where(label=label, running=bool(running_pods) and state != "Complete", state=state,
-                         spares=spares, lines=lines)
+    return ledger, Where(
+        label=label, running=bool(running_pods) and state != "Complete", state=state, spares=spares, lines=lines
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python -m tools.status", description=__doc__.split("\n\n")[0],
-                                usage="%(prog)s [--platform P] [options] [RUN_DIR | -- TRAINING_ARGS]")
-    p.add_argument("--platform", default=os.environ.get("PLATFORM") or "local",
-                   choices=("local", "slurm", "parallelcluster", "eks"), help="where the job runs (default local)")
+    train_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(
+        prog="python -m tools.status",
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s [--platform P] [options] [RUN_DIR | -- TRAINING_ARGS]",
+    )
+    p.add_argument(
+        "--platform",
+        default=os.environ.get("PLATFORM") or "local",
+        choices=("local", "slurm", "parallelcluster", "eks"),
+        help="where the job runs (default local)",
+    )
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="local: the run's job.out_dir")
-    p.add_argument("--shared-dir", default=os.environ.get("SHARED_DIR"), help="slurm: the shared file system "
-                   "(default SHARED_DIR, /fsx when mounted, else the local lab's)")
-    p.add_argument("--run-name", default=os.environ.get("RUN_NAME") or os.environ.get("PRESET") or "debug",
-                   help="slurm: the run's name (RUN_NAME, else the preset: the submit's default)")
+    p.add_argument(
+        "--shared-dir",
+        default=os.environ.get("SHARED_DIR"),
+        help="slurm: the shared file system (default SHARED_DIR, /fsx when mounted, else the local lab's)",
+    )
+    p.add_argument(
+        "--run-name",
+        default=os.environ.get("RUN_NAME") or os.environ.get("PRESET") or "debug",
+        help="slurm: the run's name (RUN_NAME, else the preset: the submit's default)",
+    )
     p.add_argument("--namespace", default=os.environ.get("NAMESPACE", "default"), help="eks: the TrainJob's namespace")
     p.add_argument("--name", default=os.environ.get("JOB_NAME"), help="eks: the TrainJob's name")
-    p.add_argument("--metrics-path", help="eks: metrics.jsonl on FSx as the pods see it "
-                   "(default /fsx/jobs/NAME/metrics.jsonl, the submit's job directory)")
+    p.add_argument(
+        "--metrics-path",
+        help="eks: metrics.jsonl on FSx as the pods see it "
+        "(default /fsx/jobs/NAME/metrics.jsonl, the submit's job directory)",
+    )
     a = p.parse_args(argv)
     try:
         if a.platform == "local":
@@ -324,9 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     except (LedgerError, StatusError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(screen(ledger, where) if ledger is not None else
-          "\n".join([f"job      {where.label}: {where.state} (no pod runs to read the metrics through)"]
-                    + [f"         {x}" for x in where.lines]))
+    print(
+        screen(ledger, where)
+        if ledger is not None
+        else "\n".join(
+            [f"job      {where.label}: {where.state} (no pod runs to read the metrics through)"]
+            + [f"         {x}" for x in where.lines]
+        )
+    )
     if ledger is not None and (warning := skipped_warning(ledger)):
         print(warning, file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ weights; nothing non-finite was saved), 6 checkpoint storage failed (no space, r
 7 checkpoint.dir in use by another run, 128+signum after checkpointing on SIGTERM/SIGINT/SIGUSR1 (relaunch to
 resume; a second SIGINT exits 130 at once, without a checkpoint).
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         except CHECK_ERRORS as e:
             return _report(e)
     from training.job.trainer import Trainer  # torch import after argument errors are reported
+
     clock.mark("imports")
     trainer = None
     try:

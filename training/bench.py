@@ -9,6 +9,7 @@ published samples use (gather a full state dict, ``torch.save`` on rank 0, synch
 
 ``make bench`` runs both presets and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,11 @@ def _throughput(trainer, cfg, step_s: float, peak_tflops: float) -> dict:
     gpu = torch.cuda.get_device_name() if trainer.device.type == "cuda" else ""
     peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), 0.0)
     flops = _flops_per_step(trainer.model, cfg.train.global_batch, cfg.data.seq_len, trainer.dataset.target_len)
-    return {"device": gpu or "cpu", "tflops_per_s": flops / step_s / 1e12,
-            "mfu": (flops / step_s / 1e12 / (peak * trainer.world)) if peak else None}
+    return {
+        "device": gpu or "cpu",
+        "tflops_per_s": flops / step_s / 1e12,
+        "mfu": (flops / step_s / 1e12 / (peak * trainer.world)) if peak else None,
+    }
 
 
 def _write(trainer, out: str, res: dict) -> None:
@@ -56,9 +60,11 @@ def _write(trainer, out: str, res: dict) -> None:
 def _baseline_save(trainer, path: Path) -> float:
     """What published FSDP samples do: full state dict gathered to rank 0 and torch.save, blocking."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
     t0 = time.perf_counter()
-    msd, osd = get_state_dict(trainer.model, trainer.optimizer,
-                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    msd, osd = get_state_dict(
+        trainer.model, trainer.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if trainer.rank == 0:
         torch.save({"model": msd, "optim": osd}, path)
     dist.barrier()
@@ -97,11 +103,15 @@ def _memory_figures(trainer, timed_step, step: int, n: int) -> dict[str, float]:
     trainer.ckpt.storage.load(trainer.state)
     from_storage = time.perf_counter() - t0
     # the first two snapshots fault in the pages of the two generations' buffers (once per run)
-    return {"snapshot_step_s": statistics.median(with_snapshot[2:]),
-            "snapshot_base_step_s": statistics.median(plain),
-            "snapshot_block_s": statistics.median(blocked[2:]), "snapshot_copy_s": statistics.median(copies),
-            "snapshot_bytes_per_rank": sum(b.numel() for b in mem.own.bufs.values()) / max(1, len(mem.own.bufs)),
-            "restore_memory_s": from_memory, "restore_storage_s": from_storage}
+    return {
+        "snapshot_step_s": statistics.median(with_snapshot[2:]),
+        "snapshot_base_step_s": statistics.median(plain),
+        "snapshot_block_s": statistics.median(blocked[2:]),
+        "snapshot_copy_s": statistics.median(copies),
+        "snapshot_bytes_per_rank": sum(b.numel() for b in mem.own.bufs.values()) / max(1, len(mem.own.bufs)),
+        "restore_memory_s": from_memory,
+        "restore_storage_s": from_storage,
+    }
 
 
 def _auto_interval(memory: dict[str, float], ckpt) -> dict:
@@ -109,10 +119,15 @@ def _auto_interval(memory: dict[str, float], ckpt) -> dict:
     wait for its copy) against the step without snapshots, within checkpoint.memory_budget (the run's setting),
     at most checkpoint.interval; and the share of training time it blocks at that interval."""
     from training.checkpoint.snapshot_budget import Choice, interval_for
+
     n = interval_for(memory["snapshot_block_s"], memory["snapshot_base_step_s"], ckpt.memory_budget, ckpt.interval)
     chosen = Choice(n, memory["snapshot_block_s"], memory["snapshot_base_step_s"], ckpt.memory_budget, ckpt.interval)
-    return {"snapshot_auto_interval": n, "snapshot_auto_share": chosen.share, "snapshot_budget": ckpt.memory_budget,
-            "snapshot_max_interval": ckpt.interval}
+    return {
+        "snapshot_auto_interval": n,
+        "snapshot_auto_share": chosen.share,
+        "snapshot_budget": ckpt.memory_budget,
+        "snapshot_max_interval": ckpt.interval,
+    }
 
 
 def run(argv: list[str]) -> int:
@@ -123,13 +138,17 @@ def run(argv: list[str]) -> int:
     ap.add_argument("--saves", type=int, default=2, help="saves of each kind (median reported)")
     ap.add_argument("--out", required=True, help="JSON file for the figures (written by rank 0)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (default: by GPU name)")
-    ap.add_argument("--steps-only", action="store_true",
-                    help="measure steps only (time, tokens/s, MFU, peak GPU memory): no saves, no snapshots")
+    ap.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="measure steps only (time, tokens/s, MFU, peak GPU memory): no saves, no snapshots",
+    )
     ap.add_argument("extra", nargs="*", help="training overrides after --, e.g. -- --train.global_batch 16")
     a = ap.parse_args(argv)
     from training.config import load_config
     from training.data.dataset import build_dataloader
     from training.job.trainer import Trainer
+
     # one directory for all ranks (a checkpoint is written by every rank into the same place)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or str(os.getppid())
     tmp = Path(tempfile.gettempdir()) / f"t5f-bench-{run_id}"
@@ -140,9 +159,18 @@ def run(argv: list[str]) -> int:
     trainer = Trainer(cfg)
     try:
         t = cfg.train
-        loader = iter(build_dataloader(
-            trainer.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch, rank=trainer.rank,
-            world=trainer.world, start_offset=0, pin_memory=trainer.device.type == "cuda"))
+        loader = iter(
+            build_dataloader(
+                trainer.dataset,
+                cfg.data,
+                seed=cfg.job.seed,
+                global_batch=t.global_batch,
+                rank=trainer.rank,
+                world=trainer.world,
+                start_offset=0,
+                pin_memory=trainer.device.type == "cuda",
+            )
+        )
 
         def timed_step() -> tuple[float, int]:
             if trainer.device.type == "cuda":
@@ -162,10 +190,19 @@ def run(argv: list[str]) -> int:
         times, toks = zip(*(timed_step() for _ in range(a.steps)))
         step_s = statistics.median(times)
         peak_gpu_gb = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else None
-        figures = {"preset": a.preset, "variant": " ".join(a.extra), "params": trainer.n_params,
-                   "world_size": trainer.world, "precision": cfg.parallel.precision, "global_batch": t.global_batch,
-                   "step_s": step_s, "tokens_per_s": statistics.median(toks) / step_s, "warmup_s": warmup_s,
-                   "peak_gpu_gb": peak_gpu_gb, **_throughput(trainer, cfg, step_s, a.peak_tflops)}
+        figures = {
+            "preset": a.preset,
+            "variant": " ".join(a.extra),
+            "params": trainer.n_params,
+            "world_size": trainer.world,
+            "precision": cfg.parallel.precision,
+            "global_batch": t.global_batch,
+            "step_s": step_s,
+            "tokens_per_s": statistics.median(toks) / step_s,
+            "warmup_s": warmup_s,
+            "peak_gpu_gb": peak_gpu_gb,
+            **_throughput(trainer, cfg, step_s, a.peak_tflops),
+        }
         if a.steps_only:
             _write(trainer, a.out, figures)
             return 0
@@ -176,7 +213,7 @@ def run(argv: list[str]) -> int:
         trainer.ckpt.storage.wait()
         blocks: dict[str, list[float]] = {"async": [], "sync": [], "baseline": []}
         during_async: list[float] = []
-        writes: list[float] = []     # async save call -> committed (background write + checksums + marker)
+        writes: list[float] = []  # async save call -> committed (background write + checksums + marker)
         checksums: list[float] = []  # this rank's share of the CRC32C checksums, inside that write
         for _ in range(a.saves):
             step += 1
@@ -197,13 +234,16 @@ def run(argv: list[str]) -> int:
             res = {
                 **figures,
                 "step_s_during_async_write": statistics.median(during_async),
-                "ckpt_block_s": med, "ckpt_block_over_step": {k: v / step_s for k, v in med.items()},
+                "ckpt_block_s": med,
+                "ckpt_block_over_step": {k: v / step_s for k, v in med.items()},
                 "ckpt_block_first_async_s": async_first,
-                "async_write_s": statistics.median(writes), "checksum_s": statistics.median(checksums),
+                "async_write_s": statistics.median(writes),
+                "checksum_s": statistics.median(checksums),
                 "checksum_over_async_write": statistics.median(checksums) / statistics.median(writes),
                 "baseline_over_async": med["baseline"] / med["async"] if med["async"] else None,
                 "ckpt_block_all_s": blocks,
-                **memory, "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
+                **memory,
+                "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
                 "snapshot_block_over_step": memory["snapshot_block_s"] / memory["snapshot_base_step_s"],
                 **_auto_interval(memory, cfg.checkpoint),
             }
@@ -241,59 +281,77 @@ def _print_step_table(rows: list[dict]) -> None:
     for r in rows:
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         peak = f"{r['peak_gpu_gb']:.1f}" if r.get("peak_gpu_gb") else "-"
-        print(f"{r['preset']:<10}{r['device'][:11]:>12}{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
-              f"{peak:>9}{r.get('warmup_s', float('nan')):>9.1f}  {r.get('variant') or '(preset)'}")
+        print(
+            f"{r['preset']:<10}{r['device'][:11]:>12}{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
+            f"{peak:>9}{r.get('warmup_s', float('nan')):>9.1f}  {r.get('variant') or '(preset)'}"
+        )
 
 
 def _print_save_table(rows: list[dict]) -> None:
-    hdr = (f"{'preset':<10}{'params':>8}{'world':>6}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}"
-           f"{'1st async':>10}{'async s':>9}{'(%step)':>8}{'sync s':>8}{'(%step)':>8}{'base s':>8}{'(%step)':>8}"
-           f"{'base/async':>11}")
+    hdr = (
+        f"{'preset':<10}{'params':>8}{'world':>6}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}"
+        f"{'1st async':>10}{'async s':>9}{'(%step)':>8}{'sync s':>8}{'(%step)':>8}{'base s':>8}{'(%step)':>8}"
+        f"{'base/async':>11}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         b, f = r["ckpt_block_s"], r["ckpt_block_over_step"]
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
-        print(f"{r['preset']:<10}{r['params'] / 1e6:>7.1f}M{r['world_size']:>6}{r['device'][:11]:>12}"
-              f"{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
-              f"{r.get('ckpt_block_first_async_s', float('nan')):>10.3f}"
-              f"{b['async']:>9.3f}{100 * f['async']:>7.1f}%{b['sync']:>8.3f}{100 * f['sync']:>7.1f}%"
-              f"{b['baseline']:>8.3f}{100 * f['baseline']:>7.1f}%{r['baseline_over_async']:>10.1f}x")
+        print(
+            f"{r['preset']:<10}{r['params'] / 1e6:>7.1f}M{r['world_size']:>6}{r['device'][:11]:>12}"
+            f"{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
+            f"{r.get('ckpt_block_first_async_s', float('nan')):>10.3f}"
+            f"{b['async']:>9.3f}{100 * f['async']:>7.1f}%{b['sync']:>8.3f}{100 * f['sync']:>7.1f}%"
+            f"{b['baseline']:>8.3f}{100 * f['baseline']:>7.1f}%{r['baseline_over_async']:>10.1f}x"
+        )
     for r in rows:
         if "checksum_s" in r:
-            print(f"{r['preset']}: checkpoint checksums (CRC32C, each rank its share, in the background writer) "
-                  f"{r['checksum_s']:.3f} s of the {r['async_write_s']:.2f} s async save = "
-                  f"{100 * r['checksum_over_async_write']:.1f}%")
+            print(
+                f"{r['preset']}: checkpoint checksums (CRC32C, each rank its share, in the background writer) "
+                f"{r['checksum_s']:.3f} s of the {r['async_write_s']:.2f} s async save = "
+                f"{100 * r['checksum_over_async_write']:.1f}%"
+            )
     for r in rows:
         if "snapshot_block_s" in r:
-            print(f"{r['preset']}: in-memory snapshot every step: training blocked {r['snapshot_block_s']:.3f} s per "
-                  f"step = {100 * r['snapshot_block_over_step']:.1f}% of a step "
-                  f"({r['snapshot_bytes_per_rank'] / 1e6:,.0f} MB per rank, copied in {r['snapshot_copy_s']:.3f} s on "
-                  f"a thread overlapping the next step); step time {r['snapshot_step_s']:.3f} s vs "
-                  f"{r['snapshot_base_step_s']:.3f} s without ({100 * r['snapshot_over_step']:+.1f}%: the copy shares "
-                  f"the cores); restore {r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s "
-                  "from storage")
+            print(
+                f"{r['preset']}: in-memory snapshot every step: training blocked {r['snapshot_block_s']:.3f} s per "
+                f"step = {100 * r['snapshot_block_over_step']:.1f}% of a step "
+                f"({r['snapshot_bytes_per_rank'] / 1e6:,.0f} MB per rank, copied in {r['snapshot_copy_s']:.3f} s on "
+                f"a thread overlapping the next step); step time {r['snapshot_step_s']:.3f} s vs "
+                f"{r['snapshot_base_step_s']:.3f} s without ({100 * r['snapshot_over_step']:+.1f}%: the copy shares "
+                f"the cores); restore {r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s "
+                "from storage"
+            )
         if "snapshot_auto_interval" in r:
             n = r["snapshot_auto_interval"]
-            print(f"{r['preset']}: memory_interval=auto takes {'every step' if n == 1 else f'every {n} steps'}: a "
-                  f"snapshot blocks {100 * r['snapshot_block_over_step']:.1f}% of a step (capture and wait for its "
-                  f"copy), {100 * r['snapshot_auto_share']:.2f}% of training time at that interval; budget "
-                  f"{100 * r['snapshot_budget']:g}% (checkpoint.memory_budget), at most every "
-                  f"{r['snapshot_max_interval']} steps (checkpoint.interval)")
+            print(
+                f"{r['preset']}: memory_interval=auto takes {'every step' if n == 1 else f'every {n} steps'}: a "
+                f"snapshot blocks {100 * r['snapshot_block_over_step']:.1f}% of a step (capture and wait for its "
+                f"copy), {100 * r['snapshot_auto_share']:.2f}% of training time at that interval; budget "
+                f"{100 * r['snapshot_budget']:g}% (checkpoint.memory_budget), at most every "
+                f"{r['snapshot_max_interval']} steps (checkpoint.interval)"
+            )
     for r in rows:
         if r["preset"] == "t5-60m":
             ok1 = r["ckpt_block_over_step"]["async"] <= 0.10
             ok2 = r["baseline_over_async"] >= 5
-            print(f"\ntargets (t5-60m): async blocking <= 10% of a step: "
-                  f"{100 * r['ckpt_block_over_step']['async']:.1f}% {'MET' if ok1 else 'MISSED'}; "
-                  f">= 5x less blocking than baseline: {r['baseline_over_async']:.1f}x {'MET' if ok2 else 'MISSED'}")
+            print(
+                f"\ntargets (t5-60m): async blocking <= 10% of a step: "
+                f"{100 * r['ckpt_block_over_step']['async']:.1f}% {'MET' if ok1 else 'MISSED'}; "
+                f">= 5x less blocking than baseline: {r['baseline_over_async']:.1f}x {'MET' if ok2 else 'MISSED'}"
+            )
             if "snapshot_block_over_step" in r:
                 ok3 = r["snapshot_block_over_step"] <= 0.03
-                print(f"target (t5-60m): in-memory snapshot every step blocks <= 3% of a step: "
-                      f"{100 * r['snapshot_block_over_step']:.1f}% {'MET' if ok3 else 'MISSED'} (step time "
-                      f"{100 * r['snapshot_over_step']:+.1f}%)")
-            print(f"note: while an async write is in flight a step takes {r['step_s_during_async_write']:.2f} s "
-                  f"(vs {r['step_s']:.2f} s): the writer shares the CPU cores")
+                print(
+                    f"target (t5-60m): in-memory snapshot every step blocks <= 3% of a step: "
+                    f"{100 * r['snapshot_block_over_step']:.1f}% {'MET' if ok3 else 'MISSED'} (step time "
+                    f"{100 * r['snapshot_over_step']:+.1f}%)"
+                )
+            print(
+                f"note: while an async write is in flight a step takes {r['step_s_during_async_write']:.2f} s "
+                f"(vs {r['step_s']:.2f} s): the writer shares the CPU cores"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

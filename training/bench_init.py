@@ -8,6 +8,7 @@ tests/integration/training/test_meta_init.py).
 
     python -m training.bench_init --preset t5-large --nproc 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,11 @@ def worker(preset: str, mode: str, out: str) -> None:
     cfg = load_config(["--preset", preset])
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    built = (build_model_for_sharding(cfg.model, seed=cfg.job.seed) if mode == "meta"
-             else BuiltOnCpu(build_model(cfg.model, seed=cfg.job.seed)))
+    built = (
+        build_model_for_sharding(cfg.model, seed=cfg.job.seed)
+        if mode == "meta"
+        else BuiltOnCpu(build_model(cfg.model, seed=cfg.job.seed))
+    )
     apply_fsdp(built.model, init_device_mesh("cpu", (dist.get_world_size(),)), cfg.parallel)
     built.materialize(built.model, torch.device("cpu"))
     seconds = time.perf_counter() - t0
@@ -63,15 +67,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as out:
         for mode in modes:
             print(f"[bench_init] {a.preset}: {mode} build on {a.nproc} ranks ...", file=sys.stderr, flush=True)
-            r = subprocess.run([torchrun, "--standalone", f"--nproc_per_node={a.nproc}", "-m", "training.bench_init",
-                                "--preset", a.preset, "--worker", mode, out],
-                               env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    torchrun,
+                    "--standalone",
+                    f"--nproc_per_node={a.nproc}",
+                    "-m",
+                    "training.bench_init",
+                    "--preset",
+                    a.preset,
+                    "--worker",
+                    mode,
+                    out,
+                ],
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                capture_output=True,
+                text=True,
+            )
             if r.returncode:
                 print(r.stdout[-2000:] + r.stderr[-4000:], file=sys.stderr)
                 return r.returncode
             ranks = [json.loads(Path(out, f"{mode}-{i}.json").read_text()) for i in range(a.nproc)]
-            print(f"{a.preset:<10}{a.nproc:>6}{mode:>6}{max(x['seconds'] for x in ranks):>9.1f}"
-                  f"{max(x['peak_gb'] for x in ranks):>14.2f}")
+            print(
+                f"{a.preset:<10}{a.nproc:>6}{mode:>6}{max(x['seconds'] for x in ranks):>9.1f}"
+                f"{max(x['peak_gb'] for x in ranks):>14.2f}"
+            )
     return 0
 
 

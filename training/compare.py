@@ -8,6 +8,7 @@ Exit 0 when equal (within --atol if given), 1 when not, 2 for a bad option, a pa
 or a checkpoint that is incomplete or damaged.
 Runs in one process without a process group: DCP reads the shards of every rank.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,12 +68,17 @@ def resolve_checkpoint(path: str | Path, use: str) -> Path:
     if not (given / MARKER).exists() and not _looks_like_step_dir(given):
         weights = _hf_weights(given)
         if weights:
-            raise ValueError(f"{path} is a Hugging Face model directory ({HF_CONFIG} + {weights}), not a "
-                             f"training checkpoint; {use} ({CHECKPOINT_KINDS})")
+            raise ValueError(
+                f"{path} is a Hugging Face model directory ({HF_CONFIG} + {weights}), not a "
+                f"training checkpoint; {use} ({CHECKPOINT_KINDS})"
+            )
         good, bad = scan(given)
         if not good:
-            found = (f"holds no complete checkpoint (newest: {bad[0][0].name}: {bad[0][1]})" if bad
-                     else "holds no training checkpoint (no COMMITTED.json, no step_NNNNNNNN directory)")
+            found = (
+                f"holds no complete checkpoint (newest: {bad[0][0].name}: {bad[0][1]})"
+                if bad
+                else "holds no training checkpoint (no COMMITTED.json, no step_NNNNNNNN directory)"
+            )
             raise ValueError(f"{path} {found}; {use} ({CHECKPOINT_KINDS})")
         ckpt = good[0]  # a checkpoint.dir: its newest complete checkpoint
     ok, why = verify(ckpt)
@@ -96,6 +102,7 @@ def load_full(path: str | Path) -> dict[str, object]:
                 walk(f"{prefix}{k}.", sub)
         else:
             flat[prefix[:-1]] = v
+
     walk("", sd)
     return flat
 
@@ -149,14 +156,16 @@ def parse_atol(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"--atol {text}: the tolerance must be a number >= 0 (0 = bitwise equality); "
-                         "use e.g. --atol 1e-6")
+        raise ValueError(
+            f"--atol {text}: the tolerance must be a number >= 0 (0 = bitwise equality); use e.g. --atol 1e-6"
+        )
     return value
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.compare", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m training.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("a", help=f"a checkpoint: {CHECKPOINT_KINDS} (its newest complete one)")
     ap.add_argument("b", help=f"a checkpoint: {CHECKPOINT_KINDS} (its newest complete one)")
     # Read as text and checked below, so a bad value is one line naming it (argparse would add its usage).

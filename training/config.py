@@ -4,6 +4,7 @@ Every field is documented in place; `python -m training --help` prints those doc
 receives only its own slice (``cfg.model``, ``cfg.checkpoint``, ...). All cross-field checks live in
 :func:`validate`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,12 +60,15 @@ def parse_accept(text: str) -> set[str]:
     if names == {"all"}:
         return set(FIELDS)
     if "all" in names:  # 'all' already means every field: a list next to it is a mistake, not a wider 'all'
-        raise ValueError(f"checkpoint.accept_changes={text!r}: 'all' cannot be combined with other fields; pass "
-                         f"either all or a list of fields ({', '.join(FIELDS)})")
+        raise ValueError(
+            f"checkpoint.accept_changes={text!r}: 'all' cannot be combined with other fields; pass "
+            f"either all or a list of fields ({', '.join(FIELDS)})"
+        )
     unknown = sorted(names - set(FIELDS))
     if unknown:
-        raise ValueError(f"checkpoint.accept_changes: unknown field(s) {', '.join(unknown)}; "
-                         f"valid: all, {', '.join(FIELDS)}")
+        raise ValueError(
+            f"checkpoint.accept_changes: unknown field(s) {', '.join(unknown)}; valid: all, {', '.join(FIELDS)}"
+        )
     return names
 
 
@@ -379,8 +383,9 @@ def _apply(cfg: Config, section: str, key: str, value: Any, origin: str) -> None
     sub = getattr(cfg, section)
     types = {f.name: f.type for f in fields(sub)}
     if key not in types:
-        raise ConfigError(f"unknown option {section}.{key} in {origin}; valid: "
-                          + ", ".join(f"{section}.{k}" for k in types))
+        raise ConfigError(
+            f"unknown option {section}.{key} in {origin}; valid: " + ", ".join(f"{section}.{k}" for k in types)
+        )
     if types[key] == "int | str":  # a number or a word (memory_interval: 3 or auto); validate() judges the word
         setattr(sub, key, _int_or_word(value))
         return
@@ -436,30 +441,41 @@ def _group_doc(cls: type) -> str | None:
 def build_arg_parser(preset: str = "debug") -> argparse.ArgumentParser:
     """The CLI; each flag's help shows the value `preset` gives it (what will run without the flag)."""
     p = _Parser(
-        prog="python -m training", allow_abbrev=False,
-        description=("FSDP2 T5 training with exact checkpoint resume. Values come from the defaults, then the "
-                     "preset, then --config, then the --section.field flags below. Resumes automatically from "
-                     "the newest complete checkpoint in checkpoint.dir. Launch with torchrun."),
+        prog="python -m training",
+        allow_abbrev=False,
+        description=(
+            "FSDP2 T5 training with exact checkpoint resume. Values come from the defaults, then the "
+            "preset, then --config, then the --section.field flags below. Resumes automatically from "
+            "the newest complete checkpoint in checkpoint.dir. Launch with torchrun."
+        ),
     )
     p.add_argument("--preset", default="debug", help=f"preset: one of {', '.join(presets())} (default: debug)")
     p.add_argument("--config", default=None, help="TOML file with [section] tables, applied after the preset")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the resolved configuration as TOML (usable as --config) and exit")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved configuration as TOML (usable as --config) and exit",
+    )
     defaults = _preset_defaults(preset)
     for section in SECTIONS:
         sub = getattr(defaults, section)
         g = p.add_argument_group(section, _group_doc(type(sub)))
         docs = field_docs(type(sub))
         for f in fields(sub):
-            g.add_argument(f"--{section}.{f.name}", dest=f"{section}.{f.name}", default=None,
-                           metavar=f.type.upper().replace(" ", ""),
-                           help=f"{docs.get(f.name, '')} ({preset}: {getattr(sub, f.name)!r})".replace("%", "%%"))
+            g.add_argument(
+                f"--{section}.{f.name}",
+                dest=f"{section}.{f.name}",
+                default=None,
+                metavar=f.type.upper().replace(" ", ""),
+                help=f"{docs.get(f.name, '')} ({preset}: {getattr(sub, f.name)!r})".replace("%", "%%"),
+            )
     return p
 
 
 def _flags() -> list[str]:
-    return ["--preset", "--config", "--print-config"] + [f"--{s}.{f.name}" for s in SECTIONS
-                                                         for f in fields(getattr(Config(), s))]
+    return ["--preset", "--config", "--print-config"] + [
+        f"--{s}.{f.name}" for s in SECTIONS for f in fields(getattr(Config(), s))
+    ]
 
 
 def _suggest(unknown: list[str]) -> str:
@@ -531,19 +547,24 @@ def validate(cfg: Config) -> None:
     for section in SECTIONS:  # inf and nan pass comparisons like "> 0", then fail deep inside (timedelta(inf))
         for f in fields(getattr(cfg, section)):
             v = getattr(getattr(cfg, section), f.name)
-            need(not isinstance(v, float) or math.isfinite(v),
-                 f"{section}.{f.name}={v} must be a finite number (--{section}.{f.name})")
+            need(
+                not isinstance(v, float) or math.isfinite(v),
+                f"{section}.{f.name}={v} must be a finite number (--{section}.{f.name})",
+            )
             # every *_s field is a wait: timedelta, torch's C++ clocks and time.sleep overflow long before a float
             if f.name.endswith("_s") and v > MAX_WAIT_S:
-                raise ConfigError(f"{section}.{f.name}={_seconds(v)} must be at most {MAX_WAIT_S:g} s "
-                                  f"({MAX_WAIT_S / 86400:g} days): longer waits overflow Python's and torch's "
-                                  f"timers; use --{section}.{f.name} {MAX_WAIT_S:g} or less")
+                raise ConfigError(
+                    f"{section}.{f.name}={_seconds(v)} must be at most {MAX_WAIT_S:g} s "
+                    f"({MAX_WAIT_S / 86400:g} days): longer waits overflow Python's and torch's "
+                    f"timers; use --{section}.{f.name} {MAX_WAIT_S:g} or less"
+                )
     for name in ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads"):
         need(getattr(m, name) > 0, f"model.{name}={getattr(m, name)} must be > 0")
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
-    need(m.attention in ("sdpa", "eager", "sdpa_bias"),
-         f"model.attention={m.attention!r}: use sdpa, eager or sdpa_bias")
+    need(
+        m.attention in ("sdpa", "eager", "sdpa_bias"), f"model.attention={m.attention!r}: use sdpa, eager or sdpa_bias"
+    )
     need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
     need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
     need(d.mean_span_len >= 1.0, f"data.mean_span_len={d.mean_span_len} must be >= 1")
@@ -561,39 +582,63 @@ def validate(cfg: Config) -> None:
     need(p.precision in ("fp32", "bf16"), f"parallel.precision={p.precision!r}: use fp32 or bf16")
     need(p.compile in ("auto", "on", "off"), f"parallel.compile={p.compile!r}: use auto, on or off")
     need(p.threads >= 1, f"parallel.threads={p.threads} must be >= 1")
-    need(p.init_timeout_s >= MIN_INIT_TIMEOUT_S,
-         f"parallel.init_timeout_s={p.init_timeout_s} must be >= {MIN_INIT_TIMEOUT_S:g} s: it covers the rendezvous "
-         "and the checkpoint load, which take seconds even for small models")
-    need(p.train_timeout_s >= MIN_TRAIN_TIMEOUT_S,
-         f"parallel.train_timeout_s={p.train_timeout_s} must be >= {MIN_TRAIN_TIMEOUT_S:g} s: every collective waits "
-         "that long for the slowest rank, so below it ordinary steps time out and the job restarts in a loop "
-         "(a hung peer is what it is for: 20-300 s in the presets)")
-    need(p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
-         f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)")
-    need(p.wedge_floor_s == 0 or p.wedge_floor_s >= 3,
-         f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every "
-         "second)")
-    need(p.wedge_multiple >= 1.5, f"parallel.wedge_multiple={p.wedge_multiple} must be >= 1.5: a phase that takes a "
-         "little longer than its slowest so far is not wedged")
-    need(p.wedge_warmup >= 2, f"parallel.wedge_warmup={p.wedge_warmup} must be >= 2 (a phase's first time, which pays "
-         "one-time costs, is not a measure of the next)")
+    need(
+        p.init_timeout_s >= MIN_INIT_TIMEOUT_S,
+        f"parallel.init_timeout_s={p.init_timeout_s} must be >= {MIN_INIT_TIMEOUT_S:g} s: it covers the rendezvous "
+        "and the checkpoint load, which take seconds even for small models",
+    )
+    need(
+        p.train_timeout_s >= MIN_TRAIN_TIMEOUT_S,
+        f"parallel.train_timeout_s={p.train_timeout_s} must be >= {MIN_TRAIN_TIMEOUT_S:g} s: every collective waits "
+        "that long for the slowest rank, so below it ordinary steps time out and the job restarts in a loop "
+        "(a hung peer is what it is for: 20-300 s in the presets)",
+    )
+    need(
+        p.heartbeat_timeout_s == 0 or p.heartbeat_timeout_s >= 3,
+        f"parallel.heartbeat_timeout_s={p.heartbeat_timeout_s} must be 0 (off) or >= 3 (heartbeats come every second)",
+    )
+    need(
+        p.wedge_floor_s == 0 or p.wedge_floor_s >= 3,
+        f"parallel.wedge_floor_s={p.wedge_floor_s} must be 0 (off) or >= 3 (the main thread is looked at every second)",
+    )
+    need(
+        p.wedge_multiple >= 1.5,
+        f"parallel.wedge_multiple={p.wedge_multiple} must be >= 1.5: a phase that takes a "
+        "little longer than its slowest so far is not wedged",
+    )
+    need(
+        p.wedge_warmup >= 2,
+        f"parallel.wedge_warmup={p.wedge_warmup} must be >= 2 (a phase's first time, which pays "
+        "one-time costs, is not a measure of the next)",
+    )
     # The process-group timeout ends every wait at train_timeout_s: a wedge bound at or above it is never reached
-    need(p.wedge_floor_s < p.train_timeout_s or p.wedge_floor_s == 0 or p.heartbeat_timeout_s == 0,
-         f"parallel.wedge_floor_s={p.wedge_floor_s} must be below parallel.train_timeout_s={p.train_timeout_s} (a "
-         "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)")
+    need(
+        p.wedge_floor_s < p.train_timeout_s or p.wedge_floor_s == 0 or p.heartbeat_timeout_s == 0,
+        f"parallel.wedge_floor_s={p.wedge_floor_s} must be below parallel.train_timeout_s={p.train_timeout_s} (a "
+        "peer's collective would give up first); lower --parallel.wedge_floor_s or set it to 0 (off)",
+    )
     need(c.interval > 0, f"checkpoint.interval={c.interval} must be > 0")
-    need(c.memory_interval == "auto" or (isinstance(c.memory_interval, int) and c.memory_interval >= 0),
-         f"checkpoint.memory_interval={c.memory_interval!r} is not valid: use auto (the default: within "
-         "checkpoint.memory_budget), a number of steps, or 0 (off); e.g. --checkpoint.memory_interval auto")
-    need(0 < c.memory_budget < 1, f"checkpoint.memory_budget={c.memory_budget} must be above 0 and below 1 (a share "
-         "of training time: 0.02 = 2%); e.g. --checkpoint.memory_budget 0.02")
+    need(
+        c.memory_interval == "auto" or (isinstance(c.memory_interval, int) and c.memory_interval >= 0),
+        f"checkpoint.memory_interval={c.memory_interval!r} is not valid: use auto (the default: within "
+        "checkpoint.memory_budget), a number of steps, or 0 (off); e.g. --checkpoint.memory_interval auto",
+    )
+    need(
+        0 < c.memory_budget < 1,
+        f"checkpoint.memory_budget={c.memory_budget} must be above 0 and below 1 (a share "
+        "of training time: 0.02 = 2%); e.g. --checkpoint.memory_budget 0.02",
+    )
     # A relative path resolves against wherever the job was started (the checkout): snapshots on disk, not in memory
-    need(not c.memory_dir or os.path.isabs(c.memory_dir),
-         f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "
-         f"memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir {DEFAULT_MEMORY_DIR}) or leave it empty")
+    need(
+        not c.memory_dir or os.path.isabs(c.memory_dir),
+        f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "
+        f"memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir {DEFAULT_MEMORY_DIR}) or leave it empty",
+    )
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
-    need(0 < c.min_timeout_s <= c.timeout_s, f"checkpoint.min_timeout_s={c.min_timeout_s} must be > 0 and at most "
-         f"checkpoint.timeout_s={c.timeout_s}")
+    need(
+        0 < c.min_timeout_s <= c.timeout_s,
+        f"checkpoint.min_timeout_s={c.min_timeout_s} must be > 0 and at most checkpoint.timeout_s={c.timeout_s}",
+    )
     try:
         parse_accept(c.accept_changes)
     except ValueError as e:
@@ -601,14 +646,24 @@ def validate(cfg: Config) -> None:
     need(c.load_step >= 0, f"checkpoint.load_step={c.load_step} must be >= 0 (0 = the newest)")
     need(c.keep_last >= 1, f"checkpoint.keep_last={c.keep_last} must be >= 1 (the newest is needed to resume)")
     need(cfg.metrics.log_every >= 1, f"metrics.log_every={cfg.metrics.log_every} must be >= 1")
-    need(cfg.fault.sigkill_at_step >= 0 and cfg.fault.rank >= 0 and cfg.fault.slow_commit_s >= 0
-         and cfg.fault.nan_at_step >= 0 and cfg.fault.kill_in_snapshot_at_step >= 0
-         and cfg.fault.fail_snapshot_at_step >= 0 and cfg.fault.stop_at_step >= 0
-         and cfg.fault.stop_in_save_at_step >= 0 and cfg.fault.step_sleep_s >= 0 and cfg.fault.wedge_at_step >= 0,
-         "fault.* values must be >= 0")
+    need(
+        cfg.fault.sigkill_at_step >= 0
+        and cfg.fault.rank >= 0
+        and cfg.fault.slow_commit_s >= 0
+        and cfg.fault.nan_at_step >= 0
+        and cfg.fault.kill_in_snapshot_at_step >= 0
+        and cfg.fault.fail_snapshot_at_step >= 0
+        and cfg.fault.stop_at_step >= 0
+        and cfg.fault.stop_in_save_at_step >= 0
+        and cfg.fault.step_sleep_s >= 0
+        and cfg.fault.wedge_at_step >= 0,
+        "fault.* values must be >= 0",
+    )
     sg = cfg.straggler
-    need(sg.factor == 0 or sg.factor > 1, f"straggler.factor={sg.factor} must be 0 (off) or > 1 (a multiple of the "
-         "others' median work time)")
+    need(
+        sg.factor == 0 or sg.factor > 1,
+        f"straggler.factor={sg.factor} must be 0 (off) or > 1 (a multiple of the others' median work time)",
+    )
     need(sg.steps >= 1, f"straggler.steps={sg.steps} must be >= 1")
     need(sg.skip_steps >= 0, f"straggler.skip_steps={sg.skip_steps} must be >= 0")
     need(sg.evict_window_s >= 0, f"straggler.evict_window_s={sg.evict_window_s} must be >= 0 (0 = never take out)")
@@ -636,6 +691,7 @@ def check_world(cfg: Config, world_size: int) -> None:
         raise ConfigError(
             f"train.global_batch={cfg.train.global_batch} is not divisible by the world size {world_size}; "
             f"pick a global batch that every world size the job may run at divides (e.g. "
-            f"{world_size * max(1, cfg.train.global_batch // world_size)})")
+            f"{world_size * max(1, cfg.train.global_batch // world_size)})"
+        )
     if (cfg.fault.sigkill_at_step or cfg.fault.wedge_at_step) and cfg.fault.rank >= world_size:
         raise ConfigError(f"fault.rank={cfg.fault.rank} >= world size {world_size}")

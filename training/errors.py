@@ -3,6 +3,7 @@
 Every rank raises these together (the decision is agreed first), so a wrapper can tell from the exit code
 whether a rerun can help: 2-5 need a change of settings or data, 6 needs storage fixed, then a rerun resumes.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,8 +49,13 @@ class Regroup(RuntimeError):
     exit_code = 8
 
 
-EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, CheckpointIncompatible: 3, RunChanged: 4, Diverged: 5,
-                                          CheckpointStorageError: 6}
+EXIT_CODES: dict[type[Exception], int] = {
+    ConfigError: 2,
+    CheckpointIncompatible: 3,
+    RunChanged: 4,
+    Diverged: 5,
+    CheckpointStorageError: 6,
+}
 
 
 def exit_code(e: BaseException, known: dict[type[BaseException], int] | None = None) -> int | None:
@@ -59,4 +65,3 @@ def exit_code(e: BaseException, known: dict[type[BaseException], int] | None = N
         if kind in table:
             return table[kind]
     return None
-

@@ -8,6 +8,7 @@ shape comes from the checkpoint's commit marker, so no training flags are needed
 are exported (sizes and checksums as recorded at commit). Exit 0 on success, 2 for a bad path or checkpoint.
 The exported directory also works as ``--model.init_from DIR`` for a new run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,16 +34,18 @@ def export(ckpt: str | Path, out: str | Path) -> Path:
     made = _new_out_dir(out)
     try:
         model = build_model(ModelConfig(**info["signature"]), seed=0)
-        weights = {k[len(MODEL_PREFIX):]: v for k, v in load_full(ckpt).items() if k.startswith(MODEL_PREFIX)}
+        weights = {k[len(MODEL_PREFIX) :]: v for k, v in load_full(ckpt).items() if k.startswith(MODEL_PREFIX)}
         missing, unexpected = model.load_state_dict(weights, strict=False)
         if missing or unexpected:
-            raise ValueError(f"{ckpt} does not hold this model's weights (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
+            raise ValueError(
+                f"{ckpt} does not hold this model's weights (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
         try:
             model.save_pretrained(out)
         except OSError as e:
-            raise ValueError(f"cannot write {out}: {e.strerror or e}; choose a writable directory with room "
-                             "(nothing was left there)") from None
+            raise ValueError(
+                f"cannot write {out}: {e.strerror or e}; choose a writable directory with room (nothing was left there)"
+            ) from None
     except BaseException:
         _discard(out, made)
         raise
@@ -59,20 +62,25 @@ def _new_out_dir(out: Path) -> Path | None:
         return None
     if out.exists() or out.is_symlink():
         what = "a file" if out.exists() else "a symbolic link to nothing"
-        raise ValueError(f"{out} is {what}, not a directory; choose a new directory for the export (nothing was "
-                         "overwritten)")
+        raise ValueError(
+            f"{out} is {what}, not a directory; choose a new directory for the export (nothing was overwritten)"
+        )
     first = out
     while not first.parent.exists() and first.parent != first.parent.parent:
         first = first.parent
     if first.parent.exists() and not first.parent.is_dir():
-        raise ValueError(f"cannot create {out}: {first.parent} is a file, not a directory; choose a new directory "
-                         "elsewhere")
+        raise ValueError(
+            f"cannot create {out}: {first.parent} is a file, not a directory; choose a new directory elsewhere"
+        )
     try:
         out.mkdir(parents=True)
     except OSError as e:
         # mkdir in /proc or /sys says ENOENT though the parent is there: say what that means
-        why = (f"{first.parent} takes no new directories" if e.errno == errno.ENOENT and first.parent.is_dir()
-               else e.strerror or str(e))
+        why = (
+            f"{first.parent} takes no new directories"
+            if e.errno == errno.ENOENT and first.parent.is_dir()
+            else e.strerror or str(e)
+        )
         raise ValueError(f"cannot create {out}: {why}; choose a new directory on a writable file system") from None
     return first
 
@@ -90,12 +98,19 @@ def _discard(out: Path, made: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.split("\n\n")[0],
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p = argparse.ArgumentParser(
+        prog="python -m training.export",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     p.add_argument("checkpoint", help="a step_NNNNNNNN directory, or a checkpoint.dir (its newest complete one)")
-    p.add_argument("out", help="new (or empty) directory for config.json + model.safetensors; made with its parents, "
-                                "and removed again if the export fails")
+    p.add_argument(
+        "out",
+        help="new (or empty) directory for config.json + model.safetensors; made with its parents, "
+        "and removed again if the export fails",
+    )
     a = p.parse_args(argv)
     try:
         out = export(a.checkpoint, a.out)

@@ -5,6 +5,7 @@ One implementation for the three configs that print their fields' docs as help: 
 (``python -m cluster_assets.slurm.render --help``). It lives in ``training/`` because the training image ships
 only ``training/`` and requirements.txt.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -76,8 +76,10 @@ class StoreConfig:
 def validate_job_id(job_id: str) -> None:
     """Raise :class:`StoreError` unless ``job_id`` could be a rendezvous id (the launcher's rule)."""
     if not job_id or any(c.isspace() or c in ",=" for c in job_id):
-        raise StoreError(f"--job-id {job_id!r} must be non-empty without spaces, ',' or '=' "
-                         f"(use the job's rendezvous id, e.g. trainjob-<name>)")
+        raise StoreError(
+            f"--job-id {job_id!r} must be non-empty without spaces, ',' or '=' "
+            f"(use the job's rendezvous id, e.g. trainjob-<name>)"
+        )
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -86,11 +88,12 @@ def bind_listener(host: str, port: int) -> socket.socket:
     Bound here rather than by torch because TCPStore ignores ``host_name`` for the server's bind.
     """
     try:
-        family, type_, proto, _, addr = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0,
-                                                           socket.AI_PASSIVE)[0]
+        family, type_, proto, _, addr = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
     except socket.gaierror as e:
-        raise StoreError(f"--host {host!r} does not resolve ({e.strerror}): give an IP address of this "
-                         f"machine (ip -brief addr), or 0.0.0.0 for all interfaces") from None
+        raise StoreError(
+            f"--host {host!r} does not resolve ({e.strerror}): give an IP address of this "
+            f"machine (ip -brief addr), or 0.0.0.0 for all interfaces"
+        ) from None
     sock = socket.socket(family, type_, proto)
     # a restarted store must get its port back while old connections sit in TIME_WAIT
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -100,12 +103,15 @@ def bind_listener(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRNOTAVAIL:
-            raise StoreError(f"--host {host} is not an address of this machine: use one of its addresses "
-                             f"(ip -brief addr), e.g. the internal one the training nodes reach, or 0.0.0.0 "
-                             f"for all interfaces") from None
+            raise StoreError(
+                f"--host {host} is not an address of this machine: use one of its addresses "
+                f"(ip -brief addr), e.g. the internal one the training nodes reach, or 0.0.0.0 "
+                f"for all interfaces"
+            ) from None
         if e.errno == errno.EADDRINUSE:
-            raise StoreError(f"port {port} on {host} is in use (another store?): stop it, or pick another "
-                             f"--port") from None
+            raise StoreError(
+                f"port {port} on {host} is in use (another store?): stop it, or pick another --port"
+            ) from None
         raise StoreError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     return sock
 
@@ -122,8 +128,14 @@ def serve(cfg: StoreConfig, stop: threading.Event) -> int:
 
     # wait_for_workers=False: the store must not wait for a fixed number of clients; agents come and go.
     # The store owns the listening socket from here on (it closes it): detach it from the Python object.
-    store = dist.TCPStore(cfg.host, listener.getsockname()[1], is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=30), master_listen_fd=listener.detach())
+    store = dist.TCPStore(
+        cfg.host,
+        listener.getsockname()[1],
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=30),
+        master_listen_fd=listener.detach(),
+    )
     store.set(JOB_ID_KEY, cfg.job_id or "")  # before the port file: a client that finds the port finds it
     port = store.port
     if cfg.port_file:
@@ -147,8 +159,7 @@ def check(endpoint: str, timeout_s: float = 5.0) -> bool:
     if not host or not port.isdigit():
         raise ValueError(f"endpoint {endpoint!r} is not HOST:PORT (e.g. 127.0.0.1:29400)")
     try:
-        client = dist.TCPStore(host, int(port), is_master=False,
-                               timeout=datetime.timedelta(seconds=timeout_s))
+        client = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
         client.set("rdzv_store/ping", "1")
         return True
     except (RuntimeError, TimeoutError):
@@ -157,16 +168,25 @@ def check(endpoint: str, timeout_s: float = 5.0) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_launcher(signal.SIGTERM)
-    p = argparse.ArgumentParser(prog="python -m training.rdzv_store", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to listen on, only that one (default {DEFAULT_HOST}: this machine only; a "
-                        f"cluster passes its internal address; 0.0.0.0 = all interfaces)")
+    p = argparse.ArgumentParser(
+        prog="python -m training.rdzv_store",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on, only that one (default {DEFAULT_HOST}: this machine only; a "
+        f"cluster passes its internal address; 0.0.0.0 = all interfaces)",
+    )
     p.add_argument("--port", type=int, default=29400, help="TCP port; 0 = pick a free one (default 29400)")
     p.add_argument("--port-file", help="write the bound port here once serving (useful with --port 0)")
-    p.add_argument("--job-id", help="serve only the job with this rendezvous id (e.g. trainjob-<name>, or the "
-                                    "bare <name>); other jobs' agents exit 2. Default: shared by any job")
+    p.add_argument(
+        "--job-id",
+        help="serve only the job with this rendezvous id (e.g. trainjob-<name>, or the "
+        "bare <name>); other jobs' agents exit 2. Default: shared by any job",
+    )
     p.add_argument("--check", metavar="HOST:PORT", help="only test whether a store answers at HOST:PORT")
     a = p.parse_args(argv)
     if a.check:

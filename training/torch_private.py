@@ -11,6 +11,7 @@ other than a configuration flag.
 
 INVENTORY lists each use; the functions below are the only callers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,28 +27,42 @@ class PrivateUse:
 
 
 INVENTORY = (
-    PrivateUse("torch.distributed.distributed_c10d._get_default_store", "training.job.watchdog",
-               "the heartbeat watchdog's own connection to the workers' store (the round's TCPStore hosted by "
-               "rank 0's worker): the default group's store is not exposed publicly."),
-    PrivateUse("torch.distributed.checkpoint.state_dict_loader._load_state_dict and "
-               "format_utils._EmptyStateDictLoadPlanner", "training.compare",
-               "load a whole DCP checkpoint into plain tensors without a model or a process group (what torch's "
-               "own dcp_to_torch_save does internally)."),
-    PrivateUse("torch.distributed.distributed_c10d._set_pg_timeout", "training.job.progress, "
-               "training.checkpoint.storage",
-               "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
-               "the 10-30 min default) without re-creating the group, which would need every rank's agreement."),
-    PrivateUse("TORCH_ELASTIC_WORKER_IDENTICAL=1 (read by SimpleElasticAgent._assign_worker_ranks)",
-               "training.launch.commands.launch_env, cluster_assets.k8s.runtime (cluster_facts.torchrun_env)",
-               "torchrun's rank assignment from the node's rendezvous rank alone, no gather through rank 0's store "
-               "(which waited the store's timeout for a node lost after the round formed, then failed every "
-               "agent); torchrun documents the variable only in that private method's docstring."),
-    PrivateUse("torch._dynamo.config.recompile_limit", "training.model.compile",
-               "raise the recompile cap so every T5 block variant compiles (the documented knob lives there)."),
-    PrivateUse("torch.utils._python_dispatch.TorchDispatchMode, torch.utils._pytree.tree_map",
-               "training.model.meta_init",
-               "record the initialization ops a model runs on the meta device and replay them per shard (torch "
-               "documents dispatch modes but keeps them under _python_dispatch)."),
+    PrivateUse(
+        "torch.distributed.distributed_c10d._get_default_store",
+        "training.job.watchdog",
+        "the heartbeat watchdog's own connection to the workers' store (the round's TCPStore hosted by "
+        "rank 0's worker): the default group's store is not exposed publicly.",
+    ),
+    PrivateUse(
+        "torch.distributed.checkpoint.state_dict_loader._load_state_dict and format_utils._EmptyStateDictLoadPlanner",
+        "training.compare",
+        "load a whole DCP checkpoint into plain tensors without a model or a process group (what torch's "
+        "own dcp_to_torch_save does internally).",
+    ),
+    PrivateUse(
+        "torch.distributed.distributed_c10d._set_pg_timeout",
+        "training.job.progress, training.checkpoint.storage",
+        "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
+        "the 10-30 min default) without re-creating the group, which would need every rank's agreement.",
+    ),
+    PrivateUse(
+        "TORCH_ELASTIC_WORKER_IDENTICAL=1 (read by SimpleElasticAgent._assign_worker_ranks)",
+        "training.launch.commands.launch_env, cluster_assets.k8s.runtime (cluster_facts.torchrun_env)",
+        "torchrun's rank assignment from the node's rendezvous rank alone, no gather through rank 0's store "
+        "(which waited the store's timeout for a node lost after the round formed, then failed every "
+        "agent); torchrun documents the variable only in that private method's docstring.",
+    ),
+    PrivateUse(
+        "torch._dynamo.config.recompile_limit",
+        "training.model.compile",
+        "raise the recompile cap so every T5 block variant compiles (the documented knob lives there).",
+    ),
+    PrivateUse(
+        "torch.utils._python_dispatch.TorchDispatchMode, torch.utils._pytree.tree_map",
+        "training.model.meta_init",
+        "record the initialization ops a model runs on the meta device and replay them per shard (torch "
+        "documents dispatch modes but keeps them under _python_dispatch).",
+    ),
 )
 
 
@@ -64,8 +79,9 @@ def load_dcp_state_dict(state_dict: dict, path: str) -> None:
     from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    _load_state_dict(state_dict, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(),
-                     no_dist=True)
+    _load_state_dict(
+        state_dict, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True
+    )
 
 
 def set_pg_timeout(timeout, group=None) -> None:

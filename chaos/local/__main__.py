@@ -35,11 +35,14 @@ from tools.env_flags import EnvFlagError, env_count
 
 def build_parser() -> argparse.ArgumentParser:
     d = LocalChaosConfig()
-    p = argparse.ArgumentParser(prog="python -m chaos.local", description=__doc__.format(
-                                    listing=catalog.listing("local")),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenarios", default="all",
-                   help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)")
+    p = argparse.ArgumentParser(
+        prog="python -m chaos.local",
+        description=__doc__.format(listing=catalog.listing("local")),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--scenarios", default="all", help="comma-separated scenario names, e.g. worker-kill,preemption (default: all)"
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     try:  # a bad NODES/NPROC/SPARES is one line naming it (python -m chaos.local directly; chaos.sh checks them too)
         nodes, nproc = env_count("NODES", d.nodes, 1), env_count("NPROC", d.nproc_per_node, 1)
@@ -52,30 +55,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=d.steps, help=f"steps per job (default {d.steps})")
     p.add_argument("--global-batch", type=int, default=d.global_batch, help=f"(default {d.global_batch})")
     p.add_argument("--interval", type=int, default=d.interval, help=f"checkpoint interval (default {d.interval})")
-    p.add_argument("--memory-interval", type=int, default=d.memory_interval,
-                   help=f"in-memory snapshot interval, 0 = off: storage only (default {d.memory_interval})")
-    p.add_argument("--train-timeout-s", type=int, default=d.train_timeout_s,
-                   help=f"process-group timeout after step 1 (default {d.train_timeout_s})")
-    p.add_argument("--heartbeat-timeout-s", type=float, default=d.heartbeat_timeout_s,
-                   help="a silent peer is declared after this long, 0 = watchdog off "
-                        f"(default {d.heartbeat_timeout_s:g})")
+    p.add_argument(
+        "--memory-interval",
+        type=int,
+        default=d.memory_interval,
+        help=f"in-memory snapshot interval, 0 = off: storage only (default {d.memory_interval})",
+    )
+    p.add_argument(
+        "--train-timeout-s",
+        type=int,
+        default=d.train_timeout_s,
+        help=f"process-group timeout after step 1 (default {d.train_timeout_s})",
+    )
+    p.add_argument(
+        "--heartbeat-timeout-s",
+        type=float,
+        default=d.heartbeat_timeout_s,
+        help=f"a silent peer is declared after this long, 0 = watchdog off (default {d.heartbeat_timeout_s:g})",
+    )
     p.add_argument("--max-restarts", type=int, default=d.max_restarts, help=f"(default {d.max_restarts})")
-    p.add_argument("--coordinator", choices=("etcd", "store"), default=d.coordinator,
-                   help="membership: etcd (3 members on loopback, default) or store (torch's c10d on the "
-                        "standalone store, as the clusters run it today); the store-* scenarios need etcd")
-    p.add_argument("--scenario-timeout-s", type=float, default=d.scenario_timeout_s,
-                   help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})")
-    p.add_argument("--soak", default=os.environ.get("SOAK") or "", metavar="DURATION",
-                   help="goodput soak of this length (e.g. 10m; env SOAK) instead of the scenarios")
+    p.add_argument(
+        "--coordinator",
+        choices=("etcd", "store"),
+        default=d.coordinator,
+        help="membership: etcd (3 members on loopback, default) or store (torch's c10d on the "
+        "standalone store, as the clusters run it today); the store-* scenarios need etcd",
+    )
+    p.add_argument(
+        "--scenario-timeout-s",
+        type=float,
+        default=d.scenario_timeout_s,
+        help=f"stop a scenario after this long (default {d.scenario_timeout_s:.0f})",
+    )
+    p.add_argument(
+        "--soak",
+        default=os.environ.get("SOAK") or "",
+        metavar="DURATION",
+        help="goodput soak of this length (e.g. 10m; env SOAK) instead of the scenarios",
+    )
     p.add_argument("--soak-every", type=float, default=60.0, help="soak: one fault per this many seconds (default 60)")
     p.add_argument("--soak-seed", type=int, default=0, help="soak: seed of the fault schedule (default 0)")
-    p.add_argument("--soak-spares", type=int, default=1 if spares is None else spares,
-                   help="soak: hot-spare nodes (env SPARES; default 1)")
+    p.add_argument(
+        "--soak-spares",
+        type=int,
+        default=1 if spares is None else spares,
+        help="soak: hot-spare nodes (env SPARES; default 1)",
+    )
     p.set_defaults(env_spares=spares)  # run() refuses a non-zero SPARES for the scenarios, which pick their own
     p.add_argument("--out", type=Path, help="run directory (default .chaos/runs/<time>)")
     p.add_argument("--cache", type=Path, default=REPO / ".chaos" / "cache", help="reference-run cache")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the checkpoints, snapshots and etcd data of passing scenarios")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the checkpoints, snapshots and etcd data of passing scenarios"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the config and one agent's command; run nothing")
     p.add_argument("train_args", nargs="*", help="after --: extra training flags for every run")
     return p
@@ -95,12 +126,15 @@ def _refuse_what_the_store_cannot_run(cfg: LocalChaosConfig, names: list[str], s
     """torch's c10d rendezvous runs no hot spares and has no etcd members to fault: say which of the asked-for
     runs need etcd (before anything starts)."""
     from chaos.local.scenarios import scenarios
+
     table = scenarios(cfg)
     need = [n for n in names if table[n].spares or n.startswith("store-")] + (["the soak (hot spares)"] if soak else [])
     if need:
-        raise LocalChaosConfigError(f"--coordinator store cannot run {', '.join(need)} (hot spares and the etcd "
-                                    f"members' faults need etcd): drop --coordinator store, or pick other "
-                                    f"--scenarios")
+        raise LocalChaosConfigError(
+            f"--coordinator store cannot run {', '.join(need)} (hot spares and the etcd "
+            f"members' faults need etcd): drop --coordinator store, or pick other "
+            f"--scenarios"
+        )
 
 
 def _refuse_spares_for_scenarios(cfg: LocalChaosConfig, spares: int | None) -> None:
@@ -109,11 +143,14 @@ def _refuse_spares_for_scenarios(cfg: LocalChaosConfig, spares: int | None) -> N
     if not spares:
         return
     from chaos.local.scenarios import scenarios
+
     table = scenarios(cfg)
     with_spare = [n for n in table if table[n].spares]
-    raise LocalChaosConfigError(f"SPARES={spares}: chaos-test's scenarios choose their own hot spares "
-                                f"({', '.join(with_spare)} run one); unset SPARES, or use it with SOAK=<duration> "
-                                f"(the soak's hot spares, --soak-spares)")
+    raise LocalChaosConfigError(
+        f"SPARES={spares}: chaos-test's scenarios choose their own hot spares "
+        f"({', '.join(with_spare)} run one); unset SPARES, or use it with SOAK=<duration> "
+        f"(the soak's hot spares, --soak-spares)"
+    )
 
 
 def _refuse_bad_training_args(cfg: LocalChaosConfig) -> None:
@@ -123,6 +160,7 @@ def _refuse_bad_training_args(cfg: LocalChaosConfig) -> None:
     import io
 
     from training.config import ConfigError, load_config
+
     if not cfg.extra_args:
         return
     try:
@@ -139,8 +177,10 @@ def _refuse_an_unusable_out(out: Path) -> None:
         if path.exists():
             if not path.is_dir():
                 where = "" if path == out else f" ({path} is a file)"
-                raise LocalChaosConfigError(f"--out {out}: not a directory{where}: give a directory path (it is "
-                                            f"created), or drop --out for .chaos/runs/<time>")
+                raise LocalChaosConfigError(
+                    f"--out {out}: not a directory{where}: give a directory path (it is "
+                    f"created), or drop --out for .chaos/runs/<time>"
+                )
             return
 
 
@@ -151,19 +191,31 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv)
     except KeyboardInterrupt as e:
         sig = signal.Signals(getattr(e, "signum", signal.SIGINT))
-        print(f"\n[chaos] stopped by {sig.name}: the processes it started are stopped (exit {128 + sig})",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n[chaos] stopped by {sig.name}: the processes it started are stopped (exit {128 + sig})",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + sig
 
 
 def run(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    cfg = LocalChaosConfig(nodes=a.nodes, nproc_per_node=a.nproc_per_node, preset=a.preset, steps=a.steps,
-                           global_batch=a.global_batch, interval=a.interval, train_timeout_s=a.train_timeout_s,
-                           memory_interval=a.memory_interval, heartbeat_timeout_s=a.heartbeat_timeout_s,
-                           max_restarts=a.max_restarts, scenario_timeout_s=a.scenario_timeout_s,
-                           coordinator=a.coordinator,
-                           extra_args=tuple(a.train_args))
+    cfg = LocalChaosConfig(
+        nodes=a.nodes,
+        nproc_per_node=a.nproc_per_node,
+        preset=a.preset,
+        steps=a.steps,
+        global_batch=a.global_batch,
+        interval=a.interval,
+        train_timeout_s=a.train_timeout_s,
+        memory_interval=a.memory_interval,
+        heartbeat_timeout_s=a.heartbeat_timeout_s,
+        max_restarts=a.max_restarts,
+        scenario_timeout_s=a.scenario_timeout_s,
+        coordinator=a.coordinator,
+        extra_args=tuple(a.train_args),
+    )
     try:
         cfg.validate()
         names = catalog.select("local", a.scenarios)
@@ -184,23 +236,34 @@ def run(argv: list[str] | None = None) -> int:
         return soak_main(cfg, a)  # DRY_RUN too: it prints the soak's plan
     if a.dry_run:
         from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
-        launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.nproc_per_node,
-                              coordinator=cfg.coordinator,
-                              rdzv_id="chaos-<scenario>", rdzv_endpoint="127.0.0.1:<store port>",
-                              max_restarts=cfg.max_restarts, train_timeout_s=cfg.train_timeout_s,
-                              train_args=tuple(cfg.training_args("<run>/<scenario>/job")))
+
+        launch = LaunchConfig(
+            min_nodes=cfg.nodes,
+            max_nodes=cfg.nodes,
+            nproc_per_node=cfg.nproc_per_node,
+            coordinator=cfg.coordinator,
+            rdzv_id="chaos-<scenario>",
+            rdzv_endpoint="127.0.0.1:<store port>",
+            max_restarts=cfg.max_restarts,
+            train_timeout_s=cfg.train_timeout_s,
+            train_args=tuple(cfg.training_args("<run>/<scenario>/job")),
+        )
         print(f"config: {cfg}\nscenarios: {', '.join(names)}\nreference key: {cfg.reference_key()}")
         print("agent command (per node; node-loss-rejoin uses --nnodes=1:N):")
         print(format_argv(torchrun_argv(replace(launch, rdzv_endpoint="127.0.0.1:29400")), RDZV_ENV))
         return 0
     from chaos import report
     from chaos.local.scenarios import reference, run_scenario, scenarios
+
     table = scenarios(cfg)
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"[chaos] {len(names)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
-          f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}, memory snapshot "
-          f"{f'every {cfg.memory_interval}' if cfg.memory_interval else 'off'}; output {out}", flush=True)
+    print(
+        f"[chaos] {len(names)} scenario(s) on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc, "
+        f"preset {cfg.preset}, {cfg.steps} steps, checkpoint every {cfg.interval}, memory snapshot "
+        f"{f'every {cfg.memory_interval}' if cfg.memory_interval else 'off'}; output {out}",
+        flush=True,
+    )
     t_all = time.time()
     refs = {}
     results = []
@@ -213,14 +276,29 @@ def run(argv: list[str] | None = None) -> int:
         results.append(r)
         print(f"[chaos] {name}: {'PASS' if r.passed else 'FAIL'} ({r.wall_s:.0f} s)", flush=True)
     rows = report.targets(cfg.memory_interval or cfg.interval, {r.name: r for r in results})
-    png = report.timeline_png(out / "timeline.png", results,
-                              f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
-                              f"{cfg.steps} steps, checkpoint every {cfg.interval}").path
+    png = report.timeline_png(
+        out / "timeline.png",
+        results,
+        f"chaos test: {cfg.nodes} nodes x {cfg.nproc_per_node} proc, {cfg.preset}, "
+        f"{cfg.steps} steps, checkpoint every {cfg.interval}",
+    ).path
     ref = refs.get(((), cfg.nodes), next(iter(refs.values())))
     ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
-    report.write_json(out / "report.json", "local", asdict(cfg), results,
-                      {"key": cfg.reference_key(), "cached": ref.cached, "checkpoint": str(ref.final),
-                       "wall_s": ref.wall_s, "goodput": ref_gp}, rows, png)
+    report.write_json(
+        out / "report.json",
+        "local",
+        asdict(cfg),
+        results,
+        {
+            "key": cfg.reference_key(),
+            "cached": ref.cached,
+            "checkpoint": str(ref.final),
+            "wall_s": ref.wall_s,
+            "goodput": ref_gp,
+        },
+        rows,
+        png,
+    )
     print()
     print(report.table(results, ref_gp))
     print(report.breakdown_table(results))
@@ -239,11 +317,20 @@ def run(argv: list[str] | None = None) -> int:
 def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     """``--soak``: run it, print the fault table and goodput, write report.json and timeline.png."""
     from chaos import report
-    from chaos.local.soak import (GOODPUT_TARGET, SoakConfig, SoakConfigError, fault_table, parse_duration,
-                                  run_soak, soak_plan)
+    from chaos.local.soak import (
+        GOODPUT_TARGET,
+        SoakConfig,
+        SoakConfigError,
+        fault_table,
+        parse_duration,
+        run_soak,
+        soak_plan,
+    )
+
     try:
-        soak = SoakConfig(duration_s=parse_duration(a.soak), every_s=a.soak_every, seed=a.soak_seed,
-                          spares=a.soak_spares)
+        soak = SoakConfig(
+            duration_s=parse_duration(a.soak), every_s=a.soak_every, seed=a.soak_seed, spares=a.soak_spares
+        )
         soak.validate()
     except SoakConfigError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -253,16 +340,30 @@ def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
         return 0
     out = a.out or REPO / ".chaos" / "runs" / time.strftime("soak-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"[soak] {a.soak} on {cfg.nodes} simulated node(s) + {soak.spares} spare, preset {cfg.preset}; "
-          f"output {out}", flush=True)
+    print(
+        f"[soak] {a.soak} on {cfg.nodes} simulated node(s) + {soak.spares} spare, preset {cfg.preset}; output {out}",
+        flush=True,
+    )
     res, ref = run_soak(cfg, soak, a.cache, out)
     ref_gp = report.reference_goodput(ref.effective, ref.wall_s)
     png = report.timeline_png(out / "timeline.png", [res], res.title).path
     ratio = res.goodput / ref_gp if ref_gp else 0.0
-    row = {"target": "soak goodput / uninterrupted goodput", "value": round(ratio, 3), "values": [ratio],
-           "limit": f">= {GOODPUT_TARGET}", "met": ratio >= GOODPUT_TARGET}
-    report.write_json(out / "report.json", "local-soak", {**asdict(cfg), "soak": asdict(soak)}, [res],
-                      {"wall_s": ref.wall_s, "goodput": ref_gp, "checkpoint": str(ref.final)}, [row], png)
+    row = {
+        "target": "soak goodput / uninterrupted goodput",
+        "value": round(ratio, 3),
+        "values": [ratio],
+        "limit": f">= {GOODPUT_TARGET}",
+        "met": ratio >= GOODPUT_TARGET,
+    }
+    report.write_json(
+        out / "report.json",
+        "local-soak",
+        {**asdict(cfg), "soak": asdict(soak)},
+        [res],
+        {"wall_s": ref.wall_s, "goodput": ref_gp, "checkpoint": str(ref.final)},
+        [row],
+        png,
+    )
     print()
     print(fault_table(res))
     print()
@@ -270,10 +371,12 @@ def soak_main(cfg: LocalChaosConfig, a: argparse.Namespace) -> int:
     for c in res.checks:
         if not c.ok:
             print(f"  FAILED {c.name}: {c.detail}")
-    print(f"goodput: soak {res.goodput:.1%} ({res.useful_s:.0f} s useful / {res.wall_s:.0f} s wall), uninterrupted "
-          f"{ref_gp:.1%} ({ref.wall_s:.0f} s wall): {ratio:.1%} of uninterrupted (target >= {GOODPUT_TARGET:.0%}: "
-          f"{'met' if row['met'] else 'not met'}); the same steps took {res.wall_s / ref.wall_s:.2f}x the "
-          f"uninterrupted wall time")
+    print(
+        f"goodput: soak {res.goodput:.1%} ({res.useful_s:.0f} s useful / {res.wall_s:.0f} s wall), uninterrupted "
+        f"{ref_gp:.1%} ({ref.wall_s:.0f} s wall): {ratio:.1%} of uninterrupted (target >= {GOODPUT_TARGET:.0%}: "
+        f"{'met' if row['met'] else 'not met'}); the same steps took {res.wall_s / ref.wall_s:.2f}x the "
+        f"uninterrupted wall time"
+    )
     print(f"report: {out / 'report.json'}\ntimeline: {png}")
     return 0 if res.passed else 1
 

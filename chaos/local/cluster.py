@@ -146,6 +146,7 @@ class LocalCluster:
         # dies with the harness however it ends (Ctrl-C mid-start, SIGTERM, SIGKILL): close() may never run
         if self.launch.coordinator == "etcd":
             from training.launch.rendezvous.members import LocalEtcd
+
             self.etcd = LocalEtcd.start(str(self.workdir / "etcd"), die_with_parent=True)
             self._etcd_user()
             pids = ", ".join(str(m.process.pid) for m in self.etcd.members)
@@ -163,9 +164,15 @@ class LocalCluster:
         env[PARENT_ENV] = str(os.getpid())  # SIGTERM to the agent if the harness dies (it stops its workers)
         env[MEMORY_DIR_ENV] = str(self.node_memory(index))  # this node's "RAM" for in-memory snapshots
         name = f"node{index}" + (f".{gen}" if gen else "")
-        proc = subprocess.Popen(torchrun_argv(self.launch), env=env, cwd=str(Path(__file__).resolve().parents[2]),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            torchrun_argv(self.launch),
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         node = Node(index, gen, proc, LogTap(proc.stdout, self.workdir / "logs" / f"{name}.log"), time.time())
         self.nodes.append(node)
         self.event(kind, index, f"agent pid {proc.pid}")
@@ -180,8 +187,11 @@ class LocalCluster:
     def _etcd_user(self) -> None:
         """This rendezvous id's etcd user, its credentials in the agents' environment."""
         creds = self.etcd.add_job_user(self.launch.rdzv_id)
-        self.launch = replace(self.launch, etcd_env=tuple(sorted(creds.as_env().items())),
-                              rdzv_endpoint=creds.endpoints[0].split("//", 1)[1])
+        self.launch = replace(
+            self.launch,
+            etcd_env=tuple(sorted(creds.as_env().items())),
+            rdzv_endpoint=creds.endpoints[0].split("//", 1)[1],
+        )
 
     def store_alive(self) -> bool:
         """The membership store still serves: the c10d store process, or a majority of etcd members."""
@@ -197,18 +207,36 @@ class LocalCluster:
             self._etcd_user()
         self.start_all(kind="relaunch")
 
-    def event(self, kind: str, node: int | None, detail: str, *, label: str = "",
-              agents_hit: tuple[str, ...] = (), t: float | None = None, confirmed: bool = True,
-              evidence: str = "") -> dict:
+    def event(
+        self,
+        kind: str,
+        node: int | None,
+        detail: str,
+        *,
+        label: str = "",
+        agents_hit: tuple[str, ...] = (),
+        t: float | None = None,
+        confirmed: bool = True,
+        evidence: str = "",
+    ) -> dict:
         """Record what the harness did (at ``t``, default now). ``label`` names a fault for the report;
         ``agents_hit`` lists the agents the fault itself killed or signalled (their exit codes are expected to
         be non-zero); ``confirmed``/``evidence``: whether and how the fault's effect was verified."""
-        ev = {"time": time.time() if t is None else t, "kind": kind, "node": node, "detail": detail,
-              "label": label or kind, "agents_hit": list(agents_hit), "confirmed": confirmed,
-              "evidence": evidence or detail}
+        ev = {
+            "time": time.time() if t is None else t,
+            "kind": kind,
+            "node": node,
+            "detail": detail,
+            "label": label or kind,
+            "agents_hit": list(agents_hit),
+            "confirmed": confirmed,
+            "evidence": evidence or detail,
+        }
         self.events.append(ev)
-        print(f"[chaos]   {time.strftime('%H:%M:%S')} {kind}{'' if node is None else f' node{node}'}: {detail}",
-              flush=True)
+        print(
+            f"[chaos]   {time.strftime('%H:%M:%S')} {kind}{'' if node is None else f' node{node}'}: {detail}",
+            flush=True,
+        )
         return ev
 
     # ---- inspection -------------------------------------------------------------------------------
@@ -260,8 +288,9 @@ class LocalCluster:
         if rank is not None:
             pids = [p for p in pids if self.rank_of(p) == rank]
         if not pids:
-            raise ClusterError(f"node{index} has no running worker"
-                               + (f" with rank {rank}" if rank is not None else ""))
+            raise ClusterError(
+                f"node{index} has no running worker" + (f" with rank {rank}" if rank is not None else "")
+            )
         pid = pids[0]
         self._verified_worker(index, pid)
         rank = self.rank_of(pid)  # read before the signal: a killed process has no /proc entry
@@ -269,8 +298,15 @@ class LocalCluster:
         os.kill(pid, sig)
         ok, how = confirm(pid, sig)
         name = signal.Signals(sig).name
-        self.event("fault", index, f"{name} worker pid {pid} (rank {rank})", label=f"{name} worker", t=t,
-                   confirmed=ok, evidence=how)
+        self.event(
+            "fault",
+            index,
+            f"{name} worker pid {pid} (rank {rank})",
+            label=f"{name} worker",
+            t=t,
+            confirmed=ok,
+            evidence=how,
+        )
         return pid
 
     def node_memory(self, index: int) -> Path:
@@ -310,12 +346,17 @@ class LocalCluster:
         ok = all(n.proc.poll() is not None for n in nodes) and all(pids.values()) and all(gone)
         names = ", ".join(f"node{i}" for i in indices)
         agents = ", ".join(str(n.proc.pid) for n in nodes)
-        self.event("fault", indices[0] if len(indices) == 1 else None,
-                   f"SIGKILL {names} (agent(s) {agents} + workers {every})",
-                   label="SIGKILL node" if len(indices) == 1 else f"SIGKILL {len(indices)} nodes",
-                   agents_hit=tuple(n.name for n in nodes), t=t, confirmed=ok,
-                   evidence=f"agent exit code(s) {[n.proc.poll() for n in nodes]}, {sum(gone)}/{len(every)} workers "
-                            f"gone, node memory wiped: {all(not self.node_memory(i).exists() for i in indices)}")
+        self.event(
+            "fault",
+            indices[0] if len(indices) == 1 else None,
+            f"SIGKILL {names} (agent(s) {agents} + workers {every})",
+            label="SIGKILL node" if len(indices) == 1 else f"SIGKILL {len(indices)} nodes",
+            agents_hit=tuple(n.name for n in nodes),
+            t=t,
+            confirmed=ok,
+            evidence=f"agent exit code(s) {[n.proc.poll() for n in nodes]}, {sum(gone)}/{len(every)} workers "
+            f"gone, node memory wiped: {all(not self.node_memory(i).exists() for i in indices)}",
+        )
 
     def stop_node(self, index: int) -> None:
         """SIGSTOP node ``index``'s agent and workers: a silent node (power lost with the NIC up, a kernel hang, a
@@ -326,11 +367,16 @@ class LocalCluster:
         for p in pids:
             os.kill(p, signal.SIGSTOP)
         states = [confirm(p, signal.SIGSTOP) for p in pids]
-        self.event("fault", index, f"SIGSTOP node{index} (agent {node.proc.pid} + workers {workers}, "
-                                   f"{len(pids)} processes)",
-                   label="SIGSTOP node", agents_hit=(node.name,), t=t,
-                   confirmed=bool(workers) and all(ok for ok, _ in states),
-                   evidence="; ".join(how for _, how in states))
+        self.event(
+            "fault",
+            index,
+            f"SIGSTOP node{index} (agent {node.proc.pid} + workers {workers}, {len(pids)} processes)",
+            label="SIGSTOP node",
+            agents_hit=(node.name,),
+            t=t,
+            confirmed=bool(workers) and all(ok for ok, _ in states),
+            evidence="; ".join(how for _, how in states),
+        )
 
     def slow_node(self, index: int, *, stopped_s: float = 0.2, period_s: float = 0.3) -> "DutyCycle":
         """Slow node ``index`` to (period - stopped) / period of its speed, from now until :meth:`DutyCycle.stop` or
@@ -356,9 +402,16 @@ class LocalCluster:
                 pass
         name = signal.Signals(sig).name
         workers = [p for p in delivered if p in named]
-        self.event("fault", None, f"{name} to every process {targets}", label=f"{name} all", agents_hit=tuple(hit),
-                   t=t, confirmed=bool(workers),
-                   evidence=f"delivered to {len(delivered)}/{len(targets)} processes ({len(workers)} workers)")
+        self.event(
+            "fault",
+            None,
+            f"{name} to every process {targets}",
+            label=f"{name} all",
+            agents_hit=tuple(hit),
+            t=t,
+            confirmed=bool(workers),
+            evidence=f"delivered to {len(delivered)}/{len(targets)} processes ({len(workers)} workers)",
+        )
 
     # ---- waiting and cleanup ----------------------------------------------------------------------
     def wait_exit(self, timeout: float) -> dict[str, int | None]:
@@ -428,10 +481,16 @@ class DutyCycle:
         self._thread.start()
         self._first.wait(timeout=10)
         ok, how = self._first_confirmed
-        self.cluster.event("fault", self.index, f"slow node{self.index}: agent {node.proc.pid} + workers {workers} "
-                           f"stopped {self.stopped_s:g} s of every {self.stopped_s + self.running_s:g} s",
-                           label="slow node (stop/continue duty cycle)", t=t, confirmed=ok and bool(workers),
-                           evidence=how)
+        self.cluster.event(
+            "fault",
+            self.index,
+            f"slow node{self.index}: agent {node.proc.pid} + workers {workers} "
+            f"stopped {self.stopped_s:g} s of every {self.stopped_s + self.running_s:g} s",
+            label="slow node (stop/continue duty cycle)",
+            t=t,
+            confirmed=ok and bool(workers),
+            evidence=how,
+        )
         return self
 
     _first_confirmed: tuple[bool, str] = (False, "the duty cycle never stopped a process")

@@ -11,8 +11,17 @@ REPO = Path(__file__).resolve().parents[2]
 # Files whose content changes the training math: a cached reference run is only valid for the same code.
 # The launcher, the store, process lifetime, the run lock and this harness only decide *when* processes run,
 # not what they compute. (training/launch/ is not hashed: only the other rooms' modules and the presets are.)
-_NOT_MATH = {"rdzv_store.py", "compare.py", "__main__.py", "lifecycle.py", "run_lock.py", "watchdog.py", "startup.py",
-             "progress.py", "recovery.py"}
+_NOT_MATH = {
+    "rdzv_store.py",
+    "compare.py",
+    "__main__.py",
+    "lifecycle.py",
+    "run_lock.py",
+    "watchdog.py",
+    "startup.py",
+    "progress.py",
+    "recovery.py",
+}
 
 
 class LocalChaosConfigError(ValueError):
@@ -89,12 +98,15 @@ class LocalChaosConfig:
                 raise LocalChaosConfigError(
                     f"global_batch={self.global_batch} does not divide by world size {w} ({n} node(s) x "
                     f"{self.nproc_per_node} proc), which node-loss-rejoin passes through; use a multiple of "
-                    f"{_lcm(self.nodes * self.nproc_per_node, (self.nodes - 1) * self.nproc_per_node)}")
+                    f"{_lcm(self.nodes * self.nproc_per_node, (self.nodes - 1) * self.nproc_per_node)}"
+                )
         if self.interval < 2:
             raise LocalChaosConfigError(f"interval={self.interval}: use >= 2 so a kill lands between checkpoints")
         if self.steps < 3 * self.interval:
-            raise LocalChaosConfigError(f"steps={self.steps} < 3 x interval ({3 * self.interval}): scenarios need "
-                                   f"room to fail, resume and fail again")
+            raise LocalChaosConfigError(
+                f"steps={self.steps} < 3 x interval ({3 * self.interval}): scenarios need "
+                f"room to fail, resume and fail again"
+            )
         if not 0 <= self.warmup_steps <= self.steps:
             raise LocalChaosConfigError(f"warmup_steps={self.warmup_steps} must be in 0..steps={self.steps}")
         if self.memory_interval < 0:
@@ -108,24 +120,48 @@ class LocalChaosConfig:
 
     def training_args(self, out_dir: str | Path, *extra: str) -> list[str]:
         """Training-module flags shared by the reference and every scenario (plus ``extra``)."""
-        return ["--preset", self.preset, "--job.out_dir", str(out_dir),
-                "--train.steps", str(self.steps), "--train.global_batch", str(self.global_batch),
-                "--train.warmup_steps", str(self.warmup_steps),
-                "--checkpoint.interval", str(self.interval), "--checkpoint.keep_last", "3",
-                "--checkpoint.memory_interval", str(self.memory_interval),
-                "--checkpoint.async_save", "true", "--parallel.threads", "1", "--metrics.log_every", "1",
-                "--parallel.heartbeat_timeout_s", f"{self.heartbeat_timeout_s:g}",
-                "--parallel.wedge_floor_s", f"{self.wedge_floor_s:g}",
-                *self.extra_args, *extra]
+        return [
+            "--preset",
+            self.preset,
+            "--job.out_dir",
+            str(out_dir),
+            "--train.steps",
+            str(self.steps),
+            "--train.global_batch",
+            str(self.global_batch),
+            "--train.warmup_steps",
+            str(self.warmup_steps),
+            "--checkpoint.interval",
+            str(self.interval),
+            "--checkpoint.keep_last",
+            "3",
+            "--checkpoint.memory_interval",
+            str(self.memory_interval),
+            "--checkpoint.async_save",
+            "true",
+            "--parallel.threads",
+            "1",
+            "--metrics.log_every",
+            "1",
+            "--parallel.heartbeat_timeout_s",
+            f"{self.heartbeat_timeout_s:g}",
+            "--parallel.wedge_floor_s",
+            f"{self.wedge_floor_s:g}",
+            *self.extra_args,
+            *extra,
+        ]
 
     def reference_key(self, math_args: tuple[str, ...] = ()) -> str:
         """Hash of everything that decides the reference run's final weights (config + training code).
 
         ``math_args``: scenario-specific training flags that change the result (e.g. dropout off for b).
         """
-        math = {k: v for k, v in asdict(self).items()
-                if k in ("nodes", "nproc_per_node", "preset", "steps", "global_batch", "warmup_steps",
-                         "interval", "extra_args")}
+        math = {
+            k: v
+            for k, v in asdict(self).items()
+            if k
+            in ("nodes", "nproc_per_node", "preset", "steps", "global_batch", "warmup_steps", "interval", "extra_args")
+        }
         math["math_args"] = list(math_args)
         h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
         training = REPO / "training"
@@ -139,4 +175,5 @@ class LocalChaosConfig:
 
 def _lcm(a: int, b: int) -> int:
     from math import gcd
+
     return a * b // gcd(a, b)

@@ -22,8 +22,17 @@ from typing import Callable
 
 from training.goodput.analysis import effective_steps, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
-from chaos.grey import (BACK_TO_SPEED, STRAGGLER_NAMED, back_to_speed_s, check_back_to_speed,  # noqa: F401 - their names
-                        check_straggler_named, check_wedge_declared, slowdown)  # stay importable from here
+
+# Their names stay importable from here (callers import them from this module).
+from chaos.grey import (
+    BACK_TO_SPEED,  # noqa: F401
+    STRAGGLER_NAMED,  # noqa: F401
+    back_to_speed_s,  # noqa: F401
+    check_back_to_speed,  # noqa: F401
+    check_straggler_named,
+    check_wedge_declared,
+    slowdown,  # noqa: F401
+)
 from chaos.local.config import LocalChaosConfig
 from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.scenario import Scenario
@@ -41,9 +50,18 @@ class ScenarioFailed(RuntimeError):
 class ScenarioRun:
     """One scenario's simulated cluster, paths and waits; ``facts`` collects what its checks need."""
 
-    def __init__(self, cfg: LocalChaosConfig, workdir: Path, *, rdzv_id: str, min_nodes: int,
-                 extra: tuple[str, ...] = (), max_restarts: int | None = None, spares: int = 0,
-                 hold: bool = False):
+    def __init__(
+        self,
+        cfg: LocalChaosConfig,
+        workdir: Path,
+        *,
+        rdzv_id: str,
+        min_nodes: int,
+        extra: tuple[str, ...] = (),
+        max_restarts: int | None = None,
+        spares: int = 0,
+        hold: bool = False,
+    ):
         self.cfg = cfg
         self.workdir = workdir
         if workdir.exists():
@@ -54,12 +72,18 @@ class ScenarioRun:
             extra = (*extra, "--fault.hold_file", str(self.hold_file))
         self.ckpt = self.out / "checkpoints"
         self.metrics = self.out / "metrics.jsonl"
-        launch = LaunchConfig(min_nodes=min_nodes, max_nodes=cfg.nodes, spares=spares,
-                              nproc_per_node=cfg.nproc_per_node,
-                              rdzv_id=rdzv_id, external_store=True, coordinator=cfg.coordinator,
-                              max_restarts=cfg.max_restarts if max_restarts is None else max_restarts,
-                              train_timeout_s=cfg.train_timeout_s,
-                              train_args=tuple(cfg.training_args(self.out, *extra)))
+        launch = LaunchConfig(
+            min_nodes=min_nodes,
+            max_nodes=cfg.nodes,
+            spares=spares,
+            nproc_per_node=cfg.nproc_per_node,
+            rdzv_id=rdzv_id,
+            external_store=True,
+            coordinator=cfg.coordinator,
+            max_restarts=cfg.max_restarts if max_restarts is None else max_restarts,
+            train_timeout_s=cfg.train_timeout_s,
+            train_args=tuple(cfg.training_args(self.out, *extra)),
+        )
         self.cluster = LocalCluster(workdir, launch)
         self.facts: dict = {}
         self.deadline = time.monotonic() + cfg.scenario_timeout_s
@@ -88,6 +112,7 @@ class ScenarioRun:
                 if r["step"] >= step and r["time"] > after and (world is None or r["world_size"] == world):
                     return r
             return None
+
         return self.wait_for(hit, f"step {step}" + (f" at world size {world}" if world else ""))
 
     @contextmanager
@@ -106,9 +131,10 @@ class ScenarioRun:
         self.wait_step(self.cfg.kill_step)
 
     def wait_start_after(self, t: float) -> dict:
-        return self.wait_for(lambda: next((r for r in self.records()
-                                           if r.get("event") == "start" and r["time"] > t), None),
-                             "the restarted workers to start")
+        return self.wait_for(
+            lambda: next((r for r in self.records() if r.get("event") == "start" and r["time"] > t), None),
+            "the restarted workers to start",
+        )
 
 
 # ------------------------------------------------------------------------------------------ injection
@@ -134,8 +160,7 @@ def inject_node_loss_rejoin(run: ScenarioRun) -> None:
     _rejoin_held(run, victim, after_small_step=first_small["step"] + 1, after=t_kill)
 
 
-def _rejoin_held(run: ScenarioRun, victim: int, *, after_small_step: int, after: float,
-                 fence: bool = False) -> None:
+def _rejoin_held(run: ScenarioRun, victim: int, *, after_small_step: int, after: float, fence: bool = False) -> None:
     """Once the smaller job trained `after_small_step`, start a fresh agent for `victim` while the job is held at a
     step boundary, and let it go on once it trains at full size again: the job cannot end before the rejoin.
     ``fence``: SIGKILL the victim's (stopped) processes first, unrecorded, as a silent machine is fenced."""
@@ -191,8 +216,10 @@ def spares_and_a_victim(run: ScenarioRun) -> tuple[list[int], int]:
     first = run.cluster.node_of_rank(0)
     victim = next((i for i in reversed(training) if i != first), None)
     if not spares or victim is None:
-        raise ScenarioFailed(f"need a spare and a training node besides rank 0's: training {training}, "
-                             f"spares {spares}, rank 0 on node{first}")
+        raise ScenarioFailed(
+            f"need a spare and a training node besides rank 0's: training {training}, "
+            f"spares {spares}, rank 0 on node{first}"
+        )
     return spares, victim
 
 
@@ -203,8 +230,12 @@ def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> dict:
     start = run.wait_start_after(c.events[-1]["time"])  # a step of the old attempt may still be logged after it
     first_after = run.wait_step(1, after=start["time"])
     run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
-    c.event("observed", None, f"step {first_after['step']} at world {first_after['world_size']}; "
-            f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}")
+    c.event(
+        "observed",
+        None,
+        f"step {first_after['step']} at world {first_after['world_size']}; "
+        f"ranks on the former spare(s) {spares}: {run.facts['spare_ranks_after']}",
+    )
     return start
 
 
@@ -244,8 +275,9 @@ def inject_silent_node_during_save(run: ScenarioRun) -> None:
     c.start_all()
     step = save_stop_step(run.cfg)
     needle = f"stops itself (SIGSTOP) in the checkpoint save of step {step}"
-    run.wait_for(lambda: any(needle in ln for _, _, ln in c.log_lines()), f"the stop in the save of step {step}",
-                 poll=0.05)
+    run.wait_for(
+        lambda: any(needle in ln for _, _, ln in c.log_lines()), f"the stop in the save of step {step}", poll=0.05
+    )
     marker = run.out / f".fault-save-stop-step{step}"
     pid = int(marker.read_text()) if marker.exists() else None
     node = next((n.index for n in c.alive() if pid in c.workers(n.index)), None)
@@ -253,9 +285,13 @@ def inject_silent_node_during_save(run: ScenarioRun) -> None:
         raise ScenarioFailed(f"the worker that stopped itself (pid {pid}) is on no running node")
     _, spares = training_and_spares(run)
     # its worker is stopped already (node_of_rank skips stopped workers): its ranks are read from the node itself
-    run.facts.update(silent_ranks=sorted(r for p in c.workers(node) if (r := c.rank_of(p)) is not None),
-                     spare_nodes=spares, killed_node=node, save_stop_step=step,
-                     silent_agent_pid=c.current(node).proc.pid)
+    run.facts.update(
+        silent_ranks=sorted(r for p in c.workers(node) if (r := c.rank_of(p)) is not None),
+        spare_nodes=spares,
+        killed_node=node,
+        save_stop_step=step,
+        silent_agent_pid=c.current(node).proc.pid,
+    )
     c.stop_node(node)
     _record_spare_takeover(run, spares)
     c.kill_node(node, record=False)  # fence the silent machine
@@ -300,16 +336,26 @@ def inject_kill_mid_snapshot(run: ScenarioRun) -> None:
     run.cluster.start_all()
     step = snapshot_kill_step(run.cfg)
     needle = f"halfway through the memory snapshot of step {step}"
-    t, line = run.wait_for(lambda: next(((t, ln) for t, _, ln in run.cluster.log_lines() if needle in ln), None),
-                           f"the kill in the copy of step {step}", poll=0.05)
+    t, line = run.wait_for(
+        lambda: next(((t, ln) for t, _, ln in run.cluster.log_lines() if needle in ln), None),
+        f"the kill in the copy of step {step}",
+        poll=0.05,
+    )
     marker = run.out / f".fault-snapshot-kill-step{step}"
     pid = int(marker.read_text()) if marker.exists() else None
     gone, how = confirm(pid, signal.SIGKILL) if pid else (False, f"no marker {marker.name}")
     node = run.cluster.node_of_rank(run.cfg.world - 1)
     run.facts["snapshot_kill_step"] = step
     run.facts["memory_interval"] = run.cfg.memory_interval
-    run.cluster.event("fault", node, f"worker pid {pid} SIGKILLed itself copying the snapshot of step {step}",
-                      label="SIGKILL mid-copy", t=t, confirmed=gone, evidence=f"{line.strip()}; {how}")
+    run.cluster.event(
+        "fault",
+        node,
+        f"worker pid {pid} SIGKILLed itself copying the snapshot of step {step}",
+        label="SIGKILL mid-copy",
+        t=t,
+        confirmed=gone,
+        evidence=f"{line.strip()}; {how}",
+    )
 
 
 def snapshot_kill_step(cfg: LocalChaosConfig) -> int:
@@ -344,8 +390,11 @@ def inject_wedged_rank(run: ScenarioRun) -> None:
     c.start_all()
     step, rank = wedge_step(cfg), cfg.world - 1
     needle = f"blocks its main thread at the start of step {step}'s forward pass"
-    t, line = run.wait_for(lambda: next(((t, ln) for t, _, ln in c.log_lines() if needle in ln), None),
-                           f"the wedge at step {step}", poll=0.05)
+    t, line = run.wait_for(
+        lambda: next(((t, ln) for t, _, ln in c.log_lines() if needle in ln), None),
+        f"the wedge at step {step}",
+        poll=0.05,
+    )
     marker = run.out / f".fault-wedge-step{step}"
     pid = int(marker.read_text()) if marker.exists() else None
     states = []
@@ -355,9 +404,15 @@ def inject_wedged_rank(run: ScenarioRun) -> None:
     alive = bool(states) and all(s is not None and s not in ("T", "t", "Z", "X") for s in states)
     node = next((n.index for n in c.alive() if pid in c.workers(n.index)), None)
     run.facts["wedge"] = {"step": step, "rank": rank, "pid": pid, "time": t}
-    c.event("fault", node, f"worker pid {pid} (rank {rank}) blocked its main thread at step {step}",
-            label="wedged main thread", t=t, confirmed=alive,
-            evidence=f"{line.strip()}; pid {pid} states over 0.9 s {states} (alive, not stopped)")
+    c.event(
+        "fault",
+        node,
+        f"worker pid {pid} (rank {rank}) blocked its main thread at step {step}",
+        label="wedged main thread",
+        t=t,
+        confirmed=alive,
+        evidence=f"{line.strip()}; pid {pid} states over 0.9 s {states} (alive, not stopped)",
+    )
 
 
 def wedge_step(cfg: LocalChaosConfig) -> int:
@@ -373,6 +428,7 @@ def inject_kill_during_save(run: ScenarioRun) -> None:
 
     def in_flight():  # data (and DCP's .metadata) written, commit marker not yet
         return d.is_dir() and (d / ".metadata").exists() and not (d / MARKER).exists()
+
     run.wait_for(in_flight, f"the async checkpoint of step {target} to be written but not committed", poll=0.05)
     run.cluster.signal_worker(run.cluster.node_of_rank(0), signal.SIGKILL, rank=0)
     run.facts["partial_checkpoint"] = d.name
@@ -384,8 +440,11 @@ def inject_corrupt_checkpoint(run: ScenarioRun) -> None:
     cfg = run.cfg
     run.cluster.start_all()
     target = 2 * cfg.interval
-    run.wait_for(lambda: any(r.get("event") == "checkpoint" and r["step"] == target for r in run.records()),
-                 f"the checkpoint of step {target} to be committed", poll=0.05)
+    run.wait_for(
+        lambda: any(r.get("event") == "checkpoint" and r["step"] == target for r in run.records()),
+        f"the checkpoint of step {target} to be committed",
+        poll=0.05,
+    )
     d = run.ckpt / f"step_{target:08d}"
     shard = max((p for p in d.glob("*.distcp")), key=lambda p: p.stat().st_size)
     size = shard.stat().st_size
@@ -407,6 +466,7 @@ def damage_generations(mem: Path, prefix: str, *, newest_only: bool = False) -> 
     its bytes now (the proof that the damage is there)."""
     import torch
     from training.checkpoint.integrity import crc32c_bytes
+
     done = []
     for current in sorted(mem.glob(f"*/{prefix}.current")):
         slots = [json.loads(current.read_text())["slot"]] if newest_only else [0, 1]
@@ -421,9 +481,17 @@ def damage_generations(mem: Path, prefix: str, *, newest_only: bool = False) -> 
                 good = f.read(FLIPPED_BYTES)
                 f.seek(at)
                 f.write(bytes(b ^ 0xFF for b in good))
-            now = crc32c_bytes(data_file.read_bytes()[:meta["nbytes"]])
-            done.append({"file": str(data_file), "step": int(meta["step"]), "offset": at, "bytes": len(good),
-                         "crc32c": meta.get("crc32c"), "now": now})
+            now = crc32c_bytes(data_file.read_bytes()[: meta["nbytes"]])
+            done.append(
+                {
+                    "file": str(data_file),
+                    "step": int(meta["step"]),
+                    "offset": at,
+                    "bytes": len(good),
+                    "crc32c": meta.get("crc32c"),
+                    "now": now,
+                }
+            )
     return done
 
 
@@ -454,8 +522,8 @@ def _freeze_replicated(run: ScenarioRun, rank: int, at_least: int) -> tuple[int,
             kept = _newest(c.node_memory(peer), f"peer-r{rank}-w{world}")
             ok = own is not None and own == kept and own >= at_least and own % cfg.interval
             return own if ok else None
-        run.wait_for(in_place, f"rank {rank}'s snapshot of a step >= {at_least} on its node and its peer's",
-                     poll=0.02)
+
+        run.wait_for(in_place, f"rank {rank}'s snapshot of a step >= {at_least} on its node and its peer's", poll=0.02)
         pid = next((p for p in c.workers(node) if c.rank_of(p) == rank), None)
         if pid is None:
             continue
@@ -480,22 +548,38 @@ def _damage_then_kill(run: ScenarioRun, *, at_least: int, replica: bool) -> dict
     node, pid, step = _freeze_replicated(run, rank, at_least)
     t = time.time()
     if replica:
-        damaged = [d for i in sorted({n.index for n in c.nodes}) for kind in ("own", "peer")
-                   for d in damage_generations(c.node_memory(i), f"{kind}-r{rank}-w{cfg.world}")]
+        damaged = [
+            d
+            for i in sorted({n.index for n in c.nodes})
+            for kind in ("own", "peer")
+            for d in damage_generations(c.node_memory(i), f"{kind}-r{rank}-w{cfg.world}")
+        ]
     else:
         damaged = damage_generations(c.node_memory(node), f"own-r{rank}-w{cfg.world}", newest_only=True)
     os.kill(pid, signal.SIGKILL)
     gone, how = confirm(pid, signal.SIGKILL)
     shown = all(d["now"] != d["crc32c"] for d in damaged)
     what = "its own-node copy and its replica (every generation)" if replica else "its newest own-node copy"
-    c.event("fault", node, f"worker pid {pid} (rank {rank}) frozen at step {step}; {FLIPPED_BYTES} bytes of {what} "
-            f"inverted ({len(damaged)} generation(s)); SIGKILL",
-            label="damaged snapshot + SIGKILL" + (" (own + replica)" if replica else ""), t=t,
-            confirmed=bool(damaged) and shown and gone,
-            evidence="; ".join(f"{Path(d['file']).name} step {d['step']}: CRC32C recorded {d['crc32c']}, now "
-                               f"{d['now']}" for d in damaged) + f"; {how}")
-    return {"rank": rank, "step": step, "replica": replica, "time": t,
-            "damaged": [(Path(d["file"]).name.split("-r", 1)[0], d["step"]) for d in damaged]}
+    c.event(
+        "fault",
+        node,
+        f"worker pid {pid} (rank {rank}) frozen at step {step}; {FLIPPED_BYTES} bytes of {what} "
+        f"inverted ({len(damaged)} generation(s)); SIGKILL",
+        label="damaged snapshot + SIGKILL" + (" (own + replica)" if replica else ""),
+        t=t,
+        confirmed=bool(damaged) and shown and gone,
+        evidence="; ".join(
+            f"{Path(d['file']).name} step {d['step']}: CRC32C recorded {d['crc32c']}, now {d['now']}" for d in damaged
+        )
+        + f"; {how}",
+    )
+    return {
+        "rank": rank,
+        "step": step,
+        "replica": replica,
+        "time": t,
+        "damaged": [(Path(d["file"]).name.split("-r", 1)[0], d["step"]) for d in damaged],
+    }
 
 
 def second_damage_step(cfg: LocalChaosConfig) -> int:
@@ -513,8 +597,10 @@ def inject_corrupt_snapshot(run: ScenarioRun) -> None:
     first = _damage_then_kill(run, at_least=run.cfg.kill_step, replica=False)
     store = 2 * run.cfg.interval
     run.wait_start_after(first["time"])
-    run.wait_for(lambda: any(r.get("event") == "checkpoint" and r["step"] == store for r in run.records()),
-                 f"the checkpoint of step {store} to be committed")
+    run.wait_for(
+        lambda: any(r.get("event") == "checkpoint" and r["step"] == store for r in run.records()),
+        f"the checkpoint of step {store} to be committed",
+    )
     second = _damage_then_kill(run, at_least=second_damage_step(run.cfg), replica=True)
     run.facts["snapshot_damage"] = [first, second]
 
@@ -527,8 +613,10 @@ def inject_restarts_exhausted(run: ScenarioRun) -> None:
     for i in range(run.cluster.launch.max_restarts + 1):
         if i:  # kill each new incarnation once it is up (process group formed, checkpoint loaded)
             run.wait_start_after(t_last)
-        pid = run.wait_for(lambda: next((p for p in run.cluster.workers(victim) if p not in killed), None),
-                           "a new worker on the victim node")
+        pid = run.wait_for(
+            lambda: next((p for p in run.cluster.workers(victim) if p not in killed), None),
+            "a new worker on the victim node",
+        )
         run.cluster.signal_worker(victim, signal.SIGKILL)
         killed.append(pid)
         t_last = run.cluster.events[-1]["time"]
@@ -550,10 +638,15 @@ def inject_store_member_kill(run: ScenarioRun) -> None:
     etcd.kill(leader)
     new = etcd.leader_within(10.0)
     run.facts["store_killed"] = {"member": leader.name, "pid": pid, "new_leader": new.name if new else None}
-    run.cluster.event("fault", None, f"SIGKILL etcd leader {leader.name} (pid {pid})", label="store-member-kill",
-                      confirmed=leader.process.poll() is not None,
-                      evidence=f"member {leader.name} pid {pid} exit {leader.process.returncode}; new leader "
-                               f"{new.name if new else 'none within 10 s'}")
+    run.cluster.event(
+        "fault",
+        None,
+        f"SIGKILL etcd leader {leader.name} (pid {pid})",
+        label="store-member-kill",
+        confirmed=leader.process.poll() is not None,
+        evidence=f"member {leader.name} pid {pid} exit {leader.process.returncode}; new leader "
+        f"{new.name if new else 'none within 10 s'}",
+    )
 
 
 def _stop_store(run: ScenarioRun, *, as_fault: bool = True) -> float:
@@ -561,9 +654,14 @@ def _stop_store(run: ScenarioRun, *, as_fault: bool = True) -> float:
     False: the outage is the setting of another fault, recorded as a plain event (no restart expected of it)."""
     states = run.cluster.etcd.pause()
     run.facts["store_stopped_states"] = states
-    run.cluster.event("fault" if as_fault else "store-down", None,
-                      f"SIGSTOP every etcd member for {run.cfg.store_outage_s:g} s", label="store-outage",
-                      confirmed=all(v == "T" for v in states.values()), evidence=f"member states {states}")
+    run.cluster.event(
+        "fault" if as_fault else "store-down",
+        None,
+        f"SIGSTOP every etcd member for {run.cfg.store_outage_s:g} s",
+        label="store-outage",
+        confirmed=all(v == "T" for v in states.values()),
+        evidence=f"member states {states}",
+    )
     return run.cluster.events[-1]["time"]
 
 
@@ -613,16 +711,22 @@ def check_no_new_round(obs: Observation) -> Check:
     rounds_seen = sorted(set(_rounds_formed(obs)))
     attempts = split_attempts(obs.records)
     ok = rounds_seen == ["0"] and len(attempts) == 1 and bool(obs.faults)
-    return Check("no restart: the job trained through the store's fault", ok,
-                 f"rounds formed {rounds_seen or 'none'}; attempts {len(attempts)}; faults {len(obs.faults)}")
+    return Check(
+        "no restart: the job trained through the store's fault",
+        ok,
+        f"rounds formed {rounds_seen or 'none'}; attempts {len(attempts)}; faults {len(obs.faults)}",
+    )
 
 
 def check_leader_replaced(obs: Observation) -> Check:
     """The member killed was the leader, and another member took over."""
     k = obs.facts.get("store_killed") or {}
     ok = bool(k) and k.get("new_leader") not in (None, k.get("member"))
-    return Check("etcd leader killed, another member leads", ok,
-                 f"killed {k.get('member', 'none')} (pid {k.get('pid', '-')}), new leader {k.get('new_leader')}")
+    return Check(
+        "etcd leader killed, another member leads",
+        ok,
+        f"killed {k.get('member', 'none')} (pid {k.get('pid', '-')}), new leader {k.get('new_leader')}",
+    )
 
 
 def _store_window(obs: Observation) -> tuple[float, float] | None:
@@ -636,9 +740,13 @@ def check_trained_through_outage(obs: Observation) -> Check:
     during = [r for r in obs.records if r.get("event") == "step" and w and w[0] < r["time"] < w[1]]
     said = obs.log_has("membership store unreachable")
     ok = bool(w) and bool(during) and bool(said)
-    return Check("training went on with the store down", ok,
-                 f"outage {w[1] - w[0]:.1f} s, {len(during)} step(s) logged during it; "
-                 f"'unreachable' lines: {len(said)}" if w else "no outage recorded")
+    return Check(
+        "training went on with the store down",
+        ok,
+        f"outage {w[1] - w[0]:.1f} s, {len(during)} step(s) logged during it; 'unreachable' lines: {len(said)}"
+        if w
+        else "no outage recorded",
+    )
 
 
 def check_reformed_after_store_back(obs: Observation) -> Check:
@@ -649,10 +757,14 @@ def check_reformed_after_store_back(obs: Observation) -> Check:
     stopped = all(v == "T" for v in (obs.facts.get("store_stopped_states") or {"-": None}).values())
     ok = bool(w) and stopped and bool(after)
     first = after[0].steps[0]["time"] - w[1] if ok else None
-    return Check("re-formed once the store was back", ok,
-                 f"every member stopped {obs.facts.get('store_stopped_states')}; store back -> first step of the "
-                 f"next attempt: {first:.1f} s" if ok else
-                 f"members stopped: {obs.facts.get('store_stopped_states')}; no attempt trained after the fault")
+    return Check(
+        "re-formed once the store was back",
+        ok,
+        f"every member stopped {obs.facts.get('store_stopped_states')}; store back -> first step of the "
+        f"next attempt: {first:.1f} s"
+        if ok
+        else f"members stopped: {obs.facts.get('store_stopped_states')}; no attempt trained after the fault",
+    )
 
 
 def check_shrank_and_grew(obs: Observation) -> Check:
@@ -676,8 +788,11 @@ def check_silent_node_declared(obs: Observation) -> Check:
     lines += [ln for ln in obs.log_has("[rendezvous] lost node(s)") if agent and f"-{agent}-" in ln]
     after = [a for a in _restarted_attempts(obs) if a.start["time"] > t]
     ok = bool(ranks) and bool(lines) and bool(after)
-    said = lines[0].strip()[:200] if lines else (f"no lost-node line naming agent pid {agent} and no watchdog "
-                                                 f"line naming rank(s) {ranks}")
+    said = (
+        lines[0].strip()[:200]
+        if lines
+        else (f"no lost-node line naming agent pid {agent} and no watchdog line naming rank(s) {ranks}")
+    )
     return Check(SILENT_NODE_DECLARED, ok, f"{said}; attempts after the stop: {len(after)}")
 
 
@@ -688,9 +803,12 @@ def check_spare_took_over(obs: Observation) -> Check:
     worlds = world_sizes(obs.records)
     again = [a for a in _restarted_attempts(obs) if a.steps]
     ok = bool(spares) and killed is not None and bool(ranks) and bool(again) and set(worlds) == {obs.facts["world"]}
-    return Check("hot spare took the lost node's place", ok,
-                 f"killed node{killed}; spare(s) {spares} host rank(s) {ranks} after the kill; world sizes {worlds}; "
-                 f"attempts that trained after the kill: {len(again)}")
+    return Check(
+        "hot spare took the lost node's place",
+        ok,
+        f"killed node{killed}; spare(s) {spares} host rank(s) {ranks} after the kill; world sizes {worlds}; "
+        f"attempts that trained after the kill: {len(again)}",
+    )
 
 
 SPARE_REPLACED_STRAGGLER = "the straggler's node left, the hot spare took its place"
@@ -704,9 +822,12 @@ def check_spare_replaced_straggler(obs: Observation) -> Check:
     worlds = world_sizes(obs.records)
     again = [a for a in _restarted_attempts(obs) if a.steps]
     ok = bool(spares) and bool(ranks) and bool(left) and bool(again) and set(worlds) == {obs.facts["world"]}
-    return Check(SPARE_REPLACED_STRAGGLER, ok,
-                 f"{left[0].strip()[:160] if left else 'no node said it left the job'}; spare(s) {spares} host "
-                 f"rank(s) {ranks} afterwards; world sizes {worlds}; attempts that trained after: {len(again)}")
+    return Check(
+        SPARE_REPLACED_STRAGGLER,
+        ok,
+        f"{left[0].strip()[:160] if left else 'no node said it left the job'}; spare(s) {spares} host "
+        f"rank(s) {ranks} afterwards; world sizes {worlds}; attempts that trained after: {len(again)}",
+    )
 
 
 def check_rank0_node_killed(obs: Observation) -> Check:
@@ -715,9 +836,12 @@ def check_rank0_node_killed(obs: Observation) -> Check:
     again = [a for a in _restarted_attempts(obs) if a.steps and a.start.get("world_size") == obs.facts["world"]]
     store = obs.facts.get("store_alive_at_end")
     ok = killed is not None and killed == rank0 and bool(again) and bool(store)
-    return Check("rank 0's node killed, job re-formed on the membership store", ok,
-                 f"killed node{killed}, rank 0 was on node{rank0}; re-formed attempts at full size: {len(again)}; "
-                 f"store running at the end: {store}")
+    return Check(
+        "rank 0's node killed, job re-formed on the membership store",
+        ok,
+        f"killed node{killed}, rank 0 was on node{rank0}; re-formed attempts at full size: {len(again)}; "
+        f"store running at the end: {store}",
+    )
 
 
 def check_fell_back_to_storage(obs: Observation) -> Check:
@@ -727,9 +851,12 @@ def check_fell_back_to_storage(obs: Observation) -> Check:
     said = obs.log_has("no step complete for every shard")
     killed = obs.facts.get("killed_nodes") or []
     ok = len(killed) == 2 and got.get("tier") == "storage" and bool(said)
-    return Check("fell back to storage (a shard and its replica lost)", ok,
-                 f"nodes killed at once: {killed}; restored from {got or 'nothing'}; "
-                 f"log: {said[0].strip()[:160] if said else 'no reason given'}")
+    return Check(
+        "fell back to storage (a shard and its replica lost)",
+        ok,
+        f"nodes killed at once: {killed}; restored from {got or 'nothing'}; "
+        f"log: {said[0].strip()[:160] if said else 'no reason given'}",
+    )
 
 
 def check_previous_snapshot_used(obs: Observation) -> Check:
@@ -737,8 +864,11 @@ def check_previous_snapshot_used(obs: Observation) -> Check:
     step = obs.facts.get("snapshot_kill_step")
     after = _restarted_attempts(obs)
     got = (after[0].start.get("restored_from") or {}) if after else {}
-    ok = step is not None and got.get("tier") in ("memory", "peer") and \
-        got.get("step") == step - obs.facts.get("memory_interval", 1)
+    ok = (
+        step is not None
+        and got.get("tier") in ("memory", "peer")
+        and got.get("step") == step - obs.facts.get("memory_interval", 1)
+    )
     return Check("previous snapshot used", ok, f"killed while copying step {step}; restored from {got or 'nothing'}")
 
 
@@ -757,13 +887,24 @@ def check_damaged_own_copy_replaced_by_replica(obs: Observation) -> Check:
     rank, step = damage.get("rank"), damage.get("step")
     after = _attempt_after(obs, damage.get("time", float("inf")))
     got = (after.start.get("restored_from") or {}) if after else {}
-    named = [ln for ln in obs.log_has("damaged memory snapshot") if f"own-node copy of rank {rank}'s shard of step "
-             f"{step} " in ln]
-    ok = (step is not None and got.get("tier") == "peer" and got.get("step") == step
-          and ("own", rank, step) in _skipped(got) and bool(named))
-    return Check("damaged own snapshot skipped for the peer replica", ok,
-                 f"rank {rank}'s own copy of step {step} damaged; restored from {_brief(got)}; "
-                 f"log: {named[0].strip()[:220] if named else 'no line names it'}")
+    named = [
+        ln
+        for ln in obs.log_has("damaged memory snapshot")
+        if f"own-node copy of rank {rank}'s shard of step {step} " in ln
+    ]
+    ok = (
+        step is not None
+        and got.get("tier") == "peer"
+        and got.get("step") == step
+        and ("own", rank, step) in _skipped(got)
+        and bool(named)
+    )
+    return Check(
+        "damaged own snapshot skipped for the peer replica",
+        ok,
+        f"rank {rank}'s own copy of step {step} damaged; restored from {_brief(got)}; "
+        f"log: {named[0].strip()[:220] if named else 'no line names it'}",
+    )
 
 
 def check_damaged_replica_falls_back_to_storage(obs: Observation) -> Check:
@@ -777,11 +918,20 @@ def check_damaged_replica_falls_back_to_storage(obs: Observation) -> Check:
     skipped = _skipped(got)
     newer = {(kind, rank, step) for kind, step in damage.get("damaged", []) if step > got.get("step", 0)}
     said = [ln for ln in obs.log_has("memory snapshots not used") if f"rank {rank}'s" in ln]
-    ok = (bool(damage) and got.get("tier") == "storage" and bool(newer) and newer <= skipped
-          and {"own", "peer"} <= {k for k, _, _ in skipped} and bool(said))
-    return Check("damaged own snapshot and replica: storage restored, named", ok,
-                 f"damaged: {sorted(damage.get('damaged', []))}; restored from {_brief(got)}; "
-                 f"log: {said[0].strip()[:220] if said else 'no line names them'}")
+    ok = (
+        bool(damage)
+        and got.get("tier") == "storage"
+        and bool(newer)
+        and newer <= skipped
+        and {"own", "peer"} <= {k for k, _, _ in skipped}
+        and bool(said)
+    )
+    return Check(
+        "damaged own snapshot and replica: storage restored, named",
+        ok,
+        f"damaged: {sorted(damage.get('damaged', []))}; restored from {_brief(got)}; "
+        f"log: {said[0].strip()[:220] if said else 'no line names them'}",
+    )
 
 
 def _brief(restored: dict) -> str:
@@ -798,9 +948,12 @@ def check_checkpoint_on_signal(obs: Observation) -> Check:
     killed = obs.log_has("closing signal SIGKILL")
     step = sig[0]["step"] if sig else None
     ok = bool(sig) and step in ckpts and not killed
-    return Check("checkpoint on signal, clean exit", ok,
-                 f"signal logged at step {step}, checkpoint committed: {step in ckpts}, workers SIGKILLed by "
-                 f"agents: {len(killed)}, first-launch exit codes {obs.facts.get('first_launch_exit_codes')}")
+    return Check(
+        "checkpoint on signal, clean exit",
+        ok,
+        f"signal logged at step {step}, checkpoint committed: {step in ckpts}, workers SIGKILLed by "
+        f"agents: {len(killed)}, first-launch exit codes {obs.facts.get('first_launch_exit_codes')}",
+    )
 
 
 def check_partial_ignored(obs: Observation) -> Check:
@@ -808,9 +961,12 @@ def check_partial_ignored(obs: Observation) -> Check:
     after = _restarted_attempts(obs)
     resumed = after[0].resumed_from if after else None
     warned = [line for line in obs.log_has("skipping checkpoint") if name and name in line]
-    return Check("partial checkpoint ignored", name is not None and resumed == interval and bool(warned),
-                 f"resumed from step {resumed} (previous complete: {interval}); "
-                 f"warning: {warned[0].strip()[:160] if warned else 'none'}")
+    return Check(
+        "partial checkpoint ignored",
+        name is not None and resumed == interval and bool(warned),
+        f"resumed from step {resumed} (previous complete: {interval}); "
+        f"warning: {warned[0].strip()[:160] if warned else 'none'}",
+    )
 
 
 def check_corrupt_skipped(obs: Observation) -> Check:
@@ -819,17 +975,23 @@ def check_corrupt_skipped(obs: Observation) -> Check:
     resumed = after[0].resumed_from if after else None
     warned = [line for line in obs.log_has("WARNING") if name and name in line]
     truncated = bool(cut) and cut["to"] < cut["from"]
-    return Check("corrupt checkpoint skipped with a warning", truncated and resumed == interval and bool(warned),
-                 f"{cut['file'] + ' truncated to ' + str(cut['to']) + ' bytes; ' if cut else 'nothing truncated; '}"
-                 f"resumed from step {resumed}; warning: {warned[0].strip()[:200] if warned else 'none'}")
+    return Check(
+        "corrupt checkpoint skipped with a warning",
+        truncated and resumed == interval and bool(warned),
+        f"{cut['file'] + ' truncated to ' + str(cut['to']) + ' bytes; ' if cut else 'nothing truncated; '}"
+        f"resumed from step {resumed}; warning: {warned[0].strip()[:200] if warned else 'none'}",
+    )
 
 
 def check_restarts_used(obs: Observation) -> Check:
     """Every allowed restart was used by a fault before the job gave up (not a crash of its own)."""
     want = obs.facts.get("max_restarts")
     starts = len(_restarted_attempts(obs))
-    return Check("every restart used, then the job stopped", want is not None and starts == want,
-                 f"{starts} worker-group restarts after the first fault (--max-restarts {want})")
+    return Check(
+        "every restart used, then the job stopped",
+        want is not None and starts == want,
+        f"{starts} worker-group restarts after the first fault (--max-restarts {want})",
+    )
 
 
 def check_failure_message(obs: Observation) -> Check:
@@ -840,6 +1002,7 @@ def check_failure_message(obs: Observation) -> Check:
 def check_checkpoints_intact(obs: Observation) -> Check:
     from training.checkpoint import scan
     from training.compare import load_full
+
     if obs.checkpoint_dir is None:
         return Check("checkpoints intact", False, "no checkpoint directory")
     good, bad = scan(obs.checkpoint_dir)
@@ -848,8 +1011,11 @@ def check_checkpoints_intact(obs: Observation) -> Check:
             load_full(good[0])
         except Exception as e:  # noqa: BLE001 - reported as the check's detail
             return Check("checkpoints intact", False, f"{good[0].name} does not load: {e}")
-    return Check("checkpoints intact", bool(good) and not bad,
-                 f"complete: {[p.name for p in good]}, incomplete/corrupt: {[p.name for p, _ in bad]}")
+    return Check(
+        "checkpoints intact",
+        bool(good) and not bad,
+        f"complete: {[p.name for p in good]}, incomplete/corrupt: {[p.name for p, _ in bad]}",
+    )
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -884,61 +1050,140 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
         LocalScenario("worker-kill", inject_worker_kill, Expectation(max_steps_lost=same_world)),
         # Dropout masks depend on how a batch is split over ranks: across a world-size change only a
         # dropout-free run can match the reference within fp tolerance.
-        LocalScenario("node-loss-rejoin", inject_node_loss_rejoin,
-                      Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                      (check_shrank_and_grew,), min_nodes="one", math=("--model.dropout", "0"), hold=True),
-        LocalScenario("silent-node", inject_silent_node,
-                      Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
-                      (check_silent_node_declared, check_shrank_and_grew), min_nodes="one",
-                      math=("--model.dropout", "0"), hold=True),
+        LocalScenario(
+            "node-loss-rejoin",
+            inject_node_loss_rejoin,
+            Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
+            (check_shrank_and_grew,),
+            min_nodes="one",
+            math=("--model.dropout", "0"),
+            hold=True,
+        ),
+        LocalScenario(
+            "silent-node",
+            inject_silent_node,
+            Expectation("close", max_steps_lost=same_world, rejoin_world=cfg.world, atol=cfg.atol),
+            (check_silent_node_declared, check_shrank_and_grew),
+            min_nodes="one",
+            math=("--model.dropout", "0"),
+            hold=True,
+        ),
         # Fixed size (MIN = MAX) and no replacement started: without the spare the job would wait for one.
-        LocalScenario("node-kill-with-spare", inject_node_kill_with_spare, Expectation(max_steps_lost=same_world),
-                      (check_spare_took_over,), spares=1),
+        LocalScenario(
+            "node-kill-with-spare",
+            inject_node_kill_with_spare,
+            Expectation(max_steps_lost=same_world),
+            (check_spare_took_over,),
+            spares=1,
+        ),
         # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
         # timeout, declare it.
-        LocalScenario("silent-node-during-save", inject_silent_node_during_save,
-                      Expectation(max_steps_lost=same_world), (check_silent_node_declared, check_spare_took_over),
-                      spares=1, flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)),
-                                       "--fault.rank", str(cfg.world - 1))),
+        LocalScenario(
+            "silent-node-during-save",
+            inject_silent_node_during_save,
+            Expectation(max_steps_lost=same_world),
+            (check_silent_node_declared, check_spare_took_over),
+            spares=1,
+            flags=("--fault.stop_in_save_at_step", str(save_stop_step(cfg)), "--fault.rank", str(cfg.world - 1)),
+        ),
         # A slow node, not a dead one: named from the ranks' work times, taken out after a step's snapshot, replaced
         # by the spare: nothing recomputed.
-        LocalScenario("straggler", inject_straggler, Expectation(max_steps_lost=0),
-                      (check_straggler_named, check_spare_replaced_straggler, check_back_to_speed), spares=1),
-        LocalScenario("first-node-kill", inject_first_node_kill, Expectation(max_steps_lost=same_world),
-                      (check_rank0_node_killed,)),
+        LocalScenario(
+            "straggler",
+            inject_straggler,
+            Expectation(max_steps_lost=0),
+            (check_straggler_named, check_spare_replaced_straggler, check_back_to_speed),
+            spares=1,
+        ),
+        LocalScenario(
+            "first-node-kill",
+            inject_first_node_kill,
+            Expectation(max_steps_lost=same_world),
+            (check_rank0_node_killed,),
+        ),
         LocalScenario("preemption", inject_preemption, Expectation(max_steps_lost=0), (check_checkpoint_on_signal,)),
         LocalScenario("hang", inject_hang, Expectation(max_steps_lost=same_world)),
         # The wedge bound's floor lowered to 3 s (from the config's): a tiny step's bound is its floor.
-        LocalScenario("wedged-rank", inject_wedged_rank, Expectation(max_steps_lost=same_world),
-                      (check_wedge_declared,),
-                      flags=("--fault.wedge_at_step", str(wedge_step(cfg)), "--fault.rank", str(cfg.world - 1),
-                             "--parallel.wedge_floor_s", "3")),
-        LocalScenario("kill-mid-snapshot", inject_kill_mid_snapshot, Expectation(max_steps_lost=same_world),
-                      (check_previous_snapshot_used,),
-                      flags=("--fault.kill_in_snapshot_at_step", str(snapshot_kill_step(cfg)),
-                             "--fault.rank", str(cfg.world - 1))),
+        LocalScenario(
+            "wedged-rank",
+            inject_wedged_rank,
+            Expectation(max_steps_lost=same_world),
+            (check_wedge_declared,),
+            flags=(
+                "--fault.wedge_at_step",
+                str(wedge_step(cfg)),
+                "--fault.rank",
+                str(cfg.world - 1),
+                "--parallel.wedge_floor_s",
+                "3",
+            ),
+        ),
+        LocalScenario(
+            "kill-mid-snapshot",
+            inject_kill_mid_snapshot,
+            Expectation(max_steps_lost=same_world),
+            (check_previous_snapshot_used,),
+            flags=(
+                "--fault.kill_in_snapshot_at_step",
+                str(snapshot_kill_step(cfg)),
+                "--fault.rank",
+                str(cfg.world - 1),
+            ),
+        ),
         # Three nodes: the ring's replica of one lost node sat on the other; memory cannot help, storage must.
-        LocalScenario("node-pair-loss", inject_node_pair_loss, Expectation(max_steps_lost=killed),
-                      (check_fell_back_to_storage,), nodes=3),
-        LocalScenario("kill-during-save", inject_kill_during_save, Expectation(max_steps_lost=killed),
-                      (check_partial_ignored,), flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only)),
-        LocalScenario("corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,),
-                      flags=storage_only),
+        LocalScenario(
+            "node-pair-loss",
+            inject_node_pair_loss,
+            Expectation(max_steps_lost=killed),
+            (check_fell_back_to_storage,),
+            nodes=3,
+        ),
+        LocalScenario(
+            "kill-during-save",
+            inject_kill_during_save,
+            Expectation(max_steps_lost=killed),
+            (check_partial_ignored,),
+            flags=("--fault.slow_commit_s", str(cfg.slow_commit_s), *storage_only),
+        ),
+        LocalScenario(
+            "corrupt-checkpoint", inject_corrupt_checkpoint, Expectation(), (check_corrupt_skipped,), flags=storage_only
+        ),
         # Two faults: the first costs the step in flight (the replica holds the damaged step; a stop that lands
         # while a snapshot is copied costs one more), the second falls back to the checkpoint of 2 x interval.
-        LocalScenario("corrupt-snapshot", inject_corrupt_snapshot, Expectation(max_steps_lost=killed),
-                      (check_damaged_own_copy_replaced_by_replica, check_damaged_replica_falls_back_to_storage)),
+        LocalScenario(
+            "corrupt-snapshot",
+            inject_corrupt_snapshot,
+            Expectation(max_steps_lost=killed),
+            (check_damaged_own_copy_replaced_by_replica, check_damaged_replica_falls_back_to_storage),
+        ),
         # --max-restarts 1 (2 kills): the same path as 3 (4 kills) at half the run time. The kills land as
         # each incarnation starts, before it logs a step, so no restart is expected to train.
-        LocalScenario("restarts-exhausted", inject_restarts_exhausted, Expectation("fail", restart=False),
-                      (check_restarts_used, check_checkpoints_intact, check_failure_message), max_restarts=1),
+        LocalScenario(
+            "restarts-exhausted",
+            inject_restarts_exhausted,
+            Expectation("fail", restart=False),
+            (check_restarts_used, check_checkpoints_intact, check_failure_message),
+            max_restarts=1,
+        ),
         # The membership store's own failures: no restart to measure steps lost by (check_no_new_round: none).
-        LocalScenario("store-member-kill", inject_store_member_kill, Expectation(restart=False, noticed=False),
-                      (check_leader_replaced, check_no_new_round)),
-        LocalScenario("store-outage", inject_store_outage, Expectation(restart=False, noticed=False),
-                      (check_trained_through_outage, check_no_new_round)),
-        LocalScenario("store-outage-then-worker-kill", inject_store_outage_then_worker_kill,
-                      Expectation(max_steps_lost=same_world), (check_reformed_after_store_back,)),
+        LocalScenario(
+            "store-member-kill",
+            inject_store_member_kill,
+            Expectation(restart=False, noticed=False),
+            (check_leader_replaced, check_no_new_round),
+        ),
+        LocalScenario(
+            "store-outage",
+            inject_store_outage,
+            Expectation(restart=False, noticed=False),
+            (check_trained_through_outage, check_no_new_round),
+        ),
+        LocalScenario(
+            "store-outage-then-worker-kill",
+            inject_store_outage_then_worker_kill,
+            Expectation(max_steps_lost=same_world),
+            (check_reformed_after_store_back,),
+        ),
     ]
     return scenario_table("local", table)
 
@@ -966,13 +1211,21 @@ def reference(cfg: LocalChaosConfig, cache_root: Path, work: Path, math: tuple[s
     final = cache / f"step_{cfg.steps:08d}"
     meta = cache / "reference.json"
     from training.checkpoint import verify
+
     if meta.exists() and verify(final)[0] and (cache / "logs.json").exists():
         print(f"[chaos] reference: cached {cache} (key {key})", flush=True)
-        return Reference(final, load_records(cache / "metrics.jsonl"),
-                         [tuple(x) for x in json.loads((cache / "logs.json").read_text())],
-                         json.loads(meta.read_text())["wall_s"], True)
-    print(f"[chaos] reference: computing an uninterrupted {cfg.steps}-step run on {cfg.nodes} node(s) "
-          f"{' '.join(math)} (cached under {cache})", flush=True)
+        return Reference(
+            final,
+            load_records(cache / "metrics.jsonl"),
+            [tuple(x) for x in json.loads((cache / "logs.json").read_text())],
+            json.loads(meta.read_text())["wall_s"],
+            True,
+        )
+    print(
+        f"[chaos] reference: computing an uninterrupted {cfg.steps}-step run on {cfg.nodes} node(s) "
+        f"{' '.join(math)} (cached under {cache})",
+        flush=True,
+    )
     run = ScenarioRun(cfg, work / f"reference-{key}", rdzv_id="chaos-ref", min_nodes=cfg.nodes, extra=math)
     try:
         run.cluster.start_all()
@@ -991,8 +1244,7 @@ def reference(cfg: LocalChaosConfig, cache_root: Path, work: Path, math: tuple[s
     shutil.copy(run.metrics, cache / "metrics.jsonl")
     logs = [(t, line) for t, _, line in run.cluster.log_lines()]
     (cache / "logs.json").write_text(json.dumps(logs))
-    meta.write_text(json.dumps({"key": key, "config": asdict(cfg), "math_args": list(math), "wall_s": wall},
-                               indent=1))
+    meta.write_text(json.dumps({"key": key, "config": asdict(cfg), "math_args": list(math), "wall_s": wall}, indent=1))
     shutil.rmtree(run.ckpt, ignore_errors=True)  # the cache holds the final step; the rest is not needed
     return Reference(final, run.records(), logs, wall, False)
 
@@ -1003,13 +1255,21 @@ def base_facts(cfg: LocalChaosConfig) -> dict:
     return {"world": cfg.world, "nproc_per_node": cfg.nproc_per_node, "interval": cfg.interval}
 
 
-def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root: Path,
-                 keep: bool = False) -> ScenarioResult:
+def run_scenario(
+    cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root: Path, keep: bool = False
+) -> ScenarioResult:
     """Inject ``sc`` into a fresh job, observe it to the end, judge it against ``ref`` (of ``sc.config(cfg)``)."""
     cfg = sc.config(cfg)
-    run = ScenarioRun(cfg, root / sc.name, rdzv_id=f"chaos-{sc.name}",
-                      min_nodes=cfg.nodes if sc.min_nodes == "all" else 1, extra=sc.math + sc.flags,
-                      max_restarts=sc.max_restarts, spares=sc.spares, hold=sc.hold)
+    run = ScenarioRun(
+        cfg,
+        root / sc.name,
+        rdzv_id=f"chaos-{sc.name}",
+        min_nodes=cfg.nodes if sc.min_nodes == "all" else 1,
+        extra=sc.math + sc.flags,
+        max_restarts=sc.max_restarts,
+        spares=sc.spares,
+        hold=sc.hold,
+    )
     res = ScenarioResult(name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=str(run.workdir))
     print(f"[chaos] {sc.name}: {sc.title}", flush=True)
     res.t0 = time.time()
@@ -1025,8 +1285,9 @@ def run_scenario(cfg: LocalChaosConfig, sc: LocalScenario, ref: Reference, root:
         run.facts["store_alive_at_end"] = run.cluster.store_alive()
         run.cluster.close()
     nodes = run.cluster.nodes
-    res.wall_s = (max(n.ended or time.time() for n in nodes) - min(n.started for n in nodes)) if nodes \
-        else time.time() - res.t0
+    res.wall_s = (
+        (max(n.ended or time.time() for n in nodes) - min(n.started for n in nodes)) if nodes else time.time() - res.t0
+    )
     res.events = run.cluster.events
     obs = observe(cfg, run, codes, ref, sc.expect.atol if sc.expect.outcome == "close" else 0.0, res)
     res.apply(judge(obs, sc.expect, sc.checks))
@@ -1046,13 +1307,21 @@ def _drop_bulk(run: ScenarioRun) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def observe(cfg: LocalChaosConfig, run: ScenarioRun, codes: dict[str, int | None], ref: Reference, atol: float,
-            res: ScenarioResult) -> Observation:
+def observe(
+    cfg: LocalChaosConfig,
+    run: ScenarioRun,
+    codes: dict[str, int | None],
+    ref: Reference,
+    atol: float,
+    res: ScenarioResult,
+) -> Observation:
     """The observation of a finished scenario run (the verdict's only input)."""
     from training.goodput.analysis import torchrun_detections
+
     logs = [(t, line) for t, _, line in run.cluster.log_lines()]
-    faults = [Fault(e["label"], e["time"], e["confirmed"], e["evidence"]) for e in run.cluster.events
-              if e["kind"] == "fault"]
+    faults = [
+        Fault(e["label"], e["time"], e["confirmed"], e["evidence"]) for e in run.cluster.events if e["kind"] == "fault"
+    ]
     hit = {name for e in run.cluster.events for name in e.get("agents_hit", [])}
     clean = {k: v for k, v in codes.items() if k not in hit}
     if res.outcome == "fail":
@@ -1061,9 +1330,20 @@ def observe(cfg: LocalChaosConfig, run: ScenarioRun, codes: dict[str, int | None
         exited_ok = bool(clean) and all(v == 0 for v in clean.values())
     final = run.ckpt / f"step_{cfg.steps:08d}"
     return Observation(
-        records=run.records(), faults=faults, detections=torchrun_detections(logs),
-        rejoins=[e["time"] for e in run.cluster.events if e["kind"] == "rejoin"], exited_ok=exited_ok,
-        exit_detail=f"exit codes {codes} (hit by the fault: {sorted(hit) or 'none'})", steps=cfg.steps,
-        global_batch=cfg.global_batch, final_committed=(final / MARKER).exists(),
-        weight_diffs=compare_weights(final, ref.final, atol), reference_records=ref.records, wall_s=res.wall_s,
-        error=res.error, logs=logs, checkpoint_dir=run.ckpt, facts={**base_facts(cfg), **run.facts})
+        records=run.records(),
+        faults=faults,
+        detections=torchrun_detections(logs),
+        rejoins=[e["time"] for e in run.cluster.events if e["kind"] == "rejoin"],
+        exited_ok=exited_ok,
+        exit_detail=f"exit codes {codes} (hit by the fault: {sorted(hit) or 'none'})",
+        steps=cfg.steps,
+        global_batch=cfg.global_batch,
+        final_committed=(final / MARKER).exists(),
+        weight_diffs=compare_weights(final, ref.final, atol),
+        reference_records=ref.records,
+        wall_s=res.wall_s,
+        error=res.error,
+        logs=logs,
+        checkpoint_dir=run.ckpt,
+        facts={**base_facts(cfg), **run.facts},
+    )

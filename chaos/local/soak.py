@@ -75,17 +75,22 @@ class SoakConfig:
 
     def validate(self) -> None:
         if self.every_s < 20:
-            raise SoakConfigError(f"--soak-every {self.every_s:g} s: use >= 20 s, so each fault is recovered from "
-                                  f"before the next")
+            raise SoakConfigError(
+                f"--soak-every {self.every_s:g} s: use >= 20 s, so each fault is recovered from before the next"
+            )
         if self.duration_s < 2 * self.every_s:
-            raise SoakConfigError(f"SOAK={self.duration_s:g} s is shorter than two fault periods "
-                                  f"({2 * self.every_s:g} s): use e.g. SOAK=10m")
+            raise SoakConfigError(
+                f"SOAK={self.duration_s:g} s is shorter than two fault periods "
+                f"({2 * self.every_s:g} s): use e.g. SOAK=10m"
+            )
         bad = [f for f in self.faults if f not in SOAK_FAULTS]
         if bad:
             raise SoakConfigError(f"soak fault(s) {bad}: choose from {', '.join(SOAK_FAULTS)}")
         if self.spares < 1 and set(NODE_FAULTS) & set(self.faults):
-            raise SoakConfigError(f"--soak-spares {self.spares}: node faults in a fixed-size soak need a hot spare: "
-                                  f"use --soak-spares 1 (make chaos-test: SPARES=1, or unset SPARES)")
+            raise SoakConfigError(
+                f"--soak-spares {self.spares}: node faults in a fixed-size soak need a hot spare: "
+                f"use --soak-spares 1 (make chaos-test: SPARES=1, or unset SPARES)"
+            )
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,10 @@ def schedule(cfg: SoakConfig, periods: int) -> list[Planned]:
     """The first ``periods`` faults of the seeded schedule: one per period, at a random moment in its middle
     half (never in the first seconds of a period, so the previous fault had ``every_s / 4`` to recover)."""
     rng = random.Random(cfg.seed)
-    return [Planned(round(i * cfg.every_s + rng.uniform(0.25, 0.75) * cfg.every_s, 1), rng.choice(cfg.faults))
-            for i in range(periods)]
+    return [
+        Planned(round(i * cfg.every_s + rng.uniform(0.25, 0.75) * cfg.every_s, 1), rng.choice(cfg.faults))
+        for i in range(periods)
+    ]
 
 
 def soak_steps(step_s: float, duration_s: float, interval: int) -> int:
@@ -155,9 +162,11 @@ class SoakInjector:
                     return
                 if time.time() - waited > self.cfg.every_s / 2:
                     training, spares = training_and_spares(self.run)
-                    raise ScenarioFailed(f"fault {i + 1} ({plan.kind}): the job was not back at full size with a "
-                                         f"spare {self.cfg.every_s / 2:.0f} s after its moment (training nodes "
-                                         f"{training}, spares {spares})")
+                    raise ScenarioFailed(
+                        f"fault {i + 1} ({plan.kind}): the job was not back at full size with a "
+                        f"spare {self.cfg.every_s / 2:.0f} s after its moment (training nodes "
+                        f"{training}, spares {spares})"
+                    )
                 time.sleep(0.2)
             for _ in range(3):  # a restart may move ranks between the moment we look and the signal
                 try:
@@ -196,8 +205,10 @@ class SoakInjector:
         waits for (docs/failover.md, known limits)."""
         t = self.cluster.events[-1]["time"]
         if fence:
-            self.run.wait_for(lambda: any(tl > t and _noticed(line) for tl, _, line in self.cluster.log_lines()),
-                              "the job to notice the silent node")
+            self.run.wait_for(
+                lambda: any(tl > t and _noticed(line) for tl, _, line in self.cluster.log_lines()),
+                "the job to notice the silent node",
+            )
             self.cluster.kill_node(victim, record=False)
         start = self.run.wait_start_after(t)  # the old attempt may log a step after the fault
         self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
@@ -225,21 +236,34 @@ def soak_flags(soak: SoakConfig) -> tuple[str, ...]:
 def soak_plan(cfg: LocalChaosConfig, soak: SoakConfig) -> str:
     """What ``--soak`` would run (DRY_RUN=1): its settings, the seeded fault schedule and one agent's command."""
     from training.launch import RDZV_ENV, LaunchConfig, format_argv, torchrun_argv
+
     periods = max(1, int(soak.duration_s // soak.every_s))
-    lines = [f"soak: {soak.duration_s:g} s on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc + "
-             f"{soak.spares} hot spare(s), preset {cfg.preset}; one fault of {', '.join(soak.faults)} every "
-             f"{soak.every_s:g} s, seed {soak.seed}",
-             f"steps: as many as the uninterrupted job runs in {soak.duration_s:g} s, sized from the chaos reference "
-             f"run (computed once, cached under --cache), then that job uninterrupted (the goodput reference), then "
-             f"the soak itself",
-             f"fault schedule (seconds after the soak's first step; it goes on while the job runs), first {periods}:"]
+    lines = [
+        f"soak: {soak.duration_s:g} s on {cfg.nodes} simulated node(s) x {cfg.nproc_per_node} proc + "
+        f"{soak.spares} hot spare(s), preset {cfg.preset}; one fault of {', '.join(soak.faults)} every "
+        f"{soak.every_s:g} s, seed {soak.seed}",
+        f"steps: as many as the uninterrupted job runs in {soak.duration_s:g} s, sized from the chaos reference "
+        f"run (computed once, cached under --cache), then that job uninterrupted (the goodput reference), then "
+        f"the soak itself",
+        f"fault schedule (seconds after the soak's first step; it goes on while the job runs), first {periods}:",
+    ]
     lines += [f"  {i + 1:>3} {f'+{p.at_s:.1f}':>8} s  {p.kind}" for i, p in enumerate(schedule(soak, periods))]
-    launch = LaunchConfig(min_nodes=cfg.nodes, max_nodes=cfg.nodes, spares=soak.spares, coordinator=cfg.coordinator,
-                          nproc_per_node=cfg.nproc_per_node, rdzv_id="chaos-soak", rdzv_endpoint="127.0.0.1:29400",
-                          max_restarts=soak_restarts(soak), train_timeout_s=cfg.train_timeout_s,
-                          train_args=tuple(cfg.training_args("<run>/soak/job", *soak_flags(soak))))
-    lines += ["agent command (per node and spare; the store's port is picked at start; --train.steps from the "
-              "sizing):", format_argv(torchrun_argv(launch), RDZV_ENV)]
+    launch = LaunchConfig(
+        min_nodes=cfg.nodes,
+        max_nodes=cfg.nodes,
+        spares=soak.spares,
+        coordinator=cfg.coordinator,
+        nproc_per_node=cfg.nproc_per_node,
+        rdzv_id="chaos-soak",
+        rdzv_endpoint="127.0.0.1:29400",
+        max_restarts=soak_restarts(soak),
+        train_timeout_s=cfg.train_timeout_s,
+        train_args=tuple(cfg.training_args("<run>/soak/job", *soak_flags(soak))),
+    )
+    lines += [
+        "agent command (per node and spare; the store's port is picked at start; --train.steps from the sizing):",
+        format_argv(torchrun_argv(launch), RDZV_ENV),
+    ]
     return "\n".join(lines)
 
 
@@ -250,16 +274,28 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     step_s = seconds_per_step(base.records)
     steps = soak_steps(step_s, soak.duration_s, cfg.interval)
     job = replace(cfg, steps=steps, scenario_timeout_s=max(cfg.scenario_timeout_s, 4 * soak.duration_s + 300))
-    print(f"[soak] {steps} steps (~{step_s:.2f} s each uninterrupted: {soak.duration_s:.0f} s), one fault of "
-          f"{', '.join(soak.faults)} every {soak.every_s:.0f} s, seed {soak.seed}, {soak.spares} hot spare(s)",
-          flush=True)
+    print(
+        f"[soak] {steps} steps (~{step_s:.2f} s each uninterrupted: {soak.duration_s:.0f} s), one fault of "
+        f"{', '.join(soak.faults)} every {soak.every_s:.0f} s, seed {soak.seed}, {soak.spares} hot spare(s)",
+        flush=True,
+    )
     ref = reference(job, cache, out)
     print(f"[soak] reference: {steps} steps uninterrupted in {ref.wall_s:.0f} s", flush=True)
-    run = ScenarioRun(job, out / "soak", rdzv_id="chaos-soak", min_nodes=job.nodes, spares=soak.spares,
-                      max_restarts=soak_restarts(soak), extra=soak_flags(soak))
-    res = ScenarioResult(name="soak", title=f"{soak.duration_s / 60:g} min soak: one fault per "
-                         f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
-                         workdir=str(run.workdir))
+    run = ScenarioRun(
+        job,
+        out / "soak",
+        rdzv_id="chaos-soak",
+        min_nodes=job.nodes,
+        spares=soak.spares,
+        max_restarts=soak_restarts(soak),
+        extra=soak_flags(soak),
+    )
+    res = ScenarioResult(
+        name="soak",
+        title=f"{soak.duration_s / 60:g} min soak: one fault per "
+        f"{soak.every_s:.0f} s ({', '.join(soak.faults)}), seed {soak.seed}",
+        workdir=str(run.workdir),
+    )
     res.t0 = time.time()
     injector = SoakInjector(run, soak)
     try:
@@ -277,8 +313,9 @@ def run_soak(cfg: LocalChaosConfig, soak: SoakConfig, cache: Path, out: Path) ->
     res.events = run.cluster.events
     obs = observe(job, run, codes, ref, 0.0, res)
     res.apply(judge(obs, Expectation(max_steps_lost=job.memory_interval or job.interval)))
-    res.figures.update({"exit codes": codes, "faults": injector.injected, "steps": steps,
-                        "reference_wall_s": ref.wall_s})
+    res.figures.update(
+        {"exit codes": codes, "faults": injector.injected, "steps": steps, "reference_wall_s": ref.wall_s}
+    )
     res.timeline = [r for r in obs.records if r.get("event") in TIMELINE_EVENTS]
     return res, ref
 
@@ -290,6 +327,8 @@ def fault_table(res: ScenarioResult) -> str:
     t0 = res.t0
     for i, r in enumerate(x for x in res.recoveries if x.kind != "rejoin"):
         f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        lines.append(f"{i + 1:>3} {r.time - t0:>7.0f}  {r.kind:<16}{f(r.detect_s):>9}{f(r.recover_s):>10}"
-                     f"{'-' if r.steps_lost is None else r.steps_lost:>6}  {r.tier or '-'}")
+        lines.append(
+            f"{i + 1:>3} {r.time - t0:>7.0f}  {r.kind:<16}{f(r.detect_s):>9}{f(r.recover_s):>10}"
+            f"{'-' if r.steps_lost is None else r.steps_lost:>6}  {r.tier or '-'}"
+        )
     return "\n".join(lines)

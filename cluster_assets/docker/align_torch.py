@@ -16,6 +16,7 @@ line passes, so a job on the DLC's torch fails before training starts. This scri
     python align_torch.py --requirements requirements.txt --build cu130            # the Dockerfile, venv.sh
     python align_torch.py --requirements requirements.txt --build cu130 --dry-run  # print what it would do
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,9 @@ def pinned_torch(requirements: str) -> str:
     versions = {m.group(1) for line in requirements.splitlines() if (m := _PIN.match(line.strip()))}
     if len(versions) != 1:
         found = ", ".join(sorted(versions)) or "none"
-        raise AlignError(f"requirements.txt must pin one torch version as 'torch==X.Y.Z' (found: {found}); "
-                         "fix its torch lines")
+        raise AlignError(
+            f"requirements.txt must pin one torch version as 'torch==X.Y.Z' (found: {found}); fix its torch lines"
+        )
     return versions.pop()
 
 
@@ -77,9 +79,14 @@ def incompatible_dependents(version: str, distributions: Iterable[metadata.Distr
     return sorted(out)
 
 
-def plan(requirements: str, build: str, index_url: str | None = None, python: str = sys.executable,
-         distributions: Iterable[metadata.Distribution] | None = None,
-         have: str | None = None) -> list[list[str]]:
+def plan(
+    requirements: str,
+    build: str,
+    index_url: str | None = None,
+    python: str = sys.executable,
+    distributions: Iterable[metadata.Distribution] | None = None,
+    have: str | None = None,
+) -> list[list[str]]:
     """The commands that make this Python's torch ``<pin>+<build>`` (empty when it is already); ``have``: the
     installed torch's full version, e.g. ``2.10.0+cu130`` (None: not installed)."""
     want = f"{pinned_torch(requirements)}+{build}"
@@ -89,16 +96,27 @@ def plan(requirements: str, build: str, index_url: str | None = None, python: st
     commands = []
     if stale := incompatible_dependents(want.split("+")[0], dists):
         commands.append([python, "-m", "pip", "uninstall", "-y", *stale])
-    commands.append([python, "-m", "pip", "install", "--no-cache-dir", f"torch=={want}",
-                     "--index-url", index_url or f"{PYTORCH_INDEX}/{build}"])
+    commands.append(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-cache-dir",
+            f"torch=={want}",
+            "--index-url",
+            index_url or f"{PYTORCH_INDEX}/{build}",
+        ]
+    )
     return commands
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="align_torch.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--requirements", required=True, help="the project's requirements.txt (its torch pin)")
-    ap.add_argument("--build", default="cu130",
-                    help="PyTorch build: the base image's CUDA, e.g. cu130 (default: %(default)s)")
+    ap.add_argument(
+        "--build", default="cu130", help="PyTorch build: the base image's CUDA, e.g. cu130 (default: %(default)s)"
+    )
     ap.add_argument("--index-url", help=f"wheel index holding that build (default: {PYTORCH_INDEX}/<build>)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args(argv)
@@ -110,19 +128,25 @@ def main(argv: list[str] | None = None) -> int:
             raise AlignError(f"--requirements {a.requirements}: no such file; pass the project's requirements.txt")
         want, have = f"{pinned_torch(path.read_text())}+{a.build}", installed_torch()
         commands = plan(path.read_text(), a.build, a.index_url, have=have)
-        print(f"[align-torch] installed torch {have or 'none'}, wanted {want}: "
-              + ("nothing to do" if not commands else f"{len(commands)} step(s)"), flush=True)
+        print(
+            f"[align-torch] installed torch {have or 'none'}, wanted {want}: "
+            + ("nothing to do" if not commands else f"{len(commands)} step(s)"),
+            flush=True,
+        )
         for cmd in commands:
             print("[align-torch] " + " ".join(cmd), flush=True)
             if not a.dry_run:
                 subprocess.run(cmd, check=True)
         if not a.dry_run:
-            now = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                                 capture_output=True, text=True)
+            now = subprocess.run(
+                [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+            )
             if now.returncode or now.stdout.strip() != want:
                 got = now.stdout.strip() or now.stderr.strip()[-300:]
-                raise AlignError(f"after alignment `import torch` gives {got!r}, not {want}; check that the index "
-                                 f"({a.index_url or PYTORCH_INDEX + '/' + a.build}) has torch {want}")
+                raise AlignError(
+                    f"after alignment `import torch` gives {got!r}, not {want}; check that the index "
+                    f"({a.index_url or PYTORCH_INDEX + '/' + a.build}) has torch {want}"
+                )
             print(f"[align-torch] torch {want}", flush=True)
     except AlignError as e:
         print(f"align_torch.py: {e}", file=sys.stderr)

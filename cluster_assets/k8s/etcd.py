@@ -28,6 +28,7 @@ What runs, and why each piece is there:
   :data:`cluster_facts.names.TRAINING_COMPONENT` in the training namespace), the administration pods, and the
   members themselves (peer and client ports).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -108,14 +109,18 @@ def _labels(component: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------- the members
 def namespace_manifest(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {"app.kubernetes.io/part-of": "t5-failover"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": {"app.kubernetes.io/part-of": "t5-failover"}},
+    }
 
 
 def storage_class() -> dict[str, Any]:
     """Encrypted gp3 volumes, created in the zone where the member's pod is scheduled."""
     return {
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
         "metadata": {"name": STORAGE_CLASS, "labels": {"app.kubernetes.io/part-of": "t5-failover"}},
         "provisioner": "ebs.csi.aws.com",
         "parameters": {"type": "gp3", "encrypted": "true"},
@@ -128,15 +133,18 @@ def storage_class() -> dict[str, Any]:
 
 def headless_service(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": ETCD_NAME, "namespace": namespace, "labels": _labels(ETCD_COMPONENT)},
         "spec": {
             "clusterIP": "None",
             # Members must resolve each other before any is ready (readiness needs a majority).
             "publishNotReadyAddresses": True,
             "selector": {COMPONENT_LABEL: ETCD_COMPONENT},
-            "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"},
-                      {"name": "peer", "port": PEER_PORT, "targetPort": PEER_PORT, "protocol": "TCP"}],
+            "ports": [
+                {"name": "client", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"},
+                {"name": "peer", "port": PEER_PORT, "targetPort": PEER_PORT, "protocol": "TCP"},
+            ],
         },
     }
 
@@ -147,65 +155,107 @@ def member_args(namespace: str = ETCD_NAMESPACE) -> list[str]:
     me = f"$(POD_NAME).{ETCD_NAME}.{namespace}.svc"
     cluster = ",".join(f"{m}=https://{member_host(m, namespace)}:{PEER_PORT}" for m in member_names())
     return [
-        "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd/data",
-        f"--listen-client-urls=https://0.0.0.0:{CLIENT_PORT}", f"--advertise-client-urls=https://{me}:{CLIENT_PORT}",
-        f"--listen-peer-urls=https://0.0.0.0:{PEER_PORT}", f"--initial-advertise-peer-urls=https://{me}:{PEER_PORT}",
+        "--name=$(POD_NAME)",
+        "--data-dir=/var/lib/etcd/data",
+        f"--listen-client-urls=https://0.0.0.0:{CLIENT_PORT}",
+        f"--advertise-client-urls=https://{me}:{CLIENT_PORT}",
+        f"--listen-peer-urls=https://0.0.0.0:{PEER_PORT}",
+        f"--initial-advertise-peer-urls=https://{me}:{PEER_PORT}",
         # Ignored once the data directory exists: a restarted member rejoins as itself.
-        f"--initial-cluster={cluster}", "--initial-cluster-state=new", f"--initial-cluster-token={namespace}",
+        f"--initial-cluster={cluster}",
+        "--initial-cluster-state=new",
+        f"--initial-cluster-token={namespace}",
         f"--listen-metrics-urls=http://0.0.0.0:{PROBE_PORT}",
-        f"--heartbeat-interval={HEARTBEAT_MS}", f"--election-timeout={ELECTION_MS}",
+        f"--heartbeat-interval={HEARTBEAT_MS}",
+        f"--election-timeout={ELECTION_MS}",
         # progress notices to idle watches well inside the agents' 15 s watch timeout: without them every agent
         # re-reads and re-watches every 15 s
         f"{WATCH_PROGRESS_FLAG}={WATCH_PROGRESS_S}s",
-        f"--cert-file={tls}/tls.crt", f"--key-file={tls}/tls.key", f"--trusted-ca-file={tls}/{CA_CERT}",
+        f"--cert-file={tls}/tls.crt",
+        f"--key-file={tls}/tls.key",
+        f"--trusted-ca-file={tls}/{CA_CERT}",
         "--client-cert-auth",
-        f"--peer-cert-file={tls}/tls.crt", f"--peer-key-file={tls}/tls.key", f"--peer-trusted-ca-file={tls}/{CA_CERT}",
+        f"--peer-cert-file={tls}/tls.crt",
+        f"--peer-key-file={tls}/tls.key",
+        f"--peer-trusted-ca-file={tls}/{CA_CERT}",
         "--peer-client-cert-auth",
         # JWT tokens signed by one key pair: any member accepts a token another issued (members.py does the same).
         f"--auth-token=jwt,pub-key={tls}/jwt.pub,priv-key={tls}/jwt.key,sign-method=ES256,ttl=10m",
         # random passwords: the cheapest hash gives nothing away and makes 1,024 logins cheap (cluster_facts)
         f"--bcrypt-cost={BCRYPT_COST}",
         # Membership writes a few keys per round: keep an hour of history, and a quota below the volume's size.
-        "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
-        f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}", "--log-level=warn",
+        "--auto-compaction-mode=periodic",
+        "--auto-compaction-retention=1h",
+        f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
+        "--log-level=warn",
     ]
 
 
-def statefulset(*, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapping[str, str]] = None,
-                image: str = ETCD_IMAGE) -> dict[str, Any]:
+def statefulset(
+    *, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapping[str, str]] = None, image: str = ETCD_IMAGE
+) -> dict[str, Any]:
     """The members (see the module docstring)."""
     selector = {COMPONENT_LABEL: ETCD_COMPONENT}
-    probe = {"httpGet": {"path": "/readyz", "port": PROBE_PORT, "scheme": "HTTP"}, "periodSeconds": 5,
-             "failureThreshold": 3}
+    probe = {
+        "httpGet": {"path": "/readyz", "port": PROBE_PORT, "scheme": "HTTP"},
+        "periodSeconds": 5,
+        "failureThreshold": 3,
+    }
     container = {
         "name": "etcd",
         "image": image,
         "command": ["/usr/local/bin/etcd"],
         "args": member_args(namespace),
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-        "ports": [{"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
-                  {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
-                  {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+            {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
+            {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": probe,
         # A member that lost its majority is not dead: only restart one that stopped answering for a minute.
-        "livenessProbe": {"httpGet": {"path": "/livez", "port": PROBE_PORT, "scheme": "HTTP"}, "periodSeconds": 10,
-                          "failureThreshold": 6, "initialDelaySeconds": 10},
+        "livenessProbe": {
+            "httpGet": {"path": "/livez", "port": PROBE_PORT, "scheme": "HTTP"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+            "initialDelaySeconds": 10,
+        },
         "resources": {k: dict(v) for k, v in MEMBER_RESOURCES.items()},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"},
-                         {"name": "tls", "mountPath": "/etc/etcd/tls", "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/etcd"},
+            {"name": "tls", "mountPath": "/etc/etcd/tls", "readOnly": True},
+        ],
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": MEMBER_UID, "runAsGroup": MEMBER_UID,
-                            "fsGroup": MEMBER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": MEMBER_UID,
+            "runAsGroup": MEMBER_UID,
+            "fsGroup": MEMBER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "terminationGracePeriodSeconds": 30,
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": "kubernetes.io/hostname"}]}},
-        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                       "whenUnsatisfiable": "ScheduleAnyway",
-                                       "labelSelector": {"matchLabels": dict(selector)}}],
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": dict(selector)},
+            }
+        ],
         "containers": [container],
         # 0440 + fsGroup: readable by the non-root member, by no one else.
         "volumes": [{"name": "tls", "secret": {"secretName": MEMBER_SECRET, "defaultMode": 0o440}}],
@@ -213,7 +263,8 @@ def statefulset(*, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapp
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
         "metadata": {"name": ETCD_NAME, "namespace": namespace, "labels": _labels(ETCD_COMPONENT)},
         "spec": {
             "serviceName": ETCD_NAME,
@@ -222,20 +273,28 @@ def statefulset(*, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapp
             "selector": {"matchLabels": dict(selector)},
             "updateStrategy": {"type": "RollingUpdate"},
             "template": {"metadata": {"labels": _labels(ETCD_COMPONENT)}, "spec": pod_spec},
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
-                         "resources": {"requests": {"storage": VOLUME_SIZE}}},
-            }],
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "resources": {"requests": {"storage": VOLUME_SIZE}},
+                    },
+                }
+            ],
         },
     }
 
 
 def disruption_budget(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
     """One member down at most for voluntary disruptions (drains, node group updates, scale-down)."""
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": ETCD_NAME, "namespace": namespace, "labels": _labels(ETCD_COMPONENT)},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {COMPONENT_LABEL: ETCD_COMPONENT}}}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": ETCD_NAME, "namespace": namespace, "labels": _labels(ETCD_COMPONENT)},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {COMPONENT_LABEL: ETCD_COMPONENT}}},
+    }
 
 
 def network_policy(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
@@ -245,16 +304,23 @@ def network_policy(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) 
     members = {"podSelector": {"matchLabels": {COMPONENT_LABEL: ETCD_COMPONENT}}}
     client = [{"protocol": "TCP", "port": CLIENT_PORT}]
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": {"name": "etcd-from-training-pods", "namespace": namespace, "labels": _labels(ETCD_COMPONENT)},
         "spec": {
             **members,
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [members], "ports": [*client, {"protocol": "TCP", "port": PEER_PORT}]},
-                {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": training_namespace}},
-                           "podSelector": {"matchLabels": {COMPONENT_LABEL: TRAINING_COMPONENT}}}],
-                 "ports": client},
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": training_namespace}},
+                            "podSelector": {"matchLabels": {COMPONENT_LABEL: TRAINING_COMPONENT}},
+                        }
+                    ],
+                    "ports": client,
+                },
                 {"from": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: ADMIN_COMPONENT}}}], "ports": client},
             ],
         },
@@ -266,49 +332,71 @@ def admin_rbac(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) -> l
     """The administration pods' service account: read and write Secrets in the etcd namespace (the TLS material,
     root's password) and in the training namespace (the agents' client Secret, each job's password). Nothing
     else: no pods, no cluster scope."""
-    sa = {"apiVersion": "v1", "kind": "ServiceAccount",
-          "metadata": {"name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)}}
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
+    }
     objects: list[dict[str, Any]] = [sa]
     for ns in (namespace, training_namespace):
         name = "t5-etcd-admin"
-        objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                        "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                        "rules": [{"apiGroups": [""], "resources": ["secrets"],
-                                   "verbs": ["get", "create", "update", "delete"]}]})
-        objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                        "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                        "subjects": [{"kind": "ServiceAccount", "name": ADMIN_SERVICE_ACCOUNT,
-                                      "namespace": namespace}]})
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update", "delete"]}
+                ],
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace}],
+            }
+        )
     return objects
 
 
 def admin_script_configmap(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
     """The administration script (:mod:`cluster_assets.k8s.etcd_admin_job`), mounted into the training image:
     that image has the project's etcd code (``training.launch.rendezvous``) but not ``cluster_assets``."""
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": ADMIN_SCRIPT_CONFIGMAP, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
-            "data": {ADMIN_SCRIPT.name: ADMIN_SCRIPT.read_text()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": ADMIN_SCRIPT_CONFIGMAP, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
+        "data": {ADMIN_SCRIPT.name: ADMIN_SCRIPT.read_text()},
+    }
 
 
-def _admin_pod_spec(*, image: str, args: list[str], training_namespace: str, namespace: str,
-                    node_selector: Optional[Mapping[str, str]]) -> dict[str, Any]:
-    env = {"T5_ETCD_NAMESPACE": namespace, "T5_TRAINING_NAMESPACE": training_namespace,
-           "T5_ETCD_ENDPOINTS": ",".join(endpoints(namespace)),
-           "T5_ETCD_CERT_HOSTS": ",".join(member_cert_hosts(namespace)),
-           "PYTHONUNBUFFERED": "1"}
+def _admin_pod_spec(
+    *, image: str, args: list[str], training_namespace: str, namespace: str, node_selector: Optional[Mapping[str, str]]
+) -> dict[str, Any]:
+    env = {
+        "T5_ETCD_NAMESPACE": namespace,
+        "T5_TRAINING_NAMESPACE": training_namespace,
+        "T5_ETCD_ENDPOINTS": ",".join(endpoints(namespace)),
+        "T5_ETCD_CERT_HOSTS": ",".join(member_cert_hosts(namespace)),
+        "PYTHONUNBUFFERED": "1",
+    }
     spec: dict[str, Any] = {
         "serviceAccountName": ADMIN_SERVICE_ACCOUNT,
         "restartPolicy": "OnFailure",
-        "containers": [{
-            "name": "admin",
-            "image": image,
-            "command": ["python", f"{ADMIN_SCRIPT_DIR}/{ADMIN_SCRIPT.name}", *args],
-            "env": [{"name": k, "value": v} for k, v in env.items()],
-            "resources": {k: dict(v) for k, v in ADMIN_RESOURCES.items()},
-            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [{"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True}],
-        }],
+        "containers": [
+            {
+                "name": "admin",
+                "image": image,
+                "command": ["python", f"{ADMIN_SCRIPT_DIR}/{ADMIN_SCRIPT.name}", *args],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "resources": {k: dict(v) for k, v in ADMIN_RESOURCES.items()},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True}],
+            }
+        ],
         "volumes": [{"name": "script", "configMap": {"name": ADMIN_SCRIPT_CONFIGMAP}}],
     }
     if node_selector:
@@ -316,69 +404,140 @@ def _admin_pod_spec(*, image: str, args: list[str], training_namespace: str, nam
     return spec
 
 
-def _admin_job(name: str, *, image: str, args: list[str], training_namespace: str, namespace: str,
-               node_selector: Optional[Mapping[str, str]], backoff_limit: int) -> dict[str, Any]:
+def _admin_job(
+    name: str,
+    *,
+    image: str,
+    args: list[str],
+    training_namespace: str,
+    namespace: str,
+    node_selector: Optional[Mapping[str, str]],
+    backoff_limit: int,
+) -> dict[str, Any]:
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
-        "spec": {"backoffLimit": backoff_limit, "template": {
-            "metadata": {"labels": _labels(ADMIN_COMPONENT)},
-            "spec": _admin_pod_spec(image=image, args=args, training_namespace=training_namespace,
-                                    namespace=namespace, node_selector=node_selector)}},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"labels": _labels(ADMIN_COMPONENT)},
+                "spec": _admin_pod_spec(
+                    image=image,
+                    args=args,
+                    training_namespace=training_namespace,
+                    namespace=namespace,
+                    node_selector=node_selector,
+                ),
+            },
+        },
     }
 
 
-def bootstrap_job(*, image: str, training_namespace: str, namespace: str = ETCD_NAMESPACE,
-                  node_selector: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+def bootstrap_job(
+    *,
+    image: str,
+    training_namespace: str,
+    namespace: str = ETCD_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+) -> dict[str, Any]:
     """Makes the TLS material and root's password once (never replaces existing Secrets), waits for the members,
     turns authentication on once. Its name carries a digest of its spec: a Job's pod template cannot change, so a
     redeploy with another image creates a new Job (which finds everything in place and only checks it)."""
-    job = _admin_job("etcd-bootstrap", image=image, args=["bootstrap"], training_namespace=training_namespace,
-                     namespace=namespace, node_selector=node_selector, backoff_limit=30)
-    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode()
-                            + ADMIN_SCRIPT.read_bytes()).hexdigest()[:8]
+    job = _admin_job(
+        "etcd-bootstrap",
+        image=image,
+        args=["bootstrap"],
+        training_namespace=training_namespace,
+        namespace=namespace,
+        node_selector=node_selector,
+        backoff_limit=30,
+    )
+    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode() + ADMIN_SCRIPT.read_bytes()).hexdigest()[
+        :8
+    ]
     job["metadata"]["name"] = f"etcd-bootstrap-{digest}"
     return job
 
 
-def renewal_cronjob(*, image: str, training_namespace: str, namespace: str = ETCD_NAMESPACE,
-                    node_selector: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+def renewal_cronjob(
+    *,
+    image: str,
+    training_namespace: str,
+    namespace: str = ETCD_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+) -> dict[str, Any]:
     """Monthly: re-issue the member and client certificates that expire within 90 days (same CA)."""
-    pod = _admin_pod_spec(image=image, args=["renew"], training_namespace=training_namespace, namespace=namespace,
-                          node_selector=node_selector)
+    pod = _admin_pod_spec(
+        image=image,
+        args=["renew"],
+        training_namespace=training_namespace,
+        namespace=namespace,
+        node_selector=node_selector,
+    )
     return {
-        "apiVersion": "batch/v1", "kind": "CronJob",
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
         "metadata": {"name": "etcd-cert-renewal", "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
-        "spec": {"schedule": RENEWAL_SCHEDULE, "concurrencyPolicy": "Forbid",
-                 "jobTemplate": {"spec": {"backoffLimit": 3, "template": {
-                     "metadata": {"labels": _labels(ADMIN_COMPONENT)}, "spec": pod}}}},
+        "spec": {
+            "schedule": RENEWAL_SCHEDULE,
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {
+                "spec": {"backoffLimit": 3, "template": {"metadata": {"labels": _labels(ADMIN_COMPONENT)}, "spec": pod}}
+            },
+        },
     }
 
 
-def add_job_job(trainjob: str, *, image: str, training_namespace: str, namespace: str = ETCD_NAMESPACE,
-                node_selector: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+def add_job_job(
+    trainjob: str,
+    *,
+    image: str,
+    training_namespace: str,
+    namespace: str = ETCD_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+) -> dict[str, Any]:
     """The submit step's Job: (re)create TrainJob ``trainjob``'s etcd user and role, clear its key prefix, store its
     password in Secret :func:`job_secret_name` of the training namespace."""
-    job = _admin_job(f"etcd-add-{trainjob}"[:63], image=image, args=["add-job", "--job", trainjob],
-                     training_namespace=training_namespace, namespace=namespace, node_selector=node_selector,
-                     backoff_limit=2)
+    job = _admin_job(
+        f"etcd-add-{trainjob}"[:63],
+        image=image,
+        args=["add-job", "--job", trainjob],
+        training_namespace=training_namespace,
+        namespace=namespace,
+        node_selector=node_selector,
+        backoff_limit=2,
+    )
     job["spec"]["ttlSecondsAfterFinished"] = 600  # its log is read by the submit at once; nothing to keep
     return job
 
 
-def cluster_objects(*, image: str, training_namespace: str, namespace: str = ETCD_NAMESPACE,
-                    node_selector: Optional[Mapping[str, str]] = None) -> dict[str, list[dict[str, Any]]]:
+def cluster_objects(
+    *,
+    image: str,
+    training_namespace: str,
+    namespace: str = ETCD_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+) -> dict[str, list[dict[str, Any]]]:
     """Everything the stack installs, grouped in creation order: the namespace first, the members, then the
     administration (which needs the members' namespace and the training namespace)."""
     return {
         "namespace": [namespace_manifest(namespace)],
-        "members": [storage_class(), headless_service(namespace), disruption_budget(namespace),
-                    network_policy(training_namespace=training_namespace, namespace=namespace),
-                    statefulset(namespace=namespace, node_selector=node_selector)],
-        "admin": [*admin_rbac(training_namespace=training_namespace, namespace=namespace),
-                  admin_script_configmap(namespace),
-                  bootstrap_job(image=image, training_namespace=training_namespace, namespace=namespace,
-                                node_selector=node_selector),
-                  renewal_cronjob(image=image, training_namespace=training_namespace, namespace=namespace,
-                                  node_selector=node_selector)],
+        "members": [
+            storage_class(),
+            headless_service(namespace),
+            disruption_budget(namespace),
+            network_policy(training_namespace=training_namespace, namespace=namespace),
+            statefulset(namespace=namespace, node_selector=node_selector),
+        ],
+        "admin": [
+            *admin_rbac(training_namespace=training_namespace, namespace=namespace),
+            admin_script_configmap(namespace),
+            bootstrap_job(
+                image=image, training_namespace=training_namespace, namespace=namespace, node_selector=node_selector
+            ),
+            renewal_cronjob(
+                image=image, training_namespace=training_namespace, namespace=namespace, node_selector=node_selector
+            ),
+        ],
     }

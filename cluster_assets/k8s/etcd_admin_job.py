@@ -21,6 +21,7 @@ file's own standard-library code and ``training`` are imported here: ``cluster_a
 Settings come from the environment the Job sets: T5_ETCD_NAMESPACE, T5_TRAINING_NAMESPACE, T5_ETCD_ENDPOINTS,
 T5_ETCD_CERT_HOSTS. Exit codes: 0 done, 1 a step failed (the Job retries), 2 bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,6 +54,7 @@ class SecretStore:
 
     def __init__(self, base_url: str | None = None, token: str | None = None, verify: str | bool | None = None):
         import requests
+
         self.session = requests.Session()
         self.session.trust_env = False
         if base_url is None:
@@ -77,10 +79,13 @@ class SecretStore:
 
     def put(self, namespace: str, name: str, data: dict[str, bytes], replace: bool = False) -> None:
         """Create the Secret; with ``replace``, update it if it exists."""
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": name, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/part-of": "t5-failover"}},
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "t5-failover"}},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
         r = self.session.post(self._url(namespace), json=body, verify=self.verify, timeout=30)
         if r.status_code == 409 and replace:
             r = self.session.put(self._url(namespace, name), json=body, verify=self.verify, timeout=30)
@@ -105,22 +110,30 @@ def _write(directory: str, name: str, data: bytes) -> str:
 def _ca(store: SecretStore, ns: str, work: str):
     """The cluster's CA: the stored one, else a new one stored now (before anything it signs)."""
     from training.launch.rendezvous.certs import CertificateAuthority, CertPaths
+
     stored = store.get(ns, CA_SECRET)
     if stored is None:
         ca = CertificateAuthority.create(work)
         store.put(ns, CA_SECRET, {"ca.crt": _read(ca.paths.cert), "ca.key": _read(ca.paths.key)})
         say(f"made the CA (Secret {ns}/{CA_SECRET})")
         return ca
-    return CertificateAuthority(CertPaths(_write(work, "ca.crt", stored["ca.crt"]),
-                                          _write(work, "ca.key", stored["ca.key"])))
+    return CertificateAuthority(
+        CertPaths(_write(work, "ca.crt", stored["ca.crt"]), _write(work, "ca.key", stored["ca.key"]))
+    )
 
 
 def _member_material(ca, work: str, hosts: list[str]) -> dict[str, bytes]:
     from training.launch.rendezvous.certs import jwt_key_pair
+
     cert = ca.issue("etcd-member", work, hosts=hosts)
     public, private = jwt_key_pair(work)
-    return {CA_CERT: _read(ca.paths.cert), "tls.crt": _read(cert.cert), "tls.key": _read(cert.key),
-            "jwt.pub": _read(public), "jwt.key": _read(private)}
+    return {
+        CA_CERT: _read(ca.paths.cert),
+        "tls.crt": _read(cert.cert),
+        "tls.key": _read(cert.key),
+        "jwt.pub": _read(public),
+        "jwt.key": _read(private),
+    }
 
 
 def _client_material(ca, work: str, name: str) -> dict[str, bytes]:
@@ -136,8 +149,9 @@ def ensure_material(store: SecretStore, ns: str, training_ns: str, hosts: list[s
         store.put(ns, MEMBER_SECRET, _member_material(ca, work, hosts))
         say(f"made the members' certificate and token keys (Secret {ns}/{MEMBER_SECRET})")
     if store.get(ns, ADMIN_SECRET) is None:
-        store.put(ns, ADMIN_SECRET, {**_client_material(ca, work, "t5-admin"),
-                                     PASSWORD: secrets.token_urlsafe(32).encode()})
+        store.put(
+            ns, ADMIN_SECRET, {**_client_material(ca, work, "t5-admin"), PASSWORD: secrets.token_urlsafe(32).encode()}
+        )
         say(f"made root's password and the administrative certificate (Secret {ns}/{ADMIN_SECRET})")
     if store.get(training_ns, CLIENT_SECRET) is None:
         store.put(training_ns, CLIENT_SECRET, _client_material(ca, work, "t5-agents"))
@@ -146,18 +160,22 @@ def ensure_material(store: SecretStore, ns: str, training_ns: str, hosts: list[s
 
 def expires_within(cert_pem: bytes, days: int) -> bool:
     from cryptography import x509
+
     cert = x509.load_pem_x509_certificate(cert_pem)
     left = cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc)
     return left < datetime.timedelta(days=days)
 
 
-def renew(store: SecretStore, ns: str, training_ns: str, hosts: list[str], work: str,
-          within_days: int = RENEW_WITHIN_DAYS) -> list[str]:
+def renew(
+    store: SecretStore, ns: str, training_ns: str, hosts: list[str], work: str, within_days: int = RENEW_WITHIN_DAYS
+) -> list[str]:
     """Re-issue the certificates that expire within ``within_days`` from the stored CA; returns what was renewed."""
     ca = _ca(store, ns, work)
     if expires_within(_read(ca.paths.cert), within_days):
-        say(f"WARNING: the CA itself expires within {within_days} days; it is not rotated automatically "
-            f"(docs/kubernetes.md, 'etcd certificates')")
+        say(
+            f"WARNING: the CA itself expires within {within_days} days; it is not rotated automatically "
+            f"(docs/kubernetes.md, 'etcd certificates')"
+        )
     renewed = []
     member = store.get(ns, MEMBER_SECRET)
     if member and expires_within(member["tls.crt"], within_days):
@@ -177,13 +195,19 @@ def renew(store: SecretStore, ns: str, training_ns: str, hosts: list[str], work:
 def root_credentials(store: SecretStore, ns: str, endpoints: list[str], work: str):
     from training.launch.rendezvous.admin import JOBS_PREFIX
     from training.launch.rendezvous.client import ClientCredentials
+
     admin = store.get(ns, ADMIN_SECRET)
     if admin is None:
         raise RuntimeError(f"Secret {ns}/{ADMIN_SECRET} is missing: run the etcd-bootstrap Job first")
-    return ClientCredentials(tuple(endpoints), _write(work, "admin-ca.crt", admin[CA_CERT]),
-                             _write(work, "admin.crt", admin[CLIENT_CERT]),
-                             _write(work, "admin.key", admin[CLIENT_KEY]),
-                             "root", _write(work, "root.password", admin[PASSWORD]), JOBS_PREFIX)
+    return ClientCredentials(
+        tuple(endpoints),
+        _write(work, "admin-ca.crt", admin[CA_CERT]),
+        _write(work, "admin.crt", admin[CLIENT_CERT]),
+        _write(work, "admin.key", admin[CLIENT_KEY]),
+        "root",
+        _write(work, "root.password", admin[PASSWORD]),
+        JOBS_PREFIX,
+    )
 
 
 def enable_auth_once(creds, timeout_s: float = 600.0) -> str:
@@ -191,6 +215,7 @@ def enable_auth_once(creds, timeout_s: float = 600.0) -> str:
     Returns what it did."""
     from training.launch.rendezvous.admin import EtcdAdmin
     from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUnavailable, b64
+
     client = EtcdClient(creds, request_timeout_s=5.0)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -213,14 +238,17 @@ def add_job(store: SecretStore, creds, job: str, training_ns: str, work: str) ->
     """The TrainJob's etcd user and role on a clean prefix; its password in Secret ``<job>-etcd``."""
     from training.launch.rendezvous.admin import EtcdAdmin
     from training.launch.rendezvous.client import EtcdClient, b64, prefix_end
+
     admin = EtcdAdmin(creds)
     prefix = f"{creds.prefix}{job}/"
     # an earlier TrainJob of this name left its rounds (a closed rendezvous) behind: start clean
     EtcdClient(creds).post("kv/deleterange", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
     job_creds = admin.add_job_user(job, work, rotate=True)  # a new TrainJob of the name: its prefix was just wiped
     store.put(training_ns, job_secret_name(job), {PASSWORD: _read(job_creds.password_file)}, replace=True)
-    return f"etcd user {job_creds.user}: read/write {job_creds.prefix}; password in Secret " \
-           f"{training_ns}/{job_secret_name(job)}"
+    return (
+        f"etcd user {job_creds.user}: read/write {job_creds.prefix}; password in Secret "
+        f"{training_ns}/{job_secret_name(job)}"
+    )
 
 
 def main(argv: list[str] | None = None, store: SecretStore | None = None) -> int:

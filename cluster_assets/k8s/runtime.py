@@ -46,13 +46,22 @@ How a failure is handled (the reason for every field below):
   replica) instead of going back to the storage checkpoint.
 * ``ttlSecondsAfterFinished`` is deliberately not set (kubeflow/trainer#3737: restart-count reset loop).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
 from cluster_assets.k8s import etcd
-from cluster_facts import (FSX_MOUNT_PATH, GPU_TAINT_KEY, IDENTICAL_WORKERS_ENV, MEMORY_DIR_ENV, NODE_MEMORY_DIR,
-                           RDZV_ENV, nccl_env, platform_timeouts)
+from cluster_facts import (
+    FSX_MOUNT_PATH,
+    GPU_TAINT_KEY,
+    IDENTICAL_WORKERS_ENV,
+    MEMORY_DIR_ENV,
+    NODE_MEMORY_DIR,
+    RDZV_ENV,
+    nccl_env,
+    platform_timeouts,
+)
 from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -78,6 +87,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 #: Where the node's snapshot directory (cluster_facts.NODE_MEMORY_DIR, a hostPath) appears in the pod.
 SNAPSHOT_MOUNT_PATH = "/var/run/t5-failover/memory"
+
+
 def _label_env(name: str, label: str) -> dict[str, Any]:
     """An env var the kubelet fills from one of the pod's labels (downward API)."""
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
@@ -85,10 +96,12 @@ def _label_env(name: str, label: str) -> dict[str, Any]:
 
 def etcd_env(namespace: str = etcd.ETCD_NAMESPACE) -> dict[str, str]:
     """The cluster's etcd as every agent reaches it: its members and the client material's files."""
-    return {"T5_ETCD_ENDPOINTS": ",".join(etcd.endpoints(namespace)),
-            "T5_ETCD_CA": f"{etcd.CLIENT_MOUNT}/{etcd.CA_CERT}",
-            "T5_ETCD_CERT": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_CERT}",
-            "T5_ETCD_KEY": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_KEY}"}
+    return {
+        "T5_ETCD_ENDPOINTS": ",".join(etcd.endpoints(namespace)),
+        "T5_ETCD_CA": f"{etcd.CLIENT_MOUNT}/{etcd.CA_CERT}",
+        "T5_ETCD_CERT": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_CERT}",
+        "T5_ETCD_KEY": f"{etcd.CLIENT_MOUNT}/{etcd.CLIENT_KEY}",
+    }
 
 
 def build_cluster_training_runtime(
@@ -143,16 +156,34 @@ def build_cluster_training_runtime(
     Returns:
         A JSON-serialisable dict, ready for ``kubectl apply`` or CDK ``add_manifest``.
     """
-    _check_runtime_arguments(max_restarts=max_restarts, retries_per_index=retries_per_index,
-                             gpus_per_node=gpus_per_node, efa_per_node=efa_per_node, num_nodes=num_nodes,
-                             pvc_name=pvc_name, env=env, termination_grace_period_s=termination_grace_period_s,
-                             gpudirect_rdma=gpudirect_rdma)
+    _check_runtime_arguments(
+        max_restarts=max_restarts,
+        retries_per_index=retries_per_index,
+        gpus_per_node=gpus_per_node,
+        efa_per_node=efa_per_node,
+        num_nodes=num_nodes,
+        pvc_name=pvc_name,
+        env=env,
+        termination_grace_period_s=termination_grace_period_s,
+        gpudirect_rdma=gpudirect_rdma,
+    )
     codes = sorted(set(non_retryable_exit_codes))
     replicated_jobs = [
-        _node_job(image=image, pvc_name=pvc_name, gpus_per_node=gpus_per_node, efa_per_node=efa_per_node,
-                  gpudirect_rdma=gpudirect_rdma, fsx_mount_path=fsx_mount_path, shm_size=shm_size,
-                  grace_s=termination_grace_period_s, codes=codes, retries_per_index=retries_per_index,
-                  node_selector=node_selector, env=env, etcd_namespace=etcd_namespace),
+        _node_job(
+            image=image,
+            pvc_name=pvc_name,
+            gpus_per_node=gpus_per_node,
+            efa_per_node=efa_per_node,
+            gpudirect_rdma=gpudirect_rdma,
+            fsx_mount_path=fsx_mount_path,
+            shm_size=shm_size,
+            grace_s=termination_grace_period_s,
+            codes=codes,
+            retries_per_index=retries_per_index,
+            node_selector=node_selector,
+            env=env,
+            etcd_namespace=etcd_namespace,
+        ),
     ]
     return {
         "apiVersion": API_VERSION,
@@ -160,15 +191,23 @@ def build_cluster_training_runtime(
         "metadata": _runtime_metadata(name, namespace),
         "spec": {
             "mlPolicy": {"numNodes": num_nodes, "torch": {}},
-            "template": {"spec": _jobset_spec(max_restarts=max_restarts, codes=codes,
-                                              replicated_jobs=replicated_jobs)},
+            "template": {"spec": _jobset_spec(max_restarts=max_restarts, codes=codes, replicated_jobs=replicated_jobs)},
         },
     }
 
 
-def _check_runtime_arguments(*, max_restarts: int, retries_per_index: int, gpus_per_node: int, efa_per_node: int,
-                             num_nodes: int, pvc_name: str, env: Optional[dict[str, str]],
-                             termination_grace_period_s: int, gpudirect_rdma: bool) -> None:
+def _check_runtime_arguments(
+    *,
+    max_restarts: int,
+    retries_per_index: int,
+    gpus_per_node: int,
+    efa_per_node: int,
+    num_nodes: int,
+    pvc_name: str,
+    env: Optional[dict[str, str]],
+    termination_grace_period_s: int,
+    gpudirect_rdma: bool,
+) -> None:
     """Raise ValueError, naming the argument and the fix, for arguments the runtime cannot honour."""
     if max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts}: must be >= 0")
@@ -183,11 +222,13 @@ def _check_runtime_arguments(*, max_restarts: int, retries_per_index: int, gpus_
     reserved = sorted(k for k in (env or {}) if k.startswith("PET_"))
     if reserved:
         raise ValueError(f"env {reserved}: PET_* variables are set by the Trainer torch plugin; remove them")
-    owned = sorted(k for k in (env or {}) if k in ("JOBSET_NAME", "JOBSET_RESTART_ATTEMPT", "T5_RDZV_ID")
-                   or k in etcd_env())
+    owned = sorted(
+        k for k in (env or {}) if k in ("JOBSET_NAME", "JOBSET_RESTART_ATTEMPT", "T5_RDZV_ID") or k in etcd_env()
+    )
     if owned:
-        raise ValueError(f"env {owned}: the runtime sets them (the pod's JobSet labels, the cluster's etcd); remove "
-                         f"them")
+        raise ValueError(
+            f"env {owned}: the runtime sets them (the pod's JobSet labels, the cluster's etcd); remove them"
+        )
     if termination_grace_period_s < 30:
         raise ValueError(f"termination_grace_period_s={termination_grace_period_s}: allow >= 30 s to checkpoint")
     if gpudirect_rdma and not (gpus_per_node and efa_per_node):
@@ -221,14 +262,16 @@ def _jobset_failure_rules(codes: list[int]) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
     if codes:
         pattern = "|".join(str(c) for c in codes)
-        rules.append({
-            "name": "NonRetryableExitCode",
-            "action": "FailJobSet",
-            "onJobFailureReasons": ["PodFailurePolicy"],
-            # The Job controller's message for a podFailurePolicy exit-code match.
-            "onJobFailureMessagePatterns": [f"failed with exit code ({pattern}) matching FailJob rule"],
-            "targetReplicatedJobs": [NODE],
-        })
+        rules.append(
+            {
+                "name": "NonRetryableExitCode",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                # The Job controller's message for a podFailurePolicy exit-code match.
+                "onJobFailureMessagePatterns": [f"failed with exit code ({pattern}) matching FailJob rule"],
+                "targetReplicatedJobs": [NODE],
+            }
+        )
     rules += [
         {
             # A training pod failed more often than backoffLimitPerIndex allows: per-index retry gave up.
@@ -241,10 +284,22 @@ def _jobset_failure_rules(codes: list[int]) -> list[dict[str, Any]]:
     return rules
 
 
-def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool,
-              fsx_mount_path: str, shm_size: str, grace_s: int, codes: list[int], retries_per_index: int,
-              node_selector: Optional[dict[str, str]], env: Optional[dict[str, str]],
-              etcd_namespace: str) -> dict[str, Any]:
+def _node_job(
+    *,
+    image: str,
+    pvc_name: str,
+    gpus_per_node: int,
+    efa_per_node: int,
+    gpudirect_rdma: bool,
+    fsx_mount_path: str,
+    shm_size: str,
+    grace_s: int,
+    codes: list[int],
+    retries_per_index: int,
+    node_selector: Optional[dict[str, str]],
+    env: Optional[dict[str, str]],
+    etcd_namespace: str,
+) -> dict[str, Any]:
     """The ``node`` replicated job: the training pods, each retried alone (see the module doc)."""
     container_env = _default_env(gpus_per_node, efa_per_node, gpudirect_rdma) | dict(env or {})
     # Quantities as strings: the canonical Kubernetes form (and what the typed API models round-trip).
@@ -258,10 +313,12 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
         "name": NODE,
         "image": image,
         # The label variables first: $(VAR) references only see variables defined earlier in the list.
-        "env": [_label_env("JOBSET_NAME", JOBSET_NAME_LABEL),
-                _label_env("JOBSET_RESTART_ATTEMPT", RESTART_ATTEMPT_LABEL),
-                {"name": "T5_RDZV_ID", "value": RDZV_ID},
-                *({"name": k, "value": v} for k, v in (etcd_env(etcd_namespace) | container_env).items())],
+        "env": [
+            _label_env("JOBSET_NAME", JOBSET_NAME_LABEL),
+            _label_env("JOBSET_RESTART_ATTEMPT", RESTART_ATTEMPT_LABEL),
+            {"name": "T5_RDZV_ID", "value": RDZV_ID},
+            *({"name": k, "value": v} for k, v in (etcd_env(etcd_namespace) | container_env).items()),
+        ],
         "volumeMounts": [
             {"name": "fsx", "mountPath": fsx_mount_path},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -294,8 +351,7 @@ def _node_job(*, image: str, pvc_name: str, gpus_per_node: int, efa_per_node: in
 
     rules: list[dict[str, Any]] = []
     if codes:
-        rules.append({"action": "FailJob",
-                      "onExitCodes": {"containerName": NODE, "operator": "In", "values": codes}})
+        rules.append({"action": "FailJob", "onExitCodes": {"containerName": NODE, "operator": "In", "values": codes}})
     # Infrastructure took the pod away: replace it without using the index's retries.
     rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     # Anything else (a crash, a lost node, an OOM kill, a deleted pod) counts towards backoffLimitPerIndex.
@@ -330,7 +386,8 @@ def _default_env(gpus_per_node: int, efa_per_node: int, gpudirect_rdma: bool) ->
         # torchrun itself instead of the launcher. Identical workers: a TrainJob has one numProcPerNode for all
         # its pods, which run on one GPU instance type. (Slurm jobs always go through the launcher, so the batch
         # script does not need either.)
-        **RDZV_ENV, **IDENTICAL_WORKERS_ENV,
+        **RDZV_ENV,
+        **IDENTICAL_WORKERS_ENV,
         MEMORY_DIR_ENV: SNAPSHOT_MOUNT_PATH,  # the in-memory snapshots on the node's tmpfs (see the volumes)
     }
     if gpus_per_node:
@@ -344,8 +401,9 @@ def replicated_job(runtime: dict[str, Any], name: str) -> dict[str, Any]:
     for rj in jobs:
         if rj["name"] == name:
             return rj
-    raise KeyError(f"runtime {runtime['metadata']['name']!r} has no replicated job {name!r} "
-                   f"(it has {[rj['name'] for rj in jobs]})")
+    raise KeyError(
+        f"runtime {runtime['metadata']['name']!r} has no replicated job {name!r} (it has {[rj['name'] for rj in jobs]})"
+    )
 
 
 def container_images(runtime: dict[str, Any]) -> dict[str, str]:

@@ -6,6 +6,7 @@ another Trainer line (v2.1's ``podTemplateOverrides``) would therefore "validate
 rejected by the cluster. So validation is a round trip: parse with the typed model, serialise again, and
 require the result to equal the input. Anything dropped, renamed or coerced is reported by its path.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -61,8 +62,10 @@ def roundtrip(obj: dict[str, Any]) -> pydantic.BaseModel:
     if kind not in MODELS:
         raise SchemaError(f"kind={kind!r}: expected one of {', '.join(MODELS)}")
     if obj.get("apiVersion") != API_VERSION:
-        raise SchemaError(f"{kind}: apiVersion={obj.get('apiVersion')!r}, expected {API_VERSION!r} "
-                          f"(the Trainer v2 line pinned by {TRAINER_API_PIN})")
+        raise SchemaError(
+            f"{kind}: apiVersion={obj.get('apiVersion')!r}, expected {API_VERSION!r} "
+            f"(the Trainer v2 line pinned by {TRAINER_API_PIN})"
+        )
     try:
         typed = MODELS[kind].from_dict(obj)
     except pydantic.ValidationError as e:
@@ -74,8 +77,10 @@ def roundtrip(obj: dict[str, Any]) -> pydantic.BaseModel:
     out: list[str] = []
     _diff(obj, typed.to_dict(), "", out)
     if out:
-        raise SchemaError(f"{kind} {obj.get('metadata', {}).get('name', '?')!r} does not round-trip through "
-                          f"{TRAINER_API_PIN}:\n  " + "\n  ".join(out))
+        raise SchemaError(
+            f"{kind} {obj.get('metadata', {}).get('name', '?')!r} does not round-trip through "
+            f"{TRAINER_API_PIN}:\n  " + "\n  ".join(out)
+        )
     return typed
 
 
@@ -95,8 +100,9 @@ def roundtrip_core(obj: dict[str, Any]) -> None:
     kind = obj.get("kind", "")
     model = getattr(client, f"V1{kind}", None)
     if model is None or not str(obj.get("apiVersion", "")).endswith("v1"):
-        raise SchemaError(f"kind={kind!r} apiVersion={obj.get('apiVersion')!r}: no V1{kind} model in the kubernetes "
-                          f"client")
+        raise SchemaError(
+            f"kind={kind!r} apiVersion={obj.get('apiVersion')!r}: no V1{kind} model in the kubernetes client"
+        )
     try:
         typed = api._ApiClient__deserialize(obj, f"V1{kind}")  # the client's own JSON -> model path
     except (TypeError, ValueError) as e:
@@ -104,5 +110,7 @@ def roundtrip_core(obj: dict[str, Any]) -> None:
     out: list[str] = []
     _diff(obj, api.sanitize_for_serialization(typed), "", out, "kubernetes client")
     if out:
-        raise SchemaError(f"{kind} {obj.get('metadata', {}).get('name', '?')!r} does not round-trip through the "
-                          f"kubernetes client's V1{kind}:\n  " + "\n  ".join(out))
+        raise SchemaError(
+            f"{kind} {obj.get('metadata', {}).get('name', '?')!r} does not round-trip through the "
+            f"kubernetes client's V1{kind}:\n  " + "\n  ".join(out)
+        )

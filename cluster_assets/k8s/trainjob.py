@@ -35,6 +35,7 @@ What the rendered object says, and why:
   Kubernetes has created and scheduled it (minutes after a crashed node). Which pods train is decided by join
   order.
 """
+
 from __future__ import annotations
 
 import re
@@ -58,8 +59,19 @@ MAX_NAME_LEN = 40
 #: The launcher's hot-spare count (``training.launch.from_env``), set from ``spares``.
 SPARES_ENV = "T5_SPARES"
 #: Set by the runtime or from the job's etcd identity: a TrainJob's --env may not replace them.
-OWNED_ENV = ("T5_RDZV_ID", "T5_RDZV_ENDPOINT", "JOBSET_NAME", "JOBSET_RESTART_ATTEMPT", "T5_ETCD_ENDPOINTS",
-             "T5_ETCD_CA", "T5_ETCD_CERT", "T5_ETCD_KEY", "T5_ETCD_USER", "T5_ETCD_PASSWORD_FILE", "T5_ETCD_PREFIX")
+OWNED_ENV = (
+    "T5_RDZV_ID",
+    "T5_RDZV_ENDPOINT",
+    "JOBSET_NAME",
+    "JOBSET_RESTART_ATTEMPT",
+    "T5_ETCD_ENDPOINTS",
+    "T5_ETCD_CA",
+    "T5_ETCD_CERT",
+    "T5_ETCD_KEY",
+    "T5_ETCD_USER",
+    "T5_ETCD_PASSWORD_FILE",
+    "T5_ETCD_PREFIX",
+)
 #: ``runtimePatches[].manager`` of the patch that mounts the job's etcd Secret.
 PATCH_MANAGER = "t5-failover.io/submit"
 ETCD_JOB_VOLUME = "etcd-job"
@@ -132,49 +144,68 @@ def check(cfg: TrainJobConfig) -> None:
     if not NAME_RE.match(cfg.name) or len(cfg.name) > MAX_NAME_LEN:
         raise TrainJobError(
             f"name {cfg.name!r} is not valid: use lower-case letters, digits and '-', starting with a letter, "
-            f"at most {MAX_NAME_LEN} characters (pod hostnames are <name>-node-0-<index>)")
+            f"at most {MAX_NAME_LEN} characters (pod hostnames are <name>-node-0-<index>)"
+        )
     if not NAME_RE.match(cfg.namespace) or len(cfg.namespace) > 63:
         raise TrainJobError(f"namespace {cfg.namespace!r} is not a valid Kubernetes namespace name")
     if not cfg.image or any(c.isspace() for c in cfg.image):
-        raise TrainJobError(f"image {cfg.image!r} is empty or has spaces: pass --image <ECR URI>:<tag> "
-                            "(the stack output EcrRepositoryUri plus the tag `make image` pushed)")
+        raise TrainJobError(
+            f"image {cfg.image!r} is empty or has spaces: pass --image <ECR URI>:<tag> "
+            "(the stack output EcrRepositoryUri plus the tag `make image` pushed)"
+        )
     if not cfg.runtime_name:
         raise TrainJobError("runtime name is empty: pass --runtime (the stack installs our ClusterTrainingRuntime)")
     if not cfg.fsx_mount_path.startswith("/"):
         raise TrainJobError(f"FSx mount path {cfg.fsx_mount_path!r} must be absolute")
     # GPUs and EFA before the workers: the submit derives --nproc-per-node from --gpus-per-node, so a bad GPU count
     # must be reported as the flag the user typed
-    for what, v, lo in (("--nodes", cfg.num_nodes, 1), ("--spares", cfg.spares, 0),
-                        ("--gpus-per-node", cfg.gpus_per_node, 0), ("--efa-per-node", cfg.efa_per_node, 0),
-                        ("--nproc-per-node", cfg.nproc_per_node, 1)):
+    for what, v, lo in (
+        ("--nodes", cfg.num_nodes, 1),
+        ("--spares", cfg.spares, 0),
+        ("--gpus-per-node", cfg.gpus_per_node, 0),
+        ("--efa-per-node", cfg.efa_per_node, 0),
+        ("--nproc-per-node", cfg.nproc_per_node, 1),
+    ):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise TrainJobError(f"{what} {v!r} is invalid: must be an integer >= {lo}")
     if cfg.gpus_per_node and cfg.nproc_per_node > cfg.gpus_per_node:
         raise TrainJobError(
             f"--nproc-per-node {cfg.nproc_per_node} > --gpus-per-node {cfg.gpus_per_node}: each worker needs "
-            f"its own GPU; use --nproc-per-node {cfg.gpus_per_node} (or fewer)")
+            f"its own GPU; use --nproc-per-node {cfg.gpus_per_node} (or fewer)"
+        )
     for what, q in (("--cpu", cfg.cpu_request), ("--memory", cfg.memory_request)):
         if q and not _QUANTITY_RE.match(q):
             raise TrainJobError(f"{what} {q!r} is not a Kubernetes quantity (e.g. 16, 500m, 64Gi)")
     if cfg.efa_per_node and not cfg.memory_request:
-        raise TrainJobError("EFA needs hugepages, and Kubernetes requires a memory request with hugepages: "
-                            "pass --memory (e.g. 64Gi) or --efa-per-node 0")
+        raise TrainJobError(
+            "EFA needs hugepages, and Kubernetes requires a memory request with hugepages: "
+            "pass --memory (e.g. 64Gi) or --efa-per-node 0"
+        )
     for name, _ in cfg.env:
         if name == SPARES_ENV:
             raise TrainJobError(f"env {name} is set from --spares (the pods beyond --nodes): pass --spares instead")
         if name in OWNED_ENV:
-            raise TrainJobError(f"env {name} is set by the runtime or the job's etcd credentials (each TrainJob "
-                                "logs in to the cluster's etcd as its own user): remove it")
+            raise TrainJobError(
+                f"env {name} is set by the runtime or the job's etcd credentials (each TrainJob "
+                "logs in to the cluster's etcd as its own user): remove it"
+            )
         if name in RESERVED_ENV:
-            raise TrainJobError(f"env {name} is reserved: the Trainer torch plugin sets it (and v2.3 rejects "
-                                "TrainJobs that set it); change --nodes/--nproc-per-node instead")
+            raise TrainJobError(
+                f"env {name} is reserved: the Trainer torch plugin sets it (and v2.3 rejects "
+                "TrainJobs that set it); change --nodes/--nproc-per-node instead"
+            )
         if not name or "=" in name:
             raise TrainJobError(f"env name {name!r} is invalid")
     for a in cfg.training_args:
         if a in ("--job.out_dir", "--checkpoint.dir", "--metrics.path") or a.split("=")[0] in (
-                "--job.out_dir", "--checkpoint.dir", "--metrics.path"):
-            raise TrainJobError(f"{a.split('=')[0]} is set per job on FSx ({cfg.job_dir}); to resume or reuse a "
-                                "job's checkpoints, submit with the same --name instead")
+            "--job.out_dir",
+            "--checkpoint.dir",
+            "--metrics.path",
+        ):
+            raise TrainJobError(
+                f"{a.split('=')[0]} is set per job on FSx ({cfg.job_dir}); to resume or reuse a "
+                "job's checkpoints, submit with the same --name instead"
+            )
 
 
 def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
@@ -186,9 +217,23 @@ def node_command(cfg: TrainJobConfig) -> tuple[list[str], list[str]]:
     # and force another restart). launcher_args come later, so a user's own value wins (argparse: last counts).
     # MIN = MAX = the training pods: $(PET_NNODES) (numNodes, as the kubelet expands it) counts the spares too
     min_nodes = str(cfg.num_nodes) if cfg.spares else "$(PET_NNODES)"
-    command = ["python", "-m", "training.launch", "--from-env", "pet", "--min-nodes", min_nodes,
-               "--train-timeout-s", str(t.train_pg_timeout_s), "--shutdown-timeout", str(t.shutdown_timeout_s),
-               "--join-timeout", str(t.rdzv_join_timeout_s), *cfg.launcher_args, "--"]
+    command = [
+        "python",
+        "-m",
+        "training.launch",
+        "--from-env",
+        "pet",
+        "--min-nodes",
+        min_nodes,
+        "--train-timeout-s",
+        str(t.train_pg_timeout_s),
+        "--shutdown-timeout",
+        str(t.shutdown_timeout_s),
+        "--join-timeout",
+        str(t.rdzv_join_timeout_s),
+        *cfg.launcher_args,
+        "--",
+    ]
     args = ["--preset", cfg.preset, "--job.out_dir", cfg.job_dir, *cfg.training_args]
     return command, args
 
@@ -216,23 +261,45 @@ def resources(cfg: TrainJobConfig) -> dict[str, dict[str, str]]:
 
 def etcd_identity_env(cfg: TrainJobConfig) -> dict[str, str]:
     """The job's etcd user, its key prefix, and where its password is mounted (see the module docstring)."""
-    return {"T5_ETCD_USER": job_user(cfg.name), "T5_ETCD_PREFIX": f"{JOBS_PREFIX}{cfg.name}/",
-            "T5_ETCD_PASSWORD_FILE": f"{etcd.JOB_MOUNT}/{etcd.PASSWORD}"}
+    return {
+        "T5_ETCD_USER": job_user(cfg.name),
+        "T5_ETCD_PREFIX": f"{JOBS_PREFIX}{cfg.name}/",
+        "T5_ETCD_PASSWORD_FILE": f"{etcd.JOB_MOUNT}/{etcd.PASSWORD}",
+    }
 
 
 def etcd_secret_patch(cfg: TrainJobConfig) -> m.TrainerV1alpha1RuntimePatch:
     """Mount the job's Secret (its etcd password) into container ``node`` of the training pods."""
     pod = m.TrainerV1alpha1PodSpecPatch(
-        volumes=[m.IoK8sApiCoreV1Volume.from_dict(
-            {"name": ETCD_JOB_VOLUME, "secret": {"secretName": etcd.job_secret_name(cfg.name), "defaultMode": 0o400}})],
-        containers=[m.TrainerV1alpha1ContainerPatch(name="node", volume_mounts=[m.IoK8sApiCoreV1VolumeMount(
-            name=ETCD_JOB_VOLUME, mount_path=etcd.JOB_MOUNT, read_only=True)])])
-    node = m.TrainerV1alpha1ReplicatedJobPatch(name="node", template=m.TrainerV1alpha1JobTemplatePatch(
-        spec=m.TrainerV1alpha1JobSpecPatch(template=m.TrainerV1alpha1PodTemplatePatch(spec=pod))))
+        volumes=[
+            m.IoK8sApiCoreV1Volume.from_dict(
+                {
+                    "name": ETCD_JOB_VOLUME,
+                    "secret": {"secretName": etcd.job_secret_name(cfg.name), "defaultMode": 0o400},
+                }
+            )
+        ],
+        containers=[
+            m.TrainerV1alpha1ContainerPatch(
+                name="node",
+                volume_mounts=[
+                    m.IoK8sApiCoreV1VolumeMount(name=ETCD_JOB_VOLUME, mount_path=etcd.JOB_MOUNT, read_only=True)
+                ],
+            )
+        ],
+    )
+    node = m.TrainerV1alpha1ReplicatedJobPatch(
+        name="node",
+        template=m.TrainerV1alpha1JobTemplatePatch(
+            spec=m.TrainerV1alpha1JobSpecPatch(template=m.TrainerV1alpha1PodTemplatePatch(spec=pod))
+        ),
+    )
     return m.TrainerV1alpha1RuntimePatch(
-        manager=PATCH_MANAGER, training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
-            template=m.TrainerV1alpha1JobSetTemplatePatch(spec=m.TrainerV1alpha1JobSetSpecPatch(
-                replicated_jobs=[node]))))
+        manager=PATCH_MANAGER,
+        training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
+            template=m.TrainerV1alpha1JobSetTemplatePatch(spec=m.TrainerV1alpha1JobSetSpecPatch(replicated_jobs=[node]))
+        ),
+    )
 
 
 def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
@@ -240,8 +307,10 @@ def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
     check(cfg)
     command, args = node_command(cfg)
     spares = ((SPARES_ENV, str(cfg.spares)),) if cfg.spares else ()
-    env = [m.IoK8sApiCoreV1EnvVar(name=k, value=v) for k, v in (("PYTHONUNBUFFERED", "1"), *spares,
-                                                                 *etcd_identity_env(cfg).items(), *cfg.env)]
+    env = [
+        m.IoK8sApiCoreV1EnvVar(name=k, value=v)
+        for k, v in (("PYTHONUNBUFFERED", "1"), *spares, *etcd_identity_env(cfg).items(), *cfg.env)
+    ]
     res = resources(cfg)
     labels = {LABEL_APP: "t5-failover", LABEL_PRESET: cfg.preset, **dict(cfg.labels)}
     return m.TrainerV1alpha1TrainJob(
@@ -249,8 +318,9 @@ def build_train_job(cfg: TrainJobConfig) -> m.TrainerV1alpha1TrainJob:
         kind="TrainJob",
         metadata=m.IoK8sApimachineryPkgApisMetaV1ObjectMeta(name=cfg.name, namespace=cfg.namespace, labels=labels),
         spec=m.TrainerV1alpha1TrainJobSpec(
-            runtime_ref=m.TrainerV1alpha1RuntimeRef(api_group=schema.API_GROUP, kind="ClusterTrainingRuntime",
-                                                    name=cfg.runtime_name),
+            runtime_ref=m.TrainerV1alpha1RuntimeRef(
+                api_group=schema.API_GROUP, kind="ClusterTrainingRuntime", name=cfg.runtime_name
+            ),
             trainer=m.TrainerV1alpha1Trainer(
                 image=cfg.image,
                 command=command,

@@ -10,6 +10,7 @@ Prints ``OK <file>`` or ``INVALID <file>: <errors as JSON>`` per file; exit 0 wh
 is invalid, 2 on usage errors. No AWS calls are made (IMDS is disabled, a placeholder region is set):
 the schema checks keys, types, enums and ID formats, not cross-resource rules.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ directory on this machine, the project venv). GPU facts come from the infrastruc
 the time limits from the Slurm row of the timeouts table (both in :mod:`cluster_facts`), so the job and the
 cluster agree on GPUs per node, EFA and how long a stop may take.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,10 +44,10 @@ def parse_time_limit(value: str) -> int:
     d, a, b, c = (int(x) if x is not None else None for x in m.group("d", "a", "b", "c"))
     if d is None:
         if b is None:
-            return a * 60                      # M
+            return a * 60  # M
         if c is None:
-            return a * 60 + b                  # M:S
-        return a * 3600 + b * 60 + c           # H:M:S
+            return a * 60 + b  # M:S
+        return a * 3600 + b * 60 + c  # H:M:S
     return d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)  # D-H[:M[:S]]
 
 
@@ -195,9 +196,14 @@ class SlurmJobConfig:
         if spec is None:
             raise SlurmConfigError(
                 f"instance_type={self.instance_type!r} is not a known GPU instance type; use one of "
-                f"{', '.join(sorted(GPU_INSTANCES))}, or leave it unset and give gpus_per_node/efa yourself")
-        return replace(self, gpus_per_node=self.gpus_per_node or spec.gpus, efa=True,
-                       gpudirect_rdma=self.gpudirect_rdma or spec.gpudirect_rdma)
+                f"{', '.join(sorted(GPU_INSTANCES))}, or leave it unset and give gpus_per_node/efa yourself"
+            )
+        return replace(
+            self,
+            gpus_per_node=self.gpus_per_node or spec.gpus,
+            efa=True,
+            gpudirect_rdma=self.gpudirect_rdma or spec.gpudirect_rdma,
+        )
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], origin: str = "config") -> SlurmJobConfig:
@@ -242,6 +248,7 @@ class SlurmJobConfig:
         ``check_paths`` also checks that the shared directory exists and the preset file is present
         (done at submission time, on the login node, which mounts the same shared storage).
         """
+
         def bad(name: str, value: Any, fix: str) -> SlurmConfigError:
             return SlurmConfigError(f"{name}={value!r}: {fix}")
 
@@ -258,8 +265,11 @@ class SlurmJobConfig:
         if not 0 <= self.gpus_per_node <= 64:
             raise bad("gpus_per_node", self.gpus_per_node, "use 0 (CPU) .. 64")
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
-            raise bad("nproc_per_node", self.nproc_per_node,
-                      f"more processes than the {self.gpus_per_node} GPUs per node; use at most one per GPU")
+            raise bad(
+                "nproc_per_node",
+                self.nproc_per_node,
+                f"more processes than the {self.gpus_per_node} GPUs per node; use at most one per GPU",
+            )
         if (self.efa or self.gpudirect_rdma) and not self.gpus_per_node:
             raise bad("efa", self.efa, "EFA/NCCL settings apply to GPU nodes; set gpus_per_node or instance_type")
         if self.gpudirect_rdma and not self.efa:
@@ -276,7 +286,8 @@ class SlurmJobConfig:
                 raise SlurmConfigError(
                     f"signal_before_timeout_s={self.signal_before_timeout_s} is not shorter than "
                     f"time_limit={self.time_limit!r} ({limit} s): the job would be told to stop as soon as it "
-                    f"starts; lower signal_before_timeout_s or raise time_limit")
+                    f"starts; lower signal_before_timeout_s or raise time_limit"
+                )
         if not 0 <= self.max_requeues <= 1000:
             raise bad("max_requeues", self.max_requeues, "use 0..1000")
         if not 0 <= self.max_restarts <= 1000:
@@ -288,11 +299,17 @@ class SlurmJobConfig:
                 f"signal_before_timeout_s={self.signal_before_timeout_s} leaves less than {SHUTDOWN_MARGIN_S} s "
                 f"beyond shutdown_timeout_s={self.shutdown_timeout_s}: the time limit could kill the job while the "
                 f"agents still wait for the checkpoint; raise signal_before_timeout_s to at least "
-                f"{self.shutdown_timeout_s + SHUTDOWN_MARGIN_S} or lower shutdown_timeout_s")
-        if self.rdzv_store not in ("controller", "first-node") and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*",
-                                                                                   self.rdzv_store):
-            raise bad("rdzv_store", self.rdzv_store, "use controller (the head node's store), first-node, or the "
-                      "host name/IP of the machine that runs `python -m training.rdzv_store`")
+                f"{self.shutdown_timeout_s + SHUTDOWN_MARGIN_S} or lower shutdown_timeout_s"
+            )
+        if self.rdzv_store not in ("controller", "first-node") and not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9.-]*", self.rdzv_store
+        ):
+            raise bad(
+                "rdzv_store",
+                self.rdzv_store,
+                "use controller (the head node's store), first-node, or the "
+                "host name/IP of the machine that runs `python -m training.rdzv_store`",
+            )
         if not 1 <= self.rdzv_store_port <= 65535:
             raise bad("rdzv_store_port", self.rdzv_store_port, "use the store's TCP port, 1..65535")
         if not 1024 <= self.rdzv_port <= 64535:
@@ -306,14 +323,22 @@ class SlurmJobConfig:
         if self.python and (not self.python.startswith("/") or any(c.isspace() for c in self.python)):
             raise bad("python", self.python, "use the absolute path of the venv's python on shared storage")
         if self.etcd_env is not None and (not self.etcd_env.startswith("/") or any(c.isspace() for c in self.etcd_env)):
-            raise bad("etcd_env", self.etcd_env, "use the absolute path, as the batch host sees it, of a file of "
-                      "T5_ETCD_* lines (root's credentials, or a job's job.env)")
+            raise bad(
+                "etcd_env",
+                self.etcd_env,
+                "use the absolute path, as the batch host sees it, of a file of "
+                "T5_ETCD_* lines (root's credentials, or a job's job.env)",
+            )
         if self.slurm_conf is not None and not self.slurm_conf.startswith("/"):
             raise bad("slurm_conf", self.slurm_conf, "use an absolute path to slurm.conf")
-        if self.container_image is not None and (not self.container_image
-                                                 or any(c.isspace() for c in self.container_image)):
-            raise bad("container_image", self.container_image,
-                      "use an image reference such as <account>.dkr.ecr.<region>.amazonaws.com/t5-failover:0.1.0")
+        if self.container_image is not None and (
+            not self.container_image or any(c.isspace() for c in self.container_image)
+        ):
+            raise bad(
+                "container_image",
+                self.container_image,
+                "use an image reference such as <account>.dkr.ecr.<region>.amazonaws.com/t5-failover:0.1.0",
+            )
         for m in self.container_mounts:
             if not re.fullmatch(r"/[^\s:,]*:/[^\s:,]*(:(ro|rw))?", m):
                 raise bad("container_mounts", m, "use SRC:DST with absolute paths (optionally :ro)")
@@ -328,8 +353,12 @@ class SlurmJobConfig:
                 raise bad("train_args", a, "arguments must be single-line")
             flag = a.split("=", 1)[0]
             if flag in RESERVED_TRAIN_FLAGS:
-                raise bad("train_args", a, f"{flag} is set by the job from shared_dir/run_name (checkpoints under "
-                          f"{self.checkpoint_dir}); choose run_name/shared_dir instead")
+                raise bad(
+                    "train_args",
+                    a,
+                    f"{flag} is set by the job from shared_dir/run_name (checkpoints under "
+                    f"{self.checkpoint_dir}); choose run_name/shared_dir instead",
+                )
             if flag == "--preset":
                 raise bad("train_args", a, "give the preset as the preset setting (--preset of the renderer)")
         if check_paths:
@@ -341,12 +370,17 @@ class SlurmJobConfig:
         if not shared.is_dir():
             raise SharedDirError(
                 f"shared_dir={self.shared_dir!r} does not exist on this host; pass the shared file system every "
-                f"node mounts (/fsx on ParallelCluster; the lab's shared dir locally: scripts/slurm_lab.sh env)")
-        if not (Path(self.repo_dir) / "training" / "presets" / f"{self.preset}.toml").is_file() \
-                and self.container_image is None:
+                f"node mounts (/fsx on ParallelCluster; the lab's shared dir locally: scripts/slurm_lab.sh env)"
+            )
+        if (
+            not (Path(self.repo_dir) / "training" / "presets" / f"{self.preset}.toml").is_file()
+            and self.container_image is None
+        ):
             presets = sorted(p.stem for p in (Path(self.repo_dir) / "training" / "presets").glob("*.toml"))
-            raise SlurmConfigError(f"preset={self.preset!r} not found in {self.repo_dir}/training/presets; "
-                                   f"use one of: {', '.join(presets) or '(none: is repo_dir right?)'}")
+            raise SlurmConfigError(
+                f"preset={self.preset!r} not found in {self.repo_dir}/training/presets; "
+                f"use one of: {', '.join(presets) or '(none: is repo_dir right?)'}"
+            )
 
 
 def field_docs() -> dict[str, str]:
@@ -354,5 +388,11 @@ def field_docs() -> dict[str, str]:
     return _field_docs(SlurmJobConfig)
 
 
-__all__ = ["SlurmJobConfig", "SlurmConfigError", "SharedDirError", "parse_time_limit", "field_docs",
-           "RESERVED_TRAIN_FLAGS"]
+__all__ = [
+    "SlurmJobConfig",
+    "SlurmConfigError",
+    "SharedDirError",
+    "parse_time_limit",
+    "field_docs",
+    "RESERVED_TRAIN_FLAGS",
+]

@@ -7,6 +7,7 @@
 Values come from the defaults, then ``--slurm-config FILE.toml`` (a ``[slurm]`` table with the field names below),
 then the flags. Everything after ``--`` goes to ``python -m training``. Exit 2 on a bad setting.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ def efa_env(cfg: SlurmJobConfig) -> dict[str, str]:
 
 def sbatch_lines(cfg: SlurmJobConfig) -> list[str]:
     """The ``#SBATCH`` options beyond the fixed ones in the template."""
-    lines = ["--requeue" if cfg.requeue else "--no-requeue",
-             f"--signal=B:USR1@{cfg.signal_before_timeout_s}"]
+    lines = ["--requeue" if cfg.requeue else "--no-requeue", f"--signal=B:USR1@{cfg.signal_before_timeout_s}"]
     if cfg.time_limit:
         lines.append(f"--time={cfg.time_limit}")
     if cfg.partition:
@@ -59,11 +59,14 @@ def sbatch_lines(cfg: SlurmJobConfig) -> list[str]:
 def summary(cfg: SlurmJobConfig) -> str:
     """One comment line saying what the script runs (shown at the top of the rendered file)."""
     hw = (f"{cfg.gpus_per_node} GPU(s)/node" + (" + EFA" if cfg.efa else "")) if cfg.gpus_per_node else "CPU"
-    where = f"container {cfg.container_image} via pyxis (else venv)" if cfg.container_image else \
-        f"venv {cfg.venv_python}"
+    where = (
+        f"container {cfg.container_image} via pyxis (else venv)" if cfg.container_image else f"venv {cfg.venv_python}"
+    )
     spares = f" + {cfg.spares} hot spare(s)" if cfg.spares else ""
-    return (f"run {cfg.name}: preset {cfg.preset}, {cfg.nodes} node(s){spares} x {cfg.procs_per_node} proc(s), {hw}; "
-            f"{where}; checkpoints {cfg.checkpoint_dir}")
+    return (
+        f"run {cfg.name}: preset {cfg.preset}, {cfg.nodes} node(s){spares} x {cfg.procs_per_node} proc(s), {hw}; "
+        f"{where}; checkpoints {cfg.checkpoint_dir}"
+    )
 
 
 def render(cfg: SlurmJobConfig) -> str:
@@ -74,8 +77,10 @@ def render(cfg: SlurmJobConfig) -> str:
     if cfg.efa:
         # Slurm only: in venv mode the job runs on the ParallelCluster AMI, whose EFA installer may put libfabric
         # and aws-ofi-nccl outside the default library path (an EKS pod runs the image, which sets its own).
-        env_lines.append(f'for d in {" ".join(EFA_LIBRARY_DIRS)}; do '
-                         '[[ -d "$d" ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; done')
+        env_lines.append(
+            f"for d in {' '.join(EFA_LIBRARY_DIRS)}; do "
+            '[[ -d "$d" ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; done'
+        )
     if not env_lines:
         env_lines = ["# (CPU job: no NCCL/EFA settings)"]
     values = {
@@ -109,15 +114,16 @@ def render(cfg: SlurmJobConfig) -> str:
         "MAX_REQUEUES": str(cfg.max_requeues),
         "Q_PRESET": _q(cfg.preset),
         "TRAIN_ARGS": " ".join(_q(a) for a in cfg.train_args),
-        "SLURM_CONF_LINE": f"export SLURM_CONF={_q(cfg.slurm_conf)}" if cfg.slurm_conf else
-                           "# SLURM_CONF: the cluster's default",
+        "SLURM_CONF_LINE": f"export SLURM_CONF={_q(cfg.slurm_conf)}"
+        if cfg.slurm_conf
+        else "# SLURM_CONF: the cluster's default",
         "ENV_LINES": "\n".join(env_lines),
     }
     text = TEMPLATE.read_text()
     for key, value in values.items():
         text = text.replace(f"@@{key}@@", value)
     if "@@" in text:  # a template placeholder without a value is a bug here, not a user error
-        raise RuntimeError(f"unrendered placeholder in {TEMPLATE}: {text[text.index('@@'):][:40]}")
+        raise RuntimeError(f"unrendered placeholder in {TEMPLATE}: {text[text.index('@@') :][:40]}")
     return text
 
 
@@ -130,33 +136,62 @@ def check_training_args(cfg: SlurmJobConfig, *, files_here: bool = True) -> None
     ``files_here`` (this host mounts shared_dir, and training runs in the venv, not a container with its own
     view of the files), the data and output locations are checked here too.
     """
-    argv = ["--job.out_dir", cfg.run_dir, "--checkpoint.dir", cfg.checkpoint_dir, "--metrics.path", cfg.metrics_path,
-            *cfg.train_args]
+    argv = [
+        "--job.out_dir",
+        cfg.run_dir,
+        "--checkpoint.dir",
+        cfg.checkpoint_dir,
+        "--metrics.path",
+        cfg.metrics_path,
+        *cfg.train_args,
+    ]
     try:
         venv = files_here and cfg.container_image is None
-        shared_check(cfg.preset, argv, nodes=cfg.nodes, nproc_per_node=cfg.procs_per_node, files_here=venv,
-                     python=cfg.venv_python if venv else None, gpus_per_node=cfg.gpus_per_node)
+        shared_check(
+            cfg.preset,
+            argv,
+            nodes=cfg.nodes,
+            nproc_per_node=cfg.procs_per_node,
+            files_here=venv,
+            python=cfg.venv_python if venv else None,
+            gpus_per_node=cfg.gpus_per_node,
+        )
     except TrainingArgsError as e:
         raise SlurmConfigError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 _FLAGS = {  # field -> (flag, argparse kwargs)
-    "run_name": ("--run-name", {}), "preset": ("--preset", {}), "nodes": ("--nodes", {"type": int}),
+    "run_name": ("--run-name", {}),
+    "preset": ("--preset", {}),
+    "nodes": ("--nodes", {"type": int}),
     "spares": ("--spares", {"type": int}),
-    "nproc_per_node": ("--nproc-per-node", {"type": int}), "instance_type": ("--instance-type", {}),
-    "gpus_per_node": ("--gpus-per-node", {"type": int}), "partition": ("--partition", {}),
-    "time_limit": ("--time", {}), "signal_before_timeout_s": ("--signal-before-timeout", {"type": int}),
-    "max_requeues": ("--max-requeues", {"type": int}), "max_restarts": ("--max-restarts", {"type": int}),
-    "shutdown_timeout_s": ("--shutdown-timeout", {"type": int}), "rdzv_port": ("--rdzv-port", {"type": int}),
-    "rdzv_store": ("--rdzv-store", {}), "etcd_env": ("--etcd-env", {}),
+    "nproc_per_node": ("--nproc-per-node", {"type": int}),
+    "instance_type": ("--instance-type", {}),
+    "gpus_per_node": ("--gpus-per-node", {"type": int}),
+    "partition": ("--partition", {}),
+    "time_limit": ("--time", {}),
+    "signal_before_timeout_s": ("--signal-before-timeout", {"type": int}),
+    "max_requeues": ("--max-requeues", {"type": int}),
+    "max_restarts": ("--max-restarts", {"type": int}),
+    "shutdown_timeout_s": ("--shutdown-timeout", {"type": int}),
+    "rdzv_port": ("--rdzv-port", {"type": int}),
+    "rdzv_store": ("--rdzv-store", {}),
+    "etcd_env": ("--etcd-env", {}),
     "rdzv_store_port": ("--rdzv-store-port", {"type": int}),
-    "shared_dir": ("--shared-dir", {}), "repo_dir": ("--repo-dir", {}), "python": ("--python", {}),
-    "container_image": ("--container-image", {}), "step_timeout_s": ("--step-timeout", {"type": int}),
+    "shared_dir": ("--shared-dir", {}),
+    "repo_dir": ("--repo-dir", {}),
+    "python": ("--python", {}),
+    "container_image": ("--container-image", {}),
+    "step_timeout_s": ("--step-timeout", {"type": int}),
     "slurm_conf": ("--slurm-conf", {}),
 }
-_BOOLS = {"requeue": "--requeue", "requeue_on_failure": "--requeue-on-failure", "efa": "--efa",
-          "gpudirect_rdma": "--gpudirect-rdma"}
+_BOOLS = {
+    "requeue": "--requeue",
+    "requeue_on_failure": "--requeue-on-failure",
+    "efa": "--efa",
+    "gpudirect_rdma": "--gpudirect-rdma",
+}
 _LISTS = {"container_mounts": "--container-mount", "extra_sbatch": "--sbatch", "extra_env": "--env"}
 
 
@@ -173,27 +208,49 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     defaults = SlurmJobConfig()
     p.add_argument("--slurm-config", help="TOML file with a [slurm] table of the settings below")
     for name, (flag, kw) in _FLAGS.items():
-        p.add_argument(flag, dest=name, default=None,
-                       help=f"{docs.get(name, '')} (default: {getattr(defaults, name)!r})".replace("%", "%%"), **kw)
+        p.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            help=f"{docs.get(name, '')} (default: {getattr(defaults, name)!r})".replace("%", "%%"),
+            **kw,
+        )
     for name, flag in _BOOLS.items():
-        p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction,
-                       help=f"{docs.get(name, '')} (default: {getattr(defaults, name)})".replace("%", "%%"))
+        p.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            action=argparse.BooleanOptionalAction,
+            help=f"{docs.get(name, '')} (default: {getattr(defaults, name)})".replace("%", "%%"),
+        )
     for name, flag in _LISTS.items():
-        p.add_argument(flag, dest=name, action="append", default=None,
-                       help=f"(repeatable) {docs.get(name, '')}".replace("%", "%%"))
+        p.add_argument(
+            flag, dest=name, action="append", default=None, help=f"(repeatable) {docs.get(name, '')}".replace("%", "%%")
+        )
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then python -m training flags")
 
 
 def build_parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m cluster_assets.slurm.render", description=doc[0],
-                                epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m cluster_assets.slurm.render",
+        description=doc[0],
+        epilog="\n\n".join(doc[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--output", "-o", help="write the script here (default: stdout)")
     p.add_argument("--print-config", action="store_true", help="print the resolved settings as JSON and exit")
-    p.add_argument("--no-check-training-args", dest="check_training", action="store_false",
-                   help="skip validating the training flags with python -m training's parser")
-    p.add_argument("--check-paths", action="store_true",
-                   help="also check that shared_dir exists here and the preset is in repo_dir")
+    p.add_argument(
+        "--no-check-training-args",
+        dest="check_training",
+        action="store_false",
+        help="skip validating the training flags with python -m training's parser",
+    )
+    p.add_argument(
+        "--check-paths",
+        action="store_true",
+        help="also check that shared_dir exists here and the preset is in repo_dir",
+    )
     add_job_arguments(p)
     return p
 
@@ -225,8 +282,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.check_training:
             check_training_args(cfg, files_here=a.check_paths)
         if a.print_config:
-            print(json.dumps({**asdict(cfg), "run_dir": cfg.run_dir, "checkpoint_dir": cfg.checkpoint_dir,
-                              "metrics_path": cfg.metrics_path}, indent=1))
+            print(
+                json.dumps(
+                    {
+                        **asdict(cfg),
+                        "run_dir": cfg.run_dir,
+                        "checkpoint_dir": cfg.checkpoint_dir,
+                        "metrics_path": cfg.metrics_path,
+                    },
+                    indent=1,
+                )
+            )
             return 0
         text = render(cfg)
     except SlurmConfigError as e:

@@ -1,4 +1,5 @@
 """Pinned Helm charts: NVIDIA + EFA device plugins, Kubeflow Trainer v2 (with JobSet)."""
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -19,21 +20,30 @@ class GpuDevicePlugins(Construct):
     Not built into EKS managed node groups; both must tolerate the GPU taint and target the GPU pool.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
-                 gpu_node_labels: Mapping[str, str]) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_node_labels: Mapping[str, str]
+    ) -> None:
         super().__init__(scope, construct_id)
         self.nvidia = eks.HelmChart(
-            self, "Nvidia", cluster=cluster,
-            repository=versions.NVIDIA_DEVICE_PLUGIN_REPO, chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
+            self,
+            "Nvidia",
+            cluster=cluster,
+            repository=versions.NVIDIA_DEVICE_PLUGIN_REPO,
+            chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
             version=versions.NVIDIA_DEVICE_PLUGIN_VERSION,
-            release="nvidia-device-plugin", namespace="kube-system",
+            release="nvidia-device-plugin",
+            namespace="kube-system",
             values={"tolerations": [GPU_TOLERATION], "nodeSelector": dict(gpu_node_labels)},
         )
         self.efa = eks.HelmChart(
-            self, "Efa", cluster=cluster,
-            repository=versions.EFA_DEVICE_PLUGIN_REPO, chart=versions.EFA_DEVICE_PLUGIN_CHART,
+            self,
+            "Efa",
+            cluster=cluster,
+            repository=versions.EFA_DEVICE_PLUGIN_REPO,
+            chart=versions.EFA_DEVICE_PLUGIN_CHART,
             version=versions.EFA_DEVICE_PLUGIN_VERSION,
-            release="aws-efa-k8s-device-plugin", namespace="kube-system",
+            release="aws-efa-k8s-device-plugin",
+            namespace="kube-system",
             values={"tolerations": [GPU_TOLERATION], "nodeSelector": dict(gpu_node_labels)},
         )
 
@@ -46,22 +56,37 @@ class KubeflowTrainer(Construct):
     time over NAT.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, chart_version: str,
-                 system_node_labels: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        chart_version: str,
+        system_node_labels: Mapping[str, str],
+    ) -> None:
         super().__init__(scope, construct_id)
         self.chart = eks.HelmChart(
-            self, "Chart", cluster=cluster,
+            self,
+            "Chart",
+            cluster=cluster,
             # The handler pulls oci:// charts itself; the last path segment is the chart name.
-            repository=versions.TRAINER_CHART_OCI, chart=versions.TRAINER_CHART, version=chart_version,
-            release="kubeflow-trainer", namespace=versions.TRAINER_NAMESPACE, create_namespace=True,
+            repository=versions.TRAINER_CHART_OCI,
+            chart=versions.TRAINER_CHART,
+            version=chart_version,
+            release="kubeflow-trainer",
+            namespace=versions.TRAINER_NAMESPACE,
+            create_namespace=True,
             values={
                 "jobset": {"install": True},
                 # Only our own fault-tolerant runtime is installed (see TrainingNamespace).
                 "runtimes": {"defaultEnabled": False},
                 # TrainJobStatus (alpha): the controller gives the training containers an endpoint for
                 # TrainJob.status.trainerStatus, which rank 0 reports progress into (training.job.trainer_status).
-                "manager": {"nodeSelector": dict(system_node_labels),
-                            "config": {"featureGates": {"TrainJobStatus": True}}},
+                "manager": {
+                    "nodeSelector": dict(system_node_labels),
+                    "config": {"featureGates": {"TrainJobStatus": True}},
+                },
             },
             # Wait for the controller and its webhooks before the runtime object is created.
             wait=True,

@@ -1,4 +1,5 @@
 """EKS control plane (aws_eks_v2), system node group and the managed add-ons the training needs."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -35,25 +36,44 @@ class TrainingEksCluster(Construct):
         vpc_cni: the managed ``vpc-cni`` add-on (``enableNetworkPolicy``).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str, kubernetes_version: str,
-                 vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet], system_instance_type: str,
-                 api_allowed_cidrs: Sequence[str], admin_principal_arn: Optional[str],
-                 system_nodes: int = 3) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        kubernetes_version: str,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        system_instance_type: str,
+        api_allowed_cidrs: Sequence[str],
+        admin_principal_arn: Optional[str],
+        system_nodes: int = 3,
+    ) -> None:
         super().__init__(scope, construct_id)
         if api_allowed_cidrs:
             endpoint = eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*api_allowed_cidrs)
         else:
             endpoint = eks.EndpointAccess.PRIVATE
-        secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
-                              description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
-                              removal_policy=cdk.RemovalPolicy.DESTROY)
+        secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
         # EKS writes the control-plane logs to this group and would create it itself, outside the stack, where it
         # outlives a destroy (and bills storage forever). Created here first, with a retention, and deleted with it.
         self.control_plane_logs = logs.LogGroup(
-            self, "ControlPlaneLogs", log_group_name=control_plane_log_group(cluster_name),
-            retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY)
+            self,
+            "ControlPlaneLogs",
+            log_group_name=control_plane_log_group(cluster_name),
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
         self.cluster = eks.Cluster(
-            self, "Cluster",
+            self,
+            "Cluster",
             cluster_name=cluster_name,
             version=eks.KubernetesVersion.of(kubernetes_version),
             vpc=vpc,
@@ -62,9 +82,13 @@ class TrainingEksCluster(Construct):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
             secrets_encryption_key=secrets_key,
-            cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
-                             eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
-                             eks.ClusterLoggingTypes.SCHEDULER],
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API,
+                eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR,
+                eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
             # The kubectl/helm handler runs in the private subnets: it reaches the API through the private
             # endpoint (whatever api_allowed_cidrs says) and pulls charts through NAT.
             kubectl_provider_options=eks.KubectlProviderOptions(
@@ -74,15 +98,23 @@ class TrainingEksCluster(Construct):
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
         if admin_principal_arn:
-            self.cluster.grant_access("Admin", admin_principal_arn, [
-                eks.AccessPolicy.from_access_policy_name(
-                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
+            self.cluster.grant_access(
+                "Admin",
+                admin_principal_arn,
+                [
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
         # 3 nodes: the etcd members require one node each (anti-affinity), so that losing a node loses one member.
         self.system_nodes = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             instance_types=[ec2.InstanceType(system_instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            min_size=system_nodes, desired_size=system_nodes, max_size=system_nodes + 2,
+            min_size=system_nodes,
+            desired_size=system_nodes,
+            max_size=system_nodes + 2,
             disk_size=50,
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
             labels=SYSTEM_POOL_LABEL,
@@ -93,14 +125,18 @@ class TrainingEksCluster(Construct):
         self.pod_identity_agent = self.cluster.eks_pod_identity_agent
         # Static FSx volumes only (the file system comes from the storage stack), so the driver needs no IAM:
         # mounting is done by the node plugin. The add-on version follows the cluster version's default.
-        self.fsx_csi_driver = eks.Addon(self, "FsxCsiDriver", cluster=self.cluster,
-                                        addon_name="aws-fsx-csi-driver")
+        self.fsx_csi_driver = eks.Addon(self, "FsxCsiDriver", cluster=self.cluster, addon_name="aws-fsx-csi-driver")
         # The VPC CNI as a managed add-on with network policy enforcement on (its node agent): without it the
         # etcd namespace's NetworkPolicy (only training pods may reach the jobs' etcd) would be
         # accepted by the API server and enforced by nothing. EKS installs the CNI self-managed at cluster
         # creation; OVERWRITE lets the add-on take over those objects (the version follows the cluster default).
-        self.vpc_cni = eks.Addon(self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni",
-                                 configuration_values={"enableNetworkPolicy": "true"})
+        self.vpc_cni = eks.Addon(
+            self,
+            "VpcCni",
+            cluster=self.cluster,
+            addon_name="vpc-cni",
+            configuration_values={"enableNetworkPolicy": "true"},
+        )
         self.vpc_cni.node.default_child.add_property_override("ResolveConflicts", "OVERWRITE")
         for addon in (self.pod_identity_agent, self.fsx_csi_driver):
             addon.node.add_dependency(self.system_nodes)

@@ -4,6 +4,7 @@ What this construct adds around the rendered objects: the EBS CSI driver (manage
 EBS CSI policy) that provisions the members' volumes, and the order things must be created in (the etcd namespace,
 then the members; the administration objects after the training namespace, where they write the agents' Secret).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -28,12 +29,22 @@ class EtcdCluster(Construct):
         endpoints: the members' client URLs the runtime gives the agents.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, image: str,
-                 training_namespace: str, training_namespace_manifest: IConstruct,
-                 system_node_labels: Mapping[str, str], system_nodes: IConstruct) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        image: str,
+        training_namespace: str,
+        training_namespace_manifest: IConstruct,
+        system_node_labels: Mapping[str, str],
+        system_nodes: IConstruct,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.objects: dict[str, list[dict[str, Any]]] = etcd.cluster_objects(
-            image=image, training_namespace=training_namespace, node_selector=dict(system_node_labels))
+            image=image, training_namespace=training_namespace, node_selector=dict(system_node_labels)
+        )
         self.endpoints = etcd.endpoints()
         self.ebs_csi_driver = self._ebs_csi_driver(cluster)
         self.ebs_csi_driver.node.add_dependency(system_nodes)
@@ -46,20 +57,32 @@ class EtcdCluster(Construct):
 
     def _ebs_csi_driver(self, cluster: eks.Cluster) -> eks.Addon:
         """The managed EBS CSI driver, its controller allowed to create and attach volumes through Pod Identity."""
-        role = iam.Role(self, "EbsCsiRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
-                        description="EBS CSI driver controller (etcd members' volumes)",
-                        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
-                            "service-role/AmazonEBSCSIDriverPolicy")])
+        role = iam.Role(
+            self,
+            "EbsCsiRole",
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+            description="EBS CSI driver controller (etcd members' volumes)",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonEBSCSIDriverPolicy")],
+        )
         # Pod Identity's trust needs TagSession besides AssumeRole.
-        role.assume_role_policy.add_statements(iam.PolicyStatement(
-            actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
-        acknowledge(role, managed_policy_finding("service-role/AmazonEBSCSIDriverPolicy"),
-                    "AWS's policy for the EBS CSI driver (create, attach, tag volumes and snapshots); it tracks the "
-                    "driver's needs, which a hand-written copy would miss; only the driver's controller assumes it.")
+        role.assume_role_policy.add_statements(
+            iam.PolicyStatement(actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")])
+        )
+        acknowledge(
+            role,
+            managed_policy_finding("service-role/AmazonEBSCSIDriverPolicy"),
+            "AWS's policy for the EBS CSI driver (create, attach, tag volumes and snapshots); it tracks the "
+            "driver's needs, which a hand-written copy would miss; only the driver's controller assumes it.",
+        )
         addon = eks.Addon(self, "EbsCsiDriver", cluster=cluster, addon_name="aws-ebs-csi-driver")
         association = eks_l1.CfnPodIdentityAssociation(
-            self, "EbsCsiPodIdentity", cluster_name=cluster.cluster_name, namespace="kube-system",
-            service_account=EBS_CSI_CONTROLLER_SA, role_arn=role.role_arn)
+            self,
+            "EbsCsiPodIdentity",
+            cluster_name=cluster.cluster_name,
+            namespace="kube-system",
+            service_account=EBS_CSI_CONTROLLER_SA,
+            role_arn=role.role_arn,
+        )
         association.node.add_dependency(cluster.eks_pod_identity_agent)
         addon.node.add_dependency(association)
         return addon

@@ -25,6 +25,7 @@ Attributes:
     endpoints (``https://IP:2379`` each, comma separated, a token), instances, head_node_policy (managed policy
     under ``/parallelcluster/`` for ``HeadNode.Iam.AdditionalIamPolicies``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,8 +44,11 @@ from stacks.nag import acknowledge
 ROOT = Path(__file__).resolve().parents[2]
 MEMBER_ASSETS = ROOT / "cluster_assets" / "parallelcluster" / "etcd"
 #: The member scripts the user data downloads; certs.py is the project's own (tls.py imports it).
-MEMBER_FILES = {"member.sh": MEMBER_ASSETS / "member.sh", "tls.py": MEMBER_ASSETS / "tls.py",
-                "certs.py": ROOT / "training" / "launch" / "rendezvous" / "certs.py"}
+MEMBER_FILES = {
+    "member.sh": MEMBER_ASSETS / "member.sh",
+    "tls.py": MEMBER_ASSETS / "tls.py",
+    "certs.py": ROOT / "training" / "launch" / "rendezvous" / "certs.py",
+}
 ASSET_DIR = "/opt/t5-etcd"
 CLIENT_PORT, PEER_PORT = 2379, 2380
 MEMBERS = 3
@@ -56,9 +60,16 @@ _ARCH = {ec2.InstanceArchitecture.ARM_64: ("arm64", "arm64"), ec2.InstanceArchit
 class EtcdMembers(Construct):
     """Three etcd members for the ParallelCluster nodes (see the module docstring)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet],
-                 client_security_groups: Sequence[ec2.ISecurityGroup],
-                 instance_type: str = DEFAULT_INSTANCE_TYPE) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        client_security_groups: Sequence[ec2.ISecurityGroup],
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
+    ) -> None:
         super().__init__(scope, construct_id)
         if not subnets:
             raise ValueError("EtcdMembers: give at least one subnet (the members are spread over them)")
@@ -69,83 +80,136 @@ class EtcdMembers(Construct):
         region = cdk.Stack.of(self).region
 
         self.security_group = ec2.SecurityGroup(
-            self, "MemberSg", vpc=vpc, allow_all_outbound=True,
-            description=f"etcd members: TCP {CLIENT_PORT} from the head and compute nodes, {PEER_PORT} between members")
+            self,
+            "MemberSg",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description=f"etcd members: TCP {CLIENT_PORT} from the head and compute nodes, {PEER_PORT} between members",
+        )
         for group in client_security_groups:
-            self.security_group.add_ingress_rule(group, ec2.Port.tcp(CLIENT_PORT),
-                                                 f"etcd clients (head node, compute nodes) TCP {CLIENT_PORT}")
-        self.security_group.add_ingress_rule(self.security_group, ec2.Port.tcp(PEER_PORT),
-                                             f"etcd peers (the other members) TCP {PEER_PORT}")
+            self.security_group.add_ingress_rule(
+                group, ec2.Port.tcp(CLIENT_PORT), f"etcd clients (head node, compute nodes) TCP {CLIENT_PORT}"
+            )
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.tcp(PEER_PORT), f"etcd peers (the other members) TCP {PEER_PORT}"
+        )
 
         self.members_secret = self._placeholder_secret(
-            "MembersTls", "etcd members: CA, member certificates and auth-token keys (written once by member 0)")
+            "MembersTls", "etcd members: CA, member certificates and auth-token keys (written once by member 0)"
+        )
         self.client_secret = self._placeholder_secret(
-            "ClientTls", "etcd clients: CA and client certificate (written by member 0, read by the head node)")
+            "ClientTls", "etcd clients: CA and client certificate (written by member 0, read by the head node)"
+        )
         self.root_secret = secretsmanager.Secret(
-            self, "RootPassword", description="etcd root password (read by the ParallelCluster head node only)",
-            generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True,
-                                                                        password_length=32))
+            self,
+            "RootPassword",
+            description="etcd root password (read by the ParallelCluster head node only)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=32),
+        )
         for secret in (self.members_secret, self.client_secret, self.root_secret):
-            acknowledge(secret, "AwsSolutions-SMG4",
-                        "no Lambda rotation: the TLS material is renewed with tls.py renew on member 0 and a rolling "
-                        "restart, and root's password is only used by the head node to create job users "
-                        "(docs/slurm.md, rotation)")
+            acknowledge(
+                secret,
+                "AwsSolutions-SMG4",
+                "no Lambda rotation: the TLS material is renewed with tls.py renew on member 0 and a rolling "
+                "restart, and root's password is only used by the head node to create job users "
+                "(docs/slurm.md, rotation)",
+            )
 
-        role = iam.Role(self, "MemberRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-                        description="etcd members: SSM shell, their scripts, their TLS secrets",
-                        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
-                            "AmazonSSMManagedInstanceCore")])
-        acknowledge(role,
-                    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-                    "AmazonSSMManagedInstanceCore is AWS's maintained policy for Session Manager, the members' only "
-                    "shell (no SSH key, no public address)")
+        role = iam.Role(
+            self,
+            "MemberRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="etcd members: SSM shell, their scripts, their TLS secrets",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+            "AmazonSSMManagedInstanceCore is AWS's maintained policy for Session Manager, the members' only "
+            "shell (no SSH key, no public address)",
+        )
         self.members_secret.grant_read(role)
         self.members_secret.grant_write(role)
         self.client_secret.grant_write(role)  # member 0 stores the client material; nobody else writes it
-        assets = {name: s3_assets.Asset(self, name.replace(".", "_").title().replace("_", ""), path=str(path))
-                  for name, path in MEMBER_FILES.items()}
+        assets = {
+            name: s3_assets.Asset(self, name.replace(".", "_").title().replace("_", ""), path=str(path))
+            for name, path in MEMBER_FILES.items()
+        }
         for asset in assets.values():
             asset.grant_read(role)
-        acknowledge(role, "AwsSolutions-IAM5[Action::s3:GetObject*]",
-                    "CDK's asset grant: read-only object actions on the member scripts' asset objects")
-        acknowledge(role, "AwsSolutions-IAM5[Action::s3:GetBucket*]",
-                    "CDK's asset grant: bucket location/metadata reads on the asset bucket, needed by aws s3 cp")
-        acknowledge(role, "AwsSolutions-IAM5[Action::s3:List*]",
-                    "CDK's asset grant: listing the asset bucket, needed by aws s3 cp to report a missing object")
-        acknowledge(role, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::"
-                          "cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*]",
-                    "CDK's asset bucket: the member scripts are objects in it; the grant is read-only")
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Action::s3:GetObject*]",
+            "CDK's asset grant: read-only object actions on the member scripts' asset objects",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Action::s3:GetBucket*]",
+            "CDK's asset grant: bucket location/metadata reads on the asset bucket, needed by aws s3 cp",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Action::s3:List*]",
+            "CDK's asset grant: listing the asset bucket, needed by aws s3 cp to report a missing object",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::"
+            "cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*]",
+            "CDK's asset bucket: the member scripts are objects in it; the grant is read-only",
+        )
 
         self.head_node_policy = iam.ManagedPolicy(
-            self, "HeadNodeEtcdPolicy", path="/parallelcluster/",
+            self,
+            "HeadNodeEtcdPolicy",
+            path="/parallelcluster/",
             description="ParallelCluster head node: read the etcd client certificate and root password",
-            statements=[iam.PolicyStatement(sid="EtcdClientAndRoot", actions=["secretsmanager:GetSecretValue",
-                                                                               "secretsmanager:DescribeSecret"],
-                                            resources=[self.client_secret.secret_arn,
-                                                       self.root_secret.secret_arn])])
+            statements=[
+                iam.PolicyStatement(
+                    sid="EtcdClientAndRoot",
+                    actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                    resources=[self.client_secret.secret_arn, self.root_secret.secret_arn],
+                )
+            ],
+        )
 
         # The AMI's SSM parameter is resolved by EC2 at each launch, not by CloudFormation at each deploy: a newer
         # Amazon Linux never replaces a running member (all three at once would lose the coordinator's data).
         image = ec2.MachineImage.resolve_ssm_parameter_at_launch(
-            f"/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{ami_arch}")
-        template = ec2.CfnLaunchTemplate(self, "MemberTemplate",
-                                         launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-            image_id=image.get_image(self).image_id,
-            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(http_tokens="required",
-                                                                           http_put_response_hop_limit=1,
-                                                                           http_endpoint="enabled"),
-            block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                device_name="/dev/xvda", ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                    volume_size=20, volume_type="gp3", encrypted=True, delete_on_termination=True))],
-        ))
+            f"/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{ami_arch}"
+        )
+        template = ec2.CfnLaunchTemplate(
+            self,
+            "MemberTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                image_id=image.get_image(self).image_id,
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_tokens="required", http_put_response_hop_limit=1, http_endpoint="enabled"
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name="/dev/xvda",
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=20, volume_type="gp3", encrypted=True, delete_on_termination=True
+                        ),
+                    )
+                ],
+            ),
+        )
         profile = iam.CfnInstanceProfile(self, "MemberProfile", roles=[role.role_name])
 
         self.interfaces = []
         for i in range(MEMBERS):
             subnet = subnets[i % len(subnets)]
-            self.interfaces.append(ec2.CfnNetworkInterface(
-                self, f"Member{i}Eni", subnet_id=subnet.subnet_id, group_set=[self.security_group.security_group_id],
-                description=f"etcd member m{i}: its fixed address"))
+            self.interfaces.append(
+                ec2.CfnNetworkInterface(
+                    self,
+                    f"Member{i}Eni",
+                    subnet_id=subnet.subnet_id,
+                    group_set=[self.security_group.security_group_id],
+                    description=f"etcd member m{i}: its fixed address",
+                )
+            )
         self.addresses = [eni.attr_primary_private_ip_address for eni in self.interfaces]
         ips = cdk.Fn.join(",", self.addresses)
         self.endpoints = cdk.Fn.join(",", [cdk.Fn.join("", ["https://", a, f":{CLIENT_PORT}"]) for a in self.addresses])
@@ -158,30 +222,56 @@ class EtcdMembers(Construct):
                 user_data.add_commands(f"aws s3 cp --region {region} {asset.s3_object_url} {ASSET_DIR}/{name}")
             user_data.add_commands(
                 f"chmod 0755 {ASSET_DIR}/member.sh",
-                " ".join([f"{ASSET_DIR}/member.sh", str(i), ips, str(CLIENT_PORT), str(PEER_PORT),
-                          versions.ETCD_VERSION, arch, versions.ETCD_RELEASE_SHA256[arch],
-                          self.members_secret.secret_arn, self.client_secret.secret_arn, region, ASSET_DIR]))
+                " ".join(
+                    [
+                        f"{ASSET_DIR}/member.sh",
+                        str(i),
+                        ips,
+                        str(CLIENT_PORT),
+                        str(PEER_PORT),
+                        versions.ETCD_VERSION,
+                        arch,
+                        versions.ETCD_RELEASE_SHA256[arch],
+                        self.members_secret.secret_arn,
+                        self.client_secret.secret_arn,
+                        region,
+                        ASSET_DIR,
+                    ]
+                ),
+            )
             instance = ec2.CfnInstance(
-                self, f"Member{i}", instance_type=instance_type,
+                self,
+                f"Member{i}",
+                instance_type=instance_type,
                 iam_instance_profile=profile.ref,
                 launch_template=ec2.CfnInstance.LaunchTemplateSpecificationProperty(
-                    launch_template_id=template.ref, version=template.attr_latest_version_number),
-                network_interfaces=[ec2.CfnInstance.NetworkInterfaceProperty(
-                    device_index="0", network_interface_id=eni.ref)],
+                    launch_template_id=template.ref, version=template.attr_latest_version_number
+                ),
+                network_interfaces=[
+                    ec2.CfnInstance.NetworkInterfaceProperty(device_index="0", network_interface_id=eni.ref)
+                ],
                 user_data=cdk.Fn.base64(user_data.render()),
-                tags=[cdk.CfnTag(key="Name", value=f"t5-failover-etcd-m{i}")])
+                tags=[cdk.CfnTag(key="Name", value=f"t5-failover-etcd-m{i}")],
+            )
             # The role's policies must exist before the first boot reads the scripts and secrets.
             instance.node.add_dependency(role)
             self.instances.append(instance)
-            acknowledge(instance, "AwsSolutions-EC28",
-                        "basic (5-minute) monitoring is enough: etcd's own health is what the head node and the "
-                        "jobs check, and detailed monitoring would bill three instances for nothing they use")
-            acknowledge(instance, "AwsSolutions-EC29",
-                        "no termination protection: cdk destroy must remove the members with the cluster; losing "
-                        "one member costs nothing (two of three keep the quorum)")
+            acknowledge(
+                instance,
+                "AwsSolutions-EC28",
+                "basic (5-minute) monitoring is enough: etcd's own health is what the head node and the "
+                "jobs check, and detailed monitoring would bill three instances for nothing they use",
+            )
+            acknowledge(
+                instance,
+                "AwsSolutions-EC29",
+                "no termination protection: cdk destroy must remove the members with the cluster; losing "
+                "one member costs nothing (two of three keep the quorum)",
+            )
 
     def _placeholder_secret(self, construct_id: str, description: str) -> secretsmanager.Secret:
         """A secret holding ``{}`` until member 0 stores the material (CloudFormation never rewrites an unchanged
         value, so a redeploy keeps it)."""
-        return secretsmanager.Secret(self, construct_id, description=description,
-                                     secret_string_value=cdk.SecretValue.unsafe_plain_text("{}"))
+        return secretsmanager.Secret(
+            self, construct_id, description=description, secret_string_value=cdk.SecretValue.unsafe_plain_text("{}")
+        )

@@ -1,4 +1,5 @@
 """Launch template for GPU nodes: EFA on every network card, cluster placement group, IMDSv2, encrypted EBS."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -9,8 +10,9 @@ from constructs import Construct
 from cluster_facts import GpuInstanceSpec
 
 
-def efa_network_interfaces(spec: GpuInstanceSpec, security_group_ids: Sequence[str]
-                           ) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
+def efa_network_interfaces(
+    spec: GpuInstanceSpec, security_group_ids: Sequence[str]
+) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
     """One EFA interface per network card: card 0 is ``efa`` (EFA + the node's IP), the others ``efa-only``
     (RDMA only, no IP address consumed). Security groups must be listed on every interface because a
     launch template with interfaces cannot also set instance-level groups."""
@@ -32,13 +34,17 @@ def capacity_reservation_data(capacity_reservation_id: Optional[str], capacity_b
     Block for ML (which also needs the ``capacity-block`` market type). Empty without a reservation."""
     if not capacity_reservation_id:
         return {}
-    data: dict[str, Any] = {"capacity_reservation_specification":
-                            ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
-                                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                                    capacity_reservation_id=capacity_reservation_id))}
+    data: dict[str, Any] = {
+        "capacity_reservation_specification": ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+            capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                capacity_reservation_id=capacity_reservation_id
+            )
+        )
+    }
     if capacity_block:
         data["instance_market_options"] = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(
-            market_type="capacity-block")
+            market_type="capacity-block"
+        )
     return data
 
 
@@ -54,42 +60,73 @@ class GpuLaunchTemplate(Construct):
         placement_group: the ``AWS::EC2::PlacementGroup`` or None.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, spec: GpuInstanceSpec,
-                 security_group_ids: Sequence[str], placement_group: bool, root_volume_gib: int,
-                 name_tag: Optional[str] = None, capacity_reservation_id: Optional[str] = None,
-                 capacity_block: bool = False) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: GpuInstanceSpec,
+        security_group_ids: Sequence[str],
+        placement_group: bool,
+        root_volume_gib: int,
+        name_tag: Optional[str] = None,
+        capacity_reservation_id: Optional[str] = None,
+        capacity_block: bool = False,
+    ) -> None:
         super().__init__(scope, construct_id)
         if capacity_block and not capacity_reservation_id:
             raise ValueError("capacity_block=True needs the Capacity Block's capacity_reservation_id (cr-...)")
         if capacity_reservation_id and placement_group:
-            raise ValueError("a capacity reservation carries its own placement: pass placement_group=False with "
-                             "capacity_reservation_id")
+            raise ValueError(
+                "a capacity reservation carries its own placement: pass placement_group=False with "
+                "capacity_reservation_id"
+            )
         if not security_group_ids:
-            raise ValueError("security_group_ids: list at least the EKS cluster security group; interfaces "
-                             "without it cannot reach the control plane or each other")
+            raise ValueError(
+                "security_group_ids: list at least the EKS cluster security group; interfaces "
+                "without it cannot reach the control plane or each other"
+            )
         self.placement_group: Optional[ec2.PlacementGroup] = None
         if placement_group:
             # All nodes on the same spine: lowest latency and full bisection bandwidth for NCCL over EFA.
-            self.placement_group = ec2.PlacementGroup(self, "PlacementGroup",
-                                                      strategy=ec2.PlacementGroupStrategy.CLUSTER)
-        tags = [ec2.CfnLaunchTemplate.TagSpecificationProperty(
-            resource_type="instance", tags=[{"key": "Name", "value": name_tag}])] if name_tag else None
+            self.placement_group = ec2.PlacementGroup(
+                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+            )
+        tags = (
+            [
+                ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                    resource_type="instance", tags=[{"key": "Name", "value": name_tag}]
+                )
+            ]
+            if name_tag
+            else None
+        )
         self.launch_template = ec2.CfnLaunchTemplate(
-            self, "LaunchTemplate",
+            self,
+            "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 instance_type=spec.instance_type,
-                placement=ec2.CfnLaunchTemplate.PlacementProperty(
-                    group_name=self.placement_group.placement_group_name) if self.placement_group else None,
+                placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
+                if self.placement_group
+                else None,
                 network_interfaces=efa_network_interfaces(spec, security_group_ids),
-                block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda",
-                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True,
-                        delete_on_termination=True, iops=6000, throughput=500),
-                )],
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name="/dev/xvda",
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=root_volume_gib,
+                            volume_type="gp3",
+                            encrypted=True,
+                            delete_on_termination=True,
+                            iops=6000,
+                            throughput=500,
+                        ),
+                    )
+                ],
                 # IMDSv2 only; hop limit 1 keeps pods (which use EKS Pod Identity) away from the node role.
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),
+                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+                ),
                 tag_specifications=tags,
                 **capacity_reservation_data(capacity_reservation_id, capacity_block),
             ),

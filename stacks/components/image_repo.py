@@ -1,4 +1,5 @@
 """ECR repository for the training image."""
+
 from __future__ import annotations
 
 import aws_cdk as cdk
@@ -24,7 +25,8 @@ class TrainingImageRepository(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, repository_name: str) -> None:
         super().__init__(scope, construct_id)
         self.repository = ecr.Repository(
-            self, "Repository",
+            self,
+            "Repository",
             repository_name=repository_name,
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,

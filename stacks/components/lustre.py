@@ -1,4 +1,5 @@
 """FSx for Lustre (PERSISTENT_2, Lustre 2.15) linked to S3, with client/server security groups."""
+
 from __future__ import annotations
 
 import aws_cdk as cdk
@@ -23,15 +24,33 @@ class SharedLustre(Construct):
             admits it on the Lustre ports.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, subnet: ec2.ISubnet,
-                 bucket: s3.IBucket, s3_prefix: str, storage_capacity_gib: int, throughput_per_tib: int) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnet: ec2.ISubnet,
+        bucket: s3.IBucket,
+        s3_prefix: str,
+        storage_capacity_gib: int,
+        throughput_per_tib: int,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.server_security_group = ec2.SecurityGroup(
-            self, "ServerSg", vpc=vpc, allow_all_outbound=True,
-            description="FSx for Lustre file system: Lustre ports from its clients and itself")
+            self,
+            "ServerSg",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description="FSx for Lustre file system: Lustre ports from its clients and itself",
+        )
         self.client_security_group = ec2.SecurityGroup(
-            self, "ClientSg", vpc=vpc, allow_all_outbound=True,
-            description="Lustre clients (GPU nodes, head node): Lustre ports from the file system")
+            self,
+            "ClientSg",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description="Lustre clients (GPU nodes, head node): Lustre ports from the file system",
+        )
         for port in LUSTRE_PORTS:
             # Clients call the servers and servers call back clients. (Server-to-server traffic: the L2 below
             # admits its own group on 988-1023.)
@@ -39,7 +58,8 @@ class SharedLustre(Construct):
             self.client_security_group.add_ingress_rule(self.server_security_group, port, "Lustre from servers")
 
         self.file_system = fsx.LustreFileSystem(
-            self, "FileSystem",
+            self,
+            "FileSystem",
             vpc=vpc,
             vpc_subnet=subnet,
             security_group=self.server_security_group,
@@ -57,7 +77,8 @@ class SharedLustre(Construct):
         # The L2 wrongly offers import_path for PERSISTENT_2; the supported link is a data repository
         # association (at most 8 per file system).
         self.s3_link = fsx.CfnDataRepositoryAssociation(
-            self, "S3Link",
+            self,
+            "S3Link",
             file_system_id=self.file_system.file_system_id,
             file_system_path="/",
             data_repository_path=f"s3://{bucket.bucket_name}/{s3_prefix}",

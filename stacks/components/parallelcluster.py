@@ -1,5 +1,6 @@
 """AWS ParallelCluster as a CloudFormation custom resource (``Custom::PclusterCluster``), and the security groups,
 IAM policy and node scripts its nodes use."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,13 +28,21 @@ class ParallelClusterResource(Construct):
         cluster: the custom resource; ``get_att_string("headNode.privateIpAddress")`` etc.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str, pcluster_version: str,
-                 cluster_configuration: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        pcluster_version: str,
+        cluster_configuration: dict[str, Any],
+    ) -> None:
         super().__init__(scope, construct_id)
         template_url = versions.PCLUSTER_PROVIDER_TEMPLATE.replace("{version}", pcluster_version)
         self.provider = cdk.CfnStack(self, "Provider", template_url=cdk.Fn.sub(template_url))
         self.cluster = cdk.CustomResource(
-            self, "Cluster",
+            self,
+            "Cluster",
             resource_type="Custom::PclusterCluster",
             service_token=self.provider.get_att("Outputs.ServiceToken").to_string(),
             properties={"ClusterName": cluster_name, "ClusterConfiguration": cluster_configuration},
@@ -63,28 +72,53 @@ class ClusterNodeAccess(Construct):
         etcd_client_script.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, repository: ecr.IRepository,
-                 pyxis_enroot_script_path: str, etcd_client_script_path: str, node_base_script_path: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        repository: ecr.IRepository,
+        pyxis_enroot_script_path: str,
+        etcd_client_script_path: str,
+        node_base_script_path: str,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.compute_security_group = ec2.SecurityGroup(
-            self, "ComputeNodeSg", vpc=vpc, allow_all_outbound=False,
-            description="ParallelCluster GPU compute nodes: a source the etcd members admit on the client port")
+            self,
+            "ComputeNodeSg",
+            vpc=vpc,
+            allow_all_outbound=False,
+            description="ParallelCluster GPU compute nodes: a source the etcd members admit on the client port",
+        )
         self.head_node_security_group = ec2.SecurityGroup(
-            self, "HeadNodeSg", vpc=vpc, allow_all_outbound=False,
-            description="ParallelCluster head node: a source the etcd members admit on the client port")
+            self,
+            "HeadNodeSg",
+            vpc=vpc,
+            allow_all_outbound=False,
+            description="ParallelCluster head node: a source the etcd members admit on the client port",
+        )
 
         self.ecr_pull_policy = iam.ManagedPolicy(
-            self, "EcrPullPolicy", path="/parallelcluster/",
+            self,
+            "EcrPullPolicy",
+            path="/parallelcluster/",
             description="ParallelCluster nodes: pull the training image (Enroot/Pyxis) from its ECR repository only",
             statements=[
                 iam.PolicyStatement(sid="EcrToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
-                iam.PolicyStatement(sid="EcrPullTrainingImage",
-                                    actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
-                                    resources=[repository.repository_arn]),
-            ])
-        acknowledge(self.ecr_pull_policy, "AwsSolutions-IAM5[Resource::*]",
-                    "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); the "
-                    "token alone reads nothing: image reads are limited to the training repository's ARN")
+                iam.PolicyStatement(
+                    sid="EcrPullTrainingImage",
+                    actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                    resources=[repository.repository_arn],
+                ),
+            ],
+        )
+        acknowledge(
+            self.ecr_pull_policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); the "
+            "token alone reads nothing: image reads are limited to the training repository's ARN",
+        )
 
         self.node_base_script = s3_assets.Asset(self, "NodeBaseScript", path=node_base_script_path)
         self.pyxis_enroot_script = s3_assets.Asset(self, "PyxisEnrootScript", path=pyxis_enroot_script_path)

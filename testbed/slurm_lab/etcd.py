@@ -18,6 +18,7 @@ batch script makes its job's etcd user (``python -m training.launch.rendezvous.a
 Every member runs with ``SLAB_STORE_TAG`` in its environment (from up.sh), so down.sh finds it without a PID file.
 Exit 0 done, 1 failed (one line says why), 2 bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,15 @@ def _alive(pid: int) -> bool:
 
 def _root_creds(state: dict) -> ClientCredentials:
     a = state["admin"]
-    return ClientCredentials(tuple(m["client_url"] for m in state["members"]), a["T5_ETCD_CA"], a["T5_ETCD_CERT"],
-                             a["T5_ETCD_KEY"], "root", a["T5_ETCD_ROOT_PASSWORD_FILE"], JOBS_PREFIX)
+    return ClientCredentials(
+        tuple(m["client_url"] for m in state["members"]),
+        a["T5_ETCD_CA"],
+        a["T5_ETCD_CERT"],
+        a["T5_ETCD_KEY"],
+        "root",
+        a["T5_ETCD_ROOT_PASSWORD_FILE"],
+        JOBS_PREFIX,
+    )
 
 
 def start(root: str, hosts: list[str]) -> int:
@@ -79,11 +87,24 @@ def start(root: str, hosts: list[str]) -> int:
     os.environ["T5_ETCD_BIN"] = str(MEMBER)
     etcd = LocalEtcd.start(str(work), size=len(hosts), hosts=hosts, die_with_parent=False)
     creds = etcd.root_credentials()
-    admin = {"T5_ETCD_ENDPOINTS": ",".join(creds.endpoints), "T5_ETCD_CA": creds.ca, "T5_ETCD_CERT": creds.cert,
-             "T5_ETCD_KEY": creds.key, "T5_ETCD_ROOT_PASSWORD_FILE": creds.password_file}
-    _save(root, {"admin": admin, "log": str(work / "etcd.log"), "real_bin": os.environ["SLAB_ETCD_REAL_BIN"],
-                 "members": [{"name": m.name, "client_url": m.client_url, "pid": m.process.pid, "argv": m.argv}
-                             for m in etcd.members]})
+    admin = {
+        "T5_ETCD_ENDPOINTS": ",".join(creds.endpoints),
+        "T5_ETCD_CA": creds.ca,
+        "T5_ETCD_CERT": creds.cert,
+        "T5_ETCD_KEY": creds.key,
+        "T5_ETCD_ROOT_PASSWORD_FILE": creds.password_file,
+    }
+    _save(
+        root,
+        {
+            "admin": admin,
+            "log": str(work / "etcd.log"),
+            "real_bin": os.environ["SLAB_ETCD_REAL_BIN"],
+            "members": [
+                {"name": m.name, "client_url": m.client_url, "pid": m.process.pid, "argv": m.argv} for m in etcd.members
+            ],
+        },
+    )
     fd = os.open(work / "admin.env", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in admin.items()))
@@ -99,8 +120,9 @@ def _members(state: dict, which: str) -> list[dict]:
         return [_leader(state)]
     found = [m for m in state["members"] if m["name"] == which]
     if not found:
-        raise SystemExit(f"etcd.py: no member {which!r}; use one of {', '.join(m['name'] for m in state['members'])}, "
-                         f"leader or all")
+        raise SystemExit(
+            f"etcd.py: no member {which!r}; use one of {', '.join(m['name'] for m in state['members'])}, leader or all"
+        )
     return found
 
 
@@ -163,9 +185,14 @@ def restart(root: str, which: str) -> int:
                 continue
             # its data directory holds the cluster: it rejoins as a member of the existing cluster
             m["argv"] = [a if a != "new" else "existing" for a in m["argv"]]
-            m["pid"] = subprocess.Popen(m["argv"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                        start_new_session=True,
-                                        env={**os.environ, "SLAB_ETCD_REAL_BIN": state["real_bin"]}).pid
+            m["pid"] = subprocess.Popen(
+                m["argv"],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "SLAB_ETCD_REAL_BIN": state["real_bin"]},
+            ).pid
     _save(root, state)
     print(" ".join(f"{m['name']}(pid {m['pid']})" for m in state["members"]))
     return 0
@@ -183,8 +210,11 @@ def health(root: str, timeout_s: float) -> int:
             return 0
         if time.monotonic() > deadline:
             down = [m["name"] for m, s in zip(state["members"], statuses) if not s]
-            print(f"etcd.py: not healthy after {timeout_s:g} s (not answering: {', '.join(down) or '-'}); see "
-                  f"{state['log']}", file=sys.stderr)
+            print(
+                f"etcd.py: not healthy after {timeout_s:g} s (not answering: {', '.join(down) or '-'}); see "
+                f"{state['log']}",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.1)
 

@@ -6,6 +6,7 @@ namespace, PVC, TrainJob create/get, JobSet get, pod list. State is a dict the t
 to it through a real kubeconfig with the real ``kubernetes`` client. It also answers ECR's DescribeImages (JSON 1.1,
 ``POST /``) for a real ``boto3`` client pointed at it (:meth:`Stub.ecr_env`).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,17 @@ CRDS = ("trainjobs.trainer.kubeflow.org", "clustertrainingruntimes.trainer.kubef
 def crd(name: str) -> dict[str, Any]:
     plural, group = name.split(".", 1)
     version = "v1alpha2" if group.startswith("jobset") else "v1alpha1"
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
-            "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "kind": plural.title()},
-                     "versions": [{"name": version, "served": True, "storage": True}]}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "kind": plural.title()},
+            "versions": [{"name": version, "served": True, "storage": True}],
+        },
+    }
 
 
 def matches(pod: dict[str, Any], query: str) -> bool:
@@ -62,17 +71,28 @@ class Stub:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def kubeconfig(self, path: Path) -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "stub",
-            "clusters": [{"name": "stub", "cluster": {"server": self.url}}],
-            "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "stub"}}],
-            "users": [{"name": "stub", "user": {"token": "t"}}]}))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "stub",
+                    "clusters": [{"name": "stub", "cluster": {"server": self.url}}],
+                    "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "stub"}}],
+                    "users": [{"name": "stub", "user": {"token": "t"}}],
+                }
+            )
+        )
         return path
 
     def ecr_env(self) -> dict[str, str]:
         """Environment for a boto3 ECR client that asks this stub (dummy credentials: nothing leaves loopback)."""
-        return {"AWS_ENDPOINT_URL_ECR": self.url, "AWS_ACCESS_KEY_ID": "stub", "AWS_SECRET_ACCESS_KEY": "stub",
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ENDPOINT_URL_ECR": self.url,
+            "AWS_ACCESS_KEY_ID": "stub",
+            "AWS_SECRET_ACCESS_KEY": "stub",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def close(self) -> None:
         self.server.shutdown()
@@ -87,20 +107,43 @@ class Stub:
                 return 400, {"__type": "ImageNotFoundException", "message": f"tag {tags} not in the stub"}
             return 200, {"imageDetails": [{"repositoryName": body["repositoryName"], "imageTags": found}]}
         if path.rstrip("/") == "/version":
-            return 200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-stub", "gitCommit": "0",
-                         "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
-                         "compiler": "gc", "platform": "linux/amd64"}
+            return 200, {
+                "major": "1",
+                "minor": "35",
+                "gitVersion": "v1.35.0-stub",
+                "gitCommit": "0",
+                "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.25",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
         if m := re.fullmatch(r"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/([^/]+)", path):
             return (200, crd(m[1])) if m[1] in self.crds else (404, None)
         if m := re.fullmatch(r"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/([^/]+)", path):
             return (200, self.runtimes[m[1]]) if m[1] in self.runtimes else (404, None)
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)", path):
-            return (200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": m[1]}}) \
-                if m[1] in self.namespaces else (404, None)
+            return (
+                (200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": m[1]}})
+                if m[1] in self.namespaces
+                else (404, None)
+            )
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)", path):
             phase = self.pvcs.get((m[1], m[2]))
-            return (200, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": m[2]},
-                          "spec": {}, "status": {"phase": phase}}) if phase else (404, None)
+            return (
+                (
+                    200,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": m[2]},
+                        "spec": {},
+                        "status": {"phase": phase},
+                    },
+                )
+                if phase
+                else (404, None)
+            )
         if m := re.fullmatch(r"/apis/trainer.kubeflow.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?", path):
             ns, name = m[1], m[2]
             if method == "POST":
@@ -115,28 +158,45 @@ class Stub:
             self.reads[(ns, name)] = self.reads.get((ns, name), 0) + 1
             tj = dict(self.trainjobs[(ns, name)])
             if self.reads[(ns, name)] >= 2 and self.finish_as:
-                tj["status"] = {"conditions": [{"type": self.finish_as, "status": "True", "reason": "Stub",
-                                                "message": "stub says so"}]}
+                tj["status"] = {
+                    "conditions": [
+                        {"type": self.finish_as, "status": "True", "reason": "Stub", "message": "stub says so"}
+                    ]
+                }
             return 200, tj
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?", path):
             if method in ("POST", "PUT") or (m[1], m[2]) in self.secret_data:
                 return self._secret(method, m[1], m[2], body)
-            return (200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": m[2], "namespace": m[1]}}) \
-                if (m[1], m[2]) in self.secrets else (404, None)
+            return (
+                (200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": m[2], "namespace": m[1]}})
+                if (m[1], m[2]) in self.secrets
+                else (404, None)
+            )
         if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?", path):
             return self._job(method, m[1], m[2], body)
         if re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/[^/]+/jobsets/[^/]+", path):
             return 200, {"status": {"restarts": 0}}
-        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path) and \
-                parse_qs(query).get("labelSelector", [""])[0].startswith("job-name="):
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path) and parse_qs(query).get("labelSelector", [""])[
+            0
+        ].startswith("job-name="):
             job = parse_qs(query)["labelSelector"][0].split("=", 1)[1]
-            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
-                {"metadata": {"name": f"{job}-abcde", "labels": {"job-name": job}}, "spec": {"containers": []}}]}
+            return 200, {
+                "apiVersion": "v1",
+                "kind": "PodList",
+                "metadata": {},
+                "items": [
+                    {"metadata": {"name": f"{job}-abcde", "labels": {"job-name": job}}, "spec": {"containers": []}}
+                ],
+            }
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/etcd-add-[^/]+/log", path):
             return 200, self.job_log
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods", path):
-            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {},
-                         "items": [p for p in self.pods if matches(p, query)]}
+            return 200, {
+                "apiVersion": "v1",
+                "kind": "PodList",
+                "metadata": {},
+                "items": [p for p in self.pods if matches(p, query)],
+            }
         if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log", path):
             return 200, "step 1/1 | stub log line\n"
         return 404, None
@@ -176,8 +236,10 @@ class Stub:
             self.secrets.add(("training", f"{trainjob}-etcd"))
             job["status"] = {"succeeded": 1}
         else:
-            job["status"] = {"failed": 3, "conditions": [{"type": "Failed", "status": "True",
-                                                          "reason": "BackoffLimitExceeded"}]}
+            job["status"] = {
+                "failed": 3,
+                "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+            }
         return 200, job
 
     def _handler(self):
@@ -192,8 +254,14 @@ class Stub:
                 body = json.loads(self.rfile.read(n)) if n else None
                 code, obj = stub.route(method, self.path, body)
                 if obj is None:
-                    obj = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                           "reason": "NotFound" if code == 404 else "AlreadyExists", "message": f"stub {code}"}
+                    obj = {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "code": code,
+                        "reason": "NotFound" if code == 404 else "AlreadyExists",
+                        "message": f"stub {code}",
+                    }
                 data = obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "text/plain" if isinstance(obj, str) else "application/json")

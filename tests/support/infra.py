@@ -1,4 +1,5 @@
 """Helpers for the infrastructure tests: synthesize once, read templates, run the real validators."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,7 @@ os.environ["CDK_DISABLE_CLI_TELEMETRY"] = "true"
 #: cfn-lint warnings we accept, each with the reason. Errors are never accepted.
 ACCEPTED_CFN_LINT_WARNINGS = {
     "W3005": "aws-cdk-lib's kubectl provider declares DependsOn on roles it also references with GetAtt",
-    "W6001": "the platform stack re-exposes storage outputs (ECR URI, FSx id, bucket) so `make train` reads "
-             "one stack",
+    "W6001": "the platform stack re-exposes storage outputs (ECR URI, FSx id, bucket) so `make train` reads one stack",
 }
 
 
@@ -61,8 +61,9 @@ def synthesize(context: dict[str, Any], outdir: Path) -> Synthesized:
 def run_cfn_lint(templates: list[Path]) -> list[dict[str, Any]]:
     """Run the real cfn-lint (project venv) on ``templates``; returns its JSON findings."""
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
-    proc = subprocess.run([str(cfn_lint), "--format", "json", *map(str, templates)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(cfn_lint), "--format", "json", *map(str, templates)], capture_output=True, text=True, timeout=300
+    )
     if proc.returncode not in (0, 2, 4, 6, 8, 10, 12, 14) or not proc.stdout.strip():
         raise RuntimeError(f"cfn-lint failed to run (rc={proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(proc.stdout)

@@ -1,6 +1,7 @@
 """Run under torchrun: build the model on the meta device, shard it (FSDP2, activation checkpointing as the
 trainer applies it), materialise each rank's shards, and compare the gathered weights with a CPU build.
 Writes <out_dir>/rank-N.json."""
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,21 @@ def main() -> None:
     cpu = build_model(cfg, seed=11)
     reference = cpu.state_dict()
     differ = [n for n, p in model.named_parameters() if not torch.equal(p.full_tensor(), reference[n])]
-    Path(sys.argv[2], f"rank-{dist.get_rank()}.json").write_text(json.dumps({"rank": dist.get_rank(),
-                      "recorded": isinstance(built, RecordedInit), "was_meta": was_meta,
-                      "params": len(list(model.parameters())), "differ": differ,
-                      "local_numel": sum(p.to_local().numel() for p in model.parameters()),
-                      "largest_local": largest_local,
-                      "tied": model.lm_head.weight is model.shared.weight is model.encoder.embed_tokens.weight,
-                      "total_numel": sum(p.numel() for p in cpu.parameters())}))
+    Path(sys.argv[2], f"rank-{dist.get_rank()}.json").write_text(
+        json.dumps(
+            {
+                "rank": dist.get_rank(),
+                "recorded": isinstance(built, RecordedInit),
+                "was_meta": was_meta,
+                "params": len(list(model.parameters())),
+                "differ": differ,
+                "local_numel": sum(p.to_local().numel() for p in model.parameters()),
+                "largest_local": largest_local,
+                "tied": model.lm_head.weight is model.shared.weight is model.encoder.embed_tokens.weight,
+                "total_numel": sum(p.numel() for p in cpu.parameters()),
+            }
+        )
+    )
     dist.destroy_process_group()
     exit_without_finalization(0)  # a torch.distributed thread's destructor can abort a finished worker
 

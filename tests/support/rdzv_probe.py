@@ -4,6 +4,7 @@ one TCP store, as agents' handlers in one process, and running a probe from a te
 A probe runs as its own process (``python tests/support/<probe>.py [fixed]``) so that a torch patch applied by
 one run never leaks into the other, and prints one JSON line last.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
 
 
 def handlers(count: int, *, min_nodes: int, max_nodes: int, last_call_timeout: int) -> tuple[object, list]:
@@ -28,10 +28,19 @@ def handlers(count: int, *, min_nodes: int, max_nodes: int, last_call_timeout: i
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
     def handler():
-        p = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{server.port}", run_id="probe",
-                                 min_nodes=min_nodes, max_nodes=max_nodes, is_host=False, join_timeout=30,
-                                 last_call_timeout=last_call_timeout, close_timeout=5, keep_alive_interval=1,
-                                 keep_alive_max_attempt=3)
+        p = RendezvousParameters(
+            backend="c10d",
+            endpoint=f"127.0.0.1:{server.port}",
+            run_id="probe",
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            is_host=False,
+            join_timeout=30,
+            last_call_timeout=last_call_timeout,
+            close_timeout=5,
+            keep_alive_interval=1,
+            keep_alive_max_attempt=3,
+        )
         backend, store = create_backend(p)
         return create_handler(store, backend, p)
 

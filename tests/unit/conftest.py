@@ -18,6 +18,7 @@ Nothing is replaced: the hook only watches (an audit hook cannot be removed, so 
 outside the unit tier). Threads that were running before the test began (pytest-xdist's I/O thread, a daemon an
 earlier integration test left) are not the test's and are not watched.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,10 +32,20 @@ import pytest
 UNIT = Path(__file__).resolve().parent
 
 #: Audit events (docs.python.org/3/library/audit_events.html) that start a process or use the network.
-WATCHED = frozenset({
-    "subprocess.Popen", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty", "os.system",
-    "socket.connect", "socket.sendto", "socket.sendmsg",
-})
+WATCHED = frozenset(
+    {
+        "subprocess.Popen",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "os.system",
+        "socket.connect",
+        "socket.sendto",
+        "socket.sendmsg",
+    }
+)
 
 
 class UnitTierViolation(RuntimeError):
@@ -72,8 +83,10 @@ class _Watch:
             return
         line = f"{event}{args!r}"[:300]
         self.seen.append(line)
-        raise UnitTierViolation(f"{self.what}: a unit-tier test must not start a process or use a socket ({line}); "
-                                f"a test that needs one belongs in tests/integration/")
+        raise UnitTierViolation(
+            f"{self.what}: a unit-tier test must not start a process or use a socket ({line}); "
+            f"a test that needs one belongs in tests/integration/"
+        )
 
 
 _WATCH = _Watch()
@@ -81,9 +94,11 @@ sys.addaudithook(_WATCH.audit)
 
 
 def _failure(seen: list[str]) -> str:
-    return ("started a process or used a socket (or the code under test swallowed the error raised for it); a "
-            "unit-tier test must do neither, one that needs it belongs in tests/integration/ (tests/unit/conftest.py): "
-            + "; ".join(seen))
+    return (
+        "started a process or used a socket (or the code under test swallowed the error raised for it); a "
+        "unit-tier test must do neither, one that needs it belongs in tests/integration/ (tests/unit/conftest.py): "
+        + "; ".join(seen)
+    )
 
 
 def _guarded(what: str) -> Iterator[None]:

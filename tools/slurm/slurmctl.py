@@ -4,6 +4,7 @@ Every call has a timeout (a wedged slurmctld must not hang the caller) and raise
 the command and its stderr. Also finds the project's local Slurm lab, so that ``make train PLATFORM=slurm``
 after ``make slurm-up`` needs no manual ``SLURM_CONF``.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,21 @@ from cluster_assets.slurm.config import REPO_DIR
 
 DEFAULT_LAB_ROOT = REPO_DIR / ".slurm-lab"
 # Job states after which the job will not run again (a requeued job passes through PENDING/REQUEUED instead).
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                             "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 _TOKEN = re.compile(r"(\S+?)=(\S*)")
 
 
@@ -30,9 +44,11 @@ class SlurmError(RuntimeError):
 def require(cmd: str = "sbatch") -> str:
     path = shutil.which(cmd)
     if not path:
-        raise SlurmError(f"{cmd} not found: run this on a Slurm head/login node (ParallelCluster: open a shell on "
-                         f"the head node with the stack output HeadNodeSessionCommand, `aws ssm start-session "
-                         f"--target <HeadNodeInstanceId>`), or start the local test cluster with `make slurm-up`")
+        raise SlurmError(
+            f"{cmd} not found: run this on a Slurm head/login node (ParallelCluster: open a shell on "
+            f"the head node with the stack output HeadNodeSessionCommand, `aws ssm start-session "
+            f"--target <HeadNodeInstanceId>`), or start the local test cluster with `make slurm-up`"
+        )
     return path
 
 
@@ -40,11 +56,13 @@ def run(args: list[str], *, env: Mapping[str, str] | None = None, timeout: float
     """Run a Slurm client command; return stdout. Raises SlurmError on failure or timeout."""
     require(args[0])
     try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                             env=dict(env) if env is not None else None)
+        out = subprocess.run(
+            args, capture_output=True, text=True, timeout=timeout, env=dict(env) if env is not None else None
+        )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"`{' '.join(args)}` did not answer within {timeout:.0f} s (is slurmctld up? "
-                         f"`scontrol ping`)") from None
+        raise SlurmError(
+            f"`{' '.join(args)}` did not answer within {timeout:.0f} s (is slurmctld up? `scontrol ping`)"
+        ) from None
     if out.returncode != 0:
         raise SlurmError(f"`{' '.join(args)}` failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout
@@ -83,9 +101,16 @@ class JobInfo:
 
 def parse_job(line: str) -> JobInfo:
     f = dict(_TOKEN.findall(line))
-    return JobInfo(job_id=int(f.get("JobId", "0")), state=f.get("JobState", "UNKNOWN"), reason=f.get("Reason", ""),
-                   restarts=int(f.get("Restarts", "0") or 0), exit_code=f.get("ExitCode", ""),
-                   node_list=f.get("NodeList", ""), batch_host=f.get("BatchHost", ""), fields=f)
+    return JobInfo(
+        job_id=int(f.get("JobId", "0")),
+        state=f.get("JobState", "UNKNOWN"),
+        reason=f.get("Reason", ""),
+        restarts=int(f.get("Restarts", "0") or 0),
+        exit_code=f.get("ExitCode", ""),
+        node_list=f.get("NodeList", ""),
+        batch_host=f.get("BatchHost", ""),
+        fields=f,
+    )
 
 
 def job_info(job_id: int, *, env: Mapping[str, str] | None = None) -> JobInfo | None:
@@ -111,8 +136,9 @@ def node_states(*, env: Mapping[str, str] | None = None) -> dict[str, str]:
     return states
 
 
-def scancel(job_id: int, *, signal: str | None = None, batch: bool = False,
-            env: Mapping[str, str] | None = None) -> None:
+def scancel(
+    job_id: int, *, signal: str | None = None, batch: bool = False, env: Mapping[str, str] | None = None
+) -> None:
     args = ["scancel"]
     if signal:
         args.append(f"--signal={signal}")

@@ -15,6 +15,7 @@ TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML 
 (1/true/yes/on: print the script; tools.env_flags).
 The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,19 +28,34 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster_assets.slurm.config import REPO_DIR, SharedDirError, SlurmConfigError, SlurmJobConfig
-from cluster_assets.slurm.render import (add_job_arguments, check_training_args, config_from_args, flag_of, render,
-                                         summary)
+from cluster_assets.slurm.render import (
+    add_job_arguments,
+    check_training_args,
+    config_from_args,
+    flag_of,
+    render,
+    summary,
+)
+
 # (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
 from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
 from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
 
-ENV_FLAGS = {"PRESET": "--preset", "NODES": "--nodes", "SPARES": "--spares", "NPROC": "--nproc-per-node",
-             "SHARED_DIR": "--shared-dir",
-             "RUN_NAME": "--run-name", "TIME_LIMIT": "--time", "PARTITION": "--partition",
-             "INSTANCE_TYPE": "--instance-type", "CONTAINER_IMAGE": "--container-image",
-             "SLURM_JOB_CONFIG": "--slurm-config"}
+ENV_FLAGS = {
+    "PRESET": "--preset",
+    "NODES": "--nodes",
+    "SPARES": "--spares",
+    "NPROC": "--nproc-per-node",
+    "SHARED_DIR": "--shared-dir",
+    "RUN_NAME": "--run-name",
+    "TIME_LIMIT": "--time",
+    "PARTITION": "--partition",
+    "INSTANCE_TYPE": "--instance-type",
+    "CONTAINER_IMAGE": "--container-image",
+    "SLURM_JOB_CONFIG": "--slurm-config",
+}
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 
 
@@ -71,7 +87,7 @@ def as_given(message: str, typed: Sequence[str], env: Mapping[str, str]) -> str:
     flag = flag_of(m.group("field")) if m else None
     if flag is None:
         return message
-    rest = message[m.end():]
+    rest = message[m.end() :]
     if any(a == flag or a.startswith(flag + "=") for a in typed):
         return f"{flag} {m.group('value')}: {rest}"
     var = next((v for v, f in ENV_FLAGS.items() if f == flag and env.get(v)), None)
@@ -80,12 +96,20 @@ def as_given(message: str, typed: Sequence[str], env: Mapping[str, str]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").split("\n\n")
-    p = argparse.ArgumentParser(prog="scripts/train_slurm.sh", description=doc[0], epilog="\n\n".join(doc[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="scripts/train_slurm.sh",
+        description=doc[0],
+        epilog="\n\n".join(doc[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
     p.add_argument("--no-follow", dest="follow", action="store_false", help="submit, print the job id, return")
-    p.add_argument("--follow-timeout", type=float, default=0,
-                   help="stop following after this many seconds (0 = until the job ends); the job keeps running")
+    p.add_argument(
+        "--follow-timeout",
+        type=float,
+        default=0,
+        help="stop following after this many seconds (0 = until the job ends); the job keeps running",
+    )
     add_job_arguments(p)
     return p
 
@@ -95,9 +119,11 @@ def default_shared_dir(lab: slurmctl.Lab | None) -> str:
         return FSX_MOUNT_PATH
     if lab is not None:
         return str(lab.shared_dir)
-    raise SharedDirError("no shared directory: pass --shared-dir DIR (or SHARED_DIR=DIR), a file system every "
-                           "node mounts at the same path (/fsx on ParallelCluster); for the local lab run "
-                           "`make slurm-up` first")
+    raise SharedDirError(
+        "no shared directory: pass --shared-dir DIR (or SHARED_DIR=DIR), a file system every "
+        "node mounts at the same path (/fsx on ParallelCluster); for the local lab run "
+        "`make slurm-up` first"
+    )
 
 
 def follow(job: int, log: Path, env: Mapping[str, str], timeout_s: float = 0, out=sys.stdout) -> int:
@@ -116,8 +142,12 @@ def follow(job: int, log: Path, env: Mapping[str, str], timeout_s: float = 0, ou
                 out.flush()
         if info is None:
             done = log.is_file() and "DONE:" in log.read_text(errors="replace")[-4000:]
-            print(f"[train-slurm] job {job}: record purged by slurmctld; the log says "
-                  f"{'it finished' if done else 'it did not finish'} ({log})", file=out, flush=True)
+            print(
+                f"[train-slurm] job {job}: record purged by slurmctld; the log says "
+                f"{'it finished' if done else 'it did not finish'} ({log})",
+                file=out,
+                flush=True,
+            )
             return 0 if done else EXIT_FAILED
         key = (info.state, info.restarts, info.reason if info.state == "PENDING" else "")
         if key != last:
@@ -130,8 +160,12 @@ def follow(job: int, log: Path, env: Mapping[str, str], timeout_s: float = 0, ou
             final = info
             break
         if timeout_s and time.monotonic() - t0 > timeout_s:
-            print(f"[train-slurm] stopped following after {timeout_s:.0f} s; job {job} keeps running "
-                  f"(squeue -j {job}; log {log})", file=out, flush=True)
+            print(
+                f"[train-slurm] stopped following after {timeout_s:.0f} s; job {job} keeps running "
+                f"(squeue -j {job}; log {log})",
+                file=out,
+                flush=True,
+            )
             return EXIT_FAILED
         time.sleep(2)
     time.sleep(0.5)  # the last lines may land right after the state change
@@ -140,8 +174,12 @@ def follow(job: int, log: Path, env: Mapping[str, str], timeout_s: float = 0, ou
             f.seek(pos)
             out.write(f.read())
     ok = final.succeeded
-    print(f"[train-slurm] job {job} {'COMPLETED' if ok else 'FAILED: ' + final.state} (exit code {final.exit_code}, "
-          f"requeued {final.restarts}x); log {log}", file=out, flush=True)
+    print(
+        f"[train-slurm] job {job} {'COMPLETED' if ok else 'FAILED: ' + final.state} (exit code {final.exit_code}, "
+        f"requeued {final.restarts}x); log {log}",
+        file=out,
+        flush=True,
+    )
     return 0 if ok else EXIT_FAILED
 
 
@@ -199,8 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ENVIRONMENT
     log = Path(cfg.log_pattern.replace("%j", str(job)))
     print(f"[train-slurm] submitted job {job}: {summary(cfg)}", flush=True)
-    print(f"[train-slurm] log {log}; cancel with: scancel {job}; checkpoint + requeue now with: "
-          f"scancel --batch --signal=USR1 {job}", flush=True)
+    print(
+        f"[train-slurm] log {log}; cancel with: scancel {job}; checkpoint + requeue now with: "
+        f"scancel --batch --signal=USR1 {job}",
+        flush=True,
+    )
     if not a.follow:
         return 0
     try:

@@ -18,11 +18,53 @@
 Importing the package imports no torch: the layout's names are re-exported here for the start checks and the
 tools (``from training.checkpoint import MARKER, latest_complete``).
 """
-from training.checkpoint.layout import (LINEAGE, LOCK, MARKER, MARKER_FIELDS, OURS_AT_ROOT, OWNED, PREFIX, PROBE,
-                                        QUARANTINE, ROLLBACK, SCRATCH_RE, SUPERSEDED, foreign_entries,
-                                        is_checkpoint_root, is_ours, latest_complete, nesting_problem, parse_step,
-                                        read_marker, scan, step_dir, verify)
 
-__all__ = ["LINEAGE", "LOCK", "MARKER", "MARKER_FIELDS", "OURS_AT_ROOT", "OWNED", "PREFIX", "PROBE", "QUARANTINE",
-           "ROLLBACK", "SCRATCH_RE", "SUPERSEDED", "foreign_entries", "is_checkpoint_root", "is_ours",
-           "latest_complete", "nesting_problem", "parse_step", "read_marker", "scan", "step_dir", "verify"]
+from training.checkpoint.layout import (
+    LINEAGE,
+    LOCK,
+    MARKER,
+    MARKER_FIELDS,
+    OURS_AT_ROOT,
+    OWNED,
+    PREFIX,
+    PROBE,
+    QUARANTINE,
+    ROLLBACK,
+    SCRATCH_RE,
+    SUPERSEDED,
+    foreign_entries,
+    is_checkpoint_root,
+    is_ours,
+    latest_complete,
+    nesting_problem,
+    parse_step,
+    read_marker,
+    scan,
+    step_dir,
+    verify,
+)
+
+__all__ = [
+    "LINEAGE",
+    "LOCK",
+    "MARKER",
+    "MARKER_FIELDS",
+    "OURS_AT_ROOT",
+    "OWNED",
+    "PREFIX",
+    "PROBE",
+    "QUARANTINE",
+    "ROLLBACK",
+    "SCRATCH_RE",
+    "SUPERSEDED",
+    "foreign_entries",
+    "is_checkpoint_root",
+    "is_ours",
+    "latest_complete",
+    "nesting_problem",
+    "parse_step",
+    "read_marker",
+    "scan",
+    "step_dir",
+    "verify",
+]

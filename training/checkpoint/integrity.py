@@ -11,6 +11,7 @@ when it is written (by the background writer) and again before it is loaded::
 The in-memory snapshots use the same checksum on bytes already in memory (:func:`crc32c_bytes`, or a
 :func:`checksum` fed chunk by chunk as a snapshot is copied).
 """
+
 from __future__ import annotations
 
 import errno
@@ -47,7 +48,7 @@ def crc32c_bytes(data) -> str:
     c = checksum()
     data = data.numpy() if hasattr(data, "numpy") else data  # a torch tensor: its bytes, not a copy
     for a in range(0, len(data), CHUNK):
-        c.update(data[a:a + CHUNK])
+        c.update(data[a : a + CHUNK])
     return hexdigest(c)
 
 
@@ -95,9 +96,11 @@ def _os_errors(exc: BaseException):
 
 # What gloo says when a peer of a collective stopped answering (a silent node: its sockets stay open) or went
 # away (a killed process: the kernel closes them).
-_PEER_SIGNS = (("Timed out waiting", "a peer did not answer in time (silent or hung)"),
-               ("Connection closed by peer", "a peer went away (its process ended)"),
-               ("Connection reset by peer", "a peer went away (its process ended)"))
+_PEER_SIGNS = (
+    ("Timed out waiting", "a peer did not answer in time (silent or hung)"),
+    ("Connection closed by peer", "a peer went away (its process ended)"),
+    ("Connection reset by peer", "a peer went away (its process ended)"),
+)
 
 
 def peer_reason(exc: BaseException) -> str | None:
@@ -134,8 +137,11 @@ def storage_reason(exc: BaseException, where: str | Path | None = None) -> str:
         if free is not None and free < FULL_BELOW:
             return f"{_REASONS[errno.ENOSPC]} ({free} bytes free on {where})"
     text = str(exc).strip()
-    for needle, reason in (("No space left", _REASONS[errno.ENOSPC]), ("Read-only file system", _REASONS[errno.EROFS]),
-                           ("Permission denied", _REASONS[errno.EACCES])):
+    for needle, reason in (
+        ("No space left", _REASONS[errno.ENOSPC]),
+        ("Read-only file system", _REASONS[errno.EROFS]),
+        ("Permission denied", _REASONS[errno.EACCES]),
+    ):
         if needle in text:
             return reason
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("Traceback", "  "))]

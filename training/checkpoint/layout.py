@@ -9,6 +9,7 @@ Torch-free, so the start checks (:mod:`training.job.check`) and the tools use th
     .t5-failover-lineage   the run's id (in-memory snapshots carry it)
     .t5-failover.lock      one run at a time (training.checkpoint.run_lock)
 """
+
 from __future__ import annotations
 
 import json
@@ -61,9 +62,9 @@ def remove_ours(path: Path, *, ignore_errors: bool = False) -> None:
 
 def parse_step(path: Path) -> int | None:
     name = path.name
-    if not name.startswith(PREFIX) or not name[len(PREFIX):].isdigit():
+    if not name.startswith(PREFIX) or not name[len(PREFIX) :].isdigit():
         return None
-    return int(name[len(PREFIX):])
+    return int(name[len(PREFIX) :])
 
 
 def read_marker(path: Path) -> dict[str, Any]:
@@ -117,8 +118,11 @@ def scan(root: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     root = Path(root)
     if not root.is_dir():
         return [], []
-    dirs = sorted((p for p in root.iterdir() if p.is_dir() and parse_step(p) is not None and is_ours(p)),
-                  key=parse_step, reverse=True)
+    dirs = sorted(
+        (p for p in root.iterdir() if p.is_dir() and parse_step(p) is not None and is_ours(p)),
+        key=parse_step,
+        reverse=True,
+    )
     good, bad = [], []
     for p in dirs:
         ok, why = verify(p)
@@ -131,8 +135,14 @@ def foreign_entries(root: str | Path) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         return []
-    ours = lambda p: (p.name in OURS_AT_ROOT or SCRATCH_RE.match(p.name)  # noqa: E731
-                      or (p.is_dir() and parse_step(p) is not None and is_ours(p)))
+
+    def ours(p: Path) -> bool:
+        return bool(
+            p.name in OURS_AT_ROOT
+            or SCRATCH_RE.match(p.name)
+            or (p.is_dir() and parse_step(p) is not None and is_ours(p))
+        )
+
     return sorted(p.name for p in root.iterdir() if not ours(p))
 
 
@@ -165,20 +175,26 @@ def nesting_problem(checkpoint_dir: str) -> str | None:
     for up in (real, *real.parents):
         if parse_step(up) is not None and is_ours(up):
             where = "is" if up == real else "is inside"
-            return (f"checkpoint.dir={checkpoint_dir!r} {where} {up.name}, a checkpoint of the run in {up.parent}: "
-                    "that run's retention (checkpoint.keep_last) deletes it, and everything in it, once newer "
-                    "checkpoints exist; point --checkpoint.dir (or --job.out_dir) at a directory of its own outside "
-                    f"{up.parent} (nothing was changed)")
+            return (
+                f"checkpoint.dir={checkpoint_dir!r} {where} {up.name}, a checkpoint of the run in {up.parent}: "
+                "that run's retention (checkpoint.keep_last) deletes it, and everything in it, once newer "
+                "checkpoints exist; point --checkpoint.dir (or --job.out_dir) at a directory of its own outside "
+                f"{up.parent} (nothing was changed)"
+            )
         if up != real and is_checkpoint_root(up):  # its quarantine/ and superseded/ too: their parent is one
-            return (f"checkpoint.dir={checkpoint_dir!r} is inside {up}, the checkpoint.dir of another run: its "
-                    "checkpoints and this run's would be mixed up and pruned together; point --checkpoint.dir (or "
-                    f"--job.out_dir) at a directory of its own outside {up} (nothing was changed)")
+            return (
+                f"checkpoint.dir={checkpoint_dir!r} is inside {up}, the checkpoint.dir of another run: its "
+                "checkpoints and this run's would be mixed up and pruned together; point --checkpoint.dir (or "
+                f"--job.out_dir) at a directory of its own outside {up} (nothing was changed)"
+            )
     nested = _checkpoint_root_below(real)
     if nested is not None:
-        return (f"checkpoint.dir={checkpoint_dir!r} holds another run's checkpoint.dir {nested}: this run's "
-                "retention and quarantine act on what it finds there, so one run's checkpoints would sit inside "
-                "the other's; point --checkpoint.dir (or --job.out_dir) at a directory of its own (nothing was "
-                "changed)")
+        return (
+            f"checkpoint.dir={checkpoint_dir!r} holds another run's checkpoint.dir {nested}: this run's "
+            "retention and quarantine act on what it finds there, so one run's checkpoints would sit inside "
+            "the other's; point --checkpoint.dir (or --job.out_dir) at a directory of its own (nothing was "
+            "changed)"
+        )
     return None
 
 

@@ -24,6 +24,7 @@ Policy:
 * **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
   the memory tier off on every rank at the same step and training goes on with storage.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,25 +50,50 @@ class FaultPoints(Protocol):
 class CheckpointManager:
     """Both tiers of one rank; collective methods are called by every rank at the same point."""
 
-    def __init__(self, cfg: CheckpointConfig, *, rank: int, world: int, device: torch.device,
-                 signature: dict[str, Any], fingerprint: dict[str, Any], checkpoint_bytes: int, faults: FaultPoints,
-                 before_save: Callable[[int], None], on_commit: Callable[[int], None], say: Callable[[str], None],
-                 on_save: Callable[[bool], None] = lambda sync: None, on_snapshot: Callable[[], None] = lambda: None,
-                 record: Callable[..., None] = lambda event, **fields: None):
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        *,
+        rank: int,
+        world: int,
+        device: torch.device,
+        signature: dict[str, Any],
+        fingerprint: dict[str, Any],
+        checkpoint_bytes: int,
+        faults: FaultPoints,
+        before_save: Callable[[int], None],
+        on_commit: Callable[[int], None],
+        say: Callable[[str], None],
+        on_save: Callable[[bool], None] = lambda sync: None,
+        on_snapshot: Callable[[], None] = lambda: None,
+        record: Callable[..., None] = lambda event, **fields: None,
+    ):
         self.cfg, self.signature, self.say, self.record = cfg, signature, say, record
         # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
-        self.storage = StorageTier(cfg, rank=rank, world_size=world, signature=signature, fingerprint=fingerprint,
-                                   accept=parse_accept(cfg.accept_changes), before_save=before_save,
-                                   during_save=faults.during_save, before_commit=faults.before_commit,
-                                   on_commit=on_commit)
+        self.storage = StorageTier(
+            cfg,
+            rank=rank,
+            world_size=world,
+            signature=signature,
+            fingerprint=fingerprint,
+            accept=parse_accept(cfg.accept_changes),
+            before_save=before_save,
+            during_save=faults.during_save,
+            before_commit=faults.before_commit,
+            on_commit=on_commit,
+        )
         self.storage.check_storage(checkpoint_bytes=checkpoint_bytes)
-        self.memory = MemoryTier.build(cfg, rank=rank, world=world,
-                                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                                       checkpoint_dir=cfg.dir, device=device,
-                                       identity={"signature": signature, "fingerprint": fingerprint,
-                                                 "lineage": self.storage.lineage()},
-                                       mid_copy_hook=faults.mid_snapshot)
+        self.memory = MemoryTier.build(
+            cfg,
+            rank=rank,
+            world=world,
+            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            checkpoint_dir=cfg.dir,
+            device=device,
+            identity={"signature": signature, "fingerprint": fingerprint, "lineage": self.storage.lineage()},
+            mid_copy_hook=faults.mid_snapshot,
+        )
         self.restored_from: dict | None = None
         """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
 
@@ -85,13 +111,19 @@ class CheckpointManager:
         if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory
             got = self.memory.restore(state, storage_step=storage_step)
             if got is not None:
-                where = ("every rank from its own node" if got.tier == "memory" else
-                         "damaged or lost shards from their peers' replicas" if got.skipped else
-                         "shards of lost nodes from their peers' replicas")
+                where = (
+                    "every rank from its own node"
+                    if got.tier == "memory"
+                    else "damaged or lost shards from their peers' replicas"
+                    if got.skipped
+                    else "shards of lost nodes from their peers' replicas"
+                )
                 if got.resharded_from:
                     where += f"; re-cut from world size {got.resharded_from} to {self.memory.world}"
-                self.say(f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest storage "
-                         f"checkpoint: step {storage_step}{_skipped_words(got.skipped)}")
+                self.say(
+                    f"restored step {got.step} from memory ({where}) in {got.seconds:.2f} s; newest storage "
+                    f"checkpoint: step {storage_step}{_skipped_words(got.skipped)}"
+                )
                 self.restored_from = {"tier": got.tier, "step": got.step, "seconds": round(got.seconds, 3)}
                 if got.resharded_from:
                     self.restored_from["resharded_from"] = got.resharded_from
@@ -100,10 +132,15 @@ class CheckpointManager:
                 self._say_initial_load_unused(got.step)
                 return got.step
             if self.memory.skipped:
-                then = (f"restoring from storage (step {storage_step})" if storage_step else
-                        "no storage checkpoint is complete either: the run starts over from step 0")
-                self.say(f"memory snapshots not used{_skipped_words(self.memory.skipped)}: no newer step is intact "
-                         f"for every shard; {then}")
+                then = (
+                    f"restoring from storage (step {storage_step})"
+                    if storage_step
+                    else "no storage checkpoint is complete either: the run starts over from step 0"
+                )
+                self.say(
+                    f"memory snapshots not used{_skipped_words(self.memory.skipped)}: no newer step is intact "
+                    f"for every shard; {then}"
+                )
         info = self.storage.load(state)
         if info is None:
             self.say(f"fresh start: no complete checkpoint in {self.cfg.dir}")
@@ -112,8 +149,10 @@ class CheckpointManager:
                 step = self.storage.load_initial(src, model_only)
                 self.say(f"model weights from {src} (step {step}); optimizer, schedule and data start fresh")
             return None
-        self.say(f"resumed from step {info['step']} (saved at world size {info['world_size']}, now "
-                 f"{self.storage.world_size}) in {self.cfg.dir}")
+        self.say(
+            f"resumed from step {info['step']} (saved at world size {info['world_size']}, now "
+            f"{self.storage.world_size}) in {self.cfg.dir}"
+        )
         self.restored_from = {"tier": "storage", "step": info["step"]}
         if self.memory.skipped and not self.cfg.load_step:
             self.restored_from["skipped"] = list(self.memory.skipped)
@@ -127,11 +166,16 @@ class CheckpointManager:
         if not src or self.storage.rank != 0:  # one line per job: only rank 0 reads the other run's marker
             return
         other = self.storage.initial_load_signature(src)
-        shape = (f"; note: it holds another model ({other}) than this run's ({self.signature})"
-                 if other is not None and other != self.signature else "")
-        self.say(f"checkpoint.initial_load_path={src} is not used: this run resumes its own step {step} "
-                 f"(initial_load_path only seeds a run that has no checkpoint yet; to start from it, use a new "
-                 f"--job.out_dir){shape}")
+        shape = (
+            f"; note: it holds another model ({other}) than this run's ({self.signature})"
+            if other is not None and other != self.signature
+            else ""
+        )
+        self.say(
+            f"checkpoint.initial_load_path={src} is not used: this run resumes its own step {step} "
+            f"(initial_load_path only seeds a run that has no checkpoint yet; to start from it, use a new "
+            f"--job.out_dir){shape}"
+        )
 
     def check_no_clash(self, first_step: int, last_step: int) -> None:
         """Collective: refuse to start if a foreign directory sits where this run will save (exit 2)."""
@@ -142,8 +186,9 @@ class CheckpointManager:
         """The previous step's snapshot copies the state the optimizer is about to change: wait for it."""
         self.memory.wait()
 
-    def save(self, step: int, state: dict[str, Any], *, stop: bool, final: bool,
-             progress: dict[str, int]) -> tuple[float, float]:
+    def save(
+        self, step: int, state: dict[str, Any], *, stop: bool, final: bool, progress: dict[str, int]
+    ) -> tuple[float, float]:
         """After `step`: storage if due (synchronous on a stop or the last step, which exit right after), then the
         memory snapshot if due. Returns the seconds training was blocked by each (storage, memory)."""
         must = stop or final
@@ -178,8 +223,10 @@ class CheckpointManager:
         failed save stops the run with its reason (exit 6) before more work is done that could not be saved."""
         if snapshot_failed and self.memory.enabled:
             self.memory.disable()
-            self.say("in-memory snapshots are off for this attempt (a rank's snapshot failed: see its warning); "
-                     "storage checkpoints continue")
+            self.say(
+                "in-memory snapshots are off for this attempt (a rank's snapshot failed: see its warning); "
+                "storage checkpoints continue"
+            )
         if save_failed:
             self.storage.wait()
             self.storage.raise_failure()
@@ -197,6 +244,8 @@ def _skipped_words(skipped) -> str:
     """'; skipped as damaged: rank 1's own-node copy of step 7, ...' ('' when nothing was skipped)."""
     if not skipped:
         return ""
-    names = [f"rank {d['rank']}'s {'own-node copy' if d['copy'] == 'own' else 'peer replica'} of step {d['step']}"
-             for d in skipped]
+    names = [
+        f"rank {d['rank']}'s {'own-node copy' if d['copy'] == 'own' else 'peer replica'} of step {d['step']}"
+        for d in skipped
+    ]
     return f"; skipped as damaged (CRC32C mismatch, moved to quarantine): {', '.join(names)}"

@@ -41,6 +41,7 @@ old shards that overlap them (sent by whichever node holds them), with no full c
     tier.snapshot(step, state); ...; tier.wait(); optimizer.step()
     tier.close(discard=True)                          # a finished run leaves no memory behind
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -134,8 +135,14 @@ def _join(skel: Any, template: Any, tensors: list[torch.Tensor]) -> Any:
         if isinstance(template, DTensor):
             if tuple(template.to_local().shape) != tuple(t.shape):
                 raise ValueError(f"shard shape {tuple(t.shape)} != {tuple(template.to_local().shape)}")
-            return DTensor.from_local(t.to(template.device), template.device_mesh, template.placements,
-                                      run_check=False, shape=template.shape, stride=template.stride())
+            return DTensor.from_local(
+                t.to(template.device),
+                template.device_mesh,
+                template.placements,
+                run_check=False,
+                shape=template.shape,
+                stride=template.stride(),
+            )
         if isinstance(template, torch.Tensor):
             return t.to(template.device)
         return t
@@ -164,12 +171,17 @@ def _views(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]]) -> list[
         for d in shape:
             n *= d
         nbytes = n * torch.empty((), dtype=dt).element_size()
-        views.append(buf[off:off + nbytes].view(dt).view(shape))
+        views.append(buf[off : off + nbytes].view(dt).view(shape))
     return views
 
 
-def _copy_checked(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]], nbytes: int,
-                  tensors: list[torch.Tensor], before: Callable[[int], None] | None = None) -> str:
+def _copy_checked(
+    buf: torch.Tensor,
+    layout: list[tuple[int, str, list[int]]],
+    nbytes: int,
+    tensors: list[torch.Tensor],
+    before: Callable[[int], None] | None = None,
+) -> str:
     """Copy the shards into their places in `buf` and return the CRC32C of ``buf[:nbytes]`` (alignment padding
     included), computed piece by piece right behind the copy. `before(i)` runs before shard i is copied."""
     crc = checksum()
@@ -181,22 +193,22 @@ def _copy_checked(buf: torch.Tensor, layout: list[tuple[int, str, list[int]]], n
         if src.is_contiguous() and src.device.type == "cpu":
             flat = src.reshape(-1).view(torch.uint8)
             for a in range(0, flat.numel(), COPY_CHUNK):
-                piece = region[a:a + COPY_CHUNK][:flat.numel() - a]
-                piece.copy_(flat[a:a + COPY_CHUNK])
+                piece = region[a : a + COPY_CHUNK][: flat.numel() - a]
+                piece.copy_(flat[a : a + COPY_CHUNK])
                 crc.update(piece.numpy())
             if flat.numel() < region.numel():  # the padding up to the next aligned shard
-                crc.update(region[flat.numel():].numpy())
+                crc.update(region[flat.numel() :].numpy())
         else:  # strided (or still on a device): copy it whole, then checksum its bytes
             dst.copy_(src)
             for a in range(0, region.numel(), COPY_CHUNK):
-                crc.update(region[a:a + COPY_CHUNK].numpy())
+                crc.update(region[a : a + COPY_CHUNK].numpy())
     return hexdigest(crc)
 
 
 def _damage(meta: dict, data: torch.Tensor) -> tuple[str, str] | None:
     """(expected, found) CRC32C when `data` is not the bytes `meta` describes, else None."""
     expected = meta.get("crc32c")
-    found = crc32c_bytes(data[:meta["nbytes"]])
+    found = crc32c_bytes(data[: meta["nbytes"]])
     if expected == found:
         return None
     return (expected or "none (written without a checksum)", found)
@@ -337,11 +349,23 @@ class _Generations:
 class MemoryTier:
     """The in-memory snapshot tier of one rank; every method with a collective is called by all ranks."""
 
-    def __init__(self, *, interval: int | str, root: Path, rank: int, world: int, local_world: int,
-                 identity: dict[str, Any], replicate: bool, timeout_s: float, device: torch.device,
-                 budget: float = 0.02, max_interval: int = 10,
-                 mid_copy_hook: Callable[[int], None] | None = None,
-                 replica_hook: Callable[[int, torch.Tensor], None] | None = None):
+    def __init__(
+        self,
+        *,
+        interval: int | str,
+        root: Path,
+        rank: int,
+        world: int,
+        local_world: int,
+        identity: dict[str, Any],
+        replicate: bool,
+        timeout_s: float,
+        device: torch.device,
+        budget: float = 0.02,
+        max_interval: int = 10,
+        mid_copy_hook: Callable[[int], None] | None = None,
+        replica_hook: Callable[[int, torch.Tensor], None] | None = None,
+    ):
         self.mid_copy_hook = mid_copy_hook  # fault injection: called halfway through a copy, with its step
         self.replica_hook = replica_hook  # fault injection: a received replica's (step, bytes), before its check
         self.rank, self.world, self.local_world = rank, world, local_world
@@ -377,8 +401,18 @@ class MemoryTier:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, cfg, *, rank: int, world: int, local_world: int, checkpoint_dir: str, identity: dict[str, Any],
-              device: torch.device, mid_copy_hook: Callable[[int], None] | None = None) -> "MemoryTier":
+    def build(
+        cls,
+        cfg,
+        *,
+        rank: int,
+        world: int,
+        local_world: int,
+        checkpoint_dir: str,
+        identity: dict[str, Any],
+        device: torch.device,
+        mid_copy_hook: Callable[[int], None] | None = None,
+    ) -> "MemoryTier":
         """From the checkpoint config slice (memory_interval, memory_budget, interval, memory_dir, memory_replica,
         min_timeout_s)."""
         root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
@@ -390,9 +424,20 @@ class MemoryTier:
                     _remove_stale(root.parent, keep=root.name)
             except OSError as e:  # a file in the way, read-only, gone: the tier turns off (agreed at _check_room)
                 unusable = f"{root.parent} cannot hold them ({type(e).__name__}: {e})"
-        tier = cls(interval=cfg.memory_interval, root=root, rank=rank, world=world, local_world=local_world,
-                   identity=identity, replicate=cfg.memory_replica, timeout_s=cfg.min_timeout_s, device=device,
-                   budget=cfg.memory_budget, max_interval=cfg.interval, mid_copy_hook=mid_copy_hook)
+        tier = cls(
+            interval=cfg.memory_interval,
+            root=root,
+            rank=rank,
+            world=world,
+            local_world=local_world,
+            identity=identity,
+            replicate=cfg.memory_replica,
+            timeout_s=cfg.min_timeout_s,
+            device=device,
+            budget=cfg.memory_budget,
+            max_interval=cfg.interval,
+            mid_copy_hook=mid_copy_hook,
+        )
         tier.unusable = unusable
         return tier
 
@@ -429,11 +474,22 @@ class MemoryTier:
         layout, nbytes = _layout(tensors)
         if not self._checked and not self._check_room(nbytes):
             return
-        meta = {"step": step, "rank": self.rank, "world": self.world, "skeleton": skel, "layout": layout,
-                "nbytes": nbytes, "identity": self.identity}  # its crc32c is added once the bytes are copied
+        meta = {
+            "step": step,
+            "rank": self.rank,
+            "world": self.world,
+            "skeleton": skel,
+            "layout": layout,
+            "nbytes": nbytes,
+            "identity": self.identity,
+        }  # its crc32c is added once the bytes are copied
         tensors, copied = self._stage(tensors)
-        self._thread = threading.Thread(target=self._write, args=(step, tensors, layout, nbytes, meta, copied),
-                                        name=f"memory-snapshot-{step}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write,
+            args=(step, tensors, layout, nbytes, meta, copied),
+            name=f"memory-snapshot-{step}",
+            daemon=True,
+        )
         self._thread.start()
 
     def _measure(self, step: int, t0: float, waited0: float) -> None:
@@ -483,16 +539,26 @@ class MemoryTier:
         if not int(ok.item()):
             self.enabled = False
             if self.unusable:
-                log.warning("WARNING: in-memory snapshots are off: %s; failures fall back to the storage checkpoints "
-                            "(point --checkpoint.memory_dir at a writable node-local tmpfs)", self.unusable)
+                log.warning(
+                    "WARNING: in-memory snapshots are off: %s; failures fall back to the storage checkpoints "
+                    "(point --checkpoint.memory_dir at a writable node-local tmpfs)",
+                    self.unusable,
+                )
             elif free < need:
-                log.warning("WARNING: in-memory snapshots are off: %s has %.0f MB free, the %d rank(s) of this node "
-                            "need %.0f MB (two generations%s); failures fall back to the storage checkpoints",
-                            self.root.parent, free / 1e6, self.local_world, need / 1e6,
-                            " and a peer's replica" if self.replicate else "")
+                log.warning(
+                    "WARNING: in-memory snapshots are off: %s has %.0f MB free, the %d rank(s) of this node "
+                    "need %.0f MB (two generations%s); failures fall back to the storage checkpoints",
+                    self.root.parent,
+                    free / 1e6,
+                    self.local_world,
+                    need / 1e6,
+                    " and a peer's replica" if self.replicate else "",
+                )
             elif self.rank == 0:
-                log.warning("WARNING: in-memory snapshots are off: a node has too little free memory for them "
-                            "(see its log); failures fall back to the storage checkpoints")
+                log.warning(
+                    "WARNING: in-memory snapshots are off: a node has too little free memory for them "
+                    "(see its log); failures fall back to the storage checkpoints"
+                )
         return self.enabled
 
     def _stage(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Any]:
@@ -504,8 +570,9 @@ class MemoryTier:
             return tensors, None
         shapes = [(tuple(t.shape), t.dtype) for t in tensors]
         if self._pinned_shapes != shapes:
-            self._pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if t.is_cuda else None
-                            for t in tensors]
+            self._pinned = [
+                torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if t.is_cuda else None for t in tensors
+            ]
             self._pinned_shapes = shapes
             self._stream = self._stream or torch.cuda.Stream(device=tensors[0].device)
         self._stream.wait_stream(torch.cuda.current_stream(tensors[0].device))
@@ -528,6 +595,7 @@ class MemoryTier:
             def before(i: int) -> None:
                 if hook is not None and i == len(tensors) // 2:
                     hook(step)
+
             meta_bytes = _to_bytes({**meta, "crc32c": _copy_checked(buf, layout, nbytes, tensors, before)})
             self.own.publish(slot, step, meta_bytes)
             data = buf[:nbytes]
@@ -548,8 +616,10 @@ class MemoryTier:
         n, m = int(theirs[0]), int(theirs[1])
         reqs = []
         if data is not None:
-            reqs += [dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group),
-                     dist.isend(data, dst=self.dest, group=self.group)]
+            reqs += [
+                dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group),
+                dist.isend(data, dst=self.dest, group=self.group),
+            ]
         failed = None
         if n >= 0:
             try:
@@ -557,8 +627,10 @@ class MemoryTier:
             except OSError as e:  # no room for the replica: take the bytes anyway (the sender waits for them)
                 failed, slot, pbuf = e, -1, torch.empty(n, dtype=torch.uint8)
             meta_in = torch.empty(m, dtype=torch.uint8)
-            reqs += [dist.irecv(meta_in, src=self.src, group=self.group),
-                     dist.irecv(pbuf[:n], src=self.src, group=self.group)]
+            reqs += [
+                dist.irecv(meta_in, src=self.src, group=self.group),
+                dist.irecv(pbuf[:n], src=self.src, group=self.group),
+            ]
         for r in reqs:
             r.wait()
         if failed is not None:
@@ -587,8 +659,13 @@ class MemoryTier:
         if self._error is not None:
             e, self._error = self._error, None
             if not self.failed:
-                log.warning("WARNING: rank %d: in-memory snapshot failed (%s: %s); the tier turns off at the next "
-                            "step, storage checkpoints continue", self.rank, type(e).__name__, e)
+                log.warning(
+                    "WARNING: rank %d: in-memory snapshot failed (%s: %s); the tier turns off at the next "
+                    "step, storage checkpoints continue",
+                    self.rank,
+                    type(e).__name__,
+                    e,
+                )
             self.failed = True
 
     def disable(self) -> None:
@@ -601,14 +678,29 @@ class MemoryTier:
         """Say in one line which generation is damaged and how, move it aside, and return that as a record."""
         kind = gens.prefix.split("-r", 1)[0]
         file = gens.path(f"{slot}.data")
-        record = {"copy": kind, "rank": int(meta["rank"]), "world": int(meta["world"]), "step": int(meta["step"]),
-                  "file": f"{socket.gethostname()}:{file}", "expected": damage[0], "found": damage[1]}
-        what = (f"{'own-node copy' if kind == 'own' else 'peer replica'} of rank {record['rank']}'s shard of step "
-                f"{record['step']} (world size {record['world']})")
+        record = {
+            "copy": kind,
+            "rank": int(meta["rank"]),
+            "world": int(meta["world"]),
+            "step": int(meta["step"]),
+            "file": f"{socket.gethostname()}:{file}",
+            "expected": damage[0],
+            "found": damage[1],
+        }
+        what = (
+            f"{'own-node copy' if kind == 'own' else 'peer replica'} of rank {record['rank']}'s shard of step "
+            f"{record['step']} (world size {record['world']})"
+        )
         dest = gens.quarantine(slot, record["step"], f"{what} {how}: CRC32C expected {damage[0]}, found {damage[1]}")
-        log.warning("WARNING: damaged memory snapshot (%s): the %s, %s: CRC32C expected %s, found %s; %s; skipped",
-                    how, what, record["file"], damage[0], damage[1],
-                    f"moved to {dest}" if dest else "could not be moved aside, its metadata removed")
+        log.warning(
+            "WARNING: damaged memory snapshot (%s): the %s, %s: CRC32C expected %s, found %s; %s; skipped",
+            how,
+            what,
+            record["file"],
+            damage[0],
+            damage[1],
+            f"moved to {dest}" if dest else "could not be moved aside, its metadata removed",
+        )
         return record
 
     def _check_mine(self, inventory: list[tuple[int, int, int, str]], storage_step: int) -> list[dict]:
@@ -661,10 +753,16 @@ class MemoryTier:
         self.skipped = search.skipped
         if not restores_from_memory(search, storage_step=storage_step):
             if self.rank == 0 and search.chosen is None and any(search.usable):
-                why = ("once the damaged copies are skipped" if self.skipped else
-                       "a snapshot was lost with its node and its replica")
-                log.info("memory snapshots: no step complete for every shard (world size %s; %s); restoring from "
-                         "storage", ",".join(map(str, search.worlds)), why)
+                why = (
+                    "once the damaged copies are skipped"
+                    if self.skipped
+                    else "a snapshot was lost with its node and its replica"
+                )
+                log.info(
+                    "memory snapshots: no step complete for every shard (world size %s; %s); restoring from storage",
+                    ",".join(map(str, search.worlds)),
+                    why,
+                )
             return None
         step, world = search.chosen
         ok, tier = 1, "memory"
@@ -674,8 +772,13 @@ class MemoryTier:
             else:
                 tier = self._restore_resharded(state, step, world, search.holders, search.usable)
         except Exception as e:  # noqa: BLE001 - any rank failing sends every rank to storage
-            log.warning("WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s); restoring from "
-                        "storage", self.rank, step, type(e).__name__, e)
+            log.warning(
+                "WARNING: rank %d could not restore the memory snapshot of step %d (%s: %s); restoring from storage",
+                self.rank,
+                step,
+                type(e).__name__,
+                e,
+            )
             ok = 0
         agreed = torch.tensor([ok, 1 if tier == "peer" else 0], dtype=torch.int64)
         dist.all_reduce(agreed[:1], op=dist.ReduceOp.MIN, group=self.group)
@@ -683,10 +786,13 @@ class MemoryTier:
         if not int(agreed[0]):
             return None
         self._forget_other_worlds()
-        self.restored = Restored(step=step, tier="peer" if int(agreed[1]) else "memory",
-                                 seconds=time.perf_counter() - t0,
-                                 resharded_from=None if world == self.world else world,
-                                 skipped=tuple(self.skipped))
+        self.restored = Restored(
+            step=step,
+            tier="peer" if int(agreed[1]) else "memory",
+            seconds=time.perf_counter() - t0,
+            resharded_from=None if world == self.world else world,
+            skipped=tuple(self.skipped),
+        )
         return self.restored
 
     def _restore_same_world(self, state: dict[str, Any], step: int, holders) -> str:
@@ -719,7 +825,7 @@ class MemoryTier:
                     continue
                 if self.rank == holder:
                     g = _Generations(self.root, f"{kind}-r{s}-w{old_world}").find(step)
-                    _send_blob(_to_bytes(g[1]), g[2][:g[1]["nbytes"]], r, self.group)
+                    _send_blob(_to_bytes(g[1]), g[2][: g[1]["nbytes"]], r, self.group)
                 else:
                     meta, data = _recv_blob(holder, self.group)
                     got[s] = (meta, _views(data, meta["layout"]))
@@ -728,8 +834,9 @@ class MemoryTier:
             src = next((s for s in sorted(got) if key in got[s][0]["skeleton"]), None)
             if src is None:  # a rank the old world did not have: its RNG starts fresh, as from storage
                 continue
-            obj.load_state_dict(_recut(got[src][0]["skeleton"][key], templates[key], got, src, self.rank,
-                                       self.world, old_world))
+            obj.load_state_dict(
+                _recut(got[src][0]["skeleton"][key], templates[key], got, src, self.rank, self.world, old_world)
+            )
         return "peer" if from_peer else "memory"
 
     def _forget_other_worlds(self) -> None:
@@ -752,7 +859,7 @@ class MemoryTier:
             elif holder != s and self.rank in (holder, s):
                 if self.rank == holder:
                     got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
-                    _send_blob(_to_bytes(got[1]), got[2][:got[1]["nbytes"]], s, self.group)
+                    _send_blob(_to_bytes(got[1]), got[2][: got[1]["nbytes"]], s, self.group)
                 else:
                     mine = _recv_blob(holder, self.group)
         if mine is None or mine[0]["step"] != step:
@@ -791,8 +898,13 @@ def _make_run_dir(root: Path) -> None:
 def is_run_dir(d: Path) -> bool:
     """A snapshot directory the tier made: named like a run key and holding the OWNED marker."""
     name = d.name
-    return (len(name) == RUN_KEY_CHARS and all(c in "0123456789abcdef" for c in name) and d.is_dir()
-            and not d.is_symlink() and (d / OWNED).is_file())
+    return (
+        len(name) == RUN_KEY_CHARS
+        and all(c in "0123456789abcdef" for c in name)
+        and d.is_dir()
+        and not d.is_symlink()
+        and (d / OWNED).is_file()
+    )
 
 
 def _remove_stale(parent: Path, keep: str) -> None:
@@ -824,8 +936,10 @@ def _recv_blob(src: int, group) -> tuple[dict, torch.Tensor]:
     got = _from_bytes(meta.numpy().tobytes())
     damage = _damage(got, data)
     if damage is not None:  # checked by its holder before it was sent: the transfer damaged it
-        raise ValueError(f"the snapshot of rank {got['rank']}'s shard of step {got['step']} sent by rank {src} "
-                         f"arrived damaged (CRC32C expected {damage[0]}, found {damage[1]})")
+        raise ValueError(
+            f"the snapshot of rank {got['rank']}'s shard of step {got['step']} sent by rank {src} "
+            f"arrived damaged (CRC32C expected {damage[0]}, found {damage[1]})"
+        )
     return got, data
 
 
@@ -859,8 +973,15 @@ def _old_shards_needed(rank: int, world: int, old_world: int, row_counts: list[i
     return need or {0}
 
 
-def _recut(skel: Any, template: Any, got: dict[int, tuple[dict, list[torch.Tensor]]], src: int, rank: int,
-           world: int, old_world: int) -> Any:
+def _recut(
+    skel: Any,
+    template: Any,
+    got: dict[int, tuple[dict, list[torch.Tensor]]],
+    src: int,
+    rank: int,
+    world: int,
+    old_world: int,
+) -> Any:
     """Like _join, but each DTensor leaf is assembled from the old shards' rows that fall in this rank's shard;
     every other leaf is old shard `src`'s (whose skeleton `skel` is)."""
     if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == _TENSOR:
@@ -878,14 +999,22 @@ def _recut(skel: Any, template: Any, got: dict[int, tuple[dict, list[torch.Tenso
                 if a < b:
                     src = tensors[i]
                     if src.dtype != template.dtype or tuple(src.shape) != (c, *template.shape[1:]):
-                        raise ValueError(f"old shard {s} holds {tuple(src.shape)} {src.dtype}, expected "
-                                         f"{(c, *template.shape[1:])} {template.dtype}")
-                    out[a - lo:b - lo].copy_(src[a - o:b - o])
+                        raise ValueError(
+                            f"old shard {s} holds {tuple(src.shape)} {src.dtype}, expected "
+                            f"{(c, *template.shape[1:])} {template.dtype}"
+                        )
+                    out[a - lo : b - lo].copy_(src[a - o : b - o])
                     filled += b - a
             if filled != cnt:
                 raise ValueError(f"only {filled} of {cnt} rows of a {tuple(template.shape)} tensor were found")
-            return DTensor.from_local(out.to(template.device), template.device_mesh, template.placements,
-                                      run_check=False, shape=template.shape, stride=template.stride())
+            return DTensor.from_local(
+                out.to(template.device),
+                template.device_mesh,
+                template.placements,
+                run_check=False,
+                shape=template.shape,
+                stride=template.stride(),
+            )
         ref = got[src][1][i]
         return ref.clone().to(template.device) if isinstance(template, torch.Tensor) else ref.clone()
     if isinstance(skel, dict):

@@ -19,6 +19,7 @@ state; a **holder** is a rank of this world whose node has that shard's entry. T
 * it is used only when newer than the newest complete storage checkpoint (the caller compares);
 * each shard is read by its own rank where that rank's node has it (no transfer), else sent by its first holder.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -63,15 +64,18 @@ def search_snapshots(gathered: list[tuple[str, list[Entry], list[dict]]], *, wor
     complete = {(step, w) for w, step, _ in holders if all((w, step, s) in holders for s in range(w))}
     # newest step first; at equal steps the one needing no re-cut
     chosen = max(complete, key=lambda sw: (sw[0], sw[1] == world), default=None)
-    return SnapshotSearch(usable=usable, skipped=skipped, holders=holders, chosen=chosen,
-                          worlds=sorted({w for w, _, _ in holders}))
+    return SnapshotSearch(
+        usable=usable, skipped=skipped, holders=holders, chosen=chosen, worlds=sorted({w for w, _, _ in holders})
+    )
 
 
 def same_world_sources(holders: Holders, *, world: int, step: int) -> dict[int, tuple[int, str]]:
     """Shard -> (holder rank, kind) for a snapshot of this world size: the shard's own rank when its node has it
     (no transfer), else its first holder (a peer's replica, or a node's copy sent over)."""
-    return {s: next((hk for hk in holders[(world, step, s)] if hk[0] == s), holders[(world, step, s)][0])
-            for s in range(world)}
+    return {
+        s: next((hk for hk in holders[(world, step, s)] if hk[0] == s), holders[(world, step, s)][0])
+        for s in range(world)
+    }
 
 
 def restores_from_memory(search: SnapshotSearch, *, storage_step: int) -> bool:

@@ -9,6 +9,7 @@ The world size, thread counts, timeouts and checkpoint policy may change freely.
     changes = diff(saved_fp, fp)          # [Change("train.lr", 0.001, 0.01), ...]
     refuse_or_accept(changes, accept="train.lr", ...)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,6 +23,7 @@ from training.config import ALWAYS_ACCEPTED, EFFECTS, FIELDS, parse_accept  # no
 if TYPE_CHECKING:
     import torch
 
+
 @dataclass(frozen=True)
 class Change:
     field: str
@@ -29,8 +31,7 @@ class Change:
     now: Any
 
     def effect(self, step: int, offset: int) -> str:
-        return EFFECTS.get(self.field, "applies from step {next} on").format(step=step, next=step + 1,
-                                                                               offset=offset)
+        return EFFECTS.get(self.field, "applies from step {next} on").format(step=step, next=step + 1, offset=offset)
 
 
 def digest_tokens(tokens: "torch.Tensor | Any") -> str:
@@ -48,10 +49,15 @@ def run_fingerprint(cfg, *, data_label: str, data_digest: str) -> dict[str, Any]
     d, t = cfg.data, cfg.train
     return {
         "data.source": {"label": data_label, "digest": data_digest},
-        "data.seq_len": d.seq_len, "data.noise_density": d.noise_density, "data.mean_span_len": d.mean_span_len,
+        "data.seq_len": d.seq_len,
+        "data.noise_density": d.noise_density,
+        "data.mean_span_len": d.mean_span_len,
         "job.seed": cfg.job.seed,
-        "train.lr": t.lr, "train.warmup_steps": t.warmup_steps, "train.steps": t.steps,
-        "train.weight_decay": t.weight_decay, "train.max_grad_norm": t.max_grad_norm,
+        "train.lr": t.lr,
+        "train.warmup_steps": t.warmup_steps,
+        "train.steps": t.steps,
+        "train.weight_decay": t.weight_decay,
+        "train.max_grad_norm": t.max_grad_norm,
         "train.global_batch": t.global_batch,
         "optimizer": "AdamW(betas=(0.9, 0.95))",
     }

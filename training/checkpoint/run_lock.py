@@ -116,9 +116,11 @@ class RunLock:
                     if not same_run or time.monotonic() >= deadline:
                         raise CheckpointDirBusy(self._busy_message(holder)) from None
                     if not told:
-                        log.warning(f"checkpoint.dir {self.dir} is still locked by a previous incarnation of this "
-                                    f"run ({holder.describe()}); waiting up to {wait_same_run_s:.0f} s for it to "
-                                    f"be released")
+                        log.warning(
+                            f"checkpoint.dir {self.dir} is still locked by a previous incarnation of this "
+                            f"run ({holder.describe()}); waiting up to {wait_same_run_s:.0f} s for it to "
+                            f"be released"
+                        )
                         told = True
                     time.sleep(0.5)
         except OSError as e:
@@ -177,8 +179,10 @@ class RunLock:
 
     def _busy_message(self, holder: Holder | None) -> str:
         who = holder.describe() if holder else "a process that has not written its details yet"
-        return (f"checkpoint.dir {self.dir} is in use by another run ({who}): stop that run, or give this one "
-                f"another --checkpoint.dir (or --job.out_dir)")
+        return (
+            f"checkpoint.dir {self.dir} is in use by another run ({who}): stop that run, or give this one "
+            f"another --checkpoint.dir (or --job.out_dir)"
+        )
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -192,8 +196,10 @@ def _warn_unsupported(directory: Path, e: OSError) -> None:
     global _warned_unsupported
     if not _warned_unsupported:
         _warned_unsupported = True
-        log.warning(f"WARNING: the file system of {directory} does not support flock ({os.strerror(e.errno)}): "
-                    f"training continues without the one-run-per-checkpoint.dir lock (Lustre: mount with -o flock)")
+        log.warning(
+            f"WARNING: the file system of {directory} does not support flock ({os.strerror(e.errno)}): "
+            f"training continues without the one-run-per-checkpoint.dir lock (Lustre: mount with -o flock)"
+        )
 
 
 def lock_for_job(directory: str, rank: int, wait_same_run_s: float) -> RunLock | None:
@@ -216,8 +222,16 @@ def lock_for_job(directory: str, rank: int, wait_same_run_s: float) -> RunLock |
         except CheckpointDirBusy as e:
             lock, error = None, [("busy", str(e))]
         except OSError as e:  # read-only, no permission, no space: the same error the storage check gives
-            lock, error = None, [("storage", f"checkpoint.dir {directory} is not writable: {storage_reason(e)}; "
-                                             "point --checkpoint.dir at a writable directory")]
+            lock, error = (
+                None,
+                [
+                    (
+                        "storage",
+                        f"checkpoint.dir {directory} is not writable: {storage_reason(e)}; "
+                        "point --checkpoint.dir at a writable directory",
+                    )
+                ],
+            )
     dist.broadcast_object_list(error, src=0)
     kind, message = error[0]
     if kind == "busy":

@@ -14,6 +14,7 @@ clocks and no torch: the tier measures, agrees the figures across ranks and hand
 
     interval_for(cost_s=2.2, step_s=0.45, budget=0.02, max_interval=1000)  # ceil(2.2 / 0.009) = 245
 """
+
 from __future__ import annotations
 
 import math
@@ -71,20 +72,35 @@ class Choice:
         """The log line that says what was chosen and what it means for lost work (or that a fixed one is over)."""
         figures = f"each blocks {_s(self.cost_s)} s of {_s(self.step_s)} s steps"
         if not self.auto:
-            return (f"[checkpoint] memory_interval={self.interval} costs {_pct(self.share)} of training time "
-                    f"({figures}), above checkpoint.memory_budget {_pct(self.budget)}: `auto` would take "
-                    f"{_every(self.auto_interval)}")
-        over = (f", over the budget {_pct(self.budget)}: at most checkpoint.interval={self.max_interval}, the "
-                "storage checkpoint's interval" if self.share > self.budget else f", budget {_pct(self.budget)}")
+            return (
+                f"[checkpoint] memory_interval={self.interval} costs {_pct(self.share)} of training time "
+                f"({figures}), above checkpoint.memory_budget {_pct(self.budget)}: `auto` would take "
+                f"{_every(self.auto_interval)}"
+            )
+        over = (
+            f", over the budget {_pct(self.budget)}: at most checkpoint.interval={self.max_interval}, the "
+            "storage checkpoint's interval"
+            if self.share > self.budget
+            else f", budget {_pct(self.budget)}"
+        )
         steps = "1 step" if self.interval == 1 else f"{self.interval} steps"
-        return (f"[checkpoint] in-memory snapshot {_every(self.interval)} ({figures}: {_pct(self.share)} of "
-                f"training time{over}): a failure costs at most {steps}")
+        return (
+            f"[checkpoint] in-memory snapshot {_every(self.interval)} ({figures}: {_pct(self.share)} of "
+            f"training time{over}): a failure costs at most {steps}"
+        )
 
     def record(self) -> dict:
         """The fields of the metrics record (event ``snapshot_interval``)."""
-        return {"interval": self.interval, "mode": "auto" if self.auto else "fixed", "cost_s": round(self.cost_s, 4),
-                "step_s": round(self.step_s, 4), "share": round(self.share, 5), "budget": self.budget,
-                "auto_interval": self.auto_interval, "detail": self.line()}
+        return {
+            "interval": self.interval,
+            "mode": "auto" if self.auto else "fixed",
+            "cost_s": round(self.cost_s, 4),
+            "step_s": round(self.step_s, 4),
+            "share": round(self.share, 5),
+            "budget": self.budget,
+            "auto_interval": self.auto_interval,
+            "detail": self.line(),
+        }
 
 
 class Pace:

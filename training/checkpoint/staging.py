@@ -12,6 +12,7 @@ the mesh's device. Tested with torch 2.13 on CPUs and 2.11 on CUDA.
     stager = ReusedBufferStager()
     dcp.async_save(state, checkpoint_id=path, async_stager=stager)
 """
+
 from __future__ import annotations
 
 import copy

@@ -1,11 +1,16 @@
 """Everything a resume needs, as Stateful objects that torch.distributed.checkpoint saves and loads."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 import torch
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.stateful import Stateful
 
 
@@ -21,8 +26,11 @@ class Progress:
         return asdict(self)
 
     def load_state_dict(self, sd: dict[str, int]) -> None:
-        self.step, self.tokens_seen, self.data_offset = (int(sd["step"]), int(sd["tokens_seen"]),
-                                                         int(sd["data_offset"]))
+        self.step, self.tokens_seen, self.data_offset = (
+            int(sd["step"]),
+            int(sd["tokens_seen"]),
+            int(sd["data_offset"]),
+        )
 
 
 class TrainState(Stateful):
@@ -33,8 +41,12 @@ class TrainState(Stateful):
 
     def state_dict(self):
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict(),
-                "progress": self.progress.state_dict()}
+        return {
+            "model": model_sd,
+            "optim": optim_sd,
+            "scheduler": self.scheduler.state_dict(),
+            "progress": self.progress.state_dict(),
+        }
 
     def load_state_dict(self, sd) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])

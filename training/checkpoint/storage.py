@@ -21,6 +21,7 @@ Rules that keep a user's data safe:
 
 Call ``save(step, state)`` after every step; the tier saves the steps its interval makes due (or when forced).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,27 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from training.checkpoint.layout import (LINEAGE, MARKER, OWNED, PREFIX, PROBE, QUARANTINE, ROLLBACK, SCRATCH_RE,
-                                        SUPERSEDED, _file_sizes, foreign_entries, is_ours, latest_complete,
-                                        parse_step, read_marker, remove_ours, scan, step_dir, verify)
+from training.checkpoint.layout import (
+    LINEAGE,
+    MARKER,
+    OWNED,
+    PREFIX,
+    PROBE,
+    QUARANTINE,
+    ROLLBACK,
+    SCRATCH_RE,
+    SUPERSEDED,
+    _file_sizes,
+    foreign_entries,
+    is_ours,
+    latest_complete,
+    parse_step,
+    read_marker,
+    remove_ours,
+    scan,
+    step_dir,
+    verify,
+)
 from training.config import CheckpointConfig
 from training.config import ConfigError
 from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
@@ -65,12 +84,20 @@ class StorageTier:
     When and what to save and restore is decided by the owner of both tiers (training.checkpoint.manager).
     """
 
-    def __init__(self, cfg: CheckpointConfig, *, rank: int, world_size: int, signature: dict[str, Any],
-                 fingerprint: dict[str, Any] | None = None, accept: set[str] = frozenset(),
-                 before_save: Callable[[int], None] | None = None,
-                 during_save: Callable[[int], None] | None = None,
-                 before_commit: Callable[[int], None] | None = None,
-                 on_commit: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        *,
+        rank: int,
+        world_size: int,
+        signature: dict[str, Any],
+        fingerprint: dict[str, Any] | None = None,
+        accept: set[str] = frozenset(),
+        before_save: Callable[[int], None] | None = None,
+        during_save: Callable[[int], None] | None = None,
+        before_commit: Callable[[int], None] | None = None,
+        on_commit: Callable[[int], None] | None = None,
+    ):
         self.cfg = cfg
         self.root = Path(cfg.dir)
         self.rank, self.world_size = rank, world_size
@@ -91,7 +118,7 @@ class StorageTier:
         self.collective_timeout_s = cfg.timeout_s  # lowered once a save has been timed (_bound_collectives)
         self._slowest_save_s = 0.0
         self._save_t0 = 0.0
-        self.checksum_s = 0.0            # this rank's seconds spent on checksums by the last commit
+        self.checksum_s = 0.0  # this rank's seconds spent on checksums by the last commit
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
         self._stager = ReusedBufferStager()
 
@@ -116,18 +143,25 @@ class StorageTier:
                 probe.unlink()
                 free = shutil.disk_usage(self.root).free
                 if free < checkpoint_bytes:
-                    problem = (f"checkpoint.dir {self.root} has {free / 1e6:,.0f} MB free, but one checkpoint of "
-                               f"this run needs about {checkpoint_bytes / 1e6:,.0f} MB: free space there or point "
-                               "--checkpoint.dir at a larger file system")
+                    problem = (
+                        f"checkpoint.dir {self.root} has {free / 1e6:,.0f} MB free, but one checkpoint of "
+                        f"this run needs about {checkpoint_bytes / 1e6:,.0f} MB: free space there or point "
+                        "--checkpoint.dir at a larger file system"
+                    )
             except OSError as e:
-                problem = (f"checkpoint.dir {self.root} is not writable: {storage_reason(e)}; point "
-                           "--checkpoint.dir at a writable directory")
+                problem = (
+                    f"checkpoint.dir {self.root} is not writable: {storage_reason(e)}; point "
+                    "--checkpoint.dir at a writable directory"
+                )
             foreign = foreign_entries(self.root) if problem is None else []
             if foreign:
                 shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
-                log.warning("WARNING: checkpoint.dir %s also holds entries this job did not write (%s); they are "
-                            "never loaded, pruned or overwritten. A directory of its own per run is safer.",
-                            self.root, shown)
+                log.warning(
+                    "WARNING: checkpoint.dir %s also holds entries this job did not write (%s); they are "
+                    "never loaded, pruned or overwritten. A directory of its own per run is safer.",
+                    self.root,
+                    shown,
+                )
         problem = self._agree(problem)
         if problem:  # found before training: a location to fix, like the start checks' (exit 2)
             raise ConfigError(problem)
@@ -153,13 +187,21 @@ class StorageTier:
         """Refuse to start if a foreign directory sits where this run will save (it would be overwritten)."""
         problem = None
         if self.rank == 0:
-            clash = [p.name for p in sorted(self.root.glob(f"{PREFIX}*"))
-                     if p.is_dir() and (s := parse_step(p)) is not None and first_step <= s <= last_step
-                     and p.name == step_dir(self.root, s).name and not is_ours(p)]
+            clash = [
+                p.name
+                for p in sorted(self.root.glob(f"{PREFIX}*"))
+                if p.is_dir()
+                and (s := parse_step(p)) is not None
+                and first_step <= s <= last_step
+                and p.name == step_dir(self.root, s).name
+                and not is_ours(p)
+            ]
             if clash:
-                problem = (f"checkpoint.dir {self.root} holds {', '.join(clash[:5])}, which this job did not write "
-                           "but would save into; move them, or point --checkpoint.dir at a directory of its own "
-                           "(nothing was changed)")
+                problem = (
+                    f"checkpoint.dir {self.root} holds {', '.join(clash[:5])}, which this job did not write "
+                    "but would save into; move them, or point --checkpoint.dir at a directory of its own "
+                    "(nothing was changed)"
+                )
         problem = self._agree(problem)
         if problem:
             raise ConfigError(problem)
@@ -198,13 +240,18 @@ class StorageTier:
         marker = self.root / ROLLBACK
         done = json.loads(marker.read_text()) if marker.is_file() else {}
         if done.get("load_step") == want:
-            log.info("checkpoint.load_step=%d was applied at %s; resuming from the newest checkpoint", want,
-                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done.get("time", 0))))
+            log.info(
+                "checkpoint.load_step=%d was applied at %s; resuming from the newest checkpoint",
+                want,
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done.get("time", 0))),
+            )
             return
         good, _ = scan(self.root)
         if step_dir(self.root, want) not in good:
-            raise ConfigError(f"checkpoint.load_step={want}: {self.root} has no complete checkpoint of step {want}; "
-                              f"complete ones: {[parse_step(p) for p in good] or 'none'}")
+            raise ConfigError(
+                f"checkpoint.load_step={want}: {self.root} has no complete checkpoint of step {want}; "
+                f"complete ones: {[parse_step(p) for p in good] or 'none'}"
+            )
         newer = [p for p in good if parse_step(p) > want]
         moved = []
         for p in newer:
@@ -214,8 +261,12 @@ class StorageTier:
             moved.append(str(dest))
         marker.write_text(json.dumps({"load_step": want, "time": time.time(), "superseded": moved}))
         if moved:
-            log.warning("checkpoint.load_step=%d: moved %d newer checkpoint(s) to %s (kept, not loaded)", want,
-                        len(moved), self.root / SUPERSEDED)
+            log.warning(
+                "checkpoint.load_step=%d: moved %d newer checkpoint(s) to %s (kept, not loaded)",
+                want,
+                len(moved),
+                self.root / SUPERSEDED,
+            )
 
     @staticmethod
     def initial_load_signature(path: str) -> Any:
@@ -244,11 +295,14 @@ class StorageTier:
         if info.get("signature") != self.signature:
             raise CheckpointIncompatible(
                 f"checkpoint.initial_load_path {target} holds model {info.get('signature')}, but this run's model "
-                f"is {self.signature}; use matching model settings")
+                f"is {self.signature}; use matching model settings"
+            )
         problem = self._verify_checksums(target)
         if problem:  # a bad input, not another model: exit 2
-            raise ConfigError(f"checkpoint.initial_load_path {target} is damaged: {problem}; pass another checkpoint "
-                              "(e.g. an older step_NNNNNNNN directory of that run)")
+            raise ConfigError(
+                f"checkpoint.initial_load_path {target} is damaged: {problem}; pass another checkpoint "
+                "(e.g. an older step_NNNNNNNN directory of that run)"
+            )
         dcp.load(state, checkpoint_id=str(target), process_group=self.group)
         return info["step"]
 
@@ -288,12 +342,16 @@ class StorageTier:
             raise CheckpointIncompatible(
                 f"checkpoint {path} was written for model {info.get('signature')}, but this run's model is "
                 f"{self.signature}. Use the model settings it was written with, or point checkpoint.dir "
-                f"at a new directory to start fresh (nothing was loaded or overwritten)")
+                f"at a new directory to start fresh (nothing was loaded or overwritten)"
+            )
         saved = info.get("run")
         if saved is None:
             if self.rank == 0 and self.fingerprint:
-                log.warning("WARNING: checkpoint %s records no run settings (written by an older version); "
-                            "resuming without checking them", path)
+                log.warning(
+                    "WARNING: checkpoint %s records no run settings (written by an older version); "
+                    "resuming without checking them",
+                    path,
+                )
             return
         changes = diff(saved, self.fingerprint)
         refused = [c for c in changes if c.field not in self.accept | ALWAYS_ACCEPTED]
@@ -306,7 +364,8 @@ class StorageTier:
                 f"Nothing was loaded, changed or deleted. Either start a new run elsewhere "
                 f"(--job.out_dir DIR, or --checkpoint.dir DIR), or continue this one with the change:\n"
                 f"  --checkpoint.accept_changes {','.join(c.field for c in refused)}\n"
-                f"which does this:\n{effects}")
+                f"which does this:\n{effects}"
+            )
         self.accepted = changes
 
     def load(self, state: dict[str, Any]) -> dict[str, Any] | None:
@@ -325,8 +384,7 @@ class StorageTier:
             if problem is None:
                 try:
                     stored = set(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata)
-                    wanted = {k: v for k, v in state.items()
-                              if any(s == k or s.startswith(k + ".") for s in stored)}
+                    wanted = {k: v for k, v in state.items() if any(s == k or s.startswith(k + ".") for s in stored)}
                     dcp.load(wanted, checkpoint_id=str(p), process_group=self.group)
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - any read failure: previous one
                     problem = f"it could not be loaded ({storage_reason(e)})"
@@ -345,8 +403,15 @@ class StorageTier:
     def due(self, step: int) -> bool:
         return step % self.cfg.interval == 0
 
-    def save(self, step: int, state: dict[str, Any], *, force: bool = False, sync: bool = False,
-             progress: dict[str, int] | None = None) -> float:
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        *,
+        force: bool = False,
+        sync: bool = False,
+        progress: dict[str, int] | None = None,
+    ) -> float:
         """Save `state` at `step` if the policy says so (or `force`). Returns the seconds training was blocked.
 
         Raises CheckpointStorageError if a synchronous save fails (the previous checkpoint stays intact)."""
@@ -376,8 +441,7 @@ class StorageTier:
         self._progress = dict(progress or {})
         if self.cfg.async_save and not sync:
             done = threading.Event()
-            fut = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group,
-                                 async_stager=self._stager)
+            fut = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group, async_stager=self._stager)
             fut.add_done_callback(lambda f, s=step, e=done: self._on_async_done(f, s, e))
             self._pending = (step, fut, done)
         else:
@@ -408,9 +472,11 @@ class StorageTier:
         """(PeerLost, why) when a collective lost a peer, else (CheckpointStorageError, why)."""
         peer = peer_reason(e)
         if peer:
-            return PeerLost, (f"the checkpoint of step {step} was not completed: {peer}; the checkpoint collectives "
-                              f"wait {self.collective_timeout_s:.0f} s. The job restarts from the newest complete "
-                              "checkpoint")
+            return PeerLost, (
+                f"the checkpoint of step {step} was not completed: {peer}; the checkpoint collectives "
+                f"wait {self.collective_timeout_s:.0f} s. The job restarts from the newest complete "
+                "checkpoint"
+            )
         return CheckpointStorageError, self._failure_text(step, e)
 
     def raise_failure(self) -> None:
@@ -430,16 +496,23 @@ class StorageTier:
         if bound != self.collective_timeout_s:
             set_pg_timeout(timedelta(seconds=bound), self.group)
             if self.rank == 0 and self.collective_timeout_s == self.cfg.timeout_s:
-                log.info("checkpoint collectives now wait at most %.0f s for a peer (the slowest save took %.2f s; "
-                         "checkpoint.min_timeout_s %.0f, timeout_s %.0f)", bound, self._slowest_save_s,
-                         self.cfg.min_timeout_s, self.cfg.timeout_s)
+                log.info(
+                    "checkpoint collectives now wait at most %.0f s for a peer (the slowest save took %.2f s; "
+                    "checkpoint.min_timeout_s %.0f, timeout_s %.0f)",
+                    bound,
+                    self._slowest_save_s,
+                    self.cfg.min_timeout_s,
+                    self.cfg.timeout_s,
+                )
             self.collective_timeout_s = bound
 
     def _failure_text(self, step: int, e: BaseException) -> str:
         good = latest_complete(self.root) if self.rank == 0 else None
         kept = f"the newest complete checkpoint {good} is intact" if good else "no earlier checkpoint exists"
-        return (f"the checkpoint of step {step} could not be written to {self.root}: {storage_reason(e, self.root)}. "
-                f"Training stopped; {kept}. Free space or fix the directory, then rerun to resume")
+        return (
+            f"the checkpoint of step {step} could not be written to {self.root}: {storage_reason(e, self.root)}. "
+            f"Training stopped; {kept}. Free space or fix the directory, then rerun to resume"
+        )
 
     def _on_async_done(self, fut, step: int, done: threading.Event) -> None:
         try:
@@ -469,8 +542,13 @@ class StorageTier:
         path = step_dir(self.root, step)
         sizes: list[Any] = [None]
         if self.rank == 0:
-            sizes = [{f.name: f.stat().st_size for f in sorted(path.iterdir())
-                      if f.is_file() and f.name not in (MARKER, MARKER + ".tmp")}]
+            sizes = [
+                {
+                    f.name: f.stat().st_size
+                    for f in sorted(path.iterdir())
+                    if f.is_file() and f.name not in (MARKER, MARKER + ".tmp")
+                }
+            ]
         dist.broadcast_object_list(sizes, src=0, group=self.group)
         t0 = time.perf_counter()
         try:
@@ -487,9 +565,16 @@ class StorageTier:
             return
         sums = {n: c for g in gathered for n, c in g.items()}
         self.before_commit(step)
-        record = {"format": 2, "step": step, "world_size": self.world_size, "signature": self.signature,
-                  "run": self.fingerprint, "progress": self._progress,
-                  "files": {n: {"size": s, "crc32c": sums[n]} for n, s in sizes[0].items()}, "time": time.time()}
+        record = {
+            "format": 2,
+            "step": step,
+            "world_size": self.world_size,
+            "signature": self.signature,
+            "run": self.fingerprint,
+            "progress": self._progress,
+            "files": {n: {"size": s, "crc32c": sums[n]} for n, s in sizes[0].items()},
+            "time": time.time(),
+        }
         tmp = path / (MARKER + ".tmp")
         with open(tmp, "w") as f:
             json.dump(record, f, indent=1)
@@ -509,7 +594,7 @@ class StorageTier:
             return
         oldest_kept = parse_step(good[self.cfg.keep_last - 1])
         unfinished = [b for b, _ in bad if not (b / MARKER).exists()]
-        for p in good[self.cfg.keep_last:] + unfinished:
+        for p in good[self.cfg.keep_last :] + unfinished:
             if parse_step(p) < oldest_kept:
                 remove_ours(p, ignore_errors=True)
 

@@ -1,4 +1,5 @@
 """``python -m training.data prepare SRC DST`` / ``verify DST``: see :func:`training.data.dataset.main`."""
+
 import sys
 
 from training.data.dataset import main

@@ -8,6 +8,7 @@ through these functions, so a bad file gets the same one-line message wherever i
     for text in iter_texts(files[0], "text"): ...     # DataSourceError names the file, line and fix
     raw, target = raw_length_for(seq_len=512, noise_density=0.15, mean_span=3.0)
 """
+
 from __future__ import annotations
 
 import glob
@@ -27,8 +28,12 @@ class DataSourceError(ConfigError):
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -43,8 +48,10 @@ def _check_file(path: str, what: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise DataSourceError(f"{what} {path!r} is {_kind(st.st_mode)}, not a file of text; {FIX}")
     if not os.access(path, os.R_OK):
-        raise DataSourceError(f"{what} {path!r} is not readable by this user (mode {stat.filemode(st.st_mode)}); "
-                              "make it readable or copy it to a place this job can read")
+        raise DataSourceError(
+            f"{what} {path!r} is not readable by this user (mode {stat.filemode(st.st_mode)}); "
+            "make it readable or copy it to a place this job can read"
+        )
 
 
 def data_files(source: str, *, name: str = "data.source") -> list[str]:
@@ -90,41 +97,53 @@ def _jsonl_texts(path: str, text_field: str, field_flag: str) -> Iterator[str]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataSourceError(f"{path}:{n} is not UTF-8 text ({e.reason} at byte {e.start}); convert the "
-                                      "file to UTF-8") from None
+                raise DataSourceError(
+                    f"{path}:{n} is not UTF-8 text ({e.reason} at byte {e.start}); convert the file to UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataSourceError(f"{path}:{n} is not JSON ({e.msg} at column {e.colno}); a .jsonl file "
-                                      "holds one JSON object per line") from None
+                raise DataSourceError(
+                    f"{path}:{n} is not JSON ({e.msg} at column {e.colno}); a .jsonl file "
+                    "holds one JSON object per line"
+                ) from None
             if not isinstance(rec, dict):
-                raise DataSourceError(f"{path}:{n} is a JSON {type(rec).__name__}, not an object; write one "
-                                      f'object per line, e.g. {{"{text_field}": "..."}}')
+                raise DataSourceError(
+                    f"{path}:{n} is a JSON {type(rec).__name__}, not an object; write one "
+                    f'object per line, e.g. {{"{text_field}": "..."}}'
+                )
             if text_field not in rec:
                 keys = ", ".join(sorted(map(str, rec))[:8]) or "none"
-                raise DataSourceError(f"{path}:{n} has no field {text_field!r} (its fields: {keys}); set "
-                                      f"{field_flag} to the field that holds the text")
+                raise DataSourceError(
+                    f"{path}:{n} has no field {text_field!r} (its fields: {keys}); set "
+                    f"{field_flag} to the field that holds the text"
+                )
             text = rec[text_field]
             if text is None:
                 continue  # no document here, as a null in a parquet column
             if not isinstance(text, str):  # str() would train on a number's digits or a list's Python repr
-                raise DataSourceError(f"{path}:{n} field {text_field!r} holds a JSON {_json_type(text)} "
-                                      f"({json.dumps(text)[:40]}), not a string; set {field_flag} to the field "
-                                      "that holds the text")
+                raise DataSourceError(
+                    f"{path}:{n} field {text_field!r} holds a JSON {_json_type(text)} "
+                    f"({json.dumps(text)[:40]}), not a string; set {field_flag} to the field "
+                    "that holds the text"
+                )
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as e:  # a JSON escape such as "\ud800": valid JSON, not encodable text
-                raise DataSourceError(f"{path}:{n} field {text_field!r} holds a lone surrogate "
-                                      f"(U+{ord(e.object[e.start]):04X} at character {e.start}), which is not text; "
-                                      "fix or drop that escape in the file") from None
+                raise DataSourceError(
+                    f"{path}:{n} field {text_field!r} holds a lone surrogate "
+                    f"(U+{ord(e.object[e.start]):04X} at character {e.start}), which is not text; "
+                    "fix or drop that escape in the file"
+                ) from None
             yield text
 
 
 def _is_text(kind) -> bool:
     """An arrow type whose values are strings (plain, large, view, or dictionary-encoded)."""
     import pyarrow as pa
+
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
     return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
@@ -132,19 +151,24 @@ def _is_text(kind) -> bool:
 
 def _parquet_texts(path: str, text_field: str, field_flag: str) -> Iterator[str]:
     import pyarrow.parquet as pq  # only for parquet sources
+
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a file that is not parquet
         raise DataSourceError(f"{path} is not a readable parquet file ({str(e).splitlines()[0][:200]})") from None
     schema = pf.schema_arrow
     if text_field not in schema.names:
-        raise DataSourceError(f"{path} has no column {text_field!r} (its columns: {', '.join(schema.names[:8])}); "
-                              f"set {field_flag} to the column that holds the text")
+        raise DataSourceError(
+            f"{path} has no column {text_field!r} (its columns: {', '.join(schema.names[:8])}); "
+            f"set {field_flag} to the column that holds the text"
+        )
     kind = schema.field(text_field).type
     if not _is_text(kind):  # str() would train on an integer's digits or a list's Python repr
         texts = [f.name for f in schema if _is_text(f.type)]
-        raise DataSourceError(f"{path} column {text_field!r} is of type {kind}, not string; set {field_flag} to a "
-                              f"column of text (its string columns: {', '.join(texts[:8]) or 'none'})")
+        raise DataSourceError(
+            f"{path} column {text_field!r} is of type {kind}, not string; set {field_flag} to a "
+            f"column of text (its string columns: {', '.join(texts[:8]) or 'none'})"
+        )
     for batch in pf.iter_batches(columns=[text_field]):
         for value in batch.column(0).to_pylist():
             if value is not None:

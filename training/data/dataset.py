@@ -12,6 +12,7 @@ prepared directory, which a corpus of any size should be turned into once::
     python -m training.data prepare /fsx/corpus /fsx/corpus-prepared [--text-field text]
     python -m training.data verify /fsx/corpus-prepared    # every byte against prepare's hashes
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,16 @@ import torch
 
 from training.config import ConfigError, DataConfig
 from training.data.corpus import FIX, DataSourceError, data_files, iter_texts, raw_length_for, span_lengths
-from training.data.prepared import (MANIFEST, REDO, TOKEN_BYTES, Manifest, ShardWriter, is_prepared, read_manifest,
-                               verify_contents)
+from training.data.prepared import (
+    MANIFEST,
+    REDO,
+    TOKEN_BYTES,
+    Manifest,
+    ShardWriter,
+    is_prepared,
+    read_manifest,
+    verify_contents,
+)
 
 log = logging.getLogger("training.data")
 
@@ -78,8 +87,10 @@ def builtin_documents() -> list[str]:
                 if doc and len(doc) >= MIN_DOC_CHARS:
                     docs.append(" ".join(doc.split()))
     if not docs:
-        raise RuntimeError("the built-in corpus is empty: this Python has no standard-library sources; "
-                           "pass data.source=<path to .jsonl/.parquet text>")
+        raise RuntimeError(
+            "the built-in corpus is empty: this Python has no standard-library sources; "
+            "pass data.source=<path to .jsonl/.parquet text>"
+        )
     return docs
 
 
@@ -113,8 +124,10 @@ class ShardedTokens:
     def _map(self) -> list[torch.Tensor]:
         # shared=False: the file is opened read-only and mapped copy-on-write, so nothing can reach the file;
         # torch keeps no file descriptor per map (a corpus may have thousands of shards).
-        return [torch.from_file(self.manifest.path(s), shared=False, size=s.tokens, dtype=torch.int16)
-                for s in self.manifest.shards]
+        return [
+            torch.from_file(self.manifest.path(s), shared=False, size=s.tokens, dtype=torch.int16)
+            for s in self.manifest.shards
+        ]
 
     def __getstate__(self) -> dict:
         return {"manifest": self.manifest}  # a DataLoader worker started by spawn maps the files itself
@@ -129,13 +142,17 @@ class ShardedTokens:
         """Where token ``index`` of the stream lies on disk, for messages."""
         shard = bisect.bisect_right(self._starts, index) - 1
         offset = index - self._starts[shard]
-        return (f"shard {self.manifest.path(self.manifest.shards[shard])} at token {offset:,} (byte "
-                f"{offset * TOKEN_BYTES:,})")
+        return (
+            f"shard {self.manifest.path(self.manifest.shards[shard])} at token {offset:,} (byte "
+            f"{offset * TOKEN_BYTES:,})"
+        )
 
     def damage_fix(self) -> str:
         d = self.manifest.directory
-        return (f"the shard was damaged after prepare; check the directory with `python -m training.data verify "
-                f"{d}`, then {REDO.format(dst=d)}")
+        return (
+            f"the shard was damaged after prepare; check the directory with `python -m training.data verify "
+            f"{d}`, then {REDO.format(dst=d)}"
+        )
 
     def __getitem__(self, span: slice) -> torch.Tensor:
         start, stop, step = span.indices(len(self))
@@ -146,7 +163,7 @@ class ShardedTokens:
         while start < stop:
             base, tokens = self._starts[shard], self._maps[shard]
             end = min(stop, base + len(tokens))
-            pieces.append(tokens[start - base:end - base])
+            pieces.append(tokens[start - base : end - base])
             start, shard = end, shard + 1
         return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int16)
 
@@ -164,8 +181,10 @@ def _check_stream_ids(window: torch.Tensor, start: int, tokens: torch.Tensor | S
         place, fix = tokens.where(start + at), tokens.damage_fix()
     else:  # an in-memory stream is encoded from text by this code: never any other id
         place, fix = f"token {start + at:,} of the in-memory token stream", "please report this as a bug"
-    raise DataSourceError(f"{place} holds token id {value}, which no token stream holds (only {STREAM_IDS}; the "
-                          f"vocabulary has {VOCAB}): {fix}")
+    raise DataSourceError(
+        f"{place} holds token id {value}, which no token stream holds (only {STREAM_IDS}; the "
+        f"vocabulary has {VOCAB}): {fix}"
+    )
 
 
 class SpanCorruptionDataset(torch.utils.data.Dataset):
@@ -186,15 +205,17 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         self.raw_len, self.target_len = raw_length_for(cfg.seq_len, cfg.noise_density, cfg.mean_span_len)
         self.n = len(tokens) // self.raw_len
         if self.n < 1:
-            raise DataSourceError(f"the corpus has {len(tokens)} tokens, fewer than one sample of {self.raw_len} "
-                                  f"(data.seq_len={cfg.seq_len}); add data or lower data.seq_len")
+            raise DataSourceError(
+                f"the corpus has {len(tokens)} tokens, fewer than one sample of {self.raw_len} "
+                f"(data.seq_len={cfg.seq_len}); add data or lower data.seq_len"
+            )
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, torch.Tensor]:
         epoch, i = key if isinstance(key, tuple) else (0, key)
-        window = self.tokens[i * self.raw_len:(i + 1) * self.raw_len]
+        window = self.tokens[i * self.raw_len : (i + 1) * self.raw_len]
         _check_stream_ids(window, i * self.raw_len, self.tokens)
         raw = window.tolist()
         rng = random.Random(self.seed * 1_000_003 + i + epoch * NOISE_EPOCH_STRIDE)
@@ -203,19 +224,19 @@ class SpanCorruptionDataset(torch.utils.data.Dataset):
         keep_lens = _split(len(raw) - noise, spans, rng)
         inp, tgt, pos = [], [], 0
         for s, (k, m) in enumerate(zip(keep_lens, noise_lens)):
-            inp += raw[pos:pos + k]
+            inp += raw[pos : pos + k]
             pos += k
             sentinel = FIRST_SENTINEL - s
             inp.append(sentinel)
             tgt.append(sentinel)
-            tgt += raw[pos:pos + m]
+            tgt += raw[pos : pos + m]
             pos += m
         inp.append(EOS)
         tgt.append(EOS)
         x = torch.full((self.cfg.seq_len,), PAD, dtype=torch.long)
-        x[:len(inp)] = torch.tensor(inp)
+        x[: len(inp)] = torch.tensor(inp)
         y = torch.full((self.target_len,), -100, dtype=torch.long)
-        y[:len(tgt)] = torch.tensor(tgt)
+        y[: len(tgt)] = torch.tensor(tgt)
         return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": y}
 
 
@@ -281,16 +302,20 @@ def builtin_cache_path(cache_dir: str | None = None) -> str:
     """Where the built-in corpus's token stream is cached: one file per corpus version and Python."""
     stdlib = sysconfig.get_paths()["stdlib"]
     key = hashlib.sha256(f"{CORPUS_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
-    cache_dir = cache_dir or os.environ.get("T5F_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
+    cache_dir = (
+        cache_dir
+        or os.environ.get("T5F_CACHE_DIR")
+        or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "t5-failover")
+    )
     return os.path.join(cache_dir, f"corpus-{key}.pt")
 
 
 def builtin_tokens(cache_dir: str | None = None) -> torch.Tensor:
     """The built-in corpus as a token stream, cached on disk: parsing the standard library takes seconds,
     and every restarted worker would pay that on the recovery path."""
-    return cached_tokens(builtin_cache_path(cache_dir), lambda: _token_stream(builtin_documents()),
-                         "the built-in corpus")
+    return cached_tokens(
+        builtin_cache_path(cache_dir), lambda: _token_stream(builtin_documents()), "the built-in corpus"
+    )
 
 
 def build_dataset(cfg: DataConfig, seed: int) -> SpanCorruptionDataset:
@@ -366,17 +391,30 @@ def _worker_message(text: str) -> str:
     return last.split(": ", 1)[1] if ": " in last else last
 
 
-def build_dataloader(dataset: SpanCorruptionDataset, cfg: DataConfig, *, seed: int, global_batch: int,
-                     rank: int, world: int, start_offset: int, pin_memory: bool = False
-                     ) -> torch.utils.data.DataLoader:
+def build_dataloader(
+    dataset: SpanCorruptionDataset,
+    cfg: DataConfig,
+    *,
+    seed: int,
+    global_batch: int,
+    rank: int,
+    world: int,
+    start_offset: int,
+    pin_memory: bool = False,
+) -> torch.utils.data.DataLoader:
     """An endless loader of this rank's micro-batches starting at the global offset `start_offset`. With
     ``data.num_workers`` > 0 the workers prepare the next batches while the current step runs; `pin_memory`
     (for a GPU) puts them in page-locked memory so the copy to the device runs without blocking the host."""
     sampler = ResumableBatchSampler(GlobalOrder(len(dataset), seed), global_batch, rank, world, start_offset)
     # The loader gets its own generator so creating it does not consume the global (dropout) RNG.
-    return _Loader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
-                   generator=torch.Generator().manual_seed(seed), persistent_workers=cfg.num_workers > 0,
-                   pin_memory=pin_memory)
+    return _Loader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=cfg.num_workers,
+        generator=torch.Generator().manual_seed(seed),
+        persistent_workers=cfg.num_workers > 0,
+        pin_memory=pin_memory,
+    )
 
 
 DEFAULT_SHARD_TOKENS = 2**26  # 128 MiB shard files
@@ -397,8 +435,15 @@ def _batches(texts: Iterable[str], chars: int) -> Iterator[list[str]]:
         yield batch
 
 
-def prepare(source: str, destination: str, *, text_field: str = "text", shard_tokens: int = DEFAULT_SHARD_TOKENS,
-            overwrite: bool = False, say: Callable[[str], None] = lambda line: None) -> Manifest:
+def prepare(
+    source: str,
+    destination: str,
+    *,
+    text_field: str = "text",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> Manifest:
     """Write the token stream that ``data.source=source`` trains on into prepared directory ``destination``
     (see training.data.prepared), streaming: memory holds one batch of documents, never the corpus. ``say`` gets
     progress lines. A bad SRC or DST raises ConfigError (DataSourceError for SRC) before anything is written; a
@@ -412,16 +457,20 @@ def prepare(source: str, destination: str, *, text_field: str = "text", shard_to
         writer.write(tokens.numpy())
         label = f"builtin (the standard library of Python {sys.version.split()[0]})"
         return writer.finish(source=label, text_field=None, documents=int((tokens == EOS).sum()))
-    say(f"prepare: reading {len(files)} file(s), {sum(map(os.path.getsize, files)) / 2**20:,.0f} MiB, into "
-        f"{destination}")
+    say(
+        f"prepare: reading {len(files)} file(s), {sum(map(os.path.getsize, files)) / 2**20:,.0f} MiB, into "
+        f"{destination}"
+    )
     documents, said = 0, time.monotonic()
     for n, path in enumerate(files, 1):
         for batch in _batches(iter_texts(path, text_field, field_flag="--text-field"), BATCH_CHARS):
             writer.write(_token_stream(batch).numpy())
             documents += len(batch)
             if time.monotonic() - said >= PROGRESS_S:
-                say(f"prepare: {writer.tokens:,} tokens of {documents:,} documents so far ({len(writer.shards)} "
-                    f"shard(s) complete); reading {path} (file {n} of {len(files)})")
+                say(
+                    f"prepare: {writer.tokens:,} tokens of {documents:,} documents so far ({len(writer.shards)} "
+                    f"shard(s) complete); reading {path} (file {n} of {len(files)})"
+                )
                 said = time.monotonic()
     if not documents:
         raise DataSourceError(f"SRC {source!r} holds no documents (empty files); {FIX}")
@@ -445,18 +494,29 @@ def _say(line: str) -> None:
 def _run_prepare(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        manifest = prepare(args.source, args.destination, text_field=args.text_field,
-                           shard_tokens=args.shard_tokens, overwrite=args.overwrite, say=_say)
+        manifest = prepare(
+            args.source,
+            args.destination,
+            text_field=args.text_field,
+            shard_tokens=args.shard_tokens,
+            overwrite=args.overwrite,
+            say=_say,
+        )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"error: prepare failed: {e}; fix the cause (space, permissions) and run it again (a partly written "
-              "DST is replaced)", file=sys.stderr)
+        print(
+            f"error: prepare failed: {e}; fix the cause (space, permissions) and run it again (a partly written "
+            "DST is replaced)",
+            file=sys.stderr,
+        )
         return 1
-    print(f"prepared {args.destination}: {manifest.tokens:,} tokens of {manifest.documents:,} documents in "
-          f"{len(manifest.shards)} shard(s) in {time.monotonic() - started:.1f} s; train with --data.source "
-          f"{args.destination}")
+    print(
+        f"prepared {args.destination}: {manifest.tokens:,} tokens of {manifest.documents:,} documents in "
+        f"{len(manifest.shards)} shard(s) in {time.monotonic() - started:.1f} s; train with --data.source "
+        f"{args.destination}"
+    )
     return 0
 
 
@@ -464,16 +524,20 @@ def _run_verify(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         if not is_prepared(args.directory):
-            raise DataSourceError(f"{args.directory!r} is not a prepared directory (no {MANIFEST}, no shard files); "
-                                  "pass the DST of `python -m training.data prepare SRC DST`")
+            raise DataSourceError(
+                f"{args.directory!r} is not a prepared directory (no {MANIFEST}, no shard files); "
+                "pass the DST of `python -m training.data prepare SRC DST`"
+            )
         manifest = read_manifest(args.directory)
         verify_contents(manifest, say=_say)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     hashed = "each shard's sha256 and " if all(s.sha256 for s in manifest.shards) else ""
-    print(f"verified {args.directory}: {manifest.tokens:,} tokens in {len(manifest.shards)} shard(s) match "
-          f"{hashed}the sha256 {manifest.sha256[:16]}... that prepare recorded ({time.monotonic() - started:.1f} s)")
+    print(
+        f"verified {args.directory}: {manifest.tokens:,} tokens in {len(manifest.shards)} shard(s) match "
+        f"{hashed}the sha256 {manifest.sha256[:16]}... that prepare recorded ({time.monotonic() - started:.1f} s)"
+    )
     return 0
 
 
@@ -484,32 +548,49 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.data", description="Data tools of the training job.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd = commands.add_parser(
-        "prepare", help="turn a corpus into a prepared directory, once, for training from memory maps",
+        "prepare",
+        help="turn a corpus into a prepared directory, once, for training from memory maps",
         description="Encode SRC's documents (byte-level tokens, EOS after each document: exactly the stream "
-                    "--data.source SRC trains on) into DST as raw little-endian int16 shard files plus "
-                    "manifest.json, written last. Train with --data.source DST: every rank memory-maps the shards "
-                    "instead of holding the corpus, and the samples are those of --data.source SRC. Progress goes "
-                    "to stderr.")
-    cmd.add_argument("source", metavar="SRC",
-                     help="what data.source takes: 'builtin', a .jsonl/.parquet file, or a directory of them")
-    cmd.add_argument("destination", metavar="DST",
-                     help="directory to write: new, empty, half-written by an interrupted prepare, or prepared "
-                          "before (with --overwrite)")
-    cmd.add_argument("--text-field", default="text", metavar="FIELD",
-                     help="field or column holding the text (default: text)")
-    cmd.add_argument("--shard-tokens", type=_positive_int, default=DEFAULT_SHARD_TOKENS, metavar="N",
-                     help=f"tokens per shard file, 2 bytes each (default: {DEFAULT_SHARD_TOKENS}, 128 MiB files)")
-    cmd.add_argument("--overwrite", action="store_true",
-                     help="replace a prepared DST (never while a job trains from it)")
+        "--data.source SRC trains on) into DST as raw little-endian int16 shard files plus "
+        "manifest.json, written last. Train with --data.source DST: every rank memory-maps the shards "
+        "instead of holding the corpus, and the samples are those of --data.source SRC. Progress goes "
+        "to stderr.",
+    )
+    cmd.add_argument(
+        "source",
+        metavar="SRC",
+        help="what data.source takes: 'builtin', a .jsonl/.parquet file, or a directory of them",
+    )
+    cmd.add_argument(
+        "destination",
+        metavar="DST",
+        help="directory to write: new, empty, half-written by an interrupted prepare, or prepared "
+        "before (with --overwrite)",
+    )
+    cmd.add_argument(
+        "--text-field", default="text", metavar="FIELD", help="field or column holding the text (default: text)"
+    )
+    cmd.add_argument(
+        "--shard-tokens",
+        type=_positive_int,
+        default=DEFAULT_SHARD_TOKENS,
+        metavar="N",
+        help=f"tokens per shard file, 2 bytes each (default: {DEFAULT_SHARD_TOKENS}, 128 MiB files)",
+    )
+    cmd.add_argument(
+        "--overwrite", action="store_true", help="replace a prepared DST (never while a job trains from it)"
+    )
     cmd.set_defaults(run=_run_prepare)
     cmd = commands.add_parser(
-        "verify", help="read a prepared directory's every byte and check it against the hashes prepare recorded",
+        "verify",
+        help="read a prepared directory's every byte and check it against the hashes prepare recorded",
         description="Check that DST holds exactly what prepare wrote: every shard's bytes against its sha256 in "
-                    "manifest.json, and the whole stream against the run fingerprint. A job's start checks only "
-                    "the shards' names and sizes (reading a large corpus on every rank would cost minutes), so run "
-                    "this after copying a prepared directory (to FSx, through S3) and before a long run. Exit 0: "
-                    "intact; 2: damaged or not a prepared directory (the message names the shard and the fix). "
-                    "Progress goes to stderr.")
+        "manifest.json, and the whole stream against the run fingerprint. A job's start checks only "
+        "the shards' names and sizes (reading a large corpus on every rank would cost minutes), so run "
+        "this after copying a prepared directory (to FSx, through S3) and before a long run. Exit 0: "
+        "intact; 2: damaged or not a prepared directory (the message names the shard and the fix). "
+        "Progress goes to stderr.",
+    )
     cmd.add_argument("directory", metavar="DST", help="a prepared directory (the DST of prepare)")
     cmd.set_defaults(run=_run_verify)
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@
 ``read_manifest`` checks names and sizes only (every rank runs it at start; reading a large corpus there would
 cost minutes); ``python -m training.data verify DST`` runs :func:`verify_contents`, which checks the bytes.
 """
+
 from __future__ import annotations
 
 import glob
@@ -72,8 +73,9 @@ class Manifest:
 
 def is_prepared(path: str) -> bool:
     """``path`` is a directory that ``prepare`` wrote into (completely or not): it has a manifest or shard files."""
-    return os.path.isdir(path) and (os.path.exists(os.path.join(path, MANIFEST))
-                                    or bool(glob.glob(os.path.join(path, SHARD_PATTERN))))
+    return os.path.isdir(path) and (
+        os.path.exists(os.path.join(path, MANIFEST)) or bool(glob.glob(os.path.join(path, SHARD_PATTERN)))
+    )
 
 
 def read_manifest(directory: str) -> Manifest:
@@ -83,8 +85,10 @@ def read_manifest(directory: str) -> Manifest:
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         shards = len(glob.glob(os.path.join(directory, SHARD_PATTERN)))
-        raise DataSourceError(f"data.source={directory!r} is a half-written prepared directory ({shards} shard "
-                              f"file(s) but no {MANIFEST}: its prepare did not finish); {redo}")
+        raise DataSourceError(
+            f"data.source={directory!r} is a half-written prepared directory ({shards} shard "
+            f"file(s) but no {MANIFEST}: its prepare did not finish); {redo}"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
@@ -93,41 +97,58 @@ def read_manifest(directory: str) -> Manifest:
     except ValueError as e:  # not JSON: cut short by a copy, or edited
         raise DataSourceError(f"{path} is not JSON ({e}); {redo}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise DataSourceError(f"{path} is not a prepared-corpus manifest (no \"format\": {FORMAT!r}); if "
-                              f"{directory} is a directory of .jsonl/.parquet files, move {MANIFEST} out of it")
+        raise DataSourceError(
+            f'{path} is not a prepared-corpus manifest (no "format": {FORMAT!r}); if '
+            f"{directory} is a directory of .jsonl/.parquet files, move {MANIFEST} out of it"
+        )
     if raw.get("version") != VERSION:
-        raise DataSourceError(f"{path} is format version {raw.get('version')!r}, this code reads version "
-                              f"{VERSION}; {redo} with this code")
+        raise DataSourceError(
+            f"{path} is format version {raw.get('version')!r}, this code reads version {VERSION}; {redo} with this code"
+        )
     try:
         shards = tuple(Shard(s["name"], s["tokens"], s.get("sha256")) for s in raw["shards"])
-        manifest = Manifest(directory=directory, source=raw["source"], text_field=raw["text_field"],
-                            documents=raw["documents"], tokens=raw["tokens"], shard_tokens=raw["shard_tokens"],
-                            shards=shards, sha256=raw["sha256"], digest=raw["digest"])
+        manifest = Manifest(
+            directory=directory,
+            source=raw["source"],
+            text_field=raw["text_field"],
+            documents=raw["documents"],
+            tokens=raw["tokens"],
+            shard_tokens=raw["shard_tokens"],
+            shards=shards,
+            sha256=raw["sha256"],
+            digest=raw["digest"],
+        )
         listed = sum(s.tokens for s in shards)
     except (KeyError, TypeError, AttributeError) as e:  # not the fields prepare writes
         raise DataSourceError(f"{path} lacks what prepare writes ({type(e).__name__}: {e}); {redo}") from None
     if listed != manifest.tokens:
-        raise DataSourceError(f"{path} lists {len(shards)} shard(s) of {listed:,} tokens but a total of "
-                              f"{manifest.tokens:,}; {redo}")
+        raise DataSourceError(
+            f"{path} lists {len(shards)} shard(s) of {listed:,} tokens but a total of {manifest.tokens:,}; {redo}"
+        )
     for s in shards:
         try:
             size = os.path.getsize(manifest.path(s))
         except OSError as e:
-            raise DataSourceError(f"shard {manifest.path(s)} (listed in {MANIFEST}) cannot be read: {e.strerror}; "
-                                  f"{redo}") from None
+            raise DataSourceError(
+                f"shard {manifest.path(s)} (listed in {MANIFEST}) cannot be read: {e.strerror}; {redo}"
+            ) from None
         if not os.access(manifest.path(s), os.R_OK):
-            raise DataSourceError(f"shard {manifest.path(s)} is not readable by this user; make the prepared "
-                                  "directory's files readable")
+            raise DataSourceError(
+                f"shard {manifest.path(s)} is not readable by this user; make the prepared directory's files readable"
+            )
         if size != s.tokens * TOKEN_BYTES:
-            raise DataSourceError(f"shard {manifest.path(s)} has {size:,} bytes, {MANIFEST} says "
-                                  f"{s.tokens * TOKEN_BYTES:,} ({s.tokens:,} tokens): it was truncated or changed "
-                                  f"after prepare; {redo}")
+            raise DataSourceError(
+                f"shard {manifest.path(s)} has {size:,} bytes, {MANIFEST} says "
+                f"{s.tokens * TOKEN_BYTES:,} ({s.tokens:,} tokens): it was truncated or changed "
+                f"after prepare; {redo}"
+            )
     return manifest
 
 
 def _files_prepare_writes(directory: str) -> set[str]:
-    return {MANIFEST, f"{MANIFEST}.tmp"} | {os.path.basename(p) for p in
-                                            glob.glob(os.path.join(directory, SHARD_PATTERN))}
+    return {MANIFEST, f"{MANIFEST}.tmp"} | {
+        os.path.basename(p) for p in glob.glob(os.path.join(directory, SHARD_PATTERN))
+    }
 
 
 class ShardWriter:
@@ -159,11 +180,15 @@ class ShardWriter:
         entries = set(os.listdir(d))
         others = sorted(entries - _files_prepare_writes(d))
         if others:
-            raise ConfigError(f"DST {d!r} exists and is not a prepared directory (it holds {', '.join(others[:5])}"
-                              f"{', ...' if len(others) > 5 else ''}); pass a new or empty directory")
+            raise ConfigError(
+                f"DST {d!r} exists and is not a prepared directory (it holds {', '.join(others[:5])}"
+                f"{', ...' if len(others) > 5 else ''}); pass a new or empty directory"
+            )
         if MANIFEST in entries and not overwrite:
-            raise ConfigError(f"DST {d!r} already holds a prepared corpus; pass --overwrite to replace it (not "
-                              "while a job trains from it) or choose another DST")
+            raise ConfigError(
+                f"DST {d!r} already holds a prepared corpus; pass --overwrite to replace it (not "
+                "while a job trains from it) or choose another DST"
+            )
         for name in sorted(entries, key=lambda n: n != MANIFEST):  # the manifest first: never valid but partial
             os.remove(os.path.join(d, name))
 
@@ -195,9 +220,17 @@ class ShardWriter:
         """Close the last shard and write the manifest (atomically: a reader sees all of it or none)."""
         if self._file is not None:
             self._close_shard()
-        manifest = Manifest(directory=self.directory, source=source, text_field=text_field, documents=documents,
-                            tokens=self.tokens, shard_tokens=self.shard_tokens, shards=tuple(self.shards),
-                            sha256=self._sha256.hexdigest(), digest=self._digest.hexdigest())
+        manifest = Manifest(
+            directory=self.directory,
+            source=source,
+            text_field=text_field,
+            documents=documents,
+            tokens=self.tokens,
+            shard_tokens=self.shard_tokens,
+            shards=tuple(self.shards),
+            sha256=self._sha256.hexdigest(),
+            digest=self._digest.hexdigest(),
+        )
         record = {"format": FORMAT, "version": VERSION, **asdict(manifest)}
         del record["directory"]  # a prepared directory may be moved or copied
         path = os.path.join(self.directory, MANIFEST)
@@ -232,19 +265,27 @@ def verify_contents(manifest: Manifest, *, say: Callable[[str], None] = lambda l
                         h.update(block)
                     done += len(block)
                     if time.monotonic() - said >= PROGRESS_S:
-                        say(f"verify: {done / 2**20:,.0f} of {manifest.tokens * TOKEN_BYTES / 2**20:,.0f} MiB read "
-                            f"(shard {n} of {len(manifest.shards)})")
+                        say(
+                            f"verify: {done / 2**20:,.0f} of {manifest.tokens * TOKEN_BYTES / 2**20:,.0f} MiB read "
+                            f"(shard {n} of {len(manifest.shards)})"
+                        )
                         said = time.monotonic()
         except OSError as e:
             raise DataSourceError(f"shard {manifest.path(shard)} cannot be read: {e.strerror}; {redo}") from None
         if shard.sha256 is not None and mine.hexdigest() != shard.sha256:
-            raise DataSourceError(f"shard {manifest.path(shard)} differs from what prepare wrote (sha256 "
-                                  f"{mine.hexdigest()[:16]}..., {MANIFEST} says {shard.sha256[:16]}...): it was "
-                                  f"damaged or changed after prepare; {redo}")
+            raise DataSourceError(
+                f"shard {manifest.path(shard)} differs from what prepare wrote (sha256 "
+                f"{mine.hexdigest()[:16]}..., {MANIFEST} says {shard.sha256[:16]}...): it was "
+                f"damaged or changed after prepare; {redo}"
+            )
     if done != manifest.tokens * TOKEN_BYTES:  # a shard changed size since read_manifest looked
-        raise DataSourceError(f"{manifest.directory} holds {done:,} bytes of shards, {MANIFEST} says "
-                              f"{manifest.tokens * TOKEN_BYTES:,}; {redo}")
+        raise DataSourceError(
+            f"{manifest.directory} holds {done:,} bytes of shards, {MANIFEST} says "
+            f"{manifest.tokens * TOKEN_BYTES:,}; {redo}"
+        )
     if whole.hexdigest() != manifest.sha256 or digest.hexdigest() != manifest.digest:
-        raise DataSourceError(f"the shards of {manifest.directory} differ from what prepare wrote (sha256 "
-                              f"{whole.hexdigest()[:16]}..., {MANIFEST} says {manifest.sha256[:16]}...): a shard "
-                              f"was damaged or changed after prepare, or {MANIFEST} was edited; {redo}")
+        raise DataSourceError(
+            f"the shards of {manifest.directory} differ from what prepare wrote (sha256 "
+            f"{whole.hexdigest()[:16]}..., {MANIFEST} says {manifest.sha256[:16]}...): a shard "
+            f"was damaged or changed after prepare, or {MANIFEST} was edited; {redo}"
+        )

@@ -38,9 +38,11 @@ from pathlib import Path
 # node of the round was lost (its etcd lease expired: training.launch.rendezvous.handler; the older
 # '[agent] lost node(s)' line is kept for reports of runs before etcd); the job's own when it named a straggler
 # (training.job.stragglers).
-DETECT_RE = re.compile(r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will restart worker group|"
-                       r"Received Signals?\.SIG|Received SIG\w+ death signal|\[agent\] lost node\(s\)|"
-                       r"\[rendezvous\] lost node\(s\)|\[straggler\] rank \d+ ")
+DETECT_RE = re.compile(
+    r"failed \(exitcode|Worker group (FAILED|UNHEALTHY)|will restart worker group|"
+    r"Received Signals?\.SIG|Received SIG\w+ death signal|\[agent\] lost node\(s\)|"
+    r"\[rendezvous\] lost node\(s\)|\[straggler\] rank \d+ "
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,9 @@ def _is_finite(v) -> bool:
 
 def _startup_ok(v) -> bool:
     """A ``start`` record's ``startup`` (training.job.startup): its epoch time and phase seconds finite or null."""
-    return isinstance(v, dict) and all(x is None or _is_finite(x) for k, x in v.items()
-                                       if k == "exec_time" or k.endswith("_s"))
+    return isinstance(v, dict) and all(
+        x is None or _is_finite(x) for k, x in v.items() if k == "exec_time" or k.endswith("_s")
+    )
 
 
 def _restored_ok(v) -> bool:
@@ -93,15 +96,29 @@ def _or_null(kind):
 #: figures would be wrong or the reader would fail on it. Fields not named here are not looked at.
 RECORD_FIELDS: dict[str | None, dict[str, tuple]] = {
     None: {"event": (*_STR, True), "time": (*_FINITE, True)},  # every record
-    "start": {"resumed_from": (*_or_null(_INT), False), "restart_count": (*_or_null(_INT), False),
-              "world_size": (*_or_null(_INT), False),
-              "startup": (*_or_null((_startup_ok, "an object of finite seconds")), False),
-              "restored_from": (*_or_null((_restored_ok, "an object with a string tier")), False)},
-    "step": {"step": (*_INT, True), "world_size": (*_INT, True), "step_time_s": (*_FINITE, False),
-             "tokens_per_s": (*_NUMBER, False), "loss": (*_or_null(_NUMBER), False), "data_offset": (*_INT, False),
-             "snapshot_interval": (*_INT, False)},
-    "snapshot_interval": {"interval": (*_INT, True), "mode": (*_STR, False), "share": (*_FINITE, False),
-                          "budget": (*_FINITE, False), "detail": (*_STR, False)},
+    "start": {
+        "resumed_from": (*_or_null(_INT), False),
+        "restart_count": (*_or_null(_INT), False),
+        "world_size": (*_or_null(_INT), False),
+        "startup": (*_or_null((_startup_ok, "an object of finite seconds")), False),
+        "restored_from": (*_or_null((_restored_ok, "an object with a string tier")), False),
+    },
+    "step": {
+        "step": (*_INT, True),
+        "world_size": (*_INT, True),
+        "step_time_s": (*_FINITE, False),
+        "tokens_per_s": (*_NUMBER, False),
+        "loss": (*_or_null(_NUMBER), False),
+        "data_offset": (*_INT, False),
+        "snapshot_interval": (*_INT, False),
+    },
+    "snapshot_interval": {
+        "interval": (*_INT, True),
+        "mode": (*_STR, False),
+        "share": (*_FINITE, False),
+        "budget": (*_FINITE, False),
+        "detail": (*_STR, False),
+    },
     "end": {"status": (*_STR, False), "step": (*_or_null(_INT), False)},
     "signal": {"step": (*_or_null(_INT), False)},
     "checkpoint": {"step": (*_INT, True)},
@@ -253,8 +270,10 @@ def effective_steps(attempts: list[Attempt]) -> list[dict]:
         # the first ten gaps only: a step number far beyond the records must not mean a walk up to it
         missing = list(itertools.islice((k for k in range(a.resumed_from + 1, upto + 1) if k not in mine), 10))
         if missing:
-            raise ChainError(f"attempt started at {a.start.get('time')} (resumed from {a.resumed_from}) lacks "
-                             f"steps {missing} needed up to step {upto}")
+            raise ChainError(
+                f"attempt started at {a.start.get('time')} (resumed from {a.resumed_from}) lacks "
+                f"steps {missing} needed up to step {upto}"
+            )
         chain = [mine[k] for k in range(a.resumed_from + 1, upto + 1)] + chain
         upto = a.resumed_from
     if upto:
@@ -304,8 +323,16 @@ class Recovery:
 
 #: The phases of a restart, in order: noticed; the agents stopped the old workers and formed a new rendezvous
 #: round until the new rank 0 was exec'd; that worker's start-up (training.job.startup); its first step.
-BREAKDOWN = ("notice", "stop_and_rendezvous", "interpreter", "imports", "process_group", "build", "restore",
-             "first_step")
+BREAKDOWN = (
+    "notice",
+    "stop_and_rendezvous",
+    "interpreter",
+    "imports",
+    "process_group",
+    "build",
+    "restore",
+    "first_step",
+)
 
 
 def breakdown(t_fail: float, detected: float | None, start: dict, first_step_time: float) -> dict | None:
@@ -326,9 +353,17 @@ def first_detection(t_fail: float, detections: list[float], records: list[dict])
     return min(cands) if cands else None
 
 
-def recovery(kind: str, t_fail: float, attempts: list[Attempt], detections: list[float],
-             records: list[dict], until: float | None = None, *, want_world: int | None = None,
-             detect: bool = True) -> Recovery:
+def recovery(
+    kind: str,
+    t_fail: float,
+    attempts: list[Attempt],
+    detections: list[float],
+    records: list[dict],
+    until: float | None = None,
+    *,
+    want_world: int | None = None,
+    detect: bool = True,
+) -> Recovery:
     """Figures for a disruption at ``t_fail`` (attempts starting before ``until`` count as its restarts).
 
     ``detections``: times at which the platform noticed a failure (see ``first_detection``).
@@ -343,16 +378,21 @@ def recovery(kind: str, t_fail: float, attempts: list[Attempt], detections: list
             break
     steps_lost = None
     if rec_step is not None:
-        done_before = [s["step"] for b in attempts if b.start["time"] < rec_attempt.start["time"]
-                       for s in b.steps]
+        done_before = [s["step"] for b in attempts if b.start["time"] < rec_attempt.start["time"] for s in b.steps]
         steps_lost = max(0, (max(done_before) if done_before else 0) - rec_attempt.resumed_from)
     det = first_detection(t_fail, detections, records) if detect else None
     parts = None if rec_step is None else breakdown(t_fail, det, rec_attempt.start, rec_step["time"])
-    return Recovery(kind=kind, time=t_fail, detect_s=None if det is None else det - t_fail, breakdown=parts,
-                    recover_s=None if rec_step is None else rec_step["time"] - t_fail,
-                    steps_lost=steps_lost, restarts=len(after),
-                    world_after=None if rec_step is None else rec_step["world_size"],
-                    tier=None if rec_step is None else (rec_attempt.start.get("restored_from") or {}).get("tier"))
+    return Recovery(
+        kind=kind,
+        time=t_fail,
+        detect_s=None if det is None else det - t_fail,
+        breakdown=parts,
+        recover_s=None if rec_step is None else rec_step["time"] - t_fail,
+        steps_lost=steps_lost,
+        restarts=len(after),
+        world_after=None if rec_step is None else rec_step["world_size"],
+        tier=None if rec_step is None else (rec_attempt.start.get("restored_from") or {}).get("tier"),
+    )
 
 
 def goodput(effective: list[dict], wall_s: float) -> tuple[float, float]:

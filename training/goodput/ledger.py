@@ -141,27 +141,35 @@ def _is_failure(prev: Attempt, nxt: Attempt) -> bool:
     return prev.end.get("status") == "signal" and (nxt.start.get("restart_count") or 0) > 0
 
 
-def _phases(rec: Recovery, t_fail: float, detected: float | None, attempt: Attempt, first: dict,
-            back: dict | None) -> dict[str, float | None]:
+def _phases(
+    rec: Recovery, t_fail: float, detected: float | None, attempt: Attempt, first: dict, back: dict | None
+) -> dict[str, float | None]:
     """Seconds per PHASE, from the chaos core's breakdown of the recovering attempt."""
     # Without a detection the breakdown is taken as if noticed at once: stop_and_rendezvous then holds detect too.
     parts = analysis.breakdown(t_fail, t_fail if detected is None else detected, attempt.start, first["time"]) or {}
     startup = [parts.get(k) for k in ("interpreter", "imports", "process_group", "build")]
-    out = {"detect": None if detected is None else rec.detect_s,
-           "stop_and_rendezvous": parts.get("stop_and_rendezvous"),
-           "startup": None if not parts or any(v is None for v in startup) else round(sum(startup), 2),
-           "restore": parts.get("restore"), "first_step": parts.get("first_step"),
-           "recompute": None if back is None else round(back["time"] - first["time"], 2)}
+    out = {
+        "detect": None if detected is None else rec.detect_s,
+        "stop_and_rendezvous": parts.get("stop_and_rendezvous"),
+        "startup": None if not parts or any(v is None for v in startup) else round(sum(startup), 2),
+        "restore": parts.get("restore"),
+        "first_step": parts.get("first_step"),
+        "recompute": None if back is None else round(back["time"] - first["time"], 2),
+    }
     return out
 
 
 def failures(attempts: list[Attempt], records: list[dict], detections: list[float]) -> list[Failure]:
     """Every disruption in ``attempts`` with its figures (see the module doc)."""
-    found = [(i, _last_sign_of_life(attempts[i - 1])) for i in range(1, len(attempts))
-             if _is_failure(attempts[i - 1], attempts[i])]
+    found = [
+        (i, _last_sign_of_life(attempts[i - 1]))
+        for i in range(1, len(attempts))
+        if _is_failure(attempts[i - 1], attempts[i])
+    ]
     # a crashed attempt's end record is a watchdog's (or the job's own) notice of the failure
-    detections = sorted(detections + [a.end["time"] for a in attempts
-                                      if a.end is not None and a.end.get("status") == "crashed"])
+    detections = sorted(
+        detections + [a.end["time"] for a in attempts if a.end is not None and a.end.get("status") == "crashed"]
+    )
     out = []
     for n, (i, t_fail) in enumerate(found):
         prev = attempts[i - 1]
@@ -180,8 +188,9 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
         else:  # back where it was as its first step began
             back = first
             cost = round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
-        out.append(Failure(_how(prev), t_fail, step, rec, _phases(rec, t_fail, detected, recovering, first, back),
-                           cost))
+        out.append(
+            Failure(_how(prev), t_fail, step, rec, _phases(rec, t_fail, detected, recovering, first, back), cost)
+        )
     return out
 
 
@@ -235,15 +244,20 @@ def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str |
     the run's ``metrics.path`` where it is not ``RUN_DIR/metrics.jsonl``)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise LedgerError(f"run directory {run_dir} does not exist: give the run's job.out_dir "
-                          f"(make train writes runs/<preset>)")
+        raise LedgerError(
+            f"run directory {run_dir} does not exist: give the run's job.out_dir (make train writes runs/<preset>)"
+        )
     metrics = Path(metrics) if metrics else run_dir / METRICS
     if not metrics.exists():
-        raise LedgerError(f"{run_dir} has no {metrics.name if metrics.parent == run_dir else metrics}: it is not a "
-                          f"run directory, or its run has not started (give the job.out_dir of a run)")
+        raise LedgerError(
+            f"{run_dir} has no {metrics.name if metrics.parent == run_dir else metrics}: it is not a "
+            f"run directory, or its run has not started (give the job.out_dir of a run)"
+        )
     if not metrics.is_file():  # a directory (or a FIFO, which a read would wait on forever)
-        raise LedgerError(f"{metrics} is {'a directory' if metrics.is_dir() else 'not a regular file'}, not a "
-                          f"metrics file: give the job.out_dir of a run, or move {metrics} aside")
+        raise LedgerError(
+            f"{metrics} is {'a directory' if metrics.is_dir() else 'not a regular file'}, not a "
+            f"metrics file: give the job.out_dir of a run, or move {metrics} aside"
+        )
     for p in agent_logs:
         if not Path(p).is_file():
             raise LedgerError(f"agent log {p} does not exist: give a file of '<epoch seconds> <line>' lines")
@@ -252,21 +266,29 @@ def read_ledger(run_dir: str | Path, agent_logs: list[Path] = (), metrics: str |
         records, skipped = analysis.scan_file(metrics)
         lines = [x for p in logs for x in read_agent_log(p)]
     except OSError as e:  # unreadable (permissions, an I/O error): the reader never fails on what a file holds
-        raise LedgerError(f"cannot read {e.filename or metrics} ({e.strerror or e}): check its permissions, or "
-                          f"give the job.out_dir of another run") from None
-    return ledger_from_records(str(run_dir), records, _total_steps(run_dir), lines, what=str(metrics),
-                               skipped=skipped)
+        raise LedgerError(
+            f"cannot read {e.filename or metrics} ({e.strerror or e}): check its permissions, or "
+            f"give the job.out_dir of another run"
+        ) from None
+    return ledger_from_records(str(run_dir), records, _total_steps(run_dir), lines, what=str(metrics), skipped=skipped)
 
 
-def ledger_from_records(run: str, records: list[dict], total_steps: int | None = None,
-                        agent_lines: list[tuple[float, str]] = (), what: str = "the metrics",
-                        skipped: list[Skipped] = ()) -> Ledger:
+def ledger_from_records(
+    run: str,
+    records: list[dict],
+    total_steps: int | None = None,
+    agent_lines: list[tuple[float, str]] = (),
+    what: str = "the metrics",
+    skipped: list[Skipped] = (),
+) -> Ledger:
     """The ledger of a run's records (``analysis.parse_records``), e.g. read from a pod; ``run`` names it,
     ``what`` where they were read from; ``skipped``: the lines that were not records (``analysis.scan_records``)."""
     attempts = analysis.split_attempts(records)
     if not attempts and skipped:
-        raise LedgerError(f"{what} has no start record ({_skipped_text(skipped)}): the file is damaged, or not a "
-                          f"run's metrics; give the job.out_dir of a run")
+        raise LedgerError(
+            f"{what} has no start record ({_skipped_text(skipped)}): the file is damaged, or not a "
+            f"run's metrics; give the job.out_dir of a run"
+        )
     if not attempts:
         raise LedgerError(f"{what} has no start record yet: the run has not reached its first step")
     detections = analysis.torchrun_detections(list(agent_lines), after=attempts[0].start["time"])
@@ -281,18 +303,33 @@ def ledger_from_records(run: str, records: list[dict], total_steps: int | None =
     useful, gp = analysis.goodput(effective, wall)
     found = failures(attempts, records, detections)
     last = attempts[-1]
-    status = ("unfinished" if last.end is None else {"signal": "stopped"}.get(last.end.get("status"),
-                                                                            last.end.get("status", "?")))
+    status = (
+        "unfinished"
+        if last.end is None
+        else {"signal": "stopped"}.get(last.end.get("status"), last.end.get("status", "?"))
+    )
     if status == "already_finished":
         status = "finished"
     lost = sum(f.cost_s or 0.0 for f in found)
     steps = [s["step"] for a in attempts for s in a.steps] + [a.resumed_from for a in attempts]
-    return Ledger(run_dir=run, total_steps=total_steps, step=last.last_step if last.steps
-                  else max(steps + [0]), status=status, attempts=len(attempts),
-                  world_sizes=analysis.world_sizes(records), failures=found, useful_s=round(useful, 3),
-                  wall_s=round(wall, 3), goodput=gp, uninterrupted_wall_s=round(wall - lost, 3),
-                  uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
-                  t0=walls[0][0], records=records, skipped=list(skipped), source=what)
+    return Ledger(
+        run_dir=run,
+        total_steps=total_steps,
+        step=last.last_step if last.steps else max(steps + [0]),
+        status=status,
+        attempts=len(attempts),
+        world_sizes=analysis.world_sizes(records),
+        failures=found,
+        useful_s=round(useful, 3),
+        wall_s=round(wall, 3),
+        goodput=gp,
+        uninterrupted_wall_s=round(wall - lost, 3),
+        uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
+        t0=walls[0][0],
+        records=records,
+        skipped=list(skipped),
+        source=what,
+    )
 
 
 def _skipped_text(skipped: list[Skipped]) -> str:
@@ -304,8 +341,10 @@ def skipped_warning(ledger: Ledger) -> str | None:
     first one and why, and what to do."""
     if not ledger.skipped:
         return None
-    return (f"warning: {ledger.source}: {_skipped_text(ledger.skipped)}; the figures leave them out (a damaged "
-            f"or hand-edited file: fix or delete those lines to count them)")
+    return (
+        f"warning: {ledger.source}: {_skipped_text(ledger.skipped)}; the figures leave them out (a damaged "
+        f"or hand-edited file: fix or delete those lines to count them)"
+    )
 
 
 def locate_run(run_dir: str | None, train_args: list[str]) -> tuple[str, str | None]:
@@ -322,6 +361,7 @@ def locate_run(run_dir: str | None, train_args: list[str]) -> tuple[str, str | N
     import io
 
     from training.config import ConfigError, load_config
+
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             cfg = load_config(args)
@@ -338,42 +378,65 @@ def summary_line(ledger: Ledger) -> str:
     """One line: goodput, what the failures cost, the uninterrupted estimate."""
     n = len(ledger.failures)
     cost = f"{n} failure(s) cost {ledger.lost_s:.1f} s" if n else "no failures"
-    return (f"[goodput] {ledger.goodput:.0%} of {ledger.wall_s:,.0f} s wall was useful step time; {cost} "
-            f"(uninterrupted estimate {ledger.uninterrupted_goodput:.0%}); "
-            f"ledger: python -m training.goodput {ledger.run_dir}")
+    return (
+        f"[goodput] {ledger.goodput:.0%} of {ledger.wall_s:,.0f} s wall was useful step time; {cost} "
+        f"(uninterrupted estimate {ledger.uninterrupted_goodput:.0%}); "
+        f"ledger: python -m training.goodput {ledger.run_dir}"
+    )
 
 
 def ledger_text(ledger: Ledger) -> str:
     """The ledger as a screen: the run, one row per failure, the goodput and the uninterrupted estimate."""
     total = f"/{ledger.total_steps}" if ledger.total_steps else ""
     worlds = ">".join(map(str, ledger.world_sizes)) or "-"
-    lines = [f"goodput ledger of {ledger.run_dir}: step {ledger.step}{total}, {ledger.status}; "
-             f"{ledger.attempts} attempt(s), world {worlds}"]
+    lines = [
+        f"goodput ledger of {ledger.run_dir}: step {ledger.step}{total}, {ledger.status}; "
+        f"{ledger.attempts} attempt(s), world {worlds}"
+    ]
     if ledger.failures:
-        cols = [("detect", "detect"), ("stop_and_rendezvous", "stop+rdzv"), ("startup", "start-up"),
-                ("restore", "restore"), ("first_step", "1st step"), ("recompute", "recompute")]
-        head = (f"{'#':>2} {'after step':>10} {'lost':>5} {'tier':>8}" + "".join(f"{h:>10}" for _, h in cols)
-                + f"{'cost s':>9}  how")
+        cols = [
+            ("detect", "detect"),
+            ("stop_and_rendezvous", "stop+rdzv"),
+            ("startup", "start-up"),
+            ("restore", "restore"),
+            ("first_step", "1st step"),
+            ("recompute", "recompute"),
+        ]
+        head = (
+            f"{'#':>2} {'after step':>10} {'lost':>5} {'tier':>8}"
+            + "".join(f"{h:>10}" for _, h in cols)
+            + f"{'cost s':>9}  how"
+        )
         lines += ["", head, "-" * len(head)]
         for n, f in enumerate(ledger.failures, 1):
             lost = "-" if f.recovery.steps_lost is None else str(f.recovery.steps_lost)
-            lines.append(f"{n:>2} {f.step:>10} {lost:>5} {f.recovery.tier or '-':>8}"
-                         + "".join(f"{_fmt(f.phases.get(k)):>10}" for k, _ in cols)
-                         + f"{_fmt(f.cost_s):>9}  {f.how[:60]}")
-        lines.append("(seconds; detect '-': no agent log or notice recorded, stop+rdzv then includes it; "
-                     "cost: failure -> back at the step it had reached)")
-    lines += ["", f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in "
-                  f"{ledger.wall_s:,.1f} s wall",
-              f"uninterrupted estimate {ledger.uninterrupted_goodput:.1%}: the same steps in "
-              f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s"]
+            lines.append(
+                f"{n:>2} {f.step:>10} {lost:>5} {f.recovery.tier or '-':>8}"
+                + "".join(f"{_fmt(f.phases.get(k)):>10}" for k, _ in cols)
+                + f"{_fmt(f.cost_s):>9}  {f.how[:60]}"
+            )
+        lines.append(
+            "(seconds; detect '-': no agent log or notice recorded, stop+rdzv then includes it; "
+            "cost: failure -> back at the step it had reached)"
+        )
+    lines += [
+        "",
+        f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in {ledger.wall_s:,.1f} s wall",
+        f"uninterrupted estimate {ledger.uninterrupted_goodput:.1%}: the same steps in "
+        f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s",
+    ]
     return "\n".join(lines)
 
 
 def timeline_track(ledger: Ledger):
     """The run as one block of the timeline PNG (:mod:`training.goodput.timeline`)."""
     from training.goodput.timeline import Track
-    heading = (f"{ledger.run_dir}: step {ledger.step}{f'/{ledger.total_steps}' if ledger.total_steps else ''}, "
-               f"{ledger.status}  |  {len(ledger.failures)} failure(s) cost {ledger.lost_s:.1f} s  |  goodput "
-               f"{ledger.goodput:.0%} (uninterrupted estimate {ledger.uninterrupted_goodput:.0%})")
-    return Track(heading=heading, t0=ledger.t0, records=ledger.records,
-                 recoveries=[f.recovery for f in ledger.failures])
+
+    heading = (
+        f"{ledger.run_dir}: step {ledger.step}{f'/{ledger.total_steps}' if ledger.total_steps else ''}, "
+        f"{ledger.status}  |  {len(ledger.failures)} failure(s) cost {ledger.lost_s:.1f} s  |  goodput "
+        f"{ledger.goodput:.0%} (uninterrupted estimate {ledger.uninterrupted_goodput:.0%})"
+    )
+    return Track(
+        heading=heading, t0=ledger.t0, records=ledger.records, recoveries=[f.recovery for f in ledger.failures]
+    )

@@ -23,7 +23,7 @@ MARK_KINDS = {
     "signal": "the job logged a signal it received",
     "straggler": "the job named a straggler (label: its rank and work time vs the others' median)",
     "attempt": "a worker group ran from its start (t) to its last record (t_end) at world size value, "
-               "resumed from step",
+    "resumed from step",
     "checkpoint": "checkpoint of step committed",
     "step": "step computed once and kept (value: its loss)",
     "recomputed": "step computed again after a restart; this copy was kept",
@@ -104,8 +104,12 @@ def _kept_ids(attempts) -> set[int]:
     try:
         return {id(x) for x in effective_steps(attempts)}
     except ChainError:
-        return {id(s) for i, a in enumerate(attempts) for s in a.steps
-                if not any(b.resumed_from < s["step"] for b in attempts[i + 1:])}
+        return {
+            id(s)
+            for i, a in enumerate(attempts)
+            for s in a.steps
+            if not any(b.resumed_from < s["step"] for b in attempts[i + 1 :])
+        }
 
 
 def timeline_marks(r: Track) -> list[Mark]:
@@ -124,26 +128,49 @@ def timeline_marks(r: Track) -> list[Mark]:
     marks: list[Mark] = []
     done: set[int] = set()  # step numbers computed by earlier attempts
     for a, end in zip(attempts, last):
-        marks.append(Mark("attempt", a.start["time"] - t0, end - t0, step=a.resumed_from,
-                          value=a.start.get("world_size") or (a.steps[0]["world_size"] if a.steps else None)))
+        marks.append(
+            Mark(
+                "attempt",
+                a.start["time"] - t0,
+                end - t0,
+                step=a.resumed_from,
+                value=a.start.get("world_size") or (a.steps[0]["world_size"] if a.steps else None),
+            )
+        )
         for s in a.steps:
             kind = ("recomputed" if s["step"] in done else "step") if id(s) in kept else "discarded"
             marks.append(Mark(kind, s["time"] - t0, step=s["step"], value=s.get("loss")))
         done |= {s["step"] for s in a.steps}
-        marks += [Mark("signal", x["time"] - t0, step=x.get("step"), label=str(x.get("signal", "signal")))
-                  for x in a.signals]
-    marks += [Mark("checkpoint", x["time"] - t0, step=x["step"]) for x in r.records
-              if x.get("event") == "checkpoint" and x.get("committed", True)]
-    marks += [Mark("straggler", x["time"] - t0, step=x.get("step"),
-                   label=f"straggler: rank {x.get('rank')} x{x.get('ratio')}") for x in r.records
-              if x.get("event") == "straggler"]
+        marks += [
+            Mark("signal", x["time"] - t0, step=x.get("step"), label=str(x.get("signal", "signal"))) for x in a.signals
+        ]
+    marks += [
+        Mark("checkpoint", x["time"] - t0, step=x["step"])
+        for x in r.records
+        if x.get("event") == "checkpoint" and x.get("committed", True)
+    ]
+    marks += [
+        Mark(
+            "straggler", x["time"] - t0, step=x.get("step"), label=f"straggler: rank {x.get('rank')} x{x.get('ratio')}"
+        )
+        for x in r.records
+        if x.get("event") == "straggler"
+    ]
     for x in r.recoveries:
         end = None if x.recover_s is None else x.time + x.recover_s - t0
         if x.kind == "rejoin":
             marks.append(Mark("rejoin", x.time - t0, end, value=x.world_after, label="rejoin", lost=x.steps_lost))
         else:
-            marks.append(Mark("failure", x.time - t0, end, label=x.kind, lost=x.steps_lost,
-                              detected=None if x.detect_s is None else x.time + x.detect_s - t0))
+            marks.append(
+                Mark(
+                    "failure",
+                    x.time - t0,
+                    end,
+                    label=x.kind,
+                    lost=x.steps_lost,
+                    detected=None if x.detect_s is None else x.time + x.detect_s - t0,
+                )
+            )
     covered = {(m.kind, round(m.t, 3)) for m in marks}
     for e in r.events:  # harness events without recovery figures (a harness error, a platform's extra actions)
         kind = {"fault": "failure", "rejoin": "rejoin"}.get(e["kind"], "action" if e["kind"] in ACTIONS else None)
@@ -168,6 +195,7 @@ def timeline_png(path: Path, tracks: list[Track], title: str) -> Timeline:
     Returns what was drawn (:class:`Timeline`), see ``timeline_marks``.
     """
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -179,9 +207,15 @@ def timeline_png(path: Path, tracks: list[Track], title: str) -> Timeline:
         blocks.append(_draw_track(grid.lanes(fig, top), r))
         top += grid.block + grid.h_gap
     fig.suptitle(title, fontsize=12, x=grid.left / grid.width, ha="left", y=1 - 0.15 / grid.height, va="top")
-    legend = fig.legend(handles=_legend_handles(), loc="lower left",
-                        bbox_to_anchor=(grid.left / grid.width, 0.1 / grid.height), ncol=3, fontsize=8.5,
-                        frameon=False, borderaxespad=0)
+    legend = fig.legend(
+        handles=_legend_handles(),
+        loc="lower left",
+        bbox_to_anchor=(grid.left / grid.width, 0.1 / grid.height),
+        ncol=3,
+        fontsize=8.5,
+        frameon=False,
+        borderaxespad=0,
+    )
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     for b in blocks:  # a long title shrinks to fit the figure's width
@@ -195,9 +229,19 @@ def timeline_png(path: Path, tracks: list[Track], title: str) -> Timeline:
     return out
 
 
-_COLORS = {"failure": "tab:red", "rejoin": "tab:purple", "action": "tab:purple", "step": "tab:blue",
-           "recomputed": "tab:orange", "discarded": "0.45", "checkpoint": "black", "full": "tab:green",
-           "small": "tab:olive", "signal": "darkred", "straggler": "tab:purple"}
+_COLORS = {
+    "failure": "tab:red",
+    "rejoin": "tab:purple",
+    "action": "tab:purple",
+    "step": "tab:blue",
+    "recomputed": "tab:orange",
+    "discarded": "0.45",
+    "checkpoint": "black",
+    "full": "tab:green",
+    "small": "tab:olive",
+    "signal": "darkred",
+    "straggler": "tab:purple",
+}
 _EVENT_ROWS = {"faults": 3, "rejoins, actions": 2, "workers": 1, "checkpoints": 0}  # y of each row, events lane
 
 
@@ -214,14 +258,22 @@ class _Grid:
 
     def axes_at(self, fig, top: float, h: float):
         """Axes across the width, ``h`` high, ``top`` inches below the figure's top."""
-        return fig.add_axes(((self.left / self.width), 1 - (top + h) / self.height,
-                             1 - (self.left + self.right) / self.width, h / self.height))
+        return fig.add_axes(
+            (
+                (self.left / self.width),
+                1 - (top + h) / self.height,
+                1 - (self.left + self.right) / self.width,
+                h / self.height,
+            )
+        )
 
     def lanes(self, fig, top: float) -> dict:
         """The events, steps and loss axes of the block that starts ``top`` inches below the figure's top."""
-        return {"events": self.axes_at(fig, top + self.h_head, self.h_events),
-                "steps": self.axes_at(fig, top + self.h_head + self.h_events + 0.06, self.h_steps),
-                "loss": self.axes_at(fig, top + self.h_head + self.h_events + self.h_steps + 0.12, self.h_loss)}
+        return {
+            "events": self.axes_at(fig, top + self.h_head, self.h_events),
+            "steps": self.axes_at(fig, top + self.h_head + self.h_events + 0.06, self.h_steps),
+            "loss": self.axes_at(fig, top + self.h_head + self.h_events + self.h_steps + 0.12, self.h_loss),
+        }
 
 
 @dataclass
@@ -269,8 +321,15 @@ class _EventsLane:
         self.fails = [m.t for m in marks if m.kind == "failure"]
 
     def draw(self) -> None:
-        drawers = {"failure": self.failure, "rejoin": self.rejoin, "action": self.action, "signal": self.signal,
-                   "attempt": self.attempt, "checkpoint": self.checkpoint, "straggler": self.straggler}
+        drawers = {
+            "failure": self.failure,
+            "rejoin": self.rejoin,
+            "action": self.action,
+            "signal": self.signal,
+            "attempt": self.attempt,
+            "checkpoint": self.checkpoint,
+            "straggler": self.straggler,
+        }
         for m in self.marks:
             if m.kind in drawers:
                 drawers[m.kind](m)
@@ -278,8 +337,20 @@ class _EventsLane:
     def label(self, x: float, y: float, text: str, color: str) -> None:
         """A text at ``x`` above a row, turned to the left near the right edge."""
         near_end = x > 0.8 * self.xmax
-        self.texts.append((self.ev.text(x + (-0.004 if near_end else 0.004) * self.xmax, y, text, fontsize=7.5,
-                                        color=color, ha="right" if near_end else "left", va="bottom"), None))
+        self.texts.append(
+            (
+                self.ev.text(
+                    x + (-0.004 if near_end else 0.004) * self.xmax,
+                    y,
+                    text,
+                    fontsize=7.5,
+                    color=color,
+                    ha="right" if near_end else "left",
+                    va="bottom",
+                ),
+                None,
+            )
+        )
 
     def failure(self, m: Mark) -> None:
         """Injected -> noticed (dark), noticed -> training again (light; hatched up to the next fault or the end
@@ -289,8 +360,17 @@ class _EventsLane:
         mid = m.detected if m.detected is not None and m.detected <= stop else m.t
         if mid > m.t:
             self.ev.barh(y, mid - m.t, left=m.t, height=0.4, color=c, alpha=0.9)
-        self.ev.barh(y, stop - mid, left=mid, height=0.4, color=c, alpha=0.3,
-                     hatch="///" if m.t_end is None else None, edgecolor=c, lw=0)
+        self.ev.barh(
+            y,
+            stop - mid,
+            left=mid,
+            height=0.4,
+            color=c,
+            alpha=0.3,
+            hatch="///" if m.t_end is None else None,
+            edgecolor=c,
+            lw=0,
+        )
         self.ev.plot([m.t], [y], marker="|", ms=12, mew=2, color=c)
         self.label(m.t, y + 0.24, m.label + (f" ({m.lost} recomputed)" if m.lost is not None else ""), "darkred")
 
@@ -307,8 +387,9 @@ class _EventsLane:
         self.label(m.t, y + 0.24, m.label, _COLORS["action"])
 
     def signal(self, m: Mark) -> None:
-        self.ev.plot([m.t], [_EVENT_ROWS["workers"]], marker="*", ms=9, color=_COLORS["signal"], mec="white",
-                     mew=0.5, zorder=3)
+        self.ev.plot(
+            [m.t], [_EVENT_ROWS["workers"]], marker="*", ms=9, color=_COLORS["signal"], mec="white", mew=0.5, zorder=3
+        )
 
     def straggler(self, m: Mark) -> None:
         """A square on the workers row where the job named a straggler, with its rank and ratio."""
@@ -321,15 +402,28 @@ class _EventsLane:
         y, xmax = _EVENT_ROWS["workers"], self.xmax
         c = _COLORS["full"] if m.value == self.full else _COLORS["small"]
         self.ev.barh(y, max(m.t_end - m.t, xmax * 0.002), left=m.t, height=0.5, color=c, alpha=0.75, lw=0)
-        self.texts.append((self.ev.text(m.t + 0.004 * xmax, y, f"world {m.value:g}" if m.value else "world ?",
-                                        fontsize=7, color="white", va="center", ha="left"), m.t_end))
+        self.texts.append(
+            (
+                self.ev.text(
+                    m.t + 0.004 * xmax,
+                    y,
+                    f"world {m.value:g}" if m.value else "world ?",
+                    fontsize=7,
+                    color="white",
+                    va="center",
+                    ha="left",
+                ),
+                m.t_end,
+            )
+        )
 
     def checkpoint(self, m: Mark) -> None:
         """A diamond with its step in the checkpoints row, and one at its step in the steps lane."""
         y = _EVENT_ROWS["checkpoints"]
         self.ev.plot([m.t], [y], "D", ms=5, color=_COLORS["checkpoint"])
-        self.texts.append((self.ev.text(m.t + 0.004 * self.xmax, y + 0.05, str(m.step), fontsize=7, va="center",
-                                        ha="left"), None))
+        self.texts.append(
+            (self.ev.text(m.t + 0.004 * self.xmax, y + 0.05, str(m.step), fontsize=7, va="center", ha="left"), None)
+        )
         self.st.plot([m.t], [m.step], "D", ms=5, color=_COLORS["checkpoint"], zorder=4)
 
 
@@ -337,6 +431,7 @@ def _draw_steps_and_loss(st, lo, marks: list[Mark]) -> None:
     """The steps and loss lanes: disruptions shaded, each attempt's steps joined by a line (never across two
     attempts), steps kept / recomputed / lost as points."""
     from matplotlib.ticker import MaxNLocator
+
     for m in marks:
         if m.kind in ("failure", "rejoin") and m.t_end is not None:
             for ax in (st, lo):
@@ -351,9 +446,11 @@ def _draw_steps_and_loss(st, lo, marks: list[Mark]) -> None:
             st.plot([a.t, xs[0]], [a.step or 0] * 2, color=_COLORS["full"], ls=":", lw=1.2, zorder=1)
             st.plot(xs, [m.step for m in mine], color="0.6", lw=0.9, zorder=1)
             lo.plot(xs, [m.value for m in mine], color="0.6", lw=0.9, zorder=1)
-    for kind, style in (("step", dict(marker="o", ms=3.5)),
-                        ("recomputed", dict(marker="o", ms=6, mec="black", mew=0.6)),
-                        ("discarded", dict(marker="x", ms=6, mew=1.5))):
+    for kind, style in (
+        ("step", dict(marker="o", ms=3.5)),
+        ("recomputed", dict(marker="o", ms=6, mec="black", mew=0.6)),
+        ("discarded", dict(marker="x", ms=6, mew=1.5)),
+    ):
         pts = [m for m in marks if m.kind == kind]
         if pts:
             st.plot([m.t for m in pts], [m.step for m in pts], ls="", color=_COLORS[kind], zorder=3, **style)
@@ -370,6 +467,7 @@ def _draw_steps_and_loss(st, lo, marks: list[Mark]) -> None:
 def _legend_handles() -> list:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+
     c = _COLORS
     return [
         Patch(color=c["failure"], alpha=0.9, label="failure (fault injected) -> noticed"),
@@ -377,17 +475,41 @@ def _legend_handles() -> list:
         Line2D([], [], marker="*", ls="", color=c["signal"], label="job logged a signal"),
         Line2D([], [], marker="s", ls="", ms=6, color=c["straggler"], label="job named a straggler"),
         Patch(color=c["rejoin"], alpha=0.3, label="node rejoined -> full world size again (not a failure)"),
-        Line2D([], [], marker="v", ls="", color=c["action"], mfc="white",
-               label="harness: relaunch / requeue / replacement / corruption"),
+        Line2D(
+            [],
+            [],
+            marker="v",
+            ls="",
+            color=c["action"],
+            mfc="white",
+            label="harness: relaunch / requeue / replacement / corruption",
+        ),
         Patch(color=c["full"], alpha=0.75, label="worker group at full world size"),
         Patch(color=c["small"], alpha=0.75, label="worker group at a smaller world size"),
         Line2D([], [], marker=">", ls="", color=c["full"], label="(re)start, at the step it resumed from"),
         Line2D([], [], marker="D", ls="", ms=5, color=c["checkpoint"], label="checkpoint committed (step)"),
         Line2D([], [], marker="o", ms=3.5, color=c["step"], ls="", label="step kept"),
-        Line2D([], [], marker="o", ms=6, mec="black", mew=0.6, color=c["recomputed"], ls="",
-               label="step computed again after a restart (kept)"),
-        Line2D([], [], marker="x", ms=6, mew=1.5, color=c["discarded"], ls="",
-               label="step lost (its attempt ended before a checkpoint kept it)"),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ms=6,
+            mec="black",
+            mew=0.6,
+            color=c["recomputed"],
+            ls="",
+            label="step computed again after a restart (kept)",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="x",
+            ms=6,
+            mew=1.5,
+            color=c["discarded"],
+            ls="",
+            label="step lost (its attempt ended before a checkpoint kept it)",
+        ),
     ]
 
 

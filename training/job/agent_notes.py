@@ -10,6 +10,7 @@ imports it before torch.
 
 Without the directory (a plain ``python -m training``, another launcher) there is no spare and nothing to leave.
 """
+
 from __future__ import annotations
 
 import os

@@ -13,6 +13,7 @@ cluster's storage) and ``python -m training`` itself when nothing before it did:
 
 Torch is imported only to look for GPUs (``parallel.device=cuda``).
 """
+
 from __future__ import annotations
 
 import errno
@@ -52,8 +53,14 @@ class CorpusFacts:
     """True when every record was read (tokens is then the corpus's exact size)."""
 
 
-def check_job(cfg: Config, *, nproc_per_node: int | None = None, files: bool = True, device: bool = True,
-              say: Callable[[str], None] | None = None) -> None:
+def check_job(
+    cfg: Config,
+    *,
+    nproc_per_node: int | None = None,
+    files: bool = True,
+    device: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> None:
     """Check what ``cfg`` points at from this host; raises the job's own error types (see training.errors).
 
     ``files=False`` where the job's files are not visible (a submit host outside the cluster's storage);
@@ -65,19 +72,27 @@ def check_job(cfg: Config, *, nproc_per_node: int | None = None, files: bool = T
         check_inputs(init_from=cfg.model.init_from, initial_load_path=cfg.checkpoint.initial_load_path)
         if cfg.model.init_from:
             check_pretrained_dir(cfg.model.init_from, cfg.model)
-        check_locations(out_dir=cfg.job.out_dir, checkpoint_dir=cfg.checkpoint.dir, metrics_path=cfg.metrics.path,
-                        memory_dir=cfg.checkpoint.memory_dir if cfg.checkpoint.memory_interval else "")
+        check_locations(
+            out_dir=cfg.job.out_dir,
+            checkpoint_dir=cfg.checkpoint.dir,
+            metrics_path=cfg.metrics.path,
+            memory_dir=cfg.checkpoint.memory_dir if cfg.checkpoint.memory_interval else "",
+        )
         check_data(cfg.data, min_samples=cfg.train.global_batch, say=say)
 
 
 def check_inputs(*, init_from: str, initial_load_path: str) -> None:
     """Weights a run starts from are local directories (nothing is downloaded)."""
     if init_from and not os.path.isdir(init_from):
-        raise ConfigError(f"model.init_from={init_from!r} is not a local directory; pass a directory with "
-                          "config.json and weights (hub names are not downloaded)")
+        raise ConfigError(
+            f"model.init_from={init_from!r} is not a local directory; pass a directory with "
+            "config.json and weights (hub names are not downloaded)"
+        )
     if initial_load_path and not os.path.isdir(initial_load_path):
-        raise ConfigError(f"checkpoint.initial_load_path={initial_load_path!r} is not a directory; pass a "
-                          "step_NNNNNNNN checkpoint directory or another run's checkpoint.dir")
+        raise ConfigError(
+            f"checkpoint.initial_load_path={initial_load_path!r} is not a directory; pass a "
+            "step_NNNNNNNN checkpoint directory or another run's checkpoint.dir"
+        )
 
 
 def already_checked() -> bool:
@@ -94,15 +109,18 @@ def check_data(d: DataConfig, *, min_samples: int, say: Callable[[str], None] | 
     if is_prepared(d.source):
         m = read_manifest(d.source)
         _enough(d, min_samples, raw_len, tokens=m.tokens, documents=m.documents)
-        return CorpusFacts(files=len(m.shards), bytes=m.tokens * TOKEN_BYTES, documents=m.documents,
-                           tokens=m.tokens, complete=True)
+        return CorpusFacts(
+            files=len(m.shards), bytes=m.tokens * TOKEN_BYTES, documents=m.documents, tokens=m.tokens, complete=True
+        )
     need = raw_len * min_samples
     files = data_files(d.source)
     size = sum(os.path.getsize(f) for f in files)
     complete = size <= FULL_SCAN_BYTES
     if say and size > PROGRESS_BYTES:
-        say(f"checking data.source {d.source} ({size / 2**20:,.0f} MiB in {len(files)} file(s)"
-            f"{'' if complete else f', the first {HEAD_RECORDS} records of each'})")
+        say(
+            f"checking data.source {d.source} ({size / 2**20:,.0f} MiB in {len(files)} file(s)"
+            f"{'' if complete else f', the first {HEAD_RECORDS} records of each'})"
+        )
     docs = tokens = 0
     for path in files:
         for n, text in enumerate(iter_texts(path, d.text_field), 1):
@@ -124,7 +142,8 @@ def _enough(d: DataConfig, min_samples: int, raw_len: int, *, tokens: int, docum
             f"data.source={d.source!r} holds {tokens:,} tokens (bytes) in {documents:,} document(s): "
             f"{tokens // raw_len} sample(s) of {raw_len} tokens at data.seq_len={d.seq_len}, fewer than one global "
             f"batch (train.global_batch={min_samples} needs {need:,} tokens); add text, or lower "
-            "--train.global_batch or --data.seq_len")
+            "--train.global_batch or --data.seq_len"
+        )
 
 
 def _nearest_existing(path: str) -> str:
@@ -159,8 +178,11 @@ def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str, mem
     """Each location is a directory (or a regular file, for the metrics) or can be created as one, and a file can
     be written there; the checkpoint directory is not inside another run's checkpoints nor holds one.
     ``memory_dir``: checkpoint.memory_dir when set (node-local; its room is checked by the tier itself)."""
-    locations = [("job.out_dir", out_dir, True), ("checkpoint.dir", checkpoint_dir, True),
-                 ("metrics.path", metrics_path, False)]
+    locations = [
+        ("job.out_dir", out_dir, True),
+        ("checkpoint.dir", checkpoint_dir, True),
+        ("metrics.path", metrics_path, False),
+    ]
     if memory_dir:
         locations.append(("checkpoint.memory_dir", memory_dir, True))
     for name, path, want_dir in locations:
@@ -168,19 +190,23 @@ def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str, mem
         if os.path.lexists(path):
             is_dir = os.path.isdir(path)
             if want_dir and not is_dir:
-                raise ConfigError(f"{name}={path!r} is a file, not a directory; pass a directory ({flag} DIR; "
-                                  "it is created if missing)")
+                raise ConfigError(
+                    f"{name}={path!r} is a file, not a directory; pass a directory ({flag} DIR; "
+                    "it is created if missing)"
+                )
             if not want_dir and is_dir:
                 raise ConfigError(f"{name}={path!r} is a directory; pass a file path ({flag} DIR/metrics.jsonl)")
             if not want_dir and not stat.S_ISREG(os.stat(path).st_mode):
-                raise ConfigError(f"{name}={path!r} is {_kind(path)}, not a regular file; pass a file path "
-                                  f"({flag} DIR/metrics.jsonl)")
+                raise ConfigError(
+                    f"{name}={path!r} is {_kind(path)}, not a regular file; pass a file path ({flag} DIR/metrics.jsonl)"
+                )
             where = path if is_dir else os.path.dirname(os.path.abspath(path))
         else:
             where = _nearest_existing(path)
             if not os.path.isdir(where):
-                raise ConfigError(f"{name}={path!r} cannot be created: {where} is a file, not a directory; pass "
-                                  f"another path ({flag})")
+                raise ConfigError(
+                    f"{name}={path!r} cannot be created: {where} is a file, not a directory; pass another path ({flag})"
+                )
         why = _why_not_writable(where)
         if why is not None:
             raise ConfigError(f"{name}={path!r} is not writable: {why}; pass a writable path ({flag})")
@@ -191,8 +217,12 @@ def check_locations(*, out_dir: str, checkpoint_dir: str, metrics_path: str, mem
 
 def _kind(path: str) -> str:
     mode = os.stat(path).st_mode
-    for test, what in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+    for test, what in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return what
     return "not a regular file"
@@ -203,16 +233,31 @@ def check_device(p: ParallelConfig, *, preset: str, nproc_per_node: int | None =
     if p.device != "cuda":
         return
     import torch  # deferred: only a GPU job pays for it
+
     if not torch.cuda.is_available():
         build = torch.__version__ + (", a CPU-only build" if torch.version.cuda is None else "")
-        raise ConfigError(f"preset {preset!r} trains on CUDA GPUs (parallel.device=cuda), but this machine has none "
-                          f"visible (torch {build}); here run a CPU preset (--preset debug or t5-60m) or "
-                          "--parallel.device cpu, or submit it to a GPU cluster (PLATFORM=slurm or PLATFORM=eks)")
+        raise ConfigError(
+            f"preset {preset!r} trains on CUDA GPUs (parallel.device=cuda), but this machine has none "
+            f"visible (torch {build}); here run a CPU preset (--preset debug or t5-60m) or "
+            "--parallel.device cpu, or submit it to a GPU cluster (PLATFORM=slurm or PLATFORM=eks)"
+        )
     count = torch.cuda.device_count()
     if nproc_per_node and nproc_per_node > count:
-        raise ConfigError(f"{nproc_per_node} processes per node, but this node has {count} GPU(s) (one per process); "
-                          f"use --nproc-per-node {count} (NPROC={count})")
+        raise ConfigError(
+            f"{nproc_per_node} processes per node, but this node has {count} GPU(s) (one per process); "
+            f"use --nproc-per-node {count} (NPROC={count})"
+        )
 
 
-__all__ = ["CHECK_ERRORS", "DONE_ENV", "CorpusFacts", "DataSourceError", "already_checked", "check_data",
-           "check_device", "check_inputs", "check_job", "check_locations"]
+__all__ = [
+    "CHECK_ERRORS",
+    "DONE_ENV",
+    "CorpusFacts",
+    "DataSourceError",
+    "already_checked",
+    "check_data",
+    "check_device",
+    "check_inputs",
+    "check_job",
+    "check_locations",
+]

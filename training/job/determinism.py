@@ -4,6 +4,7 @@ Call :func:`apply_determinism` before the first CUDA kernel (cuBLAS reads its wo
 handle is created). With it on, a GPU run and its resume can be compared bitwise wherever the kernels have a
 deterministic implementation; an op that has none raises at its first use, naming it.
 """
+
 from __future__ import annotations
 
 import os

@@ -13,6 +13,7 @@ The points, in the order a step meets them::
 A fault that ends or stops the process happens once per ``job.out_dir`` (a marker file there), so the restarted
 job does not repeat it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -35,8 +36,7 @@ def _at(setting: int, step: int) -> bool:
 class Faults:
     """The injected faults of one rank. ``enabled`` is False when no fault.* setting is on."""
 
-    def __init__(self, cfg: FaultConfig, *, rank: int, out_dir: str,
-                 interrupted: Callable[[], bool] = lambda: False):
+    def __init__(self, cfg: FaultConfig, *, rank: int, out_dir: str, interrupted: Callable[[], bool] = lambda: False):
         """``interrupted``: whether this rank was asked to stop (SIGTERM from its agent): a hold ends then, so
         that the rank reaches its next step boundary and stops there as it would unheld."""
         self.cfg, self.rank, self.out_dir = cfg, rank, Path(out_dir)
@@ -49,8 +49,11 @@ class Faults:
         """Before the forward pass of `step`: block this rank's main thread for good at fault.wedge_at_step (once
         per out_dir). Only the main thread: the process and its heartbeat thread run on."""
         if self._mine and _at(self.cfg.wedge_at_step, step) and self._mark_once(f"wedge-step{step}"):
-            print(f"[fault] rank {self.rank} blocks its main thread at the start of step {step}'s forward pass "
-                  f"(pid {os.getpid()}; its heartbeat thread runs on)", flush=True)
+            print(
+                f"[fault] rank {self.rank} blocks its main thread at the start of step {step}'s forward pass "
+                f"(pid {os.getpid()}; its heartbeat thread runs on)",
+                flush=True,
+            )
             threading.Event().wait()  # never set: a wedged main loop
 
     def loss(self, step: int, loss):
@@ -64,14 +67,16 @@ class Faults:
         if _at(self.cfg.fail_snapshot_at_step, step):
             raise OSError(errno.ENOSPC, f"[fault] injected: no space for the memory snapshot of step {step}")
         if _at(self.cfg.kill_in_snapshot_at_step, step):
-            self._signal_self_once(f"snapshot-kill-step{step}",
-                                   f"SIGKILLs itself halfway through the memory snapshot of step {step}")
+            self._signal_self_once(
+                f"snapshot-kill-step{step}", f"SIGKILLs itself halfway through the memory snapshot of step {step}"
+            )
 
     def during_save(self, step: int) -> None:
         """At the start of the checkpoint write of `step`: go silent (SIGSTOP) like a node whose sockets stay open."""
         if self._mine and _at(self.cfg.stop_in_save_at_step, step):
-            self._signal_self_once(f"save-stop-step{step}",
-                                   f"stops itself (SIGSTOP) in the checkpoint save of step {step}", signal.SIGSTOP)
+            self._signal_self_once(
+                f"save-stop-step{step}", f"stops itself (SIGSTOP) in the checkpoint save of step {step}", signal.SIGSTOP
+            )
 
     def before_commit(self, step: int) -> None:
         """Between a checkpoint's data and its commit marker: hold the commit back for fault.slow_commit_s."""

@@ -10,6 +10,7 @@ into infinite weights one step before the loss shows it.
     if guard.step_ok(step, loss, grad_norm): optimizer.step()
     guard.check_weights(model, step)        # before a save; raises Diverged
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,11 @@ class NonFiniteGuard:
             return True
         self.bad_in_a_row += 1
         if self.bad_in_a_row >= self.max_bad_steps:
-            raise Diverged(f"non-finite loss {loss} / gradient norm {grad_norm} at step {step} "
-                           f"({self.bad_in_a_row} bad step(s) in a row, train.max_bad_steps={self.max_bad_steps}); "
-                           "the run stopped without checkpointing it. Lower train.lr or raise train.warmup_steps")
+            raise Diverged(
+                f"non-finite loss {loss} / gradient norm {grad_norm} at step {step} "
+                f"({self.bad_in_a_row} bad step(s) in a row, train.max_bad_steps={self.max_bad_steps}); "
+                "the run stopped without checkpointing it. Lower train.lr or raise train.warmup_steps"
+            )
         return False
 
     def ok_to_checkpoint(self) -> bool:
@@ -55,5 +58,7 @@ class NonFiniteGuard:
         ok = ok.to(next(model.parameters()).device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         if not int(ok.item()):
-            raise Diverged(f"the weights after step {step} are not finite (the update overflowed); the run stopped "
-                           "without checkpointing them. Lower train.lr or raise train.warmup_steps")
+            raise Diverged(
+                f"the weights after step {step} are not finite (the update overflowed); the run stopped "
+                "without checkpointing them. Lower train.lr or raise train.warmup_steps"
+            )

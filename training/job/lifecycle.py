@@ -121,7 +121,7 @@ def worker_rank(pid: int) -> int | None:
             name = f.read().strip()
     except OSError:
         return None
-    rest = name[len(WORKER_NAME_PREFIX):] if name.startswith(WORKER_NAME_PREFIX) else ""
+    rest = name[len(WORKER_NAME_PREFIX) :] if name.startswith(WORKER_NAME_PREFIX) else ""
     return int(rest) if rest.isdigit() else None
 
 

@@ -1,6 +1,7 @@
 """Rank-0 progress lines, a closing summary, and per-step metrics as JSONL (appended across restarts); every
 record also goes to the run's TensorBoard event files (:mod:`training.job.tensorboard`, when on) and, on a
 Kubeflow Trainer with the TrainJobStatus feature, to the TrainJob's status (:mod:`training.job.trainer_status`)."""
+
 from __future__ import annotations
 
 import errno
@@ -60,8 +61,10 @@ class MetricsLogger:
                 os.ftruncate(self._fd, end)
             except OSError:
                 pass
-            self._say(f"WARNING: metrics.path {self.cfg.path} can no longer be written ({e.strerror or e}); "
-                      "no more metrics lines are recorded in this attempt, training continues")
+            self._say(
+                f"WARNING: metrics.path {self.cfg.path} can no longer be written ({e.strerror or e}); "
+                "no more metrics lines are recorded in this attempt, training continues"
+            )
             self.close()
 
     def eta_s(self) -> float | None:
@@ -81,10 +84,12 @@ class MetricsLogger:
         self.event("step", **m)
         if m["step"] % self.cfg.log_every == 0 or m["step"] == self.total_steps:
             eta = self.eta_s()
-            self._say(f"step {m['step']:>6}/{self.total_steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
-                  f"{m['tokens_per_s']:,.0f} tok/s | {m['step_time_s']:.2f} s/step | "
-                  f"ckpt {m['ckpt_block_s']:.2f} s | world {m['world_size']} | "
-                  f"ETA {'-' if eta is None else f'{eta:,.0f} s'}")
+            self._say(
+                f"step {m['step']:>6}/{self.total_steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
+                f"{m['tokens_per_s']:,.0f} tok/s | {m['step_time_s']:.2f} s/step | "
+                f"ckpt {m['ckpt_block_s']:.2f} s | world {m['world_size']} | "
+                f"ETA {'-' if eta is None else f'{eta:,.0f} s'}"
+            )
 
     def end(self, status: str, step: int, detail: str = "") -> None:
         """The attempt's closing `end` event and summary line (once; later calls do nothing)."""
@@ -93,15 +98,23 @@ class MetricsLogger:
         self._ended = True
         wall = time.time() - self._t0
         busy = sum(self._step_times)
-        summary = {"status": status, "step": step, "steps_this_attempt": self._steps, "wall_s": round(wall, 3),
-                   "tokens_this_attempt": self._tokens,
-                   "tokens_per_s": round(self._tokens / busy, 1) if busy else None, "final_loss": self._loss}
+        summary = {
+            "status": status,
+            "step": step,
+            "steps_this_attempt": self._steps,
+            "wall_s": round(wall, 3),
+            "tokens_this_attempt": self._tokens,
+            "tokens_per_s": round(self._tokens / busy, 1) if busy else None,
+            "final_loss": self._loss,
+        }
         self.event("end", **summary, **({"detail": detail} if detail else {}))
         if self.enabled:
             rate = f"{summary['tokens_per_s']:,.0f} tok/s mean" if busy else "no steps"
             loss = f"final loss {self._loss:.4f}" if self._loss is not None else "no loss"
-            self._say(f"summary: {status} at step {step}/{self.total_steps} | {self._steps} step(s) in {wall:,.1f} s | "
-                  f"{rate} | {loss} | {self._tokens:,} tokens this attempt")
+            self._say(
+                f"summary: {status} at step {step}/{self.total_steps} | {self._steps} step(s) in {wall:,.1f} s | "
+                f"{rate} | {loss} | {self._tokens:,} tokens this attempt"
+            )
 
     def info(self, msg: str) -> None:
         if self.enabled:

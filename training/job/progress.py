@@ -24,6 +24,7 @@ that some rank never enters), the process group's timeout ends the wait, and tha
 ``min(parallel.train_timeout_s, 2 x max(wedge_floor_s, wedge_multiple x the slowest step))``, twice the slowest
 phase's bound at least, so a wedged rank is found by its verdict before a peer's collective gives up.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,15 @@ from datetime import timedelta
 from typing import Callable
 
 STARTUP, DATA, FORWARD_BACKWARD, OPTIMIZER, SNAPSHOT, CHECKPOINT, FINAL_CHECKPOINT, CLOSING = (
-    "startup", "data", "forward_backward", "optimizer", "snapshot", "checkpoint", "final_checkpoint", "closing")
+    "startup",
+    "data",
+    "forward_backward",
+    "optimizer",
+    "snapshot",
+    "checkpoint",
+    "final_checkpoint",
+    "closing",
+)
 #: Phases that happen once per attempt: bounded by the start-up timeout, never by observations. The synchronous
 #: save of a stop or of the last step writes everything itself (many times an asynchronous save's blocking part).
 _ONCE = (STARTUP, FINAL_CHECKPOINT, CLOSING)
@@ -79,15 +88,25 @@ class Stall:
 class ProgressTracker:
     """Phase boundaries from the trainer, bounds from their observed durations (see the module docstring).
 
-        tracker = ProgressTracker.from_config(cfg, say=print)
-        tracker.enter(DATA, step)     # at each phase boundary, from the main thread
-        tracker.step_done(step)       # after each step: the process group's timeout follows the observations
-        tracker.stall()               # from the heartbeat thread: a Stall, or None
+    tracker = ProgressTracker.from_config(cfg, say=print)
+    tracker.enter(DATA, step)     # at each phase boundary, from the main thread
+    tracker.step_done(step)       # after each step: the process group's timeout follows the observations
+    tracker.stall()               # from the heartbeat thread: a Stall, or None
     """
 
-    def __init__(self, *, floor_s: float, multiple: float, warmup: int, startup_s: float, train_timeout_s: float,
-                 checkpoint_floor_s: float = 0.0, set_pg_timeout: Callable[[float], None] | None = None,
-                 say: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        floor_s: float,
+        multiple: float,
+        warmup: int,
+        startup_s: float,
+        train_timeout_s: float,
+        checkpoint_floor_s: float = 0.0,
+        set_pg_timeout: Callable[[float], None] | None = None,
+        say: Callable[[str], None] = lambda line: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.enabled = floor_s > 0
         self.floor_s, self.multiple, self.warmup, self.startup_s = floor_s, multiple, warmup, startup_s
         self.train_timeout_s, self.checkpoint_floor_s = train_timeout_s, max(floor_s, checkpoint_floor_s)
@@ -105,11 +124,18 @@ class ProgressTracker:
     def from_config(cls, cfg, *, say: Callable[[str], None] = lambda line: None) -> "ProgressTracker":
         """From the whole Config (parallel.wedge_*, the process-group timeouts, checkpoint.min_timeout_s)."""
         from training.torch_private import set_pg_timeout
+
         p = cfg.parallel
-        return cls(floor_s=p.wedge_floor_s, multiple=p.wedge_multiple, warmup=p.wedge_warmup,
-                   startup_s=p.init_timeout_s, train_timeout_s=p.train_timeout_s,
-                   checkpoint_floor_s=cfg.checkpoint.min_timeout_s,
-                   set_pg_timeout=lambda s: set_pg_timeout(timedelta(seconds=s)), say=say)
+        return cls(
+            floor_s=p.wedge_floor_s,
+            multiple=p.wedge_multiple,
+            warmup=p.wedge_warmup,
+            startup_s=p.init_timeout_s,
+            train_timeout_s=p.train_timeout_s,
+            checkpoint_floor_s=cfg.checkpoint.min_timeout_s,
+            set_pg_timeout=lambda s: set_pg_timeout(timedelta(seconds=s)),
+            say=say,
+        )
 
     # ---- the main thread
     def enter(self, phase: str, step: int | None = None) -> None:
@@ -138,9 +164,11 @@ class ProgressTracker:
             self.pg_timeout_s = want
             self.set_pg_timeout(want)
             if first_observed:
-                self.say(f"process-group timeout {want:.1f} s from step {step} on (the observed rule: "
-                         f"min(train_timeout_s {self.train_timeout_s:g}, 2 x max(wedge_floor_s {self.floor_s:g}, "
-                         f"{self.multiple:g} x slowest step {self.slowest_step_s:.2f} s)))")
+                self.say(
+                    f"process-group timeout {want:.1f} s from step {step} on (the observed rule: "
+                    f"min(train_timeout_s {self.train_timeout_s:g}, 2 x max(wedge_floor_s {self.floor_s:g}, "
+                    f"{self.multiple:g} x slowest step {self.slowest_step_s:.2f} s)))"
+                )
 
     # ---- the heartbeat thread
     def beat(self, beat: int) -> Heartbeat:
@@ -172,4 +200,3 @@ class ProgressTracker:
         Python frame is there. (A C call such as a gloo collective leaves the caller's frame innermost.)"""
         frame = sys._current_frames().get(self.main_thread)
         return frame is not None and _TORCH_DISTRIBUTED in frame.f_code.co_filename
-

@@ -9,6 +9,7 @@ silence or its wedge), rank 0 of the new attempt says, after its first step::
 The previous attempt's last step comes from the metrics file (rank 0 appends every attempt's steps to it, so it
 is read before this attempt writes its own ``start`` event); only its tail is read.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,25 @@ _TAIL_BYTES = 256 * 1024  # a few hundred step records: more than one attempt's 
 class RecoveryNote:
     """Says the line above once, after this attempt's first step; does nothing in a first attempt or off rank 0.
 
-        note = RecoveryNote.build(cfg.metrics.path, rank=rank, restart_count=n, resumed_from=step,
-                                  restored_from=ckpt.restored_from, say=metrics.info)
-        ... note.after_step(step)   # every step
+    note = RecoveryNote.build(cfg.metrics.path, rank=rank, restart_count=n, resumed_from=step,
+                              restored_from=ckpt.restored_from, say=metrics.info)
+    ... note.after_step(step)   # every step
     """
 
     def __init__(self, line: Callable[[int, float], str] | None = None, say: Callable[[str], None] = print):
         self._line, self.say = line, say
 
     @classmethod
-    def build(cls, metrics_path: str, *, rank: int, restart_count: int, resumed_from: int | None,
-              restored_from: dict | None, say: Callable[[str], None]) -> "RecoveryNote":
+    def build(
+        cls,
+        metrics_path: str,
+        *,
+        rank: int,
+        restart_count: int,
+        resumed_from: int | None,
+        restored_from: dict | None,
+        say: Callable[[str], None],
+    ) -> "RecoveryNote":
         if rank != 0 or restart_count < 1:
             return cls()
         last = previous_last_step(metrics_path)
@@ -41,15 +50,19 @@ class RecoveryNote:
         last_step, last_time = last
         start = resumed_from or 0
         tier = (restored_from or {}).get("tier", "a fresh start")
-        tier = {"memory": "memory", "peer": "memory (peers' replicas)",
-                "storage": "a storage checkpoint"}.get(tier, tier)
+        tier = {"memory": "memory", "peer": "memory (peers' replicas)", "storage": "a storage checkpoint"}.get(
+            tier, tier
+        )
         limit = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?")
         redo = max(0, last_step - start)
 
         def line(step: int, now: float) -> str:
-            return (f"[recovery] worker group restarted (restart {restart_count} of {limit}): the previous attempt "
-                    f"reached step {last_step}; state restored from {tier} at step {start} ({redo} step(s) "
-                    f"recomputed); {now - last_time:.1f} s from its last step to this attempt's step {step}")
+            return (
+                f"[recovery] worker group restarted (restart {restart_count} of {limit}): the previous attempt "
+                f"reached step {last_step}; state restored from {tier} at step {start} ({redo} step(s) "
+                f"recomputed); {now - last_time:.1f} s from its last step to this attempt's step {step}"
+            )
+
         return cls(line, say)
 
     def after_step(self, step: int) -> None:

@@ -14,6 +14,7 @@ from its agent's forkserver (:mod:`training.launch.warm_workers`), false for a f
 
 The ``start`` event of ``metrics.jsonl`` carries the summary as ``startup``.
 """
+
 from __future__ import annotations
 
 import os

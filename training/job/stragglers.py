@@ -37,6 +37,7 @@ storage write, a long batch) raises the median with it: nobody is named. What ha
 
 ``straggler.factor`` 0 or one rank: :meth:`StragglerWatch.build` returns a watch that does nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,6 +66,7 @@ class WorkClock:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None):
         from torch.distributed.fsdp import FSDPModule
+
         self.cuda = device.type == "cuda"
         self.blocks = [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]
         self._total, self._t0 = 0.0, 0.0
@@ -136,7 +138,7 @@ class StragglerRule:
         """One step's work times by rank; the slowest rank whose streak reached M, or None."""
         named = []
         for rank, t in enumerate(times):
-            others = times[:rank] + times[rank + 1:]
+            others = times[:rank] + times[rank + 1 :]
             median = statistics.median(others) if others else 0.0
             slow = median > 0 and t >= self.factor * median
             self.streak[rank] = self.streak.get(rank, 0) + 1 if slow else 0
@@ -166,9 +168,11 @@ def decide(rows: list[Row], *, step: int, snapshot_due: bool, last_step: int, wi
     if min(r.restarts_left for r in rows) <= 0:
         return False, "a node has no restart left: the job keeps its size"
     if not rows[0].window_open:
-        return False, ("straggler.evict_window_s is 0: stragglers are named, never taken out" if window_s <= 0 else
-                       f"a node was taken out less than straggler.evict_window_s {window_s:g} s ago: the job keeps "
-                       "its size")
+        return False, (
+            "straggler.evict_window_s is 0: stragglers are named, never taken out"
+            if window_s <= 0
+            else f"a node was taken out less than straggler.evict_window_s {window_s:g} s ago: the job keeps its size"
+        )
     if step >= last_step:
         return False, "the last step is done: nothing to gain from a spare"
     if not snapshot_due:
@@ -208,8 +212,19 @@ class StragglerWatch:
 
     enabled = True
 
-    def __init__(self, cfg, *, clock: WorkClock, rank: int, world: int, out_dir: str,
-                 snapshot_due: Callable[[int], bool], metrics, restarts_left: int, last_step: int):
+    def __init__(
+        self,
+        cfg,
+        *,
+        clock: WorkClock,
+        rank: int,
+        world: int,
+        out_dir: str,
+        snapshot_due: Callable[[int], bool],
+        metrics,
+        restarts_left: int,
+        last_step: int,
+    ):
         self.cfg, self.clock, self.rank, self.world = cfg, clock, rank, world
         self.rule = StragglerRule(cfg.factor, cfg.steps)
         self.snapshot_due, self.metrics = snapshot_due, metrics
@@ -226,9 +241,20 @@ class StragglerWatch:
         self._named: int | None = None  # the rank named in the current episode (said once)
 
     @classmethod
-    def build(cls, cfg, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, rank: int,
-              world: int, out_dir: str,
-              snapshot_due: Callable[[int], bool], metrics, last_step: int) -> "StragglerWatch | NoStragglerWatch":
+    def build(
+        cls,
+        cfg,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        rank: int,
+        world: int,
+        out_dir: str,
+        snapshot_due: Callable[[int], bool],
+        metrics,
+        last_step: int,
+    ) -> "StragglerWatch | NoStragglerWatch":
         """From the straggler config slice; call after ``fully_shard`` (the hooks go on the FSDP blocks)."""
         if cfg.factor <= 0 or world < 2 or not dist.is_initialized():
             return NoStragglerWatch()
@@ -236,14 +262,22 @@ class StragglerWatch:
         # (the group restarts without the straggler), else the job would end instead of re-forming
         env = os.environ
         left = int(env.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
-        return cls(cfg, clock=WorkClock(model, device, optimizer), rank=rank, world=world, out_dir=out_dir,
-                   snapshot_due=snapshot_due, metrics=metrics, restarts_left=left, last_step=last_step)
+        return cls(
+            cfg,
+            clock=WorkClock(model, device, optimizer),
+            rank=rank,
+            world=world,
+            out_dir=out_dir,
+            snapshot_due=snapshot_due,
+            metrics=metrics,
+            restarts_left=left,
+            last_step=last_step,
+        )
 
     def after_step(self, step: int) -> None:
         own = self.clock.take()
         window_open = float(time.time() >= self.window_opens_at)
-        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, window_open],
-                           dtype=torch.float64)
+        row = torch.tensor([own, self.node, spares_waiting(), self.restarts_left, window_open], dtype=torch.float64)
         table = [torch.empty_like(row) for _ in range(self.world)]
         dist.all_gather(table, row)
         self._seen += 1
@@ -254,8 +288,13 @@ class StragglerWatch:
             self._named = None  # the episode is over (or none began)
             return
         node = int(table[found.rank][1].item())
-        take_out, action = decide([Row(*t.tolist()) for t in table], step=step, snapshot_due=self.snapshot_due(step),
-                                  last_step=self.last_step, window_s=self.cfg.evict_window_s)
+        take_out, action = decide(
+            [Row(*t.tolist()) for t in table],
+            step=step,
+            snapshot_due=self.snapshot_due(step),
+            last_step=self.last_step,
+            window_s=self.cfg.evict_window_s,
+        )
         if self._named != found.rank or take_out:
             self._say(found, node, step, action)
             self._named = found.rank
@@ -263,20 +302,32 @@ class StragglerWatch:
             self._leave(found, node, step)
 
     def _say(self, s: Straggler, node: int, step: int, action: str) -> None:
-        line = (f"[straggler] rank {s.rank} (node {node}, host {self.hosts[s.rank]}) worked {s.work_s:.3f} s in step "
-                f"{step} vs the others' "
-                f"median {s.median_s:.3f} s (x{s.ratio:.1f}), {s.steps} slow step(s) in a row (straggler.factor "
-                f"{self.cfg.factor:g}, straggler.steps {self.cfg.steps}); {action}")
+        line = (
+            f"[straggler] rank {s.rank} (node {node}, host {self.hosts[s.rank]}) worked {s.work_s:.3f} s in step "
+            f"{step} vs the others' "
+            f"median {s.median_s:.3f} s (x{s.ratio:.1f}), {s.steps} slow step(s) in a row (straggler.factor "
+            f"{self.cfg.factor:g}, straggler.steps {self.cfg.steps}); {action}"
+        )
         self.metrics.info(line)
-        self.metrics.event("straggler", step=step, rank=s.rank, node=node, host=self.hosts[s.rank],
-                           work_s=round(s.work_s, 4),
-                           median_s=round(s.median_s, 4), ratio=round(s.ratio, 2), slow_steps=s.steps,
-                           action=action)
+        self.metrics.event(
+            "straggler",
+            step=step,
+            rank=s.rank,
+            node=node,
+            host=self.hosts[s.rank],
+            work_s=round(s.work_s, 4),
+            median_s=round(s.median_s, 4),
+            ratio=round(s.ratio, 2),
+            slow_steps=s.steps,
+            action=action,
+        )
 
     def _leave(self, s: Straggler, node: int, step: int) -> None:
         """Every rank: stop at this boundary (Regroup); the straggler's node's workers leave the take-out note."""
-        reason = (f"rank {s.rank} (node {node}, host {self.hosts[s.rank]}) is a straggler: "
-                  f"x{s.ratio:.1f} the others' median work time for {s.steps} steps; taken out after step {step}")
+        reason = (
+            f"rank {s.rank} (node {node}, host {self.hosts[s.rank]}) is a straggler: "
+            f"x{s.ratio:.1f} the others' median work time for {s.steps} steps; taken out after step {step}"
+        )
         if self.rank == 0:
             self.window_file.parent.mkdir(parents=True, exist_ok=True)
             self.window_file.write_text(f"{time.time():.3f}\n")

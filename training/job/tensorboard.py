@@ -19,6 +19,7 @@ hides what the failed attempt logged beyond it: the curves show the steps the we
 writes its own event file in the same directory. A queue that fills (the disk stalls) drops records and says so
 once; a writer that fails says so once and stops: the JSONL file stays the record of truth, training goes on.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,18 @@ from typing import Any
 from training.config import MetricsConfig
 
 #: step-record fields -> TensorBoard tags
-STEP_SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
-                "tokens_per_s": "perf/tokens_per_s", "step_time_s": "perf/step_time_s",
-                "ckpt_block_s": "perf/ckpt_block_s", "snapshot_block_s": "perf/snapshot_block_s",
-                "world_size": "job/world_size", "snapshot_interval": "job/snapshot_interval", "mfu": "perf/mfu"}
+STEP_SCALARS = {
+    "loss": "train/loss",
+    "lr": "train/lr",
+    "grad_norm": "train/grad_norm",
+    "tokens_per_s": "perf/tokens_per_s",
+    "step_time_s": "perf/step_time_s",
+    "ckpt_block_s": "perf/ckpt_block_s",
+    "snapshot_block_s": "perf/snapshot_block_s",
+    "world_size": "job/world_size",
+    "snapshot_interval": "job/snapshot_interval",
+    "mfu": "perf/mfu",
+}
 QUEUE_SIZE = 10_000
 CLOSE_WAIT_S = 10.0
 
@@ -73,8 +82,10 @@ class TensorBoardLog:
         except queue.Full:
             self._dropped += 1
             if self._dropped == 1:
-                _warn(f"TensorBoard writer in {self.directory} is behind ({QUEUE_SIZE} records queued): records are "
-                      "dropped from its event files until it catches up (metrics.jsonl has them all)")
+                _warn(
+                    f"TensorBoard writer in {self.directory} is behind ({QUEUE_SIZE} records queued): records are "
+                    "dropped from its event files until it catches up (metrics.jsonl has them all)"
+                )
 
     def close(self) -> None:
         """Write what is queued and close the event file (waits at most CLOSE_WAIT_S)."""
@@ -98,8 +109,10 @@ class TensorBoardLog:
                 if self._queue.empty():
                     writer.flush()
         except Exception as e:  # noqa: BLE001 - a full disk, a broken directory: say so, keep training
-            _warn(f"TensorBoard event files in {self.directory} can no longer be written ({e}); training "
-                  "continues, metrics.jsonl has every record")
+            _warn(
+                f"TensorBoard event files in {self.directory} can no longer be written ({e}); training "
+                "continues, metrics.jsonl has every record"
+            )
             while self._queue.get() is not None:  # let producers go on queueing without blocking
                 pass
         finally:
@@ -112,6 +125,7 @@ class TensorBoardLog:
     def _open(self, first: dict[str, Any]):
         # Imported here, on this thread: the tensorboard package's import never delays the training thread.
         from torch.utils.tensorboard import SummaryWriter
+
         resumed = first.get("resumed_from") if first.get("event") == "start" else None
         return SummaryWriter(log_dir=self.directory, purge_step=resumed + 1 if resumed else None, flush_secs=5)
 
@@ -129,17 +143,27 @@ class TensorBoardLog:
             if restarts:  # its agent restarted the group: a worker failed or the membership changed
                 w.add_scalar("job/failures", 1, step, walltime=t)
             tier = (rec.get("restored_from") or {}).get("tier")
-            w.add_text("job/events", f"attempt {restarts} started at world size {rec.get('world_size')}, "
-                       + (f"resumed from step {step} ({tier})" if step else "from the beginning"), step, walltime=t)
+            w.add_text(
+                "job/events",
+                f"attempt {restarts} started at world size {rec.get('world_size')}, "
+                + (f"resumed from step {step} ({tier})" if step else "from the beginning"),
+                step,
+                walltime=t,
+            )
         elif ev == "end" and rec.get("status") not in ("finished", "already_finished"):
             detail = f": {rec['detail']}" if rec.get("detail") else ""
-            w.add_text("job/events", f"attempt ended at step {rec.get('step')}: {rec.get('status')}{detail}",
-                       rec.get("step") or 0, walltime=t)
+            w.add_text(
+                "job/events",
+                f"attempt ended at step {rec.get('step')}: {rec.get('status')}{detail}",
+                rec.get("step") or 0,
+                walltime=t,
+            )
         elif ev == "snapshot_interval" and rec.get("detail"):  # what memory_interval chose, or a fixed one's cost
             w.add_text("job/events", str(rec["detail"]), rec.get("step") or 0, walltime=t)
         elif ev == "signal":
-            w.add_text("job/events", f"{rec.get('signal')} received: checkpoint and stop", rec.get("step") or 0,
-                       walltime=t)
+            w.add_text(
+                "job/events", f"{rec.get('signal')} received: checkpoint and stop", rec.get("step") or 0, walltime=t
+            )
 
 
 def _warn(line: str) -> None:

@@ -1,4 +1,5 @@
 """The training loop: FSDP2 T5 with span corruption, checkpoint resume, signals and metrics."""
+
 from __future__ import annotations
 
 import logging
@@ -27,14 +28,27 @@ from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
 from training.job.metrics import MetricsLogger
 from training.job.stragglers import StragglerWatch
-from training.model.t5 import (apply_activation_checkpointing, apply_fsdp, build_model_for_sharding, count_params,
-                            model_signature)
+from training.model.t5 import (
+    apply_activation_checkpointing,
+    apply_fsdp,
+    build_model_for_sharding,
+    count_params,
+    model_signature,
+)
 from training.checkpoint.run_identity import digest_tokens, run_fingerprint, show
 from training.job.startup import StartupClock
 from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
 from training.checkpoint.run_lock import lock_for_job
-from training.job.progress import (CHECKPOINT, CLOSING, DATA, FINAL_CHECKPOINT, FORWARD_BACKWARD, OPTIMIZER,
-                                   SNAPSHOT, ProgressTracker)
+from training.job.progress import (
+    CHECKPOINT,
+    CLOSING,
+    DATA,
+    FINAL_CHECKPOINT,
+    FORWARD_BACKWARD,
+    OPTIMIZER,
+    SNAPSHOT,
+    ProgressTracker,
+)
 from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
 
@@ -49,8 +63,14 @@ def _ensure_env() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        os.environ.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
 
 
 def _lr_lambda(warmup: int, total: int):
@@ -59,6 +79,7 @@ def _lr_lambda(warmup: int, total: int):
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, total - warmup)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
     return f
 
 
@@ -99,13 +120,16 @@ class Trainer:
             self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
             problem = None
         except OSError as e:
-            problem = (f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
-                       "--metrics.path or --job.out_dir at a writable directory")
+            problem = (
+                f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
+                "--metrics.path or --job.out_dir at a writable directory"
+            )
         self._raise_if_any(problem, ConfigError)
         # The main thread's phases, for the heartbeat (a wedged rank) and the process group's timeout
         self.tracker = ProgressTracker.from_config(cfg, say=self.metrics.info)
-        self.watchdog = PeerWatchdog.build(p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer,
-                                           progress=self.tracker)
+        self.watchdog = PeerWatchdog.build(
+            p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer, progress=self.tracker
+        )
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))
 
@@ -123,37 +147,53 @@ class Trainer:
         # an H100. On the CPU too: a restarted worker's first optimizer step (DCP runs one to create the state a
         # restore fills) spends most of its time on DTensor sharding propagation, once per op, and fused is one op
         # where foreach is ~10: 0.17 s against 0.56 s for the debug preset, a third of a lost node's restore.
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
-                                           betas=(0.9, 0.95), fused=True)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95), fused=True
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
         self.progress = Progress()
         self.rng = RngState(self.device)
-        self.state = {"train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
-                      RngState.key(self.rank): self.rng}
+        self.state = {
+            "train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
+            RngState.key(self.rank): self.rng,
+        }
         # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
         # the other ranks wait in a collective meanwhile.
         self.run_lock = lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(t.max_bad_steps)
         fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
-        self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir,
-                             interrupted=lambda: bool(self._signal))
+        self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir, interrupted=lambda: bool(self._signal))
         # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
         # storage checkpoint of this model takes.
-        self.ckpt = CheckpointManager(cfg.checkpoint, rank=self.rank, world=self.world, device=self.device,
-                                      signature=model_signature(cfg.model), fingerprint=fingerprint,
-                                      checkpoint_bytes=12 * self.n_params, faults=self.faults,
-                                      before_save=lambda step: self.guard.check_weights(self.model, step),
-                                      on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
-                                      say=self.metrics.info,
-                                      on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
-                                      on_snapshot=lambda: self.tracker.enter(SNAPSHOT),
-                                      record=self.metrics.event)
-        self.stragglers = StragglerWatch.build(cfg.straggler, model=self.model, optimizer=self.optimizer,
-                                               device=self.device, rank=self.rank,
-                                               world=self.world, out_dir=cfg.job.out_dir,
-                                               snapshot_due=self.ckpt.memory.due, metrics=self.metrics,
-                                               last_step=cfg.train.steps)
+        self.ckpt = CheckpointManager(
+            cfg.checkpoint,
+            rank=self.rank,
+            world=self.world,
+            device=self.device,
+            signature=model_signature(cfg.model),
+            fingerprint=fingerprint,
+            checkpoint_bytes=12 * self.n_params,
+            faults=self.faults,
+            before_save=lambda step: self.guard.check_weights(self.model, step),
+            on_commit=lambda s: self.metrics.event("checkpoint", step=s, committed=True),
+            say=self.metrics.info,
+            on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
+            on_snapshot=lambda: self.tracker.enter(SNAPSHOT),
+            record=self.metrics.event,
+        )
+        self.stragglers = StragglerWatch.build(
+            cfg.straggler,
+            model=self.model,
+            optimizer=self.optimizer,
+            device=self.device,
+            rank=self.rank,
+            world=self.world,
+            out_dir=cfg.job.out_dir,
+            snapshot_due=self.ckpt.memory.due,
+            metrics=self.metrics,
+            last_step=cfg.train.steps,
+        )
         self._finished = False
         self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
         self._signal = 0
@@ -195,8 +235,10 @@ class Trainer:
         """Make accepted setting changes take effect: the loaded optimizer/scheduler state carries the old ones."""
         t, fields = self.cfg.train, {c.field for c in self.ckpt.accepted}
         for c in self.ckpt.accepted:
-            self.metrics.info(f"accepted change {c.field}: {show(c.saved)} -> {show(c.now)}: "
-                              f"{c.effect(self.progress.step, self.progress.data_offset)}")
+            self.metrics.info(
+                f"accepted change {c.field}: {show(c.saved)} -> {show(c.now)}: "
+                f"{c.effect(self.progress.step, self.progress.data_offset)}"
+            )
         if fields & {"train.lr", "train.warmup_steps", "train.steps"}:
             # LambdaLR keeps base_lrs in its state and takes its curve from the (new) lambda: rebase the
             # curve on the new peak and set the current lr from it, so the very next step uses it.
@@ -223,8 +265,13 @@ class Trainer:
         # Token counts from the host copy of the batch, reduced over gloo: reading them from the GPU would make
         # the host wait for the device before it can queue this step's forward pass. The third count: ranks
         # that could not read their batch (`problem`); every rank then stops with that rank's message.
-        counts = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64) if batch is None else torch.stack(
-            [(batch["labels"] != -100).sum(), batch["attention_mask"].sum(), torch.tensor(0)]).to(torch.float64)
+        counts = (
+            torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+            if batch is None
+            else torch.stack([(batch["labels"] != -100).sum(), batch["attention_mask"].sum(), torch.tensor(0)]).to(
+                torch.float64
+            )
+        )
         dist.all_reduce(counts)
         if counts[2].item():
             self._raise_if_any(problem, DataSourceError)
@@ -240,10 +287,12 @@ class Trainer:
         # reduce-scatters its gradients, so only sharded gradients are held in between).
         micro = self.cfg.train.micro_batch or ids.size(0)
         for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), mask.split(micro), labels.split(micro)):
-            logits = self.model(input_ids=mb_ids, attention_mask=mb_mask,
-                                decoder_input_ids=self.model._shift_right(mb_labels)).logits
-            mb_loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), mb_labels.view(-1),
-                                      ignore_index=-100, reduction="sum")
+            logits = self.model(
+                input_ids=mb_ids, attention_mask=mb_mask, decoder_input_ids=self.model._shift_right(mb_labels)
+            ).logits
+            mb_loss = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)), mb_labels.view(-1), ignore_index=-100, reduction="sum"
+            )
             # Normalise by the global target count; FSDP averages gradients over ranks, hence x world.
             # The gradient is then that of the global mean loss, whatever the world size or micro-batching.
             mb_loss = self.faults.loss(step, mb_loss)
@@ -270,36 +319,61 @@ class Trainer:
         resumed = self._resume()
         self.ckpt.check_no_clash(self.progress.step + 1, t.steps)
         self.clock.mark("restore")
-        self.metrics.event("start", world_size=self.world, restart_count=self.restart_count, resumed_from=resumed,
-                           host=socket.gethostname(), params=self.n_params, preset=cfg.preset,
-                           accepted_changes=[c.field for c in self.ckpt.accepted],
-                           restored_from=self.ckpt.restored_from,
-                           startup=self.clock.summary())
+        self.metrics.event(
+            "start",
+            world_size=self.world,
+            restart_count=self.restart_count,
+            resumed_from=resumed,
+            host=socket.gethostname(),
+            params=self.n_params,
+            preset=cfg.preset,
+            accepted_changes=[c.field for c in self.ckpt.accepted],
+            restored_from=self.ckpt.restored_from,
+            startup=self.clock.summary(),
+        )
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
             (Path(cfg.job.out_dir) / "config.toml").write_text(to_toml(cfg))
         if self.progress.step >= t.steps:
-            self.metrics.info(f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
-                              f"{cfg.checkpoint.dir}; nothing to do")
+            self.metrics.info(
+                f"already finished: step {self.progress.step} of {t.steps} is checkpointed in "
+                f"{cfg.checkpoint.dir}; nothing to do"
+            )
             self._finished = True
             self.metrics.end("already_finished", self.progress.step)
             return 0
-        self.metrics.info(f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
-                          f"{self.device.type}/{cfg.parallel.precision}, steps {self.progress.step + 1}..{t.steps}, "
-                          f"global batch {t.global_batch} ({self._per_rank_batch_text()}), "
-                          f"{len(self.dataset)} samples per epoch")
-        loader = iter(build_dataloader(self.dataset, cfg.data, seed=cfg.job.seed, global_batch=t.global_batch,
-                                       rank=self.rank, world=self.world, start_offset=self.progress.data_offset,
-                                       pin_memory=self.device.type == "cuda"))
+        self.metrics.info(
+            f"training {cfg.preset}: {self.n_params / 1e6:.1f}M params, world {self.world}, "
+            f"{self.device.type}/{cfg.parallel.precision}, steps {self.progress.step + 1}..{t.steps}, "
+            f"global batch {t.global_batch} ({self._per_rank_batch_text()}), "
+            f"{len(self.dataset)} samples per epoch"
+        )
+        loader = iter(
+            build_dataloader(
+                self.dataset,
+                cfg.data,
+                seed=cfg.job.seed,
+                global_batch=t.global_batch,
+                rank=self.rank,
+                world=self.world,
+                start_offset=self.progress.data_offset,
+                pin_memory=self.device.type == "cuda",
+            )
+        )
         if not self.rng.apply_loaded():
             # Fresh start, or a rank that did not exist when the checkpoint was written (world grew).
             torch.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
             if self.device.type == "cuda":
                 torch.cuda.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
         self.model.train()
-        recovery = RecoveryNote.build(cfg.metrics.path, rank=self.rank, restart_count=self.restart_count,
-                                      resumed_from=resumed, restored_from=self.ckpt.restored_from,
-                                      say=self.metrics.info)
+        recovery = RecoveryNote.build(
+            cfg.metrics.path,
+            rank=self.rank,
+            restart_count=self.restart_count,
+            resumed_from=resumed,
+            restored_from=self.ckpt.restored_from,
+            say=self.metrics.info,
+        )
         exit_code = 0
         while self.progress.step < t.steps:
             self.tracker.enter(DATA, self.progress.step + 1)
@@ -314,13 +388,24 @@ class Trainer:
             # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
             self.tracker.step_done(step)
             sig = self._agreed_stop()
-            blocked, snapshot_blocked = self.ckpt.save(step, self.state, stop=bool(sig), final=step == t.steps,
-                                                       progress=self.progress.state_dict())
-            self.metrics.step(step=step, loss=loss, lr=self.scheduler.get_last_lr()[0], grad_norm=grad_norm,
-                              tokens_per_s=n_tokens / step_time, step_time_s=step_time, ckpt_block_s=blocked,
-                              snapshot_block_s=snapshot_blocked, snapshot_interval=self.ckpt.snapshot_interval,
-                              world_size=self.world, restart_count=self.restart_count, data_offset=offset,
-                              tokens=n_tokens)
+            blocked, snapshot_blocked = self.ckpt.save(
+                step, self.state, stop=bool(sig), final=step == t.steps, progress=self.progress.state_dict()
+            )
+            self.metrics.step(
+                step=step,
+                loss=loss,
+                lr=self.scheduler.get_last_lr()[0],
+                grad_norm=grad_norm,
+                tokens_per_s=n_tokens / step_time,
+                step_time_s=step_time,
+                ckpt_block_s=blocked,
+                snapshot_block_s=snapshot_blocked,
+                snapshot_interval=self.ckpt.snapshot_interval,
+                world_size=self.world,
+                restart_count=self.restart_count,
+                data_offset=offset,
+                tokens=n_tokens,
+            )
             self.faults.after_step(step)
             recovery.after_step(step)
             if sig:
@@ -334,8 +419,10 @@ class Trainer:
         else:
             self._finished = True
             self.metrics.end("finished", self.progress.step)
-            self.metrics.info(f"finished {t.steps} steps; final checkpoint "
-                              f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}")
+            self.metrics.info(
+                f"finished {t.steps} steps; final checkpoint "
+                f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}"
+            )
         return exit_code
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ Trainer versions named the variables ``KUBEFLOW_TRAINER_STATUS_*``; they are rea
 A report that fails (the endpoint down, a token refused) is said once per kind of error and never stops
 training; the JSONL file stays the record of truth.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -54,8 +55,16 @@ def endpoint(env: Mapping[str, str]) -> tuple[str, str | None, str | None] | Non
 class TrainerStatus:
     """Posts the run's progress to the TrainJob's status endpoint from its own thread (see the module doc)."""
 
-    def __init__(self, url: str, ca_file: str | None, token_file: str | None, *, metrics_path: str,
-                 total_steps: int, interval_s: float = INTERVAL_S):
+    def __init__(
+        self,
+        url: str,
+        ca_file: str | None,
+        token_file: str | None,
+        *,
+        metrics_path: str,
+        total_steps: int,
+        interval_s: float = INTERVAL_S,
+    ):
         self.url, self.ca_file, self.token_file = url, ca_file, token_file
         self.metrics_path, self.total_steps, self.interval_s = metrics_path, total_steps, interval_s
         self._earlier: list[dict] = []  # the run's records before this attempt (read from metrics.path)
@@ -72,8 +81,9 @@ class TrainerStatus:
         self._thread.start()
 
     @classmethod
-    def build(cls, cfg: MetricsConfig, *, enabled: bool, total_steps: int,
-              env: Mapping[str, str] | None = None) -> "TrainerStatus | NullLog":
+    def build(
+        cls, cfg: MetricsConfig, *, enabled: bool, total_steps: int, env: Mapping[str, str] | None = None
+    ) -> "TrainerStatus | NullLog":
         """The reporter of rank 0 (``enabled``) where the controller gave an endpoint, else a NullLog."""
         where = endpoint(os.environ if env is None else env)
         if not enabled or where is None:
@@ -138,11 +148,18 @@ class TrainerStatus:
         if step is None:
             return None
         left = self.total_steps - step["step"]
-        metrics = {"step": step["step"], "world_size": step.get("world_size"), "loss": step.get("loss"),
-                   "tokens_per_s": step.get("tokens_per_s"), **self._ledger_figures(final)}
-        status = {"progressPercentage": int(100 * step["step"] / self.total_steps) if self.total_steps else 0,
-                  "metrics": [{"name": k, "value": str(v)} for k, v in metrics.items() if v is not None],
-                  "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        metrics = {
+            "step": step["step"],
+            "world_size": step.get("world_size"),
+            "loss": step.get("loss"),
+            "tokens_per_s": step.get("tokens_per_s"),
+            **self._ledger_figures(final),
+        }
+        status = {
+            "progressPercentage": int(100 * step["step"] / self.total_steps) if self.total_steps else 0,
+            "metrics": [{"name": k, "value": str(v)} for k, v in metrics.items() if v is not None],
+            "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
         gaps = [b - a for a, b in zip(times[1:], times[2:])]  # the attempt's first step (warm-up) left out
         if gaps and left >= 0:
             status["estimatedRemainingSeconds"] = int(statistics.median(gaps) * left)
@@ -151,6 +168,7 @@ class TrainerStatus:
     def _post(self, final: bool = False) -> bool:
         """Send the status (False: nothing to say yet, before this attempt's first step)."""
         import requests  # here, on this thread: nothing of it on the training thread
+
         body = self.payload(final)
         if body is None:
             return False
@@ -171,8 +189,9 @@ class TrainerStatus:
     def _say(self, kind: str, detail: str) -> None:
         if kind not in self._errors:
             self._errors.add(kind)
-            _say_once(f"TrainJob status report to {self.url} failed ({detail}); training continues, reports go on "
-                  "being tried")
+            _say_once(
+                f"TrainJob status report to {self.url} failed ({detail}); training continues, reports go on being tried"
+            )
 
 
 def _say_once(line: str) -> None:

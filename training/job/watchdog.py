@@ -37,6 +37,7 @@ silence. Keys live under a prefix drawn at start-up (one collective), so every r
 with fresh heartbeats. One process (``world`` 1) or ``heartbeat_timeout_s`` 0: :meth:`PeerWatchdog.build`
 returns a watchdog that does nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,6 +75,7 @@ def tell_agent_final_exit(code: int) -> None:
     The worker SIGTERMs its agent itself, at once: torchrun's monitor loop looks at its workers every 0.1 s and
     would restart the group before the agent's NodeWatchdog (one look a second) read the note."""
     from training.job.lifecycle import AGENT_ENV
+
     beat_dir = os.environ.get(HEARTBEAT_DIR_ENV, "")
     if not beat_dir:
         return
@@ -103,15 +105,24 @@ def _claim_final_exit_signal(beat_dir: str) -> bool:
 class PeerWatchdog:
     """Publishes this rank's heartbeat and ends this worker when the watched peer falls silent.
 
-        wd = PeerWatchdog.build(cfg.parallel, rank=rank, world=world, on_silent=record)
-        wd.start()
-        ...             # training
-        wd.close()      # after the last collective: peers stop watching this rank
+    wd = PeerWatchdog.build(cfg.parallel, rank=rank, world=world, on_silent=record)
+    wd.start()
+    ...             # training
+    wd.close()      # after the last collective: peers stop watching this rank
     """
 
-    def __init__(self, *, timeout_s: float, rank: int, world: int, store=None,
-                 on_silent: Callable[[str], None] | None = None, exit_code: int = 1,
-                 exit_fn: Callable[[int], None] = os._exit, progress: ProgressTracker | None = None):
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        rank: int,
+        world: int,
+        store=None,
+        on_silent: Callable[[str], None] | None = None,
+        exit_code: int = 1,
+        exit_fn: Callable[[int], None] = os._exit,
+        progress: ProgressTracker | None = None,
+    ):
         self.enabled = timeout_s > 0 and world > 1 and store is not None
         self.timeout_s, self.rank, self.world = timeout_s, rank, world
         self.peer = (rank + 1) % world
@@ -127,17 +138,26 @@ class PeerWatchdog:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def build(cls, cfg, *, rank: int, world: int, on_silent: Callable[[str], None] | None = None,
-              progress: ProgressTracker | None = None) -> "PeerWatchdog":
+    def build(
+        cls,
+        cfg,
+        *,
+        rank: int,
+        world: int,
+        on_silent: Callable[[str], None] | None = None,
+        progress: ProgressTracker | None = None,
+    ) -> "PeerWatchdog":
         """From the parallel config slice (heartbeat_timeout_s); `progress`: the trainer's tracker, whose phases
         the beats carry and whose stalls end this worker. Collective when enabled: rank 0 draws the key prefix of
         this incarnation of the group and broadcasts it."""
         import torch.distributed as dist  # here: the agent imports this module for NodeWatchdog before torch
+
         if cfg.heartbeat_timeout_s <= 0 or world < 2 or not dist.is_initialized():
             return cls(timeout_s=0, rank=rank, world=world)
         token = [secrets.token_hex(6) if rank == 0 else None]
         dist.broadcast_object_list(token, src=0)
         from training.torch_private import default_store
+
         base = default_store()
         while isinstance(base, dist.PrefixStore):
             base = base.underlying_store
@@ -145,17 +165,25 @@ class PeerWatchdog:
             return cls(timeout_s=0, rank=rank, world=world)
         # Its own connection: the thread never waits behind the main thread's store calls, and its calls time
         # out after the heartbeat timeout (a silent store host is silence too).
-        client = dist.TCPStore(base.host, base.port, is_master=False,
-                               timeout=timedelta(seconds=cfg.heartbeat_timeout_s))
+        client = dist.TCPStore(
+            base.host, base.port, is_master=False, timeout=timedelta(seconds=cfg.heartbeat_timeout_s)
+        )
         store = dist.PrefixStore(f"t5-failover/heartbeat/{token[0]}/", client)
-        return cls(timeout_s=cfg.heartbeat_timeout_s, rank=rank, world=world, store=store, on_silent=on_silent,
-                   progress=progress)
+        return cls(
+            timeout_s=cfg.heartbeat_timeout_s,
+            rank=rank,
+            world=world,
+            store=store,
+            on_silent=on_silent,
+            progress=progress,
+        )
 
     def start(self) -> None:
         if not self.enabled:
             return
-        self.store.set(f"who/{self.rank}", json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                                                       "node": self.node}))
+        self.store.set(
+            f"who/{self.rank}", json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "node": self.node})
+        )
         self._thread = threading.Thread(target=self._run, name="t5f-heartbeat", daemon=True)
         self._thread.start()
 
@@ -195,19 +223,27 @@ class PeerWatchdog:
                 value = self.store.get(key).decode() if watching and self.store.check([key]) else None
             except Exception as e:  # noqa: BLE001 - the store does not answer: pause the verdicts, never end for it
                 if _agent_gone():  # ...unless this worker's agent went with it: a worker outliving its agent ends
-                    self._end(f"[watchdog] rank {self.rank}: the workers' store does not answer and this worker's "
-                              f"agent is gone; ending this worker")
+                    self._end(
+                        f"[watchdog] rank {self.rank}: the workers' store does not answer and this worker's "
+                        f"agent is gone; ending this worker"
+                    )
                     return
                 if not store_away and not self._stop.is_set():
-                    print(f"[watchdog] rank {self.rank}: the workers' store does not answer ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:120] if str(e) else '-'}); peer verdicts paused, training goes on",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"[watchdog] rank {self.rank}: the workers' store does not answer ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:120] if str(e) else '-'}); peer verdicts paused, training goes on",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 store_away = True
                 continue
             now = time.monotonic()
             if store_away:  # silence while the store was away is not the peer's: start measuring again
-                print(f"[watchdog] rank {self.rank}: the workers' store answers again; peer verdicts resumed",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[watchdog] rank {self.rank}: the workers' store answers again; peer verdicts resumed",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 store_away, seen, since = False, value, now
                 continue
             if not watching:
@@ -233,9 +269,11 @@ class PeerWatchdog:
     def _declare_wedged(self, stall: Stall, beat: int) -> None:
         """One line, then the verdict in the heartbeat file (the agent SIGKILLs this worker) and no more beats;
         without an agent watching, this worker ends itself."""
-        line = (f"[watchdog] rank {self.rank} (node {self.node}, pid {os.getpid()}) is wedged: no progress in phase "
-                f"{stall.phase} of step {stall.step} for {stall.stuck_s:.1f} s (bound {stall.bound_s:.1f} s: "
-                f"{stall.rule}); its agent SIGKILLs it so the job restarts")
+        line = (
+            f"[watchdog] rank {self.rank} (node {self.node}, pid {os.getpid()}) is wedged: no progress in phase "
+            f"{stall.phase} of step {stall.step} for {stall.stuck_s:.1f} s (bound {stall.bound_s:.1f} s: "
+            f"{stall.rule}); its agent SIGKILLs it so the job restarts"
+        )
         if not self.beat_file:
             self._end(line)
             return
@@ -252,9 +290,11 @@ class PeerWatchdog:
         except Exception:  # noqa: BLE001
             who = {}
         where = f"node {who.get('node', '?')}, host {who.get('host', '?')}, pid {who.get('pid', '?')}"
-        self._end(f"[watchdog] rank {self.rank}: rank {self.peer} ({where}) has sent no heartbeat for "
-                  f"{silent_s:.1f} s (parallel.heartbeat_timeout_s {self.timeout_s:g}); ending this worker so the job "
-                  "re-forms without it")
+        self._end(
+            f"[watchdog] rank {self.rank}: rank {self.peer} ({where}) has sent no heartbeat for "
+            f"{silent_s:.1f} s (parallel.heartbeat_timeout_s {self.timeout_s:g}); ending this worker so the job "
+            "re-forms without it"
+        )
 
     def _end(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -285,6 +325,7 @@ class NodeWatchdog:
     @classmethod
     def start_for_workers(cls) -> "NodeWatchdog":
         import tempfile
+
         wd = cls(tempfile.mkdtemp(prefix="t5f-heartbeat-"))
         os.environ[HEARTBEAT_DIR_ENV] = wd.dir
         wd._thread.start()
@@ -292,6 +333,7 @@ class NodeWatchdog:
 
     def close(self) -> None:
         import shutil
+
         self._stop.set()
         self._thread.join(timeout=2 * BEAT_S)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -327,12 +369,17 @@ class NodeWatchdog:
                     pass
                 _unlink(path)
                 killed.append(pid)
-                why = ("declared itself wedged (its line above)" if wedged else
-                       f"has sent no heartbeat for {age:.1f} s (parallel.heartbeat_timeout_s {timeout_s:g})")
-                print(f"[agent] worker pid {pid} (rank {int(rank)}) {why}: SIGKILLed it so this node restarts at once",
-                      file=sys.stderr, flush=True)
+                why = (
+                    "declared itself wedged (its line above)"
+                    if wedged
+                    else f"has sent no heartbeat for {age:.1f} s (parallel.heartbeat_timeout_s {timeout_s:g})"
+                )
+                print(
+                    f"[agent] worker pid {pid} (rank {int(rank)}) {why}: SIGKILLed it so this node restarts at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return killed
-
 
     def _stop_on_final_exit(self, path: str) -> None:
         """A worker stopped with its own exit code: SIGTERM this agent (torchrun stops its workers and raises
@@ -381,6 +428,7 @@ class NodeWatchdog:
 def _agent_gone() -> bool:
     """True when this worker's torchrun agent (``T5_AGENT_PID``, set by training.launch.agent) no longer runs."""
     from training.job.lifecycle import AGENT_ENV
+
     agent = os.environ.get(AGENT_ENV, "")
     return agent.isdigit() and _stat(int(agent))[0] in (None, "Z", "X")
 

@@ -86,8 +86,11 @@ def _abort_on_second_sigint(signal_exception: type, workers: list) -> None:
         count += 1
         if count == 1:
             raise signal_exception(f"Process {os.getpid()} got signal: SIGINT", sigval=signal.SIGINT)
-        print("[agent] second SIGINT: stopping at once, without the checkpoint (the last complete one is kept)",
-              file=sys.stderr, flush=True)
+        print(
+            "[agent] second SIGINT: stopping at once, without the checkpoint (the last complete one is kept)",
+            file=sys.stderr,
+            flush=True,
+        )
         for watchdog in workers:  # before this process goes: a worker must not outlive it, nor race its peers' end
             watchdog.kill_all("second SIGINT")
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -130,6 +133,7 @@ def _job_description(args) -> str:
     """What every agent of one job shares and two jobs hardly ever do: node counts, workers, what they run, a
     digest of its arguments (store_check.check_rendezvous tells jobs apart by it)."""
     import hashlib
+
     digest = hashlib.sha256("\0".join(args.training_script_args).encode()).hexdigest()[:10]
     what = f"-m {args.training_script}" if args.module else args.training_script
     return f"nnodes {args.nnodes}, nproc {args.nproc_per_node}, {what}, arguments {digest}"
@@ -184,8 +188,12 @@ def _torchrun_rendezvous_defaults(args) -> None:
 
     from torch.distributed.run import parse_min_max_nnodes
 
-    one_static_node = (args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None
-                       and parse_min_max_nnodes(args.nnodes)[1] == 1)
+    one_static_node = (
+        args.rdzv_backend == "static"
+        and not args.rdzv_endpoint
+        and args.master_port is None
+        and parse_min_max_nnodes(args.nnodes)[1] == 1
+    )
     if args.standalone or one_static_node:
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if args.master_port is None:
@@ -231,8 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     store = _external_store(args)
     if store:
         try:
-            check_store(store[0], args.rdzv_id, connect_timeout_s=store[1], job=_job_description(args),
-                        stale_after_s=_stale_after_s(args))
+            check_store(
+                store[0],
+                args.rdzv_id,
+                connect_timeout_s=store[1],
+                job=_job_description(args),
+                stale_after_s=_stale_after_s(args),
+            )
         except LaunchError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2
@@ -286,8 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     except SignalException as e:
         final_exit = watchdog.final_exit_code() if watchdog is not None else None
         if final_exit is not None:  # the SIGTERM of a worker that stopped with its own exit code
-            print(f"[agent] training stopped with exit code {final_exit} (see the error above); the worker "
-                  "group is not restarted: it would stop the same way", file=sys.stderr, flush=True)
+            print(
+                f"[agent] training stopped with exit code {final_exit} (see the error above); the worker "
+                "group is not restarted: it would stop the same way",
+                file=sys.stderr,
+                flush=True,
+            )
             return final_exit
         sig = signal.Signals(e.sigval)
         print(f"[agent] stopped by {sig.name} (exit {128 + sig})", file=sys.stderr, flush=True)
@@ -295,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChildFailedError as e:
         code = e.get_first_failure()[1].exitcode
         if code in KNOWN_EXIT_CODES:  # the worker said what is wrong in one line; a rerun will not help
-            print(f"[agent] training stopped with exit code {code} (see the error above)", file=sys.stderr,
-                  flush=True)
+            print(f"[agent] training stopped with exit code {code} (see the error above)", file=sys.stderr, flush=True)
             return code
         print(e, file=sys.stderr, flush=True)  # a crash: torchrun's summary names the rank and the cause
         return 1

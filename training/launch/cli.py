@@ -89,12 +89,14 @@ class _Parser(argparse.ArgumentParser):
 
 def _whole(flag: str, example: int) -> Callable[[str], int]:
     """argparse type for an integer flag whose error names the value and an example (not 'invalid int value')."""
+
     def parse(text: str) -> int:
         try:
             return int(text)
         except ValueError:
             msg = f"{text!r} is not a whole number: pass one, e.g. {flag} {example}"
             raise argparse.ArgumentTypeError(msg) from None
+
     parse.__name__ = "int"
     return parse
 
@@ -102,38 +104,71 @@ def _whole(flag: str, example: int) -> Callable[[str], int]:
 def build_parser() -> argparse.ArgumentParser:
     """The launcher's flags; this module's docstring is the ``--help`` text (usage and environment as epilog)."""
     doc = __doc__.split("\n\n")
-    p = _Parser(prog="python -m training.launch", description=doc[0] + "\n\n" + doc[1],
-                epilog="\n\n".join(doc[2:]), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from-env", choices=["local", "slurm", "pet"], default="local",
-                   help="where node count/rank/endpoint come from (default local: simulated nodes here)")
-    p.add_argument("--nodes", type=_whole("--nodes", 2),
-                   help="MAX nodes (local: how many agents to start; default NODES or 2)")
-    p.add_argument("--spares", type=_whole("--spares", 1),
-                   help="hot-spare nodes beyond --nodes, waiting to replace a lost node (default SPARES or 0)")
-    p.add_argument("--min-nodes", type=_whole("--min-nodes", 1),
-                   help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)")
+    p = _Parser(
+        prog="python -m training.launch",
+        description=doc[0] + "\n\n" + doc[1],
+        epilog="\n\n".join(doc[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--from-env",
+        choices=["local", "slurm", "pet"],
+        default="local",
+        help="where node count/rank/endpoint come from (default local: simulated nodes here)",
+    )
+    p.add_argument(
+        "--nodes", type=_whole("--nodes", 2), help="MAX nodes (local: how many agents to start; default NODES or 2)"
+    )
+    p.add_argument(
+        "--spares",
+        type=_whole("--spares", 1),
+        help="hot-spare nodes beyond --nodes, waiting to replace a lost node (default SPARES or 0)",
+    )
+    p.add_argument(
+        "--min-nodes", type=_whole("--min-nodes", 1), help="MIN nodes to keep training with (default 1 or T5_MIN_NODES)"
+    )
     p.add_argument("--nproc-per-node", help="workers per node (int|gpu|cpu|auto)")
-    p.add_argument("--max-restarts", type=_whole("--max-restarts", 3),
-                   help="worker-group restarts before failing (default 3)")
-    p.add_argument("--rdzv-endpoint", help="HOST:PORT of a standalone store: torch's c10d rendezvous instead of etcd "
-                        "(implies is_host=false)")
+    p.add_argument(
+        "--max-restarts", type=_whole("--max-restarts", 3), help="worker-group restarts before failing (default 3)"
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        help="HOST:PORT of a standalone store: torch's c10d rendezvous instead of etcd (implies is_host=false)",
+    )
     p.add_argument("--rdzv-id", help="rendezvous id (default derived from the platform)")
-    p.add_argument("--node-hosts-store", action="store_true",
-                   help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)")
-    p.add_argument("--shutdown-timeout", type=_whole("--shutdown-timeout", 60),
-                   help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, "
-                        "cluster_facts.TIMEOUTS)")
-    p.add_argument("--train-timeout-s", type=_whole("--train-timeout-s", 60),
-                   help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = "
-                        "training's)")
-    p.add_argument("--join-timeout", type=_whole("--join-timeout", 120), metavar="SECONDS",
-                   help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
-                        "and image pull (default 120)")
-    p.add_argument("--keep-alive", metavar="INTERVALxATTEMPTS",
-                   help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product: on etcd the membership "
-                        "lease's TTL, 2 s at least; default 1x2)")
-    p.add_argument("--module", default="training",
-                   help="module the workers run (default training; found here before anything starts)")
+    p.add_argument(
+        "--node-hosts-store",
+        action="store_true",
+        help="with --rdzv-endpoint: the agent on that host serves the store (plain c10d)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_whole("--shutdown-timeout", 60),
+        help="seconds between SIGTERM and SIGKILL of workers (default: the platform's, cluster_facts.TIMEOUTS)",
+    )
+    p.add_argument(
+        "--train-timeout-s",
+        type=_whole("--train-timeout-s", 60),
+        help="process-group timeout after step 1, for hang detection (default: the platform's; 0 = training's)",
+    )
+    p.add_argument(
+        "--join-timeout",
+        type=_whole("--join-timeout", 120),
+        metavar="SECONDS",
+        help="how long a rendezvous round waits for MIN nodes, e.g. a replacement node's boot "
+        "and image pull (default 120)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        metavar="INTERVALxATTEMPTS",
+        help="rendezvous heartbeat, e.g. 1x3 (node-loss detection = product: on etcd the membership "
+        "lease's TTL, 2 s at least; default 1x2)",
+    )
+    p.add_argument(
+        "--module",
+        default="training",
+        help="module the workers run (default training; found here before anything starts)",
+    )
     p.add_argument("--print", dest="print_only", action="store_true", help="print the command(s), run nothing")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the training module's arguments")
     return p
@@ -190,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a, unknown = parser.parse_known_args(argv)
     if unknown:  # the line says the fix itself: no pointer to --help
-        print(f"error: unknown launcher option(s) {' '.join(unknown)}: training arguments go after '--' "
-              f"(python -m training.launch [options] -- --preset debug ...)", file=sys.stderr)
+        print(
+            f"error: unknown launcher option(s) {' '.join(unknown)}: training arguments go after '--' "
+            f"(python -m training.launch [options] -- --preset debug ...)",
+            file=sys.stderr,
+        )
         return 2
     try:
         cfg = config_from_args(a)
@@ -207,13 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         own_store = not (a.rdzv_endpoint or os.environ.get("T5_RDZV_ENDPOINT"))
         if a.print_only:
             if cfg.coordinator == "etcd":
-                print("# membership: 3 etcd members on loopback (TLS, client certificates, this job's etcd user), "
-                      "their T5_ETCD_* variables given to each agent")
+                print(
+                    "# membership: 3 etcd members on loopback (TLS, client certificates, this job's etcd user), "
+                    "their T5_ETCD_* variables given to each agent"
+                )
             elif own_store:
                 print("# standalone rendezvous store (no training node hosts it):")
                 print(format_argv(store_argv(DEFAULT_RDZV_PORT, python=cfg.python)))
-            print(f"# one agent per simulated node, {nodes} node(s)"
-                  + (f" + {cfg.spares} hot spare(s) (the first {nodes} to join train)" if cfg.spares else "") + ":")
+            print(
+                f"# one agent per simulated node, {nodes} node(s)"
+                + (f" + {cfg.spares} hot spare(s) (the first {nodes} to join train)" if cfg.spares else "")
+                + ":"
+            )
             for i in range(nodes + cfg.spares):
                 print(format_argv(torchrun_argv(cfg), shown_env(launch_env(cfg, base={})) | {"T5_NODE_RANK": str(i)}))
             return 0
@@ -223,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BUSY
         if cfg.module == "training":  # once here, not once per simulated node (their agents skip it)
-            code = check_training_job(training_argv(cfg), nproc_per_node=cfg.nproc_per_node
-                                      if isinstance(cfg.nproc_per_node, int) else None)
+            code = check_training_job(
+                training_argv(cfg), nproc_per_node=cfg.nproc_per_node if isinstance(cfg.nproc_per_node, int) else None
+            )
             if code:
                 return code
             os.environ[DONE_ENV] = "1"

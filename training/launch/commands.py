@@ -17,9 +17,14 @@ from training.launch.config import IDENTICAL_WORKERS_ENV, RDZV_ENV, LaunchConfig
 def rdzv_conf(cfg: LaunchConfig) -> str:
     """The ``--rdzv-conf`` value: tuned timeouts, keep-alive, and ``is_host=false`` for an external store."""
     t = cfg.tuning
-    parts = [f"last_call_timeout={t.last_call_timeout}", f"close_timeout={t.close_timeout}",
-             f"join_timeout={t.join_timeout}", f"read_timeout={t.read_timeout}",
-             f"keep_alive_interval={t.keep_alive_interval}", f"keep_alive_max_attempt={t.keep_alive_max_attempt}"]
+    parts = [
+        f"last_call_timeout={t.last_call_timeout}",
+        f"close_timeout={t.close_timeout}",
+        f"join_timeout={t.join_timeout}",
+        f"read_timeout={t.read_timeout}",
+        f"keep_alive_interval={t.keep_alive_interval}",
+        f"keep_alive_max_attempt={t.keep_alive_max_attempt}",
+    ]
     if cfg.external_store and cfg.coordinator == "store":
         parts.append("is_host=false")
     return ",".join(parts)
@@ -28,9 +33,11 @@ def rdzv_conf(cfg: LaunchConfig) -> str:
 def training_argv(cfg: LaunchConfig) -> list[str]:
     """The training module's arguments, plus the platform's process-group timeouts the args do not set."""
     args = list(cfg.train_args)
-    for flag, value in (("--parallel.train_timeout_s", cfg.train_timeout_s),
-                        ("--parallel.init_timeout_s", cfg.init_timeout_s),
-                        ("--checkpoint.timeout_s", cfg.checkpoint_timeout_s)):
+    for flag, value in (
+        ("--parallel.train_timeout_s", cfg.train_timeout_s),
+        ("--parallel.init_timeout_s", cfg.init_timeout_s),
+        ("--checkpoint.timeout_s", cfg.checkpoint_timeout_s),
+    ):
         given = any(a == flag or a.startswith(flag + "=") for a in args)
         if value and not given:
             args += [flag, str(value)]
@@ -44,17 +51,22 @@ def torchrun_argv(cfg: LaunchConfig) -> list[str]:
     :mod:`training.launch.agent`, which adds the clean stop on Ctrl-C and the one-line exit.
     """
     cfg.validate()
-    return [cfg.python, "-m", "training.launch.agent",
-            f"--nnodes={cfg.min_nodes}:{cfg.max_nodes}",
-            f"--nproc-per-node={cfg.nproc_per_node}",
-            f"--max-restarts={cfg.max_restarts}",
-            f"--rdzv-backend={'t5-etcd' if cfg.coordinator == 'etcd' else 'c10d'}",
-            f"--rdzv-endpoint={cfg.rdzv_endpoint}",
-            f"--rdzv-id={cfg.rdzv_id}",
-            f"--rdzv-conf={rdzv_conf(cfg)}",
-            f"--shutdown-timeout={cfg.shutdown_timeout_s}",
-            "--module", cfg.module,
-            *training_argv(cfg)]
+    return [
+        cfg.python,
+        "-m",
+        "training.launch.agent",
+        f"--nnodes={cfg.min_nodes}:{cfg.max_nodes}",
+        f"--nproc-per-node={cfg.nproc_per_node}",
+        f"--max-restarts={cfg.max_restarts}",
+        f"--rdzv-backend={'t5-etcd' if cfg.coordinator == 'etcd' else 'c10d'}",
+        f"--rdzv-endpoint={cfg.rdzv_endpoint}",
+        f"--rdzv-id={cfg.rdzv_id}",
+        f"--rdzv-conf={rdzv_conf(cfg)}",
+        f"--shutdown-timeout={cfg.shutdown_timeout_s}",
+        "--module",
+        cfg.module,
+        *training_argv(cfg),
+    ]
 
 
 def launch_env(cfg: LaunchConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:

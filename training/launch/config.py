@@ -124,8 +124,9 @@ class LaunchConfig:
         if self.min_nodes < 1:
             raise LaunchError(f"min nodes {self.min_nodes} < 1: use --min-nodes 1 or more")
         if self.max_nodes < self.min_nodes:
-            raise LaunchError(f"max nodes {self.max_nodes} < min nodes {self.min_nodes}: "
-                              f"lower --min-nodes or raise --nodes")
+            raise LaunchError(
+                f"max nodes {self.max_nodes} < min nodes {self.min_nodes}: lower --min-nodes or raise --nodes"
+            )
         if self.spares < 0:
             raise LaunchError(f"spares {self.spares} < 0: use --spares 0 (none) or more")
         if isinstance(self.nproc_per_node, int):
@@ -135,21 +136,27 @@ class LaunchConfig:
             raise LaunchError(f"--nproc-per-node {self.nproc_per_node!r}: use an integer, gpu, cpu or auto")
         host, _, port = self.rdzv_endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise LaunchError(f"rendezvous endpoint {self.rdzv_endpoint!r} is not HOST:PORT "
-                              f"(e.g. 127.0.0.1:{DEFAULT_RDZV_PORT})")
+            raise LaunchError(
+                f"rendezvous endpoint {self.rdzv_endpoint!r} is not HOST:PORT (e.g. 127.0.0.1:{DEFAULT_RDZV_PORT})"
+            )
         if not self.rdzv_id or any(c.isspace() or c in ",=" for c in self.rdzv_id):
             raise LaunchError(f"rendezvous id {self.rdzv_id!r} must be non-empty without spaces, ',' or '='")
         if self.coordinator not in COORDINATORS:
-            raise LaunchError(f"coordinator {self.coordinator!r}: use one of {', '.join(COORDINATORS)} "
-                              f"(T5_COORDINATOR)")
+            raise LaunchError(
+                f"coordinator {self.coordinator!r}: use one of {', '.join(COORDINATORS)} (T5_COORDINATOR)"
+            )
         if self.coordinator == "etcd" and self.max_nodes > MAX_ROUND_NODES:
-            raise LaunchError(f"max nodes {self.max_nodes}: a round on etcd holds at most {MAX_ROUND_NODES:,} nodes "
-                              f"(its seats are written in one transaction, within etcd's {ETCD_MAX_TXN_OPS} "
-                              f"operations); use --nodes {MAX_ROUND_NODES} or fewer")
+            raise LaunchError(
+                f"max nodes {self.max_nodes}: a round on etcd holds at most {MAX_ROUND_NODES:,} nodes "
+                f"(its seats are written in one transaction, within etcd's {ETCD_MAX_TXN_OPS} "
+                f"operations); use --nodes {MAX_ROUND_NODES} or fewer"
+            )
         if self.spares and self.coordinator != "etcd":
-            raise LaunchError(f"{self.spares} hot spare(s) need the etcd coordinator (torch's c10d rendezvous "
-                              f"restarts forever with a spare waiting): unset T5_COORDINATOR=store / "
-                              f"--rdzv-endpoint, or use --spares 0")
+            raise LaunchError(
+                f"{self.spares} hot spare(s) need the etcd coordinator (torch's c10d rendezvous "
+                f"restarts forever with a spare waiting): unset T5_COORDINATOR=store / "
+                f"--rdzv-endpoint, or use --spares 0"
+            )
         if self.max_restarts < 0:
             raise LaunchError(f"--max-restarts {self.max_restarts} < 0")
         if self.shutdown_timeout_s < 1:
@@ -158,21 +165,32 @@ class LaunchConfig:
             raise LaunchError(f"--train-timeout-s {self.train_timeout_s} < 0 (0 = leave to the training config)")
         t = self.tuning
         if t.keep_alive_interval < 1 or t.keep_alive_max_attempt < 1:  # 0 never heartbeats or never gives up
-            raise LaunchError(f"--keep-alive {t.keep_alive_interval}x{t.keep_alive_max_attempt}: the interval (s) and "
-                              f"the attempts must both be >= 1 (a node counts as lost after interval x attempts "
-                              f"seconds without a heartbeat); use e.g. --keep-alive 1x2")
+            raise LaunchError(
+                f"--keep-alive {t.keep_alive_interval}x{t.keep_alive_max_attempt}: the interval (s) and "
+                f"the attempts must both be >= 1 (a node counts as lost after interval x attempts "
+                f"seconds without a heartbeat); use e.g. --keep-alive 1x2"
+            )
         if self.coordinator == "etcd" and t.keep_alive_interval * t.keep_alive_max_attempt < ETCD_MIN_LEASE_S:
-            raise LaunchError(f"--keep-alive {t.keep_alive_interval}x{t.keep_alive_max_attempt}: etcd's shortest "
-                              f"lease is {ETCD_MIN_LEASE_S} s (1.5 x its election timeout, rounded up); use e.g. "
-                              f"--keep-alive 1x2")
+            raise LaunchError(
+                f"--keep-alive {t.keep_alive_interval}x{t.keep_alive_max_attempt}: etcd's shortest "
+                f"lease is {ETCD_MIN_LEASE_S} s (1.5 x its election timeout, rounded up); use e.g. "
+                f"--keep-alive 1x2"
+            )
         if self.tuning.join_timeout < 1:
-            raise LaunchError(f"--join-timeout {self.tuning.join_timeout} < 1 s: give a replacement node "
-                              f"time to boot (default 120)")
+            raise LaunchError(
+                f"--join-timeout {self.tuning.join_timeout} < 1 s: give a replacement node time to boot (default 120)"
+            )
 
 
 def with_platform_timeouts(cfg: LaunchConfig, timeouts: PlatformTimeouts) -> LaunchConfig:
     """``cfg`` with every timeout (and the rendezvous join timeout) taken from a platform's row."""
     from dataclasses import replace
-    return replace(cfg, shutdown_timeout_s=timeouts.shutdown_timeout_s, train_timeout_s=timeouts.train_pg_timeout_s,
-                   init_timeout_s=timeouts.init_pg_timeout_s, checkpoint_timeout_s=timeouts.checkpoint_pg_timeout_s,
-                   tuning=replace(cfg.tuning, join_timeout=timeouts.rdzv_join_timeout_s))
+
+    return replace(
+        cfg,
+        shutdown_timeout_s=timeouts.shutdown_timeout_s,
+        train_timeout_s=timeouts.train_pg_timeout_s,
+        init_timeout_s=timeouts.init_pg_timeout_s,
+        checkpoint_timeout_s=timeouts.checkpoint_pg_timeout_s,
+        tuning=replace(cfg.tuning, join_timeout=timeouts.rdzv_join_timeout_s),
+    )

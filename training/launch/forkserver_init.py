@@ -17,7 +17,9 @@ import sys
 from training.launch.warm_workers import IGNORED_IN_FORKSERVER, WARM_ENV
 
 if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
-    raise RuntimeError(f"an import preloaded in the forkserver initialized CUDA: set {WARM_ENV}=0 (workers then "
-                       f"start cold) and report which import did it")
+    raise RuntimeError(
+        f"an import preloaded in the forkserver initialized CUDA: set {WARM_ENV}=0 (workers then "
+        f"start cold) and report which import did it"
+    )
 for _sig in IGNORED_IN_FORKSERVER:
     signal.signal(_sig, signal.SIG_IGN)

@@ -40,10 +40,13 @@ def _common(env: Mapping[str, str], default_endpoint: str, default_id: str, with
     coordinator: etcd when the platform gives its endpoints (``T5_ETCD_ENDPOINTS``), else ``without_etcd``
     (the clusters': torch's c10d on a store; never left to :class:`LaunchConfig`'s default)."""
     ext = env.get("T5_RDZV_ENDPOINT", "")
-    out: dict = {"rdzv_endpoint": ext or default_endpoint, "external_store": bool(ext),
-                 "rdzv_id": env.get("T5_RDZV_ID") or default_id,
-                 # an etcd cluster the platform runs; its T5_ETCD_* reach the agents as they are
-                 "coordinator": "etcd" if env.get("T5_ETCD_ENDPOINTS") else without_etcd}
+    out: dict = {
+        "rdzv_endpoint": ext or default_endpoint,
+        "external_store": bool(ext),
+        "rdzv_id": env.get("T5_RDZV_ID") or default_id,
+        # an etcd cluster the platform runs; its T5_ETCD_* reach the agents as they are
+        "coordinator": "etcd" if env.get("T5_ETCD_ENDPOINTS") else without_etcd,
+    }
     if env.get("T5_MIN_NODES"):
         out["min_nodes"] = _int_env(env, "T5_MIN_NODES", "set it to the fewest nodes to keep training with")
     if env.get("T5_SPARES"):
@@ -68,15 +71,23 @@ def config_from_slurm(env: Mapping[str, str], first_host: Callable[[str], str] =
         raise LaunchError(f"SLURM_JOB_NODELIST is not set: {hint}")
     node_rank = _int_env(env, "SLURM_NODEID", hint)
     gpus = env.get("SLURM_GPUS_ON_NODE", "")
-    common = _common(env, f"{first_host(nodelist)}:{env.get('T5_RDZV_PORT', DEFAULT_RDZV_PORT)}",
-                     f"slurm-{job}" + (f"-r{restart}" if restart else ""))
+    common = _common(
+        env,
+        f"{first_host(nodelist)}:{env.get('T5_RDZV_PORT', DEFAULT_RDZV_PORT)}",
+        f"slurm-{job}" + (f"-r{restart}" if restart else ""),
+    )
     spares = common.get("spares", 0)
     if spares >= nnodes:
-        raise LaunchError(f"T5_SPARES={spares} leaves no training node in this {nnodes}-node allocation: "
-                          f"allocate spares + training nodes (sbatch --nodes), or lower T5_SPARES")
-    cfg = LaunchConfig(max_nodes=nnodes - spares,
-                       nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
-                       node_rank=node_rank, **common)
+        raise LaunchError(
+            f"T5_SPARES={spares} leaves no training node in this {nnodes}-node allocation: "
+            f"allocate spares + training nodes (sbatch --nodes), or lower T5_SPARES"
+        )
+    cfg = LaunchConfig(
+        max_nodes=nnodes - spares,
+        nproc_per_node=int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1,
+        node_rank=node_rank,
+        **common,
+    )
     return with_platform_timeouts(cfg, platform_timeouts("slurm"))
 
 
@@ -103,8 +114,10 @@ def config_from_pet(env: Mapping[str, str]) -> LaunchConfig:
     common = _common(env, f"{addr}:{port}", f"trainjob-{job}")
     spares = common.get("spares", 0)
     if spares >= hi:
-        raise LaunchError(f"T5_SPARES={spares} leaves no training pod of the TrainJob's {hi} (numNodes counts "
-                          f"the spares): lower T5_SPARES or raise numNodes")
+        raise LaunchError(
+            f"T5_SPARES={spares} leaves no training pod of the TrainJob's {hi} (numNodes counts "
+            f"the spares): lower T5_SPARES or raise numNodes"
+        )
     common.setdefault("min_nodes", lo if lo is not None else 1)
     cfg = LaunchConfig(max_nodes=hi - spares, nproc_per_node=nproc, node_rank=node_rank, **common)
     return with_platform_timeouts(cfg, platform_timeouts("eks"))
@@ -118,8 +131,9 @@ def _nproc_env(env: Mapping[str, str], name: str, default: str) -> int | str:
         return int(raw)
     if raw in ("gpu", "cpu", "auto"):
         return raw
-    raise LaunchError(f"{name}={raw!r} is not a number of workers per node: set it to 1 or more (or gpu, cpu, "
-                      f"auto), or unset it")
+    raise LaunchError(
+        f"{name}={raw!r} is not a number of workers per node: set it to 1 or more (or gpu, cpu, auto), or unset it"
+    )
 
 
 def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
@@ -130,8 +144,12 @@ def config_from_local(env: Mapping[str, str]) -> LaunchConfig:
     nodes = _int_env(env, "NODES", hint) if env.get("NODES") else 2
     if nodes < 1:
         raise LaunchError(f"NODES={nodes} is not a number of nodes: {hint}")
-    common = _common(env, f"127.0.0.1:{DEFAULT_RDZV_PORT}", "t5-local",
-                     without_etcd=env.get("T5_COORDINATOR") or ("store" if env.get("T5_RDZV_ENDPOINT") else "etcd"))
+    common = _common(
+        env,
+        f"127.0.0.1:{DEFAULT_RDZV_PORT}",
+        "t5-local",
+        without_etcd=env.get("T5_COORDINATOR") or ("store" if env.get("T5_RDZV_ENDPOINT") else "etcd"),
+    )
     common["external_store"] = True  # local runs never host the store in an agent (run_local starts it)
     if env.get("SPARES") and "spares" not in common:
         common["spares"] = _int_env(env, "SPARES", "set it to the number of hot-spare nodes (0 = none)")

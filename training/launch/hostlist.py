@@ -41,7 +41,9 @@ def slurm_first_host(nodelist: str, scontrol: str | None = None) -> str:
     if out.returncode != 0 or not hosts:
         # e.g. no slurm.conf reachable from this shell; the hostlist grammar is simple enough to expand here
         last = (out.stderr.strip().splitlines() or ["no hosts"])[-1]
-        print(f"[launch] warning: scontrol show hostnames {nodelist!r} failed ({last}); "
-              f"expanding it without Slurm", file=sys.stderr)
+        print(
+            f"[launch] warning: scontrol show hostnames {nodelist!r} failed ({last}); expanding it without Slurm",
+            file=sys.stderr,
+        )
         return expand_first_host(nodelist)
     return hosts[0]

@@ -34,8 +34,9 @@ def _pump(stream, prefix: str) -> None:
         sys.stdout.flush()
 
 
-def start_store(workdir: str, python: str = sys.executable, timeout_s: float = 60.0,
-                die_with_us: bool = False) -> tuple[subprocess.Popen, int]:
+def start_store(
+    workdir: str, python: str = sys.executable, timeout_s: float = 60.0, die_with_us: bool = False
+) -> tuple[subprocess.Popen, int]:
     """Start ``training.rdzv_store`` on a free port; returns (process, port) once it serves.
 
     It runs in its own session (a terminal's Ctrl-C must not stop it before the agents are done with it);
@@ -43,8 +44,14 @@ def start_store(workdir: str, python: str = sys.executable, timeout_s: float = 6
     """
     port_file = os.path.join(workdir, "rdzv_store.port")
     env = dict(os.environ, **{PARENT_ENV: str(os.getpid())}) if die_with_us else None
-    proc = subprocess.Popen(store_argv(0, port_file, python), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        store_argv(0, port_file, python),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(port_file):
         if proc.poll() is not None:
@@ -66,8 +73,11 @@ def start_etcd(workdir: str, cfg: LaunchConfig):
     creds = etcd.add_job_user(cfg.rdzv_id)
     host_port = creds.endpoints[0].split("//", 1)[1]
     cfg = replace(cfg, rdzv_endpoint=host_port, etcd_env=tuple(sorted(creds.as_env().items())))
-    print(f"[launch] membership: etcd members {', '.join(e.split('//', 1)[1] for e in creds.endpoints)} "
-          f"(TLS, etcd user {creds.user})", flush=True)
+    print(
+        f"[launch] membership: etcd members {', '.join(e.split('//', 1)[1] for e in creds.endpoints)} "
+        f"(TLS, etcd user {creds.user})",
+        flush=True,
+    )
     return etcd, cfg
 
 
@@ -88,8 +98,11 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         if received.count(signal.SIGINT) > 1:
             print(f"[launch] {name} again: stopping at once, without a checkpoint", flush=True)
         elif len(received) == 1:
-            print(f"[launch] {name}: the workers checkpoint at the next step and exit"
-                  + (" (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""), flush=True)
+            print(
+                f"[launch] {name}: the workers checkpoint at the next step and exit"
+                + (" (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""),
+                flush=True,
+            )
         for p in agents:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -113,8 +126,11 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
     argv, env = torchrun_argv(cfg), launch_env(cfg)
     print(f"[launch] {nodes} node(s): {format_argv(argv, RDZV_ENV)}", flush=True)
     if cfg.spares:
-        print(f"[launch] + {cfg.spares} hot spare(s): the first {nodes} agents to join train, the others wait in "
-              f"the rendezvous and replace a lost node", flush=True)
+        print(
+            f"[launch] + {cfg.spares} hot spare(s): the first {nodes} agents to join train, the others wait in "
+            f"the rendezvous and replace a lost node",
+            flush=True,
+        )
     env[PARENT_ENV] = str(os.getpid())  # the agents get SIGTERM if this process dies, even by SIGKILL
     for i in range(nodes + cfg.spares):
         if received:
@@ -122,9 +138,14 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         # a new session per agent: a terminal's Ctrl-C reaches us once, and we forward it explicitly
         # each simulated node its own "node memory" for in-memory snapshots (a real node has its /dev/shm)
         memory = os.path.join(os.environ.get(MEMORY_DIR_ENV) or DEFAULT_MEMORY_DIR, f"node{i}")
-        p = subprocess.Popen(argv, env=dict(env, T5_NODE_RANK=str(i), **{MEMORY_DIR_ENV: memory}),
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        p = subprocess.Popen(
+            argv,
+            env=dict(env, T5_NODE_RANK=str(i), **{MEMORY_DIR_ENV: memory}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         threading.Thread(target=_pump, args=(p.stdout, f"[node{i}] "), daemon=True).start()
         agents.append(p)
     codes = [p.wait() for p in agents]
@@ -138,8 +159,15 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
         return _stopped(received)
     for i, c in enumerate(codes):
         if c:
-            print(f"[launch] node{i} exited with {c}" + (" (restarts exhausted or a worker failed for good; "
-                  "checkpoints are kept, rerun to resume)" if c == 1 else ""), flush=True)
+            print(
+                f"[launch] node{i} exited with {c}"
+                + (
+                    " (restarts exhausted or a worker failed for good; checkpoints are kept, rerun to resume)"
+                    if c == 1
+                    else ""
+                ),
+                flush=True,
+            )
     bad = [c for c in codes if c]
     return bad[0] if bad else 0
 
@@ -148,8 +176,10 @@ def _stopped(received: list[int]) -> int:
     """One line and the exit code (128+signum) after a stop we forwarded."""
     sig = signal.Signals(received[0])
     if received.count(signal.SIGINT) > 1:
-        print("[launch] stopped at once by a second SIGINT; rerun to resume from the last complete checkpoint "
-              "(exit 130)", flush=True)
+        print(
+            "[launch] stopped at once by a second SIGINT; rerun to resume from the last complete checkpoint (exit 130)",
+            flush=True,
+        )
         return 128 + signal.SIGINT
     print(f"[launch] stopped by {sig.name}; run the same command again to resume (exit {128 + sig})", flush=True)
     return 128 + sig

@@ -12,6 +12,7 @@ several times slower between nodes. This turns that into one warning line naming
 The check loads the library in a child process (the same loader NCCL uses, without bringing libfabric into the
 agent that later forks the workers); it costs a few tens of milliseconds and runs only where RDMA devices exist.
 """
+
 from __future__ import annotations
 
 import glob
@@ -44,8 +45,13 @@ def load_error(library: str, env: Mapping[str, str] | None = None) -> str | None
     """None when the dynamic loader loads ``library`` in a fresh process with ``env`` (default: this one's),
     else the loader's reason (e.g. "libnccl-net.so: cannot open shared object file: No such file or directory")."""
     try:
-        r = subprocess.run([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", library],
-                           env=dict(os.environ if env is None else env), capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", library],
+            env=dict(os.environ if env is None else env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"the check could not run: {e}"
     if r.returncode == 0:
@@ -66,9 +72,14 @@ def missing_plugin_warning(device_dir: str = RDMA_DEVICE_DIR, env: Mapping[str, 
     if reason is None:
         return None
     present = [d for d in EFA_LIBRARY_DIRS if os.path.isdir(d)]
-    where = (f"this node has {', '.join(present)}" if present else
-             f"none of the usual places exists here: {', '.join(EFA_LIBRARY_DIRS)}")
-    return (f"warning: this node has {len(devices)} RDMA device(s) ({devices[0]}{', ...' if len(devices) > 1 else ''})"
-            f" but NCCL's network plugin does not load ({reason}): NCCL will carry the traffic between nodes over "
-            f"TCP sockets, several times slower than EFA. Fix: put the aws-ofi-nccl library directory on "
-            f"LD_LIBRARY_PATH ({where}), or run the training image")
+    where = (
+        f"this node has {', '.join(present)}"
+        if present
+        else f"none of the usual places exists here: {', '.join(EFA_LIBRARY_DIRS)}"
+    )
+    return (
+        f"warning: this node has {len(devices)} RDMA device(s) ({devices[0]}{', ...' if len(devices) > 1 else ''})"
+        f" but NCCL's network plugin does not load ({reason}): NCCL will carry the traffic between nodes over "
+        f"TCP sockets, several times slower than EFA. Fix: put the aws-ofi-nccl library directory on "
+        f"LD_LIBRARY_PATH ({where}), or run the training image"
+    )

@@ -21,6 +21,7 @@ def preflight(cfg: LaunchConfig) -> list[str]:
     if cfg.module != "training":
         return []
     from training.config import ConfigError, load_config  # no torch import: cheap
+
     try:
         tcfg = load_config(training_argv(cfg))
     except ConfigError as e:
@@ -33,12 +34,16 @@ def preflight(cfg: LaunchConfig) -> list[str]:
     worlds = [n * cfg.nproc_per_node for n in range(cfg.min_nodes, cfg.max_nodes + 1)]
     bad = [w for w in worlds if gb % w]
     if len(bad) == len(worlds):
-        raise LaunchError(f"train.global_batch={gb} divides by none of the world sizes {worlds} this launch "
-                          f"allows ({cfg.min_nodes}..{cfg.max_nodes} nodes x {cfg.nproc_per_node}); pick a multiple "
-                          f"of {cfg.max_nodes * cfg.nproc_per_node}")
+        raise LaunchError(
+            f"train.global_batch={gb} divides by none of the world sizes {worlds} this launch "
+            f"allows ({cfg.min_nodes}..{cfg.max_nodes} nodes x {cfg.nproc_per_node}); pick a multiple "
+            f"of {cfg.max_nodes * cfg.nproc_per_node}"
+        )
     if bad:
-        return [f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
-                f"them the workers exit with a config error; raise --min-nodes or choose another global batch"]
+        return [
+            f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
+            f"them the workers exit with a config error; raise --min-nodes or choose another global batch"
+        ]
     return []
 
 
@@ -52,14 +57,17 @@ def check_module(module: str) -> None:
     except Exception as e:  # noqa: BLE001 - a missing parent package, an empty or relative name, a broken parent
         found, why = False, f" ({e})"
     if not found:
-        raise LaunchError(f"--module {module!r} is not importable here{why}, and the workers run python -m "
-                          f"{module}; pass an installed module (default training) or set PYTHONPATH so it is found")
+        raise LaunchError(
+            f"--module {module!r} is not importable here{why}, and the workers run python -m "
+            f"{module}; pass an installed module (default training) or set PYTHONPATH so it is found"
+        )
 
 
 def checkpoint_dir(train_args: Sequence[str]) -> str | None:
     """The checkpoint.dir that ``python -m training`` resolves from ``train_args``; None if they are invalid
     (quietly: the caller reports those through :func:`preflight` or the workers)."""
     from training.config import ConfigError, load_config
+
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             return load_config(list(train_args)).checkpoint.dir
@@ -70,6 +78,7 @@ def checkpoint_dir(train_args: Sequence[str]) -> str | None:
 def job_out_dir(train_args: Sequence[str]) -> str | None:
     """The job.out_dir that ``python -m training`` resolves from ``train_args``; None if they are invalid."""
     from training.config import ConfigError, load_config
+
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             return load_config(list(train_args)).job.out_dir
@@ -98,6 +107,7 @@ def check_training_job(train_args: Sequence[str], *, nproc_per_node: int | None,
     from training.config import ConfigError, check_world, load_config
     from training.errors import exit_code
     from training.job.check import CHECK_ERRORS, check_job
+
     try:
         cfg = load_config(list(train_args))
         if world:

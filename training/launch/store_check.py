@@ -81,14 +81,22 @@ def wait_for_listener(endpoint: str, timeout_s: float) -> None:
         if time.monotonic() - start >= timeout_s:
             break
         time.sleep(0.5)
-    why = ("connection refused" if isinstance(last, ConnectionRefusedError) else
-           f"host {host} does not resolve" if isinstance(last, socket.gaierror) else
-           "no answer" if isinstance(last, TimeoutError) else last.strerror or str(last))
-    raise LaunchError(f"no rendezvous store answers at {endpoint} after {time.monotonic() - start:.0f} s ({why}): "
-                      f"check that it runs there (python -m training.rdzv_store --host {host} --port {port}; "
-                      f"python -m training.rdzv_store --check {endpoint} tests it), that {endpoint} is the right "
-                      f"endpoint (T5_RDZV_ENDPOINT / --rdzv-endpoint), and that no firewall or security group "
-                      f"blocks port {port} from this node")
+    why = (
+        "connection refused"
+        if isinstance(last, ConnectionRefusedError)
+        else f"host {host} does not resolve"
+        if isinstance(last, socket.gaierror)
+        else "no answer"
+        if isinstance(last, TimeoutError)
+        else last.strerror or str(last)
+    )
+    raise LaunchError(
+        f"no rendezvous store answers at {endpoint} after {time.monotonic() - start:.0f} s ({why}): "
+        f"check that it runs there (python -m training.rdzv_store --host {host} --port {port}; "
+        f"python -m training.rdzv_store --check {endpoint} tests it), that {endpoint} is the right "
+        f"endpoint (T5_RDZV_ENDPOINT / --rdzv-endpoint), and that no firewall or security group "
+        f"blocks port {port} from this node"
+    )
 
 
 @contextlib.contextmanager
@@ -116,12 +124,15 @@ def connect(endpoint: str, connect_timeout_s: float):
     host, _, port = endpoint.rpartition(":")
     try:
         with _native_stderr_silenced():
-            return dist.TCPStore(host, int(port), is_master=False,
-                                 timeout=datetime.timedelta(seconds=connect_timeout_s))
+            return dist.TCPStore(
+                host, int(port), is_master=False, timeout=datetime.timedelta(seconds=connect_timeout_s)
+            )
     except (RuntimeError, TimeoutError, ValueError) as e:  # DistNetworkError/DistStoreError are RuntimeErrors
-        raise LaunchError(f"{endpoint} accepts connections but no rendezvous store answered there within "
-                          f"{connect_timeout_s:.0f} s ({str(e).splitlines()[0][:160]}): point T5_RDZV_ENDPOINT / "
-                          f"--rdzv-endpoint at the store (python -m training.rdzv_store)") from None
+        raise LaunchError(
+            f"{endpoint} accepts connections but no rendezvous store answered there within "
+            f"{connect_timeout_s:.0f} s ({str(e).splitlines()[0][:160]}): point T5_RDZV_ENDPOINT / "
+            f"--rdzv-endpoint at the store (python -m training.rdzv_store)"
+        ) from None
 
 
 def published_job_id(client) -> str | None:
@@ -172,8 +183,10 @@ def check_rendezvous(client, endpoint: str, rdzv_id: str, job: str, stale_after_
     """
     state = rendezvous_state(client, rdzv_id)
     if state is not None and state.closed:
-        raise LaunchError(f"rendezvous {rdzv_id} at {endpoint} is closed: a job with this id ended there; give this "
-                          f"run a new id (--rdzv-id / T5_RDZV_ID, e.g. {rdzv_id}-2) or restart the store")
+        raise LaunchError(
+            f"rendezvous {rdzv_id} at {endpoint} is closed: a job with this id ended there; give this "
+            f"run a new id (--rdzv-id / T5_RDZV_ID, e.g. {rdzv_id}-2) or restart the store"
+        )
     key = JOB_KEY.format(rdzv_id=rdzv_id)
     other = client.compare_set(key, "", job).decode()  # sets it when absent; returns what is there now
     if other == job:
@@ -182,22 +195,27 @@ def check_rendezvous(client, endpoint: str, rdzv_id: str, job: str, stale_after_
     if age is None or age > stale_after_s:  # nobody is alive in it: a killed job's leftovers
         client.set(key, job)
         return
-    raise LaunchError(f"store at {endpoint} is in use by another job under rendezvous id {rdzv_id} ({other}; "
-                      f"its last heartbeat {max(age, 0.0):.0f} s ago), not this one ({job}): give this job its own "
-                      f"id (--rdzv-id / T5_RDZV_ID) or its own store (--rdzv-endpoint / T5_RDZV_ENDPOINT)")
+    raise LaunchError(
+        f"store at {endpoint} is in use by another job under rendezvous id {rdzv_id} ({other}; "
+        f"its last heartbeat {max(age, 0.0):.0f} s ago), not this one ({job}): give this job its own "
+        f"id (--rdzv-id / T5_RDZV_ID) or its own store (--rdzv-endpoint / T5_RDZV_ENDPOINT)"
+    )
 
 
-def check_store(endpoint: str, rdzv_id: str, connect_timeout_s: float = 30.0, job: str | None = None,
-                stale_after_s: float = 10.0) -> str | None:
+def check_store(
+    endpoint: str, rdzv_id: str, connect_timeout_s: float = 30.0, job: str | None = None, stale_after_s: float = 10.0
+) -> str | None:
     """Raise :class:`LaunchError` unless a store answers at ``endpoint``, serves ``rdzv_id`` and (given ``job``,
     see :func:`check_rendezvous`) its rendezvous is open and not another job's; returns the store's job id ("" shared,
     None unknown)."""
     client = connect(endpoint, connect_timeout_s)
     store_job = published_job_id(client)
     if store_job is not None and not serves(store_job, rdzv_id):
-        raise LaunchError(f"store at {endpoint} serves job {store_job}; this agent's rendezvous id is {rdzv_id}: point "
-                          f"T5_RDZV_ENDPOINT (--rdzv-endpoint) at this job's store, or set T5_RDZV_ID "
-                          f"(--rdzv-id) to that job's id")
+        raise LaunchError(
+            f"store at {endpoint} serves job {store_job}; this agent's rendezvous id is {rdzv_id}: point "
+            f"T5_RDZV_ENDPOINT (--rdzv-endpoint) at this job's store, or set T5_RDZV_ID "
+            f"(--rdzv-id) to that job's id"
+        )
     if job is not None:
         check_rendezvous(client, endpoint, rdzv_id, job, stale_after_s)
     return store_job

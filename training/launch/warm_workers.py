@@ -37,15 +37,18 @@ import sys
 WARM_ENV = "T5_WARM_WORKERS"
 #: Imported once in the forkserver; a worker's start-up then skips them. The T5 module is what
 #: ``training.model`` imports when it builds the model (the largest single import).
-PRELOAD = ("training.__main__", "training.job.trainer", "transformers.models.t5.modeling_t5",
-           "training.launch.forkserver_init")
+PRELOAD = (
+    "training.__main__",
+    "training.job.trainer",
+    "transformers.models.t5.modeling_t5",
+    "training.launch.forkserver_init",
+)
 #: Signals the forkserver ignores so that a signal to every process of the job reaches the workers, which
 #: checkpoint and exit, rather than ending the forkserver and, with it, them (:mod:`.forkserver_init`).
 #: SIGINT too: a Ctrl-C to the terminal's process group while the forkserver imports the preload would print a
 #: KeyboardInterrupt traceback from the middle of ``import torch`` (multiprocessing ignores it only afterwards).
 #: The forkserver is born with them ignored (:func:`start_forkserver`), so there is no window.
-IGNORED_IN_FORKSERVER = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
-                         signal.SIGINT)
+IGNORED_IN_FORKSERVER = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT, signal.SIGINT)
 #: torchrun's command for ``--module training``: ``python -u -m training ARGS`` -> our ARGS.
 _MODULE_PREFIX = ("-u", "-m", "training")
 
@@ -60,8 +63,10 @@ def enabled(env=None) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{WARM_ENV}={raw!r} is neither true nor false: use 1/true/yes/on (warm workers, the default) "
-                     f"or 0/false/no/off (each worker a fresh interpreter)")
+    raise ValueError(
+        f"{WARM_ENV}={raw!r} is neither true nor false: use 1/true/yes/on (warm workers, the default) "
+        f"or 0/false/no/off (each worker a fresh interpreter)"
+    )
 
 
 def start_forkserver() -> None:

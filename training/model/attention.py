@@ -33,6 +33,7 @@ path for T5 reads ``position_bias[batch_idx, head_idx, q_idx, kv_idx]`` from a b
 out of bounds for every batch index > 0 (an IndexError on the CPU, an illegal memory access in a compiled GPU
 kernel). README.md, "Attention kernels and regional compilation", lists what is still to be measured on a GPU.
 """
+
 from __future__ import annotations
 
 import torch
@@ -51,6 +52,7 @@ def attn_implementation(attention: str) -> str:
     if attention == SDPA_BIAS:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
         AttentionInterface.register(SDPA_BIAS, t5_sdpa_attention)
         # Masks built as for 'sdpa' (boolean, None when nothing is masked); a name without a mask builder would
         # get no padding mask at all from transformers.
@@ -58,23 +60,36 @@ def attn_implementation(attention: str) -> str:
     return attention
 
 
-def t5_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, dropout: float = 0.0,
-                      position_bias: torch.Tensor | None = None, **_: object) -> tuple[torch.Tensor, None]:
+def t5_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **_: object,
+) -> tuple[torch.Tensor, None]:
     """HF attention-interface function for ``T5Attention`` (query/key/value [B, H, S, D]); returns the output as
     [B, Sq, H, D] and no attention weights. Other keyword arguments (``scaling``, which T5 always passes as
     1.0) are ignored."""
     if module.is_decoder and not module.is_causal:
         mask = attention_mask  # cross-attention: position_bias is T5Attention's zeros, nothing to add
     else:
-        mask = bias_with_mask(position_bias.to(query.dtype), attention_mask, causal=module.is_causal,
-                              q_len=query.shape[2], kv_len=key.shape[2])
+        mask = bias_with_mask(
+            position_bias.to(query.dtype),
+            attention_mask,
+            causal=module.is_causal,
+            q_len=query.shape[2],
+            kv_len=key.shape[2],
+        )
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=1.0)
     return out.transpose(1, 2).contiguous(), None
 
 
-def bias_with_mask(bias: torch.Tensor, mask: torch.Tensor | None, *, causal: bool, q_len: int,
-                   kv_len: int) -> torch.Tensor:
+def bias_with_mask(
+    bias: torch.Tensor, mask: torch.Tensor | None, *, causal: bool, q_len: int, kv_len: int
+) -> torch.Tensor:
     """The additive SDPA mask: ``bias`` [1 or B, H, Sq, Sk] where ``mask`` allows, the minimum of ``bias``'s
     dtype where it does not. ``mask``: boolean (True = attend, as transformers builds it for SDPA) or None; None on
     a causal layer means "causal, no padding" (HF leaves that case to SDPA's is_causal, which cannot be combined

@@ -21,6 +21,7 @@ gradients and writes past the buffer. Seen with transformers' 'sdpa' and this pr
 bias and padding mask before the kernel), not with 'eager'. The option concerns only the C++ backend; GPU kernels
 (Triton) are unaffected.
 """
+
 from __future__ import annotations
 
 import torch

@@ -18,6 +18,7 @@ Anything the replay could not reproduce exactly (a write into part of a paramete
 random draw, fill or zero on one, a parameter nothing wrote, buffers) raises :class:`MetaInitUnsupported`
 before training starts; :func:`training.model.t5.build_model_for_sharding` then builds on the CPU instead.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -95,8 +96,9 @@ class RecordedInit:
             if id(op.target) not in self.names:
                 continue
             if not (op.seeded or op.func in _ELEMENTWISE_WRITES):
-                raise MetaInitUnsupported(f"{op.func} on {self.names[id(op.target)]} is neither a random draw "
-                                          "nor a fill")
+                raise MetaInitUnsupported(
+                    f"{op.func} on {self.names[id(op.target)]} is neither a random draw nor a fill"
+                )
             written.add(id(op.target))
         missing = [n for i, n in self.names.items() if i not in written]
         if missing:
@@ -144,6 +146,7 @@ def record_init(build: Callable[[], torch.nn.Module], *, seed: int) -> RecordedI
 def _run_on_cpu(op: _Op) -> torch.Tensor:
     """Run a recorded random op on real CPU tensors (advancing the CPU generator as the CPU build did);
     returns the tensor it wrote or created."""
+
     def real(x):
         if isinstance(x, torch.Tensor):
             if x is not op.target:
@@ -152,6 +155,7 @@ def _run_on_cpu(op: _Op) -> torch.Tensor:
         if isinstance(x, torch.device) and x.type == "meta":
             return torch.device("cpu")
         return x
+
     args, kwargs = tree_map(real, op.args), tree_map(real, op.kwargs)
     out = op.func(*args, **kwargs)
     return args[0] if op.target is not None else out

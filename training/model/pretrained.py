@@ -7,6 +7,7 @@ checkpoint of another model (training.errors.CheckpointIncompatible)::
 
     check_pretrained_dir("/fsx/weights", cfg.model)   # raises ConfigError or CheckpointIncompatible
 """
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,20 @@ from training.errors import CheckpointIncompatible
 
 CONFIG_FILE = "config.json"
 #: What ``from_pretrained`` reads, whole or sharded (an index beside its shards).
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 #: The fields that decide the shape of every weight (the same as a checkpoint's signature).
 SHAPE_FIELDS = ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "vocab_size")
 #: The feed-forward of every model this project builds (T5 v1.1); another one has other weights (wi vs wi_0/wi_1).
 FEED_FORWARD = "gated-gelu"
-WANTED = (f"a directory with {CONFIG_FILE} and model.safetensors (or pytorch_model.bin), e.g. one written by "
-          "python -m training.export")
+WANTED = (
+    f"a directory with {CONFIG_FILE} and model.safetensors (or pytorch_model.bin), e.g. one written by "
+    "python -m training.export"
+)
 
 
 def check_pretrained_dir(path: str, model: ModelConfig) -> None:
@@ -38,8 +45,13 @@ def check_pretrained_dir(path: str, model: ModelConfig) -> None:
     has_weights = any(os.path.isfile(os.path.join(path, w)) for w in WEIGHT_FILES)
     if not (has_config and has_weights):
         weights = "weights (model.safetensors or pytorch_model.bin)"
-        missing = (f"neither {CONFIG_FILE} nor {weights}" if not (has_config or has_weights)
-                   else f"no {CONFIG_FILE}" if not has_config else f"no {weights}")
+        missing = (
+            f"neither {CONFIG_FILE} nor {weights}"
+            if not (has_config or has_weights)
+            else f"no {CONFIG_FILE}"
+            if not has_config
+            else f"no {weights}"
+        )
         raise ConfigError(f"{where} has {missing}{_checkpoint_hint(path)}; pass {WANTED}")
     differences = shape_differences(_read_config(path), model)
     if differences:
@@ -66,8 +78,10 @@ def shape_mismatch(path: str, differences: list[tuple[str, Any, Any]]) -> str:
     flags = " ".join(f"--model.{k} {theirs}" for k, theirs, _ in differences if k in SHAPE_FIELDS)
     only_shape = all(k in SHAPE_FIELDS for k, _, _ in differences)  # else no flag of ours builds it
     fix = f"run with its shape ({flags}) or pass" if only_shape else "pass"
-    return (f"model.init_from={path!r} holds a model of another shape: {listed}; {fix} a directory with "
-            f"{CONFIG_FILE} and weights of this run's shape (nothing was loaded)")
+    return (
+        f"model.init_from={path!r} holds a model of another shape: {listed}; {fix} a directory with "
+        f"{CONFIG_FILE} and weights of this run's shape (nothing was loaded)"
+    )
 
 
 def _read_config(path: str) -> dict[str, Any]:
@@ -85,7 +99,10 @@ def _read_config(path: str) -> dict[str, Any]:
 def _checkpoint_hint(path: str) -> str:
     """A training checkpoint passed where model weights belong: say which flag takes it."""
     if os.path.isfile(os.path.join(path, "COMMITTED.json")) or any(
-            name.startswith("step_") for name in os.listdir(path)):
-        return (" (it is a training checkpoint: start from it with --checkpoint.initial_load_path, or export it "
-                "with python -m training.export)")
+        name.startswith("step_") for name in os.listdir(path)
+    ):
+        return (
+            " (it is a training checkpoint: start from it with --checkpoint.initial_load_path, or export it "
+            "with python -m training.export)"
+        )
     return ""

@@ -19,6 +19,7 @@ reached through the ``aws`` CLI, secrets are passed to it as ``file://`` (never 
 
 Exit codes: 0 done, 1 AWS or timeout (one line naming it), 2 bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,11 +37,13 @@ def _load_certs():
     copy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "certs.py")
     if os.path.exists(copy):
         import importlib.util
+
         spec = importlib.util.spec_from_file_location("t5_etcd_certs", copy)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
     from training.launch.rendezvous import certs as repository_copy
+
     return repository_copy
 
 
@@ -55,8 +58,23 @@ class Failure(Exception):
 
 
 def aws_secret(region: str, secret: str) -> dict:
-    proc = subprocess.run(["aws", "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret,
-                           "--query", "SecretString", "--output", "text"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "aws",
+            "secretsmanager",
+            "get-secret-value",
+            "--region",
+            region,
+            "--secret-id",
+            secret,
+            "--query",
+            "SecretString",
+            "--output",
+            "text",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise Failure(f"cannot read secret {secret}: {proc.stderr.strip()[-300:]}")
     try:
@@ -70,8 +88,21 @@ def put_secret(region: str, secret: str, value: dict) -> None:
         os.chmod(f.name, 0o600)
         json.dump(value, f)
     try:
-        proc = subprocess.run(["aws", "secretsmanager", "put-secret-value", "--region", region, "--secret-id", secret,
-                               "--secret-string", f"file://{f.name}"], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "aws",
+                "secretsmanager",
+                "put-secret-value",
+                "--region",
+                region,
+                "--secret-id",
+                secret,
+                "--secret-string",
+                f"file://{f.name}",
+            ],
+            capture_output=True,
+            text=True,
+        )
     finally:
         os.unlink(f.name)
     if proc.returncode != 0:
@@ -93,8 +124,11 @@ def _issue_all(ca: "certs.CertificateAuthority", ips: list[str], directory: str)
 
 
 def _client_value(material: dict) -> dict:
-    return {"ca_cert": material["ca_cert"], "client_cert": material["client"]["cert"],
-            "client_key": material["client"]["key"]}
+    return {
+        "ca_cert": material["ca_cert"],
+        "client_cert": material["client"]["cert"],
+        "client_key": material["client"]["key"],
+    }
 
 
 def init(a: argparse.Namespace) -> str:
@@ -104,8 +138,13 @@ def init(a: argparse.Namespace) -> str:
         with tempfile.TemporaryDirectory() as tmp:
             ca = certs.CertificateAuthority.create(tmp, name="t5-failover ParallelCluster etcd CA")
             jwt_pub, jwt_key = (_read(p) for p in certs.jwt_key_pair(tmp))
-            material = {"ca_cert": _read(ca.paths.cert), "ca_key": _read(ca.paths.key), "jwt_pub": jwt_pub,
-                        "jwt_key": jwt_key, **_issue_all(ca, a.ips, tmp)}
+            material = {
+                "ca_cert": _read(ca.paths.cert),
+                "ca_key": _read(ca.paths.key),
+                "jwt_pub": jwt_pub,
+                "jwt_key": jwt_key,
+                **_issue_all(ca, a.ips, tmp),
+            }
         put_secret(a.region, a.members_secret, material)
         made = True
     if not aws_secret(a.region, a.client_secret).get("client_cert"):
@@ -136,6 +175,7 @@ def _write(path: str, text: str, mode: int, owner: str | None) -> None:
     os.chmod(tmp, mode)
     if owner and os.geteuid() == 0:
         import pwd
+
         entry = pwd.getpwnam(owner)
         os.chown(tmp, entry.pw_uid, entry.pw_gid)
     os.replace(tmp, path)
@@ -148,8 +188,10 @@ def install(a: argparse.Namespace) -> str:
         if material.get("ca_cert"):
             break
         if time.monotonic() > deadline:
-            raise Failure(f"secret {a.members_secret} still holds no TLS material after {a.wait_s:.0f} s: member 0 "
-                          f"makes it (journalctl -u t5-etcd-setup on member 0)")
+            raise Failure(
+                f"secret {a.members_secret} still holds no TLS material after {a.wait_s:.0f} s: member 0 "
+                f"makes it (journalctl -u t5-etcd-setup on member 0)"
+            )
         time.sleep(a.poll_s)
     member = material["members"].get(f"m{a.index}")
     if member is None:
@@ -168,8 +210,9 @@ def _ips(text: str) -> list[str]:
         try:
             ipaddress.IPv4Address(ip)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--ips {text!r}: {ip!r} is not an IPv4 address (e.g. 10.0.1.10,...)") \
-                from None
+            raise argparse.ArgumentTypeError(
+                f"--ips {text!r}: {ip!r} is not an IPv4 address (e.g. 10.0.1.10,...)"
+            ) from None
     if len(set(ips)) != len(ips) or len(ips) % 2 == 0:
         raise argparse.ArgumentTypeError(f"--ips {text!r}: give an odd number of distinct member addresses")
     return ips

@@ -19,6 +19,7 @@ The stack uploads each script as an S3 asset; :class:`NodeSetup` takes their buc
 No CDK imports: CloudFormation tokens (``${Token[...]}``) are accepted wherever a value is only known at deploy
 time, and checked only when they are plain values.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,9 +36,17 @@ NODE_BASE_SCRIPT = SCRIPT_DIR / "node_base.sh"
 SCRIPTS = (NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT, ETCD_CLIENT_SCRIPT)
 
 #: The default user of each ParallelCluster OS (``Image.Os``): the same uid on every node of the cluster.
-CLUSTER_USERS = {"alinux2023": "ec2-user", "alinux2": "ec2-user", "rhel8": "ec2-user", "rhel9": "ec2-user",
-                 "rocky8": "rocky", "rocky9": "rocky", "ubuntu2004": "ubuntu", "ubuntu2204": "ubuntu",
-                 "ubuntu2404": "ubuntu"}
+CLUSTER_USERS = {
+    "alinux2023": "ec2-user",
+    "alinux2": "ec2-user",
+    "rhel8": "ec2-user",
+    "rhel9": "ec2-user",
+    "rocky8": "rocky",
+    "rocky9": "rocky",
+    "ubuntu2004": "ubuntu",
+    "ubuntu2204": "ubuntu",
+    "ubuntu2404": "ubuntu",
+}
 
 _ECR_REGISTRY = re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
@@ -74,27 +83,44 @@ class NodeSetup:
     etcd_root_secret: str
 
     def __post_init__(self) -> None:
-        for name in ("script_bucket", "pyxis_enroot_script_key", "etcd_client_script_key", "node_base_script_key",
-                     "ecr_registry", "region", "etcd_endpoints", "etcd_client_secret", "etcd_root_secret"):
+        for name in (
+            "script_bucket",
+            "pyxis_enroot_script_key",
+            "etcd_client_script_key",
+            "node_base_script_key",
+            "ecr_registry",
+            "region",
+            "etcd_endpoints",
+            "etcd_client_secret",
+            "etcd_root_secret",
+        ):
             if not str(getattr(self, name)).strip():
-                raise ValueError(f"node_setup.{name} is empty: pass the stack's value (the S3 asset of "
-                                 f"cluster_assets/parallelcluster/node_setup/*.sh, the ECR repository's registry "
-                                 f"and region, the etcd members' endpoints and secrets)")
+                raise ValueError(
+                    f"node_setup.{name} is empty: pass the stack's value (the S3 asset of "
+                    f"cluster_assets/parallelcluster/node_setup/*.sh, the ECR repository's registry "
+                    f"and region, the etcd members' endpoints and secrets)"
+                )
         for name in ("pyxis_enroot_script_key", "etcd_client_script_key", "node_base_script_key"):
             key = getattr(self, name)
             if not _is_token(key) and (key.startswith("/") or not key.endswith(".sh")):
-                raise ValueError(f"node_setup.{name}={key!r}: expected the S3 object key of the uploaded .sh "
-                                 f"script, without a leading '/'")
+                raise ValueError(
+                    f"node_setup.{name}={key!r}: expected the S3 object key of the uploaded .sh "
+                    f"script, without a leading '/'"
+                )
         if not _is_token(self.ecr_registry) and not _ECR_REGISTRY.fullmatch(self.ecr_registry):
-            raise ValueError(f"node_setup.ecr_registry={self.ecr_registry!r}: expected "
-                             f"<account>.dkr.ecr.<region>.amazonaws.com (the host part of the repository URI)")
+            raise ValueError(
+                f"node_setup.ecr_registry={self.ecr_registry!r}: expected "
+                f"<account>.dkr.ecr.<region>.amazonaws.com (the host part of the repository URI)"
+            )
         if not _is_token(self.region) and not _REGION.fullmatch(self.region):
             raise ValueError(f"node_setup.region={self.region!r}: expected a region name such as us-east-1")
         if not _is_token(self.etcd_endpoints):
             for endpoint in self.etcd_endpoints.split(","):
                 if not _ENDPOINT.fullmatch(endpoint):
-                    raise ValueError(f"node_setup.etcd_endpoints={self.etcd_endpoints!r}: {endpoint!r} is not "
-                                     f"https://<IPv4>:<port> (e.g. https://10.0.1.10:2379,https://10.0.2.10:2379,...)")
+                    raise ValueError(
+                        f"node_setup.etcd_endpoints={self.etcd_endpoints!r}: {endpoint!r} is not "
+                        f"https://<IPv4>:<port> (e.g. https://10.0.1.10:2379,https://10.0.2.10:2379,...)"
+                    )
         for name in ("etcd_client_secret", "etcd_root_secret"):
             value = getattr(self, name)
             if not _is_token(value) and not value.startswith("arn:"):
@@ -119,9 +145,10 @@ class NodeSetup:
     def head_node_custom_actions(self, os: str = "alinux2023") -> dict[str, Any]:
         """``HeadNode.CustomActions``: Python and the shared directories, Pyxis/Enroot, then the etcd client side
         (credentials, authentication, ``/etc/t5-failover/etcd.env``), once the node is configured."""
-        etcd = {"Script": self.url(self.etcd_client_script_key),
-                "Args": [self.etcd_endpoints, self.etcd_client_secret, self.etcd_root_secret, self.region,
-                         self._user(os)]}
+        etcd = {
+            "Script": self.url(self.etcd_client_script_key),
+            "Args": [self.etcd_endpoints, self.etcd_client_secret, self.etcd_root_secret, self.region, self._user(os)],
+        }
         return {"OnNodeConfigured": {"Sequence": [self._base_action("head", os), self._pyxis_action("head"), etcd]}}
 
     def queue_custom_actions(self, os: str = "alinux2023") -> dict[str, Any]:
@@ -130,10 +157,14 @@ class NodeSetup:
 
     def head_node_s3_access(self) -> list[dict[str, Any]]:
         """Read access to exactly the three scripts the head node runs."""
-        return [{"BucketName": self.script_bucket, "KeyName": key, "EnableWriteAccess": False}
-                for key in (self.node_base_script_key, self.pyxis_enroot_script_key, self.etcd_client_script_key)]
+        return [
+            {"BucketName": self.script_bucket, "KeyName": key, "EnableWriteAccess": False}
+            for key in (self.node_base_script_key, self.pyxis_enroot_script_key, self.etcd_client_script_key)
+        ]
 
     def queue_s3_access(self) -> list[dict[str, Any]]:
         """Read access to exactly the two scripts the compute nodes run."""
-        return [{"BucketName": self.script_bucket, "KeyName": key, "EnableWriteAccess": False}
-                for key in (self.node_base_script_key, self.pyxis_enroot_script_key)]
+        return [
+            {"BucketName": self.script_bucket, "KeyName": key, "EnableWriteAccess": False}
+            for key in (self.node_base_script_key, self.pyxis_enroot_script_key)
+        ]

@@ -6,6 +6,7 @@ reference run, cached under .chaos/cache), and every local verdict judged on tha
 must fail.
 Timings are recorded in the report, never asserted: the CI machine is shared.
 """
+
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from training.checkpoint import MARKER
 
 pytestmark = pytest.mark.e2e
 
-CFG = LocalChaosConfig(steps=10, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"),
-                       scenario_timeout_s=240)
+CFG = LocalChaosConfig(
+    steps=10, interval=3, slow_commit_s=5.0, extra_args=("--model.dropout", "0"), scenario_timeout_s=240
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +50,37 @@ def test_every_local_verdict_fails_on_a_real_run_without_its_fault(ref):
     """The uninterrupted reference run (real records, real agent logs, its own final checkpoint) judged as
     each scenario, the fault claimed and confirmed by the harness: every verdict fails on the job's evidence."""
     t = next(r["time"] for r in ref.records if r.get("event") == "step" and r["step"] == CFG.kill_step)
-    facts = {**base_facts(CFG), "rank0_node": 0, "killed_node": 0, "store_alive_at_end": True, "max_restarts": 1,
-             "partial_checkpoint": f"step_{2 * CFG.interval:08d}", "corrupt_checkpoint": f"step_{2 * CFG.interval:08d}",
-             "truncated": {"file": "x.distcp", "from": 2, "to": 1}, "silent_ranks": [1],
-             "spare_nodes": [2], "spare_ranks_after": []}
+    facts = {
+        **base_facts(CFG),
+        "rank0_node": 0,
+        "killed_node": 0,
+        "store_alive_at_end": True,
+        "max_restarts": 1,
+        "partial_checkpoint": f"step_{2 * CFG.interval:08d}",
+        "corrupt_checkpoint": f"step_{2 * CFG.interval:08d}",
+        "truncated": {"file": "x.distcp", "from": 2, "to": 1},
+        "silent_ranks": [1],
+        "spare_nodes": [2],
+        "spare_ranks_after": [],
+    }
     for name in catalog.PLATFORMS["local"]:
         sc = scenarios(CFG)[name]
-        obs = Observation(records=ref.records, faults=[Fault(name, t, True, "claimed, never done")],
-                          rejoins=[t + 1] if name in ("node-loss-rejoin", "silent-node") else [], exited_ok=True,
-                          exit_detail="exit codes 0", steps=CFG.steps, global_batch=CFG.global_batch,
-                          final_committed=(ref.final / MARKER).exists(),
-                          weight_diffs=compare_weights(ref.final, ref.final), reference_records=ref.records,
-                          wall_s=ref.wall_s, logs=ref.logs, checkpoint_dir=ref.final.parent, facts=facts)
+        obs = Observation(
+            records=ref.records,
+            faults=[Fault(name, t, True, "claimed, never done")],
+            rejoins=[t + 1] if name in ("node-loss-rejoin", "silent-node") else [],
+            exited_ok=True,
+            exit_detail="exit codes 0",
+            steps=CFG.steps,
+            global_batch=CFG.global_batch,
+            final_committed=(ref.final / MARKER).exists(),
+            weight_diffs=compare_weights(ref.final, ref.final),
+            reference_records=ref.records,
+            wall_s=ref.wall_s,
+            logs=ref.logs,
+            checkpoint_dir=ref.final.parent,
+            facts=facts,
+        )
         v = judge(obs, sc.expect, sc.checks)
         assert not v.passed, f"{name} passed on an uninterrupted run: {v.checks}"
         assert {c.name for c in v.failed()} - {"fault injected"}, name
@@ -108,6 +129,7 @@ def test_a_straggler_is_named_and_replaced_by_the_spare_after_a_snapshot(ref, tm
     recomputed, bitwise equal. M = 2 slow steps (default 3) so that a 10-step job has room after it. Skips (saying
     so) when the machine's cores are so oversubscribed that the fault did not slow the job 2x."""
     from chaos.local.scenarios import slowdown
+
     sc = scenarios(CFG)["straggler"]
     res = run_scenario(CFG, replace(sc, flags=sc.flags + ("--straggler.steps", "2")), ref, tmp_path)
     fault = next(e["time"] for e in res.events if e["kind"] == "fault")
@@ -117,8 +139,10 @@ def test_a_straggler_is_named_and_replaced_by_the_spare_after_a_snapshot(ref, tm
         # The cores are oversubscribed (other jobs on the 2 shared cores): stopping one process 2/3 of the time then
         # frees the core its peer uses meanwhile, the job slows < 2x and no k can tell the slow rank from noise
         # (measured: 0.9-2.5x its peer's work under 2 extra busy loops). The fault did not happen as specified.
-        pytest.skip(f"the slow node slowed the job only x{ratio:.2f} (step {normal:.2f} s -> {slow:.2f} s): this "
-                    f"machine's cores are oversubscribed, a node stopped 2/3 of the time is not a third as fast here")
+        pytest.skip(
+            f"the slow node slowed the job only x{ratio:.2f} (step {normal:.2f} s -> {slow:.2f} s): this "
+            f"machine's cores are oversubscribed, a node stopped 2/3 of the time is not a third as fast here"
+        )
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
     assert res.passed, f"scenario straggler failed ({res.workdir}/logs): {failed}"
     assert res.world_sizes == [CFG.world]
@@ -147,9 +171,28 @@ def test_launcher_local_mode_runs_two_nodes_against_its_own_store(tmp_path):
     import sys
 
     from tests.conftest import TINY
-    out = subprocess.run([sys.executable, "-m", "training.launch", "--nodes", "2", "--", *TINY,
-                          "--job.out_dir", str(tmp_path), "--train.steps", "3", "--checkpoint.interval", "2"],
-                         cwd=REPO, capture_output=True, text=True, timeout=240)
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch",
+            "--nodes",
+            "2",
+            "--",
+            *TINY,
+            "--job.out_dir",
+            str(tmp_path),
+            "--train.steps",
+            "3",
+            "--checkpoint.interval",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[launch] membership: etcd members" in out.stdout and "--rdzv-backend=t5-etcd" in out.stdout
     assert "world 2" in out.stdout and (tmp_path / "checkpoints" / "step_00000003" / "COMMITTED.json").exists()

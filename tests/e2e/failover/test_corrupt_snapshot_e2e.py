@@ -3,6 +3,7 @@ so the two share one cached reference run): a worker frozen with its newest snap
 own-node copy inverted, SIGKILLed (the peer's replica must be restored, bitwise equal to the reference), then
 every generation of its shard damaged, own and replica (storage must be restored, each damaged copy named).
 test_verdicts.py shows the same checks fail without the fault's effects."""
+
 import pytest
 
 from chaos.local.config import REPO

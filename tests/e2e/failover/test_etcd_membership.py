@@ -2,6 +2,7 @@
 every member stopped, a node lost with a spare waiting. Each test checks the evidence: the fault happened
 while training ran, what the agents said, how many rounds formed, and that the final weights equal an
 uninterrupted run's."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,6 @@ from training.launch import LaunchConfig, launch_env, torchrun_argv
 from training.launch.rendezvous import rounds
 from training.launch.rendezvous.client import EtcdClient
 from training.launch.rendezvous.members import LocalEtcd
-
-
 
 
 STEPS = 40
@@ -45,16 +44,28 @@ class Job:
 
     def __init__(self, etcd: LocalEtcd, out: Path, run_id: str, spares: int = 0, extra: tuple[str, ...] = ()):
         creds = etcd.add_job_user(run_id)
-        cfg = LaunchConfig(min_nodes=1, max_nodes=2, spares=spares, coordinator="etcd", rdzv_id=run_id,
-                           rdzv_endpoint=creds.endpoints[0].split("//")[1], etcd_env=tuple(creds.as_env().items()),
-                           train_args=(*ARGS, "--job.out_dir", str(out), *extra))
+        cfg = LaunchConfig(
+            min_nodes=1,
+            max_nodes=2,
+            spares=spares,
+            coordinator="etcd",
+            rdzv_id=run_id,
+            rdzv_endpoint=creds.endpoints[0].split("//")[1],
+            etcd_env=tuple(creds.as_env().items()),
+            train_args=(*ARGS, "--job.out_dir", str(out), *extra),
+        )
         self.out, self.lines, self.procs, self.creds = out, [], [], creds
         env = dict(launch_env(cfg), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         for i in range(2 + spares):
-            p = subprocess.Popen(torchrun_argv(cfg), env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}"),
-                                                              T5_NODE_RANK=str(i)),
-                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
+            p = subprocess.Popen(
+                torchrun_argv(cfg),
+                env=dict(env, T5_MEMORY_DIR=str(out.parent / f"mem{i}"), T5_NODE_RANK=str(i)),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             threading.Thread(target=self._pump, args=(p, i), daemon=True).start()
             self.procs.append(p)
 
@@ -67,8 +78,10 @@ class Job:
 
     def wait_for_step(self, step: int, timeout_s: float = 180) -> None:
         deadline = time.monotonic() + timeout_s
-        while not any(f"step {step:>6}/" in line or f"step  {step}/" in line or f" step {step}/" in line
-                      for _, _, line in list(self.lines)):
+        while not any(
+            f"step {step:>6}/" in line or f"step  {step}/" in line or f" step {step}/" in line
+            for _, _, line in list(self.lines)
+        ):
             assert time.monotonic() < deadline, f"no step {step} within {timeout_s} s:\n{self.text()}"
             assert all(p.poll() is None for p in self.procs), f"an agent ended early:\n{self.text()}"
             time.sleep(0.05)
@@ -82,12 +95,16 @@ class Job:
                     os.killpg(p.pid, signal.SIGKILL)
 
     def rounds_formed(self) -> set[str]:
-        return {line.split("round ", 1)[1].split(":")[0] for _, _, line in list(self.lines)
-                if "[rendezvous] round " in line}
+        return {
+            line.split("round ", 1)[1].split(":")[0] for _, _, line in list(self.lines) if "[rendezvous] round " in line
+        }
 
     def last_step_seen(self) -> int:
-        steps = [int(line.split("step", 1)[1].split("/")[0]) for _, _, line in list(self.lines)
-                 if "| loss" in line and "step" in line]
+        steps = [
+            int(line.split("step", 1)[1].split("/")[0])
+            for _, _, line in list(self.lines)
+            if "| loss" in line and "step" in line
+        ]
         return max(steps, default=0)
 
 
@@ -156,8 +173,11 @@ def test_a_spare_takes_a_silent_nodes_place(etcd, reference, tmp_path):
         os.killpg(job.procs[victim].pid, signal.SIGKILL)
     codes = job.wait()
     text = job.text()
-    ranks = {i: line.split("rank ", 1)[1].split(" ")[0] for _, i, line in list(job.lines)
-             if "[rendezvous] round 0: rank" in line}
+    ranks = {
+        i: line.split("rank ", 1)[1].split(" ")[0]
+        for _, i, line in list(job.lines)
+        if "[rendezvous] round 0: rank" in line
+    }
     # the first round's ranks follow the nodes' numbering (T5_NODE_RANK) among the two that got in first
     assert [ranks[i] for i in sorted(ranks)] == ["0", "1"] and ranks[victim] == "1", text
     assert codes[victim] == -signal.SIGKILL, text

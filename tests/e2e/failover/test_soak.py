@@ -1,5 +1,6 @@
 """Goodput soak: its settings, its seeded schedule and its sizing (the soak itself is a long run, measured by
 ``make chaos-test SOAK=10m``, not a test)."""
+
 import os
 import signal
 import subprocess
@@ -35,24 +36,43 @@ def test_a_stopped_soak_leaves_no_process_behind(tmp_path, stop):
     mark = f"T5_TEST_SOAK_MARK={uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "SOAK", "NODES", "NPROC")}
     env.update(OMP_NUM_THREADS="1", T5_TEST_SOAK_MARK=mark.split("=", 1)[1])
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.local", "--soak", "2m", "--out", str(tmp_path / "out"),
-                             "--cache", str(tmp_path / "cache")], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chaos.local",
+            "--soak",
+            "2m",
+            "--out",
+            str(tmp_path / "out"),
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as from a terminal
     try:
         seen = []
         for line in proc.stdout:  # the reference run: store first, then one agent per node
             seen.append(line)
             if "start node1: agent pid" in line:
                 break
-        assert any("store: etcd members pids" in s or "store: rendezvous store pid" in s for s in seen), \
+        assert any("store: etcd members pids" in s or "store: rendezvous store pid" in s for s in seen), (
             "".join(seen) + proc.stderr.read()
+        )
         os.killpg(proc.pid, stop)
         _, err = proc.communicate(timeout=120)
         if stop != signal.SIGKILL:  # one line and 128+signal; every process stopped before it exits
             assert proc.returncode == 128 + stop, err
-            assert err.strip() == f"[chaos] stopped by {stop.name}: the processes it started are stopped " \
-                                  f"(exit {128 + stop})", err
+            assert (
+                err.strip() == f"[chaos] stopped by {stop.name}: the processes it started are stopped "
+                f"(exit {128 + stop})"
+            ), err
             assert _marked(mark) == []
         deadline = time.monotonic() + 90  # SIGKILL: the kernel's parent-death signal stops store and agents
         while (left := _marked(mark)) and time.monotonic() < deadline:

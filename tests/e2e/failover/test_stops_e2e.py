@@ -3,6 +3,7 @@
 Ctrl-C is a SIGINT to the launcher's process group, as a terminal sends it (each run starts in its own
 session). Processes are found through /proc: a run's workers carry its unique out_dir in their command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,18 +24,42 @@ from training.job.lifecycle import worker_rank
 pytestmark = pytest.mark.e2e
 # scripts/train.sh: PRESET debug, NPROC 2 (its defaults); the local launcher: NODES 2 (flag), NPROC 1
 ENV = {k: v for k, v in os.environ.items() if k not in ("NPROC", "NODES", "PRESET")} | {
-    "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 LONG = 400  # train.steps of a run that is stopped long before the end
 
 
 def train_sh(out: Path, steps: int = LONG) -> list[str]:
-    return ["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", str(steps),
-            "--checkpoint.interval", "100"]
+    return [
+        "bash",
+        "scripts/train.sh",
+        *TINY,
+        "--job.out_dir",
+        str(out),
+        "--train.steps",
+        str(steps),
+        "--checkpoint.interval",
+        "100",
+    ]
 
 
 def launch(out: Path, steps: int = LONG) -> list[str]:
-    return [sys.executable, "-m", "training.launch", "--nodes", "2", "--", *TINY, "--job.out_dir", str(out),
-            "--train.steps", str(steps), "--checkpoint.interval", "100"]
+    return [
+        sys.executable,
+        "-m",
+        "training.launch",
+        "--nodes",
+        "2",
+        "--",
+        *TINY,
+        "--job.out_dir",
+        str(out),
+        "--train.steps",
+        str(steps),
+        "--checkpoint.interval",
+        "100",
+    ]
 
 
 def _default_sigint() -> None:
@@ -47,8 +72,15 @@ def _default_sigint() -> None:
 def start(argv: list[str], log: Path, **env: str) -> subprocess.Popen:
     """Run in a new session (its own process group, like a terminal's foreground job); output to ``log``."""
     with open(log, "w") as f:
-        return subprocess.Popen(argv, cwd=ROOT, env={**ENV, **env}, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_default_sigint)
+        return subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**ENV, **env},
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
 
 
 def records(out: Path, event: str) -> list[dict]:
@@ -145,8 +177,11 @@ def test_ctrl_c_stops_at_a_checkpoint_and_rerun_recomputes_nothing(tmp_path, ent
     assert [(r["signal"], r["step"]) for r in records(out, "signal")] == [("SIGINT", last)]
     assert parse_step(latest_complete(out / "checkpoints")) == last
     if entry == "make train":
-        assert (f"[train] stopped; the newest complete checkpoint is step {last} " in text
-                and "a rerun resumes there" in text and "run 'make train' again" not in text), text[-3000:]
+        assert (
+            f"[train] stopped; the newest complete checkpoint is step {last} " in text
+            and "a rerun resumes there" in text
+            and "run 'make train' again" not in text
+        ), text[-3000:]
     else:
         assert "[launch] stopped by SIGINT" in text
     rerun = subprocess.run(argv(out, steps=last + 2), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240)
@@ -205,8 +240,11 @@ def test_second_ctrl_c_stops_everything_at_once(tmp_path):
         assert len(ws) == 2
         os.killpg(p.pid, signal.SIGINT)
         # torch logs "Sending process P closing signal SIGINT" (cold workers) or "Closing process P via signal SIGINT"
-        wait_for(lambda: re.search(r"(closing|via) signal SIGINT", log.read_text()), "the agent passing SIGINT on",
-                 timeout=30)
+        wait_for(
+            lambda: re.search(r"(closing|via) signal SIGINT", log.read_text()),
+            "the agent passing SIGINT on",
+            timeout=30,
+        )
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
         assert p.wait(timeout=30) == -signal.SIGINT  # died by SIGINT, so a calling shell or make stops too
@@ -279,9 +317,25 @@ def test_one_run_per_checkpoint_dir(tmp_path):
         r = subprocess.run(train_sh(out, steps), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
         assert r.returncode == 7 and busy in r.stderr, r.stdout + r.stderr
         # plain torchrun has no check: the workers themselves refuse (rank 0 decides and broadcasts, all exit 7)
-        r = subprocess.run([TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "training", *TINY, "--job.out_dir",
-                            str(out), "--train.steps", str(steps)], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [
+                TORCHRUN,
+                "--standalone",
+                "--nproc_per_node=2",
+                "-m",
+                "training",
+                *TINY,
+                "--job.out_dir",
+                str(out),
+                "--train.steps",
+                str(steps),
+            ],
+            cwd=ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode != 0 and "exitcode: 7" in r.stderr, r.stdout + r.stderr
         assert r.stderr.count(busy) == 1, r.stderr  # rank 0 speaks for the job; the others agree silently
         assert first.poll() is None, "the first run ended before the checks: it was not held"
@@ -294,8 +348,12 @@ def test_one_run_per_checkpoint_dir(tmp_path):
     # a run killed with SIGKILL does not leave the directory locked
     crashed = start(train_sh(out, steps + 100), tmp_path / "crashed.log")
     try:
-        wait_for(lambda: len(records(out, "step")) > steps, "the second run's first step", proc=crashed,
-                 log=tmp_path / "crashed.log")
+        wait_for(
+            lambda: len(records(out, "step")) > steps,
+            "the second run's first step",
+            proc=crashed,
+            log=tmp_path / "crashed.log",
+        )
         (agent,) = children(crashed.pid)
         os.kill(agent, signal.SIGKILL)
         crashed.wait(timeout=30)

@@ -2,6 +2,7 @@
 3.16.1 schema in its own venv (.venv-pcluster); the etcd members' network, secrets and IAM, the nodes' security
 groups, ECR pull policy and outputs; the node and member scripts (bash -n, shellcheck, run against scratch roots,
 and the members' units run for real as a three-member etcd the head node's script turns authentication on in)."""
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from cluster_assets.parallelcluster.node_setup import (ETCD_CLIENT_SCRIPT)
+from cluster_assets.parallelcluster.node_setup import ETCD_CLIENT_SCRIPT
 from tests.support.infra import ROOT
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
 from tests.unit.infra.test_infra_pcluster import CLIENT_SECRET, ROOT_SECRET
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
-from tests.integration.infra.test_infra_pcluster import (MEMBERS_SECRET, MEMBER_SCRIPT, USER,
-                                                         _curl_serving, _etcd_tarball, _fake_aws, _member_args,
-                                                         _secret)
+from tests.integration.infra.test_infra_pcluster import (
+    MEMBERS_SECRET,
+    MEMBER_SCRIPT,
+    USER,
+    _curl_serving,
+    _etcd_tarball,
+    _fake_aws,
+    _member_args,
+    _secret,
+)
 
 
 def _exec_start(unit_text: str, root: Path) -> list[str]:
@@ -61,16 +69,24 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
             root = tmp_path / f"m{i}"
             root.mkdir()
             member_env = {**env, "T5_SETUP_ROOT": str(root), "T5_TLS_POLL_S": "0.2", "T5_TLS_WAIT_S": "60"}
-            proc = subprocess.Popen([str(MEMBER_SCRIPT), *_member_args(i, ips, client_port, peer_port, sha)],
-                                    env=member_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [str(MEMBER_SCRIPT), *_member_args(i, ips, client_port, peer_port, sha)],
+                env=member_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             members.append((i, root, proc))
         for i, root, proc in members:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, (i, out, err)
             assert f"[etcd member m{i}] t5-etcd.service: https://{ips[i]}:{client_port}" in out
             log = (root / "commands.log").read_text().splitlines()
-            assert log[-3:] == ["systemctl daemon-reload", "systemctl enable t5-etcd.service",
-                                "systemctl restart --no-block t5-etcd.service"]
+            assert log[-3:] == [
+                "systemctl daemon-reload",
+                "systemctl enable t5-etcd.service",
+                "systemctl restart --no-block t5-etcd.service",
+            ]
             assert ("dnf install -y python3-cryptography" in log) is (i == 0)  # only member 0 makes material
             for name in ("member.key", "jwt.key"):
                 assert oct((root / "etc/t5-etcd/tls" / name).stat().st_mode & 0o777) == "0o600"
@@ -82,8 +98,14 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
         for _i, root, _ in members:
             unit = (root / "etc/systemd/system/t5-etcd.service").read_text()
             assert "User=etcd" in unit and "--client-cert-auth" in unit and "--peer-client-cert-auth" in unit
-            processes.append(subprocess.Popen(_exec_start(unit, root), stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL, start_new_session=True))
+            processes.append(
+                subprocess.Popen(
+                    _exec_start(unit, root),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         try:
             head_root = tmp_path / "head"
             head_root.mkdir()
@@ -97,9 +119,13 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
             shown = f"/home/{USER}/.t5-failover/etcd"
             env_file = (head_root / "etc/t5-failover/etcd.env").read_text().splitlines()
             settings = dict(line.split("=", 1) for line in env_file if line and not line.startswith("#"))
-            assert settings == {"T5_ETCD_ENDPOINTS": endpoints, "T5_ETCD_CA": f"{shown}/ca.crt",
-                                "T5_ETCD_CERT": f"{shown}/client.crt", "T5_ETCD_KEY": f"{shown}/client.key",
-                                "T5_ETCD_ROOT_PASSWORD_FILE": f"{shown}/root.password"}
+            assert settings == {
+                "T5_ETCD_ENDPOINTS": endpoints,
+                "T5_ETCD_CA": f"{shown}/ca.crt",
+                "T5_ETCD_CERT": f"{shown}/client.crt",
+                "T5_ETCD_KEY": f"{shown}/client.key",
+                "T5_ETCD_ROOT_PASSWORD_FILE": f"{shown}/root.password",
+            }
             assert Path(directory, "root.password").read_text() == "r00tPassw0rdFromCfn"
             for name in ("client.key", "root.password"):
                 assert oct(Path(directory, name).stat().st_mode & 0o777) == "0o600"
@@ -110,16 +136,44 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
             assert again.returncode == 0 and "already on: nothing changed" in again.stdout, again.stdout + again.stderr
             # What the batch script runs, with the file's settings (paths moved under the scratch root).
             admin_env = {**env, **{k: v.replace(shown, directory) for k, v in settings.items()}}
-            job = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job",
-                                  "slurm-42", "--out", str(tmp_path / "job")], env=admin_env, cwd=ROOT,
-                                 capture_output=True, text=True, timeout=120)
+            job = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "training.launch.rendezvous.admin",
+                    "add-job",
+                    "--job",
+                    "slurm-42",
+                    "--out",
+                    str(tmp_path / "job"),
+                ],
+                env=admin_env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert job.returncode == 0, job.stdout + job.stderr
             assert "etcd user job-slurm-42: read/write /t5-failover/jobs/slurm-42/" in job.stdout
             # ... and without root's password, etcd refuses (authentication is really on).
             Path(directory, "root.password").write_text("wrong")
-            refused = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job",
-                                      "slurm-43", "--out", str(tmp_path / "job43")], env=admin_env, cwd=ROOT,
-                                     capture_output=True, text=True, timeout=120)
+            refused = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "training.launch.rendezvous.admin",
+                    "add-job",
+                    "--job",
+                    "slurm-43",
+                    "--out",
+                    str(tmp_path / "job43"),
+                ],
+                env=admin_env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert refused.returncode == 2, refused.stdout + refused.stderr
         finally:
             for p in processes:

@@ -13,6 +13,7 @@ The emulator judges each run with the common chaos verdict (fault confirmed, not
 recomputed, completed, every sample exactly once, final weights bitwise equal to an uninterrupted run of the
 same objects) plus what the runtime promises for that fault (only the failed pod replaced / a gang restart).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,22 +31,42 @@ STEPS = 8
 TRAIN_ARGS = ("--parallel.device", "cpu", *TINY, "--train.steps", str(STEPS), "--checkpoint.interval", "2")
 
 
-def emulate(tmp: Path, name: str, *faults: str, reference: Path | None = None, cli: tuple[str, ...] = (),
-            ) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def emulate(
+    tmp: Path,
+    name: str,
+    *faults: str,
+    reference: Path | None = None,
+    cli: tuple[str, ...] = (),
+) -> tuple[subprocess.CompletedProcess, dict, Path]:
     """Render with the CLI (``cli``: extra submit options), run the emulator CLI; returns (process, report, fsx
     dir)."""
     _, _, text = render(name, *TRAIN_ARGS, cli=cli)
     manifests = tmp / f"{name}.yaml"
     manifests.write_text(text)
     fsx, rep = tmp / "fsx", tmp / f"{name}-report.json"
-    args = ["--runtime", str(manifests), "--trainjob", str(manifests), "--fsx-dir", str(fsx),
-            "--workdir", str(tmp / f"{name}-pods"), "--master-port", "0", "--report", str(rep), "--timeout", "400"]
+    args = [
+        "--runtime",
+        str(manifests),
+        "--trainjob",
+        str(manifests),
+        "--fsx-dir",
+        str(fsx),
+        "--workdir",
+        str(tmp / f"{name}-pods"),
+        "--master-port",
+        "0",
+        "--report",
+        str(rep),
+        "--timeout",
+        "400",
+    ]
     for f in faults:
         args += ["--fault", f]
     if reference is not None:
         args += ["--reference", str(reference)]
-    r = subprocess.run([sys.executable, "-m", "testbed.k8s_emulator", *args], cwd=ROOT,
-                       capture_output=True, text=True, timeout=480)
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.k8s_emulator", *args], cwd=ROOT, capture_output=True, text=True, timeout=480
+    )
     report = json.loads(rep.read_text()) if rep.exists() else {}
     return r, report, fsx
 
@@ -86,13 +107,19 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     name = "t5-contract-chaos"
     chaos, rep, fsx = emulate(tmp_path, name, "kill:0@3", reference=reference)
     with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
+        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
     assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
     assert rep["state"] == "Complete" and rep["name"] == "first-node-kill"
     assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
     checks = {c["name"]: c["detail"] for c in rep["checks"]}
-    assert {"fault injected", "failure noticed", "job restarted", "every sample exactly once",
-            "weights bitwise == reference", "only the failed pod was replaced"} <= set(checks)
+    assert {
+        "fault injected",
+        "failure noticed",
+        "job restarted",
+        "every sample exactly once",
+        "weights bitwise == reference",
+        "only the failed pod was replaced",
+    } <= set(checks)
     assert "pod failed" in checks["fault injected"]
     # the Job controller replaced node 0's pod alone; node 1 ran start to end; no gang restart
     assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
@@ -107,8 +134,13 @@ def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, refer
     status = rep["trainerStatus"]
     got = {m["name"]: m["value"] for m in status["metrics"]}
     assert status["progressPercentage"] == 100 and got["step"] == str(STEPS), status
-    ledger = subprocess.run([sys.executable, "-m", "training.goodput", str(fsx / f"jobs/{name}"), "--json",
-                             "--no-png"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ledger = subprocess.run(
+        [sys.executable, "-m", "training.goodput", str(fsx / f"jobs/{name}"), "--json", "--no-png"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     failures = json.loads(ledger.stdout)["failures"]
     assert failures and got["failures"] == str(len(failures)), (status, failures)
     assert got["last_failure"] == failures[-1]["how"][:100]
@@ -123,7 +155,7 @@ def test_with_a_hot_spare_pod_a_killed_training_pod_never_shrinks_the_world(tmp_
     name = "t5-contract-spare"
     chaos, rep, fsx = emulate(tmp_path, name, "kill:training@3", reference=reference, cli=("--spares", "1"))
     with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
+        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
     assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
     assert rep["state"] == "Complete" and rep["passed"], [c for c in rep["checks"] if not c["ok"]]
     checks = {c["name"]: c["detail"] for c in rep["checks"]}
@@ -149,13 +181,14 @@ def test_etcd_leader_killed_mid_training_nothing_restarts_bitwise(tmp_path, refe
     name = "t5-contract-etcd"
     chaos, rep, fsx = emulate(tmp_path, name, "kill:etcd-leader@3", reference=reference)
     with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("==="):])
+        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
     assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
     assert rep["state"] == "Complete" and rep["name"] == "store-member-kill" and rep["expected"] == "nothing restarted"
     assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
     checks = {c["name"]: c["detail"] for c in rep["checks"]}
-    assert {"fault injected", "no pod restarted", "every sample exactly once", "weights bitwise == reference"} <= \
-        set(checks)
+    assert {"fault injected", "no pod restarted", "every sample exactly once", "weights bitwise == reference"} <= set(
+        checks
+    )
     assert "(leader)" in rep["events"][0]["label"] and "pod failed" in checks["fault injected"]
     assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 0
     assert rep["pods_created"] == {"node/0": 1, "node/1": 1}
@@ -168,11 +201,15 @@ def test_single_replacement_check_fails_on_a_gang_restart():
     """Judged by the per-index promise (only the failed pod replaced), a gang restart fails."""
     from chaos.kubernetes import check_single_pod_replaced
     from chaos.verdict import Observation
+
     pods = {"node": {"0": [{"pid": 1}, {"pid": 3}], "1": [{"pid": 2}, {"pid": 4}]}}
     facts = {"jobset_restarts": 1, "pods": pods, "faulted": ["node/0"]}
     verdict = check_single_pod_replaced(Observation(records=[], faults=[], facts=facts))
-    assert not verdict.ok and "1 JobSet restart(s)" in verdict.detail and "recreated although not faulted" in \
-        verdict.detail
+    assert (
+        not verdict.ok
+        and "1 JobSet restart(s)" in verdict.detail
+        and "recreated although not faulted" in verdict.detail
+    )
 
 
 def test_contract_verdict_fails_without_a_fault(tmp_path):

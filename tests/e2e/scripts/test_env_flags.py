@@ -5,13 +5,13 @@ must print what it would do and exit 0; a real run must get past the decision an
 (no kubeconfig, no sbatch on PATH, no AWS credentials), which nothing here has; a bad value must stop with exit 2
 naming the variable.
 """
+
 from __future__ import annotations
 
 import pytest
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
-from tests.integration.scripts.test_env_flags import (ENTRY_POINTS, FALSE_SPELLINGS, out,
-                                                      run_make)
+from tests.integration.scripts.test_env_flags import ENTRY_POINTS, FALSE_SPELLINGS, out, run_make
 
 
 @pytest.mark.e2e

@@ -1,5 +1,6 @@
 """`make status` (scripts/status.sh -> python -m tools.status) on real local runs of `make train`: a finished
 run, and one while it runs and after it was stopped; `make train` ends with the goodput ledger's summary line."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,20 @@ from tests.conftest import ROOT, TINY
 
 pytestmark = pytest.mark.e2e
 ENV = {k: v for k, v in os.environ.items() if k not in ("NPROC", "NODES", "PRESET", "PLATFORM")} | {
-    "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 def make_status(out: Path) -> str:
-    r = subprocess.run(["make", "-s", "status", f"ARGS=--job.out_dir {out}"], cwd=ROOT, env=ENV, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        ["make", "-s", "status", f"ARGS=--job.out_dir {out}"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -33,14 +42,23 @@ def field(screen: str, name: str) -> str:
 def step_records(out: Path) -> list[dict]:
     p = out / "metrics.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
-    return [r for r in map(json.loads, lines[:-1] if lines and not lines[-1].endswith("}") else lines)
-            if r["event"] == "step"]
+    return [
+        r
+        for r in map(json.loads, lines[:-1] if lines and not lines[-1].endswith("}") else lines)
+        if r["event"] == "step"
+    ]
 
 
 def test_a_finished_run(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "4"], cwd=ROOT,
-                       env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "4"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     summary = r.stdout.splitlines()[-1]  # make train's last line: the ledger's summary
     assert summary.startswith("[goodput] ") and "no failures" in summary and str(out) in summary, r.stdout[-800:]
@@ -55,8 +73,14 @@ def test_a_finished_run(tmp_path):
 
 def test_a_finished_simulated_multi_node_run_ends_with_the_goodput_line_too(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "3"], cwd=ROOT,
-                       env=ENV | {"NODES": "2", "NPROC": "1"}, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "3"],
+        cwd=ROOT,
+        env=ENV | {"NODES": "2", "NPROC": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 simulated node(s) x 1 processes" in r.stdout  # the launcher's path, not torchrun --standalone
     summary = r.stdout.splitlines()[-1]
@@ -64,8 +88,13 @@ def test_a_finished_simulated_multi_node_run_ends_with_the_goodput_line_too(tmp_
 
 
 def _ledger(out: Path) -> str:
-    r = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "training.goodput", str(out), "--json", "--no-png"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-m", "training.goodput", str(out), "--json", "--no-png"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -74,9 +103,24 @@ def test_a_running_run_then_stopped(tmp_path):
     out = tmp_path / "run"
     log = tmp_path / "train.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen(["bash", "scripts/train.sh", *TINY, "--job.out_dir", str(out), "--train.steps", "400",
-                                 "--checkpoint.interval", "100"], cwd=ROOT, env=ENV, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "bash",
+                "scripts/train.sh",
+                *TINY,
+                "--job.out_dir",
+                str(out),
+                "--train.steps",
+                "400",
+                "--checkpoint.interval",
+                "100",
+            ],
+            cwd=ROOT,
+            env=ENV,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 180
         while len(step_records(out)) < 4:  # past the first step (warm-up): a speed and an ETA exist

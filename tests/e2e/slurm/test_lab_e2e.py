@@ -9,6 +9,7 @@ with bitwise verdicts, check the loopback fallback, tear everything down and che
 Each lab here has its own root, namespace prefix, subnet and ports, so it can run beside `make slurm-up`.
 Needs root; skips (with the reason) only when neither namespace nor loopback mode can start.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,15 @@ def lab_settings(root: Path, mode: str = "auto") -> dict[str, str]:
     n, k = os.getpid() % 9000, next(_SEQ)
     base = 20000 + ((os.getpid() * 7 + k * 131) % 400) * 20
     env = {k_: v for k_, v in os.environ.items() if not k_.startswith("SLAB_") and k_ != "SLURM_CONF"}
-    env.update(SLAB_ROOT=str(root), SLAB_PFX=f"s{n:04d}{k}"[:8], SLAB_NET=f"10.77.{100 + (n + k) % 150}",
-               SLAB_CTLD_PORT=str(base), SLAB_SLURMD_PORT=str(base + 1), SLAB_NODES="3", SLAB_MODE=mode)
+    env.update(
+        SLAB_ROOT=str(root),
+        SLAB_PFX=f"s{n:04d}{k}"[:8],
+        SLAB_NET=f"10.77.{100 + (n + k) % 150}",
+        SLAB_CTLD_PORT=str(base),
+        SLAB_SLURMD_PORT=str(base + 1),
+        SLAB_NODES="3",
+        SLAB_MODE=mode,
+    )
     return env
 
 
@@ -72,7 +80,7 @@ def start_lab(env: dict) -> tuple[dict, str]:
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
         pytest.skip("Slurm is not installed and apt-get is not available to install it")
     tried = []
-    for mode in ([env["SLAB_MODE"]] if env["SLAB_MODE"] != "auto" else ["auto", "loopback"]):
+    for mode in [env["SLAB_MODE"]] if env["SLAB_MODE"] != "auto" else ["auto", "loopback"]:
         env = dict(env, SLAB_MODE=mode)
         up = lab("up.sh", env)
         if up.returncode == 0:
@@ -113,28 +121,48 @@ def test_train_slurm_reports_a_failed_job(netns_lab, tmp_path):
     env = dict(env, SLURM_CONF=f"{env['SLAB_ROOT']}/etc/slurm.conf", PLATFORM="slurm")
     data = tmp_path / "no-text-field.jsonl"
     data.write_text('{"body": "the records have no text field"}\n')
-    base = [str(ROOT / "scripts" / "train.sh"), "--shared-dir", str(tmp_path), "--run-name", "bad",
-            "--max-restarts", "0", "--train.steps", "4"]
-    r = subprocess.run([*base, "--data.source", str(data)], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    base = [
+        str(ROOT / "scripts" / "train.sh"),
+        "--shared-dir",
+        str(tmp_path),
+        "--run-name",
+        "bad",
+        "--max-restarts",
+        "0",
+        "--train.steps",
+        "4",
+    ]
+    r = subprocess.run(
+        [*base, "--data.source", str(data)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 2 and "has no field 'text'" in r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
     assert "submitted job" not in r.stdout
     # Passes every check the submit can make; only training on the nodes fails (the loss diverges at step 2).
-    r = subprocess.run([*base, "--fault.nan_at_step", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [*base, "--fault.nan_at_step", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     assert "[train-slurm] submitted job" in r.stdout
     assert "non-finite loss nan" in r.stdout  # the training error, followed from the job log
     assert "ERROR: training failed" in r.stdout and "FAILED" in r.stdout.splitlines()[-1]
     # `make status PLATFORM=slurm`: the last job named after the run (squeue) and its run directory's metrics
-    s = subprocess.run(["make", "-s", "status"], cwd=ROOT, env=dict(env, SHARED_DIR=str(tmp_path), RUN_NAME="bad"),
-                       capture_output=True, text=True, timeout=120)
+    s = subprocess.run(
+        ["make", "-s", "status"],
+        cwd=ROOT,
+        env=dict(env, SHARED_DIR=str(tmp_path), RUN_NAME="bad"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert s.returncode == 0, s.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     screen = s.stdout.splitlines()
     assert screen[0] == f"job      slurm job {job} ({tmp_path}/runs/bad): not running (error) [FAILED]", s.stdout
-    steps = [x for x in map(json.loads, (tmp_path / "runs" / "bad" / "metrics.jsonl").read_text().splitlines())
-             if x["event"] == "step"]
+    steps = [
+        x
+        for x in map(json.loads, (tmp_path / "runs" / "bad" / "metrics.jsonl").read_text().splitlines())
+        if x["event"] == "step"
+    ]
     assert screen[1].startswith(f"step     {steps[-1]['step']}/4 ("), s.stdout
     assert re.search(rf"^ +slurm job {job}: \d node\(s\) allocated", s.stdout, flags=re.M), s.stdout
 
@@ -145,8 +173,17 @@ def chaos_work(tmp_path_factory):
     return tmp_path_factory.mktemp("chaos-work")
 
 
-CLEAN_FAILURES = ["node-kill", "first-node-kill", "network-cut", "worker-kill", "preemption", "batch-host-kill",
-                  "store-member-kill", "store-outage", "store-outage-then-worker-kill"]
+CLEAN_FAILURES = [
+    "node-kill",
+    "first-node-kill",
+    "network-cut",
+    "worker-kill",
+    "preemption",
+    "batch-host-kill",
+    "store-member-kill",
+    "store-outage",
+    "store-outage-then-worker-kill",
+]
 
 
 def run_chaos(env: dict, work: Path, out: Path, scenarios: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
@@ -155,13 +192,40 @@ def run_chaos(env: dict, work: Path, out: Path, scenarios: list[str]) -> tuple[s
     and at 25-33% the cgroup's limit may not bind there."""
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "chaos.slurm", "--scenarios", ",".join(scenarios), "--steps", "12", "--interval", "2",
-         "--fault-step", "3", "--work-dir", str(work), "--lab-root", env["SLAB_ROOT"],
-         "--rdzv-port", str(int(env["SLAB_CTLD_PORT"]) + 5), "--scenario-timeout", "300", "--out", str(out),
-         "--slow-percent", "10",
-         # the debug preset with a tiny model: these tests are about Slurm's mechanics, and they must stay lean
-         "--", *TINY],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            "-m",
+            "chaos.slurm",
+            "--scenarios",
+            ",".join(scenarios),
+            "--steps",
+            "12",
+            "--interval",
+            "2",
+            "--fault-step",
+            "3",
+            "--work-dir",
+            str(work),
+            "--lab-root",
+            env["SLAB_ROOT"],
+            "--rdzv-port",
+            str(int(env["SLAB_CTLD_PORT"]) + 5),
+            "--scenario-timeout",
+            "300",
+            "--out",
+            str(out),
+            "--slow-percent",
+            "10",
+            # the debug preset with a tiny model: these tests are about Slurm's mechanics, and they must stay lean
+            "--",
+            *TINY,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     print(r.stdout[-6000:], r.stderr[-3000:], f"\n(chaos run took {time.monotonic() - t0:.0f} s)")
     return r, json.loads((out / "report.json").read_text())
 
@@ -185,8 +249,13 @@ def test_chaos_scenarios_on_slurm(netns_lab, chaos_work, tmp_path):
         checks = {c["name"] for c in s["checks"]}
         # the batch host was the spare / the store is no node: training must NOT restart (its own check)
         restarted = "training went on untouched" if name in untouched else "job restarted"
-        assert {"fault injected", "failure noticed", restarted, "weights bitwise == reference",
-                "every sample exactly once"} <= checks, name
+        assert {
+            "fault injected",
+            "failure noticed",
+            restarted,
+            "weights bitwise == reference",
+            "every sample exactly once",
+        } <= checks, name
     for name in ("node-kill", "first-node-kill", "network-cut"):  # a training node lost: no requeue
         assert by[name]["figures"]["requeues"] == 0 and by[name]["recoveries"][0]["detect_s"] is not None, name
         assert "the spare took the lost node's place" in {c["name"] for c in by[name]["checks"] if c["ok"]}, name
@@ -198,7 +267,8 @@ def test_chaos_scenarios_on_slurm(netns_lab, chaos_work, tmp_path):
     for name in ("store-member-kill", "store-outage", "store-outage-then-worker-kill"):
         assert by[name]["figures"]["requeues"] == 0, name
     assert "trained again <= 5 s after the store is back" in {
-        c["name"] for c in by["store-outage-then-worker-kill"]["checks"] if c["ok"]}
+        c["name"] for c in by["store-outage-then-worker-kill"]["checks"] if c["ok"]
+    }
     assert report["passed"] and r.returncode == 0
     # the reference ran through `make train PLATFORM=slurm`'s script and completed without interruption
     assert not report["reference"]["cached"]
@@ -209,8 +279,13 @@ def passed_with_evidence(report: dict, name: str) -> dict:
     """The scenario's entry, after asserting it passed with the standard evidence (bitwise included)."""
     (sc,) = [s for s in report["scenarios"] if s["name"] == name]
     assert sc["passed"], (name, [c for c in sc["checks"] if not c["ok"]], sc["error"])
-    assert {"fault injected", "failure noticed", "job restarted", "weights bitwise == reference",
-            "every sample exactly once"} <= {c["name"] for c in sc["checks"]}
+    assert {
+        "fault injected",
+        "failure noticed",
+        "job restarted",
+        "weights bitwise == reference",
+        "every sample exactly once",
+    } <= {c["name"] for c in sc["checks"]}
     return sc
 
 
@@ -225,9 +300,12 @@ def test_a_slow_node_is_replaced_by_the_spare_on_slurm(netns_lab, chaos_work, tm
     r, report = run_chaos(env, chaos_work, tmp_path / "report", ["straggler"])
     sc = passed_with_evidence(report, "straggler")
     ok = {c["name"]: c["detail"] for c in sc["checks"] if c["ok"]}
-    assert {"straggler named on the slow node", "the slow node left, the spare took its place",
-            "continued inside the allocation, no requeue",
-            "steps slowed by the fault, faster again after the take-over"} <= set(ok)
+    assert {
+        "straggler named on the slow node",
+        "the slow node left, the spare took its place",
+        "continued inside the allocation, no requeue",
+        "steps slowed by the fault, faster again after the take-over",
+    } <= set(ok)
     assert sc["figures"]["requeues"] == 0 and sc["recoveries"][0]["steps_lost"] == 0
     assert r.returncode == 0
     print(f"\n[straggler] {ok['steps slowed by the fault, faster again after the take-over']}")
@@ -253,8 +331,13 @@ def test_loopback_fallback_runs_jobs(tmp_path):
     try:
         assert mode == "loopback"
         env = dict(env, SLURM_CONF=f"{env['SLAB_ROOT']}/etc/slurm.conf")
-        r = subprocess.run(["timeout", "60", "srun", "-N2", "--ntasks-per-node=1", "bash", "-c",
-                            "echo $SLURMD_NODENAME"], env=env, capture_output=True, text=True, timeout=90)
+        r = subprocess.run(
+            ["timeout", "60", "srun", "-N2", "--ntasks-per-node=1", "bash", "-c", "echo $SLURMD_NODENAME"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert r.returncode == 0, r.stderr
         assert sorted(r.stdout.split()) == ["n1", "n2"]
     finally:

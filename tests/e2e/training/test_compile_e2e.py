@@ -1,5 +1,6 @@
 """The GPU-path options end to end on CPUs: 'sdpa_bias' attention with every T5 block compiled, through meta-device
 init, FSDP2, a SIGKILL and a resume."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,5 +23,9 @@ def test_compiled_sdpa_bias_run_killed_and_resumed_equals_its_uninterrupted_run(
     r = tiny_run(killed, 2, *FAST_PATH)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from step 3" in r.stdout
-    assert compare(step_dir(tmp_path / "reference" / "checkpoints", TINY_STEPS),
-                   step_dir(killed / "checkpoints", TINY_STEPS)) == []
+    assert (
+        compare(
+            step_dir(tmp_path / "reference" / "checkpoints", TINY_STEPS), step_dir(killed / "checkpoints", TINY_STEPS)
+        )
+        == []
+    )

@@ -1,6 +1,7 @@
 """memory_interval=auto end to end (torchrun, 2 ranks, gloo, CPU): the job says the interval it chose in its log
 and records it (the snapshot_interval event, every step record), and a worker killed after step 5 resumes from
 the newest snapshot auto took, bitwise equal to an uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -41,5 +42,6 @@ def test_auto_says_its_interval_and_a_kill_resumes_bitwise_from_its_newest_snaps
     assert r.returncode == 0, r.stdout + r.stderr
     restored = [x for x in records(out) if x["event"] == "start"][-1]["restored_from"]
     assert restored["tier"] == "memory" and restored["step"] >= 4, restored  # auto always snapshots step 4
-    assert compare(step_dir(tiny_reference / "checkpoints", TINY_STEPS),
-                   step_dir(out / "checkpoints", TINY_STEPS)) == []
+    assert (
+        compare(step_dir(tiny_reference / "checkpoints", TINY_STEPS), step_dir(out / "checkpoints", TINY_STEPS)) == []
+    )

@@ -2,6 +2,7 @@
 node (its shards from the peer's replica) and two adjacent lost nodes (storage), each compared bitwise with
 an uninterrupted run. Every test shows its fault happened and where the restore came from (the `start`
 event's restored_from), so none of them would pass on a run without its fault."""
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,37 @@ def snapshot_files(shm: Path) -> list[str]:
 def launch(out: Path, nodes: int, *extra: str, global_batch: int = 4) -> subprocess.CompletedProcess:
     """`nodes` simulated nodes x 1 process (python -m training.launch), each node with its own memory dir."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "training.launch", "--nodes", str(nodes), "--min-nodes", str(nodes),
-                           "--nproc-per-node", "1", "--max-restarts", "0", "--", *TINY, "--train.global_batch",
-                           str(global_batch), "--job.out_dir", str(out), "--train.steps", str(STEPS),
-                           "--checkpoint.interval", "3", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch",
+            "--nodes",
+            str(nodes),
+            "--min-nodes",
+            str(nodes),
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            "0",
+            "--",
+            *TINY,
+            "--train.global_batch",
+            str(global_batch),
+            "--job.out_dir",
+            str(out),
+            "--train.steps",
+            str(STEPS),
+            "--checkpoint.interval",
+            "3",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_worker_kill_restores_from_its_nodes_memory(tiny_reference, tmp_path, node_memory):
@@ -77,6 +104,7 @@ def test_kill_in_the_middle_of_a_copy_uses_the_previous_snapshot(tiny_reference,
 
 def _steps(run_dir: Path, prefix: str) -> list[int]:
     import torch
+
     return [torch.load(p, weights_only=True)["step"] for p in run_dir.glob(f"{prefix}.*.meta")]
 
 
@@ -97,6 +125,7 @@ def test_a_lost_node_restores_its_shards_from_the_peer_replica(tiny_reference, t
 
 def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, tmp_path, node_memory):
     from chaos.local.scenarios import damage_generations
+
     out = tmp_path / "run"
     r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
@@ -110,8 +139,10 @@ def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, 
     newer = {("own", 1, d["step"]) for d in damaged if d["step"] > 3}  # the storage checkpoint: step 3
     assert {(d["copy"], d["rank"], d["step"]) for d in restored["skipped"]} == newer
     for d in restored["skipped"]:  # one line each: which copy, file, expected vs found
-        assert (f"own-node copy of rank 1's shard of step {d['step']} (world size 2), {d['file']}: CRC32C expected "
-                f"{d['expected']}, found {d['found']}") in r.stdout + r.stderr
+        assert (
+            f"own-node copy of rank 1's shard of step {d['step']} (world size 2), {d['file']}: CRC32C expected "
+            f"{d['expected']}, found {d['found']}"
+        ) in r.stdout + r.stderr
     assert "damaged or lost shards from their peers' replicas" in r.stdout
     assert compare(step_dir(tiny_reference / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
     moved = sorted(p.name for p in (node_memory / "node1").glob("*/quarantine/*/*.data"))
@@ -120,18 +151,24 @@ def test_a_damaged_own_snapshot_is_skipped_for_the_peer_replica(tiny_reference, 
 
 def test_a_damaged_own_snapshot_and_replica_fall_back_to_storage(tiny_reference, tmp_path, node_memory):
     from chaos.local.scenarios import damage_generations
+
     out = tmp_path / "run"
     r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1")
     assert r.returncode != 0
-    damaged = [d for node, kind in (("node1", "own"), ("node0", "peer"))
-               for d in damage_generations(node_memory / node, f"{kind}-r1-w2")]
+    damaged = [
+        d
+        for node, kind in (("node1", "own"), ("node0", "peer"))
+        for d in damage_generations(node_memory / node, f"{kind}-r1-w2")
+    ]
     r = launch(out, 2, *MEMORY)
     assert r.returncode == 0, r.stdout + r.stderr
     restored = starts(out)[-1]["restored_from"]
     assert restored["tier"] == "storage" and restored["step"] == 3, restored
     newer = {(Path(d["file"]).name.split("-r")[0], 1, d["step"]) for d in damaged if d["step"] > 3}
     assert {(d["copy"], d["rank"], d["step"]) for d in restored["skipped"]} == newer and {c for c, _, _ in newer} == {
-        "own", "peer"}
+        "own",
+        "peer",
+    }
     (line,) = [ln for ln in r.stdout.splitlines() if "memory snapshots not used" in ln]  # named in one line
     assert all(f"rank 1's {'own-node copy' if c == 'own' else 'peer replica'} of step {s}" in line for c, _, s in newer)
     assert "resumed from step 3" in r.stdout + r.stderr
@@ -140,12 +177,16 @@ def test_a_damaged_own_snapshot_and_replica_fall_back_to_storage(tiny_reference,
 
 def test_damaged_snapshots_with_no_storage_checkpoint_start_over_and_say_so(tiny_reference, tmp_path, node_memory):
     from chaos.local.scenarios import damage_generations
+
     out = tmp_path / "run"
     r = launch(out, 2, *MEMORY, "--fault.sigkill_at_step", "2", "--fault.rank", "1")  # before step 3's checkpoint
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 2" in r.stdout
     assert latest_complete(out / "checkpoints") is None
-    damaged = [d for node, kind in (("node1", "own"), ("node0", "peer"))
-               for d in damage_generations(node_memory / node, f"{kind}-r1-w2")]
+    damaged = [
+        d
+        for node, kind in (("node1", "own"), ("node0", "peer"))
+        for d in damage_generations(node_memory / node, f"{kind}-r1-w2")
+    ]
     assert damaged
     r = launch(out, 2, *MEMORY)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -160,8 +201,7 @@ def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
     r = launch(reference, 3, global_batch=6)
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "run"
-    r = launch(out, 3, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1",
-               global_batch=6)
+    r = launch(out, 3, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1", global_batch=6)
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     for node in ("node1", "node2"):  # rank 1's snapshot (node 1) and its replica (node 2) are both gone
         shutil.rmtree(node_memory / node)
@@ -190,7 +230,10 @@ def test_another_world_size_restores_from_memory_re_cut_to_its_shards(tmp_path, 
     assert r.returncode == 0, r.stdout + r.stderr
     restored = starts(out)[-1]["restored_from"]
     assert {k: restored[k] for k in ("tier", "step", "resharded_from")} == {
-        "tier": "memory", "step": 4, "resharded_from": 2}, restored
+        "tier": "memory",
+        "step": 4,
+        "resharded_from": 2,
+    }, restored
     assert "re-cut from world size 2 to 1" in r.stdout
     assert compare(step_dir(expected / "checkpoints", STEPS), step_dir(out / "checkpoints", STEPS)) == []
     assert snapshot_files(node_memory) == []  # the world-2 snapshots went with the re-cut, the rest at the end
@@ -198,8 +241,18 @@ def test_another_world_size_restores_from_memory_re_cut_to_its_shards(tmp_path, 
 
 def test_a_world_size_change_without_every_shard_in_memory_restores_from_storage(tmp_path, node_memory):
     out = tmp_path / "run"
-    r = launch(out, 2, *MEMORY, *STEP_3_COMMITTED, "--checkpoint.memory_replica", "false",
-               "--fault.sigkill_at_step", "5", "--fault.rank", "1")
+    r = launch(
+        out,
+        2,
+        *MEMORY,
+        *STEP_3_COMMITTED,
+        "--checkpoint.memory_replica",
+        "false",
+        "--fault.sigkill_at_step",
+        "5",
+        "--fault.rank",
+        "1",
+    )
     assert r.returncode != 0 and "[fault] rank 1 SIGKILLs itself after step 5" in r.stdout
     shutil.rmtree(node_memory / "node1")  # rank 1's shard was only on its node (no replica)
     r = launch(out, 1, *MEMORY)

@@ -1,4 +1,5 @@
 """Checkpoints a user can take elsewhere: a Hugging Face export, a chosen step, another run's weights."""
+
 import json
 import subprocess
 import sys
@@ -22,14 +23,21 @@ def records(out):
 
 def test_export_loads_in_transformers_with_the_trained_models_outputs(tiny_reference, tmp_path):
     from transformers import T5ForConditionalGeneration
+
     ckpt = step_dir(tiny_reference / "checkpoints", TINY_STEPS)
-    r = subprocess.run([sys.executable, "-m", "training.export", str(ckpt), str(tmp_path / "hf")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "training.export", str(ckpt), str(tmp_path / "hf")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     exported = T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
     trained = build_model(ModelConfig(**TINY_MODEL), seed=0).eval()
-    trained.load_state_dict({k[len("train.model."):]: v for k, v in load_full(ckpt).items()
-                             if k.startswith("train.model.")})
+    trained.load_state_dict(
+        {k[len("train.model.") :]: v for k, v in load_full(ckpt).items() if k.startswith("train.model.")}
+    )
     ids = torch.randint(3, 259, (2, 24), generator=torch.Generator().manual_seed(0))
     labels = torch.randint(3, 259, (2, 8), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -37,13 +45,19 @@ def test_export_loads_in_transformers_with_the_trained_models_outputs(tiny_refer
         b = trained(input_ids=ids, labels=labels).logits
     assert torch.equal(a, b)
     # a second export into the same directory refuses rather than overwrite
-    r = subprocess.run([sys.executable, "-m", "training.export", str(ckpt), str(tmp_path / "hf")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "training.export", str(ckpt), str(tmp_path / "hf")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "is not empty" in r.stderr
 
 
 def test_load_step_resumes_there_keeps_newer_ones_and_is_exact(tiny_reference, tmp_path):
     import shutil
+
     shutil.copytree(tiny_reference / "checkpoints", tmp_path / "checkpoints")
     r = tiny_run(tmp_path, 2, "--checkpoint.load_step", "3")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -66,12 +80,13 @@ def test_initial_load_path_starts_a_new_run_from_another_runs_weights(tiny_refer
     first = next(x for x in records(tmp_path) if x["event"] == "step")
     ref = {x["step"]: x for x in records(tiny_reference) if x["event"] == "step"}
     assert first["step"] == 1 and first["data_offset"] == 0  # a new run: fresh data position and schedule
-    assert first["loss"] < ref[1]["loss"] - 0.5               # but trained weights, not a random init
+    assert first["loss"] < ref[1]["loss"] - 0.5  # but trained weights, not a random init
     # Issue 29: the same flags again (a restart) resume the run's own checkpoint, and say the path is not used
     r = tiny_run(tmp_path, 2, "--checkpoint.initial_load_path", str(tiny_reference / "checkpoints"), steps=3)
     assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stdout + r.stderr
-    assert (f"checkpoint.initial_load_path={tiny_reference / 'checkpoints'} is not used: this run resumes its own "
-            "step 2") in r.stdout and "another model" not in r.stdout
+    assert (
+        f"checkpoint.initial_load_path={tiny_reference / 'checkpoints'} is not used: this run resumes its own step 2"
+    ) in r.stdout and "another model" not in r.stdout
 
 
 def test_initial_load_path_of_another_model_on_a_resumed_run_is_named(tiny_reference, tmp_path):
@@ -88,6 +103,7 @@ def test_initial_load_path_of_another_model_on_a_resumed_run_is_named(tiny_refer
 
 def test_a_damaged_initial_load_path_is_a_bad_input_not_another_model(tiny_reference, tmp_path):
     import shutil
+
     src = tmp_path / "src"
     shutil.copytree(step_dir(tiny_reference / "checkpoints", TINY_STEPS), src)
     shard = sorted(src.glob("*.distcp"))[0]

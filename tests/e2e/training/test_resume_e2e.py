@@ -1,4 +1,5 @@
 """End to end under torchrun (gloo, CPU): exact resume after SIGKILL, resharding, bad checkpoints."""
+
 import json
 import re
 import shutil
@@ -42,8 +43,9 @@ def test_a_peer_silent_in_the_final_save_costs_the_bounded_wait_then_resume_is_e
     # Rank 0's checkpoint collectives give up after the bound set from the timed saves (at least
     # checkpoint.min_timeout_s = 5 s), not checkpoint.timeout_s (1 h; the helper's 240 s limit would fail the
     # test): the worker ends as one that lost a peer, not as a storage failure (exit 6), and a rerun resumes.
-    r = run(tmp_path, 2, "--fault.stop_in_save_at_step", str(STEPS), "--fault.rank", "1",
-            "--checkpoint.min_timeout_s", "5")
+    r = run(
+        tmp_path, 2, "--fault.stop_in_save_at_step", str(STEPS), "--fault.rank", "1", "--checkpoint.min_timeout_s", "5"
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0 and f"rank 1 stops itself (SIGSTOP) in the checkpoint save of step {STEPS}" in out, out
     assert "checkpoint collectives now wait at most" in out, out
@@ -59,13 +61,25 @@ def test_a_hung_worker_is_killed_by_its_nodes_watchdog_then_resume_is_exact(refe
     # Rank 1 stops (SIGSTOP) after step 5: alive, sockets open, silent. Its agent's node watchdog sees its
     # heartbeat file unchanged for parallel.heartbeat_timeout_s and SIGKILLs it (no 30 s stop wait); rank 0
     # does not wait in its next collective for train_timeout_s (60 s here). A rerun resumes from step 3.
-    r = run(tmp_path, 2, *STEP_3_COMMITTED, "--fault.stop_at_step", "5", "--fault.rank", "1",
-            "--parallel.heartbeat_timeout_s", "5")
+    r = run(
+        tmp_path,
+        2,
+        *STEP_3_COMMITTED,
+        "--fault.stop_at_step",
+        "5",
+        "--fault.rank",
+        "1",
+        "--parallel.heartbeat_timeout_s",
+        "5",
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "rank 1 stops itself (SIGSTOP) after step 5" in out, out
     pid = int((tmp_path / ".fault-stop-step5").read_text())
-    assert re.search(rf"\[agent\] worker pid {pid} \(rank 1\) has sent no heartbeat for [0-9.]+ s "
-                     r"\(parallel.heartbeat_timeout_s 5\): SIGKILLed it", out), out
+    assert re.search(
+        rf"\[agent\] worker pid {pid} \(rank 1\) has sent no heartbeat for [0-9.]+ s "
+        r"\(parallel.heartbeat_timeout_s 5\): SIGKILLed it",
+        out,
+    ), out
     assert "Timed out waiting" not in out, out  # no collective timeout was needed
     assert latest_complete(tmp_path / "checkpoints").name == "step_00000003"
     r = run(tmp_path)
@@ -92,14 +106,25 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
     """Load a 2-rank checkpoint in a 1-rank process group and save it again: bitwise the same state."""
     from training.config import load_config
     from training.job.trainer import Trainer
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
         monkeypatch.setenv(k, v)
-    cfg = load_config([*TINY, "--model.dropout", "0", "--train.steps", str(STEPS),
-                       "--job.out_dir", str(saved.parent.parent),
-                       "--metrics.path", str(resave_root / "m.jsonl")])
+    cfg = load_config(
+        [
+            *TINY,
+            "--model.dropout",
+            "0",
+            "--train.steps",
+            str(STEPS),
+            "--job.out_dir",
+            str(saved.parent.parent),
+            "--metrics.path",
+            str(resave_root / "m.jsonl"),
+        ]
+    )
     trainer = Trainer(cfg)
     try:
         assert trainer.world == 1 and trainer._resume() == 6
@@ -110,10 +135,10 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
     assert compare(saved, step_dir(resave_root, 6)) == []
 
 
-@pytest.mark.parametrize("micro_batch, per_rank",
-                         [("0", "4 per rank)"), ("2", "4 per rank in 2 micro-batches of <= 2)")])
-def test_reshard_world2_to_world1_every_sample_once(reference_no_dropout, tmp_path, monkeypatch, micro_batch,
-                                                    per_rank):
+@pytest.mark.parametrize(
+    "micro_batch, per_rank", [("0", "4 per rank)"), ("2", "4 per rank in 2 micro-batches of <= 2)")]
+)
+def test_reshard_world2_to_world1_every_sample_once(reference_no_dropout, tmp_path, monkeypatch, micro_batch, per_rank):
     """The survivor of a 2-rank job takes the whole global batch; with train.micro_batch it does so in
     micro-batches no larger than each rank's share was before (what bounds GPU memory after a node loss)."""
     reference = reference_no_dropout

@@ -1,6 +1,7 @@
 """Nothing a user owns is lost or silently mixed (torchrun, gloo, CPU): foreign directories survive retention,
 damaged checkpoints are detected and set aside, a resume with other settings stops, a diverged run keeps its
 good checkpoints, and a failing file system is reported at once with its reason."""
+
 import json
 import os
 import shutil
@@ -55,7 +56,7 @@ def test_flipped_bytes_are_detected_and_the_previous_checkpoint_used(reference, 
     shard = sorted(step_dir(ckpts, STEPS).glob("*.distcp"))[-1]
     data = bytearray(shard.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
+    data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
     shard.write_bytes(data)
     assert verify(step_dir(ckpts, STEPS))[0]  # same size: only the checksum can tell
     r = run(tmp_path)
@@ -116,7 +117,8 @@ def test_diverged_run_exits_nonzero_and_keeps_its_good_checkpoints(tmp_path):
     assert r.stderr.count("non-finite loss nan") == 1 and "step 5" in r.stderr
     ckpts = tmp_path / "checkpoints"
     assert latest_complete(ckpts).name == "step_00000003" and sorted(p.name for p in ckpts.glob("step_*")) == [
-        "step_00000003"]
+        "step_00000003"
+    ]
     assert not any(x["event"] == "end" and x.get("step") == STEPS for x in records(tmp_path))
 
 
@@ -125,23 +127,51 @@ def in_private_tmpfs(mountpoint: Path, size: str, *argv: str, ro: bool = False) 
     opts = f"size={size}" + (",ro" if ro else "")
     script = f'mount -t tmpfs -o {opts} tmpfs "$0" && exec "$@"'
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(mountpoint), *argv],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(mountpoint), *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def tiny_argv(out: Path, ckpts: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2", "-m", "training",
-            *TINY, "--job.out_dir", str(out),
-            "--checkpoint.dir", str(ckpts), "--train.steps", str(STEPS), "--checkpoint.interval", "3", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "training.launch.agent",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "training",
+        *TINY,
+        "--job.out_dir",
+        str(out),
+        "--checkpoint.dir",
+        str(ckpts),
+        "--train.steps",
+        str(STEPS),
+        "--checkpoint.interval",
+        "3",
+        *extra,
+    ]
 
 
 def test_full_file_system_stops_the_run_with_the_reason_and_keeps_the_previous_checkpoint(tmp_path):
     ckpts = tmp_path / "ckpts"
     ckpts.mkdir()
     # One checkpoint of the tiny model is ~3.7 MB: the first fits in 6 MB, the second does not.
-    r = in_private_tmpfs(ckpts, "6m", "sh", "-c", '"$@"; rc=$?; ls -R "$0" > "$0.ls"; '
-                         'for d in "$0"/step_*; do cp -r "$d" "$0.kept"; done; exit $rc',
-                         str(ckpts), *tiny_argv(tmp_path, ckpts))
+    r = in_private_tmpfs(
+        ckpts,
+        "6m",
+        "sh",
+        "-c",
+        '"$@"; rc=$?; ls -R "$0" > "$0.ls"; for d in "$0"/step_*; do cp -r "$d" "$0.kept"; done; exit $rc',
+        str(ckpts),
+        *tiny_argv(tmp_path, ckpts),
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 6, out
     assert "the checkpoint of step 6 could not be written" in r.stderr and "no space left on the device" in r.stderr
@@ -174,8 +204,22 @@ def test_a_run_inside_another_runs_checkpoint_is_refused_and_nothing_changes(ref
     outer = copy_run(reference, tmp_path / "outer")
     before = tree(tmp_path)
     inner = step_dir(outer, 6) / "inner"
-    r = subprocess.run([sys.executable, "-m", "training", *TINY, "--job.out_dir", str(tmp_path / "inner-run"),
-                        "--checkpoint.dir", str(inner)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            *TINY,
+            "--job.out_dir",
+            str(tmp_path / "inner-run"),
+            "--checkpoint.dir",
+            str(inner),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
     assert "is inside step_00000006, a checkpoint of the run in" in r.stderr and "keep_last" in r.stderr

@@ -1,12 +1,12 @@
 """Straggler detection: the rule on work times measured on this machine, the work clock on a real FSDP2 model, the
 notes between an agent and its workers."""
+
 from __future__ import annotations
 
 import os
 import time
 
 import pytest
-
 
 
 def _descendants(pid: int) -> list[int]:
@@ -38,12 +38,38 @@ def test_without_a_spare_a_straggler_is_named_and_the_job_keeps_its_size(tmp_pat
 
     from tests.conftest import ROOT
     from training.job.lifecycle import worker_rank
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    job = subprocess.Popen([sys.executable, "-m", "training.launch.agent", "--standalone", "--nproc_per_node=2",
-                            "-m", "training", "--preset", "debug", "--job.out_dir", str(tmp_path),
-                            "--train.steps", "8", "--checkpoint.interval", "8", "--parallel.threads", "1",
-                            "--straggler.steps", "2", "--straggler.skip_steps", "1"],
-                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "training.launch.agent",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "training",
+            "--preset",
+            "debug",
+            "--job.out_dir",
+            str(tmp_path),
+            "--train.steps",
+            "8",
+            "--checkpoint.interval",
+            "8",
+            "--parallel.threads",
+            "1",
+            "--straggler.steps",
+            "2",
+            "--straggler.skip_steps",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 240
     try:

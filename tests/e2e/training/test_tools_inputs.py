@@ -1,6 +1,7 @@
 """Bad inputs to the checkpoint tools (training.compare, training.export) and to --model.init_from: one line that
 names the input and what is wrong with it, exit 2 (3 for weights of another model shape), never a traceback and
 never a damaged checkpoint compared as if it were sound."""
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@ TensorBoard event files, of one run with two injected worker kills restarted by 
 uninterrupted one. Every figure is checked against the run's own metrics events (and the agent's timestamped
 log), not against the arithmetic the ledger shares with the chaos core; the event files are read back with
 TensorBoard's own reader."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,13 @@ FAULTS = ("--fault.sigkill_at_step", "2", "--fault.kill_in_snapshot_at_step", "5
 
 
 def ledger_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training.goodput", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "training.goodput", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def records(run: Path) -> list[dict]:
@@ -45,11 +51,37 @@ def two_kills(tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("two_kills")
     run, log = base / "run", base / "agent.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "T5F_MEMORY_DIR": str(base / "shm")}
-    proc = subprocess.Popen([sys.executable, "-m", "training.launch", "--nodes", "1", "--min-nodes", "1",
-                             "--nproc-per-node", "2", "--max-restarts", "2", "--", *TINY, "--job.out_dir", str(run),
-                             "--train.steps", str(TINY_STEPS), "--checkpoint.interval", "3",
-                             "--checkpoint.memory_interval", "1", *FAULTS],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "training.launch",
+            "--nodes",
+            "1",
+            "--min-nodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "2",
+            "--",
+            *TINY,
+            "--job.out_dir",
+            str(run),
+            "--train.steps",
+            str(TINY_STEPS),
+            "--checkpoint.interval",
+            "3",
+            "--checkpoint.memory_interval",
+            "1",
+            *FAULTS,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     with open(log, "w") as f:
         for line in proc.stdout:
             f.write(f"{time.time():.3f} {line}")
@@ -84,8 +116,9 @@ def test_the_ledger_of_two_injected_failures_matches_the_metrics_events(two_kill
         assert rec["recover_s"] == pytest.approx(steps_after[0]["time"] - last["time"])
         # noticed by the job itself (rank 0's crashed end record) or by torchrun, whichever came first
         end = [x for x in before if x["event"] == "end"]
-        first_notice = min([x["time"] for x in end if x["status"] == "crashed"]
-                           + [t for t in noticed if t >= last["time"]])
+        first_notice = min(
+            [x["time"] for x in end if x["status"] == "crashed"] + [t for t in noticed if t >= last["time"]]
+        )
         assert failure["phases"]["detect"] == pytest.approx(first_notice - last["time"], abs=0.011)
         su = start["startup"]
         assert failure["phases"]["stop_and_rendezvous"] == pytest.approx(su["exec_time"] - first_notice, abs=0.011)
@@ -147,6 +180,7 @@ def test_a_bad_run_dir_is_one_line_naming_it(tmp_path):
 
 def read_board(run: Path):
     from tensorboard.backend.event_processing import event_accumulator
+
     acc = event_accumulator.EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return acc
@@ -158,17 +192,24 @@ def test_tensorboard_shows_the_steps_the_weights_contain_and_a_marker_per_restar
     board = read_board(run)
     recs = records(run)
     newest = {x["step"]: x for x in recs if x["event"] == "step"}  # a restart's records replace the lost ones
-    for field, tag in [("loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
-                       ("tokens_per_s", "perf/tokens_per_s"), ("step_time_s", "perf/step_time_s"),
-                       ("world_size", "job/world_size")]:
+    for field, tag in [
+        ("loss", "train/loss"),
+        ("lr", "train/lr"),
+        ("grad_norm", "train/grad_norm"),
+        ("tokens_per_s", "perf/tokens_per_s"),
+        ("step_time_s", "perf/step_time_s"),
+        ("world_size", "job/world_size"),
+    ]:
         got = board.Scalars(tag)
         assert [e.step for e in got] == list(range(1, TINY_STEPS + 1)), tag  # each step once: the purged copies gone
         assert [e.value for e in got] == pytest.approx([newest[e.step][field] for e in got], rel=1e-6), tag
         assert [e.wall_time for e in got] == pytest.approx([newest[e.step]["time"] for e in got], abs=1e-3), tag
     starts = [x for x in recs if x["event"] == "start"]
-    assert [(e.step, e.value) for e in board.Scalars("job/restarts")] == [
-        (x["resumed_from"] or 0, x["restart_count"]) for x in starts] == [(0, 0), (starts[1]["resumed_from"], 1),
-                                                                          (starts[2]["resumed_from"], 2)]
+    assert (
+        [(e.step, e.value) for e in board.Scalars("job/restarts")]
+        == [(x["resumed_from"] or 0, x["restart_count"]) for x in starts]
+        == [(0, 0), (starts[1]["resumed_from"], 1), (starts[2]["resumed_from"], 2)]
+    )
     assert [e.step for e in board.Scalars("job/failures")] == [x["resumed_from"] for x in starts[1:]]
     events = [e.tensor_proto.string_val[0].decode() for e in board.Tensors("job/events/text_summary")]
     assert sum(t.startswith("attempt ") and " started at world size 2" in t for t in events) == 3, events

@@ -2,6 +2,7 @@
 (no certificate, wrong password, another job's prefix), leases and tokens, slow and failing members, rounds
 formed and re-formed by real handlers in this process. The decisions alone are the unit tier's file of this
 name; faults injected into running jobs, the e2e tier's."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,6 @@ from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUna
 from training.launch.rendezvous.handler import EtcdRendezvousHandler, put_round
 from cluster_facts.versions import BCRYPT_COST
 from training.launch.rendezvous.members import LocalEtcd
-
 
 
 # ---------------------------------------------------------------------------------------------- who gets in
@@ -225,6 +225,7 @@ def test_a_member_whose_port_is_taken_at_start_gets_a_fresh_one(tmp_path, monkey
     """Another process can bind a member's port between the choice and etcd's bind (CI lost a member that way):
     the cluster starts again on fresh ports instead of failing the caller."""
     from training.launch.rendezvous import members
+
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
@@ -251,6 +252,7 @@ def test_members_are_never_drawn_the_same_port(tmp_path, monkeypatch):
     failure). The draw here offers one free port six times over: the cluster starts on its first attempt, each
     member on ports of its own."""
     from training.launch.rendezvous import members
+
     port = members._free_port("127.0.0.1", set())
     draws = iter([port] * 6)
     real_choice = members._PORT_RNG.choice
@@ -266,13 +268,15 @@ def test_a_member_that_exits_at_start_says_why_in_the_error(tmp_path, monkeypatc
     """A member that exits while the cluster starts: the caller's error carries etcd's own reason (a CI log shows
     the error, not the members' log file). Two members are given one peer port here, which etcd refuses."""
     from training.launch.rendezvous import members
+
     real_free_port = members._free_port
     monkeypatch.setattr(members, "START_ATTEMPTS", 1)
     for attempt in range(3):  # a port another process takes between the draw and etcd's bind is another refusal
         port = real_free_port("127.0.0.1", set())
         peers = iter([None, port, None, port])  # m0's client, m0's peer, m1's client, m1's peer
-        monkeypatch.setattr(members, "_free_port",
-                            lambda host, chosen, peers=peers: next(peers, None) or real_free_port(host, chosen))
+        monkeypatch.setattr(
+            members, "_free_port", lambda host, chosen, peers=peers: next(peers, None) or real_free_port(host, chosen)
+        )
         with pytest.raises(LaunchError) as refused:
             LocalEtcd.start(str(tmp_path / f"etcd{attempt}"))
         if not isinstance(refused.value, members._PortTaken):  # seen once in a full run: a drawn client port taken
@@ -287,9 +291,11 @@ def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused
     Member ids as long as a pod's (``<40-character hostname>-<pid>-<6 hex>``): the bytes fit as well."""
     client = EtcdClient(etcd.add_job_user("big"))
     prefix = client.key("rdzv/big/")
+
     def formed(n_nodes: int, n: int) -> rounds.Round:
         ids = [f"{'trainjob-t5-large-node-0-7f9c4d5b6-x2k4q':<40}-{100000 + i}-{i:06x}" for i in range(n_nodes)]
         return rounds.formed(rounds.Round(n=n, prev=ids), ids)
+
     assert put_round(client, prefix, 0, formed(rounds.MAX_ROUND_NODES, 0), seats=True)
     stored = client.get(prefix + "round")
     assert len(rounds.Round.loads(stored.value).participants) == rounds.MAX_ROUND_NODES
@@ -305,8 +311,19 @@ def test_a_round_is_formed_with_its_rank_0_store_in_one_write_and_every_agent_us
     from concurrent.futures import ThreadPoolExecutor
 
     creds = etcd.add_job_user("formed")
-    agents = [EtcdRendezvousHandler("formed", EtcdClient(creds), min_nodes=2, max_nodes=2, ttl_s=2, last_call_s=1,
-                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(2)]
+    agents = [
+        EtcdRendezvousHandler(
+            "formed",
+            EtcdClient(creds),
+            min_nodes=2,
+            max_nodes=2,
+            ttl_s=2,
+            last_call_s=1,
+            join_timeout_s=30,
+            local_addr="127.0.0.1",
+        )
+        for _ in range(2)
+    ]
     try:
         with ThreadPoolExecutor(2) as pool:
             infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
@@ -330,8 +347,16 @@ def test_an_agent_whose_rank_0_store_does_not_answer_gives_up_its_place_once_the
     waiting out the store's 30 s timeout."""
     from training.launch.rendezvous import handler as handler_module
 
-    agent = EtcdRendezvousHandler("gone", EtcdClient(etcd.add_job_user("gone")), min_nodes=1, max_nodes=2,
-                                  ttl_s=2, last_call_s=1, join_timeout_s=60, local_addr="127.0.0.1")
+    agent = EtcdRendezvousHandler(
+        "gone",
+        EtcdClient(etcd.add_job_user("gone")),
+        min_nodes=1,
+        max_nodes=2,
+        ttl_s=2,
+        last_call_s=1,
+        join_timeout_s=60,
+        local_addr="127.0.0.1",
+    )
     try:
         with socket.socket() as s:  # a port nothing listens on: the lost rank 0's store
             s.bind(("127.0.0.1", 0))
@@ -348,8 +373,12 @@ def test_at_the_end_only_the_first_agent_writes_the_closed_round(etcd):
     """Every agent closes the rendezvous when the job ends: the first writes it, the others find it closed and
     write nothing (each rewriting the whole record was N x its size through etcd's raft log)."""
     creds = etcd.add_job_user("closing")
-    agents = [EtcdRendezvousHandler("closing", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
-                                    join_timeout_s=10) for _ in range(3)]
+    agents = [
+        EtcdRendezvousHandler(
+            "closing", EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1, join_timeout_s=10
+        )
+        for _ in range(3)
+    ]
     client = EtcdClient(creds)
     key = client.key("rdzv/closing/round")
     agents[0].shutdown()
@@ -365,8 +394,9 @@ def test_a_leaving_agent_whose_renewal_comes_after_its_revoke_does_not_join_agai
     gone. It must not join again under a new lease (a member key left behind for a lease's TTL, and "lease
     expired; joining again" printed by agents of a job that ended: 56 of 256 simulated agents did)."""
     creds = etcd.add_job_user("leaving")
-    agent = EtcdRendezvousHandler("leaving", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2, last_call_s=1,
-                                  join_timeout_s=10)
+    agent = EtcdRendezvousHandler(
+        "leaving", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2, last_call_s=1, join_timeout_s=10
+    )
     revoke = agent.client.revoke
 
     def revoke_then_renew(lease):  # the keep-alive thread's renewal lands right after the revoke
@@ -386,8 +416,19 @@ def _three_agents_and_the_last_lost(etcd, run_id: str):
     from concurrent.futures import ThreadPoolExecutor
 
     creds = etcd.add_job_user(run_id)
-    agents = [EtcdRendezvousHandler(run_id, EtcdClient(creds), min_nodes=1, max_nodes=3, ttl_s=2, last_call_s=1,
-                                    join_timeout_s=30, local_addr="127.0.0.1") for _ in range(3)]
+    agents = [
+        EtcdRendezvousHandler(
+            run_id,
+            EtcdClient(creds),
+            min_nodes=1,
+            max_nodes=3,
+            ttl_s=2,
+            last_call_s=1,
+            join_timeout_s=30,
+            local_addr="127.0.0.1",
+        )
+        for _ in range(3)
+    ]
     try:
         with ThreadPoolExecutor(3) as pool:
             infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
@@ -471,20 +512,51 @@ def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, mo
 def test_the_admin_command_gives_a_job_its_own_user(etcd, tmp_path):
     root = etcd.root_credentials()
     env = {**os.environ, **root.as_env(), "T5_ETCD_ROOT_PASSWORD_FILE": root.password_file}
-    r = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job", "cli",
-                        "--out", str(tmp_path / "creds")], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch.rendezvous.admin",
+            "add-job",
+            "--job",
+            "cli",
+            "--out",
+            str(tmp_path / "creds"),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     job_env = dict(line.split("=", 1) for line in (tmp_path / "creds" / "job.env").read_text().splitlines())
     assert job_env["T5_ETCD_USER"] == "job-cli" and job_env["T5_ETCD_PREFIX"] == "/t5-failover/jobs/cli/"
     assert (tmp_path / "creds" / "job-cli.password").stat().st_mode & 0o077 == 0
     from training.launch.rendezvous.client import ClientCredentials
+
     client = EtcdClient(ClientCredentials.from_env(job_env))
     client.put(client.key("k"), "v")
     with pytest.raises(StoreRefused, match="permission denied"):
         client.put("/t5-failover/jobs/other/k", "v")
     env.pop("T5_ETCD_ROOT_PASSWORD_FILE")
-    r = subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job", "x", "--out",
-                        str(tmp_path / "x")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.strip() == ("error: T5_ETCD_ROOT_PASSWORD_FILE is not set: point it at "
-                                                      "root's password file")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch.rendezvous.admin",
+            "add-job",
+            "--job",
+            "x",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: T5_ETCD_ROOT_PASSWORD_FILE is not set: point it at root's password file"
+    )

@@ -1,6 +1,7 @@
 """Lease keep-alives over etcd's gRPC stream (training/launch/rendezvous/lease_stream.py), against a real 3-member
 etcd with TLS and auth: the hand-encoded messages, the stream going to the leader, surviving the leader's SIGKILL,
 a gone lease, and a store that does not answer at all (bounded, naming the members)."""
+
 from __future__ import annotations
 
 import time
@@ -9,9 +10,13 @@ from dataclasses import replace
 import pytest
 
 from training.launch.rendezvous.client import EtcdClient, StoreUnavailable
-from training.launch.rendezvous.lease_stream import (LEADER_LOOKUP_S, LeaseKeepAliveStream, encode_varint,
-                                                     keep_alive_request, keep_alive_response)
-
+from training.launch.rendezvous.lease_stream import (
+    LEADER_LOOKUP_S,
+    LeaseKeepAliveStream,
+    encode_varint,
+    keep_alive_request,
+    keep_alive_response,
+)
 
 
 def test_the_messages_are_protobuf():
@@ -93,8 +98,10 @@ def test_no_member_answering_is_store_unavailable_within_its_bound(etcd):
         with pytest.raises(StoreUnavailable, match="no etcd member answered the keep-alive") as e:
             ttl = client.keep_alive(lease)
             stream = client._keep_alive_stream._stream
-            pytest.fail(f"renewed (TTL {ttl}) over {stream.endpoint if stream else None} with every member "
-                        f"stopped: {etcd.process_states()}")
+            pytest.fail(
+                f"renewed (TTL {ttl}) over {stream.endpoint if stream else None} with every member "
+                f"stopped: {etcd.process_states()}"
+            )
         took = time.monotonic() - started
     finally:
         etcd.resume()
@@ -155,8 +162,14 @@ def test_a_slow_answer_to_who_leads_is_waited_for_off_the_renewals_path(etcd):
         return client.leader_endpoint(timeout_s - 1.5)
 
     lease = client.grant(10)
-    stream = LeaseKeepAliveStream(list(client.creds.endpoints), client.creds.ca, client.creds.cert, client.creds.key,
-                                  find_leader=loaded_status, token=lambda: client._token)
+    stream = LeaseKeepAliveStream(
+        list(client.creds.endpoints),
+        client.creds.ca,
+        client.creds.cert,
+        client.creds.key,
+        find_leader=loaded_status,
+        token=lambda: client._token,
+    )
     on = []
     for _ in range(8):
         assert stream.renew(lease, connect_s=1.0, read_s=2.0) == 10
@@ -181,8 +194,9 @@ def test_a_stuck_event_loop_does_not_lose_a_kept_connection(etcd):
     _EventLoop.get().call_soon_threadsafe(time.sleep, OPEN_S + 1.5)  # the loop is stuck from now on
     with pytest.raises(StoreUnavailable, match="did not open a stream"):
         client.keep_alive(lease)
-    assert keep_alive._kept == kept and all(keep_alive._kept[e] is c for e, c in kept.items()), \
+    assert keep_alive._kept == kept and all(keep_alive._kept[e] is c for e, c in kept.items()), (
         "a kept connection was lost while the loop was stuck"
+    )
     time.sleep(2)  # the loop runs again
     assert client.keep_alive(lease) == 30
     assert keep_alive._stream._channel is before, "the stream after the stuck loop opened a new connection"

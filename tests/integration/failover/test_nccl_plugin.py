@@ -1,5 +1,6 @@
 """The launcher's warning for an EFA node whose NCCL network plugin does not load (NCCL would fall back to TCP
 sockets without a word). The loader is the real one: a real shared library stands in for the plugin."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,19 @@ import pytest
 from cluster_facts import NCCL_NET_PLUGIN_LIBRARY
 from training.launch.nccl_plugin import load_error, missing_plugin_warning, plugin_library, rdma_devices
 
-A_LIBRARY = next((p for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
-                              "/lib64/libz.so.1", "/lib/aarch64-linux-gnu/libz.so.1") if os.path.exists(p)), None)
+A_LIBRARY = next(
+    (
+        p
+        for p in (
+            "/lib/x86_64-linux-gnu/libz.so.1",
+            "/usr/lib/x86_64-linux-gnu/libz.so.1",
+            "/lib64/libz.so.1",
+            "/lib/aarch64-linux-gnu/libz.so.1",
+        )
+        if os.path.exists(p)
+    ),
+    None,
+)
 
 
 @pytest.fixture
@@ -33,9 +45,11 @@ def env_with(**extra: str) -> dict[str, str]:
 def test_an_efa_node_without_the_plugin_gets_a_warning_naming_the_loader_and_the_fix(efa_node):
     assert rdma_devices(str(efa_node)) == [str(efa_node / "uverbs0"), str(efa_node / "uverbs1")]
     warning = missing_plugin_warning(str(efa_node), env_with())
-    assert warning.startswith(f"warning: this node has 2 RDMA device(s) ({efa_node / 'uverbs0'}, ...) but NCCL's "
-                              f"network plugin does not load ({NCCL_NET_PLUGIN_LIBRARY}: cannot open shared object "
-                              "file: No such file or directory): NCCL will carry the traffic between nodes over TCP")
+    assert warning.startswith(
+        f"warning: this node has 2 RDMA device(s) ({efa_node / 'uverbs0'}, ...) but NCCL's "
+        f"network plugin does not load ({NCCL_NET_PLUGIN_LIBRARY}: cannot open shared object "
+        "file: No such file or directory): NCCL will carry the traffic between nodes over TCP"
+    )
     assert "Fix: put the aws-ofi-nccl library directory on LD_LIBRARY_PATH (" in warning
     assert "/opt/amazon/ofi-nccl/lib64" in warning
 

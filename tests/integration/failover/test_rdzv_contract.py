@@ -15,6 +15,7 @@ pytest.param(T5, marks=pytest.mark.xfail(strict=True, reason=...))], indirect=Tr
 
 The tests without the fixture are ``t5-etcd`` specific (etcd members killed, the round record, the take-out
 note, torchrun's exit code on the closed error) and build ``EtcdRendezvousHandler`` directly."""
+
 from __future__ import annotations
 
 import socket
@@ -23,8 +24,12 @@ import time
 
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
-from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousGracefulExitError,
-                                                        RendezvousHandler, RendezvousTimeoutError)
+from torch.distributed.elastic.rendezvous.api import (
+    RendezvousClosedError,
+    RendezvousGracefulExitError,
+    RendezvousHandler,
+    RendezvousTimeoutError,
+)
 
 from training.launch.rendezvous import handler as handler_module
 from training.launch.rendezvous import rounds
@@ -56,9 +61,14 @@ DIFFERS = {
 
 #: The ``--rdzv-conf`` of every handler the ``backend`` fixture builds (each test may override a key): keep-alive
 #: 2 s x 3 (t5-etcd: a 6 s lease), a short last call and join timeout. c10d's keys are integers (``get_as_int``).
-CONF = dict(keep_alive_interval=2, keep_alive_max_attempt=3, last_call_timeout=1, join_timeout=30, close_timeout=10,
-            heartbeat_timeout=5)
-
+CONF = dict(
+    keep_alive_interval=2,
+    keep_alive_max_attempt=3,
+    last_call_timeout=1,
+    join_timeout=30,
+    close_timeout=10,
+    heartbeat_timeout=5,
+)
 
 
 class Backend:
@@ -87,8 +97,15 @@ class Backend:
         """One more node's handler; c10d: the first hosts the store (``is_host`` as torchrun infers it on the
         endpoint's host), the others connect to it."""
         extra = {"is_host": not self.handlers} if self.name == C10D else {}
-        params = RendezvousParameters(self.name, self.endpoint, self.run_id, min_nodes, max_nodes,
-                                      local_addr="127.0.0.1", **{**CONF, **extra, **conf})
+        params = RendezvousParameters(
+            self.name,
+            self.endpoint,
+            self.run_id,
+            min_nodes,
+            max_nodes,
+            local_addr="127.0.0.1",
+            **{**CONF, **extra, **conf},
+        )
         handler = rendezvous_handler_registry.create_handler(params)
         self.handlers.append(handler)
         return handler
@@ -114,8 +131,9 @@ class Backend:
 
 @pytest.fixture(params=[C10D, T5])
 def backend(request, monkeypatch):
-    b = Backend(request.param, request.node.originalname.removeprefix("test_")[:40].replace("_", "-"),
-                monkeypatch, request)
+    b = Backend(
+        request.param, request.node.originalname.removeprefix("test_")[:40].replace("_", "-"), monkeypatch, request
+    )
     try:
         yield b
     finally:
@@ -281,8 +299,9 @@ def test_a_late_node_waits_until_the_participants_leave_the_running_round(backen
     time.sleep(2 + rounds.STOPPING_WORKERS_S + 3)  # last call + t5-etcd's old grace, and room for a loaded machine
     assert arriving.value is None and arriving.error is None, "the late node did not wait for the participants"
     if backend.name == T5:
-        r = rounds.Round.loads(EtcdClient(backend.creds).get(backend.creds.prefix +
-                                                             f"rdzv/{backend.run_id}/round").value)
+        r = rounds.Round.loads(
+            EtcdClient(backend.creds).get(backend.creds.prefix + f"rdzv/{backend.run_id}/round").value
+        )
         assert not r.formed and r.n == 1, f"a round formed beside the running one: {r}"
     again = [_Call(h.next_rendezvous) for h in first]  # the participants leave the round and join the next
     infos = [c.result(timeout_s=60) for c in again + [arriving]]
@@ -418,8 +437,11 @@ def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_erro
             assert time.monotonic() < deadline, "the first round was not opened"
             time.sleep(0.1)
         lease = client.grant(120)  # alive for the whole test, never taking its place
-        client.put(prefix + "members/absent", json.dumps({"addr": "127.0.0.1", "node": 0,
-                                                          "store": f"127.0.0.1:{absent_store.port}"}), lease=lease)
+        client.put(
+            prefix + "members/absent",
+            json.dumps({"addr": "127.0.0.1", "node": 0, "store": f"127.0.0.1:{absent_store.port}"}),
+            lease=lease,
+        )
         client.put(prefix + "joined/0/absent", "", lease=lease)
         with pytest.raises(RendezvousError, match="its rank-0 node .* did not take its place"):
             node.next_rendezvous()
@@ -438,8 +460,10 @@ def test_late_nodes_are_counted_as_far_as_the_round_has_room_and_not_in_the_firs
     assert rounds.arriving(nxt, {"a", "b", "c", "d"}, ["c", "d", "a"], max_nodes=3) == 1  # room for one
     assert rounds.arriving(nxt, {"b", "c", "d"}, ["c", "d"], max_nodes=3) == 2  # a lost: room for two
     assert rounds.arriving(rounds.Round(n=0), {"a", "b"}, ["a", "b"], max_nodes=4) == 0
-    assert rounds.closer_step(nxt, {"a", "b", "c"}, ["c"], min_nodes=2, max_nodes=4, now=0.0, last_call_s=1,
-                              settled=True) is rounds.Step.NOTE_ARRIVING
+    assert (
+        rounds.closer_step(nxt, {"a", "b", "c"}, ["c"], min_nodes=2, max_nodes=4, now=0.0, last_call_s=1, settled=True)
+        is rounds.Step.NOTE_ARRIVING
+    )
 
 
 # ---------------------------------------------------------------------------------------------- a spare at the end
@@ -475,8 +499,7 @@ def test_canary_no_rendezvous_error_ends_plain_torchrun_with_0(error):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _TORCHRUN_WITH, error], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", _TORCHRUN_WITH, error], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]
     if error == "RendezvousGracefulExitError":
         assert "'NoneType' object has no attribute 'is_failed'" in done.stderr, done.stderr[-2000:]

@@ -1,5 +1,6 @@
 """tools.rdzv_scale: real rendezvous handlers (threads) against real stores (3 etcd members; torch's c10d store
 process), one node lost; and the workers' heartbeat load on one real TCPStore."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from tools import loopback_names
-from tools.rdzv_scale import (ETCD_TTL_S, PHASES_FIRST, PHASES_REFORM, ScaleResult, WorkerStoreResult, run,
-                              table, worker_store_load)
+from tools.rdzv_scale import (
+    ETCD_TTL_S,
+    PHASES_FIRST,
+    PHASES_REFORM,
+    ScaleResult,
+    WorkerStoreResult,
+    run,
+    table,
+    worker_store_load,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,14 +30,24 @@ def _measured(x: float) -> bool:
 
 
 def test_etcd_and_c10d_handlers_form_and_re_form_with_every_figure_measured():
-    results, workers = run([3], ["etcd", "c10d-1x3"], steady_s=1.0, timeout_s=60, worker_ranks=2, worker_s=1.0,
-                           say=lambda _m: None)
+    results, workers = run(
+        [3], ["etcd", "c10d-1x3"], steady_s=1.0, timeout_s=60, worker_ranks=2, worker_s=1.0, say=lambda _m: None
+    )
     etcd, c10d = results
     for r in results:
         assert r.error == "" and r.ok, r
         assert r.reformed_world == 2 and r.reformed_ranks == [0, 1] and not r.victim_in_new_round
-        for f in ("connect_s", "first_round_s", "reform_s", "ops_per_s_first", "ops_per_s_steady",
-                  "kib_per_s_steady", "cpu_machine_pct_first", "cpu_store_pct_steady", "lag_ms_max"):
+        for f in (
+            "connect_s",
+            "first_round_s",
+            "reform_s",
+            "ops_per_s_first",
+            "ops_per_s_steady",
+            "kib_per_s_steady",
+            "cpu_machine_pct_first",
+            "cpu_store_pct_steady",
+            "lag_ms_max",
+        ):
             assert _measured(getattr(r, f)), (r.handler, f)
         assert r.ops_per_s_steady > 0 and r.kib_per_s_steady > 0  # keep-alives reach the store
     # etcd: every phase seen by the driver's watch, in order; a lost node is found by its lease (2 s TTL)
@@ -63,8 +82,16 @@ def test_workers_store_counts_what_the_heartbeats_did():
 
 
 def test_table_marks_a_round_that_did_not_form():
-    good = ScaleResult(handler="etcd", nodes=4, lease_s=3, first_round_s=0.4, reform_s=3.1, reformed_world=3,
-                       reformed_ranks=[0, 1, 2], victim_in_new_round=False)
+    good = ScaleResult(
+        handler="etcd",
+        nodes=4,
+        lease_s=3,
+        first_round_s=0.4,
+        reform_s=3.1,
+        reformed_world=3,
+        reformed_ranks=[0, 1, 2],
+        victim_in_new_round=False,
+    )
     bad = ScaleResult(handler="c10d", nodes=9, error="first round: 3/9 agents ranked after 120 s")
     rows = table([good, bad], [WorkerStoreResult(nodes=4, ranks=32)]).splitlines()
     assert rows[2].startswith("| etcd | 4 | 1 | 3 | - | - | 0.40 | 3.10 |") and rows[2].endswith("| True |")
@@ -75,12 +102,13 @@ def test_table_marks_a_round_that_did_not_form():
 def test_cli_help_and_bad_values():
     h = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert h.returncode == 0 and "--handlers" in h.stdout and "What it cannot show" in h.stdout
-    for argv, says in ((["--nodes", "8,1"], "each count must be >= 2"),
-                       (["--nodes", "8,4", "--procs", "5"], "smallest --nodes (4)"),
-                       (["--handlers", "etcd,zk"], "--handlers 'etcd,zk': expected some of etcd,c10d,c10d-1x3"),
-                       (["--etcd-ttl-s", "1"], "--etcd-ttl-s 1: expected whole seconds >= 2")):
-        r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", *argv], cwd=ROOT, capture_output=True,
-                           text=True)
+    for argv, says in (
+        (["--nodes", "8,1"], "each count must be >= 2"),
+        (["--nodes", "8,4", "--procs", "5"], "smallest --nodes (4)"),
+        (["--handlers", "etcd,zk"], "--handlers 'etcd,zk': expected some of etcd,c10d,c10d-1x3"),
+        (["--etcd-ttl-s", "1"], "--etcd-ttl-s 1: expected whole seconds >= 2"),
+    ):
+        r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", *argv], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 2 and says in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
 
@@ -97,8 +125,13 @@ def test_keepalive_cost_measures_both_transports_against_real_members(tmp_path):
 
 
 def test_keepalive_cost_refuses_bad_input_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "tools.keepalive_cost", "--leases", "0,x"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "tools.keepalive_cost", "--leases", "0,x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--leases takes positive integers" in r.stderr and "0,x" in r.stderr, r.stderr
 
 
@@ -114,7 +147,8 @@ def test_an_etcd_with_the_250_stream_cap_is_named_before_a_large_run(monkeypatch
 
 _NAME_V4_MAPPED_LOOPBACK = (
     "import socket; from tools import loopback_names as n;"
-    "print(socket.getnameinfo(('::ffff:127.0.0.1', 1, 0, 0), socket.NI_NAMEREQD)[0], n.named_here())")
+    "print(socket.getnameinfo(('::ffff:127.0.0.1', 1, 0, 0), socket.NI_NAMEREQD)[0], n.named_here())"
+)
 
 
 def test_loopback_names_answer_the_v4_mapped_loopback_address_inside_and_change_nothing_outside(tmp_path):
@@ -127,8 +161,9 @@ def test_loopback_names_answer_the_v4_mapped_loopback_address_inside_and_change_
     before = Path("/etc/hosts").read_text()
     assert "::ffff:127.0.0.1" not in before  # else the test proves nothing
     out = tmp_path / "out"
-    rc = loopback_names.run_named(["sh", "-c", f'{sys.executable} -c "{_NAME_V4_MAPPED_LOOPBACK}" > {out}; '
-                                   f'cat /etc/hosts >> {out}'])
+    rc = loopback_names.run_named(
+        ["sh", "-c", f'{sys.executable} -c "{_NAME_V4_MAPPED_LOOPBACK}" > {out}; cat /etc/hosts >> {out}']
+    )
     assert rc == 0
     named, *inside = out.read_text().splitlines()
     assert named == "localhost True"
@@ -140,9 +175,25 @@ def test_the_scale_tool_runs_itself_with_loopback_named_and_says_so():
     why = loopback_names.unavailable()
     if why is not None:
         pytest.skip(why)
-    r = subprocess.run([sys.executable, "-m", "tools.rdzv_scale", "--nodes", "2", "--handlers", "c10d",
-                        "--worker-ranks", "0", "--steady-s", "0.5"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.rdzv_scale",
+            "--nodes",
+            "2",
+            "--handlers",
+            "c10d",
+            "--worker-ranks",
+            "0",
+            "--steady-s",
+            "0.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("[rdzv-scale] loopback peers named in a private /etc/hosts"), r.stdout
     assert "| c10d | 2 | 1 |" in r.stdout  # the run itself, in the namespace

@@ -4,6 +4,7 @@ a finished job's are one line and exit 2 from the real agent (``python -m traini
 
 Timings are bounds, not measurements: the window under test is short (2 s), each agent start imports torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,6 @@ from training.launch.rendezvous.members import LocalEtcd
 from training.launch.rendezvous.start import StartRefused, check_start, first_contact
 
 WINDOW_S = 2
-
 
 
 def _session_processes(sid: int) -> list[str]:
@@ -44,14 +44,35 @@ def _session_processes(sid: int) -> list[str]:
 def run_agent(env: dict[str, str], run_id: str, out_dir, conf: str = "") -> tuple[int, list[str], float]:
     """The real agent of a 1-node training job (warm workers on: the forkserver is what could be left behind);
     returns its exit code, its stderr lines, and the seconds it took. Fails if a process of it outlives it."""
-    argv = [sys.executable, "-m", "training.launch.agent", "--nnodes=1:2", "--nproc-per-node=1",
-            "--rdzv-backend=t5-etcd", "--rdzv-endpoint=127.0.0.1:2379", f"--rdzv-id={run_id}",
-            f"--rdzv-conf=join_timeout=60,first_contact_timeout={WINDOW_S}{conf}", "--module", "training",
-            *TINY, "--train.steps", "4", "--job.out_dir", str(out_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "training.launch.agent",
+        "--nnodes=1:2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=t5-etcd",
+        "--rdzv-endpoint=127.0.0.1:2379",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf=join_timeout=60,first_contact_timeout={WINDOW_S}{conf}",
+        "--module",
+        "training",
+        *TINY,
+        "--train.steps",
+        "4",
+        "--job.out_dir",
+        str(out_dir),
+    ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("T5_ETCD_", "T5_JOB_"))}
     start = time.monotonic()
-    p = subprocess.Popen(argv, env={**clean, "OMP_NUM_THREADS": "1", **env}, cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        argv,
+        env={**clean, "OMP_NUM_THREADS": "1", **env},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = p.communicate(timeout=240)
     finally:
@@ -79,25 +100,37 @@ def _one_line(code: int, lines: list[str]) -> str:
 # ------------------------------------------------------------------ settings: one line, exit 2, nothing left
 SETTINGS = {
     # case: (how the job's settings are spoiled, what the one line must say)
-    "refused": (lambda c, cl: {"T5_ETCD_ENDPOINTS": f"https://127.0.0.1:{_free_port()}"},
-                ["T5_ETCD_ENDPOINTS=https://127.0.0.1:", "connection refused", "list the etcd members' client URLs"]),
-    "system CA": (lambda c, cl: {"T5_ETCD_CA": _system_ca()},
-                  ["T5_ETCD_CA=", "certificate verify failed", "point T5_ETCD_CA at the etcd cluster's CA"]),
-    "no scheme": (lambda c, cl: {"T5_ETCD_ENDPOINTS": ",".join(e.split("//")[1] for e in c.endpoints)},
-                  ["T5_ETCD_ENDPOINTS=", "is not an https:// URL", "write each endpoint as https://HOST:PORT"]),
-    "not etcd": (lambda c, cl: {"T5_ETCD_ENDPOINTS": cl.members[0].peer_url},  # a TLS server of the same CA
-                 ["T5_ETCD_ENDPOINTS=", "the server is not etcd", "HTTP 404"]),
-    "wrong password": (lambda c, cl: {"T5_ETCD_PASSWORD_FILE": _file(cl, "wrong.password", "not-it")},
-                       ["T5_ETCD_PASSWORD_FILE=", "etcd refused the login", "job.env that admin add-job wrote"]),
-    "variable missing": (lambda c, cl: {"T5_ETCD_CA": ""},
-                         ["etcd credentials incomplete: T5_ETCD_CA not set"]),
-    "key file missing": (lambda c, cl: {"T5_ETCD_KEY": "/nonexistent/client.key"},
-                         ["T5_ETCD_KEY=/nonexistent/client.key: the file does not exist", "point T5_ETCD_KEY at"]),
+    "refused": (
+        lambda c, cl: {"T5_ETCD_ENDPOINTS": f"https://127.0.0.1:{_free_port()}"},
+        ["T5_ETCD_ENDPOINTS=https://127.0.0.1:", "connection refused", "list the etcd members' client URLs"],
+    ),
+    "system CA": (
+        lambda c, cl: {"T5_ETCD_CA": _system_ca()},
+        ["T5_ETCD_CA=", "certificate verify failed", "point T5_ETCD_CA at the etcd cluster's CA"],
+    ),
+    "no scheme": (
+        lambda c, cl: {"T5_ETCD_ENDPOINTS": ",".join(e.split("//")[1] for e in c.endpoints)},
+        ["T5_ETCD_ENDPOINTS=", "is not an https:// URL", "write each endpoint as https://HOST:PORT"],
+    ),
+    "not etcd": (
+        lambda c, cl: {"T5_ETCD_ENDPOINTS": cl.members[0].peer_url},  # a TLS server of the same CA
+        ["T5_ETCD_ENDPOINTS=", "the server is not etcd", "HTTP 404"],
+    ),
+    "wrong password": (
+        lambda c, cl: {"T5_ETCD_PASSWORD_FILE": _file(cl, "wrong.password", "not-it")},
+        ["T5_ETCD_PASSWORD_FILE=", "etcd refused the login", "job.env that admin add-job wrote"],
+    ),
+    "variable missing": (lambda c, cl: {"T5_ETCD_CA": ""}, ["etcd credentials incomplete: T5_ETCD_CA not set"]),
+    "key file missing": (
+        lambda c, cl: {"T5_ETCD_KEY": "/nonexistent/client.key"},
+        ["T5_ETCD_KEY=/nonexistent/client.key: the file does not exist", "point T5_ETCD_KEY at"],
+    ),
 }
 
 
 def _system_ca() -> str:
     import ssl
+
     return ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -130,8 +163,9 @@ def test_members_that_take_the_connection_but_do_not_answer_are_waited_for_not_c
 
     def start() -> None:
         try:
-            result["value"] = first_contact(lambda: client.get(client.key("x")), creds, window_s=1.0,
-                                            join_timeout_s=120)
+            result["value"] = first_contact(
+                lambda: client.get(client.key("x")), creds, window_s=1.0, join_timeout_s=120
+            )
         except StartRefused as e:
             result["refused"] = str(e)
 
@@ -172,8 +206,9 @@ def test_an_agent_of_the_same_job_passes_and_a_given_identity_wins(etcd, tmp_pat
 def test_an_agent_that_arrives_at_a_finished_jobs_rendezvous_is_refused_not_a_silent_spare(etcd, tmp_path):
     """It waited as a hot spare and exited 0 'not needed', having trained nothing."""
     creds = etcd.add_job_user("finished")
-    node = EtcdRendezvousHandler("finished", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2,
-                                 last_call_s=0.5, join_timeout_s=30)
+    node = EtcdRendezvousHandler(
+        "finished", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2, last_call_s=0.5, join_timeout_s=30
+    )
     node.next_rendezvous()
     assert node.shutdown() is True  # the job ended: its rendezvous closed
     code, lines, _ = run_agent(creds.as_env(), "finished", tmp_path / "out")
@@ -188,8 +223,9 @@ def test_a_late_node_of_the_job_that_ended_exits_0_saying_it_is_not_needed(etcd,
     creds = etcd.add_job_user("ended-own")
     out = tmp_path / "out"
     check_start("ended-own", f"out_dir {out}", {}, env=creds.as_env())  # the job's first node, at its start
-    node = EtcdRendezvousHandler("ended-own", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2,
-                                 last_call_s=0.5, join_timeout_s=30)
+    node = EtcdRendezvousHandler(
+        "ended-own", EtcdClient(creds), min_nodes=1, max_nodes=1, ttl_s=2, last_call_s=0.5, join_timeout_s=30
+    )
     node.next_rendezvous()
     assert node.shutdown() is True
     code, lines, _ = run_agent(creds.as_env(), "ended-own", out)
@@ -211,21 +247,46 @@ def test_add_job_for_an_existing_job_is_refused_unless_rotate(etcd, tmp_path):
     env = {**os.environ, **root.as_env(), "T5_ETCD_ROOT_PASSWORD_FILE": root.password_file}
 
     def add_job(out: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "--job", "busy",
-                               "--out", str(tmp_path / out), *extra], env=env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "training.launch.rendezvous.admin",
+                "add-job",
+                "--job",
+                "busy",
+                "--out",
+                str(tmp_path / out),
+                *extra,
+            ],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert add_job("first").returncode == 0
     running = ClientCredentials.from_env(
-        dict(line.split("=", 1) for line in (tmp_path / "first" / "job.env").read_text().splitlines()))
+        dict(line.split("=", 1) for line in (tmp_path / "first" / "job.env").read_text().splitlines())
+    )
     r = add_job("again")
     assert r.returncode == 2 and r.stderr.strip() == (
         "error: job 'busy' has an etcd user already (job-busy); a new password would lock its running agents out: "
-        "give a new job id, or pass --rotate to replace its password on purpose"), r.stderr
+        "give a new job id, or pass --rotate to replace its password on purpose"
+    ), r.stderr
     assert not (tmp_path / "again").exists()
     EtcdClient(running).put(running.prefix + "k", "v")  # the running job's password still works
     assert add_job("rotated", "--rotate").returncode == 0
     with pytest.raises(StoreRefused, match="could not log in"):
         EtcdClient(running).put(running.prefix + "k", "v")
-    assert "--rotate" in subprocess.run([sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "-h"],
-                                        cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert (
+        "--rotate"
+        in subprocess.run(
+            [sys.executable, "-m", "training.launch.rendezvous.admin", "add-job", "-h"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )

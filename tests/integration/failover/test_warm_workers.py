@@ -1,5 +1,6 @@
 """Warm workers (training.launch.warm_workers): torchrun's command for the training module becomes a function
 started by a preloaded forkserver; what a warm worker computes is bitwise what a cold one does."""
+
 from __future__ import annotations
 
 import subprocess

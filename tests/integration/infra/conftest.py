@@ -1,4 +1,5 @@
 """Session fixtures: each app is synthesized once (10-30 s each on 2 shared cores) and shared by all tests."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,8 +11,13 @@ from tests.support.infra import ROOT, Synthesized, synthesize
 
 #: The ParallelCluster app deliberately differs from the defaults: another instance type, more nodes and
 #: an imported bucket, so the non-default code paths are synthesized and validated too.
-PCLUSTER_CONTEXT = {"platform": "parallelcluster", "gpuInstanceType": "p4d.24xlarge", "gpuNodes": "4",
-                    "bucketName": "example-existing-training-bucket", "s3Prefix": "t5/"}
+PCLUSTER_CONTEXT = {
+    "platform": "parallelcluster",
+    "gpuInstanceType": "p4d.24xlarge",
+    "gpuNodes": "4",
+    "bucketName": "example-existing-training-bucket",
+    "s3Prefix": "t5/",
+}
 
 
 @pytest.fixture(scope="session")
@@ -31,9 +37,10 @@ def pcluster_python() -> Path:
     """Python of .venv-pcluster (aws-parallelcluster 3.16.1), created by scripts/pcluster_venv.sh.
 
     Skips (with the installer's error) only when the venv cannot be created, e.g. no package index."""
-    proc = subprocess.run([str(ROOT / "scripts" / "pcluster_venv.sh")], capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run([str(ROOT / "scripts" / "pcluster_venv.sh")], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        pytest.skip(f"cannot create .venv-pcluster (scripts/pcluster_venv.sh rc={proc.returncode}): "
-                    f"{proc.stderr.strip()[-800:]}")
+        pytest.skip(
+            f"cannot create .venv-pcluster (scripts/pcluster_venv.sh rc={proc.returncode}): "
+            f"{proc.stderr.strip()[-800:]}"
+        )
     return Path(proc.stdout.strip().splitlines()[-1])

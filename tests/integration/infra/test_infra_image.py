@@ -1,4 +1,5 @@
 """Training image recipe and `make image` (the build itself needs Docker + AWS: only its offline paths run)."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def _dist(root: Path, name: str, *requires: str) -> None:
     """An installed distribution's metadata, as pip leaves it in site-packages."""
     info = root / f"{name}-1.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
-                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    )
 
 
 def test_align_torch_reads_the_pin_and_replaces_an_older_torch_and_what_was_built_for_it(tmp_path) -> None:
@@ -46,6 +48,7 @@ def test_align_torch_reads_the_pin_and_replaces_an_older_torch_and_what_was_buil
 
     requirements = (ROOT / "requirements.txt").read_text()
     import torch  # noqa: PLC0415 - the pin is the torch every test runs on
+
     assert pinned_torch(requirements) == torch.__version__.split("+")[0]
     # A base image's site-packages: a package pinned to its torch (torchvision does this), ones that accept any
     # recent torch, one that needs torch only for an extra.
@@ -57,13 +60,14 @@ def test_align_torch_reads_the_pin_and_replaces_an_older_torch_and_what_was_buil
     index = "https://download.pytorch.org/whl/cu130"
     assert plan(requirements, "cu130", python="py", distributions=dists, have="2.10.0+cu130") == [
         ["py", "-m", "pip", "uninstall", "-y", "vision"],
-        ["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130", "--index-url", index]]
+        ["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130", "--index-url", index],
+    ]
     assert plan(requirements, "cu130", python="py", distributions=dists, have=f"{want}+cu130") == []  # as wanted
     # The pinned version as the CPU wheel (a project venv) is replaced by its CUDA build; nothing else is touched.
     without_vision = [d for d in dists if d.metadata["Name"] != "vision"]
-    assert plan(requirements, "cu130", "file:///mirror", python="py", distributions=without_vision,
-                have=f"{want}+cpu") == [["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130",
-                                         "--index-url", "file:///mirror"]]
+    assert plan(
+        requirements, "cu130", "file:///mirror", python="py", distributions=without_vision, have=f"{want}+cpu"
+    ) == [["py", "-m", "pip", "install", "--no-cache-dir", f"torch=={want}+cu130", "--index-url", "file:///mirror"]]
     with pytest.raises(AlignError, match=r"one torch version as 'torch==X.Y.Z' \(found: 2.1.0, 2.2.0\)"):
         pinned_torch("torch==2.1.0+cpu ; sys_platform != 'darwin'\ntorch==2.2.0 ; sys_platform == 'darwin'\n")
     with pytest.raises(AlignError, match=r"found: none"):
@@ -81,8 +85,9 @@ def test_align_torch_command_dry_run_and_bad_input() -> None:
     assert ok.returncode == 0 and re.search(r"installed torch (\S+), wanted \1: nothing to do", ok.stdout), ok
     gpu = run("--requirements", reqs, "--dry-run")  # default: the CUDA build of the image's base
     assert gpu.returncode == 0 and "1 step(s)" in gpu.stdout
-    assert re.search(r"pip install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
-                     gpu.stdout), gpu.stdout
+    assert re.search(
+        r"pip install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130", gpu.stdout
+    ), gpu.stdout
     bad = run("--requirements", "missing.txt")
     assert bad.returncode == 2 and "--requirements missing.txt: no such file" in bad.stderr
     bad = run("--requirements", reqs, "--build", "cuda13")
@@ -91,11 +96,20 @@ def test_align_torch_command_dry_run_and_bad_input() -> None:
 
 def test_image_script_dry_run_works_offline() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    proc = subprocess.run([str(IMAGE_SH), "--dry-run", "--tag", "test-1", "--stack", "demo-storage"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(IMAGE_SH), "--dry-run", "--tag", "test-1", "--stack", "demo-storage"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"docker build --platform linux/amd64 --label org.opencontainers.image.revision=\S+ "
-                     r"-t <EcrRepositoryUri of demo-storage>:test-1 ", proc.stdout), proc.stdout
+    assert re.search(
+        r"docker build --platform linux/amd64 --label org.opencontainers.image.revision=\S+ "
+        r"-t <EcrRepositoryUri of demo-storage>:test-1 ",
+        proc.stdout,
+    ), proc.stdout
     assert "docker push <EcrRepositoryUri of demo-storage>:test-1" in proc.stdout
 
 
@@ -149,18 +163,32 @@ def test_image_script_explains_missing_tools(tmp_path) -> None:
                 (bindir / tool).symlink_to(f"{d}/{tool}")
                 break
     (bindir / "python3").symlink_to(Path(sys.executable).resolve())  # the project needs Python anyway
-    proc = subprocess.run([str(IMAGE_SH), "--tag", "t"], cwd=ROOT, env={"PATH": str(bindir), "HOME": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(IMAGE_SH), "--tag", "t"],
+        cwd=ROOT,
+        env={"PATH": str(bindir), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "docker is not installed" in proc.stderr
-    bad = subprocess.run([str(IMAGE_SH), "--tag", "bad tag!", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        [str(IMAGE_SH), "--tag", "bad tag!", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "not a valid image tag" in bad.stderr
     # from the environment (make image IMAGE_TAG=...): the message names the variable the user set
-    bad = subprocess.run([str(IMAGE_SH), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "IMAGE_TAG": "bad tag!"})
-    assert bad.returncode == 2 and bad.stderr.startswith("error: IMAGE_TAG='bad tag!' is not a valid image tag"), \
+    bad = subprocess.run(
+        [str(IMAGE_SH), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "IMAGE_TAG": "bad tag!"},
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: IMAGE_TAG='bad tag!' is not a valid image tag"), (
         bad.stderr
+    )
 
 
 def test_align_torch_runs_in_a_bare_venv_the_way_scripts_venv_sh_starts_a_gpu_venv(tmp_path) -> None:
@@ -169,10 +197,22 @@ def test_align_torch_runs_in_a_bare_venv_the_way_scripts_venv_sh_starts_a_gpu_ve
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
     assert subprocess.run([python, "-c", "import packaging"], capture_output=True).returncode != 0
-    r = subprocess.run([python, str(ROOT / "cluster_assets" / "docker" / "align_torch.py"), "--requirements",
-                        str(ROOT / "requirements.txt"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            python,
+            str(ROOT / "cluster_assets" / "docker" / "align_torch.py"),
+            "--requirements",
+            str(ROOT / "requirements.txt"),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
-    assert re.search(r"installed torch none, wanted \S+\+cu130: 1 step\(s\)\n"
-                     r"\[align-torch\] \S+/bare/bin/python -m pip "
-                     r"install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
-                     r.stdout), r.stdout
+    assert re.search(
+        r"installed torch none, wanted \S+\+cu130: 1 step\(s\)\n"
+        r"\[align-torch\] \S+/bare/bin/python -m pip "
+        r"install --no-cache-dir torch==\S+\+cu130 --index-url https://download.pytorch.org/whl/cu130",
+        r.stdout,
+    ), r.stdout

@@ -2,6 +2,7 @@
 is the tag `make image` pushes from the same checkout, unless an imageTag is saved or given; `make image` says when
 a redeploy is needed and how. scripts/deploy.sh and scripts/image.sh run from a scratch project root (the real
 packages linked in) so that its cdk.context.json is the test's, with fake aws/docker where a push happens."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def scratch_root(tmp_path: Path, saved: dict | None = None) -> Path:
 def dry_deploy(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """`DRY_RUN=1 make deploy PLATFORM=eks ARGS=...`: the process and the cdk command it would run."""
     env = {**{k: v for k, v in os.environ.items() if k != "IMAGE_TAG"}, "DRY_RUN": "1", "PLATFORM": "eks"}
-    proc = subprocess.run([str(root / "scripts/deploy.sh"), *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [str(root / "scripts/deploy.sh"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("[deploy] would run:")]
     return proc, shlex.split(line.removeprefix("[deploy] would run:"))  # printed with %q
@@ -49,10 +51,17 @@ def dry_deploy(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, lis
 
 def runtime_images(context: dict) -> set[str]:
     t = synthesize(context, Path(context.pop("_outdir"))).templates["Eks"]
-    (runtime,) = [m for _, r in resources_of_type(t, "Custom::AWSCDK-EKS-KubernetesResource") for m in manifests(r)
-                  if m["kind"] == "ClusterTrainingRuntime"]
-    return {c["image"] for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]
-            for c in j["template"]["spec"]["template"]["spec"]["containers"]}
+    (runtime,) = [
+        m
+        for _, r in resources_of_type(t, "Custom::AWSCDK-EKS-KubernetesResource")
+        for m in manifests(r)
+        if m["kind"] == "ClusterTrainingRuntime"
+    ]
+    return {
+        c["image"]
+        for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        for c in j["template"]["spec"]["template"]["spec"]["containers"]
+    }
 
 
 def test_a_first_deploy_names_the_image_make_image_pushes_from_this_checkout(tmp_path: Path) -> None:
@@ -61,11 +70,12 @@ def test_a_first_deploy_names_the_image_make_image_pushes_from_this_checkout(tmp
     tag = source_tag()
     assert f"[deploy] imageTag={tag}: this checkout's image tag, the one `make image` pushes" in proc.stderr
     assert context_args(cdk)["imageTag"] == tag
-    assert f'would save to cdk.context.json: adminRoleArn="{ADMIN}", apiAllowedCidrs=[], imageTag="{tag}"' \
-        in proc.stderr
+    assert (
+        f'would save to cdk.context.json: adminRoleArn="{ADMIN}", apiAllowedCidrs=[], imageTag="{tag}"' in proc.stderr
+    )
     # What that deploy synthesizes (the saved settings over cdk.json, as the CDK CLI merges them): the runtime's
     # image, which the store pod of every TrainJob runs, is <repository>:<the tag make image pushes>.
-    plan = merge_settings("eks", cdk[cdk.index("deploy") + 2:], root)
+    plan = merge_settings("eks", cdk[cdk.index("deploy") + 2 :], root)
     cdk_json = json.loads((ROOT / "cdk.json").read_text())["context"]
     images = runtime_images({**cdk_json, **plan.saved, "platform": "eks", "_outdir": str(tmp_path / "out")})
     assert images and all(i.endswith(f":{tag}") for i in images), images
@@ -85,8 +95,9 @@ def test_a_saved_or_given_image_tag_wins_and_an_empty_one_resets_to_this_checkou
 def fake_push_tools(bindir: Path) -> dict[str, str]:
     """aws (no image in ECR yet, a login token) and docker (build/login/push succeed) on PATH."""
     bindir.mkdir()
-    (bindir / "aws").write_text('#!/bin/sh\ncase "$*" in *describe-images*) exit 254 ;; '
-                                '*get-login-password*) echo TOKEN ;; esac\n')
+    (bindir / "aws").write_text(
+        '#!/bin/sh\ncase "$*" in *describe-images*) exit 254 ;; *get-login-password*) echo TOKEN ;; esac\n'
+    )
     (bindir / "docker").write_text("#!/bin/sh\ncat >/dev/null 2>&1 || true\nexit 0\n")
     for tool in ("aws", "docker"):
         (bindir / tool).chmod(0o755)
@@ -95,8 +106,15 @@ def fake_push_tools(bindir: Path) -> dict[str, str]:
 
 
 def push(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(root / "scripts/image.sh"), "--repo", REPO, "--region", "us-east-1"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(root / "scripts/image.sh"), "--repo", REPO, "--region", "us-east-1"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == f"{REPO}:{source_tag()}"
     return proc
@@ -109,9 +127,10 @@ def test_make_image_says_whether_the_runtime_already_names_the_pushed_image(tmp_
     assert "[image] it is also the EKS runtime's default image (imageTag in cdk.context.json)" in same.stderr
     assert "make deploy" not in same.stderr
     other = push(scratch_root(tmp_path / "other", {"imageTag": "src-000000000000"}), env)
-    assert (f"[image] the EKS runtime's default image is {REPO}:src-000000000000; to make it this one: make deploy "
-            f'PLATFORM=eks ARGS="-c imageTag={tag}" (saved; the other settings are kept)') in other.stderr
+    assert (
+        f"[image] the EKS runtime's default image is {REPO}:src-000000000000; to make it this one: make deploy "
+        f'PLATFORM=eks ARGS="-c imageTag={tag}" (saved; the other settings are kept)'
+    ) in other.stderr
     assert "npx cdk" not in other.stderr
     never = push(scratch_root(tmp_path / "never"), env)
-    assert "default image is not set by make deploy here; to make it this one: make deploy PLATFORM=eks" \
-        in never.stderr
+    assert "default image is not set by make deploy here; to make it this one: make deploy PLATFORM=eks" in never.stderr

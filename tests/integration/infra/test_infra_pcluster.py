@@ -2,6 +2,7 @@
 3.16.1 schema in its own venv (.venv-pcluster); the etcd members' network, secrets and IAM, the nodes' security
 groups, ECR pull policy and outputs; the node and member scripts (bash -n, shellcheck, run against scratch roots,
 and the members' units run for real as a three-member etcd the head node's script turns authentication on in)."""
+
 from __future__ import annotations
 
 import copy
@@ -18,16 +19,29 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from cluster_assets.parallelcluster.node_setup import (ETCD_CLIENT_SCRIPT, NODE_BASE_SCRIPT, PYXIS_ENROOT_SCRIPT,
-                                                       SCRIPTS, NodeSetup)
+from cluster_assets.parallelcluster.node_setup import (
+    ETCD_CLIENT_SCRIPT,
+    NODE_BASE_SCRIPT,
+    PYXIS_ENROOT_SCRIPT,
+    SCRIPTS,
+    NodeSetup,
+)
 from stacks import versions
 from stacks.config import PCLUSTER_VERSION
 from tests.integration.infra.conftest import PCLUSTER_CONTEXT
 from tests.support.infra import ROOT, Synthesized, resolve_placeholders, resources_of_type
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
-from tests.unit.infra.test_infra_pcluster import (CLIENT_SECRET, ENDPOINTS, PLACEHOLDERS, REGISTRY, ROOT_SECRET,
-                                                  sample_config, sample_node_setup, with_node_setup)
+from tests.unit.infra.test_infra_pcluster import (
+    CLIENT_SECRET,
+    ENDPOINTS,
+    PLACEHOLDERS,
+    REGISTRY,
+    ROOT_SECRET,
+    sample_config,
+    sample_node_setup,
+    with_node_setup,
+)
 
 VALIDATOR = ROOT / "cluster_assets" / "parallelcluster" / "validate.py"
 
@@ -53,15 +67,19 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
     good = {
         "default": sample_config(),
         "full": sample_config(region="us-east-1", ssh_key_name="my-key", min_nodes=1, tags={"team": "ml"}),
-        "no_placement_group_two_subnets": sample_config(placement_group=False, compute_subnet_ids=[
-            "subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]),
-        "g6e_without_efa": sample_config(gpu_instance_type="g6e.48xlarge", compute_resource_name="g6e-48xlarge",
-                                         efa=False),
+        "no_placement_group_two_subnets": sample_config(
+            placement_group=False, compute_subnet_ids=["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+        ),
+        "g6e_without_efa": sample_config(
+            gpu_instance_type="g6e.48xlarge", compute_resource_name="g6e-48xlarge", efa=False
+        ),
         "with_node_setup": with_node_setup(),
-        "capacity_block": sample_config(placement_group=False, capacity_reservation_id="cr-0123456789abcdef0",
-                                        capacity_block=True),
-        "on_demand_capacity_reservation": sample_config(placement_group=False,
-                                                        capacity_reservation_id="cr-0123456789abcdef0"),
+        "capacity_block": sample_config(
+            placement_group=False, capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True
+        ),
+        "on_demand_capacity_reservation": sample_config(
+            placement_group=False, capacity_reservation_id="cr-0123456789abcdef0"
+        ),
     }
     # Negative controls: prove the schema really runs (an unknown key, a bad enum, a malformed id).
     unknown_key = copy.deepcopy(good["default"])
@@ -73,9 +91,18 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
     script_and_sequence = copy.deepcopy(good["with_node_setup"])
     script_and_sequence["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] = "s3://b/x.sh"
     bad_policy = with_node_setup(node_iam_policy_arns=["ecr-pull"])
-    results = schema_check(pcluster_python, tmp_path, {**good, "unknown_key": unknown_key, "bad_enum": bad_enum,
-                                                       "bad_id": bad_id, "script_and_sequence": script_and_sequence,
-                                                       "bad_policy": bad_policy})
+    results = schema_check(
+        pcluster_python,
+        tmp_path,
+        {
+            **good,
+            "unknown_key": unknown_key,
+            "bad_enum": bad_enum,
+            "bad_id": bad_id,
+            "script_and_sequence": script_and_sequence,
+            "bad_policy": bad_policy,
+        },
+    )
     for name in good:
         assert results[name] == "OK", f"{name}: {results[name]}"
     block = good["capacity_block"]["Scheduling"]["SlurmQueues"][0]
@@ -89,7 +116,8 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
     assert good["default"]["HeadNode"]["Iam"]["S3Access"] == [
         {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "data/*", "EnableWriteAccess": False},
         {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "checkpoints/*", "EnableWriteAccess": True},
-        {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "runs/*", "EnableWriteAccess": True}]
+        {"BucketName": PLACEHOLDERS["BucketName"], "KeyName": "runs/*", "EnableWriteAccess": True},
+    ]
     assert "GpuCount" in results["unknown_key"] and "Unknown field" in results["unknown_key"]
     assert "CapacityType" in results["bad_enum"]
     assert "FileSystemId" in results["bad_id"]
@@ -97,8 +125,9 @@ def test_cluster_configs_pass_the_real_schema_and_bad_ones_fail(pcluster_python:
     assert "Policy" in results["bad_policy"]
 
 
-def test_the_stacks_own_config_passes_the_real_schema(pcluster: Synthesized, pcluster_python: Path,
-                                                       tmp_path: Path) -> None:
+def test_the_stacks_own_config_passes_the_real_schema(
+    pcluster: Synthesized, pcluster_python: Path, tmp_path: Path
+) -> None:
     (cr,) = [r for _, r in resources_of_type(pcluster.templates["ParallelCluster"], "Custom::PclusterCluster")]
     cfg = resolve_placeholders(cr["Properties"]["ClusterConfiguration"], PLACEHOLDERS)
     assert schema_check(pcluster_python, tmp_path, {"from_stack": cfg}) == {"from_stack": "OK"}
@@ -106,7 +135,7 @@ def test_the_stacks_own_config_passes_the_real_schema(pcluster: Synthesized, pcl
 
 def test_custom_resource_through_the_pinned_provider_stack(pcluster: Synthesized) -> None:
     tpl = pcluster.templates["ParallelCluster"]
-    (provider_id, provider), = resources_of_type(tpl, "AWS::CloudFormation::Stack")
+    ((provider_id, provider),) = resources_of_type(tpl, "AWS::CloudFormation::Stack")
     url = provider["Properties"]["TemplateURL"]["Fn::Sub"]
     assert url.endswith(f"/parallelcluster/{PCLUSTER_VERSION}/templates/custom_resource/cluster.yaml")
     (cr,) = [r for _, r in resources_of_type(tpl, "Custom::PclusterCluster")]
@@ -122,8 +151,13 @@ def test_gpu_queue_uses_placement_group_efa_one_subnet_and_fsx(pcluster: Synthes
     assert queue["Networking"]["PlacementGroup"] == {"Enabled": True}
     assert len(queue["Networking"]["SubnetIds"]) == 1
     (compute,) = queue["ComputeResources"]
-    assert compute == {"Name": "p4d-24xlarge", "InstanceType": "p4d.24xlarge", "MinCount": 0, "MaxCount": 4,
-                       "Efa": {"Enabled": True}}
+    assert compute == {
+        "Name": "p4d-24xlarge",
+        "InstanceType": "p4d.24xlarge",
+        "MinCount": 0,
+        "MaxCount": 4,
+        "Efa": {"Enabled": True},
+    }
     (fsx,) = cfg["SharedStorage"]
     assert fsx["MountDir"] == "/fsx" and fsx["StorageType"] == "FsxLustre"
     assert "Fn::ImportValue" in fsx["FsxLustreSettings"]["FileSystemId"]
@@ -137,8 +171,16 @@ def test_gpu_queue_uses_placement_group_efa_one_subnet_and_fsx(pcluster: Synthes
 
 def test_outputs_make_train_needs(pcluster: Synthesized) -> None:
     outputs = pcluster.templates["ParallelCluster"]["Outputs"]
-    for name in ("ClusterName", "HeadNodeAddress", "HeadNodeSessionCommand", "EcrRepositoryUri",
-                 "FsxFileSystemId", "FsxMountName", "BucketName", "SlurmPartition"):
+    for name in (
+        "ClusterName",
+        "HeadNodeAddress",
+        "HeadNodeSessionCommand",
+        "EcrRepositoryUri",
+        "FsxFileSystemId",
+        "FsxMountName",
+        "BucketName",
+        "SlurmPartition",
+    ):
         assert name in outputs, name
     assert outputs["HeadNodeAddress"]["Value"]["Fn::GetAtt"][1] == "headNode.privateIpAddress"
 
@@ -150,8 +192,11 @@ def _cluster_config(pcluster: Synthesized) -> dict[str, Any]:
 
 
 def _group_by_description(t: Any, prefix: str) -> str:
-    (lid,) = [lid for lid, r in t.find_resources("AWS::EC2::SecurityGroup").items()
-              if r["Properties"]["GroupDescription"].startswith(prefix)]
+    (lid,) = [
+        lid
+        for lid, r in t.find_resources("AWS::EC2::SecurityGroup").items()
+        if r["Properties"]["GroupDescription"].startswith(prefix)
+    ]
     return lid
 
 
@@ -163,8 +208,14 @@ def test_etcd_members_admit_only_the_head_and_compute_nodes(pcluster: Synthesize
     # Exactly three ingress rules in this stack, all into the members' group, each from a group, never a CIDR.
     t.resource_count_is("AWS::EC2::SecurityGroupIngress", 3)
     rules = t.find_resources("AWS::EC2::SecurityGroupIngress")
-    got = sorted((r["Properties"]["FromPort"], r["Properties"]["ToPort"],
-                  r["Properties"]["SourceSecurityGroupId"]["Fn::GetAtt"][0]) for r in rules.values())
+    got = sorted(
+        (
+            r["Properties"]["FromPort"],
+            r["Properties"]["ToPort"],
+            r["Properties"]["SourceSecurityGroupId"]["Fn::GetAtt"][0],
+        )
+        for r in rules.values()
+    )
     assert got == sorted([(2379, 2379, head_sg), (2379, 2379, compute_sg), (2380, 2380, member_sg)])
     for r in rules.values():
         assert r["Properties"]["GroupId"] == {"Fn::GetAtt": [member_sg, "GroupId"]}
@@ -173,33 +224,44 @@ def test_etcd_members_admit_only_the_head_and_compute_nodes(pcluster: Synthesize
     for lid in (member_sg, head_sg, compute_sg):
         props = groups[lid]["Properties"]
         # EC2's character set for descriptions (cfn-lint E3031): an apostrophe fails the deploy
-        assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*",
-                            props["GroupDescription"]), props["GroupDescription"]
+        assert re.fullmatch(r"[a-zA-Z0-9,. _\-:/()#@\[\]+=&;{}!$*]*", props["GroupDescription"]), props[
+            "GroupDescription"
+        ]
         assert "SecurityGroupIngress" not in props
     cfg = _cluster_config(pcluster)
     head_sgs = cfg["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
     queue_sgs = cfg["Scheduling"]["SlurmQueues"][0]["Networking"]["AdditionalSecurityGroups"]
     assert {"Fn::GetAtt": [head_sg, "GroupId"]} in head_sgs and {"Fn::GetAtt": [head_sg, "GroupId"]} not in queue_sgs
-    assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs \
-        and {"Fn::GetAtt": [compute_sg, "GroupId"]} not in head_sgs
+    assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs and {
+        "Fn::GetAtt": [compute_sg, "GroupId"]
+    } not in head_sgs
     # The members' interfaces carry the members' group and nothing else; the instances use those interfaces.
     enis = t.find_resources("AWS::EC2::NetworkInterface")
     assert len(enis) == 3
     for eni in enis.values():
         assert eni["Properties"]["GroupSet"] == [{"Fn::GetAtt": [member_sg, "GroupId"]}]
     eni_ref = Capture()
-    t.resource_properties_count_is("AWS::EC2::Instance", {
-        "NetworkInterfaces": [{"DeviceIndex": "0", "NetworkInterfaceId": {"Ref": eni_ref}}]}, 3)
+    t.resource_properties_count_is(
+        "AWS::EC2::Instance", {"NetworkInterfaces": [{"DeviceIndex": "0", "NetworkInterfaceId": {"Ref": eni_ref}}]}, 3
+    )
     t.resource_count_is("AWS::EC2::Instance", 3)
 
 
 def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synthesized) -> None:
     t = pcluster.template("ParallelCluster")
-    t.has_resource_properties("AWS::EC2::LaunchTemplate", {"LaunchTemplateData": Match.object_like({
-        "MetadataOptions": Match.object_like({"HttpTokens": "required"}),
-        # resolved by EC2 at launch: a newer AMI never replaces a running member
-        "ImageId": "resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
-        "BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like({"Encrypted": True})})]})})
+    t.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "MetadataOptions": Match.object_like({"HttpTokens": "required"}),
+                    # resolved by EC2 at launch: a newer AMI never replaces a running member
+                    "ImageId": "resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
+                    "BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like({"Encrypted": True})})],
+                }
+            )
+        },
+    )
     instances = t.find_resources("AWS::EC2::Instance")
     sha = versions.ETCD_RELEASE_SHA256["arm64"]
     for i, (_lid, inst) in enumerate(sorted(instances.items())):
@@ -219,9 +281,12 @@ def test_etcd_endpoints_reach_the_head_node_and_the_outputs(pcluster: Synthesize
     endpoints, client_secret, root_secret, _region, user = etcd["Args"]
     assert user == "ec2-user"
     parts = endpoints["Fn::Join"][1]
-    assert len(parts) == 3 and all(p["Fn::Join"][1][0] == "https://" and p["Fn::Join"][1][2] == ":2379"
-                                   and p["Fn::Join"][1][1]["Fn::GetAtt"][1] == "PrimaryPrivateIpAddress"
-                                   for p in parts)
+    assert len(parts) == 3 and all(
+        p["Fn::Join"][1][0] == "https://"
+        and p["Fn::Join"][1][2] == ":2379"
+        and p["Fn::Join"][1][1]["Fn::GetAtt"][1] == "PrimaryPrivateIpAddress"
+        for p in parts
+    )
     t.has_output("EtcdEndpoints", {"Value": endpoints})
     assert "RdzvStoreEndpoint" not in t.to_json()["Outputs"]  # the head node's store is gone
     secrets = t.find_resources("AWS::SecretsManager::Secret")
@@ -262,8 +327,10 @@ def test_root_password_is_readable_by_the_head_node_only(pcluster: Synthesized) 
     member_policy = next(lid for lid in client_grants if lid != root_reader)
     assert "secretsmanager:PutSecretValue" in client_grants[member_policy]
     assert "secretsmanager:GetSecretValue" not in client_grants[member_policy]
-    assert all(not _statements_on(t, s) or set(_statements_on(t, s)).isdisjoint(queue_policies)
-               for s in t.find_resources("AWS::SecretsManager::Secret"))
+    assert all(
+        not _statements_on(t, s) or set(_statements_on(t, s)).isdisjoint(queue_policies)
+        for s in t.find_resources("AWS::SecretsManager::Secret")
+    )
 
 
 def test_members_start_before_the_cluster(pcluster: Synthesized) -> None:
@@ -276,7 +343,7 @@ def test_members_start_before_the_cluster(pcluster: Synthesized) -> None:
 def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized) -> None:
     t = pcluster.template("ParallelCluster")
     policies = t.find_resources("AWS::IAM::ManagedPolicy")
-    (policy_id, policy), = [(lid, p) for lid, p in policies.items() if "EcrPull" in lid]
+    ((policy_id, policy),) = [(lid, p) for lid, p in policies.items() if "EcrPull" in lid]
     # The ParallelCluster provider attaches only policies named parallelcluster* or under /parallelcluster/.
     assert policy["Properties"]["Path"] == "/parallelcluster/"
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -301,8 +368,9 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
     # Each script is uploaded as itself (no zip): ParallelCluster downloads and runs the object.
     keys = {}
     for script in SCRIPTS:
-        (asset,) = [f for f in files.values() if (pcluster.outdir / f["source"]["path"]).read_bytes()
-                    == script.read_bytes()]
+        (asset,) = [
+            f for f in files.values() if (pcluster.outdir / f["source"]["path"]).read_bytes() == script.read_bytes()
+        ]
         assert asset["source"].get("packaging", "file") == "file"
         keys[script.name] = next(iter(asset["destinations"].values()))["objectKey"]
     base_head, pyxis_head, etcd = head["CustomActions"]["OnNodeConfigured"]["Sequence"]
@@ -315,6 +383,7 @@ def test_node_scripts_are_custom_actions_readable_object_by_object(pcluster: Syn
     assert json.dumps(etcd["Script"]).endswith(f'/{keys["etcd_client.sh"]}"]]}}')
     assert pyxis_compute["Script"] == pyxis_head["Script"]
     assert pyxis_head["Args"][0] == "head" and pyxis_compute["Args"][0] == "compute"
+
     def script_reads(iam: dict) -> list[dict]:  # the entries of the CDK asset bucket (not the data bucket)
         return [a for a in iam["S3Access"] if a["BucketName"] != PCLUSTER_CONTEXT["bucketName"]]
 
@@ -348,17 +417,20 @@ def _fake_node(root: Path, os_release: str = 'ID="amzn"\nVERSION_ID="2023"\n') -
     (ex / "enroot").mkdir(parents=True)
     (ex / "pyxis").mkdir()
     (ex / "spank").mkdir()
-    (ex / "enroot/enroot.conf").write_text("ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)\n"
-                                           "ENROOT_CONFIG_PATH ${HOME}/.config/enroot\n"
-                                           "ENROOT_CACHE_PATH /var/enroot/cache/group-$(id -g)\n")
+    (ex / "enroot/enroot.conf").write_text(
+        "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)\n"
+        "ENROOT_CONFIG_PATH ${HOME}/.config/enroot\n"
+        "ENROOT_CACHE_PATH /var/enroot/cache/group-$(id -g)\n"
+    )
     (ex / "pyxis/pyxis.conf").write_text("required /usr/local/lib/slurm/spank_pyxis.so\n")
     (ex / "spank/plugstack.conf").write_text("include /opt/slurm/etc/plugstack.conf.d/*\n")
     (root / "etc").mkdir()
     (root / "etc/os-release").write_text(os_release)
     bin_dir = root.parent / f"{root.name}-bin"
     bin_dir.mkdir()
-    (bin_dir / "aws").write_text("#!/bin/sh\n"
-                                 "[ \"$*\" = 'ecr get-login-password --region us-east-1' ] && echo TOKEN-42\n")
+    (bin_dir / "aws").write_text(
+        "#!/bin/sh\n[ \"$*\" = 'ecr get-login-password --region us-east-1' ] && echo TOKEN-42\n"
+    )
     (bin_dir / "aws").chmod(0o755)
     return {**os.environ, "T5_SETUP_ROOT": str(root), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -379,7 +451,8 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
     # The example's per-user ENROOT_CONFIG_PATH is replaced (Enroot keeps the first value it reads).
     conf = (root / "etc/enroot/enroot.conf").read_text()
     assert [ln for ln in conf.splitlines() if ln.startswith("ENROOT_CONFIG_PATH")] == [
-        "ENROOT_CONFIG_PATH /etc/enroot/cluster-config"]
+        "ENROOT_CONFIG_PATH /etc/enroot/cluster-config"
+    ]
     creds = root / "etc/enroot/cluster-config/.credentials"
     assert oct(creds.stat().st_mode & 0o777) == "0o644"
     (line,) = [ln for ln in creds.read_text().splitlines() if ln.startswith("machine")]
@@ -388,8 +461,12 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
     # Enroot evaluates a password starting with '$' in a shell at import time: do the same with the fake CLI.
     password = " ".join(fields[5:])
     assert password.startswith("$(") and "TOKEN" not in password  # a command, never a stored token
-    assert subprocess.run(["sh", "-c", f"echo {password}"], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "TOKEN-42"
+    assert (
+        subprocess.run(
+            ["sh", "-c", f"echo {password}"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "TOKEN-42"
+    )
     # Running it again (ParallelCluster may) gives the same result.
     again = subprocess.run([str(PYXIS_ENROOT_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
@@ -398,8 +475,10 @@ def test_pyxis_enroot_on_the_head_node_enables_the_plugstack_and_ecr_credentials
 
 def test_pyxis_enroot_on_compute_nodes_skips_the_plugstack_and_handles_ubuntu_2404(tmp_path: Path) -> None:
     args = NodeSetup.queue_custom_actions(sample_node_setup())["OnNodeStart"]["Sequence"][1]["Args"]
-    for name, release, sysctl in (("al2023", 'ID="amzn"\nVERSION_ID="2023"\n', False),
-                                  ("ubuntu", 'ID=ubuntu\nVERSION_ID="24.04"\n', True)):
+    for name, release, sysctl in (
+        ("al2023", 'ID="amzn"\nVERSION_ID="2023"\n', False),
+        ("ubuntu", 'ID=ubuntu\nVERSION_ID="24.04"\n', True),
+    ):
         root = tmp_path / name
         root.mkdir()
         env = _fake_node(root, release)
@@ -411,12 +490,15 @@ def test_pyxis_enroot_on_compute_nodes_skips_the_plugstack_and_handles_ubuntu_24
         assert ("sysctl --system" in log) is sysctl, name
 
 
-@pytest.mark.parametrize("args,message", [
-    (["login", REGISTRY, "us-east-1"], "must be head or compute"),
-    (["head", "t5ft/t5-train", "us-east-1"], "is not <account>.dkr.ecr"),
-    (["head", REGISTRY, "US"], "is not a region name"),
-    (["head", REGISTRY], "usage"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["login", REGISTRY, "us-east-1"], "must be head or compute"),
+        (["head", "t5ft/t5-train", "us-east-1"], "is not <account>.dkr.ecr"),
+        (["head", REGISTRY, "US"], "is not a region name"),
+        (["head", REGISTRY], "usage"),
+    ],
+)
 def test_pyxis_enroot_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
     root = tmp_path / "node"
     root.mkdir()
@@ -430,8 +512,9 @@ def test_pyxis_enroot_needs_the_ami_examples(tmp_path: Path) -> None:
     root.mkdir()
     env = _fake_node(root)
     shutil.rmtree(root / "opt/parallelcluster/examples/pyxis")
-    proc = subprocess.run([str(PYXIS_ENROOT_SCRIPT), "head", REGISTRY, "us-east-1"], env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [str(PYXIS_ENROOT_SCRIPT), "head", REGISTRY, "us-east-1"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and "3.11.1+" in proc.stderr, proc.stderr
 
 
@@ -454,8 +537,9 @@ def _base_node(root: Path, os_release: str, pythons: dict[str, str], has_git: bo
 
 
 def _run_base(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/bash", str(NODE_BASE_SCRIPT), *args], env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        ["/bin/bash", str(NODE_BASE_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 #: Stands in for ec2-user: the user running the tests (install -o to oneself needs no root).
@@ -472,8 +556,9 @@ def test_node_base_installs_python311_on_amazon_linux_2023_and_creates_the_share
     for d in ("checkpoints", "runs"):
         assert oct((root / "fsx" / d).stat().st_mode & 0o7777) == "0o1777", d  # every user's jobs, sticky
     for d in (f"users/{USER}", "t5-failover"):
-        assert (root / "fsx" / d).stat().st_uid == os.getuid() and oct((root / "fsx" / d).stat().st_mode & 0o777) \
-            == "0o755", d
+        assert (root / "fsx" / d).stat().st_uid == os.getuid() and oct(
+            (root / "fsx" / d).stat().st_mode & 0o777
+        ) == "0o755", d
     # Again (a recreated cluster on the retained file system): existing directories keep their mode and contents.
     (root / "fsx/t5-failover/README.md").write_text("checkout")
     (root / "fsx/t5-failover").chmod(0o700)
@@ -502,16 +587,20 @@ def test_node_base_installs_nothing_where_a_new_enough_python_and_git_are_there(
     env = _base_node(root, 'ID=ubuntu\nVERSION_ID="22.04"\n', {"python3": "3.10.12"}, has_git=True)
     proc = _run_base(env, "compute", USER, "/fsx")
     assert proc.returncode == 0, proc.stderr
-    assert (root / "commands.log").read_text().splitlines()[-1] == \
-        "env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11 python3.11-venv"
+    assert (root / "commands.log").read_text().splitlines()[
+        -1
+    ] == "env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11 python3.11-venv"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["login", "root", "/fsx"], "must be head or compute"),
-    (["head", "no-such-user-t5", "/fsx"], "CLUSTER_USER 'no-such-user-t5' does not exist on this node"),
-    (["head", "root", "fsx"], "must be an absolute path"),
-    (["head", "root"], "usage"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["login", "root", "/fsx"], "must be head or compute"),
+        (["head", "no-such-user-t5", "/fsx"], "CLUSTER_USER 'no-such-user-t5' does not exist on this node"),
+        (["head", "root", "fsx"], "must be an absolute path"),
+        (["head", "root"], "usage"),
+    ],
+)
 def test_node_base_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
     env = _base_node(tmp_path / "node", AL2023, {"python3": "3.9.16"})
     proc = _run_base(env, *args)
@@ -557,8 +646,12 @@ def _fake_aws(tmp_path: Path, secrets: dict[str, str]) -> dict[str, str]:
     store.mkdir()
     for arn, value in secrets.items():
         (store / arn.replace(":", "_")).write_text(value)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SECRETS": str(store),
-            "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_SECRETS": str(store),
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def _secret(env: dict[str, str], arn: str) -> str:
@@ -570,6 +663,7 @@ def _etcd_tarball(tmp_path: Path, version: str, arch: str) -> tuple[Path, str]:
     import hashlib
     import tarfile
     from training.launch.rendezvous.members import etcd_binary
+
     dist = f"etcd-v{version}-linux-{arch}"
     tar = tmp_path / f"{dist}.tar.gz"
     with tarfile.open(tar, "w:gz") as t:
@@ -594,8 +688,19 @@ exec {real} "$@"
 
 
 def _member_args(index: int, ips: list[str], client_port: int, peer_port: int, sha: str) -> list[str]:
-    return [str(index), ",".join(ips), str(client_port), str(peer_port), "3.6.14", "arm64", sha, MEMBERS_SECRET,
-            CLIENT_SECRET, "us-east-1", str(TLS_SCRIPT.parent)]
+    return [
+        str(index),
+        ",".join(ips),
+        str(client_port),
+        str(peer_port),
+        "3.6.14",
+        "arm64",
+        sha,
+        MEMBERS_SECRET,
+        CLIENT_SECRET,
+        "us-east-1",
+        str(TLS_SCRIPT.parent),
+    ]
 
 
 def test_member_script_refuses_a_tarball_that_does_not_match_the_pin(tmp_path: Path) -> None:
@@ -605,34 +710,57 @@ def test_member_script_refuses_a_tarball_that_does_not_match_the_pin(tmp_path: P
     root.mkdir()
     env = {**env, "PATH": f"{_curl_serving(tmp_path, tarball)}:{env['PATH']}", "T5_SETUP_ROOT": str(root)}
     wrong = "0" * 64
-    proc = subprocess.run([str(MEMBER_SCRIPT), *_member_args(0, ["10.0.1.10", "10.0.2.10", "10.0.1.11"], 2379, 2380,
-                                                              wrong)], env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [str(MEMBER_SCRIPT), *_member_args(0, ["10.0.1.10", "10.0.2.10", "10.0.1.11"], 2379, 2380, wrong)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and f"does not match the pinned SHA-256 {wrong}" in proc.stderr, proc.stderr
     assert not (root / "usr/local/bin/etcd").exists() and not (root / "etc/systemd").exists()
     assert _secret(env, MEMBERS_SECRET) == "{}"  # nothing made before the binary is trusted
 
 
-@pytest.mark.parametrize("index,ips,message", [
-    ("3", "10.0.1.10,10.0.2.10,10.0.1.11", "INDEX '3' must be 0..2"),
-    ("0", "10.0.1.10,ip-10-0-2-10,10.0.1.11", "'ip-10-0-2-10' is not an IPv4 address"),
-])
+@pytest.mark.parametrize(
+    "index,ips,message",
+    [
+        ("3", "10.0.1.10,10.0.2.10,10.0.1.11", "INDEX '3' must be 0..2"),
+        ("0", "10.0.1.10,ip-10-0-2-10,10.0.1.11", "'ip-10-0-2-10' is not an IPv4 address"),
+    ],
+)
 def test_member_script_rejects_bad_arguments(tmp_path: Path, index: str, ips: str, message: str) -> None:
     args = _member_args(0, ["10.0.1.10"], 2379, 2380, "a" * 64)
     args[0], args[1] = index, ips
-    proc = subprocess.run([str(MEMBER_SCRIPT), *args], env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(MEMBER_SCRIPT), *args],
+        env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "etc").exists()
 
 
 def test_tls_renew_keeps_the_ca_and_init_makes_nothing_twice(tmp_path: Path) -> None:
     env = _fake_aws(tmp_path, {MEMBERS_SECRET: "{}", CLIENT_SECRET: "{}"})
-    common = ["--region", "us-east-1", "--members-secret", MEMBERS_SECRET, "--client-secret", CLIENT_SECRET,
-              "--ips", "10.0.1.10,10.0.2.10,10.0.1.11"]
+    common = [
+        "--region",
+        "us-east-1",
+        "--members-secret",
+        MEMBERS_SECRET,
+        "--client-secret",
+        CLIENT_SECRET,
+        "--ips",
+        "10.0.1.10,10.0.2.10,10.0.1.11",
+    ]
+
     def run(*a: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(TLS_SCRIPT), *a], env=env, capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            [sys.executable, str(TLS_SCRIPT), *a], env=env, capture_output=True, text=True, timeout=60
+        )
+
     first = run("init", *common)
     assert first.returncode == 0 and "made a new CA" in first.stdout, first.stderr
     made = json.loads(_secret(env, MEMBERS_SECRET))
@@ -646,6 +774,7 @@ def test_tls_renew_keeps_the_ca_and_init_makes_nothing_twice(tmp_path: Path) -> 
     assert now["members"]["m0"]["cert"] != made["members"]["m0"]["cert"]
     assert json.loads(_secret(env, CLIENT_SECRET))["client_cert"] == now["client"]["cert"]
     from cryptography import x509
+
     client = x509.load_pem_x509_certificate(now["client"]["cert"].encode())
     assert not client.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)  # etcd's gateway needs no CN
     member = x509.load_pem_x509_certificate(now["members"]["m1"]["cert"].encode())
@@ -655,15 +784,23 @@ def test_tls_renew_keeps_the_ca_and_init_makes_nothing_twice(tmp_path: Path) -> 
     assert bad.returncode == 2 and "odd number of distinct member addresses" in bad.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["10.0.1.10:2379", CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER], "is not https://<IPv4>:<port>"),
-    ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "US", USER], "REGION 'US' is not a region name"),
-    ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", "no-such-user-t5"], "CLUSTER_USER 'no-such-user-t5'"),
-    ([ENDPOINTS, CLIENT_SECRET], "usage"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["10.0.1.10:2379", CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER], "is not https://<IPv4>:<port>"),
+        ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "US", USER], "REGION 'US' is not a region name"),
+        ([ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", "no-such-user-t5"], "CLUSTER_USER 'no-such-user-t5'"),
+        ([ENDPOINTS, CLIENT_SECRET], "usage"),
+    ],
+)
 def test_etcd_client_script_rejects_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run([str(ETCD_CLIENT_SCRIPT), *args], env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(ETCD_CLIENT_SCRIPT), *args],
+        env={**os.environ, "T5_SETUP_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "etc").exists()
 
@@ -672,9 +809,13 @@ def test_etcd_client_script_says_which_secret_is_still_empty(tmp_path: Path) -> 
     env = _fake_aws(tmp_path, {CLIENT_SECRET: "{}", ROOT_SECRET: "pw"})
     root = tmp_path / "head"
     root.mkdir()
-    proc = subprocess.run([str(ETCD_CLIENT_SCRIPT), ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER],
-                          env={**env, "T5_SETUP_ROOT": str(root), "T5_SETUP_WAIT_S": "0", "T5_SETUP_POLL_S": "0"},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(ETCD_CLIENT_SCRIPT), ENDPOINTS, CLIENT_SECRET, ROOT_SECRET, "us-east-1", USER],
+        env={**env, "T5_SETUP_ROOT": str(root), "T5_SETUP_WAIT_S": "0", "T5_SETUP_POLL_S": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and f"secret {CLIENT_SECRET} has no client certificate after 0 s" in proc.stderr
     assert not (root / "etc").exists() and not (root / "home").exists()
 

@@ -1,5 +1,6 @@
 """The real validators on both apps: cfn-lint (0 errors) and cdk-nag AwsSolutions (0 unacknowledged
 findings, every acknowledgement with a specific reason)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def test_cfn_lint_finds_no_errors(lint_findings: list[dict]) -> None:
 
 def test_cfn_lint_warnings_are_only_the_accepted_ones(lint_findings: list[dict]) -> None:
     levels = Counter(f["Level"] for f in lint_findings)
-    print(f"cfn-lint findings by level: {dict(levels)}; by rule: "
-          f"{dict(Counter(f['Rule']['Id'] for f in lint_findings))}")
+    print(
+        f"cfn-lint findings by level: {dict(levels)}; by rule: {dict(Counter(f['Rule']['Id'] for f in lint_findings))}"
+    )
     unexpected = [f for f in lint_findings if f["Rule"]["Id"] not in ACCEPTED_CFN_LINT_WARNINGS]
     assert not unexpected, json.dumps(unexpected, indent=1)[:4000]
 
@@ -34,8 +36,15 @@ def test_cfn_lint_warnings_are_only_the_accepted_ones(lint_findings: list[dict])
 def test_cfn_lint_really_runs(tmp_path: Path) -> None:
     """Negative control: a broken template yields errors through the same runner."""
     bad = tmp_path / "bad.template.json"
-    bad.write_text(json.dumps({"Resources": {"B": {"Type": "AWS::S3::Bucket",
-                                                   "Properties": {"VersioningConfiguration": {"Status": "Maybe"}}}}}))
+    bad.write_text(
+        json.dumps(
+            {
+                "Resources": {
+                    "B": {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": {"Status": "Maybe"}}}
+                }
+            }
+        )
+    )
     assert any(f["Level"] == "Error" for f in run_cfn_lint([bad]))
 
 

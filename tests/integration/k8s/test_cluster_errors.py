@@ -1,4 +1,5 @@
 """Submitting without a usable cluster fails with the reason and the fix (exit 2), never a traceback."""
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,13 @@ def test_broken_kubeconfig(tmp_path):
 def stub(tmp_path):
     s = Stub()
     s.runtimes["t5-fault-tolerant"] = build_cluster_training_runtime(
-        name="t5-fault-tolerant", pvc_name="fsx-claim", image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0",
-        max_restarts=10, gpus_per_node=8, efa_per_node=32)
+        name="t5-fault-tolerant",
+        pvc_name="fsx-claim",
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t5:0.1.0",
+        max_restarts=10,
+        gpus_per_node=8,
+        efa_per_node=32,
+    )
     yield s, s.kubeconfig(tmp_path / "kubeconfig")
     s.close()
 
@@ -116,22 +122,39 @@ def test_existing_name_is_refused(stub):
     assert r.returncode == 2 and "already exists" in r.stderr and "resumes" in r.stderr
 
 
-def job_pod(replicated_job: str, waiting: dict | None = None, scheduled: dict | None = None,
-            name: str = "t5-stub") -> dict:
+def job_pod(
+    replicated_job: str, waiting: dict | None = None, scheduled: dict | None = None, name: str = "t5-stub"
+) -> dict:
     """A pod of TrainJob ``name`` as JobSet labels it, waiting with ``waiting`` or unscheduled per ``scheduled``."""
     status: dict = {"phase": "Pending"}
     if waiting:
-        status["containerStatuses"] = [{"name": replicated_job, "image": "img", "imageID": "", "ready": False,
-                                        "restartCount": 0, "state": {"waiting": waiting}}]
+        status["containerStatuses"] = [
+            {
+                "name": replicated_job,
+                "image": "img",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": waiting},
+            }
+        ]
     if scheduled:
         status["conditions"] = [{"type": "PodScheduled", "status": "False", **scheduled}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{name}-{replicated_job}-0-0-x", "uid": f"u-{replicated_job}",
-                         "labels": {"jobset.sigs.k8s.io/jobset-name": name,
-                                    "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
-                                    "batch.kubernetes.io/job-completion-index": "0"}},
-            "spec": {"containers": [{"name": replicated_job, "image": f"repo/t5:{replicated_job}-tag"}]},
-            "status": status}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-{replicated_job}-0-0-x",
+            "uid": f"u-{replicated_job}",
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": name,
+                "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
+                "batch.kubernetes.io/job-completion-index": "0",
+            },
+        },
+        "spec": {"containers": [{"name": replicated_job, "image": f"repo/t5:{replicated_job}-tag"}]},
+        "status": status,
+    }
 
 
 def test_image_that_cannot_be_pulled(stub):
@@ -154,12 +177,18 @@ def test_a_pod_with_a_broken_container_config_is_reported(stub):
 
 def test_an_unschedulable_pod_is_named_while_the_job_waits(stub):
     s, kc = stub  # the stub's TrainJob completes on its second read: the first poll sees the pod pending
-    s.pods = [job_pod("node", scheduled={"reason": "Unschedulable",
-                                         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."})]
+    s.pods = [
+        job_pod(
+            "node",
+            scheduled={"reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."},
+        )
+    ]
     r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 0, r.stderr
-    assert ("[submit] pod t5-stub-node-0-0-x is not scheduled yet: 0/2 nodes are available: 2 Insufficient "
-            "nvidia.com/gpu.; it starts once GPU nodes") in r.stdout and "gpuNodes" in r.stdout
+    assert (
+        "[submit] pod t5-stub-node-0-0-x is not scheduled yet: 0/2 nodes are available: 2 Insufficient "
+        "nvidia.com/gpu.; it starts once GPU nodes"
+    ) in r.stdout and "gpuNodes" in r.stdout
 
 
 def test_submit_makes_the_jobs_etcd_user_in_the_cluster_before_the_trainjob(stub):
@@ -185,9 +214,11 @@ def test_a_failed_etcd_user_job_stops_the_submit_with_its_reason(stub):
     r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 2 and not s.trainjobs
     (line,) = r.stderr.splitlines()
-    assert line == ("error: etcd user for TrainJob t5-stub not created: Job t5-etcd/etcd-add-t5-stub failed (error: "
-                    "add-job: StoreUnavailable: no etcd member answered); see `kubectl -n t5-etcd logs "
-                    "job/etcd-add-t5-stub`")
+    assert line == (
+        "error: etcd user for TrainJob t5-stub not created: Job t5-etcd/etcd-add-t5-stub failed (error: "
+        "add-job: StoreUnavailable: no etcd member answered); see `kubectl -n t5-etcd logs "
+        "job/etcd-add-t5-stub`"
+    )
 
 
 def test_an_etcd_that_was_never_bootstrapped_is_named_before_anything_is_created(stub):
@@ -205,20 +236,37 @@ def test_chaos_without_cluster_fails_clearly(tmp_path):
     import sys
 
     from tests.conftest import ROOT
-    r = subprocess.run([sys.executable, "-m", "chaos.eks", "--image", "t5:1"], cwd=ROOT,
-                       env=env_with(tmp_path / "missing"), capture_output=True, text=True, timeout=120)
+
+    r = subprocess.run(
+        [sys.executable, "-m", "chaos.eks", "--image", "t5:1"],
+        cwd=ROOT,
+        env=env_with(tmp_path / "missing"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "no kubeconfig" in r.stderr
 
 
 def test_node0_log_is_streamed(stub):
     s, kc = stub
-    s.pods = [{"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "t5-stub-node-0-0-abc", "uid": "u1",
-                            "labels": {"batch.kubernetes.io/job-completion-index": "0",
-                                       "jobset.sigs.k8s.io/jobset-name": "t5-stub",
-                                       "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                                       "jobset.sigs.k8s.io/restart-attempt": "0"}},
-               "status": {"phase": "Running"}}]
+    s.pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "t5-stub-node-0-0-abc",
+                "uid": "u1",
+                "labels": {
+                    "batch.kubernetes.io/job-completion-index": "0",
+                    "jobset.sigs.k8s.io/jobset-name": "t5-stub",
+                    "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    "jobset.sigs.k8s.io/restart-attempt": "0",
+                },
+            },
+            "status": {"phase": "Running"},
+        }
+    ]
     r = submit_cli(*[a for a in ARGS if a != "--no-logs"], env=env_with(kc))
     assert r.returncode == 0, r.stderr
     assert "[node-0 attempt 0] step 1/1 | stub log line" in r.stdout

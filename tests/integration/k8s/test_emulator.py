@@ -3,6 +3,7 @@
 Runtime objects come from the EKS stack's own renderer (cluster_assets/k8s/runtime.py) and TrainJobs from
 the submit CLI; only the container command is swapped for a few-line probe where a test needs one.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,15 @@ from tests.support.k8s import render as render_cli
 
 
 def runtime(max_restarts: int = 3, **kw) -> dict:
-    return build_cluster_training_runtime(name="t5-fault-tolerant", pvc_name="fsx-claim", image="img:1",
-                                          max_restarts=max_restarts, gpus_per_node=0, efa_per_node=0, **kw)
+    return build_cluster_training_runtime(
+        name="t5-fault-tolerant",
+        pvc_name="fsx-claim",
+        image="img:1",
+        max_restarts=max_restarts,
+        gpus_per_node=0,
+        efa_per_node=0,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +83,29 @@ def test_pods_get_exactly_the_trainer_env(rendered, tmp_path):
         got = json.loads((tmp_path / "fsx/probe" / f"{rank}.json").read_text())
         env = got["env"]
         assert {k: v for k, v in env.items() if k.startswith("PET_")} == {
-            "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(emu.master_port)}
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": str(emu.master_port),
+        }
         # runtime env + TrainJob env + PET_* + the TrainJob status endpoint + what the image provides; nothing else
         expected = {e["name"] for e in node_spec(rt)["template"]["spec"]["containers"][0]["env"]}
         expected |= {e["name"] for e in tj["spec"]["trainer"]["env"]}
-        expected |= {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                     "KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_CA_CERT", "KUBEFLOW_TRAINER_SERVER_TOKEN",
-                     "PATH", "HOME", "HOSTNAME", "LANG"}
+        expected |= {
+            "PET_NNODES",
+            "PET_NPROC_PER_NODE",
+            "PET_NODE_RANK",
+            "PET_MASTER_ADDR",
+            "PET_MASTER_PORT",
+            "KUBEFLOW_TRAINER_SERVER_URL",
+            "KUBEFLOW_TRAINER_SERVER_CA_CERT",
+            "KUBEFLOW_TRAINER_SERVER_TOKEN",
+            "PATH",
+            "HOME",
+            "HOSTNAME",
+            "LANG",
+        }
         assert set(env) - {"PWD", "LC_CTYPE"} == expected  # PWD/LC_CTYPE: set by the interpreter itself
         assert env["HOSTNAME"] == f"t5-emu-unit-node-0-{rank}"
         assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" and env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"
@@ -168,8 +191,13 @@ def ready(tmp: Path):
 
 def test_a_killed_pod_is_replaced_alone(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
-              faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
+    emu = run(
+        runtime(max_restarts=0),
+        with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+        tmp_path,
+        faults=[Fault("kill", 1, 1)],
+        progress=ready(tmp_path),
+    )
     assert emu.state == "Complete", emu.message
     assert emu.restarts == 0 and pods(emu) == {"node/0": 1, "node/1": 2}
     (repl,) = [p for p in emu.pod_log if p.why.startswith("replaced")]
@@ -178,8 +206,13 @@ def test_a_killed_pod_is_replaced_alone(rendered, tmp_path):
 
 def test_eviction_replaces_the_pod_without_using_the_index_budget(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
-              tmp_path, faults=[Fault("evict", 1, 1)], progress=ready(tmp_path))
+    emu = run(
+        runtime(max_restarts=0, retries_per_index=0),
+        with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+        tmp_path,
+        faults=[Fault("evict", 1, 1)],
+        progress=ready(tmp_path),
+    )
     assert emu.state == "Complete", emu.message
     assert emu.restarts == 0 and pods(emu) == {"node/0": 1, "node/1": 2}
     assert [p.why for p in emu.pod_log if p.job == "node" and p.rank == 1] == ["created", "replaced (Ignore)"]
@@ -187,8 +220,13 @@ def test_eviction_replaces_the_pod_without_using_the_index_budget(rendered, tmp_
 
 def test_no_retries_per_index_means_a_gang_restart(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=3, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
-              tmp_path, faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
+    emu = run(
+        runtime(max_restarts=3, retries_per_index=0),
+        with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+        tmp_path,
+        faults=[Fault("kill", 1, 1)],
+        progress=ready(tmp_path),
+    )
     assert emu.state == "Complete", emu.message
     assert emu.restarts == 1 and emu.restarts_towards_max == 1
     assert pods(emu) == {"node/0": 2, "node/1": 2}  # everything recreated
@@ -196,8 +234,13 @@ def test_no_retries_per_index_means_a_gang_restart(rendered, tmp_path):
 
 def test_kill_with_no_budget_fails(rendered, tmp_path):
     _, tj = rendered
-    emu = run(runtime(max_restarts=0, retries_per_index=0), with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"), tmp_path,
-              faults=[Fault("kill", 1, 1)], progress=ready(tmp_path))
+    emu = run(
+        runtime(max_restarts=0, retries_per_index=0),
+        with_command(tj, SECOND_TIME_LUCKY, "/fsx/m"),
+        tmp_path,
+        faults=[Fault("kill", 1, 1)],
+        progress=ready(tmp_path),
+    )
     assert emu.state == "Failed" and "maxRestarts=0" in emu.message
 
 
@@ -205,9 +248,13 @@ def test_fail_index_rule_fails_the_job_at_once(rendered, tmp_path):
     _, tj = rendered
     rt = runtime(max_restarts=0)
     node_spec(rt)["podFailurePolicy"]["rules"].insert(
-        0, {"action": "FailIndex", "onExitCodes": {"containerName": "node", "operator": "In", "values": [9]}})
-    emu = run(rt, with_command(tj, "import os, sys, time; sys.exit(9) if os.environ['PET_NODE_RANK'] == '1' "
-                                   "else time.sleep(60)"), tmp_path)
+        0, {"action": "FailIndex", "onExitCodes": {"containerName": "node", "operator": "In", "values": [9]}}
+    )
+    emu = run(
+        rt,
+        with_command(tj, "import os, sys, time; sys.exit(9) if os.environ['PET_NODE_RANK'] == '1' else time.sleep(60)"),
+        tmp_path,
+    )
     assert emu.state == "Failed" and "maximal number of failed indexes" in emu.message
     assert pods(emu)["node/1"] == 1  # FailIndex: no retry for that index
 
@@ -220,20 +267,34 @@ def test_without_failure_policy_the_first_failure_is_final(rendered, tmp_path):
     assert emu.state == "Failed" and emu.restarts == 0
 
 
-@pytest.mark.parametrize("breakage, match", [
-    (lambda rt, tj: tj["spec"]["runtimeRef"].update(name="other"), "runtimeRef.name"),
-    (lambda rt, tj: rt["spec"]["mlPolicy"].pop("torch"), "mlPolicy.torch"),
-    (lambda rt, tj: replicated_job(rt, "node").update(name="trainer"), "must be 'node'"),
-    (lambda rt, tj: node_spec(rt)["template"]["spec"]["containers"][0].update(name="main"),
-     "no container named 'node'"),
-    (lambda rt, tj: tj["spec"]["trainer"]["env"].append({"name": "PET_NODE_RANK", "value": "0"}), "reserved"),
-    (lambda rt, tj: replicated_job(rt, "node").update(dependsOn=[{"name": "nope", "status": "Ready"}]), "dependsOn"),
-    (lambda rt, tj: tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-     .update(name="store"), "runtimePatches names replicated job 'store'"),
-    (lambda rt, tj: node_spec(rt).pop("backoffLimitPerIndex"), "maxFailedIndexes without backoffLimitPerIndex"),
-    (lambda rt, tj: rt["spec"]["template"]["spec"]["successPolicy"].update(targetReplicatedJobs=["x"]),
-     "successPolicy targets unknown"),
-])
+@pytest.mark.parametrize(
+    "breakage, match",
+    [
+        (lambda rt, tj: tj["spec"]["runtimeRef"].update(name="other"), "runtimeRef.name"),
+        (lambda rt, tj: rt["spec"]["mlPolicy"].pop("torch"), "mlPolicy.torch"),
+        (lambda rt, tj: replicated_job(rt, "node").update(name="trainer"), "must be 'node'"),
+        (
+            lambda rt, tj: node_spec(rt)["template"]["spec"]["containers"][0].update(name="main"),
+            "no container named 'node'",
+        ),
+        (lambda rt, tj: tj["spec"]["trainer"]["env"].append({"name": "PET_NODE_RANK", "value": "0"}), "reserved"),
+        (
+            lambda rt, tj: replicated_job(rt, "node").update(dependsOn=[{"name": "nope", "status": "Ready"}]),
+            "dependsOn",
+        ),
+        (
+            lambda rt, tj: tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][
+                0
+            ].update(name="store"),
+            "runtimePatches names replicated job 'store'",
+        ),
+        (lambda rt, tj: node_spec(rt).pop("backoffLimitPerIndex"), "maxFailedIndexes without backoffLimitPerIndex"),
+        (
+            lambda rt, tj: rt["spec"]["template"]["spec"]["successPolicy"].update(targetReplicatedJobs=["x"]),
+            "successPolicy targets unknown",
+        ),
+    ],
+)
 def test_contract_violations_are_named(rendered, breakage, match):
     rt, tj = copy.deepcopy(rendered[0]), copy.deepcopy(rendered[1])
     breakage(rt, tj)

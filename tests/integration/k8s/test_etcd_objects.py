@@ -1,5 +1,6 @@
 """The EKS cluster's etcd: the rendered objects (valid against the kubernetes client's models, shaped for a majority
 that survives any one node) and the administration script the cluster runs (against a real etcd here)."""
+
 from __future__ import annotations
 
 import base64
@@ -25,17 +26,23 @@ def decoded(stub: Stub, ns: str, name: str) -> dict[str, bytes]:
 
 def test_bootstrap_material_is_made_once_and_fits_the_members(store, tmp_path):
     from cryptography import x509
+
     stub, secrets = store
     hosts = etcd.member_cert_hosts()
     etcd_admin_job.ensure_material(secrets, "t5-etcd", "training", hosts, str(tmp_path / "a"))
     made = {k: dict(v) for k, v in stub.secret_data.items()}
-    assert set(made) == {("t5-etcd", "etcd-ca"), ("t5-etcd", "etcd-member-tls"), ("t5-etcd", "etcd-admin"),
-                         ("training", "etcd-client")}
+    assert set(made) == {
+        ("t5-etcd", "etcd-ca"),
+        ("t5-etcd", "etcd-member-tls"),
+        ("t5-etcd", "etcd-admin"),
+        ("training", "etcd-client"),
+    }
     etcd_admin_job.ensure_material(secrets, "t5-etcd", "training", hosts, str(tmp_path / "b"))
     assert stub.secret_data == made  # a rerun replaces nothing
     member = x509.load_pem_x509_certificate(decoded(stub, "t5-etcd", "etcd-member-tls")["tls.crt"])
     names = member.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+        x509.DNSName
+    )
     assert {e.split("//")[1].rsplit(":", 1)[0] for e in etcd.endpoints()} <= set(names)
     client = x509.load_pem_x509_certificate(decoded(stub, "training", "etcd-client")["client.crt"])
     assert not client.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)  # etcd's gateway rule
@@ -62,12 +69,21 @@ def test_add_job_gives_each_job_a_clean_prefix_and_its_own_password(store, tmp_p
     stores the new user's password in the job's Secret, and that password reaches the job's prefix only."""
     from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused
     from training.launch.rendezvous.members import LocalEtcd
+
     stub, secrets = store
     with LocalEtcd.start(str(tmp_path / "etcd")) as cluster:
         root = cluster.root_credentials()
         read = lambda p: open(p, "rb").read()  # noqa: E731
-        secrets.put("t5-etcd", "etcd-admin", {"ca.crt": read(root.ca), "client.crt": read(root.cert),
-                                              "client.key": read(root.key), "password": read(root.password_file)})
+        secrets.put(
+            "t5-etcd",
+            "etcd-admin",
+            {
+                "ca.crt": read(root.ca),
+                "client.crt": read(root.cert),
+                "client.key": read(root.key),
+                "password": read(root.password_file),
+            },
+        )
         creds = etcd_admin_job.root_credentials(secrets, "t5-etcd", cluster.endpoints, str(tmp_path / "w"))
         assert etcd_admin_job.enable_auth_once(creds).startswith("authentication was on already")
         EtcdClient(creds).put("/t5-failover/jobs/t5-a/rdzv/old/closed", "1")  # a finished job of that name
@@ -75,8 +91,17 @@ def test_add_job_gives_each_job_a_clean_prefix_and_its_own_password(store, tmp_p
         assert line == "etcd user job-t5-a: read/write /t5-failover/jobs/t5-a/; password in Secret training/t5-a-etcd"
         password = tmp_path / "pw"
         password.write_bytes(decoded(stub, "training", "t5-a-etcd")["password"])
-        job = EtcdClient(ClientCredentials(tuple(cluster.endpoints), root.ca, root.cert, root.key, "job-t5-a",
-                                           str(password), "/t5-failover/jobs/t5-a/"))
+        job = EtcdClient(
+            ClientCredentials(
+                tuple(cluster.endpoints),
+                root.ca,
+                root.cert,
+                root.key,
+                "job-t5-a",
+                str(password),
+                "/t5-failover/jobs/t5-a/",
+            )
+        )
         assert job.get_prefix("/t5-failover/jobs/t5-a/")[0] == []  # cleared
         job.put(job.key("x"), "1")
         with pytest.raises(StoreRefused, match="permission denied"):

@@ -1,6 +1,7 @@
 """`make train PLATFORM=eks` (scripts/train_eks.sh -> python -m tools.k8s.submit): a wait option that cannot work
 is one `error:` line naming the value and the fix, exit 2, in the dry run too (no YAML printed) and before a real
 submit looks for a cluster."""
+
 from __future__ import annotations
 
 import os
@@ -10,24 +11,53 @@ import pytest
 
 from tests.conftest import ROOT
 
-ENV = {k: v for k, v in os.environ.items()
-       if k not in ("PLATFORM", "DRY_RUN", "ARGS", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "NODES", "NPROC", "SPARES",
-                    "PRESET", "IMAGE", "IMAGE_TAG")}
-TIMEOUT = ("error: argument --timeout: '-5' is not a number of seconds >= 0: give how long to wait for the job, "
-           "e.g. 7200, or 0 to wait without limit")
+ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if k
+    not in (
+        "PLATFORM",
+        "DRY_RUN",
+        "ARGS",
+        "MAKEFLAGS",
+        "MAKELEVEL",
+        "MFLAGS",
+        "NODES",
+        "NPROC",
+        "SPARES",
+        "PRESET",
+        "IMAGE",
+        "IMAGE_TAG",
+    )
+}
+TIMEOUT = (
+    "error: argument --timeout: '-5' is not a number of seconds >= 0: give how long to wait for the job, "
+    "e.g. 7200, or 0 to wait without limit"
+)
 POLL = "error: argument --poll: '0' is not a number of seconds > 0: give the pause between status checks, e.g. 5"
 
 
 def train_eks(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["scripts/train.sh", *args], cwd=ROOT, env={**ENV, "PLATFORM": "eks", **env},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["scripts/train.sh", *args],
+        cwd=ROOT,
+        env={**ENV, "PLATFORM": "eks", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("args, line", [(("--timeout", "-5", "--poll", "0"), TIMEOUT),
-                                        (("--poll", "0"), POLL),
-                                        (("--poll", "-1"), POLL.replace("'0'", "'-1'")),
-                                        (("--timeout", "soon"), TIMEOUT.replace("'-5'", "'soon'")),
-                                        (("--timeout", "nan"), TIMEOUT.replace("'-5'", "'nan'"))])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (("--timeout", "-5", "--poll", "0"), TIMEOUT),
+        (("--poll", "0"), POLL),
+        (("--poll", "-1"), POLL.replace("'0'", "'-1'")),
+        (("--timeout", "soon"), TIMEOUT.replace("'-5'", "'soon'")),
+        (("--timeout", "nan"), TIMEOUT.replace("'-5'", "'nan'")),
+    ],
+)
 def test_a_negative_timeout_or_a_poll_without_pause_is_refused_in_the_dry_run(args, line) -> None:
     # It was accepted (YAML, exit 0); a submit then said "timed out after -5 s" at its first poll, polling nonstop.
     r = train_eks(*args, DRY_RUN="1")

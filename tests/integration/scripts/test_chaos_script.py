@@ -1,6 +1,7 @@
 """`make chaos-test` (scripts/chaos.sh, python -m chaos.local) refuses a bad setting before anything starts: one
 `error:` line naming the value and the fix, exit 2 (make's line then says "bad arguments", not a failed scenario),
 no output directory, in the dry run as in the real run."""
+
 from __future__ import annotations
 
 import os
@@ -10,19 +11,36 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 # What the Makefile, an outer make or the caller's shell may set: each test says what it means.
-ENV = {k: v for k, v in os.environ.items()
-       if k not in ("PLATFORM", "DRY_RUN", "ARGS", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "NODES", "NPROC", "SPARES",
-                    "SOAK", "PRESET")}
+ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if k
+    not in (
+        "PLATFORM",
+        "DRY_RUN",
+        "ARGS",
+        "MAKEFLAGS",
+        "MAKELEVEL",
+        "MFLAGS",
+        "NODES",
+        "NPROC",
+        "SPARES",
+        "SOAK",
+        "PRESET",
+    )
+}
 
 
 def chaos_sh(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["scripts/chaos.sh", *args], cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["scripts/chaos.sh", *args], cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120
+    )
 
 
 def make_chaos_test(*variables: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "chaos-test", *variables], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["make", "chaos-test", *variables], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120
+    )
 
 
 def refused(r: subprocess.CompletedProcess, line: str) -> None:
@@ -36,8 +54,9 @@ def test_an_output_path_that_is_a_file_is_one_line_and_make_says_no_scenario_fai
     file.write_text("")
     fix = "give a directory path (it is created), or drop --out for .chaos/runs/<time>"
     refused(chaos_sh("--out", str(file)), f"error: --out {file}: not a directory: {fix}")
-    refused(chaos_sh("--out", str(file / "run")), f"error: --out {file / 'run'}: not a directory ({file} is a file): "
-                                                  f"{fix}")
+    refused(
+        chaos_sh("--out", str(file / "run")), f"error: --out {file / 'run'}: not a directory ({file} is a file): {fix}"
+    )
     r = make_chaos_test(f"ARGS=--out {file}")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.splitlines()[0] == f"error: --out {file}: not a directory: {fix}", r.stderr
@@ -47,11 +66,12 @@ def test_an_output_path_that_is_a_file_is_one_line_and_make_says_no_scenario_fai
 
 def test_spares_is_checked_like_nodes_and_refused_by_the_scenarios_which_choose_their_own(tmp_path: Path) -> None:
     # It was ignored without a word, whatever its value.
-    refused(chaos_sh(DRY_RUN="1", SPARES="abc"),
-            "error: SPARES=abc must be 0 or a positive integer (hot-spare nodes)")
-    line = ("error: SPARES=1: chaos-test's scenarios choose their own hot spares (node-kill-with-spare, "
-            "silent-node-during-save, straggler run one); unset SPARES, or use it with SOAK=<duration> (the soak's "
-            "hot spares, --soak-spares)")
+    refused(chaos_sh(DRY_RUN="1", SPARES="abc"), "error: SPARES=abc must be 0 or a positive integer (hot-spare nodes)")
+    line = (
+        "error: SPARES=1: chaos-test's scenarios choose their own hot spares (node-kill-with-spare, "
+        "silent-node-during-save, straggler run one); unset SPARES, or use it with SOAK=<duration> (the soak's "
+        "hot spares, --soak-spares)"
+    )
     refused(chaos_sh(DRY_RUN="1", SPARES="1"), line)
     out = tmp_path / "run"
     refused(chaos_sh("--out", str(out), SPARES="1"), line)  # the real run: refused before anything starts
@@ -68,8 +88,10 @@ def test_a_misspelt_training_flag_is_refused_in_the_dry_run_and_before_the_real_
     # The dry run printed it in the agent's command as if it would run; the real run failed its reference run.
     line = "error: training flags after --: unknown option --train.stepz; did you mean --train.steps?"
     refused(chaos_sh("--", "--train.stepz", "3", DRY_RUN="1"), line)
-    refused(chaos_sh("--", "--train.steps", "x", DRY_RUN="1"),
-            "error: training flags after --: train.steps='x' is not a valid int")
+    refused(
+        chaos_sh("--", "--train.steps", "x", DRY_RUN="1"),
+        "error: training flags after --: train.steps='x' is not a valid int",
+    )
     out = tmp_path / "run"
     refused(chaos_sh("--out", str(out), "--", "--train.stepz", "3"), line)
     assert not out.exists()

@@ -5,6 +5,7 @@ must print what it would do and exit 0; a real run must get past the decision an
 (no kubeconfig, no sbatch on PATH, no AWS credentials), which nothing here has; a bad value must stop with exit 2
 naming the variable.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,11 @@ def test_truth_table() -> None:
     for v in FALSE_SPELLINGS:
         assert parse_flag("DRY_RUN", v) is False, v
     for v in (BAD, "2", "y", "n", "enable", "-1"):
-        with pytest.raises(EnvFlagError, match=rf"DRY_RUN='{v}' is neither true nor false: use 1/true/yes/on .* "
-                                               r"0/false/no/off or empty"):
+        with pytest.raises(
+            EnvFlagError,
+            match=rf"DRY_RUN='{v}' is neither true nor false: use 1/true/yes/on .* "
+            r"0/false/no/off or empty",
+        ):
             parse_flag("DRY_RUN", v)
     assert env_flag("X", {"X": "on"}) and not env_flag("X", {})
 
@@ -49,16 +53,31 @@ def test_counts_name_the_variable() -> None:
 def test_chaos_cli_names_a_bad_count_in_one_line(var: str) -> None:
     """python -m chaos.local read them with int(): a traceback (make chaos-test checks them in chaos.sh first)."""
     env = {k: v for k, v in os.environ.items() if k not in ("NODES", "NPROC", "SOAK")}
-    r = subprocess.run([sys.executable, "-m", "chaos.local", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                       env={**env, var: "abc"}, timeout=60)
-    assert (r.returncode, r.stderr) == (2, f"error: {var}='abc' is not a whole number >= 1: set it to a count, or "
-                                           f"unset it\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "chaos.local", "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, var: "abc"},
+        timeout=60,
+    )
+    assert (r.returncode, r.stderr) == (
+        2,
+        f"error: {var}='abc' is not a whole number >= 1: set it to a count, or unset it\n",
+    )
 
 
 def test_shell_form_prints_true_or_false_and_exits_2_on_a_bad_value() -> None:
     def run(value: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["python3", "-m", "tools.env_flags", "DRY_RUN"], cwd=ROOT, capture_output=True,
-                              text=True, env={**os.environ, "DRY_RUN": value}, timeout=30)
+        return subprocess.run(
+            ["python3", "-m", "tools.env_flags", "DRY_RUN"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DRY_RUN": value},
+            timeout=30,
+        )
+
     assert run("Yes").stdout == "true\n" and run("off").stdout == "false\n"
     bad = run(BAD)
     assert bad.returncode == 2 and bad.stdout == "" and "DRY_RUN='maybe'" in bad.stderr
@@ -83,37 +102,61 @@ def out(p: subprocess.CompletedProcess) -> str:
 
 ENTRY_POINTS = {
     # make train (local): the torchrun command; real: torchrun starts and the unknown preset stops the worker.
-    "train-local": EntryPoint("train", {"PLATFORM": "local", "NPROC": "1", "PRESET": "no-such-preset"},
-                              dry=lambda p: p.returncode == 0 and "[train] dry run:" in p.stdout,
-                              real=lambda p: p.returncode != 0 and "[train] local run" in p.stdout
-                              and "unknown preset 'no-such-preset'" in out(p), slow_real=True),
+    "train-local": EntryPoint(
+        "train",
+        {"PLATFORM": "local", "NPROC": "1", "PRESET": "no-such-preset"},
+        dry=lambda p: p.returncode == 0 and "[train] dry run:" in p.stdout,
+        real=lambda p: (
+            p.returncode != 0 and "[train] local run" in p.stdout and "unknown preset 'no-such-preset'" in out(p)
+        ),
+        slow_real=True,
+    ),
     # make train PLATFORM=slurm: the batch script; real: no sbatch on this PATH (exit 3).
-    "train-slurm": EntryPoint("train", {"PLATFORM": "slurm"},
-                              dry=lambda p: p.returncode == 0 and p.stdout.startswith("#!/bin/bash"),
-                              real=lambda p: p.returncode == 3 and "sbatch not found" in p.stderr),
+    "train-slurm": EntryPoint(
+        "train",
+        {"PLATFORM": "slurm"},
+        dry=lambda p: p.returncode == 0 and p.stdout.startswith("#!/bin/bash"),
+        real=lambda p: p.returncode == 3 and "sbatch not found" in p.stderr,
+    ),
     # make train PLATFORM=eks: the TrainJob YAML; real: no kubeconfig (exit 2).
-    "train-eks": EntryPoint("train", {"PLATFORM": "eks"},
-                            dry=lambda p: p.returncode == 0 and "kind: TrainJob" in p.stdout,
-                            real=lambda p: p.returncode == 2 and "no kubeconfig" in p.stderr),
+    "train-eks": EntryPoint(
+        "train",
+        {"PLATFORM": "eks"},
+        dry=lambda p: p.returncode == 0 and "kind: TrainJob" in p.stdout,
+        real=lambda p: p.returncode == 2 and "no kubeconfig" in p.stderr,
+    ),
     # make chaos-test (local): the plan; real: the run refuses an output directory that is a file (the dry run
     # writes nothing there, so it does not check it).
-    "chaos-local": EntryPoint("chaos-test", {"PLATFORM": "local"}, args="--out {file}",
-                              dry=lambda p: p.returncode == 0 and p.stdout.startswith("config: LocalChaosConfig"),
-                              real=lambda p: p.returncode == 2 and p.stderr.startswith("error: --out ")
-                              and ": not a directory" in p.stderr),
+    "chaos-local": EntryPoint(
+        "chaos-test",
+        {"PLATFORM": "local"},
+        args="--out {file}",
+        dry=lambda p: p.returncode == 0 and p.stdout.startswith("config: LocalChaosConfig"),
+        real=lambda p: p.returncode == 2 and p.stderr.startswith("error: --out ") and ": not a directory" in p.stderr,
+    ),
     # make chaos-test PLATFORM=eks: the plan and the TrainJob; real: no kubeconfig.
-    "chaos-eks": EntryPoint("chaos-test", {"PLATFORM": "eks"},
-                            dry=lambda p: p.returncode == 0 and p.stdout.startswith("# chaos plan"),
-                            real=lambda p: p.returncode == 2 and "no kubeconfig" in p.stderr),
+    "chaos-eks": EntryPoint(
+        "chaos-test",
+        {"PLATFORM": "eks"},
+        dry=lambda p: p.returncode == 0 and p.stdout.startswith("# chaos plan"),
+        real=lambda p: p.returncode == 2 and "no kubeconfig" in p.stderr,
+    ),
     # make chaos-test PLATFORM=slurm has no dry run: DRY_RUN true is refused; false runs it (here: its --help).
-    "chaos-slurm": EntryPoint("chaos-test", {"PLATFORM": "slurm"}, args="--help",
-                              dry=lambda p: p.returncode == 2 and "the Slurm chaos test has no dry run" in p.stderr,
-                              real=lambda p: p.returncode == 0 and "usage: " in p.stdout),
+    "chaos-slurm": EntryPoint(
+        "chaos-test",
+        {"PLATFORM": "slurm"},
+        args="--help",
+        dry=lambda p: p.returncode == 2 and "the Slurm chaos test has no dry run" in p.stderr,
+        real=lambda p: p.returncode == 0 and "usage: " in p.stdout,
+    ),
     # make image: the docker/aws commands; real: no reachable Docker daemon or no AWS credentials (exit 2).
-    "image": EntryPoint("image", {}, args="--tag env-flag-test",
-                        dry=lambda p: p.returncode == 0 and "+ docker build" in p.stdout,
-                        real=lambda p: p.returncode == 2 and "+ docker build" not in p.stdout
-                        and p.stderr.startswith("error: ")),
+    "image": EntryPoint(
+        "image",
+        {},
+        args="--tag env-flag-test",
+        dry=lambda p: p.returncode == 0 and "+ docker build" in p.stdout,
+        real=lambda p: p.returncode == 2 and "+ docker build" not in p.stdout and p.stderr.startswith("error: "),
+    ),
 }
 
 
@@ -126,8 +169,14 @@ def run_make(ep: EntryPoint, base: dict[str, str], value: str | None) -> subproc
     if value is not None:
         env["DRY_RUN"] = value
     args = ep.args.format(file=base["OUT_FILE"]).split()
-    return subprocess.run([str(ROOT / "scripts" / SCRIPTS[ep.target]), *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [str(ROOT / "scripts" / SCRIPTS[ep.target]), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)

@@ -1,6 +1,7 @@
 """What `make train` / `make chaos-test` return: GNU make exits 2 for any failed recipe; the script's own code is
 in make's "Error N" line and in the one line the recipe prints before it, with its meaning and how to get the code
 as an exit status (call the script directly). README, docs/slurm.md and docs/kubernetes.md say so."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,11 @@ def test_make_returns_2_and_names_the_scripts_own_code_with_its_meaning(tmp_path
     r = run("make", "train", "PLATFORM=slurm", f"ARGS={args}")
     assert r.returncode == 2
     lines = r.stderr.splitlines()
-    assert lines[-2] == ("[make] scripts/train.sh exited 3: no Slurm (sbatch missing) or no shared directory "
-                         "(README, exit codes); make itself exits 2 for any failed recipe, so run scripts/train.sh "
-                         "directly (same variables and arguments) to get 3 as the exit status"), r.stderr
+    assert lines[-2] == (
+        "[make] scripts/train.sh exited 3: no Slurm (sbatch missing) or no shared directory "
+        "(README, exit codes); make itself exits 2 for any failed recipe, so run scripts/train.sh "
+        "directly (same variables and arguments) to get 3 as the exit status"
+    ), r.stderr
     assert lines[-1].startswith("make: *** [Makefile:") and lines[-1].endswith("train] Error 3")
 
 
@@ -37,8 +40,15 @@ def test_a_successful_target_prints_no_exit_line() -> None:
 
 def test_each_training_code_has_its_meaning() -> None:
     # the README table's codes, as the local job returns them (the helper the recipes call, alone)
-    for rc, meaning in ((2, "invalid configuration"), (3, "another model shape"), (4, "other settings"),
-                        (5, "diverged"), (6, "storage failed"), (7, "in use by another run"), (130, "Ctrl-C")):
+    for rc, meaning in (
+        (2, "invalid configuration"),
+        (3, "another model shape"),
+        (4, "other settings"),
+        (5, "diverged"),
+        (6, "storage failed"),
+        (7, "in use by another run"),
+        (130, "Ctrl-C"),
+    ):
         r = run("scripts/train_exit.sh", "train", str(rc), PLATFORM="local")
         assert r.returncode == rc and f"exited {rc}: " in r.stderr and meaning in r.stderr, r.stderr
     r = run("scripts/train_exit.sh", "chaos-test", "1", PLATFORM="eks")
@@ -57,7 +67,8 @@ def test_after_a_stop_makes_line_agrees_with_the_jobs_line_on_where_a_rerun_resu
         r = run("scripts/train_exit.sh", "train", str(rc), PLATFORM="local")
         assert r.returncode == rc and r.stderr.startswith(
             f"[make] scripts/train.sh exited {rc}: stopped by {stop} (the [train] line above says where a rerun "
-            f"resumes) "), r.stderr
+            f"resumes) "
+        ), r.stderr
         assert "after checkpointing" not in r.stderr, r.stderr
     # on a cluster Ctrl-C stops following: the job keeps running, nothing was stopped or checkpointed by it
     for platform in ("slurm", "eks"):

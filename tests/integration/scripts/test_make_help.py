@@ -1,4 +1,5 @@
 """`make help` lists every target and every variable the scripts read, with the default the scripts really use."""
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,10 @@ def test_help_defaults_are_the_ones_the_local_train_script_uses() -> None:
 def test_a_make_that_a_test_runs_gets_no_variable_of_the_make_running_the_suite() -> None:
     # Run alone this passes either way; test_test_script runs it under `make test ARGS=--durations=...`, where make
     # hands ARGS to every make below it unless the suite's conftest drops make's variables.
-    proc = subprocess.run(["make", "-s", "status", "PRESET=t5-3b"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        ["make", "-s", "status", "PRESET=t5-3b"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0] == ("error: run directory runs/t5-3b does not exist: give the "
-                                           "run's job.out_dir (make train writes runs/<preset>)"), proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        "error: run directory runs/t5-3b does not exist: give the run's job.out_dir (make train writes runs/<preset>)"
+    ), proc.stderr

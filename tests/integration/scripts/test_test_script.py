@@ -1,5 +1,6 @@
 """scripts/test.sh (make test): the suite on TEST_WORKERS pytest-xdist workers, a file's tests on one worker;
 what several files share is made once, under a lock."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ ENV = {k: v for k, v in os.environ.items() if k != "TEST_WORKERS"}
 
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["scripts/test.sh", *args], cwd=ROOT, env=ENV | env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        ["scripts/test.sh", *args], cwd=ROOT, env=ENV | env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_bad_worker_count_is_named_with_the_fix():
@@ -38,8 +40,12 @@ def test_the_suite_runs_on_two_workers_by_default_and_in_one_process_on_request(
 
 
 def test_a_files_tests_stay_on_one_worker():
-    files = ["tests/unit/slurm/test_chaos_unit.py", "tests/unit/failover/test_launch.py",
-             "tests/integration/scripts/test_make_help.py", "tests/unit/cluster_facts/test_cluster_facts.py"]
+    files = [
+        "tests/unit/slurm/test_chaos_unit.py",
+        "tests/unit/failover/test_launch.py",
+        "tests/integration/scripts/test_make_help.py",
+        "tests/unit/cluster_facts/test_cluster_facts.py",
+    ]
     r = run("-v", "-p", "no:cacheprovider", *files)
     assert r.returncode == 0, r.stdout + r.stderr
     ran = workers_by_file(r.stdout)
@@ -52,9 +58,21 @@ def test_tests_that_run_make_work_under_make_test_with_args():
     # make test ARGS=--durations=5: the suite's ARGS must not reach the make a test runs (it did, as a training
     # option of that make's `make status`: "unknown option --durations")
     env = {k: v for k, v in ENV.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "ARGS")}
-    r = subprocess.run(["make", "-s", "test", "TEST_WORKERS=0", "ARGS=--durations=5 -q -p no:cacheprovider "
-                        "tests/integration/scripts/test_make_help.py::test_a_make_that_a_test_runs_gets_no_variable_of_the_make_running_the_suite"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            "make",
+            "-s",
+            "test",
+            "TEST_WORKERS=0",
+            "ARGS=--durations=5 -q -p no:cacheprovider "
+            "tests/integration/scripts/test_make_help.py::test_a_make_that_a_test_runs_gets_no_variable_of_the_make_running_the_suite",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
 
 
@@ -62,8 +80,9 @@ def test_a_tier_runs_its_folder_and_every_run_ends_with_a_line_per_tier():
     # make test-unit / test-fast pass --tier; an unknown tier is named, not handed to pytest as a file
     r = run("--tier", "fast")
     assert r.returncode == 2 and "--tier fast: give unit, integration or e2e" in r.stderr
-    r = run("--tier", "unit", "-q", "-p", "no:cacheprovider", "-k", "test_resolving_refuses_a_stale_name",
-            TEST_WORKERS="0")
+    r = run(
+        "--tier", "unit", "-q", "-p", "no:cacheprovider", "-k", "test_resolving_refuses_a_stale_name", TEST_WORKERS="0"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"^tier unit: 1 passed in [\d.]+ s of test time$", r.stdout, re.M), r.stdout
     assert "tier integration" not in r.stdout and "tier e2e" not in r.stdout

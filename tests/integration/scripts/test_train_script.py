@@ -1,4 +1,5 @@
 """`make train` (scripts/train.sh) locally: a --preset among ARGS is the preset the run uses, says and passes once."""
+
 from __future__ import annotations
 
 import os
@@ -10,16 +11,26 @@ from tests.conftest import ROOT
 
 
 def dry_run(*args: str, **env: str) -> str:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("PRESET", "NODES", "NPROC", "SPARES", "PLATFORM", "MAX_RESTARTS")}
-    r = subprocess.run(["scripts/train.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**clean, "DRY_RUN": "1", **env})
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PRESET", "NODES", "NPROC", "SPARES", "PLATFORM", "MAX_RESTARTS")
+    }
+    r = subprocess.run(
+        ["scripts/train.sh", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "DRY_RUN": "1", **env},
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
-@pytest.mark.parametrize("args", [("--preset", "t5-small"), ("--preset=t5-small",),
-                                  ("--train.steps", "3", "--preset", "t5-small")])
+@pytest.mark.parametrize(
+    "args", [("--preset", "t5-small"), ("--preset=t5-small",), ("--train.steps", "3", "--preset", "t5-small")]
+)
 def test_a_preset_in_the_arguments_is_the_one_run_and_passed_once(args):
     line = dry_run(*args).strip()
     assert line.startswith("[train] dry run: ") and "-m training " in line
@@ -36,7 +47,14 @@ def test_without_one_the_preset_variable_or_debug_is_passed():
 def test_a_failed_worker_group_restarts_max_restarts_times_and_a_bad_value_is_one_line():
     assert "--max_restarts=3 " in dry_run() and "--max_restarts=0 " in dry_run(MAX_RESTARTS="0")
     clean = {k: v for k, v in os.environ.items() if k not in ("PLATFORM", "NODES", "SPARES")}
-    r = subprocess.run(["scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**clean, "MAX_RESTARTS": "three"})
+    r = subprocess.run(
+        ["scripts/train.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "MAX_RESTARTS": "three"},
+    )
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "error: MAX_RESTARTS=three must be 0 or a positive integer (worker-group restarts)"], r.stderr
+        "error: MAX_RESTARTS=three must be 0 or a positive integer (worker-group restarts)"
+    ], r.stderr

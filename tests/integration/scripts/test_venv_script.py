@@ -1,4 +1,5 @@
 """scripts/venv.sh: the torch build it keeps and the TORCH_BUILD values it refuses (no package is installed here)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -47,16 +48,19 @@ def fake_python(bindir, name: str, version: str) -> None:
     """An interpreter ``name`` in ``bindir`` that reports ``version`` and passes a ">= 3.11" check only if it is."""
     path = bindir / name
     major, minor = (int(x) for x in version.split(".")[:2])
-    path.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python {version}"; exit 0; }}\n'
-                    f'exit {0 if (major, minor) >= (3, 11) else 1}\n')
+    path.write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python {version}"; exit 0; }}\n'
+        f"exit {0 if (major, minor) >= (3, 11) else 1}\n"
+    )
     path.chmod(0o755)
 
 
 def pick(bindir, **env: str) -> subprocess.CompletedProcess:
     """`scripts/venv.sh --python` with only ``bindir`` (and dirname) on PATH."""
     (bindir / "dirname").symlink_to("/usr/bin/dirname")
-    return subprocess.run(["/bin/bash", SCRIPT, "--python"], env={"PATH": str(bindir), **env},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["/bin/bash", SCRIPT, "--python"], env={"PATH": str(bindir), **env}, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_newest_python_311_or_later_is_chosen_over_an_old_python3(tmp_path):
@@ -71,8 +75,13 @@ def test_no_python_311_is_one_line_naming_the_fix(tmp_path):
     fake_python(tmp_path, "python3", "3.9.16")
     r = pick(tmp_path)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("venv.sh: no Python 3.11 or newer on PATH (python3 is Python 3.9.16); install one "
-                               "(Amazon Linux 2023: sudo dnf install -y python3.11") and len(r.stderr.splitlines()) == 1
+    assert (
+        r.stderr.startswith(
+            "venv.sh: no Python 3.11 or newer on PATH (python3 is Python 3.9.16); install one "
+            "(Amazon Linux 2023: sudo dnf install -y python3.11"
+        )
+        and len(r.stderr.splitlines()) == 1
+    )
 
 
 def test_python_too_old_is_refused(tmp_path):

@@ -4,6 +4,7 @@ Root's credentials (rendered ``etcd_env`` or the submit environment) make the jo
 (a requeue reuses it) and the agents never see root's password; a job's job.env is used as given; a half-given
 configuration or an unreadable file is one line and exit 2; without T5_ETCD_* the c10d store path is kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,15 +21,21 @@ from training.launch.rendezvous.members import LocalEtcd
 
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-BEGIN, END = "# ---------------------------------------------------------------- membership: etcd", \
-    "# ---------------------------------------------------------------- c10d rendezvous store"
-
+BEGIN, END = (
+    "# ---------------------------------------------------------------- membership: etcd",
+    "# ---------------------------------------------------------------- c10d rendezvous store",
+)
 
 
 def root_env(etcd: LocalEtcd) -> dict[str, str]:
     creds = etcd.root_credentials()
-    return {"T5_ETCD_ENDPOINTS": ",".join(creds.endpoints), "T5_ETCD_CA": creds.ca, "T5_ETCD_CERT": creds.cert,
-            "T5_ETCD_KEY": creds.key, "T5_ETCD_ROOT_PASSWORD_FILE": creds.password_file}
+    return {
+        "T5_ETCD_ENDPOINTS": ",".join(creds.endpoints),
+        "T5_ETCD_CA": creds.ca,
+        "T5_ETCD_CERT": creds.cert,
+        "T5_ETCD_KEY": creds.key,
+        "T5_ETCD_ROOT_PASSWORD_FILE": creds.password_file,
+    }
 
 
 def write_env(path: Path, env: dict[str, str]) -> str:
@@ -39,19 +46,23 @@ def write_env(path: Path, env: dict[str, str]) -> str:
 def membership(tmp_path: Path, env: dict[str, str], etcd_env: str | None = None, job: int = 77):
     """Run the rendered script's membership section as the batch host would (venv mode); returns the exit code,
     its output and the T5_ETCD_* it leaves for the agents."""
-    text = render(SlurmJobConfig(shared_dir=str(tmp_path), run_name="r", etcd_env=etcd_env, python=PYTHON,
-                                 repo_dir=str(ROOT)))
+    text = render(
+        SlurmJobConfig(shared_dir=str(tmp_path), run_name="r", etcd_env=etcd_env, python=PYTHON, repo_dir=str(ROOT))
+    )
     setting = re.search(r"^ETCD_ENV=.*$", text, flags=re.M).group(0)
-    section = text[text.index(BEGIN):text.index(END)]
+    section = text[text.index(BEGIN) : text.index(END)]
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "membership.sh"
-    script.write_text(f'set -uo pipefail\nsay() {{ echo "[t5-slurm] $*"; }}\nSRUN_RUNTIME=()\nPY={PYTHON}\n'
-                      f'RUN_DIR={run_dir}\nJOB={job}\n{setting}\n{section}\necho "ETCD=$ETCD"\n'
-                      'env | grep "^T5_ETCD_" | sort || true\n')
+    script.write_text(
+        f'set -uo pipefail\nsay() {{ echo "[t5-slurm] $*"; }}\nSRUN_RUNTIME=()\nPY={PYTHON}\n'
+        f'RUN_DIR={run_dir}\nJOB={job}\n{setting}\n{section}\necho "ETCD=$ETCD"\n'
+        'env | grep "^T5_ETCD_" | sort || true\n'
+    )
     base = {k: v for k, v in os.environ.items() if not k.startswith("T5_ETCD_")}
-    out = subprocess.run(["bash", str(script)], env={**base, "PYTHONPATH": str(ROOT), **env}, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        ["bash", str(script)], env={**base, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=60
+    )
     got = dict(line.split("=", 1) for line in out.stdout.splitlines() if line.startswith("T5_ETCD_"))
     return out.returncode, out.stdout + out.stderr, got
 
@@ -107,13 +118,20 @@ def test_with_etcd_the_spare_joins_after_training_started_and_asks_to_be_chosen_
     T5_STANDBY=1."""
     text = render(SlurmJobConfig(shared_dir="/fsx", run_name="r"))
     start = text.index("NODE_AGENT='")
-    assign = text[start:text.index("exit \"$rc\"'", start) + len("exit \"$rc\"'")]
+    assign = text[start : text.index('exit "$rc"\'', start) + len('exit "$rc"\'')]
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"event": "start", "time": 1}\n')  # the incarnation before this one
     script = tmp_path / "agent.sh"
     script.write_text(assign + '\nexec bash -c "$NODE_AGENT" t5-node-agent "$@"\n')
-    env = {**os.environ, "SLURM_NODEID": "0", "T5_STANDBY_NODE": "0", "T5_ETCD_ENDPOINTS": "https://192.0.2.1:1",
-           "T5_STANDBY_METRICS": str(metrics), "T5_STANDBY_METRICS_LINE0": "1", "T5_STANDBY_TIMEOUT": "60"}
+    env = {
+        **os.environ,
+        "SLURM_NODEID": "0",
+        "T5_STANDBY_NODE": "0",
+        "T5_ETCD_ENDPOINTS": "https://192.0.2.1:1",
+        "T5_STANDBY_METRICS": str(metrics),
+        "T5_STANDBY_METRICS_LINE0": "1",
+        "T5_STANDBY_TIMEOUT": "60",
+    }
     agent = ["bash", "-c", 'echo "standby=$T5_STANDBY lines=$(wc -l < "$0")"', str(metrics)]
     p = subprocess.Popen(["bash", str(script), *agent], env=env, stdout=subprocess.PIPE, text=True)
     with open(metrics, "a") as f:  # this incarnation trains: the spare's agent may join now
@@ -132,14 +150,21 @@ def test_a_spare_still_standing_by_when_training_finished_leaves(tmp_path):
     answered then): the spare's node agent stops its agent and exits 0, saying why."""
     text = render(SlurmJobConfig(shared_dir="/fsx", run_name="r"))
     start = text.index("NODE_AGENT='")
-    assign = text[start:text.index("exit \"$rc\"'", start) + len("exit \"$rc\"'")]
+    assign = text[start : text.index('exit "$rc"\'', start) + len('exit "$rc"\'')]
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"event": "start", "time": 1}\n')
     script = tmp_path / "agent.sh"
     script.write_text(assign + '\nexec bash -c "$NODE_AGENT" t5-node-agent "$@"\n')
-    env = {**os.environ, "SLURM_NODEID": "0", "T5_STANDBY_NODE": "0", "T5_ETCD_ENDPOINTS": "https://192.0.2.1:1",
-           "T5_STANDBY_METRICS": str(metrics), "T5_STANDBY_METRICS_LINE0": "0", "T5_STANDBY_TIMEOUT": "60",
-           "T5_STANDBY_RELEASE_S": "0"}
+    env = {
+        **os.environ,
+        "SLURM_NODEID": "0",
+        "T5_STANDBY_NODE": "0",
+        "T5_ETCD_ENDPOINTS": "https://192.0.2.1:1",
+        "T5_STANDBY_METRICS": str(metrics),
+        "T5_STANDBY_METRICS_LINE0": "0",
+        "T5_STANDBY_TIMEOUT": "60",
+        "T5_STANDBY_RELEASE_S": "0",
+    }
     # an agent standing by forever (it exits 143 on SIGTERM, as torchrun's does), and says when it stands by
     ready = tmp_path / "standing-by"
     agent = ["bash", "-c", f"trap 'exit 143' TERM; touch {ready}; while :; do sleep 0.1; done"]

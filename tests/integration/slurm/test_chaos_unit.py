@@ -1,23 +1,28 @@
 """Slurm chaos harness without a cluster: settings, log tailing, and its verdicts on hand-made observations."""
+
 from __future__ import annotations
 
 import pytest
-
 
 
 def _slurm_chaos(*argv: str, **env: str):
     import os
     import subprocess
     import sys
+
     base = {k: v for k, v in os.environ.items() if k not in ("NODES", "SPARES")}
-    return subprocess.run([sys.executable, "-m", "chaos.slurm", *argv], env={**base, **env}, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "chaos.slurm", *argv], env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("env, line", [
-    ({"NODES": "abc"}, "error: NODES='abc' is not a whole number >= 1: set it to a count, or unset it"),
-    ({"SPARES": "x"}, "error: SPARES='x' is not a whole number >= 0: set it to a count, or unset it"),
-])
+@pytest.mark.parametrize(
+    "env, line",
+    [
+        ({"NODES": "abc"}, "error: NODES='abc' is not a whole number >= 1: set it to a count, or unset it"),
+        ({"SPARES": "x"}, "error: SPARES='x' is not a whole number >= 0: set it to a count, or unset it"),
+    ],
+)
 def test_make_chaos_tests_node_and_spare_counts_are_checked_in_one_line(env, line):
     # NODES=abc was int()'s traceback while the parser was built; SPARES was never read on Slurm
     r = _slurm_chaos("--list", **env)

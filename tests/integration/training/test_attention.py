@@ -1,5 +1,6 @@
 """T5 attention with the position bias on SDPA ('sdpa_bias') against eager, what the kernel is handed, and
 regional compilation (each T5 block compiled in place) against the uncompiled model."""
+
 from __future__ import annotations
 
 import socket

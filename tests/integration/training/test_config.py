@@ -1,4 +1,5 @@
 """Config precedence and validation: bad values fail fast with a message naming the value and the fix."""
+
 import subprocess
 import sys
 
@@ -25,20 +26,25 @@ def test_abbreviations_are_refused_and_the_closest_flag_suggested():
         load_config(["--train.step", "5"])
     r = subprocess.run([sys.executable, "-m", "training", "--chekpoint.interval", "5"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "error: unknown option --chekpoint.interval; did you mean --checkpoint.interval?"]
+        "error: unknown option --chekpoint.interval; did you mean --checkpoint.interval?"
+    ]
 
 
 def test_help_shows_the_values_the_chosen_preset_runs_with():
-    r = subprocess.run([sys.executable, "-m", "training", "--preset", "t5-large", "--help"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "training", "--preset", "t5-large", "--help"], capture_output=True, text=True
+    )
     flat = " ".join(r.stdout.split())
     assert "(t5-large: 1024)" in flat and "(t5-large: 'bf16')" in flat  # d_model, precision of that preset
     assert "JobConfig(" not in r.stdout  # no dataclass reprs as group descriptions
 
 
 def test_print_config_round_trips_through_config(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "training", "--preset", "t5-small", "--train.lr", "0.002",
-                        "--print-config"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "training", "--preset", "t5-small", "--train.lr", "0.002", "--print-config"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     f = tmp_path / "resolved.toml"
     f.write_text(r.stdout)
@@ -47,9 +53,24 @@ def test_print_config_round_trips_through_config(tmp_path):
 
 
 def test_cli_refuses_a_timeout_that_overflows_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "training", "--parallel.train_timeout_s", "1e15", "--train.steps", "1",
-                        "--job.out_dir", str(tmp_path / "run")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "--parallel.train_timeout_s",
+            "1e15",
+            "--train.steps",
+            "1",
+            "--job.out_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
     assert not (tmp_path / "run").exists()
-    assert r.stderr == ("error: parallel.train_timeout_s=1e+15 must be at most 604800 s (7 days): longer waits "
-                        "overflow Python's and torch's timers; use --parallel.train_timeout_s 604800 or less\n")
+    assert r.stderr == (
+        "error: parallel.train_timeout_s=1e+15 must be at most 604800 s (7 days): longer waits "
+        "overflow Python's and torch's timers; use --parallel.train_timeout_s 604800 or less\n"
+    )

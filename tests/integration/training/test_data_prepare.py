@@ -1,5 +1,6 @@
 """Prepared directories (``python -m training.data prepare``): the same samples as their source, memory-mapped
 shards, exact resume across shard and epoch boundaries, and clear errors for a half-written or damaged one."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,16 +26,20 @@ def prepared(tmp_path) -> tuple[Path, Path]:
     return src, tmp_path / "prepared"
 
 
-
 def test_loader_workers_give_the_same_batches(prepared):
     _, dst = prepared
     ds = build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0)
     cfg = DataConfig(source=str(dst), seq_len=64, num_workers=1)
     start = len(ds) - 4  # the batches cross into epoch 1
-    inline = batches(build_dataloader(ds, DataConfig(source=str(dst), seq_len=64), seed=0, global_batch=4, rank=0,
-                                      world=1, start_offset=start), 3)
-    assert same(batches(build_dataloader(ds, cfg, seed=0, global_batch=4, rank=0, world=1, start_offset=start), 3),
-                inline)
+    inline = batches(
+        build_dataloader(
+            ds, DataConfig(source=str(dst), seq_len=64), seed=0, global_batch=4, rank=0, world=1, start_offset=start
+        ),
+        3,
+    )
+    assert same(
+        batches(build_dataloader(ds, cfg, seed=0, global_batch=4, rank=0, world=1, start_offset=start), 3), inline
+    )
 
 
 def test_a_damaged_token_read_by_a_loader_worker_is_the_same_one_line(prepared):
@@ -50,7 +55,15 @@ def test_a_damaged_token_read_by_a_loader_worker_is_the_same_one_line(prepared):
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "training.data", "prepare", str(corpus(tmp_path / "c.jsonl")),
-                        str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.startswith(f"prepared {tmp_path / 'p'}: ") and read_manifest(
-        str(tmp_path / "p")).documents == 60
+    r = subprocess.run(
+        [sys.executable, "-m", "training.data", "prepare", str(corpus(tmp_path / "c.jsonl")), str(tmp_path / "p")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 0
+        and r.stdout.startswith(f"prepared {tmp_path / 'p'}: ")
+        and read_manifest(str(tmp_path / "p")).documents == 60
+    )

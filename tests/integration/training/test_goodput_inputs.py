@@ -3,6 +3,7 @@ python -m tools.status) say of a run directory they cannot fully read: damaged o
 metrics file, a timeline PNG that cannot be written, a run directory given as make status's ARGS. Each answer is
 the ledger or the screen (exit 0) with at most one warning line, or one error line (exit 2); never a traceback.
 The real CLIs run on hand-made run directories."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,17 @@ def start(t: float, **kw) -> dict:
 
 
 def step(t: float, n: int, **kw) -> dict:
-    return {"event": "step", "time": t, "step": n, "loss": 5.0, "world_size": 2, "step_time_s": 1.0,
-            "tokens_per_s": 100.0, "data_offset": 0, **kw}
+    return {
+        "event": "step",
+        "time": t,
+        "step": n,
+        "loss": 5.0,
+        "world_size": 2,
+        "step_time_s": 1.0,
+        "tokens_per_s": 100.0,
+        "data_offset": 0,
+        **kw,
+    }
 
 
 GOOD = [start(1000.0)] + [step(1000.0 + n, n) for n in (1, 2, 3)]  # lines 1-4
@@ -43,8 +53,9 @@ def run_dir(tmp_path: Path, metrics: bytes) -> Path:
 
 def cli(module: str, *args) -> subprocess.CompletedProcess:
     # the timeout only stops a hang from holding the suite (a run directory must not make the ledger hang)
-    return subprocess.run([PY, "-m", module, *map(str, args)], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [PY, "-m", module, *map(str, args)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120
+    )
 
 
 LEDGER = ("training.goodput", "--no-png")  # the ledger's figures; the PNG has its own tests below
@@ -65,8 +76,10 @@ GARBAGE = bytes(b for b in range(256) if b != ord("\n")) * 4 + b"\xff\xfe\xc3\x2
 SKIPPED = {  # metrics lines after GOOD -> what the warning says of the first (line 5)
     "binary garbage": (GARBAGE[:-1], "line 5: not JSON"),
     "a truncated line": (json.dumps(step(1004.0, 4))[:30].encode(), "line 5: not JSON"),
-    "a null time and a string step": (b'{"event":"step","time":null,"step":"3"}', "line 5: time is null, not a "
-                                                                                  "finite number"),
+    "a null time and a string step": (
+        b'{"event":"step","time":null,"step":"3"}',
+        "line 5: time is null, not a finite number",
+    ),
     "a string step": (step(1004.0, "4"), 'line 5: step is "4", not an integer'),
     "a true step": (step(1004.0, True), "line 5: step is true, not an integer"),
     "a string time": (step("1004", 4), 'line 5: time is "1004", not a finite number'),
@@ -113,11 +126,14 @@ def test_a_torn_last_line_is_no_warning(tmp_path, tool):
 
 NO_START = {  # metrics.jsonl -> what the one error line says
     "binary garbage": (GARBAGE * 3, "has no start record (3 line(s) are not records; the first, line 1: not JSON"),
-    "truncated lines": (b"".join(json.dumps(x).encode()[:20] + b"\n" for x in GOOD),
-                        "has no start record (4 line(s) are not records; the first, line 1: not JSON"),
-    "a string start time": (b'{"event":"start","time":"x"}\n',
-                            'has no start record (1 line(s) are not records; the first, line 1: time is "x", '
-                            'not a finite number)'),
+    "truncated lines": (
+        b"".join(json.dumps(x).encode()[:20] + b"\n" for x in GOOD),
+        "has no start record (4 line(s) are not records; the first, line 1: not JSON",
+    ),
+    "a string start time": (
+        b'{"event":"start","time":"x"}\n',
+        'has no start record (1 line(s) are not records; the first, line 1: time is "x", not a finite number)',
+    ),
     "an empty file": (b"", "has no start record yet: the run has not reached its first step"),
 }
 
@@ -137,8 +153,10 @@ def test_a_directory_named_metrics_jsonl_is_one_error_line(tmp_path, tool):
     (tmp_path / "metrics.jsonl").mkdir()
     r = cli(*tool, tmp_path)
     assert r.returncode == 2
-    assert one_line(r, "error") == (f"error: {tmp_path / 'metrics.jsonl'} is a directory, not a metrics file: give "
-                                    f"the job.out_dir of a run, or move {tmp_path / 'metrics.jsonl'} aside\n")
+    assert one_line(r, "error") == (
+        f"error: {tmp_path / 'metrics.jsonl'} is a directory, not a metrics file: give "
+        f"the job.out_dir of a run, or move {tmp_path / 'metrics.jsonl'} aside\n"
+    )
 
 
 @BOTH
@@ -160,8 +178,10 @@ def test_a_damaged_config_toml_is_no_traceback(tmp_path, tool):
 # ---------------------------------------------------------------------------------------- the timeline PNG
 def png_warning(r: subprocess.CompletedProcess, png: Path, why: str) -> None:
     assert r.returncode == 0, r.stderr
-    assert one_line(r, "warning") == (f"warning: the timeline cannot be written to {png} ({why}): give --png PATH "
-                                      f"(a writable .png file), or --no-png\n")
+    assert one_line(r, "warning") == (
+        f"warning: the timeline cannot be written to {png} ({why}): give --png PATH "
+        f"(a writable .png file), or --no-png\n"
+    )
 
 
 def test_an_unwritable_default_png_still_prints_the_ledger_then_one_warning(tmp_path):
@@ -185,8 +205,9 @@ def test_a_png_path_under_a_file_is_one_warning_and_json_names_no_timeline(tmp_p
     assert out["timeline_png"] is None and out["step"] == 3
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory: the tests above use paths "
-                                              "that refuse root too")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root writes into a read-only directory: the tests above use paths that refuse root too"
+)
 def test_a_read_only_run_directory_is_one_warning(tmp_path):
     d = run_dir(tmp_path, lines(*GOOD))
     d.chmod(0o555)
@@ -204,7 +225,8 @@ def test_records_matplotlib_cannot_plot_are_one_warning_after_the_ledger(tmp_pat
     assert r.returncode == 0 and r.stdout.startswith(f"goodput ledger of {d}: step 3"), r.stderr
     warning = one_line(r, "warning")
     assert warning.startswith("warning: the timeline cannot be drawn (") and warning.endswith(
-        "the records hold values it cannot plot; --no-png leaves it out\n"), warning
+        "the records hold values it cannot plot; --no-png leaves it out\n"
+    ), warning
 
 
 def test_a_writable_png_is_written_after_the_ledger(tmp_path):
@@ -223,8 +245,9 @@ def test_make_status_draws_no_png(tmp_path):
 
 # ---------------------------------------------------------------------------------- make status ARGS=RUN_DIR
 def make_status(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-s", "status", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["make", "-s", "status", *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_make_status_takes_the_run_directory_itself_as_args(tmp_path):
@@ -237,16 +260,26 @@ def test_make_status_takes_the_run_directory_itself_as_args(tmp_path):
 
 def test_make_status_with_a_run_directory_and_more_args_is_one_line(tmp_path):
     d = run_dir(tmp_path, lines(*GOOD))
-    r = subprocess.run(["scripts/status.sh", str(d), "--preset", "debug"], cwd=ROOT, env=ENV, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        ["scripts/status.sh", str(d), "--preset", "debug"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
-    assert one_line(r, "error") == (f'error: ARGS="{d} --preset debug": give the run directory alone (ARGS={d}) or '
-                                    f'training arguments (ARGS="--job.out_dir {d} ..."), not both\n')
+    assert one_line(r, "error") == (
+        f'error: ARGS="{d} --preset debug": give the run directory alone (ARGS={d}) or '
+        f'training arguments (ARGS="--job.out_dir {d} ..."), not both\n'
+    )
 
 
 def test_make_status_of_a_missing_run_directory_names_it(tmp_path):
-    r = subprocess.run(["scripts/status.sh", str(tmp_path / "nope")], cwd=ROOT, env=ENV, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        ["scripts/status.sh", str(tmp_path / "nope")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2
-    assert one_line(r, "error").startswith(f"error: run directory {tmp_path / 'nope'} does not exist: give the "
-                                           "run's job.out_dir")
+    assert one_line(r, "error").startswith(
+        f"error: run directory {tmp_path / 'nope'} does not exist: give the run's job.out_dir"
+    )

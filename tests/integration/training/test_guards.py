@@ -1,5 +1,6 @@
 """Unit tests of the pieces that keep checkpoints honest: the non-finite guard, checksums and their split over
 ranks, storage error reasons, the run fingerprint and its diff."""
+
 import socket
 import subprocess
 import sys
@@ -36,15 +37,34 @@ def test_check_weights_refuses_non_finite_weights(world1):
 def test_a_write_failure_without_errno_on_a_full_device_is_named_as_a_full_device(tmp_path):
     # PyTorch's stream writer reports ENOSPC as "unexpected pos N vs M" (no errno); the reason must still
     # say the device is full. A real full tmpfs, in a private mount namespace.
-    probe = ("import sys; from training.checkpoint.integrity import storage_reason; d = sys.argv[1]\n"
-             "try:\n    open(d + '/fill', 'wb').write(b'x' * (1 << 20))\nexcept OSError: pass\n"
-             "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . "
-             "unexpected pos 704 vs 598'), d))")
+    probe = (
+        "import sys; from training.checkpoint.integrity import storage_reason; d = sys.argv[1]\n"
+        "try:\n    open(d + '/fill', 'wb').write(b'x' * (1 << 20))\nexcept OSError: pass\n"
+        "print(storage_reason(RuntimeError('[enforce fail at inline_container.cc:672] . "
+        "unexpected pos 704 vs 598'), d))"
+    )
     full = tmp_path / "full"
     full.mkdir()
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                        'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"', str(full), sys.executable, "-c", probe,
-                        str(full)], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[3])
+    r = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"',
+            str(full),
+            sys.executable,
+            "-c",
+            probe,
+            str(full),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[3],
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"no space left on the device (0 bytes free on {full})"
     # with room to spare, the library's own words are kept
@@ -57,6 +77,7 @@ def test_a_step_directory_appears_with_its_ownership_file_and_scratch_left_by_a_
     scratch name and renamed into place; a scratch left by a kill is ours: not reported, removed by the next save."""
     from training.checkpoint.storage import OWNED, StorageTier, foreign_entries, is_ours, step_dir
     from training.config import CheckpointConfig
+
     root = tmp_path / "ckpt"
     root.mkdir()
     left = root / ".step_00000002.new-4242"  # what a kill between mkdir and rename leaves
@@ -82,6 +103,7 @@ def test_a_removal_of_ours_killed_midway_leaves_no_step_directory_a_resume_would
     from training.checkpoint import layout
     from training.checkpoint.storage import OWNED, StorageTier, foreign_entries, is_ours, step_dir
     from training.config import CheckpointConfig
+
     root = tmp_path / "ckpt"
     root.mkdir()
     mgr = StorageTier(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature={})
@@ -110,8 +132,13 @@ def test_checkpoint_collectives_wait_a_bound_from_the_timed_saves_not_the_hour(w
     from datetime import timedelta
     from training.checkpoint.storage import StorageTier
     from training.config import CheckpointConfig
-    mgr = StorageTier(CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
-                            rank=0, world_size=1, signature={})
+
+    mgr = StorageTier(
+        CheckpointConfig(dir=str(tmp_path), async_save=False, timeout_s=3600, min_timeout_s=7),
+        rank=0,
+        world_size=1,
+        signature={},
+    )
     timeout = lambda: mgr.group._get_backend(torch.device("cpu")).options._timeout  # noqa: E731
     assert timeout() == timedelta(seconds=3600)
     mgr.save(1, {"w": torch.arange(4.0)}, force=True)

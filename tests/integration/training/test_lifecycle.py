@@ -1,4 +1,5 @@
 """training.job.lifecycle: real parent and child processes, real SIGKILL of the parent (Linux)."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ PARENT = textwrap.dedent("""
 
 
 def parent(how: str) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([sys.executable, "-c", PARENT, how], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", PARENT, how], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     return p, int(p.stdout.readline())
 
 
@@ -80,8 +82,10 @@ def test_the_signal_follows_the_forking_thread_so_parents_fork_from_their_main_t
 
 def test_a_parent_already_gone_means_the_signal_is_sent_at_once():
     # The child names a parent that is not its parent (as if the real one died before the request).
-    code = ("import signal, time; from training.job.lifecycle import die_with_parent; "
-            "die_with_parent(signal.SIGTERM, parent_pid=1 if __import__('os').getppid() != 1 else 2); time.sleep(30)")
+    code = (
+        "import signal, time; from training.job.lifecycle import die_with_parent; "
+        "die_with_parent(signal.SIGTERM, parent_pid=1 if __import__('os').getppid() != 1 else 2); time.sleep(30)"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=30)
     assert r.returncode == -signal.SIGTERM
 
@@ -108,8 +112,11 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
     import time
 
     from training.job.lifecycle import worker_rank
-    code = ("from training.job.lifecycle import name_worker; import sys, time; name_worker(12); "
-            "print('ok', flush=True); time.sleep(30)")
+
+    code = (
+        "from training.job.lifecycle import name_worker; import sys, time; name_worker(12); "
+        "print('ok', flush=True); time.sleep(30)"
+    )
     named = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     plain = subprocess.Popen(["sleep", "30"])
     try:
@@ -127,9 +134,11 @@ def test_a_worker_names_itself_by_rank_and_tools_read_it_back():
 def test_exit_without_finalization_keeps_the_output_and_the_code_and_skips_finalizers():
     # Buffered output (a pipe, not a terminal) and log records reach the parent; atexit handlers, which are part of
     # the finalization this exit skips, do not run.
-    code = ("import atexit, logging, sys; from training.job.lifecycle import exit_without_finalization; "
-            "logging.basicConfig(stream=sys.stderr); atexit.register(lambda: print('finalized')); "
-            "print('done', end=''); logging.getLogger('x').warning('logged'); exit_without_finalization(3)")
+    code = (
+        "import atexit, logging, sys; from training.job.lifecycle import exit_without_finalization; "
+        "logging.basicConfig(stream=sys.stderr); atexit.register(lambda: print('finalized')); "
+        "print('done', end=''); logging.getLogger('x').warning('logged'); exit_without_finalization(3)"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (3, "done")
     assert "logged" in r.stderr

@@ -4,6 +4,7 @@ used turns the tier off with a warning instead of killing the job (issue 29, ite
 Each data-loss case checksums the user's files before and after. The full-tmpfs case runs on a real 1 MiB tmpfs
 (mounting one needs root: the test skips elsewhere, saying so) in a child process, since the failure it guards
 against is a SIGBUS that would take the test runner down with it."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,11 @@ DAY = 24 * 3600
 
 def tree_digest(root: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under root (the user's data, before and after)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def age(path: Path, seconds: float) -> None:
@@ -48,8 +52,15 @@ def world_of_one(tmp_path_factory):
 
 def build(memory_dir: Path, checkpoint_dir: Path) -> MemoryTier:
     cfg = load_config(["--checkpoint.memory_dir", str(memory_dir)]).checkpoint
-    return MemoryTier.build(cfg, rank=0, world=1, local_world=1, checkpoint_dir=str(checkpoint_dir),
-                            identity={"model": "net"}, device=torch.device("cpu"))
+    return MemoryTier.build(
+        cfg,
+        rank=0,
+        world=1,
+        local_world=1,
+        checkpoint_dir=str(checkpoint_dir),
+        identity={"model": "net"},
+        device=torch.device("cpu"),
+    )
 
 
 class Tiny:
@@ -141,8 +152,13 @@ FILL_AND_SNAPSHOT = textwrap.dedent("""
 
 def test_a_full_tmpfs_is_a_warning_not_a_sigbus(tmp_path, tmpfs):
     mnt = tmpfs("full", "size=1m")
-    r = subprocess.run([sys.executable, "-c", FILL_AND_SNAPSHOT, str(mnt), str(tmp_path / "store"),
-                        str(tmp_path / "ckpt")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", FILL_AND_SNAPSHOT, str(mnt), str(tmp_path / "store"), str(tmp_path / "ckpt")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = r.stdout + r.stderr
     assert "first snapshot ok, failed = False" in out and "filled: No space left on device" in out, out
     assert r.returncode == 0, f"the snapshot killed the process (rc {r.returncode}; -7 is SIGBUS):\n{out}"
@@ -156,11 +172,28 @@ def test_a_relative_memory_dir_is_refused_and_nothing_is_made(tmp_path, relative
     project folder, without a word, and an empty directory stayed there. Run from a scratch directory (where such
     a path would land) through the real entry point."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "training", "--checkpoint.memory_dir", relative, "--train.steps", "1",
-                        "--job.out_dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path,
-                       env=env, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "--checkpoint.memory_dir",
+            relative,
+            "--train.steps",
+            "1",
+            "--job.out_dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert (r.returncode, r.stdout) == (2, ""), r.stdout + r.stderr
-    assert r.stderr == (f"error: checkpoint.memory_dir={relative!r} is a relative path: the snapshots must be on "
-                        "node-local shared memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir "
-                        "/dev/shm/t5-failover) or leave it empty\n")
+    assert r.stderr == (
+        f"error: checkpoint.memory_dir={relative!r} is a relative path: the snapshots must be on "
+        "node-local shared memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir "
+        "/dev/shm/t5-failover) or leave it empty\n"
+    )
     assert list(tmp_path.iterdir()) == []  # neither the snapshot directory nor the run's

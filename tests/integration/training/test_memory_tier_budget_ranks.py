@@ -2,6 +2,7 @@
 decide on the same figures (the larger of each) and so snapshot at the same steps. Rank 1 copies 16 MB with no
 pause between steps (alone it would snapshot as rarely as allowed, 50), rank 0 a few bytes between 0.2 s steps
 (alone: every step): they must agree on an interval between."""
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,28 @@ STEPS = 16
 
 def _rank(rank: int, root: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=2)
-    cfg = load_config(["--checkpoint.memory_interval", "auto", "--checkpoint.interval", "50",
-                       "--checkpoint.min_timeout_s", "30", "--checkpoint.memory_dir", f"{root}/shm"]).checkpoint
+    cfg = load_config(
+        [
+            "--checkpoint.memory_interval",
+            "auto",
+            "--checkpoint.interval",
+            "50",
+            "--checkpoint.min_timeout_s",
+            "30",
+            "--checkpoint.memory_dir",
+            f"{root}/shm",
+        ]
+    ).checkpoint
     # one node of two ranks: no replica ring, so the tier's only collectives are its room check and the figures
-    t = MemoryTier.build(cfg, rank=rank, world=2, local_world=2, checkpoint_dir=f"{root}/ckpt",
-                         identity={"model": "blob"}, device=torch.device("cpu"))
+    t = MemoryTier.build(
+        cfg,
+        rank=rank,
+        world=2,
+        local_world=2,
+        checkpoint_dir=f"{root}/ckpt",
+        identity={"model": "blob"},
+        device=torch.device("cpu"),
+    )
     w = torch.zeros(4 << 20 if rank == 1 else 4)
     taken = []
     for step in range(1, STEPS + 1):

@@ -1,4 +1,5 @@
 """Meta-device init: each rank materialises only its shards, and the weights equal a CPU build's, bitwise."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,21 @@ from tests.unit.training.test_meta_init import SMALL
 
 @pytest.mark.parametrize("nproc", [1, 3])
 def test_each_rank_materialises_its_shards_and_the_gathered_model_equals_the_cpu_build(nproc, tmp_path):
-    r = subprocess.run([TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "tests/support/meta_init_probe.py",
-                        json.dumps(SMALL), str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                       env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [
+            TORCHRUN,
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "tests/support/meta_init_probe.py",
+            json.dumps(SMALL),
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     ranks = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("rank-*.json"))]
     assert sorted(x["rank"] for x in ranks) == list(range(nproc))
@@ -30,8 +43,13 @@ def test_each_rank_materialises_its_shards_and_the_gathered_model_equals_the_cpu
 
 
 def test_the_build_benchmark_prints_both_ways_with_their_figures():
-    r = subprocess.run([sys.executable, "-m", "training.bench_init", "--preset", "debug", "--nproc", "2"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [sys.executable, "-m", "training.bench_init", "--preset", "debug", "--nproc", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines()[1:]]
     assert [(row[0], row[1], row[2]) for row in rows] == [("debug", "2", "cpu"), ("debug", "2", "meta")]

@@ -1,5 +1,6 @@
 """The metrics file is a record, not the work: a disk that fills after the start checks costs metrics lines,
 with one warning, never the run (issue 29: it was an OSError traceback in every rank, then a restart loop)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,17 @@ def fill(directory) -> None:
 
 
 def step(m: MetricsLogger, n: int) -> None:
-    m.step(step=n, loss=1.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1.0, step_time_s=0.1, ckpt_block_s=0.0,
-           world_size=1, tokens=10)
+    m.step(
+        step=n,
+        loss=1.0,
+        lr=1e-3,
+        grad_norm=1.0,
+        tokens_per_s=1.0,
+        step_time_s=0.1,
+        ckpt_block_s=0.0,
+        world_size=1,
+        tokens=10,
+    )
 
 
 def test_a_full_disk_mid_run_warns_once_and_training_goes_on(tmpfs, capsys):

@@ -2,6 +2,7 @@
 one waiting for a peer inside torch.distributed is not; the heartbeat payload; the process-group timeout rule.
 
 Here: the test that waits on a real TCPStore (a socket); the rest is in tests/unit/training/test_progress.py."""
+
 import threading
 import time
 
@@ -12,6 +13,7 @@ from training.job.progress import STARTUP, ProgressTracker
 
 def test_a_thread_waiting_for_a_peer_in_torch_distributed_is_not_wedged_a_thread_stuck_elsewhere_is():
     from torch.distributed.elastic.utils.store import barrier
+
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     stuck = threading.Event()
 
@@ -20,11 +22,14 @@ def test_a_thread_waiting_for_a_peer_in_torch_distributed_is_not_wedged_a_thread
             barrier(store, 2, key_prefix="test", barrier_timeout=20)
         except Exception:  # noqa: BLE001 - times out at the end of the test
             pass
+
     found, threads = {}, []
     for name, body in (("peer", waits_for_a_peer), ("own", stuck.wait)):
+
         def target(name=name, body=body):
             found[name] = ProgressTracker(floor_s=3, multiple=4, warmup=1, startup_s=1, train_timeout_s=60)
             body()
+
         threads.append(threading.Thread(target=target, daemon=True))
         threads[-1].start()
     deadline = time.monotonic() + 10

@@ -1,4 +1,5 @@
 """RunLock: one run per checkpoint directory, held by real processes, released by their death."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,13 @@ HOLD = textwrap.dedent("""
 
 def hold(directory: Path, run: str = "other", fork: bool = False) -> subprocess.Popen:
     """A real process holding the lock on ``directory`` (returns once it holds it)."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), run, "fork" if fork else "-"], cwd=ROOT,
-                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(directory), run, "fork" if fork else "-"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -124,6 +130,7 @@ def test_file_system_without_flock_warns_once_and_continues(tmp_path, caplog, mo
 
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
     monkeypatch.setattr(fcntl, "flock", no_flock)
     monkeypatch.setattr(run_lock, "_warned_unsupported", False)
     d = tmp_path / "nolock"

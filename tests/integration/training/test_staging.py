@@ -1,4 +1,5 @@
 """The async-save stager: an exact private copy, in buffers reused by every later save."""
+
 from __future__ import annotations
 
 import os
@@ -28,11 +29,17 @@ def mesh():
 
 def _state(mesh):
     g = torch.Generator().manual_seed(0)
-    return {"model": {"w": distribute_tensor(torch.randn(6, 4, generator=g), mesh, [Shard(0)]),
-                      "b": torch.randn(4, generator=g)},
-            "optim": {"state": {"w": {"step": torch.tensor(3.0), "exp_avg": torch.randn(6, 4, generator=g)}},
-                      "param_groups": [{"lr": 1e-3, "params": ["w"]}]},
-            "progress": {"step": 7, "tokens_seen": 1234}}
+    return {
+        "model": {
+            "w": distribute_tensor(torch.randn(6, 4, generator=g), mesh, [Shard(0)]),
+            "b": torch.randn(4, generator=g),
+        },
+        "optim": {
+            "state": {"w": {"step": torch.tensor(3.0), "exp_avg": torch.randn(6, 4, generator=g)}},
+            "param_groups": [{"lr": 1e-3, "params": ["w"]}],
+        },
+        "progress": {"step": 7, "tokens_seen": 1234},
+    }
 
 
 def test_staged_copy_is_exact_and_independent_of_later_training(mesh):
@@ -97,7 +104,11 @@ def test_a_staged_dtensor_wraps_the_host_buffer_itself(mesh, monkeypatch):
     w = staged["model"]["w"]
     assert w._local_tensor is stager._buffers["/model/w"]
     assert (w.shape, w.stride(), w.placements, w.device_mesh) == (
-        state["model"]["w"].shape, state["model"]["w"].stride(), state["model"]["w"].placements, mesh)
+        state["model"]["w"].shape,
+        state["model"]["w"].stride(),
+        state["model"]["w"].placements,
+        mesh,
+    )
     assert all(t.device.type == "cpu" for t in _local_leaves(staged))
 
 
@@ -105,8 +116,13 @@ def test_a_staged_dtensor_wraps_the_host_buffer_itself(mesh, monkeypatch):
 def test_state_on_a_gpu_is_staged_entirely_in_pinned_host_memory(mesh):
     gpu_mesh = init_device_mesh("cuda", (1,))
     g = torch.Generator().manual_seed(0)
-    state = {"model": {"w": distribute_tensor(torch.randn(6, 4, generator=g).cuda(), gpu_mesh, [Shard(0)]),
-                       "b": torch.randn(4, generator=g).cuda()}, "step": 3}
+    state = {
+        "model": {
+            "w": distribute_tensor(torch.randn(6, 4, generator=g).cuda(), gpu_mesh, [Shard(0)]),
+            "b": torch.randn(4, generator=g).cuda(),
+        },
+        "step": 3,
+    }
     before = torch.cuda.memory_allocated()
     stager = ReusedBufferStager()
     staged = stager.stage(state)

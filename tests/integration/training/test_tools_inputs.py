@@ -1,6 +1,7 @@
 """Bad inputs to the checkpoint tools (training.compare, training.export) and to --model.init_from: one line that
 names the input and what is wrong with it, exit 2 (3 for weights of another model shape), never a traceback and
 never a damaged checkpoint compared as if it were sound."""
+
 from __future__ import annotations
 
 import shutil
@@ -38,8 +39,9 @@ def checkpoints(tmp_path_factory) -> Path:
         cfg = ModelConfig(**SMALL)
         model = build_model(cfg, seed=0)
         state = {"train": {"model": model.state_dict(), "optim": {"step": torch.tensor(2.0)}}}
-        mgr = StorageTier(CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1,
-                                signature=model_signature(cfg))
+        mgr = StorageTier(
+            CheckpointConfig(dir=str(root), async_save=False), rank=0, world_size=1, signature=model_signature(cfg)
+        )
         mgr.save(2, state, force=True)
         mgr.close()
     finally:
@@ -116,15 +118,18 @@ def test_a_missing_path_is_named_as_missing(checkpoints, tmp_path, capsys, cli, 
     assert code == 2 and f"{missing} does not exist" in line and "commit marker" not in line
 
 
-@pytest.mark.parametrize("cli, use, extra", [(compare_cli, "compare checkpoints", "CKPT"),
-                                             (export_cli, "export a checkpoint", "OUT")])
+@pytest.mark.parametrize(
+    "cli, use, extra", [(compare_cli, "compare checkpoints", "CKPT"), (export_cli, "export a checkpoint", "OUT")]
+)
 def test_a_hugging_face_directory_is_named_as_one(checkpoints, exported, tmp_path, capsys, cli, use, extra):
     other = step_dir(checkpoints, 2) if extra == "CKPT" else tmp_path / "out"
     code, _, err = run(cli, exported, other, capsys=capsys)
     line = one_error_line(err)
     assert code == 2 and "commit marker" not in line
-    assert (f"{exported} is a Hugging Face model directory (config.json + model.safetensors), not a training "
-            f"checkpoint; {use} (a step_NNNNNNNN directory or a checkpoint.dir)") in line
+    assert (
+        f"{exported} is a Hugging Face model directory (config.json + model.safetensors), not a training "
+        f"checkpoint; {use} (a step_NNNNNNNN directory or a checkpoint.dir)"
+    ) in line
 
 
 def test_an_unfinished_save_still_says_so(checkpoints, tmp_path, capsys):
@@ -138,8 +143,13 @@ def test_an_unfinished_save_still_says_so(checkpoints, tmp_path, capsys):
 # ---- round 4, case 5: an export to a path that cannot become its new directory ---------------------------------
 def export_in_a_process(ckpt: Path, out: Path | str) -> tuple[int, str]:
     """The real entry point in its own process: its exit code and its stderr (stdout empty, no traceback)."""
-    r = subprocess.run([sys.executable, "-m", "training.export", str(ckpt), str(out)], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "training.export", str(ckpt), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.stdout == "" and "Traceback" not in r.stderr, r.stdout + r.stderr
     return r.returncode, r.stderr
 
@@ -149,12 +159,14 @@ def test_an_export_onto_a_file_or_under_one_is_one_line_and_touches_nothing(chec
     afile = tmp_path / "afile"
     afile.write_text("keep me")
     assert export_in_a_process(checkpoints, afile) == (
-        2, f"error: {afile} is a file, not a directory; choose a new directory for the export (nothing was "
-           "overwritten)\n")
+        2,
+        f"error: {afile} is a file, not a directory; choose a new directory for the export (nothing was overwritten)\n",
+    )
     for under in (afile / "hf", afile / "a" / "hf"):
         assert export_in_a_process(checkpoints, under) == (
-            2, f"error: cannot create {under}: {afile} is a file, not a directory; choose a new directory "
-               "elsewhere\n")
+            2,
+            f"error: cannot create {under}: {afile} is a file, not a directory; choose a new directory elsewhere\n",
+        )
     assert afile.read_text() == "keep me" and list(tmp_path.iterdir()) == [afile]
 
 
@@ -163,7 +175,8 @@ def test_an_export_where_no_directory_can_be_made_is_one_line(checkpoints):
     code, err = export_in_a_process(checkpoints, "/proc/t5-export")
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: cannot create /proc/t5-export: ") and err.endswith(
-        "; choose a new directory on a writable file system\n"), err
+        "; choose a new directory on a writable file system\n"
+    ), err
     assert not Path("/proc/t5-export").exists()
 
 
@@ -176,6 +189,8 @@ def test_an_export_that_runs_out_of_room_leaves_nothing_half_written(checkpoints
     if there:
         out.mkdir()
     assert export_in_a_process(checkpoints, out) == (
-        2, f"error: cannot write {out}: No space left on device; choose a writable directory with room (nothing "
-           "was left there)\n")
+        2,
+        f"error: cannot write {out}: No space left on device; choose a writable directory with room (nothing "
+        "was left there)\n",
+    )
     assert [p.name for p in small.rglob("*")] == (["hf"] if there else [])

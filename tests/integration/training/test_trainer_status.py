@@ -2,6 +2,7 @@
 CA of our own, a bearer token checked, as the Trainer's status server does): what rank 0's metrics logger posts,
 at most once per interval, with the rotating token read again, and a refused report that never stops training.
 Not verified here: the Trainer controller itself (no cluster on this machine)."""
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,19 @@ def server(tmp_path):
 
 
 def step(n: int, loss: float) -> dict:
-    return dict(step=n, loss=loss, lr=1e-3, grad_norm=1.0, tokens_per_s=1000.0 + n, step_time_s=0.01,
-                ckpt_block_s=0.0, world_size=2, restart_count=1, data_offset=4 * (n - 1), tokens=10)
+    return dict(
+        step=n,
+        loss=loss,
+        lr=1e-3,
+        grad_norm=1.0,
+        tokens_per_s=1000.0 + n,
+        step_time_s=0.01,
+        ckpt_block_s=0.0,
+        world_size=2,
+        restart_count=1,
+        data_offset=4 * (n - 1),
+        tokens=10,
+    )
 
 
 def metrics(body: dict) -> dict:
@@ -77,8 +89,10 @@ def test_rank_0_reports_progress_at_most_once_per_interval_with_the_token_read_a
     path = tmp_path / "metrics.jsonl"
     # an earlier attempt, killed after step 3: the report's failure count and goodput come from the whole run
     t0 = time.time() - 60
-    earlier = [{"event": "start", "time": t0, "world_size": 2, "restart_count": 0, "resumed_from": None},
-               *[{"event": "step", "time": t0 + n, **step(n, 5.0)} for n in (1, 2, 3)]]
+    earlier = [
+        {"event": "start", "time": t0, "world_size": 2, "restart_count": 0, "resumed_from": None},
+        *[{"event": "step", "time": t0 + n, **step(n, 5.0)} for n in (1, 2, 3)],
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in earlier))
     cfg = MetricsConfig(path=str(path), tensorboard=False)
     assert isinstance(MetricsLogger(cfg, rank=1, total_steps=100).trainer_status, NullLog)  # rank 0 only

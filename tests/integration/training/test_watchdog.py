@@ -1,5 +1,6 @@
 """The heartbeat watchdog on a real TCPStore, in one process: a silent peer is declared after the timeout (and
 only then); a peer that ended on purpose is not."""
+
 import re
 import time
 
@@ -17,9 +18,17 @@ def store():
 
 
 def pair(store, timeout_s, ended):
-    return [PeerWatchdog(timeout_s=timeout_s, rank=r, world=2, store=store,
-                         on_silent=lambda line, r=r: ended.append((r, "silent", line)),
-                         exit_fn=lambda code, r=r: ended.append((r, "exit", code))) for r in (0, 1)]
+    return [
+        PeerWatchdog(
+            timeout_s=timeout_s,
+            rank=r,
+            world=2,
+            store=store,
+            on_silent=lambda line, r=r: ended.append((r, "silent", line)),
+            exit_fn=lambda code, r=r: ended.append((r, "exit", code)),
+        )
+        for r in (0, 1)
+    ]
 
 
 def test_a_silent_peer_is_declared_after_the_timeout_and_ends_the_watcher(store):
@@ -68,6 +77,7 @@ def test_the_node_watchdog_kills_only_a_child_worker_whose_heartbeat_is_stale(tm
     import subprocess
 
     from training.job.watchdog import NodeWatchdog
+
     fresh, stale = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
     try:
         wd = NodeWatchdog(str(tmp_path))
@@ -94,6 +104,7 @@ def test_the_node_watchdog_also_kills_a_stale_worker_forked_by_the_agents_forkse
     import subprocess
 
     from training.job.watchdog import NodeWatchdog
+
     # agent (this process) -> "forkserver" (bash) -> worker (sleep): a warm worker is the agent's grandchild
     middle = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!; wait $!"], stdout=subprocess.PIPE, text=True)
     worker = int(middle.stdout.readline())
@@ -122,6 +133,7 @@ class _FlakyStore:
             if self.down:
                 raise RuntimeError("Connection reset by peer")
             return method(*args)
+
         return call
 
 
@@ -140,22 +152,33 @@ def test_a_store_that_does_not_answer_pauses_the_verdicts_and_never_ends_the_wor
     time.sleep(3)
     assert ended == []  # both measure afresh once the store is back: no silence is blamed on a peer
     err = capfd.readouterr().err
-    assert "rank 0: the workers' store does not answer (RuntimeError: Connection reset by peer); peer verdicts " \
-           "paused, training goes on" in err
+    assert (
+        "rank 0: the workers' store does not answer (RuntimeError: Connection reset by peer); peer verdicts "
+        "paused, training goes on" in err
+    )
     assert "rank 0: the workers' store answers again; peer verdicts resumed" in err
     w0.close()
     w1.close()
 
 
 def test_a_wedged_main_thread_is_declared_in_one_line_and_its_heartbeat_file_carries_the_verdict(
-        store, tmp_path, monkeypatch, capfd):
+    store, tmp_path, monkeypatch, capfd
+):
     from training.job.progress import FORWARD_BACKWARD, ProgressTracker
     from training.job.watchdog import HEARTBEAT_DIR_ENV
+
     monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
     progress = ProgressTracker(floor_s=3, multiple=4, warmup=1, startup_s=3, train_timeout_s=60)  # this thread's
     ended = []
-    w = PeerWatchdog(timeout_s=10, rank=1, world=2, store=store, on_silent=ended.append,
-                     exit_fn=lambda code: ended.append(code), progress=progress)
+    w = PeerWatchdog(
+        timeout_s=10,
+        rank=1,
+        world=2,
+        store=store,
+        on_silent=ended.append,
+        exit_fn=lambda code: ended.append(code),
+        progress=progress,
+    )
     w.start()
     progress.enter(FORWARD_BACKWARD, 5)
     entered = time.monotonic()
@@ -165,8 +188,11 @@ def test_a_wedged_main_thread_is_declared_in_one_line_and_its_heartbeat_file_car
     time.sleep(3.5)  # this (main) thread makes no progress past the start-up bound of 3 s: wedged
     assert len(ended) == 1 and w._thread is not None and not w._thread.is_alive()  # no exit: the agent kills it
     line = ended[0]
-    found = re.search(r"rank 1 \(node \S+, pid \d+\) is wedged: no progress in phase forward_backward of step 5 for "
-                      r"(\d+\.\d) s \(bound 3\.0 s", line)
+    found = re.search(
+        r"rank 1 \(node \S+, pid \d+\) is wedged: no progress in phase forward_backward of step 5 for "
+        r"(\d+\.\d) s \(bound 3\.0 s",
+        line,
+    )
     assert found, line
     # past its bound, and no longer than it had been stuck (a loaded machine's watchdog tick may come late)
     assert 3.0 <= float(found.group(1)) <= time.monotonic() - entered + 0.05, line
@@ -181,6 +207,7 @@ def test_the_node_watchdog_kills_a_worker_that_declared_itself_wedged_at_once(tm
     import subprocess
 
     from training.job.watchdog import NodeWatchdog
+
     worker = subprocess.Popen(["sleep", "60"])
     try:
         (tmp_path / str(worker.pid)).write_text("10 1 42 wedged\n")  # fresh: 10 s of heartbeat timeout left
@@ -197,6 +224,7 @@ def test_a_workers_own_exit_code_stops_its_agent_instead_of_a_restart(tmp_path, 
     import subprocess
 
     from training.job.watchdog import HEARTBEAT_DIR_ENV, NodeWatchdog, tell_agent_final_exit
+
     monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
     tell_agent_final_exit(5)  # as a worker that diverged does before it exits 5
     agent = subprocess.Popen(["sleep", "60"])  # stands in for the agent process the SIGTERM goes to
@@ -220,6 +248,7 @@ def test_a_worker_with_its_own_exit_code_sigterms_its_agent_itself_once(tmp_path
 
     from training.job.lifecycle import AGENT_ENV
     from training.job.watchdog import HEARTBEAT_DIR_ENV, NodeWatchdog, tell_agent_final_exit
+
     agent = subprocess.Popen(["sleep", "60"])  # stands in for the agent process
     try:
         monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))

@@ -1,5 +1,6 @@
 """cluster_facts: the timeouts of each platform nest and cover a checkpoint of the largest preset, and both
 renderers (EKS runtime, Slurm batch script) give the training processes the same NCCL/EFA environment."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,7 @@ from cluster_assets.k8s.runtime import build_cluster_training_runtime, replicate
 from cluster_assets.k8s.trainjob import TrainJobConfig, train_job_manifest
 from cluster_assets.slurm.config import SlurmJobConfig
 from cluster_assets.slurm.render import render, sbatch_lines
-from cluster_facts import (GPU_INSTANCES, SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, nccl_env,
-                           platform_timeouts)
+from cluster_facts import GPU_INSTANCES, SHUTDOWN_MARGIN_S, TIMEOUTS, PlatformTimeouts, nccl_env, platform_timeouts
 from stacks.config import InfraConfig
 from training.config import PRESET_DIR, ModelConfig, load_config
 
@@ -29,11 +29,11 @@ REL_POS_BUCKETS = 32
 def t5_params(m: ModelConfig) -> int:
     """Parameters of the gated-GELU T5 the trainer builds (tied embedding and head, no biases)."""
     inner = m.num_heads * m.d_kv
-    attention = 4 * m.d_model * inner                  # q, k, v, o
-    ffn = 3 * m.d_model * m.d_ff                       # wi_0, wi_1, wo
-    encoder = m.num_layers * (attention + ffn + 2 * m.d_model)               # + 2 layer norms
-    decoder = m.num_decoder_layers * (2 * attention + ffn + 3 * m.d_model)   # self + cross attention, 3 norms
-    rel_bias = 2 * REL_POS_BUCKETS * m.num_heads       # first block of each stack
+    attention = 4 * m.d_model * inner  # q, k, v, o
+    ffn = 3 * m.d_model * m.d_ff  # wi_0, wi_1, wo
+    encoder = m.num_layers * (attention + ffn + 2 * m.d_model)  # + 2 layer norms
+    decoder = m.num_decoder_layers * (2 * attention + ffn + 3 * m.d_model)  # self + cross attention, 3 norms
+    rel_bias = 2 * REL_POS_BUCKETS * m.num_heads  # first block of each stack
     return m.vocab_size * m.d_model + encoder + decoder + rel_bias + 2 * m.d_model  # + final norms
 
 
@@ -47,8 +47,7 @@ def state_bytes(preset: str) -> int:
 
 def largest_preset(platform: str) -> str:
     """``local`` runs on this machine's CPUs, so only the presets that do not ask for CUDA; the clusters run all."""
-    names = [p for p in presets()
-             if platform != "local" or load_config(["--preset", p]).parallel.device != "cuda"]
+    names = [p for p in presets() if platform != "local" or load_config(["--preset", p]).parallel.device != "cuda"]
     return max(names, key=state_bytes)
 
 
@@ -83,6 +82,7 @@ def test_the_parameter_formula_is_the_model_the_trainer_builds():
     from transformers import T5ForConditionalGeneration
 
     from training.model.t5 import build_t5_config
+
     for preset in ("debug", "t5-60m", "t5-3b"):
         m = load_config(["--preset", preset]).model
         with torch.device("meta"):  # shapes only: t5-3b without allocating 11 GB
@@ -93,8 +93,8 @@ def test_the_parameter_formula_is_the_model_the_trainer_builds():
 def test_the_largest_presets_are_the_ones_the_timeouts_are_sized_for():
     assert largest_preset("eks") == largest_preset("slurm") == "t5-3b"
     assert largest_preset("local") == "t5-60m"
-    assert 32e9 < state_bytes("t5-3b") < 33e9      # 2.72 B parameters x 12 bytes
-    assert 111 < write_time_s("eks") < 112          # seconds for one full t5-3b checkpoint on the default FSx
+    assert 32e9 < state_bytes("t5-3b") < 33e9  # 2.72 B parameters x 12 bytes
+    assert 111 < write_time_s("eks") < 112  # seconds for one full t5-3b checkpoint on the default FSx
 
 
 # --------------------------------------------------------------------------------- the timeouts table
@@ -128,19 +128,23 @@ def test_process_group_timeouts_cover_checkpoint_io(platform):
     assert t.checkpoint_pg_timeout_s >= 4 * 2 * write_time_s(platform)
     assert t.init_pg_timeout_s >= 4 * write_time_s(platform)
     assert 10 <= t.train_pg_timeout_s < 600  # hang detection well inside NCCL's own 10-minute watchdog
-    assert t.rdzv_join_timeout_s >= 120       # the launcher's measured default on loopback
+    assert t.rdzv_join_timeout_s >= 120  # the launcher's measured default on loopback
 
 
 def test_eks_renderers_read_the_table():
     eks = platform_timeouts("eks")
-    rt = build_cluster_training_runtime(name="rt", pvc_name="pvc", image="img:1", max_restarts=1,
-                                        gpus_per_node=8, efa_per_node=32)
+    rt = build_cluster_training_runtime(
+        name="rt", pvc_name="pvc", image="img:1", max_restarts=1, gpus_per_node=8, efa_per_node=32
+    )
     job = replicated_job(rt, "node")
     assert job["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == eks.grace_s
     tj = train_job_manifest(TrainJobConfig(name="t", image="img:1", runtime_name="rt", fsx_mount_path="/fsx"))
     command = tj["spec"]["trainer"]["command"]
-    for flag, value in (("--shutdown-timeout", eks.shutdown_timeout_s), ("--train-timeout-s", eks.train_pg_timeout_s),
-                        ("--join-timeout", eks.rdzv_join_timeout_s)):
+    for flag, value in (
+        ("--shutdown-timeout", eks.shutdown_timeout_s),
+        ("--train-timeout-s", eks.train_pg_timeout_s),
+        ("--join-timeout", eks.rdzv_join_timeout_s),
+    ):
         assert command[command.index(flag) + 1] == str(value), flag
 
 
@@ -149,8 +153,11 @@ def test_slurm_renderer_reads_the_table():
     cfg = SlurmJobConfig(run_name="r")
     assert f"#SBATCH --signal=B:USR1@{slurm.grace_s}" in sbatch_lines(cfg)
     text = render(cfg)
-    for var, value in (("SHUTDOWN_TIMEOUT_S", slurm.shutdown_timeout_s), ("TRAIN_TIMEOUT_S", slurm.train_pg_timeout_s),
-                       ("JOIN_TIMEOUT_S", slurm.rdzv_join_timeout_s)):
+    for var, value in (
+        ("SHUTDOWN_TIMEOUT_S", slurm.shutdown_timeout_s),
+        ("TRAIN_TIMEOUT_S", slurm.train_pg_timeout_s),
+        ("JOIN_TIMEOUT_S", slurm.rdzv_join_timeout_s),
+    ):
         assert re.search(rf"^{var}={value}\b", text, flags=re.M), var
     assert '--train-timeout-s "$TRAIN_TIMEOUT_S" --join-timeout "$JOIN_TIMEOUT_S"' in text
 
@@ -166,8 +173,15 @@ NCCL_KEYS = re.compile(r"^(NCCL_|FI_|TORCH_NCCL_|RDMAV_)")
 
 
 def runtime_nccl_env(gpus: int, efa: int, rdma: bool) -> dict[str, str]:
-    rt = build_cluster_training_runtime(name="rt", pvc_name="pvc", image="img:1", max_restarts=1,
-                                        gpus_per_node=gpus, efa_per_node=efa, gpudirect_rdma=rdma)
+    rt = build_cluster_training_runtime(
+        name="rt",
+        pvc_name="pvc",
+        image="img:1",
+        max_restarts=1,
+        gpus_per_node=gpus,
+        efa_per_node=efa,
+        gpudirect_rdma=rdma,
+    )
     job = replicated_job(rt, "node")
     (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e["value"] for e in container["env"] if NCCL_KEYS.match(e["name"])}
@@ -216,13 +230,24 @@ def test_stack_defaults_are_the_shared_names():
 
     c = InfraConfig()
     assert (c.training_namespace, c.runtime_name, c.gpu_instance_type, c.image_tag, c.max_restarts) == (
-        f.TRAINING_NAMESPACE, f.RUNTIME_NAME, f.DEFAULT_GPU_INSTANCE_TYPE, f.DEFAULT_IMAGE_TAG, f.DEFAULT_MAX_RESTARTS)
+        f.TRAINING_NAMESPACE,
+        f.RUNTIME_NAME,
+        f.DEFAULT_GPU_INSTANCE_TYPE,
+        f.DEFAULT_IMAGE_TAG,
+        f.DEFAULT_MAX_RESTARTS,
+    )
     assert SlurmJobConfig().shared_dir == f.FSX_MOUNT_PATH
-    pc = build_cluster_config(head_node_instance_type="m7i.2xlarge", head_node_subnet_id="subnet-0123456789abcdef0",
-                              compute_subnet_ids=["subnet-0123456789abcdef0"], gpu_instance_type="p5.48xlarge",
-                              compute_resource_name="p5-48xlarge", max_nodes=2,
-                              fsx_file_system_id="fs-0123456789abcdef0",
-                              additional_security_group_ids=["sg-0123456789abcdef0"], bucket_name="b")
+    pc = build_cluster_config(
+        head_node_instance_type="m7i.2xlarge",
+        head_node_subnet_id="subnet-0123456789abcdef0",
+        compute_subnet_ids=["subnet-0123456789abcdef0"],
+        gpu_instance_type="p5.48xlarge",
+        compute_resource_name="p5-48xlarge",
+        max_nodes=2,
+        fsx_file_system_id="fs-0123456789abcdef0",
+        additional_security_group_ids=["sg-0123456789abcdef0"],
+        bucket_name="b",
+    )
     assert pc["Scheduling"]["SlurmQueues"][0]["Name"] == f.GPU_QUEUE
     assert pc["SharedStorage"][0]["MountDir"] == f.FSX_MOUNT_PATH
 
@@ -237,8 +262,9 @@ def test_every_etcd_member_sends_progress_notices_with_a_flag_its_release_accept
     # the experimental spelling is the one 3.5 (tests) and 3.6 (clusters) both accept; 3.7 removes it
     if versions.WATCH_PROGRESS_FLAG.startswith("--experimental-"):
         for pin in (versions.TEST_ETCD_VERSION, versions.ETCD_VERSION, versions.PCLUSTER_ETCD_VERSION):
-            assert tuple(map(int, pin.split(".")[:2])) < (3, 7), \
+            assert tuple(map(int, pin.split(".")[:2])) < (3, 7), (
                 f"etcd {pin} has no {versions.WATCH_PROGRESS_FLAG}: use --watch-progress-notify-interval there"
+            )
     setting = f"{versions.WATCH_PROGRESS_FLAG}={versions.WATCH_PROGRESS_S}s"
     assert setting in member_args()
     member_sh = (Path(__file__).resolve().parents[3] / "cluster_assets/parallelcluster/etcd/member.sh").read_text()

@@ -1,10 +1,22 @@
 """Report arithmetic of the chaos harness: attempts, effective steps, exactly-once, recovery figures."""
+
 import json
 
 import pytest
 
-from training.goodput.analysis import (ChainError, effective_steps, exactly_once, first_detection, goodput,
-                            load_records, max_loss_diff, parse_records, recovery, split_attempts, torchrun_detections)
+from training.goodput.analysis import (
+    ChainError,
+    effective_steps,
+    exactly_once,
+    first_detection,
+    goodput,
+    load_records,
+    max_loss_diff,
+    parse_records,
+    recovery,
+    split_attempts,
+    torchrun_detections,
+)
 from chaos.local.config import LocalChaosConfig, LocalChaosConfigError
 from chaos.report import ScenarioResult, table, targets
 
@@ -16,16 +28,29 @@ def start(t, resumed=None, world=2):
 
 
 def step(t, n, world=2, loss=None, dt=1.0):
-    return {"event": "step", "time": t, "step": n, "loss": loss if loss is not None else 10.0 - n,
-            "world_size": world, "step_time_s": dt, "data_offset": (n - 1) * GB}
+    return {
+        "event": "step",
+        "time": t,
+        "step": n,
+        "loss": loss if loss is not None else 10.0 - n,
+        "world_size": world,
+        "step_time_s": dt,
+        "data_offset": (n - 1) * GB,
+    }
 
 
 def history():
     """Steps 1..6 at world 2, killed; resumed from 4 at world 1 for 5..7, killed before its next checkpoint;
     resumed from 4 again, back at world 2, for 5..10."""
-    return ([start(0)] + [step(n, n) for n in range(1, 7)]
-            + [start(20, 4, 1)] + [step(20 + n, n, 1) for n in (5, 6, 7)]
-            + [start(40, 4)] + [step(40 + n, n) for n in range(5, 11)] + [{"event": "end", "time": 60, "step": 10}])
+    return (
+        [start(0)]
+        + [step(n, n) for n in range(1, 7)]
+        + [start(20, 4, 1)]
+        + [step(20 + n, n, 1) for n in (5, 6, 7)]
+        + [start(40, 4)]
+        + [step(40 + n, n) for n in range(5, 11)]
+        + [{"event": "end", "time": 60, "step": 10}]
+    )
 
 
 def test_split_attempts_and_effective_chain():
@@ -59,8 +84,11 @@ def test_exactly_once_catches_overlap_and_gap():
 def test_recovery_figures_from_logs_and_metrics():
     recs = history()
     attempts = split_attempts(recs)
-    logs = [(6.5, "E... failed (exitcode: -9) local_rank: 0"),
-            (5.0, "step 5/10"), (6.9, "[default] Worker group FAILED. 3/3 attempts left")]
+    logs = [
+        (6.5, "E... failed (exitcode: -9) local_rank: 0"),
+        (5.0, "step 5/10"),
+        (6.9, "[default] Worker group FAILED. 3/3 attempts left"),
+    ]
     detections = torchrun_detections(logs)
     assert detections == [6.5, 6.9]
     r = recovery("SIGKILL worker", 6.2, attempts, detections, recs, until=30)
@@ -74,9 +102,13 @@ def test_recovery_figures_from_logs_and_metrics():
 
 
 def test_signal_counts_as_detection_and_loses_nothing():
-    recs = ([start(0)] + [step(n, n) for n in range(1, 6)] + [{"event": "signal", "time": 5.4, "signal": "SIGTERM",
-                                                               "step": 6}, step(6, 6)]
-            + [start(30, 6)] + [step(30 + n, n) for n in range(7, 9)])
+    recs = (
+        [start(0)]
+        + [step(n, n) for n in range(1, 6)]
+        + [{"event": "signal", "time": 5.4, "signal": "SIGTERM", "step": 6}, step(6, 6)]
+        + [start(30, 6)]
+        + [step(30 + n, n) for n in range(7, 9)]
+    )
     attempts = split_attempts(recs)
     assert first_detection(5.1, [], recs) == pytest.approx(5.4)
     r = recovery("SIGTERM all", 5.1, attempts, [], recs)
@@ -113,9 +145,9 @@ def test_the_reference_key_covers_the_code_in_every_room(tmp_path, monkeypatch):
     reference (only the top level was hashed, which after the move to rooms missed almost all of it)."""
     import shutil
     from chaos.local import config as chaos_config
+
     fake = tmp_path / "repo"
-    shutil.copytree(chaos_config.REPO / "training", fake / "training",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(chaos_config.REPO / "training", fake / "training", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(chaos_config, "REPO", fake)
     before = LocalChaosConfig().reference_key()
     t5 = fake / "training" / "model" / "t5.py"
@@ -132,6 +164,7 @@ def test_targets_and_table_by_scenario_name():
 
     def res(name, *recs, **kw):
         return ScenarioResult(name=name, title=name, recoveries=list(recs), passed=True, **kw)
+
     rec = Recovery("SIGKILL worker", 0, 0.5, 8.0, 2, 1, 2)
     node = Recovery("SIGKILL node", 0, 1.0, 20.0, 5, 1, 1)
     rejoin = Recovery("rejoin", 0, None, 11.0, 1, 1, 2)
@@ -152,14 +185,29 @@ def test_targets_and_table_by_scenario_name():
 def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
     from training.goodput.analysis import Recovery
     from chaos.report import timeline_png
-    ok = ScenarioResult(name="worker-kill", title="x", passed=True, timeline=history(), t0=0.0,
-                        recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, 18.8, 2, 1, 1)],
-                        events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"},
-                                {"time": 30, "kind": "rejoin", "label": "rejoin"}])
-    failed = ScenarioResult(name="restarts-exhausted", title="y", outcome="fail", timeline=history()[:8], t0=0.0,
-                            recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, None, None, 1, None)],
-                            events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"}],
-                            figures={"exit codes": {"node0": 1}})
+
+    ok = ScenarioResult(
+        name="worker-kill",
+        title="x",
+        passed=True,
+        timeline=history(),
+        t0=0.0,
+        recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, 18.8, 2, 1, 1)],
+        events=[
+            {"time": 6.2, "kind": "fault", "label": "SIGKILL worker"},
+            {"time": 30, "kind": "rejoin", "label": "rejoin"},
+        ],
+    )
+    failed = ScenarioResult(
+        name="restarts-exhausted",
+        title="y",
+        outcome="fail",
+        timeline=history()[:8],
+        t0=0.0,
+        recoveries=[Recovery("SIGKILL worker", 6.2, 0.3, None, None, 1, None)],
+        events=[{"time": 6.2, "kind": "fault", "label": "SIGKILL worker"}],
+        figures={"exit codes": {"node0": 1}},
+    )
     png = timeline_png(tmp_path / "t.png", [ok, failed], "title").path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -167,10 +215,20 @@ def test_timeline_png_draws_completed_and_failed_scenarios(tmp_path):
 def test_restart_breakdown_adds_up_to_the_recovery_from_the_workers_own_clock():
     from training.goodput.analysis import BREAKDOWN
     from chaos.report import breakdown_table
+
     recs = history()
     # the attempt that started at 20: its rank 0 was exec'd at 11.0 and timed its own start-up
-    recs[7] = {**recs[7], "startup": {"exec_time": 11.0, "interpreter_s": 0.5, "imports_s": 4.0,
-                                      "process_group_s": 1.5, "build_s": 2.0, "restore_s": 1.0}}
+    recs[7] = {
+        **recs[7],
+        "startup": {
+            "exec_time": 11.0,
+            "interpreter_s": 0.5,
+            "imports_s": 4.0,
+            "process_group_s": 1.5,
+            "build_s": 2.0,
+            "restore_s": 1.0,
+        },
+    }
     attempts = split_attempts(recs)
     r = recovery("SIGKILL worker", 6.2, attempts, [6.5], recs, until=30)
     assert list(r.breakdown) == list(BREAKDOWN)

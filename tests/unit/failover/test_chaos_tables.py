@@ -1,6 +1,7 @@
 """One chaos idiom on every platform: each harness keeps a table of ``chaos.scenario.Scenario`` entries (how to
 inject the fault, what the verdict expects, the scenario's own checks), exactly one per name ``chaos.catalog``
 lists for that platform, so a new scenario is its catalog line plus one entry per platform (and its fault)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,12 @@ def platform_tables() -> dict[str, dict[str, Scenario]]:
     from chaos.local.scenarios import scenarios as local_scenarios
     from chaos.slurm import SlurmChaosConfig
     from chaos.slurm import scenarios as slurm_scenarios
-    return {"local": local_scenarios(LocalChaosConfig()), "slurm": slurm_scenarios(SlurmChaosConfig()),
-            "eks": eks_scenarios(interval=25, gang=False)}
+
+    return {
+        "local": local_scenarios(LocalChaosConfig()),
+        "slurm": slurm_scenarios(SlurmChaosConfig()),
+        "eks": eks_scenarios(interval=25, gang=False),
+    }
 
 
 TABLES = platform_tables()
@@ -39,8 +44,9 @@ def test_each_table_holds_the_shared_type_for_exactly_the_catalogs_names(platfor
 
 
 def test_local_titles_are_the_catalog_descriptions():
-    assert {n: sc.title for n, sc in TABLES["local"].items()} == {n: catalog.SCENARIOS[n]
-                                                                   for n in catalog.PLATFORMS["local"]}
+    assert {n: sc.title for n, sc in TABLES["local"].items()} == {
+        n: catalog.SCENARIOS[n] for n in catalog.PLATFORMS["local"]
+    }
 
 
 def entry(name: str) -> Scenario:

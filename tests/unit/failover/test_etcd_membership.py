@@ -1,6 +1,7 @@
 """Membership on etcd, its decisions (training/launch/rendezvous/rounds.py): when the closer opens, closes and
 re-forms a round, what an agent does next, where each finds its seat, who gets which place: pure functions of
 what the store holds, no etcd (the real members' tests are the integration and e2e tiers' files of this name)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,8 +12,9 @@ from training.launch.rendezvous import rounds
 
 # ---------------------------------------------------------------------------------------------- decisions
 def closer(r, live, joined, min_nodes=1, max_nodes=2, now=100.0, settled=True):
-    return rounds.closer_step(r, set(live), list(joined), min_nodes=min_nodes, max_nodes=max_nodes, now=now,
-                              last_call_s=3, settled=settled)
+    return rounds.closer_step(
+        r, set(live), list(joined), min_nodes=min_nodes, max_nodes=max_nodes, now=now, last_call_s=3, settled=settled
+    )
 
 
 def test_the_closer_closes_when_everyone_live_is_in_and_reopens_for_a_lost_node():
@@ -55,8 +57,14 @@ def test_a_lost_nodes_round_is_formed_at_once_from_the_live_members_and_a_stuck_
     S = rounds.Step
     before = rounds.formed(rounds.Round(n=4), ["a", "b", "c"], {"a", "b", "c", "s"})
     r = rounds.reformed(before, ["s", "c", "a"], lost=["b"], standby={"s"}, min_nodes=2, max_nodes=3, now=50.0)
-    assert (r.n, r.formed, r.participants, r.lost, r.presumed_at, r.prev_n) == (5, True, ["a", "s", "c"], ["b"],
-                                                                                  50.0, 4)
+    assert (r.n, r.formed, r.participants, r.lost, r.presumed_at, r.prev_n) == (
+        5,
+        True,
+        ["a", "s", "c"],
+        ["b"],
+        50.0,
+        4,
+    )
     assert rounds.Head.of(r).moved == {"s": 1, "b": -1} and r.spares == []
     # no spare: the survivors close ranks; too few for MIN: None (the closer opens a round instead)
     assert rounds.reformed(before, ["c", "a"], lost=["b"], min_nodes=2, max_nodes=3, now=0).participants == ["a", "c"]
@@ -71,8 +79,7 @@ def test_a_lost_nodes_round_is_formed_at_once_from_the_live_members_and_a_stuck_
     assert closer(r, "asc", "as", max_nodes=3, now=50.0 + window + 1) is S.REOPEN  # c lives, but never came
     assert rounds.unconfirmed(r, {"a", "s", "c"}, ["a", "s"], now=50.0 + window + 1, last_call_s=3) == ["c"]
     # the store was away until 60: the leases and the confirmations expired with it; the window starts again
-    assert rounds.unconfirmed(r, {"a", "s", "c"}, [], now=50.0 + window + 1, last_call_s=3,
-                              answering_since=60.0) == []
+    assert rounds.unconfirmed(r, {"a", "s", "c"}, [], now=50.0 + window + 1, last_call_s=3, answering_since=60.0) == []
     assert rounds.unconfirmed(before, {"a", "b", "c"}, [], now=1e9, last_call_s=3) == []  # formed from joins
     again = rounds.reformed(r, ["c", "a", "s"], lost=[], stuck=["c"], min_nodes=1, max_nodes=3, now=90.0)
     assert (again.participants, again.lost, again.stuck, again.spares) == (["a", "s"], ["c"], ["c"], [])
@@ -172,8 +179,10 @@ def test_a_node_of_the_round_before_finds_its_seat_in_the_head_as_its_page_gives
         r = rounds.formed(nxt, chosen, live)
         head = rounds.Head.of(r)
         changes = sum(prev.participants.index(p) != chosen.index(p) for p in set(chosen) & set(prev.participants))
-        assert (head.moved is None) == (changes + len(set(chosen) - set(prev.participants))
-                                        + len(set(prev.participants) - set(chosen)) > rounds.HEAD_MOVES_MAX)
+        assert (head.moved is None) == (
+            changes + len(set(chosen) - set(prev.participants)) + len(set(prev.participants) - set(chosen))
+            > rounds.HEAD_MOVES_MAX
+        )
         for rank, member in enumerate(prev.participants):
             seat = rounds.seat_from_head(head, member, (2, member, rank))
             assert seat is None if head.moved is None else seat.ranks == _page_seat(r, member)

@@ -1,4 +1,5 @@
 """training.launch: LaunchConfig -> torchrun argv, and the local / Slurm / Kubeflow PET mappings."""
+
 import sys
 from dataclasses import replace
 
@@ -6,13 +7,36 @@ import pytest
 
 from cluster_facts import platform_timeouts
 
-from training.launch import (LaunchConfig, LaunchError, RdzvTuning, build_parser,
-                             config_from_args, config_from_env, config_from_pet, config_from_slurm, expand_first_host,
-                             launch_env, preflight, rdzv_conf, torchrun_argv)
-SLURM = {"SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2", "SLURM_JOB_ID": "4242",
-         "SLURM_JOB_NODELIST": "gpu[07-09,12]", "SLURM_GPUS_ON_NODE": "8"}
-PET = {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1",
-       "PET_MASTER_ADDR": "t5-run-node-0-0.t5-run", "PET_MASTER_PORT": "29500"}
+from training.launch import (
+    LaunchConfig,
+    LaunchError,
+    RdzvTuning,
+    build_parser,
+    config_from_args,
+    config_from_env,
+    config_from_pet,
+    config_from_slurm,
+    expand_first_host,
+    launch_env,
+    preflight,
+    rdzv_conf,
+    torchrun_argv,
+)
+
+SLURM = {
+    "SLURM_JOB_NUM_NODES": "4",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NODELIST": "gpu[07-09,12]",
+    "SLURM_GPUS_ON_NODE": "8",
+}
+PET = {
+    "PET_NNODES": "3",
+    "PET_NPROC_PER_NODE": "8",
+    "PET_NODE_RANK": "1",
+    "PET_MASTER_ADDR": "t5-run-node-0-0.t5-run",
+    "PET_MASTER_PORT": "29500",
+}
 
 
 def flag(argv, name):
@@ -23,8 +47,15 @@ def flag(argv, name):
 
 
 def test_argv_has_elastic_rendezvous_and_training_module():
-    cfg = LaunchConfig(min_nodes=1, max_nodes=2, nproc_per_node=1, rdzv_endpoint="127.0.0.1:4000",
-                       rdzv_id="job7", max_restarts=5, train_args=("--preset", "debug"))
+    cfg = LaunchConfig(
+        min_nodes=1,
+        max_nodes=2,
+        nproc_per_node=1,
+        rdzv_endpoint="127.0.0.1:4000",
+        rdzv_id="job7",
+        max_restarts=5,
+        train_args=("--preset", "debug"),
+    )
     argv = torchrun_argv(cfg)
     assert argv[:3] == [sys.executable, "-m", "training.launch.agent"]
     assert flag(argv, "nnodes") == "1:2"
@@ -37,19 +68,34 @@ def test_argv_has_elastic_rendezvous_and_training_module():
     i = argv.index("--module")
     assert argv[i + 1] == "training"
     local = platform_timeouts("local")
-    assert argv[i + 2:] == ["--preset", "debug", "--parallel.train_timeout_s", str(local.train_pg_timeout_s),
-                            "--parallel.init_timeout_s", str(local.init_pg_timeout_s),
-                            "--checkpoint.timeout_s", str(local.checkpoint_pg_timeout_s)]
+    assert argv[i + 2 :] == [
+        "--preset",
+        "debug",
+        "--parallel.train_timeout_s",
+        str(local.train_pg_timeout_s),
+        "--parallel.init_timeout_s",
+        str(local.init_pg_timeout_s),
+        "--checkpoint.timeout_s",
+        str(local.checkpoint_pg_timeout_s),
+    ]
     assert flag(argv, "shutdown-timeout") == str(local.shutdown_timeout_s)
 
 
 def test_rdzv_conf_is_tuned_and_external_store_is_a_client():
     conf = dict(kv.split("=") for kv in rdzv_conf(LaunchConfig(coordinator="store")).split(","))
-    assert conf == {"last_call_timeout": "3", "close_timeout": "10", "join_timeout": "120", "read_timeout": "30",
-                    "keep_alive_interval": "1", "keep_alive_max_attempt": "2", "is_host": "false"}
+    assert conf == {
+        "last_call_timeout": "3",
+        "close_timeout": "10",
+        "join_timeout": "120",
+        "read_timeout": "30",
+        "keep_alive_interval": "1",
+        "keep_alive_max_attempt": "2",
+        "is_host": "false",
+    }
     assert "is_host" not in rdzv_conf(LaunchConfig())  # etcd (the default): no c10d store to host or not
-    hosted = rdzv_conf(LaunchConfig(coordinator="store", external_store=False,
-                                    tuning=RdzvTuning(keep_alive_max_attempt=3)))
+    hosted = rdzv_conf(
+        LaunchConfig(coordinator="store", external_store=False, tuning=RdzvTuning(keep_alive_max_attempt=3))
+    )
     assert "is_host" not in hosted and "keep_alive_max_attempt=3" in hosted
 
 
@@ -69,20 +115,25 @@ def test_explicit_train_timeout_is_not_overridden():
     assert "--checkpoint.timeout_s" not in argv and "--checkpoint.timeout_s=99" in argv
 
 
-@pytest.mark.parametrize("bad, needle", [
-    (dict(min_nodes=0), "min nodes 0"),
-    (dict(min_nodes=3, max_nodes=2), "max nodes 2 < min nodes 3"),
-    (dict(rdzv_endpoint="nohost"), "not HOST:PORT"),
-    (dict(rdzv_id="a b"), "rendezvous id"),
-    (dict(nproc_per_node="many"), "--nproc-per-node 'many'"),
-    (dict(max_restarts=-1), "--max-restarts -1"),
-    (dict(tuning=RdzvTuning(join_timeout=0)), "--join-timeout 0"),
-    (dict(tuning=RdzvTuning(keep_alive_interval=0, keep_alive_max_attempt=0)), "--keep-alive 0x0"),
-    (dict(tuning=RdzvTuning(keep_alive_max_attempt=0)), "--keep-alive 1x0"),
-    (dict(coordinator="etcd", tuning=RdzvTuning(keep_alive_max_attempt=1)),
-     "--keep-alive 1x1: etcd's shortest lease is 2 s"),
-    (dict(coordinator="etcd", max_nodes=8001), "max nodes 8001: a round on etcd holds at most 8,000 nodes"),
-])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        (dict(min_nodes=0), "min nodes 0"),
+        (dict(min_nodes=3, max_nodes=2), "max nodes 2 < min nodes 3"),
+        (dict(rdzv_endpoint="nohost"), "not HOST:PORT"),
+        (dict(rdzv_id="a b"), "rendezvous id"),
+        (dict(nproc_per_node="many"), "--nproc-per-node 'many'"),
+        (dict(max_restarts=-1), "--max-restarts -1"),
+        (dict(tuning=RdzvTuning(join_timeout=0)), "--join-timeout 0"),
+        (dict(tuning=RdzvTuning(keep_alive_interval=0, keep_alive_max_attempt=0)), "--keep-alive 0x0"),
+        (dict(tuning=RdzvTuning(keep_alive_max_attempt=0)), "--keep-alive 1x0"),
+        (
+            dict(coordinator="etcd", tuning=RdzvTuning(keep_alive_max_attempt=1)),
+            "--keep-alive 1x1: etcd's shortest lease is 2 s",
+        ),
+        (dict(coordinator="etcd", max_nodes=8001), "max nodes 8001: a round on etcd holds at most 8,000 nodes"),
+    ],
+)
 def test_bad_values_are_named(bad, needle):
     with pytest.raises(LaunchError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         torchrun_argv(LaunchConfig(**bad))
@@ -123,8 +174,9 @@ def test_slurm_missing_variable_says_which():
         config_from_slurm(env, first_host=expand_first_host)
 
 
-@pytest.mark.parametrize("nodelist, first", [("n1", "n1"), ("node[03-05,9],gpu1", "node03"),
-                                             ("a-b[10-11]-x", "a-b10-x"), ("c1,c2", "c1")])
+@pytest.mark.parametrize(
+    "nodelist, first", [("n1", "n1"), ("node[03-05,9],gpu1", "node03"), ("a-b[10-11]-x", "a-b10-x"), ("c1,c2", "c1")]
+)
 def test_hostlist_fallback_expansion(nodelist, first):
     assert expand_first_host(nodelist) == first
 
@@ -157,11 +209,13 @@ def test_local_and_cluster_share_the_same_argv_shape():
 
     def shape(argv):
         return [a.split("=", 1)[0] if a.startswith("--") else "N" if a.isdigit() else a for a in argv]
+
     p = build_parser()
     # the clusters run the c10d store until they run etcd (the coordinator on AWS): compare like with like
     local = config_from_args(p.parse_args(["--nodes", "2", "--", "--preset", "debug"]), env={"T5_COORDINATOR": "store"})
-    pet = config_from_args(p.parse_args(["--from-env", "pet", "--rdzv-endpoint", "store:1", "--",
-                                         "--preset", "debug"]), env=PET)
+    pet = config_from_args(
+        p.parse_args(["--from-env", "pet", "--rdzv-endpoint", "store:1", "--", "--preset", "debug"]), env=PET
+    )
     assert shape(torchrun_argv(local)) == shape(torchrun_argv(pet))
     # both against an external store (is_host=false), same tuning keys
     assert re.sub(r"\d+", "N", rdzv_conf(local)) == re.sub(r"\d+", "N", rdzv_conf(pet))

@@ -3,8 +3,15 @@
 
 import pytest
 
-from chaos.local.soak import (SOAK_FAULTS, SoakConfig, SoakConfigError, parse_duration, schedule,
-                              seconds_per_step, soak_steps)
+from chaos.local.soak import (
+    SOAK_FAULTS,
+    SoakConfig,
+    SoakConfigError,
+    parse_duration,
+    schedule,
+    seconds_per_step,
+    soak_steps,
+)
 
 
 @pytest.mark.parametrize("text,seconds", [("10m", 600), ("90s", 90), ("1h", 3600), ("150", 150), ("2.5m", 150)])
@@ -12,13 +19,16 @@ def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("cfg,words", [
-    (SoakConfig(duration_s=600, every_s=10), "--soak-every 10"),
-    (SoakConfig(duration_s=90), "shorter than two fault periods"),
-    (SoakConfig(duration_s=600, faults=("worker-kill", "meteor")), "meteor"),
-    (SoakConfig(duration_s=600, spares=0), "need a hot spare"),
-    (SoakConfig(duration_s=600, spares=0, faults=("worker-kill", "straggler")), "need a hot spare"),
-])
+@pytest.mark.parametrize(
+    "cfg,words",
+    [
+        (SoakConfig(duration_s=600, every_s=10), "--soak-every 10"),
+        (SoakConfig(duration_s=90), "shorter than two fault periods"),
+        (SoakConfig(duration_s=600, faults=("worker-kill", "meteor")), "meteor"),
+        (SoakConfig(duration_s=600, spares=0), "need a hot spare"),
+        (SoakConfig(duration_s=600, spares=0, faults=("worker-kill", "straggler")), "need a hot spare"),
+    ],
+)
 def test_bad_soak_settings_name_the_value(cfg, words):
     with pytest.raises(SoakConfigError, match=words):
         cfg.validate()
@@ -36,7 +46,8 @@ def test_schedule_is_seeded_one_fault_per_period_in_its_middle_half():
 
 
 def test_job_is_sized_by_the_uninterrupted_step_time():
-    recs = [{"event": "start", "time": 0.0}] + [{"event": "step", "step": n, "time": 5.0 + 0.5 * n}
-                                                 for n in range(1, 10)]
+    recs = [{"event": "start", "time": 0.0}] + [
+        {"event": "step", "step": n, "time": 5.0 + 0.5 * n} for n in range(1, 10)
+    ]
     assert seconds_per_step(recs) == 0.5  # from the first step on: start-up is not a step
     assert soak_steps(0.5, 600, 4) == 1200 and soak_steps(0.5, 2, 4) == 12

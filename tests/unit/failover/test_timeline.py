@@ -3,6 +3,7 @@
 The records are in the job's metrics.jsonl format (``analysis.parse_records``), the harness events in the local
 cluster's format, and the recovery figures come from ``analysis.recovery`` as the verdict computes them.
 """
+
 import json
 import struct
 
@@ -20,8 +21,15 @@ def _start(t, resumed, world, restarts):
 
 
 def _step(t, n, world):
-    return {"event": "step", "time": T0 + t, "step": n, "loss": 10.0 - 0.3 * n, "world_size": world,
-            "step_time_s": 0.8, "data_offset": (n - 1) * 8}
+    return {
+        "event": "step",
+        "time": T0 + t,
+        "step": n,
+        "loss": 10.0 - 0.3 * n,
+        "world_size": world,
+        "step_time_s": 0.8,
+        "data_offset": (n - 1) * 8,
+    }
 
 
 def _ckpt(t, n):
@@ -32,27 +40,46 @@ def node_loss_rejoin() -> ScenarioResult:
     """2 nodes, checkpoint every 4: steps 1-6 (checkpoint 4 committed), node killed; the survivor resumes from 4
     at world 1 and recomputes 5 and 6, checkpoints 8; the node rejoins, the group is stopped with SIGTERM and
     checkpoints 10; the full-size group resumes from 10 and finishes at 16."""
-    recs = ([_start(16, None, 2, 0)] + [_step(17 + 0.9 * n, n, 2) for n in range(1, 5)] + [_ckpt(21.3, 4)]
-            + [_step(17 + 0.9 * n, n, 2) for n in (5, 6)]
-            + [_start(29, 4, 1, 1)] + [_step(38 + 0.7 * (n - 5), n, 1) for n in range(5, 11)]
-            + [_ckpt(41.0, 8), {"event": "signal", "time": T0 + 41.9, "signal": "SIGTERM", "step": 10},
-               _ckpt(42.4, 10)]
-            + [_start(55, 10, 2, 2)] + [_step(63 + 0.9 * (n - 11), n, 2) for n in range(11, 17)]
-            + [_ckpt(66.2, 12), _ckpt(69.9, 16), {"event": "end", "time": T0 + 70.5, "step": 16}])
+    recs = (
+        [_start(16, None, 2, 0)]
+        + [_step(17 + 0.9 * n, n, 2) for n in range(1, 5)]
+        + [_ckpt(21.3, 4)]
+        + [_step(17 + 0.9 * n, n, 2) for n in (5, 6)]
+        + [_start(29, 4, 1, 1)]
+        + [_step(38 + 0.7 * (n - 5), n, 1) for n in range(5, 11)]
+        + [_ckpt(41.0, 8), {"event": "signal", "time": T0 + 41.9, "signal": "SIGTERM", "step": 10}, _ckpt(42.4, 10)]
+        + [_start(55, 10, 2, 2)]
+        + [_step(63 + 0.9 * (n - 11), n, 2) for n in range(11, 17)]
+        + [_ckpt(66.2, 12), _ckpt(69.9, 16), {"event": "end", "time": T0 + 70.5, "step": 16}]
+    )
     recs = parse_records("\n".join(json.dumps(r) for r in recs) + '\n{"event": "st')  # torn last line
     attempts = split_attempts(recs)
-    recoveries = [recovery("SIGKILL node", KILL, attempts, [KILL + 0.3], recs, REJOIN),
-                  recovery("rejoin", REJOIN, attempts, [KILL + 0.3], recs, want_world=2, detect=False)]
-    events = [{"time": T0 + 16, "kind": "start", "node": 0, "label": "start"},
-              {"time": KILL, "kind": "fault", "node": 1, "label": "SIGKILL node"},
-              {"time": REJOIN, "kind": "rejoin", "node": 1, "label": "rejoin"}]
-    return ScenarioResult(name="node-loss-rejoin", title="", outcome="close", passed=True, t0=T0, timeline=recs,
-                          recoveries=recoveries, events=events, world_sizes=[2, 1, 2])
+    recoveries = [
+        recovery("SIGKILL node", KILL, attempts, [KILL + 0.3], recs, REJOIN),
+        recovery("rejoin", REJOIN, attempts, [KILL + 0.3], recs, want_world=2, detect=False),
+    ]
+    events = [
+        {"time": T0 + 16, "kind": "start", "node": 0, "label": "start"},
+        {"time": KILL, "kind": "fault", "node": 1, "label": "SIGKILL node"},
+        {"time": REJOIN, "kind": "rejoin", "node": 1, "label": "rejoin"},
+    ]
+    return ScenarioResult(
+        name="node-loss-rejoin",
+        title="",
+        outcome="close",
+        passed=True,
+        t0=T0,
+        timeline=recs,
+        recoveries=recoveries,
+        events=events,
+        world_sizes=[2, 1, 2],
+    )
 
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
     from chaos.report import timeline_png
+
     r = node_loss_rejoin()
     return r, timeline_png(tmp_path_factory.mktemp("tl") / "timeline.png", [r], "title")
 
@@ -64,8 +91,8 @@ def _kinds(marks, *kinds):
 def test_the_rejoin_is_drawn_as_a_rejoin_not_as_a_failure(drawn):
     r, tl = drawn
     marks = tl.marks[0]
-    fail, = _kinds(marks, "failure")
-    rejoin, = _kinds(marks, "rejoin")
+    (fail,) = _kinds(marks, "failure")
+    (rejoin,) = _kinds(marks, "rejoin")
     assert (fail.t, fail.label) == (KILL - T0, "SIGKILL node")
     assert fail.detected == pytest.approx(0.3 + KILL - T0)  # injected -> noticed -> training again
     assert fail.t_end == pytest.approx(38.0) and fail.lost == 2  # first step of the world-1 attempt
@@ -102,6 +129,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def test_png_is_valid_sane_and_deterministic(drawn, tmp_path):
     from chaos.report import timeline_png
+
     r, tl = drawn
     data = tl.path.read_bytes()
     w, h = _png_size(data)
@@ -126,36 +154,74 @@ def test_legend_and_labels_stay_off_the_data(drawn):
     for b in labels:
         assert ev[0] <= b[0] and b[2] <= ev[2] and ev[1] <= b[1] and b[3] <= ev[3]  # inside the events lane
         assert not _overlap(b, lanes["steps"]) and not _overlap(b, lanes["loss"])
-    assert not any(_overlap(a, b) for i, a in enumerate(labels) for b in labels[i + 1:])
+    assert not any(_overlap(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :])
 
 
 def test_a_failure_never_recovered_and_a_broken_history_still_draw(tmp_path):
     from training.goodput.analysis import Recovery
     from chaos.report import timeline_png
-    recs = ([_start(0, None, 2, 0)] + [_step(n, n, 2) for n in (1, 3, 4)]  # step 2 missing: no consistent chain
-            + [_start(10, 3, 2, 1)])
-    r = ScenarioResult(name="restarts-exhausted", title="", outcome="fail", t0=T0, timeline=recs,
-                       recoveries=[Recovery("SIGKILL worker", T0 + 5, 0.1, None, None, 1, None)],
-                       events=[{"time": T0 + 5, "kind": "fault", "label": "SIGKILL worker"},
-                               {"time": T0 + 9, "kind": "relaunch", "label": "relaunch"}])
+
+    recs = (
+        [_start(0, None, 2, 0)]
+        + [_step(n, n, 2) for n in (1, 3, 4)]  # step 2 missing: no consistent chain
+        + [_start(10, 3, 2, 1)]
+    )
+    r = ScenarioResult(
+        name="restarts-exhausted",
+        title="",
+        outcome="fail",
+        t0=T0,
+        timeline=recs,
+        recoveries=[Recovery("SIGKILL worker", T0 + 5, 0.1, None, None, 1, None)],
+        events=[
+            {"time": T0 + 5, "kind": "fault", "label": "SIGKILL worker"},
+            {"time": T0 + 9, "kind": "relaunch", "label": "relaunch"},
+        ],
+    )
     tl = timeline_png(tmp_path / "t.png", [r], "title")
     marks = tl.marks[0]
     assert [(m.kind, m.t_end) for m in _kinds(marks, "failure")] == [("failure", None)]
     assert [(m.kind, m.t, m.label) for m in _kinds(marks, "action")] == [("action", 9.0, "relaunch")]
     # resumed from 3: the first attempt's step 4 was lost, steps 1 and 3 kept
-    assert [(m.kind, m.step) for m in _kinds(marks, "step", "discarded")] == [("step", 1), ("step", 3),
-                                                                               ("discarded", 4)]
+    assert [(m.kind, m.step) for m in _kinds(marks, "step", "discarded")] == [
+        ("step", 1),
+        ("step", 3),
+        ("discarded", 4),
+    ]
     assert _png_size(tl.path.read_bytes())[0] > 0
 
 
 def test_a_named_straggler_is_drawn_where_the_job_named_it(tmp_path):
     from chaos.report import timeline_png
-    named = {"event": "straggler", "time": T0 + 9.5, "step": 4, "rank": 1, "node": 1, "ratio": 2.6,
-             "work_s": 0.9, "median_s": 0.35, "slow_steps": 3, "action": "taking its node out"}
-    recs = ([_start(0, None, 2, 0)] + [_step(n, n, 2) for n in (1, 3, 5, 9)] + [named]
-            + [_start(12, 4, 2, 1)] + [_step(12 + n, n, 2) for n in (5, 6)])
-    r = ScenarioResult(name="straggler", title="", outcome="bitwise", t0=T0, timeline=recs, recoveries=[],
-                       events=[{"time": T0 + 4, "kind": "fault", "label": "slow node"}])
+
+    named = {
+        "event": "straggler",
+        "time": T0 + 9.5,
+        "step": 4,
+        "rank": 1,
+        "node": 1,
+        "ratio": 2.6,
+        "work_s": 0.9,
+        "median_s": 0.35,
+        "slow_steps": 3,
+        "action": "taking its node out",
+    }
+    recs = (
+        [_start(0, None, 2, 0)]
+        + [_step(n, n, 2) for n in (1, 3, 5, 9)]
+        + [named]
+        + [_start(12, 4, 2, 1)]
+        + [_step(12 + n, n, 2) for n in (5, 6)]
+    )
+    r = ScenarioResult(
+        name="straggler",
+        title="",
+        outcome="bitwise",
+        t0=T0,
+        timeline=recs,
+        recoveries=[],
+        events=[{"time": T0 + 4, "kind": "fault", "label": "slow node"}],
+    )
     tl = timeline_png(tmp_path / "t.png", [r], "title")
     assert [(m.t, m.step, m.label) for m in _kinds(tl.marks[0], "straggler")] == [(9.5, 4, "straggler: rank 1 x2.6")]
     assert _png_size(tl.path.read_bytes())[0] > 0

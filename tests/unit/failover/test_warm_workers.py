@@ -1,5 +1,6 @@
 """Warm workers (training.launch.warm_workers): torchrun's command for the training module becomes a function
 started by a preloaded forkserver; what a warm worker computes is bitwise what a cold one does."""
+
 from __future__ import annotations
 
 import sys
@@ -11,6 +12,7 @@ from training.launch.warm_workers import WARM_ENV, apply_warm_start, enabled, ru
 
 def _torchrun_config(*argv: str):
     from torch.distributed.run import config_from_args, parse_args
+
     return config_from_args(parse_args(["--nnodes=1", "--nproc-per-node=2", *argv]))
 
 
@@ -42,10 +44,13 @@ def test_a_worker_exit_is_logged_without_torchs_join_traceback_and_a_raise_keeps
     from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
     from training.launch.warm_workers import drop_exit_tracebacks
+
     log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     drop_exit_tracebacks()
-    for exc in (ProcessExitedException("process 0 terminated with signal SIGKILL", 0, 123, -9, "SIGKILL"),
-                ProcessRaisedException("worker traceback", 0, 123)):
+    for exc in (
+        ProcessExitedException("process 0 terminated with signal SIGKILL", 0, 123, -9, "SIGKILL"),
+        ProcessRaisedException("worker traceback", 0, 123),
+    ):
         try:
             raise exc
         except Exception:

@@ -1,4 +1,5 @@
 """InfraConfig: context parsing, validation with clear errors, and cdk.json/docs staying in sync."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,12 @@ from tests.support.infra import ROOT
 
 def test_defaults_are_valid_and_env_agnostic() -> None:
     cfg = InfraConfig()
-    assert (cfg.platform, cfg.gpu_instance_type, cfg.kubernetes_version, cfg.trainer_chart_version) == \
-        ("eks", "p5.48xlarge", "1.35", "2.3.0")
+    assert (cfg.platform, cfg.gpu_instance_type, cfg.kubernetes_version, cfg.trainer_chart_version) == (
+        "eks",
+        "p5.48xlarge",
+        "1.35",
+        "2.3.0",
+    )
     assert cfg.account is None and cfg.region is None  # synthesizes offline
     assert cfg.gpu.efa_interfaces == 32 and cfg.gpu.gpus == 8
 
@@ -26,12 +31,19 @@ def test_config_is_frozen() -> None:
 
 
 def test_cli_strings_are_coerced_to_field_types() -> None:
-    cfg = InfraConfig.from_context({
-        "gpuNodes": "4", "placementGroup": "false", "gpuSubnetCount": "2", "maxAzs": "3",
-        "apiAllowedCidrs": "203.0.113.0/24, 198.51.100.7/32",
-        "availabilityZones": '["us-east-1a","us-east-1b","us-east-1c"]',
-        "region": "us-east-1", "bucketName": "", "fsxStorageCapacityGiB": "4800",
-    })
+    cfg = InfraConfig.from_context(
+        {
+            "gpuNodes": "4",
+            "placementGroup": "false",
+            "gpuSubnetCount": "2",
+            "maxAzs": "3",
+            "apiAllowedCidrs": "203.0.113.0/24, 198.51.100.7/32",
+            "availabilityZones": '["us-east-1a","us-east-1b","us-east-1c"]',
+            "region": "us-east-1",
+            "bucketName": "",
+            "fsxStorageCapacityGiB": "4800",
+        }
+    )
     assert cfg.gpu_nodes == 4 and cfg.placement_group is False and cfg.gpu_subnet_count == 2
     assert cfg.api_allowed_cidrs == ("203.0.113.0/24", "198.51.100.7/32")
     assert cfg.availability_zones == ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -65,8 +77,11 @@ BAD_INPUTS = [
     ({"natGateways": "0"}, r"natGateways=0.*NAT"),
     ({"headNodeInstanceType": "p5.48xlarge"}, r"not a GPU type"),
     # typos and sizes that do not exist: refused at synth, not minutes into a deploy
-    ({"headNodeInstanceType": "m7i.2xlarg"}, r"headNodeInstanceType='m7i.2xlarg': not an EC2 instance type.*"
-                                             r"pass an existing one, e.g. -c headNodeInstanceType=m7i.2xlarge"),
+    (
+        {"headNodeInstanceType": "m7i.2xlarg"},
+        r"headNodeInstanceType='m7i.2xlarg': not an EC2 instance type.*"
+        r"pass an existing one, e.g. -c headNodeInstanceType=m7i.2xlarge",
+    ),
     ({"headNodeInstanceType": "m7i.3xlarge"}, r"headNodeInstanceType='m7i.3xlarge': not an EC2 instance type"),
     ({"systemInstanceType": "foo.bar"}, r"systemInstanceType='foo.bar': not an EC2 instance type"),
     ({"trainingNamespace": "kube-system"}, r"trainingNamespace='kube-system'"),
@@ -88,8 +103,9 @@ def test_bad_inputs_fail_with_the_value_and_the_fix(context: dict[str, str], mes
     assert str(err.value).startswith("context ")
 
 
-@pytest.mark.parametrize("instance_type", ["m7i.xlarge", "m7i-flex.large", "c7gn.metal", "m7i.metal-24xl",
-                                           "u-6tb1.112xlarge", "t3.nano"])
+@pytest.mark.parametrize(
+    "instance_type", ["m7i.xlarge", "m7i-flex.large", "c7gn.metal", "m7i.metal-24xl", "u-6tb1.112xlarge", "t3.nano"]
+)
 def test_existing_instance_types_pass_for_the_head_and_system_nodes(instance_type: str) -> None:
     cfg = InfraConfig.from_context({"headNodeInstanceType": instance_type, "systemInstanceType": instance_type})
     assert (cfg.head_node_instance_type, cfg.system_instance_type) == (instance_type, instance_type)
@@ -102,16 +118,23 @@ def test_the_pattern_alone_refuses_typos(typo: str) -> None:
 
 
 def test_unknown_keys_are_reported_but_cdk_keys_are_not() -> None:
-    ctx = {"gpuInstanceTyp": "x", "platform": "eks", "@aws-cdk/core:x": True, "aws:cdk:enable-path-metadata": True,
-           "availability-zones:account=1:region=r": []}
+    ctx = {
+        "gpuInstanceTyp": "x",
+        "platform": "eks",
+        "@aws-cdk/core:x": True,
+        "aws:cdk:enable-path-metadata": True,
+        "availability-zones:account=1:region=r": [],
+    }
     assert InfraConfig.unknown_keys(ctx) == ["gpuInstanceTyp"]
 
 
 def test_every_supported_instance_type_has_one_efa_per_network_card() -> None:
     assert {"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "g6e.48xlarge"} <= set(GPU_INSTANCES)
-    assert {t: (s.gpus, s.efa_interfaces) for t, s in GPU_INSTANCES.items() if t in
-            ("p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "g6e.48xlarge")} == \
-        {"p4d.24xlarge": (8, 4), "p5.48xlarge": (8, 32), "p5en.48xlarge": (8, 16), "g6e.48xlarge": (8, 4)}
+    assert {
+        t: (s.gpus, s.efa_interfaces)
+        for t, s in GPU_INSTANCES.items()
+        if t in ("p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "g6e.48xlarge")
+    } == {"p4d.24xlarge": (8, 4), "p5.48xlarge": (8, 32), "p5en.48xlarge": (8, 16), "g6e.48xlarge": (8, 4)}
     for spec in GPU_INSTANCES.values():
         assert spec.efa_interfaces == spec.network_cards
         assert re.fullmatch(r"[a-z][a-z0-9-]*", spec.compute_resource_name)

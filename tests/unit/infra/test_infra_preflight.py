@@ -1,6 +1,7 @@
 """make preflight: the real decision code (AZ choice, reservation and quota checks, what it saves) against botocore's
 Stubber (AWS cannot be reached here; the stub also checks every request against the real API model), and the
 offline run: what it would check, one error line, no traceback."""
+
 from __future__ import annotations
 
 import shutil
@@ -17,8 +18,12 @@ from stacks.preflight import azs_to_save, choose_az, run_checks, save_choice
 
 REGION = "us-east-1"
 REGION_AZS = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
-OFFERS = {"InstanceTypeOfferings": [{"InstanceType": "p5.48xlarge", "LocationType": "availability-zone",
-                                     "Location": az} for az in ("us-east-1d", "us-east-1c")]}
+OFFERS = {
+    "InstanceTypeOfferings": [
+        {"InstanceType": "p5.48xlarge", "LocationType": "availability-zone", "Location": az}
+        for az in ("us-east-1d", "us-east-1c")
+    ]
+}
 RESERVATION_ID = "cr-0123456789abcdef0"
 
 
@@ -29,23 +34,41 @@ def clients() -> tuple[Any, Any, Stubber, Stubber]:
 
 
 def expect_offers_and_zones(ec2: Stubber) -> None:
-    ec2.add_response("describe_instance_type_offerings", OFFERS, {
-        "LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": ["p5.48xlarge"]}]})
-    ec2.add_response("describe_availability_zones", {"AvailabilityZones": [
-        {"ZoneName": az, "State": "available", "RegionName": REGION} for az in REGION_AZS]},
-        {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]})
+    ec2.add_response(
+        "describe_instance_type_offerings",
+        OFFERS,
+        {"LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": ["p5.48xlarge"]}]},
+    )
+    ec2.add_response(
+        "describe_availability_zones",
+        {"AvailabilityZones": [{"ZoneName": az, "State": "available", "RegionName": REGION} for az in REGION_AZS]},
+        {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]},
+    )
 
 
 def expect_quota(ec2: Stubber, quotas: Stubber, value: float) -> None:
-    ec2.add_response("describe_instance_types", {"InstanceTypes": [
-        {"InstanceType": "p5.48xlarge", "VCpuInfo": {"DefaultVCpus": 192}}]}, {"InstanceTypes": ["p5.48xlarge"]})
-    quotas.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-417A185B", "Value": value}},
-                        {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+    ec2.add_response(
+        "describe_instance_types",
+        {"InstanceTypes": [{"InstanceType": "p5.48xlarge", "VCpuInfo": {"DefaultVCpus": 192}}]},
+        {"InstanceTypes": ["p5.48xlarge"]},
+    )
+    quotas.add_response(
+        "get_service_quota",
+        {"Quota": {"QuotaCode": "L-417A185B", "Value": value}},
+        {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+    )
 
 
 def reservation(**overrides: Any) -> dict[str, Any]:
-    res = {"CapacityReservationId": RESERVATION_ID, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1c",
-           "State": "active", "AvailableInstanceCount": 2, "TotalInstanceCount": 2, "ReservationType": "capacity-block"}
+    res = {
+        "CapacityReservationId": RESERVATION_ID,
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1c",
+        "State": "active",
+        "AvailableInstanceCount": 2,
+        "TotalInstanceCount": 2,
+        "ReservationType": "capacity-block",
+    }
     return {"CapacityReservations": [{**res, **overrides}]}
 
 
@@ -81,20 +104,28 @@ def test_a_capacity_block_sets_the_az_and_is_checked_against_the_settings() -> N
     report = run(cfg, quota=0, res=reservation())
     assert report.ok, report.lines()  # the quota is informational with a reservation
     assert report.availability_zones[0] == "us-east-1c"
-    bad = run(InfraConfig(capacity_reservation_id=RESERVATION_ID, placement_group=False, gpu_nodes=3),
-              res=reservation(InstanceType="p4d.24xlarge"))
+    bad = run(
+        InfraConfig(capacity_reservation_id=RESERVATION_ID, placement_group=False, gpu_nodes=3),
+        res=reservation(InstanceType="p4d.24xlarge"),
+    )
     (fail,) = [line for ok, line in bad.results if not ok and line.startswith("reservation")]
     assert "reserves p4d.24xlarge, not gpuInstanceType p5.48xlarge" in fail
     assert "set capacityBlock=true" in fail and "gpuNodes=3 needs 3" in fail
 
 
 def test_choose_az_explains_each_case() -> None:
-    assert choose_az(offered=["us-east-1c"], region_azs=REGION_AZS, wanted=["us-east-1a", "us-east-1b"],
-                     reservation_az=None) == (
-        "us-east-1c", "us-east-1c: the saved first AZ us-east-1a does not offer it; us-east-1c is the region's first "
-                      "AZ that does")
-    assert choose_az(offered=["us-east-1b"], region_azs=REGION_AZS, wanted=["us-east-1b", "us-east-1a"],
-                     reservation_az=None)[0] == "us-east-1b"
+    assert choose_az(
+        offered=["us-east-1c"], region_azs=REGION_AZS, wanted=["us-east-1a", "us-east-1b"], reservation_az=None
+    ) == (
+        "us-east-1c",
+        "us-east-1c: the saved first AZ us-east-1a does not offer it; us-east-1c is the region's first AZ that does",
+    )
+    assert (
+        choose_az(
+            offered=["us-east-1b"], region_azs=REGION_AZS, wanted=["us-east-1b", "us-east-1a"], reservation_az=None
+        )[0]
+        == "us-east-1b"
+    )
     assert choose_az(offered=[], region_azs=REGION_AZS, wanted=[], reservation_az=None)[0] is None
     assert azs_to_save("us-east-1c", REGION_AZS, ["us-east-1b", "us-east-1c"], 2) == ["us-east-1c", "us-east-1b"]
 
@@ -105,7 +136,11 @@ def test_the_chosen_az_is_saved_beside_the_other_settings(tmp_path: Path) -> Non
     report = run(InfraConfig())
     save_choice(load_saved(tmp_path), report, tmp_path)
     saved = load_saved(tmp_path)
-    assert saved == {"adminRoleArn": "arn:aws:iam::123456789012:role/Admin", "gpuNodes": 3,
-                     "availabilityZones": ["us-east-1c", "us-east-1a"], "region": REGION}
+    assert saved == {
+        "adminRoleArn": "arn:aws:iam::123456789012:role/Admin",
+        "gpuNodes": 3,
+        "availabilityZones": ["us-east-1c", "us-east-1a"],
+        "region": REGION,
+    }
     cfg = InfraConfig.from_context({**saved, "platform": "eks"})  # what the next deploy synthesizes: valid
     assert cfg.availability_zones[0] == "us-east-1c"

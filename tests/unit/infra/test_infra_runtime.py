@@ -1,4 +1,5 @@
 """The fault-tolerant ClusterTrainingRuntime renderer (pure function, no CDK)."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ from cluster_assets.k8s.schema import SchemaError, validate
 
 
 def render(**overrides: object) -> dict:
-    kwargs: dict = dict(name="t5-fault-tolerant", pvc_name="fsx-claim", image="example/t5:1", max_restarts=7,
-                        gpus_per_node=8, efa_per_node=32)
+    kwargs: dict = dict(
+        name="t5-fault-tolerant",
+        pvc_name="fsx-claim",
+        image="example/t5:1",
+        max_restarts=7,
+        gpus_per_node=8,
+        efa_per_node=32,
+    )
     kwargs.update(overrides)
     return build_cluster_training_runtime(**kwargs)
 
@@ -63,7 +70,8 @@ def test_no_store_job_membership_is_in_the_clusters_etcd() -> None:
     assert vol["secret"] == {"secretName": "etcd-client", "defaultMode": 0o400}
     (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
     assert mount["readOnly"] and {env["T5_ETCD_CA"], env["T5_ETCD_CERT"], env["T5_ETCD_KEY"]} == {
-        f"{mount['mountPath']}/{k}" for k in (etcd.CA_CERT, etcd.CLIENT_CERT, etcd.CLIENT_KEY)}
+        f"{mount['mountPath']}/{k}" for k in (etcd.CA_CERT, etcd.CLIENT_CERT, etcd.CLIENT_KEY)
+    }
     # the job's own user, prefix and password come from the TrainJob (tests/unit/k8s/test_manifests.py)
     assert not {"T5_ETCD_USER", "T5_ETCD_PREFIX", "T5_ETCD_PASSWORD_FILE"} & set(env)
 
@@ -72,23 +80,34 @@ def test_one_rendezvous_per_jobset_attempt_from_the_pods_labels() -> None:
     (c,) = node_job(render())["template"]["spec"]["template"]["spec"]["containers"]
     names = [e["name"] for e in c["env"]]
     # $(VAR) expands only from variables listed before its users
-    assert names.index("JOBSET_NAME") < names.index("T5_RDZV_ID") and \
-        names.index("JOBSET_RESTART_ATTEMPT") < names.index("T5_RDZV_ID")
+    assert names.index("JOBSET_NAME") < names.index("T5_RDZV_ID") and names.index(
+        "JOBSET_RESTART_ATTEMPT"
+    ) < names.index("T5_RDZV_ID")
     env = env_of(c)
     assert env["JOBSET_NAME"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}
     assert env["JOBSET_RESTART_ATTEMPT"] == {
-        "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}
+        "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}
+    }
     assert env["T5_RDZV_ID"] == "trainjob-$(JOBSET_NAME)-a$(JOBSET_RESTART_ATTEMPT)"
 
 
 def test_the_launcher_takes_the_etcd_coordinator_from_the_runtime_env() -> None:
     """What config_from_pet makes of the runtime's env as the kubelet expands it: etcd, this attempt's id."""
     from training.launch.from_env import config_from_pet
-    pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0",
-           "PET_MASTER_ADDR": "job-a-node-0-0.job-a", "PET_MASTER_PORT": "29500"}
+
+    pet = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NODE_RANK": "0",
+        "PET_MASTER_ADDR": "job-a-node-0-0.job-a",
+        "PET_MASTER_PORT": "29500",
+    }
     env = env_of(node_job(render())["template"]["spec"]["template"]["spec"]["containers"][0])
-    expanded = {k: v.replace("$(JOBSET_NAME)", "job-a").replace("$(JOBSET_RESTART_ATTEMPT)", "2")
-                for k, v in env.items() if k.startswith("T5_") and isinstance(v, str)}
+    expanded = {
+        k: v.replace("$(JOBSET_NAME)", "job-a").replace("$(JOBSET_RESTART_ATTEMPT)", "2")
+        for k, v in env.items()
+        if k.startswith("T5_") and isinstance(v, str)
+    }
     cfg = config_from_pet(pet | expanded)
     assert cfg.coordinator == "etcd" and cfg.rdzv_id == "trainjob-job-a-a2" and not cfg.external_store
 
@@ -124,10 +143,14 @@ def test_non_retryable_patterns_match_the_job_controller_messages() -> None:
     rules = {r["name"]: r for r in render()["spec"]["template"]["spec"]["failurePolicy"]["rules"]}
     (exit_pattern,) = rules["NonRetryableExitCode"]["onJobFailureMessagePatterns"]
     # Messages as the Kubernetes Job controller words them for podFailurePolicy matches.
-    assert re.search(exit_pattern, "Container node for pod training/t5-node-0-0-x failed with exit code 3 "
-                                   "matching FailJob rule at index 0")
-    assert not re.search(exit_pattern, "Container node for pod training/t5-node-0-0-x failed with exit code 143 "
-                                       "matching FailJob rule at index 0")
+    assert re.search(
+        exit_pattern,
+        "Container node for pod training/t5-node-0-0-x failed with exit code 3 matching FailJob rule at index 0",
+    )
+    assert not re.search(
+        exit_pattern,
+        "Container node for pod training/t5-node-0-0-x failed with exit code 143 matching FailJob rule at index 0",
+    )
 
 
 def test_storage_shm_and_devices() -> None:
@@ -167,18 +190,21 @@ def test_cpu_variant_has_no_device_requests() -> None:
     assert "FI_" not in json.dumps(pod) and "NCCL_" not in json.dumps(pod)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"env": {"PET_NNODES": "2"}}, "PET_"),
-    ({"max_restarts": -1}, "max_restarts"),
-    ({"pvc_name": ""}, "pvc_name"),
-    ({"num_nodes": 0}, "num_nodes"),
-    ({"retries_per_index": -1}, "retries_per_index"),
-    ({"env": {"JOBSET_NAME": "x"}}, "JOBSET_NAME"),
-    ({"env": {"T5_ETCD_ENDPOINTS": "https://elsewhere:2379"}}, "T5_ETCD_ENDPOINTS"),
-    ({"env": {"T5_RDZV_ID": "x"}}, "T5_RDZV_ID"),
-    ({"termination_grace_period_s": 5}, "termination_grace_period_s"),
-    ({"efa_per_node": 0, "gpudirect_rdma": True}, "gpudirect_rdma"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"env": {"PET_NNODES": "2"}}, "PET_"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"pvc_name": ""}, "pvc_name"),
+        ({"num_nodes": 0}, "num_nodes"),
+        ({"retries_per_index": -1}, "retries_per_index"),
+        ({"env": {"JOBSET_NAME": "x"}}, "JOBSET_NAME"),
+        ({"env": {"T5_ETCD_ENDPOINTS": "https://elsewhere:2379"}}, "T5_ETCD_ENDPOINTS"),
+        ({"env": {"T5_RDZV_ID": "x"}}, "T5_RDZV_ID"),
+        ({"termination_grace_period_s": 5}, "termination_grace_period_s"),
+        ({"efa_per_node": 0, "gpudirect_rdma": True}, "gpudirect_rdma"),
+    ],
+)
 def test_bad_arguments_are_rejected(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         render(**overrides)

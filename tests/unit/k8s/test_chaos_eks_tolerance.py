@@ -1,5 +1,6 @@
 """The EKS chaos test's weight check: bitwise on CPU pods, a stated tolerance on GPU pods by default (two
 uninterrupted GPU runs already differ by ~1e-7, docs/failover.md), and --atol wins either way."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,7 @@ def plan_line(*args: str) -> tuple[int, str, str]:
     """`python -m chaos.eks --dry-run ARGS` in-process: (exit code, the plan's first line, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "NODES", "NPROC", "PRESET", "SPARES")}
-    with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = eks.main(["--dry-run", "--image", "t5:1", "--name", "tol", *args])
     return rc, (out.getvalue().splitlines() or [""])[0], err.getvalue()
 

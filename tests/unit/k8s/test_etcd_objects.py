@@ -1,5 +1,6 @@
 """The EKS cluster's etcd: the rendered objects (valid against the kubernetes client's models, shaped for a majority
 that survives any one node) and the administration script the cluster runs (against a real etcd here)."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,11 @@ SYSTEM = {"t5-failover/pool": "system"}
 @pytest.fixture(scope="module")
 def objects() -> dict[str, dict]:
     groups = etcd.cluster_objects(image="reg/t5:1", training_namespace="training", node_selector=SYSTEM)
-    return {f"{o['kind']}/{o['metadata'].get('namespace', '-')}/{o['metadata']['name']}": o
-            for group in groups.values() for o in group}
+    return {
+        f"{o['kind']}/{o['metadata'].get('namespace', '-')}/{o['metadata']['name']}": o
+        for group in groups.values()
+        for o in group
+    }
 
 
 def only(objects: dict[str, dict], kind: str) -> dict:
@@ -40,8 +44,10 @@ def test_three_members_one_per_system_node_on_their_own_volumes(objects):
     assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel" and spec["serviceName"] == "etcd"
     labels = spec["template"]["metadata"]["labels"]
     (anti,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert anti["topologyKey"] == "kubernetes.io/hostname" and anti["labelSelector"]["matchLabels"].items() <= \
-        labels.items()
+    assert (
+        anti["topologyKey"] == "kubernetes.io/hostname"
+        and anti["labelSelector"]["matchLabels"].items() <= labels.items()
+    )
     assert pod["nodeSelector"] == SYSTEM
     (claim,) = spec["volumeClaimTemplates"]
     assert claim["spec"]["storageClassName"] == only(objects, "StorageClass")["metadata"]["name"]
@@ -56,8 +62,9 @@ def test_three_members_one_per_system_node_on_their_own_volumes(objects):
 
 def test_members_run_the_pinned_current_etcd_with_tls_and_auth(objects):
     (c,) = only(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == versions.ETCD_IMAGE and re.fullmatch(r"[^@]+:3\.(\d+)\.(\d+)-0@sha256:[0-9a-f]{64}",
-                                                                  c["image"])
+    assert c["image"] == versions.ETCD_IMAGE and re.fullmatch(
+        r"[^@]+:3\.(\d+)\.(\d+)-0@sha256:[0-9a-f]{64}", c["image"]
+    )
     minor, patch = map(int, re.search(r":3\.(\d+)\.(\d+)", c["image"]).groups())
     assert (minor, patch) >= (5, 3), "etcd 3.5.0-3.5.2 is not recommended for production"
     args = c["args"]
@@ -68,7 +75,8 @@ def test_members_run_the_pinned_current_etcd_with_tls_and_auth(objects):
     cluster = next(a for a in args if a.startswith("--initial-cluster="))
     # the peers are the members the agents are given, on the peer port
     assert cluster.split("=", 1)[1] == ",".join(
-        f"etcd-{i}={e.rsplit(':', 1)[0]}:{etcd.PEER_PORT}" for i, e in enumerate(etcd.endpoints()))
+        f"etcd-{i}={e.rsplit(':', 1)[0]}:{etcd.PEER_PORT}" for i, e in enumerate(etcd.endpoints())
+    )
 
 
 def test_network_policy_admits_training_pods_admin_pods_and_members_only(objects):
@@ -76,10 +84,12 @@ def test_network_policy_admits_training_pods_admin_pods_and_members_only(objects
     members = only(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= members.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    sources = [(peer, [p["port"] for p in rule["ports"]]) for rule in policy["spec"]["ingress"]
-               for peer in rule["from"]]
-    rt = build_cluster_training_runtime(name="rt", pvc_name="fsx", image="i:1", max_restarts=1, gpus_per_node=0,
-                                        efa_per_node=0)
+    sources = [
+        (peer, [p["port"] for p in rule["ports"]]) for rule in policy["spec"]["ingress"] for peer in rule["from"]
+    ]
+    rt = build_cluster_training_runtime(
+        name="rt", pvc_name="fsx", image="i:1", max_restarts=1, gpus_per_node=0, efa_per_node=0
+    )
     training = replicated_job(rt, "node")["template"]["spec"]["template"]["metadata"]["labels"]
     admin = etcd.add_job_job("x", image="i:1", training_namespace="training")["spec"]["template"]["metadata"]["labels"]
     allowed = {}
@@ -104,21 +114,32 @@ def test_admin_pods_run_the_script_the_configmap_carries(objects):
     assert cm["data"]["etcd_admin_job.py"] == etcd.ADMIN_SCRIPT.read_text()
     assert pod["serviceAccountName"] == etcd.ADMIN_SERVICE_ACCOUNT and pod["nodeSelector"] == SYSTEM
     # the script's names are the rendered objects' names
-    assert (etcd_admin_job.CA_SECRET, etcd_admin_job.MEMBER_SECRET, etcd_admin_job.ADMIN_SECRET,
-            etcd_admin_job.CLIENT_SECRET) == (etcd.CA_SECRET, etcd.MEMBER_SECRET, etcd.ADMIN_SECRET, etcd.CLIENT_SECRET)
+    assert (
+        etcd_admin_job.CA_SECRET,
+        etcd_admin_job.MEMBER_SECRET,
+        etcd_admin_job.ADMIN_SECRET,
+        etcd_admin_job.CLIENT_SECRET,
+    ) == (etcd.CA_SECRET, etcd.MEMBER_SECRET, etcd.ADMIN_SECRET, etcd.CLIENT_SECRET)
     assert (etcd_admin_job.CA_CERT, etcd_admin_job.CLIENT_CERT, etcd_admin_job.CLIENT_KEY, etcd_admin_job.PASSWORD) == (
-        etcd.CA_CERT, etcd.CLIENT_CERT, etcd.CLIENT_KEY, etcd.PASSWORD)
+        etcd.CA_CERT,
+        etcd.CLIENT_CERT,
+        etcd.CLIENT_KEY,
+        etcd.PASSWORD,
+    )
     assert etcd_admin_job.job_secret_name("j") == etcd.job_secret_name("j")
     # the Role lets it write Secrets in both namespaces, nothing else
     roles = [o for k, o in objects.items() if k.startswith("Role/")]
     assert {r["metadata"]["namespace"] for r in roles} == {"t5-etcd", "training"}
-    assert all(r["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
-                               "verbs": ["get", "create", "update", "delete"]}] for r in roles)
+    assert all(
+        r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update", "delete"]}]
+        for r in roles
+    )
 
 
 def test_submit_prints_the_etcd_objects_the_stack_installs():
     import yaml
     from tests.support.k8s import submit_cli
+
     r = submit_cli("--dry-run", "--print-etcd", "--image", "reg/t5:1", "--name", "t5-a", "--nodes", "2")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))

@@ -2,6 +2,7 @@
 name it and the picture give resolves in the code, and the picture draws what the launcher really runs.
 
 The picture's source (docs/architecture/run_path.dot) says in its header what it declares for these checks."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,9 @@ def test_the_picture_is_rendered_from_its_current_source():
         png = dot.with_suffix(".png")
         assert png.is_file(), f"{png} missing: run scripts/render_architecture.py"
         recorded = Image.open(png).text.get("source-sha256")
-        assert recorded == hashlib.sha256(dot.read_bytes()).hexdigest(), \
+        assert recorded == hashlib.sha256(dot.read_bytes()).hexdigest(), (
             f"{png.name} is older than {dot.name}: run scripts/render_architecture.py (needs Graphviz)"
+        )
         assert f"architecture/{png.name}" in DOC.read_text()
 
 
@@ -67,8 +69,9 @@ def test_the_picture_draws_the_membership_backend_the_launcher_uses():
     default = _default_backend()
     nodes = _nodes()
     membership = nodes["membership"]
-    assert BACKEND.findall(membership) == [default], \
+    assert BACKEND.findall(membership) == [default], (
         f"the launcher's agents use --rdzv-backend={default}; the picture's membership node says {membership!r}"
+    )
     handlers = [n for n in DOTTED.findall(membership) if n.startswith("training.launch.rendezvous.handler.")]
     assert handlers, f"the membership node names no handler class of training.launch.rendezvous.handler: {membership!r}"
     handler_module = importlib.import_module("training.launch.rendezvous.handler")
@@ -82,6 +85,7 @@ def test_the_picture_draws_the_membership_backend_the_launcher_uses():
 
     from training.launch.commands import torchrun_argv
     from training.launch.config import COORDINATORS, LaunchConfig
+
     selectable = {_backend(torchrun_argv(LaunchConfig(coordinator=c))) for c in COORDINATORS}
     drawn = {b: node for node, label in nodes.items() for b in BACKEND.findall(label)}
     assert set(drawn) == selectable, f"backends drawn {sorted(drawn)}, selectable {sorted(selectable)}"
@@ -93,6 +97,7 @@ def test_the_picture_draws_the_membership_backend_the_launcher_uses():
 def test_the_picture_names_the_modules_the_agent_command_runs():
     from training.launch.commands import torchrun_argv
     from training.launch.config import LaunchConfig
+
     argv = torchrun_argv(LaunchConfig())
     agent_module, worker_module = argv[argv.index("-m") + 1], argv[argv.index("--module") + 1]
     nodes = _nodes()
@@ -107,14 +112,30 @@ def _default_backend() -> str:
     from training.launch.commands import torchrun_argv
     from training.launch.config import LaunchConfig
     from training.launch.from_env import config_from_local, config_from_pet, config_from_slurm
+
     etcd = {"T5_ETCD_ENDPOINTS": "https://10.0.0.2:2379"}
     configs = {
         "LaunchConfig()": LaunchConfig(),
         "local": config_from_local({}),
-        "slurm": config_from_slurm({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
-                                    "SLURM_NODEID": "0", **etcd}, first_host=lambda nodelist: "n1"),
-        "pet": config_from_pet({"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "j-node-0-0.j",
-                                "PET_MASTER_PORT": "29500", **etcd}),
+        "slurm": config_from_slurm(
+            {
+                "SLURM_JOB_NUM_NODES": "2",
+                "SLURM_JOB_ID": "5",
+                "SLURM_JOB_NODELIST": "n[1-2]",
+                "SLURM_NODEID": "0",
+                **etcd,
+            },
+            first_host=lambda nodelist: "n1",
+        ),
+        "pet": config_from_pet(
+            {
+                "PET_NNODES": "2",
+                "PET_NODE_RANK": "0",
+                "PET_MASTER_ADDR": "j-node-0-0.j",
+                "PET_MASTER_PORT": "29500",
+                **etcd,
+            }
+        ),
     }
     backends = {where: _backend(torchrun_argv(replace(cfg, train_args=()))) for where, cfg in configs.items()}
     assert len(set(backends.values())) == 1, f"the platforms' default backends differ: {backends}"

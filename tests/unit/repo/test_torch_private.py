@@ -1,5 +1,6 @@
 """Canaries for training/torch_private.py: each private torch API the project uses still exists and behaves as the
 project relies on. A failure here means a torch upgrade changed it: fix the one function in torch_private.py."""
+
 from __future__ import annotations
 
 import ast
@@ -86,7 +87,8 @@ def test_no_private_torch_api_outside_the_inventory():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch"):
                 if any(p.startswith("_") for p in node.module.split(".")) or any(
-                        a.name.startswith("_") for a in node.names):
+                    a.name.startswith("_") for a in node.names
+                ):
                     offenders.append(f"{rel}:{node.lineno} from {node.module} import ...")
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
                 chain = ast.unparse(node)
@@ -118,8 +120,12 @@ def torch_assignments(source: str) -> list[str]:
             targets = node.targets
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
             targets = [node.target]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
-                and len(node.args) >= 2:  # setattr(obj, "name", value) assigns obj.name
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and len(node.args) >= 2
+        ):  # setattr(obj, "name", value) assigns obj.name
             name = node.args[1].value if isinstance(node.args[1], ast.Constant) else "?"
             targets = [ast.Attribute(value=node.args[0], attr=str(name))]
         else:
@@ -129,25 +135,40 @@ def torch_assignments(source: str) -> list[str]:
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
             chain = ast.unparse(target)
-            if isinstance(root, ast.Name) and root.id in names and target is not root \
-                    and ".config." not in chain and ".backends." not in chain:
+            if (
+                isinstance(root, ast.Name)
+                and root.id in names
+                and target is not root
+                and ".config." not in chain
+                and ".backends." not in chain
+            ):
                 out.append(f"{node.lineno} {chain}")
     return out
 
 
 def test_the_guard_catches_a_replaced_torch_attribute():
-    assert torch_assignments("from torch.distributed import run as torchrun\ntorchrun.config_from_args = f\n") \
-        == ["2 torchrun.config_from_args"]
+    assert torch_assignments("from torch.distributed import run as torchrun\ntorchrun.config_from_args = f\n") == [
+        "2 torchrun.config_from_args"
+    ]
     assert torch_assignments("import torch.distributed as dist\nsetattr(dist, 'barrier', f)\n") == ["2 dist.barrier"]
-    assert torch_assignments("import torch\ntorch._dynamo.config.recompile_limit = 9\n"
-                             "torch.backends.cudnn.benchmark = False\nx = torch.ones(1)\nx.grad = None\n") == []
+    assert (
+        torch_assignments(
+            "import torch\ntorch._dynamo.config.recompile_limit = 9\n"
+            "torch.backends.cudnn.benchmark = False\nx = torch.ones(1)\nx.grad = None\n"
+        )
+        == []
+    )
 
 
 def test_nothing_of_torch_is_replaced_at_run_time():
     """No module assigns to a torch attribute other than a configuration flag (the warm workers' entrypoint used
     to replace ``torch.distributed.run.config_from_args``; training.launch.agent now calls the public pieces)."""
-    offenders = [f"{path.relative_to(ROOT)}:{hit}" for folder in ("training", "chaos", "tools", "testbed")
-                 for path in sorted((ROOT / folder).rglob("*.py")) for hit in torch_assignments(path.read_text())]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{hit}"
+        for folder in ("training", "chaos", "tools", "testbed")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in torch_assignments(path.read_text())
+    ]
     assert offenders == [], offenders
 
 
@@ -183,8 +204,10 @@ def test_identical_workers_get_their_ranks_without_the_store(monkeypatch):
     spec = WorkerSpec(role="default", local_world_size=2, rdzv_handler=None, entrypoint="x")
     monkeypatch.setenv("TORCH_ELASTIC_WORKER_IDENTICAL", "1")
     workers = SimpleElasticAgent._assign_worker_ranks(None, Unusable(), 3, 5, spec)
-    assert [(w.global_rank, w.world_size, w.role_rank, w.role_world_size) for w in workers] == [(6, 10, 6, 10),
-                                                                                               (7, 10, 7, 10)]
+    assert [(w.global_rank, w.world_size, w.role_rank, w.role_world_size) for w in workers] == [
+        (6, 10, 6, 10),
+        (7, 10, 7, 10),
+    ]
     monkeypatch.delenv("TORCH_ELASTIC_WORKER_IDENTICAL")
     with pytest.raises(AssertionError, match="the store was used"):
         SimpleElasticAgent._assign_worker_ranks(None, Unusable(), 3, 5, spec)

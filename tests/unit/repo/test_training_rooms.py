@@ -11,6 +11,7 @@
 Every import counts, at any depth (function-level ones too), as in tests/unit/repo/test_import_layers.py. Each room's
 ``__init__`` docstring lists every module of the room.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,9 +28,16 @@ COMMANDS = {"training.bench", "training.bench_init", "training.compare", "traini
 #: Top-level modules that belong to a room: their command names (python -m training[.rdzv_store]) stay short.
 IN_ROOM = {"training.__main__": "job", "training.rdzv_store": "launch"}
 ROOMS = ("data", "model", "checkpoint", "job", "launch", "goodput")
-ALLOWED = {"shared": set(), "data": set(), "model": set(), "checkpoint": set(),
-           "job": {"data", "model", "checkpoint", "goodput"}, "launch": {"job", "checkpoint"}, "goodput": set(),
-           "commands": {"data", "model", "checkpoint", "job", "launch", "goodput", "commands"}}
+ALLOWED = {
+    "shared": set(),
+    "data": set(),
+    "model": set(),
+    "checkpoint": set(),
+    "job": {"data", "model", "checkpoint", "goodput"},
+    "launch": {"job", "checkpoint"},
+    "goodput": set(),
+    "commands": {"data", "model", "checkpoint", "job", "launch", "goodput", "commands"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -62,8 +70,11 @@ def graph() -> dict[str, set[str]]:
                 for a in node.names:
                     sub = f"{node.module}.{a.name}"
                     targets.add(sub if sub in files else node.module)
-        targets |= {m for _, m in imported_modules(tree, mod, path.name == "__init__.py")
-                    if m.startswith("training") and m in files}
+        targets |= {
+            m
+            for _, m in imported_modules(tree, mod, path.name == "__init__.py")
+            if m.startswith("training") and m in files
+        }
         edges[mod] = {t for t in targets if t in files and t != mod}
     return edges
 
@@ -92,7 +103,7 @@ def test_no_import_circle_inside_training():
         stack.append(m)
         for t in sorted(edges.get(m, ())):
             if state.get(t) == 1:
-                circles.append(" -> ".join(stack[stack.index(t):] + [t]))
+                circles.append(" -> ".join(stack[stack.index(t) :] + [t]))
             elif t not in state:
                 visit(t)
         stack.pop()

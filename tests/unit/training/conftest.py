@@ -1,4 +1,5 @@
 """Fixtures the unit tier's training tests share."""
+
 from __future__ import annotations
 
 import pytest

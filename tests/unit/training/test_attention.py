@@ -1,5 +1,6 @@
 """T5 attention with the position bias on SDPA ('sdpa_bias') against eager, what the kernel is handed, and
 regional compilation (each T5 block compiled in place) against the uncompiled model."""
+
 from __future__ import annotations
 
 import contextlib
@@ -64,12 +65,15 @@ def bias_grads(grads: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     return [g for n, g in grads.items() if n.endswith("relative_attention_bias.weight")]
 
 
-@pytest.mark.parametrize("masks, checkpointing", [
-    (dict(encoder_padding=True, decoder_padding=True), False),
-    (dict(encoder_padding=True, decoder_padding=False), False),  # what the trainer passes: no decoder mask
-    (dict(encoder_padding=True, decoder_padding=False), True),
-    (dict(encoder_padding=False, decoder_padding=False), False),  # no masks at all (HF then builds none)
-])
+@pytest.mark.parametrize(
+    "masks, checkpointing",
+    [
+        (dict(encoder_padding=True, decoder_padding=True), False),
+        (dict(encoder_padding=True, decoder_padding=False), False),  # what the trainer passes: no decoder mask
+        (dict(encoder_padding=True, decoder_padding=False), True),
+        (dict(encoder_padding=False, decoder_padding=False), False),  # no masks at all (HF then builds none)
+    ],
+)
 def test_sdpa_bias_matches_eager_in_fp32(masks, checkpointing):
     inputs = batch(**masks)
 
@@ -97,14 +101,13 @@ def test_sdpa_bias_is_as_accurate_as_eager_in_bf16(mode):
 
     def in_bf16(attention):
         model = t5(attention)
-        return step(model.to(torch.bfloat16) if mode == "bf16 weights" else model, inputs,
-                    autocast=mode == "autocast")
+        return step(model.to(torch.bfloat16) if mode == "bf16 weights" else model, inputs, autocast=mode == "autocast")
 
     def error(a, b):
         return ((a - b).abs().max() / b.abs().max()).item()
 
     (logits, grads), (eager_logits, eager_grads) = in_bf16(SDPA_BIAS), in_bf16("eager")
-    floor = 2 ** -8  # one bf16 rounding
+    floor = 2**-8  # one bf16 rounding
     assert error(logits, ref_logits) <= 2 * max(error(eager_logits, ref_logits), floor)
     for name in ref_grads:
         assert error(grads[name], ref_grads[name]) <= 2 * max(error(eager_grads[name], ref_grads[name]), floor), name
@@ -125,10 +128,18 @@ def sdpa_calls(monkeypatch) -> list[dict]:
     return calls
 
 
-STOCK_SDPA_BIAS_DTYPE = pytest.param("sdpa", marks=pytest.mark.xfail(
-    strict=True, reason="HF's sdpa keeps T5's position bias in the table's dtype (fp32 under autocast)"))
-STOCK_SDPA_CROSS = pytest.param("sdpa", marks=pytest.mark.xfail(
-    strict=True, reason="HF's sdpa adds T5Attention's zero bias to cross-attention as a dense float mask"))
+STOCK_SDPA_BIAS_DTYPE = pytest.param(
+    "sdpa",
+    marks=pytest.mark.xfail(
+        strict=True, reason="HF's sdpa keeps T5's position bias in the table's dtype (fp32 under autocast)"
+    ),
+)
+STOCK_SDPA_CROSS = pytest.param(
+    "sdpa",
+    marks=pytest.mark.xfail(
+        strict=True, reason="HF's sdpa adds T5Attention's zero bias to cross-attention as a dense float mask"
+    ),
+)
 
 
 @pytest.mark.parametrize("attention", [SDPA_BIAS, STOCK_SDPA_BIAS_DTYPE])
@@ -181,11 +192,16 @@ def test_dropout_reaches_the_kernel_in_training_only(sdpa_calls):
 def test_decoding_with_a_cache_matches_eager():
     """One query at a time against the cached keys: the causal mask must be aligned to the last key."""
     inputs = {k: v for k, v in batch().items() if k != "labels"}
-    out = {a: t5(a).eval().generate(**inputs, max_new_tokens=6, do_sample=False, output_scores=True,
-                                    return_dict_in_generate=True) for a in (SDPA_BIAS, "eager")}
+    out = {
+        a: t5(a)
+        .eval()
+        .generate(**inputs, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        for a in (SDPA_BIAS, "eager")
+    }
     assert torch.equal(out[SDPA_BIAS].sequences, out["eager"].sequences)
-    torch.testing.assert_close(torch.stack(out[SDPA_BIAS].scores), torch.stack(out["eager"].scores),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.stack(out[SDPA_BIAS].scores), torch.stack(out["eager"].scores), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_config_accepts_exactly_the_kernels_attention_knows():

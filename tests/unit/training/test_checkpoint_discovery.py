@@ -1,5 +1,6 @@
 """Checkpoint discovery: "latest" is the newest complete checkpoint; incomplete/corrupt ones are skipped;
 directories the project did not create are never considered."""
+
 import json
 
 from training.checkpoint import MARKER, OWNED, foreign_entries, is_ours, latest_complete, scan, step_dir, verify
@@ -27,9 +28,9 @@ def test_newest_complete_wins_over_newer_incomplete_and_corrupt(tmp_path):
     files = {"__0_0.distcp": 100, "__1_0.distcp": 120, ".metadata": 10}
     make(tmp_path, 10, files)
     good = make(tmp_path, 20, files)
-    make(tmp_path, 30, files, commit=False)                    # killed mid-save: no marker
-    make(tmp_path, 40, files, truncate="__1_0.distcp")         # shard truncated after commit
-    (tmp_path / "step_abc").mkdir()                            # not a checkpoint name
+    make(tmp_path, 30, files, commit=False)  # killed mid-save: no marker
+    make(tmp_path, 40, files, truncate="__1_0.distcp")  # shard truncated after commit
+    (tmp_path / "step_abc").mkdir()  # not a checkpoint name
     (tmp_path / "notes.txt").write_text("hi")
     assert latest_complete(tmp_path) == good
     good_list, bad = scan(tmp_path)

@@ -1,4 +1,5 @@
 """Config precedence and validation: bad values fail fast with a message naming the value and the fix."""
+
 import re
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
@@ -25,17 +26,20 @@ def test_precedence_defaults_preset_file_cli(tmp_path):
     assert (big.model.d_model, big.model.num_layers, big.parallel.precision) == (1024, 24, "bf16")
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--train.steps", "0"], "train.steps=0"),
-    (["--train.steps", "ten"], "train.steps='ten' is not a valid int"),
-    (["--parallel.precision", "fp8"], "parallel.precision='fp8'"),
-    (["--checkpoint.keep_last", "0"], "checkpoint.keep_last=0"),
-    (["--model.vocab_size", "100"], "model.vocab_size=100"),
-    (["--checkpoint.async_save", "maybe"], "checkpoint.async_save='maybe' is not a valid bool"),
-    (["--preset", "t5-11b"], "unknown preset 't5-11b'"),
-    (["--train.warmup_steps", "-5"], "train.warmup_steps=-5"),
-    (["--model.attention", "flash"], "model.attention='flash'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--train.steps", "0"], "train.steps=0"),
+        (["--train.steps", "ten"], "train.steps='ten' is not a valid int"),
+        (["--parallel.precision", "fp8"], "parallel.precision='fp8'"),
+        (["--checkpoint.keep_last", "0"], "checkpoint.keep_last=0"),
+        (["--model.vocab_size", "100"], "model.vocab_size=100"),
+        (["--checkpoint.async_save", "maybe"], "checkpoint.async_save='maybe' is not a valid bool"),
+        (["--preset", "t5-11b"], "unknown preset 't5-11b'"),
+        (["--train.warmup_steps", "-5"], "train.warmup_steps=-5"),
+        (["--model.attention", "flash"], "model.attention='flash'"),
+    ],
+)
 def test_bad_values_name_the_value(args, needle):
     with pytest.raises(ConfigError, match=None) as e:
         load_config(args)
@@ -82,45 +86,65 @@ class _Documented:
 
 
 def test_field_docs_reads_inline_and_attributes_section_docstrings():
-    assert field_docs(_Documented) == {"inline": "Written under the field.", "both": "from the section.",
-                                       "listed": "only in the section, over two lines."}
+    assert field_docs(_Documented) == {
+        "inline": "Written under the field.",
+        "both": "from the section.",
+        "listed": "only in the section, over two lines.",
+    }
 
 
-@pytest.mark.parametrize("flag,value,needle", [
-    ("--parallel.init_timeout_s", "inf", "parallel.init_timeout_s=inf must be a finite number"),
-    ("--checkpoint.timeout_s", "inf", "checkpoint.timeout_s=inf must be a finite number"),
-    ("--train.lr", "nan", "train.lr=nan must be a finite number"),
-    ("--parallel.train_timeout_s", "0.001", "parallel.train_timeout_s=0.001 must be >= 1 s"),
-    ("--parallel.init_timeout_s", "2", "parallel.init_timeout_s=2.0 must be >= 10 s"),
-])
+@pytest.mark.parametrize(
+    "flag,value,needle",
+    [
+        ("--parallel.init_timeout_s", "inf", "parallel.init_timeout_s=inf must be a finite number"),
+        ("--checkpoint.timeout_s", "inf", "checkpoint.timeout_s=inf must be a finite number"),
+        ("--train.lr", "nan", "train.lr=nan must be a finite number"),
+        ("--parallel.train_timeout_s", "0.001", "parallel.train_timeout_s=0.001 must be >= 1 s"),
+        ("--parallel.init_timeout_s", "2", "parallel.init_timeout_s=2.0 must be >= 10 s"),
+    ],
+)
 def test_timeouts_that_cannot_work_are_refused(flag, value, needle):
     """Issue 29: inf was an OverflowError traceback in every rank; 0.001 s timed out every collective."""
     with pytest.raises(ConfigError, match=re.escape(needle)):
         load_config([flag, value])
 
 
-@pytest.mark.parametrize("flag,value,needle", [
-    ("--straggler.factor", "1", "straggler.factor=1.0 must be 0 (off) or > 1"),
-    ("--straggler.steps", "0", "straggler.steps=0 must be >= 1"),
-    ("--straggler.evict_window_s", "-1", "straggler.evict_window_s=-1.0 must be >= 0 (0 = never take out)"),
-])
+@pytest.mark.parametrize(
+    "flag,value,needle",
+    [
+        ("--straggler.factor", "1", "straggler.factor=1.0 must be 0 (off) or > 1"),
+        ("--straggler.steps", "0", "straggler.steps=0 must be >= 1"),
+        ("--straggler.evict_window_s", "-1", "straggler.evict_window_s=-1.0 must be >= 0 (0 = never take out)"),
+    ],
+)
 def test_straggler_settings_that_cannot_work_are_refused(flag, value, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         load_config([flag, value])
 
 
-WAITS = [f"{s}.{f}" for s, f in [("parallel", "init_timeout_s"), ("parallel", "train_timeout_s"),
-                                 ("parallel", "heartbeat_timeout_s"), ("parallel", "wedge_floor_s"),
-                                 ("checkpoint", "timeout_s"), ("checkpoint", "min_timeout_s"),
-                                 ("fault", "slow_commit_s"), ("fault", "step_sleep_s"),
-                                 ("straggler", "evict_window_s")]]
+WAITS = [
+    f"{s}.{f}"
+    for s, f in [
+        ("parallel", "init_timeout_s"),
+        ("parallel", "train_timeout_s"),
+        ("parallel", "heartbeat_timeout_s"),
+        ("parallel", "wedge_floor_s"),
+        ("checkpoint", "timeout_s"),
+        ("checkpoint", "min_timeout_s"),
+        ("fault", "slow_commit_s"),
+        ("fault", "step_sleep_s"),
+        ("straggler", "evict_window_s"),
+    ]
+]
 
 
 def test_every_seconds_field_is_listed_here():
     """A new *_s field gets the same bound; this list must name it so the test below covers it."""
     from training.config import SECTIONS, Config
-    found = sorted(f"{s}.{f.name}" for s in SECTIONS for f in dataclass_fields(getattr(Config(), s))
-                   if f.name.endswith("_s"))
+
+    found = sorted(
+        f"{s}.{f.name}" for s in SECTIONS for f in dataclass_fields(getattr(Config(), s)) if f.name.endswith("_s")
+    )
     assert found == sorted(WAITS)
 
 
@@ -133,8 +157,16 @@ def test_a_wait_too_long_for_the_timers_is_refused(name):
 
 
 def test_a_week_is_the_longest_wait_and_allowed():
-    cfg = load_config(["--parallel.train_timeout_s", "604800", "--checkpoint.timeout_s", "604800",
-                       "--parallel.init_timeout_s", "604800"])
+    cfg = load_config(
+        [
+            "--parallel.train_timeout_s",
+            "604800",
+            "--checkpoint.timeout_s",
+            "604800",
+            "--parallel.init_timeout_s",
+            "604800",
+        ]
+    )
     assert cfg.parallel.train_timeout_s == 604800
     with pytest.raises(ConfigError, match=re.escape("checkpoint.timeout_s=604800.5 must be at most 604800 s")):
         load_config(["--checkpoint.timeout_s", "604800.5"])

@@ -1,4 +1,5 @@
 """Data position arithmetic, tokenizer equivalence, span corruption, the text a source holds, the corpus cache."""
+
 import json
 import logging
 import random
@@ -9,12 +10,25 @@ import torch
 
 from training.config import DataConfig
 from training.data.corpus import DataSourceError, span_lengths
-from training.data.dataset import (EOS, FIRST_SENTINEL, GlobalOrder, SpanCorruptionDataset, _split, _token_stream,
-                           build_dataset, builtin_cache_path, builtin_tokens, cached_tokens, encode, raw_length_for)
+from training.data.dataset import (
+    EOS,
+    FIRST_SENTINEL,
+    GlobalOrder,
+    SpanCorruptionDataset,
+    _split,
+    _token_stream,
+    build_dataset,
+    builtin_cache_path,
+    builtin_tokens,
+    cached_tokens,
+    encode,
+    raw_length_for,
+)
 
 
 def test_encode_matches_byt5_tokenizer():
     from transformers import ByT5Tokenizer
+
     text = "Exact resume — naïve checkpoints lose work."
     assert encode(text) == ByT5Tokenizer()(text, add_special_tokens=False)["input_ids"]
 
@@ -64,7 +78,7 @@ def test_span_corruption_round_trip():
             else:
                 spans[cur].append(t)
         restored = [x for t in inp[:-1] for x in (spans[t] if t > 258 else [t])]
-        assert restored == tokens[i * raw_len:(i + 1) * raw_len].tolist()
+        assert restored == tokens[i * raw_len : (i + 1) * raw_len].tolist()
         assert ds[i]["input_ids"].equal(s["input_ids"])  # a pure function of the index
 
 
@@ -91,21 +105,22 @@ def test_token_stream_is_each_documents_encoding_then_eos():
 def _synthetic_dataset(seed: int) -> SpanCorruptionDataset:
     cfg = DataConfig(seq_len=64)
     raw_len, _ = raw_length_for(64, cfg.noise_density, cfg.mean_span_len)
-    return SpanCorruptionDataset(torch.tensor([3 + (i * 7) % 250 for i in range(raw_len * 40)], dtype=torch.int16),
-                                 cfg, seed=seed)
+    return SpanCorruptionDataset(
+        torch.tensor([3 + (i * 7) % 250 for i in range(raw_len * 40)], dtype=torch.int16), cfg, seed=seed
+    )
 
 
 def test_first_epoch_noise_is_the_original_per_sample_seed():
     ds = _synthetic_dataset(seed=5)
     for i in range(len(ds)):
         # The input the original formula gives: seed * 1_000_003 + i, whatever the epoch count.
-        raw = ds.tokens[i * ds.raw_len:(i + 1) * ds.raw_len].tolist()
+        raw = ds.tokens[i * ds.raw_len : (i + 1) * ds.raw_len].tolist()
         rng = random.Random(5 * 1_000_003 + i)
         noise, spans = span_lengths(len(raw), ds.cfg.noise_density, ds.cfg.mean_span_len)
         noise_lens, keep_lens = _split(noise, spans, rng), _split(len(raw) - noise, spans, rng)
         expected, pos = [], 0
         for s, (k, m) in enumerate(zip(keep_lens, noise_lens)):
-            expected += [*raw[pos:pos + k], FIRST_SENTINEL - s]
+            expected += [*raw[pos : pos + k], FIRST_SENTINEL - s]
             pos += k + m
         sample = ds[0, i]
         assert sample["input_ids"][sample["attention_mask"].bool()].tolist() == expected + [EOS]
@@ -120,8 +135,9 @@ def test_each_epoch_draws_new_noise_over_the_same_window():
         assert ds[1, i]["input_ids"].equal(e1["input_ids"])  # still a pure function of (epoch, index)
         differ += (not e0["input_ids"].equal(e1["input_ids"])) + (not e1["input_ids"].equal(e2["input_ids"]))
         # the same raw window: kept plus masked tokens are the same multiset in every epoch
-        words = [sorted(t for t in torch.cat([s["input_ids"], s["labels"]]).tolist() if 3 <= t < 259)
-                 for s in (e0, e1, e2)]
+        words = [
+            sorted(t for t in torch.cat([s["input_ids"], s["labels"]]).tolist() if 3 <= t < 259) for s in (e0, e1, e2)
+        ]
         assert words[0] == words[1] == words[2]
     assert differ >= 2 * len(ds) - 2  # two spans splits of ~70 tokens coincide by chance very rarely
     order = GlobalOrder(num_samples=len(ds), seed=1)
@@ -131,6 +147,7 @@ def test_each_epoch_draws_new_noise_over_the_same_window():
 def parquet(path, **columns) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     pq.write_table(pa.table(columns), path)
     return str(path)
 
@@ -140,13 +157,16 @@ def test_a_parquet_text_field_that_is_not_strings_is_refused_naming_the_file_col
     source = parquet(tmp_path / "ids.parquet", text=ids, body=["words " * 60] * 300)
     with pytest.raises(DataSourceError) as e:
         build_dataset(DataConfig(source=source), seed=0)
-    assert str(e.value) == (f"{source} column 'text' is of type int64, not string; set --data.text_field to a column "
-                            "of text (its string columns: body)")  # was: trained on the integers' digits
+    assert str(e.value) == (
+        f"{source} column 'text' is of type int64, not string; set --data.text_field to a column "
+        "of text (its string columns: body)"
+    )  # was: trained on the integers' digits
     assert len(build_dataset(DataConfig(source=source, text_field="body", seq_len=64), seed=0)) > 100
 
 
 def test_parquet_string_columns_of_every_arrow_kind_are_text_and_nulls_are_no_document(tmp_path):
     import pyarrow as pa
+
     texts = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
     expected = _token_stream(texts)
     for kind in (pa.string(), pa.large_string(), pa.dictionary(pa.int32(), pa.string())):
@@ -155,22 +175,29 @@ def test_parquet_string_columns_of_every_arrow_kind_are_text_and_nulls_are_no_do
         assert build_dataset(DataConfig(source=source, seq_len=64), seed=0).tokens.equal(expected), kind
 
 
-@pytest.mark.parametrize("value, kind", [(1234567, "number"), (2.5, "number"), (True, "boolean"),
-                                         (["a", "b"], "array"), ({"k": "v"}, "object")])
+@pytest.mark.parametrize(
+    "value, kind",
+    [(1234567, "number"), (2.5, "number"), (True, "boolean"), (["a", "b"], "array"), ({"k": "v"}, "object")],
+)
 def test_a_jsonl_text_field_that_is_not_a_string_is_refused_naming_the_line(tmp_path, value, kind):
     f = tmp_path / "c.jsonl"
     f.write_text(json.dumps({"text": "a real document. " * 20}) + "\n" + json.dumps({"text": value}) + "\n")
     with pytest.raises(DataSourceError) as e:
         build_dataset(DataConfig(source=str(f)), seed=0)
-    assert str(e.value) == (f"{f}:2 field 'text' holds a JSON {kind} ({json.dumps(value)}), not a string; set "
-                            "--data.text_field to the field that holds the text")  # was: str(value) as text
+    assert str(e.value) == (
+        f"{f}:2 field 'text' holds a JSON {kind} ({json.dumps(value)}), not a string; set "
+        "--data.text_field to the field that holds the text"
+    )  # was: str(value) as text
 
 
 def test_a_jsonl_null_text_is_no_document_as_in_parquet(tmp_path):
     docs = [f"document {i}: " + "the quick brown fox. " * 10 for i in range(30)]
     f = tmp_path / "c.jsonl"
-    f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:5]) + '{"text": null}\n'
-                 + "".join(json.dumps({"text": d}) + "\n" for d in docs[5:]))
+    f.write_text(
+        "".join(json.dumps({"text": d}) + "\n" for d in docs[:5])
+        + '{"text": null}\n'
+        + "".join(json.dumps({"text": d}) + "\n" for d in docs[5:])
+    )
     assert build_dataset(DataConfig(source=str(f), seq_len=64), seed=0).tokens.equal(_token_stream(docs))  # not "None"
 
 
@@ -189,7 +216,7 @@ def flip_a_token_byte(path: Path, tokens: torch.Tensor) -> None:
 
 DAMAGE = {
     "garbage": (lambda p, t: p.write_bytes(bytes(range(256)) * 20), "torch.load raised "),
-    "truncated": (lambda p, t: p.write_bytes(p.read_bytes()[:p.stat().st_size // 2]), "torch.load raised "),
+    "truncated": (lambda p, t: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "torch.load raised "),
     "empty": (lambda p, t: p.write_bytes(b""), "torch.load raised EOFError"),
     "a bit flipped": (flip_a_token_byte, "its tokens differ from the sha256 recorded with them"),
     "another object": (lambda p, t: torch.save(t, p), "it holds no token stream"),
@@ -233,5 +260,6 @@ def test_the_builtin_corpus_cache_when_damaged_is_rebuilt(tmp_path, caplog):
         assert builtin_tokens(str(tmp_path)).equal(build_dataset(DataConfig(), seed=0).tokens)
     assert [r.getMessage() for r in caplog.records] == [
         f"WARNING: the cache of the built-in corpus, {cache}, is damaged (torch.load raised UnpicklingError); "
-        "rebuilding it"]
+        "rebuilding it"
+    ]
     assert builtin_tokens(str(tmp_path)).equal(builtin_tokens())

@@ -1,5 +1,6 @@
 """Prepared directories (``python -m training.data prepare``): the same samples as their source, memory-mapped
 shards, exact resume across shard and epoch boundaries, and clear errors for a half-written or damaged one."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,15 @@ import torch
 
 from training.config import DataConfig
 from training.data.corpus import DataSourceError
-from training.data.dataset import (GlobalOrder, ResumableBatchSampler, ShardedTokens, build_dataloader, build_dataset,
-                           main, prepare)
+from training.data.dataset import (
+    GlobalOrder,
+    ResumableBatchSampler,
+    ShardedTokens,
+    build_dataloader,
+    build_dataset,
+    main,
+    prepare,
+)
 from training.job.check import check_data
 from training.data.prepared import MANIFEST, ShardWriter, read_manifest, verify_contents
 from training.checkpoint.run_identity import digest_tokens
@@ -24,8 +32,7 @@ SHARD = 997  # a prime: sample windows (70 tokens at seq_len 64) straddle most s
 
 def corpus(path: Path, n: int = 60) -> Path:
     """A jsonl corpus of varied documents: non-ASCII text, different lengths, an empty one."""
-    docs = [f"Document {i}: " + "naïve façade — " * (i % 7) + "the quick brown fox. " * (3 + i % 11)
-            for i in range(n)]
+    docs = [f"Document {i}: " + "naïve façade — " * (i % 7) + "the quick brown fox. " * (3 + i % 11) for i in range(n)]
     docs[5] = ""
     path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     return path
@@ -58,7 +65,7 @@ def test_a_prepared_jsonl_gives_the_samples_of_its_source_across_shard_boundarie
     manifest = read_manifest(str(dst))
     assert len(manifest.shards) > 10 and {s.tokens for s in manifest.shards[:-1]} == {SHARD}
     assert manifest.tokens == len(direct.tokens) == len(mapped.tokens) and manifest.documents == 60
-    assert mapped.tokens[0:len(mapped.tokens)].equal(direct.tokens)
+    assert mapped.tokens[0 : len(mapped.tokens)].equal(direct.tokens)
     assert len(mapped) == len(direct)
     assert sum(touches_a_boundary(i, mapped.raw_len, SHARD) for i in range(len(mapped))) > 10
     keys = [(epoch, i) for epoch in (0, 1, 4) for i in range(len(direct))]
@@ -73,7 +80,7 @@ def test_a_prepared_builtin_corpus_gives_the_builtin_samples(tmp_path):
     mapped = build_dataset(DataConfig(source=str(tmp_path / "b")), seed=1)
     assert len(manifest.shards) > 10 and manifest.tokens == len(direct.tokens)
     assert manifest.documents == int((direct.tokens == 1).sum())
-    assert mapped.tokens[0:len(mapped.tokens)].equal(direct.tokens)
+    assert mapped.tokens[0 : len(mapped.tokens)].equal(direct.tokens)
     # every sample whose window touches a shard boundary, and a spread of the others
     near = {b * 50_000 // mapped.raw_len for b in range(1, len(manifest.shards))}
     keys = [(e, i) for e in (0, 1) for i in sorted(near | set(range(0, len(direct), 97)))]
@@ -87,8 +94,9 @@ def test_the_run_fingerprint_of_prepared_data_is_its_sources_and_read_from_the_m
     assert digest_tokens(mapped.tokens) == digest_tokens(direct.tokens)  # preparing does not change the run
     shard = dst / "tokens-00003.bin"
     shard.write_bytes(bytes(len(shard.read_bytes())))  # same size, other content: only `verify` (a full read) sees it
-    assert digest_tokens(build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0).tokens) == \
-        digest_tokens(direct.tokens)
+    assert digest_tokens(build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0).tokens) == digest_tokens(
+        direct.tokens
+    )
 
 
 def test_the_shards_are_memory_mapped_not_loaded(prepared):
@@ -119,14 +127,19 @@ def test_resume_at_a_shard_boundary_and_in_a_later_epoch_continues_the_straight_
     steps = 2 * len(ds) // gb + 3  # into the third epoch
     straight = batches(build_dataloader(ds, cfg, seed=2, global_batch=gb, rank=0, world=1, start_offset=0), steps)
     # resume with a first batch that reads across a shard boundary, and at a step in epoch 2
-    at_boundary = next(step for step in range(1, steps) if any(touches_a_boundary(i, 70, shard_tokens)
-                                                               for _, i in order.rank_samples(step * gb, gb, 0, 1)))
+    at_boundary = next(
+        step
+        for step in range(1, steps)
+        if any(touches_a_boundary(i, 70, shard_tokens) for _, i in order.rank_samples(step * gb, gb, 0, 1))
+    )
     for step in (at_boundary, 2 * len(ds) // gb + 1):
         resumed = build_dataloader(ds, cfg, seed=2, global_batch=gb, rank=0, world=1, start_offset=step * gb)
         assert same(batches(resumed, steps - step), straight[step:])
     direct = build_dataset(DataConfig(source=str(src), seq_len=64), seed=2)
-    assert same(batches(build_dataloader(direct, cfg, seed=2, global_batch=gb, rank=0, world=1, start_offset=0),
-                        steps), straight)
+    assert same(
+        batches(build_dataloader(direct, cfg, seed=2, global_batch=gb, rank=0, world=1, start_offset=0), steps),
+        straight,
+    )
     sampler = ResumableBatchSampler(order, gb, 0, 1, start_offset=(steps - 1) * gb)
     assert {epoch for epoch, _ in next(iter(sampler))} == {2}
 
@@ -135,10 +148,15 @@ def test_a_half_written_directory_is_refused_with_the_fix(tmp_path):
     writer = ShardWriter(str(tmp_path / "half"), shard_tokens=100)
     writer.write(torch.arange(3, 253, dtype=torch.int16).numpy())  # prepare stopped before its manifest
     assert len(os.listdir(tmp_path / "half")) == 3
-    for check in (lambda d: build_dataset(DataConfig(source=d), seed=0),
-                  lambda d: check_data(DataConfig(source=d), min_samples=1)):
-        with pytest.raises(DataSourceError, match=r"is a half-written prepared directory \(3 shard file\(s\) but no "
-                                                  r"manifest.json.*re-run `python -m training.data prepare SRC"):
+    for check in (
+        lambda d: build_dataset(DataConfig(source=d), seed=0),
+        lambda d: check_data(DataConfig(source=d), min_samples=1),
+    ):
+        with pytest.raises(
+            DataSourceError,
+            match=r"is a half-written prepared directory \(3 shard file\(s\) but no "
+            r"manifest.json.*re-run `python -m training.data prepare SRC",
+        ):
             check(str(tmp_path / "half"))
 
 
@@ -149,8 +167,11 @@ def test_a_damaged_prepared_directory_is_refused_with_the_fix(prepared):
     data = shard.read_bytes()
     shard.write_bytes(data[:-2])
     for check in (lambda: build_dataset(cfg, seed=0), lambda: check_data(cfg, min_samples=1)):
-        with pytest.raises(DataSourceError, match=r"tokens-00002.bin has 1,992 bytes, manifest.json says 1,994 "
-                                                  r"\(997 tokens\): it was truncated or changed after prepare"):
+        with pytest.raises(
+            DataSourceError,
+            match=r"tokens-00002.bin has 1,992 bytes, manifest.json says 1,994 "
+            r"\(997 tokens\): it was truncated or changed after prepare",
+        ):
             check()
     shard.unlink()
     with pytest.raises(DataSourceError, match="tokens-00002.bin .listed in manifest.json. cannot be read"):
@@ -170,14 +191,18 @@ def flip_a_bit(path: Path, at: int) -> None:
 def test_verify_reads_every_byte_and_names_the_shard_that_changed(prepared):
     _, dst = prepared
     manifest = read_manifest(str(dst))
-    assert [s.sha256 for s in manifest.shards] == [hashlib.sha256((dst / s.name).read_bytes()).hexdigest()
-                                                   for s in manifest.shards]  # what `sha256sum` prints
+    assert [s.sha256 for s in manifest.shards] == [
+        hashlib.sha256((dst / s.name).read_bytes()).hexdigest() for s in manifest.shards
+    ]  # what `sha256sum` prints
     verify_contents(manifest)
     flip_a_bit(dst / "tokens-00004.bin", 1000)  # same size: the start's checks pass
     assert read_manifest(str(dst)) == manifest
-    with pytest.raises(DataSourceError, match=r"shard .*tokens-00004.bin differs from what prepare wrote \(sha256 "
-                                              r"[0-9a-f]{16}\.\.\., manifest.json says [0-9a-f]{16}\.\.\.\): it was "
-                                              r"damaged or changed after prepare; re-run `python -m training.data"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"shard .*tokens-00004.bin differs from what prepare wrote \(sha256 "
+        r"[0-9a-f]{16}\.\.\., manifest.json says [0-9a-f]{16}\.\.\.\): it was "
+        r"damaged or changed after prepare; re-run `python -m training.data",
+    ):
         verify_contents(manifest)
 
 
@@ -191,8 +216,11 @@ def test_verify_of_a_manifest_without_shard_hashes_checks_the_whole_stream(prepa
     assert {s.sha256 for s in manifest.shards} == {None}
     verify_contents(manifest)
     flip_a_bit(dst / "tokens-00007.bin", 3)
-    with pytest.raises(DataSourceError, match=r"the shards of .*prepared differ from what prepare wrote .*a shard "
-                                              r"was damaged or changed after prepare, or manifest.json was edited"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"the shards of .*prepared differ from what prepare wrote .*a shard "
+        r"was damaged or changed after prepare, or manifest.json was edited",
+    ):
         verify_contents(manifest)
 
 
@@ -208,7 +236,7 @@ def set_token(shard: Path, at: int, value: int) -> None:
 @pytest.mark.parametrize("value", [112 | 1 << 14, 112 - (1 << 15), 112 | 1 << 8, 0, 2])
 @pytest.mark.parametrize("shard, at", [(5, 123), (3, 0)])  # inside a shard; its first token, in a window that
 def test_a_token_id_no_stream_holds_is_refused_where_it_is_read_naming_the_shard_and_fix(prepared, value, shard, at):
-    _, dst = prepared                                         # straddles the boundary
+    _, dst = prepared  # straddles the boundary
     name = dst / f"tokens-{shard:05d}.bin"
     set_token(name, at, value)
     ds = build_dataset(DataConfig(source=str(dst), seq_len=64), seed=0)
@@ -219,7 +247,8 @@ def test_a_token_id_no_stream_holds_is_refused_where_it_is_read_naming_the_shard
         f"shard {name} at token {at} (byte {2 * at}) holds token id {value}, which no token stream holds (only 1 and "
         f"3..258; the vocabulary has 384): the shard was damaged after prepare; check the directory with `python -m "
         f"training.data verify {dst}`, then re-run `python -m training.data prepare SRC {dst}` (or copy the prepared "
-        "directory again, completely)")
+        "directory again, completely)"
+    )
     ds[1, sample - 1], ds[1, sample + 1]  # the other samples read as before
     with pytest.raises(DataSourceError, match=f"shard {name} differs from what prepare wrote"):
         verify_contents(read_manifest(str(dst)))  # the command the message names finds the same shard
@@ -237,13 +266,18 @@ def test_the_verify_command_exits_0_for_intact_and_2_for_damaged_naming_the_fix(
     manifest = read_manifest(str(dst))
     assert (code, err) == (0, "") and out.startswith(
         f"verified {dst}: {manifest.tokens:,} tokens in {len(manifest.shards)} shard(s) match each shard's sha256 "
-        f"and the sha256 {manifest.sha256[:16]}... that prepare recorded (")
+        f"and the sha256 {manifest.sha256[:16]}... that prepare recorded ("
+    )
     flip_a_bit(dst / "tokens-00000.bin", 0)
     code, out, err = run(dst)
     assert (code, out) == (2, "") and err.startswith(f"error: shard {dst / 'tokens-00000.bin'} differs")
     code, out, err = run(tmp_path / "nothing")
-    assert (code, out) == (2, "") and "is not a prepared directory (no manifest.json, no shard files); pass the " \
-                                      "DST of `python -m training.data prepare SRC DST`" in err
+    assert (
+        (code, out) == (2, "")
+        and "is not a prepared directory (no manifest.json, no shard files); pass the "
+        "DST of `python -m training.data prepare SRC DST`"
+        in err
+    )
     (dst / "tokens-00000.bin").unlink()
     code, out, err = run(dst)
     assert code == 2 and "tokens-00000.bin (listed in manifest.json) cannot be read" in err
@@ -253,8 +287,12 @@ def test_job_check_accepts_a_prepared_directory_and_counts_its_samples(prepared)
     src, dst = prepared
     facts = check_data(DataConfig(source=str(dst), seq_len=64), min_samples=4)
     tokens = len(build_dataset(DataConfig(source=str(src), seq_len=64), seed=0).tokens)
-    assert (facts.files, facts.tokens, facts.documents, facts.complete) == (len(read_manifest(str(dst)).shards),
-                                                                            tokens, 60, True)
+    assert (facts.files, facts.tokens, facts.documents, facts.complete) == (
+        len(read_manifest(str(dst)).shards),
+        tokens,
+        60,
+        True,
+    )
     with pytest.raises(DataSourceError, match=rf"holds {tokens:,} tokens .*train.global_batch=1000 needs 70,000"):
         check_data(DataConfig(source=str(dst), seq_len=64), min_samples=1000)
 
@@ -268,8 +306,10 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
         return code, out.out + out.err
 
     assert run(str(tmp_path / "nope.jsonl"), str(tmp_path / "d")) == (
-        2, f"error: SRC='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
-           "line), a .parquet file, a directory of them, or 'builtin'\n")
+        2,
+        f"error: SRC='{tmp_path / 'nope.jsonl'}' does not exist; pass a .jsonl file (one JSON object per "
+        "line), a .parquet file, a directory of them, or 'builtin'\n",
+    )
     assert not (tmp_path / "d").exists()  # nothing written for a bad SRC
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
@@ -298,14 +338,16 @@ def test_the_command_refuses_bad_input_naming_it_and_the_fix(tmp_path, capsys):
 def test_prepare_names_its_own_text_field_option(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     jsonl = corpus(tmp_path / "c.jsonl")
-    pq.write_table(pa.table({"id": list(range(50)), "body": ["the quick brown fox. " * 20] * 50}),
-                   tmp_path / "t.parquet")
-    for src, field, problem in ((jsonl, "body", f"{jsonl}:1 has no field 'body' (its fields: text)"),
-                                (tmp_path / "t.parquet", "text", f"{tmp_path / 't.parquet'} has no column 'text' (its "
-                                                                 "columns: id, body)"),
-                                (tmp_path / "t.parquet", "id", f"{tmp_path / 't.parquet'} column 'id' is of type "
-                                                               "int64, not string")):
+    pq.write_table(
+        pa.table({"id": list(range(50)), "body": ["the quick brown fox. " * 20] * 50}), tmp_path / "t.parquet"
+    )
+    for src, field, problem in (
+        (jsonl, "body", f"{jsonl}:1 has no field 'body' (its fields: text)"),
+        (tmp_path / "t.parquet", "text", f"{tmp_path / 't.parquet'} has no column 'text' (its columns: id, body)"),
+        (tmp_path / "t.parquet", "id", f"{tmp_path / 't.parquet'} column 'id' is of type int64, not string"),
+    ):
         assert main(["prepare", str(src), str(tmp_path / "p"), "--text-field", field]) == 2
         err = capsys.readouterr().err.splitlines()[-1]
         assert err.startswith(f"error: {problem}; set --text-field to ")  # was: --data.text_field, not prepare's

@@ -1,4 +1,5 @@
 """The worker's one-line error reaches stderr in one write (the agent shares the stream)."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """Fault injection is one object (training.job.faults.Faults) that does nothing unless a fault.* setting is on."""
+
 from __future__ import annotations
 
 import errno
@@ -38,6 +39,7 @@ def test_faults_fire_at_their_step_and_rank_only(tmp_path):
 def test_a_wedge_blocks_the_calling_thread_at_its_step_and_rank_once_per_out_dir(tmp_path):
     import threading
     import time
+
     Faults(FaultConfig(wedge_at_step=3, rank=1), rank=0, out_dir=str(tmp_path)).mid_step(3)  # another rank: no-op
     f = Faults(FaultConfig(wedge_at_step=3, rank=1), rank=1, out_dir=str(tmp_path))
     assert f.enabled
@@ -54,6 +56,7 @@ def test_a_wedge_blocks_the_calling_thread_at_its_step_and_rank_once_per_out_dir
 
 def test_a_hold_file_holds_every_rank_after_its_step_until_removed_or_the_rank_is_asked_to_stop(tmp_path):
     import threading
+
     hold = tmp_path / "hold"
     stop = threading.Event()
     f = Faults(FaultConfig(hold_file=str(hold)), rank=0, out_dir=str(tmp_path), interrupted=stop.is_set)

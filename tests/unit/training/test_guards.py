@@ -1,5 +1,6 @@
 """Unit tests of the pieces that keep checkpoints honest: the non-finite guard, checksums and their split over
 ranks, storage error reasons, the run fingerprint and its diff."""
+
 import errno
 import os
 import zlib
@@ -41,10 +42,17 @@ def test_every_file_is_checksummed_by_exactly_one_rank_and_the_load_is_balanced(
         assert max(loads) - min(loads) <= max(sizes.values())
 
 
-@pytest.mark.parametrize("code, text", [(errno.ENOSPC, "no space left on the device"),
-                                        (errno.EROFS, "read-only file system"), (errno.EACCES, "permission denied")])
+@pytest.mark.parametrize(
+    "code, text",
+    [
+        (errno.ENOSPC, "no space left on the device"),
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
 def test_storage_reason_names_the_cause_through_wrapping(code, text):
     from torch.distributed.checkpoint.api import CheckpointException
+
     inner = OSError(code, os.strerror(code), "/ckpt/step_3/__0_0.distcp")
     try:
         try:
@@ -64,13 +72,20 @@ def fingerprint(**changes):
     return run_fingerprint(finalize(cfg), data_label="builtin", data_digest="abc")
 
 
-@pytest.mark.parametrize("text, peer", [
-    ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete", "in time"),
-    ("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5001", "went away"),
-    ("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", None),
-])
+@pytest.mark.parametrize(
+    "text, peer",
+    [
+        (
+            "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete",
+            "in time",
+        ),
+        ("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5001", "went away"),
+        ("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", None),
+    ],
+)
 def test_peer_reason_tells_a_lost_peer_from_a_storage_failure(text, peer):
     from torch.distributed.checkpoint.api import CheckpointException
+
     wrapped = CheckpointException("save", {1: (RuntimeError(text), None)})
     for exc in (RuntimeError(text), wrapped):
         got = peer_reason(exc)
@@ -82,8 +97,11 @@ def test_fingerprint_diff_names_each_changed_field_and_ignores_what_may_change()
     base = fingerprint()
     assert diff(base, fingerprint(train__micro_batch=2, parallel__threads=4, checkpoint__interval=5)) == []
     changed = diff(base, fingerprint(train__lr=0.01, job__seed=7, train__global_batch=16))
-    assert [(c.field, c.saved, c.now) for c in changed] == [("job.seed", 1234, 7), ("train.lr", 0.001, 0.01),
-                                                            ("train.global_batch", 8, 16)]
+    assert [(c.field, c.saved, c.now) for c in changed] == [
+        ("job.seed", 1234, 7),
+        ("train.lr", 0.001, 0.01),
+        ("train.global_batch", 8, 16),
+    ]
     moved = dict(base, **{"data.source": {"label": "/new/path.jsonl", "digest": "abc"}})
     assert diff(base, moved) == []  # same content under another name is the same data
 

@@ -1,6 +1,7 @@
 """The checks before any process starts (training.job.check): each kind of bad data, location and device is
 one message naming the value and the fix, from every start path (agent, launcher, python -m training, Slurm
 submit), with the exit code of the README's table and no worker started."""
+
 from __future__ import annotations
 
 import json
@@ -42,15 +43,21 @@ def test_a_good_corpus_passes_and_its_token_count_is_what_training_reads(tmp_pat
     assert facts.tokens == len(build_dataset(cfg.data, seed=0).tokens)  # the same stream training builds
 
 
-@pytest.mark.parametrize("name, content, needle", [
-    ("empty.jsonl", "", "holds no documents (an empty file)"),
-    ("blank.jsonl", "\n\n  \n", "holds no documents (an empty file)"),
-    ("bad.jsonl", '{"text": "fine"}\n{"text": broken\n', "bad.jsonl:2 is not JSON (Expecting value at column 10)"),
-    ("list.jsonl", '["a", "b"]\n', "list.jsonl:1 is a JSON list, not an object"),
-    ("field.jsonl", '{"body": "x", "id": 1}\n', "field.jsonl:1 has no field 'text' (its fields: body, id); set "
-                                                  "--data.text_field"),
-    ("notes.txt", "plain text\n", "is neither .jsonl nor .parquet"),
-])
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("empty.jsonl", "", "holds no documents (an empty file)"),
+        ("blank.jsonl", "\n\n  \n", "holds no documents (an empty file)"),
+        ("bad.jsonl", '{"text": "fine"}\n{"text": broken\n', "bad.jsonl:2 is not JSON (Expecting value at column 10)"),
+        ("list.jsonl", '["a", "b"]\n', "list.jsonl:1 is a JSON list, not an object"),
+        (
+            "field.jsonl",
+            '{"body": "x", "id": 1}\n',
+            "field.jsonl:1 has no field 'text' (its fields: body, id); set --data.text_field",
+        ),
+        ("notes.txt", "plain text\n", "is neither .jsonl nor .parquet"),
+    ],
+)
 def test_each_bad_jsonl_is_named_with_its_line_and_fix(tmp_path, name, content, needle):
     path = tmp_path / name
     path.write_text(content)
@@ -70,8 +77,11 @@ def test_a_lone_surrogate_escape_names_the_line(tmp_path):
     # Valid JSON whose string is not text: it would crash the byte tokenizer with a bare UnicodeEncodeError.
     path = tmp_path / "escaped.jsonl"
     path.write_text('{"text": "ok"}\n{"text": "half a pair \\ud800 here"}\n')
-    with pytest.raises(DataSourceError, match=r"escaped.jsonl:2 field 'text' holds a lone surrogate \(U\+D800 at "
-                                              r"character 12\).*fix or drop that escape"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"escaped.jsonl:2 field 'text' holds a lone surrogate \(U\+D800 at "
+        r"character 12\).*fix or drop that escape",
+    ):
         check_data(data_cfg(path).data, min_samples=1)
 
 
@@ -122,14 +132,21 @@ def test_a_large_corpus_is_checked_at_its_head(tmp_path, monkeypatch):
 
 def test_locations_that_are_files_or_cannot_be_created(tmp_path):
     (tmp_path / "afile").write_text("x")
-    ok = dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "run/ckpt"),
-              metrics_path=str(tmp_path / "run/m.jsonl"))
+    ok = dict(
+        out_dir=str(tmp_path / "run"),
+        checkpoint_dir=str(tmp_path / "run/ckpt"),
+        metrics_path=str(tmp_path / "run/m.jsonl"),
+    )
     check_locations(**ok)
     assert not (tmp_path / "run").exists()  # a check creates nothing
-    cases = [(dict(out_dir=str(tmp_path / "afile")), "job.out_dir='%s/afile' is a file, not a directory"),
-             (dict(checkpoint_dir=str(tmp_path / "afile/sub")), "checkpoint.dir='%s/afile/sub' cannot be created: "
-                                                                "%s/afile is a file"),
-             (dict(metrics_path=str(tmp_path)), "metrics.path='%s' is a directory; pass a file path")]
+    cases = [
+        (dict(out_dir=str(tmp_path / "afile")), "job.out_dir='%s/afile' is a file, not a directory"),
+        (
+            dict(checkpoint_dir=str(tmp_path / "afile/sub")),
+            "checkpoint.dir='%s/afile/sub' cannot be created: %s/afile is a file",
+        ),
+        (dict(metrics_path=str(tmp_path)), "metrics.path='%s' is a directory; pass a file path"),
+    ]
     for change, needle in cases:
         with pytest.raises(ConfigError) as e:
             check_locations(**{**ok, **change})
@@ -164,8 +181,11 @@ def empty(tmp_path) -> list[str]:
 # ---- issue 29: locations that pass a look but cannot be written, and checkpoint directories inside each other
 def test_a_metrics_path_that_is_a_device_is_refused(tmp_path):
     ok = dict(out_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path / "run/ckpt"))
-    with pytest.raises(ConfigError, match=r"metrics.path='/dev/full' is a character device, not a regular file; "
-                                          r"pass a file path \(--metrics.path DIR/metrics.jsonl\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"metrics.path='/dev/full' is a character device, not a regular file; "
+        r"pass a file path \(--metrics.path DIR/metrics.jsonl\)",
+    ):
         check_locations(**ok, metrics_path="/dev/full")
 
 
@@ -205,8 +225,9 @@ def test_a_checkpoint_dir_around_another_runs_is_refused(tmp_path):
     make_checkpoint_root(tmp_path / "runs" / "a" / "checkpoints")
     before = digest(tmp_path)
     with pytest.raises(ConfigError, match=r"holds another run's checkpoint.dir .*runs/a/checkpoints"):
-        check_locations(out_dir=str(tmp_path / "x"), metrics_path=str(tmp_path / "x/m"),
-                        checkpoint_dir=str(tmp_path / "runs"))
+        check_locations(
+            out_dir=str(tmp_path / "x"), metrics_path=str(tmp_path / "x/m"), checkpoint_dir=str(tmp_path / "runs")
+        )
     assert digest(tmp_path) == before
     # side by side is fine, and so is the run's own directory (a resume)
     for ok in (tmp_path / "runs" / "b" / "checkpoints", tmp_path / "runs" / "a" / "checkpoints"):
@@ -216,12 +237,24 @@ def test_a_checkpoint_dir_around_another_runs_is_refused(tmp_path):
 def test_init_from_is_checked_before_any_process_starts(tmp_path):
     """The pretrained directory's check (training.model.pretrained) runs in the start checks: one line, exit 2 or 3."""
     from training.errors import CheckpointIncompatible
+
     empty, other = tmp_path / "empty", tmp_path / "other"
     empty.mkdir()
     other.mkdir()
-    (other / "config.json").write_text(json.dumps({"d_model": 32, "d_kv": 16, "d_ff": 128, "num_layers": 2,
-                                                   "num_decoder_layers": 2, "num_heads": 4, "vocab_size": 384,
-                                                   "feed_forward_proj": "gated-gelu"}))
+    (other / "config.json").write_text(
+        json.dumps(
+            {
+                "d_model": 32,
+                "d_kv": 16,
+                "d_ff": 128,
+                "num_layers": 2,
+                "num_decoder_layers": 2,
+                "num_heads": 4,
+                "vocab_size": 384,
+                "feed_forward_proj": "gated-gelu",
+            }
+        )
+    )
     (other / "model.safetensors").write_bytes(b"")
     with pytest.raises(ConfigError, match="has neither config.json nor weights"):
         check_job(load_config([*TINY, "--model.init_from", str(empty)]), device=False)

@@ -1,6 +1,7 @@
 """The in-memory snapshot tier in one process (a gloo world of 1): a snapshot restores the exact state, a
 copy cut short is never offered, another run's or another model's snapshot is never loaded, a finished run
 leaves nothing behind. The multi-process paths (peer replica, kills) are in test_memory_tier_e2e.py."""
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,15 @@ pytestmark = pytest.mark.usefixtures("world_of_one")
 
 def tier(root, identity=None, interval=1) -> MemoryTier:
     cfg = load_config(["--checkpoint.memory_interval", str(interval), "--checkpoint.memory_dir", str(root)]).checkpoint
-    return MemoryTier.build(cfg, rank=0, world=1, local_world=1, checkpoint_dir=str(root / "ckpt"),
-                            identity=identity or {"model": "net"}, device=torch.device("cpu"))
+    return MemoryTier.build(
+        cfg,
+        rank=0,
+        world=1,
+        local_world=1,
+        checkpoint_dir=str(root / "ckpt"),
+        identity=identity or {"model": "net"},
+        device=torch.device("cpu"),
+    )
 
 
 def test_a_snapshot_restores_the_exact_state(tmp_path):
@@ -134,6 +142,7 @@ def test_a_slot_published_again_is_read_anew_not_from_the_parsed_meta_cache(tmp_
     # A restore reads each meta several times and parses it once (training.checkpoint.memory._read_meta); a slot
     # written again (same size, same slot, next-but-one step) must read as the new step, never the cached one.
     from training.checkpoint.memory import _to_bytes
+
     g = _Generations(tmp_path, "own-r0-w1")
     for step in (1, 2, 3, 4, 5):
         slot, buf = g.begin(8)
@@ -146,6 +155,7 @@ def test_a_slot_published_again_is_read_anew_not_from_the_parsed_meta_cache(tmp_
 
 def _row_set(n: int, world: int, rank: int) -> set[int]:
     from training.checkpoint.memory import _rows
+
     first, count = _rows(n, world, rank)
     return set(range(first, first + count))
 
@@ -153,6 +163,7 @@ def _row_set(n: int, world: int, rank: int) -> set[int]:
 @pytest.mark.parametrize("rows, old_world, world", [(10, 4, 2), (10, 2, 4), (3, 4, 3), (64, 4, 3), (1, 2, 3)])
 def test_each_new_shard_gets_exactly_the_old_shards_that_hold_its_rows(rows, old_world, world):
     from training.checkpoint.memory import _old_shards_needed
+
     covered: list[int] = []
     for r in range(world):
         mine = _row_set(rows, world, r)
@@ -177,6 +188,7 @@ def flip(path, offset: int, n: int = 64) -> None:
 def snapshots(t: MemoryTier, src: Plain, steps) -> dict[int, dict]:
     """Snapshot `src` after each of `steps` training steps; returns each step's state (deep copies)."""
     import copy
+
     states = {}
     for step in steps:
         src.train_step()
@@ -193,6 +205,7 @@ def generation(t: MemoryTier, step: int) -> tuple[int, dict]:
 
 def test_every_generation_carries_the_storage_tiers_crc32c_of_its_bytes(tmp_path):
     from training.checkpoint.integrity import crc32c_file
+
     t = tier(tmp_path)
     snapshots(t, Plain(0), [1, 2])
     for step in (1, 2):
@@ -203,10 +216,13 @@ def test_every_generation_carries_the_storage_tiers_crc32c_of_its_bytes(tmp_path
 def test_copy_checked_copies_any_layout_and_checksums_what_it_wrote():
     from training.checkpoint.integrity import crc32c_bytes
     from training.checkpoint.memory import COPY_CHUNK, _copy_checked, _layout, _views
-    tensors = [torch.arange(12.0).view(3, 4).t(),  # strided
-               torch.tensor(7, dtype=torch.int64),  # 0-dim
-               torch.randn(COPY_CHUNK // 4 + 3),  # more than one piece
-               torch.ones(5, dtype=torch.bfloat16)]
+
+    tensors = [
+        torch.arange(12.0).view(3, 4).t(),  # strided
+        torch.tensor(7, dtype=torch.int64),  # 0-dim
+        torch.randn(COPY_CHUNK // 4 + 3),  # more than one piece
+        torch.ones(5, dtype=torch.bfloat16),
+    ]
     layout, nbytes = _layout(tensors)
     buf = torch.full((nbytes,), 0xAB, dtype=torch.uint8)  # padding holds whatever was there: still covered
     crc = _copy_checked(buf, layout, nbytes, tensors)
@@ -259,6 +275,7 @@ def test_a_generation_no_newer_than_storage_is_not_even_read(tmp_path):
 def test_the_quarantine_keeps_the_newest_damaged_generations_only(tmp_path):
     """Damaged generations live in the node's memory: a copy damaged at every step must not fill it."""
     from training.checkpoint.memory import QUARANTINE_KEEP
+
     g = _Generations(tmp_path, "peer-r1-w2")
     for step in range(1, QUARANTINE_KEEP + 3):
         slot, buf = g.begin(8)

@@ -3,6 +3,7 @@ own measured cost and step time give; a restore still brings back exactly the ne
 interval keeps its steps and is reported once when over budget. The figures come from real copies: the states
 and steps are sized so the outcome does not hang on this machine's speed (a 32 MB copy against a ~1 ms step is
 far over any budget; a tiny state against 0.1 s steps is far under 50%). Two ranks agreeing: the _e2e file."""
+
 from __future__ import annotations
 
 import time
@@ -32,11 +33,27 @@ pytestmark = pytest.mark.usefixtures("world_of_one")
 
 
 def tier(root, interval: str, budget: float = 0.02, storage_interval: int = 5) -> MemoryTier:
-    cfg = load_config(["--checkpoint.memory_interval", interval, "--checkpoint.memory_budget", str(budget),
-                       "--checkpoint.interval", str(storage_interval),
-                       "--checkpoint.memory_dir", str(root)]).checkpoint
-    return MemoryTier.build(cfg, rank=0, world=1, local_world=1, checkpoint_dir=str(root / "ckpt"),
-                            identity={"model": "blob"}, device=torch.device("cpu"))
+    cfg = load_config(
+        [
+            "--checkpoint.memory_interval",
+            interval,
+            "--checkpoint.memory_budget",
+            str(budget),
+            "--checkpoint.interval",
+            str(storage_interval),
+            "--checkpoint.memory_dir",
+            str(root),
+        ]
+    ).checkpoint
+    return MemoryTier.build(
+        cfg,
+        rank=0,
+        world=1,
+        local_world=1,
+        checkpoint_dir=str(root / "ckpt"),
+        identity={"model": "blob"},
+        device=torch.device("cpu"),
+    )
 
 
 def train(t: MemoryTier, blob: Blob, steps: int, step_s: float = 0.0) -> list[int]:

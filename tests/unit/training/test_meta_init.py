@@ -1,4 +1,5 @@
 """Meta-device init: each rank materialises only its shards, and the weights equal a CPU build's, bitwise."""
+
 from __future__ import annotations
 
 
@@ -50,9 +51,10 @@ class _WithBuffer(torch.nn.Module):
         self.norm = torch.nn.BatchNorm1d(3)
 
 
-@pytest.mark.parametrize("module, says", [(_PartWrite, "writes part of emb.weight"),
-                                          (_FactoryOnly, "nothing writes scale"),
-                                          (_WithBuffer, "buffers")])
+@pytest.mark.parametrize(
+    "module, says",
+    [(_PartWrite, "writes part of emb.weight"), (_FactoryOnly, "nothing writes scale"), (_WithBuffer, "buffers")],
+)
 def test_a_construction_the_replay_cannot_reproduce_is_refused_with_the_reason(module, says):
     with pytest.raises(MetaInitUnsupported, match=says):
         record_init(module, seed=0)

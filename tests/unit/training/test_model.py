@@ -1,4 +1,5 @@
 """Model construction: the attention setting picks the kernel and changes nothing else."""
+
 from __future__ import annotations
 
 import torch

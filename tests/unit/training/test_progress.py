@@ -3,8 +3,16 @@ one waiting for a peer inside torch.distributed is not; the heartbeat payload; t
 
 import pytest
 
-from training.job.progress import (CHECKPOINT, DATA, FINAL_CHECKPOINT, FORWARD_BACKWARD, OPTIMIZER, STARTUP,
-                                   Heartbeat, ProgressTracker)
+from training.job.progress import (
+    CHECKPOINT,
+    DATA,
+    FINAL_CHECKPOINT,
+    FORWARD_BACKWARD,
+    OPTIMIZER,
+    STARTUP,
+    Heartbeat,
+    ProgressTracker,
+)
 
 
 class Clock:
@@ -16,8 +24,9 @@ class Clock:
 
 
 def tracker(clock, **kw):
-    args = dict(floor_s=5.0, multiple=4.0, warmup=2, startup_s=300.0, train_timeout_s=60.0,
-                checkpoint_floor_s=30.0, clock=clock)
+    args = dict(
+        floor_s=5.0, multiple=4.0, warmup=2, startup_s=300.0, train_timeout_s=60.0, checkpoint_floor_s=30.0, clock=clock
+    )
     return ProgressTracker(**{**args, **kw})
 
 

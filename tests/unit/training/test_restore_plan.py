@@ -1,5 +1,6 @@
 """The in-memory restore decision (training.checkpoint.restore_plan), case by case, with no files or processes:
 which step every rank restores, which copy of each shard, and when storage wins."""
+
 from __future__ import annotations
 
 from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots

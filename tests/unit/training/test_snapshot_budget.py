@@ -1,4 +1,5 @@
 """The snapshot interval policy (training.checkpoint.snapshot_budget) given measured figures: no clocks here."""
+
 from __future__ import annotations
 
 from training.checkpoint.snapshot_budget import Choice, Pace, interval_for, next_interval
@@ -30,8 +31,10 @@ def test_it_goes_up_at_once_and_down_only_with_room():
 
 def test_the_log_line_says_the_choice_and_the_lost_work():
     c = Choice(6, 0.31, 3.1, 0.02, 100)
-    assert c.line() == ("[checkpoint] in-memory snapshot every 6 steps (each blocks 0.31 s of 3.1 s steps: 1.7% of "
-                        "training time, budget 2%): a failure costs at most 6 steps")
+    assert c.line() == (
+        "[checkpoint] in-memory snapshot every 6 steps (each blocks 0.31 s of 3.1 s steps: 1.7% of "
+        "training time, budget 2%): a failure costs at most 6 steps"
+    )
     assert Choice(1, 0.002, 0.45, 0.02, 100).line().startswith("[checkpoint] in-memory snapshot every step (")
     capped = Choice(10, 2.2, 0.45, 0.02, 10).line()
     assert "48.9% of training time, over the budget 2%: at most checkpoint.interval=10" in capped
@@ -44,7 +47,8 @@ def test_a_fixed_interval_over_budget_is_reported_with_what_auto_would_take():
     got = p.judge_fixed()
     assert got is not None and got.line() == (
         "[checkpoint] memory_interval=1 costs 4.9% of training time (each blocks 0.022 s of 0.45 s steps), above "
-        "checkpoint.memory_budget 2%: `auto` would take every 3 steps")
+        "checkpoint.memory_budget 2%: `auto` would take every 3 steps"
+    )
     within = Pace(budget=0.02, max_interval=100, fixed=3)
     within.add(0.022, 0.45)
     assert within.judge_fixed() is None

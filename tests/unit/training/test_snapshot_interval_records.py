@@ -1,6 +1,7 @@
 """The snapshot interval in what a run writes: the step records' snapshot_interval and the snapshot_interval
 event reach TensorBoard (a scalar and an events text, read back with TensorBoard's reader) and `make status`'s
 screen (tools.status over the goodput ledger), and a damaged one is not taken as a record."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,21 @@ OVER = Choice(1, 0.022, 0.45, 0.02, 10, auto=False)
 
 
 def step(n: int, interval: int) -> dict:
-    return dict(step=n, loss=5.0, lr=1e-3, grad_norm=2.0, tokens_per_s=1000.0, step_time_s=0.5, ckpt_block_s=0.0,
-                snapshot_block_s=0.01, snapshot_interval=interval, world_size=2, restart_count=0,
-                data_offset=4 * (n - 1), tokens=500)
+    return dict(
+        step=n,
+        loss=5.0,
+        lr=1e-3,
+        grad_norm=2.0,
+        tokens_per_s=1000.0,
+        step_time_s=0.5,
+        ckpt_block_s=0.0,
+        snapshot_block_s=0.01,
+        snapshot_interval=interval,
+        world_size=2,
+        restart_count=0,
+        data_offset=4 * (n - 1),
+        tokens=500,
+    )
 
 
 def run(tmp_path, choice: Choice, intervals: list[int]) -> list[dict]:
@@ -38,6 +51,7 @@ def run(tmp_path, choice: Choice, intervals: list[int]) -> list[dict]:
 def test_tensorboard_shows_the_interval_and_its_choice(tmp_path):
     run(tmp_path, AUTO, [1, 1, 1, 1, 6, 6])
     from tensorboard.backend.event_processing import event_accumulator
+
     acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("job/snapshot_interval")][3:] == [(4, 1.0), (5, 6.0), (6, 6.0)]
@@ -47,24 +61,32 @@ def test_tensorboard_shows_the_interval_and_its_choice(tmp_path):
 
 def test_status_says_the_interval_and_its_cost_against_the_budget(tmp_path):
     ledger = ledger_from_records("run", run(tmp_path, AUTO, [1, 1, 1, 1, 6, 6]), 6)
-    assert snapshot_line(ledger) == ("memory   in-memory snapshot every 6 step(s): a failure costs at most 6 step(s) "
-                                     "(auto: 1.7% of training time blocked, budget 2%)")
+    assert snapshot_line(ledger) == (
+        "memory   in-memory snapshot every 6 step(s): a failure costs at most 6 step(s) "
+        "(auto: 1.7% of training time blocked, budget 2%)"
+    )
     assert snapshot_line(ledger) in screen(ledger, Where(label="run", running=False), now=ledger.records[-1]["time"])
 
 
 def test_status_names_a_fixed_interval_over_its_budget_and_an_off_tier(tmp_path):
     ledger = ledger_from_records("run", run(tmp_path, OVER, [1] * 6), 6)
-    assert snapshot_line(ledger).endswith("(memory_interval=1: 4.9% of training time blocked, budget 2%; auto would "
-                                          "take every 3)")
+    assert snapshot_line(ledger).endswith(
+        "(memory_interval=1: 4.9% of training time blocked, budget 2%; auto would take every 3)"
+    )
     (tmp_path / "metrics.jsonl").unlink()
     off = [r for r in run(tmp_path, OVER, [0] * 3) if r["event"] != "snapshot_interval"]
     assert snapshot_line(ledger_from_records("run", off, 3)).startswith("memory   in-memory snapshots off")
 
 
 def test_records_from_before_say_nothing_and_a_damaged_one_is_not_a_record(tmp_path):
-    old = [{k: v for k, v in r.items() if k != "snapshot_interval"} for r in run(tmp_path, AUTO, [1] * 3)
-           if r["event"] != "snapshot_interval"]
+    old = [
+        {k: v for k, v in r.items() if k != "snapshot_interval"}
+        for r in run(tmp_path, AUTO, [1] * 3)
+        if r["event"] != "snapshot_interval"
+    ]
     assert snapshot_line(ledger_from_records("run", old, 3)) is None
-    assert record_problem({"event": "snapshot_interval", "time": 1.0, "interval": "six"}) == \
-        'interval is "six", not an integer'
+    assert (
+        record_problem({"event": "snapshot_interval", "time": 1.0, "interval": "six"})
+        == 'interval is "six", not an integer'
+    )
     assert record_problem({"event": "step", "time": 1.0, "step": 1, "world_size": 1, "snapshot_interval": None})

@@ -1,5 +1,6 @@
 """Straggler detection: the rule on work times measured on this machine, the work clock on a real FSDP2 model, the
 notes between an agent and its workers."""
+
 from __future__ import annotations
 
 import math
@@ -16,10 +17,26 @@ from training.job.stragglers import TAKEN_OUT_FILE, StragglerRule, WorkClock, wi
 # Forward work times (s; the first measurement, forward only) of ranks 0 and 1, debug preset, 2 processes x 1
 # thread on the shared 2-core machine (docs/failover.md): ordinary steps, then rank 1's process stopped 0.2 s of
 # every 0.3 s.
-NORMAL = [(0.2713, 0.2881), (0.2837, 0.3189), (0.2717, 0.2981), (0.2127, 0.2532), (0.2271, 0.2747),
-          (0.1869, 0.1821), (0.4192, 0.4871), (0.2614, 0.2405)]
-SLOWED = [(0.1894, 0.431), (0.1575, 0.5627), (0.1653, 0.5771), (0.1644, 0.5668), (0.2593, 0.6266),
-          (0.1679, 0.3592), (0.2881, 0.8803), (0.287, 0.4565)]
+NORMAL = [
+    (0.2713, 0.2881),
+    (0.2837, 0.3189),
+    (0.2717, 0.2981),
+    (0.2127, 0.2532),
+    (0.2271, 0.2747),
+    (0.1869, 0.1821),
+    (0.4192, 0.4871),
+    (0.2614, 0.2405),
+]
+SLOWED = [
+    (0.1894, 0.431),
+    (0.1575, 0.5627),
+    (0.1653, 0.5771),
+    (0.1644, 0.5668),
+    (0.2593, 0.6266),
+    (0.1679, 0.3592),
+    (0.2881, 0.8803),
+    (0.287, 0.4565),
+]
 
 
 def test_ordinary_noise_names_nobody_and_a_stopped_rank_is_named_after_m_steps():
@@ -46,6 +63,7 @@ def test_a_slowdown_on_every_rank_names_nobody_and_the_others_median_is_used():
 def test_the_work_clock_times_fsdp_blocks_forward_and_starts_over(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
@@ -60,6 +78,7 @@ def test_the_work_clock_times_fsdp_blocks_forward_and_starts_over(tmp_path):
         for block in model:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
+
         class SlowSGD(torch.optim.SGD):
             def step(self, closure=None):
                 time.sleep(0.08)  # the optimizer's own work
@@ -98,8 +117,10 @@ def test_a_node_is_taken_out_only_with_a_spare_a_restart_the_window_open_and_a_s
         return [Row(0.2, i, spares[i], restarts[i], window[i]) for i in range(2)]
 
     kw = dict(step=9, snapshot_due=True, last_step=16, window_s=600)
-    assert decide(rows(), **kw) == (True, "taking its node out after the in-memory snapshot of step 9: a hot spare "
-                                          "takes its place")  # one agent's view of a spare is enough
+    assert decide(rows(), **kw) == (
+        True,
+        "taking its node out after the in-memory snapshot of step 9: a hot spare takes its place",
+    )  # one agent's view of a spare is enough
     assert decide(rows(spares=(0, 0)), **kw) == (False, "no hot spare waits: the job keeps its size")
     assert "no restart left" in decide(rows(restarts=(2, 0)), **kw)[1]
     assert "less than straggler.evict_window_s 600 s ago" in decide(rows(window=(0, 1)), **kw)[1]

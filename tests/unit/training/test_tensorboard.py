@@ -1,6 +1,7 @@
 """The TensorBoard writer behind the metrics logger (training.job.tensorboard): rank 0 only, off with a setting,
 never blocking the training thread, and a broken directory costs a warning, not the run. The event files are read
 back with TensorBoard's own reader; the end-to-end run with restarts is in test_watch_e2e.py."""
+
 from __future__ import annotations
 
 import threading
@@ -16,13 +17,25 @@ def config(tmp_path, **kw) -> MetricsConfig:
 
 
 def step(n: int) -> dict:
-    return dict(step=n, loss=5.0 - n / 10, lr=1e-3, grad_norm=2.0, tokens_per_s=1000.0 + n, step_time_s=0.5,
-                ckpt_block_s=0.0, snapshot_block_s=0.0, world_size=2, restart_count=0, data_offset=4 * (n - 1),
-                tokens=500)
+    return dict(
+        step=n,
+        loss=5.0 - n / 10,
+        lr=1e-3,
+        grad_norm=2.0,
+        tokens_per_s=1000.0 + n,
+        step_time_s=0.5,
+        ckpt_block_s=0.0,
+        snapshot_block_s=0.0,
+        world_size=2,
+        restart_count=0,
+        data_offset=4 * (n - 1),
+        tokens=500,
+    )
 
 
 def read(directory):
     from tensorboard.backend.event_processing import event_accumulator
+
     acc = event_accumulator.EventAccumulator(str(directory), size_guidance={"scalars": 0})
     acc.Reload()
     return acc
@@ -40,8 +53,15 @@ def test_rank_0_writes_what_it_logs_and_other_ranks_nothing(tmp_path):
     acc = read(tmp_path / "tb")
     assert [(e.step, round(e.value, 4)) for e in acc.Scalars("train/loss")] == [(1, 4.9), (2, 4.8), (3, 4.7)]
     assert [e.value for e in acc.Scalars("perf/tokens_per_s")] == [1001.0, 1002.0, 1003.0]
-    assert {"train/lr", "train/grad_norm", "perf/step_time_s", "perf/ckpt_block_s", "perf/snapshot_block_s",
-            "job/world_size", "job/restarts"} <= set(acc.Tags()["scalars"])
+    assert {
+        "train/lr",
+        "train/grad_norm",
+        "perf/step_time_s",
+        "perf/ckpt_block_s",
+        "perf/snapshot_block_s",
+        "job/world_size",
+        "job/restarts",
+    } <= set(acc.Tags()["scalars"])
     assert "perf/mfu" not in acc.Tags()["scalars"]  # only where the metrics have it (GPU runs that measure it)
 
 

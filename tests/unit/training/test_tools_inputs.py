@@ -1,6 +1,7 @@
 """Bad inputs to the checkpoint tools (training.compare, training.export) and to --model.init_from: one line that
 names the input and what is wrong with it, exit 2 (3 for weights of another model shape), never a traceback and
 never a damaged checkpoint compared as if it were sound."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,6 +17,7 @@ from training.model.pretrained import check_pretrained_dir
 
 SMALL = dict(d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2)
 
+
 # ---- case 4: --model.init_from without weights, or of another shape --------------------------------------------
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
@@ -30,10 +32,19 @@ def config_only(pretrained: Path, where: Path) -> Path:
     return where
 
 
-@pytest.mark.parametrize("make, missing", [
-    (lambda pre, tmp: tmp / "empty", "has neither config.json nor weights (model.safetensors or pytorch_model.bin)"),
-    (lambda pre, tmp: config_only(pre, tmp / "config_only"), "has no weights (model.safetensors or pytorch_model.bin)"),
-])
+@pytest.mark.parametrize(
+    "make, missing",
+    [
+        (
+            lambda pre, tmp: tmp / "empty",
+            "has neither config.json nor weights (model.safetensors or pytorch_model.bin)",
+        ),
+        (
+            lambda pre, tmp: config_only(pre, tmp / "config_only"),
+            "has no weights (model.safetensors or pytorch_model.bin)",
+        ),
+    ],
+)
 def test_init_from_without_weights_is_a_config_error_naming_the_directory(pretrained, tmp_path, make, missing):
     (tmp_path / "empty").mkdir()
     path = str(make(pretrained, tmp_path))
@@ -42,8 +53,9 @@ def test_init_from_without_weights_is_a_config_error_naming_the_directory(pretra
         with pytest.raises(ConfigError) as e:
             check()
         assert exit_code(e.value) == 2
-        assert f"model.init_from={path!r} {missing}" in str(e.value) \
-            and "config.json and model.safetensors" in str(e.value)
+        assert f"model.init_from={path!r} {missing}" in str(e.value) and "config.json and model.safetensors" in str(
+            e.value
+        )
 
 
 def test_init_from_of_another_shape_is_exit_3_naming_the_field_and_the_fix(pretrained):
@@ -57,6 +69,7 @@ def test_init_from_of_another_shape_is_exit_3_naming_the_field_and_the_fix(pretr
 
 def test_init_from_whose_weights_do_not_fit_its_own_config_or_are_cut_short(pretrained, tmp_path):
     import json
+
     liar = tmp_path / "liar"  # config.json of this run's shape, weights of another
     shutil.copytree(pretrained, liar)
     config = json.loads((liar / "config.json").read_text())

@@ -16,6 +16,7 @@ Environment (``add-job``): T5_ETCD_ENDPOINTS, T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_
 T5_ETCD_ROOT_PASSWORD_FILE. Exit codes: 0 done, 2 bad settings, a job id that has a user (without ``--rotate``) or
 etcd refused, 3 no member answered.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,14 @@ import os
 import secrets
 import sys
 
-from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable, b64,
-                                               prefix_end)
+from training.launch.rendezvous.client import (
+    ClientCredentials,
+    EtcdClient,
+    StoreRefused,
+    StoreUnavailable,
+    b64,
+    prefix_end,
+)
 
 #: The key prefix under which jobs keep their state; a job's role covers ``JOBS_PREFIX + <job>/``.
 JOBS_PREFIX = "/t5-failover/jobs/"
@@ -66,25 +73,29 @@ class EtcdAdmin:
         unless ``rotate``: then both are created again with a new password."""
         user, prefix = job_user(job), f"{JOBS_PREFIX}{job}/"
         if not rotate and self._user_exists(user):
-            raise JobExists(f"job {job!r} has an etcd user already ({user}); a new password would lock its running "
-                            f"agents out: give a new job id, or pass --rotate to replace its password on purpose")
+            raise JobExists(
+                f"job {job!r} has an etcd user already ({user}); a new password would lock its running "
+                f"agents out: give a new job id, or pass --rotate to replace its password on purpose"
+            )
         for path, body in (("auth/user/delete", {"name": user}), ("auth/role/delete", {"role": user})):
             try:
                 self.client.post(path, body)
             except StoreRefused:
                 pass  # did not exist
         self.client.post("auth/role/add", {"name": user})
-        self.client.post("auth/role/grant", {"name": user, "perm": {"permType": "READWRITE", "key": b64(prefix),
-                                                                     "range_end": b64(prefix_end(prefix))}})
+        self.client.post(
+            "auth/role/grant",
+            {"name": user, "perm": {"permType": "READWRITE", "key": b64(prefix), "range_end": b64(prefix_end(prefix))}},
+        )
         password = secrets.token_urlsafe(24)
         self.client.post("auth/user/add", {"name": user, "password": password})
         self.client.post("auth/user/grant", {"user": user, "role": user})
         os.makedirs(directory, mode=0o700, exist_ok=True)
         password_file = os.path.join(directory, f"{user}.password")
         _write_secret(password_file, password)
-        return ClientCredentials(self.creds.endpoints, self.creds.ca, self.creds.cert, self.creds.key, user,
-                                 password_file, prefix)
-
+        return ClientCredentials(
+            self.creds.endpoints, self.creds.ca, self.creds.cert, self.creds.key, user, password_file, prefix
+        )
 
     def _user_exists(self, user: str) -> bool:
         try:
@@ -97,16 +108,23 @@ class EtcdAdmin:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.launch.rendezvous.admin",
-                                description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m training.launch.rendezvous.admin",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add-job", help="create the job's etcd user and role; write its credentials")
     add.add_argument("--job", required=True, help="the job's rendezvous id")
     add.add_argument("--out", required=True, help="directory for job.env and the password file (made 0700)")
-    add.add_argument("--rotate", action="store_true", help="replace the user of a job id that has one already, "
-                     "with a new password (without it such a job id is refused: its running agents would be "
-                     "locked out)")
+    add.add_argument(
+        "--rotate",
+        action="store_true",
+        help="replace the user of a job id that has one already, "
+        "with a new password (without it such a job id is refused: its running agents would be "
+        "locked out)",
+    )
     a = p.parse_args(argv)
     env = dict(os.environ)
     root_pw = env.get("T5_ETCD_ROOT_PASSWORD_FILE", "")

@@ -11,6 +11,7 @@ private keys are written 0600.
 The clusters' deployment gets its material from the stack (see docs/failover.md); this module makes it for
 the local launcher, the chaos harness, the Slurm lab and the tests.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -41,13 +42,16 @@ def _write_private(path: str, data: bytes) -> None:
 
 def _new_key():
     from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _pem_key(key) -> bytes:
     from cryptography.hazmat.primitives import serialization
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,9 @@ class CertificateAuthority:
     paths: CertPaths
 
     @classmethod
-    def create(cls, directory: str, name: str = "t5-failover etcd CA",
-               valid_days: int = CA_VALID_DAYS) -> "CertificateAuthority":
+    def create(
+        cls, directory: str, name: str = "t5-failover etcd CA", valid_days: int = CA_VALID_DAYS
+    ) -> "CertificateAuthority":
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import NameOID
@@ -67,23 +72,40 @@ class CertificateAuthority:
         key = _new_key()
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = datetime.datetime.now(datetime.timezone.utc)
-        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-                .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=valid_days))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                             content_commitment=False, key_encipherment=False,
-                                             data_encipherment=False, key_agreement=False, encipher_only=False,
-                                             decipher_only=False), critical=True)
-                .sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=valid_days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
         paths = CertPaths(os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key"))
         with open(paths.cert, "wb") as f:
             f.write(cert.public_bytes(serialization.Encoding.PEM))
         _write_private(paths.key, _pem_key(key))
         return cls(paths)
 
-    def issue(self, common_name: str, directory: str, hosts: list[str] | tuple[str, ...] = (),
-              valid_days: int = VALID_DAYS) -> CertPaths:
+    def issue(
+        self, common_name: str, directory: str, hosts: list[str] | tuple[str, ...] = (), valid_days: int = VALID_DAYS
+    ) -> CertPaths:
         """A certificate for ``common_name`` signed by this CA, usable as TLS client and, with ``hosts`` (IP
         addresses or DNS names), as server; written as ``<common_name>.crt`` / ``.key`` in ``directory``."""
         from cryptography import x509
@@ -97,14 +119,17 @@ class CertificateAuthority:
         key = _new_key()
         now = datetime.datetime.now(datetime.timezone.utc)
         usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([ExtendedKeyUsageOID.SERVER_AUTH] if hosts else [])
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([_subject(common_name, server=bool(hosts))]))
-                   .issuer_name(ca_cert.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=valid_days))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([_subject(common_name, server=bool(hosts))]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=valid_days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
         if hosts:
             builder = builder.add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())
@@ -121,11 +146,13 @@ def _subject(name: str, server: bool):
     as it cannot use it there; clients log in as an etcd user instead (:mod:`.client`)."""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
+
     return x509.NameAttribute(NameOID.COMMON_NAME if server else NameOID.ORGANIZATION_NAME, name)
 
 
 def _san(host: str):
     from cryptography import x509
+
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
@@ -141,7 +168,8 @@ def jwt_key_pair(directory: str) -> tuple[str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     public, private = os.path.join(directory, "jwt.pub"), os.path.join(directory, "jwt.key")
     with open(public, "wb") as f:
-        f.write(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+        f.write(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
     _write_private(private, _pem_key(key))
     return public, private

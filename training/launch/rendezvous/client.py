@@ -28,6 +28,7 @@ a token a member calls expired all the same is fetched again on the spot.
     client.put(client.key("members/a"), "{...}", lease=lease)
     ok, rev = client.compare_and_set(key, expected_mod_revision, new_value)
 """
+
 from __future__ import annotations
 
 import base64
@@ -137,13 +138,22 @@ class ClientCredentials:
     password_file: str
     prefix: str
 
-    ENV = {"endpoints": "T5_ETCD_ENDPOINTS", "ca": "T5_ETCD_CA", "cert": "T5_ETCD_CERT", "key": "T5_ETCD_KEY",
-           "user": "T5_ETCD_USER", "password_file": "T5_ETCD_PASSWORD_FILE", "prefix": "T5_ETCD_PREFIX"}
+    ENV = {
+        "endpoints": "T5_ETCD_ENDPOINTS",
+        "ca": "T5_ETCD_CA",
+        "cert": "T5_ETCD_CERT",
+        "key": "T5_ETCD_KEY",
+        "user": "T5_ETCD_USER",
+        "password_file": "T5_ETCD_PASSWORD_FILE",
+        "prefix": "T5_ETCD_PREFIX",
+    }
 
     def as_env(self) -> dict[str, str]:
         """Environment variables that :meth:`from_env` reads back (what agents on other hosts are given)."""
-        return {var: ",".join(self.endpoints) if name == "endpoints" else getattr(self, name)
-                for name, var in self.ENV.items()}
+        return {
+            var: ",".join(self.endpoints) if name == "endpoints" else getattr(self, name)
+            for name, var in self.ENV.items()
+        }
 
     @classmethod
     def from_env(cls, env=None) -> "ClientCredentials":
@@ -151,14 +161,18 @@ class ClientCredentials:
         env = os.environ if env is None else env
         missing = [var for var in cls.ENV.values() if not env.get(var)]
         if missing:
-            raise ValueError(f"etcd credentials incomplete: {', '.join(missing)} not set (the launcher sets them; "
-                             f"on a cluster, the job's setup step: the job.env that admin add-job writes)")
+            raise ValueError(
+                f"etcd credentials incomplete: {', '.join(missing)} not set (the launcher sets them; "
+                f"on a cluster, the job's setup step: the job.env that admin add-job writes)"
+            )
         values = {name: env[var] for name, var in cls.ENV.items()}
         values["endpoints"] = tuple(e.strip() for e in values["endpoints"].split(",") if e.strip())
         plain = [e for e in values["endpoints"] if not e.startswith("https://")]
         if plain:  # urllib3 would speak plain HTTP to a TLS port: the members hang up, an outage to the client
-            raise ValueError(f"T5_ETCD_ENDPOINTS={env['T5_ETCD_ENDPOINTS']!r}: {plain[0]!r} is not an https:// URL "
-                             f"(the members serve TLS only): write each endpoint as https://HOST:PORT")
+            raise ValueError(
+                f"T5_ETCD_ENDPOINTS={env['T5_ETCD_ENDPOINTS']!r}: {plain[0]!r} is not an https:// URL "
+                f"(the members serve TLS only): write each endpoint as https://HOST:PORT"
+            )
         return cls(**values)
 
 
@@ -169,8 +183,10 @@ def _check_files(creds: ClientCredentials) -> None:
         path, var = getattr(creds, name), ClientCredentials.ENV[name]
         if not os.path.isfile(path) or not os.access(path, os.R_OK):
             why = "is not readable" if os.path.isfile(path) else "does not exist"
-            raise ValueError(f"{var}={path}: the file {why}: point {var} at the job's file (the job.env that admin "
-                             f"add-job writes names them all)")
+            raise ValueError(
+                f"{var}={path}: the file {why}: point {var} at the job's file (the job.env that admin "
+                f"add-job writes names them all)"
+            )
 
 
 def b64(data: str | bytes) -> str:
@@ -197,8 +213,14 @@ class KeyValue:
 
 
 def _kv(raw: dict) -> KeyValue:
-    return KeyValue(unb64(raw["key"]), unb64(raw.get("value", "")), int(raw.get("mod_revision", 0)),
-                    int(raw.get("lease", 0)), int(raw.get("create_revision", 0)), int(raw.get("version", 0)))
+    return KeyValue(
+        unb64(raw["key"]),
+        unb64(raw.get("value", "")),
+        int(raw.get("mod_revision", 0)),
+        int(raw.get("lease", 0)),
+        int(raw.get("create_revision", 0)),
+        int(raw.get("version", 0)),
+    )
 
 
 class EtcdClient:
@@ -233,18 +255,32 @@ class EtcdClient:
         with open(self.creds.password_file) as f:
             return f.read().strip()
 
-    def _request(self, url: str, body: dict, timeout_s: float | tuple[float, float], headers: dict | None = None,
-                 stream: bool = False):
+    def _request(
+        self,
+        url: str,
+        body: dict,
+        timeout_s: float | tuple[float, float],
+        headers: dict | None = None,
+        stream: bool = False,
+    ):
         import urllib3
 
         connect, read = timeout_s if isinstance(timeout_s, tuple) else (timeout_s, timeout_s)
-        return self._http.request("POST", url, body=json.dumps(body).encode(), retries=False, redirect=False,
-                                  headers={"Content-Type": "application/json", **(headers or {})},
-                                  timeout=urllib3.Timeout(connect=connect, read=read), preload_content=not stream)
+        return self._http.request(
+            "POST",
+            url,
+            body=json.dumps(body).encode(),
+            retries=False,
+            redirect=False,
+            headers={"Content-Type": "application/json", **(headers or {})},
+            timeout=urllib3.Timeout(connect=connect, read=read),
+            preload_content=not stream,
+        )
 
     def _authenticate(self, url: str) -> None:
-        r = self._request(f"{url}/v3/auth/authenticate", {"name": self.creds.user, "password": self._password()},
-                          self.timeout)
+        r = self._request(
+            f"{url}/v3/auth/authenticate", {"name": self.creds.user, "password": self._password()}, self.timeout
+        )
         if r.status != 200 and _cannot_serve(r):  # a leader election, a loaded member: another member may serve
             raise _CannotServe(_reason(r))
         if r.status != 200:
@@ -275,8 +311,14 @@ class EtcdClient:
                 continue
         self._log_in_again_in(TOKEN_RETRY_S)  # no member answered: the token may still be good; try again soon
 
-    def post(self, path: str, body: dict, timeout_s: float | tuple[float, float] | None = None, stream: bool = False,
-             authenticated: bool = True):
+    def post(
+        self,
+        path: str,
+        body: dict,
+        timeout_s: float | tuple[float, float] | None = None,
+        stream: bool = False,
+        authenticated: bool = True,
+    ):
         """POST to the first member that answers; returns the decoded JSON (or the response if ``stream``).
         ``authenticated=False``: no login (a cluster whose authentication is not on yet)."""
         from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError as CallTimedOut
@@ -346,9 +388,17 @@ class EtcdClient:
     def newest_before(self, prefix: str, create_revision: int) -> KeyValue | None:
         """The key under ``prefix`` created last before ``create_revision`` (etcd's election recipe: each
         candidate watches the one created just before it), or None."""
-        r = self.post("kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "limit": "1",
-                                   "sort_order": "DESCEND", "sort_target": "CREATE",
-                                   "max_create_revision": str(create_revision - 1)})
+        r = self.post(
+            "kv/range",
+            {
+                "key": b64(prefix),
+                "range_end": b64(prefix_end(prefix)),
+                "limit": "1",
+                "sort_order": "DESCEND",
+                "sort_target": "CREATE",
+                "max_create_revision": str(create_revision - 1),
+            },
+        )
         kvs = r.get("kvs", [])
         return _kv(kvs[0]) if kvs else None
 
@@ -361,8 +411,15 @@ class EtcdClient:
     def delete(self, key: str) -> None:
         self.post("kv/deleterange", {"key": b64(key)})
 
-    def compare_and_set(self, key: str, mod_revision: int, value: str, lease: int = 0,
-                        also: dict[str, str] | None = None, drop: tuple[str, str] | None = None) -> bool:
+    def compare_and_set(
+        self,
+        key: str,
+        mod_revision: int,
+        value: str,
+        lease: int = 0,
+        also: dict[str, str] | None = None,
+        drop: tuple[str, str] | None = None,
+    ) -> bool:
         """Put ``value`` at ``key`` if the key's mod revision is still ``mod_revision`` (0: the key is absent);
         ``also``: more keys put in the same transaction (same revision), without a lease; ``drop``: the keys from
         ``drop[0]`` up to (not including) ``drop[1]`` deleted in it (none of ``also``'s may be among them)."""
@@ -372,9 +429,13 @@ class EtcdClient:
         more = [{"request_put": {"key": b64(k), "value": b64(v)}} for k, v in (also or {}).items()]
         if drop:
             more.append({"request_delete_range": {"key": b64(drop[0]), "range_end": b64(drop[1])}})
-        r = self.post("kv/txn", {"compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL",
-                                              "mod_revision": str(mod_revision)}],
-                                 "success": [{"request_put": put}] + more})
+        r = self.post(
+            "kv/txn",
+            {
+                "compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}],
+                "success": [{"request_put": put}] + more,
+            },
+        )
         return bool(r.get("succeeded"))
 
     # ------------------------------------------------------------------ leases
@@ -390,8 +451,13 @@ class EtcdClient:
         with self._lock:
             if self._keep_alive_stream is None:
                 self._keep_alive_stream = LeaseKeepAliveStream(
-                    self.creds.endpoints, self.creds.ca, self.creds.cert, self.creds.key,
-                    find_leader=self.leader_endpoint, token=lambda: self._token)
+                    self.creds.endpoints,
+                    self.creds.ca,
+                    self.creds.cert,
+                    self.creds.key,
+                    find_leader=self.leader_endpoint,
+                    token=lambda: self._token,
+                )
             stream = self._keep_alive_stream  # close() may clear the attribute meanwhile
         connect, read = self.timeout if isinstance(self.timeout, tuple) else (self.timeout, self.timeout)
         try:
@@ -433,8 +499,15 @@ class EtcdClient:
         self.post("lease/revoke", {"ID": str(lease)})
 
     # ------------------------------------------------------------------ watch
-    def watch(self, prefix: str, start_revision: int, on_event: Callable[[str, KeyValue], None],
-              stop: threading.Event, single_key: bool = False, on_open: Callable[[object], None] | None = None) -> int:
+    def watch(
+        self,
+        prefix: str,
+        start_revision: int,
+        on_event: Callable[[str, KeyValue], None],
+        stop: threading.Event,
+        single_key: bool = False,
+        on_open: Callable[[object], None] | None = None,
+    ) -> int:
         """Deliver every change under ``prefix`` (or of the one key ``prefix``, ``single_key``) from
         ``start_revision`` on (``on_event("PUT"|"DELETE", kv)``) until the stream breaks or ``stop`` is set;
         returns the next revision to watch from. ``on_open(response)``: the stream as soon as it is open, for a

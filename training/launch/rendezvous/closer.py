@@ -8,6 +8,7 @@ of which is lost or stuck (:func:`.rounds.reformed`), and note the hot spares wa
 It stops being the closer when its own member key is made again (after its lease expired: another member may
 be older now) and elects again.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,8 +25,19 @@ class Closer:
     """The closer role of agent ``me`` (its ``membership``) in the job under ``prefix``; ``stop``: the agent is
     leaving; ``threads_stop_s``: how long its watches' threads are waited for when it stops."""
 
-    def __init__(self, client: EtcdClient, prefix: str, me: str, membership: Membership, stop: threading.Event, *,
-                 min_nodes: int, max_nodes: int, last_call_s: float, threads_stop_s: float):
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str,
+        me: str,
+        membership: Membership,
+        stop: threading.Event,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        last_call_s: float,
+        threads_stop_s: float,
+    ):
         self.client, self.prefix, self.me, self.membership, self.stop = client, prefix, me, membership, stop
         self.min_nodes, self.max_nodes, self.last_call_s = min_nodes, max_nodes, last_call_s
         self.threads_stop_s = threads_stop_s
@@ -84,9 +96,17 @@ class Closer:
     def _step(self, view: Watched) -> None:
         """Act once on what ``view`` holds, as :func:`.rounds.closer_step` says."""
         kv, r, live, joined = self._seen(view)
-        step = rounds.closer_step(r, set(live), joined, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                                  now=time.time(), last_call_s=self.last_call_s, settled=self.membership.settled(),
-                                  answering_since=self.membership.answering_since_wall())
+        step = rounds.closer_step(
+            r,
+            set(live),
+            joined,
+            min_nodes=self.min_nodes,
+            max_nodes=self.max_nodes,
+            now=time.time(),
+            last_call_s=self.last_call_s,
+            settled=self.membership.settled(),
+            answering_since=self.membership.answering_since_wall(),
+        )
         if step is rounds.Step.WAIT:
             return
         if step is rounds.Step.OPEN:
@@ -100,29 +120,49 @@ class Closer:
         elif step is rounds.Step.NOTE_ARRIVING:
             new = rounds.Round(**{**r.__dict__, "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
         elif step is rounds.Step.MARK_MIN:  # the late nodes' count with it: one write
-            new = rounds.Round(**{**r.__dict__, "min_at": time.time(),
-                                  "arriving": rounds.arriving(r, set(live), joined, self.max_nodes)})
+            new = rounds.Round(
+                **{
+                    **r.__dict__,
+                    "min_at": time.time(),
+                    "arriving": rounds.arriving(r, set(live), joined, self.max_nodes),
+                }
+            )
         else:  # CLOSE
             values, standby, node_index = member_values(live)
-            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index),
-                                set(live))
+            new = rounds.formed(r, rounds.choose(r, joined, set(live), standby, self.max_nodes, node_index), set(live))
             new.store = values[new.participants[0]].get("store", "")  # its rank 0's (see .round_store)
             return self._put_round(kv.mod_revision, new, seats=True)
         self._put_round(kv.mod_revision, new)
 
-    def _reform(self, revision: int, r: rounds.Round, view: Watched, live: dict[str, KeyValue],
-                joined: list[str]) -> None:
+    def _reform(
+        self, revision: int, r: rounds.Round, view: Watched, live: dict[str, KeyValue], joined: list[str]
+    ) -> None:
         """Replace formed round ``r`` (at ``revision``), a participant of which is lost or stuck: by the next
         formed round at once (:func:`.rounds.reformed`), or by an open one when too few are left for MIN."""
         lost = rounds.lost_participants(r, set(live))
-        stuck = rounds.unconfirmed(r, set(live), joined, now=time.time(), last_call_s=self.last_call_s,
-                                   answering_since=self.membership.answering_since_wall())
+        stuck = rounds.unconfirmed(
+            r,
+            set(live),
+            joined,
+            now=time.time(),
+            last_call_s=self.last_call_s,
+            answering_since=self.membership.answering_since_wall(),
+        )
         taken_out = {k.key.rsplit("/", 1)[1] for k in view.under(self.prefix + "taken-out/")}
         values, standby, node_index = member_values(live)
         oldest_first = sorted(live, key=lambda i: live[i].create_revision)
-        new = rounds.reformed(r, oldest_first, lost=lost, stuck=stuck, taken_out=taken_out, standby=standby,
-                              node_index=node_index, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-                              now=time.time())
+        new = rounds.reformed(
+            r,
+            oldest_first,
+            lost=lost,
+            stuck=stuck,
+            taken_out=taken_out,
+            standby=standby,
+            node_index=node_index,
+            min_nodes=self.min_nodes,
+            max_nodes=self.max_nodes,
+            now=time.time(),
+        )
         if new is None:
             new = rounds.next_round(r, [*lost, *stuck], taken_out)
             new.stuck = stuck

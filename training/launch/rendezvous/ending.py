@@ -4,6 +4,7 @@ When the job ends every agent says it left its round's exit barrier (:func:`say_
 closes the rendezvous (:func:`close_round`: hot spares still standing by then leave), and the agent that hosts
 the round's store keeps it up until the others have left (:func:`wait_for_others_to_leave`).
 """
+
 from __future__ import annotations
 
 import time

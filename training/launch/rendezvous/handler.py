@@ -48,6 +48,7 @@ this agent's seat), :mod:`.joining` (its join, withdrawal, confirmation, the nex
 (the oldest member's role), :mod:`.round_store` (the round's ``TCPStore``), :mod:`.ending` (the job's end),
 :mod:`.watched` (a watched key or prefix) and :mod:`.layout` (the job's keys, the round's one transaction).
 """
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,13 @@ import time
 import uuid
 from typing import Callable
 
-from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousError, RendezvousHandler,
-                                                        RendezvousInfo, RendezvousTimeoutError)
+from torch.distributed.elastic.rendezvous.api import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousTimeoutError,
+)
 
 from training.job import agent_notes
 from training.launch.rendezvous import ending, rounds
@@ -93,9 +99,20 @@ def set_on_lost(callback: Callable[[str], None]) -> None:
 class EtcdRendezvousHandler(RendezvousHandler):
     """See the module docstring. Built by :func:`create_handler` from torchrun's rendezvous parameters."""
 
-    def __init__(self, run_id: str, client: EtcdClient, *, min_nodes: int, max_nodes: int, ttl_s: int,
-                 last_call_s: float, join_timeout_s: float, local_addr: str | None = None, standby: bool = False,
-                 node_index: int | None = None):
+    def __init__(
+        self,
+        run_id: str,
+        client: EtcdClient,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        ttl_s: int,
+        last_call_s: float,
+        join_timeout_s: float,
+        local_addr: str | None = None,
+        standby: bool = False,
+        node_index: int | None = None,
+    ):
         self.run_id = run_id
         self.client = client
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
@@ -111,20 +128,45 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._stores = RoundStore(self.addr, join_timeout_s, self._current)  # serves rounds it has rank 0 in
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
         self._stop = threading.Event()
-        value = {"addr": self.addr, "pid": os.getpid(), "standby": standby, "node": node_index,
-                 "store": f"{self.addr}:{self._stores.server.port}"}
-        self._membership = Membership(client, self.prefix, self.me, value, ttl_s=ttl_s, join_timeout_s=join_timeout_s,
-                                      stop=self._stop, on_rejoined=self._confirm_seat)
-        self._closer = Closer(client, self.prefix, self.me, self._membership, self._stop, min_nodes=min_nodes,
-                              max_nodes=max_nodes, last_call_s=last_call_s, threads_stop_s=THREADS_STOP_S)
+        value = {
+            "addr": self.addr,
+            "pid": os.getpid(),
+            "standby": standby,
+            "node": node_index,
+            "store": f"{self.addr}:{self._stores.server.port}",
+        }
+        self._membership = Membership(
+            client,
+            self.prefix,
+            self.me,
+            value,
+            ttl_s=ttl_s,
+            join_timeout_s=join_timeout_s,
+            stop=self._stop,
+            on_rejoined=self._confirm_seat,
+        )
+        self._closer = Closer(
+            client,
+            self.prefix,
+            self.me,
+            self._membership,
+            self._stop,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            last_call_s=last_call_s,
+            threads_stop_s=THREADS_STOP_S,
+        )
         self._taken_out = False
         self._spares_told = -1
         self._membership.join()
         self._head = HeadView(client, self.prefix, self.me).start()
-        self._joining = Joining(client, self.prefix, self.me, self._membership, self._head, self._stop,
-                                start=self._start_kept)
-        self._threads = [self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
-                         self._start(self._closer.run, "t5f-rdzv-closer")]  # shutdown() waits for them
+        self._joining = Joining(
+            client, self.prefix, self.me, self._membership, self._head, self._stop, start=self._start_kept
+        )
+        self._threads = [
+            self._start(self._membership.keep_alive, "t5f-rdzv-lease"),
+            self._start(self._closer.run, "t5f-rdzv-closer"),
+        ]  # shutdown() waits for them
 
     @staticmethod
     def _start(target: Callable[[], None], name: str) -> threading.Thread:
@@ -217,17 +259,26 @@ class EtcdRendezvousHandler(RendezvousHandler):
         lost = current.lost  # a round that replaces lost nodes follows the formed round they were in: this one
         if lost and set(lost) <= set(current.taken_out) and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n  # a straggler's node left: every worker stops at the same step boundary
-            say(f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
-                f"re-forming with a hot spare")
+            say(
+                f"node(s) of round {mine.n} left the job on purpose (taken out as a straggler): {', '.join(lost)}; "
+                f"re-forming with a hot spare"
+            )
         if lost and self._said_lost_of < mine.n:
             self._said_lost_of = mine.n
             stuck = [p for p in lost if p in set(current.stuck)]
             expired = [p for p in lost if p not in set(stuck)]
             why = ([f"{', '.join(expired)} (membership lease expired, TTL {self.ttl_s} s)"] if expired else []) + (
-                [f"{', '.join(stuck)} (alive but did not take its place within "
-                 f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"] if stuck else [])
-            say(f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
-                f"SIGKILLed, as their collectives with the lost node cannot finish")
+                [
+                    f"{', '.join(stuck)} (alive but did not take its place within "
+                    f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"
+                ]
+                if stuck
+                else []
+            )
+            say(
+                f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
+                f"SIGKILLed, as their collectives with the lost node cannot finish"
+            )
             for callback in _on_lost:
                 callback(", ".join(lost))
 
@@ -293,9 +344,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return True
             except StoreUnavailable as e:
                 if time.monotonic() > deadline:
-                    say(f"could not close the rendezvous of {self.run_id}: no membership store member answered "
+                    say(
+                        f"could not close the rendezvous of {self.run_id}: no membership store member answered "
                         f"for {CLOSE_WAIT_S:g} s ({e}); spares still waiting may start this ended job's workers: "
-                        f"stop them")
+                        f"stop them"
+                    )
                     return False
                 if not said:
                     say(f"the job ended; closing its rendezvous waits for the membership store ({e})")
@@ -314,8 +367,14 @@ class EtcdRendezvousHandler(RendezvousHandler):
             lease = self._lease
             try:
                 r, revision, seats = self._read_open_round()
-                step = rounds.agent_step(self.me, last, r, joined_round == ((r.n, self._lease) if r else None),
-                                         max_nodes=self.max_nodes, seats=seats)
+                step = rounds.agent_step(
+                    self.me,
+                    last,
+                    r,
+                    joined_round == ((r.n, self._lease) if r else None),
+                    max_nodes=self.max_nodes,
+                    seats=seats,
+                )
                 if step is rounds.Step.DONE:
                     try:
                         info = self._take_place(r, seats)
@@ -363,8 +422,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return r, revision, seats
 
     def _not_formed(self, r: rounds.Round | None) -> RendezvousTimeoutError:
-        return RendezvousTimeoutError(f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did not form "
-                                      f"within {self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))")
+        return RendezvousTimeoutError(
+            f"{f'round {r.n}' if r else 'the first round'} of {self.run_id} did not form "
+            f"within {self.join_timeout_s:g} s (MIN {self.min_nodes} node(s))"
+        )
 
     def _take_place(self, r: rounds.Round, seats: rounds.Seats):
         rank = seats.ranks[self.me]
@@ -383,7 +444,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return self._stores.connect(r)
 
 
-
 class NodeTakenOut(RendezvousError):
     """This node left the job on purpose (a straggler taken out while a hot spare waits); the agent ends with a
     line and exit 0 (:mod:`training.launch.agent`), the job goes on without it."""
@@ -396,10 +456,17 @@ def create_handler(params) -> EtcdRendezvousHandler:
     interval = float(params.get("keep_alive_interval", 1))
     attempts = int(params.get("keep_alive_max_attempt", 3))
     return EtcdRendezvousHandler(
-        params.run_id, EtcdClient(creds), min_nodes=params.min_nodes, max_nodes=params.max_nodes,
-        ttl_s=max(1, round(interval * attempts)), last_call_s=float(params.get("last_call_timeout", 3)),
-        join_timeout_s=float(params.get("join_timeout", 600)), local_addr=params.local_addr,
-        standby=os.environ.get(STANDBY_ENV) == "1", node_index=_node_index())
+        params.run_id,
+        EtcdClient(creds),
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        ttl_s=max(1, round(interval * attempts)),
+        last_call_s=float(params.get("last_call_timeout", 3)),
+        join_timeout_s=float(params.get("join_timeout", 600)),
+        local_addr=params.local_addr,
+        standby=os.environ.get(STANDBY_ENV) == "1",
+        node_index=_node_index(),
+    )
 
 
 def _node_index() -> int | None:
@@ -411,6 +478,7 @@ def _node_index() -> int | None:
 def register() -> None:
     """Make ``--rdzv-backend=t5-etcd`` known to torchrun in this process (torch's public registry)."""
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
     try:
         rendezvous_handler_registry.register(BACKEND, create_handler)
     except ValueError:

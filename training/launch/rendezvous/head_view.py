@@ -4,6 +4,7 @@ Every agent watches the one key ``head`` (:class:`.watched.Watched`, thread ``t5
 a new round at once, and any job size costs each agent the same; it reads its page of a formed round's seats
 (~2 KiB), not the whole record, and only when the head's changes do not say where its seat is.
 """
+
 from __future__ import annotations
 
 from training.launch.rendezvous import rounds

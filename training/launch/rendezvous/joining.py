@@ -4,6 +4,7 @@ Its join of an open round (:meth:`Joining.join`), taking it back when its join t
 (:meth:`Joining.withdraw`), confirming its place in a round formed without its join (:meth:`Joining.confirm`),
 and opening the next round when :func:`.rounds.agent_step` says so (:meth:`Joining.open_next_round`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,8 +21,16 @@ class Joining:
     """Agent ``me``'s writes in the job under ``prefix``, under its ``membership``'s lease. ``stop``: the agent is
     leaving; ``start(target, name)`` starts a thread the handler's ``shutdown()`` waits for."""
 
-    def __init__(self, client: EtcdClient, prefix: str, me: str, membership: Membership, head: HeadView,
-                 stop: threading.Event, start: Callable[[Callable[[], None], str], None]):
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str,
+        me: str,
+        membership: Membership,
+        head: HeadView,
+        stop: threading.Event,
+        start: Callable[[Callable[[], None], str], None],
+    ):
         self.client, self.prefix, self.me = client, prefix, me
         self._membership, self._head, self._stop, self._start = membership, head, stop, start
 
@@ -54,6 +63,7 @@ class Joining:
         the closer formed without joins, :func:`.rounds.reformed`; again after its lease expired, which took the
         key with it). In a thread of its own: the agent's workers need not wait for it, and N-1 agents' writes
         at once are not on the re-formation's path. Tries until it is written or the round is replaced."""
+
         def put() -> None:
             while not self._stop.is_set():
                 head, _ = self._head.current()

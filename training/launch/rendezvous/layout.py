@@ -5,6 +5,7 @@ Under the job's prefix (``rdzv/<run id>/``): ``members/<id>`` (each agent's, und
 record), ``head`` (the record without its member lists, which every agent watches), ``seats/<n>/<page>``
 (:func:`seats_key`) and ``ended``. A round is written by one transaction, :func:`put_round`.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,14 @@ def say(line: str) -> None:
     print(f"[rendezvous] {line}", file=sys.stderr, flush=True)
 
 
-def put_round(client: EtcdClient, prefix: str, revision: int, new: rounds.Round, seats: bool = False,
-              extra: dict[str, str] | None = None) -> bool:
+def put_round(
+    client: EtcdClient,
+    prefix: str,
+    revision: int,
+    new: rounds.Round,
+    seats: bool = False,
+    extra: dict[str, str] | None = None,
+) -> bool:
     """One transaction under the job's ``prefix``: the round record compare-and-set on its ``revision`` (0: none
     yet) and its head; with ``seats`` (the round is being formed) also its seat pages, older rounds' pages
     deleted (at most :data:`.rounds.MAX_ROUND_NODES` participants fit); ``extra``: more keys put with them."""

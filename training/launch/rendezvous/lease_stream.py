@@ -32,6 +32,7 @@ with the client's certificate as for every call; the login token rides along as 
                                   token=lambda: client._token)
     ttl = stream.renew(lease_id, connect_s=1.0, read_s=2.0)   # 0: the lease is gone
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -105,7 +106,7 @@ def _fields(buf: bytes, message: str) -> tuple[dict[int, int], dict[int, bytes]]
             varints[number], i = _varint(buf, i)
         elif wire == 2:
             length, i = _varint(buf, i)
-            nested[number], i = buf[i:i + length], i + length
+            nested[number], i = buf[i : i + length], i + length
         else:
             raise ValueError(f"unexpected protobuf wire type {wire} in a {message}")
     return varints, nested
@@ -157,8 +158,9 @@ class _Stream:
             opening.result(OPEN_S)
         except concurrent.futures.TimeoutError:
             opening.cancel()  # not opened later behind the caller's back, on a kept channel the caller gets back
-            raise KeepAliveFailed(f"{endpoint}: the keep-alive event loop did not open a stream in {OPEN_S} s",
-                                  late=True) from None
+            raise KeepAliveFailed(
+                f"{endpoint}: the keep-alive event loop did not open a stream in {OPEN_S} s", late=True
+            ) from None
 
     async def _open(self, credentials, token: str) -> None:
         import grpc.aio
@@ -166,9 +168,11 @@ class _Stream:
         if self._channel is None:
             # its own connection (not grpc's process-wide subchannel pool: one agent, one connection, also when a
             # simulation runs many agents in one process); no proxy from the environment between agent and store
-            self._channel = grpc.aio.secure_channel(self.endpoint.split("://", 1)[-1], credentials,
-                                                    options=[("grpc.use_local_subchannel_pool", 1),
-                                                             ("grpc.enable_http_proxy", 0)])
+            self._channel = grpc.aio.secure_channel(
+                self.endpoint.split("://", 1)[-1],
+                credentials,
+                options=[("grpc.use_local_subchannel_pool", 1), ("grpc.enable_http_proxy", 0)],
+            )
         method = self._channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
         self._call = method(metadata=(("token", token),) if token else None)
 
@@ -195,8 +199,9 @@ class _Stream:
             return ttl
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise KeepAliveFailed(f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s",
-                                  late=True) from None
+            raise KeepAliveFailed(
+                f"{self.endpoint}: no keep-alive answer within {read_timeout_s:.1f} s", late=True
+            ) from None
         except (grpc.RpcError, asyncio.InvalidStateError, concurrent.futures.CancelledError) as e:
             raise KeepAliveFailed(f"{self.endpoint}: {_rpc_reason(e)}") from None
 
@@ -231,8 +236,15 @@ class LeaseKeepAliveStream:
         token: the client's current login token ("" before any login).
     """
 
-    def __init__(self, endpoints: list[str], ca: str, cert: str, key: str,
-                 find_leader: Callable[[float], str | None], token: Callable[[], str]):
+    def __init__(
+        self,
+        endpoints: list[str],
+        ca: str,
+        cert: str,
+        key: str,
+        find_leader: Callable[[float], str | None],
+        token: Callable[[], str],
+    ):
         import grpc
 
         with open(ca, "rb") as c, open(key, "rb") as k, open(cert, "rb") as crt:
@@ -276,8 +288,9 @@ class LeaseKeepAliveStream:
                     break
                 kept = self._kept.pop(endpoint, None)
                 try:
-                    self._stream = _Stream(endpoint, self._credentials, self._token(), to_leader=endpoint == leader,
-                                           channel=kept)
+                    self._stream = _Stream(
+                        endpoint, self._credentials, self._token(), to_leader=endpoint == leader, channel=kept
+                    )
                 except KeepAliveFailed as e:  # the event loop was stuck: the kept channel stays kept
                     errors.append(str(e))
                     if kept is not None:

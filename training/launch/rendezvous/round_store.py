@@ -5,6 +5,7 @@ in the transaction that forms a round, and every participant, rank 0 included, c
 prefix on it (:meth:`RoundStore.connect`): torchrun's rank assignment, its exit barrier and the workers'
 bootstrap address (:meth:`RoundStore.info`) go through it.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -54,8 +55,9 @@ class RoundStore:
         deadline = time.monotonic() + self.join_timeout_s
         while True:
             try:
-                store = dist.TCPStore(host, int(port), is_master=False,
-                                      timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S))
+                store = dist.TCPStore(
+                    host, int(port), is_master=False, timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S)
+                )
                 store.set_timeout(self.timeout())
                 # torch's own handler does the same: keys of earlier rounds on the same server are not this round's
                 return dist.PrefixStore(f"t5f/round/{r.n}", store)
@@ -64,8 +66,10 @@ class RoundStore:
                 if current is None or current.n != r.n or current.closed:
                     raise RoundChanged() from None
                 if time.monotonic() > deadline:
-                    raise RendezvousError(f"round {r.n}: its rank-0 node's store {r.store} did not answer within "
-                                          f"{self.join_timeout_s:g} s ({e})") from None
+                    raise RendezvousError(
+                        f"round {r.n}: its rank-0 node's store {r.store} did not answer within "
+                        f"{self.join_timeout_s:g} s ({e})"
+                    ) from None
 
     def info(self, r: rounds.Round, rank: int, store) -> RendezvousStoreInfo:
         """The workers' bootstrap address, which rank 0 publishes in the round's store (torch's
@@ -74,6 +78,8 @@ class RoundStore:
         try:
             return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
         except RuntimeError as e:  # torch's DistStoreError: the key never came
-            raise RendezvousError(f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
-                                  f"{self.timeout().total_seconds():g} s (it gave up or is stuck); start "
-                                  f"this node again to join a new round ({str(e).splitlines()[0]})") from None
+            raise RendezvousError(
+                f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
+                f"{self.timeout().total_seconds():g} s (it gave up or is stuck); start "
+                f"this node again to join a new round ({str(e).splitlines()[0]})"
+            ) from None

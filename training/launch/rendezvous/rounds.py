@@ -50,6 +50,7 @@ only the round's ``head`` and the member created just before it).
   that order, so a job's first round gives node i rank i (logs, fault targets and each node's memory directory
   agree with the cluster's numbering); members without one follow in the order they joined.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,16 +61,16 @@ from enum import Enum
 
 
 class Step(Enum):
-    NEW_ROUND = "new round"        # agent: replace the formed round with an open one
-    JOIN = "join"                  # agent: put its joined key for the open round
-    DONE = "done"                  # agent: it has a place in the formed round
-    STAND_BY = "stand by"          # agent: a hot spare; wait for the round to change
-    WAIT = "wait"                  # agent: joined, waiting for the closer (or the closer: nothing to do)
-    OPEN = "open"                  # closer: open the job's first round
-    MARK_MIN = "mark min"          # closer: the open round reached MIN (its last call starts)
-    CLOSE = "close"                # closer: form the open round
-    REOPEN = "reopen"              # closer: a participant of the formed round is lost (or stuck): the next round
-    NOTE_SPARES = "note spares"    # closer: the live members waiting beside the formed round changed
+    NEW_ROUND = "new round"  # agent: replace the formed round with an open one
+    JOIN = "join"  # agent: put its joined key for the open round
+    DONE = "done"  # agent: it has a place in the formed round
+    STAND_BY = "stand by"  # agent: a hot spare; wait for the round to change
+    WAIT = "wait"  # agent: joined, waiting for the closer (or the closer: nothing to do)
+    OPEN = "open"  # closer: open the job's first round
+    MARK_MIN = "mark min"  # closer: the open round reached MIN (its last call starts)
+    CLOSE = "close"  # closer: form the open round
+    REOPEN = "reopen"  # closer: a participant of the formed round is lost (or stuck): the next round
+    NOTE_SPARES = "note spares"  # closer: the live members waiting beside the formed round changed
     NOTE_ARRIVING = "note arriving"  # closer: the late nodes that joined the open round changed (their count)
 
 
@@ -152,15 +153,34 @@ class Head:
 
     @classmethod
     def of(cls, r: Round) -> "Head":
-        return cls(n=r.n, formed=r.formed, closed=r.closed, store=r.store, lost=r.lost, taken_out=r.taken_out,
-                   spares=len(r.spares), size=len(r.participants), prev_n=r.prev_n,
-                   moved=seat_changes(r) if r.formed else None, stuck=r.stuck, arriving=r.arriving)
+        return cls(
+            n=r.n,
+            formed=r.formed,
+            closed=r.closed,
+            store=r.store,
+            lost=r.lost,
+            taken_out=r.taken_out,
+            spares=len(r.spares),
+            size=len(r.participants),
+            prev_n=r.prev_n,
+            moved=seat_changes(r) if r.formed else None,
+            stuck=r.stuck,
+            arriving=r.arriving,
+        )
 
     def as_round(self) -> Round:
         """The record this head stands for, without its member lists: all an agent needs of an open or closed
         round (an open round's lists are the closer's business)."""
-        return Round(n=self.n, formed=self.formed, closed=self.closed, store=self.store, lost=self.lost,
-                     taken_out=self.taken_out, stuck=self.stuck, arriving=self.arriving)
+        return Round(
+            n=self.n,
+            formed=self.formed,
+            closed=self.closed,
+            store=self.store,
+            lost=self.lost,
+            taken_out=self.taken_out,
+            stuck=self.stuck,
+            arriving=self.arriving,
+        )
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -256,8 +276,15 @@ def lost_participants(r: Round, live: set[str]) -> list[str]:
     return [p for p in r.participants if p not in live] if r.formed else []
 
 
-def unconfirmed(r: Round, live: set[str], joined: list[str], *, now: float, last_call_s: float,
-                answering_since: float = float("-inf")) -> list[str]:
+def unconfirmed(
+    r: Round,
+    live: set[str],
+    joined: list[str],
+    *,
+    now: float,
+    last_call_s: float,
+    answering_since: float = float("-inf"),
+) -> list[str]:
     """Live participants of presumed round ``r`` (:func:`reformed`) without a joined key for it once
     ``last_call_s`` + :data:`STOPPING_WORKERS_S` have passed since it formed, or since the store answers again
     (``answering_since``: an outage took the confirmations with the leases): alive, but stuck before taking their
@@ -270,9 +297,19 @@ def unconfirmed(r: Round, live: set[str], joined: list[str], *, now: float, last
     return [p for p in r.participants if p in live and p not in came]
 
 
-def reformed(r: Round, live: list[str], *, lost: list[str], stuck: list[str] = (), taken_out: set[str] = frozenset(),
-             standby: set[str] = frozenset(), node_index: dict[str, int] | None = None, min_nodes: int,
-             max_nodes: int, now: float) -> Round | None:
+def reformed(
+    r: Round,
+    live: list[str],
+    *,
+    lost: list[str],
+    stuck: list[str] = (),
+    taken_out: set[str] = frozenset(),
+    standby: set[str] = frozenset(),
+    node_index: dict[str, int] | None = None,
+    min_nodes: int,
+    max_nodes: int,
+    now: float,
+) -> Round | None:
     """The formed round that replaces formed round ``r`` at once (see the module docstring): its live
     participants in their old ranks, then the other live members (``live``, oldest first) as :func:`choose`
     orders them, without ``stuck``; ``lost``: the participants it replaces. None when fewer than ``min_nodes``
@@ -289,8 +326,9 @@ def reformed(r: Round, live: list[str], *, lost: list[str], stuck: list[str] = (
     return out
 
 
-def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max_nodes: int,
-               seats: Seats | None = None) -> Step:
+def agent_step(
+    me: str, last_trained: int, r: Round | None, joined: bool, *, max_nodes: int, seats: Seats | None = None
+) -> Step:
     """What agent ``me`` does next; ``last_trained``: the round it trained in (-1: none); ``joined``: whether
     its joined key for ``r`` is in; ``seats``: ``me``'s page of formed round ``r`` (the agents' view of a formed
     round; without it, ``r``'s own participants)."""
@@ -313,8 +351,18 @@ def agent_step(me: str, last_trained: int, r: Round | None, joined: bool, *, max
 STOPPING_WORKERS_S = 30.0
 
 
-def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes: int, max_nodes: int, now: float,
-                last_call_s: float, settled: bool, answering_since: float = float("-inf")) -> Step:
+def closer_step(
+    r: Round | None,
+    live: set[str],
+    joined: list[str],
+    *,
+    min_nodes: int,
+    max_nodes: int,
+    now: float,
+    last_call_s: float,
+    settled: bool,
+    answering_since: float = float("-inf"),
+) -> Step:
     """What the closer does about ``r``; ``joined``: the ids with a joined key for ``r``, in joining order (for
     a formed round: the participants that confirmed their place);
     ``settled``: the store has answered long enough that a missing member key means a lost node;
@@ -326,8 +374,9 @@ def closer_step(r: Round | None, live: set[str], joined: list[str], *, min_nodes
     if r.formed:  # right after an outage (not settled) a missing key may come back: change nothing
         if not settled:
             return Step.WAIT
-        if lost_participants(r, live) or unconfirmed(r, live, joined, now=now, last_call_s=last_call_s,
-                                                      answering_since=answering_since):
+        if lost_participants(r, live) or unconfirmed(
+            r, live, joined, now=now, last_call_s=last_call_s, answering_since=answering_since
+        ):
             return Step.REOPEN
         return Step.NOTE_SPARES if waiting(r, live) != r.spares else Step.WAIT
     present = [j for j in joined if j in live]
@@ -360,8 +409,14 @@ def arriving(r: Round, live: set[str], joined: list[str], max_nodes: int) -> int
     return max(0, min(len(late), room))
 
 
-def choose(r: Round, joined: list[str], live: set[str], standby: set[str], max_nodes: int,
-           node_index: dict[str, int] | None = None) -> list[str]:
+def choose(
+    r: Round,
+    joined: list[str],
+    live: set[str],
+    standby: set[str],
+    max_nodes: int,
+    node_index: dict[str, int] | None = None,
+) -> list[str]:
     """The participants of open round ``r`` when it closes, in rank order (see the module docstring);
     ``node_index``: the node index each member gave, if it gave one. O(N log N): the closer runs it with every
     member of the job (quadratic, it took 2.8 s at 8,000 nodes)."""
@@ -395,8 +450,13 @@ def next_round(r: Round | None, lost: list[str] = (), taken_out: set[str] = froz
     ``taken_out``: the members known to have left on purpose)."""
     if r is None:
         return Round(n=0)
-    return Round(n=r.n + 1, prev=r.participants if r.formed else r.prev, lost=list(lost),
-                 taken_out=[p for p in lost if p in taken_out], prev_n=r.n if r.formed else r.prev_n)
+    return Round(
+        n=r.n + 1,
+        prev=r.participants if r.formed else r.prev,
+        lost=list(lost),
+        taken_out=[p for p in lost if p in taken_out],
+        prev_n=r.n if r.formed else r.prev_n,
+    )
 
 
 def formed(r: Round, participants: list[str], live: set[str] = frozenset()) -> Round:

@@ -20,6 +20,7 @@ the rendezvous id is this job's. Each failure is one line naming the setting and
   finished without does: on Kubernetes a late pod that failed would fail a TrainJob that succeeded. Spares and
   restarted nodes of the same job (the same identity, the rendezvous open) join as before.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,16 +66,23 @@ def check_start(run_id: str, identity: str, conf: dict[str, str], env=None) -> N
     except ValueError as e:
         raise StartRefused(str(e)) from None
     try:
-        first_contact(lambda: check_identity(client, run_id, identity), creds, window,
-                      join_timeout_s=float(conf.get("join_timeout", 600)))
+        first_contact(
+            lambda: check_identity(client, run_id, identity),
+            creds,
+            window,
+            join_timeout_s=float(conf.get("join_timeout", 600)),
+        )
     finally:
         client.close()
 
 
 def first_contact_s(conf: dict[str, str], env) -> float:
     """The first-contact window from ``--rdzv-conf`` or the environment; a bad value is a :class:`StartRefused`."""
-    name, raw = ((f"--rdzv-conf {FIRST_CONTACT_KEY}", conf[FIRST_CONTACT_KEY]) if FIRST_CONTACT_KEY in conf
-                 else (FIRST_CONTACT_ENV, env.get(FIRST_CONTACT_ENV, "")))
+    name, raw = (
+        (f"--rdzv-conf {FIRST_CONTACT_KEY}", conf[FIRST_CONTACT_KEY])
+        if FIRST_CONTACT_KEY in conf
+        else (FIRST_CONTACT_ENV, env.get(FIRST_CONTACT_ENV, ""))
+    )
     if not raw.strip():
         return FIRST_CONTACT_S
     try:
@@ -82,8 +90,10 @@ def first_contact_s(conf: dict[str, str], env) -> float:
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise StartRefused(f"{name}={raw!r} is not a positive number of seconds: give how long an agent that has "
-                           f"never reached etcd keeps trying (default {FIRST_CONTACT_S:g})")
+        raise StartRefused(
+            f"{name}={raw!r} is not a positive number of seconds: give how long an agent that has "
+            f"never reached etcd keeps trying (default {FIRST_CONTACT_S:g})"
+        )
     return value
 
 
@@ -101,11 +111,15 @@ def first_contact(call: Callable[[], T], creds: ClientCredentials, window_s: flo
             waited = time.monotonic() - start
             line = unreachable_setting(e, creds)
             if line is not None and waited > window_s:
-                raise StartRefused(f"the membership store never answered this agent within {window_s:g} s: "
-                                   f"{line}") from None
+                raise StartRefused(
+                    f"the membership store never answered this agent within {window_s:g} s: {line}"
+                ) from None
             if line is None and waited > join_timeout_s:
-                raise StartRefused(f"the etcd members never served this agent within the join timeout "
-                                   f"({join_timeout_s:g} s): {e}: check the etcd cluster", code=1) from None
+                raise StartRefused(
+                    f"the etcd members never served this agent within the join timeout "
+                    f"({join_timeout_s:g} s): {e}: check the etcd cluster",
+                    code=1,
+                ) from None
             if line is None and not said:  # etcd is there but cannot serve yet: say why the start waits
                 print(f"[rendezvous] waiting for the membership store: {e}", file=sys.stderr, flush=True)
                 said = True
@@ -119,32 +133,47 @@ _ENDPOINTS_FIX = "list the etcd members' client URLs in T5_ETCD_ENDPOINTS (https
 
 
 def _finding(error: BaseException) -> tuple[str, str, str]:
-    from urllib3.exceptions import (ConnectTimeoutError, NameResolutionError, NewConnectionError, ProtocolError,
-                                    SSLError)
+    from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError, ProtocolError, SSLError
 
     text = str(error)
     if isinstance(error, SSLError) and "CERTIFICATE_VERIFY_FAILED" in text:
         if "mismatch" in text:
-            return ("T5_ETCD_ENDPOINTS", "the member's certificate is not for this host name or address",
-                    "use the host names or addresses the members' certificates were issued for")
-        return ("T5_ETCD_CA", "certificate verify failed (the server's certificate is not signed by this CA: a "
-                "wrong CA, or a server that is not one of the cluster's members)", _CA_FIX)
+            return (
+                "T5_ETCD_ENDPOINTS",
+                "the member's certificate is not for this host name or address",
+                "use the host names or addresses the members' certificates were issued for",
+            )
+        return (
+            "T5_ETCD_CA",
+            "certificate verify failed (the server's certificate is not signed by this CA: a "
+            "wrong CA, or a server that is not one of the cluster's members)",
+            _CA_FIX,
+        )
     if isinstance(error, SSLError) and any(w in text for w in ("BAD_CERTIFICATE", "UNKNOWN_CA", "CERTIFICATE_REQ")):
-        return ("T5_ETCD_CERT", "the member refused this client's certificate (not signed by the cluster's CA)",
-                "point T5_ETCD_CERT and T5_ETCD_KEY at the client certificate the etcd cluster's CA issued")
+        return (
+            "T5_ETCD_CERT",
+            "the member refused this client's certificate (not signed by the cluster's CA)",
+            "point T5_ETCD_CERT and T5_ETCD_KEY at the client certificate the etcd cluster's CA issued",
+        )
     if isinstance(error, NameResolutionError):
         return "T5_ETCD_ENDPOINTS", "host name not found", _ENDPOINTS_FIX
     if isinstance(error, NewConnectionError):  # urllib3 2 derives it from ConnectTimeoutError: test it first
         seen = "connection refused (nothing listens there)" if "refused" in text else f"no connection ({text[-80:]})"
         return "T5_ETCD_ENDPOINTS", seen, _ENDPOINTS_FIX
     if isinstance(error, ConnectTimeoutError):
-        return ("T5_ETCD_ENDPOINTS", "no answer to a connection (timed out: a wrong address, or a firewall)",
-                _ENDPOINTS_FIX)
+        return (
+            "T5_ETCD_ENDPOINTS",
+            "no answer to a connection (timed out: a wrong address, or a firewall)",
+            _ENDPOINTS_FIX,
+        )
     if isinstance(error, SSLError):
         return "T5_ETCD_ENDPOINTS", f"TLS failed ({text[-120:]}): not an etcd member's client port", _ENDPOINTS_FIX
     if isinstance(error, ProtocolError):
-        return ("T5_ETCD_ENDPOINTS", "the server closed the connection without an answer (not an etcd client port)",
-                _ENDPOINTS_FIX)
+        return (
+            "T5_ETCD_ENDPOINTS",
+            "the server closed the connection without an answer (not an etcd client port)",
+            _ENDPOINTS_FIX,
+        )
     return "T5_ETCD_ENDPOINTS", f"no answer ({type(error).__name__})", _ENDPOINTS_FIX
 
 
@@ -158,8 +187,11 @@ def unreachable_setting(e: StoreUnavailable, creds: ClientCredentials) -> str | 
         return None
     findings = [(url, *_finding(error)) for url, error in e.causes]
     url, var, seen, fix = min(findings, key=lambda f: _ORDER.index(f[1]))
-    value = ",".join(creds.endpoints) if var == "T5_ETCD_ENDPOINTS" else getattr(
-        creds, next(n for n, v in ClientCredentials.ENV.items() if v == var))
+    value = (
+        ",".join(creds.endpoints)
+        if var == "T5_ETCD_ENDPOINTS"
+        else getattr(creds, next(n for n, v in ClientCredentials.ENV.items() if v == var))
+    )
     return f"{var}={value}: {seen} at {url}: {fix}"
 
 
@@ -168,25 +200,34 @@ def _accepted_but_silent(error: BaseException) -> bool:
     not a setting; a wrong address or another server fails at once."""
     from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError, SSLError
 
-    return isinstance(error, ReadTimeoutError) or (isinstance(error, (SSLError, ConnectTimeoutError)) and
-                                                   "read operation timed out" in str(error))
+    return isinstance(error, ReadTimeoutError) or (
+        isinstance(error, (SSLError, ConnectTimeoutError)) and "read operation timed out" in str(error)
+    )
 
 
 def refused_setting(e: StoreRefused, creds: ClientCredentials) -> str:
     """One line for a store that refused this agent's first calls: which setting, and the fix."""
     text = str(e)
     if "invalid user ID or password" in text:
-        return (f"T5_ETCD_USER={creds.user} / T5_ETCD_PASSWORD_FILE={creds.password_file}: etcd refused the "
-                f"login (wrong user or password): use the job.env that admin add-job wrote for this job (add-job "
-                f"--rotate gives the job a new password; its agents then need the new file)")
+        return (
+            f"T5_ETCD_USER={creds.user} / T5_ETCD_PASSWORD_FILE={creds.password_file}: etcd refused the "
+            f"login (wrong user or password): use the job.env that admin add-job wrote for this job (add-job "
+            f"--rotate gives the job a new password; its agents then need the new file)"
+        )
     if "permission denied" in text:
-        return (f"T5_ETCD_PREFIX={creds.prefix}: etcd user {creds.user} may not use that prefix (permission "
-                f"denied): use the prefix in the job's job.env (/t5-failover/jobs/<job>/)")
+        return (
+            f"T5_ETCD_PREFIX={creds.prefix}: etcd user {creds.user} may not use that prefix (permission "
+            f"denied): use the prefix in the job's job.env (/t5-failover/jobs/<job>/)"
+        )
     if any(f"HTTP {code}" in text for code in (404, 405)) or "not a JSON" in text:
-        return (f"T5_ETCD_ENDPOINTS={','.join(creds.endpoints)}: the server is not etcd ({text[-160:].strip()}): "
-                f"{_ENDPOINTS_FIX}")
-    return (f"the membership store refused this agent ({text[-200:]}): check T5_ETCD_USER, T5_ETCD_PASSWORD_FILE "
-            f"and T5_ETCD_PREFIX (the job.env that admin add-job wrote)")
+        return (
+            f"T5_ETCD_ENDPOINTS={','.join(creds.endpoints)}: the server is not etcd ({text[-160:].strip()}): "
+            f"{_ENDPOINTS_FIX}"
+        )
+    return (
+        f"the membership store refused this agent ({text[-200:]}): check T5_ETCD_USER, T5_ETCD_PASSWORD_FILE "
+        f"and T5_ETCD_PREFIX (the job.env that admin add-job wrote)"
+    )
 
 
 def check_identity(client: EtcdClient, run_id: str, identity: str) -> None:
@@ -203,11 +244,16 @@ def check_identity(client: EtcdClient, run_id: str, identity: str) -> None:
         if theirs is not None and json.loads(theirs.value).get("identity") == identity:
             # this job's own late node (a replacement pod or node that started as the job ended): not an error,
             # or a pod that came too late would fail a TrainJob that succeeded
-            raise StartRefused(f"[agent] the job of rendezvous id {run_id!r} ({identity}) ended at {when}: this "
-                               f"node is not needed (a new run of it needs a new rendezvous id: {NEW_ID})", code=0)
-        raise StartRefused(f"rendezvous id {run_id!r} belongs to a job that ended at "
-                           f"{when}{_job(theirs)} (its rendezvous is closed: "
-                           f"nothing would train here): give this run a new rendezvous id ({NEW_ID})")
+            raise StartRefused(
+                f"[agent] the job of rendezvous id {run_id!r} ({identity}) ended at {when}: this "
+                f"node is not needed (a new run of it needs a new rendezvous id: {NEW_ID})",
+                code=0,
+            )
+        raise StartRefused(
+            f"rendezvous id {run_id!r} belongs to a job that ended at "
+            f"{when}{_job(theirs)} (its rendezvous is closed: "
+            f"nothing would train here): give this run a new rendezvous id ({NEW_ID})"
+        )
     if theirs is None:
         record = json.dumps({"identity": identity, "host": socket.gethostname(), "at": _now()})
         if client.compare_and_set(prefix + "job", 0, record):
@@ -215,10 +261,12 @@ def check_identity(client: EtcdClient, run_id: str, identity: str) -> None:
         theirs = client.get(prefix + "job")  # another agent recorded its job first: the same one, or not
     recorded = json.loads(theirs.value) if theirs else {}
     if recorded.get("identity", identity) != identity:
-        raise StartRefused(f"rendezvous id {run_id!r} belongs to another job ({recorded['identity']}, recorded by "
-                           f"{recorded.get('host', '?')} at {recorded.get('at', '?')}); this node's job is "
-                           f"{identity}: give this run its own rendezvous id ({NEW_ID}), or start it as that job "
-                           f"(the same --job.out_dir, or {IDENTITY_ENV}) to join it")
+        raise StartRefused(
+            f"rendezvous id {run_id!r} belongs to another job ({recorded['identity']}, recorded by "
+            f"{recorded.get('host', '?')} at {recorded.get('at', '?')}); this node's job is "
+            f"{identity}: give this run its own rendezvous id ({NEW_ID}), or start it as that job "
+            f"(the same --job.out_dir, or {IDENTITY_ENV}) to join it"
+        )
 
 
 def _job(kv) -> str:

@@ -4,6 +4,7 @@ The handler's parts each watch what they act on: every agent the round's head, t
 an agent waiting to be the closer the member created just before its own. A thread per view resyncs (a broken
 or idle stream may have missed events) and watches from the revision it read; ``changed`` wakes the waiters.
 """
+
 from __future__ import annotations
 
 import threading
@@ -97,7 +98,8 @@ class Watched:
                 self._stop.wait(0.2)
                 continue
             try:
-                self.client.watch(self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key,
-                                  on_open=self._opened)
+                self.client.watch(
+                    self.prefix, rev + 1, self._apply, self._stop, single_key=self.single_key, on_open=self._opened
+                )
             except Exception:  # noqa: BLE001 - the member went, or the stream idled out: resync and watch again
                 pass
