@@ -75,6 +75,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -947,6 +948,7 @@ def simulate(
             pool.close()
         if watch:
             watch.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _victim(pool, nodes: int, handler: str, which: str) -> int:
@@ -1113,6 +1115,7 @@ def worker_store_load(
             d.wait(timeout=30)
         host.stdin.close()
         host.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -1269,6 +1272,7 @@ def run(
         finally:
             if store is not None:
                 store.close()
+    shutil.rmtree(workdir, ignore_errors=True)  # etcd's data (~250 MB of preallocated WAL) and the handlers' log
     workers = []
     for n in nodes if worker_ranks else []:
         workers.append(worker_store_load(n, worker_ranks, seconds=worker_s))
