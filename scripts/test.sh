@@ -10,6 +10,8 @@
 # The suite runs on TEST_WORKERS pytest-xdist workers (default 2), a test file at a time per worker (--dist
 # loadfile: a file's tests run in order on one worker, its module fixtures built once): most of the suite's time
 # is spent waiting on the processes it starts (training runs detecting a fault, Slurm, etcd), not computing.
+# Files are handed out longest first (tests/support/file_order.py, seconds per file in tests/file_seconds.json;
+# T5_FILE_SECONDS=tests/file_seconds.json refreshes it from a run), so the long files do not end the run alone.
 # What several files share is made once under a lock (the venvs, node_modules, the Slurm lab's packages).
 # TEST_WORKERS=0 runs everything in this process, one test at a time. Every run ends with its 25 slowest tests
 # (--durations; ARGS="--durations=N" for another count): where the suite's time goes, on every machine it runs on.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import file_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,6 +208,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems += [f"marked with another tier than its folder's: {p}" for p in sorted(misplaced)]
     if problems:
         raise pytest.UsageError("\n".join(problems))
+    _longest_files_first(items)
+
+
+def _rel(path) -> str:
+    return Path(path).resolve().relative_to(ROOT).as_posix()
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Files in the order pytest-xdist should hand them out (tests/support/file_order.py); a file's tests keep
+    their order. Every worker sorts alike: xdist requires the same collection everywhere."""
+    seconds = file_order.load_seconds()
+    files = list(dict.fromkeys(_rel(item.path) for item in items))
+    weight = {f: file_order.expected_seconds(f, f.split("/")[1], seconds) for f in files}
+    rank = {f: i for i, f in enumerate(file_order.longest_first(files, weight))}
+    items.sort(key=lambda item: rank[_rel(item.path)])
 
 
 # Every run ends with one line per tier (scripts/test.sh runs the tiers in one pytest run, so pytest-xdist keeps
@@ -213,11 +231,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _TIER_STATS: dict[str, dict] = {}
 
 
+_FILE_SECONDS: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     parts = Path(report.fspath).parts
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS else None
     if tier is None:
         return
+    _FILE_SECONDS[report.fspath] = _FILE_SECONDS.get(report.fspath, 0.0) + report.duration
     stats = _TIER_STATS.setdefault(tier, {"seconds": 0.0, "outcomes": {}})
     stats["seconds"] += report.duration
     if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -242,3 +264,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
             stats = _TIER_STATS[tier]
             counts = ", ".join(f"{n} {what}" for what, n in sorted(stats["outcomes"].items()))
             terminalreporter.write_line(f"tier {tier}: {counts} in {stats['seconds']:.1f} s of test time")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With T5_FILE_SECONDS=PATH, the seconds each file took go into that table (file_order.py reads
+    tests/file_seconds.json). Only the controller writes: xdist workers see their own share."""
+    out = os.environ.get("T5_FILE_SECONDS")
+    if out and not hasattr(session.config, "workerinput") and _FILE_SECONDS:
+        path = Path(out)
+        path.write_text(json.dumps(file_order.merged(file_order.load_seconds(path), _FILE_SECONDS), indent=1) + "\n")

@@ -3,6 +3,7 @@ what several files share is made once, under a lock."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -86,3 +87,15 @@ def test_a_tier_runs_its_folder_and_every_run_ends_with_a_line_per_tier():
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"^tier unit: 1 passed in [\d.]+ s of test time$", r.stdout, re.M), r.stdout
     assert "tier integration" not in r.stdout and "tier e2e" not in r.stdout
+
+
+def test_files_are_handed_out_longest_first_and_a_run_can_record_their_seconds(tmp_path):
+    # named short file first; the table (tests/file_seconds.json) knows the make-help file takes longer
+    short, long = "tests/unit/cluster_facts/test_cluster_facts.py", "tests/integration/scripts/test_make_help.py"
+    table = tmp_path / "seconds.json"
+    r = run("-v", "-p", "no:cacheprovider", short, long, TEST_WORKERS="0", T5_FILE_SECONDS=str(table))
+    assert r.returncode == 0, r.stdout + r.stderr
+    ran = re.findall(r"^(tests/\S+?)::\S+ PASSED", r.stdout, re.M)
+    assert ran and ran[0] == long and ran[-1] == short, ran
+    seconds = json.loads(table.read_text())
+    assert set(seconds) == {short, long} and all(v >= 0 for v in seconds.values()), seconds
