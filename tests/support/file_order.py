@@ -5,8 +5,9 @@ the folders' order the suite's longest file (the Slurm lab's, ~9 minutes) starte
 alone at the end while the other worker idled. Handed out longest first (the classic longest-processing-time rule),
 the short files fill the gaps at the end instead.
 
-The seconds per file come from `tests/file_seconds.json`, written by a run with `T5_FILE_SECONDS=tests/file_seconds.json`
-(setup, call and teardown summed per file). A file it does not list (a new one) counts as its tier's typical file.
+The seconds per file come from `tests/file_seconds.json`, written by a run with
+`T5_FILE_SECONDS=tests/file_seconds.json` (setup, call and teardown summed per file). A file it does not list (a new
+one) counts as its tier's typical file.
 """
 
 from __future__ import annotations
