@@ -273,15 +273,18 @@ def report(argv: list[str]) -> int:
     return 0
 
 
+#: The ``variant`` of the plain Hugging Face baseline's rows (``training.bench_hf``).
+BASELINE_VARIANT = "plain HF"
+
+
 def vs_baseline(rows: list[dict]) -> list[float | None]:
     """Each row's tokens/s over the plain Hugging Face baseline's (``training.bench_hf``) of the same preset, device
     and global batch; None where there is no such baseline row."""
-    from training.bench_hf import VARIANT
 
     def same(r: dict) -> tuple:
         return r["preset"], r["device"], r.get("global_batch")
 
-    base = {same(r): r["tokens_per_s"] for r in rows if r.get("variant") == VARIANT}
+    base = {same(r): r["tokens_per_s"] for r in rows if r.get("variant") == BASELINE_VARIANT}
     return [r["tokens_per_s"] / base[same(r)] if same(r) in base else None for r in rows]
 
 

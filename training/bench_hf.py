@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-#: The ``variant`` of the baseline's row (what ``training.bench report`` compares the other rows to).
-VARIANT = "plain HF"
+from training.bench import BASELINE_VARIANT as VARIANT  # what ``training.bench report`` compares the rows to
 
 
 def _autocast(device: torch.device, bf16: bool):
