@@ -369,7 +369,7 @@ def startup_phases(start: dict, steps: list[dict], until: dict | None = None) ->
         out[k] = su.get(f"{_LEGACY_PHASES[k]}_s") if v is None and k in _LEGACY_PHASES else v
     first = until or (steps[0] if steps else None)
     compile_s = None
-    if steps and not su.get("compiled"):
+    if steps and su.get("compiled") is not True:
         compile_s = 0.0
     elif steps and "step_time_s" in steps[0]:
         steady = sorted(s["step_time_s"] for s in steps[1 : 1 + STEADY_STEPS] if "step_time_s" in s)

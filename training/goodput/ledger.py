@@ -205,9 +205,8 @@ def starts(attempts: list[Attempt]) -> list[Start]:
         su = a.start["startup"]
         began = analysis.startup_began(a.start)
         total = round(a.steps[0]["time"] - began, 2) if a.steps and began else None
-        out.append(
-            Start(n, a.start.get("restart_count") or 0, su.get("preloaded"), bool(su.get("compiled")), phases, total)
-        )
+        preloaded = su.get("preloaded") if isinstance(su.get("preloaded"), bool) else None  # not a figure: unchecked
+        out.append(Start(n, a.start.get("restart_count") or 0, preloaded, su.get("compiled") is True, phases, total))
     return out
 
 

@@ -135,3 +135,11 @@ def test_the_ledger_and_the_status_screen_show_each_start_by_phase():
     shown = screen(ledger, Where(label="local run", running=False), now=200.0)
     assert "start    attempt 2: 15.1 s: process 0.2, device 0.1, pgroup 0.4, model 1.5" in shown
     assert "compile 11.0" in shown and "(restart, warm, compiled)" in shown
+
+
+def test_a_start_record_with_odd_flags_is_still_read():
+    recs = _run(compiled=True)
+    recs[4]["startup"].update(preloaded="yes", compiled=1)  # a hand-edited file: flags the arithmetic does not need
+    ledger = ledger_from_records("runs/x", recs, total_steps=6)
+    assert (ledger.starts[1].preloaded, ledger.starts[1].compiled) == (None, False)
+    assert "restart, ?" in ledger_text(ledger)
