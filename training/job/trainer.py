@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from training.checkpoint.manager import CheckpointManager
 from training.config import Config, ConfigError, check_world, to_toml
 from training.model.compile import apply_regional_compile, compile_enabled
-from training.model.compile_cache import CompileCache
+from training.model.compile_cache import CompileCache, NoCompileCache
 from training.data.corpus import DataSourceError
 from training.data.dataset import build_dataloader, build_dataset
 from training.job.determinism import apply_determinism
@@ -149,7 +149,14 @@ class Trainer:
         self.compile_cache = CompileCache.build(
             p, cfg.model, self.device, rank=self.rank, local_rank=self.local_rank, enabled=compiled
         )
-        self.compile_cache_record = self.compile_cache.open()
+        try:
+            self.compile_cache_record = self.compile_cache.open()
+        except OSError as e:  # a cache that cannot be read costs this start its compile, never the run
+            self.metrics.info(
+                f"[compile] compile cache unusable ({storage_reason(e)}): compiling afresh; point "
+                "--parallel.compile_cache_dir at a readable directory, or 'off'"
+            )
+            self.compile_cache, self.compile_cache_record = NoCompileCache(), None
         apply_regional_compile(self.model, compiled)  # inside checkpointing, outside FSDP hooks
         apply_fsdp(self.model, self.mesh, p)
         built.materialize(self.model, self.device)
