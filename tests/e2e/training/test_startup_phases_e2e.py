@@ -107,20 +107,4 @@ def test_a_compiled_restart_uses_the_compile_cache_and_a_new_node_loads_the_publ
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (start,) = _starts(other)
     assert start["compile_cache"] == {"key": key, "local_hit": False, "loaded": "shared"}
-    # a changed setting is another key: nothing loaded, compiled afresh
-    changed = tmp_path / "changed-run"
-    r = _agent(
-        changed,
-        tmp_path / "node-b",
-        "--parallel.compile",
-        "on",
-        "--train.steps",
-        "1",
-        "--model.dropout",
-        "0.2",
-        "--parallel.compile_cache_dir",
-        str(out / "compile-cache"),
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (start,) = _starts(changed)
-    assert start["compile_cache"]["key"] != key and start["compile_cache"]["loaded"] is None
+    # (a changed setting or code is another key, which finds nothing: tests/unit/training/test_compile_cache.py)
