@@ -508,11 +508,11 @@ def startup_table(starts: list[Start]) -> list[str]:
     if not starts:
         return []
     heads = [_STARTUP_HEADS[k] for k in analysis.STARTUP_PHASES]
-    head = f"{'attempt':>7}" + "".join(f"{h:>9}" for h in heads) + f"{'total':>8}  worker"
+    head = f"{'':<10}" + "".join(f"{h:>9}" for h in heads) + f"{'total':>8}  worker"
     lines = ["", "start-up by phase (seconds, rank 0):", head, "-" * len(head)]
     for st in starts:
         lines.append(
-            f"{st.attempt:>7}"
+            f"{f'attempt {st.attempt}':<10}"  # not a number first: the failure rows above are numbered
             + "".join(f"{_fmt(st.phases.get(k)):>9}" for k in analysis.STARTUP_PHASES)
             + f"{_fmt(st.total_s):>8}  {start_kind(st)}"
         )

@@ -130,8 +130,10 @@ def test_the_ledger_and_the_status_screen_show_each_start_by_phase():
     assert failure.phases["compile"] == pytest.approx(12.0 - 1.0)
     text = ledger_text(ledger)
     assert "start-up by phase" in text and "restart, warm, compiled" in text and "launch, cold, compiled" in text
-    row = next(line for line in text.splitlines() if line.strip().startswith("2 ") and "restart" in line)
-    assert row.split()[:10] == ["2", "0.2", "0.0", "0.1", "0.4", "1.5", "0.3", "0.6", "11.0", "1.0"]
+    row = next(line for line in text.splitlines() if line.startswith("attempt 2 "))
+    assert row.split()[:11] == ["attempt", "2", "0.2", "0.0", "0.1", "0.4", "1.5", "0.3", "0.6", "11.0", "1.0"]
+    # the failure table's rows are the lines that begin with a number
+    assert [line.split()[1] for line in text.splitlines() if line.strip()[:2] in ("1 ", "2 ")] == ["3"]
     shown = screen(ledger, Where(label="local run", running=False), now=200.0)
     assert "start    attempt 2: 15.1 s: process 0.2, device 0.1, pgroup 0.4, model 1.5" in shown
     assert "compile 11.0" in shown and "(restart, warm, compiled)" in shown
