@@ -191,8 +191,8 @@ def breakdown_table(results: list[ScenarioResult]) -> str:
     if len(lines) == 1:
         return ""
     lines.append(
-        "(stop_and_rendezvous: from the notice to the new rank 0's exec; interpreter .. restore: "
-        "its start-up; first_step: start event to the first step's record)"
+        "(stop_and_rendezvous: from the notice to the new rank 0's spawn; process_start .. restore: its start-up; "
+        "compile: the first step's extra time when compiled; first_step: the rest of it, from the start event)"
     )
     return "\n".join(lines)
 

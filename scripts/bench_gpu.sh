@@ -1,38 +1,101 @@
 #!/usr/bin/env bash
-# The GPU efficiency table: step time, tokens/s, MFU and peak memory on ONE GPU for each attention kernel x
-# regional compile, per preset, with one pass of BATCH samples per step (the presets' 256 is a 16-GPU batch; the
-# README's t5-large figures use 32), then one full run of the first preset (checkpoint staging and snapshot
-# figures). Prints the table; JSON and logs in bench/gpu/.
-#   scripts/bench_gpu.sh                                  # t5-large and t5-3b, batch 32, 50 timed steps
-#   PRESETS=t5-3b BATCH=16 STEPS=20 scripts/bench_gpu.sh
-# Needs CUDA; uses the venv's torch unless PYTHON names another interpreter (e.g. one with the cluster image's
-# torch, to compare versions).
+# The GPU figures on ONE GPU within one machine loan: rows in priority order, each started only while the time
+# budget holds its estimate, each result written as it finishes, the rest named "skipped: budget".
+#   1 preset    the preset as it ships (steps only: step time, tokens/s, MFU, peak memory)
+#   2 compile   the same with parallel.compile on (its warm-up holds the compile)
+#   3 saves     storage saves (async / sync / full-state-dict baseline), in-memory snapshots, restores
+#   4 restart   a worker start by phase, warm and compiled with the compile cache (scripts/bench_restart.sh)
+#   5 hf        a plain Hugging Face T5 of the same shape (fp32 weights, bf16 autocast, fused AdamW, no FSDP:
+#               training/bench_hf.py); every other row's tokens/s is also shown as a multiple of it
+#   scripts/bench_gpu.sh                              # t5-large, batch 32, 20 timed steps, BUDGET_S=480
+#   PRESET=t5-3b BATCH=16 STEPS=8 BUDGET_S=600 scripts/bench_gpu.sh
+# Writes bench/gpu/<row>.json (a row's figures), <row>.log, and summary.json (every row's status, rewritten after
+# each row); prints the table at the end. EST_<ROW>=seconds overrides a row's estimate (defaults: H200, t5-large).
+# Needs CUDA; PYTHON names another interpreter (e.g. one with the cluster image's torch). DRY_RUN=1 checks the
+# plan on any machine: no CUDA check and no run, each row takes its estimate on a simulated clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${PYTHON:-$(scripts/venv.sh)}"
-"$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-  || { echo "bench_gpu: no CUDA device visible to $py (torch $("$py" -c 'import torch; print(torch.__version__)')):" \
-          "run on a GPU machine with PYTHON=<an interpreter whose torch is a CUDA build>" >&2; exit 3; }
-out=bench/gpu
+dry=$("$py" -m tools.env_flags DRY_RUN) || exit 2
+if [[ $dry == false ]]; then
+  "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || { echo "bench_gpu: no CUDA device visible to $py (torch $("$py" -c 'import torch; print(torch.__version__)')):" \
+            "run on a GPU machine with PYTHON=<an interpreter whose torch is a CUDA build>" >&2; exit 3; }
+fi
+out="${OUT:-bench/gpu}"
 mkdir -p "$out"
-steps="${STEPS:-50}"
+budget="${BUDGET_S:-480}"
+[[ $budget =~ ^[0-9]+$ ]] || { echo "bench_gpu: BUDGET_S=$budget is not whole seconds: e.g. BUDGET_S=480" >&2; exit 2; }
+preset="${PRESET:-t5-large}"
+steps="${STEPS:-20}"
 batch=(--train.global_batch "${BATCH:-32}" --train.micro_batch 0)
-files=()
-run() {  # run NAME ARGS...: one torchrun, log in $out/NAME.log
-  local name=$1; shift
-  echo "[bench_gpu] $name ..." >&2
-  "$py" -m torch.distributed.run --standalone --nproc_per_node=1 -m training.bench run "$@" --out "$out/$name.json" \
-    >"$out/$name.log" 2>&1 || { echo "[bench_gpu] $name failed; see $out/$name.log" >&2; tail -5 "$out/$name.log" >&2; return 0; }
-  files+=("$out/$name.json")
-}
-read -ra presets <<<"${PRESETS:-t5-large t5-3b}"
-for preset in "${presets[@]}"; do
-  for attention in eager sdpa sdpa_bias; do
-    for compile in off on; do
-      run "$preset-$attention-compile-$compile" --preset "$preset" --steps "$steps" --steps-only \
-        -- "${batch[@]}" --model.attention "$attention" --parallel.compile "$compile"
-    done
-  done
+rows=(preset compile saves restart hf)
+declare -A est=([preset]=60 [compile]=95 [saves]=240 [restart]=200 [hf]=40)
+for r in "${rows[@]}"; do
+  var="EST_${r^^}"
+  est[$r]="${!var:-${est[$r]}}"
 done
-run "${presets[0]}-saves" --preset "${presets[0]}" --steps 10 --saves 2 -- "${batch[@]}"
-"$py" -m training.bench report "${files[@]}" --json "$out/summary.json"
+declare -A cmd
+cmd[preset]="$py -m torch.distributed.run --standalone --nproc_per_node=1 -m training.bench run --preset $preset"
+cmd[preset]+=" --steps $steps --steps-only --out $out/preset.json -- ${batch[*]}"
+cmd[compile]="${cmd[preset]/preset.json/compile.json} --parallel.compile on"
+cmd[saves]="$py -m torch.distributed.run --standalone --nproc_per_node=1 -m training.bench run --preset $preset"
+cmd[saves]+=" --steps 10 --saves 2 --out $out/saves.json -- ${batch[*]}"
+cmd[restart]="env PYTHON=$py OUT=$out/restart PRESET=$preset CASES='warm compiled-cache' STEPS=6 KILL_AT=3"
+cmd[restart]+=" scripts/bench_restart.sh ${batch[*]}"
+cmd[hf]="$py -m training.bench_hf --preset $preset --steps $((steps / 2 > 2 ? steps / 2 : 2)) --out $out/hf.json"
+cmd[hf]+=" -- ${batch[*]}"
+
+elapsed=0  # seconds of the budget used (simulated under DRY_RUN)
+start=$SECONDS
+declare -A status took
+summary() {  # rewrite summary.json: every row so far, in priority order
+  local r sep="" body=""
+  for r in "${rows[@]}"; do
+    [[ -n ${status[$r]:-} ]] || continue
+    body+="$sep {\"row\": \"$r\", \"status\": \"${status[$r]}\", \"seconds\": ${took[$r]}, \"estimate_s\": ${est[$r]}}"
+    sep=$',\n'
+  done
+  printf '{"budget_s": %s, "used_s": %s, "dry_run": %s, "rows": [\n%s\n]}\n' "$budget" "$elapsed" "$dry" "$body" \
+    >"$out/summary.json"
+}
+n=0
+for r in "${rows[@]}"; do
+  n=$((n + 1))
+  left=$((budget - elapsed))
+  if ((est[$r] > left)); then
+    status[$r]="skipped: budget"; took[$r]=0
+    echo "[bench_gpu] $n $r: skipped: budget (needs ~${est[$r]} s, ${left} s left of $budget)" >&2
+    summary
+    continue
+  fi
+  echo "[bench_gpu] $n $r (~${est[$r]} s, ${left} s left): ${cmd[$r]}" >&2
+  if [[ $dry == true ]]; then
+    status[$r]="dry-run"; took[$r]=${est[$r]}
+    elapsed=$((elapsed + est[$r]))
+  else
+    t0=$SECONDS
+    if timeout --kill-after=10 "$left" bash -c "${cmd[$r]}" >"$out/$r.log" 2>&1; then
+      status[$r]="ok"
+    else
+      rc=$?
+      status[$r]="failed: exit $rc$( ((rc == 124)) && echo ' (out of budget)')"
+      echo "[bench_gpu] $r failed; see $out/$r.log" >&2
+      tail -5 "$out/$r.log" >&2
+    fi
+    took[$r]=$((SECONDS - t0))
+    elapsed=$((SECONDS - start))
+  fi
+  summary
+done
+echo "[bench_gpu] summary: $out/summary.json (${elapsed} s of $budget)" >&2
+files=()
+for r in preset compile saves hf; do
+  [[ -f $out/$r.json && ${status[$r]} == ok ]] && files+=("$out/$r.json")
+done
+if ((${#files[@]})); then
+  "$py" -m training.bench report "${files[@]}" --json "$out/report.json"
+fi
+if [[ ${status[restart]} == ok ]]; then
+  cat "$out/restart.log"
+fi

@@ -37,6 +37,7 @@ from training.goodput.ledger import (
     locate_run,
     read_ledger,
     skipped_warning,
+    startup_line,
 )
 from training.job.metrics import WARMUP_STEPS
 
@@ -156,6 +157,9 @@ def screen(ledger: Ledger, where: Where, now: float | None = None) -> str:
     snapshots = snapshot_line(ledger)
     if snapshots:
         lines.append(snapshots)
+    if ledger.starts:
+        newest = ledger.starts[-1]
+        lines.append(f"start    attempt {newest.attempt}: {startup_line(newest)}")
     if ledger.failures:
         f = ledger.failures[-1]
         parts = ", ".join(

@@ -273,17 +273,36 @@ def report(argv: list[str]) -> int:
     return 0
 
 
+#: The ``variant`` of the plain Hugging Face baseline's rows (``training.bench_hf``).
+BASELINE_VARIANT = "plain HF"
+
+
+def vs_baseline(rows: list[dict]) -> list[float | None]:
+    """Each row's tokens/s over the plain Hugging Face baseline's (``training.bench_hf``) of the same preset, device
+    and global batch; None where there is no such baseline row."""
+
+    def same(r: dict) -> tuple:
+        return r["preset"], r["device"], r.get("global_batch")
+
+    base = {same(r): r["tokens_per_s"] for r in rows if r.get("variant") == BASELINE_VARIANT}
+    return [r["tokens_per_s"] / base[same(r)] if same(r) in base else None for r in rows]
+
+
 def _print_step_table(rows: list[dict]) -> None:
     """One line per result: which settings (the training flags after --), step time, tokens/s, MFU, peak GPU
-    memory, and the warm-up steps' time (compiling happens there)."""
-    hdr = f"{'preset':<10}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}{'peak GiB':>9}{'warmup s':>9}  settings"
+    memory, the warm-up steps' time (compiling happens there) and tokens/s as a multiple of plain HF's."""
+    hdr = (
+        f"{'preset':<10}{'device':>12}{'step s':>9}{'tok/s':>10}{'MFU':>7}{'peak GiB':>9}{'warmup s':>9}"
+        f"{'vs HF':>7}  settings"
+    )
     print(f"\n{hdr}\n{'-' * len(hdr)}")
-    for r in rows:
+    for r, ratio in zip(rows, vs_baseline(rows)):
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         peak = f"{r['peak_gpu_gb']:.1f}" if r.get("peak_gpu_gb") else "-"
+        vs = "-" if ratio is None else f"{ratio:.2f}x"
         print(
             f"{r['preset']:<10}{r['device'][:11]:>12}{r['step_s']:>9.3f}{r['tokens_per_s']:>10,.0f}{mfu:>7}"
-            f"{peak:>9}{r.get('warmup_s', float('nan')):>9.1f}  {r.get('variant') or '(preset)'}"
+            f"{peak:>9}{r.get('warmup_s', float('nan')):>9.1f}{vs:>7}  {r.get('variant') or '(preset)'}"
         )
 
 

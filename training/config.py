@@ -162,6 +162,12 @@ class ParallelConfig:
     """torch.compile each T5 block in place before sharding (training/model/compile.py): 'on', 'off', or 'auto' = off
     for now (on the CPU compiling costs more than the small models' steps; on GPUs it stays off until a run
     measures a gain)."""
+    compile_cache_dir: str = ""
+    """With compile on: where rank 0 keeps torch's portable compile artefacts after its first step, one file per
+    cache key (model and parallel settings, device, torch version, model code: a change never loads a stale one),
+    so a restart on a node that has not compiled yet (a replacement) skips most of the compile; each node also keeps
+    Inductor's caches in a node-local directory per key (training/model/compile_cache.py). Empty:
+    <out_dir>/compile-cache (shared storage on clusters); 'off': nothing kept or loaded."""
     threads: int = 1
     """Intra-op CPU threads per process (torchrun does not set this with one process per node)."""
     deterministic: bool = False
@@ -527,6 +533,8 @@ def finalize(cfg: Config) -> Config:
         cfg.job.out_dir = os.path.join("runs", cfg.preset)
     if not cfg.checkpoint.dir:
         cfg.checkpoint.dir = os.path.join(cfg.job.out_dir, "checkpoints")
+    if not cfg.parallel.compile_cache_dir:
+        cfg.parallel.compile_cache_dir = os.path.join(cfg.job.out_dir, "compile-cache")
     if not cfg.metrics.path:
         cfg.metrics.path = os.path.join(cfg.job.out_dir, "metrics.jsonl")
     if not cfg.metrics.tensorboard_dir:

@@ -19,6 +19,7 @@ _NOT_MATH = {
     "run_lock.py",
     "watchdog.py",
     "startup.py",
+    "compile_cache.py",
     "progress.py",
     "recovery.py",
 }

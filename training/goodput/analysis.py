@@ -73,10 +73,14 @@ def _is_finite(v) -> bool:
 
 
 def _startup_ok(v) -> bool:
-    """A ``start`` record's ``startup`` (training.job.startup): its epoch time and phase seconds finite or null."""
+    """A ``start`` record's ``startup`` (training.job.startup): its epoch times and phase seconds finite or null."""
     return isinstance(v, dict) and all(
-        x is None or _is_finite(x) for k, x in v.items() if k == "exec_time" or k.endswith("_s")
+        x is None or _is_finite(x) for k, x in v.items() if k in _STARTUP_TIMES or k.endswith("_s")
     )
+
+
+#: The epoch times a ``startup`` object holds (training.job.startup.StartupClock.summary).
+_STARTUP_TIMES = ("began", "spawn_time", "exec_time")
 
 
 def _restored_ok(v) -> bool:
@@ -321,29 +325,70 @@ class Recovery:
     """Where recover_s went (seconds, in order; see BREAKDOWN): None when the attempt did not time its start-up."""
 
 
-#: The phases of a restart, in order: noticed; the agents stopped the old workers and formed a new rendezvous
-#: round until the new rank 0 was exec'd; that worker's start-up (training.job.startup); its first step.
-BREAKDOWN = (
-    "notice",
-    "stop_and_rendezvous",
-    "interpreter",
+#: A worker's start-up, in order: the phases its ``start`` event's ``startup`` holds (training.job.startup.PHASES),
+#: then the extra time of its first step that compiling took (0 when not compiled) and the rest of that step.
+STARTUP_PHASES = (
+    "process_start",
     "imports",
+    "device_init",
     "process_group",
-    "build",
+    "model_build",
+    "job_setup",
     "restore",
+    "compile",
     "first_step",
 )
+#: Records of workers from before the phases were split: their names for the same stretches.
+_LEGACY_PHASES = {"process_start": "interpreter", "model_build": "build"}
+#: Steps after the first that stand for a steady step (their median), against which the first one's compile shows.
+STEADY_STEPS = 3
+
+#: The phases of a restart, in order: noticed; the agents stopped the old workers and formed a new rendezvous
+#: round until the new rank 0 was spawned; that worker's start-up (:data:`STARTUP_PHASES`).
+BREAKDOWN = ("notice", "stop_and_rendezvous", *STARTUP_PHASES)
 
 
-def breakdown(t_fail: float, detected: float | None, start: dict, first_step_time: float) -> dict | None:
-    """Seconds per phase of :data:`BREAKDOWN` for an attempt whose ``start`` event carries ``startup``."""
+def startup_began(start: dict) -> float | None:
+    """When the worker of a ``start`` record began (its agent's spawn, else its exec), None if it did not say."""
     su = start.get("startup") or {}
-    if detected is None or not su.get("exec_time"):
+    return su.get("began") or su.get("exec_time")
+
+
+def startup_phases(start: dict, steps: list[dict], until: dict | None = None) -> dict[str, float | None] | None:
+    """Seconds per :data:`STARTUP_PHASES` of the attempt whose ``start`` record and step records are given
+    (None when the start record carries no ``startup``). ``compile``: the first step's ``step_time_s`` less the
+    median of the next :data:`STEADY_STEPS` steps' (0 when not compiled; None until a later step is recorded);
+    ``first_step``: from the start record to ``until`` (default the first step record) less ``compile``. A phase
+    the record lacks is None."""
+    su = start.get("startup")
+    if not su:
         return None
-    out = {"notice": detected - t_fail, "stop_and_rendezvous": su["exec_time"] - detected}
-    out.update({k: su.get(f"{k}_s") for k in BREAKDOWN[2:-1]})
-    out["first_step"] = first_step_time - start["time"]
+    out: dict[str, float | None] = {}
+    for k in STARTUP_PHASES[:-2]:
+        v = su.get(f"{k}_s")
+        out[k] = su.get(f"{_LEGACY_PHASES[k]}_s") if v is None and k in _LEGACY_PHASES else v
+    first = until or (steps[0] if steps else None)
+    compile_s = None
+    if steps and su.get("compiled") is not True:
+        compile_s = 0.0
+    elif steps and "step_time_s" in steps[0]:
+        steady = sorted(s["step_time_s"] for s in steps[1 : 1 + STEADY_STEPS] if "step_time_s" in s)
+        if steady:
+            compile_s = max(0.0, steps[0]["step_time_s"] - steady[len(steady) // 2])
+    out["compile"] = compile_s
+    out["first_step"] = None if first is None else first["time"] - start["time"] - (compile_s or 0.0)
     return {k: None if v is None else round(v, 2) for k, v in out.items()}
+
+
+def breakdown(t_fail: float, detected: float | None, start: dict, steps: list[dict], until: dict | None = None):
+    """Seconds per phase of :data:`BREAKDOWN` for an attempt whose ``start`` event carries ``startup`` (None
+    otherwise, or without a detection): see :func:`startup_phases` for ``steps`` and ``until``."""
+    began = startup_began(start)
+    phases = startup_phases(start, steps, until)
+    if detected is None or not began or phases is None:
+        return None
+    out = {"notice": round(detected - t_fail, 2), "stop_and_rendezvous": round(began - detected, 2)}
+    return {**out, **phases}
 
 
 def first_detection(t_fail: float, detections: list[float], records: list[dict]) -> float | None:
@@ -381,7 +426,7 @@ def recovery(
         done_before = [s["step"] for b in attempts if b.start["time"] < rec_attempt.start["time"] for s in b.steps]
         steps_lost = max(0, (max(done_before) if done_before else 0) - rec_attempt.resumed_from)
     det = first_detection(t_fail, detections, records) if detect else None
-    parts = None if rec_step is None else breakdown(t_fail, det, rec_attempt.start, rec_step["time"])
+    parts = None if rec_step is None else breakdown(t_fail, det, rec_attempt.start, rec_attempt.steps, rec_step)
     return Recovery(
         kind=kind,
         time=t_fail,

@@ -21,10 +21,12 @@ What an ordinary run's records can say, and so what the ledger calls what:
 * **detect**: from the failure to the first notice: an agent log line (``analysis.DETECT_RE``), a signal the job
   logged, or a ``crashed`` end record (a watchdog's verdict). Without any, detect is unknown and
   stop+rendezvous holds it too.
-* **stop+rendezvous**: to the exec of the new rank 0; **start-up**: its interpreter, imports, process group and
-  model build; **restore**: loading the state; **first step**: from its ``start`` record to its first step's
-  record; **recompute**: from there to the record of the last step done before the failure (0 when none was
-  lost).
+* **stop+rendezvous**: to the spawn of the new rank 0 (its exec for older records); **start-up**: its process start,
+  imports, device init, process group, model build and job set-up (each in ``Failure.startup`` and
+  ``Ledger.starts``, :data:`training.goodput.analysis.STARTUP_PHASES`); **restore**: loading the state;
+  **compile**: the first step's extra time when compiled; **first step**: the rest of the time from its ``start``
+  record to its first step's record; **recompute**: from there to the record of the last step done before the
+  failure (0 when none was lost).
 * a failure's **cost**: from the failure until the job is back at the step it had reached (the first step's own
   compute not counted when nothing was lost). The **uninterrupted estimate** is the goodput of the same useful
   step time over the wall time less those costs.
@@ -48,7 +50,9 @@ PNG = "goodput.png"
 #: ``end`` statuses after which a new attempt is a relaunch, not a recovery (when the agent did not restart it).
 CLEAN_END = ("finished", "already_finished", "signal")
 #: The phases of a failure's cost, in order (seconds; see the module doc).
-PHASES = ("detect", "stop_and_rendezvous", "startup", "restore", "first_step", "recompute")
+PHASES = ("detect", "stop_and_rendezvous", "startup", "restore", "compile", "first_step", "recompute")
+#: The worker's own start-up phases that ``startup`` adds up (``analysis.STARTUP_PHASES`` before restore).
+WORKER_STARTUP = analysis.STARTUP_PHASES[: analysis.STARTUP_PHASES.index("restore")]
 
 
 class LedgerError(ValueError):
@@ -66,6 +70,7 @@ class Failure:
         recovery: the chaos core's figures (``analysis.recovery``): detect_s, recover_s, steps_lost, tier, ...
         phases: seconds per :data:`PHASES` (None: unknown, e.g. detect without an agent log).
         cost_s: from ``time`` until the job was back at ``step`` (None: it never was).
+        startup: the recovering worker's start-up by phase (``analysis.STARTUP_PHASES``; None: not recorded).
     """
 
     how: str
@@ -74,6 +79,28 @@ class Failure:
     recovery: Recovery
     phases: dict[str, float | None]
     cost_s: float | None
+    startup: dict[str, float | None] | None = None
+
+
+@dataclass
+class Start:
+    """One attempt's start: its rank 0's start-up by phase (``analysis.STARTUP_PHASES``).
+
+    Attributes:
+        attempt: its number (1 = the run's first).
+        restart_count: its agent's restart count (0: a launch).
+        preloaded: a warm worker (forked from a forkserver that had imported torch), None when not recorded.
+        compiled: its blocks were compiled.
+        phases: seconds per phase.
+        total_s: from its spawn to its first step's record (None: no step yet).
+    """
+
+    attempt: int
+    restart_count: int
+    preloaded: bool | None
+    compiled: bool
+    phases: dict[str, float | None]
+    total_s: float | None
 
 
 @dataclass
@@ -95,6 +122,8 @@ class Ledger:
     uninterrupted_wall_s: float
     uninterrupted_goodput: float
     t0: float
+    starts: list[Start] = field(default_factory=list)
+    """Each attempt's start-up by phase, where its start record timed it."""
     records: list[dict] = field(repr=False, default_factory=list)
     skipped: list[Skipped] = field(repr=False, default_factory=list)
     """Lines of the metrics that are not records (damaged, or of the wrong type: ``analysis.scan_records``); the
@@ -146,16 +175,38 @@ def _phases(
 ) -> dict[str, float | None]:
     """Seconds per PHASE, from the chaos core's breakdown of the recovering attempt."""
     # Without a detection the breakdown is taken as if noticed at once: stop_and_rendezvous then holds detect too.
-    parts = analysis.breakdown(t_fail, t_fail if detected is None else detected, attempt.start, first["time"]) or {}
-    startup = [parts.get(k) for k in ("interpreter", "imports", "process_group", "build")]
+    parts = analysis.breakdown(t_fail, t_fail if detected is None else detected, attempt.start, attempt.steps) or {}
     out = {
         "detect": None if detected is None else rec.detect_s,
         "stop_and_rendezvous": parts.get("stop_and_rendezvous"),
-        "startup": None if not parts or any(v is None for v in startup) else round(sum(startup), 2),
+        "startup": worker_startup_s(parts),
         "restore": parts.get("restore"),
+        "compile": parts.get("compile"),
         "first_step": parts.get("first_step"),
         "recompute": None if back is None else round(back["time"] - first["time"], 2),
     }
+    return out
+
+
+def worker_startup_s(phases: dict[str, float | None] | None) -> float | None:
+    """The worker's own start-up (:data:`WORKER_STARTUP`) in one figure: the phases it recorded added up (older
+    records lack some); None when it recorded none."""
+    known = [v for k in WORKER_STARTUP if (v := (phases or {}).get(k)) is not None]
+    return round(sum(known), 2) if known else None
+
+
+def starts(attempts: list[Attempt]) -> list[Start]:
+    """The start-up of every attempt whose start record timed it, by phase."""
+    out = []
+    for n, a in enumerate(attempts, 1):
+        phases = analysis.startup_phases(a.start, a.steps)
+        if phases is None:
+            continue
+        su = a.start["startup"]
+        began = analysis.startup_began(a.start)
+        total = round(a.steps[0]["time"] - began, 2) if a.steps and began else None
+        preloaded = su.get("preloaded") if isinstance(su.get("preloaded"), bool) else None  # not a figure: unchecked
+        out.append(Start(n, a.start.get("restart_count") or 0, preloaded, su.get("compiled") is True, phases, total))
     return out
 
 
@@ -179,7 +230,7 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
         step = max([s["step"] for a in attempts[:i] for s in a.steps] + [0])
         recovering = next((a for a in attempts[i:] if a.steps and (until is None or a.start["time"] < until)), None)
         if recovering is None:
-            out.append(Failure(_how(prev), t_fail, step, rec, dict.fromkeys(PHASES), None))
+            out.append(Failure(_how(prev), t_fail, step, rec, dict.fromkeys(PHASES), None, None))
             continue
         first = recovering.steps[0]
         if rec.steps_lost:  # back where it was once it recorded that step again (None: still recomputing)
@@ -188,9 +239,9 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
         else:  # back where it was as its first step began
             back = first
             cost = round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
-        out.append(
-            Failure(_how(prev), t_fail, step, rec, _phases(rec, t_fail, detected, recovering, first, back), cost)
-        )
+        phases = _phases(rec, t_fail, detected, recovering, first, back)
+        startup = analysis.startup_phases(recovering.start, recovering.steps)
+        out.append(Failure(_how(prev), t_fail, step, rec, phases, cost, startup))
     return out
 
 
@@ -211,7 +262,7 @@ def _session_walls(groups: list[list[Attempt]], records: list[dict]) -> list[tup
     out = []
     for g, nxt in zip(groups, starts[1:]):
         first = g[0].start
-        begin = (first.get("startup") or {}).get("exec_time") or first["time"]
+        begin = analysis.startup_began(first) or first["time"]
         out.append((begin, max(r["time"] for r in records if first["time"] <= r["time"] < nxt)))
     return out
 
@@ -326,6 +377,7 @@ def ledger_from_records(
         uninterrupted_wall_s=round(wall - lost, 3),
         uninterrupted_goodput=useful / (wall - lost) if wall - lost > 0 else 0.0,
         t0=walls[0][0],
+        starts=starts(attempts),
         records=records,
         skipped=list(skipped),
         source=what,
@@ -399,6 +451,7 @@ def ledger_text(ledger: Ledger) -> str:
             ("stop_and_rendezvous", "stop+rdzv"),
             ("startup", "start-up"),
             ("restore", "restore"),
+            ("compile", "compile"),
             ("first_step", "1st step"),
             ("recompute", "recompute"),
         ]
@@ -419,6 +472,7 @@ def ledger_text(ledger: Ledger) -> str:
             "(seconds; detect '-': no agent log or notice recorded, stop+rdzv then includes it; "
             "cost: failure -> back at the step it had reached)"
         )
+    lines += startup_table(ledger.starts)
     lines += [
         "",
         f"goodput {ledger.goodput:.1%}: {ledger.useful_s:,.1f} s of useful step time in {ledger.wall_s:,.1f} s wall",
@@ -426,6 +480,56 @@ def ledger_text(ledger: Ledger) -> str:
         f"{ledger.uninterrupted_wall_s:,.1f} s without the failures' {ledger.lost_s:,.1f} s",
     ]
     return "\n".join(lines)
+
+
+#: Column headings of the start-up table, per ``analysis.STARTUP_PHASES``.
+_STARTUP_HEADS = {
+    "process_start": "process",
+    "imports": "imports",
+    "device_init": "device",
+    "process_group": "pgroup",
+    "model_build": "model",
+    "job_setup": "setup",
+    "restore": "restore",
+    "compile": "compile",
+    "first_step": "1st step",
+}
+
+
+def start_kind(start: Start) -> str:
+    """How the attempt's worker started, in words: launch or restart, warm or cold, compiled."""
+    kind = "launch" if start.attempt == 1 or not start.restart_count else "restart"
+    warm = {True: "warm", False: "cold", None: "?"}[start.preloaded]
+    return f"{kind}, {warm}" + (", compiled" if start.compiled else "")
+
+
+def startup_table(starts: list[Start]) -> list[str]:
+    """Lines of the start-up table: one row per attempt, its rank 0's seconds per phase (none: no rows)."""
+    if not starts:
+        return []
+    heads = [_STARTUP_HEADS[k] for k in analysis.STARTUP_PHASES]
+    head = f"{'':<10}" + "".join(f"{h:>9}" for h in heads) + f"{'total':>8}  worker"
+    lines = ["", "start-up by phase (seconds, rank 0):", head, "-" * len(head)]
+    for st in starts:
+        lines.append(
+            f"{f'attempt {st.attempt}':<10}"  # not a number first: the failure rows above are numbered
+            + "".join(f"{_fmt(st.phases.get(k)):>9}" for k in analysis.STARTUP_PHASES)
+            + f"{_fmt(st.total_s):>8}  {start_kind(st)}"
+        )
+    lines.append(
+        "(process: spawn to main(); pgroup: process group; model: build, shard, materialise; setup: metrics, "
+        "data, checkpoint tiers; compile: the first step's extra time; total: spawn to the first step's record)"
+    )
+    return lines
+
+
+def startup_line(start: Start) -> str:
+    """One attempt's start-up in one line: its phases over 0.05 s, then the total (for ``make status``)."""
+    parts = ", ".join(
+        f"{_STARTUP_HEADS[k]} {v:.1f}" for k in analysis.STARTUP_PHASES if (v := start.phases.get(k)) and v >= 0.05
+    )
+    total = "" if start.total_s is None else f"{start.total_s:.1f} s: "
+    return f"{total}{parts or '-'} ({start_kind(start)})"
 
 
 def timeline_track(ledger: Ledger):

@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from training.checkpoint.manager import CheckpointManager
 from training.config import Config, ConfigError, check_world, to_toml
 from training.model.compile import apply_regional_compile, compile_enabled
+from training.model.compile_cache import CompileCache, NoCompileCache
 from training.data.corpus import DataSourceError
 from training.data.dataset import build_dataloader, build_dataset
 from training.job.determinism import apply_determinism
@@ -106,11 +107,13 @@ class Trainer:
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if use_cuda:
             torch.cuda.set_device(self.local_rank)
+            torch.cuda.init()  # CUDA's start-up here, where the clock can name it, not inside the first kernel
             self.device = torch.device("cuda", self.local_rank)
             backend = "cpu:gloo,cuda:nccl"
         else:
             self.device = torch.device("cpu")
             backend = "gloo"
+        self.clock.mark("device_init")
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=p.init_timeout_s))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.clock.mark("process_group")  # waits for every rank of the new group
@@ -132,6 +135,7 @@ class Trainer:
         )
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,))
+        self.clock.mark("job_setup")  # metrics, watchdog, mesh; the rest of the set-up follows the model
 
         # Built on the meta device; after sharding each rank materialises only its shards (training.model.meta_init).
         built = build_model_for_sharding(cfg.model, seed=cfg.job.seed)
@@ -139,7 +143,21 @@ class Trainer:
         self.n_params = count_params(self.model)
         if p.activation_checkpointing:
             apply_activation_checkpointing(self.model)
-        apply_regional_compile(self.model, compile_enabled(p.compile))  # inside checkpointing, outside FSDP hooks
+        compiled = compile_enabled(p.compile)
+        self.clock.compiled = compiled
+        # before the first compiled call: Inductor's caches point at this key's directory, artefacts may load
+        self.compile_cache = CompileCache.build(
+            p, cfg.model, self.device, rank=self.rank, local_rank=self.local_rank, enabled=compiled
+        )
+        try:
+            self.compile_cache_record = self.compile_cache.open()
+        except OSError as e:  # a cache that cannot be read costs this start its compile, never the run
+            self.metrics.info(
+                f"[compile] compile cache unusable ({storage_reason(e)}): compiling afresh; point "
+                "--parallel.compile_cache_dir at a readable directory, or 'off'"
+            )
+            self.compile_cache, self.compile_cache_record = NoCompileCache(), None
+        apply_regional_compile(self.model, compiled)  # inside checkpointing, outside FSDP hooks
         apply_fsdp(self.model, self.mesh, p)
         built.materialize(self.model, self.device)
         t = cfg.train
@@ -151,6 +169,7 @@ class Trainer:
             self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95), fused=True
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
+        self.clock.mark("model_build")
         self.progress = Progress()
         self.rng = RngState(self.device)
         self.state = {
@@ -199,7 +218,7 @@ class Trainer:
         self._signal = 0
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)
-        self.clock.mark("build")
+        self.clock.mark("job_setup")
 
     def _on_signal(self, signum, _frame) -> None:
         if signum == signal.SIGINT and self._signal == signal.SIGINT:
@@ -249,6 +268,18 @@ class Trainer:
         if "train.weight_decay" in fields:
             for g in self.optimizer.param_groups:
                 g["weight_decay"] = t.weight_decay
+
+    def _after_first_step(self) -> None:
+        """Keep what the first step compiled (training.model.compile_cache); a cache that cannot be written costs
+        the next start its compile, never this run."""
+        try:
+            self.compile_cache.after_first_step()
+        except OSError as e:
+            self.metrics.info(
+                f"[compile] cannot keep the compiled artefacts in {self.cfg.parallel.compile_cache_dir} "
+                f"({storage_reason(e)}): the next start compiles again; point --parallel.compile_cache_dir at a "
+                "writable directory, or 'off'"
+            )
 
     def _on_silent_peer(self, line: str) -> None:
         """Called by the watchdog's thread right before it ends this worker: the attempt's end record."""
@@ -330,6 +361,7 @@ class Trainer:
             accepted_changes=[c.field for c in self.ckpt.accepted],
             restored_from=self.ckpt.restored_from,
             startup=self.clock.summary(),
+            compile_cache=self.compile_cache_record,
         )
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
@@ -375,6 +407,7 @@ class Trainer:
             say=self.metrics.info,
         )
         exit_code = 0
+        resumed_at = self.progress.step
         while self.progress.step < t.steps:
             self.tracker.enter(DATA, self.progress.step + 1)
             t0 = time.perf_counter()
@@ -406,6 +439,8 @@ class Trainer:
                 data_offset=offset,
                 tokens=n_tokens,
             )
+            if self.progress.step == resumed_at + 1:  # this attempt's first step compiled what it needs
+                self._after_first_step()
             self.faults.after_step(step)
             recovery.after_step(step)
             if sig:

@@ -12,6 +12,7 @@
 * :mod:`~training.launch.local`: simulated nodes here (3 etcd members on loopback, or with
   ``T5_COORDINATOR=store`` a standalone c10d store, plus one agent per node);
 * :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C;
+* :mod:`~training.launch.spawn_time`: each worker's spawn time in its environment (its start-up clock's origin);
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
   :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks);
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;

@@ -208,8 +208,11 @@ def _launch(args, warm: bool) -> None:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 
+    from training.launch.spawn_time import stamp_spawn_time
+
     _torchrun_rendezvous_defaults(args)
     config, cmd, cmd_args = config_from_args(args)
+    stamp_spawn_time(config)  # each worker's start-up clock begins at its spawn (training.launch.spawn_time)
     if warm:
         config, cmd, cmd_args = warm_workers.apply_warm_start(config, cmd, cmd_args)
     elastic_launch(config=config, entrypoint=cmd)(*cmd_args)

@@ -4,6 +4,7 @@
 * :mod:`~training.model.meta_init`: a random init on the meta device, each rank materialising only its shards;
 * :mod:`~training.model.attention`: the attention kernels (sdpa, eager, sdpa_bias);
 * :mod:`~training.model.compile`: regional torch.compile of the T5 blocks;
+* :mod:`~training.model.compile_cache`: compiled artefacts kept across restarts, keyed by settings, torch and code;
 * :mod:`~training.model.pretrained`: the check of a ``--model.init_from`` directory (torch-free).
 
 Importing the package imports no torch.

@@ -221,11 +221,14 @@ def test_restart_breakdown_adds_up_to_the_recovery_from_the_workers_own_clock():
     recs[7] = {
         **recs[7],
         "startup": {
-            "exec_time": 11.0,
-            "interpreter_s": 0.5,
+            "began": 11.0,
+            "exec_time": 11.01,
+            "process_start_s": 0.5,
             "imports_s": 4.0,
+            "device_init_s": 0.0,
             "process_group_s": 1.5,
-            "build_s": 2.0,
+            "model_build_s": 1.5,
+            "job_setup_s": 0.5,
             "restore_s": 1.0,
         },
     }

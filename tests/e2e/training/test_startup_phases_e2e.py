@@ -1,0 +1,110 @@
+"""A real start, phase by phase: the agent's spawn stamp reaches the worker (warm and compiled), the `start` event
+holds every phase of training.job.startup.PHASES, the ledger lists each attempt's start-up; and a compiled
+restart uses the compile cache (training.model.compile_cache): the restarted worker finds its node's cache, and a
+node that never compiled loads the artefacts rank 0 published."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, TINY
+from training.goodput.ledger import read_ledger
+from training.job.startup import PHASES
+
+pytestmark = pytest.mark.e2e
+#: Synchronous saves: the checkpoint of step 2 has committed before the kill after step 3, on a loaded machine too.
+STEP_2_COMMITTED = ("--checkpoint.async_save", "false")
+
+
+def _agent(out, tmpdir, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """One agent, one worker, restarted once by its agent; TMPDIR is the node's local disk (its compile caches)."""
+    tmpdir.mkdir(exist_ok=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.launch.agent",
+            "--standalone",
+            "--nproc_per_node=1",
+            "--max-restarts",
+            "1",
+            "-m",
+            "training",
+            *TINY,
+            "--job.out_dir",
+            str(out),
+            "--checkpoint.interval",
+            "2",
+            *args,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmpdir), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _starts(out) -> list[dict]:
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in recs if r["event"] == "start"]
+
+
+def test_a_killed_and_restarted_worker_records_its_start_by_phase_from_its_spawn(tmp_path):
+    out = tmp_path / "run"
+    r = _agent(out, tmp_path / "tmp", "--train.steps", "5", "--fault.sigkill_at_step", "3", *STEP_2_COMMITTED)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    starts = _starts(out)
+    assert [s["restart_count"] for s in starts] == [0, 1]
+    for s in starts:
+        su = s["startup"]
+        assert su["preloaded"] is True and su["compiled"] is False
+        # the agent stamped the spawn before the kernel started the process (10 ms /proc resolution)
+        assert su["spawn_time"] is not None and su["began"] == su["spawn_time"] <= su["exec_time"] + 0.02
+        assert all(su[f"{p}_s"] is not None and su[f"{p}_s"] >= 0 for p in PHASES)
+        # the phases are the whole start: from the spawn to the start event, less the event's own write
+        assert sum(su[f"{p}_s"] for p in PHASES) == pytest.approx(s["time"] - su["began"], abs=0.5)
+    assert starts[1]["resumed_from"] == 2 and starts[1]["restored_from"]["tier"] == "storage"
+    assert starts[1]["startup"]["restore_s"] > 0
+    ledger = read_ledger(out)
+    assert [(s.attempt, s.restart_count, s.compiled) for s in ledger.starts] == [(1, 0, False), (2, 1, False)]
+    assert ledger.failures[0].startup == ledger.starts[1].phases
+    assert ledger.starts[1].phases["compile"] == 0.0 and ledger.starts[1].total_s > 0
+
+
+def test_a_compiled_restart_uses_the_compile_cache_and_a_new_node_loads_the_published_artefacts(tmp_path):
+    out, node = tmp_path / "run", tmp_path / "node-a"
+    r = _agent(
+        out, node, "--parallel.compile", "on", "--train.steps", "4", "--fault.sigkill_at_step", "3", *STEP_2_COMMITTED
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    first, restart = _starts(out)
+    key = first["compile_cache"]["key"]
+    assert first["compile_cache"] == {"key": key, "local_hit": False, "loaded": None}
+    assert first["startup"]["compiled"] is True
+    # the restarted worker found what the first compiled on its node, under the same key
+    assert restart["compile_cache"] == {"key": key, "local_hit": True, "loaded": None}
+    assert (node / "t5f-compile-cache" / key / "inductor").is_dir()
+    published = out / "compile-cache" / f"{key}.bin"
+    assert published.stat().st_size > 0
+    # another node (empty local disk) starting the same job loads the published artefacts first
+    other = tmp_path / "other-run"
+    r = _agent(
+        other,
+        tmp_path / "node-b",
+        "--parallel.compile",
+        "on",
+        "--train.steps",
+        "2",
+        "--parallel.compile_cache_dir",
+        str(out / "compile-cache"),
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (start,) = _starts(other)
+    assert start["compile_cache"] == {"key": key, "local_hit": False, "loaded": "shared"}
+    # (a changed setting or code is another key, which finds nothing: tests/unit/training/test_compile_cache.py)
