@@ -23,6 +23,10 @@ Policy:
   fresh run. ``restored_from`` (the ``start`` event's) lists the damaged generations skipped on the way.
 * **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
   the memory tier off on every rank at the same step and training goes on with storage.
+* **fence** (:mod:`training.checkpoint.fence`, on an etcd rendezvous; otherwise it does nothing): rank 0 asks
+  etcd before each commit marker whether this group's round is still the current one; refused, every rank stops
+  at the next step boundary (exit 9, one line). At restore, complete checkpoints a replaced group wrote are moved
+  aside first, and the step restored from is recorded for this round.
 """
 
 from __future__ import annotations
@@ -32,9 +36,12 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+import torch.distributed as dist
+
+from training.checkpoint import fence as commit_fence
 from training.checkpoint.storage import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
-from training.errors import CheckpointStorageError
+from training.errors import CheckpointStorageError, StaleGroup
 from training.checkpoint.memory import MemoryTier
 from training.checkpoint.run_identity import Change, parse_accept
 
@@ -71,6 +78,8 @@ class CheckpointManager:
         self.cfg, self.signature, self.say, self.record = cfg, signature, say, record
         # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
+        self.fence = commit_fence.build(rank)
+        self._fault_before_commit = faults.before_commit
         self.storage = StorageTier(
             cfg,
             rank=rank,
@@ -80,7 +89,7 @@ class CheckpointManager:
             accept=parse_accept(cfg.accept_changes),
             before_save=before_save,
             during_save=faults.during_save,
-            before_commit=faults.before_commit,
+            before_commit=self._before_commit,
             on_commit=on_commit,
         )
         self.storage.check_storage(checkpoint_bytes=checkpoint_bytes)
@@ -97,6 +106,11 @@ class CheckpointManager:
         self.restored_from: dict | None = None
         """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
 
+    def _before_commit(self, step: int) -> dict:
+        """Rank 0, a checkpoint's data written: the fault point, then the fence (its fields go into the marker)."""
+        self._fault_before_commit(step)
+        return self.fence.commit(step)
+
     @property
     def accepted(self) -> list[Change]:
         """The run-setting changes the resumed checkpoint was accepted with (checkpoint.accept_changes)."""
@@ -106,6 +120,13 @@ class CheckpointManager:
     def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         """Collective. Load the newest state (policy above) into ``state``; a fresh start with
         checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh."""
+        self.fence.set_aside_stale(self.storage.root)  # rank 0 (the others' fence does nothing), before any scan
+        dist.barrier(group=self.storage.group)
+        step = self._restore(state, model_only)
+        self.fence.record_restore(step or 0)
+        return step
+
+    def _restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         newest = latest_complete(self.cfg.dir)
         storage_step = parse_step(newest) if newest else 0
         if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory
@@ -229,8 +250,19 @@ class CheckpointManager:
             )
         if save_failed:
             self.storage.wait()
-            self.storage.raise_failure()
-            raise CheckpointStorageError("a peer's checkpoint write failed (see its log)")
+            try:
+                self.storage.raise_failure()
+                mine = None
+            except Exception as e:  # noqa: BLE001 - raised below, once every rank knows rank 0's kind
+                mine = e
+            # rank 0's kind for every rank: a group the fence found replaced stops with one exit code (9)
+            kind = [type(mine) if mine is not None else None]
+            dist.broadcast_object_list(kind, src=0, group=self.storage.group)
+            if mine is not None:
+                raise mine
+            raise (StaleGroup if kind[0] is StaleGroup else CheckpointStorageError)(
+                "a peer's checkpoint write failed (see its log)"
+            )
 
     def close(self, *, discard_memory: bool) -> None:
         """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""

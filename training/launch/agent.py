@@ -67,8 +67,9 @@ from training.job.watchdog import NodeWatchdog
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).
 _TORCH_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-# The training module's own exit codes (python -m training: 2 config ... 7 busy directory); passed through.
-KNOWN_EXIT_CODES = (2, 3, 4, 5, 6, EXIT_BUSY)
+# The training module's own exit codes (python -m training: 2 config ... 7 busy directory, 9 a worker group the
+# commit fence found replaced: training.checkpoint.fence); passed through.
+KNOWN_EXIT_CODES = (2, 3, 4, 5, 6, EXIT_BUSY, 9)
 
 
 def _signals_to_handle() -> str:

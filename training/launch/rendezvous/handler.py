@@ -66,6 +66,7 @@ from torch.distributed.elastic.rendezvous.api import (
     RendezvousTimeoutError,
 )
 
+from training.checkpoint import generation
 from training.job import agent_notes
 from training.launch.rendezvous import ending, rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
@@ -431,6 +432,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         rank = seats.ranks[self.me]
         store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
+        generation.note(generation.Generation(round=r.n, prefix=self.prefix))  # its workers' commit fence
         say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
 
