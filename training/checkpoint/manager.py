@@ -32,6 +32,7 @@ Policy:
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Protocol
 
 import torch
@@ -213,14 +214,29 @@ class CheckpointManager:
         """After `step`: storage if due (synchronous on a stop or the last step, which exit right after), then the
         memory snapshot if due. Returns the seconds training was blocked by each (storage, memory)."""
         must = stop or final
+        waited = 0.0
         # a step without a save has no checkpoint phase (its bound comes from saves that were made)
         if must or self.storage.due(step):
             self.on_save(must)
-        blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
+            waited = self._agree_on_save_in_flight()
+        blocked = waited + self.storage.save(step, state, force=must, sync=must, progress=progress)
         self.on_snapshot()
         snapshot_blocked = self.memory.snapshot(step, state)
         self._tell_interval(step)
         return blocked, snapshot_blocked
+
+    def _agree_on_save_in_flight(self) -> float:
+        """Collective, before a save: wait for the save in flight (the storage tier would, one at a time) and act on
+        its outcome on every rank together. Its commit may have failed after this step's boundary agreement (a
+        fenced commit, a full disk): rank 0 alone would raise inside the save while the others wait for it in the
+        save's collectives. Returns the seconds waited."""
+        t0 = time.perf_counter()
+        self.storage.wait()
+        failed = torch.tensor([self.storage.failure is not None], dtype=torch.int64)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.storage.group)
+        if failed.item():
+            self.act_on_failures(save_failed=True, snapshot_failed=False)
+        return time.perf_counter() - t0
 
     @property
     def snapshot_interval(self) -> int:
