@@ -89,7 +89,7 @@ def committed_rounds(root: Path | None) -> dict[int, int | None]:
     if root is None:
         return {}
     good, _ = scan(root)
-    return {parse_step(p): (read_marker(p).get("fence") or {}).get("round") for p in good}
+    return {parse_step(p): (read_marker(p).get("fence") or {}).get("round") for p in reversed(good)}  # oldest first
 
 
 def check_stale_group_fenced(obs: Observation) -> Check:
