@@ -14,7 +14,8 @@ marker (the storage tier discards it) and every rank stops at the next step boun
 the commit goes ahead, recorded in the marker as ``unconfirmed`` (the membership store may go down whole and
 training goes on), and a later restore can still tell it from the current group's: each group records the step it
 restored from (:meth:`EtcdFence.record_restore`, ``restored/<G>``), and :func:`.stale_rule.stale_checkpoints`
-sets aside what a replaced group wrote after that (:meth:`EtcdFence.set_aside_stale`).
+sets aside what a replaced group wrote after that (:meth:`EtcdFence.set_aside_stale`; in-memory snapshots carry
+their round too and are skipped by the same rule, :mod:`.memory`).
 
 Every marker carries its generation (``fence.round``) either way. Without a generation (no etcd rendezvous: c10d,
 a local run) the fence is :class:`NoFence`, which does nothing; other ranks than 0 never talk to etcd.
@@ -49,7 +50,10 @@ class NoFence:
     def record_restore(self, step: int) -> None:
         pass
 
-    def set_aside_stale(self, root: Path) -> list[str]:
+    def restores(self) -> dict[int, int] | None:
+        return {}
+
+    def set_aside_stale(self, root: Path, restored: dict[int, int]) -> list[str]:
         return []
 
 
@@ -128,10 +132,9 @@ class EtcdFence:
             return None
         return {int(kv.key.rsplit("/", 1)[1]): int(kv.value) for kv in kvs if kv.value.isdigit()}
 
-    def set_aside_stale(self, root: Path) -> list[str]:
-        """Move the complete checkpoints a replaced group wrote (:func:`stale_checkpoints`) to ``superseded/``,
-        each named with why; returns where they went."""
-        restored = self.restores()
+    def set_aside_stale(self, root: Path, restored: dict[int, int]) -> list[str]:
+        """Move the complete checkpoints a replaced group wrote (:func:`stale_checkpoints`, given ``restored``,
+        :meth:`restores`) to ``superseded/``, each named with why; returns where they went."""
         if not restored:
             return []
         good, _ = scan(root)

@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 
 from training.checkpoint import fence as commit_fence
+from training.checkpoint import generation
+from training.checkpoint.stale_rule import stale_checkpoints
 from training.checkpoint.storage import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
 from training.errors import CheckpointStorageError, StaleGroup
@@ -104,6 +106,8 @@ class CheckpointManager:
             identity={"signature": signature, "fingerprint": fingerprint, "lineage": self.storage.lineage()},
             mid_copy_hook=faults.mid_snapshot,
         )
+        gen = generation.read()
+        self.memory.round = gen.round if gen else None  # each snapshot carries it (the fence's restore rule)
         self.restored_from: dict | None = None
         """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
 
@@ -121,7 +125,11 @@ class CheckpointManager:
     def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         """Collective. Load the newest state (policy above) into ``state``; a fresh start with
         checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh."""
-        self.fence.set_aside_stale(self.storage.root)  # rank 0 (the others' fence does nothing), before any scan
+        history = [self.fence.restores() or {}]  # rank 0's read of etcd (the others' fence does nothing)
+        dist.broadcast_object_list(history, src=0, group=self.storage.group)
+        restored = history[0]
+        self.fence.set_aside_stale(self.storage.root, restored)  # rank 0, before any rank scans the directory
+        self.memory.stale = lambda rnd, step: stale_checkpoints({step: rnd}, restored).get(step)
         dist.barrier(group=self.storage.group)
         step = self._restore(state, model_only)
         self.fence.record_restore(step or 0)

@@ -120,7 +120,9 @@ def test_an_unreachable_store_commits_unconfirmed_and_a_later_restore_sets_it_as
     assert mark["fence"] == {"round": old.round, "confirmed": False}
     assert latest_complete(root) == step_dir(root, 6)  # complete on disk...
 
-    moved = EtcdFence(EtcdClient(agent.creds), generation.read()).set_aside_stale(root)
+    now = EtcdFence(EtcdClient(agent.creds), generation.read())
+    assert now.restores() == {now.round: 2}
+    moved = now.set_aside_stale(root, now.restores())
     assert moved == [str(root / SUPERSEDED / f"step_00000006.stale-round-{old.round}")]
     assert latest_complete(root) == step_dir(root, 2)  # ...but never the newest complete one
     assert (root / SUPERSEDED / f"step_00000006.stale-round-{old.round}" / MARKER).is_file()  # kept
