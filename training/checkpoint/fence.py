@@ -56,6 +56,9 @@ class NoFence:
     def set_aside_stale(self, root: Path, restored: dict[int, int]) -> list[str]:
         return []
 
+    def close(self) -> None:
+        pass
+
 
 def _say(line: str) -> None:
     sys.stderr.write(f"[fence] {line}\n")
@@ -148,6 +151,9 @@ class EtcdFence:
             log.warning("WARNING: checkpoint %s not used: %s; moved to %s (kept)", src, why, dest)
             moved.append(str(dest))
         return moved
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def build(rank: int) -> NoFence | EtcdFence:

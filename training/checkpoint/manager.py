@@ -294,6 +294,7 @@ class CheckpointManager:
             self.memory.close(discard=discard_memory)
         finally:
             self.storage.close()
+            self.fence.close()
 
 
 def _skipped_words(skipped) -> str:

@@ -12,7 +12,8 @@ agent stops:
   keeps torchrun's behaviour (Slurm may send several while a checkpoint is being written).
 * started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
-  checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
+  checkpoint, divergence, failing storage, busy directory; 9: its worker group was replaced by a newer round,
+  :mod:`training.checkpoint.fence`) ends the agent with that code and one line
   instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes; the group is not restarted
   for it (the worker tells the agent, :func:`training.job.watchdog.tell_agent_final_exit`): it would stop the
   same way.
