@@ -214,6 +214,8 @@ def _launch(args, warm: bool) -> None:
     config, cmd, cmd_args = config_from_args(args)
     if warm:
         config, cmd, cmd_args = warm_workers.apply_warm_start(config, cmd, cmd_args)
+    else:
+        cmd_args = warm_workers.cold_entry(list(cmd_args))
     elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
 
 

@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 
 from training.checkpoint import generation
-from training.checkpoint.fence import EtcdFence
 from training.checkpoint.layout import MARKER, SUPERSEDED, latest_complete, read_marker, step_dir
 from training.checkpoint.storage import StorageTier
 from training.config import CheckpointConfig
 from training.errors import StaleGroup
 from training.launch.rendezvous.client import EtcdClient
+from training.launch.rendezvous.fence import EtcdFence
 from training.launch.rendezvous.handler import EtcdRendezvousHandler
 
 
