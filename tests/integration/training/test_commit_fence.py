@@ -126,3 +126,36 @@ def test_an_unreachable_store_commits_unconfirmed_and_a_later_restore_sets_it_as
     assert moved == [str(root / SUPERSEDED / f"step_00000006.stale-round-{old.round}")]
     assert latest_complete(root) == step_dir(root, 2)  # ...but never the newest complete one
     assert (root / SUPERSEDED / f"step_00000006.stale-round-{old.round}" / MARKER).is_file()  # kept
+
+
+def test_the_workers_the_agent_starts_build_the_etcd_fence_on_rank_0_only(agent, monkeypatch):
+    """The checkpoint room cannot import etcd's client: the launch room installs the fence in the workers it starts
+    (warm: run_worker, cold: python -m training.launch.worker); without that, or without a noted round, no fence."""
+    from training.checkpoint import fence as checkpoint_fence
+    from training.checkpoint.fence import NoFence
+    from training.launch.rendezvous.fence import install
+
+    agent.next_rendezvous()
+    for var, value in agent.creds.as_env().items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(checkpoint_fence, "_factory", None)
+    assert isinstance(checkpoint_fence.build(0), NoFence)  # not installed: a plain python -m training
+    install()
+    built = checkpoint_fence.build(0)
+    assert isinstance(built, EtcdFence) and built.round == agent.round.n
+    assert isinstance(checkpoint_fence.build(1), NoFence)
+    built.close()
+
+
+def test_a_cold_worker_runs_the_training_module_through_the_launch_entry():
+    import subprocess
+    import sys
+
+    from training.launch.warm_workers import cold_entry
+
+    args = cold_entry(["-u", "-m", "training", "--print-config"])
+    assert args == ["-u", "-m", "training.launch.worker", "--print-config"]
+    assert cold_entry(["-u", "script.py"]) == ["-u", "script.py"]
+    via = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
+    plain = subprocess.run([sys.executable, "-u", "-m", "training", "--print-config"], capture_output=True, text=True)
+    assert via.returncode == 0 and via.stdout == plain.stdout and "[checkpoint]" in via.stdout
