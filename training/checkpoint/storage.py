@@ -62,7 +62,7 @@ from training.checkpoint.layout import (
 )
 from training.config import CheckpointConfig
 from training.config import ConfigError
-from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged
+from training.errors import CheckpointIncompatible, CheckpointStorageError, PeerLost, RunChanged, StaleGroup
 from training.checkpoint.integrity import crc32c_file, peer_reason, share, storage_reason
 from training.checkpoint.run_identity import ALWAYS_ACCEPTED, Change, diff, show
 from training.checkpoint.staging import ReusedBufferStager
@@ -80,7 +80,9 @@ class StorageTier:
     `fingerprint` identifies the run (see training.checkpoint.run_identity); `accept` names the fingerprint fields a
     resume may change. `before_save` runs (on every rank) right before a checkpoint is taken, e.g. a check
     that the state is finite; it may raise to prevent the save. `during_save` (once the step's directory is
-    agreed) and `before_commit` (data written, marker not yet) are fault-injection points.
+    agreed) and `before_commit` (data written, marker not yet) are fault-injection points; `before_commit` is also
+    the commit fence (training.checkpoint.fence): what it returns goes into the marker, and what it raises fails
+    the commit.
     When and what to save and restore is decided by the owner of both tiers (training.checkpoint.manager).
     """
 
@@ -95,7 +97,7 @@ class StorageTier:
         accept: set[str] = frozenset(),
         before_save: Callable[[int], None] | None = None,
         during_save: Callable[[int], None] | None = None,
-        before_commit: Callable[[int], None] | None = None,
+        before_commit: Callable[[int], dict | None] | None = None,
         on_commit: Callable[[int], None] | None = None,
     ):
         self.cfg = cfg
@@ -470,6 +472,8 @@ class StorageTier:
 
     def _classify(self, step: int, e: BaseException) -> tuple[type[Exception], str]:
         """(PeerLost, why) when a collective lost a peer, else (CheckpointStorageError, why)."""
+        if isinstance(e, StaleGroup):  # the commit fence refused it: its own line, its own exit code
+            return StaleGroup, str(e)
         peer = peer_reason(e)
         if peer:
             return PeerLost, (
@@ -564,7 +568,7 @@ class StorageTier:
         if self.rank != 0:
             return
         sums = {n: c for g in gathered for n, c in g.items()}
-        self.before_commit(step)
+        fenced = self.before_commit(step) or {}  # the commit fence's fields (training.checkpoint.fence)
         record = {
             "format": 2,
             "step": step,
@@ -574,6 +578,7 @@ class StorageTier:
             "progress": self._progress,
             "files": {n: {"size": s, "crc32c": sums[n]} for n, s in sizes[0].items()},
             "time": time.time(),
+            **fenced,
         }
         tmp = path / (MARKER + ".tmp")
         with open(tmp, "w") as f:
