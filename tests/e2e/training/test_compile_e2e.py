@@ -3,6 +3,8 @@ init, FSDP2, a SIGKILL and a resume."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import STEP_3_COMMITTED, TINY_STEPS, tiny_run
@@ -11,6 +13,10 @@ from training.compare import compare
 
 pytestmark = pytest.mark.e2e
 FAST_PATH = ("--model.attention", "sdpa_bias", "--parallel.compile", "on")
+
+
+def starts(out) -> list[dict]:
+    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["event"] == "start"]
 
 
 def test_compiled_sdpa_bias_run_killed_and_resumed_equals_its_uninterrupted_run(tmp_path):
@@ -23,6 +29,12 @@ def test_compiled_sdpa_bias_run_killed_and_resumed_equals_its_uninterrupted_run(
     r = tiny_run(killed, 2, *FAST_PATH)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from step 3" in r.stdout
+    # every run after the reference found the compiled kernels of the same key on this node (training.model.
+    # compile_cache), and the reference published the portable artefacts for nodes that never compiled
+    caches = [s["compile_cache"] for s in starts(tmp_path / "reference") + starts(killed)]
+    key = caches[0]["key"]
+    assert [c["key"] for c in caches] == [key] * 3 and [c["local_hit"] for c in caches[1:]] == [True, True], caches
+    assert (tmp_path / "reference" / "compile-cache" / f"{key}.bin").stat().st_size > 0
     assert (
         compare(
             step_dir(tmp_path / "reference" / "checkpoints", TINY_STEPS), step_dir(killed / "checkpoints", TINY_STEPS)

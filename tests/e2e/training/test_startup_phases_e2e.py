@@ -1,7 +1,7 @@
 """A real start, phase by phase: the agent's spawn stamp reaches the worker (warm and compiled), the `start` event
-holds every phase of training.job.startup.PHASES, the ledger lists each attempt's start-up; and a compiled
-restart uses the compile cache (training.model.compile_cache): the restarted worker finds its node's cache, and a
-node that never compiled loads the artefacts rank 0 published."""
+holds every phase of training.job.startup.PHASES, the ledger lists each attempt's start-up. (A compiled restart
+finding its node's compile cache: tests/e2e/training/test_compile_e2e.py; the shared artefacts:
+tests/integration/training/test_compile_cache_artifacts.py.)"""
 
 from __future__ import annotations
 
@@ -75,36 +75,3 @@ def test_a_killed_and_restarted_worker_records_its_start_by_phase_from_its_spawn
     assert [(s.attempt, s.restart_count, s.compiled) for s in ledger.starts] == [(1, 0, False), (2, 1, False)]
     assert ledger.failures[0].startup == ledger.starts[1].phases
     assert ledger.starts[1].phases["compile"] == 0.0 and ledger.starts[1].total_s > 0
-
-
-def test_a_compiled_restart_uses_the_compile_cache_and_a_new_node_loads_the_published_artefacts(tmp_path):
-    out, node = tmp_path / "run", tmp_path / "node-a"
-    r = _agent(
-        out, node, "--parallel.compile", "on", "--train.steps", "4", "--fault.sigkill_at_step", "3", *STEP_2_COMMITTED
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    first, restart = _starts(out)
-    key = first["compile_cache"]["key"]
-    assert first["compile_cache"] == {"key": key, "local_hit": False, "loaded": None}
-    assert first["startup"]["compiled"] is True
-    # the restarted worker found what the first compiled on its node, under the same key
-    assert restart["compile_cache"] == {"key": key, "local_hit": True, "loaded": None}
-    assert (node / "t5f-compile-cache" / key / "inductor").is_dir()
-    published = out / "compile-cache" / f"{key}.bin"
-    assert published.stat().st_size > 0
-    # another node (empty local disk) starting the same job loads the published artefacts first
-    other = tmp_path / "other-run"
-    r = _agent(
-        other,
-        tmp_path / "node-b",
-        "--parallel.compile",
-        "on",
-        "--train.steps",
-        "2",
-        "--parallel.compile_cache_dir",
-        str(out / "compile-cache"),
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (start,) = _starts(other)
-    assert start["compile_cache"] == {"key": key, "local_hit": False, "loaded": "shared"}
-    # (a changed setting or code is another key, which finds nothing: tests/unit/training/test_compile_cache.py)
