@@ -237,6 +237,11 @@ class CheckpointConfig:
     """Complete checkpoints to keep; older ones are deleted after a newer one commits."""
     async_save: bool = True
     """Write checkpoints in the background (training continues after a short copy)."""
+    writer: str = "process"
+    """Where async saves are written: 'process' (a writer process per rank, started once before the first step;
+    the training process only copies the state into reused shared-memory buffers) or 'thread' (a thread of the
+    training process, which shares its interpreter lock: steps run slower while it writes). `make bench` prints
+    both figures."""
     timeout_s: float = 3600.0
     """Timeout of the checkpoint collectives (their own gloo group) until a save has been timed: how long the
     load and the first save wait for the slowest rank's read or write before they fail. Also the most any
@@ -633,6 +638,11 @@ def validate(cfg: Config) -> None:
         not c.memory_dir or os.path.isabs(c.memory_dir),
         f"checkpoint.memory_dir={c.memory_dir!r} is a relative path: the snapshots must be on node-local shared "
         f"memory; pass an absolute tmpfs path (e.g. --checkpoint.memory_dir {DEFAULT_MEMORY_DIR}) or leave it empty",
+    )
+    need(
+        c.writer in ("thread", "process"),
+        f"checkpoint.writer={c.writer!r} is not valid: use process (a writer process per rank) or thread (a "
+        "thread of the training process); e.g. --checkpoint.writer process",
     )
     need(c.timeout_s > 0, f"checkpoint.timeout_s={c.timeout_s} must be > 0")
     need(

@@ -105,7 +105,16 @@ class CheckpointManager:
     # ---- restore ---------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         """Collective. Load the newest state (policy above) into ``state``; a fresh start with
-        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh."""
+        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh.
+
+        A resumed state has every buffer an async save copies: the storage tier allocates its copies now, not on
+        the first save's step."""
+        step = self._restore(state, model_only)
+        if step is not None:
+            self.storage.prepare(state)
+        return step
+
+    def _restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         newest = latest_complete(self.cfg.dir)
         storage_step = parse_step(newest) if newest else 0
         if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory

@@ -135,6 +135,9 @@ class StorageTier:
     initial_load_signature = staticmethod(StorageReader.initial_load_signature)
 
     # ---- writing --------------------------------------------------------------------------------
+    def prepare(self, state: dict[str, Any]) -> None:
+        self.writer.prepare(state)
+
     def due(self, step: int) -> bool:
         return self.writer.due(step)
 

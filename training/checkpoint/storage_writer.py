@@ -24,6 +24,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from training.checkpoint import storage_choices as choose
+from training.checkpoint.background import start_writes
 from training.checkpoint.integrity import crc32c_file, peer_reason, share, storage_reason
 from training.checkpoint.layout import (
     MARKER,
@@ -77,12 +78,21 @@ class StorageWriter:
         self._save_t0 = 0.0
         self._progress: dict[str, int] = {}
         self.checksum_s = 0.0  # this rank's seconds spent on checksums by the last commit
-        # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors).
-        self._stager = ReusedBufferStager()
+        # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors; shared memory for
+        # a writer process). The writer process, if chosen, starts here: once, before the first step.
+        self._stager = ReusedBufferStager(shared=self.cfg.writer == "process")
+        self._writes = start_writes(self.cfg.writer if self.cfg.async_save else "thread", site, self._stager)
 
     @property
     def root(self) -> Path:
         return self.site.root
+
+    def prepare(self, state: dict[str, Any]) -> None:
+        """Allocate the async saves' host buffers now, at start, instead of on the first save's step (shared memory
+        for a writer process: ~1 s for the debug preset on CPU). Only for a state whose optimizer already has its
+        buffers (a resumed one): taking a state dict of a fresh optimizer would initialise it with a step."""
+        if self.cfg.async_save:
+            self._writes.prepare(state)
 
     def due(self, step: int) -> bool:
         return step % self.cfg.interval == 0
@@ -126,7 +136,7 @@ class StorageWriter:
         group = self.site.group
         if self.cfg.async_save and not sync:
             done = threading.Event()
-            fut = dcp.async_save(state, checkpoint_id=str(path), process_group=group, async_stager=self._stager)
+            fut = self._writes.save(state, str(path), self.collective_timeout_s)
             fut.add_done_callback(lambda f, s=step, e=done: self._on_async_done(f, s, e))
             self._pending = (step, fut, done)
         else:
@@ -217,6 +227,11 @@ class StorageWriter:
         finally:
             done.set()
 
+    @property
+    def in_flight(self) -> bool:
+        """An async save is being written (or committed) in the background now."""
+        return self._pending is not None and not self._pending[2].is_set()
+
     def wait(self) -> None:
         """Block until the in-flight async save (if any) is written and committed (or has failed)."""
         if self._pending is not None:
@@ -284,4 +299,7 @@ class StorageWriter:
         try:
             self.wait()
         finally:
-            self._stager.close()
+            try:
+                self._writes.close()
+            finally:
+                self._stager.close()
