@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -50,6 +51,10 @@ class InThread:
     def save(self, state: dict[str, Any], path: str, timeout_s: float) -> Future:
         return dcp.async_save(state, checkpoint_id=path, process_group=self.site.group, async_stager=self.stager)
 
+    def take_start_wait(self) -> float:
+        """Seconds the last write waited for its writer to start: none, a thread starts at once."""
+        return 0.0
+
     def close(self) -> None:
         """Nothing of its own to end: DCP's thread ends with the save."""
 
@@ -78,6 +83,7 @@ class InProcess:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child_end.close()  # the writer's end lives in the writer: a recv here fails at once if it dies
         self._ready = False
+        self._start_wait_s = 0.0
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="t5f-writer-pipe")
         # Before multiprocessing's own exit handler (which would SIGTERM a child that blocks it, then wait forever).
         atexit.register(self.close)
@@ -91,10 +97,18 @@ class InProcess:
 
     def _write(self, path: str, staged: dict[str, Any], timeout_s: float) -> None:
         if not self._ready:
+            t0 = time.perf_counter()
             self._expect("ready")
             self._ready = True
+            self._start_wait_s = time.perf_counter() - t0
         self._conn.send(("save", path, staged, timeout_s))
         self._expect("done")
+
+    def take_start_wait(self) -> float:
+        """Seconds the last write waited for the writer process to start (once: a save that came before it was
+        ready); not part of how long a save takes, which bounds the checkpoint collectives."""
+        waited, self._start_wait_s = self._start_wait_s, 0.0
+        return waited
 
     def _expect(self, what: str) -> None:
         try:

@@ -116,7 +116,7 @@ class StorageWriter:
         self.wait()  # one save in flight at a time
         self.raise_failure()
         self._bound_collectives()
-        self._save_t0 = t0
+        self._save_t0 = begun = time.perf_counter()  # how long a save takes leaves out the wait for the previous one
         path = step_dir(self.root, step)
         problem = None
         if self.site.rank == 0:
@@ -143,7 +143,7 @@ class StorageWriter:
             try:
                 dcp.save(state, checkpoint_id=str(path), process_group=group)
                 self._commit(step)
-                self._timed(t0)
+                self._timed(begun)
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported with its reason
                 self._discard(step)
                 kind, text = self._classify(step, e)
@@ -220,7 +220,7 @@ class StorageWriter:
         try:
             fut.result()
             self._commit(step)
-            self._timed(self._save_t0)
+            self._timed(self._save_t0 + self._writes.take_start_wait())
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - the trainer stops at the next step
             self._failure_kind, self.failure = self._classify(step, e)  # raised at the next step, said once
             self._discard(step)
