@@ -7,7 +7,8 @@
   :mod:`~training.checkpoint.storage_writer` (save, commit, prune), :mod:`~training.checkpoint.storage_reader`
   (discover, verify, load, quarantine), :mod:`~training.checkpoint.storage_start` (checks before training),
   :mod:`~training.checkpoint.storage_site` (directory, ranks, group) and :mod:`~training.checkpoint.storage_choices`
-  (their decisions; pure);
+  (their decisions; pure); an async save's background write runs in :mod:`~training.checkpoint.background`'s
+  writer process per rank (its own side: :mod:`~training.checkpoint.write_process`) or a thread;
 * :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots on the node and a peer;
 * :mod:`~training.checkpoint.snapshot_budget`: how often the memory tier snapshots (``auto``: within a share of
   training time; pure arithmetic);
