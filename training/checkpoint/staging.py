@@ -16,18 +16,11 @@ the mesh's device. Tested with torch 2.13 on CPUs and 2.11 on CUDA.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.tensor import DTensor
-
-
-#: Shared-memory buffers are cut from arenas of at least this size (a larger tensor gets an arena of its own).
-ARENA_BYTES = 256 << 20
-#: Where a buffer in an arena may start: a multiple of every dtype's size.
-ALIGN = 64
 
 
 class ReusedBufferStager(AsyncStager):
@@ -47,8 +40,6 @@ class ReusedBufferStager(AsyncStager):
         # For a writer process (checkpoint.writer=process): buffers in shared memory, so a save sends the writer
         # their handles, never the bytes. Not page-locked then: a GPU's copy into them is a plain one.
         self.shared = shared
-        self._arena: torch.Tensor | None = None
-        self._arena_used = 0
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         self._from_cuda = False
@@ -60,22 +51,11 @@ class ReusedBufferStager(AsyncStager):
     def _buffer_for(self, path: str, t: torch.Tensor) -> torch.Tensor:
         buf = self._buffers.get(path)
         if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            # Page-locked only for GPU tensors: that is what makes their copy fast (and non-blocking).
+            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda and not self.shared)
             if self.shared:
-                buf = self._carve(t.shape, t.dtype)
-            else:  # page-locked only for GPU tensors: that is what makes their copy fast (and non-blocking)
-                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+                buf.share_memory_()
             self._buffers[path] = buf
-        return buf
-
-    def _carve(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        """A buffer in shared memory, cut from an arena of ARENA_BYTES or more: one shared-memory segment per arena,
-        not per tensor (one each cost the debug preset's first save ~1 s on CPU)."""
-        nbytes = math.prod(shape) * dtype.itemsize
-        if self._arena is None or self._arena_used + nbytes > self._arena.numel():
-            self._arena = torch.empty(max(ARENA_BYTES, nbytes), dtype=torch.uint8).share_memory_()
-            self._arena_used = 0
-        buf = self._arena[self._arena_used : self._arena_used + nbytes].view(dtype).view(shape)
-        self._arena_used += -(-nbytes // ALIGN) * ALIGN  # the next buffer starts aligned for any dtype
         return buf
 
     def _copy(self, x: Any, path: str) -> Any:
@@ -101,4 +81,3 @@ class ReusedBufferStager(AsyncStager):
 
     def close(self) -> None:
         self._buffers.clear()
-        self._arena = None
