@@ -1,4 +1,4 @@
-"""checkpoint.writer: where async storage saves are written (a process per rank, or a thread), chosen by flag or
+"""checkpoint.writer: where async storage saves are written (a thread, or a process per rank), chosen by flag or
 TOML, a bad value refused in one line naming it and the fix."""
 
 import pytest
@@ -6,9 +6,9 @@ import pytest
 from training.config import ConfigError, load_config
 
 
-def test_the_writer_is_a_process_unless_chosen_otherwise():
-    assert load_config([]).checkpoint.writer == "process"
-    assert load_config(["--checkpoint.writer", "thread"]).checkpoint.writer == "thread"
+def test_the_writer_is_a_thread_unless_chosen_otherwise():
+    assert load_config([]).checkpoint.writer == "thread"
+    assert load_config(["--preset", "t5-60m", "--checkpoint.writer", "process"]).checkpoint.writer == "process"
 
 
 @pytest.mark.parametrize("bad", ["fork", "", "Process"])
