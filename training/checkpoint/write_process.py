@@ -78,8 +78,8 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
         while True:
             try:
                 request: Any = conn.recv()
-            except EOFError:  # the trainer exited while this writer was idle
-                return
+            except EOFError:  # the trainer is gone (exited or killed) while this writer was idle: nothing to tidy,
+                os._exit(0)  # and a group teardown could wait on peers that are gone too
             if request[0] == "stop":
                 return
             _, path, staged, wait_s = request
