@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from training import bench_saves
+
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "B200": 2250.0}
 
 
@@ -228,6 +230,16 @@ def run(argv: list[str]) -> int:
             step += 1
             blocks["sync"].append(trainer.ckpt.storage.save(step, trainer.state, force=True, sync=True))
             blocks["baseline"].append(_baseline_save(trainer, tmp / f"baseline_{step}.pt"))
+        saves = bench_saves.measure(
+            trainer,
+            timed_step,
+            step,
+            steps=a.steps,
+            saves=a.saves,
+            first_blocked=async_first,
+            later_blocked=blocks["async"],
+        )
+        step += a.saves
         memory = _memory_figures(trainer, timed_step, step, a.steps)
         if trainer.rank == 0:
             med = {k: statistics.median(v) for k, v in blocks.items()}
@@ -242,6 +254,7 @@ def run(argv: list[str]) -> int:
                 "checksum_over_async_write": statistics.median(checksums) / statistics.median(writes),
                 "baseline_over_async": med["baseline"] / med["async"] if med["async"] else None,
                 "ckpt_block_all_s": blocks,
+                **saves,
                 **memory,
                 "snapshot_over_step": memory["snapshot_step_s"] / memory["snapshot_base_step_s"] - 1,
                 "snapshot_block_over_step": memory["snapshot_block_s"] / memory["snapshot_base_step_s"],
@@ -331,6 +344,8 @@ def _print_save_table(rows: list[dict]) -> None:
                 f"{r['checksum_s']:.3f} s of the {r['async_write_s']:.2f} s async save = "
                 f"{100 * r['checksum_over_async_write']:.1f}%"
             )
+    for line in filter(None, map(bench_saves.report_line, rows)):
+        print(line)
     for r in rows:
         if "snapshot_block_s" in r:
             print(

@@ -41,7 +41,7 @@ INVENTORY = (
     ),
     PrivateUse(
         "torch.distributed.distributed_c10d._set_pg_timeout",
-        "training.job.progress, training.checkpoint.storage",
+        "training.job.progress, training.checkpoint.storage_writer",
         "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
         "the 10-30 min default) without re-creating the group, which would need every rank's agreement.",
     ),

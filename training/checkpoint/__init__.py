@@ -3,7 +3,12 @@
 * :mod:`~training.checkpoint.manager`: :class:`CheckpointManager`, the owner of the save/restore policy across
   both tiers (the trainer only asks it);
 * :mod:`~training.checkpoint.storage`: :class:`StorageTier`, DCP checkpoints on shared storage (async saves,
-  commit markers with CRC32C, verification, quarantine, retention);
+  commit markers with CRC32C, verification, quarantine, retention), a facade over its parts:
+  :mod:`~training.checkpoint.storage_writer` (save, commit, prune), :mod:`~training.checkpoint.storage_reader`
+  (discover, verify, load, quarantine), :mod:`~training.checkpoint.storage_start` (checks before training),
+  :mod:`~training.checkpoint.storage_site` (directory, ranks, group) and :mod:`~training.checkpoint.storage_choices`
+  (their decisions; pure); an async save's background write runs in :mod:`~training.checkpoint.background`'s
+  writer process per rank (its own side: :mod:`~training.checkpoint.write_process`) or a thread;
 * :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots on the node and a peer;
 * :mod:`~training.checkpoint.snapshot_budget`: how often the memory tier snapshots (``auto``: within a share of
   training time; pure arithmetic);

@@ -124,7 +124,10 @@ class CheckpointManager:
     # ---- restore ---------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
         """Collective. Load the newest state (policy above) into ``state``; a fresh start with
-        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh."""
+        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh.
+
+        A resumed state has every buffer an async save copies: the storage tier allocates its copies now, not on
+        the first save's step."""
         history = [self.fence.restores() or {}]  # rank 0's read of etcd (the others' fence does nothing)
         dist.broadcast_object_list(history, src=0, group=self.storage.group)
         restored = history[0]
@@ -133,6 +136,8 @@ class CheckpointManager:
         dist.barrier(group=self.storage.group)
         step = self._restore(state, model_only)
         self.fence.record_restore(step or 0)
+        if step is not None:
+            self.storage.prepare(state)
         return step
 
     def _restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:

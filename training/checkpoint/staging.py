@@ -34,9 +34,12 @@ class ReusedBufferStager(AsyncStager):
     # stage() has already finished copying when it returns: DCP need not call synchronize_staging().
     _synchronize_after_execute = False
 
-    def __init__(self):
+    def __init__(self, *, shared: bool = False):
         self._buffers: dict[str, torch.Tensor] = {}
         self._from_cuda = False
+        # For a writer process (checkpoint.writer=process): buffers in shared memory, so a save sends the writer
+        # their handles, never the bytes. Not page-locked then: a GPU's copy into them is a plain one.
+        self.shared = shared
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         self._from_cuda = False
@@ -49,7 +52,9 @@ class ReusedBufferStager(AsyncStager):
         buf = self._buffers.get(path)
         if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
             # Page-locked only for GPU tensors: that is what makes their copy fast (and non-blocking).
-            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda and not self.shared)
+            if self.shared:
+                buf.share_memory_()
             self._buffers[path] = buf
         return buf
 
@@ -62,7 +67,7 @@ class ReusedBufferStager(AsyncStager):
             return DTensor(self._copy(x.to_local(), path), x._spec, requires_grad=False)
         if isinstance(x, torch.Tensor):
             buf = self._buffer_for(path, x)
-            buf.copy_(x.detach(), non_blocking=x.is_cuda)
+            buf.copy_(x.detach(), non_blocking=x.is_cuda and not self.shared)
             self._from_cuda |= x.is_cuda
             return buf
         if isinstance(x, dict):
