@@ -117,9 +117,9 @@ class SlurmJobConfig:
     rdzv_store: str = "controller"
     """Without etcd (``etcd_env``, ``T5_ETCD_*``): where the c10d rendezvous store runs. ``controller``: the Slurm
     controller host (a store you run there, e.g. ``python -m training.rdzv_store``: the ParallelCluster stack runs
-    none, its jobs use etcd; the address comes from ``scontrol show config``). A host name or IP: a store you run there. ``first-node``: the job's first node
-    hosts it (then losing that node always requeues). A store that does not answer when the job starts falls back to
-    ``first-node``, with a warning in the job log."""
+    none, its jobs use etcd; the address comes from ``scontrol show config``). A host name or IP: a store you run
+    there. ``first-node``: the job's first node hosts it (then losing that node always requeues). A store that does
+    not answer when the job starts falls back to ``first-node``, with a warning in the job log."""
     rdzv_store_port: int = RDZV_STORE_PORT
     """Port of the standalone store (``rdzv_store`` other than ``first-node``)."""
     rdzv_port: int = 29400
