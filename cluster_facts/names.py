@@ -70,6 +70,11 @@ the head node to the compute nodes only."""
 RDZV_STORE_UNIT = "t5-rdzv-store.service"
 """systemd unit that keeps the rendezvous store running on the ParallelCluster head node."""
 
+ETCD_ENV_FILE = "/etc/t5-failover/etcd.env"
+"""On the ParallelCluster head node: the ``T5_ETCD_*`` settings of the stack's etcd members (root's credentials),
+written by the node setup (``cluster_assets/parallelcluster/node_setup/etcd_client.sh``), exported in login shells
+and what ``make train PLATFORM=slurm`` names when a job has no etcd."""
+
 
 def image_repository(name_prefix: str) -> str:
     """The ECR repository the storage stack creates for deployment ``name_prefix`` (``t5ft`` -> ``t5ft/t5-train``)."""

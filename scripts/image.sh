@@ -5,23 +5,24 @@
 #   --tag TAG        image tag (default: IMAGE_TAG, else this checkout's content tag src-<12 hex> from
 #                    tools/image_tag.py, the tag `make train PLATFORM=eks` submits); ECR tags are immutable, so an
 #                    existing tag is reported and not rebuilt (same tag = same code)
-#   --stack NAME     stack whose EcrRepositoryUri output names the repository (default: STACK, else t5ft-storage)
+#   --stack NAME     stack whose EcrRepositoryUri output names the repository (default: STACK, else the saved
+#                    deployment's <namePrefix>-storage: cdk.context.json over cdk.json, as make deploy saved them)
 #   --repo URI       skip the stack lookup and push to this repository URI (ECR_REPO)
-#   --region REGION  AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / the CLI's configured region)
+#   --region REGION  AWS region (default: the saved deployment's region, else AWS_REGION / AWS_DEFAULT_REGION /
+#                    the CLI's configured region)
 #   --dry-run        print the commands instead of running them (works offline, without credentials);
 #                    DRY_RUN=1/true/yes/on does the same
 # Prints the pushed image (<repository URI>:<tag>) last.
 set -euo pipefail
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 cd "$(dirname "$0")/.."
 die() { echo "error: $*" >&2; exit 2; }
 command -v python3 >/dev/null || die "python3 is required (the project's Python 3.11+)"
 
-tag="${IMAGE_TAG:-}" tag_from=IMAGE_TAG stack="${STACK:-t5ft-storage}" repo="${ECR_REPO:-}" dry=0
+tag="${IMAGE_TAG:-}" tag_from=IMAGE_TAG stack="${STACK:-}" repo="${ECR_REPO:-}" region="" dry=0
 # DRY_RUN as every script reads it (tools/env_flags.py); the Makefile exports it.
 dry_env=$(python3 -m tools.env_flags DRY_RUN) || exit 2
 [ "$dry_env" = true ] && dry=1
-region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag="$2"; tag_from=--tag; shift 2 ;;
@@ -50,6 +51,17 @@ if [ "$dry" = 0 ]; then
   command -v aws >/dev/null || die "the AWS CLI v2 is not installed; see https://docs.aws.amazon.com/cli/"
   aws sts get-caller-identity >/dev/null 2>&1 \
     || die "no valid AWS credentials (aws sts get-caller-identity failed); configure a profile or SSO login"
+fi
+# The deployment make deploy saved (name prefix, region), as deploy.sh and destroy.sh read it: a deployment with
+# another namePrefix or region pushes to its own repository, not t5ft's in the shell's default region.
+if [ -z "$stack" ] || [ -z "$region" ]; then
+  scripts/venv.sh >/dev/null
+  saved=$(.venv/bin/python -m stacks.deploy_config storage) || exit 2
+  read -r saved_stack saved_region <<<"$saved"
+  [ -n "$stack" ] || stack="$saved_stack"
+  region="${region:-${saved_region:-${AWS_REGION:-${AWS_DEFAULT_REGION:-}}}}"
+fi
+if [ "$dry" = 0 ]; then
   [ -n "$region" ] || region=$(aws configure get region || true)
   [ -n "$region" ] || die "no AWS region: pass --region or set AWS_REGION"
 fi

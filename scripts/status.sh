@@ -5,7 +5,7 @@
 #                            checkpoint directory
 #   slurm | parallelcluster  squeue's job named RUN_NAME (default: PRESET) and its run directory on the shared
 #                            file system (SHARED_DIR, /fsx, or the local Slurm lab's)
-#   eks                      the TrainJob JOB_NAME (NAMESPACE, default "default"): its status, pods and metrics
+#   eks                      the TrainJob JOB_NAME (NAMESPACE, default "training": where make train submits): its status, pods and metrics
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(scripts/venv.sh)

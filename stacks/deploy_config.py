@@ -15,6 +15,7 @@ and an EKS deploy must name two choices that have no safe default:
 
     python -m stacks.deploy_config deploy PLATFORM [--dry-run] [CDK ARGS...]   # check, save, print a summary
     python -m stacks.deploy_config show PLATFORM                              # the saved settings and stacks
+    python -m stacks.deploy_config storage                                    # storage stack and region (make image)
 """
 
 from __future__ import annotations
@@ -148,8 +149,24 @@ def stack_names(config: InfraConfig) -> list[str]:
     ]
 
 
+def storage_target(root: Path = ROOT) -> tuple[str, str | None]:
+    """The storage stack (its ECR repository) and the region of the saved deployment (cdk.json's values under the
+    saved ones, as a deploy merges them): where ``make image`` pushes. The region is None when none is saved."""
+    context = {**json.loads((root / "cdk.json").read_text())["context"], **load_saved(root)}
+    config = InfraConfig.from_context(context)
+    return config.stack_name("storage"), config.region
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["storage"]:
+        try:
+            stack, region = storage_target(Path.cwd())  # the project root the calling script runs in
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{stack} {region or ''}".rstrip())
+        return 0
     if len(argv) < 2 or argv[0] not in ("deploy", "show"):
         print(__doc__)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2

@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster_facts import FSX_MOUNT_PATH
+from cluster_facts import FSX_MOUNT_PATH, TRAINING_NAMESPACE
 from training.checkpoint.run_lock import CheckpointDirBusy, RunLock
 from training.goodput.analysis import scan_records
 from training.goodput.ledger import (
@@ -373,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("RUN_NAME") or os.environ.get("PRESET") or "debug",
         help="slurm: the run's name (RUN_NAME, else the preset: the submit's default)",
     )
-    p.add_argument("--namespace", default=os.environ.get("NAMESPACE", "default"), help="eks: the TrainJob's namespace")
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or TRAINING_NAMESPACE,
+        help=f"eks: the TrainJob's namespace (NAMESPACE, else {TRAINING_NAMESPACE}: where make train submits)",
+    )
     p.add_argument("--name", default=os.environ.get("JOB_NAME"), help="eks: the TrainJob's name")
     p.add_argument(
         "--metrics-path",

@@ -272,6 +272,9 @@ def statefulset(
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": dict(selector)},
             "updateStrategy": {"type": "RollingUpdate"},
+            # Deleting the StatefulSet (cdk destroy) deletes its claims, and so the EBS volumes (reclaimPolicy
+            # Delete); scaling down keeps a member's volume for when it comes back.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
             "template": {"metadata": {"labels": _labels(ETCD_COMPONENT)}, "spec": pod_spec},
             "volumeClaimTemplates": [
                 {

@@ -162,7 +162,8 @@ def build_cluster_config(
             ],
         },
         "SharedStorage": [_fsx_storage(fsx_file_system_id)],
-        "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30}}},
+        # ParallelCluster retains the cluster's log group by default, which then bills storage after a destroy.
+        "Monitoring": {"Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": 30, "DeletionPolicy": "Delete"}}},
     }
     if region:
         config["Region"] = region

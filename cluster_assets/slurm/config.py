@@ -110,12 +110,16 @@ class SlurmJobConfig:
     key prefix only, and its agents get that user, never root. A job's ``job.env`` (``python -m
     training.launch.rendezvous.admin add-job``): the agents use it. Unset: ``T5_ETCD_*`` in the environment the
     job is submitted from, else the c10d store of ``rdzv_store``."""
+    require_etcd: bool = True
+    """Refuse to submit a job without etcd (no ``etcd_env``, no ``T5_ETCD_ENDPOINTS`` where it is submitted): such a
+    job falls back to a c10d store on its first node, so losing that node requeues the whole job. ``False``
+    (``--no-require-etcd``, ``REQUIRE_ETCD=0``) submits it anyway, for a cluster without etcd."""
     rdzv_store: str = "controller"
     """Without etcd (``etcd_env``, ``T5_ETCD_*``): where the c10d rendezvous store runs. ``controller``: the Slurm
-    controller host (the ParallelCluster head node, whose ``t5-rdzv-store`` service serves every job there; the address
-    comes from ``scontrol show config``). A host name or IP: a store you run there. ``first-node``: the job's first node
-    hosts it (then losing that node always requeues). A store that does not answer when the job starts falls back to
-    ``first-node``, with a warning in the job log."""
+    controller host (a store you run there, e.g. ``python -m training.rdzv_store``: the ParallelCluster stack runs
+    none, its jobs use etcd; the address comes from ``scontrol show config``). A host name or IP: a store you run
+    there. ``first-node``: the job's first node hosts it (then losing that node always requeues). A store that does
+    not answer when the job starts falls back to ``first-node``, with a warning in the job log."""
     rdzv_store_port: int = RDZV_STORE_PORT
     """Port of the standalone store (``rdzv_store`` other than ``first-node``)."""
     rdzv_port: int = 29400

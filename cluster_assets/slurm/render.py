@@ -191,6 +191,7 @@ _BOOLS = {
     "requeue_on_failure": "--requeue-on-failure",
     "efa": "--efa",
     "gpudirect_rdma": "--gpudirect-rdma",
+    "require_etcd": "--require-etcd",
 }
 _LISTS = {"container_mounts": "--container-mount", "extra_sbatch": "--sbatch", "extra_env": "--env"}
 

@@ -7,7 +7,9 @@ from typing import Optional, Sequence
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
@@ -20,6 +22,51 @@ SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
 def control_plane_log_group(cluster_name: str) -> str:
     """The CloudWatch log group EKS writes a cluster's control-plane logs to (a fixed name, chosen by EKS)."""
     return f"/aws/eks/{cluster_name}/cluster"
+
+
+def handler_log_group_prefix(cluster_name: str) -> str:
+    """Prefix of the log groups of the kubectl handler's Lambda functions (``<prefix>handler``, ...)."""
+    return f"/aws/lambda/{cluster_name}-kubectl-"
+
+
+#: Lambda log group retention of the stack's own functions (the kubectl handler and its provider).
+HANDLER_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+
+
+def log_group_key(scope: Construct, construct_id: str, log_group_names: Sequence[str], what: str) -> kms.Key:
+    """A rotated KMS key that CloudWatch Logs may use for the log groups ``log_group_names`` only (names or
+    ``prefix-*`` patterns, matched against the encryption context's log group ARN); the account keeps administering
+    it through IAM (the key policy's default)."""
+    stack = cdk.Stack.of(scope)
+    key = kms.Key(
+        scope,
+        construct_id,
+        enable_key_rotation=True,
+        description=f"{what}: encryption of the log groups {', '.join(log_group_names)}",
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="CloudWatchLogsForTheseLogGroupsOnly",
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.{stack.url_suffix}")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            resources=["*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": [
+                        stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name=name,
+                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                        for name in log_group_names
+                    ]
+                }
+            },
+        )
+    )
+    return key
 
 
 class TrainingEksCluster(Construct):
@@ -64,12 +111,19 @@ class TrainingEksCluster(Construct):
         )
         # EKS writes the control-plane logs to this group and would create it itself, outside the stack, where it
         # outlives a destroy (and bills storage forever). Created here first, with a retention, and deleted with it.
+        # The audit log names every caller and object, the kubectl handler's the manifests it applies: encrypted with
+        # a key of the stack's own, for these log groups only (checkov CKV_AWS_158).
+        log_group_name = control_plane_log_group(cluster_name)
+        self.logs_key = log_group_key(
+            self, "LogsKey", [log_group_name, f"{handler_log_group_prefix(cluster_name)}*"], f"{cluster_name} logs"
+        )
         self.control_plane_logs = logs.LogGroup(
             self,
             "ControlPlaneLogs",
-            log_group_name=control_plane_log_group(cluster_name),
+            log_group_name=log_group_name,
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=cdk.RemovalPolicy.DESTROY,
+            encryption_key=self.logs_key,
         )
         self.cluster = eks.Cluster(
             self,
@@ -97,6 +151,7 @@ class TrainingEksCluster(Construct):
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
+        self.handler_logs = self._own_handler_logs(cluster_name)
         if admin_principal_arn:
             self.cluster.grant_access(
                 "Admin",
@@ -140,3 +195,27 @@ class TrainingEksCluster(Construct):
         self.vpc_cni.node.default_child.add_property_override("ResolveConflicts", "OVERWRITE")
         for addon in (self.pod_identity_agent, self.fsx_csi_driver):
             addon.node.add_dependency(self.system_nodes)
+
+    def _own_handler_logs(self, cluster_name: str) -> list[logs.LogGroup]:
+        """The kubectl handler's Lambda functions (the handler and its provider framework) log to log groups of the
+        stack's own, with a retention, deleted with it: left to Lambda, each would create ``/aws/lambda/<name>`` on
+        first use, outside the stack, kept forever after a destroy."""
+        groups = []
+        functions = [
+            f
+            for f in self.cluster.node.find_all()
+            if isinstance(f, lambda_.CfnFunction) and "KubectlProvider" in f.node.path
+        ]
+        for fn in sorted(functions, key=lambda f: f.node.path):
+            name = fn.node.scope.node.id  # "Handler", "framework-onEvent"
+            group = logs.LogGroup(
+                self,
+                f"KubectlLogs{name.title().replace('-', '')}",
+                log_group_name=f"{handler_log_group_prefix(cluster_name)}{name.lower()}",
+                retention=HANDLER_LOG_RETENTION,
+                removal_policy=cdk.RemovalPolicy.DESTROY,
+                encryption_key=self.logs_key,
+            )
+            fn.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
+            groups.append(group)
+        return groups

@@ -50,6 +50,9 @@ class EtcdCluster(Construct):
         self.ebs_csi_driver.node.add_dependency(system_nodes)
 
         namespace = cluster.add_manifest("EtcdNamespace", *self.objects["namespace"])
+        # Created after the EBS CSI driver, so deleted before it: the driver is still there to delete the members'
+        # volumes when the namespace (and with it the claims) goes; the other way round they would be orphaned.
+        namespace.node.add_dependency(self.ebs_csi_driver)
         members = cluster.add_manifest("EtcdMembers", *self.objects["members"])
         members.node.add_dependency(namespace, self.ebs_csi_driver)
         admin = cluster.add_manifest("EtcdAdmin", *self.objects["admin"])

@@ -34,6 +34,7 @@ from typing import Sequence
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
@@ -94,6 +95,15 @@ class EtcdMembers(Construct):
             self.security_group, ec2.Port.tcp(PEER_PORT), f"etcd peers (the other members) TCP {PEER_PORT}"
         )
 
+        # The three secrets under a key of the stack's own (checkov CKV_AWS_149): decrypting needs a grant on this key
+        # too, which only the members' role and the head node's policy get, through Secrets Manager only.
+        self.secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description="etcd members: encryption of the TLS material and root's password (Secrets Manager)",
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
         self.members_secret = self._placeholder_secret(
             "MembersTls", "etcd members: CA, member certificates and auth-token keys (written once by member 0)"
         )
@@ -105,6 +115,7 @@ class EtcdMembers(Construct):
             "RootPassword",
             description="etcd root password (read by the ParallelCluster head node only)",
             generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=32),
+            encryption_key=self.secrets_key,
         )
         for secret in (self.members_secret, self.client_secret, self.root_secret):
             acknowledge(
@@ -169,7 +180,17 @@ class EtcdMembers(Construct):
                     sid="EtcdClientAndRoot",
                     actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
                     resources=[self.client_secret.secret_arn, self.root_secret.secret_arn],
-                )
+                ),
+                iam.PolicyStatement(
+                    sid="EtcdSecretsKeyThroughSecretsManager",
+                    actions=["kms:Decrypt"],
+                    resources=[self.secrets_key.key_arn],
+                    conditions={
+                        "StringEquals": {
+                            "kms:ViaService": f"secretsmanager.{cdk.Aws.REGION}.{cdk.Aws.URL_SUFFIX}",
+                        }
+                    },
+                ),
             ],
         )
 
@@ -273,5 +294,9 @@ class EtcdMembers(Construct):
         """A secret holding ``{}`` until member 0 stores the material (CloudFormation never rewrites an unchanged
         value, so a redeploy keeps it)."""
         return secretsmanager.Secret(
-            self, construct_id, description=description, secret_string_value=cdk.SecretValue.unsafe_plain_text("{}")
+            self,
+            construct_id,
+            description=description,
+            secret_string_value=cdk.SecretValue.unsafe_plain_text("{}"),
+            encryption_key=self.secrets_key,
         )

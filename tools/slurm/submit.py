@@ -12,7 +12,9 @@ missing. Ctrl-C stops following; the job keeps running.
 Job options are the renderer's (below). Training flags are every ``--section.field VALUE``, ``--config FILE``
 and anything after ``--``. Environment defaults (flags win): PRESET, NODES, SPARES, NPROC, SHARED_DIR, RUN_NAME,
 TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML with a [slurm] table), DRY_RUN
-(1/true/yes/on: print the script; tools.env_flags).
+(1/true/yes/on: print the script; tools.env_flags), REQUIRE_ETCD (0/false/no/off: submit a job that has no etcd).
+A job without etcd (no --etcd-env, no T5_ETCD_* here) is refused before it is queued (exit 2; a dry run prints the
+script and says so): its first node would host the rendezvous store, and losing that node requeues the job.
 The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
 """
 
@@ -40,8 +42,10 @@ from cluster_assets.slurm.render import (
 # (job options, training flags): dotted flags, --config and everything after -- are training's (both submitters)
 from cluster_assets.training_args import split_training_flags as split_args
 from cluster_facts import FSX_MOUNT_PATH
+from cluster_facts.names import ETCD_ENV_FILE
 from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
+from tools.slurm.membership import OPT_OUT_VAR, missing_etcd
 
 ENV_FLAGS = {
     "PRESET": "--preset",
@@ -56,6 +60,7 @@ ENV_FLAGS = {
     "CONTAINER_IMAGE": "--container-image",
     "SLURM_JOB_CONFIG": "--slurm-config",
 }
+# REQUIRE_ETCD is read apart (env_args): a boolean, its flag is --require-etcd or --no-require-etcd
 EXIT_FAILED, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 
 
@@ -71,6 +76,8 @@ def env_args(env: Mapping[str, str]) -> list[str]:
             if var in COUNT_VARS:
                 env_count(var, None, COUNT_VARS[var], env)  # raises EnvFlagError naming the variable
             out += [flag, env[var]]
+    if env.get(OPT_OUT_VAR):  # set and not empty: true keeps the refusal, false submits a job without etcd
+        out.append("--require-etcd" if env_flag(OPT_OUT_VAR, env) else "--no-require-etcd")
     if env_flag("DRY_RUN", env):  # raises EnvFlagError on a value that is neither true nor false
         out.append("--dry-run")
     return out
@@ -212,14 +219,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SlurmConfigError as e:
         print(f"error: {as_given(str(e), ours, os.environ)}", file=sys.stderr)
         return EXIT_ENVIRONMENT if isinstance(e, SharedDirError) else EXIT_CONFIG
+    no_etcd = missing_etcd(
+        etcd_env=cfg.etcd_env,
+        require_etcd=cfg.require_etcd,
+        env=env,
+        stack_file_here=Path(ETCD_ENV_FILE).is_file(),
+    )
     if a.dry_run:
         sys.stdout.write(text)
+        if no_etcd:
+            print(f"warning: a submit would be refused: {no_etcd}", file=sys.stderr)
         return 0
     try:
         slurmctl.require("sbatch")
     except slurmctl.SlurmError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    if no_etcd:  # after the Slurm check: on a machine without Slurm that is the first thing to fix
+        print(f"error: {no_etcd}", file=sys.stderr)
+        return EXIT_CONFIG
     run_dir = Path(cfg.run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)  # sbatch does not create the --output directory
