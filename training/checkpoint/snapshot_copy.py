@@ -110,6 +110,11 @@ def _copy_segments(piece: Piece, dst: torch.Tensor, base: int, sources, before, 
             region.copy_(_bytes_of(src)[s.src : s.src + s.nbytes], non_blocking=non_blocking)
 
 
+def fill_block(piece: Piece, block: torch.Tensor, sources, non_blocking: bool = False) -> None:
+    """Queue (GPU) or do (CPU) the copies of a piece's segments into its host block (block byte 0 = piece.start)."""
+    _copy_segments(piece, block, piece.start, sources, None, non_blocking=non_blocking)
+
+
 def _cpu_piece(buf: torch.Tensor, piece: Piece, sources, before) -> int:
     _copy_segments(piece, buf, 0, sources, before)
     return extend(0, buf[piece.start : piece.end])
@@ -155,7 +160,7 @@ class PieceCopier:
         events = []
         with torch.cuda.stream(self._stream):
             for p, block in zip(pieces, blocks):
-                _copy_segments(p, block, p.start, sources, None, non_blocking=True)
+                fill_block(p, block, sources, non_blocking=True)
                 events.append(torch.cuda.Event())
                 events[-1].record(self._stream)
         for s, t in zip(sources, tensors):
