@@ -20,9 +20,11 @@ snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of 
 A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
 
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
-step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. On
-GPUs the device-to-host part is queued on a side stream into reused page-locked buffers (host memory, never a
-second copy on the GPU), and the thread waits for that stream, not the training stream.
+step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. It is
+cut into large pieces that a few threads copy and checksum in parallel, without the GIL
+(:mod:`training.checkpoint.snapshot_copy`); on GPUs the device-to-host part is queued on a side stream into
+reused page-locked blocks (host memory, never a second copy on the GPU) with an event per piece, and each piece
+waits for its own event, not the training stream. The replica goes out in chunks as their pieces land.
 
 Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`training.checkpoint.integrity`) is
 computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
@@ -65,7 +67,7 @@ from torch.distributed.tensor import DTensor, Shard
 from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots
 from training.checkpoint.copy_plan import copy_threads, plan_pieces, replica_chunks
 from training.checkpoint.fast_crc import crc32c_tensor
-from training.checkpoint.snapshot_copy import PIECE_BYTES, Copy, PieceCopier, Staged, spans
+from training.checkpoint.snapshot_copy import PIECE_BYTES, Copy, PieceCopier, Staged, copy_on_this_thread, spans
 from training.checkpoint.snapshot_budget import Choice, Pace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
@@ -189,11 +191,8 @@ def _copy_checked(
 ) -> str:
     """Copy the shards into their places in `buf` and return the CRC32C of ``buf[:nbytes]`` (alignment padding
     included), piece by piece right behind the copy, on this thread. `before(i)` runs before shard i is copied."""
-    from training.checkpoint.snapshot_copy import _cpu_piece
-    from training.checkpoint.fast_crc import combine_all, hexdigest
-
     pieces = plan_pieces(spans(tensors, layout, on_host=True), nbytes, COPY_CHUNK)
-    return hexdigest(combine_all([(_cpu_piece(buf, p, tensors, before), p.end - p.start) for p in pieces]))
+    return copy_on_this_thread(buf, Staged(pieces, tensors), before)
 
 
 def _damage(meta: dict, data: torch.Tensor, pool=None) -> tuple[str, str] | None:

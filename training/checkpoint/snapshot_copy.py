@@ -120,6 +120,12 @@ def _cpu_piece(buf: torch.Tensor, piece: Piece, sources, before) -> int:
     return extend(0, buf[piece.start : piece.end])
 
 
+def copy_on_this_thread(buf: torch.Tensor, staged: Staged, before: Callable[[int], None] | None = None) -> str:
+    """The copy without a pool (CPU shards): every piece in order; the whole buffer's CRC32C."""
+    crcs = [(_cpu_piece(buf, p, staged.sources, before), p.end - p.start) for p in staged.pieces]
+    return hexdigest(combine_all(crcs))
+
+
 def _staged_piece(buf: torch.Tensor, piece: Piece, block: torch.Tensor, event, before) -> int:
     if before is not None:
         for s in piece.segments:
