@@ -146,6 +146,7 @@ class PieceCopier:
         self._pool: ThreadPoolExecutor | None = None
         self.host = HostPieces()
         self._stream = None
+        self._planned: tuple[Any, list[Piece]] | None = None
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -156,10 +157,10 @@ class PieceCopier:
     def stage(self, tensors: list[torch.Tensor], layout, nbytes: int) -> Staged:
         """On the training thread. CPU shards: only the plan. GPU shards: their copies queued on the side stream."""
         if not any(t.is_cuda for t in tensors):
-            return Staged(plan_pieces(spans(tensors, layout, on_host=True), nbytes, self.piece_bytes), tensors)
+            return Staged(self._plan(spans(tensors, layout, on_host=True), nbytes), tensors)
         device = next(t.device for t in tensors if t.is_cuda)
         sources = [t.detach() if t.is_contiguous() else t.detach().contiguous() for t in tensors]
-        pieces = plan_pieces(spans(sources, layout, on_host=False), nbytes, self.piece_bytes)
+        pieces = self._plan(spans(sources, layout, on_host=False), nbytes)
         blocks = self.host.fit([p.end - p.start for p in pieces])
         self._stream = self._stream or torch.cuda.Stream(device=device)
         self._stream.wait_stream(torch.cuda.current_stream(device))
@@ -173,6 +174,14 @@ class PieceCopier:
             if s.is_cuda and s.data_ptr() != t.data_ptr():
                 s.record_stream(self._stream)  # a contiguous temporary: not reused before the side stream read it
         return Staged(pieces, sources, blocks, events)
+
+    def _plan(self, shard_spans: list, nbytes: int) -> list[Piece]:
+        """The pieces for these spans: the last plan again while the state keeps its layout (every snapshot of a
+        run but the first: planning thousands of shards is milliseconds on the training thread)."""
+        key = (nbytes, tuple(shard_spans))
+        if self._planned is None or self._planned[0] != key:
+            self._planned = (key, plan_pieces(shard_spans, nbytes, self.piece_bytes))
+        return self._planned[1]
 
     def start(self, buf: torch.Tensor, staged: Staged, before: Callable[[int], None] | None = None) -> Copy:
         """On the snapshot thread: every piece submitted to the pool, in order."""
