@@ -124,3 +124,21 @@ def test_a_piece_that_fails_mid_copy_fails_the_snapshot_and_it_is_never_publishe
     t.wait()
     assert t.failed and t.own.complete() == []
     t.close(discard=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_shards_go_through_reused_pinned_blocks_on_a_side_stream_and_land_bitwise():
+    dev = torch.device("cuda")
+    copier = PieceCopier(threads=3, piece_bytes=1024)
+    for seed in (0, 1):  # the second snapshot of the same sizes reuses the pinned blocks
+        tensors = [t.to(dev) for t in shards(seed)[:2]] + shards(seed)[2:]  # a strided GPU shard, CPU ones
+        layout, nbytes = _layout(tensors)
+        made = copier.host.allocations
+        staged = copier.stage(tensors, layout, nbytes)
+        assert staged.events is not None and len(staged.events) == len(staged.pieces) > 5
+        buf = torch.zeros(nbytes, dtype=torch.uint8)
+        crc = copier.start(buf, staged).crc()
+        assert all(torch.equal(v, t.cpu()) for v, t in zip(_views(buf, layout), tensors))
+        assert crc == crc32c_bytes(buf) and all(b.is_pinned() for b in copier.host.blocks)
+        assert (copier.host.allocations == made) == (seed == 1)
+    copier.close()
