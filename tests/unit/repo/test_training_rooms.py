@@ -6,7 +6,7 @@
     job/                         <- shared, data, model, checkpoint, goodput (with its entry point, __main__)
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
     goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
-    the tools                    compare, export, bench, bench_init: any room
+    the tools                    compare, export, bench (and bench_copy), bench_init: any room
 
 Every import counts, at any depth (function-level ones too), as in tests/unit/repo/test_import_layers.py. Each room's
 ``__init__`` docstring lists every module of the room.
@@ -24,7 +24,7 @@ from tests.unit.repo.test_import_layers import imported_modules
 ROOT = Path(__file__).resolve().parents[3]
 TRAINING = ROOT / "training"
 SHARED = {"training", "training.config", "training.errors", "training.field_docs", "training.torch_private"}
-COMMANDS = {"training.bench", "training.bench_init", "training.compare", "training.export"}
+COMMANDS = {"training.bench", "training.bench_copy", "training.bench_init", "training.compare", "training.export"}
 #: Top-level modules that belong to a room: their command names (python -m training[.rdzv_store]) stay short.
 IN_ROOM = {"training.__main__": "job", "training.rdzv_store": "launch"}
 ROOMS = ("data", "model", "checkpoint", "job", "launch", "goodput")
