@@ -568,27 +568,28 @@ class MemoryTier:
         except Exception as e:  # noqa: BLE001 - reported by wait(); the peer exchange below still happens
             self._error = e
 
+        published: list[bytes | None] = []  # publish() runs once: inside the ring exchange, or after it failed
+
         def publish() -> bytes | None:
             """This generation's meta, published; None when the copy failed (its error kept for wait())."""
+            if published:
+                return published[0]
+            published.append(None)
             if copy is None:
                 return None
             try:
-                meta_bytes = _to_bytes({**meta, "crc32c": copy.crc()})
-                self.own.publish(slot, step, meta_bytes)
-                return meta_bytes
+                published[0] = _to_bytes({**meta, "crc32c": copy.crc()})
+                self.own.publish(slot, step, published[0])
             except Exception as e:  # noqa: BLE001 - reported by wait()
-                self._error = self._error or e
-                return None
+                self._error, published[0] = self._error or e, None
+            return published[0]
 
         try:
             if self.replicate:  # even after a failed copy: the peers' threads wait for this exchange
                 self._send_to_peer(copy, buf, nbytes, publish)
-            else:
-                publish()
         except Exception as e:  # noqa: BLE001 - reported by wait() on the training thread
             self._error = self._error or e
-            if copy is not None:
-                copy.wait_through(nbytes)  # no piece may still write into the buffer after this thread ends
+        publish()  # a peer lost mid-exchange costs its replica, not this node's own copy of the step
 
     def _send_to_peer(
         self, copy: Copy | None, buf: torch.Tensor | None, nbytes: int, publish: Callable[[], bytes | None]

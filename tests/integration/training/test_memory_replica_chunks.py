@@ -83,3 +83,47 @@ def test_the_replica_sent_in_chunks_is_the_peers_copy_bitwise_and_a_failed_copy_
     b0, b1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     assert torch.equal(b0["peer"][3], b1["own"][3]) and torch.equal(b1["peer"][3], b0["own"][3])
     assert torch.equal(b1["peer"][2], b0["own"][2]) and 2 not in b0["peer"]
+
+
+def _peer_dies_worker(rank: int, root: str, store: str, out: str) -> None:
+    """Rank 1 (the other node) dies before its snapshot of step 2: rank 0's exchange of step 2 fails at its
+    start, while rank 0's own copy of the step runs."""
+    import os
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from training.checkpoint import memory
+    from training.checkpoint.snapshot_copy import PieceCopier
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    memory.REPLICA_CHUNK = 4096
+
+    t = memory.MemoryTier(
+        interval=1,
+        root=Path(root) / f"node{rank}",
+        rank=rank,
+        world=2,
+        local_world=1,
+        identity={"model": "net"},
+        replicate=True,
+        timeout_s=60,
+        device=torch.device("cpu"),
+    )
+    t.root.mkdir(parents=True)
+    t.copier = PieceCopier(threads=2, piece_bytes=1000)
+    for step in (1, 2):
+        if rank == 1 and step == 2:
+            os._exit(0)  # its sockets close: rank 0's exchange fails at once
+        t.snapshot(step, {"s": Shards(shards(step, rows=5000))})
+        t.wait()
+    Path(out, "rank0.json").write_text(json.dumps({"own": sorted(g[0] for g in t.own.complete()), "failed": t.failed}))
+    os._exit(0)  # no teardown with a dead peer
+
+
+def test_a_peer_lost_during_the_exchange_costs_the_replica_not_this_nodes_own_snapshot(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_peer_dies_worker, args=(str(tmp_path / "shm"), str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert got == {"own": [1, 2], "failed": True}  # the exchange failed (said), step 2's own copy is complete
