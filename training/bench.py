@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training import bench_saves
+from training import bench_copy, bench_saves
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "B200": 2250.0}
 
@@ -241,6 +241,7 @@ def run(argv: list[str]) -> int:
         )
         step += a.saves
         memory = _memory_figures(trainer, timed_step, step, a.steps)
+        memory.update(bench_copy.copy_figures(trainer, first_step=step + 10_000))
         if trainer.rank == 0:
             med = {k: statistics.median(v) for k, v in blocks.items()}
             res = {
@@ -357,6 +358,8 @@ def _print_save_table(rows: list[dict]) -> None:
                 f"the cores); restore {r['restore_memory_s']:.2f} s from memory vs {r['restore_storage_s']:.2f} s "
                 "from storage"
             )
+        for line in bench_copy.report_lines(r):
+            print(line)
         if "snapshot_auto_interval" in r:
             n = r["snapshot_auto_interval"]
             print(

@@ -10,6 +10,10 @@
   (their decisions; pure); an async save's background write runs in :mod:`~training.checkpoint.background`'s
   writer process per rank (its own side: :mod:`~training.checkpoint.write_process`) or a thread;
 * :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots on the node and a peer;
+* :mod:`~training.checkpoint.snapshot_copy`: a snapshot's copy in pieces on a few threads (GPU: reused pinned
+  blocks on a side stream), each piece checksummed as it lands;
+* :mod:`~training.checkpoint.copy_plan`: how a snapshot is cut into those pieces and the replica into chunks (pure);
+* :mod:`~training.checkpoint.fast_crc`: CRC32C without the GIL, in pieces, combined into one;
 * :mod:`~training.checkpoint.snapshot_budget`: how often the memory tier snapshots (``auto``: within a share of
   training time; pure arithmetic);
 * :mod:`~training.checkpoint.restore_plan`: which snapshot a restart restores and which copy of each shard (pure);

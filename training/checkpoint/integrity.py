@@ -1,15 +1,18 @@
 """File checksums for checkpoints, shared out over the ranks, and plain-language storage errors.
 
 Every file of a checkpoint gets a CRC32C (``google-crc32c``: hardware-accelerated, about 9 GB/s on one
-core here, and it releases the GIL, so the background writer's checksums do not stall the training
-thread). The files are split over the ranks by size, so each rank reads about 1/world of the checkpoint,
-when it is written (by the background writer) and again before it is loaded::
+core here; it releases the GIL for ``bytes`` of 1 MiB or more, which :func:`crc32c_file` reads, so the
+background writer's checksums do not stall the training thread). The files are split over the ranks by
+size, so each rank reads about 1/world of the checkpoint, when it is written (by the background writer) and
+again before it is loaded::
 
     mine = share(sizes, rank, world)             # the same split on every rank
     sums = {name: crc32c_file(path / name) for name in mine}
 
-The in-memory snapshots use the same checksum on bytes already in memory (:func:`crc32c_bytes`, or a
-:func:`checksum` fed chunk by chunk as a snapshot is copied).
+The in-memory snapshots use the same checksum on bytes already in memory. Fed a numpy array, as
+:func:`crc32c_bytes` and a :func:`checksum`'s ``update`` are, google-crc32c holds the GIL for the whole call:
+the snapshots checksum through :mod:`training.checkpoint.fast_crc` instead (the same CRC32C, without the GIL,
+in pieces on threads).
 """
 
 from __future__ import annotations

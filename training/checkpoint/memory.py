@@ -20,9 +20,11 @@ snapshot is only ever offered to the run that wrote it. For saved rank ``s`` of 
 A process killed in the middle of a copy leaves ``.current`` pointing at the previous, complete generation.
 
 The copy runs on a background thread while the next step's forward and backward run; the next optimizer
-step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. On
-GPUs the device-to-host part is queued on a side stream into reused page-locked buffers (host memory, never a
-second copy on the GPU), and the thread waits for that stream, not the training stream.
+step waits for it (:meth:`MemoryTier.wait`), so the bytes are those of the step they are labelled with. It is
+cut into large pieces that a few threads copy and checksum in parallel, without the GIL
+(:mod:`training.checkpoint.snapshot_copy`); on GPUs the device-to-host part is queued on a side stream into
+reused page-locked blocks (host memory, never a second copy on the GPU) with an event per piece, and each piece
+waits for its own event, not the training stream. The replica goes out in chunks as their pieces land.
 
 Every generation is checked: its CRC32C (the storage tier's checksum, :mod:`training.checkpoint.integrity`) is
 computed piece by piece as the bytes are copied in and kept in its ``.meta``; a replica is checked again when
@@ -63,7 +65,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
 from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots
-from training.checkpoint.integrity import checksum, crc32c_bytes, hexdigest
+from training.checkpoint.copy_plan import copy_threads, plan_pieces, replica_chunks
+from training.checkpoint.fast_crc import crc32c_tensor
+from training.checkpoint.snapshot_copy import PIECE_BYTES, Copy, PieceCopier, Staged, copy_on_this_thread, spans
 from training.checkpoint.snapshot_budget import Choice, Pace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
@@ -81,9 +85,12 @@ QUARANTINE = "quarantine"  # damaged generations are moved here, in the run dire
 # The newest this many damaged generations of each copy are kept there: they are evidence, not an archive, and
 # they live in the node's memory (a link that damaged every replica would otherwise fill it, a step at a time).
 QUARANTINE_KEEP = 2
-# A snapshot is copied and checksummed in pieces of this size: each piece is checksummed while it is still in
-# the CPU's cache from the copy, instead of reading the whole snapshot from memory a second time.
-COPY_CHUNK = 1 << 20
+# A snapshot is copied and checksummed in pieces of this size (training.checkpoint.snapshot_copy): each piece is
+# checksummed while it is still in the CPU's cache from the copy, instead of reading the snapshot a second time.
+COPY_CHUNK = PIECE_BYTES
+# The replica goes to the peer in chunks of this size, each as soon as its pieces are copied: the transfer
+# overlaps the copy instead of starting after it, and a chunk is one large send (not one per piece).
+REPLICA_CHUNK = 64 << 20
 # An attempt's first snapshots pay one-time costs (the pages of both generations' buffers, and of the replica's,
 # pinned host buffers on GPUs, the room check's collective): their cost is not what the next ones will cost.
 WARMUP_SNAPSHOTS = 2
@@ -183,32 +190,16 @@ def _copy_checked(
     before: Callable[[int], None] | None = None,
 ) -> str:
     """Copy the shards into their places in `buf` and return the CRC32C of ``buf[:nbytes]`` (alignment padding
-    included), computed piece by piece right behind the copy. `before(i)` runs before shard i is copied."""
-    crc = checksum()
-    ends = [off for off, _, _ in layout[1:]] + [nbytes]
-    for i, ((off, _, _), dst, src, end) in enumerate(zip(layout, _views(buf, layout), tensors, ends)):
-        if before is not None:
-            before(i)
-        region, src = buf[off:end], src.detach()
-        if src.is_contiguous() and src.device.type == "cpu":
-            flat = src.reshape(-1).view(torch.uint8)
-            for a in range(0, flat.numel(), COPY_CHUNK):
-                piece = region[a : a + COPY_CHUNK][: flat.numel() - a]
-                piece.copy_(flat[a : a + COPY_CHUNK])
-                crc.update(piece.numpy())
-            if flat.numel() < region.numel():  # the padding up to the next aligned shard
-                crc.update(region[flat.numel() :].numpy())
-        else:  # strided (or still on a device): copy it whole, then checksum its bytes
-            dst.copy_(src)
-            for a in range(0, region.numel(), COPY_CHUNK):
-                crc.update(region[a : a + COPY_CHUNK].numpy())
-    return hexdigest(crc)
+    included), piece by piece right behind the copy, on this thread. `before(i)` runs before shard i is copied."""
+    pieces = plan_pieces(spans(tensors, layout, on_host=True), nbytes, COPY_CHUNK)
+    return copy_on_this_thread(buf, Staged(pieces, tensors), before)
 
 
-def _damage(meta: dict, data: torch.Tensor) -> tuple[str, str] | None:
-    """(expected, found) CRC32C when `data` is not the bytes `meta` describes, else None."""
+def _damage(meta: dict, data: torch.Tensor, pool=None) -> tuple[str, str] | None:
+    """(expected, found) CRC32C when `data` is not the bytes `meta` describes, else None; read in pieces on
+    `pool`'s threads when given."""
     expected = meta.get("crc32c")
-    found = crc32c_bytes(data[: meta["nbytes"]])
+    found = crc32c_tensor(data[: meta["nbytes"]], pool)
     if expected == found:
         return None
     return (expected or "none (written without a checksum)", found)
@@ -390,9 +381,8 @@ class MemoryTier:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._checked = False
-        self._pinned: list[torch.Tensor | None] = []  # GPU only: page-locked host copies of the shards, reused
-        self._pinned_shapes: list | None = None
-        self._stream = None  # GPU only: the side stream of the device-to-host copies
+        # the copy's threads (this rank's share of the node's cores), its reused page-locked pieces and side stream
+        self.copier = PieceCopier(copy_threads(len(os.sched_getaffinity(0)), local_world))
         self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
         self.unusable: str | None = None  # why this node's memory directory cannot be used (set by build)
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
@@ -489,10 +479,10 @@ class MemoryTier:
             "identity": self.identity,
             "round": self.round,
         }  # its crc32c is added once the bytes are copied
-        tensors, copied = self._stage(tensors)
+        staged = self.copier.stage(tensors, layout, nbytes)
         self._thread = threading.Thread(
             target=self._write,
-            args=(step, tensors, layout, nbytes, meta, copied),
+            args=(step, staged, nbytes, meta),
             name=f"memory-snapshot-{step}",
             daemon=True,
         )
@@ -567,86 +557,94 @@ class MemoryTier:
                 )
         return self.enabled
 
-    def _stage(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Any]:
-        """GPU shards: queue their copy into reused page-locked host buffers on a side stream (after the work
-        queued so far, i.e. this step's optimizer update) and return those buffers with the copy's event; the
-        snapshot thread waits for the event, so training never waits for the device-to-host copy. CPU shards
-        are returned as they are (the thread copies them)."""
-        if not any(t.is_cuda for t in tensors):
-            return tensors, None
-        shapes = [(tuple(t.shape), t.dtype) for t in tensors]
-        if self._pinned_shapes != shapes:
-            self._pinned = [
-                torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if t.is_cuda else None for t in tensors
-            ]
-            self._pinned_shapes = shapes
-            self._stream = self._stream or torch.cuda.Stream(device=tensors[0].device)
-        self._stream.wait_stream(torch.cuda.current_stream(tensors[0].device))
-        with torch.cuda.stream(self._stream):
-            for host, t in zip(self._pinned, tensors):
-                if host is not None:
-                    host.copy_(t.detach(), non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record(self._stream)
-        return [host if host is not None else t for host, t in zip(self._pinned, tensors)], copied
+    def _write(self, step: int, staged: Staged, nbytes: int, meta: dict) -> None:
+        """The snapshot thread: the pieces run on the copier's pool; with a replica, each chunk is sent as soon as
+        its pieces are copied; the generation is published once its CRC32C is known."""
+        copy, buf, slot = None, None, -1
+        hook = self.mid_copy_hook
+        middle = len(staged.sources) // 2
 
-    def _write(self, step: int, tensors: list[torch.Tensor], layout, nbytes: int, meta: dict, copied=None) -> None:
-        data, meta_bytes = None, b""
+        def before(i: int) -> None:
+            if hook is not None and i == middle:
+                hook(step)
+
         try:
-            if copied is not None:
-                copied.synchronize()  # the side stream's device-to-host copies are in the pinned buffers
             slot, buf = self.own.begin(nbytes)
-            hook = self.mid_copy_hook
-
-            def before(i: int) -> None:
-                if hook is not None and i == len(tensors) // 2:
-                    hook(step)
-
-            meta_bytes = _to_bytes({**meta, "crc32c": _copy_checked(buf, layout, nbytes, tensors, before)})
-            self.own.publish(slot, step, meta_bytes)
-            data = buf[:nbytes]
+            copy = self.copier.start(buf, staged, before)
         except Exception as e:  # noqa: BLE001 - reported by wait(); the peer exchange below still happens
             self._error = e
+
+        published: list[bytes | None] = []  # publish() runs once: inside the ring exchange, or after it failed
+
+        def publish() -> bytes | None:
+            """This generation's meta, published; None when the copy failed (its error kept for wait())."""
+            if published:
+                return published[0]
+            published.append(None)
+            if copy is None:
+                return None
+            try:
+                published[0] = _to_bytes({**meta, "crc32c": copy.crc()})
+                self.own.publish(slot, step, published[0])
+            except Exception as e:  # noqa: BLE001 - reported by wait()
+                self._error, published[0] = self._error or e, None
+            return published[0]
+
         try:
             if self.replicate:  # even after a failed copy: the peers' threads wait for this exchange
-                self._send_to_peer(data, meta_bytes)
+                self._send_to_peer(copy, buf, nbytes, publish)
         except Exception as e:  # noqa: BLE001 - reported by wait() on the training thread
             self._error = self._error or e
+        publish()  # a peer lost mid-exchange costs its replica, not this node's own copy of the step
 
-    def _send_to_peer(self, data: torch.Tensor | None, meta: bytes) -> None:
+    def _send_to_peer(
+        self, copy: Copy | None, buf: torch.Tensor | None, nbytes: int, publish: Callable[[], bytes | None]
+    ) -> None:
         """Ring exchange: our bytes to the next node's rank, the previous node's bytes into our replica.
-        Sizes go first; a side without a snapshot this step (`data` None) sends -1 and no payload."""
-        sizes = torch.tensor([data.numel(), len(meta)] if data is not None else [-1, -1], dtype=torch.int64)
-        theirs = torch.empty(2, dtype=torch.int64)
+
+        Every rank does the same exchanges in the same order (so none waits on a peer that waits on it): the
+        sizes; the data in REPLICA_CHUNK chunks, all receives posted first, each send as soon as its pieces are
+        copied; the meta's length; the meta. A side without a snapshot this step sends size -1 and no data; a
+        side whose copy failed after the sizes sends its chunks anyway and meta length -1, and the receiver drops
+        them. Every send and receive is non-blocking until the end, where all are waited for."""
+        sizes = torch.tensor([nbytes if copy is not None else -1], dtype=torch.int64)
+        theirs = torch.empty(1, dtype=torch.int64)
         _exchange(sizes, theirs, self.dest, self.src, self.group)
-        n, m = int(theirs[0]), int(theirs[1])
+        n = int(theirs[0])
         reqs = []
-        if data is not None:
-            reqs += [
-                dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group),
-                dist.isend(data, dst=self.dest, group=self.group),
-            ]
         failed = None
         if n >= 0:
             try:
                 slot, pbuf = self.peer.begin(n)
             except OSError as e:  # no room for the replica: take the bytes anyway (the sender waits for them)
                 failed, slot, pbuf = e, -1, torch.empty(n, dtype=torch.uint8)
+            reqs += [dist.irecv(pbuf[a:b], src=self.src, group=self.group) for a, b in replica_chunks(n, REPLICA_CHUNK)]
+        if copy is not None and buf is not None:
+            for a, b in replica_chunks(nbytes, REPLICA_CHUNK):
+                copy.wait_through(b)
+                reqs.append(dist.isend(buf[a:b], dst=self.dest, group=self.group))
+        meta = publish()
+        mine = torch.tensor([len(meta) if meta is not None else -1], dtype=torch.int64)
+        their_len = torch.empty(1, dtype=torch.int64)
+        _exchange(mine, their_len, self.dest, self.src, self.group)
+        m = int(their_len[0]) if n >= 0 else -1
+        if meta is not None:
+            reqs.append(
+                dist.isend(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst=self.dest, group=self.group)
+            )
+        if m >= 0:
             meta_in = torch.empty(m, dtype=torch.uint8)
-            reqs += [
-                dist.irecv(meta_in, src=self.src, group=self.group),
-                dist.irecv(pbuf[:n], src=self.src, group=self.group),
-            ]
+            reqs.append(dist.irecv(meta_in, src=self.src, group=self.group))
         for r in reqs:
             r.wait()
         if failed is not None:
             raise failed
-        if n >= 0:
+        if m >= 0:
             peer_meta = bytes(meta_in.numpy().tobytes())
             got = _from_bytes(peer_meta)
             if self.replica_hook is not None:
                 self.replica_hook(int(got["step"]), pbuf[:n])
-            damage = _damage(got, pbuf[:n])
+            damage = _damage(got, pbuf[:n], self.copier.pool)
             if got.get("round") != self.round:  # a group of another round wrote it: never offered
                 log.warning(
                     "WARNING: refused the replica of rank %s's step %s: round %s, this group's is %s",
@@ -730,7 +728,7 @@ class MemoryTier:
                 got = gens.read(slot)
                 if got is None or got[0] != step:
                     continue
-                damage = _damage(got[1], got[2])
+                damage = _damage(got[1], got[2], self.copier.pool)
                 if damage is not None:
                     damaged.append(self._name_damaged(gens, slot, got[1], damage, "found before restoring it"))
         return damaged
@@ -845,7 +843,7 @@ class MemoryTier:
                     g = _Generations(self.root, f"{kind}-r{s}-w{old_world}").find(step)
                     _send_blob(_to_bytes(g[1]), g[2][: g[1]["nbytes"]], r, self.group)
                 else:
-                    meta, data = _recv_blob(holder, self.group)
+                    meta, data = _recv_blob(holder, self.group, self.copier.pool)
                     got[s] = (meta, _views(data, meta["layout"]))
                     from_peer = True
         for key, obj in state.items():
@@ -879,7 +877,7 @@ class MemoryTier:
                     got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
                     _send_blob(_to_bytes(got[1]), got[2][: got[1]["nbytes"]], s, self.group)
                 else:
-                    mine = _recv_blob(holder, self.group)
+                    mine = _recv_blob(holder, self.group, self.copier.pool)
         if mine is None or mine[0]["step"] != step:
             raise RuntimeError(f"snapshot of step {step} for rank {self.rank} not found")
         return mine
@@ -889,6 +887,7 @@ class MemoryTier:
         """Wait for the copy in flight; `discard` (a finished run, or a diverged one) removes its snapshots; a
         failed run keeps them for its restart."""
         self.wait()
+        self.copier.close()
         if discard and self.root.exists():
             self.own.remove()
             self.peer.remove()
@@ -944,7 +943,7 @@ def _send_blob(meta: bytes, data: torch.Tensor, dst: int, group) -> None:
     dist.send(data.contiguous(), dst=dst, group=group)
 
 
-def _recv_blob(src: int, group) -> tuple[dict, torch.Tensor]:
+def _recv_blob(src: int, group, pool=None) -> tuple[dict, torch.Tensor]:
     sizes = torch.empty(2, dtype=torch.int64)
     dist.recv(sizes, src=src, group=group)
     meta = torch.empty(int(sizes[0]), dtype=torch.uint8)
@@ -952,7 +951,7 @@ def _recv_blob(src: int, group) -> tuple[dict, torch.Tensor]:
     data = torch.empty(int(sizes[1]), dtype=torch.uint8)
     dist.recv(data, src=src, group=group)
     got = _from_bytes(meta.numpy().tobytes())
-    damage = _damage(got, data)
+    damage = _damage(got, data, pool)
     if damage is not None:  # checked by its holder before it was sent: the transfer damaged it
         raise ValueError(
             f"the snapshot of rank {got['rank']}'s shard of step {got['step']} sent by rank {src} "

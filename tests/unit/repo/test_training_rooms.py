@@ -6,7 +6,7 @@
     job/                         <- shared, data, model, checkpoint, goodput (with its entry point, __main__)
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
     goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
-    the tools                    compare, export, bench, bench_hf, bench_init, bench_saves: any room
+    the tools                    compare, export, bench (and bench_copy), bench_hf, bench_init, bench_saves: any room
 
 Every import counts, at any depth (function-level ones too), as in tests/unit/repo/test_import_layers.py. Each room's
 ``__init__`` docstring lists every module of the room.
@@ -26,6 +26,7 @@ TRAINING = ROOT / "training"
 SHARED = {"training", "training.config", "training.errors", "training.field_docs", "training.torch_private"}
 COMMANDS = {
     "training.bench",
+    "training.bench_copy",
     "training.bench_hf",
     "training.bench_init",
     "training.bench_saves",
