@@ -5,14 +5,16 @@ from __future__ import annotations
 from tests.support.file_order import TIER_DEFAULT_S, expected_seconds, load_seconds, longest_first, merged
 
 
-def test_longest_first_with_ties_in_collection_order():
-    files = ["tests/unit/a.py", "tests/e2e/b.py", "tests/unit/c.py", "tests/integration/d.py"]
+def test_unit_files_first_then_longest_first_with_ties_in_collection_order():
+    files = ["tests/unit/a.py", "tests/e2e/b.py", "tests/unit/c.py", "tests/integration/d.py", "tests/unit/e.py"]
     weight = {"tests/unit/a.py": 1.0, "tests/e2e/b.py": 500.0, "tests/unit/c.py": 1.0, "tests/integration/d.py": 9.0}
+    weight["tests/unit/e.py"] = 2.0
     assert longest_first(files, weight) == [
-        "tests/e2e/b.py",
-        "tests/integration/d.py",
+        "tests/unit/e.py",
         "tests/unit/a.py",
         "tests/unit/c.py",
+        "tests/e2e/b.py",
+        "tests/integration/d.py",
     ]
 
 
