@@ -10,7 +10,7 @@
 #> ARGS      (none)     extra arguments for the target's script, e.g. ARGS="--train.steps 200" (scripts/<script> --help)
 #> DRY_RUN   (off)      1/true/yes/on: print what train, chaos-test, image, deploy or destroy would do, run nothing; 0/false/no/off/empty: run
 #> IMAGE_TAG (content)  image tag for image and train PLATFORM=eks; default: this checkout's src-<digest> (tools/image_tag.py)
-#> TEST_WORKERS 2       test, test-unit, test-fast: pytest-xdist workers the suite runs on (0: one test at a time, in one process)
+#> TEST_WORKERS 3       test, test-unit, test-fast: pytest-xdist workers the suite runs on (0: one test at a time, in one process)
 export PLATFORM PRESET NPROC NODES SPARES MAX_RESTARTS SOAK DRY_RUN IMAGE_TAG TEST_WORKERS
 SHELL := /bin/bash
 

@@ -33,9 +33,9 @@ def workers_by_file(stdout: str) -> dict[str, set[str]]:
     return out
 
 
-def test_the_suite_runs_on_two_workers_by_default_and_in_one_process_on_request():
+def test_the_suite_runs_on_three_workers_by_default_and_in_one_process_on_request():
     r = run("-p", "no:cacheprovider", "tests/integration/scripts/test_make_help.py")
-    assert r.returncode == 0 and "3 passed" in r.stdout and "created: 2/2 workers" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "3 passed" in r.stdout and "created: 3/3 workers" in r.stdout, r.stdout + r.stderr
     assert "slowest 25 durations" in r.stdout  # every run says where its time went
     r = run("-p", "no:cacheprovider", "tests/integration/scripts/test_make_help.py", TEST_WORKERS="0")
     assert r.returncode == 0 and "3 passed" in r.stdout and "workers" not in r.stdout, r.stdout
@@ -53,7 +53,7 @@ def test_a_files_tests_stay_on_one_worker():
     ran = workers_by_file(r.stdout)
     assert set(ran) == set(files), ran
     assert all(len(w) == 1 for w in ran.values()), ran  # never split: a module's fixtures are built once
-    assert len(set().union(*ran.values())) == 2, ran  # and both workers got files
+    assert len(set().union(*ran.values())) >= 2, ran  # and the files were shared among the workers
 
 
 def test_tests_that_run_make_work_under_make_test_with_args():
