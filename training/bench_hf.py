@@ -27,7 +27,7 @@ from training.bench import BASELINE_VARIANT as VARIANT  # what ``training.bench 
 
 def _autocast(device: torch.device, bf16: bool):
     """bf16 autocast on a GPU (fp32 master weights stay fp32); nothing on a CPU unless asked (bf16 is ~9x slower
-    there, STACK-NOTES 1)."""
+    there: measured on this project's 2-core CPU)."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 

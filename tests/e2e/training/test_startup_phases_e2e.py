@@ -21,9 +21,9 @@ pytestmark = pytest.mark.e2e
 STEP_2_COMMITTED = ("--checkpoint.async_save", "false")
 
 
-def _agent(out, tmpdir, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """One agent, one worker, restarted once by its agent; TMPDIR is the node's local disk (its compile caches)."""
-    tmpdir.mkdir(exist_ok=True)
+def _agent(out, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """One agent, one worker, restarted once by its agent (the system's TMPDIR: the forkserver's socket path there
+    must stay within AF_UNIX's 108 bytes, which a pytest tmp_path under an xdist worker exceeds)."""
     return subprocess.run(
         [
             sys.executable,
@@ -43,7 +43,7 @@ def _agent(out, tmpdir, *args: str, env: dict | None = None) -> subprocess.Compl
             *args,
         ],
         cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmpdir), **(env or {})},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})},
         capture_output=True,
         text=True,
         timeout=900,
@@ -57,7 +57,7 @@ def _starts(out) -> list[dict]:
 
 def test_a_killed_and_restarted_worker_records_its_start_by_phase_from_its_spawn(tmp_path):
     out = tmp_path / "run"
-    r = _agent(out, tmp_path / "tmp", "--train.steps", "5", "--fault.sigkill_at_step", "3", *STEP_2_COMMITTED)
+    r = _agent(out, "--train.steps", "5", "--fault.sigkill_at_step", "3", *STEP_2_COMMITTED)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     starts = _starts(out)
     assert [s["restart_count"] for s in starts] == [0, 1]
