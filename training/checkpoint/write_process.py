@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -56,6 +57,11 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
 
     Requests: ("save", path, staged_state, timeout_s) -> ("done",) or ("failed", portable exception parts);
     ("stop",) ends it."""
+    # The job's signals are the trainer's to handle (it finishes the save in flight, then stops this writer). The
+    # writer is started with them blocked, but the mask did not survive the spawn everywhere (a run here found only
+    # SIGUSR1 still blocked), so they are ignored here too.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
     threading.Thread(target=_watch_trainer, args=(trainer_pid,), name="t5f-writer-watch", daemon=True).start()
     logging.getLogger().setLevel(logging.WARNING)
     import torch.distributed as dist
