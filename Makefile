@@ -26,7 +26,7 @@ train:           ## run the FSDP T5 job (local CPU by default; PLATFORM=slurm|ek
 	@scripts/train.sh $(ARGS) || scripts/train_exit.sh train $$?
 status:          ## one screen for the running or last job: step, ETA, tokens/s, world, last failure, goodput
 	@scripts/status.sh $(ARGS)
-test:            ## run the whole test suite: tests/unit, tests/integration, tests/e2e (what CI runs; ~28 min on 2 cores)
+test:            ## run the whole test suite: tests/unit, tests/integration, tests/e2e (what CI runs; ~25 min on 2 cores)
 	@scripts/test.sh $(ARGS)
 test-unit:       ## the unit tier only (tests/unit: no process, no socket; about a minute)
 	@scripts/test.sh --tier unit $(ARGS)
