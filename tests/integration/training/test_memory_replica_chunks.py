@@ -9,6 +9,7 @@ import json
 
 import torch
 
+from tests.integration.training.test_memory_tier import two_node_tier
 from tests.unit.training.test_snapshot_copy import Shards, shards
 
 
@@ -33,18 +34,7 @@ def _worker(rank: int, root: str, store: str, fail_at: int, out: str) -> None:
         if rank == 0 and step == 3:  # a slow piece: the chunks after it must wait for it, not go out stale
             time.sleep(0.5)
 
-    t = memory.MemoryTier(
-        interval=1,
-        root=Path(root) / f"node{rank}",
-        rank=rank,
-        world=2,
-        local_world=1,
-        identity={"model": "net"},
-        replicate=True,
-        timeout_s=60,
-        device=torch.device("cpu"),
-        mid_copy_hook=fail,
-    )
+    t = two_node_tier(root, rank, mid_copy_hook=fail)
     t.root.mkdir(parents=True)
     t.copier = PieceCopier(threads=2, piece_bytes=1000)
     for step in (1, 2, 3):
@@ -99,17 +89,7 @@ def _peer_dies_worker(rank: int, root: str, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     memory.REPLICA_CHUNK = 4096
 
-    t = memory.MemoryTier(
-        interval=1,
-        root=Path(root) / f"node{rank}",
-        rank=rank,
-        world=2,
-        local_world=1,
-        identity={"model": "net"},
-        replicate=True,
-        timeout_s=60,
-        device=torch.device("cpu"),
-    )
+    t = two_node_tier(root, rank)
     t.root.mkdir(parents=True)
     t.copier = PieceCopier(threads=2, piece_bytes=1000)
     for step in (1, 2):

@@ -12,21 +12,13 @@ import torch
 from tests.unit.training.test_memory_tier import Plain
 
 
-def _replica_worker(rank: int, root: str, store: str, damage_at: int, out: str) -> None:
-    """One rank of a 2-node world (1 rank per node, each node its own memory directory): 3 snapshots, the
-    replica of step `damage_at` damaged on rank 0 as it arrives (after the transfer, before the check)."""
-    import json
+def two_node_tier(root: str, rank: int, **hooks):
+    """The memory tier of one of two simulated nodes (one rank each) replicating to each other on CPU."""
     from pathlib import Path
-    import torch.distributed as dist
+
     from training.checkpoint.memory import MemoryTier
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-
-    def damage(step, data):
-        if step == damage_at:
-            data[100:164] ^= 0xFF
-
-    t = MemoryTier(
+    return MemoryTier(
         interval=1,
         root=Path(root) / f"node{rank}",
         rank=rank,
@@ -36,8 +28,24 @@ def _replica_worker(rank: int, root: str, store: str, damage_at: int, out: str) 
         replicate=True,
         timeout_s=60,
         device=torch.device("cpu"),
-        replica_hook=damage if rank == 0 else None,
+        **hooks,
     )
+
+
+def _replica_worker(rank: int, root: str, store: str, damage_at: int, out: str) -> None:
+    """One rank of a 2-node world (1 rank per node, each node its own memory directory): 3 snapshots, the
+    replica of step `damage_at` damaged on rank 0 as it arrives (after the transfer, before the check)."""
+    import json
+    from pathlib import Path
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+
+    def damage(step, data):
+        if step == damage_at:
+            data[100:164] ^= 0xFF
+
+    t = two_node_tier(root, rank, replica_hook=damage if rank == 0 else None)
     t.root.mkdir(parents=True)
     src = Plain(rank)
     for step in (1, 2, 3):
