@@ -38,6 +38,9 @@ SCENARIOS: dict[str, str] = {
     "store-outage": "every etcd member stopped for 20 s, then back: training goes on, the agents reconnect",
     "store-outage-then-worker-kill": "a worker dies while no etcd member answers: the new round waits for the store "
     "and trains again within seconds of its return",
+    "split-brain": "SIGSTOP the training nodes' agents only (their workers train on) until the hot spares form a new "
+    "round: two worker groups of one job; the commit fence stops the old one at its next commit, only the new "
+    "group's checkpoints complete",
 }
 
 PLATFORMS: dict[str, tuple[str, ...]] = {
@@ -61,6 +64,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "store-member-kill",
         "store-outage",
         "store-outage-then-worker-kill",
+        "split-brain",
     ),
     "slurm": (
         "node-kill",

@@ -1,7 +1,8 @@
 """The job's known failures, each with its exit code (torch-free, so the entry point imports it cheaply).
 
 Every rank raises these together (the decision is agreed first), so a wrapper can tell from the exit code
-whether a rerun can help: 2-5 need a change of settings or data, 6 needs storage fixed, then a rerun resumes.
+whether a rerun can help: 2-5 need a change of settings or data, 6 needs storage fixed, then a rerun resumes; 9
+says this worker group was replaced by a newer one (the job goes on there: nothing to rerun).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class CheckpointStorageError(RuntimeError):
     """Checkpoints cannot be written (no space, read-only, permissions); the message says why and where."""
 
 
+class StaleGroup(RuntimeError):
+    """This worker group's rendezvous round was replaced by a newer one (its agent lost the membership store while
+    spares formed a new group): the commit fence refused its checkpoint (training.checkpoint.fence), and every
+    rank stops at the next step boundary rather than train on beside the group that replaced it."""
+
+
 class PeerLost(RuntimeError):
     """A checkpoint collective lost a peer (silent, hung or gone): not a storage problem. Deliberately without
     an exit code: the worker crashes like one whose training collective lost a peer, and the launcher restarts
@@ -55,6 +62,7 @@ EXIT_CODES: dict[type[Exception], int] = {
     RunChanged: 4,
     Diverged: 5,
     CheckpointStorageError: 6,
+    StaleGroup: 9,  # 7: a busy checkpoint.dir (training.checkpoint.run_lock), 8: Regroup
 }
 
 

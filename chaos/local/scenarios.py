@@ -34,6 +34,7 @@ from chaos.grey import (
     slowdown,  # noqa: F401
 )
 from chaos.local.config import LocalChaosConfig
+from chaos.local.split_brain import check_stale_group_fenced, inject_split_brain
 from chaos.report import TIMELINE_EVENTS, ScenarioResult
 from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
@@ -1183,6 +1184,16 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             inject_store_outage_then_worker_kill,
             Expectation(max_steps_lost=same_world),
             (check_reformed_after_store_back,),
+        ),
+        # Two worker groups of one job (the old one's agents frozen, its workers training on): the old group runs
+        # to its next commit, which the fence refuses, so up to two intervals are recomputed by the new group.
+        LocalScenario(
+            "split-brain",
+            inject_split_brain,
+            Expectation(noticed=False, max_steps_lost=killed),
+            (check_stale_group_fenced,),
+            spares=cfg.nodes,
+            hold=True,
         ),
     ]
     return scenario_table("local", table)

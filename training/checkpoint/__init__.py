@@ -22,7 +22,10 @@
 * :mod:`~training.checkpoint.integrity`: CRC32C of files and the words for storage and peer failures;
 * :mod:`~training.checkpoint.run_lock`: one run at a time per checkpoint.dir;
 * :mod:`~training.checkpoint.run_identity`: what defines a run (the fingerprint a resume is checked against);
-* :mod:`~training.checkpoint.state`: the Stateful objects a checkpoint holds (train state, RNG, model only).
+* :mod:`~training.checkpoint.state`: the Stateful objects a checkpoint holds (train state, RNG, model only);
+* :mod:`~training.checkpoint.fence`: the commit fence (a replaced worker group never completes a checkpoint; the
+  etcd side is the launch room's), :mod:`~training.checkpoint.generation` (the round a group trains in, as its
+  agent noted it) and :mod:`~training.checkpoint.stale_rule` (which checkpoints a replaced group wrote; pure).
 
 Importing the package imports no torch: the layout's names are re-exported here for the start checks and the
 tools (``from training.checkpoint import MARKER, latest_complete``).

@@ -23,18 +23,28 @@ Policy:
   fresh run. ``restored_from`` (the ``start`` event's) lists the damaged generations skipped on the way.
 * **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
   the memory tier off on every rank at the same step and training goes on with storage.
+* **fence** (:mod:`training.checkpoint.fence`, on an etcd rendezvous; otherwise it does nothing): rank 0 asks
+  etcd before each commit marker whether this group's round is still the current one; refused, every rank stops
+  at the next step boundary (exit 9, one line). At restore, complete checkpoints a replaced group wrote are moved
+  aside first, and the step restored from is recorded for this round.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Protocol
 
 import torch
 
+import torch.distributed as dist
+
+from training.checkpoint import fence as commit_fence
+from training.checkpoint import generation
+from training.checkpoint.stale_rule import stale_checkpoints
 from training.checkpoint.storage import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
-from training.errors import CheckpointStorageError
+from training.errors import CheckpointStorageError, StaleGroup
 from training.checkpoint.memory import MemoryTier
 from training.checkpoint.run_identity import Change, parse_accept
 
@@ -71,6 +81,8 @@ class CheckpointManager:
         self.cfg, self.signature, self.say, self.record = cfg, signature, say, record
         # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
+        self.fence = commit_fence.build(rank)
+        self._fault_before_commit = faults.before_commit
         self.storage = StorageTier(
             cfg,
             rank=rank,
@@ -80,7 +92,7 @@ class CheckpointManager:
             accept=parse_accept(cfg.accept_changes),
             before_save=before_save,
             during_save=faults.during_save,
-            before_commit=faults.before_commit,
+            before_commit=self._before_commit,
             on_commit=on_commit,
         )
         self.storage.check_storage(checkpoint_bytes=checkpoint_bytes)
@@ -94,8 +106,15 @@ class CheckpointManager:
             identity={"signature": signature, "fingerprint": fingerprint, "lineage": self.storage.lineage()},
             mid_copy_hook=faults.mid_snapshot,
         )
+        gen = generation.read()
+        self.memory.round = gen.round if gen else None  # each snapshot carries it (the fence's restore rule)
         self.restored_from: dict | None = None
         """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
+
+    def _before_commit(self, step: int) -> dict:
+        """Rank 0, a checkpoint's data written: the fault point, then the fence (its fields go into the marker)."""
+        self._fault_before_commit(step)
+        return self.fence.commit(step)
 
     @property
     def accepted(self) -> list[Change]:
@@ -109,7 +128,14 @@ class CheckpointManager:
 
         A resumed state has every buffer an async save copies: the storage tier allocates its copies now, not on
         the first save's step."""
+        history = [self.fence.restores() or {}]  # rank 0's read of etcd (the others' fence does nothing)
+        dist.broadcast_object_list(history, src=0, group=self.storage.group)
+        restored = history[0]
+        self.fence.set_aside_stale(self.storage.root, restored)  # rank 0, before any rank scans the directory
+        self.memory.stale = lambda rnd, step: stale_checkpoints({step: rnd}, restored).get(step)
+        dist.barrier(group=self.storage.group)
         step = self._restore(state, model_only)
+        self.fence.record_restore(step or 0)
         if step is not None:
             self.storage.prepare(state)
         return step
@@ -201,14 +227,29 @@ class CheckpointManager:
         """After `step`: storage if due (synchronous on a stop or the last step, which exit right after), then the
         memory snapshot if due. Returns the seconds training was blocked by each (storage, memory)."""
         must = stop or final
+        waited = 0.0
         # a step without a save has no checkpoint phase (its bound comes from saves that were made)
         if must or self.storage.due(step):
             self.on_save(must)
-        blocked = self.storage.save(step, state, force=must, sync=must, progress=progress)
+            waited = self._agree_on_save_in_flight()
+        blocked = waited + self.storage.save(step, state, force=must, sync=must, progress=progress)
         self.on_snapshot()
         snapshot_blocked = self.memory.snapshot(step, state)
         self._tell_interval(step)
         return blocked, snapshot_blocked
+
+    def _agree_on_save_in_flight(self) -> float:
+        """Collective, before a save: wait for the save in flight (the storage tier would, one at a time) and act on
+        its outcome on every rank together. Its commit may have failed after this step's boundary agreement (a
+        fenced commit, a full disk): rank 0 alone would raise inside the save while the others wait for it in the
+        save's collectives. Returns the seconds waited."""
+        t0 = time.perf_counter()
+        self.storage.wait()
+        failed = torch.tensor([self.storage.failure is not None], dtype=torch.int64)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.storage.group)
+        if failed.item():
+            self.act_on_failures(save_failed=True, snapshot_failed=False)
+        return time.perf_counter() - t0
 
     @property
     def snapshot_interval(self) -> int:
@@ -238,8 +279,19 @@ class CheckpointManager:
             )
         if save_failed:
             self.storage.wait()
-            self.storage.raise_failure()
-            raise CheckpointStorageError("a peer's checkpoint write failed (see its log)")
+            try:
+                self.storage.raise_failure()
+                mine = None
+            except Exception as e:  # noqa: BLE001 - raised below, once every rank knows rank 0's kind
+                mine = e
+            # rank 0's kind for every rank: a group the fence found replaced stops with one exit code (9)
+            kind = [type(mine) if mine is not None else None]
+            dist.broadcast_object_list(kind, src=0, group=self.storage.group)
+            if mine is not None:
+                raise mine
+            raise (StaleGroup if kind[0] is StaleGroup else CheckpointStorageError)(
+                "a peer's checkpoint write failed (see its log)"
+            )
 
     def close(self, *, discard_memory: bool) -> None:
         """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""
@@ -247,6 +299,7 @@ class CheckpointManager:
             self.memory.close(discard=discard_memory)
         finally:
             self.storage.close()
+            self.fence.close()
 
 
 def _skipped_words(skipped) -> str:

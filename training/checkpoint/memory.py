@@ -388,6 +388,11 @@ class MemoryTier:
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
         self.restored: Restored | None = None
         self.skipped: list[dict] = []  # the damaged generations the last restore skipped (every rank's)
+        # The rendezvous round of this worker group (training.checkpoint.generation; None: not on etcd), in every
+        # snapshot's metadata; a replica of another round is refused, and a snapshot a replaced round wrote after a
+        # later round restored (why, from stale(round, step); the manager sets it) is never offered.
+        self.round: int | None = None
+        self.stale: Callable[[int | None, int], str | None] = lambda rnd, step: None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -472,6 +477,7 @@ class MemoryTier:
             "layout": layout,
             "nbytes": nbytes,
             "identity": self.identity,
+            "round": self.round,
         }  # its crc32c is added once the bytes are copied
         staged = self.copier.stage(tensors, layout, nbytes)
         self._thread = threading.Thread(
@@ -639,7 +645,15 @@ class MemoryTier:
             if self.replica_hook is not None:
                 self.replica_hook(int(got["step"]), pbuf[:n])
             damage = _damage(got, pbuf[:n], self.copier.pool)
-            if damage is None:
+            if got.get("round") != self.round:  # a group of another round wrote it: never offered
+                log.warning(
+                    "WARNING: refused the replica of rank %s's step %s: round %s, this group's is %s",
+                    got.get("rank"),
+                    got.get("step"),
+                    got.get("round"),
+                    self.round,
+                )
+            elif damage is None:
                 self.peer.publish(slot, int(got["step"]), peer_meta)
             else:  # the previous generation stays the current one; this one is kept aside, never offered
                 _write_atomic(self.peer.path(f"{slot}.meta"), peer_meta)  # quarantined with its data
@@ -732,7 +746,11 @@ class MemoryTier:
                 continue
             for step, meta, _ in _Generations(self.root, prefix).complete():
                 if meta.get("identity") == self.identity and meta.get("rank") == s and meta.get("world") == w:
-                    found.add((s, w, step, kind))
+                    why = self.stale(meta.get("round"), step)
+                    if why is None:
+                        found.add((s, w, step, kind))
+                    elif self.rank % self.local_world == s % self.local_world:  # one line per snapshot
+                        log.warning("WARNING: memory snapshot %s of step %d not used: %s", prefix, step, why)
         return sorted(found)
 
     def restore(self, state: dict[str, Any], *, storage_step: int) -> Restored | None:

@@ -57,8 +57,9 @@ class StorageTier:
     `fingerprint` identifies the run (see training.checkpoint.run_identity); `accept` names the fingerprint fields a
     resume may change. `before_save` runs (on every rank) right before a checkpoint is taken, e.g. a check
     that the state is finite; it may raise to prevent the save. `during_save` (once the step's directory is
-    agreed) and `before_commit` (data written, marker not yet) are fault-injection points; what `before_commit`
-    returns goes into the commit marker.
+    agreed) and `before_commit` (data written, marker not yet) are fault-injection points; `before_commit` is also
+    the commit fence (training.checkpoint.fence): what it returns goes into the marker, and what it raises fails
+    the commit.
     When and what to save and restore is decided by the owner of both tiers (training.checkpoint.manager).
     """
 

@@ -39,7 +39,7 @@ from training.checkpoint.layout import (
 )
 from training.checkpoint.staging import ReusedBufferStager
 from training.checkpoint.storage_site import StorageSite
-from training.errors import CheckpointStorageError, PeerLost
+from training.errors import CheckpointStorageError, PeerLost, StaleGroup
 from training.torch_private import set_pg_timeout
 
 log = logging.getLogger("training.checkpoint")
@@ -166,6 +166,8 @@ class StorageWriter:
     # ---- failures ----------------------------------------------------------------------------------
     def _classify(self, step: int, e: BaseException) -> tuple[type[Exception], str]:
         """(PeerLost, why) when a collective lost a peer, else (CheckpointStorageError, why)."""
+        if isinstance(e, StaleGroup):  # the commit fence refused it: its own line, its own exit code
+            return StaleGroup, str(e)
         peer = peer_reason(e)
         if peer:
             return PeerLost, (
@@ -264,7 +266,7 @@ class StorageWriter:
         if self.site.rank != 0:
             return
         sums = {n: c for g in gathered for n, c in g.items()}
-        fenced = self.before_commit(step) or {}  # fields the hook adds to the marker
+        fenced = self.before_commit(step) or {}  # the commit fence's fields (training.checkpoint.fence)
         record = {
             "format": 2,
             "step": step,

@@ -14,7 +14,8 @@
 * :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C;
 * :mod:`~training.launch.spawn_time`: each worker's spawn time in its environment (its start-up clock's origin);
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
-  :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks);
+  :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks); a cold worker runs
+  :mod:`~training.launch.worker` (the training module with the commit fence's etcd side installed);
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
 * :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
   (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round

@@ -12,7 +12,8 @@ agent stops:
   keeps torchrun's behaviour (Slurm may send several while a checkpoint is being written).
 * started by the local launcher (``T5_DIE_WITH_PARENT``), the agent gets SIGTERM when the launcher dies.
 * a worker that stops with one of the training module's exit codes (2-7: bad settings, another run's
-  checkpoint, divergence, failing storage, busy directory) ends the agent with that code and one line
+  checkpoint, divergence, failing storage, busy directory; 9: its worker group was replaced by a newer round,
+  :mod:`training.checkpoint.fence`) ends the agent with that code and one line
   instead of torchrun's "training FAILED" block (exit 1), which is kept for crashes; the group is not restarted
   for it (the worker tells the agent, :func:`training.job.watchdog.tell_agent_final_exit`): it would stop the
   same way.
@@ -67,8 +68,9 @@ from training.job.watchdog import NodeWatchdog
 # torchrun's default --signals-to-handle, less SIGINT, which this module handles (torch would re-install its
 # own handler, the one that forgets a first signal was already received, every time it starts workers).
 _TORCH_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-# The training module's own exit codes (python -m training: 2 config ... 7 busy directory); passed through.
-KNOWN_EXIT_CODES = (2, 3, 4, 5, 6, EXIT_BUSY)
+# The training module's own exit codes (python -m training: 2 config ... 7 busy directory, 9 a worker group the
+# commit fence found replaced: training.checkpoint.fence); passed through.
+KNOWN_EXIT_CODES = (2, 3, 4, 5, 6, EXIT_BUSY, 9)
 
 
 def _signals_to_handle() -> str:
@@ -215,6 +217,8 @@ def _launch(args, warm: bool) -> None:
     stamp_spawn_time(config)  # each worker's start-up clock begins at its spawn (training.launch.spawn_time)
     if warm:
         config, cmd, cmd_args = warm_workers.apply_warm_start(config, cmd, cmd_args)
+    else:
+        cmd_args = warm_workers.cold_entry(list(cmd_args))
     elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
 
 

@@ -122,6 +122,16 @@ def apply_warm_start(config, cmd, cmd_args: list[str]):
     return config, run_worker, list(cmd_args[n:])
 
 
+def cold_entry(cmd_args: list[str]) -> list[str]:
+    """torchrun's arguments for a cold worker of ``-m training``: ``-m training.launch.worker`` instead, the same
+    training module with the commit fence's etcd side installed (:mod:`training.launch.worker`); anything else
+    unchanged."""
+    n = len(_MODULE_PREFIX)
+    if tuple(cmd_args[:n]) != _MODULE_PREFIX:
+        return cmd_args
+    return [*_MODULE_PREFIX[:-1], "training.launch.worker", *cmd_args[n:]]
+
+
 def run_worker(*argv: str) -> None:
     """One worker: ``python -m training ARGV`` in this forked process. Returns on success (exit 0); otherwise
     exits with the training module's code."""
@@ -131,7 +141,9 @@ def run_worker(*argv: str) -> None:
     for sig in IGNORED_IN_FORKSERVER:  # inherited from the forkserver; a worker has the usual dispositions
         signal.signal(sig, signal.SIG_DFL)
     from training.__main__ import main
+    from training.launch.rendezvous.fence import install
 
+    install()  # the commit fence's etcd side (training.checkpoint.fence)
     code = main(list(argv))
     sys.stdout.flush()
     sys.stderr.flush()

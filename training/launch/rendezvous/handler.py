@@ -29,6 +29,10 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0. While no etcd
   member answers it keeps trying for :data:`CLOSE_WAIT_S`; if it could not close it says so in one line and
   returns False (torch's contract), as an open rendezvous would give a waiting spare the ended job's place.
+* the round an agent takes a place in is its workers' generation: noted for them (:mod:`training.checkpoint.generation`)
+  before torchrun starts them, so rank 0's commit fence (:mod:`training.checkpoint.fence`) can ask etcd whether
+  that round is still the newest before each checkpoint commits (a group whose agent lost the store while spares
+  formed a newer round is stopped at its next commit).
 * a node whose workers left the take-out note (a straggler while a spare waits, :mod:`training.job.stragglers`)
   leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
   :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
@@ -66,6 +70,7 @@ from torch.distributed.elastic.rendezvous.api import (
     RendezvousTimeoutError,
 )
 
+from training.checkpoint import generation
 from training.job import agent_notes
 from training.launch.rendezvous import ending, rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
@@ -431,6 +436,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         rank = seats.ranks[self.me]
         store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
+        generation.note(generation.Generation(round=r.n, prefix=self.prefix))  # its workers' commit fence
         say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
 
