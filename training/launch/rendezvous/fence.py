@@ -18,7 +18,7 @@ with the job's ``T5_ETCD_*`` credentials they inherit from the agent; the checkp
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 
@@ -27,10 +27,13 @@ from training.checkpoint.fence import set_aside_stale
 from training.checkpoint.generation import Generation
 from training.errors import StaleGroup
 
+log = logging.getLogger("training")
+
 
 def _say(line: str) -> None:
-    sys.stderr.write(f"[fence] {line}\n")
-    sys.stderr.flush()
+    # through the training logger, never a raw write: a worker whose launcher died (its output pipe gone) must
+    # still commit the stop checkpoint this line is about; logging swallows a broken pipe, a write would raise
+    log.warning("[fence] %s", line)
 
 
 class EtcdFence:
