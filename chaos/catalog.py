@@ -78,6 +78,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "store-outage-then-worker-kill",
         "straggler",
         "wedged-rank",
+        "split-brain",
     ),
     "eks": ("node-kill", "first-node-kill", "node-drain"),
 }

@@ -20,6 +20,10 @@ requeues the job and it resumes. store-member-kill SIGKILLs the etcd leader: the
 goes on untouched. store-outage SIGKILLs every member and starts them again 20 s later: training goes on, the
 agents say the store is unreachable and reconnect. store-outage-then-worker-kill also kills a node's training
 processes while no member answers: the new round waits for the store and trains again within seconds of its return.
+split-brain runs its job with a spare per training node (the lab gets that many more nodes) and SIGSTOPs the training
+nodes' agents only: the spares form a second worker group, the commit fence stops the old one at its next commit, its
+nodes leave the step (exit 0, so srun does not kill the newer group) and the job finishes without a requeue
+(chaos.slurm_split_brain).
 
 Each scenario is judged by ``chaos.verdict.judge`` (the same checks as on the other platforms: fault injected
 and confirmed, noticed, restarted, steps recomputed, completed, exactly-once data, final weights bitwise equal
@@ -42,12 +46,14 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
+from chaos.local.split_brain import check_stale_group_fenced
+from chaos.slurm_split_brain import HOLD_FILE, check_fenced_nodes_left, split_brain
 from training.goodput.analysis import parse_records, torchrun_detections
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario
@@ -107,13 +113,20 @@ class SlurmChaosConfig:
     def names(self) -> list[str]:
         return catalog.select("slurm", self.scenarios)
 
+    @property
+    def lab_nodes(self) -> int:
+        """Lab nodes: the training nodes and the most hot spares a job of the selected scenarios runs with
+        (split-brain's job has a spare per training node)."""
+        table = scenarios(self)
+        return self.nodes + max([self.spares, *(table[n].spares or 0 for n in self.names)])
+
     def validate(self) -> None:
         self.names  # noqa: B018 - raises UnknownScenario (a ValueError) naming the supported scenarios
         if self.nodes < 2:
             raise ValueError(f"--nodes {self.nodes}: node faults need at least 2 nodes")
         if not 0 <= self.spares <= 4:
             raise ValueError(f"--spares {self.spares}: use 0..4")
-        needy = [s.name for s in scenarios(self).values() if s.needs_spare]
+        needy = [s.name for s in scenarios(self).values() if s.needs_spare and s.spares is None]
         if self.spares < 1 and set(needy) & set(self.names):
             listed = " and ".join([", ".join(needy[:-1]), needy[-1]] if len(needy) > 1 else needy)
             raise ValueError(
@@ -774,6 +787,8 @@ class SlurmScenario(Scenario):
     outage_s: float | None = None  # the etcd members are started again this long after the fault stopped them
     train_args: tuple[str, ...] = ()  # the scenario's job only (wall time, never the math: the same reference)
     fault_step: int | None = None  # inject once the job logged this step (None: the run's --fault-step)
+    spares: int | None = None  # the scenario's job runs with this many hot spares (None: the run's --spares)
+    hold: bool = False  # the job holds at a step boundary while its run directory has HOLD_FILE (the injector's)
 
 
 STORE_OUTAGE_S = 20.0  # issue 32's "every member down 20 s"
@@ -915,6 +930,19 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 "allocation: 0 steps recomputed",
             ),
             # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
+            # Two worker groups of one job (the old one's agents frozen, its workers training on): the old group runs
+            # to its next commit, which the fence refuses, so up to two intervals are recomputed by the new group.
+            SlurmScenario(
+                "split-brain",
+                split_brain,
+                Expectation(noticed=False, max_steps_lost=2 * cfg.interval),
+                (check_stale_group_fenced, check_fenced_nodes_left),
+                spares=cfg.nodes,
+                hold=True,
+                title="SIGSTOP the training nodes' agents only (their workers train on) until the spares form a "
+                "new round -> the commit fence stops the old group at its next commit (exit 9), its nodes leave "
+                "the step; the new group finishes in the allocation, no requeue",
+            ),
             SlurmScenario(
                 "wedged-rank",
                 await_wedge,
@@ -945,13 +973,13 @@ class Runner:
         # this interpreter: the project venv (scripts/venv.sh), on a file system every lab node sees
         self.python = sys.executable
 
-    def job_config(self, run_name: str, extra: tuple[str, ...] = ()) -> SlurmJobConfig:
+    def job_config(self, run_name: str, extra: tuple[str, ...] = (), spares: int | None = None) -> SlurmJobConfig:
         return SlurmJobConfig(
             run_name=run_name,
             preset=self.cfg.preset,
             train_args=(*self.cfg.job_train_args, *extra),
             nodes=self.cfg.nodes,
-            spares=self.cfg.spares,
+            spares=self.cfg.spares if spares is None else spares,
             etcd_env=self.lab.etcd_env,
             shared_dir=str(self.shared),
             repo_dir=str(REPO_DIR),
@@ -1047,7 +1075,9 @@ class Runner:
     def scenario(self, sc: SlurmScenario, ref: SlurmJobConfig) -> ScenarioResult:
         """Submit the job, inject ``sc``'s fault once the job logged the fault step, follow it to its end and judge
         it against the reference."""
-        job = self.job_config(f"chaos-{sc.name}", sc.train_args)
+        job = self.job_config(f"chaos-{sc.name}", sc.train_args, sc.spares)
+        if sc.hold:
+            job = replace(job, train_args=(*job.train_args, "--fault.hold_file", str(Path(job.run_dir) / HOLD_FILE)))
         self.fresh(job)
         res = ScenarioResult(
             name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir, t0=time.time()
@@ -1264,7 +1294,7 @@ COLUMNS = ("requeues", "torchrun restarts")
 def run(cfg: SlurmChaosConfig, out_dir: Path, progress: Callable[[str], None] = say) -> dict:
     cfg.validate()
     out_dir.mkdir(parents=True, exist_ok=True)
-    lab = Lab(cfg.lab_root, cfg.nodes + cfg.spares)
+    lab = Lab(cfg.lab_root, cfg.lab_nodes)
     t0 = time.monotonic()
     lab.up()
     lab_settings = (Path(cfg.lab_root) / "run" / "settings").read_text().strip()

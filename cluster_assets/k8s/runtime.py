@@ -30,6 +30,14 @@ How a failure is handled (the reason for every field below):
   resumes from the newest checkpoint. No JobSet restart, the other pods keep running.
 * A pod evicted or preempted by the infrastructure (pod condition ``DisruptionTarget``: drain, spot reclaim,
   node auto-repair): ``podFailurePolicy`` action ``Ignore`` replaces it without using the index's retries.
+* A pod whose worker group the commit fence stopped (exit :data:`FENCED_EXIT_CODE`, 9: a newer rendezvous round
+  replaced its group while it trained on, :mod:`training.checkpoint.fence`; the agent passes the code through):
+  ``podFailurePolicy`` action ``Ignore``. The job is not failing, it goes on in the newer round, so neither
+  ``FailJob`` (it would end the TrainJob that the newer group is training) nor a counted failure (it would use up
+  that index's retries and, past them, gang-restart the newer group) is right: the Job controller replaces the pod,
+  which joins the running rendezvous as a late node (a hot spare until the next round). It cannot loop: a group is
+  fenced only after etcd formed a newer round without it, and the replacement waits in the rendezvous, where no
+  commit (so no fence) happens.
 * Exit codes that a restart cannot fix (:data:`NON_RETRYABLE_EXIT_CODES`): ``podFailurePolicy`` ``FailJob``
   -> Job failed (reason ``PodFailurePolicy``) -> JobSet ``failurePolicy`` rule ``NonRetryableExitCode``
   (``FailJobSet``) -> the TrainJob fails without looping.
@@ -81,6 +89,9 @@ ETCD_CLIENT_VOLUME = "etcd-client"
 #: another model, 4 checkpoint of a run with other settings, 5 diverged (a rerun replays the same steps),
 #: 7 checkpoint.dir held by another run. 6 (storage) stays retryable: space may be freed meanwhile.
 NON_RETRYABLE_EXIT_CODES = (2, 3, 4, 5, 7)
+#: Exit code of a pod whose worker group the commit fence stopped (``training.errors.StaleGroup``: a newer round
+#: replaced it); ``podFailurePolicy`` ``Ignore``: replaced without using a retry (see the module doc).
+FENCED_EXIT_CODE = 9
 #: Failures of one training pod (one index) the Job controller retries before the JobSet restarts the gang.
 DEFAULT_RETRIES_PER_INDEX = 3
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -145,7 +156,8 @@ def build_cluster_training_runtime(
         termination_grace_period_s: time between SIGTERM and SIGKILL; the training package saves a
             checkpoint at the next step boundary on SIGTERM, and the torchrun agent waits for that up to its
             shutdown timeout, which this must exceed. Default: the EKS row of :data:`cluster_facts.TIMEOUTS`.
-        non_retryable_exit_codes: container exit codes that fail the TrainJob without restarting.
+        non_retryable_exit_codes: container exit codes that fail the TrainJob without restarting
+            (:data:`FENCED_EXIT_CODE` is refused: a fenced group is no failure of the job).
         retries_per_index: ``backoffLimitPerIndex`` of the node Job: counted failures of one training pod that
             the Job controller replaces alone; one more fails the node Job and the JobSet restarts the gang.
             0 = every training pod failure is a gang restart.
@@ -166,6 +178,7 @@ def build_cluster_training_runtime(
         env=env,
         termination_grace_period_s=termination_grace_period_s,
         gpudirect_rdma=gpudirect_rdma,
+        non_retryable_exit_codes=non_retryable_exit_codes,
     )
     codes = sorted(set(non_retryable_exit_codes))
     replicated_jobs = [
@@ -207,6 +220,7 @@ def _check_runtime_arguments(
     env: Optional[dict[str, str]],
     termination_grace_period_s: int,
     gpudirect_rdma: bool,
+    non_retryable_exit_codes: Sequence[int],
 ) -> None:
     """Raise ValueError, naming the argument and the fix, for arguments the runtime cannot honour."""
     if max_restarts < 0:
@@ -228,6 +242,11 @@ def _check_runtime_arguments(
     if owned:
         raise ValueError(
             f"env {owned}: the runtime sets them (the pod's JobSet labels, the cluster's etcd); remove them"
+        )
+    if FENCED_EXIT_CODE in non_retryable_exit_codes:
+        raise ValueError(
+            f"non_retryable_exit_codes {sorted(set(non_retryable_exit_codes))}: {FENCED_EXIT_CODE} is a worker group "
+            "the commit fence stopped while the job goes on in a newer round, never a job failure; remove it"
         )
     if termination_grace_period_s < 30:
         raise ValueError(f"termination_grace_period_s={termination_grace_period_s}: allow >= 30 s to checkpoint")
@@ -349,7 +368,11 @@ def _node_job(
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
 
-    rules: list[dict[str, Any]] = []
+    # A fenced worker group (exit 9): the job goes on in a newer round; the pod is replaced, uncounted, and rejoins
+    # the rendezvous as a late node (see the module doc).
+    rules: list[dict[str, Any]] = [
+        {"action": "Ignore", "onExitCodes": {"containerName": NODE, "operator": "In", "values": [FENCED_EXIT_CODE]}}
+    ]
     if codes:
         rules.append({"action": "FailJob", "onExitCodes": {"containerName": NODE, "operator": "In", "values": codes}})
     # Infrastructure took the pod away: replace it without using the index's retries.

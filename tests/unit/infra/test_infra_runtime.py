@@ -125,6 +125,7 @@ def test_per_index_retry_and_gang_restart_fallback() -> None:
     assert job_spec["template"]["spec"]["restartPolicy"] == "Never"
     rules = job_spec["podFailurePolicy"]["rules"]
     assert rules == [
+        {"action": "Ignore", "onExitCodes": {"containerName": "node", "operator": "In", "values": [9]}},
         {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [2, 3, 4, 5, 7]}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]

@@ -308,6 +308,7 @@ def test_default_runs_every_slurm_scenario():
         "store-outage-then-worker-kill",
         "straggler",
         "wedged-rank",
+        "split-brain",
     ]
     SlurmChaosConfig(spares=0, scenarios="worker-kill,preemption,batch-host-kill").validate()  # no spare needed
 
