@@ -1,0 +1,140 @@
+"""In-process recovery's survivor-side primitive (training/job/inplace, docs/inprocess.md) with real processes on
+gloo and the real local 3-member etcd: three ranks all-reduce in a loop, one is SIGKILLed, the two survivors keep
+their processes (PIDs compared), re-form at world 2 and go on with correct sums; a fresh process then joins and the
+three go on at world 3 from the survivors' state. And the fall-back: a re-formation that cannot be agreed within
+its bound says so in one line and raises InPlaceFailed (the caller's full restart). The agreement's rules alone are
+tests/unit/failover/test_inplace_agreement.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from training.job.inplace.agreement import AgreementSettings, InPlaceFailed, Membership
+from training.job.inplace.group import GroupSettings, InPlaceGroup
+from training.launch.inplace_board import EtcdBoard
+from training.launch.rendezvous.client import EtcdClient
+
+#: The issue's target for the survivors' time from the kill to their next completed training collective (#52).
+TARGET_S = 1.0
+
+
+def events(path) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+def wait_for(what: str, check, procs: dict, timeout_s: float = 15.0):
+    """``check()``'s first truthy answer; fails naming ``what`` (and any rank that exited) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        dead = {m: p.returncode for m, p in procs.items() if p.poll() not in (None, -signal.SIGKILL)}
+        assert not dead, f"while waiting for {what}, ranks exited: {dead}"
+        time.sleep(0.05)
+    pytest.fail(f"{what} did not happen within {timeout_s:.0f} s")
+
+
+def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_path):
+    creds = etcd.add_job_user("inplace")
+    board = EtcdBoard(EtcdClient(creds))
+    env = {**os.environ, **creds.as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    procs: dict[str, subprocess.Popen] = {}
+
+    def start(member: str, first_world: int) -> None:
+        procs[member] = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.inplace_worker", "--member", member, "--dir", str(tmp_path)]
+            + ["--first-world", str(first_world)],
+            cwd=ROOT,
+            env=env,
+            stderr=open(tmp_path / f"{member}.err", "w"),
+        )
+
+    def log(member: str) -> list[dict]:
+        return events(tmp_path / f"{member}.jsonl")
+
+    def last_step(member: str) -> int:
+        return max((e["step"] for e in log(member) if e["event"] == "step"), default=-1)
+
+    try:
+        for member in ("w0", "w1", "w2"):
+            start(member, first_world=3)
+        wait_for("three ranks at step 10", lambda: min(last_step(m) for m in procs) >= 10, procs, timeout_s=30)
+        pids = {m: procs[m].pid for m in ("w0", "w1")}
+        killed_at = time.time()
+        procs["w2"].send_signal(signal.SIGKILL)
+        procs["w2"].wait()  # what w2's agent sees at once, and says in the store (the agent's part: a later slice)
+        board.report_gone("w2")
+        recovery_done = lambda: all(any(e["event"] == "recovered" for e in log(m)) for m in pids)  # noqa: E731
+        wait_for("both survivors' recovery", recovery_done, procs)
+        recovered = {m: next(e for e in log(m) if e["event"] == "recovered") for m in pids}
+        for m, e in recovered.items():
+            print(
+                f"{m}: kill -> collective raised {e['failed_at'] - killed_at:.3f} s, -> next step's collective "
+                f"{e['next_collective_at'] - killed_at:.3f} s (release {e['release_s']:.3f}, agree {e['agree_s']:.3f}, "
+                f"build {e['build_s']:.3f})"
+            )
+            assert e["world"] == 2 and e["pid"] == pids[m]
+        worst = max(e["next_collective_at"] for e in recovered.values()) - killed_at
+        assert worst <= TARGET_S, f"the survivors' next collective came {worst:.2f} s after the kill"
+
+        at_two = last_step("w0")
+        wait_for("steps at world 2", lambda: last_step("w0") >= at_two + 5, procs)
+        start("w3", first_world=1)
+        wait_for(
+            "w3 joining at world 3",
+            lambda: any(e["event"] == "formed" and e["world"] == 3 for e in log("w3")),
+            procs,
+            timeout_s=30,
+        )
+        joined = next(e for e in log("w3") if e["event"] == "formed")
+        assert joined["rank"] == 2 and joined["step"] > at_two  # the survivors kept ranks 0 and 1 and their step
+        wait_for("steps at world 3", lambda: last_step("w3") >= joined["step"] + 5, procs)
+        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in ("w0", "w1", "w3")) + 40))
+        for m in ("w0", "w1", "w3"):
+            assert procs[m].wait(timeout=20) == 0, (tmp_path / f"{m}.err").read_text()[-2000:]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    done = {m: next(e for e in log(m) if e["event"] == "done") for m in ("w0", "w1", "w3")}
+    assert {m: done[m]["pid"] for m in pids} == pids  # the survivors finished in the processes they started in
+    worlds = {int(s): w for s, w in done["w0"]["worlds"].items()}
+    assert sorted(worlds) == list(range(done["w0"]["step"]))  # every step exactly once, the rolled-back one too
+    runs = [w for i, w in enumerate(worlds[s] for s in sorted(worlds)) if i == 0 or w != worlds[sorted(worlds)[i - 1]]]
+    assert runs == [3, 2, 3]
+    expected = sum(w * (s + 1) for s, w in worlds.items())
+    assert {m: d["acc"] for m, d in done.items()} == {m: float(expected) for m in done}
+
+
+def test_a_reformation_not_agreed_within_its_bound_says_so_and_falls_back(etcd, capfd):
+    """Epoch 1 held members a and b; b is gone and two members are needed: a's recovery gives up at its bound with
+    one line and the InPlaceFailed the caller turns into today's full restart."""
+    board = EtcdBoard(EtcdClient(etcd.add_job_user("inplace-alone")))
+    settings = GroupSettings(agreement=AgreementSettings(gather_s=0.1, bound_s=1.0, min_members=2))
+    group = InPlaceGroup(board, "a", settings)
+    group.membership = board.decide(Membership(1, ("a", "b"), 7, group.store_addr))
+    t = time.monotonic()
+    with pytest.raises(InPlaceFailed) as raised:
+        group.recover(7)
+    took = time.monotonic() - t
+    group.close()
+    assert 1.0 <= took < 2.0
+    said = capfd.readouterr().err.splitlines()
+    assert said == [f"[inplace] {raised.value}"]
+    assert "epoch 2 not agreed within 1 s (1 checked in, 2 needed)" in said[0]
+    assert "falling back to a full restart" in said[0]
+    assert board.decision(2) is None and board.latest().epoch == 1  # nothing half-decided is left behind
