@@ -34,9 +34,9 @@ class AgreementSettings:
 
     Attributes:
         gather_s: seconds a member of the old epoch waits, after its own check-in, for old members that neither
-            checked in nor were reported gone, before it decides without them (a survivor checks in milliseconds
-            after the first on an idle machine: its collective failed on the same reset connection; on a loaded one,
-            a quarter of a second was seen to be too short).
+            checked in nor were reported gone, before it decides without them (survivors checked in within 20 ms
+            of each other here; the rest is margin for a loaded host: a survivor left out falls back to a full
+            restart, a longer wait costs only the failures nobody reports).
         bound_s: seconds after which a member gives up on agreeing (no decision, store away) and raises
             :class:`InPlaceFailed`: the caller falls back to a full restart.
         poll_s: seconds between two reads of the store while waiting.

@@ -75,7 +75,8 @@ class GroupSettings:
         pg_timeout_s: the new group's collective timeout: how long a silent peer (sockets open, no answer) blocks a
             collective before it raises and the survivors re-form (a killed peer is found at once).
         store_host: the address the other members reach this member's store server at.
-        watch_s: seconds between two looks at the store for a joiner (a background thread, off the step's path).
+        watch_s: seconds between two looks at the store for a joiner (rank 0's background thread, off the step's
+            path).
     """
 
     agreement: AgreementSettings = field(default_factory=AgreementSettings)
@@ -219,9 +220,11 @@ class InPlaceGroup:
             self._watcher.start()
 
     def _watch(self) -> None:
+        """Rank 0 alone reads the store (one reader per job, however many ranks): :meth:`joiner_waiting`'s
+        all_reduce gives every rank its answer."""
         while not self._stop.wait(self.settings.watch_s):
             seen = self.membership
-            if seen is None:
+            if seen is None or seen.rank(self.member) != 0:
                 continue
             try:
                 waiting = set(self.board.check_ins(seen.epoch + 1)) - set(seen.members)
