@@ -33,33 +33,30 @@ def events(path) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
-def wait_for(what: str, check, procs: dict, timeout_s: float = 15.0):
-    """``check()``'s first truthy answer; fails naming ``what`` (and any rank that exited) after ``timeout_s``."""
+def wait_for(what: str, check, agent: subprocess.Popen, err, timeout_s: float = 15.0):
+    """``check()``'s first truthy answer; fails naming ``what`` (and the ranks' errors, if their agent ended)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = check()
         if got:
             return got
-        dead = {m: p.returncode for m, p in procs.items() if p.poll() not in (None, -signal.SIGKILL)}
-        assert not dead, f"while waiting for {what}, ranks exited: {dead}"
+        assert agent.poll() is None, f"while waiting for {what}, a rank failed: {err.read_text()[-3000:]}"
         time.sleep(0.05)
-    pytest.fail(f"{what} did not happen within {timeout_s:.0f} s")
+    pytest.fail(f"{what} did not happen within {timeout_s:.0f} s: {err.read_text()[-3000:]}")
 
 
 def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_path):
-    creds = etcd.add_job_user("inplace")
-    board = EtcdBoard(EtcdClient(creds))
-    env = {**os.environ, **creds.as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    procs: dict[str, subprocess.Popen] = {}
-
-    def start(member: str, first_world: int) -> None:
-        procs[member] = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.inplace_worker", "--member", member, "--dir", str(tmp_path)]
-            + ["--first-world", str(first_world)],
-            cwd=ROOT,
-            env=env,
-            stderr=open(tmp_path / f"{member}.err", "w"),
-        )
+    env = {**os.environ, **etcd.add_job_user("inplace").as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    err = tmp_path / "ranks.err"
+    # w0-w2 form the first group; w3, a process with no state, joins once GO appears (tests/support/inplace_worker)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.inplace_worker", "--dir", str(tmp_path), "--first", "w0,w1,w2"]
+        + ["--joiners", "w3"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(err, "w"),
+    )
 
     def log(member: str) -> list[dict]:
         return events(tmp_path / f"{member}.jsonl")
@@ -67,17 +64,15 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
     def last_step(member: str) -> int:
         return max((e["step"] for e in log(member) if e["event"] == "step"), default=-1)
 
+    def until(what: str, check, timeout_s: float = 15.0):
+        return wait_for(what, check, agent, err, timeout_s)
+
     try:
-        for member in ("w0", "w1", "w2"):
-            start(member, first_world=3)
-        wait_for("three ranks at step 10", lambda: min(last_step(m) for m in procs) >= 10, procs, timeout_s=30)
-        pids = {m: procs[m].pid for m in ("w0", "w1")}
+        until("three ranks at step 10", lambda: min(last_step(m) for m in ("w0", "w1", "w2")) >= 10, timeout_s=40)
+        pids = {m: log(m)[0]["pid"] for m in ("w0", "w1", "w2")}
         killed_at = time.time()
-        procs["w2"].send_signal(signal.SIGKILL)
-        procs["w2"].wait()  # what w2's agent sees at once, and says in the store (the agent's part: a later slice)
-        board.report_gone("w2")
-        recovery_done = lambda: all(any(e["event"] == "recovered" for e in log(m)) for m in pids)  # noqa: E731
-        wait_for("both survivors' recovery", recovery_done, procs)
+        os.kill(pids.pop("w2"), signal.SIGKILL)  # its agent reaps it and reports it gone, as a real agent's waitpid
+        until("both survivors' recovery", lambda: all(any(e["event"] == "recovered" for e in log(m)) for m in pids))
         recovered = {m: next(e for e in log(m) if e["event"] == "recovered") for m in pids}
         for m, e in recovered.items():
             print(
@@ -90,28 +85,23 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
         assert worst <= TARGET_S, f"the survivors' next collective came {worst:.2f} s after the kill"
 
         at_two = last_step("w0")
-        wait_for("steps at world 2", lambda: last_step("w0") >= at_two + 5, procs)
-        start("w3", first_world=1)
-        wait_for(
-            "w3 joining at world 3",
-            lambda: any(e["event"] == "formed" and e["world"] == 3 for e in log("w3")),
-            procs,
-            timeout_s=30,
-        )
+        until("steps at world 2", lambda: last_step("w0") >= at_two + 3)
+        (tmp_path / "GO").write_text("")
+        until("w3 joining at world 3", lambda: any(e["event"] == "formed" for e in log("w3")))
         joined = next(e for e in log("w3") if e["event"] == "formed")
-        assert joined["rank"] == 2 and joined["step"] > at_two  # the survivors kept ranks 0 and 1 and their step
-        wait_for("steps at world 3", lambda: last_step("w3") >= joined["step"] + 5, procs)
-        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in ("w0", "w1", "w3")) + 40))
-        for m in ("w0", "w1", "w3"):
-            assert procs[m].wait(timeout=20) == 0, (tmp_path / f"{m}.err").read_text()[-2000:]
+        # a world of 3 again; the survivors kept ranks 0 and 1, and w3 took their step
+        assert (joined["world"], joined["rank"]) == (3, 2) and joined["step"] > at_two
+        until("steps at world 3", lambda: last_step("w3") >= joined["step"] + 3)
+        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in ("w0", "w1", "w3")) + 25))
+        assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        if agent.poll() is None:
+            agent.kill()  # its members die with it: their pipes and group connections go, and they time out
+            agent.wait()
 
     done = {m: next(e for e in log(m) if e["event"] == "done") for m in ("w0", "w1", "w3")}
     assert {m: done[m]["pid"] for m in pids} == pids  # the survivors finished in the processes they started in
+    assert all(e["pid"] == pids[m] for m in pids for e in log(m) if e["event"] == "formed")
     worlds = {int(s): w for s, w in done["w0"]["worlds"].items()}
     assert sorted(worlds) == list(range(done["w0"]["step"]))  # every step exactly once, the rolled-back one too
     runs = [w for i, w in enumerate(worlds[s] for s in sorted(worlds)) if i == 0 or w != worlds[sorted(worlds)[i - 1]]]
