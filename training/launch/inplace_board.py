@@ -1,11 +1,13 @@
 """The in-process recovery's membership board (:class:`training.job.inplace.agreement.MembershipBoard`) on the
 job's etcd, through the rendezvous' own client (the same user, prefix, TLS and failover as the agents').
 
-Keys under the job's prefix: ``inplace/epochs/<epoch, 10 digits>/in/<member>`` (each check-in),
-``inplace/epochs/<epoch>/decision``, ``inplace/latest`` (a copy of the newest decision) and ``inplace/gone/<member>``
-(a member's process reported gone). A decision is one
-transaction: created only if absent (so every member reads the same one), ``latest`` written with it, and the keys
-of epochs older than the one before it deleted (the store holds two epochs, however long the job runs).
+Keys under the job's prefix and a scope (``inplace/<scope>/``: one per start of the job's workers, e.g. the
+rendezvous round, so that the workers of a full restart, the fall-back, do not find the epochs of the group they
+replace, whose members are gone and would never decide): ``epochs/<epoch, 10 digits>/in/<member>`` (each check-in),
+``epochs/<epoch>/decision``, ``latest`` (a copy of the newest decision) and ``gone/<member>`` (a member's process
+reported gone). A decision is one transaction: created only if absent (so every member reads the same one),
+``latest`` written with it, and the keys of epochs older than the one before it deleted (the store holds two epochs
+of a scope, however long it runs).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUna
 class EtcdBoard:
     """:class:`~training.job.inplace.agreement.MembershipBoard` over ``client`` (see the module docstring)."""
 
-    def __init__(self, client: EtcdClient):
+    def __init__(self, client: EtcdClient, scope: str = "0"):
+        if not scope or "/" in scope:
+            raise ValueError(f"scope {scope!r} must be non-empty without '/' (e.g. the rendezvous round, 3)")
         self.client = client
-        self.root = client.key("inplace/")
+        self.root = client.key(f"inplace/{scope}/")
 
     def _epoch(self, epoch: int) -> str:
         return f"{self.root}epochs/{epoch:010d}/"  # zero-padded: older epochs sort first (deleted as a range)

@@ -1,8 +1,9 @@
 """In-process recovery's survivor-side primitive (training/job/inplace, docs/inprocess.md) with real processes on
 gloo and the real local 3-member etcd: three ranks all-reduce in a loop, one is SIGKILLed, the two survivors keep
 their processes (PIDs compared), re-form at world 2 and go on with correct sums; a fresh process then joins and the
-three go on at world 3 from the survivors' state. And the fall-back: a re-formation that cannot be agreed within
-its bound says so in one line and raises InPlaceFailed (the caller's full restart). The agreement's rules alone are
+three go on at world 3 from the survivors' state. And the fall-backs: a re-formation that cannot be agreed within
+its bound, or whose group cannot form (a member lost after the decision), says so in one line and raises
+InPlaceFailed (the caller's full restart). The agreement's rules alone are
 tests/unit/failover/test_inplace_agreement.py."""
 
 from __future__ import annotations
@@ -128,6 +129,26 @@ def test_a_reformation_not_agreed_within_its_bound_says_so_and_falls_back(etcd, 
     assert "epoch 2 not agreed within 1 s (1 checked in, 2 needed)" in said[0]
     assert "falling back to a full restart" in said[0]
     assert board.decision(2) is None and board.latest().epoch == 1  # nothing half-decided is left behind
+    assert EtcdBoard(board.client, scope="1").latest() is None  # a full restart's workers start a scope of their own
+
+
+def test_a_member_lost_between_the_decision_and_the_new_group_falls_back_at_the_bound(etcd, capfd):
+    """A second failure during the recovery: b checked in and was decided, then died before its group formed."""
+    board = EtcdBoard(EtcdClient(etcd.add_job_user("inplace-second")))
+    settings = GroupSettings(agreement=AgreementSettings(gather_s=0.1, bound_s=1.0))
+    group = InPlaceGroup(board, "a", settings)
+    group.membership = board.decide(Membership(1, ("a", "b", "c"), 7, group.store_addr))
+    board.decide(Membership(2, ("a", "b"), 7, group.store_addr))
+    t = time.monotonic()
+    with pytest.raises(InPlaceFailed) as raised:
+        group.recover(7)
+    took = time.monotonic() - t
+    group.close()
+    assert 1.0 <= took < 2.0
+    said = [line for line in capfd.readouterr().err.splitlines() if "[c10d]" not in line]  # torch's own warnings
+    assert said == [f"[inplace] {raised.value}"]
+    assert str(raised.value).startswith("in-place recovery: the group of epoch 2 did not form within 1 s")
+    assert str(raised.value).endswith("falling back to a full restart from the newest complete snapshot")
 
 
 def test_recover_inside_an_except_block_is_refused_naming_the_fix(etcd):

@@ -5,7 +5,8 @@ Each member serves a small ``TCPStore`` of its own from the start (as each agent
 ``training.launch.rendezvous.round_store``); the new group forms on rank 0's, under a prefix of the epoch's own, so
 no key of an earlier group is read by a later one and no process that may have died hosts the rendezvous of the
 group formed without it. Only public torch is used: ``ProcessGroup.abort``, ``destroy_process_group``,
-``init_process_group`` on a ``PrefixStore``, ``all_reduce``.
+``init_process_group`` on a ``PrefixStore`` (bounded by the agreement's ``bound_s``: a member lost after the decision
+never connects), ``ProcessGroup.set_timeout`` (the collectives' ``pg_timeout_s``), ``all_reduce``.
 
 What a failure looks like here (gloo on CPU, torch 2.13): a SIGKILLed peer's sockets are reset by its kernel, so
 every survivor's collective raises within milliseconds; a peer that stops answering with its sockets open (a
@@ -178,18 +179,29 @@ class InPlaceGroup:
         import torch.distributed as dist
 
         t = time.monotonic()
-        if decided.store == self.store_addr:
-            base = self._server
-        else:
-            host, _, port = decided.store.rpartition(":")
-            base = dist.TCPStore(host, int(port), is_master=False, timeout=self._store_timeout())
-        dist.init_process_group(
-            self.settings.backend,
-            store=dist.PrefixStore(GROUP_PREFIX.format(epoch=decided.epoch), base),
-            rank=decided.rank(self.member),
-            world_size=decided.world_size,
-            timeout=datetime.timedelta(seconds=self.settings.pg_timeout_s),
-        )
+        try:
+            if decided.store == self.store_addr:
+                base = self._server
+            else:
+                host, _, port = decided.store.rpartition(":")
+                base = dist.TCPStore(host, int(port), is_master=False, timeout=self._store_timeout())
+            # bounded like the agreement: a member lost after the decision never connects (a second failure)
+            dist.init_process_group(
+                self.settings.backend,
+                store=dist.PrefixStore(GROUP_PREFIX.format(epoch=decided.epoch), base),
+                rank=decided.rank(self.member),
+                world_size=decided.world_size,
+                timeout=self._store_timeout(),
+            )
+        except RuntimeError as e:  # torch's DistError and its store errors are RuntimeErrors
+            lost = InPlaceFailed(
+                f"in-place recovery: the group of epoch {decided.epoch} did not form within "
+                f"{self.settings.agreement.bound_s:g} s (a member lost during the recovery? {str(e)[:120]!r}): "
+                f"falling back to a full restart from the newest complete snapshot"
+            )
+            say(str(lost))
+            raise lost from None
+        dist.group.WORLD.set_timeout(datetime.timedelta(seconds=self.settings.pg_timeout_s))
         self.timings.build_s = time.monotonic() - t
         self.membership = decided
         self._joiner.clear()
