@@ -9,7 +9,8 @@ group formed without it. Only public torch is used: ``ProcessGroup.abort``, ``de
 never connects), ``ProcessGroup.set_timeout`` (the collectives' ``pg_timeout_s``), ``all_reduce``.
 
 What a failure looks like here (gloo on CPU, torch 2.13): a SIGKILLed peer's sockets are reset by its kernel, so
-every survivor's collective raises within milliseconds; a peer that stops answering with its sockets open (a
+the collectives of the ranks talking to it raise within milliseconds (the others' when those drop the group, see
+below); a peer that stops answering with its sockets open (a
 stopped or wedged process) is found only by the collective's timeout (``pg_timeout_s``): gloo's ``abort()`` does
 not cut a collective that is blocked (NCCL's does). Model, optimizer, data position and compiled code are the
 caller's objects and stay as they are; the caller re-creates what holds the old group (a DeviceMesh) from
