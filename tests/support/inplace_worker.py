@@ -115,11 +115,13 @@ def main() -> int:
     import torch.distributed  # noqa: F401
     import training.job.inplace.group  # noqa: F401
     import training.launch.inplace_board  # noqa: F401
+    from training.job.lifecycle import die_with_parent
 
     children = {}
     for member in a.first.split(",") + [j for j in a.joiners.split(",") if j]:
         pid = os.fork()
         if pid == 0:  # the member: it never returns into the agent's code
+            die_with_parent(signal.SIGKILL)  # a test that kills its agent (a failure) leaves no rank behind
             code = 1
             try:
                 code = run_member(member, a, joiner=member not in a.first.split(","))

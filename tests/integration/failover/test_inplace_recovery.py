@@ -97,7 +97,7 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
         assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
         if agent.poll() is None:
-            agent.kill()  # its members die with it: their pipes and group connections go, and they time out
+            agent.kill()  # its members die with it (parent-death signal)
             agent.wait()
 
     done = {m: next(e for e in log(m) if e["event"] == "done") for m in ("w0", "w1", "w3")}
