@@ -218,13 +218,17 @@ def agree(
                 if ready(entries, board.gone(), previous, settings, clock() - checked_at):
                     decided = board.decide(propose(epoch, entries))
         except BoardUnavailable as e:
-            trouble = f"; the store: {str(e)[:160]}"
+            trouble = f"; the store: {' '.join(str(e).split())[:160]}"  # one line, whatever the store said
         if decided is None:
             if clock() >= deadline:
-                need = f", {settings.min_members} needed" if decider else ""
+                state = (
+                    f"{seen} checked in, {settings.min_members} needed"
+                    if decider
+                    else f"no member of epoch {epoch - 1} decided it"
+                )
                 raise InPlaceFailed(
-                    f"in-place recovery: epoch {epoch} not agreed within {settings.bound_s:g} s ({seen} checked "
-                    f"in{need}{trouble}): falling back to a full restart from the newest complete snapshot"
+                    f"in-place recovery: epoch {epoch} not agreed within {settings.bound_s:g} s ({state}{trouble}): "
+                    f"falling back to a full restart from the newest complete snapshot"
                 )
             sleep(settings.poll_s)
     if decided.refused:
