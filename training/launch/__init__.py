@@ -16,6 +16,8 @@
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;
   :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks); a cold worker runs
   :mod:`~training.launch.worker` (the training module with the commit fence's etcd side installed);
+* :mod:`~training.launch.inplace_board`: in-process recovery's membership board on the job's etcd (the store side
+  of :mod:`training.job.inplace`; not used by the training path yet);
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
 * :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
   (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round
