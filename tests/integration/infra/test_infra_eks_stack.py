@@ -145,9 +145,9 @@ def test_the_stack_installs_the_jobs_etcd_closed_to_all_but_training_pods(eks: S
     ]
     (sts,) = [m for m in objs if m["kind"] == "StatefulSet"]
     image = next(m for m in objs if m["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.endswith(":0.1.0")  # the training image (<ECR repository URI>:imageTag)
+    assert not image.endswith(":0.1.0")  # not the training image: the stack's (test_infra_etcd_admin_image.py)
     want = etcd.cluster_objects(
-        image=image, training_namespace="training", node_selector={"t5-failover/pool": "system"}
+        admin_image=image, training_namespace="training", node_selector={"t5-failover/pool": "system"}
     )
     want_objs = [m for g in want.values() for m in g]
     ident = lambda m: (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])  # noqa: E731
