@@ -62,7 +62,10 @@ ADMIN_SECRET = "etcd-admin"
 CA_SECRET = "etcd-ca"
 #: Secret in the training namespace every training pod mounts: CA certificate and the agents' client certificate.
 CLIENT_SECRET = "etcd-client"
-ADMIN_SERVICE_ACCOUNT = "etcd-admin"
+#: The administration pods' service accounts (:func:`admin_rbac`): the stack's bootstrap and renewal; each job's
+#: add-job.
+BOOTSTRAP_SERVICE_ACCOUNT = "etcd-bootstrap"
+ADD_JOB_SERVICE_ACCOUNT = "etcd-add-job"
 ADMIN_SCRIPT_CONFIGMAP = "etcd-admin-script"
 ADMIN_SCRIPT_DIR = "/opt/t5-etcd-admin"
 ADMIN_SCRIPT = Path(__file__).with_name("etcd_admin_job.py")
@@ -354,38 +357,67 @@ def network_policy(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) 
 
 
 # ------------------------------------------------------------------------------------ administration
+def _secret_rules(*, named: list[str], verbs: list[str], create: bool) -> list[dict[str, Any]]:
+    """``verbs`` on the Secrets ``named`` only; ``create`` on Secrets of any name (Kubernetes cannot limit a create
+    by name: the name is not known when the request is authorized)."""
+    rules: list[dict[str, Any]] = []
+    if named:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "resourceNames": list(named), "verbs": verbs})
+    if create:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]})
+    return rules
+
+
 def admin_rbac(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) -> list[dict[str, Any]]:
-    """The administration pods' service account: read and write Secrets in the etcd namespace (the TLS material,
-    root's password) and in the training namespace (the agents' client Secret, each job's password). Nothing
-    else: no pods, no cluster scope."""
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
+    """Two service accounts, each with the Secrets its Jobs touch and nothing else (no pods, no cluster scope):
+
+    * :data:`BOOTSTRAP_SERVICE_ACCOUNT` (the stack's ``etcd-bootstrap`` Job and ``etcd-cert-renewal`` CronJob): the
+      CA and its key, the members' certificate and token-signing key, root's password and administrative
+      certificate (etcd namespace), the agents' client certificate (training namespace); creates them once,
+      updates them on renewal.
+    * :data:`ADD_JOB_SERVICE_ACCOUNT` (each submit's add-job Job): reads root's password and the administrative
+      certificate (etcd allows user and role management to root only), never the CA key or the members' keys
+      (with the token-signing key anyone could mint a token for any user); writes the jobs' own password Secrets
+      in the training namespace.
+    """
+    ns_objects: list[dict[str, Any]] = []
+    grants = {
+        BOOTSTRAP_SERVICE_ACCOUNT: {
+            namespace: _secret_rules(
+                named=[CA_SECRET, MEMBER_SECRET, ADMIN_SECRET], verbs=["get", "update"], create=True
+            ),
+            training_namespace: _secret_rules(named=[CLIENT_SECRET], verbs=["get", "update"], create=True),
+        },
+        ADD_JOB_SERVICE_ACCOUNT: {
+            namespace: _secret_rules(named=[ADMIN_SECRET], verbs=["get"], create=False),
+            # each job's "<name>-etcd": names unknown in advance; update replaces an earlier job's of that name
+            training_namespace: [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update"]}],
+        },
     }
-    objects: list[dict[str, Any]] = [sa]
-    for ns in (namespace, training_namespace):
-        name = "t5-etcd-admin"
-        objects.append(
+    for account, by_namespace in grants.items():
+        ns_objects.append(
             {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update", "delete"]}
-                ],
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
             }
         )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace}],
-            }
-        )
-    return objects
+        name = f"t5-{account}"
+        for ns, rules in by_namespace.items():
+            meta = {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)}
+            ns_objects.append(
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules}
+            )
+            ns_objects.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": dict(meta),
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+                }
+            )
+    return ns_objects
 
 
 def admin_script_configmap(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
@@ -405,6 +437,7 @@ def _admin_code_digest() -> bytes:
 
 def _admin_pod_spec(
     *,
+    service_account: str,
     admin_image: str,
     args: list[str],
     training_namespace: str,
@@ -419,7 +452,7 @@ def _admin_pod_spec(
         "PYTHONUNBUFFERED": "1",
     }
     spec: dict[str, Any] = {
-        "serviceAccountName": ADMIN_SERVICE_ACCOUNT,
+        "serviceAccountName": service_account,
         "restartPolicy": "OnFailure",
         "containers": [
             {
@@ -455,6 +488,7 @@ def _admin_pod_spec(
 def _admin_job(
     name: str,
     *,
+    service_account: str,
     admin_image: str,
     args: list[str],
     training_namespace: str,
@@ -471,6 +505,7 @@ def _admin_job(
             "template": {
                 "metadata": {"labels": _labels(ADMIN_COMPONENT)},
                 "spec": _admin_pod_spec(
+                    service_account=service_account,
                     admin_image=admin_image,
                     args=args,
                     training_namespace=training_namespace,
@@ -495,6 +530,7 @@ def bootstrap_job(
     place and only checks it)."""
     job = _admin_job(
         "etcd-bootstrap",
+        service_account=BOOTSTRAP_SERVICE_ACCOUNT,
         admin_image=admin_image,
         args=["bootstrap"],
         training_namespace=training_namespace,
@@ -516,6 +552,7 @@ def renewal_cronjob(
 ) -> dict[str, Any]:
     """Monthly: re-issue the member and client certificates that expire within 90 days (same CA)."""
     pod = _admin_pod_spec(
+        service_account=BOOTSTRAP_SERVICE_ACCOUNT,
         admin_image=admin_image,
         args=["renew"],
         training_namespace=training_namespace,
@@ -548,6 +585,7 @@ def add_job_job(
     password in Secret :func:`job_secret_name` of the training namespace."""
     job = _admin_job(
         f"etcd-add-{trainjob}"[:63],
+        service_account=ADD_JOB_SERVICE_ACCOUNT,
         admin_image=admin_image,
         args=["add-job", "--job", trainjob],
         training_namespace=training_namespace,

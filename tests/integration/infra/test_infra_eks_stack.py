@@ -141,7 +141,7 @@ def test_the_stack_installs_the_jobs_etcd_closed_to_all_but_training_pods(eks: S
         if m["metadata"].get("namespace") == "t5-etcd"
         or m["kind"] in ("StorageClass",)
         or (m["kind"] == "Namespace" and m["metadata"]["name"] == "t5-etcd")
-        or (m["kind"] in ("Role", "RoleBinding") and m["metadata"]["name"] == "t5-etcd-admin")
+        or (m["kind"] in ("Role", "RoleBinding") and m["metadata"]["name"].startswith("t5-etcd-"))
     ]
     (sts,) = [m for m in objs if m["kind"] == "StatefulSet"]
     image = next(m for m in objs if m["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["image"]
