@@ -61,6 +61,7 @@ class EksStack(cdk.Stack):
             name_tag=f"{config.cluster_name}-node",
             capacity_reservation_id=config.capacity_reservation_id,
             capacity_block=config.capacity_block,
+            capacity_block_window=config.capacity_block_window,
         )
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_node_labels=GPU_POOL_LABEL)
         self.trainer = KubeflowTrainer(
