@@ -61,3 +61,9 @@ ETCD_RELEASE_SHA256 = {
     "amd64": "ffe840ff9295808e88cce2794a18a5ac87f12a5203c8314d0bf6aa119b41bac5",
     "arm64": "fa1b80565ee6fc2df1ae6f57a508b221f3ecc7d591c317c581cd8281b0842b3e",
 }
+
+#: Base of the EKS etcd's administration image (cluster_assets/etcd_admin_image/Dockerfile; the stack builds it once
+#: as a CDK asset): Python 3.11, as the project runs, from ECR Public's mirror of Docker's official image (no Docker
+#: Hub rate limit from the deploying machine). Pinned by full tag: its digest could not be looked up here (no
+#: registry access); a rebuild of the tag changes the asset's digest, never which Python or Debian release runs.
+ETCD_ADMIN_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.11.14-slim-bookworm"

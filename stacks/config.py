@@ -12,6 +12,7 @@ context key, the bad value and the fix.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import ipaddress
 import json
@@ -77,6 +78,19 @@ def ec2_instance_types() -> InstanceTypes | None:
 
 class ConfigError(ValueError):
     """A context value or combination of values that cannot be deployed. The message names the fix."""
+
+
+#: How long before a Capacity Block ends the EKS GPU node group is scaled to 0: the nodes drain (TrainJobs get
+#: their SIGTERM checkpoint) before EC2 reclaims the instances (AWS advises more than 30 minutes).
+CAPACITY_BLOCK_DRAIN = datetime.timedelta(minutes=40)
+
+
+def _utc(text: str) -> datetime.datetime:
+    """An ISO 8601 time with an explicit UTC offset, as UTC (ValueError otherwise)."""
+    when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError(f"{text}: no time zone")
+    return when.astimezone(datetime.timezone.utc)
 
 
 def _key(name: str, *, eks_only: bool = False) -> dict[str, object]:
@@ -189,6 +203,17 @@ class InfraConfig:
     capacity_block: bool = field(default=False, metadata=_key("capacityBlock"))
     """``capacityReservationId`` is a Capacity Block for ML (market type ``capacity-block``): EKS node group capacity
     type ``CAPACITY_BLOCK``; ParallelCluster ``CapacityType: CAPACITY_BLOCK`` with ``gpuNodes`` static nodes."""
+
+    capacity_block_start: Optional[str] = field(default=None, metadata=_key("capacityBlockStart"))
+    """When the Capacity Block starts, UTC (ISO 8601, e.g. ``2026-12-01T11:30:00Z``); ``make preflight`` saves it from
+    the reservation. Read by EKS only (ParallelCluster's static nodes wait for the block themselves), where
+    ``make deploy`` needs it with ``capacityBlock``: the GPU node group holds 0 nodes (up to
+    ``gpuNodes``) and a schedule scales it to ``gpuNodes`` at this time (a deploy during the block starts with
+    ``gpuNodes``)."""
+
+    capacity_block_end: Optional[str] = field(default=None, metadata=_key("capacityBlockEnd"))
+    """When the Capacity Block ends, UTC (ISO 8601); ``make preflight`` saves it. A schedule scales the GPU node group
+    to 0 40 minutes (``CAPACITY_BLOCK_DRAIN``) before it, so the nodes drain before EC2 reclaims them."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -372,7 +397,37 @@ class InfraConfig:
                     "CIDRs such as 203.0.113.0/24, or [] for a private endpoint only",
                 )
 
+    @property
+    def capacity_block_window(self) -> Optional[tuple[datetime.datetime, datetime.datetime]]:
+        """(start, end) of the Capacity Block, UTC, when both are set."""
+        if self.capacity_block_start is None or self.capacity_block_end is None:
+            return None
+        return _utc(self.capacity_block_start), _utc(self.capacity_block_end)
+
+    def _validate_capacity_block_window(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
+        for key, value in (
+            ("capacityBlockStart", self.capacity_block_start),
+            ("capacityBlockEnd", self.capacity_block_end),
+        ):
+            if value is not None and not self.capacity_block:
+                raise bad(key, value, "only a Capacity Block has a window: set capacityBlock=true, or drop it")
+            if value is not None:
+                try:
+                    _utc(value)
+                except ValueError:
+                    raise bad(key, value, "expected a UTC time such as 2026-12-01T11:30:00Z") from None
+        if self.capacity_block_window is None:
+            return  # make deploy requires it (stacks/deploy_config.py); a bare synth shows 0 nodes
+        start, end = self.capacity_block_window
+        if end - start <= CAPACITY_BLOCK_DRAIN:
+            raise bad(
+                "capacityBlockEnd",
+                self.capacity_block_end,
+                f"it must be more than {CAPACITY_BLOCK_DRAIN} after capacityBlockStart={self.capacity_block_start}",
+            )
+
     def _validate_capacity(self, bad: Callable[[str, Any, str], ConfigError]) -> None:
+        self._validate_capacity_block_window(bad)
         rid = self.capacity_reservation_id
         if rid is None:
             if self.capacity_block:

@@ -120,6 +120,12 @@ def plan_deploy(platform: str, argv: Sequence[str], root: Path = ROOT) -> Deploy
             f"PLATFORM={platform}` (it finds the reservation's AZ and saves it), or pass "
             "-c availabilityZones=<its AZ>,<another AZ>"
         )
+    if platform == "eks" and cfg.capacity_block and cfg.capacity_block_window is None:
+        raise ConfigError(
+            "capacityBlock=true on EKS needs the block's window (the GPU node group scales up at its start and to 0 "
+            "before its end): run `make preflight PLATFORM=eks` (it saves capacityBlockStart and capacityBlockEnd "
+            "from the reservation), or pass -c capacityBlockStart=<UTC start> -c capacityBlockEnd=<UTC end>"
+        )
     return plan
 
 

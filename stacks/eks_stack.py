@@ -61,6 +61,7 @@ class EksStack(cdk.Stack):
             name_tag=f"{config.cluster_name}-node",
             capacity_reservation_id=config.capacity_reservation_id,
             capacity_block=config.capacity_block,
+            capacity_block_window=config.capacity_block_window,
         )
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_node_labels=GPU_POOL_LABEL)
         self.trainer = KubeflowTrainer(
@@ -96,12 +97,12 @@ class EksStack(cdk.Stack):
         )
         # The FSx CSI driver (its node plugin mounts the claim) is installed before the training namespace.
         self.training.node.add_dependency(self.eks.fsx_csi_driver)
-        # The jobs' membership store; its administration Jobs run the training image (the project's etcd code).
+        # The jobs' membership store; its administration Jobs run a small image the stack builds, never the training
+        # image (whose tags come and go).
         self.etcd = EtcdCluster(
             self,
             "Etcd",
             cluster=cluster,
-            image=f"{repo.repository_uri}:{config.image_tag}",
             training_namespace=config.training_namespace,
             training_namespace_manifest=self.training.namespace_manifest,
             system_node_labels=SYSTEM_POOL_LABEL,

@@ -119,6 +119,11 @@ class PclusterStack(cdk.Stack):
                 cdk.Fn.join(",", [m.ref for m in self.etcd.instances]),
                 "etcd member instances (aws ssm start-session --target <id>; systemctl status t5-etcd)",
             ),
+            (
+                "EtcdMemberSettings",
+                self.etcd.settings.parameter_name,
+                "SSM parameter the etcd members read at every boot (scripts, release, addresses, secrets' ARNs)",
+            ),
             ("HeadNodeInstanceId", head_instance, "Head node instance id"),
             (
                 "HeadNodeSessionCommand",

@@ -12,7 +12,11 @@ Read-only AWS calls, each result explained on one line:
 The GPU AZ is chosen where the instance type is offered: the reservation's AZ if there is one, else the first AZ of
 ``availabilityZones`` if it is offered there, else the first AZ of the region that offers it. It is saved, first, in
 ``availabilityZones`` (with the region) in the saved deploy settings (cdk.context.json; stacks/deploy_config.py),
-so the next ``make deploy`` puts the GPU subnet and FSx there. ``ARGS="-c key=value ..."`` (e.g. ``-c
+so the next ``make deploy`` puts the GPU subnet and FSx there. Once the network stack is deployed
+(``cloudformation describe-stacks``), the GPU AZ is not moved: moving it would re-lay the subnets and FSx, which the
+other stacks import; preflight fails instead and saves nothing (``make destroy`` first, or use capacity in the
+deployed AZ). A Capacity Block's start and end are saved too (``capacityBlockStart``, ``capacityBlockEnd``; EKS: the
+GPU node group scales with them). ``ARGS="-c key=value ..."`` (e.g. ``-c
 capacityReservationId=cr-...``) are merged into the saved settings as ``make deploy`` merges them, and saved with it.
 
 Exit 0: every check passed (AZ saved); 1: a check failed, or AWS could not be asked (no credentials, no region,
@@ -24,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from datetime import timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -42,6 +47,7 @@ WOULD_CHECK = """[preflight] would check, with read-only AWS calls in the deploy
   - which AZs offer {itype} (ec2 describe-instance-type-offerings), and choose the GPU AZ among them
   - the On-Demand vCPU quota of the instance family (service-quotas get-service-quota) against {nodes} x {itype}
   - {reservation}
+  - whether the network stack is deployed (cloudformation describe-stacks): then the GPU AZ is not moved
   then save the chosen AZ (availabilityZones) and region in {saved}"""
 
 
@@ -52,6 +58,8 @@ class Report:
     results: list[tuple[bool, str]] = field(default_factory=list)
     availability_zones: Optional[list[str]] = None
     region: str = ""
+    #: A Capacity Block's (start, end), UTC ISO 8601, to save with the AZ (EKS scales the GPU nodes with it).
+    capacity_block_window: Optional[tuple[str, str]] = None
 
     def add(self, ok: bool, line: str) -> None:
         self.results.append((ok, line))
@@ -138,8 +146,26 @@ def check_reservation(ec2: Any, config: InfraConfig, report: Report) -> Optional
     )
     if is_block and res.get("StartDate") and res.get("EndDate"):
         summary += f", {res['StartDate']} to {res['EndDate']}"
+        if config.platform == "eks":
+            report.capacity_block_window = (_utc_text(res["StartDate"]), _utc_text(res["EndDate"]))
     report.add(not problems, summary + (": " + "; ".join(problems) if problems else ""))
     return az
+
+
+def _utc_text(when: Any) -> str:
+    """A botocore timestamp as the saved settings spell it (``2026-12-01T11:30:00Z``)."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def network_deployed(cloudformation: Any, stack_name: str) -> bool:
+    """Whether the network stack exists (any state but deleted): its subnets and the FSx behind them are laid."""
+    try:
+        (stack,) = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+    except cloudformation.exceptions.ClientError as e:
+        if "does not exist" in str(e):
+            return False
+        raise
+    return stack["StackStatus"] != "DELETE_COMPLETE"
 
 
 def check_quota(ec2: Any, quotas: Any, config: InfraConfig, report: Report) -> None:
@@ -171,8 +197,9 @@ def check_quota(ec2: Any, quotas: Any, config: InfraConfig, report: Report) -> N
         )
 
 
-def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str) -> Report:
-    """Every check against the given clients (real, or stubbed in tests); decides the AZ."""
+def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str, deployed: bool = False) -> Report:
+    """Every check against the given clients (real, or stubbed in tests); decides the AZ. ``deployed``: the network
+    stack exists, so the saved GPU AZ stays where it is."""
     report = Report(region=region)
     itype = config.gpu_instance_type
     offers = ec2.describe_instance_type_offerings(
@@ -190,6 +217,15 @@ def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str) -> Re
     chosen, why = choose_az(offered=offered, region_azs=region_azs, wanted=wanted, reservation_az=reservation_az)
     if config.capacity_reservation_id and reservation_az is None:
         chosen, why = None, "the reservation could not be read"
+    if chosen is not None and deployed and wanted and chosen != wanted[0]:
+        report.add(
+            False,
+            f"GPU AZ: the deployed network stack {config.stack_name('network')} has the GPU subnet and FSx in "
+            f"{wanted[0]}; moving to {chosen} would re-lay them and the FSx file system the other stacks import: "
+            f"use capacity in {wanted[0]}, or make destroy PLATFORM={config.platform} first (nothing saved)",
+        )
+        report.capacity_block_window = None
+        return report
     report.add(chosen is not None, f"GPU AZ: {why}")
     if chosen is not None:
         report.availability_zones = azs_to_save(chosen, region_azs, wanted, config.max_azs)
@@ -197,8 +233,12 @@ def run_checks(config: InfraConfig, *, ec2: Any, quotas: Any, region: str) -> Re
 
 
 def save_choice(saved: dict[str, Any], report: Report, root: Path = ROOT) -> Path:
-    """Write the saved settings (with this call's ``-c`` values) plus the chosen AZs and the region."""
-    return save({**saved, "availabilityZones": report.availability_zones, "region": report.region}, root)
+    """Write the saved settings (with this call's ``-c`` values) plus the chosen AZs, the region and a Capacity
+    Block's window."""
+    window = {}
+    if report.capacity_block_window:
+        window = dict(zip(("capacityBlockStart", "capacityBlockEnd"), report.capacity_block_window))
+    return save({**saved, "availabilityZones": report.availability_zones, "region": report.region, **window}, root)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -241,7 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     region = session.region_name
     print(f"[preflight] {platform}: {config.gpu_nodes} x {config.gpu_instance_type} in {region}", file=sys.stderr)
     try:
-        report = run_checks(config, ec2=session.client("ec2"), quotas=session.client("service-quotas"), region=region)
+        deployed = network_deployed(session.client("cloudformation"), config.stack_name("network"))
+        report = run_checks(
+            config,
+            ec2=session.client("ec2"),
+            quotas=session.client("service-quotas"),
+            region=region,
+            deployed=deployed,
+        )
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         print(f"error: AWS refused a read-only call: {e}", file=sys.stderr)
         return 1

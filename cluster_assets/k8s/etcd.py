@@ -20,10 +20,15 @@ What runs, and why each piece is there:
 * **TLS and auth**: members require client certificates signed by the cluster's CA (``--client-cert-auth``), and
   speak TLS to each other; etcd authentication is on (``root``'s password in a Secret); each TrainJob logs in as
   its own user whose role reads and writes its own prefix. The material is made in the cluster by the project's own
-  code (:mod:`cluster_assets.k8s.etcd_admin_job`, run by the ``etcd-bootstrap`` Job in the training image) and kept
-  in Secrets; the ``etcd-cert-renewal`` CronJob re-issues member and client certificates before they expire (etcd
-  reads its certificate files again for every new connection; the kubelet refreshes mounted Secrets within a
-  minute or two).
+  code (:mod:`cluster_assets.k8s.etcd_admin_job`, run by the ``etcd-bootstrap`` Job) and kept in Secrets; the
+  ``etcd-cert-renewal`` CronJob re-issues member and client certificates before they expire (etcd reads its
+  certificate files again for every new connection; the kubelet refreshes mounted Secrets within a minute or two).
+* **Administration image**: the bootstrap Job, the renewal CronJob and every submit's add-job Job run
+  :data:`ADMIN_IMAGE_DIR`'s small image (Python and three libraries), which the stack builds once as a CDK asset,
+  never the training image: a training tag that is missing, pruned or emptied by ``make destroy`` cannot keep the
+  members from their Secrets or the certificates from their renewal, and no system node pulls the multi-GB
+  training image. The code they run (:data:`ADMIN_CODE`: the script and the project's etcd modules) comes from a
+  ConfigMap, so a code change never rebuilds the image.
 * **Network**: a NetworkPolicy admits to the client port only training pods (the TrainJobs' ``node`` pods, label
   :data:`cluster_facts.names.TRAINING_COMPONENT` in the training namespace), the administration pods, and the
   members themselves (peer and client ports).
@@ -57,10 +62,31 @@ ADMIN_SECRET = "etcd-admin"
 CA_SECRET = "etcd-ca"
 #: Secret in the training namespace every training pod mounts: CA certificate and the agents' client certificate.
 CLIENT_SECRET = "etcd-client"
-ADMIN_SERVICE_ACCOUNT = "etcd-admin"
+#: The administration pods' service accounts (:func:`admin_rbac`): the stack's bootstrap and renewal; each job's
+#: add-job.
+BOOTSTRAP_SERVICE_ACCOUNT = "etcd-bootstrap"
+ADD_JOB_SERVICE_ACCOUNT = "etcd-add-job"
 ADMIN_SCRIPT_CONFIGMAP = "etcd-admin-script"
 ADMIN_SCRIPT_DIR = "/opt/t5-etcd-admin"
 ADMIN_SCRIPT = Path(__file__).with_name("etcd_admin_job.py")
+_REPO = Path(__file__).resolve().parents[2]
+#: The administration image's build context (Dockerfile + its pinned libraries); the stack builds it.
+ADMIN_IMAGE_DIR = _REPO / "cluster_assets" / "etcd_admin_image"
+#: What the administration pods run, from the ConfigMap: key -> (path under ADMIN_SCRIPT_DIR, source file). Only
+#: the etcd modules the script imports (admin, certs, client), under their package path; ``training`` and
+#: ``training.launch`` stay namespace packages there, so their heavy ``__init__`` (torch) is never imported.
+ADMIN_CODE: dict[str, tuple[str, Path]] = {
+    ADMIN_SCRIPT.name: (ADMIN_SCRIPT.name, ADMIN_SCRIPT),
+    **{
+        f"rendezvous.{module}": (
+            f"training/launch/rendezvous/{module}",
+            _REPO / "training" / "launch" / "rendezvous" / module,
+        )
+        for module in ("__init__.py", "admin.py", "certs.py", "client.py")
+    },
+}
+#: The renewal CronJob's name: the submit reads the administration image from it (the stack's build of it).
+RENEWAL_CRONJOB = "etcd-cert-renewal"
 #: Where the training pods find the client Secret and their job's Secret.
 CLIENT_MOUNT = "/var/run/t5-failover/etcd/client"
 JOB_MOUNT = "/var/run/t5-failover/etcd/job"
@@ -331,53 +357,92 @@ def network_policy(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) 
 
 
 # ------------------------------------------------------------------------------------ administration
+def _secret_rules(*, named: list[str], verbs: list[str], create: bool) -> list[dict[str, Any]]:
+    """``verbs`` on the Secrets ``named`` only; ``create`` on Secrets of any name (Kubernetes cannot limit a create
+    by name: the name is not known when the request is authorized)."""
+    rules: list[dict[str, Any]] = []
+    if named:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "resourceNames": list(named), "verbs": verbs})
+    if create:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]})
+    return rules
+
+
 def admin_rbac(*, training_namespace: str, namespace: str = ETCD_NAMESPACE) -> list[dict[str, Any]]:
-    """The administration pods' service account: read and write Secrets in the etcd namespace (the TLS material,
-    root's password) and in the training namespace (the agents' client Secret, each job's password). Nothing
-    else: no pods, no cluster scope."""
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
+    """Two service accounts, each with the Secrets its Jobs touch and nothing else (no pods, no cluster scope):
+
+    * :data:`BOOTSTRAP_SERVICE_ACCOUNT` (the stack's ``etcd-bootstrap`` Job and ``etcd-cert-renewal`` CronJob): the
+      CA and its key, the members' certificate and token-signing key, root's password and administrative
+      certificate (etcd namespace), the agents' client certificate (training namespace); creates them once,
+      updates them on renewal.
+    * :data:`ADD_JOB_SERVICE_ACCOUNT` (each submit's add-job Job): reads root's password and the administrative
+      certificate (etcd allows user and role management to root only), never the CA key or the members' keys
+      (with the token-signing key anyone could mint a token for any user); writes the jobs' own password Secrets
+      in the training namespace.
+    """
+    ns_objects: list[dict[str, Any]] = []
+    grants = {
+        BOOTSTRAP_SERVICE_ACCOUNT: {
+            namespace: _secret_rules(
+                named=[CA_SECRET, MEMBER_SECRET, ADMIN_SECRET], verbs=["get", "update"], create=True
+            ),
+            training_namespace: _secret_rules(named=[CLIENT_SECRET], verbs=["get", "update"], create=True),
+        },
+        ADD_JOB_SERVICE_ACCOUNT: {
+            namespace: _secret_rules(named=[ADMIN_SECRET], verbs=["get"], create=False),
+            # each job's "<name>-etcd": names unknown in advance; update replaces an earlier job's of that name
+            training_namespace: [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update"]}],
+        },
     }
-    objects: list[dict[str, Any]] = [sa]
-    for ns in (namespace, training_namespace):
-        name = "t5-etcd-admin"
-        objects.append(
+    for account, by_namespace in grants.items():
+        ns_objects.append(
             {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update", "delete"]}
-                ],
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
             }
         )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": ADMIN_SERVICE_ACCOUNT, "namespace": namespace}],
-            }
-        )
-    return objects
+        name = f"t5-{account}"
+        for ns, rules in by_namespace.items():
+            meta = {"name": name, "namespace": ns, "labels": _labels(ADMIN_COMPONENT)}
+            ns_objects.append(
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules}
+            )
+            ns_objects.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": dict(meta),
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+                }
+            )
+    return ns_objects
 
 
 def admin_script_configmap(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
-    """The administration script (:mod:`cluster_assets.k8s.etcd_admin_job`), mounted into the training image:
-    that image has the project's etcd code (``training.launch.rendezvous``) but not ``cluster_assets``."""
+    """The administration script (:mod:`cluster_assets.k8s.etcd_admin_job`) and the etcd modules it imports
+    (:data:`ADMIN_CODE`), mounted into the administration image, which carries only their libraries."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": ADMIN_SCRIPT_CONFIGMAP, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
-        "data": {ADMIN_SCRIPT.name: ADMIN_SCRIPT.read_text()},
+        "data": {key: source.read_text() for key, (_, source) in ADMIN_CODE.items()},
     }
 
 
+def _admin_code_digest() -> bytes:
+    return b"".join(source.read_bytes() for _, source in ADMIN_CODE.values())
+
+
 def _admin_pod_spec(
-    *, image: str, args: list[str], training_namespace: str, namespace: str, node_selector: Optional[Mapping[str, str]]
+    *,
+    service_account: str,
+    admin_image: str,
+    args: list[str],
+    training_namespace: str,
+    namespace: str,
+    node_selector: Optional[Mapping[str, str]],
 ) -> dict[str, Any]:
     env = {
         "T5_ETCD_NAMESPACE": namespace,
@@ -387,20 +452,33 @@ def _admin_pod_spec(
         "PYTHONUNBUFFERED": "1",
     }
     spec: dict[str, Any] = {
-        "serviceAccountName": ADMIN_SERVICE_ACCOUNT,
+        "serviceAccountName": service_account,
         "restartPolicy": "OnFailure",
         "containers": [
             {
                 "name": "admin",
-                "image": image,
+                "image": admin_image,
                 "command": ["python", f"{ADMIN_SCRIPT_DIR}/{ADMIN_SCRIPT.name}", *args],
                 "env": [{"name": k, "value": v} for k, v in env.items()],
                 "resources": {k: dict(v) for k, v in ADMIN_RESOURCES.items()},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                # the image's user is distroless's "nonroot"; refuse to start any other image as root
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
                 "volumeMounts": [{"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True}],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": ADMIN_SCRIPT_CONFIGMAP}}],
+        "volumes": [
+            {
+                "name": "script",
+                "configMap": {
+                    "name": ADMIN_SCRIPT_CONFIGMAP,
+                    "items": [{"key": key, "path": path} for key, (path, _) in ADMIN_CODE.items()],
+                },
+            }
+        ],
     }
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
@@ -410,7 +488,8 @@ def _admin_pod_spec(
 def _admin_job(
     name: str,
     *,
-    image: str,
+    service_account: str,
+    admin_image: str,
     args: list[str],
     training_namespace: str,
     namespace: str,
@@ -426,7 +505,8 @@ def _admin_job(
             "template": {
                 "metadata": {"labels": _labels(ADMIN_COMPONENT)},
                 "spec": _admin_pod_spec(
-                    image=image,
+                    service_account=service_account,
+                    admin_image=admin_image,
                     args=args,
                     training_namespace=training_namespace,
                     namespace=namespace,
@@ -439,40 +519,41 @@ def _admin_job(
 
 def bootstrap_job(
     *,
-    image: str,
+    admin_image: str,
     training_namespace: str,
     namespace: str = ETCD_NAMESPACE,
     node_selector: Optional[Mapping[str, str]] = None,
 ) -> dict[str, Any]:
     """Makes the TLS material and root's password once (never replaces existing Secrets), waits for the members,
-    turns authentication on once. Its name carries a digest of its spec: a Job's pod template cannot change, so a
-    redeploy with another image creates a new Job (which finds everything in place and only checks it)."""
+    turns authentication on once. Its name carries a digest of its spec and of the code it mounts: a Job's pod
+    template cannot change, so a redeploy with another image or code creates a new Job (which finds everything in
+    place and only checks it)."""
     job = _admin_job(
         "etcd-bootstrap",
-        image=image,
+        service_account=BOOTSTRAP_SERVICE_ACCOUNT,
+        admin_image=admin_image,
         args=["bootstrap"],
         training_namespace=training_namespace,
         namespace=namespace,
         node_selector=node_selector,
         backoff_limit=30,
     )
-    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode() + ADMIN_SCRIPT.read_bytes()).hexdigest()[
-        :8
-    ]
+    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode() + _admin_code_digest()).hexdigest()[:8]
     job["metadata"]["name"] = f"etcd-bootstrap-{digest}"
     return job
 
 
 def renewal_cronjob(
     *,
-    image: str,
+    admin_image: str,
     training_namespace: str,
     namespace: str = ETCD_NAMESPACE,
     node_selector: Optional[Mapping[str, str]] = None,
 ) -> dict[str, Any]:
     """Monthly: re-issue the member and client certificates that expire within 90 days (same CA)."""
     pod = _admin_pod_spec(
-        image=image,
+        service_account=BOOTSTRAP_SERVICE_ACCOUNT,
+        admin_image=admin_image,
         args=["renew"],
         training_namespace=training_namespace,
         namespace=namespace,
@@ -481,7 +562,7 @@ def renewal_cronjob(
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": {"name": "etcd-cert-renewal", "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
+        "metadata": {"name": RENEWAL_CRONJOB, "namespace": namespace, "labels": _labels(ADMIN_COMPONENT)},
         "spec": {
             "schedule": RENEWAL_SCHEDULE,
             "concurrencyPolicy": "Forbid",
@@ -495,7 +576,7 @@ def renewal_cronjob(
 def add_job_job(
     trainjob: str,
     *,
-    image: str,
+    admin_image: str,
     training_namespace: str,
     namespace: str = ETCD_NAMESPACE,
     node_selector: Optional[Mapping[str, str]] = None,
@@ -504,7 +585,8 @@ def add_job_job(
     password in Secret :func:`job_secret_name` of the training namespace."""
     job = _admin_job(
         f"etcd-add-{trainjob}"[:63],
-        image=image,
+        service_account=ADD_JOB_SERVICE_ACCOUNT,
+        admin_image=admin_image,
         args=["add-job", "--job", trainjob],
         training_namespace=training_namespace,
         namespace=namespace,
@@ -517,7 +599,7 @@ def add_job_job(
 
 def cluster_objects(
     *,
-    image: str,
+    admin_image: str,
     training_namespace: str,
     namespace: str = ETCD_NAMESPACE,
     node_selector: Optional[Mapping[str, str]] = None,
@@ -537,10 +619,16 @@ def cluster_objects(
             *admin_rbac(training_namespace=training_namespace, namespace=namespace),
             admin_script_configmap(namespace),
             bootstrap_job(
-                image=image, training_namespace=training_namespace, namespace=namespace, node_selector=node_selector
+                admin_image=admin_image,
+                training_namespace=training_namespace,
+                namespace=namespace,
+                node_selector=node_selector,
             ),
             renewal_cronjob(
-                image=image, training_namespace=training_namespace, namespace=namespace, node_selector=node_selector
+                admin_image=admin_image,
+                training_namespace=training_namespace,
+                namespace=namespace,
+                node_selector=node_selector,
             ),
         ],
     }

@@ -1,9 +1,12 @@
 """Administer the EKS cluster's etcd from inside the cluster: TLS material, authentication, each job's user.
 
-Runs in the training image (it has the project's etcd code, ``training.launch.rendezvous``, and ``requests``), from
-a ConfigMap the stack mounts (:func:`cluster_assets.k8s.etcd.admin_script_configmap`), as service account
-``etcd-admin``, which may read and write Secrets in the etcd and training namespaces and nothing else. Only this
-file's own standard-library code and ``training`` are imported here: ``cluster_assets`` is not in the image.
+Runs in the stack's small administration image (Python, ``requests``, ``cryptography``:
+cluster_assets/etcd_admin_image/), from a ConfigMap the stack mounts with the project's etcd modules it imports
+(``training.launch.rendezvous`` admin, certs, client: :data:`cluster_assets.k8s.etcd.ADMIN_CODE`). ``bootstrap``
+and ``renew`` run as service account ``etcd-bootstrap`` (the etcd namespace's Secrets and the agents' client
+Secret), ``add-job`` as ``etcd-add-job`` (root's Secret read-only, the jobs' password Secrets): nothing else, and
+neither reads what the other needs (:func:`cluster_assets.k8s.etcd.admin_rbac`). Only the
+standard library, those two libraries and those modules are imported here: ``cluster_assets`` is not mounted.
 
     python etcd_admin_job.py bootstrap          # the stack's etcd-bootstrap Job
     python etcd_admin_job.py renew              # the etcd-cert-renewal CronJob

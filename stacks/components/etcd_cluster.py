@@ -1,6 +1,8 @@
 """The jobs' membership store: a 3-member etcd on the system nodes (objects: cluster_assets/k8s/etcd.py).
 
-What this construct adds around the rendered objects: the EBS CSI driver (managed add-on, Pod Identity with AWS's
+What this construct adds around the rendered objects: the administration image (built once from
+cluster_assets/etcd_admin_image/ as a CDK asset, in CDK's own asset repository: never the training image, see
+cluster_assets/k8s/etcd.py), the EBS CSI driver (managed add-on, Pod Identity with AWS's
 EBS CSI policy) that provisions the members' volumes, and the order things must be created in (the etcd namespace,
 then the members; the administration objects after the training namespace, where they write the agents' Secret).
 """
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
 from cluster_assets.k8s import etcd
+from cluster_facts.versions import ETCD_ADMIN_BASE_IMAGE
 from stacks.eks_nag import managed_policy_finding
 from stacks.nag import acknowledge
 
@@ -27,6 +31,7 @@ class EtcdCluster(Construct):
     Attributes:
         objects: the rendered Kubernetes objects by group (namespace, members, admin), as installed.
         endpoints: the members' client URLs the runtime gives the agents.
+        admin_image: the administration image asset (its ``image_uri`` is what the administration pods run).
     """
 
     def __init__(
@@ -35,15 +40,25 @@ class EtcdCluster(Construct):
         construct_id: str,
         *,
         cluster: eks.Cluster,
-        image: str,
         training_namespace: str,
         training_namespace_manifest: IConstruct,
         system_node_labels: Mapping[str, str],
         system_nodes: IConstruct,
     ) -> None:
         super().__init__(scope, construct_id)
+        # Built by `cdk deploy` (Docker) only when its digest is not in the asset repository yet; synth only stages
+        # the directory. The system nodes are x86_64 (AL2023_X86_64_STANDARD).
+        self.admin_image = ecr_assets.DockerImageAsset(
+            self,
+            "AdminImage",
+            directory=str(etcd.ADMIN_IMAGE_DIR),
+            build_args={"BASE_IMAGE": ETCD_ADMIN_BASE_IMAGE},
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
         self.objects: dict[str, list[dict[str, Any]]] = etcd.cluster_objects(
-            image=image, training_namespace=training_namespace, node_selector=dict(system_node_labels)
+            admin_image=self.admin_image.image_uri,
+            training_namespace=training_namespace,
+            node_selector=dict(system_node_labels),
         )
         self.endpoints = etcd.endpoints()
         self.ebs_csi_driver = self._ebs_csi_driver(cluster)

@@ -59,6 +59,8 @@ class Stub:
         self.ecr_images: set[tuple[str, str]] = set()  # (repository, tag) pairs ECR has
         self.secrets: set[tuple[str, str]] = {("training", "etcd-client")}  # (namespace, name) that exist
         self.jobs: dict[tuple[str, str], dict] = {}  # batch/v1 Jobs created (the etcd add-job Job)
+        #: CronJobs that exist -> their image (the stack's etcd-cert-renewal, with the administration image)
+        self.cronjobs: dict[tuple[str, str], str] = {("t5-etcd", "etcd-cert-renewal"): "t5-etcd-admin:asset"}
         self.job_outcome = "succeeded"  # what a created Job reports: succeeded / failed
         self.job_log = "[etcd-admin] etcd user job-x: read/write /t5-failover/jobs/x/\n"
         self.order: list[str] = []  # kinds created, in order
@@ -172,6 +174,16 @@ class Stub:
                 if (m[1], m[2]) in self.secrets
                 else (404, None)
             )
+        if (m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/cronjobs/([^/]+)", path)) and method == "GET":
+            if (m[1], m[2]) not in self.cronjobs:
+                return 404, None
+            pod = {"containers": [{"name": "admin", "image": self.cronjobs[(m[1], m[2])]}]}
+            return 200, {
+                "apiVersion": "batch/v1",
+                "kind": "CronJob",
+                "metadata": {"name": m[2], "namespace": m[1]},
+                "spec": {"schedule": "17 3 1 * *", "jobTemplate": {"spec": {"template": {"spec": pod}}}},
+            }
         if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?", path):
             return self._job(method, m[1], m[2], body)
         if re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/[^/]+/jobsets/[^/]+", path):

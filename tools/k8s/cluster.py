@@ -183,6 +183,13 @@ class Cluster:
         ns = manifest["metadata"]["namespace"]
         self._call(f"creating Job {ns}/{manifest['metadata']['name']}", self.batch.create_namespaced_job, ns, manifest)
 
+    def cronjob_image(self, namespace: str, name: str) -> str | None:
+        """The first container image of CronJob ``name``, None if it is missing."""
+        cron = self._call(f"reading CronJob {namespace}/{name}", self.batch.read_namespaced_cron_job, name, namespace)
+        if cron is None:
+            return None
+        return cron.spec.job_template.spec.template.spec.containers[0].image
+
     def job_status(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Job's status as a dict (``succeeded``, ``failed``, ``active``, ``conditions``), None if missing."""
         job = self._call(f"reading Job {namespace}/{name}", self.batch.read_namespaced_job, name, namespace)

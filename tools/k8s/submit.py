@@ -52,6 +52,8 @@ DEFAULT_PRESET = "t5-base"
 SYSTEM_POOL_LABEL = {NODE_POOL_LABEL: SYSTEM_POOL}
 #: Placeholder image for an offline dry run with no stack outputs (a valid reference, clearly not real).
 PLACEHOLDER_IMAGE = "t5-failover-train:set-image-with--image"
+#: What --print-etcd shows for the administration image: the stack builds it (a CDK asset) when it deploys.
+PRINTED_ADMIN_IMAGE = "t5-etcd-admin:built-by-the-eks-stack"
 
 
 #: EKS stack outputs (stacks/eks_stack.py) -> the submit option they provide a default for.
@@ -273,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-etcd",
         action="store_true",
         help="print the etcd objects the EKS stack installs in namespace t5-etcd (members, PDB, "
-        "NetworkPolicy, administration), with this job's image for the administration pods",
+        f"NetworkPolicy, administration; the administration image shows as {PRINTED_ADMIN_IMAGE})",
     )
     g.add_argument(
         "--max-restarts",
@@ -501,13 +503,20 @@ def add_etcd_job_user(
     cluster, cfg: TrainJobConfig, *, timeout_s: float = ADD_JOB_TIMEOUT_S, poll_s: float = 2.0
 ) -> None:
     """Create the TrainJob's etcd user, role and password Secret with the administrative credentials, inside the
-    cluster: a short Job in the etcd namespace (:func:`cluster_assets.k8s.etcd.add_job_job`) running the training
-    image's own etcd code. Why a Job and not this machine: root's password never leaves the cluster, and the
-    members are reachable only from pods the NetworkPolicy admits (no port-forward, no kubectl needed here)."""
+    cluster: a short Job in the etcd namespace (:func:`cluster_assets.k8s.etcd.add_job_job`) running the stack's
+    administration image (the one its certificate-renewal CronJob runs), never the submitter's training image. Why
+    a Job and not this machine: root's password never leaves the cluster, and the members are reachable only from
+    pods the NetworkPolicy admits (no port-forward, no kubectl needed here)."""
     from tools.k8s.cluster import ClusterError
 
+    admin_image = cluster.cronjob_image(etcd.ETCD_NAMESPACE, etcd.RENEWAL_CRONJOB)
+    if not admin_image:
+        raise ClusterError(
+            f"CronJob {etcd.ETCD_NAMESPACE}/{etcd.RENEWAL_CRONJOB} is missing: the stack installs it with the etcd "
+            f"administration image the submit runs; redeploy the EKS stack (make deploy PLATFORM=eks)"
+        )
     manifest = etcd.add_job_job(
-        cfg.name, image=cfg.image, training_namespace=cfg.namespace, node_selector=SYSTEM_POOL_LABEL
+        cfg.name, admin_image=admin_image, training_namespace=cfg.namespace, node_selector=SYSTEM_POOL_LABEL
     )
     ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     if cluster.job_status(ns, name) is not None:  # a previous submission of this name: run it again
@@ -536,7 +545,7 @@ def add_etcd_job_user(
             )
         if not said and time.time() > deadline - timeout_s + 30:
             print(
-                f"[submit] etcd: still waiting for Job {ns}/{name} (its first run on a node pulls the training image)",
+                f"[submit] etcd: still waiting for Job {ns}/{name} (its first run on a node pulls its image)",
                 flush=True,
             )
             said = True
@@ -659,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             docs += [
                 o
                 for group in etcd.cluster_objects(
-                    image=cfg.image, training_namespace=cfg.namespace, node_selector=SYSTEM_POOL_LABEL
+                    admin_image=PRINTED_ADMIN_IMAGE, training_namespace=cfg.namespace, node_selector=SYSTEM_POOL_LABEL
                 ).values()
                 for o in group
             ]

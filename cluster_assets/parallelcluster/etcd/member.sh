@@ -1,5 +1,5 @@
 #!/bin/bash
-# Set up one etcd member of the ParallelCluster coordinator (run as root by the member's user data, every boot):
+# Set up one etcd member of the ParallelCluster coordinator (run as root by boot.sh, at every boot: t5-etcd-setup.service):
 #   member.sh INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR
 #     INDEX           this member's place in IPS (0, 1, 2); member 0 also makes the TLS material once
 #     IPS             every member's private address, comma separated (the stack's fixed network interfaces)
@@ -9,7 +9,7 @@
 #                     unpacked only when its SHA-256 matches
 #     MEMBERS_SECRET / CLIENT_SECRET  Secrets Manager secrets (tls.py): the members' material, the clients'
 #     REGION          their region
-#     ASSET_DIR       where the user data put tls.py and certs.py
+#     ASSET_DIR       where boot.sh put tls.py and certs.py
 #
 # Installs etcd (skipped when the pinned version is there), gets this member's TLS material (tls.py install; member
 # 0 runs tls.py init first), and writes and starts the systemd unit t5-etcd.service: TLS for clients and peers,

@@ -26,6 +26,24 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize({"platform": "eks"}, tmp_path_factory.mktemp("cdk-eks"))
 
 
+#: An EKS deploy into a Capacity Block (far in the future: both of its scaling schedules are synthesized).
+CAPACITY_BLOCK_CONTEXT = {
+    "platform": "eks",
+    "capacityReservationId": "cr-0123456789abcdef0",
+    "placementGroup": "false",
+    "availabilityZones": "us-east-1c,us-east-1a",
+    "capacityBlock": "true",
+    "capacityBlockStart": "2099-03-01T11:30:00Z",
+    "capacityBlockEnd": "2099-03-03T11:30:00Z",
+}
+
+
+@pytest.fixture(scope="session")
+def eks_capacity_block(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The EKS app launching its GPU nodes into a Capacity Block (CAPACITY_BLOCK_CONTEXT), with cdk-nag."""
+    return synthesize(CAPACITY_BLOCK_CONTEXT, tmp_path_factory.mktemp("cdk-eks-block"))
+
+
 @pytest.fixture(scope="session")
 def pcluster(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The ParallelCluster app (see PCLUSTER_CONTEXT), synthesized with cdk-nag."""

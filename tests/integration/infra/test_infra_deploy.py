@@ -285,8 +285,8 @@ RESERVATION = {
 }
 
 
-def test_eks_gpu_nodes_launch_into_a_capacity_block(tmp_path: Path) -> None:
-    t = synthesize({"platform": "eks", **RESERVATION, "capacityBlock": "true"}, tmp_path).templates["Eks"]
+def test_eks_gpu_nodes_launch_into_a_capacity_block(eks_capacity_block: Synthesized) -> None:
+    t = eks_capacity_block.templates["Eks"]
     template = Template.from_json(t)
     template.has_resource_properties(
         "AWS::EC2::LaunchTemplate",

@@ -141,13 +141,13 @@ def test_the_stack_installs_the_jobs_etcd_closed_to_all_but_training_pods(eks: S
         if m["metadata"].get("namespace") == "t5-etcd"
         or m["kind"] in ("StorageClass",)
         or (m["kind"] == "Namespace" and m["metadata"]["name"] == "t5-etcd")
-        or (m["kind"] in ("Role", "RoleBinding") and m["metadata"]["name"] == "t5-etcd-admin")
+        or (m["kind"] in ("Role", "RoleBinding") and m["metadata"]["name"].startswith("t5-etcd-"))
     ]
     (sts,) = [m for m in objs if m["kind"] == "StatefulSet"]
     image = next(m for m in objs if m["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.endswith(":0.1.0")  # the training image (<ECR repository URI>:imageTag)
+    assert not image.endswith(":0.1.0")  # not the training image: the stack's (test_infra_etcd_admin_image.py)
     want = etcd.cluster_objects(
-        image=image, training_namespace="training", node_selector={"t5-failover/pool": "system"}
+        admin_image=image, training_namespace="training", node_selector={"t5-failover/pool": "system"}
     )
     want_objs = [m for g in want.values() for m in g]
     ident = lambda m: (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])  # noqa: E731

@@ -266,9 +266,14 @@ def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synt
     sha = versions.ETCD_RELEASE_SHA256["arm64"]
     for i, (_lid, inst) in enumerate(sorted(instances.items())):
         assert inst["Properties"]["InstanceType"] == "t4g.small"
-        user_data = json.dumps(inst["Properties"]["UserData"])
-        assert f"/opt/t5-etcd/member.sh {i} " in user_data
-        assert f" 2379 2380 {versions.ETCD_VERSION} arm64 {sha} " in user_data
+        assert f"/opt/t5-etcd/boot.sh {i} " in json.dumps(inst["Properties"]["UserData"])
+    # the release the members install: in the settings they read at boot (test_infra_etcd_member_redeploy.py)
+    (settings,) = [
+        json.dumps(r["Properties"]["Value"])
+        for r in t.find_resources("AWS::SSM::Parameter").values()
+        if "members_secret" in json.dumps(r["Properties"]["Value"])
+    ]
+    assert f'\\"version\\":\\"{versions.ETCD_VERSION}\\"' in settings and sha in settings
     assert re.fullmatch(r"3\.(5\.([3-9]|\d\d)|6\.\d+)", versions.ETCD_VERSION)  # not the 3.5.0-3.5.2 line
     for arch, digest in versions.ETCD_RELEASE_SHA256.items():
         assert re.fullmatch(r"[0-9a-f]{64}", digest), arch

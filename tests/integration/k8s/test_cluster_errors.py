@@ -192,8 +192,9 @@ def test_an_unschedulable_pod_is_named_while_the_job_waits(stub):
 
 
 def test_submit_makes_the_jobs_etcd_user_in_the_cluster_before_the_trainjob(stub):
-    """Each TrainJob logs in to the cluster's etcd as its own user: the submit runs the add-job Job (training image,
-    etcd namespace, system nodes, the etcd-admin service account) and creates the TrainJob only once it succeeded."""
+    """Each TrainJob logs in to the cluster's etcd as its own user: the submit runs the add-job Job (the stack's
+    administration image, read from its renewal CronJob; etcd namespace, system nodes, the etcd-add-job service
+    account) and creates the TrainJob only once it succeeded."""
     s, kc = stub
     r = submit_cli(*ARGS, env=env_with(kc))
     assert r.returncode == 0, r.stderr
@@ -201,8 +202,8 @@ def test_submit_makes_the_jobs_etcd_user_in_the_cluster_before_the_trainjob(stub
     job = s.jobs[("t5-etcd", "etcd-add-t5-stub")]
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert c["image"] == "t5:1" and c["command"][-3:] == ["add-job", "--job", "t5-stub"]
-    assert pod["serviceAccountName"] == "etcd-admin" and pod["nodeSelector"] == {"t5-failover/pool": "system"}
+    assert c["image"] == "t5-etcd-admin:asset" and c["command"][-3:] == ["add-job", "--job", "t5-stub"]
+    assert pod["serviceAccountName"] == "etcd-add-job" and pod["nodeSelector"] == {"t5-failover/pool": "system"}
     assert job["metadata"]["labels"]["t5-failover/component"] == "etcd-admin"  # admitted by etcd's NetworkPolicy
     assert "etcd: creating user job-t5-stub" in r.stdout
 

@@ -72,14 +72,14 @@ def reservation(**overrides: Any) -> dict[str, Any]:
     return {"CapacityReservations": [{**res, **overrides}]}
 
 
-def run(config: InfraConfig, *, quota: float = 384, res: dict[str, Any] | None = None) -> Any:
+def run(config: InfraConfig, *, quota: float = 384, res: dict[str, Any] | None = None, deployed: bool = False) -> Any:
     ec2, quotas, ec2_stub, quota_stub = clients()
     expect_offers_and_zones(ec2_stub)
     if res is not None:
         ec2_stub.add_response("describe_capacity_reservations", res, {"CapacityReservationIds": [RESERVATION_ID]})
     expect_quota(ec2_stub, quota_stub, quota)
     with ec2_stub, quota_stub:
-        report = run_checks(config, ec2=ec2, quotas=quotas, region=REGION)
+        report = run_checks(config, ec2=ec2, quotas=quotas, region=REGION, deployed=deployed)
     ec2_stub.assert_no_pending_responses()
     return report
 

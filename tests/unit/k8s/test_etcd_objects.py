@@ -16,7 +16,7 @@ SYSTEM = {"t5-failover/pool": "system"}
 
 @pytest.fixture(scope="module")
 def objects() -> dict[str, dict]:
-    groups = etcd.cluster_objects(image="reg/t5:1", training_namespace="training", node_selector=SYSTEM)
+    groups = etcd.cluster_objects(admin_image="reg/t5:1", training_namespace="training", node_selector=SYSTEM)
     return {
         f"{o['kind']}/{o['metadata'].get('namespace', '-')}/{o['metadata']['name']}": o
         for group in groups.values()
@@ -30,7 +30,7 @@ def only(objects: dict[str, dict], kind: str) -> dict:
 
 
 def test_every_object_round_trips_through_the_kubernetes_models(objects):
-    for obj in [*objects.values(), etcd.add_job_job("t5-x", image="reg/t5:1", training_namespace="training")]:
+    for obj in [*objects.values(), etcd.add_job_job("t5-x", admin_image="reg/t5:1", training_namespace="training")]:
         schema.roundtrip_core(obj)
     bad = etcd.statefulset()
     bad["spec"]["template"]["spec"]["containers"][0]["imagePulPolicy"] = "Always"
@@ -91,7 +91,9 @@ def test_network_policy_admits_training_pods_admin_pods_and_members_only(objects
         name="rt", pvc_name="fsx", image="i:1", max_restarts=1, gpus_per_node=0, efa_per_node=0
     )
     training = replicated_job(rt, "node")["template"]["spec"]["template"]["metadata"]["labels"]
-    admin = etcd.add_job_job("x", image="i:1", training_namespace="training")["spec"]["template"]["metadata"]["labels"]
+    admin = etcd.add_job_job("x", admin_image="i:1", training_namespace="training")["spec"]["template"]["metadata"][
+        "labels"
+    ]
     allowed = {}
     for peer, ports in sources:
         ns = (peer.get("namespaceSelector") or {}).get("matchLabels", {}).get("kubernetes.io/metadata.name", "t5-etcd")
@@ -112,7 +114,7 @@ def test_admin_pods_run_the_script_the_configmap_carries(objects):
     (c,) = pod["containers"]
     assert c["command"] == ["python", f"{etcd.ADMIN_SCRIPT_DIR}/etcd_admin_job.py", "bootstrap"]
     assert cm["data"]["etcd_admin_job.py"] == etcd.ADMIN_SCRIPT.read_text()
-    assert pod["serviceAccountName"] == etcd.ADMIN_SERVICE_ACCOUNT and pod["nodeSelector"] == SYSTEM
+    assert pod["serviceAccountName"] == etcd.BOOTSTRAP_SERVICE_ACCOUNT and pod["nodeSelector"] == SYSTEM
     # the script's names are the rendered objects' names
     assert (
         etcd_admin_job.CA_SECRET,
@@ -127,21 +129,17 @@ def test_admin_pods_run_the_script_the_configmap_carries(objects):
         etcd.PASSWORD,
     )
     assert etcd_admin_job.job_secret_name("j") == etcd.job_secret_name("j")
-    # the Role lets it write Secrets in both namespaces, nothing else
-    roles = [o for k, o in objects.items() if k.startswith("Role/")]
-    assert {r["metadata"]["namespace"] for r in roles} == {"t5-etcd", "training"}
-    assert all(
-        r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update", "delete"]}]
-        for r in roles
-    )
+    # what each service account may do: tests/integration/k8s/test_etcd_admin_rbac.py
 
 
 def test_submit_prints_the_etcd_objects_the_stack_installs():
     import yaml
     from tests.support.k8s import submit_cli
 
+    from tools.k8s.submit import PRINTED_ADMIN_IMAGE
+
     r = submit_cli("--dry-run", "--print-etcd", "--image", "reg/t5:1", "--name", "t5-a", "--nodes", "2")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
-    want = etcd.cluster_objects(image="reg/t5:1", training_namespace="training", node_selector=SYSTEM)
+    want = etcd.cluster_objects(admin_image=PRINTED_ADMIN_IMAGE, training_namespace="training", node_selector=SYSTEM)
     assert docs[:-1] == [o for group in want.values() for o in group] and docs[-1]["kind"] == "TrainJob"

@@ -7,13 +7,13 @@ from cluster_assets.k8s import etcd, schema
 
 
 def test_deleting_the_members_deletes_their_claims_and_volumes():
-    members = etcd.cluster_objects(image="reg/t5:1", training_namespace="training", node_selector={})["members"]
+    members = etcd.cluster_objects(admin_image="reg/t5:1", training_namespace="training", node_selector={})["members"]
     (sts,) = [o for o in members if o["kind"] == "StatefulSet"]
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     (storage_class,) = [
         o
-        for group in etcd.cluster_objects(image="reg/t5:1", training_namespace="training").values()
+        for group in etcd.cluster_objects(admin_image="reg/t5:1", training_namespace="training").values()
         for o in group
         if o["kind"] == "StorageClass"
     ]

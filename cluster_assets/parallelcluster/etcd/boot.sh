@@ -1,0 +1,38 @@
+#!/bin/bash
+# Boot step of one ParallelCluster etcd member, at every boot (systemd oneshot t5-etcd-setup.service, before the
+# member's t5-etcd.service; the user data installs it and runs it once at the first boot):
+#   boot.sh INDEX PARAMETER REGION ASSET_DIR
+#     INDEX      this member's place (0, 1, 2)
+#     PARAMETER  SSM parameter with the stack's member settings (JSON, stacks/components/etcd_members.py):
+#                scripts {name: s3 URL}, ips, client_port, peer_port, version, arch, sha256, members_secret,
+#                client_secret
+#     REGION     its region
+#     ASSET_DIR  where the scripts go (/opt/t5-etcd)
+# Why a parameter and not the user data: the user data is the same on every deploy (index, parameter name,
+# region), so a redeploy that changes a script or the etcd version changes no member (CloudFormation would stop
+# and start every member whose user data changed, all three at once: the coordinator down). The members take the
+# new settings at their next boot, one at a time (docs/slurm.md, "Redeploying the members").
+#
+# Tests: `aws` and `python3` are whatever PATH gives; T5_SETUP_ROOT reaches member.sh (its own meaning there).
+set -euo pipefail
+
+usage() { echo "usage: $0 INDEX PARAMETER REGION ASSET_DIR" >&2; exit 2; }
+[ $# -eq 4 ] || usage
+INDEX=$1 PARAMETER=$2 REGION=$3 ASSET_DIR=$4
+
+settings=$(aws ssm get-parameter --region "$REGION" --name "$PARAMETER" --query Parameter.Value --output text)
+field() {  # KEY [SUBKEY]: one value of the settings
+  python3 -c 'import json, sys
+v = json.loads(sys.argv[1])
+for k in sys.argv[2:]:
+    v = v[k]
+print(v, end="")' "$settings" "$@"
+}
+install -d -m 0755 "$ASSET_DIR"
+for name in member.sh tls.py certs.py; do
+  aws s3 cp --only-show-errors --region "$REGION" "$(field scripts "$name")" "$ASSET_DIR/$name"
+done
+chmod 0755 "$ASSET_DIR/member.sh"
+exec "$ASSET_DIR/member.sh" "$INDEX" "$(field ips)" "$(field client_port)" "$(field peer_port)" \
+  "$(field version)" "$(field arch)" "$(field sha256)" "$(field members_secret)" "$(field client_secret)" \
+  "$REGION" "$ASSET_DIR"
