@@ -103,8 +103,10 @@ class ModelConfig:
     attention: str = "sdpa"
     """Attention kernel: 'sdpa' (transformers' SDPA path), 'eager', or 'sdpa_bias' (training/model/attention.py: SDPA
     given T5's learned position bias in the compute dtype with the mask folded in, scale 1.0, and no bias at all
-    in cross-attention, so the fused kernels can run; not yet measured on a GPU). 'eager' was 14% faster and
-    used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
+    in cross-attention, so the fused kernels can run; not yet measured on a GPU), or 'flex' (training/model/flex.py:
+    FlexAttention, compiled on CUDA, with the position bias as a score_mod and the causal/padding masks as a block
+    mask, so no score tensor is materialised; needs model.dropout 0; not yet measured on a GPU). 'eager' was 14%
+    faster and used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
     checkpoints with every kernel."""
 
 
@@ -576,7 +578,13 @@ def validate(cfg: Config) -> None:
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     need(
-        m.attention in ("sdpa", "eager", "sdpa_bias"), f"model.attention={m.attention!r}: use sdpa, eager or sdpa_bias"
+        m.attention in ("sdpa", "eager", "sdpa_bias", "flex"),
+        f"model.attention={m.attention!r}: use sdpa, eager, sdpa_bias or flex",
+    )
+    need(
+        m.attention != "flex" or m.dropout == 0.0,
+        f"model.dropout={m.dropout} with model.attention=flex: FlexAttention has no attention dropout; "
+        "use --model.dropout 0 or another kernel",
     )
     need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
     need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
