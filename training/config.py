@@ -147,6 +147,10 @@ class TrainConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables)."""
+    adamw_impl: str = "fused"
+    """AdamW's implementation (training/job/optimizer.py): 'fused' (one kernel for all parameters), 'foreach'
+    (multi-tensor ops) or 'for_loop' (one parameter at a time). Same maths, only the rounding differs, so a resume
+    may change it; not yet compared on a GPU (scripts/bench_gpu.sh, row adamw-foreach)."""
     max_bad_steps: int = 1
     """Stop (exit 5) after this many steps in a row with a non-finite loss or gradient norm. Such a step's
     update is skipped and it is never checkpointed, so the last good checkpoints are kept."""
@@ -597,6 +601,10 @@ def validate(cfg: Config) -> None:
     need(t.warmup_steps >= 0, f"train.warmup_steps={t.warmup_steps} must be >= 0")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
     need(t.max_grad_norm >= 0, f"train.max_grad_norm={t.max_grad_norm} must be >= 0 (0 disables)")
+    need(
+        t.adamw_impl in ("fused", "foreach", "for_loop"),
+        f"train.adamw_impl={t.adamw_impl!r}: use fused, foreach or for_loop",
+    )
     need(t.max_bad_steps >= 1, f"train.max_bad_steps={t.max_bad_steps} must be >= 1")
     need(math.isfinite(t.lr), f"train.lr={t.lr} must be finite")
     need(p.device in ("auto", "cpu", "cuda"), f"parallel.device={p.device!r}: use auto, cpu or cuda")
