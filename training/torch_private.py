@@ -69,6 +69,12 @@ INVENTORY = (
         "train through FlexAttention on the CPU: the public flex_attention refuses inputs that require grad "
         "there, while its higher-order op has a reference (math) forward and backward on every device.",
     ),
+    PrivateUse(
+        "torch._dynamo.explain, torch._dynamo.utils.counters",
+        "training.compile_report",
+        "count a T5 block's graph breaks with their reasons, and the graphs Dynamo compiled (recompiles across "
+        "steps): torch documents explain and the counters for this but keeps them under _dynamo.",
+    ),
 )
 
 
@@ -137,3 +143,20 @@ def flex_attention_reference(query, key, value, score_mod, score_mod_buffers: tu
             (),  # the mask rule's own tensors stay in its closure: the reference calls it eagerly
         )
     return out
+
+
+def dynamo_explain(fn, *args, **kwargs) -> tuple[int, int, list[str]]:
+    """``(graphs, graph breaks, one line per break reason)`` of tracing ``fn(*args, **kwargs)`` with Dynamo (nothing
+    is compiled or kept)."""
+    import torch
+
+    out = torch._dynamo.explain(fn)(*args, **kwargs)
+    reasons = [str(b.reason).strip().splitlines()[0] for b in out.break_reasons]
+    return out.graph_count, out.graph_break_count, reasons
+
+
+def dynamo_graphs_compiled() -> int:
+    """How many distinct graphs Dynamo has compiled in this process since the last ``torch.compiler.reset()``."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

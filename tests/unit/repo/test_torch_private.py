@@ -241,3 +241,17 @@ def test_flex_attention_reference_is_flex_attention_with_a_gradient_for_the_scor
     (scores.softmax(-1) @ dense[2]).square().sum().backward()
     for got, want in zip(inputs, dense):
         torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_dynamo_explain_counts_a_break_and_the_graph_counter_counts_compiles():
+    def one_break(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+    graphs, breaks, reasons = torch_private.dynamo_explain(one_break, torch.ones(2))
+    assert (graphs, breaks) == (2, 1) and len(reasons) == 1 and reasons[0]
+    torch.compiler.reset()
+    before = torch_private.dynamo_graphs_compiled()
+    torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.ones(3))
+    assert torch_private.dynamo_graphs_compiled() == before + 1
