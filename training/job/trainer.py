@@ -93,6 +93,14 @@ def _next_batch(loader) -> tuple[dict[str, torch.Tensor] | None, str | None]:
         return None, str(e)
 
 
+def padding_mask_or_none(host_mask: torch.Tensor) -> torch.Tensor | None:
+    """The batch's attention mask (host copy), or None when it masks nothing (the trainer's packed windows).
+    Decided on the host: handed an all-ones mask on the GPU, transformers checks it for padding with a
+    ``.all()`` it reads back, a wait for the GPU in every forward (two per micro-batch: encoder self- and
+    cross-attention). A mask of ones and no mask give bitwise the same model outputs."""
+    return None if bool(host_mask.all()) else host_mask
+
+
 class Trainer:
     """Builds everything from a Config; `train()` runs to `train.steps` and returns the exit code."""
 
@@ -307,13 +315,15 @@ class Trainer:
         self.tracker.enter(FORWARD_BACKWARD)
         self.faults.mid_step(step)
         ids = batch["input_ids"].to(self.device, non_blocking=True)
-        mask = batch["attention_mask"].to(self.device, non_blocking=True)
+        host_mask = padding_mask_or_none(batch["attention_mask"])
+        mask = None if host_mask is None else host_mask.to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
         # reduce-scatters its gradients, so only sharded gradients are held in between).
         micro = self.cfg.train.micro_batch or ids.size(0)
-        for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), mask.split(micro), labels.split(micro)):
+        masks = [None] * len(ids.split(micro)) if mask is None else mask.split(micro)
+        for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), masks, labels.split(micro)):
             logits = self.model(
                 input_ids=mb_ids, attention_mask=mb_mask, decoder_input_ids=self.model._shift_right(mb_labels)
             ).logits
