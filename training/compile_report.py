@@ -10,7 +10,9 @@
   ``--steps`` training steps (forward, loss, backward) on fresh token batches of the run's shapes; graphs compiled
   after the first step are recompiles (0 is the target: a recompile is a compile paid again mid-run).
 
-Prints one JSON object (and writes it to ``--out`` if given). ``--backend eager`` traces with Dynamo only: the same
+The model is built whole on the device (no FSDP, one process); with ``parallel.precision bf16`` on a GPU, bf16
+autocast stands in for FSDP's bf16 parameters (a few casts more in the graphs, the same breaks). Prints one JSON
+object (and writes it to ``--out`` if given). ``--backend eager`` traces with Dynamo only: the same
 graphs, breaks and guards, no code generation (seconds instead of minutes on a CPU). On the CPU the 'flex' kernel
 trains through a reference that Dynamo does not trace (training/model/flex.py), so each of its self-attention calls
 is a break there; the count that matters is the GPU's.
