@@ -13,7 +13,7 @@ TINY += ["--model.num_layers", "2", "--model.num_decoder_layers", "2", "--data.s
 
 def test_a_tiny_t5_compiles_whole_blocks_and_never_recompiles(capsys, tmp_path):
     out = tmp_path / "report.json"
-    argv = ["--preset", "debug", "--backend", "eager", "--steps", "2", "--out", str(out), "--", *TINY]
+    argv = ["--preset", "debug", "--backend", "eager", "--steps", "2", "--batch", "1", "--out", str(out), "--", *TINY]
     assert compile_report.main(argv) == 0
     report = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == report
