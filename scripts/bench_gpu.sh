@@ -7,8 +7,15 @@
 #   4 restart   a worker start by phase, warm and compiled with the compile cache (scripts/bench_restart.sh)
 #   5 hf        a plain Hugging Face T5 of the same shape (fp32 weights, bf16 autocast, fused AdamW, no FSDP:
 #               training/bench_hf.py); every other row's tokens/s is also shown as a multiple of it
+#   The MFU levers of issue 51, each on its own row (steps only, like 1):
+#   6 flex            --model.attention flex (FlexAttention, compiled; position bias as a score_mod), dropout 0
+#   7 flex-compile    the same with every T5 block compiled too (parallel.compile on)
+#   8 adamw-foreach   --train.adamw_impl foreach (the default is fused)
+#   9 compile-report  graph breaks per T5 block and recompiles over 3 steps, flex + compiled blocks
+#                     (python -m training.compile_report: compile-report.json)
 #   scripts/bench_gpu.sh                              # t5-large, batch 32, 20 timed steps, BUDGET_S=480
 #   PRESET=t5-3b BATCH=16 STEPS=8 BUDGET_S=600 scripts/bench_gpu.sh
+#   ROWS="preset compile flex flex-compile adamw-foreach compile-report hf" scripts/bench_gpu.sh   # the MFU rows
 # Writes bench/gpu/<row>.json (a row's figures), <row>.log, and summary.json (every row's status, rewritten after
 # each row); prints the table at the end. EST_<ROW>=seconds overrides a row's estimate (defaults: H200, t5-large).
 # Needs CUDA; PYTHON names another interpreter (e.g. one with the cluster image's torch). DRY_RUN=1 checks the
@@ -29,10 +36,17 @@ budget="${BUDGET_S:-480}"
 preset="${PRESET:-t5-large}"
 steps="${STEPS:-20}"
 batch=(--train.global_batch "${BATCH:-32}" --train.micro_batch 0)
-rows=(preset compile saves restart hf)
-declare -A est=([preset]=60 [compile]=95 [saves]=240 [restart]=200 [hf]=40)
+all_rows=(preset compile saves restart hf flex flex-compile adamw-foreach compile-report)
+read -r -a rows <<<"${ROWS:-${all_rows[*]}}"
+for r in "${rows[@]}"; do
+  [[ " ${all_rows[*]} " == *" $r "* ]] \
+    || { echo "bench_gpu: ROWS names '$r', not a row: use some of ${all_rows[*]}" >&2; exit 2; }
+done
+declare -A est=([preset]=60 [compile]=95 [saves]=240 [restart]=200 [hf]=40 [flex]=90 [flex-compile]=120
+  [adamw-foreach]=60 [compile-report]=90)
 for r in "${rows[@]}"; do
   var="EST_${r^^}"
+  var="${var//-/_}"  # EST_FLEX_COMPILE for flex-compile
   est[$r]="${!var:-${est[$r]}}"
 done
 declare -A cmd
@@ -45,6 +59,12 @@ cmd[restart]="env PYTHON=$py OUT=$out/restart PRESET=$preset CASES='warm compile
 cmd[restart]+=" scripts/bench_restart.sh ${batch[*]}"
 cmd[hf]="$py -m training.bench_hf --preset $preset --steps $((steps / 2 > 2 ? steps / 2 : 2)) --out $out/hf.json"
 cmd[hf]+=" -- ${batch[*]}"
+flex=(--model.attention flex --model.dropout 0)
+cmd[flex]="${cmd[preset]/preset.json/flex.json} ${flex[*]}"
+cmd[flex-compile]="${cmd[preset]/preset.json/flex-compile.json} ${flex[*]} --parallel.compile on"
+cmd[adamw-foreach]="${cmd[preset]/preset.json/adamw-foreach.json} --train.adamw_impl foreach"
+cmd[compile-report]="$py -m training.compile_report --preset $preset --steps 3 --out $out/compile-report.json"
+cmd[compile-report]+=" -- ${flex[*]}"
 
 elapsed=0  # seconds of the budget used (simulated under DRY_RUN)
 start=$SECONDS
@@ -90,12 +110,15 @@ for r in "${rows[@]}"; do
 done
 echo "[bench_gpu] summary: $out/summary.json (${elapsed} s of $budget)" >&2
 files=()
-for r in preset compile saves hf; do
-  [[ -f $out/$r.json && ${status[$r]} == ok ]] && files+=("$out/$r.json")
+for r in preset compile saves hf flex flex-compile adamw-foreach; do
+  [[ -f $out/$r.json && ${status[$r]:-} == ok ]] && files+=("$out/$r.json")
 done
 if ((${#files[@]})); then
   "$py" -m training.bench report "${files[@]}" --json "$out/report.json"
 fi
-if [[ ${status[restart]} == ok ]]; then
+if [[ ${status[restart]:-} == ok ]]; then
   cat "$out/restart.log"
+fi
+if [[ ${status[compile-report]:-} == ok ]]; then
+  cat "$out/compile-report.json"
 fi

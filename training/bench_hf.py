@@ -49,7 +49,7 @@ def run(argv: list[str]) -> dict:
     from training.model.t5 import build_model, count_params
 
     cfg = load_config(["--preset", a.preset, "--job.out_dir", str(Path(a.out).parent), *a.extra])
-    if cfg.model.attention == "sdpa_bias":  # this project's kernel (training/model/attention.py): not plain HF
+    if cfg.model.attention in ("sdpa_bias", "flex"):  # this project's kernels (training/model/): not plain HF
         cfg.model.attention = "sdpa"
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.parallel.device != "cpu" else "cpu")
     bf16 = a.autocast == "bf16" or (a.autocast == "auto" and device.type == "cuda")

@@ -103,8 +103,10 @@ class ModelConfig:
     attention: str = "sdpa"
     """Attention kernel: 'sdpa' (transformers' SDPA path), 'eager', or 'sdpa_bias' (training/model/attention.py: SDPA
     given T5's learned position bias in the compute dtype with the mask folded in, scale 1.0, and no bias at all
-    in cross-attention, so the fused kernels can run; not yet measured on a GPU). 'eager' was 14% faster and
-    used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
+    in cross-attention, so the fused kernels can run; not yet measured on a GPU), or 'flex' (training/model/flex.py:
+    FlexAttention, compiled on CUDA, with the position bias as a score_mod and the causal/padding masks as a block
+    mask, so no score tensor is materialised; needs model.dropout 0; not yet measured on a GPU). 'eager' was 14%
+    faster and used 8 GiB less than 'sdpa' for t5-large on an H100, so the GPU presets use it. Same weights and
     checkpoints with every kernel."""
 
 
@@ -145,6 +147,10 @@ class TrainConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables)."""
+    adamw_impl: str = "fused"
+    """AdamW's implementation (training/job/optimizer.py): 'fused' (one kernel for all parameters), 'foreach'
+    (multi-tensor ops) or 'for_loop' (one parameter at a time). Same maths, only the rounding differs, so a resume
+    may change it; not yet compared on a GPU (scripts/bench_gpu.sh, row adamw-foreach)."""
     max_bad_steps: int = 1
     """Stop (exit 5) after this many steps in a row with a non-finite loss or gradient norm. Such a step's
     update is skipped and it is never checkpointed, so the last good checkpoints are kept."""
@@ -576,7 +582,13 @@ def validate(cfg: Config) -> None:
     need(m.vocab_size >= 384, f"model.vocab_size={m.vocab_size} is too small for the byte tokenizer; use >= 384")
     need(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     need(
-        m.attention in ("sdpa", "eager", "sdpa_bias"), f"model.attention={m.attention!r}: use sdpa, eager or sdpa_bias"
+        m.attention in ("sdpa", "eager", "sdpa_bias", "flex"),
+        f"model.attention={m.attention!r}: use sdpa, eager, sdpa_bias or flex",
+    )
+    need(
+        m.attention != "flex" or m.dropout == 0.0,
+        f"model.dropout={m.dropout} with model.attention=flex: FlexAttention has no attention dropout; "
+        "use --model.dropout 0 or another kernel",
     )
     need(d.seq_len >= 16, f"data.seq_len={d.seq_len} must be >= 16")
     need(0.0 < d.noise_density < 0.5, f"data.noise_density={d.noise_density} must be in (0, 0.5)")
@@ -589,6 +601,10 @@ def validate(cfg: Config) -> None:
     need(t.warmup_steps >= 0, f"train.warmup_steps={t.warmup_steps} must be >= 0")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
     need(t.max_grad_norm >= 0, f"train.max_grad_norm={t.max_grad_norm} must be >= 0 (0 disables)")
+    need(
+        t.adamw_impl in ("fused", "foreach", "for_loop"),
+        f"train.adamw_impl={t.adamw_impl!r}: use fused, foreach or for_loop",
+    )
     need(t.max_bad_steps >= 1, f"train.max_bad_steps={t.max_bad_steps} must be >= 1")
     need(math.isfinite(t.lr), f"train.lr={t.lr} must be finite")
     need(p.device in ("auto", "cpu", "cuda"), f"parallel.device={p.device!r}: use auto, cpu or cuda")

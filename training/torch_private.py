@@ -63,6 +63,18 @@ INVENTORY = (
         "record the initialization ops a model runs on the meta device and replay them per shard (torch "
         "documents dispatch modes but keeps them under _python_dispatch).",
     ),
+    PrivateUse(
+        "torch._higher_order_ops.flex_attention.flex_attention (the HOP behind flex_attention)",
+        "training.model.flex",
+        "train through FlexAttention on the CPU: the public flex_attention refuses inputs that require grad "
+        "there, while its higher-order op has a reference (math) forward and backward on every device.",
+    ),
+    PrivateUse(
+        "torch._dynamo.explain, torch._dynamo.utils.counters",
+        "training.compile_report",
+        "count a T5 block's graph breaks with their reasons, and the graphs Dynamo compiled (recompiles across "
+        "steps): torch documents explain and the counters for this but keeps them under _dynamo.",
+    ),
 )
 
 
@@ -104,3 +116,47 @@ def dispatch_mode_and_tree_map():
     from torch.utils._pytree import tree_map
 
     return TorchDispatchMode, tree_map
+
+
+def flex_attention_reference(query, key, value, score_mod, score_mod_buffers: tuple, block_mask, *, scale: float):
+    """``flex_attention``'s output from its higher-order op's reference implementation, differentiable on the CPU
+    (scores materialised in fp32). ``score_mod(score, b, h, q, kv, *score_mod_buffers)`` or None; the gradient
+    reaches ``score_mod_buffers`` too. ``block_mask``: a ``BlockMask`` (not None)."""
+    import torch
+    from torch._higher_order_ops.flex_attention import flex_attention as flex_attention_hop
+    from torch.nn.attention.flex_attention import _apply_kernel_options, _identity
+
+    options = _apply_kernel_options(query, key, value, return_lse=False, kernel_options=None)
+    # The op's backward gives a buffer a gradient only if its saved copy requires grad; activation checkpointing
+    # saves detached copies (and recomputes them), so the gradient would be written into the bias itself. Saved
+    # as they are instead: this op's inputs stay alive until the backward (the CPU reference path only).
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        out, _lse, _max = flex_attention_hop(
+            query,
+            key,
+            value,
+            score_mod or _identity,
+            block_mask.as_tuple(),
+            scale,
+            options,
+            tuple(score_mod_buffers),
+            (),  # the mask rule's own tensors stay in its closure: the reference calls it eagerly
+        )
+    return out
+
+
+def dynamo_explain(fn, *args, **kwargs) -> tuple[int, int, list[str]]:
+    """``(graphs, graph breaks, one line per break reason)`` of tracing ``fn(*args, **kwargs)`` with Dynamo (nothing
+    is compiled or kept)."""
+    import torch
+
+    out = torch._dynamo.explain(fn)(*args, **kwargs)
+    reasons = [str(b.reason).strip().splitlines()[0] for b in out.break_reasons]
+    return out.graph_count, out.graph_break_count, reasons
+
+
+def dynamo_graphs_compiled() -> int:
+    """How many distinct graphs Dynamo has compiled in this process since the last ``torch.compiler.reset()``."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

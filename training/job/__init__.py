@@ -3,6 +3,7 @@
 * :mod:`~training.job.trainer`: :class:`Trainer`, the training loop (FSDP2 steps, signals, the step boundary);
 * :mod:`~training.job.check`: the start checks of what the settings point at, before any process starts;
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
+* :mod:`~training.job.optimizer`: AdamW on the implementation ``train.adamw_impl`` names (fused, foreach, for_loop);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
 * :mod:`~training.job.tensorboard`: the same records as TensorBoard event files, on a background thread;

@@ -25,6 +25,7 @@ from training.data.dataset import build_dataloader, build_dataset
 from training.job.determinism import apply_determinism
 from training.job.check import check_device
 from training.job.guard import NonFiniteGuard
+from training.job.optimizer import build_adamw
 from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
 from training.job.metrics import MetricsLogger
@@ -90,6 +91,14 @@ def _next_batch(loader) -> tuple[dict[str, torch.Tensor] | None, str | None]:
         return next(loader), None
     except DataSourceError as e:
         return None, str(e)
+
+
+def padding_mask_or_none(host_mask: torch.Tensor) -> torch.Tensor | None:
+    """The batch's attention mask (host copy), or None when it masks nothing (the trainer's packed windows).
+    Decided on the host: handed an all-ones mask on the GPU, transformers checks it for padding with a
+    ``.all()`` it reads back, a wait for the GPU in every forward (two per micro-batch: encoder self- and
+    cross-attention). A mask of ones and no mask give bitwise the same model outputs."""
+    return None if bool(host_mask.all()) else host_mask
 
 
 class Trainer:
@@ -161,13 +170,8 @@ class Trainer:
         apply_fsdp(self.model, self.mesh, p)
         built.materialize(self.model, self.device)
         t = cfg.train
-        # Fused: one kernel for all parameters. On CUDA the foreach version took ~60 ms of a 0.6 s t5-large step on
-        # an H100. On the CPU too: a restarted worker's first optimizer step (DCP runs one to create the state a
-        # restore fills) spends most of its time on DTensor sharding propagation, once per op, and fused is one op
-        # where foreach is ~10: 0.17 s against 0.56 s for the debug preset, a third of a lost node's restore.
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95), fused=True
-        )
+        # train.adamw_impl: fused by default (training.job.optimizer says why)
+        self.optimizer = build_adamw(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay, impl=t.adamw_impl)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
         self.clock.mark("model_build")
         self.progress = Progress()
@@ -311,13 +315,15 @@ class Trainer:
         self.tracker.enter(FORWARD_BACKWARD)
         self.faults.mid_step(step)
         ids = batch["input_ids"].to(self.device, non_blocking=True)
-        mask = batch["attention_mask"].to(self.device, non_blocking=True)
+        host_mask = padding_mask_or_none(batch["attention_mask"])
+        mask = None if host_mask is None else host_mask.to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         # At most train.micro_batch samples per forward; gradients accumulate over the micro-batches (each one
         # reduce-scatters its gradients, so only sharded gradients are held in between).
         micro = self.cfg.train.micro_batch or ids.size(0)
-        for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), mask.split(micro), labels.split(micro)):
+        masks = [None] * len(ids.split(micro)) if mask is None else mask.split(micro)
+        for mb_ids, mb_mask, mb_labels in zip(ids.split(micro), masks, labels.split(micro)):
             logits = self.model(
                 input_ids=mb_ids, attention_mask=mb_mask, decoder_input_ids=self.model._shift_right(mb_labels)
             ).logits

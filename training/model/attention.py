@@ -27,11 +27,10 @@ Bernoulli(1 - p) mask and 1/(1 - p) scaling inside the kernel, but a fused CUDA 
 Philox stream, so training with dropout > 0 matches eager in distribution, not bit for bit. Outputs and
 gradients equal eager's (up to rounding) only with dropout 0, which the GPU presets use.
 
-FlexAttention is not offered: it has no backward on the CPU (``flex_attention`` raises NotImplementedError
-when an input requires grad), so a training path through it cannot be tested here. HF's own 'flex_attention'
-path for T5 reads ``position_bias[batch_idx, head_idx, q_idx, kv_idx]`` from a bias whose batch dimension is 1:
-out of bounds for every batch index > 0 (an IndexError on the CPU, an illegal memory access in a compiled GPU
-kernel). README.md, "Attention kernels and regional compilation", lists what is still to be measured on a GPU.
+FlexAttention is ``model.attention = 'flex'`` (training.model.flex), not HF's own 'flex_attention': that path
+for T5 reads ``position_bias[batch_idx, head_idx, q_idx, kv_idx]`` from a bias whose batch dimension is 1: out of
+bounds for every batch index > 0 (an IndexError on the CPU, an illegal memory access in a compiled GPU kernel).
+README.md, "Attention kernels and regional compilation", lists what is still to be measured on a GPU.
 """
 
 from __future__ import annotations
@@ -39,9 +38,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from training.model.flex import FLEX
+
 SDPA_BIAS = "sdpa_bias"
-CHOICES = ("sdpa", "eager", SDPA_BIAS)
-"""Every valid ``model.attention``: HF's two stock kernels and this module's."""
+CHOICES = ("sdpa", "eager", SDPA_BIAS, FLEX)
+"""Every valid ``model.attention``: HF's two stock kernels, this module's, and FlexAttention's (training.model.flex)."""
 
 
 def attn_implementation(attention: str) -> str:
@@ -57,6 +58,10 @@ def attn_implementation(attention: str) -> str:
         # Masks built as for 'sdpa' (boolean, None when nothing is masked); a name without a mask builder would
         # get no padding mask at all from transformers.
         AttentionMaskInterface.register(SDPA_BIAS, sdpa_mask)
+    if attention == FLEX:
+        from training.model.flex import register
+
+        register()
     return attention
 
 

@@ -39,11 +39,12 @@ def compile_enabled(setting: str) -> bool:
     return setting == "on"
 
 
-def apply_regional_compile(model: torch.nn.Module, enabled: bool) -> int:
+def apply_regional_compile(model: torch.nn.Module, enabled: bool, *, backend: str = "inductor") -> int:
     """Compile every ``T5Block`` of ``model`` (a T5ForConditionalGeneration) in place when ``enabled``; returns how
     many blocks were compiled (0 when not enabled). Also turns the decoder's key/value cache off (training never
     decodes) and raises Dynamo's process-wide recompile limit to at least 32. Compilation itself happens on the
-    first forward."""
+    first forward. ``backend``: Inductor for training; 'eager' traces with Dynamo only (the same graphs, guards
+    and recompiles, no code generated: training.compile_report's cheap mode)."""
     if not enabled:
         return 0
     # With a cache each decoder block guards on its own layer's cache entry: one recompile per block.
@@ -53,5 +54,8 @@ def apply_regional_compile(model: torch.nn.Module, enabled: bool) -> int:
     raise_recompile_limit(32)
     blocks = [block for stack in (model.encoder, model.decoder) for block in stack.block]
     for block in blocks:
-        block.compile(options={"cpp.simdlen": 1})  # see the module docstring (CPU only)
+        if backend == "inductor":
+            block.compile(options={"cpp.simdlen": 1})  # see the module docstring (CPU only)
+        else:
+            block.compile(backend=backend)
     return len(blocks)

@@ -211,3 +211,47 @@ def test_identical_workers_get_their_ranks_without_the_store(monkeypatch):
     monkeypatch.delenv("TORCH_ELASTIC_WORKER_IDENTICAL")
     with pytest.raises(AssertionError, match="the store was used"):
         SimpleElasticAgent._assign_worker_ranks(None, Unusable(), 3, 5, spec)
+
+
+def test_flex_attention_reference_is_flex_attention_with_a_gradient_for_the_score_mod_buffer():
+    """The HOP's reference computes what the public flex_attention computes (forward, no grad: the public one runs
+    on the CPU then), and differentiates like the dense attention it stands for, the score_mod's buffer included."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, generator=g) for _ in range(3))
+    bias = torch.randn(1, 3, 16, 16, generator=g)
+    mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, 16, 16, device="cpu")
+
+    def mod(score, b, h, i, j, bias):
+        return score + bias[0, h, i, j]
+
+    public = flex_attention(
+        q, k, v, score_mod=lambda s, b, h, i, j: mod(s, b, h, i, j, bias), block_mask=mask, scale=1.0
+    )
+    inputs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out = torch_private.flex_attention_reference(*inputs[:3], mod, (inputs[3],), mask, scale=1.0)
+    torch.testing.assert_close(out, public)
+    out.square().sum().backward()
+
+    dense = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    scores = (dense[0] @ dense[1].transpose(-1, -2) + dense[3]).masked_fill(
+        ~torch.ones(16, 16).tril().bool(), -torch.inf
+    )
+    (scores.softmax(-1) @ dense[2]).square().sum().backward()
+    for got, want in zip(inputs, dense):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_dynamo_explain_counts_a_break_and_the_graph_counter_counts_compiles():
+    def one_break(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+    graphs, breaks, reasons = torch_private.dynamo_explain(one_break, torch.ones(2))
+    assert (graphs, breaks) == (2, 1) and len(reasons) == 1 and reasons[0]
+    torch.compiler.reset()
+    before = torch_private.dynamo_graphs_compiled()
+    torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.ones(3))
+    assert torch_private.dynamo_graphs_compiled() == before + 1

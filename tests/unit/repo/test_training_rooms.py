@@ -6,7 +6,8 @@
     job/                         <- shared, data, model, checkpoint, goodput (with its entry point, __main__)
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
     goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
-    the tools                    compare, export, bench (and bench_copy), bench_hf, bench_init, bench_saves: any room
+    the tools                    compare, compile_report, export, bench (and bench_copy), bench_hf, bench_init,
+                                 bench_saves: any room
 
 Every import counts, at any depth (function-level ones too), as in tests/unit/repo/test_import_layers.py. Each room's
 ``__init__`` docstring lists every module of the room.
@@ -31,6 +32,7 @@ COMMANDS = {
     "training.bench_init",
     "training.bench_saves",
     "training.compare",
+    "training.compile_report",
     "training.export",
 }
 #: Top-level modules that belong to a room: their command names (python -m training[.rdzv_store]) stay short.

@@ -206,11 +206,11 @@ def test_decoding_with_a_cache_matches_eager():
 
 def test_config_accepts_exactly_the_kernels_attention_knows():
     for attention in CHOICES:
-        assert load_config(["--model.attention", attention]).model.attention == attention
-    with pytest.raises(ConfigError, match="model.attention='flex': use sdpa, eager or sdpa_bias"):
-        load_config(["--model.attention", "flex"])
-    with pytest.raises(ValueError, match="model.attention='flex'"):
-        attn_implementation("flex")
+        assert load_config(["--model.attention", attention, "--model.dropout", "0"]).model.attention == attention
+    with pytest.raises(ConfigError, match="model.attention='flash': use sdpa, eager, sdpa_bias or flex"):
+        load_config(["--model.attention", "flash"])
+    with pytest.raises(ValueError, match="model.attention='flash'"):
+        attn_implementation("flash")
 
 
 def test_compile_setting_is_validated_and_auto_is_off_until_measured():
