@@ -61,7 +61,7 @@ from training.launch.nccl_plugin import missing_plugin_warning
 from training.launch.preflight import check_training_job, checkpoint_dir, job_out_dir
 from training.launch.store_check import check_store
 from training.launch import warm_workers
-from training.job.lifecycle import AGENT_ENV, die_with_launcher
+from training.job.lifecycle import AGENT_ENV, die_with_launcher, exit_without_finalization
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy, RunLock
 from training.job.watchdog import NodeWatchdog
 
@@ -330,4 +330,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Not sys.exit: the agent's workers are stopped and its watchdog closed by now, and finalization would only run
+    # the destructors of the C++ threads torch.distributed started here (a standalone agent's TCPStore server),
+    # which under load abort the process ("terminate called without an active exception"): a worker's clean
+    # "exit 2, bad input" came back as SIGABRT in a full suite run on a busy machine. The workers leave the same way.
+    exit_without_finalization(main())
