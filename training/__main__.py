@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             _crash(trainer)
         code = _report(e)
         if trainer is not None:
-            trainer.metrics.end("error", trainer.progress.step, detail=str(e).splitlines()[0][:300])
+            # a diverged run ends at its last good step, which the guard may judge a few steps later
+            # (training.job.step_figures): the steps after it ran but are neither recorded nor saved
+            step = trainer.recorded_step if isinstance(e, Diverged) else trainer.progress.step
+            trainer.metrics.end("error", step, detail=str(e).splitlines()[0][:300])
             # in-memory snapshots since the first bad step must not be what a rerun restores: storage holds
             # the last good state (nothing non-finite is ever saved there)
             trainer.keep_memory = not isinstance(e, Diverged)

@@ -70,6 +70,13 @@ INVENTORY = (
         "there, while its higher-order op has a reference (math) forward and backward on every device.",
     ),
     PrivateUse(
+        "Optimizer.found_inf (the attribute GradScaler hands fused Adam/AdamW, read by their step)",
+        "training.job.trainer",
+        "skip a non-finite step's update on the device, so the non-finite guard need not read the loss and "
+        "gradient norm to the host before every optimizer step (issue 51, lever 3); GradScaler, the public user, "
+        "would scale and check the gradients itself.",
+    ),
+    PrivateUse(
         "torch._dynamo.explain, torch._dynamo.utils.counters",
         "training.compile_report",
         "count a T5 block's graph breaks with their reasons, and the graphs Dynamo compiled (recompiles across "
@@ -160,3 +167,14 @@ def dynamo_graphs_compiled() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def optimizer_step_unless(optimizer, found_inf) -> None:
+    """``optimizer.step()`` decided on the device: where ``found_inf`` (a float32 scalar tensor) is non-zero the
+    fused Adam/AdamW kernel leaves the parameters, both moments and the step count as they were, with no read of
+    the flag on the host. Only the fused implementations take it (the others refuse a flag)."""
+    optimizer.found_inf = found_inf
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf

@@ -221,6 +221,10 @@ class CheckpointManager:
         """The previous step's snapshot copies the state the optimizer is about to change: wait for it."""
         self.memory.wait()
 
+    def due(self, step: int) -> bool:
+        """Whether a storage save or a memory snapshot is due after `step` (a stop or the last step saves anyway)."""
+        return self.storage.due(step) or self.memory.due(step)
+
     def save(
         self, step: int, state: dict[str, Any], *, stop: bool, final: bool, progress: dict[str, int]
     ) -> tuple[float, float]:

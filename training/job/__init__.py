@@ -5,6 +5,7 @@
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
 * :mod:`~training.job.optimizer`: AdamW on the implementation ``train.adamw_impl`` names (fused, foreach, for_loop);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
+* :mod:`~training.job.step_figures`: each step's loss and gradient norm kept on the device until a read point;
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
 * :mod:`~training.job.tensorboard`: the same records as TensorBoard event files, on a background thread;
 * :mod:`~training.job.trainer_status`: progress into the TrainJob's ``status.trainerStatus`` (Kubeflow Trainer);

@@ -83,6 +83,11 @@ class Faults:
         if self.cfg.slow_commit_s:
             time.sleep(self.cfg.slow_commit_s)
 
+    def ends_process_at(self, step: int) -> bool:
+        """Whether :meth:`after_step` may SIGKILL or SIGSTOP a rank after `step` (the same answer on every rank): the
+        trainer reads the step figures first, so that the metrics file holds the step's record as before."""
+        return _at(self.cfg.sigkill_at_step, step) or _at(self.cfg.stop_at_step, step)
+
     def after_step(self, step: int) -> None:
         """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once), the per-step sleep and the hold while
         fault.hold_file exists (every rank)."""

@@ -6,6 +6,13 @@ and the existing checkpoints, all of finite state, are kept. Before any checkpoi
 weights themselves are checked too: an update with a huge learning rate can turn finite gradients
 into infinite weights one step before the loss shows it.
 
+When it acts: with fused AdamW the trainer skips a bad step's update on the device and calls ``step_ok`` for
+each step at the first *read point* at or after it (a progress line, a save or snapshot, a stop, the last step:
+:mod:`training.job.step_figures`), in step order, with the same values, so the decisions and the Diverged line
+are those of a per-step check. Every save and snapshot comes at a read point, after those calls: no checkpoint
+holds a state this guard refuses. With the other AdamW implementations it is called in each step, before the
+optimizer steps.
+
     guard = NonFiniteGuard(max_bad_steps=1)
     if guard.step_ok(step, loss, grad_norm): optimizer.step()
     guard.check_weights(model, step)        # before a save; raises Diverged

@@ -25,6 +25,7 @@ from training.data.dataset import build_dataloader, build_dataset
 from training.job.determinism import apply_determinism
 from training.job.check import check_device
 from training.job.guard import NonFiniteGuard
+from training.job.step_figures import StepFigures
 from training.job.optimizer import build_adamw
 from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
@@ -53,6 +54,7 @@ from training.job.progress import (
 )
 from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
+from training.torch_private import optimizer_step_unless
 
 log = logging.getLogger("training")
 # SIGINT (Ctrl-C) stops like SIGTERM: checkpoint at the next step boundary, exit 128+signum.
@@ -185,6 +187,14 @@ class Trainer:
         self.run_lock = lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(t.max_bad_steps)
+        # Per-step loss and gradient norm stay on the device until a read point (training.job.step_figures);
+        # fused AdamW skips a non-finite step's update there. The other implementations take no device flag:
+        # their guard reads the figures on every step, before the optimizer steps.
+        self.figures = StepFigures(self.guard)
+        self.skip_on_device = t.adamw_impl == "fused"
+        self._unrecorded: list[dict] = []  # metrics records of finished steps whose figures are not read yet
+        self._read_values: dict[int, tuple[float, float]] = {}  # step -> (loss, grad_norm), read, not recorded
+        self.recorded_step = 0  # the newest step with a metrics record (a diverged run's `end` record's step)
         fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
         self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir, interrupted=lambda: bool(self._signal))
         # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
@@ -296,7 +306,36 @@ class Trainer:
         n = -(-per_rank // micro)
         return f"{per_rank} per rank" + (f" in {n} micro-batches of <= {micro}" if n > 1 else "")
 
-    def _step(self, batch: dict[str, torch.Tensor] | None, problem: str | None = None) -> tuple[float, float, int]:
+    def _read_point(self, step: int, stop: bool) -> bool:
+        """Whether the host reads the figures after `step`: something needs them (the progress line, a stop, the
+        last step, a fault that ends the process) or a checkpoint or snapshot is due, which must never hold a
+        state the guard would refuse. The same on every rank (the flush has no collective, the save after it has)."""
+        return (
+            stop
+            or step == self.cfg.train.steps
+            or step % self.cfg.metrics.log_every == 0
+            or self.ckpt.due(step)
+            or self.faults.ends_process_at(step)
+        )
+
+    def _read_figures(self) -> None:
+        """Read the unread steps' figures (one wait for the device), the guard judging each in order (Diverged at
+        the first step it refuses: records of the steps before it are written first), then record them."""
+        try:
+            for step, loss, grad_norm in self.figures.read():
+                self._read_values[step] = (loss, grad_norm)
+        finally:
+            self._record_read_steps()
+
+    def _record_read_steps(self) -> None:
+        """Write the metrics records of the finished steps whose figures are read, in step order."""
+        while self._unrecorded and self._unrecorded[0]["step"] in self._read_values:
+            record = self._unrecorded.pop(0)
+            record["loss"], record["grad_norm"] = self._read_values.pop(record["step"])
+            self.metrics.step(**record)
+            self.recorded_step = record["step"]
+
+    def _step(self, batch: dict[str, torch.Tensor] | None, problem: str | None = None) -> int:
         # Token counts from the host copy of the batch, reduced over gloo: reading them from the GPU would make
         # the host wait for the device before it can queue this step's forward pass. The third count: ranks
         # that could not read their batch (`problem`); every rank then stops with that rank's message.
@@ -341,15 +380,18 @@ class Trainer:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         dist.all_reduce(loss_sum)
-        # The step's one wait for the GPU: the non-finite guard decides on these before the optimizer steps.
-        total, norm = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
-        loss = total / n_targets
+        figures = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)])
+        self.figures.add(step, figures, n_targets)  # read at the next read point, not here
         self.ckpt.before_optimizer_step()
-        if self.guard.step_ok(step, loss, norm):  # a non-finite step keeps the weights as they were
-            self.optimizer.step()
+        if self.skip_on_device:  # a non-finite step keeps the weights as they were, decided without a host read
+            optimizer_step_unless(self.optimizer, (~torch.isfinite(figures).all()).to(torch.float32))
+        else:  # the host decides before the optimizer steps: this step's one wait for the device
+            self._read_figures()
+            if self.guard.ok_to_checkpoint():
+                self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return loss, norm, int(n_tokens)
+        return int(n_tokens)
 
     def train(self) -> int:
         cfg, t = self.cfg, self.cfg.train
@@ -413,12 +455,26 @@ class Trainer:
             say=self.metrics.info,
         )
         exit_code = 0
-        resumed_at = self.progress.step
+        resumed_at = self.recorded_step = self.progress.step
+        try:
+            exit_code = self._loop(recovery, loader, resumed_at)
+        except Exception as e:
+            # The records of the steps done since the last read point, as they would have been written (and
+            # the guard's verdict on them, which comes first). Not after a collective failed: a device read
+            # could wait on that collective.
+            if not isinstance(e, dist.DistError):
+                self._read_figures()
+            raise
+        return exit_code
+
+    def _loop(self, recovery: RecoveryNote, loader, resumed_at: int) -> int:
+        cfg, t = self.cfg, self.cfg.train
+        exit_code = 0
         while self.progress.step < t.steps:
             self.tracker.enter(DATA, self.progress.step + 1)
             t0 = time.perf_counter()
             offset = self.progress.data_offset
-            loss, grad_norm, n_tokens = self._step(*_next_batch(loader))
+            n_tokens = self._step(*_next_batch(loader))
             self.progress.step += 1
             self.progress.tokens_seen += n_tokens
             self.progress.data_offset += t.global_batch
@@ -427,24 +483,30 @@ class Trainer:
             # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
             self.tracker.step_done(step)
             sig = self._agreed_stop()
+            read_point = self._read_point(step, stop=bool(sig))
+            if read_point:  # before any save or snapshot of this step: the guard judges every step up to it
+                self._read_figures()
             blocked, snapshot_blocked = self.ckpt.save(
                 step, self.state, stop=bool(sig), final=step == t.steps, progress=self.progress.state_dict()
             )
-            self.metrics.step(
-                step=step,
-                loss=loss,
-                lr=self.scheduler.get_last_lr()[0],
-                grad_norm=grad_norm,
-                tokens_per_s=n_tokens / step_time,
-                step_time_s=step_time,
-                ckpt_block_s=blocked,
-                snapshot_block_s=snapshot_blocked,
-                snapshot_interval=self.ckpt.snapshot_interval,
-                world_size=self.world,
-                restart_count=self.restart_count,
-                data_offset=offset,
-                tokens=n_tokens,
+            self._unrecorded.append(
+                dict(
+                    step=step,
+                    loss=None,  # loss and grad_norm: filled in when the step's figures are read
+                    lr=self.scheduler.get_last_lr()[0],
+                    grad_norm=None,
+                    tokens_per_s=n_tokens / step_time,
+                    step_time_s=step_time,
+                    ckpt_block_s=blocked,
+                    snapshot_block_s=snapshot_blocked,
+                    snapshot_interval=self.ckpt.snapshot_interval,
+                    world_size=self.world,
+                    restart_count=self.restart_count,
+                    data_offset=offset,
+                    tokens=n_tokens,
+                )
             )
+            self._record_read_steps()  # the records whose figures are read (this step's too at a read point)
             if self.progress.step == resumed_at + 1:  # this attempt's first step compiled what it needs
                 self._after_first_step()
             self.faults.after_step(step)
