@@ -17,8 +17,9 @@ What runs, and why each piece is there:
 * **A lost volume repairs itself**: the member's container starts with the project's start-time repair
   (:mod:`training.launch.rendezvous.member_repair`, :func:`member_command`), which replaces itself with etcd. A
   member whose volume is new (its claim deleted, the volume lost) while the other two run removes its old entry,
-  adds itself again and starts ``existing`` (as root: root's password is mounted from :data:`ADMIN_SECRET`); with
-  its data, or on the cluster's first start, it starts as given. So the member image is the administration image
+  adds itself again and starts ``existing`` (as root: root's password and the administrative client certificate are
+  mounted from :data:`ADMIN_SECRET`); with its data, or on the cluster's first start (no other member answers, or
+  that Secret is not made yet), it starts as given. So the member image is the administration image
   (:data:`ADMIN_IMAGE_DIR`), which carries etcd's binary copied from the pinned ``versions.ETCD_IMAGE`` (that
   image itself has no shell or Python to run the repair in).
 * **Disruptions**: a PodDisruptionBudget (``maxUnavailable: 1``): a drain, a node group update or the cluster
@@ -107,11 +108,11 @@ ADMIN_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"m
 #: Non-root user of the members (distroless's "nonroot"); fsGroup makes the volume and the Secrets readable.
 MEMBER_UID = 65532
 #: In the member container: etcd's binary (the administration image copies it from ETCD_IMAGE), its data
-#: directory, its TLS material, and root's password (for the start-time repair's membership changes).
+#: directory, its TLS material, and root's credentials (for the start-time repair's membership changes).
 ETCD_BIN = "/usr/local/bin/etcd"
 DATA_DIR = "/var/lib/etcd/data"
 MEMBER_TLS = "/etc/etcd/tls"
-ROOT_PASSWORD_DIR = "/etc/etcd/admin"
+ADMIN_CREDENTIALS_DIR = "/etc/etcd/admin"
 #: Seconds the start-time repair retries a membership change the others cannot make yet: inside the liveness
 #: probe's first minute (10 s delay + 6 x 10 s), after which the kubelet starts the container again anyway.
 REPAIR_WAIT_S = 45
@@ -244,11 +245,11 @@ def member_command(namespace: str = ETCD_NAMESPACE) -> list[str]:
         f"--peer-url=https://$(POD_NAME).{ETCD_NAME}.{namespace}.svc:{PEER_PORT}",
         f"--data-dir={DATA_DIR}",
         f"--endpoints={','.join(endpoints(namespace))}",
-        f"--ca={MEMBER_TLS}/{CA_CERT}",
-        # the member's own certificate is a client certificate too (peers present it to each other)
-        f"--cert={MEMBER_TLS}/tls.crt",
-        f"--key={MEMBER_TLS}/tls.key",
-        f"--password-file={ROOT_PASSWORD_DIR}/{PASSWORD}",
+        # root's: the member's own certificate names it as common name, which etcd refuses on the JSON gateway
+        f"--ca={ADMIN_CREDENTIALS_DIR}/{CA_CERT}",
+        f"--cert={ADMIN_CREDENTIALS_DIR}/{CLIENT_CERT}",
+        f"--key={ADMIN_CREDENTIALS_DIR}/{CLIENT_KEY}",
+        f"--password-file={ADMIN_CREDENTIALS_DIR}/{PASSWORD}",
         f"--wait-s={REPAIR_WAIT_S}",
         "--",
         ETCD_BIN,
@@ -299,7 +300,7 @@ def statefulset(
         "volumeMounts": [
             {"name": "data", "mountPath": "/var/lib/etcd"},
             {"name": "tls", "mountPath": MEMBER_TLS, "readOnly": True},
-            {"name": "root-password", "mountPath": ROOT_PASSWORD_DIR, "readOnly": True},
+            {"name": "admin-credentials", "mountPath": ADMIN_CREDENTIALS_DIR, "readOnly": True},
             {"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True},
         ],
     }
@@ -332,17 +333,12 @@ def statefulset(
         # 0440 + fsGroup: readable by the non-root member, by no one else.
         "volumes": [
             {"name": "tls", "secret": {"secretName": MEMBER_SECRET, "defaultMode": 0o440}},
-            # root's password, for the repair's membership changes. Optional: the bootstrap Job makes it only once
-            # the members run (until then authentication is off, and a repair needs no login). Nothing gained over
-            # the member's own Secret, whose token-signing key could mint root a token anyway.
+            # root's credentials, for the repair's membership changes. Optional: the bootstrap Job makes them only
+            # once the members run (until then it is the cluster's first start, which needs no repair). Nothing
+            # gained over the member's own Secret, whose token-signing key could mint root a token anyway.
             {
-                "name": "root-password",
-                "secret": {
-                    "secretName": ADMIN_SECRET,
-                    "optional": True,
-                    "items": [{"key": PASSWORD, "path": PASSWORD}],
-                    "defaultMode": 0o440,
-                },
+                "name": "admin-credentials",
+                "secret": {"secretName": ADMIN_SECRET, "optional": True, "defaultMode": 0o440},
             },
             _script_volume(),
         ],

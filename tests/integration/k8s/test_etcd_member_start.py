@@ -39,17 +39,16 @@ def member(tmp_path: Path):
     for item in script["configMap"]["items"]:  # what the kubelet writes into the mount
         (tree / item["path"]).parent.mkdir(parents=True, exist_ok=True)
         (tree / item["path"]).write_text(cm["data"][item["key"]])
-    tls, made = tmp_path / "tls", tmp_path / "made"  # the member Secret's keys as the kubelet mounts them
+    admin, made = tmp_path / "admin", tmp_path / "made"  # root's Secret's keys as the kubelet mounts them
     ca = CertificateAuthority.create(str(made))
-    issued = ca.issue("etcd-0", str(made), hosts=["localhost"])
-    tls.mkdir()
-    for source, key in ((issued.cert, "tls.crt"), (issued.key, "tls.key"), (ca.paths.cert, etcd.CA_CERT)):
-        shutil.copy(source, tls / key)
+    issued = ca.issue("t5-admin", str(made))
+    admin.mkdir()
+    for source, key in ((issued.cert, etcd.CLIENT_CERT), (issued.key, etcd.CLIENT_KEY), (ca.paths.cert, etcd.CA_CERT)):
+        shutil.copy(source, admin / key)
     closed = f"https://127.0.0.1:{MEMBER_PORTS.start - 1}"  # the other members: nothing listens (not resolvable here)
     places = {
         "$(POD_NAME)": "etcd-0",
-        etcd.MEMBER_TLS: str(tls),
-        etcd.ROOT_PASSWORD_DIR: str(tmp_path / "no-root-password-yet"),
+        etcd.ADMIN_CREDENTIALS_DIR: str(admin),
         etcd.DATA_DIR: str(tmp_path / "data"),
         f"--endpoints={','.join(etcd.endpoints())}": f"--endpoints={closed}",
         etcd.ETCD_BIN: shutil.which("echo"),
@@ -71,11 +70,11 @@ def member(tmp_path: Path):
             [sys.executable, *argv[1:]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
 
-    return run, tmp_path / "data", here(c["args"])
+    return run, tmp_path / "data", here(c["args"]), admin
 
 
 def test_a_member_with_its_data_becomes_etcd_with_its_flags_as_rendered(member):
-    run, data, args = member
+    run, data, args, _ = member
     (data / "member" / "wal").mkdir(parents=True)
     r = run()
     assert r.returncode == 0, r.stderr[-2000:]
@@ -85,9 +84,19 @@ def test_a_member_with_its_data_becomes_etcd_with_its_flags_as_rendered(member):
 
 
 def test_the_first_start_of_a_member_whose_peers_do_not_answer_is_new(member):
-    run, data, _ = member
+    run, data, _, _ = member
     r = run()
     assert r.returncode == 0, r.stderr[-2000:]
     said, etcd_argv = r.stdout.splitlines()
     assert "first start of the cluster, as new" in said
     assert "--initial-cluster-state=new" in etcd_argv.split()
+
+
+def test_the_first_start_before_the_bootstrap_made_roots_secret_is_as_rendered(member):
+    """The optional Secret is not there yet (the bootstrap makes it once the members run): start as given."""
+    run, data, args, admin = member
+    shutil.rmtree(admin)
+    r = run()
+    assert r.returncode == 0, r.stderr[-2000:]
+    said, etcd_argv = r.stdout.splitlines()
+    assert "no administrative credentials yet" in said and etcd_argv.split() == args

@@ -172,6 +172,22 @@ def with_plan(argv: list[str], plan: StartPlan) -> list[str]:
     return out + [f"{flag}={value}" for flag, value in decided.items() if value is not None]
 
 
+def _decide(a: argparse.Namespace) -> StartPlan:
+    """The plan for the parsed arguments ``a`` (the client built from them)."""
+    me = MemberIdentity(a.name, a.peer_url, a.data_dir)
+    if has_data(me.data_dir):
+        return StartPlan(None, None, f"data in {me.data_dir}: starts as itself")
+    missing = next((path for path in (a.ca, a.cert, a.key) if not os.path.isfile(path)), None)
+    if missing:  # EKS: the bootstrap makes root's credentials once the members run: until then, the first start
+        return StartPlan(None, None, f"no data, no administrative credentials yet ({missing}): starts as given")
+    password = a.password_file if a.password_file and os.path.isfile(a.password_file) else ""
+    endpoints = tuple(e.strip() for e in a.endpoints.split(",") if e.strip())
+    # without root's password no call logs in, and the password file is never read: any readable file will do
+    creds = ClientCredentials(endpoints, a.ca, a.cert, a.key, "root", password or a.ca, "/")
+    client = EtcdClient(creds, request_timeout_s=CALL_TIMEOUT_S)
+    return plan_start(me, client, authenticated=bool(password), wait_s=a.wait_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
@@ -184,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", required=True, help="its data directory")
     p.add_argument("--endpoints", required=True, help="the other members' client URLs, comma separated")
     p.add_argument("--ca", required=True, help="the members' CA certificate")
-    p.add_argument("--cert", required=True, help="a client certificate the CA signed (the member's own will do)")
+    p.add_argument(
+        "--cert", required=True, help="root's client certificate (no common name: etcd refuses one on the gateway)"
+    )
     p.add_argument("--key", required=True, help="its key")
     p.add_argument("--wait-s", type=float, default=60.0, help="how long to retry a change the members cannot make yet")
     p.add_argument(
@@ -193,21 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(own)
     if not etcd:
         p.error("give the etcd command after --")
-    me = MemberIdentity(a.name, a.peer_url, a.data_dir)
-    password = a.password_file if a.password_file and os.path.isfile(a.password_file) else ""
-    endpoints = tuple(e.strip() for e in a.endpoints.split(",") if e.strip())
     try:
-        # without root's password no call logs in, and the password file is never read: any readable file will do
-        creds = ClientCredentials(endpoints, a.ca, a.cert, a.key, "root", password or a.ca, "/")
-        client = EtcdClient(creds, request_timeout_s=CALL_TIMEOUT_S)
-        plan = plan_start(me, client, authenticated=bool(password), wait_s=a.wait_s)
+        plan = _decide(a)
     except ValueError as e:
         print(f"[etcd member {a.name}] error: {e}", file=sys.stderr)
         return 2
     except (StoreRefused, StoreUnavailable) as e:
-        print(
-            f"[etcd member {a.name}] no data, and the membership change failed ({e}): will try again", file=sys.stderr
-        )
+        print(f"[etcd member {a.name}] no data, and rejoining the running members failed: {e}", file=sys.stderr)
         return 3
     print(f"[etcd member {a.name}] {plan.action}", flush=True)
     command = with_plan(etcd, plan)
