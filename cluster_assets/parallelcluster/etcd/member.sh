@@ -83,8 +83,16 @@ if [ "$INDEX" -eq 0 ]; then
   python3 "$ASSET_DIR/tls.py" init --region "$REGION" --members-secret "$MEMBERS_SECRET" \
     --client-secret "$CLIENT_SECRET" --ips "$IPS"
 fi
-# the start-time repair's client (training/launch/rendezvous/client.py): urllib3 (Amazon Linux's package)
-run dnf install -y python3-urllib3
+# The start-time repair's client (training/launch/rendezvous/client.py) needs urllib3 2: Amazon Linux 2023's
+# python3 is 3.9 with urllib3 1.25 (which refuses the client's TLS context for an IP address), and 2.5.0 is the
+# last urllib3 for Python 3.9 (checked: the repair rejoins a local cluster on 3.9 with it). Pinned by its wheel's
+# SHA-256, installed once into ASSET_DIR/lib, which the unit puts on PYTHONPATH.
+URLLIB3=urllib3==2.5.0 URLLIB3_SHA256=e6b01673c0fa6a13e374b50871808eb3bf7046c4b125b216f6bf1cc604cff0dc
+if [ ! -f "$ASSET_DIR/lib/urllib3/__init__.py" ]; then
+  run dnf install -y python3-pip
+  run python3 -m pip install --quiet --no-deps --only-binary=:all: --target "$ASSET_DIR/lib" --require-hashes \
+    -r /dev/stdin <<< "$URLLIB3 --hash=sha256:$URLLIB3_SHA256"
+fi
 install -d -m 0755 "$ROOT/etc/t5-etcd"
 python3 "$ASSET_DIR/tls.py" install --region "$REGION" --members-secret "$MEMBERS_SECRET" --index "$INDEX" \
   --dir "$ROOT$TLS" "${owner[@]}" ${T5_TLS_WAIT_S:+--wait-s "$T5_TLS_WAIT_S"} ${T5_TLS_POLL_S:+--poll-s "$T5_TLS_POLL_S"} \
@@ -114,7 +122,7 @@ StateDirectory=t5-etcd
 StateDirectoryMode=0700
 # The start-time repair (a member without data rejoins the running cluster), which then becomes etcd: the same
 # process, so systemd's readiness notice (Type=notify) comes from etcd as before.
-Environment=PYTHONPATH=$ASSET_DIR PYTHONDONTWRITEBYTECODE=1
+Environment=PYTHONPATH=$ASSET_DIR:$ASSET_DIR/lib PYTHONDONTWRITEBYTECODE=1
 ExecStart=/usr/bin/python3 -m training.launch.rendezvous.member_repair --name $NAME \\
   --peer-url https://$MY_IP:$PEER_PORT --data-dir /var/lib/t5-etcd --endpoints $others \\
   --ca $TLS/ca.crt --cert $TLS/client.crt --key $TLS/client.key --password-file $TLS/root.password -- \\

@@ -51,6 +51,8 @@ def test_a_member_whose_data_is_gone_rejoins_with_every_key_and_a_rerun_changes_
     after = _members(cluster)
     assert sorted(after) == ["m0", "m1", "m2"] and after[lost.name] != old_id
     assert has_data(lost.data_dir)
+    with open(f"{cluster.workdir}/etcd.log") as log:  # the member's one line says what its start did
+        assert f"[etcd member m1] no data; removed its old entry ({old_id}), added {after['m1']}" in log.read()
     assert _read_from(cluster, lost, "/t5/before") == b64("1")
     assert _read_from(cluster, lost, "/t5/while-gone") == b64("2")
     # the repair run again on healthy members (a restart, a rerun): nothing to do, no membership change

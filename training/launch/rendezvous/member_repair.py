@@ -102,10 +102,10 @@ def plan_start(me: MemberIdentity, client: EtcdClient, authenticated: bool, wait
         client.post("cluster/member/list", {}, authenticated=False)
     except StoreUnavailable:
         return StartPlan("new", None, "no data and no other member answers: first start of the cluster, as new")
-    deadline = time.monotonic() + wait_s
+    deadline, removed = time.monotonic() + wait_s, []
     while True:
         try:
-            members, action = _rejoin(me, client, authenticated)
+            members, action = _rejoin(me, client, authenticated, removed)
             break
         except (StoreRefused, StoreUnavailable) as e:
             retry = isinstance(e, StoreUnavailable) or any(words in str(e).lower() for words in NOT_YET)
@@ -116,8 +116,9 @@ def plan_start(me: MemberIdentity, client: EtcdClient, authenticated: bool, wait
     return StartPlan("existing", initial_cluster(me, members), action)
 
 
-def _rejoin(me: MemberIdentity, client: EtcdClient, authenticated: bool) -> tuple[list[dict], str]:
-    """One try: the cluster's members with ``me`` among them as an entry never started, and what was done."""
+def _rejoin(me: MemberIdentity, client: EtcdClient, authenticated: bool, removed: list[str]) -> tuple[list[dict], str]:
+    """One try: the cluster's members with ``me`` among them as an entry never started, and what was done
+    (``removed``: the entries this start removed, over its tries)."""
     members = client.post("cluster/member/list", {}, authenticated=False).get("members", [])
     mine = [m for m in members if m.get("name") == me.name or me.peer_url in m.get("peerURLs", [])]
     if len(mine) == 1 and not mine[0].get("name") and mine[0].get("peerURLs") == [me.peer_url]:
@@ -128,8 +129,9 @@ def _rejoin(me: MemberIdentity, client: EtcdClient, authenticated: bool) -> tupl
         except StoreRefused as e:
             if "member not found" not in str(e):  # removed by an earlier try whose answer was lost: done
                 raise
+        removed.append(old["ID"])
     added = client.post("cluster/member/add", {"peerURLs": [me.peer_url]}, authenticated=authenticated)
-    gone = ", ".join(m["ID"] for m in mine) or "none"
+    gone = ", ".join(removed) or "none"
     return added.get("members", []), (
         f"no data; removed its old entry ({gone}), added {added['member']['ID']} at {me.peer_url}: rejoins"
     )
