@@ -12,9 +12,16 @@ What runs, and why each piece is there:
   Stable names ``etcd-<i>.etcd.<ns>.svc`` through a headless Service that publishes members before they are ready
   (they must find each other to become ready).
 * **Data**: one encrypted gp3 volume per member (:data:`STORAGE_CLASS`, the EBS CSI driver): a member that is
-  rescheduled or restarted comes back with its raft log, users and roles, and rejoins as itself. Without it a
-  restarted member would need to be removed and added again by hand, and losing the majority's data would lose
-  the authentication setup (a cluster with auth off is open to any certificate holder).
+  rescheduled or restarted comes back with its raft log, users and roles, and rejoins as itself. Losing the
+  majority's data would lose the authentication setup (a cluster with auth off is open to any certificate holder).
+* **A lost volume repairs itself**: the member's container starts with the project's start-time repair
+  (:mod:`training.launch.rendezvous.member_repair`, :func:`member_command`), which replaces itself with etcd. A
+  member whose volume is new (its claim deleted, the volume lost) while the other two run removes its old entry,
+  adds itself again and starts ``existing`` (as root: root's password and the administrative client certificate are
+  mounted from :data:`ADMIN_SECRET`); with its data, or on the cluster's first start (no other member answers, or
+  that Secret is not made yet), it starts as given. So the member image is the administration image
+  (:data:`ADMIN_IMAGE_DIR`), which carries etcd's binary copied from the pinned ``versions.ETCD_IMAGE`` (that
+  image itself has no shell or Python to run the repair in).
 * **Disruptions**: a PodDisruptionBudget (``maxUnavailable: 1``): a drain, a node group update or the cluster
   autoscaler evicts one member at a time, so the majority, and every lease, survives them.
 * **TLS and auth**: members require client certificates signed by the cluster's CA (``--client-cert-auth``), and
@@ -42,7 +49,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from cluster_facts.names import COMPONENT_LABEL, TRAINING_COMPONENT
-from cluster_facts.versions import BCRYPT_COST, ETCD_IMAGE, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
+from cluster_facts.versions import BCRYPT_COST, WATCH_PROGRESS_FLAG, WATCH_PROGRESS_S
 
 ETCD_NAMESPACE = "t5-etcd"
 #: StatefulSet and headless Service name: members are ``etcd-<i>.etcd.<namespace>.svc``.
@@ -82,7 +89,7 @@ ADMIN_CODE: dict[str, tuple[str, Path]] = {
             f"training/launch/rendezvous/{module}",
             _REPO / "training" / "launch" / "rendezvous" / module,
         )
-        for module in ("__init__.py", "admin.py", "certs.py", "client.py")
+        for module in ("__init__.py", "admin.py", "certs.py", "client.py", "member_repair.py")
     },
 }
 #: The renewal CronJob's name: the submit reads the administration image from it (the stack's build of it).
@@ -100,6 +107,15 @@ MEMBER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"
 ADMIN_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 #: Non-root user of the members (distroless's "nonroot"); fsGroup makes the volume and the Secrets readable.
 MEMBER_UID = 65532
+#: In the member container: etcd's binary (the administration image copies it from ETCD_IMAGE), its data
+#: directory, its TLS material, and root's credentials (for the start-time repair's membership changes).
+ETCD_BIN = "/usr/local/bin/etcd"
+DATA_DIR = "/var/lib/etcd/data"
+MEMBER_TLS = "/etc/etcd/tls"
+ADMIN_CREDENTIALS_DIR = "/etc/etcd/admin"
+#: Seconds the start-time repair retries a membership change the others cannot make yet: inside the liveness
+#: probe's first minute (10 s delay + 6 x 10 s), after which the kubelet starts the container again anyway.
+REPAIR_WAIT_S = 45
 
 
 def member_names() -> list[str]:
@@ -177,17 +193,18 @@ def headless_service(namespace: str = ETCD_NAMESPACE) -> dict[str, Any]:
 
 def member_args(namespace: str = ETCD_NAMESPACE) -> list[str]:
     """etcd's flags; ``$(POD_NAME)`` is expanded by the kubelet (the image has no shell)."""
-    tls = "/etc/etcd/tls"
+    tls = MEMBER_TLS
     me = f"$(POD_NAME).{ETCD_NAME}.{namespace}.svc"
     cluster = ",".join(f"{m}=https://{member_host(m, namespace)}:{PEER_PORT}" for m in member_names())
     return [
         "--name=$(POD_NAME)",
-        "--data-dir=/var/lib/etcd/data",
+        f"--data-dir={DATA_DIR}",
         f"--listen-client-urls=https://0.0.0.0:{CLIENT_PORT}",
         f"--advertise-client-urls=https://{me}:{CLIENT_PORT}",
         f"--listen-peer-urls=https://0.0.0.0:{PEER_PORT}",
         f"--initial-advertise-peer-urls=https://{me}:{PEER_PORT}",
-        # Ignored once the data directory exists: a restarted member rejoins as itself.
+        # Ignored once the data directory exists: a restarted member rejoins as itself. A member without data whose
+        # cluster runs gets both replaced by member_command's repair ("existing", the cluster as it is now).
         f"--initial-cluster={cluster}",
         "--initial-cluster-state=new",
         f"--initial-cluster-token={namespace}",
@@ -217,10 +234,33 @@ def member_args(namespace: str = ETCD_NAMESPACE) -> list[str]:
     ]
 
 
+def member_command(namespace: str = ETCD_NAMESPACE) -> list[str]:
+    """The member container's command, before :func:`member_args`: the start-time repair (a member without data
+    rejoins the running cluster), run from the ConfigMap's code, which then replaces itself with etcd."""
+    return [
+        "python",
+        "-m",
+        "training.launch.rendezvous.member_repair",
+        "--name=$(POD_NAME)",
+        f"--peer-url=https://$(POD_NAME).{ETCD_NAME}.{namespace}.svc:{PEER_PORT}",
+        f"--data-dir={DATA_DIR}",
+        f"--endpoints={','.join(endpoints(namespace))}",
+        # root's: the member's own certificate names it as common name, which etcd refuses on the JSON gateway
+        f"--ca={ADMIN_CREDENTIALS_DIR}/{CA_CERT}",
+        f"--cert={ADMIN_CREDENTIALS_DIR}/{CLIENT_CERT}",
+        f"--key={ADMIN_CREDENTIALS_DIR}/{CLIENT_KEY}",
+        f"--password-file={ADMIN_CREDENTIALS_DIR}/{PASSWORD}",
+        f"--wait-s={REPAIR_WAIT_S}",
+        "--",
+        ETCD_BIN,
+    ]
+
+
 def statefulset(
-    *, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapping[str, str]] = None, image: str = ETCD_IMAGE
+    *, image: str, namespace: str = ETCD_NAMESPACE, node_selector: Optional[Mapping[str, str]] = None
 ) -> dict[str, Any]:
-    """The members (see the module docstring)."""
+    """The members (see the module docstring); ``image``: the administration image (Python, the repair's
+    libraries and etcd's binary)."""
     selector = {COMPONENT_LABEL: ETCD_COMPONENT}
     probe = {
         "httpGet": {"path": "/readyz", "port": PROBE_PORT, "scheme": "HTTP"},
@@ -230,9 +270,14 @@ def statefulset(
     container = {
         "name": "etcd",
         "image": image,
-        "command": ["/usr/local/bin/etcd"],
+        "command": member_command(namespace),
         "args": member_args(namespace),
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            # the ConfigMap's code as a package tree (training.launch.rendezvous.member_repair)
+            {"name": "PYTHONPATH", "value": ADMIN_SCRIPT_DIR},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
         "ports": [
             {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
             {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
@@ -254,7 +299,9 @@ def statefulset(
         },
         "volumeMounts": [
             {"name": "data", "mountPath": "/var/lib/etcd"},
-            {"name": "tls", "mountPath": "/etc/etcd/tls", "readOnly": True},
+            {"name": "tls", "mountPath": MEMBER_TLS, "readOnly": True},
+            {"name": "admin-credentials", "mountPath": ADMIN_CREDENTIALS_DIR, "readOnly": True},
+            {"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True},
         ],
     }
     pod_spec: dict[str, Any] = {
@@ -284,7 +331,17 @@ def statefulset(
         ],
         "containers": [container],
         # 0440 + fsGroup: readable by the non-root member, by no one else.
-        "volumes": [{"name": "tls", "secret": {"secretName": MEMBER_SECRET, "defaultMode": 0o440}}],
+        "volumes": [
+            {"name": "tls", "secret": {"secretName": MEMBER_SECRET, "defaultMode": 0o440}},
+            # root's credentials, for the repair's membership changes. Optional: the bootstrap Job makes them only
+            # once the members run (until then it is the cluster's first start, which needs no repair). Nothing
+            # gained over the member's own Secret, whose token-signing key could mint root a token anyway.
+            {
+                "name": "admin-credentials",
+                "secret": {"secretName": ADMIN_SECRET, "optional": True, "defaultMode": 0o440},
+            },
+            _script_volume(),
+        ],
     }
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
@@ -470,19 +527,22 @@ def _admin_pod_spec(
                 "volumeMounts": [{"name": "script", "mountPath": ADMIN_SCRIPT_DIR, "readOnly": True}],
             }
         ],
-        "volumes": [
-            {
-                "name": "script",
-                "configMap": {
-                    "name": ADMIN_SCRIPT_CONFIGMAP,
-                    "items": [{"key": key, "path": path} for key, (path, _) in ADMIN_CODE.items()],
-                },
-            }
-        ],
+        "volumes": [_script_volume()],
     }
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
     return spec
+
+
+def _script_volume() -> dict[str, Any]:
+    """The ConfigMap's code as files under :data:`ADMIN_SCRIPT_DIR` (administration pods and members)."""
+    return {
+        "name": "script",
+        "configMap": {
+            "name": ADMIN_SCRIPT_CONFIGMAP,
+            "items": [{"key": key, "path": path} for key, (path, _) in ADMIN_CODE.items()],
+        },
+    }
 
 
 def _admin_job(
@@ -604,8 +664,9 @@ def cluster_objects(
     namespace: str = ETCD_NAMESPACE,
     node_selector: Optional[Mapping[str, str]] = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Everything the stack installs, grouped in creation order: the namespace first, the members, then the
-    administration (which needs the members' namespace and the training namespace)."""
+    """Everything the stack installs, grouped in creation order: the namespace first, the members (with the
+    ConfigMap of the code they and the administration pods run), then the administration (which needs the members'
+    namespace and the training namespace)."""
     return {
         "namespace": [namespace_manifest(namespace)],
         "members": [
@@ -613,11 +674,11 @@ def cluster_objects(
             headless_service(namespace),
             disruption_budget(namespace),
             network_policy(training_namespace=training_namespace, namespace=namespace),
-            statefulset(namespace=namespace, node_selector=node_selector),
+            admin_script_configmap(namespace),  # the members run its repair module at every start
+            statefulset(image=admin_image, namespace=namespace, node_selector=node_selector),
         ],
         "admin": [
             *admin_rbac(training_namespace=training_namespace, namespace=namespace),
-            admin_script_configmap(namespace),
             bootstrap_job(
                 admin_image=admin_image,
                 training_namespace=training_namespace,

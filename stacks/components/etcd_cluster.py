@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
 from cluster_assets.k8s import etcd
-from cluster_facts.versions import ETCD_ADMIN_BASE_IMAGE
+from cluster_facts.versions import ETCD_ADMIN_BASE_IMAGE, ETCD_IMAGE
 from stacks.eks_nag import managed_policy_finding
 from stacks.nag import acknowledge
 
@@ -31,7 +31,8 @@ class EtcdCluster(Construct):
     Attributes:
         objects: the rendered Kubernetes objects by group (namespace, members, admin), as installed.
         endpoints: the members' client URLs the runtime gives the agents.
-        admin_image: the administration image asset (its ``image_uri`` is what the administration pods run).
+        admin_image: the administration image asset (its ``image_uri`` is what the administration pods and the
+            members run: Python for the members' start-time repair, and etcd's binary from the pinned etcd image).
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class EtcdCluster(Construct):
             self,
             "AdminImage",
             directory=str(etcd.ADMIN_IMAGE_DIR),
-            build_args={"BASE_IMAGE": ETCD_ADMIN_BASE_IMAGE},
+            build_args={"BASE_IMAGE": ETCD_ADMIN_BASE_IMAGE, "ETCD_IMAGE": ETCD_IMAGE},
             platform=ecr_assets.Platform.LINUX_AMD64,
         )
         self.objects: dict[str, list[dict[str, Any]]] = etcd.cluster_objects(

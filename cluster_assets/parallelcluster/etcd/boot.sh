@@ -4,8 +4,8 @@
 #   boot.sh INDEX PARAMETER REGION ASSET_DIR
 #     INDEX      this member's place (0, 1, 2)
 #     PARAMETER  SSM parameter with the stack's member settings (JSON, stacks/components/etcd_members.py):
-#                scripts {name: s3 URL}, ips, client_port, peer_port, version, arch, sha256, members_secret,
-#                client_secret
+#                scripts {path under ASSET_DIR: s3 URL}, ips, client_port, peer_port, version, arch, sha256,
+#                members_secret, client_secret, root_secret
 #     REGION     its region
 #     ASSET_DIR  where the scripts go (/opt/t5-etcd)
 # Why a parameter and not the user data: the user data is the same on every deploy (index, parameter name,
@@ -29,10 +29,14 @@ for k in sys.argv[2:]:
 print(v, end="")' "$settings" "$@"
 }
 install -d -m 0755 "$ASSET_DIR"
-for name in member.sh tls.py certs.py; do
+# every script the settings name (a new one needs no change here, so none to the user data)
+names=$(python3 -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])["scripts"]))' "$settings")
+while IFS= read -r name; do
+  case "$name" in /*|*..*) echo "$0: script path '$name' must stay under $ASSET_DIR" >&2; exit 2 ;; esac
+  install -d -m 0755 "$(dirname "$ASSET_DIR/$name")"
   aws s3 cp --only-show-errors --region "$REGION" "$(field scripts "$name")" "$ASSET_DIR/$name"
-done
+done <<< "$names"
 chmod 0755 "$ASSET_DIR/member.sh"
 exec "$ASSET_DIR/member.sh" "$INDEX" "$(field ips)" "$(field client_port)" "$(field peer_port)" \
   "$(field version)" "$(field arch)" "$(field sha256)" "$(field members_secret)" "$(field client_secret)" \
-  "$REGION" "$ASSET_DIR"
+  "$REGION" "$ASSET_DIR" "$(field root_secret)"

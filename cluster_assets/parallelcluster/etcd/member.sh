@@ -1,6 +1,6 @@
 #!/bin/bash
 # Set up one etcd member of the ParallelCluster coordinator (run as root by boot.sh, at every boot: t5-etcd-setup.service):
-#   member.sh INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR
+#   member.sh INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR ROOT_SECRET
 #     INDEX           this member's place in IPS (0, 1, 2); member 0 also makes the TLS material once
 #     IPS             every member's private address, comma separated (the stack's fixed network interfaces)
 #     CLIENT_PORT / PEER_PORT   2379 / 2380: the security group admits the head and compute nodes on the first,
@@ -9,23 +9,27 @@
 #                     unpacked only when its SHA-256 matches
 #     MEMBERS_SECRET / CLIENT_SECRET  Secrets Manager secrets (tls.py): the members' material, the clients'
 #     REGION          their region
-#     ASSET_DIR       where boot.sh put tls.py and certs.py
+#     ASSET_DIR       where boot.sh put tls.py, certs.py and the start-time repair's modules (training/...)
+#     ROOT_SECRET     Secrets Manager secret with etcd root's password: the start-time repair's login
 #
 # Installs etcd (skipped when the pinned version is there), gets this member's TLS material (tls.py install; member
 # 0 runs tls.py init first), and writes and starts the systemd unit t5-etcd.service: TLS for clients and peers,
 # client certificates required, JWT auth tokens any member accepts, election timing of the local cluster
 # (training/launch/rendezvous/members.py). The data directory /var/lib/t5-etcd outlives reboots: a member that
-# comes back rejoins with its data (--initial-cluster-state is ignored once the directory exists).
+# comes back rejoins with its data (--initial-cluster-state is ignored once the directory exists). The unit starts
+# etcd through the start-time repair (training/launch/rendezvous/member_repair.py, as root: tls.py install writes
+# root's client certificate and password): a member whose data is gone (a new root volume, a replaced instance,
+# a wiped directory) while the other two run removes its old entry, adds itself again and starts "existing".
 #
 # T5_SETUP_ROOT=DIR (tests, inspection): write files under DIR instead of /, log the commands that change the
 # system (dnf, useradd, systemctl) to DIR/commands.log instead of running them; `curl`, `aws` and `python3` are
 # whatever PATH gives.
 set -euo pipefail
 
-usage() { echo "usage: $0 INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR" >&2; exit 2; }
-[ $# -eq 11 ] || usage
+usage() { echo "usage: $0 INDEX IPS CLIENT_PORT PEER_PORT VERSION ARCH SHA256 MEMBERS_SECRET CLIENT_SECRET REGION ASSET_DIR ROOT_SECRET" >&2; exit 2; }
+[ $# -eq 12 ] || usage
 INDEX=$1 IPS=$2 CLIENT_PORT=$3 PEER_PORT=$4 VERSION=$5 ARCH=$6 SHA256=$7 MEMBERS_SECRET=$8 CLIENT_SECRET=$9
-REGION=${10} ASSET_DIR=${11}
+REGION=${10} ASSET_DIR=${11} ROOT_SECRET=${12}
 
 IFS=, read -r -a MEMBER_IPS <<< "$IPS"
 for ip in "${MEMBER_IPS[@]}"; do
@@ -79,13 +83,27 @@ if [ "$INDEX" -eq 0 ]; then
   python3 "$ASSET_DIR/tls.py" init --region "$REGION" --members-secret "$MEMBERS_SECRET" \
     --client-secret "$CLIENT_SECRET" --ips "$IPS"
 fi
+# The start-time repair's client (training/launch/rendezvous/client.py) needs urllib3 2: Amazon Linux 2023's
+# python3 is 3.9 with urllib3 1.25 (which refuses the client's TLS context for an IP address), and 2.5.0 is the
+# last urllib3 for Python 3.9 (checked: the repair rejoins a local cluster on 3.9 with it). Pinned by its wheel's
+# SHA-256, installed once into ASSET_DIR/lib, which the unit puts on PYTHONPATH.
+URLLIB3=urllib3==2.5.0 URLLIB3_SHA256=e6b01673c0fa6a13e374b50871808eb3bf7046c4b125b216f6bf1cc604cff0dc
+if [ ! -f "$ASSET_DIR/lib/urllib3/__init__.py" ]; then
+  run dnf install -y python3-pip
+  run python3 -m pip install --quiet --no-deps --only-binary=:all: --target "$ASSET_DIR/lib" --require-hashes \
+    -r /dev/stdin <<< "$URLLIB3 --hash=sha256:$URLLIB3_SHA256"
+fi
 install -d -m 0755 "$ROOT/etc/t5-etcd"
 python3 "$ASSET_DIR/tls.py" install --region "$REGION" --members-secret "$MEMBERS_SECRET" --index "$INDEX" \
-  --dir "$ROOT$TLS" "${owner[@]}" ${T5_TLS_WAIT_S:+--wait-s "$T5_TLS_WAIT_S"} ${T5_TLS_POLL_S:+--poll-s "$T5_TLS_POLL_S"}
+  --dir "$ROOT$TLS" "${owner[@]}" ${T5_TLS_WAIT_S:+--wait-s "$T5_TLS_WAIT_S"} ${T5_TLS_POLL_S:+--poll-s "$T5_TLS_POLL_S"} \
+  --root-secret "$ROOT_SECRET"
 
 # ------------------------------------------------------------------ the systemd unit
-cluster=""
-for i in "${!MEMBER_IPS[@]}"; do cluster+="${cluster:+,}m$i=https://${MEMBER_IPS[$i]}:$PEER_PORT"; done
+cluster="" others=""
+for i in "${!MEMBER_IPS[@]}"; do
+  cluster+="${cluster:+,}m$i=https://${MEMBER_IPS[$i]}:$PEER_PORT"
+  [ "$i" -eq "$INDEX" ] || others+="${others:+,}https://${MEMBER_IPS[$i]}:$CLIENT_PORT"
+done
 install -d -m 0755 "$ROOT/etc/systemd/system"
 cat > "$ROOT/etc/systemd/system/$UNIT.tmp" <<UNITFILE
 # Written by cluster_assets/parallelcluster/etcd/member.sh (the member's user data).
@@ -102,7 +120,13 @@ TimeoutStartSec=0
 User=etcd
 StateDirectory=t5-etcd
 StateDirectoryMode=0700
-ExecStart=$BIN/etcd --name $NAME --data-dir /var/lib/t5-etcd \\
+# The start-time repair (a member without data rejoins the running cluster), which then becomes etcd: the same
+# process, so systemd's readiness notice (Type=notify) comes from etcd as before.
+Environment=PYTHONPATH=$ASSET_DIR:$ASSET_DIR/lib PYTHONDONTWRITEBYTECODE=1
+ExecStart=/usr/bin/python3 -m training.launch.rendezvous.member_repair --name $NAME \\
+  --peer-url https://$MY_IP:$PEER_PORT --data-dir /var/lib/t5-etcd --endpoints $others \\
+  --ca $TLS/ca.crt --cert $TLS/client.crt --key $TLS/client.key --password-file $TLS/root.password -- \\
+  $BIN/etcd --name $NAME --data-dir /var/lib/t5-etcd \\
   --listen-client-urls https://$MY_IP:$CLIENT_PORT --advertise-client-urls https://$MY_IP:$CLIENT_PORT \\
   --listen-peer-urls https://$MY_IP:$PEER_PORT --initial-advertise-peer-urls https://$MY_IP:$PEER_PORT \\
   --initial-cluster $cluster --initial-cluster-state new --initial-cluster-token t5-failover-etcd \\

@@ -14,8 +14,12 @@ reached through the ``aws`` CLI, secrets are passed to it as ``file://`` (never 
         rotation: new member and client certificates from the same CA and token keys (members and clients keep
         trusting each other through a rolling restart).
     tls.py install --region R --members-secret ARN --index I --dir DIR [--owner USER] [--wait-s S]
+                   [--root-secret ARN]
         every member, every boot: wait until the members' secret holds the material, write this member's files
-        into DIR (keys 0600, owned by USER when run as root).
+        into DIR (keys 0600, owned by USER when run as root); with ``--root-secret``, also root's client
+        certificate (``client.crt``/``.key``, no common name) and password (``root.password``): the member's
+        start-time repair logs in as root to rejoin a cluster after its data was lost
+        (training/launch/rendezvous/member_repair.py).
 
 Exit codes: 0 done, 1 AWS or timeout (one line naming it), 2 bad arguments.
 """
@@ -58,6 +62,13 @@ class Failure(Exception):
 
 
 def aws_secret(region: str, secret: str) -> dict:
+    try:
+        return json.loads(aws_secret_text(region, secret))
+    except ValueError:
+        raise Failure(f"secret {secret} is not JSON: reset it to {PLACEHOLDER} and run init again") from None
+
+
+def aws_secret_text(region: str, secret: str) -> str:
     proc = subprocess.run(
         [
             "aws",
@@ -77,10 +88,7 @@ def aws_secret(region: str, secret: str) -> dict:
     )
     if proc.returncode != 0:
         raise Failure(f"cannot read secret {secret}: {proc.stderr.strip()[-300:]}")
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        raise Failure(f"secret {secret} is not JSON: reset it to {PLACEHOLDER} and run init again") from None
+    return proc.stdout.rstrip("\n")
 
 
 def put_secret(region: str, secret: str, value: dict) -> None:
@@ -201,6 +209,10 @@ def install(a: argparse.Namespace) -> str:
         _write(os.path.join(a.dir, name), material[field], 0o600, a.owner)
     _write(os.path.join(a.dir, "member.crt"), member["cert"], 0o600, a.owner)
     _write(os.path.join(a.dir, "member.key"), member["key"], 0o600, a.owner)
+    if a.root_secret:
+        _write(os.path.join(a.dir, "client.crt"), material["client"]["cert"], 0o600, a.owner)
+        _write(os.path.join(a.dir, "client.key"), material["client"]["key"], 0o600, a.owner)
+        _write(os.path.join(a.dir, "root.password"), aws_secret_text(a.region, a.root_secret), 0o600, a.owner)
     return f"member m{a.index} ({member['ip']}): TLS material in {a.dir}"
 
 
@@ -231,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--owner")
             s.add_argument("--wait-s", type=float, default=1800.0)
             s.add_argument("--poll-s", type=float, default=10.0)
+            s.add_argument("--root-secret", help="root's password secret: write root's credentials too")
         else:
             s.add_argument("--client-secret", required=True)
             s.add_argument("--ips", type=_ips, required=True)

@@ -37,15 +37,21 @@ from tests.integration.infra.test_infra_pcluster import (
 
 
 def _exec_start(unit_text: str, root: Path) -> list[str]:
-    """The unit's ExecStart as argv, its absolute paths moved under the scratch root."""
+    """The unit's ExecStart as argv, its absolute paths moved under the scratch root, python3 this interpreter
+    (run with the repository on PYTHONPATH: :data:`UNIT_ENV`)."""
     joined = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit_text.replace("\\\n", " "), re.M | re.S).group(1)
     argv = shlex.split(joined)
     data = root / "var/lib/t5-etcd"
     out = []
     for a in argv:
         a = a.replace("/etc/t5-etcd", f"{root}/etc/t5-etcd").replace("/usr/local/bin", f"{root}/usr/local/bin")
-        out.append(str(data) if a == "/var/lib/t5-etcd" else a)
+        out.append(str(data) if a == "/var/lib/t5-etcd" else sys.executable if a == "/usr/bin/python3" else a)
     return out
+
+
+#: The units' environment here: their PYTHONPATH names the member's ASSET_DIR, where boot.sh puts the repair's
+#: modules under their package path; the repository has them at the same place.
+UNIT_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def _free_port_on(host: str) -> int:
@@ -98,12 +104,14 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
         for _i, root, _ in members:
             unit = (root / "etc/systemd/system/t5-etcd.service").read_text()
             assert "User=etcd" in unit and "--client-cert-auth" in unit and "--peer-client-cert-auth" in unit
+            assert "-m training.launch.rendezvous.member_repair" in unit  # etcd starts through the repair
             processes.append(
                 subprocess.Popen(
                     _exec_start(unit, root),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
+                    env=UNIT_ENV,
                 )
             )
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from cluster_assets.k8s import etcd
-from cluster_facts.versions import ETCD_ADMIN_BASE_IMAGE
+from cluster_facts.versions import ETCD_ADMIN_BASE_IMAGE, ETCD_IMAGE
 from tests.support.infra import Synthesized, resources_of_type
 
 
@@ -42,6 +42,9 @@ def test_bootstrap_and_renewal_run_the_stacks_admin_image_asset(eks: Synthesized
     # the asset the deploy builds: cluster_assets/etcd_admin_image/ on the pinned base, for the x86_64 system nodes
     (manifest,) = eks.outdir.glob(f"{eks.platform_app.platform.artifact_id}.assets.json")
     docker = json.loads(manifest.read_text())["dockerImages"][asset.asset_hash]["source"]
-    assert docker["dockerBuildArgs"] == {"BASE_IMAGE": ETCD_ADMIN_BASE_IMAGE} and docker["platform"] == "linux/amd64"
+    assert (
+        docker["dockerBuildArgs"] == {"BASE_IMAGE": ETCD_ADMIN_BASE_IMAGE, "ETCD_IMAGE": ETCD_IMAGE}
+        and docker["platform"] == "linux/amd64"
+    )
     staged = eks.outdir / docker["directory"]
     assert sorted(p.name for p in staged.iterdir()) == ["Dockerfile", "requirements.txt"]

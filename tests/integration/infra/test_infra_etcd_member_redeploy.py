@@ -79,8 +79,12 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
     (s3 / "member.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
     (s3 / "tls.py").write_text("# tls\n")
     (s3 / "certs.py").write_text("# certs\n")
+    (s3 / "repair.py").write_text("# a module under its package path\n")
     settings = {
-        "scripts": {n: f"s3://cdk-assets/{n}" for n in ("member.sh", "tls.py", "certs.py")},
+        "scripts": {
+            **{n: f"s3://cdk-assets/{n}" for n in ("member.sh", "tls.py", "certs.py")},
+            "training/launch/rendezvous/member_repair.py": "s3://cdk-assets/repair.py",
+        },
         "ips": "10.0.1.10,10.0.2.10,10.0.1.11",
         "client_port": "2379",
         "peer_port": "2380",
@@ -89,6 +93,7 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
         "sha256": "a" * 64,
         "members_secret": "arn:members",
         "client_secret": "arn:client",
+        "root_secret": "arn:root",
     }
     (tmp_path / "settings.json").write_text(json.dumps(settings))
     bin_dir = tmp_path / "bin"
@@ -113,7 +118,8 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in assets.iterdir()) == ["certs.py", "member.sh", "tls.py"]
+    assert sorted(p.name for p in assets.iterdir()) == ["certs.py", "member.sh", "tls.py", "training"]
+    assert (assets / "training/launch/rendezvous/member_repair.py").read_text() == "# a module under its package path\n"
     assert (tmp_path / "args").read_text().splitlines() == [
         "1",
         "10.0.1.10,10.0.2.10,10.0.1.11",
@@ -126,4 +132,5 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
         "arn:client",
         "us-east-1",
         str(assets),
+        "arn:root",
     ]

@@ -705,6 +705,7 @@ def _member_args(index: int, ips: list[str], client_port: int, peer_port: int, s
         CLIENT_SECRET,
         "us-east-1",
         str(TLS_SCRIPT.parent),
+        ROOT_SECRET,
     ]
 
 

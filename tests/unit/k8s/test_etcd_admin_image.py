@@ -31,9 +31,8 @@ def _admin_pods() -> dict[str, dict]:
 
 
 def test_every_administration_pod_runs_the_admin_image_with_the_code_from_its_configmap():
-    cm = next(
-        o for o in etcd.cluster_objects(admin_image=ADMIN, training_namespace="t")["admin"] if o["kind"] == "ConfigMap"
-    )
+    members = etcd.cluster_objects(admin_image=ADMIN, training_namespace="t")["members"]
+    cm = next(o for o in members if o["kind"] == "ConfigMap")
     for what, pod in _admin_pods().items():
         (c,) = pod["containers"]
         assert c["image"] == ADMIN, what
@@ -48,6 +47,7 @@ def test_every_administration_pod_runs_the_admin_image_with_the_code_from_its_co
             "rendezvous.admin.py": "training/launch/rendezvous/admin.py",
             "rendezvous.certs.py": "training/launch/rendezvous/certs.py",
             "rendezvous.client.py": "training/launch/rendezvous/client.py",
+            "rendezvous.member_repair.py": "training/launch/rendezvous/member_repair.py",
         }, what
     for key, path in items.items():
         assert cm["data"][key] == (ROOT / ("cluster_assets/k8s/" if "/" not in path else "") / path).read_text()

@@ -6,6 +6,7 @@
 * :mod:`.rounds`: what an agent does next, as pure functions of the round record and the live members;
 * :mod:`.client`: etcd's v3 API as JSON over HTTPS, failing over between members;
 * :mod:`.members`: a local 3-member etcd with TLS and auth (local runs, the tests);
+* :mod:`.member_repair`: a member that lost its data rejoins at its own start (local, EKS, ParallelCluster);
 * :mod:`.certs`: its CA and certificates;
 * :mod:`.fence`: the commit fence's etcd side, in the workers (is this group's round still the newest?).
 """

@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field, replace
 
@@ -35,6 +36,9 @@ from training.launch.config import LaunchError
 from training.launch.rendezvous.certs import CertificateAuthority, CertPaths, jwt_key_pair
 from training.launch.rendezvous.admin import JOBS_PREFIX, EtcdAdmin
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
+
+#: The repository root (what ``python -m training...`` needs on its path, from whatever directory runs the cluster).
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 #: etcd's own election timing, scaled for loopback (ms): a lost leader is replaced in about a second.
 HEARTBEAT_MS, ELECTION_MS = 100, 1000
@@ -376,9 +380,27 @@ class LocalEtcd:
             m.process.send_signal(signal.SIGCONT)
 
     def restart(self, m: Member) -> None:
-        """Start a stopped member again with its data (it rejoins the cluster)."""
-        m.argv = [a if a != "new" else "existing" for a in m.argv]
-        self._spawn(m, m.die_with_parent)
+        """Start a stopped member again. With its data it rejoins as itself; without (its data directory removed)
+        it is removed and added again first (:mod:`.member_repair`, run here as on the clusters' members: in the
+        member's process, before it replaces itself with etcd)."""
+        others = ",".join(o.client_url for o in self.members if o is not m)
+        root = self.root_credentials()
+        m.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "training.launch.rendezvous.member_repair",
+                *("--name", m.name, "--peer-url", m.peer_url, "--data-dir", m.data_dir, "--endpoints", others),
+                *("--ca", root.ca, "--cert", root.cert, "--key", root.key, "--password-file", root.password_file),
+                "--",
+                *m.argv,
+            ],
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if m.die_with_parent else None,
+            env={**os.environ, "PYTHONPATH": _REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
 
     def stop(self) -> None:
         """End every member at once with SIGKILL (the cluster is being thrown away). Not SIGTERM: on SIGTERM the
