@@ -77,7 +77,13 @@ class RoundStore:
         raw ``DistStoreError`` torch's store raises after its timeout."""
         try:
             return RendezvousStoreInfo.build(rank, store, local_addr=self.addr)
-        except RuntimeError as e:  # torch's DistStoreError: the key never came
+        except RuntimeError as e:  # torch's DistStoreError: the key never came, or the store went away
+            # Its rank-0 node may have left for a newer round (two lost nodes whose leases ended one after the
+            # other: a round each, the second formed while this node read the first's store, which its rank 0
+            # then closed): take a place in the newer round, as connect() does, not end this agent.
+            current, _ = self._current()
+            if current is None or current.n != r.n or current.closed:
+                raise RoundChanged() from None
             raise RendezvousError(
                 f"round {r.n}: its rank-0 node (store {r.store}) did not take its place within "
                 f"{self.timeout().total_seconds():g} s (it gave up or is stuck); start "
