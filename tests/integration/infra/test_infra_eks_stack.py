@@ -203,7 +203,10 @@ def test_etcd_members_come_after_the_ebs_driver_and_admin_after_the_training_nam
         and {"kind": "Namespace", "name": "training"}
         in [{"kind": m["kind"], "name": m["metadata"]["name"]} for m in manifests(r)]
     ]
-    assert training_ns in res[holding("ConfigMap")]["DependsOn"]  # the training namespace first
+    # the administration (its Roles in the training namespace, the bootstrap Job, the renewal CronJob) after the
+    # training namespace; the code's ConfigMap goes with the members, which run its repair module at every start
+    assert training_ns in res[holding("CronJob")]["DependsOn"]
+    assert holding("ConfigMap") == holding("StatefulSet")
 
 
 def test_helm_charts_are_pinned(eks: Synthesized) -> None:

@@ -322,8 +322,10 @@ def test_root_password_is_readable_by_the_head_node_only(pcluster: Synthesized) 
     head_policies = [p["Policy"]["Ref"] for p in cfg["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
     queue_policies = [p["Policy"]["Ref"] for p in cfg["Scheduling"]["SlurmQueues"][0]["Iam"]["AdditionalIamPolicies"]]
     root_grants = _statements_on(t, root_secret["Ref"])
-    (root_reader,) = root_grants  # one policy in the stack names root's secret ...
-    assert root_reader in head_policies and root_reader not in queue_policies  # ... the head node's alone
+    # two policies name root's secret: the head node's (it adds the jobs' users) and the etcd members' role (a member
+    # that lost its data re-adds itself at start: training.launch.rendezvous.member_repair); never a compute queue's
+    (root_reader,) = [lid for lid in root_grants if lid in head_policies]
+    assert not set(root_grants) & set(queue_policies)
     assert root_grants[root_reader] == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
     assert t.find_resources("AWS::IAM::ManagedPolicy")[root_reader]["Properties"]["Path"] == "/parallelcluster/"
     # The client material: written by the members' role, read by the head node; the compute nodes get no secret.
@@ -332,6 +334,7 @@ def test_root_password_is_readable_by_the_head_node_only(pcluster: Synthesized) 
     member_policy = next(lid for lid in client_grants if lid != root_reader)
     assert "secretsmanager:PutSecretValue" in client_grants[member_policy]
     assert "secretsmanager:GetSecretValue" not in client_grants[member_policy]
+    assert set(root_grants) == {root_reader, member_policy}  # root's secret: the head node and the members only
     assert all(
         not _statements_on(t, s) or set(_statements_on(t, s)).isdisjoint(queue_policies)
         for s in t.find_resources("AWS::SecretsManager::Secret")
