@@ -234,6 +234,25 @@ class StragglerConfig:
     (7 days)."""
 
 
+@dataclass
+class FailoverConfig:
+    """In-process recovery (issue #52, docs/inprocess.md): when a peer's process dies, the surviving ranks keep
+    their processes, agree the new membership and the step to resume at through the job's etcd (``T5_ETCD_*``),
+    build a new process group, restore the agreed step from the in-memory snapshots and go on. Anything that cannot
+    be agreed within ``in_place_bound_s`` ends the process as without it (a full restart)."""
+
+    in_place: bool = False
+    """On: survivors recover in their own process (needs the job's etcd and checkpoint.memory_interval > 0).
+    Off (the default): a peer's death ends every worker and the agent restarts the group (docs/failover.md)."""
+    in_place_min_world: int = 0
+    """The fewest ranks a re-formed group may train with. 0: the world size the workers started with (survivors
+    wait, up to in_place_bound_s, for a replacement of the lost rank, so the run stays bitwise what an
+    uninterrupted one gives); smaller: they may go on without it at a smaller world size (shards re-cut)."""
+    in_place_bound_s: float = 10.0
+    """Seconds the survivors wait for the agreement and the new group (and for the replacement) before they fall
+    back to a full restart from the newest complete snapshot."""
+
+
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
 # simulated node its own directory through MEMORY_DIR_ENV (EKS points it at the node's copy, see the runtime).
 DEFAULT_MEMORY_DIR = NODE_MEMORY_DIR
@@ -364,6 +383,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -701,6 +721,21 @@ def validate(cfg: Config) -> None:
     need(sg.steps >= 1, f"straggler.steps={sg.steps} must be >= 1")
     need(sg.skip_steps >= 0, f"straggler.skip_steps={sg.skip_steps} must be >= 0")
     need(sg.evict_window_s >= 0, f"straggler.evict_window_s={sg.evict_window_s} must be >= 0 (0 = never take out)")
+    fo = cfg.failover
+    need(
+        fo.in_place_min_world >= 0,
+        f"failover.in_place_min_world={fo.in_place_min_world} must be >= 0 (0 = the starting world size)",
+    )
+    need(
+        1.0 < fo.in_place_bound_s <= MAX_WAIT_S,
+        f"failover.in_place_bound_s={_seconds(fo.in_place_bound_s)} must be above 1 s (the agreement's gather time) "
+        f"and at most {MAX_WAIT_S:g} s, e.g. 10",
+    )
+    need(
+        not fo.in_place or bool(cfg.checkpoint.memory_interval),
+        "failover.in_place needs the in-memory snapshots it restores from: set checkpoint.memory_interval to 1 "
+        "(or auto), or turn failover.in_place off",
+    )
 
 
 # Floors of the process-group timeouts (seconds): below them ordinary waits time out (see validate).

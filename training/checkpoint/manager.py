@@ -297,6 +297,12 @@ class CheckpointManager:
                 "a peer's checkpoint write failed (see its log)"
             )
 
+    def close_after_recovery(self) -> None:
+        """After an in-place recovery dropped the process group, and with it this manager's groups: wait for the
+        snapshot in flight (the next manager's restore reads it) and let both tiers go, keeping the snapshots. The
+        trainer then builds a manager for the new group and asks it to :meth:`restore`."""
+        self.close(discard_memory=False)
+
     def close(self, *, discard_memory: bool) -> None:
         """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""
         try:

@@ -52,6 +52,9 @@ from training.job.progress import (
     SNAPSHOT,
     ProgressTracker,
 )
+from training.job.failover import build as build_failover
+from training.job.inplace.agreement import InPlaceFailed
+from training.job.inplace.group import say
 from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
 from training.torch_private import optimizer_step_unless
@@ -125,35 +128,17 @@ class Trainer:
             self.device = torch.device("cpu")
             backend = "gloo"
         self.clock.mark("device_init")
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=p.init_timeout_s))
+        # failover.in_place: the group forms through the job's etcd, and a lost peer is recovered in this process
+        self.failover = build_failover(cfg, backend=backend)
+        self.failover.join(timeout=timedelta(seconds=p.init_timeout_s))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.clock.mark("process_group")  # waits for every rank of the new group
         check_world(cfg, self.world)
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        try:
-            self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
-            problem = None
-        except OSError as e:
-            problem = (
-                f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
-                "--metrics.path or --job.out_dir at a writable directory"
-            )
-        self._raise_if_any(problem, ConfigError)
-        # The main thread's phases, for the heartbeat (a wedged rank) and the process group's timeout
-        self.tracker = ProgressTracker.from_config(cfg, say=self.metrics.info)
-        self.watchdog = PeerWatchdog.build(
-            p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer, progress=self.tracker
-        )
-        self.watchdog.start()
-        self.mesh = init_device_mesh(self.device.type, (self.world,))
+        self.metrics = self.watchdog = None
+        self._build_group_parts()
         self.clock.mark("job_setup")  # metrics, watchdog, mesh; the rest of the set-up follows the model
 
-        # Built on the meta device; after sharding each rank materialises only its shards (training.model.meta_init).
-        built = build_model_for_sharding(cfg.model, seed=cfg.job.seed)
-        self.model = built.model
-        self.n_params = count_params(self.model)
-        if p.activation_checkpointing:
-            apply_activation_checkpointing(self.model)
         compiled = compile_enabled(p.compile)
         self.clock.compiled = compiled
         # before the first compiled call: Inductor's caches point at this key's directory, artefacts may load
@@ -168,34 +153,87 @@ class Trainer:
                 "--parallel.compile_cache_dir at a readable directory, or 'off'"
             )
             self.compile_cache, self.compile_cache_record = NoCompileCache(), None
-        apply_regional_compile(self.model, compiled)  # inside checkpointing, outside FSDP hooks
+        self._build_model()
+        self.clock.mark("model_build")
+        # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
+        # the other ranks wait in a collective meanwhile. Taken at the job's first start (a joiner's rank 0 holds it).
+        self.run_lock = self.failover.first_start(
+            lambda: lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
+        )
+        self.dataset = build_dataset(cfg.data, cfg.job.seed)
+        self.guard = NonFiniteGuard(cfg.train.max_bad_steps)
+        # Per-step loss and gradient norm stay on the device until a read point (training.job.step_figures);
+        # fused AdamW skips a non-finite step's update there. The other implementations take no device flag:
+        # their guard reads the figures on every step, before the optimizer steps.
+        self.figures = StepFigures(self.guard)
+        self.skip_on_device = cfg.train.adamw_impl == "fused"
+        self._unrecorded: list[dict] = []  # metrics records of finished steps whose figures are not read yet
+        self._read_values: dict[int, tuple[float, float]] = {}  # step -> (loss, grad_norm), read, not recorded
+        self.recorded_step = 0  # the newest step with a metrics record (a diverged run's `end` record's step)
+        self.fingerprint = run_fingerprint(
+            cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens)
+        )
+        self._build_checkpointing()
+        self._finished = False
+        self._joiner_agreed = False  # every rank agreed at this step's boundary that a joiner is let in
+        self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
+        self._signal = 0
+        for s in HANDLED_SIGNALS:
+            signal.signal(s, self._on_signal)
+        self.clock.mark("job_setup")
+
+    def _build_group_parts(self) -> None:
+        """What holds the process group or this rank's place in it: the metrics (rank 0 writes), the progress
+        tracker (the group's timeout), the peer watchdog, the device mesh. Collective; built again, in the same
+        order on every member, after an in-place recovery."""
+        cfg, p = self.cfg, self.cfg.parallel
+        if self.metrics is not None:
+            self.metrics.close()
+        try:
+            self.metrics = MetricsLogger(cfg.metrics, rank=self.rank, total_steps=cfg.train.steps)
+            problem = None
+        except OSError as e:
+            problem = (
+                f"metrics.path {cfg.metrics.path} cannot be written: {storage_reason(e)}; point "
+                "--metrics.path or --job.out_dir at a writable directory"
+            )
+        self._raise_if_any(problem, ConfigError)
+        # The main thread's phases, for the heartbeat (a wedged rank) and the process group's timeout
+        self.tracker = ProgressTracker.from_config(cfg, say=self.metrics.info)
+        if self.watchdog is not None:
+            self.watchdog.close()
+        self.watchdog = PeerWatchdog.build(
+            p, rank=self.rank, world=self.world, on_silent=self._on_silent_peer, progress=self.tracker
+        )
+        self.watchdog.start()
+        self.mesh = init_device_mesh(self.device.type, (self.world,), mesh_dim_names=self.failover.mesh_dims())
+
+    def _build_model(self) -> None:
+        """The model sharded over the mesh (FSDP2), its optimizer and schedule, and the state they make up."""
+        cfg, p = self.cfg, self.cfg.parallel
+        # Built on the meta device; after sharding each rank materialises only its shards (training.model.meta_init).
+        built = build_model_for_sharding(cfg.model, seed=cfg.job.seed)
+        self.model = built.model
+        self.n_params = count_params(self.model)
+        if p.activation_checkpointing:
+            apply_activation_checkpointing(self.model)
+        apply_regional_compile(self.model, self.clock.compiled)  # inside checkpointing, outside FSDP hooks
         apply_fsdp(self.model, self.mesh, p)
         built.materialize(self.model, self.device)
         t = cfg.train
         # train.adamw_impl: fused by default (training.job.optimizer says why)
         self.optimizer = build_adamw(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay, impl=t.adamw_impl)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t.warmup_steps, t.steps))
-        self.clock.mark("model_build")
         self.progress = Progress()
         self.rng = RngState(self.device)
         self.state = {
             "train": TrainState(self.model, self.optimizer, self.scheduler, self.progress),
             RngState.key(self.rank): self.rng,
         }
-        # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
-        # the other ranks wait in a collective meanwhile.
-        self.run_lock = lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
-        self.dataset = build_dataset(cfg.data, cfg.job.seed)
-        self.guard = NonFiniteGuard(t.max_bad_steps)
-        # Per-step loss and gradient norm stay on the device until a read point (training.job.step_figures);
-        # fused AdamW skips a non-finite step's update there. The other implementations take no device flag:
-        # their guard reads the figures on every step, before the optimizer steps.
-        self.figures = StepFigures(self.guard)
-        self.skip_on_device = t.adamw_impl == "fused"
-        self._unrecorded: list[dict] = []  # metrics records of finished steps whose figures are not read yet
-        self._read_values: dict[int, tuple[float, float]] = {}  # step -> (loss, grad_norm), read, not recorded
-        self.recorded_step = 0  # the newest step with a metrics record (a diverged run's `end` record's step)
-        fingerprint = run_fingerprint(cfg, data_label=cfg.data.source, data_digest=digest_tokens(self.dataset.tokens))
+
+    def _build_checkpointing(self) -> None:
+        """Fault points, both checkpoint tiers (their gloo groups) and the straggler watch. Collective."""
+        cfg = self.cfg
         self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir, interrupted=lambda: bool(self._signal))
         # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
         # storage checkpoint of this model takes.
@@ -205,7 +243,7 @@ class Trainer:
             world=self.world,
             device=self.device,
             signature=model_signature(cfg.model),
-            fingerprint=fingerprint,
+            fingerprint=self.fingerprint,
             checkpoint_bytes=12 * self.n_params,
             faults=self.faults,
             before_save=lambda step: self.guard.check_weights(self.model, step),
@@ -227,12 +265,6 @@ class Trainer:
             metrics=self.metrics,
             last_step=cfg.train.steps,
         )
-        self._finished = False
-        self.keep_memory = True  # False: a stop whose snapshots must not be restored (divergence)
-        self._signal = 0
-        for s in HANDLED_SIGNALS:
-            signal.signal(s, self._on_signal)
-        self.clock.mark("job_setup")
 
     def _on_signal(self, signum, _frame) -> None:
         if signum == signal.SIGINT and self._signal == signal.SIGINT:
@@ -251,11 +283,13 @@ class Trainer:
 
     def _agreed_stop(self) -> int:
         """The signal any rank received (0: none), the same on every rank; the checkpoint tiers' failures are
-        agreed in the same collective and acted on (a failed snapshot: memory tier off; a failed save: stop)."""
+        agreed in the same collective and acted on (a failed snapshot: memory tier off; a failed save: stop), and
+        so is a joiner rank 0 saw checked in (failover.in_place: the group re-forms after this step)."""
         # Host values, reduced over gloo (the process group's CPU backend): no wait for the GPU.
-        flag = torch.tensor([self._signal, *self.ckpt.local_failures()], dtype=torch.int64)
+        flag = torch.tensor([self._signal, *self.ckpt.local_failures(), self.failover.joiner_seen()], dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         self.ckpt.act_on_failures(save_failed=bool(flag[1].item()), snapshot_failed=bool(flag[2].item()))
+        self._joiner_agreed = bool(flag[3].item())
         return int(flag[0].item())
 
     def _resume(self) -> int | None:
@@ -428,7 +462,23 @@ class Trainer:
             f"global batch {t.global_batch} ({self._per_rank_batch_text()}), "
             f"{len(self.dataset)} samples per epoch"
         )
-        loader = iter(
+        self._open_attempt(resumed)
+        try:
+            exit_code = self._loop()
+        except Exception as e:
+            # The records of the steps done since the last read point, as they would have been written (and
+            # the guard's verdict on them, which comes first). Not after a collective failed: a device read
+            # could wait on that collective.
+            if not isinstance(e, dist.DistError):
+                self._read_figures()
+            raise
+        return exit_code
+
+    def _open_attempt(self, resumed: int | None) -> None:
+        """The data position, RNG and recovery note of the state just restored (at start, or after an in-place
+        recovery): the loop goes on from here."""
+        cfg, t = self.cfg, self.cfg.train
+        self.loader = iter(
             build_dataloader(
                 self.dataset,
                 cfg.data,
@@ -446,7 +496,7 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.manual_seed(cfg.job.seed * 100_003 + self.rank * 7_919 + self.progress.step)
         self.model.train()
-        recovery = RecoveryNote.build(
+        self.recovery = RecoveryNote.build(
             cfg.metrics.path,
             rank=self.rank,
             restart_count=self.restart_count,
@@ -454,79 +504,127 @@ class Trainer:
             restored_from=self.ckpt.restored_from,
             say=self.metrics.info,
         )
-        exit_code = 0
-        resumed_at = self.recorded_step = self.progress.step
-        try:
-            exit_code = self._loop(recovery, loader, resumed_at)
-        except Exception as e:
-            # The records of the steps done since the last read point, as they would have been written (and
-            # the guard's verdict on them, which comes first). Not after a collective failed: a device read
-            # could wait on that collective.
-            if not isinstance(e, dist.DistError):
-                self._read_figures()
-            raise
-        return exit_code
+        self.resumed_at = self.recorded_step = self.progress.step
 
-    def _loop(self, recovery: RecoveryNote, loader, resumed_at: int) -> int:
-        cfg, t = self.cfg, self.cfg.train
-        exit_code = 0
-        while self.progress.step < t.steps:
-            self.tracker.enter(DATA, self.progress.step + 1)
-            t0 = time.perf_counter()
-            offset = self.progress.data_offset
-            n_tokens = self._step(*_next_batch(loader))
-            self.progress.step += 1
-            self.progress.tokens_seen += n_tokens
-            self.progress.data_offset += t.global_batch
-            step = self.progress.step
-            step_time = time.perf_counter() - t0
-            # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
-            self.tracker.step_done(step)
-            sig = self._agreed_stop()
-            read_point = self._read_point(step, stop=bool(sig))
-            if read_point:  # before any save or snapshot of this step: the guard judges every step up to it
-                self._read_figures()
-            blocked, snapshot_blocked = self.ckpt.save(
-                step, self.state, stop=bool(sig), final=step == t.steps, progress=self.progress.state_dict()
-            )
-            self._unrecorded.append(
-                dict(
-                    step=step,
-                    loss=None,  # loss and grad_norm: filled in when the step's figures are read
-                    lr=self.scheduler.get_last_lr()[0],
-                    grad_norm=None,
-                    tokens_per_s=n_tokens / step_time,
-                    step_time_s=step_time,
-                    ckpt_block_s=blocked,
-                    snapshot_block_s=snapshot_blocked,
-                    snapshot_interval=self.ckpt.snapshot_interval,
-                    world_size=self.world,
-                    restart_count=self.restart_count,
-                    data_offset=offset,
-                    tokens=n_tokens,
-                )
-            )
-            self._record_read_steps()  # the records whose figures are read (this step's too at a read point)
-            if self.progress.step == resumed_at + 1:  # this attempt's first step compiled what it needs
-                self._after_first_step()
-            self.faults.after_step(step)
-            recovery.after_step(step)
-            if sig:
-                name = signal.Signals(sig).name
-                self.metrics.event("signal", signal=name, step=step)
-                self.metrics.info(f"{name}: checkpoint of step {step} saved; exiting. Relaunch to resume.")
-                self.metrics.end("signal", step, detail=name)
-                exit_code = 128 + sig
-                break
-            self.stragglers.after_step(step)  # may stop every rank here (Regroup): a straggler's node leaves
-        else:
+    def _loop(self) -> int:
+        t = self.cfg.train
+        exit_code = None
+        while self.progress.step < t.steps and exit_code is None:
+            failed = ""
+            try:
+                exit_code = self._iteration()
+            except self.failover.catches as e:  # failover.in_place: a peer lost in a collective (else: nothing)
+                failed = self.failover.peer_lost(e)
+                if not failed:
+                    raise
+            # Outside the except block: its traceback holds the failed collective and with it the old group's
+            # connections, which a survivor blocked on this rank waits on (training.job.inplace.group).
+            if failed or self._joiner_agreed:
+                self._recover_in_place(failed)
+        if exit_code is None:
             self._finished = True
             self.metrics.end("finished", self.progress.step)
             self.metrics.info(
                 f"finished {t.steps} steps; final checkpoint "
-                f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {cfg.metrics.path}"
+                f"{self.cfg.checkpoint.dir}/step_{t.steps:08d}, metrics {self.cfg.metrics.path}"
             )
-        return exit_code
+        return exit_code or 0
+
+    def _iteration(self) -> int | None:
+        """One step and its boundary (the agreed stop, records, saves); the exit code when the ranks agreed to
+        stop, else None."""
+        t = self.cfg.train
+        self.tracker.enter(DATA, self.progress.step + 1)
+        t0 = time.perf_counter()
+        offset = self.progress.data_offset
+        n_tokens = self._step(*_next_batch(self.loader))
+        self.progress.step += 1
+        self.progress.tokens_seen += n_tokens
+        self.progress.data_offset += t.global_batch
+        step = self.progress.step
+        step_time = time.perf_counter() - t0
+        # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
+        self.tracker.step_done(step)
+        sig = self._agreed_stop()
+        read_point = self._read_point(step, stop=bool(sig))
+        if read_point:  # before any save or snapshot of this step: the guard judges every step up to it
+            self._read_figures()
+        blocked, snapshot_blocked = self.ckpt.save(
+            step, self.state, stop=bool(sig), final=step == t.steps, progress=self.progress.state_dict()
+        )
+        self._unrecorded.append(
+            dict(
+                step=step,
+                loss=None,  # loss and grad_norm: filled in when the step's figures are read
+                lr=self.scheduler.get_last_lr()[0],
+                grad_norm=None,
+                tokens_per_s=n_tokens / step_time,
+                step_time_s=step_time,
+                ckpt_block_s=blocked,
+                snapshot_block_s=snapshot_blocked,
+                snapshot_interval=self.ckpt.snapshot_interval,
+                world_size=self.world,
+                restart_count=self.restart_count,
+                data_offset=offset,
+                tokens=n_tokens,
+            )
+        )
+        self._record_read_steps()  # the records whose figures are read (this step's too at a read point)
+        if self.progress.step == self.resumed_at + 1:  # this attempt's first step compiled what it needs
+            self._after_first_step()
+        self.faults.after_step(step)
+        self.recovery.after_step(step)
+        if sig:
+            name = signal.Signals(sig).name
+            self.metrics.event("signal", signal=name, step=step)
+            self.metrics.info(f"{name}: checkpoint of step {step} saved; exiting. Relaunch to resume.")
+            self.metrics.end("signal", step, detail=name)
+            return 128 + sig
+        self.stragglers.after_step(step)  # may stop every rank here (Regroup): a straggler's node leaves
+        return None
+
+    def _recover_in_place(self, failed: str) -> None:
+        """failover.in_place, after a collective failed here (``failed``: what it raised) or every rank agreed a
+        joiner in: re-form the group (InPlaceFailed, said in one line, ends the worker: a full restart follows),
+        build what held the old one on the new one, and restore the state the checkpoint manager chooses (the
+        newest step every shard holds in memory: this rank's own, a peer's, re-cut when the world changed)."""
+        t0, held = time.time(), self.progress.step
+        membership = self.failover.recover(held)
+        old = self.ckpt
+        old.close_after_recovery()  # its groups went with the old group; the snapshot in flight is written
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        try:
+            check_world(self.cfg, self.world)
+        except ConfigError as e:
+            raise InPlaceFailed(
+                f"in-place recovery: world size {self.world}: {e}: falling back to a full restart from the newest "
+                "complete snapshot"
+            ) from None
+        self._build_group_parts()
+        self._build_model()
+        self._build_checkpointing()
+        resumed = self._resume()
+        self.ckpt.check_no_clash(self.progress.step + 1, self.cfg.train.steps)
+        self._unrecorded, self._read_values = [], {}  # steps after the restored one are trained again
+        self.figures = StepFigures(self.guard)
+        seconds = time.time() - t0
+        self.metrics.event(
+            "in_place",
+            epoch=membership.epoch,
+            world_size=self.world,
+            members=list(membership.members),
+            failed=failed,
+            held_step=held,
+            agreed_step=membership.step,
+            resumed_from=resumed,
+            restored_from=self.ckpt.restored_from,
+            seconds=round(seconds, 3),
+        )
+        say(
+            f"rank {self.rank} of {self.world} (pid {os.getpid()}): resumed at step {resumed} in {seconds:.3f} s "
+            f"(held step {held}; {'after ' + failed if failed else 'a joiner let in'})"
+        )
+        self._open_attempt(resumed)
 
     def close(self) -> None:
         self.tracker.enter(CLOSING)  # waits for the last writes: bounded like the start-up, not like a step
@@ -537,5 +635,6 @@ class Trainer:
             if self.run_lock is not None:
                 self.run_lock.release()  # after the last checkpoint write
             self.watchdog.close()  # after the last collective: from here on this rank's silence is expected
+            self.failover.close()
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -66,3 +66,14 @@ class EtcdBoard:
     def gone(self) -> set[str]:
         kvs, _ = self._call(self.client.get_prefix, self.root + "gone/")
         return {kv.key.rpartition("/")[2] for kv in kvs}
+
+
+def board_from_env() -> EtcdBoard:
+    """The job's board for a worker: the etcd credentials its agent put in the environment (``T5_ETCD_*``), scoped
+    by the rendezvous round its agent noted (``training.checkpoint.generation``; ``0`` outside an etcd round), so
+    the workers of a full restart never wait on the epochs of the group they replace."""
+    from training.checkpoint import generation
+    from training.launch.rendezvous.client import ClientCredentials
+
+    gen = generation.read()
+    return EtcdBoard(EtcdClient(ClientCredentials.from_env()), scope=str(gen.round) if gen else "0")

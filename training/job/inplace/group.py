@@ -119,15 +119,17 @@ class InPlaceGroup:
         return datetime.timedelta(seconds=self.settings.agreement.bound_s)
 
     # ------------------------------------------------------------------ forming
-    def form(self, first_world: int = 1) -> Membership:
+    def form(self, first_world: int = 1, bound_s: float | None = None) -> Membership:
         """Join the job: the first epoch (everyone may decide; ``first_world`` members make the job) or the next
         epoch of a running one, whose survivors let this member in at a step boundary. A decision made without this
-        member (it checked in late) is no failure for a joiner: it checks in to the epoch after."""
+        member (it checked in late) is no failure for a joiner: it checks in to the epoch after. ``bound_s``: how
+        long to try (default: the agreement's bound; a job's first start may give its workers longer)."""
         start = time.monotonic()
+        bound_s = self.settings.agreement.bound_s if bound_s is None else bound_s
         while True:
             previous = self.board.latest()
             me = CheckIn(self.member, -1, -1, self.store_addr)
-            left = self.settings.agreement.bound_s - (time.monotonic() - start)
+            left = bound_s - (time.monotonic() - start)
             try:
                 settings = self._within(left, first_world if previous is None else 1)
                 decided = agree(self.board, me, previous, settings)
@@ -216,6 +218,12 @@ class InPlaceGroup:
         return decided
 
     # ------------------------------------------------------------------ joiners
+    def joiner_seen(self) -> bool:
+        """Whether this member's watcher saw a joiner checked in (rank 0 alone looks): a caller that agrees its
+        step-boundary flags in a collective of its own adds this one to it instead of calling
+        :meth:`joiner_waiting`."""
+        return self._joiner.is_set()
+
     def joiner_waiting(self) -> bool:
         """Whether any member saw a joiner checked in for the next epoch: one ``all_reduce`` (MAX) on the group, so
         every member answers the same at the same step boundary and no rank trains on into a collective its peers
@@ -223,7 +231,7 @@ class InPlaceGroup:
         import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([1 if self._joiner.is_set() else 0], dtype=torch.int32)
+        flag = torch.tensor([1 if self.joiner_seen() else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 

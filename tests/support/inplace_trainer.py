@@ -1,0 +1,108 @@
+"""The real trainer's ranks for the in-place recovery tests (tests/e2e/failover/test_inplace_trainer_e2e.py), and
+their agent.
+
+One process imports torch and the trainer once and forks one child per rank (as the launcher's warm workers do:
+three cold starts of torch cost this shared 2-core machine ~8 s); each child runs ``python -m training``'s
+``main`` with the rank's environment (one simulated node: ``LOCAL_WORLD_SIZE`` is the world). The process then
+plays the ranks' agent: it reaps them; a rank ended by a signal is reported gone on the job's board (as an agent's
+``waitpid`` would) and, with ``--replace``, a fresh child is forked for its rank, which joins the running job
+(``failover.in_place``). Without ``failover.in_place`` nothing replaces a rank: the survivors' collectives fail and
+they end, as workers whose agent restarts the group do.
+
+Every start and exit goes to ``<dir>/agent.jsonl`` (``start``: rank, pid; ``exit``: rank, pid, code or signal;
+each with its wall time ``t``). The agent exits 0 once every child has ended with 0 or a signal, else with the
+first other code (the others SIGKILLed).
+
+    python -m tests.support.inplace_trainer --dir D --world 3 --replace -- --failover.in_place true ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--replace", action="store_true", help="fork a fresh rank for one ended by a signal")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the trainer's arguments, after --")
+    a = p.parse_args()
+    trainer_args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    import torch  # once, before the forks
+
+    torch.set_num_threads(1)
+    import training.__main__ as entry
+    import training.job.trainer  # noqa: F401
+    from training.job.failover import member_id
+    from training.job.lifecycle import die_with_parent
+
+    with socket.socket() as s:  # failover.in_place off: the agent's group rendezvous (env://)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(os.path.join(a.dir, "agent.jsonl"), "a", buffering=1)
+
+    def note(event: str, **fields) -> None:
+        log.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+
+    def fork(rank: int) -> int:
+        pid = os.fork()
+        if pid == 0:  # the rank: it never returns into the agent's code
+            die_with_parent(signal.SIGKILL)  # a test that kills its agent (a failure) leaves no rank behind
+            os.environ.update(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(a.world),
+                LOCAL_WORLD_SIZE=str(a.world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            )
+            code = 1
+            try:
+                code = entry.main(trainer_args)
+            except BaseException:  # noqa: BLE001 - os._exit below would swallow it
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        note("start", rank=rank, pid=pid)
+        return pid
+
+    children = {fork(rank): rank for rank in range(a.world)}
+    board = None
+    if a.replace:
+        from training.launch.inplace_board import board_from_env
+
+        board = board_from_env()
+        board.gone()  # logged in before it matters
+    while children:
+        pid, status = os.wait()
+        rank = children.pop(pid)
+        if os.WIFSIGNALED(status):
+            note("exit", rank=rank, pid=pid, signal=os.WTERMSIG(status))
+            if board is not None:
+                # what an agent's waitpid sees at once; the member id is the one the rank gave itself
+                board.report_gone(member_id(rank, pid))
+                children[fork(rank)] = rank
+            continue
+        code = os.WEXITSTATUS(status)
+        note("exit", rank=rank, pid=pid, code=code)
+        if code != 0:
+            for other in children:
+                os.kill(other, signal.SIGKILL)
+            for _ in list(children):
+                os.wait()
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
