@@ -18,6 +18,7 @@ import warnings
 
 from training.config import ConfigError, parse_args, to_toml
 from training.errors import EXIT_CODES, Diverged, Regroup, exit_code, print_error
+from training.job.inplace.agreement import InPlaceFailed
 from training.job.check import CHECK_ERRORS, already_checked, check_job
 from training.job.lifecycle import die_with_agent, exit_without_finalization, name_worker
 from training.checkpoint.run_lock import EXIT_BUSY, CheckpointDirBusy
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         code = trainer.train()
     except Regroup as e:  # the ranks agreed to stop here; close() below waits for this step's snapshot
         code = e.exit_code
+    except InPlaceFailed as e:  # failover.in_place could not recover: it said why in one line; a full restart
+        _crash(trainer, said=str(e))
     except Exception as e:  # noqa: BLE001 - the job's one reporter: a known error's line and code, else a crash
         if exit_code(e, KNOWN_ERRORS) is None:
             _crash(trainer)
@@ -89,14 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _crash(trainer=None) -> None:
+def _crash(trainer=None, said: str = "") -> None:
     """A peer died or hung (collective timeout) or a step failed. Do not wait for an in-flight async save:
     its collectives wait on the same dead peer, and an uncommitted checkpoint is ignored on resume anyway.
-    Exit now so the launcher restarts the group (after the attempt's `end` event, best effort)."""
-    traceback.print_exc()
+    Exit now so the launcher restarts the group (after the attempt's `end` event, best effort). ``said``: the
+    line that was printed already instead of a traceback (an in-place recovery that falls back)."""
+    if not said:
+        traceback.print_exc()
     try:
         if trainer is not None:
-            trainer.metrics.end("crashed", trainer.progress.step, detail=traceback.format_exc().splitlines()[-1])
+            detail = said or traceback.format_exc().splitlines()[-1]
+            trainer.metrics.end("crashed", trainer.progress.step, detail=detail)
     except Exception:  # noqa: BLE001 - the exit matters more than the record
         pass
     sys.stdout.flush()

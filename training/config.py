@@ -250,7 +250,7 @@ class FailoverConfig:
     uninterrupted one gives); smaller: they may go on without it at a smaller world size (shards re-cut)."""
     in_place_bound_s: float = 10.0
     """Seconds the survivors wait for the agreement and the new group (and for the replacement) before they fall
-    back to a full restart from the newest complete snapshot."""
+    back to a full restart from the newest complete snapshot. Above 1 s, at most 604800 s (7 days)."""
 
 
 # Where in-memory snapshots live (training.checkpoint.memory): node-local tmpfs; the local launcher gives each
@@ -727,9 +727,9 @@ def validate(cfg: Config) -> None:
         f"failover.in_place_min_world={fo.in_place_min_world} must be >= 0 (0 = the starting world size)",
     )
     need(
-        1.0 < fo.in_place_bound_s <= MAX_WAIT_S,
-        f"failover.in_place_bound_s={_seconds(fo.in_place_bound_s)} must be above 1 s (the agreement's gather time) "
-        f"and at most {MAX_WAIT_S:g} s, e.g. 10",
+        fo.in_place_bound_s > 1.0,
+        f"failover.in_place_bound_s={_seconds(fo.in_place_bound_s)} must be above 1 s (the agreement waits 1 s "
+        "for a lost member nobody reported), e.g. 10",
     )
     need(
         not fo.in_place or bool(cfg.checkpoint.memory_interval),

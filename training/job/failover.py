@@ -35,7 +35,8 @@ class FullRestart:
 
     catches: tuple[type[BaseException], ...] = ()  # `except ()` catches nothing: a failure ends the worker
 
-    def peer_lost(self, error: BaseException) -> str:
+    @staticmethod
+    def peer_lost(error: BaseException) -> str:
         return ""
 
     def __init__(self, backend: str):
@@ -68,7 +69,8 @@ class InPlace:
     # gloo reports a peer's reset connection as a plain RuntimeError: peer_lost() tells it from other errors
     catches: tuple[type[BaseException], ...] = (RuntimeError,)
 
-    def peer_lost(self, error: BaseException) -> str:
+    @staticmethod
+    def peer_lost(error: BaseException) -> str:
         """One line saying what a collective raised when ``error`` is a lost peer (torch's DistError: a timeout, a
         store; gloo's transport errors: a reset or closed connection), else "" (any other error ends the worker:
         a bug recovered in place would fail again at the same step, for ever)."""

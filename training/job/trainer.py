@@ -589,22 +589,37 @@ class Trainer:
         build what held the old one on the new one, and restore the state the checkpoint manager chooses (the
         newest step every shard holds in memory: this rank's own, a peer's, re-cut when the world changed)."""
         t0, held = time.time(), self.progress.step
+        parts: dict[str, float] = {}
+
+        def part(name: str, since: float) -> float:
+            now = time.time()
+            parts[name] = round(now - since, 3)
+            return now
+
         membership = self.failover.recover(held)
+        t = part("regroup", t0)
         old = self.ckpt
         old.close_after_recovery()  # its groups went with the old group; the snapshot in flight is written
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         try:
             check_world(self.cfg, self.world)
         except ConfigError as e:
-            raise InPlaceFailed(
+            lost = InPlaceFailed(
                 f"in-place recovery: world size {self.world}: {e}: falling back to a full restart from the newest "
                 "complete snapshot"
-            ) from None
+            )
+            say(str(lost))
+            raise lost from None
+        t = part("release", t)
         self._build_group_parts()
+        t = part("group_parts", t)
         self._build_model()
+        t = part("model", t)
         self._build_checkpointing()
+        t = part("checkpointing", t)
         resumed = self._resume()
         self.ckpt.check_no_clash(self.progress.step + 1, self.cfg.train.steps)
+        part("restore", t)
         self._unrecorded, self._read_values = [], {}  # steps after the restored one are trained again
         self.figures = StepFigures(self.guard)
         seconds = time.time() - t0
@@ -619,10 +634,11 @@ class Trainer:
             resumed_from=resumed,
             restored_from=self.ckpt.restored_from,
             seconds=round(seconds, 3),
+            parts=parts,
         )
         say(
             f"rank {self.rank} of {self.world} (pid {os.getpid()}): resumed at step {resumed} in {seconds:.3f} s "
-            f"(held step {held}; {'after ' + failed if failed else 'a joiner let in'})"
+            f"{parts} (held step {held}; {'after ' + failed[:80] if failed else 'a joiner let in'})"
         )
         self._open_attempt(resumed)
 

@@ -134,6 +134,7 @@ WAITS = [
         ("fault", "slow_commit_s"),
         ("fault", "step_sleep_s"),
         ("straggler", "evict_window_s"),
+        ("failover", "in_place_bound_s"),
     ]
 ]
 
