@@ -42,6 +42,9 @@ def main() -> int:
     import training.__main__ as entry
     import training.job.trainer  # noqa: F401
     from training.job.failover import member_id
+    from training.launch import inplace_board
+
+    inplace_board.install()  # as this project's agent does in its workers (training.launch.worker)
     from training.job.lifecycle import die_with_parent
 
     with socket.socket() as s:  # failover.in_place off: the agent's group rendezvous (env://)
@@ -79,9 +82,7 @@ def main() -> int:
     children = {fork(rank): rank for rank in range(a.world)}
     board = None
     if a.replace:
-        from training.launch.inplace_board import board_from_env
-
-        board = board_from_env()
+        board = inplace_board.board_from_env()
         board.gone()  # logged in before it matters
     while children:
         pid, status = os.wait()

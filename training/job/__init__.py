@@ -13,7 +13,9 @@
 * :mod:`~training.job.progress`: the main thread's phase and step, their observed bounds (a wedged rank), the
   process group's timeout after the warm-up;
 * :mod:`~training.job.inplace`: in-process recovery's survivor side (issue #52): agree the next membership epoch
-  through the store, rebuild the process group in the same process (not used by the training path yet);
+  through the store, rebuild the process group in the same process;
+* :mod:`~training.job.failover`: the trainer's failover policy: today's full restart, or in-place recovery
+  (``failover.in_place``) with its fall-back to that restart;
 * :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
 * :mod:`~training.job.stragglers`: a rank persistently slower than the others: named, its node taken out for a spare;
 * :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out);

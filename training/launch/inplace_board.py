@@ -77,3 +77,12 @@ def board_from_env() -> EtcdBoard:
 
     gen = generation.read()
     return EtcdBoard(EtcdClient(ClientCredentials.from_env()), scope=str(gen.round) if gen else "0")
+
+
+def install() -> None:
+    """Give this worker process the job's board for ``failover.in_place``
+    (:func:`training.job.failover.register_board`), as the commit fence's etcd side is installed
+    (:func:`training.launch.rendezvous.fence.install`)."""
+    from training.job.failover import register_board
+
+    register_board(board_from_env)

@@ -141,9 +141,11 @@ def run_worker(*argv: str) -> None:
     for sig in IGNORED_IN_FORKSERVER:  # inherited from the forkserver; a worker has the usual dispositions
         signal.signal(sig, signal.SIG_DFL)
     from training.__main__ import main
+    from training.launch import inplace_board
     from training.launch.rendezvous.fence import install
 
     install()  # the commit fence's etcd side (training.checkpoint.fence)
+    inplace_board.install()  # failover.in_place's membership board (training.job.failover)
     code = main(list(argv))
     sys.stdout.flush()
     sys.stderr.flush()

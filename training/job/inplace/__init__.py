@@ -3,5 +3,6 @@ new membership and the step to resume at through the membership store, and build
 
 :mod:`.agreement` is the protocol over a small store abstraction (no torch); :mod:`.group` drives torch's process
 group with it. The etcd implementation of the store lives with the launcher (``training.launch.inplace_board``):
-this package imports nothing from ``training.launch``. Nothing in the training path uses it yet.
+this package imports nothing from ``training.launch``. The trainer uses it through :mod:`training.job.failover`
+(``failover.in_place``).
 """
