@@ -4,10 +4,10 @@ their agent.
 One process imports torch and the trainer once and forks one child per rank (as the launcher's warm workers do:
 three cold starts of torch cost this shared 2-core machine ~8 s); each child runs ``python -m training``'s
 ``main`` with the rank's environment (one simulated node: ``LOCAL_WORLD_SIZE`` is the world). The process then
-plays the ranks' agent: it reaps them; a rank ended by a signal is reported gone on the job's board (as an agent's
-``waitpid`` would) and, with ``--replace``, a fresh child is forked for its rank, which joins the running job
-(``failover.in_place``). Without ``failover.in_place`` nothing replaces a rank: the survivors' collectives fail and
-they end, as workers whose agent restarts the group do.
+plays the ranks' agent: it reaps them; with ``--report`` a rank ended by a signal is reported gone on the job's board
+(as an agent's ``waitpid`` would) and with ``--replace`` a fresh child is also forked for its rank, which joins the
+running job (``failover.in_place``). Without ``failover.in_place`` nothing replaces a rank: the survivors'
+collectives fail and they end, as workers whose agent restarts the group do.
 
 Every start and exit goes to ``<dir>/agent.jsonl`` (``start``: rank, pid; ``exit``: rank, pid, code or signal;
 each with its wall time ``t``). The agent exits 0 once every child has ended with 0 or a signal, else with the
@@ -32,7 +32,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument("--world", type=int, required=True)
-    p.add_argument("--replace", action="store_true", help="fork a fresh rank for one ended by a signal")
+    p.add_argument("--report", action="store_true", help="report a rank ended by a signal gone on the job's board")
+    p.add_argument("--replace", action="store_true", help="report it, and fork a fresh rank in its place")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the trainer's arguments, after --")
     a = p.parse_args()
     trainer_args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -81,7 +82,7 @@ def main() -> int:
 
     children = {fork(rank): rank for rank in range(a.world)}
     board = None
-    if a.replace:
+    if a.report or a.replace:
         board = inplace_board.board_from_env()
         board.gone()  # logged in before it matters
     while children:
@@ -92,6 +93,7 @@ def main() -> int:
             if board is not None:
                 # what an agent's waitpid sees at once; the member id is the one the rank gave itself
                 board.report_gone(member_id(rank, pid))
+            if a.replace:
                 children[fork(rank)] = rank
             continue
         code = os.WEXITSTATUS(status)

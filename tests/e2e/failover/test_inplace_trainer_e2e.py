@@ -23,12 +23,14 @@ pytestmark = pytest.mark.e2e
 WORLD, STEPS, KILL_AFTER = 3, 5, 2
 
 
-def run(out: Path, *extra: str, replace: bool, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run(
+    out: Path, *extra: str, replace: bool, env: dict[str, str], report: bool = False
+) -> subprocess.CompletedProcess:
     out.mkdir(parents=True, exist_ok=True)
     args = [*TINY, "--train.global_batch", str(2 * WORLD), "--train.steps", str(STEPS)]
     args += ["--checkpoint.interval", "100", "--checkpoint.memory_interval", "1", "--job.out_dir", str(out)]
     cmd = [sys.executable, "-m", "tests.support.inplace_trainer", "--dir", str(out), "--world", str(WORLD)]
-    cmd += ["--replace"] * replace + ["--", *args, *extra]
+    cmd += ["--replace"] * replace + ["--report"] * report + ["--", *args, *extra]
     full_env = {**os.environ, **env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     full_env["T5F_MEMORY_DIR"] = str(out / "shm")  # this run's own node memory
     return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
@@ -81,6 +83,44 @@ def test_survivors_recover_in_place_and_end_bitwise_equal_to_an_uninterrupted_ru
     final = latest_complete(str(out / "checkpoints"))
     assert final is not None and final.name.endswith(f"{STEPS:08d}")
     assert compare(latest_complete(str(tmp_path / "reference" / "checkpoints")), final) == []
+
+
+def test_survivors_allowed_a_smaller_world_go_on_without_the_lost_rank_their_shards_re_cut(etcd, tmp_path):
+    """failover.in_place_min_world 2: nobody replaces the lost rank (its agent only reports it gone); the two
+    survivors re-form at world 2 at once and restore the step every shard holds, re-cut from world 3 to 2 in
+    memory, as the resharding restore does at a full restart."""
+    env = etcd.add_job_user("inplace-shrink").as_env()
+    out = tmp_path / "shrink"
+    r = run(
+        out,
+        "--failover.in_place",
+        "true",
+        "--failover.in_place_min_world",
+        "2",
+        *KILL,
+        replace=False,
+        env=env,
+        report=True,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    agent = records(out / "agent.jsonl")
+    assert len([e for e in agent if e["event"] == "start"]) == WORLD  # nobody was started for the lost rank
+    assert sorted(e["rank"] for e in agent if e["event"] == "exit" and e.get("code") == 0) == [0, 2]
+    metrics = records(out / "metrics.jsonl")
+    (rec,) = [m for m in metrics if m["event"] == "in_place"]
+    assert rec["world_size"] == 2 and len(rec["members"]) == 2 and rec["held_step"] == KILL_AFTER
+    assert rec["restored_from"]["resharded_from"] == WORLD and rec["resumed_from"] in (KILL_AFTER - 1, KILL_AFTER)
+    steps = [m for m in metrics if m["event"] == "step" and m["time"] > rec["time"]]
+    killed_at = next(e["t"] for e in agent if e["event"] == "exit" and e.get("signal"))
+    print(
+        f"shrink to world 2: kill -> survivors' next step {steps[0]['time'] - killed_at:.2f} s (their recovery "
+        f"{rec['seconds']:.2f} s: {rec['parts']})"
+    )
+    assert [m["step"] for m in steps] == list(range(rec["resumed_from"] + 1, STEPS + 1))
+    assert {m["world_size"] for m in steps} == {2}
+    assert [m["status"] for m in metrics if m["event"] == "end"] == ["finished"]
+    final = latest_complete(str(out / "checkpoints"))
+    assert final is not None and final.name.endswith(f"{STEPS:08d}")
 
 
 def test_without_the_switch_the_survivors_end_for_a_full_restart(tmp_path):
