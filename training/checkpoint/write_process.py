@@ -68,8 +68,6 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from training.torch_private import set_pg_timeout
-
     try:
         # The writers' own store, hosted by rank 0's writer: never the launcher's (a worker's environment says to use
         # torchrun's agent store, where the writers would all wait as clients of a store nobody hosts).
@@ -95,7 +93,7 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
             _, path, staged, wait_s = request
             try:
                 if wait_s != bound:  # the trainer's bound for checkpoint collectives (see StorageWriter)
-                    set_pg_timeout(timedelta(seconds=wait_s))
+                    dist.group.WORLD.set_timeout(timedelta(seconds=wait_s))
                     bound = wait_s
                 dcp.save(staged, checkpoint_id=path)
                 reply: tuple = ("done",)
