@@ -6,7 +6,7 @@
 Measures, in one process (world 1), a rank's peak allocated GPU memory (``torch.cuda.max_memory_allocated``) over
 one training step at each ``--probe`` micro-batch (after a first step that allocates the optimizer state), fits a
 line through the peaks and prints the largest ``train.micro_batch`` that stays within ``--headroom`` of the GPU and
-keeps the failover rule for the planned worlds (training.micro_batch_fit: it divides every planned world's
+keeps the failover rule for the planned worlds (training.job.micro_batch_fit: it divides every planned world's
 per-rank share, so survivors run more micro-batches of the same size, never larger ones). The planned worlds are
 the launcher's: ``--nodes`` (MAX), ``--min-nodes`` (MIN, default ``T5_MIN_NODES`` or 1, as the launcher),
 ``--nproc-per-node``. Training flags after ``--`` (precision, activation checkpointing, attention) are the job's,
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.micro_batch_fit import Choice, FitError, JobPlan, choose, fit_line
+from training.job.micro_batch_fit import Choice, FitError, JobPlan, choose, fit_line
 
 DEFAULT_PROBES = (2, 4, 8)
 EXIT_NO_GPU = 3

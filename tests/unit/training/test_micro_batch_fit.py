@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.micro_batch_fit import FitError, JobPlan, MemoryLine, choose, fit_line
+from training.job.micro_batch_fit import FitError, JobPlan, MemoryLine, choose, fit_line, micro_batch_warnings
 
 # The GPU presets' plan: global batch 256 on 2 nodes x 8 GPUs, kept training down to 1 node (the launcher's default)
 PRESET_PLAN = JobPlan(global_batch=256, min_nodes=1, max_nodes=2, nproc_per_node=8)
@@ -96,3 +96,20 @@ def test_bad_plans_and_limits_are_one_line_naming_the_value_and_the_fix():
         with pytest.raises(FitError) as e:
             call()
         assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_micro_batch_set_by_hand_is_warned_when_survivors_would_run_larger_or_ragged_ones():
+    shares = PRESET_PLAN.shares()  # {16: 16, 8: 32}
+    assert micro_batch_warnings(16, shares) == micro_batch_warnings(8, shares) == micro_batch_warnings(0, shares) == []
+    larger = micro_batch_warnings(32, shares)
+    assert larger == [
+        "train.micro_batch=32 is above the per-rank share at 16 ranks (16): after losing nodes a rank puts up to 32 "
+        "samples through a forward/backward, more GPU memory than the full-size job used; use a divisor of 16 "
+        "(python -m training.batch_fit picks one from measured memory)"
+    ]
+    ragged = micro_batch_warnings(16, {4: 24, 3: 32, 2: 48})
+    assert ragged == [
+        "train.micro_batch=16 does not divide the per-rank share at world sizes [4] (24): a step's last micro-batch "
+        "is smaller there (another shape, compiled again with parallel.compile on); use a divisor of 8"
+    ]
+    assert len(micro_batch_warnings(12, shares)) == 1 and len(micro_batch_warnings(24, shares)) == 2

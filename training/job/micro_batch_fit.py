@@ -153,6 +153,30 @@ class Choice:
         return line
 
 
+def micro_batch_warnings(micro_batch: int, shares: Mapping[int, int]) -> list[str]:
+    """What a set ``train.micro_batch`` breaks of the rule at the planned worlds' per-rank ``shares`` (world ->
+    share, any order); none for 0 (no limit: a rank's whole share in one forward, by choice)."""
+    if micro_batch <= 0 or not shares:
+        return []
+    full_world = max(shares)
+    warnings = []
+    if micro_batch > shares[full_world]:
+        warnings.append(
+            f"train.micro_batch={micro_batch} is above the per-rank share at {full_world} ranks "
+            f"({shares[full_world]}): after losing nodes a rank puts up to {micro_batch} samples through a "
+            "forward/backward, more GPU memory than the full-size job used; use a divisor of "
+            f"{math.gcd(*shares.values())} (python -m training.batch_fit picks one from measured memory)"
+        )
+    ragged = sorted(w for w, s in shares.items() if s > micro_batch and s % micro_batch)  # smaller: said above
+    if ragged:
+        warnings.append(
+            f"train.micro_batch={micro_batch} does not divide the per-rank share at world sizes {ragged} "
+            f"({', '.join(str(shares[w]) for w in ragged)}): a step's last micro-batch is smaller there (another "
+            f"shape, compiled again with parallel.compile on); use a divisor of {math.gcd(*shares.values())}"
+        )
+    return warnings
+
+
 def choose(plan: JobPlan, fitting: int) -> Choice:
     """The largest micro-batch <= ``fitting`` that divides every planned world's share (see the module doc)."""
     shares = plan.shares()
