@@ -5,9 +5,16 @@ replaced and deleted by the provider with the cluster, its address known only on
 controller already; members of their own keep the coordinator's lifecycle and addresses the stack's, make every
 member the same (one user data script), and lose nothing when the head node goes. Cost: docs/deploy.md.
 
+* Each member is an Auto Scaling group of exactly one instance (min = max = desired = 1) in one subnet (AZ), the
+  members spread over the given subnets in turn: a terminated or failed instance is replaced with no operator
+  action. One launch template per member (its user data names its index), the same role, profile and group.
 * Each member has a fixed private address: a network interface the stack creates (``AWS::EC2::NetworkInterface``)
-  is the instance's primary one, so the endpoints are known at deploy time and survive a stop/start or EC2's
-  automatic recovery. The members are spread over the given subnets (AZs) in turn.
+  in its group's subnet, which the member's boot step attaches to whichever instance runs it (``member_address.sh``;
+  the role may attach these three interfaces only, to instances with the members' profile only). The endpoints
+  are known at deploy time and survive a replacement. A member's own outgoing peer connections leave from its
+  instance's primary address, so the members skip the peer certificates' source-address check
+  (``--experimental-peer-skip-client-san-verification``); a peer still needs a certificate of the members' CA, and
+  only the members' group reaches the peer port.
 * ``security_group``: admits TCP ``CLIENT_PORT`` from the head node's and the compute nodes' groups only, and
   ``PEER_PORT`` from the members themselves; nothing from CIDR ranges.
 * TLS material: made once by member 0 (``cluster_assets/parallelcluster/etcd/tls.py init`` with the project's
@@ -18,15 +25,16 @@ member the same (one user data script), and lose nothing when the head node goes
   authentication on (``node_setup/etcd_client.sh``), and by the members' role: their start-time repair logs in as
   root (``training/launch/rendezvous/member_repair.py``; the members hold the CA key and the token-signing key
   already, so it gives them nothing more).
-* A lost member repairs itself: a member whose data directory is empty (a new root volume, a replaced instance)
-  while the other two run removes its old entry, adds itself again and starts ``existing``, in its own unit's
-  start (``member.sh``); a member that comes back with its data rejoins as itself.
+* A lost member repairs itself: the replacement instance (its group's) has an empty data directory while the other
+  two run: it removes its old entry, adds itself again and starts ``existing``, in its own unit's start
+  (``member.sh`` through ``training/launch/rendezvous/member_repair.py``); a member that comes back with its data
+  (a reboot) rejoins as itself.
 * Redeploys restart no member: each member's user data names only its index, the SSM parameter
   :attr:`settings` and the region, the same on every deploy; the scripts' S3 URLs (content-hashed CDK assets), the
   etcd version and its digest live in that parameter, which ``boot.sh`` (systemd ``t5-etcd-setup.service``) reads
-  at every boot. A user data change would make CloudFormation stop and start all three members at once (the
-  coordinator down, and the new user data not even run: cloud-init runs it at the first boot only); a settings
-  change reaches the members at their next boot, which the operator does one at a time (docs/slurm.md).
+  at every boot. The groups have no update policy: even a ``boot.sh`` change (a new launch template version)
+  replaces no running instance; it reaches a member when its instance is next replaced. Settings and launch
+  template changes reach the members one at a time, as the operator replaces them (docs/slurm.md).
 * Instances: Amazon Linux 2023 (the AMI's SSM parameter resolved at launch, so a newer AMI never replaces a member
   on a redeploy), IMDSv2 only, encrypted gp3 root volume holding the data directory, SSM Session Manager for a
   shell (no SSH, no public address).
@@ -34,8 +42,9 @@ member the same (one user data script), and lose nothing when the head node goes
 Attributes:
     security_group, members_secret, client_secret, root_secret, settings (the SSM parameter the members read at
     boot), addresses (the members' private IPs, tokens),
-    endpoints (``https://IP:2379`` each, comma separated, a token), instances, head_node_policy (managed policy
-    under ``/parallelcluster/`` for ``HeadNode.Iam.AdditionalIamPolicies``).
+    endpoints (``https://IP:2379`` each, comma separated, a token), interfaces (the members' network
+    interfaces), templates and groups (each member's launch template and Auto Scaling group), head_node_policy
+    (managed policy under ``/parallelcluster/`` for ``HeadNode.Iam.AdditionalIamPolicies``).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from pathlib import Path
 from typing import Sequence
 
 import aws_cdk as cdk
+from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -64,6 +74,7 @@ MEMBER_ASSETS = ROOT / "cluster_assets" / "parallelcluster" / "etcd"
 #: ``training.launch`` stay namespace packages, their ``__init__`` imports torch).
 MEMBER_FILES = {
     "member.sh": MEMBER_ASSETS / "member.sh",
+    "member_address.sh": MEMBER_ASSETS / "member_address.sh",
     "tls.py": MEMBER_ASSETS / "tls.py",
     "certs.py": ROOT / "training" / "launch" / "rendezvous" / "certs.py",
     **{
@@ -225,44 +236,60 @@ class EtcdMembers(Construct):
         image = ec2.MachineImage.resolve_ssm_parameter_at_launch(
             f"/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{ami_arch}"
         )
-        template = ec2.CfnLaunchTemplate(
-            self,
-            "MemberTemplate",
-            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                image_id=image.get_image(self).image_id,
-                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_tokens="required", http_put_response_hop_limit=1, http_endpoint="enabled"
-                ),
-                block_device_mappings=[
-                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                        device_name="/dev/xvda",
-                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                            volume_size=20, volume_type="gp3", encrypted=True, delete_on_termination=True
-                        ),
-                    )
-                ],
-            ),
-        )
         profile = iam.CfnInstanceProfile(self, "MemberProfile", roles=[role.role_name])
 
+        # Each member's address: an interface the stack owns, attached by the member's boot step (member_address.sh)
+        # to whichever instance its group runs; a replaced instance takes the same address, so the endpoints, the
+        # certificates' SANs and the head node's settings never change.
         self.interfaces = []
+        member_subnets = []
         for i in range(MEMBERS):
             subnet = subnets[i % len(subnets)]
+            member_subnets.append(subnet)
             self.interfaces.append(
                 ec2.CfnNetworkInterface(
                     self,
                     f"Member{i}Eni",
                     subnet_id=subnet.subnet_id,
                     group_set=[self.security_group.security_group_id],
-                    description=f"etcd member m{i}: its fixed address",
+                    description=f"etcd member m{i}: its fixed address (attached at boot to m{i}'s instance)",
+                    tags=[cdk.CfnTag(key="Name", value=f"t5-failover-etcd-m{i}")],
                 )
             )
         self.addresses = [eni.attr_primary_private_ip_address for eni in self.interfaces]
         ips = cdk.Fn.join(",", self.addresses)
         self.endpoints = cdk.Fn.join(",", [cdk.Fn.join("", ["https://", a, f":{CLIENT_PORT}"]) for a in self.addresses])
 
-        # What a member needs besides its index, read at every boot (boot.sh): a change here restarts no member.
+        # Attaching: these three interfaces only (by ARN), and only to an instance that runs with the members'
+        # profile (a job's node or the head node could not take a member's address even with this role's keys).
         stack = cdk.Stack.of(self)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AttachTheMembersAddresses",
+                actions=["ec2:AttachNetworkInterface"],
+                resources=[
+                    stack.format_arn(service="ec2", resource="network-interface", resource_name=eni.ref)
+                    for eni in self.interfaces
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AttachToMemberInstancesOnly",
+                actions=["ec2:AttachNetworkInterface"],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+                conditions={"ArnEquals": {"ec2:InstanceProfile": profile.attr_arn}},
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            "a member's instance id is known only once its group launches it: the attach is limited to instances "
+            "with the members' instance profile (condition ec2:InstanceProfile) and to the three members' "
+            "interfaces (their ARNs)",
+        )
+
+        # What a member needs besides its index, read at every boot (boot.sh): a change here restarts no member.
         self.settings = ssm.StringParameter(
             self,
             "MemberSettings",
@@ -271,6 +298,7 @@ class EtcdMembers(Construct):
                 {
                     "scripts": {name: asset.s3_object_url for name, asset in assets.items()},
                     "ips": ips,
+                    "interfaces": cdk.Fn.join(",", [eni.ref for eni in self.interfaces]),
                     "client_port": str(CLIENT_PORT),
                     "peer_port": str(PEER_PORT),
                     "version": versions.ETCD_VERSION,
@@ -284,58 +312,88 @@ class EtcdMembers(Construct):
         )
         self.settings.grant_read(role)
 
-        self.instances = []
-        for i, eni in enumerate(self.interfaces):
-            user_data = ec2.UserData.for_linux()
-            boot = f"{ASSET_DIR}/boot.sh"
-            args = f"{i} {self.settings.parameter_name} {region} {ASSET_DIR}"
-            user_data.add_commands(
-                "set -euo pipefail",
-                f"install -d -m 0755 {ASSET_DIR}",
-                f"cat > {boot} <<'BOOT_SH'\n{BOOT_SCRIPT.read_text()}BOOT_SH",
-                f"chmod 0755 {boot}",
-                f"cat > /etc/systemd/system/{SETUP_UNIT} <<'UNIT'\n"
-                "[Unit]\n"
-                "Description=t5-failover etcd member setup (scripts and settings from the stack, every boot)\n"
-                "After=network-online.target\nWants=network-online.target\nBefore=t5-etcd.service\n"
-                "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-                f"ExecStart={boot} {args}\n"
-                "[Install]\nWantedBy=multi-user.target\n"
-                "UNIT",
-                "systemctl daemon-reload",
-                f"systemctl enable {SETUP_UNIT}",
-                # this first boot: run it now (the unit runs it at every later boot)
-                f"{boot} {args}",
-            )
-            instance = ec2.CfnInstance(
+        # One Auto Scaling group of exactly one instance per member, in its interface's subnet: a terminated or
+        # failed instance is replaced with no operator action; the replacement (no data) rejoins through the
+        # start-time repair. No update policy: a new launch template version (a boot.sh change) reaches a member at
+        # its next replacement only, so a redeploy restarts none (docs/slurm.md, "Redeploying the members").
+        self.templates: list[ec2.CfnLaunchTemplate] = []
+        self.groups: list[autoscaling.CfnAutoScalingGroup] = []
+        for i, (eni, subnet) in enumerate(zip(self.interfaces, member_subnets)):
+            template = ec2.CfnLaunchTemplate(
                 self,
-                f"Member{i}",
-                instance_type=instance_type,
-                iam_instance_profile=profile.ref,
-                launch_template=ec2.CfnInstance.LaunchTemplateSpecificationProperty(
+                f"Member{i}Template",
+                launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                    image_id=image.get_image(self).image_id,
+                    instance_type=instance_type,
+                    iam_instance_profile=ec2.CfnLaunchTemplate.IamInstanceProfileProperty(arn=profile.attr_arn),
+                    security_group_ids=[self.security_group.security_group_id],
+                    metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                        http_tokens="required", http_put_response_hop_limit=1, http_endpoint="enabled"
+                    ),
+                    block_device_mappings=[
+                        ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                            device_name="/dev/xvda",
+                            ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                                volume_size=20, volume_type="gp3", encrypted=True, delete_on_termination=True
+                            ),
+                        )
+                    ],
+                    user_data=cdk.Fn.base64(self._user_data(i, region).render()),
+                ),
+            )
+            group = autoscaling.CfnAutoScalingGroup(
+                self,
+                f"Member{i}Group",
+                min_size="1",
+                max_size="1",
+                desired_capacity="1",
+                vpc_zone_identifier=[subnet.subnet_id],
+                launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
                     launch_template_id=template.ref, version=template.attr_latest_version_number
                 ),
-                network_interfaces=[
-                    ec2.CfnInstance.NetworkInterfaceProperty(device_index="0", network_interface_id=eni.ref)
+                health_check_type="EC2",
+                tags=[
+                    autoscaling.CfnAutoScalingGroup.TagPropertyProperty(
+                        key="Name", value=f"t5-failover-etcd-m{i}", propagate_at_launch=True
+                    )
                 ],
-                user_data=cdk.Fn.base64(user_data.render()),
-                tags=[cdk.CfnTag(key="Name", value=f"t5-failover-etcd-m{i}")],
             )
-            # The role's policies must exist before the first boot reads the scripts and secrets.
-            instance.node.add_dependency(role)
-            self.instances.append(instance)
+            # The role's policies, the settings and the address must exist before the first boot reads them.
+            group.node.add_dependency(role, self.settings, eni)
+            self.templates.append(template)
+            self.groups.append(group)
             acknowledge(
-                instance,
-                "AwsSolutions-EC28",
-                "basic (5-minute) monitoring is enough: etcd's own health is what the head node and the "
-                "jobs check, and detailed monitoring would bill three instances for nothing they use",
+                group,
+                "AwsSolutions-AS3",
+                "no scaling notifications: a group of exactly one that replaces a lost member, whose rejoin the "
+                "member logs itself (journalctl -u t5-etcd); the jobs check etcd's health, not the group's",
             )
-            acknowledge(
-                instance,
-                "AwsSolutions-EC29",
-                "no termination protection: cdk destroy must remove the members with the cluster; losing "
-                "one member costs nothing (two of three keep the quorum)",
-            )
+
+    def _user_data(self, index: int, region: str) -> ec2.UserData:
+        """Member ``index``'s user data: only its index, the settings' name and the region (the same on every
+        deploy); it installs boot.sh as a unit that runs at every boot, and runs it at the first."""
+        user_data = ec2.UserData.for_linux()
+        boot = f"{ASSET_DIR}/boot.sh"
+        args = f"{index} {self.settings.parameter_name} {region} {ASSET_DIR}"
+        user_data.add_commands(
+            "set -euo pipefail",
+            f"install -d -m 0755 {ASSET_DIR}",
+            f"cat > {boot} <<'BOOT_SH'\n{BOOT_SCRIPT.read_text()}BOOT_SH",
+            f"chmod 0755 {boot}",
+            f"cat > /etc/systemd/system/{SETUP_UNIT} <<'UNIT'\n"
+            "[Unit]\n"
+            "Description=t5-failover etcd member setup (scripts and settings from the stack, every boot)\n"
+            "After=network-online.target\nWants=network-online.target\nBefore=t5-etcd.service\n"
+            "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+            f"ExecStart={boot} {args}\n"
+            "[Install]\nWantedBy=multi-user.target\n"
+            "UNIT",
+            "systemctl daemon-reload",
+            f"systemctl enable {SETUP_UNIT}",
+            # this first boot: run it now (the unit runs it at every later boot)
+            f"{boot} {args}",
+        )
+        return user_data
 
     def _placeholder_secret(self, construct_id: str, description: str) -> secretsmanager.Secret:
         """A secret holding ``{}`` until member 0 stores the material (CloudFormation never rewrites an unchanged
