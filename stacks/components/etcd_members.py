@@ -371,7 +371,7 @@ class EtcdMembers(Construct):
 
     def _user_data(self, index: int, region: str) -> ec2.UserData:
         """Member ``index``'s user data: only its index, the settings' name and the region (the same on every
-        deploy); it installs boot.sh as a unit that runs at every boot, and runs it at the first."""
+        deploy); it installs boot.sh as a unit that runs at every boot (and again after a failure), and starts it."""
         user_data = ec2.UserData.for_linux()
         boot = f"{ASSET_DIR}/boot.sh"
         args = f"{index} {self.settings.parameter_name} {region} {ASSET_DIR}"
@@ -386,12 +386,15 @@ class EtcdMembers(Construct):
             "After=network-online.target\nWants=network-online.target\nBefore=t5-etcd.service\n"
             "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
             f"ExecStart={boot} {args}\n"
+            # again until it succeeds: a replacement may wait for its address until the instance it replaces has
+            # let go of it (member_address.sh gives up after 15 minutes)
+            "Restart=on-failure\nRestartSec=30\n"
             "[Install]\nWantedBy=multi-user.target\n"
             "UNIT",
             "systemctl daemon-reload",
             f"systemctl enable {SETUP_UNIT}",
-            # this first boot: run it now (the unit runs it at every later boot)
-            f"{boot} {args}",
+            # this first boot: start it now, through systemd (its retries; the unit runs it at every later boot)
+            f"systemctl start --no-block {SETUP_UNIT}",
         )
         return user_data
 

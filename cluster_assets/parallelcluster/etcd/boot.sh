@@ -1,6 +1,6 @@
 #!/bin/bash
 # Boot step of one ParallelCluster etcd member, at every boot (systemd oneshot t5-etcd-setup.service, before the
-# member's t5-etcd.service; the user data installs it and runs it once at the first boot):
+# member's t5-etcd.service, again 30 s after a failure; the user data installs it and starts it at the first boot):
 #   boot.sh INDEX PARAMETER REGION ASSET_DIR
 #     INDEX      this member's place (0, 1, 2)
 #     PARAMETER  SSM parameter with the stack's member settings (JSON, stacks/components/etcd_members.py):

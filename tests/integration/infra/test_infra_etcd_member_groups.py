@@ -55,7 +55,10 @@ def test_each_member_is_a_group_of_one_in_its_interfaces_subnet(template: Templa
         assert all(m["Ebs"]["Encrypted"] for m in data["BlockDeviceMappings"])
         assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile, "Arn"]}}
         assert data["SecurityGroupIds"] == [{"Fn::GetAtt": [member_sg, "GroupId"]}] == eni["GroupSet"]
-        assert f"/opt/t5-etcd/boot.sh {i} " in json.dumps(data["UserData"])
+        user_data = json.dumps(data["UserData"])
+        assert f"/opt/t5-etcd/boot.sh {i} " in user_data
+        # the setup runs through systemd, again after a failure (a replacement waiting for its address)
+        assert "Restart=on-failure" in user_data and "systemctl start --no-block t5-etcd-setup.service" in user_data
     assert len(subnets) == 2  # the members spread over the two given subnets
     template.resource_properties_count_is(
         "AWS::AutoScaling::AutoScalingGroup",
