@@ -13,19 +13,18 @@ import os
 import subprocess
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from stacks.components.etcd_members import MEMBER_ASSETS
-from tests.integration.infra.test_infra_etcd_member_redeploy import _members_stack, _of_type
+from tests.integration.infra.test_infra_etcd_member_redeploy import _of_type, members_template
 
 ADDRESS_SCRIPT = MEMBER_ASSETS / "member_address.sh"
 
 
 @pytest.fixture(scope="module")
 def template() -> Template:
-    return Template.from_stack(_members_stack(cdk.App(), "Members"))
+    return Template.from_json(members_template())
 
 
 def test_each_member_is_a_group_of_one_in_its_interfaces_subnet(template: Template) -> None:
@@ -102,38 +101,32 @@ def test_the_members_may_attach_their_own_interfaces_to_member_instances_only(te
 
 
 # ------------------------------------------------------------------------- member_address.sh, as boot.sh runs it
-FAKE_AWS = r'''#!/usr/bin/env python3
-"""aws ec2 attach-network-interface: refused (InUse) while $STATE/busy counts down, then attached (the metadata
-service and `ip` then show it); every call logged to $STATE/calls."""
-import os, sys
-state = os.environ["STATE"]
-with open(f"{state}/calls", "a") as f:
-    f.write(" ".join(sys.argv[1:]) + "\n")
-busy = int(open(f"{state}/busy").read())
-if busy:
-    open(f"{state}/busy", "w").write(str(busy - 1))
-    sys.exit("An error occurred (InvalidNetworkInterface.InUse) when calling the AttachNetworkInterface "
-             "operation: Interface: [eni-0123456789abcdef0] in use.")
-open(f"{state}/attached", "w").write("eni-0123456789abcdef0")
-'''
-FAKE_CURL = r'''#!/usr/bin/env python3
-"""The instance metadata service: a token for PUT, else the path after /latest/meta-data/."""
-import os, sys
-state = os.environ["STATE"]
-if "PUT" in sys.argv:
-    print("token", end="")
-    sys.exit()
-path = sys.argv[-1].split("/latest/meta-data/")[1]
-macs = {"0a:00:00:00:00:01": "eni-primary"}
-if os.path.exists(f"{state}/attached"):
-    macs["0a:00:00:00:00:02"] = open(f"{state}/attached").read()
-if path == "instance-id":
-    print("i-0new", end="")
-elif path == "network/interfaces/macs/":
-    print("\n".join(f"{m}/" for m in macs), end="")
-else:
-    print(macs[path.split("/")[3]], end="")
-'''
+FAKE_AWS = r"""#!/bin/sh
+# aws ec2 attach-network-interface: refused (InUse) while $STATE/busy counts down, then attached (the metadata
+# service and `ip` then show it); every call logged to $STATE/calls
+echo "$*" >> "$STATE/calls"
+busy=$(cat "$STATE/busy")
+if [ "$busy" -gt 0 ]; then
+  echo $((busy - 1)) > "$STATE/busy"
+  echo "An error occurred (InvalidNetworkInterface.InUse) when calling the AttachNetworkInterface operation:" \
+       "Interface: [eni-0123456789abcdef0] in use." >&2
+  exit 254
+fi
+printf eni-0123456789abcdef0 > "$STATE/attached"
+"""
+FAKE_CURL = r"""#!/bin/sh
+# the instance metadata service: a token for PUT, else the path after /latest/meta-data/
+case "$*" in *PUT*) printf token; exit 0 ;; esac
+for last; do :; done
+case "${last#*/latest/meta-data/}" in
+  instance-id) printf i-0new ;;
+  network/interfaces/macs/) echo 0a:00:00:00:00:01/; [ -f "$STATE/attached" ] && echo 0a:00:00:00:00:02/ ;;
+  network/interfaces/macs/0a:00:00:00:00:01/interface-id) printf eni-primary ;;
+  network/interfaces/macs/0a:00:00:00:00:02/interface-id) cat "$STATE/attached" ;;
+  *) exit 22 ;;
+esac
+exit 0
+"""
 FAKE_IP = r"""#!/bin/sh
 echo "1: lo    inet 127.0.0.1/8 scope host lo"
 echo "2: ens5    inet 10.0.1.200/24 brd 10.0.1.255 scope global dynamic ens5"

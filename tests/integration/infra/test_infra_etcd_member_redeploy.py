@@ -5,6 +5,7 @@ the coordinator down)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -34,6 +35,12 @@ def _members_stack(app: cdk.App, name: str) -> cdk.Stack:
 
 
 LAUNCH_TEMPLATE = "AWS::EC2::LaunchTemplate"
+
+
+@functools.cache
+def members_template() -> dict[str, Any]:
+    """The members' stack's template, synthesized once per process for the files that only read it."""
+    return Template.from_stack(_members_stack(cdk.App(), "Members")).to_json()
 
 
 def _of_type(template: dict[str, Any], type_: str) -> dict[str, Any]:
