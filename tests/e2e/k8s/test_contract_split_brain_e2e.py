@@ -19,9 +19,9 @@ import pytest
 
 from chaos.kubernetes import FENCED_PODS_REPLACED
 from chaos.local.split_brain import STALE_GROUP_FENCED
-from tests.conftest import torchrun
-from tests.e2e.k8s.test_contract_e2e import STEPS, TRAIN_ARGS, emulate, pod_logs
+from tests.e2e.k8s.test_contract_e2e import RECOVERED, STEPS, TRAIN_ARGS, emulate, passed
 from tests.support.k8s import render
+from tests.support.reference import cached_reference
 
 pytestmark = pytest.mark.e2e
 NAME = "t5-contract-split"
@@ -30,32 +30,12 @@ CLI = ("--nodes", "1", "--spares", "1")
 
 def test_the_fence_stops_the_frozen_pods_group_kubernetes_replaces_it_uncounted_bitwise(tmp_path, capsys):
     # The reference: the TrainJob's own training arguments, uninterrupted, at the same world size (1), through
-    # torchrun on one process: the cheapest bitwise reference (the launcher and etcd decide when, not what).
+    # torchrun on one process (the launcher and etcd decide when, not what), cached after the first run.
     _, trainjob, _ = render(NAME, *TRAIN_ARGS, cli=CLI)
-    args = list(trainjob["spec"]["trainer"]["args"])
-    args[args.index("--job.out_dir") + 1] = str(tmp_path / "ref")
-    ref = torchrun(1, *args)
-    assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-2000:]
-
-    chaos, rep, _ = emulate(
-        tmp_path, NAME, "freeze-agents:training@3", reference=tmp_path / f"ref/checkpoints/step_{STEPS:08d}", cli=CLI
-    )
-    with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
-    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, NAME)
-    assert rep["state"] == "Complete" and rep["name"] == "split-brain"
-    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
-    checks = {c["name"]: c["detail"] for c in rep["checks"]}
-    assert {
-        "fault injected",
-        "failure noticed",
-        "job restarted",
-        "steps recomputed <= 4",
-        "every sample exactly once",
-        "weights bitwise == reference",
-        STALE_GROUP_FENCED,
-        FENCED_PODS_REPLACED,
-    } <= set(checks)
+    ref = cached_reference(trainjob["spec"]["trainer"]["args"], 1, STEPS, tmp_path)
+    chaos, rep, _ = emulate(tmp_path, NAME, "freeze-agents:training@3", reference=ref, cli=CLI)
+    checks = passed(chaos, rep, tmp_path, NAME, "split-brain", capsys)
+    assert {*RECOVERED, "steps recomputed <= 4", STALE_GROUP_FENCED, FENCED_PODS_REPLACED} <= set(checks)
     assert re.search(r"was replaced by round \d+ .*refused its checkpoint of step \d+", checks[STALE_GROUP_FENCED])
     # Kubernetes: the fenced pod (exit 9) replaced without a counted failure, the spare's pod ran start to end
     assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
