@@ -48,6 +48,10 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   on), the TrainJob's etcd user is created as the submit step's add-job Job would, and the Secrets the pods mount
   (``etcd-client``, ``<trainjob>-etcd``) hold its material. A fault ``kill:etcd-leader@N`` SIGKILLs the member that
   leads (``kill:etcd-<i>@N`` member i); the StatefulSet brings it back on its volume 2 s later.
+* **The split brain** (fault ``freeze-agents:training@N``, :meth:`Emulator._inject_freeze`): the torchrun agents of
+  every training pod SIGSTOPped once step N is logged, the job held at a step boundary (``--fault.hold_file``, added
+  to the node pods' training args) until every hot-spare pod runs workers, let go, the agents SIGCONTed once their
+  workers are gone; the Job controller meanwhile does what the runtime says with the fenced pods' exit 9.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
 * **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
   ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
@@ -744,7 +748,7 @@ class Fault:
                 "kill:training@4 (a node pod that trains, not a hot spare); KIND "
                 f"kill|delete|evict, or {FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
             )
-        if m.group(1) == FREEZE_AGENTS and m.group(3) != TRAINING_TARGET:
+        if m.group(1) == FREEZE_AGENTS and (m.group(3) != TRAINING_TARGET or m.group(4)):
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: {FREEZE_AGENTS} freezes the agents of every training pod; write "
                 f"{FREEZE_AGENTS}:{TRAINING_TARGET}@{m.group(5)}"

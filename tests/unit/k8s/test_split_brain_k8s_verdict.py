@@ -68,5 +68,6 @@ def test_the_fault_freezes_every_training_pod_and_is_the_catalogs_split_brain():
     f = Fault.parse("freeze-agents:training@3")
     assert (f.kind, f.job, f.at_step) == ("freeze-agents", "training", 3)
     assert scenario_name(f.kind, -1) == "split-brain"
-    with pytest.raises(argparse.ArgumentTypeError, match="write freeze-agents:training@3"):
-        Fault.parse("freeze-agents:1@3")
+    for wrong in ("freeze-agents:1@3", "freeze-agents:training-1@3", "freeze-agents:etcd-leader@3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="write freeze-agents:training@3"):
+            Fault.parse(wrong)
