@@ -199,7 +199,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     faults, names = [], []
     for f in emu.fault_log:
         if "confirmed" in f:  # the fault's own evidence (freeze-agents)
-            faults.append(Fault(f["label"], f["time"], f["confirmed"], f["evidence"] or "not injected"))
+            faults.append(Fault(f["label"], f["time"], f["confirmed"], f["evidence"]))
             names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
             continue
         died = next(

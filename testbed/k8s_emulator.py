@@ -1327,7 +1327,7 @@ class Emulator:
             "job": "node",
             "faulted": [f"node/{p.rank}" for p in training],
             "confirmed": False,
-            "evidence": "",
+            "evidence": "the freeze had not finished when the run ended",
         }
         self.fault_log.append(entry)
         agents = {p.name: agent_pid(set(p.known)) for p in training}
