@@ -1311,6 +1311,7 @@ class Emulator:
         and the Job controller does with the pods what the runtime's podFailurePolicy says."""
         from chaos.split_brain import agent_pid, freeze_agents
 
+        self.hold_file.touch()  # first: the pods' process scans below take a while on a busy machine; steps go on
         node = next(x for x in jobs if x.t.name == "node")
         running = [p for _, p in sorted(node.pods.items()) if p.exit_code is None]
         training = [p for p in running if p.trains()]
@@ -1333,6 +1334,7 @@ class Emulator:
         agents = {p.name: agent_pid(set(p.known)) for p in training}
         if not training or len(spares) < len(training) or None in agents.values():
             entry["evidence"] = f"needs a hot-spare pod per training pod, and their agents: {agents}, spares {spares}"
+            self.hold_file.unlink(missing_ok=True)
             return
         workers = {pid for p in training for pid in p.worker_pids()}
         spare_pods = [p for p in running if p.name in spares]
