@@ -14,7 +14,9 @@ from chaos.report import ScenarioResult
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 
 # Fault kinds of the emulator / the live harness -> the catalog's names.
-KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain"}
+KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain", "freeze-agents": "split-brain"}
+#: The split brain's promise on Kubernetes (the runtime's podFailurePolicy sends exit 9 to Ignore).
+FENCED_PODS_REPLACED = "the fenced pods exited 9 and were replaced uncounted (Ignore), no JobSet restart"
 
 
 def scenario_name(kind: str, rank: int, job: str = "node") -> str:
@@ -73,6 +75,49 @@ def check_single_pod_replaced(obs: Observation) -> Check:
     return Check("only the failed pod was replaced", not problems, detail)
 
 
+def check_fenced_pods_replaced(obs: Observation) -> Check:
+    """The split brain's end on Kubernetes: every pod of the replaced group (``faulted``) exited 9 (the commit fence)
+    and its index got one new pod without a counted failure (``replaced (Ignore)``), which ended 0 (a hot spare never
+    needed); every other pod (the newer group's) ran start to end as one process; no JobSet restart; the TrainJob
+    Complete.
+
+    Facts: ``pods`` ({job: {index: [pod records in start order]}}), ``faulted``, ``jobset_restarts``,
+    ``trainjob_state``.
+    """
+    pods, faulted = obs.facts.get("pods") or {}, set(obs.facts.get("faulted") or [])
+    restarts, state = obs.facts.get("jobset_restarts", 0), obs.facts.get("trainjob_state")
+    problems, fenced, kept = [], [], []
+    for job, by_index in sorted(pods.items()):
+        for index, recs in sorted(by_index.items()):
+            key = f"{job}/{index}"
+            chain = " -> ".join(f"{r.get('why')}, exit {r.get('exit_code')}" for r in recs)
+            if key not in faulted:
+                (kept if len(recs) == 1 else problems).append(
+                    f"{key} ({chain})" + ("" if len(recs) == 1 else " recreated although not in the fenced group")
+                )
+            elif (
+                len(recs) == 2
+                and recs[0].get("exit_code") == 9
+                and recs[1].get("why") == "replaced (Ignore)"
+                and recs[1].get("exit_code") == 0
+            ):
+                fenced.append(f"{key} ({chain})")
+            else:
+                problems.append(f"{key} ({chain}) not one exit 9 then one uncounted replacement that ended 0")
+    problems += [f"{k}: no such pod" for k in sorted(faulted - {f"{j}/{i}" for j, by in pods.items() for i in by})]
+    if not faulted:
+        problems.append("no fenced group (no fault)")
+    if restarts:
+        problems.append(f"{restarts} JobSet restart(s)")
+    if state != "Complete":
+        problems.append(f"TrainJob {state}")
+    detail = (
+        f"fenced: {', '.join(fenced) or '-'}; kept: {', '.join(kept) or '-'}; JobSet restarts {restarts}; "
+        f"TrainJob {state}" + (f"; NOT: {'; '.join(problems)}" if problems else "")
+    )
+    return Check(FENCED_PODS_REPLACED, not problems, detail)
+
+
 def check_nothing_restarted(obs: Observation) -> Check:
     """An etcd member lost (the leader included): no training pod failed or was recreated, no JobSet restart, and the
     job trained in one attempt (one ``start`` in its metrics)."""
@@ -90,6 +135,23 @@ def check_nothing_restarted(obs: Observation) -> Check:
 
 def member_faults_only(emu: Any) -> bool:
     return bool(emu.fault_log) and all(f.get("job") == "etcd" for f in emu.fault_log)
+
+
+def split_brain_only(emu: Any) -> bool:
+    return bool(emu.fault_log) and all(f.get("kind") == "freeze-agents" for f in emu.fault_log)
+
+
+def pod_logs(emu: Any) -> list[tuple[float, str]]:
+    """Every node pod's output (agent and workers), each line stamped with its pod's end (or start)."""
+    out = []
+    for p in emu.pod_log if hasattr(emu, "pod_log") else []:
+        if p.job == "node":
+            try:
+                text = Path(p.log_path).read_text(errors="replace")
+            except OSError:
+                continue
+            out += [(p.ended or p.started, line) for line in text.splitlines()]
+    return out
 
 
 def runtime_retries_per_index(runtime: dict) -> int:
@@ -123,7 +185,11 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     Evidence per fault: the emulator logged the target pod failing after it; "noticed" = a Job failed or the
     Job controller replaced the pod. The run must show what the runtime promises for its faults
     (:func:`expects_single_replacement`): only the faulted pods replaced, or a JobSet gang restart per fault.
+    The split brain (``freeze-agents``) is confirmed by the emulator's own evidence (the agents stopped while their
+    workers ran on, the spares formed a second group: noticed then, by etcd), and judged by the fence's evidence
+    (:func:`chaos.local.split_brain.check_stale_group_fenced`) and :func:`check_fenced_pods_replaced`.
     """
+    from chaos.local.split_brain import check_stale_group_fenced
     from training.goodput.analysis import load_records
 
     records = load_records(metrics_path)
@@ -132,6 +198,10 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     steps, global_batch, interval = training_shape(train_argv)
     faults, names = [], []
     for f in emu.fault_log:
+        if "confirmed" in f:  # the fault's own evidence (freeze-agents)
+            faults.append(Fault(f["label"], f["time"], f["confirmed"], f["evidence"]))
+            names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
+            continue
         died = next(
             (
                 ev
@@ -153,13 +223,19 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     final = out_dir / "checkpoints" / f"step_{steps:08d}"
     ref_records = load_records(reference.parent.parent / "metrics.jsonl") if reference else []
     pods = emu.pods_by_index() if hasattr(emu, "pods_by_index") else {}
-    faulted = sorted({f"{f.get('job', 'node')}/{f['rank']}" for f in emu.fault_log})
+    faulted = sorted({k for f in emu.fault_log for k in f.get("faulted") or [f"{f.get('job', 'node')}/{f['rank']}"]})
     single = expects_single_replacement(emu)
     members = member_faults_only(emu)  # the membership store's loss must cost nothing
+    split = split_brain_only(emu)
     obs = Observation(
         records=records,
         faults=faults,
-        detections=[ev.time for ev in emu.events if ev.what in ("Job failed", "pod replaced by the Job controller")],
+        # "second group": etcd formed a newer round without the frozen agents (freeze-agents)
+        detections=[
+            ev.time
+            for ev in emu.events
+            if ev.what in ("Job failed", "pod replaced by the Job controller", "second group")
+        ],
         exited_ok={"Complete": True, "Failed": False}.get(emu.state),
         exit_detail=f"TrainJob {emu.state}",
         steps=steps,
@@ -168,7 +244,9 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         weight_diffs=compare_weights(final, reference) if reference else None,
         reference_records=ref_records,
         wall_s=(emu.events[-1].time - t0) if emu.events else 0.0,
-        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted},
+        logs=pod_logs(emu) if split else [],
+        checkpoint_dir=out_dir / "checkpoints",
+        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted, "trainjob_state": emu.state},
     )
     res = ScenarioResult(
         name=",".join(names) or "no-fault",
@@ -181,6 +259,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     res.wall_s = obs.wall_s
     if judged and members:
         res.apply(judge(obs, Expectation(restart=False, noticed=False), [check_nothing_restarted]))
+    elif judged and split:
+        res.apply(judge(obs, expectation(interval), [check_stale_group_fenced, check_fenced_pods_replaced]))
     elif judged:
         res.apply(judge(obs, expectation(interval), [check_single_pod_replaced if single else check_jobset_restarts]))
     res.timeline = [r for r in records if r["event"] in ("step", "start", "signal", "checkpoint", "end")]
@@ -199,7 +279,13 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         metrics=str(metrics_path),
         pod_events=[{"t": round(e.time - t0, 2), "what": e.what, "detail": e.detail} for e in emu.events],
         expected=(
-            "nothing restarted" if members else "only the failed pod replaced" if single else "JobSet gang restart"
+            "nothing restarted"
+            if members
+            else "the fenced pods replaced (Ignore)"
+            if split
+            else "only the failed pod replaced"
+            if single
+            else "JobSet gang restart"
         ),
         pods={
             job: {
@@ -253,8 +339,8 @@ def format_report(rep: dict[str, Any]) -> str:
         )
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
     lines.append(
-        "detect: fault -> Job failed or pod replaced by the Job controller; recover: fault -> first step of "
-        "the resumed attempt; lost: steps recomputed"
+        "detect: fault -> Job failed, pod replaced by the Job controller or (split brain) the spares' newer round; "
+        "recover: fault -> first step of the resumed attempt; lost: steps recomputed"
     )
     lines += [f"  emulated: {d}" for d in rep.get("differences") or []]
     return "\n".join(lines)

@@ -53,7 +53,8 @@ from typing import Callable
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
 from chaos.local.split_brain import check_stale_group_fenced
-from chaos.slurm_split_brain import HOLD_FILE, check_fenced_nodes_left, split_brain
+from chaos.slurm_split_brain import check_fenced_nodes_left, split_brain
+from chaos.split_brain import HOLD_FILE
 from training.goodput.analysis import parse_records, torchrun_detections
 from chaos.report import ScenarioResult
 from chaos.scenario import Scenario

@@ -13,9 +13,11 @@
 #   8 adamw-foreach   --train.adamw_impl foreach (the default is fused)
 #   9 compile-report  graph breaks per T5 block and recompiles over 3 steps, flex + compiled blocks
 #                     (python -m training.compile_report: compile-report.json)
+#  10 batch-fit       the micro-batch chosen from measured memory (python -m training.batch_fit) and its steps
+#                     beside the presets' 16 (scripts/bench_batch_fit.sh: batch-fit*.json)
 #   scripts/bench_gpu.sh                              # t5-large, batch 32, 20 timed steps, BUDGET_S=480
 #   PRESET=t5-3b BATCH=16 STEPS=8 BUDGET_S=600 scripts/bench_gpu.sh
-#   ROWS="preset compile flex flex-compile adamw-foreach compile-report hf" scripts/bench_gpu.sh   # the MFU rows
+#   ROWS="preset compile flex flex-compile adamw-foreach compile-report batch-fit hf" scripts/bench_gpu.sh  # MFU rows
 # Writes bench/gpu/<row>.json (a row's figures), <row>.log, and summary.json (every row's status, rewritten after
 # each row); prints the table at the end. EST_<ROW>=seconds overrides a row's estimate (defaults: H200, t5-large).
 # Needs CUDA; PYTHON names another interpreter (e.g. one with the cluster image's torch). DRY_RUN=1 checks the
@@ -36,14 +38,14 @@ budget="${BUDGET_S:-480}"
 preset="${PRESET:-t5-large}"
 steps="${STEPS:-20}"
 batch=(--train.global_batch "${BATCH:-32}" --train.micro_batch 0)
-all_rows=(preset compile saves restart hf flex flex-compile adamw-foreach compile-report)
+all_rows=(preset compile saves restart hf flex flex-compile adamw-foreach compile-report batch-fit)
 read -r -a rows <<<"${ROWS:-${all_rows[*]}}"
 for r in "${rows[@]}"; do
   [[ " ${all_rows[*]} " == *" $r "* ]] \
     || { echo "bench_gpu: ROWS names '$r', not a row: use some of ${all_rows[*]}" >&2; exit 2; }
 done
 declare -A est=([preset]=60 [compile]=95 [saves]=240 [restart]=200 [hf]=40 [flex]=90 [flex-compile]=120
-  [adamw-foreach]=60 [compile-report]=90)
+  [adamw-foreach]=60 [compile-report]=90 [batch-fit]=180)
 for r in "${rows[@]}"; do
   var="EST_${r^^}"
   var="${var//-/_}"  # EST_FLEX_COMPILE for flex-compile
@@ -65,6 +67,7 @@ cmd[flex-compile]="${cmd[preset]/preset.json/flex-compile.json} ${flex[*]} --par
 cmd[adamw-foreach]="${cmd[preset]/preset.json/adamw-foreach.json} --train.adamw_impl foreach"
 cmd[compile-report]="$py -m training.compile_report --preset $preset --steps 3 --out $out/compile-report.json"
 cmd[compile-report]+=" -- ${flex[*]}"
+cmd[batch-fit]="env PYTHON=$py OUT=$out PRESET=$preset BATCH=${BATCH:-32} STEPS=$steps scripts/bench_batch_fit.sh"
 
 elapsed=0  # seconds of the budget used (simulated under DRY_RUN)
 start=$SECONDS
@@ -113,6 +116,9 @@ files=()
 for r in preset compile saves hf flex flex-compile adamw-foreach; do
   [[ -f $out/$r.json && ${status[$r]:-} == ok ]] && files+=("$out/$r.json")
 done
+for f in "$out"/batch-fit-chosen.json "$out"/batch-fit-16.json; do  # the chosen micro-batch's steps beside 16's
+  [[ -f $f && ${status[batch-fit]:-} == ok ]] && files+=("$f")
+done
 if ((${#files[@]})); then
   "$py" -m training.bench report "${files[@]}" --json "$out/report.json"
 fi
@@ -121,4 +127,7 @@ if [[ ${status[restart]:-} == ok ]]; then
 fi
 if [[ ${status[compile-report]:-} == ok ]]; then
   cat "$out/compile-report.json"
+fi
+if [[ ${status[batch-fit]:-} == ok ]]; then
+  grep -h -e "peak GB at micro-batch" -e "train.micro_batch = " "$out/batch-fit.log"
 fi

@@ -108,7 +108,9 @@ class EksStack(cdk.Stack):
             system_node_labels=SYSTEM_POOL_LABEL,
             system_nodes=self.eks.system_nodes,
         )
-        acknowledge_eks_findings(self, cluster=cluster, nodegroups=[self.eks.system_nodes, self.gpu_nodes.nodegroup])
+        acknowledge_eks_findings(
+            self, cluster=cluster, nodegroups=[*self.eks.system_nodegroups, self.gpu_nodes.nodegroup]
+        )
 
         region = cdk.Aws.REGION
         for name, value, desc in (

@@ -102,7 +102,7 @@ class PclusterStack(cdk.Stack):
             cluster_configuration=self.cluster_configuration,
         )
         # The head node's setup waits for the members (their TLS material, a leader): start them first.
-        for member in self.etcd.instances:
+        for member in self.etcd.groups:
             self.pcluster.cluster.node.add_dependency(member)
         head_instance = self.pcluster.attribute("headNode.instanceId")
         head_address = self.pcluster.attribute("headNode.privateIpAddress")
@@ -115,9 +115,10 @@ class PclusterStack(cdk.Stack):
                 "etcd members of the jobs' coordinator (/etc/t5-failover/etcd.env on the head node names them too)",
             ),
             (
-                "EtcdMemberInstanceIds",
-                cdk.Fn.join(",", [m.ref for m in self.etcd.instances]),
-                "etcd member instances (aws ssm start-session --target <id>; systemctl status t5-etcd)",
+                "EtcdMemberGroups",
+                cdk.Fn.join(",", [g.ref for g in self.etcd.groups]),
+                "etcd members' Auto Scaling groups of one (their instance: aws autoscaling "
+                "describe-auto-scaling-groups; aws ssm start-session --target <id>; systemctl status t5-etcd)",
             ),
             (
                 "EtcdMemberSettings",

@@ -48,6 +48,10 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   on), the TrainJob's etcd user is created as the submit step's add-job Job would, and the Secrets the pods mount
   (``etcd-client``, ``<trainjob>-etcd``) hold its material. A fault ``kill:etcd-leader@N`` SIGKILLs the member that
   leads (``kill:etcd-<i>@N`` member i); the StatefulSet brings it back on its volume 2 s later.
+* **The split brain** (fault ``freeze-agents:training@N``, :meth:`Emulator._inject_freeze`): the torchrun agents of
+  every training pod SIGSTOPped once step N is logged, the job held at a step boundary (``--fault.hold_file``, added
+  to the node pods' training args) until every hot-spare pod runs workers, let go, the agents SIGCONTed once their
+  workers are gone; the Job controller meanwhile does what the runtime says with the fenced pods' exit 9.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
 * **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
   ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
@@ -94,6 +98,7 @@ COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completi
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes Job default
 DEFAULT_GRACE_S = 30  # Kubernetes pod default terminationGracePeriodSeconds
 TRAINING_TARGET = "training"  # fault target: a node pod that trains (see Fault)
+FREEZE_AGENTS = "freeze-agents"  # fault kind: the split brain (see Fault)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -660,18 +665,23 @@ class Pod:
                     self.known[pid] = st
                     changed = True
 
-    def trains(self) -> bool:
-        """Whether a training worker (process name ``t5f-rank-N``) runs in the pod now (a hot spare's has none)."""
+    def worker_pids(self) -> set[int]:
+        """The training workers (process name ``t5f-rank-N``) running in the pod now (a hot spare has none)."""
         table = _proc_table()
         self.track(table)
-        for pid in self.known:
+        out = set()
+        for pid in list(self.known):  # a fault's thread may track the pod while the Job controller does
             try:
                 with open(f"/proc/{pid}/comm") as f:
                     if pid in table and f.read().startswith(WORKER_NAME_PREFIX):
-                        return True
+                        out.add(pid)
             except OSError:
                 pass
-        return False
+        return out
+
+    def trains(self) -> bool:
+        """Whether a training worker runs in the pod now (a hot spare's has none)."""
+        return bool(self.worker_pids())
 
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         """Signal every process the pod ever had that is still the same process (container teardown)."""
@@ -719,7 +729,9 @@ class Fault:
     pod deletion: SIGTERM, grace, SIGKILL) or ``evict`` (like delete, plus the DisruptionTarget pod
     condition a drain/eviction sets), on the pod of node ``rank`` (or, with ``job``, pod ``rank`` of that
     replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare)
-    once the job logged step ``at_step``."""
+    once the job logged step ``at_step``. ``freeze-agents`` (target ``training`` only) is the split brain: the
+    torchrun agents of every training pod SIGSTOPped until the hot-spare pods run a second worker group
+    (:meth:`Emulator._inject_freeze`)."""
 
     kind: str
     rank: int
@@ -728,13 +740,18 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
-        m = re.fullmatch(r"(kill|delete|evict):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
+        m = re.fullmatch(r"(kill|delete|evict|freeze-agents):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
                 "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
                 "kill:training@4 (a node pod that trains, not a hot spare); KIND "
-                "kill|delete|evict"
+                f"kill|delete|evict, or {FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
+            )
+        if m.group(1) == FREEZE_AGENTS and (m.group(3) != TRAINING_TARGET or m.group(4)):
+            raise argparse.ArgumentTypeError(
+                f"fault {text!r}: {FREEZE_AGENTS} freezes the agents of every training pod; write "
+                f"{FREEZE_AGENTS}:{TRAINING_TARGET}@{m.group(5)}"
             )
         if m.group(2) is not None:
             return cls(m.group(1), int(m.group(2)), int(m.group(5)))
@@ -813,6 +830,8 @@ class Emulator:
         self.etcd = None  # the 3-member etcd standing in for the cluster's (started with the first pod)
         self.etcd_cluster_endpoints = ""
         self.trainer_status = None  # the Trainer's TrainJob status endpoint (started with the first node pod)
+        self.hold_file: Path | None = None  # the freeze-agents fault's hold (--fault.hold_file), when one is asked
+        self._fault_threads: list[threading.Thread] = []  # faults that outlast the step they fire at
 
     # ----------------------------------------------------------------------------------- the cluster's etcd
     def needs_etcd(self) -> bool:
@@ -1015,6 +1034,9 @@ class Emulator:
         env = {k: self._map_endpoints(self._map_path(v, pod_dir, t.mounts)) for k, v in env.items()}
         argv = [self._map_endpoints(self._map_path(_expand(a, env), pod_dir, t.mounts)) for a in t.command]
         argv = self._map_own_ports(argv, t)
+        if job == "node" and self.hold_file is not None:
+            # the harness's hold, after the training args (the Slurm harness adds it to its job the same way)
+            argv += ["--fault.hold_file", str(self.hold_file)]
         base = {
             "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(pod_dir / "home"),
@@ -1046,10 +1068,16 @@ class Emulator:
         self, *, faults: list[Fault] = (), progress: Callable[[], int] | None = None, timeout_s: float = 900.0
     ) -> str:
         """Run to a terminal state ("Complete" or "Failed"); faults fire when ``progress()`` reaches their step."""
+        from chaos.split_brain import HOLD_FILE
+
+        if any(f.kind == FREEZE_AGENTS for f in faults):
+            self.hold_file = self.workdir / HOLD_FILE
         try:
             self.start_etcd()
             return self._run(faults=faults, progress=progress, timeout_s=timeout_s)
         finally:
+            for t in self._fault_threads:  # done once their pods are: they wait for processes that have ended
+                t.join(timeout=5.0)
             self.stop_etcd()
             if self.trainer_status is not None:
                 self.trainer_status.close()
@@ -1239,6 +1267,9 @@ class Emulator:
         return None
 
     def _inject(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        if f.kind == FREEZE_AGENTS:
+            self._inject_freeze(jobs, step)
+            return
         if f.job in ("etcd", "etcd-leader"):
             self._inject_etcd(f, step)
             return
@@ -1271,6 +1302,51 @@ class Emulator:
             if f.kind == "evict":
                 target.conditions.add("DisruptionTarget")
             threading.Thread(target=target.terminate, args=(j.t.grace_s,), daemon=True).start()
+
+    def _inject_freeze(self, jobs: list[JobRun], step: int) -> None:
+        """The split brain (:func:`chaos.split_brain.freeze_agents`), in a thread so that the Job controller goes on
+        meanwhile: SIGSTOP the torchrun agents (each pod's PID 1; not its workers) of every training pod, the job held
+        at its next step boundary until every hot-spare pod runs workers (a newer round), let go, SIGCONT the agents
+        once their workers are gone. They end with their workers' exit code (9: the commit fence stopped the group),
+        and the Job controller does with the pods what the runtime's podFailurePolicy says."""
+        from chaos.split_brain import agent_pid, freeze_agents
+
+        self.hold_file.touch()  # first: the pods' process scans below take a while on a busy machine; steps go on
+        node = next(x for x in jobs if x.t.name == "node")
+        running = [p for _, p in sorted(node.pods.items()) if p.exit_code is None]
+        training = [p for p in running if p.trains()]
+        spares = [p.name for p in running if p not in training]
+        names = ", ".join(p.name for p in training) or "no training pod"
+        self._event(f"fault {FREEZE_AGENTS}", f"the torchrun agents of {names} at step {step}; hot spares {spares}")
+        entry = {
+            "label": f"{FREEZE_AGENTS} of {names}",
+            "time": self.events[-1].time,
+            "step": step,
+            "pod": names,
+            "kind": FREEZE_AGENTS,
+            "rank": -1,
+            "job": "node",
+            "faulted": [f"node/{p.rank}" for p in training],
+            "confirmed": False,
+            "evidence": "the freeze had not finished when the run ended",
+        }
+        self.fault_log.append(entry)
+        agents = {p.name: agent_pid(set(p.known)) for p in training}
+        if not training or len(spares) < len(training) or None in agents.values():
+            entry["evidence"] = f"needs a hot-spare pod per training pod, and their agents: {agents}, spares {spares}"
+            self.hold_file.unlink(missing_ok=True)
+            return
+        workers = {pid for p in training for pid in p.worker_pids()}
+        spare_pods = [p for p in running if p.name in spares]
+
+        def freeze() -> None:
+            formed = lambda: all(p.trains() for p in spare_pods)  # noqa: E731 - the second group runs
+            fz = freeze_agents(agents, workers, self.hold_file, formed, self._event)
+            entry.update(confirmed=fz.confirmed, evidence=fz.evidence(spares), second_group_s=fz.second_group_s)
+
+        t = threading.Thread(target=freeze, name=FREEZE_AGENTS, daemon=True)
+        t.start()
+        self._fault_threads.append(t)
 
     # ----------------------------------------------------------------------------------------- helpers
     def pods_by_index(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -1339,6 +1415,11 @@ class Emulator:
                 if self.trainer_status
                 else []
             ),
+            *(
+                [f"node args + --fault.hold_file {self.hold_file} (the {FREEZE_AGENTS} fault holds the job there)"]
+                if self.hold_file
+                else []
+            ),
             "image -> this checkout + venv; no scheduling, GPUs, EFA, resource limits or NetworkPolicies",
         ]
 
@@ -1394,7 +1475,8 @@ def main(argv: list[str] | None = None) -> int:
         help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
         "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
         "repeatable; "
-        "KIND kill|delete|evict",
+        f"KIND kill|delete|evict; {FREEZE_AGENTS}:{TRAINING_TARGET}@4: the split brain (the agents of every "
+        "training pod SIGSTOPped until the hot-spare pods train; needs --spares per training pod)",
     )
     p.add_argument(
         "--master-port",

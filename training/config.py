@@ -138,7 +138,8 @@ class TrainConfig:
     micro_batch: int = 0
     """Most samples a rank puts through one forward/backward. A larger per-rank share (global_batch / world
     size, which grows when a node is lost and the job continues smaller) is split into micro-batches whose
-    gradients are accumulated, so GPU memory stays what the full-size job needed. 0 = no limit."""
+    gradients are accumulated, so GPU memory stays what the full-size job needed. 0 = no limit. `python -m
+    training.batch_fit` picks it from memory measured on the GPU for the launcher's MIN..MAX nodes."""
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
     warmup_steps: int = 10

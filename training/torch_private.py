@@ -40,12 +40,6 @@ INVENTORY = (
         "own dcp_to_torch_save does internally).",
     ),
     PrivateUse(
-        "torch.distributed.distributed_c10d._set_pg_timeout",
-        "training.job.progress, training.checkpoint.storage_writer",
-        "shorten a live process group's timeout after start-up (a hung peer fails the step in seconds, not "
-        "the 10-30 min default) without re-creating the group, which would need every rank's agreement.",
-    ),
-    PrivateUse(
         "TORCH_ELASTIC_WORKER_IDENTICAL=1 (read by SimpleElasticAgent._assign_worker_ranks)",
         "training.launch.commands.launch_env, cluster_assets.k8s.runtime (cluster_facts.torchrun_env)",
         "torchrun's rank assignment from the node's rendezvous rank alone, no gather through rank 0's store "
@@ -101,13 +95,6 @@ def load_dcp_state_dict(state_dict: dict, path: str) -> None:
     _load_state_dict(
         state_dict, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True
     )
-
-
-def set_pg_timeout(timeout, group=None) -> None:
-    """Change the timeout of ``group`` (default: the default group) in place."""
-    import torch.distributed as dist
-
-    dist.distributed_c10d._set_pg_timeout(timeout, group)
 
 
 def raise_recompile_limit(at_least: int) -> None:

@@ -164,14 +164,20 @@ class LocalChaosConfig:
             in ("nodes", "nproc_per_node", "preset", "steps", "global_batch", "warmup_steps", "interval", "extra_args")
         }
         math["math_args"] = list(math_args)
-        h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
-        training = REPO / "training"
-        # every room (training/*/), not only the top level: the model, data, checkpoint and job code live there
-        for f in sorted(training.rglob("*.py")) + sorted((training / "presets").glob("*.toml")):
-            if f.name not in _NOT_MATH and "launch" not in f.relative_to(training).parts:
-                h.update(str(f.relative_to(training)).encode())
-                h.update(f.read_bytes())
-        return h.hexdigest()[:16]
+        return math_key(math)
+
+
+def math_key(math: dict) -> str:
+    """Hash of what decides a run's final weights: ``math`` (its settings, as JSON) and the training code that
+    computes them (every room's modules and the presets; not the launcher's, nor :data:`_NOT_MATH`)."""
+    h = hashlib.sha256(json.dumps(math, sort_keys=True).encode())
+    training = REPO / "training"
+    # every room (training/*/), not only the top level: the model, data, checkpoint and job code live there
+    for f in sorted(training.rglob("*.py")) + sorted((training / "presets").glob("*.toml")):
+        if f.name not in _NOT_MATH and "launch" not in f.relative_to(training).parts:
+            h.update(str(f.relative_to(training)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _lcm(a: int, b: int) -> int:

@@ -90,7 +90,8 @@ def build_cluster_config(
             ParallelCluster's provider may attach only policies named ``parallelcluster*`` or under the IAM
             path ``/parallelcluster/``.
         head_node_iam_policy_arns: managed policies added to the head node's role only (the etcd client
-            certificate and root's password: the compute nodes get their copy over the shared /home).
+            certificate, which the compute nodes get over the shared /home, and root's password, which stays
+            root's on the head node: jobs get their own etcd users through its helper).
     """
     _check_queue_arguments(
         max_nodes=max_nodes,

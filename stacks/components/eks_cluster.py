@@ -78,8 +78,9 @@ class TrainingEksCluster(Construct):
 
     Attributes:
         cluster: the ``eks.Cluster``.
-        system_nodes: the system node group (Trainer controller, CoreDNS, CSI controllers and the jobs' 3 etcd
-            members, one per node, run here).
+        system_nodegroups: the system node groups, one per AZ (Trainer controller, CoreDNS, CSI controllers and
+            the jobs' 3 etcd members, one per node, run here); system_nodes: their parent construct (what other
+            constructs depend on).
         vpc_cni: the managed ``vpc-cni`` add-on (``enableNetworkPolicy``).
     """
 
@@ -162,19 +163,8 @@ class TrainingEksCluster(Construct):
                     )
                 ],
             )
-        # 3 nodes: the etcd members require one node each (anti-affinity), so that losing a node loses one member.
-        self.system_nodes = self.cluster.add_nodegroup_capacity(
-            "SystemNodes",
-            instance_types=[ec2.InstanceType(system_instance_type)],
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            min_size=system_nodes,
-            desired_size=system_nodes,
-            max_size=system_nodes + 2,
-            disk_size=50,
-            subnets=ec2.SubnetSelection(subnets=list(subnets)),
-            labels=SYSTEM_POOL_LABEL,
-            enable_node_auto_repair=True,
-        )
+        self.system_nodes = Construct(self, "SystemNodes")  # a dependency on it covers each group under it
+        self.system_nodegroups = self._system_nodegroups(self.system_nodes, system_instance_type, subnets, system_nodes)
         # Pod Identity: the training service account gets S3 access without IRSA's OIDC plumbing. The
         # cluster creates this add-on once, on first use (a second explicit add-on would be a duplicate).
         self.pod_identity_agent = self.cluster.eks_pod_identity_agent
@@ -195,6 +185,41 @@ class TrainingEksCluster(Construct):
         self.vpc_cni.node.default_child.add_property_override("ResolveConflicts", "OVERWRITE")
         for addon in (self.pod_identity_agent, self.fsx_csi_driver):
             addon.node.add_dependency(self.system_nodes)
+
+    def _system_nodegroups(
+        self, scope: Construct, instance_type: str, subnets: Sequence[ec2.ISubnet], count: int
+    ) -> list[eks.Nodegroup]:
+        """The system nodes, ``count`` in all, as one managed node group per subnet (AZ), dealt in turn (3 over 2
+        AZs: 2 and 1), each of at least one node.
+
+        Why per AZ: each etcd member's volume is zonal (EBS) and each member needs a node of its own (required
+        anti-affinity). A node group over several AZs may replace a lost node, or surge during an update, in
+        another AZ: the member whose volume is in the first AZ then stays Pending, and its PodDisruptionBudget
+        stalls the drain of the next node. A group in one AZ replaces and surges in that AZ only, so a member's
+        AZ keeps as many nodes as it had (docs/kubernetes.md, "A lost etcd member").
+        """
+        sizes = [count // len(subnets) + (i < count % len(subnets)) for i in range(len(subnets))]
+        groups = []
+        for i, (subnet, size) in enumerate(zip(subnets, sizes)):
+            if not size:
+                continue  # fewer nodes than AZs: the members' volumes are only where nodes are
+            groups.append(
+                eks.Nodegroup(
+                    scope,
+                    f"Az{i}",
+                    cluster=self.cluster,
+                    instance_types=[ec2.InstanceType(instance_type)],
+                    ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+                    min_size=size,
+                    desired_size=size,
+                    max_size=size + 1,  # room for a replacement before the lost node is gone
+                    disk_size=50,
+                    subnets=ec2.SubnetSelection(subnets=[subnet]),
+                    labels=SYSTEM_POOL_LABEL,
+                    enable_node_auto_repair=True,
+                )
+            )
+        return groups
 
     def _own_handler_logs(self, cluster_name: str) -> list[logs.LogGroup]:
         """The kubectl handler's Lambda functions (the handler and its provider framework) log to log groups of the

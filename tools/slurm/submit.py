@@ -15,6 +15,8 @@ TIME_LIMIT, PARTITION, INSTANCE_TYPE, CONTAINER_IMAGE, SLURM_JOB_CONFIG (a TOML 
 (1/true/yes/on: print the script; tools.env_flags), REQUIRE_ETCD (0/false/no/off: submit a job that has no etcd).
 A job without etcd (no --etcd-env, no T5_ETCD_* here) is refused before it is queued (exit 2; a dry run prints the
 script and says so): its first node would host the rendezvous store, and losing that node requeues the job.
+On the ParallelCluster head node (its etcd.env names T5_ETCD_ADD_JOB) the submit first makes the job's own etcd
+user through that root helper and renders the script with the job's job.env (tools.slurm.job_user).
 The shared directory defaults to SHARED_DIR, else /fsx when mounted, else the local lab's shared directory.
 """
 
@@ -45,6 +47,7 @@ from cluster_facts import FSX_MOUNT_PATH
 from cluster_facts.names import ETCD_ENV_FILE
 from tools.env_flags import EnvFlagError, env_count, env_flag
 from tools.slurm import slurmctl
+from tools.slurm.job_user import JobUserError, helper_for, job_key, make_job_user
 from tools.slurm.membership import OPT_OUT_VAR, missing_etcd
 
 ENV_FLAGS = {
@@ -238,6 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if no_etcd:  # after the Slurm check: on a machine without Slurm that is the first thing to fix
         print(f"error: {no_etcd}", file=sys.stderr)
         return EXIT_CONFIG
+    helper = helper_for(cfg.etcd_env, env)
+    if helper:  # ParallelCluster: the head node's helper makes the job's etcd user; root's password stays root's
+        try:
+            cfg = replace(cfg, etcd_env=make_job_user(helper, job_key(cfg.name)))
+            text = render(cfg)
+        except (JobUserError, SlurmConfigError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        print(f"[train-slurm] this job's etcd user: {cfg.etcd_env}", flush=True)
     run_dir = Path(cfg.run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)  # sbatch does not create the --output directory

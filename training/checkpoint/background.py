@@ -65,12 +65,16 @@ class InProcess:
 
     def __init__(self, site: StorageSite, stager: ReusedBufferStager):
         self.site, self.stager = site, stager
-        addr, port = site.agree(_writers_address() if site.rank == 0 else None)
+        # Rank 0 binds the writers' port here and hands the listening socket to its writer: a port only picked
+        # here and bound later by the writer could be taken by another process in between (EADDRINUSE).
+        listener = _writers_listener() if site.rank == 0 else None
+        addr, port = site.agree(_writers_address(listener) if listener is not None else None)
+        self.address = (addr, port)  # the writers' group's store: rank 0's writer serves it
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_end = ctx.Pipe()
         self.process = ctx.Process(
             target=serve,
-            args=(child_end, os.getpid(), site.rank, site.world_size, addr, port, site.cfg.timeout_s),
+            args=(child_end, os.getpid(), site.rank, site.world_size, addr, port, site.cfg.timeout_s, listener),
             name=f"t5f-writer-{site.rank}",
             daemon=True,
         )
@@ -81,6 +85,8 @@ class InProcess:
             self.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            if listener is not None:
+                listener.close()  # the writer holds its own copy of the socket now
         child_end.close()  # the writer's end lives in the writer: a recv here fails at once if it dies
         self._ready = False
         self._start_wait_s = 0.0
@@ -144,13 +150,19 @@ def _stage(stager: ReusedBufferStager, state: dict[str, Any]) -> dict[str, Any]:
     return stager.stage({k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state.items()})
 
 
-def _writers_address() -> tuple[str, int]:
-    """Rank 0: where the writers' group meets (rank 0's writer hosts it): this node's address as the job knows
-    it (MASTER_ADDR, the host of rank 0) and a port free now."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    return os.environ.get("MASTER_ADDR", "127.0.0.1"), port
+def _writers_listener() -> socket.socket:
+    """Rank 0: the writers' group's listening socket on a port free now, held until its writer takes it over."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("", 0))
+    sock.listen(socket.SOMAXCONN)
+    return sock
+
+
+def _writers_address(listener: socket.socket) -> tuple[str, int]:
+    """Where the writers' group meets (rank 0's writer hosts it): this node's address as the job knows it
+    (MASTER_ADDR, the host of rank 0) and the listener's port."""
+    return os.environ.get("MASTER_ADDR", "127.0.0.1"), listener.getsockname()[1]
 
 
 def start_writes(kind: str, site: StorageSite, stager: ReusedBufferStager) -> InThread | InProcess:

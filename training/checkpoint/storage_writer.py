@@ -40,7 +40,6 @@ from training.checkpoint.layout import (
 from training.checkpoint.staging import ReusedBufferStager
 from training.checkpoint.storage_site import StorageSite
 from training.errors import CheckpointStorageError, PeerLost, StaleGroup
-from training.torch_private import set_pg_timeout
 
 log = logging.getLogger("training.checkpoint")
 
@@ -205,7 +204,7 @@ class StorageWriter:
         bound = choose.collective_bound(self._slowest_save_s, self.cfg.min_timeout_s, self.cfg.timeout_s)
         if bound is None or bound == self.collective_timeout_s:
             return
-        set_pg_timeout(timedelta(seconds=bound), self.site.group)
+        (self.site.group or dist.group.WORLD).set_timeout(timedelta(seconds=bound))  # in place, all ranks
         if self.site.rank == 0 and self.collective_timeout_s == self.cfg.timeout_s:
             log.info(
                 "checkpoint collectives now wait at most %.0f s for a peer (the slowest save took %.2f s; "

@@ -52,11 +52,12 @@ def _watch_trainer(trainer_pid: int) -> None:
     os._exit(1)  # the trainer is gone (SIGKILL mid-save): the step it was writing is never committed
 
 
-def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, timeout_s: float) -> None:
+def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, timeout_s: float, listener=None) -> None:
     """The writer process: join the writers' group, say ready, then write each requested save until told to stop.
 
     Requests: ("save", path, staged_state, timeout_s) -> ("done",) or ("failed", portable exception parts);
-    ("stop",) ends it."""
+    ("stop",) ends it. ``listener``: rank 0's listening socket on ``port`` (bound by its trainer, so the port
+    agreed with the other ranks is never taken by another process before this writer serves it); None elsewhere."""
     # The job's signals are the trainer's to handle (it finishes the save in flight, then stops this writer). The
     # writer is started with them blocked, but the mask did not survive the spawn everywhere (a run here found only
     # SIGUSR1 still blocked), so they are ignored here too.
@@ -67,13 +68,14 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from training.torch_private import set_pg_timeout
-
     try:
         # The writers' own store, hosted by rank 0's writer: never the launcher's (a worker's environment says to use
         # torchrun's agent store, where the writers would all wait as clients of a store nobody hosts).
         wait = timedelta(seconds=timeout_s)
-        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=wait)
+        if listener is not None:  # the store owns the socket from here on (it closes it)
+            store = dist.TCPStore(addr, port, world, is_master=True, timeout=wait, master_listen_fd=listener.detach())
+        else:
+            store = dist.TCPStore(addr, port, world, is_master=False, timeout=wait)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=wait)
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which names it
         conn.send(("failed", portable(e)))
@@ -91,7 +93,7 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
             _, path, staged, wait_s = request
             try:
                 if wait_s != bound:  # the trainer's bound for checkpoint collectives (see StorageWriter)
-                    set_pg_timeout(timedelta(seconds=wait_s))
+                    dist.group.WORLD.set_timeout(timedelta(seconds=wait_s))
                     bound = wait_s
                 dcp.save(staged, checkpoint_id=path)
                 reply: tuple = ("done",)

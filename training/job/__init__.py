@@ -3,6 +3,8 @@
 * :mod:`~training.job.trainer`: :class:`Trainer`, the training loop (FSDP2 steps, signals, the step boundary);
 * :mod:`~training.job.check`: the start checks of what the settings point at, before any process starts;
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
+* :mod:`~training.job.micro_batch_fit`: which ``train.micro_batch`` fits the GPU and keeps survivors' micro-batches
+  the size they were (``python -m training.batch_fit``; the launcher's preflight warns on one that does not);
 * :mod:`~training.job.optimizer`: AdamW on the implementation ``train.adamw_impl`` names (fused, foreach, for_loop);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.step_figures`: each step's loss and gradient norm kept on the device until a read point;

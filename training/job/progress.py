@@ -123,7 +123,7 @@ class ProgressTracker:
     @classmethod
     def from_config(cls, cfg, *, say: Callable[[str], None] = lambda line: None) -> "ProgressTracker":
         """From the whole Config (parallel.wedge_*, the process-group timeouts, checkpoint.min_timeout_s)."""
-        from training.torch_private import set_pg_timeout
+        import torch.distributed as dist
 
         p = cfg.parallel
         return cls(
@@ -133,7 +133,7 @@ class ProgressTracker:
             startup_s=p.init_timeout_s,
             train_timeout_s=p.train_timeout_s,
             checkpoint_floor_s=cfg.checkpoint.min_timeout_s,
-            set_pg_timeout=lambda s: set_pg_timeout(timedelta(seconds=s)),
+            set_pg_timeout=lambda s: dist.group.WORLD.set_timeout(timedelta(seconds=s)),  # a live group, in place
             say=say,
         )
 

@@ -7,6 +7,7 @@ import importlib.util
 import io
 from typing import Sequence
 
+from training.job.micro_batch_fit import micro_batch_warnings
 from training.launch.commands import training_argv
 from training.launch.config import LaunchConfig, LaunchError
 from training.checkpoint.run_lock import RunLock
@@ -39,12 +40,14 @@ def preflight(cfg: LaunchConfig) -> list[str]:
             f"allows ({cfg.min_nodes}..{cfg.max_nodes} nodes x {cfg.nproc_per_node}); pick a multiple "
             f"of {cfg.max_nodes * cfg.nproc_per_node}"
         )
+    warnings = micro_batch_warnings(tcfg.train.micro_batch, {w: gb // w for w in worlds if w not in bad})
     if bad:
-        return [
+        warnings.insert(
+            0,
             f"train.global_batch={gb} does not divide by world sizes {bad}: if the job runs at one of "
-            f"them the workers exit with a config error; raise --min-nodes or choose another global batch"
-        ]
-    return []
+            f"them the workers exit with a config error; raise --min-nodes or choose another global batch",
+        )
+    return warnings
 
 
 def check_module(module: str) -> None:

@@ -8,16 +8,23 @@
 #     REGION         their region
 #     CLUSTER_USER   the OS's default user, who submits the jobs (ec2-user on Amazon Linux)
 #
-# 1. Waits until member 0 has stored the client material, then writes it with root's password into
-#    ~CLUSTER_USER/.t5-failover/etcd/ (directory 0700, files 0600, owned by CLUSTER_USER). ParallelCluster shares
-#    /home from the head node with the compute nodes (NFS), so the batch script finds the same files on the job's
-#    first node, where it creates the job's etcd user; nothing is on /fsx (exported to S3).
+# 1. Waits until member 0 has stored the client material, then writes it into ~CLUSTER_USER/.t5-failover/etcd/
+#    (directory 0700, files 0600, owned by CLUSTER_USER). ParallelCluster shares /home from the head node with the
+#    compute nodes (NFS), so the jobs' agents find the same files on every node; nothing is on /fsx (exported to
+#    S3). The client certificate has no name: it gives no etcd identity (a login needs a user's password).
+#    Root's password goes to /etc/t5-failover/admin/ (0700, root's) on the head node's own disk: never on /home,
+#    which every job's user and every node reads.
 # 2. Waits until the members answer, then turns etcd's authentication on, once: root gets the password, and from
 #    then on a client needs a user (a job's user reads and writes its own prefix only). Nothing is changed when
 #    authentication is already on (a rerun, a cluster update, a replaced head node).
-# 3. Writes /etc/t5-failover/etcd.env (T5_ETCD_ENDPOINTS, T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY,
-#    T5_ETCD_ROOT_PASSWORD_FILE; docs/slurm.md) and /etc/profile.d/t5-failover-etcd.sh, which exports them in
-#    login shells, so `sbatch` passes them to the batch script.
+# 3. Installs /usr/local/sbin/t5-etcd-add-job (root's, 0755) and the sudo rule that lets any user of the head node
+#    run it as root, and nothing else: `sudo -n t5-etcd-add-job JOB` makes the job's etcd user (its role reads and
+#    writes /t5-failover/jobs/JOB/ only) with root's password, and writes the job's credentials (job.env and its
+#    password file) into the calling user's ~/.t5-failover/jobs/JOB/, as that user. The submit
+#    (tools/slurm/submit.py) calls it and renders the batch script with that job.env; no job sees root's password.
+# 4. Writes /etc/t5-failover/etcd.env (T5_ETCD_ENDPOINTS, T5_ETCD_CA, T5_ETCD_CERT, T5_ETCD_KEY and
+#    T5_ETCD_ADD_JOB, the helper; docs/slurm.md) and /etc/profile.d/t5-failover-etcd.sh, which exports them in
+#    login shells.
 #
 # T5_SETUP_ROOT=DIR (tests, inspection): write under DIR instead of /, the user's directory as DIR/home/USER;
 # `aws` and `curl` are whatever PATH gives. T5_SETUP_WAIT_S / T5_SETUP_POLL_S: how long to wait (default 1800 s)
@@ -44,6 +51,8 @@ POLL_S=${T5_SETUP_POLL_S:-10}
 if [ -n "$ROOT" ]; then HOME_DIR=$ROOT/home/$CLUSTER_USER; else HOME_DIR=$(getent passwd "$CLUSTER_USER" | cut -d: -f6); fi
 DIR=$HOME_DIR/.t5-failover/etcd
 SHOWN_DIR=${DIR#"$ROOT"}   # the path on the node (what the environment file names)
+ADMIN=$ROOT/etc/t5-failover/admin   # root's only: root's password
+HELPER=$ROOT/usr/local/sbin/t5-etcd-add-job
 say() { echo "[etcd client] $*"; }
 deadline=$((SECONDS + WAIT_S))
 secret() { aws secretsmanager get-secret-value --region "$REGION" --secret-id "$1" --query SecretString --output text; }
@@ -66,8 +75,13 @@ write() {  # FILE: stdin, 0600, the cluster user's
 field ca_cert <<< "$client" | write ca.crt
 field client_cert <<< "$client" | write client.crt
 field client_key <<< "$client" | write client.key
-secret "$ROOT_SECRET" | tr -d '\n' | write root.password
-say "client certificate and root's password in $SHOWN_DIR"
+rm -f "$DIR/root.password"   # where earlier versions kept it
+say "client certificate in $SHOWN_DIR"
+install -d -m 0700 "$ROOT/etc/t5-failover" "$ADMIN"
+chmod 0755 "$ROOT/etc/t5-failover"   # etcd.env is for everyone; admin/ is root's
+secret "$ROOT_SECRET" | tr -d '\n' | install -m 0600 /dev/stdin "$ADMIN/root.password.tmp"
+mv -f "$ADMIN/root.password.tmp" "$ADMIN/root.password"
+say "root's password in ${ADMIN#"$ROOT"} (root's only)"
 
 # ------------------------------------------------------------------ 2. authentication on, once
 gateway() {  # PATH JSON [ENDPOINT]: POST to the first member that answers; prints the reply
@@ -87,8 +101,9 @@ until reply=$(gateway maintenance/status '{}') && [[ "$reply" == *'"leader"'* ]]
   sleep "$POLL_S"
 done
 # root's password goes to curl in a file, never on a command line
-printf '{"name":"root","password":"%s"}' "$(cat "$DIR/root.password")" | write .root-user.json
-if reply=$(gateway auth/user/add "@$DIR/.root-user.json") &&
+printf '{"name":"root","password":"%s"}' "$(cat "$ADMIN/root.password")" | install -m 0600 /dev/stdin "$ADMIN/.root-user.json"
+gateway_root_body() { gateway "$1" "@$ADMIN/.root-user.json"; }
+if reply=$(gateway_root_body auth/user/add) &&
    [[ "$reply" == *'"error"'* && "$reply" != *"already exists"* ]]; then
   # auth is on already: a client without a token is refused (a rerun, an update, a new head node)
   say "authentication is already on: nothing changed"
@@ -98,18 +113,89 @@ else
   if [[ "$reply" == *'"error"'* ]]; then echo "$0: etcd refused to turn authentication on: $reply" >&2; exit 1; fi
   say "authentication turned on (root's password from $ROOT_SECRET)"
 fi
-rm -f "$DIR/.root-user.json"
+rm -f "$ADMIN/.root-user.json"
 
-# ------------------------------------------------------------------ 3. where the batch script finds it
+# ------------------------------------------------------------------ 3. the jobs' users, made as root at submit
+install -d -m 0755 "$(dirname "$HELPER")" "$ROOT/etc/sudoers.d"
+sed -e "s|@ENDPOINTS@|$ENDPOINTS|g" -e "s|@CA@|$DIR/ca.crt|g" -e "s|@CERT@|$DIR/client.crt|g" \
+    -e "s|@KEY@|$DIR/client.key|g" -e "s|@ADMIN@|$ADMIN|g" -e "s|@ROOT@|$ROOT|g" > "$HELPER.tmp" <<'HELPER'
+#!/bin/bash
+# t5-etcd-add-job JOB: make job JOB's etcd user as root and give its credentials to the calling user.
+# Written by etcd_client.sh on the ParallelCluster head node; run through sudo (/etc/sudoers.d/t5-etcd-add-job:
+# any user, this command only). Root's password stays in @ADMIN@ (root's only); the user gets the job's
+# user (job-JOB, its role reads and writes /t5-failover/jobs/JOB/ only, the same as
+# `python -m training.launch.rendezvous.admin add-job`) in ~/.t5-failover/jobs/JOB/ (job.env, job-JOB.password),
+# written as the user. A JOB that has a user already is refused (a new password would lock its agents out).
+# Prints the job.env path last. Exit: 0 made, 2 bad JOB or JOB has a user, 3 no member answered or etcd refused.
+set -euo pipefail
+JOB=${1:-}
+if [ $# -ne 1 ] || ! [[ "$JOB" =~ ^[a-z0-9][a-z0-9.-]{0,62}$ ]]; then
+  echo "$0: JOB '$JOB' must be 1-63 lowercase letters, digits, '.' or '-' (the submit passes <run>-<hex>)" >&2
+  exit 2
+fi
+IFS=, read -r -a EPS <<< "@ENDPOINTS@"
+NAME=job-$JOB PREFIX=/t5-failover/jobs/$JOB/
+owner=${SUDO_USER:-$(id -un)}
+if [ -n "@ROOT@" ]; then home=@ROOT@/home/$owner; else home=$(getent passwd "$owner" | cut -d: -f6); fi
+as_owner() { if [ "$(id -u)" = 0 ] && [ "$owner" != root ]; then runuser -u "$owner" -- "$@"; else "$@"; fi; }
+gateway() {  # PATH BODY [TOKEN]: POST to the first member that answers; prints the reply
+  local ep
+  for ep in "${EPS[@]}"; do
+    if curl -sS --max-time 5 --cacert @CA@ --cert @CERT@ --key @KEY@ ${3:+-H "Authorization: $3"}          -X POST -d "$2" "$ep/v3/$1" 2>/dev/null; then return 0; fi
+  done
+  echo "$0: no etcd member at @ENDPOINTS@ answered" >&2; exit 3
+}
+call() {  # PATH BODY: as root; etcd's refusal ends the helper
+  local reply; reply=$(gateway "$1" "$2" "$token")
+  if [[ "$reply" == *'"error"'* ]]; then echo "$0: etcd refused $1: $reply" >&2; exit 3; fi
+}
+body=$(mktemp -p @ADMIN@)   # root's password never on a command line
+trap 'rm -f "$body"' EXIT
+printf '{"name":"root","password":"%s"}' "$(cat @ADMIN@/root.password)" > "$body"
+reply=$(gateway auth/authenticate "@$body")
+token=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("token", ""))' <<< "$reply")
+[ -n "$token" ] || { echo "$0: etcd refused root's login: $reply" >&2; exit 3; }
+existing=$(gateway auth/user/get "{\"name\":\"$NAME\"}" "$token")
+if [[ "$existing" != *"user name not found"* ]]; then
+  echo "$0: job $JOB has an etcd user already ($NAME): give a new job id" >&2; exit 2
+fi
+b64() { printf %s "$1" | base64 -w0; }
+call auth/role/add "{\"name\":\"$NAME\"}"
+call auth/role/grant "{\"name\":\"$NAME\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"$(b64 "$PREFIX")\",\"range_end\":\"$(b64 "${PREFIX%/}0")\"}}"
+password=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
+call auth/user/add "{\"name\":\"$NAME\",\"password\":\"$password\"}"
+call auth/user/grant "{\"user\":\"$NAME\",\"role\":\"$NAME\"}"
+# The job's own directory (on /home: every node of the job reads it, as the user), written as the user: the
+# client certificate (no etcd identity by itself) copied in, so any user's job needs nothing of another's home.
+out=$home/.t5-failover/jobs/$JOB
+as_owner mkdir -p -m 0700 "$home/.t5-failover/jobs" "$out"
+for f in @CA@:ca.crt @CERT@:client.crt @KEY@:client.key; do
+  as_owner install -m 0600 /dev/stdin "$out/${f##*:}" < "${f%:*}"
+done
+printf %s "$password" | as_owner install -m 0600 /dev/stdin "$out/$NAME.password"
+printf '%s\n' "T5_ETCD_ENDPOINTS=@ENDPOINTS@" "T5_ETCD_CA=$out/ca.crt" "T5_ETCD_CERT=$out/client.crt" \
+  "T5_ETCD_KEY=$out/client.key" "T5_ETCD_USER=$NAME" "T5_ETCD_PASSWORD_FILE=$out/$NAME.password" \
+  "T5_ETCD_PREFIX=$PREFIX" | as_owner install -m 0600 /dev/stdin "$out/job.env"
+echo "etcd user $NAME: read/write $PREFIX; credentials in $out/job.env" >&2
+echo "$out/job.env"
+HELPER
+chmod 0755 "$HELPER.tmp"
+mv -f "$HELPER.tmp" "$HELPER"
+printf '# Written by etcd_client.sh: any user may make a job'"'"'s etcd user (root'"'"'s password stays root'"'"'s).\nALL ALL=(root) NOPASSWD: %s\n' \
+  "${HELPER#"$ROOT"}" | install -m 0440 /dev/stdin "$ROOT/etc/sudoers.d/t5-etcd-add-job"
+say "jobs' etcd users: sudo -n ${HELPER#"$ROOT"} JOB (/etc/sudoers.d/t5-etcd-add-job)"
+
+# ------------------------------------------------------------------ 4. where the submit finds it
 install -d -m 0755 "$ROOT/etc/t5-failover" "$ROOT/etc/profile.d"
 cat > "$ROOT/etc/t5-failover/etcd.env.tmp" <<ENV
-# Written by cluster_assets/parallelcluster/node_setup/etcd_client.sh: the etcd coordinator and its administrative
-# credentials (docs/slurm.md). Login shells export these (/etc/profile.d/t5-failover-etcd.sh); sbatch passes them on.
+# Written by cluster_assets/parallelcluster/node_setup/etcd_client.sh: the etcd coordinator, its client certificate
+# and the helper that makes a job's etcd user at submit (docs/slurm.md). Login shells export these
+# (/etc/profile.d/t5-failover-etcd.sh).
 T5_ETCD_ENDPOINTS=$ENDPOINTS
 T5_ETCD_CA=$SHOWN_DIR/ca.crt
 T5_ETCD_CERT=$SHOWN_DIR/client.crt
 T5_ETCD_KEY=$SHOWN_DIR/client.key
-T5_ETCD_ROOT_PASSWORD_FILE=$SHOWN_DIR/root.password
+T5_ETCD_ADD_JOB=${HELPER#"$ROOT"}
 ENV
 chmod 0644 "$ROOT/etc/t5-failover/etcd.env.tmp"
 mv -f "$ROOT/etc/t5-failover/etcd.env.tmp" "$ROOT/etc/t5-failover/etcd.env"
@@ -117,4 +203,4 @@ cat > "$ROOT/etc/profile.d/t5-failover-etcd.sh" <<'PROFILE'
 # Written by etcd_client.sh: the etcd coordinator's settings for the jobs submitted from this shell.
 if [ -r /etc/t5-failover/etcd.env ]; then set -a; . /etc/t5-failover/etcd.env; set +a; fi
 PROFILE
-say "endpoints and credentials in /etc/t5-failover/etcd.env"
+say "endpoints, client certificate and the jobs' helper in /etc/t5-failover/etcd.env"

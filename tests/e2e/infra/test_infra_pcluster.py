@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -19,6 +20,7 @@ import pytest
 
 from cluster_assets.parallelcluster.node_setup import ETCD_CLIENT_SCRIPT
 from tests.support.infra import ROOT
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused
 
 # Helpers this file shares with the other tier's part of the same tests: defined once, in the lighter tier's file.
 from tests.unit.infra.test_infra_pcluster import CLIENT_SECRET, ROOT_SECRET
@@ -127,62 +129,68 @@ def test_member_units_form_a_cluster_the_head_node_secures_and_a_job_user_can_be
             shown = f"/home/{USER}/.t5-failover/etcd"
             env_file = (head_root / "etc/t5-failover/etcd.env").read_text().splitlines()
             settings = dict(line.split("=", 1) for line in env_file if line and not line.startswith("#"))
+            helper = "/usr/local/sbin/t5-etcd-add-job"
             assert settings == {
                 "T5_ETCD_ENDPOINTS": endpoints,
                 "T5_ETCD_CA": f"{shown}/ca.crt",
                 "T5_ETCD_CERT": f"{shown}/client.crt",
                 "T5_ETCD_KEY": f"{shown}/client.key",
-                "T5_ETCD_ROOT_PASSWORD_FILE": f"{shown}/root.password",
+                "T5_ETCD_ADD_JOB": helper,  # no root password for the jobs' users: a helper run through sudo
             }
-            assert Path(directory, "root.password").read_text() == "r00tPassw0rdFromCfn"
-            for name in ("client.key", "root.password"):
+            # Root's password: on the head node's own disk, root's only; never on /home (every job user's, NFS).
+            admin = head_root / "etc/t5-failover/admin"
+            assert (admin / "root.password").read_text() == "r00tPassw0rdFromCfn"
+            assert oct(admin.stat().st_mode & 0o777) == "0o700"
+            assert oct((admin / "root.password").stat().st_mode & 0o777) == "0o600"
+            assert "r00tPassw0rdFromCfn" not in "".join(
+                f.read_text(errors="replace") for f in (head_root / "home").rglob("*") if f.is_file()
+            )
+            assert sorted(f.name for f in Path(directory).iterdir()) == ["ca.crt", "client.crt", "client.key"]
+            for name in ("client.key",):
                 assert oct(Path(directory, name).stat().st_mode & 0o777) == "0o600"
-            assert not Path(directory, ".root-user.json").exists()
+            assert not (admin / ".root-user.json").exists()
+            sudoers = (head_root / "etc/sudoers.d/t5-etcd-add-job").read_text()
+            assert f"ALL ALL=(root) NOPASSWD: {helper}\n" in sudoers  # that command only, with no argument fixed
             assert "/etc/t5-failover/etcd.env" in (head_root / "etc/profile.d/t5-failover-etcd.sh").read_text()
             # Again (an update, a rerun): authentication stays as it is.
             again = subprocess.run(head, env=head_env, capture_output=True, text=True, timeout=120)
             assert again.returncode == 0 and "already on: nothing changed" in again.stdout, again.stdout + again.stderr
-            # What the batch script runs, with the file's settings (paths moved under the scratch root).
-            admin_env = {**env, **{k: v.replace(shown, directory) for k, v in settings.items()}}
-            job = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "training.launch.rendezvous.admin",
-                    "add-job",
-                    "--job",
-                    "slurm-42",
-                    "--out",
-                    str(tmp_path / "job"),
-                ],
-                env=admin_env,
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                timeout=120,
+
+            # What the submit runs (sudo -n t5-etcd-add-job JOB): the job's user, its credentials in the caller's
+            # home, which the job's agents log in with; its role reaches the job's prefix only.
+            def add_job(job: str) -> subprocess.CompletedProcess:
+                return subprocess.run(
+                    [str(head_root) + helper, job], env=env, capture_output=True, text=True, timeout=120
+                )
+
+            made = add_job("run-1-0a1b2c3d")
+            assert made.returncode == 0, made.stdout + made.stderr
+            job_env = Path(made.stdout.splitlines()[-1])
+            assert (
+                job_env
+                == head_root / f"home/{pwd.getpwuid(os.getuid()).pw_name}/.t5-failover/jobs/run-1-0a1b2c3d/job.env"
             )
-            assert job.returncode == 0, job.stdout + job.stderr
-            assert "etcd user job-slurm-42: read/write /t5-failover/jobs/slurm-42/" in job.stdout
+            job_settings = dict(line.split("=", 1) for line in job_env.read_text().splitlines())
+            assert job_settings["T5_ETCD_USER"] == "job-run-1-0a1b2c3d"
+            assert job_settings["T5_ETCD_PREFIX"] == "/t5-failover/jobs/run-1-0a1b2c3d/"
+            for f in job_env.parent.iterdir():
+                assert oct(f.stat().st_mode & 0o777) == "0o600", f
+            client = EtcdClient(ClientCredentials.from_env(job_settings))
+            try:
+                client.put("/t5-failover/jobs/run-1-0a1b2c3d/round", "1")
+                assert client.get("/t5-failover/jobs/run-1-0a1b2c3d/round").value == "1"
+                with pytest.raises(StoreRefused):
+                    client.put("/t5-failover/jobs/another/round", "1")  # another job's prefix
+            finally:
+                client.close()
+            again = add_job("run-1-0a1b2c3d")  # a job id that has a user: its agents' password is kept
+            assert again.returncode == 2 and "has an etcd user already" in again.stderr, again.stderr
+            bad = add_job("../etc")
+            assert bad.returncode == 2 and "JOB '../etc' must be" in bad.stderr
             # ... and without root's password, etcd refuses (authentication is really on).
-            Path(directory, "root.password").write_text("wrong")
-            refused = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "training.launch.rendezvous.admin",
-                    "add-job",
-                    "--job",
-                    "slurm-43",
-                    "--out",
-                    str(tmp_path / "job43"),
-                ],
-                env=admin_env,
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert refused.returncode == 2, refused.stdout + refused.stderr
+            (admin / "root.password").write_text("wrong")
+            refused = add_job("run-2-0a1b2c3d")
+            assert refused.returncode == 3 and "refused root's login" in refused.stderr, refused.stderr
         finally:
             for p in processes:
                 os.killpg(p.pid, signal.SIGTERM)

@@ -86,6 +86,27 @@ def reference(tmp_path_factory) -> Path:
     return fsx / "jobs/t5-contract-ref" / f"checkpoints/step_{STEPS:08d}"
 
 
+#: The common verdict's checks of a run that recovered from its fault bitwise.
+RECOVERED = (
+    "fault injected",
+    "failure noticed",
+    "job restarted",
+    "every sample exactly once",
+    "weights bitwise == reference",
+)
+
+
+def passed(chaos: subprocess.CompletedProcess, rep: dict, tmp: Path, name: str, scenario: str, capsys) -> dict:
+    """Show the emulator's report; the run completed as ``scenario`` and its verdict passed. Returns its checks
+    (name -> detail)."""
+    with capsys.disabled():
+        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
+    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp, name)
+    assert rep["state"] == "Complete" and rep["name"] == scenario
+    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
+    return {c["name"]: c["detail"] for c in rep["checks"]}
+
+
 def resumed_from_newest_checkpoint(rep: dict, fsx: Path, name: str) -> None:
     """Never resumed from older than the newest checkpoint known committed at the kill (an async save in flight
     may or may not complete), so only steps after that checkpoint are recomputed."""
@@ -106,20 +127,8 @@ def resumed_from_newest_checkpoint(rep: dict, fsx: Path, name: str) -> None:
 def test_kill_node0_pod_only_that_pod_is_replaced_resume_bitwise(tmp_path, reference, capsys):
     name = "t5-contract-chaos"
     chaos, rep, fsx = emulate(tmp_path, name, "kill:0@3", reference=reference)
-    with capsys.disabled():
-        print("\n" + chaos.stdout[chaos.stdout.find("===") :])
-    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + pod_logs(tmp_path, name)
-    assert rep["state"] == "Complete" and rep["name"] == "first-node-kill"
-    assert rep["passed"], [c for c in rep["checks"] if not c["ok"]]
-    checks = {c["name"]: c["detail"] for c in rep["checks"]}
-    assert {
-        "fault injected",
-        "failure noticed",
-        "job restarted",
-        "every sample exactly once",
-        "weights bitwise == reference",
-        "only the failed pod was replaced",
-    } <= set(checks)
+    checks = passed(chaos, rep, tmp_path, name, "first-node-kill", capsys)
+    assert {*RECOVERED, "only the failed pod was replaced"} <= set(checks)
     assert "pod failed" in checks["fault injected"]
     # the Job controller replaced node 0's pod alone; node 1 ran start to end; no gang restart
     assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1

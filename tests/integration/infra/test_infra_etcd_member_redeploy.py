@@ -5,6 +5,7 @@ the coordinator down)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -33,6 +34,15 @@ def _members_stack(app: cdk.App, name: str) -> cdk.Stack:
     return stack
 
 
+LAUNCH_TEMPLATE = "AWS::EC2::LaunchTemplate"
+
+
+@functools.cache
+def members_template() -> dict[str, Any]:
+    """The members' stack's template, synthesized once per process for the files that only read it."""
+    return Template.from_stack(_members_stack(cdk.App(), "Members")).to_json()
+
+
 def _of_type(template: dict[str, Any], type_: str) -> dict[str, Any]:
     return {k: r for k, r in template["Resources"].items() if r["Type"] == type_}
 
@@ -46,14 +56,15 @@ def test_a_script_or_release_change_changes_no_member(tmp_path: Path, monkeypatc
     monkeypatch.setattr(versions, "ETCD_VERSION", "3.6.99")
     second = _members_stack(app, "After")
     before, after = (Template.from_stack(stack).to_json() for stack in (first, second))
-    members = _of_type(before, "AWS::EC2::Instance")
-    assert len(members) == 3
-    assert _of_type(after, "AWS::EC2::Instance") == members  # no member stops
-    assert _of_type(after, "AWS::EC2::LaunchTemplate") == _of_type(before, "AWS::EC2::LaunchTemplate")
+    groups, templates = _of_type(before, "AWS::AutoScaling::AutoScalingGroup"), _of_type(before, LAUNCH_TEMPLATE)
+    assert len(groups) == 3 and len(templates) == 3
+    assert _of_type(after, "AWS::AutoScaling::AutoScalingGroup") == groups  # no member is replaced
+    assert _of_type(after, LAUNCH_TEMPLATE) == templates  # nor gets a new launch template version
+    assert all("UpdatePolicy" not in g for g in groups.values())  # a new version would replace no running member
     settings = lambda t: json.dumps(_of_type(t, "AWS::SSM::Parameter"))  # noqa: E731
     assert settings(after) != settings(before) and "3.6.99" in settings(after)  # read at their next boot
-    for member in members.values():  # the user data names no script object and no release
-        user_data = json.dumps(member["Properties"]["UserData"])
+    for template in templates.values():  # the user data names no script object and no release
+        user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
         assert "s3://" not in user_data and versions.ETCD_VERSION not in user_data
 
 
@@ -77,15 +88,17 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
     s3 = tmp_path / "s3"
     s3.mkdir()
     (s3 / "member.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
+    (s3 / "member_address.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD.address"\n')
     (s3 / "tls.py").write_text("# tls\n")
     (s3 / "certs.py").write_text("# certs\n")
     (s3 / "repair.py").write_text("# a module under its package path\n")
     settings = {
         "scripts": {
-            **{n: f"s3://cdk-assets/{n}" for n in ("member.sh", "tls.py", "certs.py")},
+            **{n: f"s3://cdk-assets/{n}" for n in ("member.sh", "member_address.sh", "tls.py", "certs.py")},
             "training/launch/rendezvous/member_repair.py": "s3://cdk-assets/repair.py",
         },
         "ips": "10.0.1.10,10.0.2.10,10.0.1.11",
+        "interfaces": "eni-0a,eni-0b,eni-0c",
         "client_port": "2379",
         "peer_port": "2380",
         "version": "3.6.14",
@@ -118,7 +131,15 @@ def test_boot_step_fetches_the_scripts_and_runs_the_member_with_the_settings(tmp
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in assets.iterdir()) == ["certs.py", "member.sh", "tls.py", "training"]
+    assert sorted(p.name for p in assets.iterdir()) == [
+        "certs.py",
+        "member.sh",
+        "member_address.sh",
+        "tls.py",
+        "training",
+    ]
+    # member 1's own interface and address, attached before its member starts
+    assert (tmp_path / "args.address").read_text().splitlines() == ["eni-0b", "10.0.2.10", "us-east-1"]
     assert (assets / "training/launch/rendezvous/member_repair.py").read_text() == "# a module under its package path\n"
     assert (tmp_path / "args").read_text().splitlines() == [
         "1",

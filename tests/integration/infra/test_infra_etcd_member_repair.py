@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 
-import aws_cdk as cdk
-from aws_cdk.assertions import Template
 
-from tests.integration.infra.test_infra_etcd_member_redeploy import _members_stack, _of_type
+from tests.integration.infra.test_infra_etcd_member_redeploy import _of_type, members_template
 
 REPAIR_MODULES = {f"training/launch/rendezvous/{m}" for m in ("__init__.py", "client.py", "member_repair.py")}
 
 
 def test_the_settings_name_the_repair_and_roots_secret_and_the_members_may_read_it() -> None:
-    template = Template.from_stack(_members_stack(cdk.App(), "Members")).to_json()
+    template = members_template()
     (parameter,) = _of_type(template, "AWS::SSM::Parameter").values()
     value = json.dumps(parameter["Properties"]["Value"])  # a Fn::Join of the JSON text and tokens
     for path in REPAIR_MODULES:

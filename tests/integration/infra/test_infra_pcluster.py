@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Capture, Match
+from aws_cdk.assertions import Match
 
 from cluster_assets.parallelcluster.node_setup import (
     ETCD_CLIENT_SCRIPT,
@@ -235,16 +235,19 @@ def test_etcd_members_admit_only_the_head_and_compute_nodes(pcluster: Synthesize
     assert {"Fn::GetAtt": [compute_sg, "GroupId"]} in queue_sgs and {
         "Fn::GetAtt": [compute_sg, "GroupId"]
     } not in head_sgs
-    # The members' interfaces carry the members' group and nothing else; the instances use those interfaces.
+    # The members' interfaces and instances carry the members' group and nothing else (each member's group of one
+    # attaches its interface at boot: test_infra_etcd_member_groups.py).
     enis = t.find_resources("AWS::EC2::NetworkInterface")
     assert len(enis) == 3
     for eni in enis.values():
         assert eni["Properties"]["GroupSet"] == [{"Fn::GetAtt": [member_sg, "GroupId"]}]
-    eni_ref = Capture()
     t.resource_properties_count_is(
-        "AWS::EC2::Instance", {"NetworkInterfaces": [{"DeviceIndex": "0", "NetworkInterfaceId": {"Ref": eni_ref}}]}, 3
+        "AWS::EC2::LaunchTemplate",
+        {"LaunchTemplateData": Match.object_like({"SecurityGroupIds": [{"Fn::GetAtt": [member_sg, "GroupId"]}]})},
+        3,
     )
-    t.resource_count_is("AWS::EC2::Instance", 3)
+    t.resource_count_is("AWS::AutoScaling::AutoScalingGroup", 3)
+    t.resource_count_is("AWS::EC2::Instance", 0)
 
 
 def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synthesized) -> None:
@@ -262,11 +265,12 @@ def test_etcd_members_are_small_instances_with_the_pinned_release(pcluster: Synt
             )
         },
     )
-    instances = t.find_resources("AWS::EC2::Instance")
+    templates = t.find_resources("AWS::EC2::LaunchTemplate")
     sha = versions.ETCD_RELEASE_SHA256["arm64"]
-    for i, (_lid, inst) in enumerate(sorted(instances.items())):
-        assert inst["Properties"]["InstanceType"] == "t4g.small"
-        assert f"/opt/t5-etcd/boot.sh {i} " in json.dumps(inst["Properties"]["UserData"])
+    assert len(templates) == 3
+    for i, (_lid, template) in enumerate(sorted(templates.items())):
+        assert template["Properties"]["LaunchTemplateData"]["InstanceType"] == "t4g.small"
+        assert f"/opt/t5-etcd/boot.sh {i} " in json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
     # the release the members install: in the settings they read at boot (test_infra_etcd_member_redeploy.py)
     (settings,) = [
         json.dumps(r["Properties"]["Value"])
@@ -344,8 +348,8 @@ def test_root_password_is_readable_by_the_head_node_only(pcluster: Synthesized) 
 def test_members_start_before_the_cluster(pcluster: Synthesized) -> None:
     tpl = pcluster.templates["ParallelCluster"]
     (cr_id,) = [lid for lid, _ in resources_of_type(tpl, "Custom::PclusterCluster")]
-    members = [lid for lid, _ in resources_of_type(tpl, "AWS::EC2::Instance")]
-    assert set(members) <= set(tpl["Resources"][cr_id]["DependsOn"])
+    members = [lid for lid, _ in resources_of_type(tpl, "AWS::AutoScaling::AutoScalingGroup")]
+    assert len(members) == 3 and set(members) <= set(tpl["Resources"][cr_id]["DependsOn"])
 
 
 def test_nodes_may_pull_from_the_training_repository_only(pcluster: Synthesized) -> None:

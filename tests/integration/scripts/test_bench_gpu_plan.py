@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 ORDER = ["preset", "compile", "saves", "restart", "hf", "flex", "flex-compile", "adamw-foreach", "compile-report"]
+ORDER += ["batch-fit"]
 
 
 def _plan(tmp_path, **env) -> tuple[subprocess.CompletedProcess, dict | None]:
@@ -32,7 +33,7 @@ def _plan(tmp_path, **env) -> tuple[subprocess.CompletedProcess, dict | None]:
 
 
 def test_every_row_runs_in_priority_order_when_the_budget_holds_them(tmp_path):
-    r, summary = _plan(tmp_path, BUDGET_S="1000")
+    r, summary = _plan(tmp_path, BUDGET_S="1200")
     assert r.returncode == 0, r.stderr
     assert [row["row"] for row in summary["rows"]] == ORDER
     assert {row["status"] for row in summary["rows"]} == {"dry-run"}
@@ -46,6 +47,7 @@ def test_every_row_runs_in_priority_order_when_the_budget_holds_them(tmp_path):
     assert lines[6].endswith("--model.attention flex --model.dropout 0 --parallel.compile on")
     assert lines[7].endswith("--train.adamw_impl foreach")
     assert "training.compile_report --preset t5-large" in lines[8] and "--model.attention flex" in lines[8]
+    assert "PRESET=t5-large BATCH=32 STEPS=20 scripts/bench_batch_fit.sh" in lines[9]  # lever 5
 
 
 def test_rows_past_the_budget_are_named_and_a_cheaper_later_row_still_runs(tmp_path):
@@ -63,6 +65,7 @@ def test_rows_past_the_budget_are_named_and_a_cheaper_later_row_still_runs(tmp_p
         "flex-compile": "skipped: budget",
         "adamw-foreach": "skipped: budget",
         "compile-report": "skipped: budget",
+        "batch-fit": "skipped: budget",
     }
     assert summary["used_s"] == 435 and summary["budget_s"] == 440
     assert "restart: skipped: budget (needs ~200 s, 45 s left of 440)" in r.stderr
@@ -76,6 +79,7 @@ def test_the_estimates_can_be_given_and_the_default_budget_is_480_s(tmp_path):
     # 60 + 95 + 200 + 40 = 395; then 90 (flex) and 120 do not fit, 60 does, 90 does not
     assert status == ["dry-run", "dry-run", "skipped: budget", "dry-run", "dry-run"] + ["skipped: budget"] * 2 + [
         "dry-run",
+        "skipped: budget",
         "skipped: budget",
     ]
 

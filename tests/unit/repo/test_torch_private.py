@@ -172,17 +172,6 @@ def test_nothing_of_torch_is_replaced_at_run_time():
     assert offenders == [], offenders
 
 
-def test_a_live_groups_timeout_can_be_changed(tmp_path):
-    from datetime import timedelta
-
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1)
-    try:
-        torch_private.set_pg_timeout(timedelta(seconds=7))
-        dist.barrier()  # the group still works after the change
-    finally:
-        dist.destroy_process_group()
-
-
 def test_dynamo_recompile_limit_is_where_compile_sets_it():
     before = torch._dynamo.config.recompile_limit
     try:

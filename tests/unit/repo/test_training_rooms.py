@@ -7,7 +7,7 @@
     launch/                      <- shared, job, checkpoint                (with its store, rdzv_store)
     goodput/                     <- shared only (arithmetic over metrics.jsonl; the chaos core imports it)
     the tools                    compare, compile_report, export, bench (and bench_copy), bench_hf, bench_init,
-                                 bench_saves: any room
+                                 bench_saves, batch_fit: any room
 
 Every import counts, at any depth (function-level ones too), as in tests/unit/repo/test_import_layers.py. Each room's
 ``__init__`` docstring lists every module of the room.
@@ -31,6 +31,7 @@ COMMANDS = {
     "training.bench_hf",
     "training.bench_init",
     "training.bench_saves",
+    "training.batch_fit",
     "training.compare",
     "training.compile_report",
     "training.export",

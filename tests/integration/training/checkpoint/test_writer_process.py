@@ -4,6 +4,7 @@ receives the job's signals, and a save it does not finish is never taken as comp
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import signal
@@ -40,10 +41,8 @@ class SlowToWrite:
 
 @pytest.fixture
 def world1():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)  # port 0: bound at once, no free port to race for
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
@@ -87,6 +86,24 @@ def test_the_writer_process_writes_checkpoints_that_load_bitwise_and_ends_at_clo
     assert torch.equal(loaded["rng_0"], state["rng_0"])
     tier.close()
     assert _gone(writer.pid, within_s=5) and multiprocessing.active_children() == []
+
+
+def test_the_writers_port_is_held_from_the_agreement_until_the_writer_serves_it(world1, tmp_path):
+    """Rank 0 picks the writers' port and its writer serves it seconds later (a spawned interpreter importing
+    torch): the port must be held in between, or another process can take it (EADDRINUSE in a full run)."""
+    tier = _tier(tmp_path)
+    try:
+        addr, port = tier.writer._writes.address
+        with socket.socket() as other:  # another process's bind of that port, while the writer is still starting
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError) as taken:
+                other.bind(("", port))
+        assert taken.value.errno == errno.EADDRINUSE
+        tier.save(1, {"w": torch.arange(4.0)}, force=True)
+        tier.wait()  # and the writer serves its group on that port
+        assert tier.failure is None and (step_dir(tmp_path, 1) / MARKER).is_file()
+    finally:
+        tier.close()
 
 
 def test_the_writer_process_is_born_with_the_jobs_signals_blocked(world1, tmp_path):
