@@ -42,11 +42,13 @@ def test_the_suite_runs_on_three_workers_by_default_and_in_one_process_on_reques
 
 
 def test_a_files_tests_stay_on_one_worker():
+    # files of several tests each that import little: every worker collects all of them (test_cluster_facts.py, here
+    # before, cost each worker 8 s of imports and a meta-device t5-3b: most of this test's minute on a loaded machine)
     files = [
         "tests/unit/slurm/test_chaos_unit.py",
         "tests/unit/failover/test_launch.py",
         "tests/integration/scripts/test_make_help.py",
-        "tests/unit/cluster_facts/test_cluster_facts.py",
+        "tests/unit/repo/test_file_order.py",
     ]
     r = run("-v", "-p", "no:cacheprovider", *files)
     assert r.returncode == 0, r.stdout + r.stderr
