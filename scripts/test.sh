@@ -13,7 +13,8 @@
 # clone on 2 cores used 0.7 of them on average with 2 workers (19.4 CPU-minutes in 28 minutes), hence 3 workers.
 # Files are handed out longest first (tests/support/file_order.py, seconds per file in tests/file_seconds.json;
 # T5_FILE_SECONDS=tests/file_seconds.json refreshes it from a run), so the long files do not end the run alone.
-# What several files share is made once under a lock (the venvs, node_modules, the Slurm lab's packages).
+# What several files share is made once under a lock (the venvs, node_modules, the Slurm lab's packages, the tiny
+# reference run the training e2e files compare with: tests/support/session_once.py, once per run, not per worker).
 # TEST_WORKERS=0 runs everything in this process, one test at a time. Every run ends with its 25 slowest tests
 # (--durations; ARGS="--durations=N" for another count): where the suite's time goes, on every machine it runs on.
 set -euo pipefail

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import file_order
+from tests.support import file_order, session_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,11 +151,15 @@ def tiny_run(out: Path, nproc: int = 2, *extra: str, steps: int = TINY_STEPS) ->
 
 @pytest.fixture(scope="session")
 def tiny_reference(tmp_path_factory) -> Path:
-    """One uninterrupted 2-rank run of `tiny_run`, shared by the end-to-end tests that compare against it."""
-    out = tmp_path_factory.mktemp("tiny_reference")
-    r = tiny_run(out)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out
+    """One uninterrupted 2-rank run of `tiny_run`, shared by the end-to-end tests that compare against it: made once
+    per session, not once per xdist worker (8 files on any of the workers use it; tests/support/session_once.py).
+    Tests copy from it and never write into it."""
+
+    def make(out: Path) -> None:
+        r = tiny_run(out)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    return session_once.made_once(session_once.session_root(tmp_path_factory), "tiny_reference", make)
 
 
 def mount_tmpfs(where: Path, options: str) -> None:

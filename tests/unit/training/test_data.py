@@ -18,8 +18,6 @@ from training.data.dataset import (
     _split,
     _token_stream,
     build_dataset,
-    builtin_cache_path,
-    builtin_tokens,
     cached_tokens,
     encode,
     raw_length_for,
@@ -251,15 +249,3 @@ def test_a_corpus_cache_that_is_absent_or_unwritable_is_built_without_a_warning(
         for path in (tmp_path / "new" / "corpus.pt", tmp_path / "a file" / "corpus.pt"):
             assert cached_tokens(str(path), corpus_stream, "a test corpus").equal(corpus_stream())
     assert not caplog.records
-
-
-def test_the_builtin_corpus_cache_when_damaged_is_rebuilt(tmp_path, caplog):
-    cache = Path(builtin_cache_path(str(tmp_path)))
-    cache.write_bytes(b"\x80\x02garbage" * 100)  # before: an UnpicklingError traceback
-    with caplog.at_level(logging.WARNING, logger="training.data"):
-        assert builtin_tokens(str(tmp_path)).equal(build_dataset(DataConfig(), seed=0).tokens)
-    assert [r.getMessage() for r in caplog.records] == [
-        f"WARNING: the cache of the built-in corpus, {cache}, is damaged (torch.load raised UnpicklingError); "
-        "rebuilding it"
-    ]
-    assert builtin_tokens(str(tmp_path)).equal(builtin_tokens())
