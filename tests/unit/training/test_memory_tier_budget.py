@@ -2,7 +2,7 @@
 own measured cost and step time give; a restore still brings back exactly the newest snapshotted step; a fixed
 interval keeps its steps and is reported once when over budget. The figures come from real copies: the states
 and steps are sized so the outcome does not hang on this machine's speed (a 32 MB copy against a ~1 ms step is
-far over any budget; a tiny state against 0.1 s steps is far under 50%). Two ranks agreeing: the _e2e file."""
+far over any budget; a tiny state against 0.25 s steps is far under 80%). Two ranks agreeing: the _e2e file."""
 
 from __future__ import annotations
 
@@ -88,12 +88,14 @@ def test_auto_measures_every_step_then_snapshots_as_often_as_the_budget_allows(t
 
 
 def test_auto_stays_at_every_step_when_a_snapshot_is_cheap(tmp_path):
-    t = tier(tmp_path, "auto", budget=0.5)
-    taken = train(t, Blob(16), 8, step_s=0.1)
+    # a 64-byte snapshot against 0.25 s steps: under the 80% budget even when a loaded host takes 0.2 s to copy it
+    # (0.1 s steps and 50% failed at load 8-15, both on main and in a helper's branch)
+    t = tier(tmp_path, "auto", budget=0.8)
+    taken = train(t, Blob(16), 8, step_s=0.25)
     assert taken == list(range(1, 9)) and t.interval == 1
     assert [c.interval for c in t.news] == [1]
     assert t.news[0].line().startswith("[checkpoint] in-memory snapshot every step (")
-    assert t.news[0].line().endswith("budget 50%): a failure costs at most 1 step")
+    assert t.news[0].line().endswith("budget 80%): a failure costs at most 1 step")
 
 
 def test_a_fixed_interval_keeps_its_steps_and_is_reported_once_when_over_budget(tmp_path):
