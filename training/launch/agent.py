@@ -27,9 +27,10 @@ agent stops:
 * membership on etcd (``--rdzv-backend=t5-etcd``, :mod:`training.launch.rendezvous`, registered here through
   torch's public handler registry): a node whose lease expires is named in one line and this node's workers,
   blocked in a collective with it, are SIGKILLed at once (:meth:`training.job.watchdog.NodeWatchdog.kill_all`);
-  a hot spare that was never needed exits 0 when the job finishes; a node taken out as a straggler
-  (:mod:`training.job.stragglers`) leaves the job with one line and exit 0. torch's c10d rendezvous
-  (``--rdzv-backend=c10d``, ``T5_COORDINATOR=store``) runs as torch ships it: no hot spares there
+  a hot spare that was never needed exits 0 when the job finishes, a node whose worker group was re-forming in
+  the job's newest round when another node ended the job (its restarts used up) exits 1 with one line; a node
+  taken out as a straggler (:mod:`training.job.stragglers`) leaves the job with one line and exit 0. torch's c10d
+  rendezvous (``--rdzv-backend=c10d``, ``T5_COORDINATOR=store``) runs as torch ships it: no hot spares there
   (:class:`training.launch.config.LaunchConfig` refuses them).
 * workers of the training module start warm: forked from a process that imported torch and the model once
   (:mod:`training.launch.warm_workers`; ``T5_WARM_WORKERS=0`` starts each as a fresh interpreter).
@@ -297,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         warm_workers.drop_exit_tracebacks()
     try:
         _launch(args, warm)
+    except etcd_handler.JobStoppedByAnotherNode as e:  # the job failed elsewhere while this node re-formed
+        print(f"[agent] the job stopped without this node: {e}; exit 1", file=sys.stderr, flush=True)
+        return 1
     except RendezvousClosedError:  # a hot spare the job finished without (the etcd handler's way to say so)
         print("[agent] hot spare: the job finished without needing this node", file=sys.stderr, flush=True)
         return 0

@@ -26,7 +26,9 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
   watch's view, so it never waits for etcd.
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
-  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0. While no etcd
+  leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0; a participant
+  re-forming its worker group in the job's newest round gets :class:`JobStoppedByAnotherNode` (the job failed
+  elsewhere: exit 1, :func:`.rounds.ended_in_my_round`). While no etcd
   member answers it keeps trying for :data:`CLOSE_WAIT_S`; if it could not close it says so in one line and
   returns False (torch's contract), as an open rendezvous would give a waiting spare the ended job's place.
 * the round an agent takes a place in is its workers' generation: noted for them (:mod:`training.checkpoint.generation`)
@@ -423,6 +425,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
         r, revision, seats = self._head.read(self._seat)
         if r is not None and r.closed:  # not torch's RendezvousGracefulExitError: torch 2.13's launch_agent
             # fails on it (AttributeError, exit 1) and the agent could not tell; see the canary test
+            if rounds.ended_in_my_round(r, self.round.n if self.round else None):
+                raise JobStoppedByAnotherNode(
+                    f"the rendezvous of {self.run_id} was closed while this node's round {self.round.n} was the "
+                    "newest: another node ended the job before this node's workers finished (its log says why, "
+                    "e.g. its --max-restarts were used up)"
+                )
             raise RendezvousClosedError(f"the rendezvous of {self.run_id} is closed (the job ended)")
         return r, revision, seats
 
@@ -448,6 +456,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def _round_store(self, r: rounds.Round):
         """Formed round ``r``'s store (:meth:`.round_store.RoundStore.connect`)."""
         return self._stores.connect(r)
+
+
+class JobStoppedByAnotherNode(RendezvousClosedError):
+    """The rendezvous was closed while this node re-formed its worker group in the job's newest round: another
+    participant ended the job on a failure. The agent ends with a line and exit 1 (:mod:`training.launch.agent`),
+    not a hot spare's exit 0: the job did not finish."""
 
 
 class NodeTakenOut(RendezvousError):

@@ -180,6 +180,7 @@ class Head:
             taken_out=self.taken_out,
             stuck=self.stuck,
             arriving=self.arriving,
+            prev_n=self.prev_n,
         )
 
     def dumps(self) -> str:
@@ -443,6 +444,15 @@ def choose(
 def waiting(r: Round, live: set[str]) -> list[str]:
     """The live members that are not participants of formed round ``r`` (its hot spares), sorted."""
     return sorted(live - set(r.participants))
+
+
+def ended_in_my_round(r: Round, my_round: int | None) -> bool:
+    """The closed rendezvous ``r`` (as the head says it) ended while the newest formed round was ``my_round``, the
+    round this node took a place in: the job stopped without this node's workers finishing that round (a job ends
+    well only when every rank of its newest round finishes), so another participant ended it on a failure (its
+    restarts used up). False for a node that never took a place (a hot spare, ``my_round`` None) or that a newer
+    round replaced: the job may have finished without it."""
+    return my_round is not None and my_round == (r.n if r.formed else r.prev_n)
 
 
 def next_round(r: Round | None, lost: list[str] = (), taken_out: set[str] = frozenset()) -> Round:
