@@ -22,7 +22,8 @@ from typing import Callable, TypeVar
 import torch.distributed as dist
 
 from training.config import Config, ConfigError
-from training.job.inplace.agreement import AgreementSettings, InPlaceFailed, Membership, MembershipBoard
+from training.job.inplace import agreement
+from training.job.inplace.agreement import AgreementSettings, InPlaceFailed, Membership
 from training.job.inplace.group import GroupSettings, InPlaceGroup
 
 T = TypeVar("T")
@@ -110,18 +111,6 @@ class InPlace:
         self.group.close()
 
 
-#: What builds the job's membership board in a worker (:func:`register_board`); None: none installed.
-_board_factory: Callable[[], MembershipBoard] | None = None
-
-
-def register_board(factory: Callable[[], MembershipBoard]) -> None:
-    """Install how a worker reaches the job's membership board: this project's agent does it in its workers
-    (:func:`training.launch.inplace_board.install`), as only the launch room may talk to etcd (the commit fence's
-    way, :func:`training.checkpoint.fence.register`)."""
-    global _board_factory
-    _board_factory = factory
-
-
 def member_id(rank: int | None = None, pid: int | None = None) -> str:
     """A worker's id in the membership (default: this one's): its start rank first (the first group's ranks sort as
     the agent gave them), then host and pid (unique per process, so a replacement is a new member). Its agent
@@ -131,19 +120,20 @@ def member_id(rank: int | None = None, pid: int | None = None) -> str:
 
 
 def build(cfg: Config, *, backend: str) -> FullRestart | InPlace:
-    """From ``cfg.failover``; in-place needs the job's board installed (:func:`register_board`) and its etcd in the
-    environment (``T5_ETCD_*``, as the agents')."""
+    """From ``cfg.failover``; in-place needs the job's board installed
+    (:func:`training.job.inplace.agreement.register_board`) and its etcd in the environment (``T5_ETCD_*``, as the
+    agents')."""
     fo = cfg.failover
     if not fo.in_place:
         return FullRestart(backend)
-    if _board_factory is None:
+    if agreement.board_factory is None:
         raise ConfigError(
             "failover.in_place needs the job's etcd board, which this project's agent installs in its workers "
             "(training.launch.inplace_board.install): start the job with python -m training.launch or make train, "
             "or turn failover.in_place off"
         )
     try:
-        board = _board_factory()
+        board = agreement.board_factory()
     except ValueError as e:  # a T5_ETCD_* variable missing or wrong: one line naming it
         raise ConfigError(f"failover.in_place needs the job's etcd: {e}; or turn failover.in_place off") from None
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -81,8 +81,9 @@ def board_from_env() -> EtcdBoard:
 
 def install() -> None:
     """Give this worker process the job's board for ``failover.in_place``
-    (:func:`training.job.failover.register_board`), as the commit fence's etcd side is installed
-    (:func:`training.launch.rendezvous.fence.install`)."""
-    from training.job.failover import register_board
+    (:func:`training.job.inplace.agreement.register_board`), as the commit fence's etcd side is installed
+    (:func:`training.launch.rendezvous.fence.install`). Imports no torch: a cold worker installs it before its
+    ``main()``, which reports whether torch was preloaded (a warm worker)."""
+    from training.job.inplace.agreement import register_board
 
     register_board(board_from_env)

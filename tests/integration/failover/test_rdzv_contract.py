@@ -360,7 +360,9 @@ def test_a_closed_rendezvous_is_closed_for_every_node(backend):
     _until(newcomer.is_closed, 10, "a node built after the close does not see it closed")
     for h in (nodes[1], newcomer):
         _, error = _Call(h.next_rendezvous).result(timeout_s=30)
-        assert type(error) is RendezvousClosedError, repr(error)
+        # a RendezvousClosedError, as torch's agent catches it; t5-etcd tells a participant of the newest round that
+        # the job stopped without it (JobStoppedByAnotherNode, a subclass: the agent's exit 1, not a spare's 0)
+        assert isinstance(error, RendezvousClosedError), repr(error)
 
 
 def test_no_thread_of_a_handler_outlives_its_shutdown(backend):

@@ -68,11 +68,11 @@ def test_settings_that_cannot_work_are_refused_naming_the_fix(flags, needle):
 
 
 def test_in_place_without_the_agents_board_or_etcd_is_one_line_naming_the_fix(monkeypatch):
-    from training.job import failover
+    from training.job.inplace import agreement
     from training.launch import inplace_board
 
     cfg = load_config(["--failover.in_place", "true", "--checkpoint.memory_interval", "1"])
-    monkeypatch.setattr(failover, "_board_factory", None)  # a plain `python -m training`: no agent installed it
+    monkeypatch.setattr(agreement, "board_factory", None)  # a plain `python -m training`: no agent installed it
     with pytest.raises(ConfigError, match=r"needs the job's etcd board, .* start the job with python -m training"):
         build(cfg, backend="gloo")
     inplace_board.install()  # what this project's agent does in its workers

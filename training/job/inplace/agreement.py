@@ -247,3 +247,16 @@ def agree(
             f"(state in doubt): falling back to a full restart from the newest complete snapshot"
         )
     return decided
+
+
+#: What builds the job's membership board in a worker (:func:`register_board`); None: none installed. Kept here,
+#: where nothing imports torch: a cold worker installs it before ``main()`` and reports whether torch was preloaded.
+board_factory: Callable[[], "MembershipBoard"] | None = None
+
+
+def register_board(factory: Callable[[], "MembershipBoard"]) -> None:
+    """Install how a worker reaches the job's membership board: this project's agent does it in its workers
+    (:func:`training.launch.inplace_board.install`), as only the launch room may talk to etcd (the commit fence's
+    way, :func:`training.checkpoint.fence.register`)."""
+    global board_factory
+    board_factory = factory
