@@ -216,17 +216,19 @@ class ParallelConfig:
 class StragglerConfig:
     """Straggler detection (training/job/stragglers.py): every step each rank times its own work (the forward
     compute of its FSDP blocks, the parameter all-gathers where it waits for peers excluded, and its optimizer step)
-    and the ranks compare the times in one small all-gather. A rank at least `factor` x the median of the others for
-    `steps` consecutive steps is named (a `straggler` event); with a hot spare waiting, its node leaves the job at that
-    step boundary, after the step's in-memory snapshot, and the spare takes its place."""
+    and the ranks compare the times in one small all-gather. A rank at least `factor` x the median of the others in
+    `steps` (M) of its last 2M-1 steps, the latest among them, is named (a `straggler` event); with a hot spare
+    waiting, its node leaves the job at that step boundary, after the step's in-memory snapshot, and the spare takes
+    its place."""
 
     factor: float = 2.0
     """k: a rank whose work time is at least this many times the median of the other ranks' is slow this step.
     Measured on the debug preset, 2 CPU processes on a shared 2-core machine: ordinary steps differ by at most
     1.24x; a process stopped 0.2 s of every 0.3 s reads 1.5-4.3x, median 2.8-2.9x (docs/failover.md). 0 = off."""
     steps: int = 3
-    """M: consecutive slow steps before the rank is named (a single slow step is noise: a page fault burst,
-    another process on the core)."""
+    """M: slow steps among the rank's last 2M-1 before it is named, the latest step slow (a single slow step is
+    noise: a page fault burst, another process on the core; M in a row was the rule before, but a rank slowed part
+    of the time reads below `factor` in some steps and reset the count: named after 3-8 slowed steps)."""
     skip_steps: int = 2
     """Steps after each start that are not judged (the first steps warm caches, compile, restore)."""
     evict_window_s: float = 600.0

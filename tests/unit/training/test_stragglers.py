@@ -141,3 +141,21 @@ def test_the_eviction_window_opens_with_time_inside_an_attempt(tmp_path):
     assert time.time() < window_opens_at(f, 30)
     assert time.time() >= window_opens_at(f, 5)  # a window that has run out since: open now
     assert window_opens_at(f, 0) == math.inf  # window 0: named, never taken out
+
+
+def test_a_rank_slowed_part_of_the_time_is_named_though_one_step_reads_ordinary():
+    """A stopped rank whose stop missed its timed work in one step (1.6x, below k) is still named on the next slow
+    step: M of the last 2M-1, not M in a row (which restarted the count and took 3-8 slowed steps in the chaos
+    straggler)."""
+    rule = StragglerRule(factor=2.0, steps=3)
+    pattern = [(0.19, 0.43), (0.16, 0.56), (0.2, 0.32), (0.17, 0.58)]  # slow, slow, ordinary (x1.6), slow
+    found = [rule.observe(list(t)) for t in pattern]
+    assert found[:3] == [None, None, None]
+    assert found[3] is not None and found[3].rank == 1 and found[3].steps == 3
+
+
+def test_slow_steps_further_apart_than_m_in_2m_minus_1_name_nobody():
+    rule = StragglerRule(factor=2.0, steps=3)
+    ordinary, slow = [0.2, 0.21], [0.2, 0.6]
+    for t in [slow, ordinary, ordinary] * 5:  # one slow step in three: never 3 of the last 5
+        assert rule.observe(list(t)) is None
