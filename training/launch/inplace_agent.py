@@ -17,6 +17,8 @@ and be started again while its peers run:
   without ``failover.in_place``, said in one ``[agent] in-place:`` line: a worker that exited with a code (e.g. 1
   after its ``falling back to a full restart`` line), two workers lost at once, a second failure while a
   replacement has not joined yet (not in the board's newest epoch), or the replacement's own failure.
+* a replacement never let in (survivors allowed a smaller world finished first) is stopped once the node's other
+  workers ended 0: the job is done.
 
 Built by :func:`launch` from torchrun's public pieces (``WorkerSpec``, the rendezvous handler from the registry,
 ``LaunchConfig``) as ``launch_agent`` builds its ``LocalElasticAgent``, and only for ``failover.in_place`` on the
@@ -120,7 +122,7 @@ class InPlaceAgent(SimpleElasticAgent):
         self._returns: dict[int, Any] = {}  # local rank -> the return value of a worker that finished
         self._launch: dict[int, tuple[tuple, dict[str, str], dict[int, str] | None]] = {}  # args, env, prefix
         self._logs: LogsDest | None = None
-        self._joining: tuple[int, str] | None = None  # (global rank, member id) of a replacement not yet joined
+        self._joining: tuple[int, str, int] | None = None  # a replacement not yet joined: rank, member, local rank
         self._failed_results = 0  # results returned FAILED: torch's restart count at the group's next start
 
     # -- the group -------------------------------------------------------------------------------------------------
@@ -208,6 +210,8 @@ class InPlaceAgent(SimpleElasticAgent):
         if failed:
             return self._on_failures(worker_group, by_local, failed)
         self._note_joined()
+        if self._joining is not None and set(self._contexts) == {self._joining[2]} and self._returns:
+            self._finished_without_replacement()  # (a node whose only worker is the replacement cannot tell)
         if not self._contexts:
             return RunResult(
                 state=WorkerState.SUCCEEDED,
@@ -219,7 +223,7 @@ class InPlaceAgent(SimpleElasticAgent):
         """A replacement counts as joined once the board's newest epoch has it (a failure before falls back)."""
         if self._joining is None:
             return
-        rank, member = self._joining
+        rank, member, _ = self._joining
         try:
             latest = self._board.latest()
         except Exception:  # noqa: BLE001 - the store away: ask again at the next look
@@ -227,6 +231,15 @@ class InPlaceAgent(SimpleElasticAgent):
         if latest is not None and member in latest.members:
             _say(f"the replacement of rank {rank} joined (epoch {latest.epoch}, world {latest.world_size})")
             self._joining = None
+
+    def _finished_without_replacement(self) -> None:
+        """Every other worker of this node finished (the job did: its ranks end at the same step) while the
+        replacement still waits to be let in (survivors allowed a smaller world go on without it): stop it, as
+        a hot spare the job finished without, instead of letting its bound fail it into a group restart."""
+        rank, _, local_rank = self._joining
+        self._contexts.pop(local_rank).close(signal.SIGTERM, self._shutdown_timeout)
+        self._returns[local_rank], self._joining = None, None
+        _say(f"the job finished without needing the replacement of rank {rank}: stopped it")
 
     def _on_failures(self, worker_group: WorkerGroup, by_local: dict, failed: dict) -> RunResult:
         """Replace a lone worker killed by a signal; anything else is the group's ordinary failure (restart)."""
@@ -246,7 +259,7 @@ class InPlaceAgent(SimpleElasticAgent):
         except Exception as e:  # noqa: BLE001 - the survivors then wait gather_s for its check-in
             reported = f"not reported gone ({' '.join(str(e).split())[:120]})"
         worker.id = self._start_one(worker_group.spec, local_rank)
-        self._joining = (worker.global_rank, self._member_id(worker.global_rank, worker.id))
+        self._joining = (worker.global_rank, self._member_id(worker.global_rank, worker.id), local_rank)
         _say(
             f"worker rank {worker.global_rank} (local rank {local_rank}, pid {failure.pid}) died of "
             f"{_how(failure.exitcode)}: {reported}, its replacement started (pid {worker.id}); the other workers "

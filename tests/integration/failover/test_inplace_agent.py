@@ -30,7 +30,7 @@ import os, pathlib, sys, time
 d = pathlib.Path(sys.argv[1])
 me = f"{os.environ['RANK']}-{os.getpid()}-{os.environ['TORCHELASTIC_RESTART_COUNT']}"
 (d / f"w-{me}").touch()
-while not (d / "done").exists():
+while not (d / "done").exists() and not (d / f"exit0-{os.getpid()}").exists():
     if (d / f"exit1-{os.getpid()}").exists():
         sys.exit(1)
     time.sleep(0.02)
@@ -66,49 +66,60 @@ def alive(pid: int) -> bool:
         return False
 
 
+class Agent:
+    """The in-place agent over three such workers in a thread (torch's c10d rendezvous, one node), its board on the
+    test's etcd in a scope per start of the group (``rounds``), its outcome and what it said."""
+
+    def __init__(self, etcd, tmp_path: Path, capfd, job: str, max_restarts: int):
+        client = EtcdClient(etcd.add_job_user(job))
+        self.rounds: list[EtcdBoard] = []
+
+        def board_for_round() -> EtcdBoard:  # each start of the group: the next round's scope
+            self.rounds.append(EtcdBoard(client, scope=str(len(self.rounds))))
+            return self.rounds[-1]
+
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=3,
+            run_id=job,
+            rdzv_backend="c10d",
+            rdzv_endpoint="localhost:0",
+            max_restarts=max_restarts,
+            monitor_interval=0.05,
+            logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
+        )
+        self.outcome: list[object] = []
+        self.said: list[str] = []
+        self.capfd = capfd
+
+        def agent() -> None:
+            try:
+                self.outcome.append(
+                    inplace_agent.launch(
+                        config,
+                        sys.executable,
+                        ["-c", WORKER, str(tmp_path)],
+                        board_for_round=board_for_round,
+                        member_id=member_id,
+                    )
+                )
+            except BaseException as e:  # noqa: BLE001 - the test reads it
+                self.outcome.append(e)
+
+        self.thread = threading.Thread(target=agent, daemon=True)
+        self.thread.start()
+
+    def err(self) -> str:
+        """What the agent said so far."""
+        self.said.append(self.capfd.readouterr().err)
+        return "".join(self.said)
+
+
 def test_one_killed_worker_is_replaced_alone_and_anything_else_restarts_the_group(etcd, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")  # launch() sets it for its contexts
-    client = EtcdClient(etcd.add_job_user("inplace-agent"))
-    rounds: list[EtcdBoard] = []
-
-    def board_for_round() -> EtcdBoard:  # each start of the group: the next round's scope
-        rounds.append(EtcdBoard(client, scope=str(len(rounds))))
-        return rounds[-1]
-
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=3,
-        run_id="inplace-agent",
-        rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0",
-        max_restarts=2,
-        monitor_interval=0.05,
-        logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
-    )
-    outcome: list[object] = []
-    said: list[str] = []
-
-    def err() -> str:  # what the agent said so far
-        said.append(capfd.readouterr().err)
-        return "".join(said)
-
-    def agent() -> None:
-        try:
-            outcome.append(
-                inplace_agent.launch(
-                    config,
-                    sys.executable,
-                    ["-c", WORKER, str(tmp_path)],
-                    board_for_round=board_for_round,
-                    member_id=member_id,
-                )
-            )
-        except BaseException as e:  # noqa: BLE001 - the test reads it
-            outcome.append(e)
-
-    thread = threading.Thread(target=agent, daemon=True)
-    thread.start()
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent", max_restarts=2)
+    rounds, outcome, thread, err = agent.rounds, agent.outcome, agent.thread, agent.err
     try:
         first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
         assert {count for _, count in first.values()} == {0}
@@ -154,3 +165,26 @@ def test_one_killed_worker_is_replaced_alone_and_anything_else_restarts_the_grou
     assert any("rank 2 (SIGKILL) failed while the replacement of rank 0 was joining" in line for line in lines)
     assert any("worker rank 2 (exit code 1) ended by itself" in line for line in lines)
     assert any("the replacement of rank 0 failed (SIGKILL): full restart" in line for line in lines), lines
+
+
+def test_the_job_finishing_without_a_replacement_that_never_joined_stops_it(etcd, tmp_path, monkeypatch, capfd):
+    """Survivors allowed a smaller world (failover.in_place_min_world) can finish before their replacement is let
+    in: the node's other workers ended 0, so the replacement is stopped and the group counts as succeeded, instead
+    of failing at its bound into a group restart."""
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-done", max_restarts=0)
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        os.kill(first[1][0], signal.SIGKILL)
+        second = wait_for(lambda: workers(tmp_path)[1] != first[1] and workers(tmp_path))
+        for rank in (0, 2):
+            (tmp_path / f"exit0-{first[rank][0]}").touch()
+        agent.thread.join(timeout=30)
+        assert agent.outcome == [{0: None, 1: None, 2: None}]
+        assert not alive(second[1][0])
+    finally:
+        (tmp_path / "done").touch()
+        agent.thread.join(timeout=30)
+    assert (
+        f"{inplace_agent.PREFIX} the job finished without needing the replacement of rank 1: stopped it" in agent.err()
+    )
