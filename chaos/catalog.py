@@ -8,6 +8,8 @@ from __future__ import annotations
 
 SCENARIOS: dict[str, str] = {
     "worker-kill": "SIGKILL one training process: its node's agent restarts the worker group, the job resumes",
+    "worker-kill-in-place": "SIGKILL one training process of a failover.in_place job: its agent replaces it "
+    "alone, the other workers keep their processes and recover in place, the job goes on",
     "node-kill": "a whole node dies (every process on it; Slurm marks it DOWN; on Kubernetes its pod goes)",
     "node-loss-rejoin": "a node dies, the job continues on fewer nodes, the node rejoins and the job grows back",
     "network-cut": "take a node's network link down mid-training: its processes run on, cut off (a partition)",
@@ -46,6 +48,7 @@ SCENARIOS: dict[str, str] = {
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "local": (
         "worker-kill",
+        "worker-kill-in-place",
         "node-loss-rejoin",
         "silent-node",
         "node-kill-with-spare",

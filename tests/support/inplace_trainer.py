@@ -7,15 +7,14 @@ module preloaded, 0.4 s with it); before that it runs the job's start checks onc
 child runs ``python -m training``'s ``main`` with the rank's environment (one simulated node: ``LOCAL_WORLD_SIZE``
 is the world). The process then
 plays the ranks' agent: it reaps them; with ``--report`` a rank ended by a signal is reported gone on the job's board
-(as an agent's ``waitpid`` would) and with ``--replace`` a fresh child is also forked for its rank, which joins the
-running job (``failover.in_place``). Without ``failover.in_place`` nothing replaces a rank: the survivors'
-collectives fail and they end, as workers whose agent restarts the group do.
+(as an agent's ``waitpid`` would); nothing replaces it. Without ``failover.in_place`` the survivors' collectives
+fail and they end, as workers whose agent restarts the group do.
 
 Every start and exit goes to ``<dir>/agent.jsonl`` (``start``: rank, pid; ``exit``: rank, pid, code or signal;
 each with its wall time ``t``). The agent exits 0 once every child has ended with 0 or a signal, else with the
 first other code (the others SIGKILLed).
 
-    python -m tests.support.inplace_trainer --dir D --world 3 --replace -- --failover.in_place true ...
+    python -m tests.support.inplace_trainer --dir D --world 3 --report -- --failover.in_place true ...
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ def main() -> int:
     p.add_argument("--dir", required=True)
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--report", action="store_true", help="report a rank ended by a signal gone on the job's board")
-    p.add_argument("--replace", action="store_true", help="report it, and fork a fresh rank in its place")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the trainer's arguments, after --")
     a = p.parse_args()
     trainer_args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -96,7 +94,7 @@ def main() -> int:
 
     children = {fork(rank): rank for rank in range(a.world)}
     board = None
-    if a.report or a.replace:
+    if a.report:
         board = inplace_board.board_from_env()
         board.gone()  # logged in before it matters
     while children:
@@ -107,8 +105,6 @@ def main() -> int:
             if board is not None:
                 # what an agent's waitpid sees at once; the member id is the one the rank gave itself
                 board.report_gone(member_id(rank, pid))
-            if a.replace:
-                children[fork(rank)] = rank
             continue
         code = os.WEXITSTATUS(status)
         note("exit", rank=rank, pid=pid, code=code)

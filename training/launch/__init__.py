@@ -17,7 +17,9 @@
   :mod:`~training.launch.forkserver_init` is the forkserver's last preload (its checks); a cold worker runs
   :mod:`~training.launch.worker` (the training module with the commit fence's etcd side installed);
 * :mod:`~training.launch.inplace_board`: in-process recovery's membership board on the job's etcd (the store side
-  of :mod:`training.job.inplace`; not used by the training path yet);
+  of :mod:`training.job.inplace`, for ``failover.in_place``);
+* :mod:`~training.launch.inplace_agent`: the agent of a ``failover.in_place`` job: a worker killed by a signal is
+  reported gone on that board and replaced alone (torch's ``SimpleElasticAgent`` extension point);
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
 * :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
   (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round

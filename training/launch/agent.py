@@ -47,6 +47,11 @@ agent stops:
   (:mod:`training.checkpoint.run_lock`): a busy directory exits 7 before any worker starts. Elastic multi-node jobs
   do not: a replacement node joins while the job (holding the lock) runs.
 
+* ``failover.in_place`` jobs on etcd (``--rdzv-backend=t5-etcd``): a worker killed by a signal is reported gone on
+  the job's membership board and replaced alone, its peers keep their processes and recover in place; anything
+  else (a worker's own exit, two failures at once, a failure while the replacement joins) is the full restart
+  (:mod:`training.launch.inplace_agent`, docs/inprocess.md). Every other job runs torchrun's ``elastic_launch``.
+
 Every platform runs this module (:func:`training.launch.commands.torchrun_argv`), and ``make train`` too.
 """
 
@@ -59,7 +64,7 @@ import sys
 from training.job.check import DONE_ENV, already_checked
 from training.launch.config import RDZV_ENV, LaunchError
 from training.launch.nccl_plugin import missing_plugin_warning
-from training.launch.preflight import check_training_job, checkpoint_dir, job_out_dir
+from training.launch.preflight import check_training_job, checkpoint_dir, in_place, job_out_dir
 from training.launch.store_check import check_store
 from training.launch import warm_workers
 from training.job.lifecycle import AGENT_ENV, die_with_launcher, exit_without_finalization
@@ -203,6 +208,16 @@ def _torchrun_rendezvous_defaults(args) -> None:
         args.master_port = 29500
 
 
+def _in_place(args) -> bool:
+    """Whether this node's workers recover in place (``failover.in_place`` of a training job on the ``t5-etcd``
+    rendezvous, whose etcd keeps their membership board): then one dead worker is replaced alone
+    (:mod:`training.launch.inplace_agent`). Off, or on another rendezvous (the workers refuse it there), torchrun's
+    own agent runs, unchanged."""
+    from training.launch.rendezvous import handler as etcd_handler
+
+    return _is_training(args) and args.rdzv_backend == etcd_handler.BACKEND and in_place(args.training_script_args)
+
+
 def _launch(args, warm: bool) -> None:
     """torchrun's ``run(args)`` through its public pieces (``config_from_args``, then ``elastic_launch``), with the
     warm workers' entrypoint in between when ``warm`` (:func:`warm_workers.apply_warm_start`): torchrun has no hook
@@ -220,7 +235,13 @@ def _launch(args, warm: bool) -> None:
         config, cmd, cmd_args = warm_workers.apply_warm_start(config, cmd, cmd_args)
     else:
         cmd_args = warm_workers.cold_entry(list(cmd_args))
-    elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+    if not _in_place(args):
+        elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+        return
+    from training.job.failover import member_id
+    from training.launch import inplace_agent, inplace_board
+
+    inplace_agent.launch(config, cmd, cmd_args, board_for_round=inplace_board.board_from_env, member_id=member_id)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 the set-up of that process.
 
 * The forkserver must not hold a CUDA context (a forked worker could not use CUDA): checked, with the fix.
+* What every worker's start would pay the same way is paid here once
+  (:func:`~training.launch.warm_workers.warm_caches`).
 * It must survive the signals that ask the *job* to stop. Slurm (preemption, ``scancel --signal``) signals
   every process of a step, and a forkserver killed by SIGTERM or SIGUSR1 would take its workers with it (they
   die with their parent) before they write the checkpoint the signal asked for. It ignores those; it still
@@ -14,12 +16,13 @@ from __future__ import annotations
 import signal
 import sys
 
-from training.launch.warm_workers import IGNORED_IN_FORKSERVER, WARM_ENV
+from training.launch.warm_workers import IGNORED_IN_FORKSERVER, WARM_ENV, warm_caches
 
 if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
     raise RuntimeError(
         f"an import preloaded in the forkserver initialized CUDA: set {WARM_ENV}=0 (workers then "
         f"start cold) and report which import did it"
     )
+warm_caches()  # each worker's first argument parse, paid here once
 for _sig in IGNORED_IN_FORKSERVER:
     signal.signal(_sig, signal.SIG_IGN)

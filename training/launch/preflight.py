@@ -89,6 +89,18 @@ def job_out_dir(train_args: Sequence[str]) -> str | None:
         return None
 
 
+def in_place(train_args: Sequence[str]) -> bool:
+    """Whether ``python -m training`` resolves ``failover.in_place`` on from ``train_args`` (False if they are
+    invalid: the workers report those)."""
+    from training.config import ConfigError, load_config
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return bool(load_config(list(train_args)).failover.in_place)
+    except (ConfigError, SystemExit):
+        return False
+
+
 def check_checkpoint_dir(cfg: LaunchConfig) -> None:
     """Raise :class:`training.checkpoint.run_lock.CheckpointDirBusy` if another run holds the training's checkpoint.dir.
 

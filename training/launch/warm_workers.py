@@ -89,6 +89,16 @@ def start_forkserver() -> None:
             signal.signal(sig, handler)
 
 
+def warm_caches() -> None:
+    """Pay in the forkserver, once, what every worker's first parse of its arguments would pay: the training
+    config's help text, each field's docstring read from its class's source (0.13-0.16 s on a quiet 2-core host,
+    0.3-0.7 s loaded, measured in an in-place replacement's start). Every warm worker, an in-place replacement
+    among them, is forked with it cached. Pure Python: no torch operation, no CUDA."""
+    from training.config import build_arg_parser
+
+    build_arg_parser()
+
+
 def drop_exit_tracebacks() -> None:
     """Log a warm worker's exit (``failed (exitcode: -9) local_rank: 0 ...``) without the traceback of torch's
     ``ProcessExitedException``.

@@ -1,7 +1,8 @@
 """failover.in_place's settings and the trainer's two failover policies (training/job/failover.py), in process:
 the switch is off by default and then nothing is caught; on, only a lost peer's error is recovered (any other error
 would fail again at the same step, for ever); the settings that cannot work are refused naming the fix. The path
-itself, with the real trainer: tests/e2e/failover/test_inplace_trainer_e2e.py."""
+itself, with the real trainer: tests/e2e/failover/test_inplace_agent_e2e.py (through the launcher) and
+tests/e2e/failover/test_inplace_trainer_e2e.py (a smaller world)."""
 
 from __future__ import annotations
 

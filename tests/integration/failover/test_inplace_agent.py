@@ -1,0 +1,190 @@
+"""The in-place agent (training.launch.inplace_agent) with real worker processes, torch's c10d rendezvous and the
+job's board on a real etcd: a worker killed by a signal is reported gone and replaced alone (its peers' processes
+kept, no restart counted); a second failure while the replacement has not joined, a worker's own exit code, and
+the replacement's failure are the group's full restart, counted against max_restarts until none is left.
+
+The workers are plain ``python -c`` processes (no torch): each notes its rank, pid and restart count in a file and
+waits for the test's flag files (the trainer's side is tests/e2e/failover/test_inplace_agent_e2e.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig
+
+from training.job.failover import member_id
+from training.job.inplace.agreement import Membership
+from training.launch import inplace_agent
+from training.launch.inplace_board import EtcdBoard
+from training.launch.rendezvous.client import EtcdClient
+
+WORKER = """
+import os, pathlib, sys, time
+d = pathlib.Path(sys.argv[1])
+me = f"{os.environ['RANK']}-{os.getpid()}-{os.environ['TORCHELASTIC_RESTART_COUNT']}"
+(d / f"w-{me}").touch()
+while not (d / "done").exists() and not (d / f"exit0-{os.getpid()}").exists():
+    if (d / f"exit1-{os.getpid()}").exists():
+        sys.exit(1)
+    time.sleep(0.02)
+"""
+
+
+def workers(d: Path) -> dict[int, tuple[int, int]]:
+    """The newest worker of each rank: rank -> (pid, restart count), from the files they wrote."""
+    newest: dict[int, tuple[float, int, int]] = {}
+    for f in d.glob("w-*"):
+        rank, pid, count = map(int, f.name[2:].split("-"))
+        t = f.stat().st_mtime_ns
+        if rank not in newest or t > newest[rank][0]:
+            newest[rank] = (t, pid, count)
+    return {r: (pid, count) for r, (_, pid, count) in newest.items()}
+
+
+def wait_for(what, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s} s: {what.__doc__ or what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Agent:
+    """The in-place agent over three such workers in a thread (torch's c10d rendezvous, one node), its board on the
+    test's etcd in a scope per start of the group (``rounds``), its outcome and what it said."""
+
+    def __init__(self, etcd, tmp_path: Path, capfd, job: str, max_restarts: int):
+        client = EtcdClient(etcd.add_job_user(job))
+        self.rounds: list[EtcdBoard] = []
+
+        def board_for_round() -> EtcdBoard:  # each start of the group: the next round's scope
+            self.rounds.append(EtcdBoard(client, scope=str(len(self.rounds))))
+            return self.rounds[-1]
+
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=3,
+            run_id=job,
+            rdzv_backend="c10d",
+            rdzv_endpoint="localhost:0",
+            max_restarts=max_restarts,
+            monitor_interval=0.05,
+            logs_specs=DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
+        )
+        self.outcome: list[object] = []
+        self.said: list[str] = []
+        self.capfd = capfd
+
+        def agent() -> None:
+            try:
+                self.outcome.append(
+                    inplace_agent.launch(
+                        config,
+                        sys.executable,
+                        ["-c", WORKER, str(tmp_path)],
+                        board_for_round=board_for_round,
+                        member_id=member_id,
+                    )
+                )
+            except BaseException as e:  # noqa: BLE001 - the test reads it
+                self.outcome.append(e)
+
+        self.thread = threading.Thread(target=agent, daemon=True)
+        self.thread.start()
+
+    def err(self) -> str:
+        """What the agent said so far."""
+        self.said.append(self.capfd.readouterr().err)
+        return "".join(self.said)
+
+
+def test_one_killed_worker_is_replaced_alone_and_anything_else_restarts_the_group(etcd, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")  # launch() sets it for its contexts
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent", max_restarts=2)
+    rounds, outcome, thread, err = agent.rounds, agent.outcome, agent.thread, agent.err
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        assert {count for _, count in first.values()} == {0}
+
+        # a worker killed: reported gone in its round's scope, replaced alone, no restart counted
+        os.kill(first[1][0], signal.SIGKILL)
+        second = wait_for(lambda: workers(tmp_path)[1] != first[1] and workers(tmp_path))
+        assert second[1][1] == 0 and second[0] == first[0] and second[2] == first[2]
+        assert alive(first[0][0]) and alive(first[2][0])
+        assert rounds[0].gone() == {member_id(1, first[1][0])}
+
+        # it joins (the workers' agreement decides an epoch with it); a later kill is replaced alone again
+        members = (member_id(0, first[0][0]), member_id(2, first[2][0]), member_id(1, second[1][0]))
+        rounds[0].decide(Membership(epoch=2, members=members, step=1, store="127.0.0.1:1"))
+        wait_for(lambda: "the replacement of rank 1 joined (epoch 2, world 3)" in err())
+        os.kill(first[0][0], signal.SIGKILL)
+        third = wait_for(lambda: workers(tmp_path)[0] != first[0] and workers(tmp_path))
+        assert third[0][1] == 0 and third[1] == second[1] and third[2] == first[2] and len(rounds) == 1
+
+        # a second failure while that replacement has not joined: the full restart (restart 1)
+        os.kill(first[2][0], signal.SIGKILL)
+        fourth = wait_for(lambda: {c for _, c in workers(tmp_path).values()} == {1} and workers(tmp_path))
+        assert not any(alive(pid) for pid, _ in third.values()) and len(rounds) == 2
+
+        # a worker's own exit code (e.g. 1 after its in-place recovery fell back): the full restart (restart 2)
+        (tmp_path / f"exit1-{fourth[2][0]}").touch()
+        fifth = wait_for(lambda: {c for _, c in workers(tmp_path).values()} == {2} and workers(tmp_path))
+
+        # a kill is replaced; the replacement's own failure is a full restart, and none is left: the agent fails
+        os.kill(fifth[0][0], signal.SIGKILL)
+        sixth = wait_for(lambda: workers(tmp_path)[0] != fifth[0] and workers(tmp_path))
+        assert rounds[2].gone() == {member_id(0, fifth[0][0])}
+        os.kill(sixth[0][0], signal.SIGKILL)
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert isinstance(outcome[0], ChildFailedError), outcome
+        assert not any(alive(pid) for pid, _ in sixth.values())  # the agent stopped the others
+    finally:
+        (tmp_path / "done").touch()
+        thread.join(timeout=30)
+    lines = [line for line in err().splitlines() if line.startswith(inplace_agent.PREFIX)]
+    assert any("rank 1 (local rank 1, pid" in line and "died of SIGKILL: reported gone" in line for line in lines)
+    assert any("rank 2 (SIGKILL) failed while the replacement of rank 0 was joining" in line for line in lines)
+    assert any("worker rank 2 (exit code 1) ended by itself" in line for line in lines)
+    assert any("the replacement of rank 0 failed (SIGKILL): full restart" in line for line in lines), lines
+
+
+def test_the_job_finishing_without_a_replacement_that_never_joined_stops_it(etcd, tmp_path, monkeypatch, capfd):
+    """Survivors allowed a smaller world (failover.in_place_min_world) can finish before their replacement is let
+    in: the node's other workers ended 0, so the replacement is stopped and the group counts as succeeded, instead
+    of failing at its bound into a group restart."""
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-done", max_restarts=0)
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        os.kill(first[1][0], signal.SIGKILL)
+        second = wait_for(lambda: workers(tmp_path)[1] != first[1] and workers(tmp_path))
+        for rank in (0, 2):
+            (tmp_path / f"exit0-{first[rank][0]}").touch()
+        agent.thread.join(timeout=30)
+        assert agent.outcome == [{0: None, 1: None, 2: None}]
+        assert not alive(second[1][0])
+    finally:
+        (tmp_path / "done").touch()
+        agent.thread.join(timeout=30)
+    assert (
+        f"{inplace_agent.PREFIX} the job finished without needing the replacement of rank 1: stopped it" in agent.err()
+    )

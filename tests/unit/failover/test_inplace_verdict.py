@@ -1,0 +1,69 @@
+"""worker-kill-in-place's verdict (chaos/local/scenarios.py): it passes only on the job's evidence of an in-place
+recovery (one attempt, one ``in_place`` record, the survivors' pids kept and one new worker, the resume step), and
+fails on a run without the fault and on the same kill recovered by a full restart."""
+
+from __future__ import annotations
+
+from chaos.local.scenarios import scenarios
+from chaos.verdict import judge
+from tests.unit.failover.test_verdicts import CFG, no_fault_observation, start, step
+
+SCENARIO = scenarios(CFG)["worker-kill-in-place"]
+KILL_T = CFG.kill_step + 0.5
+IN_PLACE_CHECKS = {"survivors kept their processes, one worker replaced", "steps recomputed in place <= 1"}
+
+
+def in_place_records(resumed: int) -> list[dict]:
+    """Rank 0's records: the kill after step kill_step, the survivors' recovery, the steps from ``resumed`` on."""
+    recovered = {"event": "in_place", "time": KILL_T + 1.0, "held_step": CFG.kill_step, "resumed_from": resumed}
+    recovered |= {"restored_from": {"tier": "memory", "step": resumed}, "seconds": 0.8, "epoch": 2}
+    return (
+        [start(0)]
+        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
+        + [recovered]
+        + [step(KILL_T + 1.5 + n - resumed - 1, n) for n in range(resumed + 1, CFG.steps + 1)]
+        + [{"event": "end", "time": 40, "step": CFG.steps}]
+    )
+
+
+def kill_facts(after: dict[int, list[int]]) -> dict:
+    return {"pid": 12, "node": 1, "before": {0: [11], 1: [12]}, "after": after, "memory_interval": 1}
+
+
+def failed(obs) -> set[str]:
+    return {c.name for c in judge(obs, SCENARIO.expect, SCENARIO.checks).failed()}
+
+
+def test_the_in_place_evidence_passes():
+    obs = no_fault_observation("worker-kill-in-place")
+    obs.records, obs.detections = in_place_records(CFG.kill_step - 1), [KILL_T + 0.1]
+    obs.facts["in_place_kill"] = kill_facts({0: [11], 1: [13]})
+    v = judge(obs, SCENARIO.expect, SCENARIO.checks)
+    assert v.passed, v.failed()
+    detail = next(c.detail for c in v.checks if c.name == "steps recomputed in place <= 1")
+    assert "1 recomputed" in detail and "kill -> survivors' next step 1.50 s" in detail
+
+
+def test_without_the_fault_the_in_place_checks_fail():
+    obs = no_fault_observation("worker-kill-in-place")  # the fault claimed, nothing happened
+    assert IN_PLACE_CHECKS <= failed(obs)
+
+
+def test_a_full_restart_or_a_survivor_replaced_fails():
+    obs = no_fault_observation("worker-kill-in-place")
+    obs.detections = [KILL_T + 0.1]
+    obs.records = (
+        [start(0)]
+        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
+        + [dict(start(KILL_T + 2, CFG.kill_step, restart=1), restored_from={"tier": "memory"})]
+        + [step(KILL_T + 3 + n, n) for n in range(CFG.kill_step + 1, CFG.steps + 1)]
+        + [{"event": "end", "time": 40, "step": CFG.steps}]
+    )
+    obs.facts["in_place_kill"] = kill_facts({0: [21], 1: [22]})  # every worker new
+    assert IN_PLACE_CHECKS <= failed(obs)
+    obs.records = in_place_records(CFG.kill_step)
+    obs.facts["in_place_kill"] = kill_facts({0: [21], 1: [13]})  # the survivor's process replaced too
+    assert failed(obs) == {"survivors kept their processes, one worker replaced"}
+    obs.facts["in_place_kill"] = kill_facts({0: [11], 1: [13]})
+    obs.records = in_place_records(CFG.kill_step - 2)  # two steps recomputed: beyond the snapshot interval
+    assert failed(obs) == {"steps recomputed in place <= 1"}

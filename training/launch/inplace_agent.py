@@ -1,0 +1,351 @@
+"""The agent of a ``failover.in_place`` job: a worker killed by a signal is replaced alone, the others keep running.
+
+torchrun's ``LocalElasticAgent`` starts a node's workers as one process context and stops every one of them when any
+fails (its ``_poll``), then restarts the whole group. :class:`InPlaceAgent` is a ``SimpleElasticAgent`` (torch's
+documented extension point: ``_start_workers``, ``_stop_workers``, ``_monitor_workers`` and ``_shutdown`` are the
+abstract methods its subclasses implement) that starts each local rank through its own ``start_processes`` call,
+with the environment ``LocalElasticAgent`` gives it (torchrun's documented worker variables), so one worker can end
+and be started again while its peers run:
+
+* a worker that died of a signal (SIGKILL, the OOM killer, the node watchdog's kill of a wedged worker) is reported
+  gone on the job's membership board (``gone/<member>``, the member id the worker gave itself:
+  :func:`training.job.failover.member_id`, in the board's scope of the round the agent noted), so its survivors do
+  not wait ``gather_s`` for its check-in; then one process is started for its local rank, warm when the job's
+  workers are (the same entrypoint and forkserver), with the same environment: it joins the running job
+  (docs/inprocess.md). It counts no restart (``--max-restarts``).
+* anything else is torchrun's ordinary failure, a full restart of the group counted against ``--max-restarts``, as
+  without ``failover.in_place``, said in one ``[agent] in-place:`` line: a worker that exited with a code (e.g. 1
+  after its ``falling back to a full restart`` line), two workers lost at once, a second failure while a
+  replacement has not joined yet (not in the board's newest epoch), or the replacement's own failure.
+* a replacement never let in (survivors allowed a smaller world finished first) is stopped once the node's other
+  workers ended 0: the job is done.
+
+Built by :func:`launch` from torchrun's public pieces (``WorkerSpec``, the rendezvous handler from the registry,
+``LaunchConfig``) as ``launch_agent`` builds its ``LocalElasticAgent``, and only for ``failover.in_place`` on the
+``t5-etcd`` rendezvous (:mod:`training.launch.agent`); every other job runs through ``elastic_launch`` unchanged.
+Not carried over from ``LocalElasticAgent`` (none is used by this project): its file-timer watchdog
+(``TORCHELASTIC_ENABLE_FILE_TIMER``), health-check server, D-state check and ``virtual_local_rank``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import uuid
+from string import Template
+from typing import Any, Callable
+
+from torch.distributed.elastic import events
+from torch.distributed.elastic.agent.server.api import (
+    RunResult,
+    SimpleElasticAgent,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
+from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs, PContext, start_processes
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+from torch.distributed.launcher.api import LaunchConfig
+
+#: Where a line of this agent starts (the agent's other lines say ``[agent]`` too).
+PREFIX = "[agent] in-place:"
+
+
+def _say(line: str) -> None:
+    print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
+
+
+def _how(exitcode: int) -> str:
+    """``exit code 1`` or ``SIGKILL`` (torch gives a signal as a negative exit code)."""
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class _OneRankLogs(LogsSpecs):
+    """The log destinations of one local rank, taken from the group's (reified once per start of the group), as a
+    one-process context's: ``start_processes`` wants its ranks numbered from 0."""
+
+    def __init__(self, group: LogsDest, local_rank: int, root: str):
+        super().__init__(log_dir=root)
+        self.group, self.local_rank = group, local_rank
+
+    @property
+    def root_log_dir(self) -> str:
+        return str(self._root_log_dir)
+
+    def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+        g, r = self.group, self.local_rank
+        return LogsDest(
+            stdouts={0: g.stdouts[r]},
+            stderrs={0: g.stderrs[r]},
+            tee_stdouts={0: g.tee_stdouts[r]} if r in g.tee_stdouts else {},
+            tee_stderrs={0: g.tee_stderrs[r]} if r in g.tee_stderrs else {},
+            error_files={0: g.error_files[r]},
+            filtered_stdout=g.filtered_stdout,
+            filtered_stderr=g.filtered_stderr,
+        )
+
+
+class InPlaceAgent(SimpleElasticAgent):
+    """See the module docstring. ``board_for_round()`` gives the job's membership board in the scope of the round
+    just formed (:func:`training.launch.inplace_board.board_from_env`); ``member_id(rank, pid)`` names a worker as
+    it names itself (:func:`training.job.failover.member_id`)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        logs_specs: LogsSpecs,
+        *,
+        board_for_round: Callable[[], Any],
+        member_id: Callable[[int, int], str],
+        start_method: str = "spawn",
+        log_line_prefix_template: str | None = None,
+        shutdown_timeout: int = 30,
+        exit_barrier_timeout: float = 300,
+    ):
+        super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
+        self._logs_specs = logs_specs
+        self._start_method = start_method
+        self._log_line_prefix_template = log_line_prefix_template
+        self._board_for_round, self._member_id = board_for_round, member_id
+        self._board: Any = None
+        self._contexts: dict[int, PContext] = {}  # local rank -> its one process, while it runs
+        self._returns: dict[int, Any] = {}  # local rank -> the return value of a worker that finished
+        self._launch: dict[int, tuple[tuple, dict[str, str], dict[int, str] | None]] = {}  # args, env, prefix
+        self._logs: LogsDest | None = None
+        self._joining: tuple[int, str, int] | None = None  # a replacement not yet joined: rank, member, local rank
+        self._failed_results = 0  # results returned FAILED: torch's restart count at the group's next start
+
+    # -- the group -------------------------------------------------------------------------------------------------
+
+    def _worker_env(self, worker_group: WorkerGroup, worker, restart_count: int) -> dict[str, str]:
+        """What ``LocalElasticAgent._start_workers`` gives a worker (torchrun's documented variables)."""
+        spec = worker_group.spec
+        env = {
+            "RANK": str(worker.global_rank),
+            "GROUP_RANK": str(worker_group.group_rank),
+            "ROLE_RANK": str(worker.role_rank),
+            "ROLE_NAME": spec.role,
+            "LOCAL_WORLD_SIZE": str(spec.local_world_size),
+            "WORLD_SIZE": str(worker.world_size),
+            "GROUP_WORLD_SIZE": str(worker_group.group_world_size),
+            "ROLE_WORLD_SIZE": str(worker.role_world_size),
+            "MASTER_ADDR": worker_group.master_addr,
+            "MASTER_PORT": str(worker_group.master_port),
+            "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+            "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
+            "TORCHELASTIC_RUN_ID": spec.rdzv_handler.get_run_id(),
+            "TORCHELASTIC_USE_AGENT_STORE": str(spec.rdzv_handler.use_agent_store),
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", str(1)),
+            "LOCAL_RANK": str(worker.local_rank),
+        }
+        for name in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        return env
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        spec = worker_group.spec
+        self._board = self._board_for_round()  # the round just formed: its workers' in-place scope
+        self._contexts, self._returns, self._joining, self._launch = {}, {}, None, {}
+        envs = {w.local_rank: self._worker_env(worker_group, w, self._failed_results) for w in worker_group.workers}
+        self._logs = self._logs_specs.reify(envs)  # the attempt's log folders once; it sets each error file's path
+        for w in worker_group.workers:
+            prefix = None
+            if self._log_line_prefix_template:
+                prefix = Template(self._log_line_prefix_template).safe_substitute(
+                    role_name=spec.role, rank=w.global_rank, local_rank=w.local_rank
+                )
+            args = tuple(str(a).replace("${local_rank}", str(w.local_rank)) for a in spec.args)  # torch's macro
+            self._launch[w.local_rank] = (args, envs[w.local_rank], {0: prefix} if prefix else None)
+        return {lr: self._start_one(spec, lr) for lr in self._launch}
+
+    def _start_one(self, spec: WorkerSpec, local_rank: int) -> int:
+        """Start the process of ``local_rank`` (the same call for the group's start and a replacement)."""
+        args, env, prefixes = self._launch[local_rank]
+        context = start_processes(
+            name=spec.role,
+            entrypoint=spec.entrypoint,
+            args={0: args},
+            envs={0: dict(env)},
+            logs_specs=_OneRankLogs(self._logs, local_rank, self._logs_specs.root_log_dir),
+            log_line_prefixes=prefixes,
+            start_method=self._start_method,
+            numa_options=spec.numa_options,
+        )
+        self._contexts[local_rank] = context
+        return context.pids()[0]
+
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        self._shutdown(timeout=self._shutdown_timeout)
+
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
+        for context in self._contexts.values():
+            context.close(death_sig, timeout)
+        self._contexts = {}
+
+    # -- watching it -----------------------------------------------------------------------------------------------
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        by_local = {w.local_rank: w for w in worker_group.workers}
+        failed = {}
+        for local_rank, context in list(self._contexts.items()):
+            result = context.wait(0)
+            if result is None:
+                continue
+            del self._contexts[local_rank]
+            if result.is_failed():
+                failed[local_rank] = dataclasses.replace(result.failures[0], local_rank=local_rank)
+            else:
+                self._returns[local_rank] = result.return_values.get(0)
+        if failed:
+            return self._on_failures(worker_group, by_local, failed)
+        self._note_joined()
+        if self._joining is not None and set(self._contexts) == {self._joining[2]} and self._returns:
+            self._finished_without_replacement()  # (a node whose only worker is the replacement cannot tell)
+        if not self._contexts:
+            return RunResult(
+                state=WorkerState.SUCCEEDED,
+                return_values={by_local[lr].global_rank: v for lr, v in self._returns.items()},
+            )
+        return RunResult(state=WorkerState.HEALTHY)
+
+    def _note_joined(self) -> None:
+        """A replacement counts as joined once the board's newest epoch has it (a failure before falls back)."""
+        if self._joining is None:
+            return
+        rank, member, _ = self._joining
+        try:
+            latest = self._board.latest()
+        except Exception:  # noqa: BLE001 - the store away: ask again at the next look
+            return
+        if latest is not None and member in latest.members:
+            _say(f"the replacement of rank {rank} joined (epoch {latest.epoch}, world {latest.world_size})")
+            self._joining = None
+
+    def _finished_without_replacement(self) -> None:
+        """Every other worker of this node finished (the job did: its ranks end at the same step) while the
+        replacement still waits to be let in (survivors allowed a smaller world go on without it): stop it, as
+        a hot spare the job finished without, instead of letting its bound fail it into a group restart."""
+        rank, _, local_rank = self._joining
+        self._contexts.pop(local_rank).close(signal.SIGTERM, self._shutdown_timeout)
+        self._returns[local_rank], self._joining = None, None
+        _say(f"the job finished without needing the replacement of rank {rank}: stopped it")
+
+    def _on_failures(self, worker_group: WorkerGroup, by_local: dict, failed: dict) -> RunResult:
+        """Replace a lone worker killed by a signal; anything else is the group's ordinary failure (restart)."""
+        ranks = {by_local[lr].global_rank: f for lr, f in failed.items()}
+        joining = self._joining[0] if self._joining is not None else None
+        why = full_restart_reason({r: f.exitcode for r, f in ranks.items()}, joining)
+        if why:
+            self._failed_results += 1
+            _say(f"{why}: full restart of the worker group (counted against --max-restarts)")
+            return RunResult(state=WorkerState.FAILED, failures=ranks)
+        ((local_rank, failure),) = failed.items()
+        worker = by_local[local_rank]
+        member = self._member_id(worker.global_rank, failure.pid)
+        reported = "reported gone"
+        try:
+            self._board.report_gone(member)
+        except Exception as e:  # noqa: BLE001 - the survivors then wait gather_s for its check-in
+            reported = f"not reported gone ({' '.join(str(e).split())[:120]})"
+        worker.id = self._start_one(worker_group.spec, local_rank)
+        self._joining = (worker.global_rank, self._member_id(worker.global_rank, worker.id), local_rank)
+        _say(
+            f"worker rank {worker.global_rank} (local rank {local_rank}, pid {failure.pid}) died of "
+            f"{_how(failure.exitcode)}: {reported}, its replacement started (pid {worker.id}); the other workers "
+            "keep their processes"
+        )
+        return RunResult(state=WorkerState.HEALTHY)
+
+
+def full_restart_reason(exits: dict[int, int], joining: int | None) -> str:
+    """Why workers that ended together cannot be recovered in place, "" when they can (one worker, killed by a
+    signal, no replacement joining). ``exits``: global rank -> exit code (negative: the signal, as torch gives it);
+    ``joining``: the rank whose replacement has not joined yet, or None."""
+    named = ", ".join(f"rank {r} ({_how(code)})" for r, code in sorted(exits.items()))
+    if joining is not None:
+        if joining in exits:
+            return f"the replacement of rank {joining} failed ({_how(exits[joining])})"
+        return f"{named} failed while the replacement of rank {joining} was joining"
+    if len(exits) > 1:
+        return f"{len(exits)} workers failed at once: {named}"
+    if min(exits.values()) >= 0:
+        return f"worker {named} ended by itself (after its in-place recovery fell back, or an error)"
+    return ""
+
+
+def launch(
+    config: LaunchConfig,
+    entrypoint: Callable | str,
+    args: list[Any],
+    *,
+    board_for_round: Callable[[], Any],
+    member_id: Callable[[int, int], str],
+) -> dict[int, Any]:
+    """Run an :class:`InPlaceAgent` as torch's ``launch_agent`` runs its ``LocalElasticAgent`` (the rendezvous
+    handler from the registry, the worker spec from ``config``; ``ChildFailedError`` when the workers failed for
+    good; the rendezvous shut down unless a signal stopped the agent). Returns the workers' return values by
+    global rank."""
+    if not config.run_id:
+        config.run_id = str(uuid.uuid4().int)
+    params = RendezvousParameters(
+        backend=config.rdzv_backend,
+        endpoint=config.rdzv_endpoint,
+        run_id=config.run_id,
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        local_addr=config.local_addr,
+        **config.rdzv_configs,
+    )
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle  # read by each context's start
+    spec = WorkerSpec(
+        role=config.role,
+        local_world_size=config.nproc_per_node,
+        entrypoint=entrypoint,
+        args=tuple(args),
+        rdzv_handler=get_rendezvous_handler(params),
+        max_restarts=config.max_restarts,
+        monitor_interval=config.monitor_interval,
+        local_addr=config.local_addr,
+        event_log_handler=config.event_log_handler,
+        numa_options=config.numa_options,
+    )
+    agent = InPlaceAgent(
+        spec,
+        config.logs_specs,
+        board_for_round=board_for_round,
+        member_id=member_id,
+        start_method=config.start_method,
+        log_line_prefix_template=config.log_line_prefix_template,
+        shutdown_timeout=config.shutdown_timeout,
+    )
+    shutdown_rdzv = True
+    try:
+        result = agent.run()
+        events.record(agent.get_event_succeeded(), config.event_log_handler)
+        if result.is_failed():
+            name = entrypoint.__name__ if callable(entrypoint) else str(entrypoint)
+            raise ChildFailedError(name=name, failures=result.failures)
+        return result.return_values
+    except ChildFailedError:
+        raise
+    except SignalException:
+        shutdown_rdzv = False  # as torch: a signalled agent leaves the rendezvous open for the job's other nodes
+        events.record(agent.get_event_failed(), config.event_log_handler)
+        raise
+    except Exception:
+        events.record(agent.get_event_failed(), config.event_log_handler)
+        raise
+    finally:
+        if shutdown_rdzv:
+            spec.rdzv_handler.shutdown()
