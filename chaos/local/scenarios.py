@@ -241,7 +241,8 @@ def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> dict:
 
 
 #: The straggler scenario slows a node once this step is logged: early, so that a short job has steps left for the
-#: detection (straggler.steps slow steps of the last 2 x steps - 1) and the spare, and late enough for two normal steps to compare with.
+#: detection (straggler.steps slow steps of the last 2 x steps - 1) and the spare, and late enough for two normal
+#: steps to compare with.
 STRAGGLER_FROM_STEP = 3
 
 
