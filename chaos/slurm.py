@@ -65,6 +65,7 @@ from cluster_assets.slurm.render import render
 from tools.env_flags import EnvFlagError, env_count
 from tools.slurm import slurmctl
 from training.checkpoint import MARKER
+from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreUnavailable
 from training.job.lifecycle import worker_rank
 
 LAB_DIR = REPO_DIR / "testbed" / "slurm_lab"
@@ -546,9 +547,17 @@ def stop_store(lab: Lab, t: Target) -> Fault:
 
 def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
     """Every etcd member stopped, then the training processes on a node SIGKILLed while none answers: the fault's
-    time is the worker kill (the restart it needs waits for the store)."""
-    outage = stop_store(lab, t)
-    kill = kill_workers(lab, t)
+    time is the worker kill (the restart it needs waits for the store). The job is held at its next step boundary
+    (its hold file) from before the outage until the kill, so its workers are still there to be killed however
+    fast the rest of a 12-step job would run; the held peers meet the lost rank at the next step once let go, as
+    they would have mid-step."""
+    hold = t.run_dir / HOLD_FILE
+    hold.touch()
+    try:
+        outage = stop_store(lab, t)
+        kill = kill_workers(lab, t)
+    finally:
+        hold.unlink(missing_ok=True)
     return Fault(
         f"{outage.label}, then {kill.label}",
         kill.time,
@@ -785,14 +794,21 @@ class SlurmScenario(Scenario):
     noticed: Callable[[list[tuple[float, str]]], list[float]] = nothing_logged  # from the job's log
     node_fault: bool = False  # the node is lost: Slurm marking it DOWN counts as noticed; it is revived after
     needs_spare: bool = False  # the job continues inside its allocation only with a hot spare
-    outage_s: float | None = None  # the etcd members are started again this long after the fault stopped them
+    # the etcd members are started again this long after the fault stopped them. The job is held after its first
+    # step until every agent (the spare's, which starts once training does, included) holds its member key: an
+    # agent that first reaches the store during the outage gives up (exit 2) and srun ends the step
+    outage_s: float | None = None
     train_args: tuple[str, ...] = ()  # the scenario's job only (wall time, never the math: the same reference)
     fault_step: int | None = None  # inject once the job logged this step (None: the run's --fault-step)
     spares: int | None = None  # the scenario's job runs with this many hot spares (None: the run's --spares)
     hold: bool = False  # the job holds at a step boundary while its run directory has HOLD_FILE (the injector's)
+    # (needs hold) the harness holds the job from its first step logged with no member running until an agent said
+    # the store answers again: the job outlasts the outage however short its steps, and runs at full speed otherwise
+    hold_through_outage: bool = False
 
 
 STORE_OUTAGE_S = 20.0  # issue 32's "every member down 20 s"
+RELEASE_AFTER_S = 15.0  # a job held through an outage is let go this long after the store is back, said or not
 STRAGGLER_FROM_STEP = 3  # early: the job needs straggler.steps slow steps, then steps at speed after the take-over
 # The in-memory tier on (the default; a lean test job may turn it off): the straggler's node is taken out after a
 # step's snapshot, a wedged rank's restart resumes from it.
@@ -884,8 +900,12 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 ),
                 noticed=store_unreachable_logged,
                 outage_s=STORE_OUTAGE_S,
-                # slower steps (wall time only): the 7 steps after the fault outlast the outage
-                train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
+                # held at a step boundary through the rest of the outage once a step was logged during it (it
+                # outlasts the outage at full speed; 3.3 s per step for all 12 steps cost 74-87 s a run). A held
+                # rank makes no progress: its wedge watchdog is off (wall time only: the same reference).
+                hold=True,
+                hold_through_outage=True,
+                train_args=("--parallel.wedge_floor_s", "0"),
                 title=f"SIGKILL every etcd member, start them {STORE_OUTAGE_S:g} s later -> training goes "
                 "on, the agents pause their keep-alives and reconnect: 0 restarts, 0 steps lost",
             ),
@@ -896,11 +916,11 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 (check_restarted_in_allocation, check_resumed_newest, check_trained_again_after_store_back),
                 noticed=agents_noticed,
                 outage_s=STORE_OUTAGE_S,
-                # slower steps (wall time only, after each step's record: the first step after the restart
-                # is not delayed): the job must still be training when the worker kill follows the store's
-                # (CI, 2026-11-28: on a loaded machine the job had finished its 12 steps by then, no worker
-                # was left to kill, and the scenario failed with "no torchrun worker processes on n3")
-                train_args=("--fault.step_sleep_s", str(round(STORE_OUTAGE_S / 6, 1))),
+                # the job must still be training when the worker kill follows the store's (CI, 2026-11-28: on a
+                # loaded machine the job had finished its 12 steps by then, no worker was left to kill, and the
+                # scenario failed with "no torchrun worker processes on n3"): the fault holds it at a step boundary
+                # until the kill (stop_store_then_kill_workers), instead of 3.3 s per step for all 12 steps
+                hold=True,
                 title=f"SIGKILL every etcd member for {STORE_OUTAGE_S:g} s and a node's training processes "
                 f"meanwhile -> the new round waits for the store and trains <= {STORE_BACK_TARGET_S:g} s after "
                 "it is back, no requeue",
@@ -1080,6 +1100,8 @@ class Runner:
         if sc.hold:
             job = replace(job, train_args=(*job.train_args, "--fault.hold_file", str(Path(job.run_dir) / HOLD_FILE)))
         self.fresh(job)
+        if sc.outage_s is not None:  # held after step 1 until every agent is in the store (SlurmScenario.outage_s)
+            (Path(job.run_dir) / HOLD_FILE).touch()
         res = ScenarioResult(
             name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir, t0=time.time()
         )
@@ -1090,13 +1112,19 @@ class Runner:
         seen = Seen(
             jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))), Path(job.run_dir)
         )
+        if sc.outage_s is not None:
+            seen.watch["agents_expected"] = self.cfg.nodes + (self.cfg.spares if sc.spares is None else sc.spares)
         self.follow(sc, seen, res, deadline=t_start + self.cfg.scenario_timeout_s)
         time.sleep(0.5)
         seen.read()
+        ended = time.time()
         res.wall_s = round(time.monotonic() - t_start, 1)
         if not seen.faults and not res.error:
             res.error = f"the job ended before step {sc.fault_step or self.cfg.fault_step}; no fault was injected"
-        return self.verdict(sc, job, ref, seen, res)
+        res = self.verdict(sc, job, ref, seen, res)
+        res.figures["phases_s"] = phases(res.t0, seen, seen.detections + sc.noticed(seen.logs), ended, time.time())
+        say(f"{sc.name}: phases (s from submit): {res.figures['phases_s']}")
+        return res
 
     def follow(self, sc: SlurmScenario, seen: Seen, res: ScenarioResult, deadline: float) -> None:
         """Poll the job until it ends. A timeout or a harness error becomes ``res.error`` and cancels the job; a
@@ -1145,7 +1173,9 @@ class Runner:
         watch = seen.watch
         last_step = max((r["step"] for r in seen.records if r["event"] == "step"), default=0)
         due = sc.fault_step or self.cfg.fault_step
-        if not seen.faults and info.state == "RUNNING" and last_step >= due:
+        if not seen.faults and "agents_expected" in watch and info.state == "RUNNING":
+            self.release_once_every_agent_joined(sc, seen, info)
+        if not seen.faults and "agents_expected" not in watch and info.state == "RUNNING" and last_step >= due:
             seen.faults.append(self.inject(sc, info, last_step, watch, seen.run_dir))
             seen.detections += watch.pop("detections", [])
             watch["fault_time"] = seen.faults[0].time
@@ -1158,6 +1188,7 @@ class Runner:
                 say(f"{sc.name}: {watch['killed_node']} is DOWN")
         if seen.faults:
             self.after_fault(sc, watch, info, res, seen.records)
+            self.hold_through_outage(sc, seen)
         return info.terminal
 
     def verdict(
@@ -1260,6 +1291,37 @@ class Runner:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
             say(f"{sc.name}: {watch['killed_node']} is back")
 
+    def release_once_every_agent_joined(self, sc: SlurmScenario, seen: Seen, info: slurmctl.JobInfo) -> None:
+        """Let the held job go (its hold file) once every agent holds its member key in etcd (``agents_expected``)."""
+        n = agents_in_store(seen.run_dir, seen.jid, info.restarts)
+        if n >= seen.watch["agents_expected"]:
+            (seen.run_dir / HOLD_FILE).unlink(missing_ok=True)
+            seen.watch.pop("agents_expected")
+            say(f"{sc.name}: all {n} agents are members in the store; job let go")
+
+    def hold_through_outage(self, sc: SlurmScenario, seen: Seen) -> None:
+        """``sc.hold_through_outage``: once the job logged a step with no etcd member running (what the scenario
+        shows: no collective needs the store), hold it at its next step boundary (the hold file) until an agent
+        said the store answers again (or ``RELEASE_AFTER_S`` after the members answer), then let it finish."""
+        watch, stopped = seen.watch, seen.watch.get("store_stopped")
+        if not sc.hold_through_outage or stopped is None or "released" in watch:
+            return
+        hold = seen.run_dir / HOLD_FILE
+        if "held" not in watch:
+            if any(r["event"] == "step" and r["time"] > stopped for r in seen.records):
+                hold.touch()
+                watch["held"] = time.time()
+                say(f"{sc.name}: a step was logged with no member running; holding the job until the store is back")
+            return
+        started, back = watch.get("store_started"), watch.get("store_back")
+        answered = started is not None and any(
+            t >= started and "[rendezvous] " in line and "answers again" in line for t, line in seen.logs
+        )
+        if answered or (back is not None and time.time() - back > RELEASE_AFTER_S):
+            hold.unlink(missing_ok=True)
+            watch["released"] = time.time()
+            say(f"{sc.name}: {'an agent said the store answers again' if answered else 'store back'}; job let go")
+
     def end_outage(self, sc: SlurmScenario, watch: dict, res: ScenarioResult) -> None:
         """``sc.outage_s`` after the store was stopped, start every member again; note when they all answer."""
         stopped = watch.get("store_stopped")
@@ -1279,6 +1341,42 @@ class Runner:
                 f"{sc.name}: every etcd member answers again ({watch['store_back'] - watch['store_started']:.1f} s "
                 "after the start)"
             )
+
+
+def agents_in_store(run_dir: Path, jid: int, restarts: int) -> int:
+    """How many agents of job ``jid`` (incarnation ``restarts``) hold a member key in etcd now, read with the job's
+    own etcd user (its ``job.env``, written by the batch script); 0 before that exists or while no member answers."""
+    env_file = run_dir / f".etcd-{jid}" / "job.env"
+    if not env_file.is_file():
+        return 0
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    client = EtcdClient(ClientCredentials.from_env(env), request_timeout_s=2.0)
+    try:
+        run_id = f"slurm-{jid}" + (f"-r{restarts}" if restarts else "")  # the batch script's RDZV_ID
+        return len(client.get_prefix(client.key(f"rdzv/{run_id}/members/"))[0])
+    except StoreUnavailable:
+        return 0
+    finally:
+        client.close()
+
+
+def phases(t0: float, seen: Seen, noticed: list[float], ended: float, judged: float) -> dict[str, float | None]:
+    """Where a scenario's wall time went, in seconds from its submit: the first step, the fault, the first sign it
+    was noticed, the first step after a restart, the last step, the job seen ended, the verdict done (None: none)."""
+    steps = [r["time"] for r in seen.records if r["event"] == "step"]
+    fault = seen.faults[0].time if seen.faults else None
+    restarts = [r["time"] for r in seen.records if r["event"] == "start" and fault is not None and r["time"] > fault]
+    again = [t for t in steps if restarts and t > restarts[0]]
+    points = {
+        "first step": min(steps, default=None),
+        "fault": fault,
+        "noticed": min(noticed, default=None),
+        "trains again": min(again, default=None),
+        "last step": max(steps, default=None),
+        "ended": ended,
+        "judged": judged,
+    }
+    return {k: None if v is None else round(v - t0, 1) for k, v in points.items()}
 
 
 def global_batch(cfg: SlurmChaosConfig) -> int:
