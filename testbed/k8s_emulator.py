@@ -52,6 +52,10 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   every training pod SIGSTOPped once step N is logged, the job held at a step boundary (``--fault.hold_file``, added
   to the node pods' training args) until every hot-spare pod runs workers, let go, the agents SIGCONTed once their
   workers are gone; the Job controller meanwhile does what the runtime says with the fenced pods' exit 9.
+* **A worker killed inside a pod** (fault ``kill-worker:<node>@N``, :mod:`testbed.k8s_worker_kill`): one training
+  worker of that node pod SIGKILLed, its PID 1 (the agent) left running, so the kubelet and the Job controller see
+  nothing; the report's ``worker_kills`` has every node pod's worker pids before the kill and once the job recovered.
+  With ``failover.in_place`` the pod's agent replaces that worker alone; without it the agents restart their groups.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
 * **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
   ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
@@ -732,7 +736,8 @@ class Fault:
     replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare)
     once the job logged step ``at_step``. ``freeze-agents`` (target ``training`` only) is the split brain: the
     torchrun agents of every training pod SIGSTOPped until the hot-spare pods run a second worker group
-    (:meth:`Emulator._inject_freeze`)."""
+    (:meth:`Emulator._inject_freeze`). ``kill-worker`` (a node index only) SIGKILLs one training worker inside that
+    node pod, not the pod: its PID 1, the agent, lives on (:mod:`testbed.k8s_worker_kill`)."""
 
     kind: str
     rank: int
@@ -741,13 +746,15 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
-        m = re.fullmatch(r"(kill-worker|kill|delete|evict|freeze-agents):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
+        kinds = "kill-worker|kill|delete|evict|freeze-agents"
+        m = re.fullmatch(rf"({kinds}):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
                 "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
                 "kill:training@4 (a node pod that trains, not a hot spare); KIND "
-                f"kill|delete|evict, or {FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
+                f"kill|delete|evict, {KILL_WORKER}:0@4 (one worker inside node 0's pod), or "
+                f"{FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
             )
         if m.group(1) == FREEZE_AGENTS and (m.group(3) != TRAINING_TARGET or m.group(4)):
             raise argparse.ArgumentTypeError(
@@ -1339,7 +1346,8 @@ class Emulator:
             k.observe(pods, lambda: read_records(path))
             if was is None and k.noticed is not None:
                 self.events.append(Event(k.noticed, "worker failure noticed", f"an agent in {k.entry['pod']}"))
-                self.echo(f"[emulator] worker failure noticed: an agent's log line, {k.noticed - k.entry['time']:.2f} s")
+                took = k.noticed - k.entry["time"]
+                self.echo(f"[emulator] worker failure noticed: an agent's log line, {took:.2f} s after the kill")
 
     def _inject_freeze(self, jobs: list[JobRun], step: int) -> None:
         """The split brain (:func:`chaos.split_brain.freeze_agents`), in a thread so that the Job controller goes on
@@ -1513,7 +1521,9 @@ def main(argv: list[str] | None = None) -> int:
         help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
         "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
         "repeatable; "
-        f"KIND kill|delete|evict; {FREEZE_AGENTS}:{TRAINING_TARGET}@4: the split brain (the agents of every "
+        f"KIND kill|delete|evict; {KILL_WORKER}:0@4: one training worker inside node 0's pod SIGKILLed, not the pod "
+        "(failover.in_place: its agent replaces it alone); "
+        f"{FREEZE_AGENTS}:{TRAINING_TARGET}@4: the split brain (the agents of every "
         "training pod SIGSTOPped until the hot-spare pods train; needs --spares per training pod)",
     )
     p.add_argument(

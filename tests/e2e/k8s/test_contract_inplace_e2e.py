@@ -72,9 +72,7 @@ def test_a_worker_killed_in_a_pod_is_replaced_in_place_no_pod_replaced_bitwise(t
 
 def test_without_in_place_the_same_kill_restarts_every_worker_no_pod_replaced(tmp_path, reference, capsys):
     name = "t5-contract-inplace-off"
-    chaos, rep, _ = emulate(
-        tmp_path, name, f"kill-worker:0@{KILL_AT}", reference=reference, train_args=TRAIN
-    )
+    chaos, rep, _ = emulate(tmp_path, name, f"kill-worker:0@{KILL_AT}", reference=reference, train_args=TRAIN)
     checks = passed(chaos, rep, tmp_path, name, "worker-kill", capsys)
     assert {"job restarted", "no pod replaced, no JobSet restart", "weights bitwise == reference"} <= set(checks)
     assert rep["pods_created"] == {"node/0": 1, "node/1": 1} and rep["jobset_restarts"] == 0
