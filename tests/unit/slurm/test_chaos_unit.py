@@ -127,6 +127,7 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
         "first-node-kill",
         "network-cut",
         "worker-kill",
+        "worker-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",
