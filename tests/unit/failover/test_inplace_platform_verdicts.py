@@ -97,3 +97,14 @@ def test_worker_kill_reads_only_complete_new_lines(tmp_path):
     with open(log, "a") as f:
         f.write(" line\n")
     assert kill._new_lines(str(log)) == ["partial line"]
+
+
+def test_in_place_workers_advertise_the_nodes_address_not_loopback():
+    """A worker's in-place store server is reached by other nodes at the address the rendezvous gives this node
+    (``--local-addr``, else the host's fully qualified name); loopback only reaches a peer's own host."""
+    import socket
+
+    from training.launch.agent import in_place_store_host
+
+    assert in_place_store_host("10.0.0.7") == "10.0.0.7"
+    assert in_place_store_host(None) == socket.getfqdn()
