@@ -243,8 +243,6 @@ def _launch(args, warm: bool) -> None:
     from training.launch.spawn_time import stamp_spawn_time
 
     _torchrun_rendezvous_defaults(args)
-    if _in_place(args):  # before any worker (or the warm workers' forkserver) takes this environment
-        os.environ.setdefault(INPLACE_HOST_ENV, in_place_store_host(args.local_addr))
     config, cmd, cmd_args = config_from_args(args)
     stamp_spawn_time(config)  # each worker's start-up clock begins at its spawn (training.launch.spawn_time)
     if warm:
@@ -330,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     node_watchdogs += [watchdog] if watchdog is not None else []
     if on_etcd and watchdog is not None:
         etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))
+    if _in_place(args):  # before the warm workers' forkserver (and so every worker) takes this environment
+        os.environ.setdefault(INPLACE_HOST_ENV, in_place_store_host(args.local_addr))
     if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()
