@@ -244,7 +244,14 @@ class Lab:
         return {p for p in self.pids(node) if worker_rank(p) is not None}
 
     def worker_ranks(self, hosts: list[str]) -> dict[str, list[int]]:
-        """Ranks of the training workers on each of ``hosts``. In netns mode from each worker's network namespace
+        """Ranks of the training workers on each of ``hosts`` (:meth:`workers_by_host`)."""
+        return {
+            h: sorted(r for r in (worker_rank(p) for p in pids) if r is not None)
+            for h, pids in self.workers_by_host(hosts).items()
+        }
+
+    def workers_by_host(self, hosts: list[str]) -> dict[str, list[int]]:
+        """The training workers' pids on each of ``hosts``. In netns mode from each worker's network namespace
         (one /proc scan, milliseconds: a tiny job trains a step in ~0.2 s, and the fault must land mid-run);
         otherwise through ``fault.sh pids`` per host."""
         prefix = slurmctl.Lab(self.root).setting("SLAB_PFX")
@@ -255,15 +262,14 @@ class Lab:
         ):
             out: dict[str, list[int]] = {h: [] for h in hosts}
             for d in Path("/proc").iterdir():
-                rank = worker_rank(int(d.name)) if d.name.isdigit() else None
-                if rank is None:
+                if not d.name.isdigit() or worker_rank(int(d.name)) is None:
                     continue
                 ns = subprocess.run(["ip", "netns", "identify", d.name], capture_output=True, text=True).stdout
                 node = ns.strip().removeprefix(f"{prefix}-")
                 if node in out:
-                    out[node].append(rank)
-            return {h: sorted(r) for h, r in out.items()}
-        return {h: sorted(r for r in (worker_rank(p) for p in self.worker_pids(h)) if r is not None) for h in hosts}
+                    out[node].append(int(d.name))
+            return {h: sorted(p) for h, p in out.items()}
+        return {h: sorted(self.worker_pids(h)) for h in hosts}
 
 
 # ------------------------------------------------------------------------------------------- job watching
@@ -400,7 +406,7 @@ def kill_one_worker(lab: Lab, t: Target) -> Fault:
     before the kill (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) for
     :func:`chaos.local.scenarios.check_survivors_kept_in_place`; confirmed when that worker is gone."""
     hosts = t.watch.get("hosts") or [t.node]
-    before = {h: sorted(lab.worker_pids(h)) for h in hosts}
+    before = lab.workers_by_host(hosts)
     ranked = sorted(before.get(t.node, []), key=lambda p: worker_rank(p) if worker_rank(p) is not None else -1)
     if not ranked:
         return Fault(f"kill one worker on {t.node}", time.time(), False, f"no training worker on {t.node}")
@@ -895,8 +901,10 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 (check_survivors_kept_in_place, check_recomputed_in_place, check_no_requeue),
                 target=training_host_off_rank0,
                 noticed=in_place_noticed,
-                # never the math (the same reference): in-place recovery restores from the in-memory snapshots
-                train_args=("--failover.in_place", "true", *MEMORY_TIER),
+                # never the math (the same reference): in-place recovery restores from the in-memory snapshots; 1 s
+                # between steps (wall time only) keeps the job training while the harness notes the workers after
+                # the recovery (a tiny job's last steps were over before the look, 2026-11-29)
+                train_args=("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1"),
                 title="SIGKILL one training process of a failover.in_place job -> its node's agent replaces it alone, "
                 "the other workers keep their processes and recover in place: no restart, no requeue",
             ),
@@ -1304,7 +1312,7 @@ class Runner:
         ):  # the survivors recovered in place: every node's workers now (worker-kill-in-place)
             watch["in_place_pending"] = False
             kill = watch["facts"]["in_place_kill"]
-            kill["after"] = {h: sorted(self.lab.worker_pids(h)) for h in kill["before"]}
+            kill["after"] = self.lab.workers_by_host(list(kill["before"]))
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
             watch["requeued"] = time.time()
             res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})
