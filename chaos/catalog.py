@@ -74,6 +74,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "first-node-kill",
         "network-cut",
         "worker-kill",
+        "worker-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",

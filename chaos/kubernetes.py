@@ -12,6 +12,7 @@ from typing import Any
 
 from chaos.report import ScenarioResult
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
+from testbed.k8s_worker_kill import KILL_WORKER
 
 # Fault kinds of the emulator / the live harness -> the catalog's names.
 KIND_NAMES = {"kill": "node-kill", "delete": "node-kill", "evict": "node-drain", "freeze-agents": "split-brain"}
@@ -133,6 +134,34 @@ def check_nothing_restarted(obs: Observation) -> Check:
     )
 
 
+def check_no_pod_replaced(obs: Observation) -> Check:
+    """A worker killed inside a pod (``kill-worker``): its container lives on (PID 1 is the agent), so no pod failed
+    or was recreated and the JobSet never restarted; what follows is the agents' business (in place, or their
+    worker-group restart)."""
+    pods, restarts = obs.facts.get("pods") or {}, obs.facts.get("jobset_restarts", 0)
+    recreated = [f"{job}/{i}" for job, by in pods.items() for i, recs in by.items() if len(recs) != 1]
+    ok = bool(pods) and not recreated and not restarts and bool(obs.faults)
+    return Check(
+        "no pod replaced, no JobSet restart",
+        ok,
+        f"pods recreated: {', '.join(recreated) or 'none'} of {sum(len(by) for by in pods.values())}; JobSet restarts "
+        f"{restarts}" + ("" if obs.faults else "; no fault"),
+    )
+
+
+def worker_kills_only(emu: Any) -> bool:
+    return bool(emu.fault_log) and all(f.get("kind") == KILL_WORKER for f in emu.fault_log)
+
+
+def in_place_settings(train_argv: list[str]) -> tuple[bool, int]:
+    """(failover.in_place, the in-memory snapshot interval in steps: 1 for ``auto``) of a TrainJob's arguments."""
+    from training.config import load_config
+
+    c = load_config(list(train_argv))
+    mi = c.checkpoint.memory_interval
+    return bool(c.failover.in_place), mi if isinstance(mi, int) else 1
+
+
 def member_faults_only(emu: Any) -> bool:
     return bool(emu.fault_log) and all(f.get("job") == "etcd" for f in emu.fault_log)
 
@@ -189,6 +218,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     workers ran on, the spares formed a second group: noticed then, by etcd), and judged by the fence's evidence
     (:func:`chaos.local.split_brain.check_stale_group_fenced`) and :func:`check_fenced_pods_replaced`.
     """
+    from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
     from chaos.local.split_brain import check_stale_group_fenced
     from training.goodput.analysis import load_records
 
@@ -196,11 +226,15 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     cmd = list(emu.r.command)
     train_argv = cmd[cmd.index("--") + 1 :] if "--" in cmd else []
     steps, global_batch, interval = training_shape(train_argv)
+    in_place, memory_interval = in_place_settings(train_argv)
     faults, names = [], []
     for f in emu.fault_log:
-        if "confirmed" in f:  # the fault's own evidence (freeze-agents)
+        if "confirmed" in f:  # the fault's own evidence (freeze-agents, kill-worker)
             faults.append(Fault(f["label"], f["time"], f["confirmed"], f["evidence"]))
-            names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
+            if f["kind"] == KILL_WORKER:
+                names.append("worker-kill-in-place" if in_place else "worker-kill")
+            else:
+                names.append(scenario_name(f["kind"], f["rank"], f.get("job", "node")))
             continue
         died = next(
             (
@@ -227,6 +261,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     single = expects_single_replacement(emu)
     members = member_faults_only(emu)  # the membership store's loss must cost nothing
     split = split_brain_only(emu)
+    workers = worker_kills_only(emu)
+    kills = getattr(emu, "worker_kills", [])
     obs = Observation(
         records=records,
         faults=faults,
@@ -234,7 +270,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         detections=[
             ev.time
             for ev in emu.events
-            if ev.what in ("Job failed", "pod replaced by the Job controller", "second group")
+            if ev.what in ("Job failed", "pod replaced by the Job controller", "second group", "worker failure noticed")
         ],
         exited_ok={"Complete": True, "Failed": False}.get(emu.state),
         exit_detail=f"TrainJob {emu.state}",
@@ -246,7 +282,14 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         wall_s=(emu.events[-1].time - t0) if emu.events else 0.0,
         logs=pod_logs(emu) if split else [],
         checkpoint_dir=out_dir / "checkpoints",
-        facts={"jobset_restarts": emu.restarts, "pods": pods, "faulted": faulted, "trainjob_state": emu.state},
+        facts={
+            "jobset_restarts": emu.restarts,
+            "pods": pods,
+            "faulted": faulted,
+            "trainjob_state": emu.state,
+            "memory_interval": memory_interval,
+            **({"in_place_kill": kills[0].facts()} if kills else {}),
+        },
     )
     res = ScenarioResult(
         name=",".join(names) or "no-fault",
@@ -259,6 +302,16 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     res.wall_s = obs.wall_s
     if judged and members:
         res.apply(judge(obs, Expectation(restart=False, noticed=False), [check_nothing_restarted]))
+    elif judged and workers and in_place:  # the killed worker replaced alone, its peers kept, no restart
+        res.apply(
+            judge(
+                obs,
+                Expectation(restart=False),
+                [check_no_pod_replaced, check_survivors_kept_in_place, check_recomputed_in_place],
+            )
+        )
+    elif judged and workers:  # the agents' worker-group restart, inside the pods
+        res.apply(judge(obs, expectation(interval), [check_no_pod_replaced]))
     elif judged and split:
         res.apply(judge(obs, expectation(interval), [check_stale_group_fenced, check_fenced_pods_replaced]))
     elif judged:
@@ -281,6 +334,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         expected=(
             "nothing restarted"
             if members
+            else ("the killed worker replaced alone, in its pod" if in_place else "the agents' worker-group restart")
+            if workers
             else "the fenced pods replaced (Ignore)"
             if split
             else "only the failed pod replaced"
@@ -298,6 +353,11 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
             for job, by in pods.items()
         },
         pods_created={f"{job}/{i}": len(recs) for job, by in pods.items() for i, recs in by.items()},
+        # every node pod's worker pids before each kill-worker fault and once the job recovered
+        worker_kills=[
+            {**k.facts(), "noticed_s": None if k.noticed is None else round(k.noticed - k.entry["time"], 3)}
+            for k in kills
+        ],
     )
     return rep
 
@@ -339,7 +399,8 @@ def format_report(rep: dict[str, Any]) -> str:
         )
     lines += [f"  {'ok' if c.ok else 'NO'} {c.name}: {c.detail}" for c in res.checks]
     lines.append(
-        "detect: fault -> Job failed, pod replaced by the Job controller or (split brain) the spares' newer round; "
+        "detect: fault -> Job failed, pod replaced by the Job controller, an agent's line (a worker killed in its pod) "
+        "or (split brain) the spares' newer round; "
         "recover: fault -> first step of the resumed attempt; lost: steps recomputed"
     )
     lines += [f"  emulated: {d}" for d in rep.get("differences") or []]

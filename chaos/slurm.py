@@ -14,6 +14,8 @@ the node is revived for the next scenario. network-cut takes a training node's l
 processes keep running, silent, as in a partition; the other agents see its keep-alives stop within seconds and the
 spare takes its place; the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only
 the training processes on a node: torchrun restarts the worker group inside the allocation, no requeue.
+worker-kill-in-place kills one training process of a failover.in_place job: its agent starts it again alone, every
+other worker keeps its process and recovers in place (no restart, no requeue).
 preemption sends SIGUSR1 to the batch script as Slurm's ``--signal=B:USR1@T`` does: the job checkpoints and
 requeues itself. batch-host-kill kills the node that runs the batch script, which ends any allocation: Slurm
 requeues the job and it resumes. store-member-kill SIGKILLs the etcd leader: the others elect a new one and training
@@ -43,6 +45,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +55,7 @@ from typing import Callable
 
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
+from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
 from chaos.local.split_brain import check_stale_group_fenced
 from chaos.slurm_split_brain import check_fenced_nodes_left, split_brain
 from chaos.split_brain import HOLD_FILE
@@ -241,7 +245,14 @@ class Lab:
         return {p for p in self.pids(node) if worker_rank(p) is not None}
 
     def worker_ranks(self, hosts: list[str]) -> dict[str, list[int]]:
-        """Ranks of the training workers on each of ``hosts``. In netns mode from each worker's network namespace
+        """Ranks of the training workers on each of ``hosts`` (:meth:`workers_by_host`)."""
+        return {
+            h: sorted(r for r in (worker_rank(p) for p in pids) if r is not None)
+            for h, pids in self.workers_by_host(hosts).items()
+        }
+
+    def workers_by_host(self, hosts: list[str]) -> dict[str, list[int]]:
+        """The training workers' pids on each of ``hosts``. In netns mode from each worker's network namespace
         (one /proc scan, milliseconds: a tiny job trains a step in ~0.2 s, and the fault must land mid-run);
         otherwise through ``fault.sh pids`` per host."""
         prefix = slurmctl.Lab(self.root).setting("SLAB_PFX")
@@ -252,15 +263,14 @@ class Lab:
         ):
             out: dict[str, list[int]] = {h: [] for h in hosts}
             for d in Path("/proc").iterdir():
-                rank = worker_rank(int(d.name)) if d.name.isdigit() else None
-                if rank is None:
+                if not d.name.isdigit() or worker_rank(int(d.name)) is None:
                     continue
                 ns = subprocess.run(["ip", "netns", "identify", d.name], capture_output=True, text=True).stdout
                 node = ns.strip().removeprefix(f"{prefix}-")
                 if node in out:
-                    out[node].append(rank)
-            return {h: sorted(r) for h, r in out.items()}
-        return {h: sorted(r for r in (worker_rank(p) for p in self.worker_pids(h)) if r is not None) for h in hosts}
+                    out[node].append(int(d.name))
+            return {h: sorted(p) for h, p in out.items()}
+        return {h: sorted(self.worker_pids(h)) for h in hosts}
 
 
 # ------------------------------------------------------------------------------------------- job watching
@@ -388,6 +398,41 @@ def kill_workers(lab: Lab, t: Target) -> Fault:
         f"workers {sorted(before)} gone"
         if before and not survived
         else f"workers before {sorted(before)}, still alive {sorted(survived)}",
+    )
+
+
+def kill_one_worker(lab: Lab, t: Target) -> Fault:
+    """One training process on the node SIGKILLed (its highest rank; the lab runs one per node), its agent left
+    running: with ``failover.in_place`` the agent starts that worker again alone. Notes every job node's worker pids
+    before the kill (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) for
+    :func:`chaos.local.scenarios.check_survivors_kept_in_place`; confirmed when that worker is gone."""
+    hosts = t.watch.get("hosts") or [t.node]
+    before = lab.workers_by_host(hosts)
+    ranked = sorted(before.get(t.node, []), key=lambda p: worker_rank(p) if worker_rank(p) is not None else -1)
+    if not ranked:
+        return Fault(f"kill one worker on {t.node}", time.time(), False, f"no training worker on {t.node}")
+    pid, rank = ranked[-1], worker_rank(ranked[-1])
+    start = time.time()
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 2
+    while _proc_state(pid) not in (None, "Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    gone = _proc_state(pid) in (None, "Z", "X")
+    t.watch["in_place_pending"] = True
+    t.watch["facts"] = {
+        **t.watch.get("facts", {}),
+        "in_place_kill": {"pid": pid, "node": t.node, "before": before, "after": {}},
+        "memory_interval": 1,
+    }
+    say(f"{t.scenario}: SIGKILLed rank {rank} (pid {pid}) on {t.node} after step {t.last_step}; its agent lives")
+    return Fault(
+        f"kill rank {rank} on {t.node}",
+        start,
+        gone,
+        f"worker pid {pid} (rank {rank}) " + ("gone" if gone else "still running 2 s after SIGKILL"),
     )
 
 
@@ -576,6 +621,11 @@ def agents_noticed(logs: list[tuple[float, str]]) -> list[float]:
     """An agent logged its failed worker group or the rendezvous re-forming (torch's lines, the c10d agent's or
     the etcd rendezvous's: training.goodput.analysis.DETECT_RE knows them all)."""
     return sorted(torchrun_detections(logs))
+
+
+def in_place_noticed(logs: list[tuple[float, str]]) -> list[float]:
+    """The killed worker's agent logged replacing it (``[agent] in-place: worker rank ...``), or a group failure."""
+    return sorted(agents_noticed(logs) + [t for t, line in logs if "[agent] in-place: worker rank " in line])
 
 
 def store_unreachable_logged(logs: list[tuple[float, str]]) -> list[float]:
@@ -859,6 +909,20 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 (check_restarted_in_allocation, check_resumed_newest),
                 noticed=agents_noticed,
                 title="kill the training processes on a node -> torchrun restart, no requeue",
+            ),
+            SlurmScenario(
+                "worker-kill-in-place",
+                kill_one_worker,
+                Expectation(restart=False),
+                (check_survivors_kept_in_place, check_recomputed_in_place, check_no_requeue),
+                target=training_host_off_rank0,
+                noticed=in_place_noticed,
+                # never the math (the same reference): in-place recovery restores from the in-memory snapshots; 1 s
+                # between steps (wall time only) keeps the job training while the harness notes the workers after
+                # the recovery (a tiny job's last steps were over before the look, 2026-11-29)
+                train_args=("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1"),
+                title="SIGKILL one training process of a failover.in_place job -> its node's agent replaces it alone, "
+                "the other workers keep their processes and recover in place: no restart, no requeue",
             ),
             SlurmScenario(
                 "preemption",
@@ -1274,6 +1338,12 @@ class Runner:
             nodes = [h for h, r in ranks.items() if r and h != watch.get("killed_node")]
             if nodes:
                 watch["final_nodes"] = nodes
+        if watch.get("in_place_pending") and any(
+            r["event"] == "in_place" and r["time"] > fault_t for r in records or []
+        ):  # the survivors recovered in place: every node's workers now (worker-kill-in-place)
+            watch["in_place_pending"] = False
+            kill = watch["facts"]["in_place_kill"]
+            kill["after"] = self.lab.workers_by_host(list(kill["before"]))
         if info.restarts > watch["restarts0"] and "requeued" not in watch:
             watch["requeued"] = time.time()
             res.events.append({"time": watch["requeued"], "kind": "requeue", "label": "requeued"})

@@ -52,6 +52,10 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   every training pod SIGSTOPped once step N is logged, the job held at a step boundary (``--fault.hold_file``, added
   to the node pods' training args) until every hot-spare pod runs workers, let go, the agents SIGCONTed once their
   workers are gone; the Job controller meanwhile does what the runtime says with the fenced pods' exit 9.
+* **A worker killed inside a pod** (fault ``kill-worker:<node>@N``, :mod:`testbed.k8s_worker_kill`): one training
+  worker of that node pod SIGKILLed, its PID 1 (the agent) left running, so the kubelet and the Job controller see
+  nothing; the report's ``worker_kills`` has every node pod's worker pids before the kill and once the job recovered.
+  With ``failover.in_place`` the pod's agent replaces that worker alone; without it the agents restart their groups.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
 * **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
   ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
@@ -89,6 +93,7 @@ from typing import Any, Callable
 import yaml
 
 from cluster_assets.k8s import schema
+from testbed.k8s_worker_kill import KILL_WORKER, WorkerKill, read_records
 from testbed.trainer_status_server import TrainerStatusServer
 from training.job.lifecycle import WORKER_NAME_PREFIX
 
@@ -731,7 +736,8 @@ class Fault:
     replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare)
     once the job logged step ``at_step``. ``freeze-agents`` (target ``training`` only) is the split brain: the
     torchrun agents of every training pod SIGSTOPped until the hot-spare pods run a second worker group
-    (:meth:`Emulator._inject_freeze`)."""
+    (:meth:`Emulator._inject_freeze`). ``kill-worker`` (a node index only) SIGKILLs one training worker inside that
+    node pod, not the pod: its PID 1, the agent, lives on (:mod:`testbed.k8s_worker_kill`)."""
 
     kind: str
     rank: int
@@ -740,18 +746,25 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
-        m = re.fullmatch(r"(kill|delete|evict|freeze-agents):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
+        kinds = "kill-worker|kill|delete|evict|freeze-agents"
+        m = re.fullmatch(rf"({kinds}):(?:(\d+)|([a-z][-a-z0-9]*?)(?:-(\d+))?)@(\d+)", text)
         if not m:
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
                 "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
                 "kill:training@4 (a node pod that trains, not a hot spare); KIND "
-                f"kill|delete|evict, or {FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
+                f"kill|delete|evict, {KILL_WORKER}:0@4 (one worker inside node 0's pod), or "
+                f"{FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
             )
         if m.group(1) == FREEZE_AGENTS and (m.group(3) != TRAINING_TARGET or m.group(4)):
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: {FREEZE_AGENTS} freezes the agents of every training pod; write "
                 f"{FREEZE_AGENTS}:{TRAINING_TARGET}@{m.group(5)}"
+            )
+        if m.group(1) == KILL_WORKER and m.group(2) is None:
+            raise argparse.ArgumentTypeError(
+                f"fault {text!r}: {KILL_WORKER} kills one worker inside a node pod; name the pod's index, e.g. "
+                f"{KILL_WORKER}:0@{m.group(5)}"
             )
         if m.group(2) is not None:
             return cls(m.group(1), int(m.group(2)), int(m.group(5)))
@@ -832,6 +845,7 @@ class Emulator:
         self.trainer_status = None  # the Trainer's TrainJob status endpoint (started with the first node pod)
         self.hold_file: Path | None = None  # the freeze-agents fault's hold (--fault.hold_file), when one is asked
         self._fault_threads: list[threading.Thread] = []  # faults that outlast the step they fire at
+        self.worker_kills: list[WorkerKill] = []  # kill-worker faults and what followed them
 
     # ----------------------------------------------------------------------------------- the cluster's etcd
     def needs_etcd(self) -> bool:
@@ -1207,6 +1221,7 @@ class Emulator:
             step = progress() if (progress and pending) else 0
             while pending and step >= pending[0].at_step:
                 self._inject(pending.pop(0), jobs, step)
+            self._observe_worker_kills(jobs)
             for j in jobs:
                 failure = self._job_controller(j, attempt)
                 if failure:
@@ -1267,6 +1282,9 @@ class Emulator:
         return None
 
     def _inject(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        if f.kind == KILL_WORKER:
+            self._inject_worker_kill(f, jobs, step)
+            return
         if f.kind == FREEZE_AGENTS:
             self._inject_freeze(jobs, step)
             return
@@ -1302,6 +1320,34 @@ class Emulator:
             if f.kind == "evict":
                 target.conditions.add("DisruptionTarget")
             threading.Thread(target=target.terminate, args=(j.t.grace_s,), daemon=True).start()
+
+    def _node_pods(self, jobs: list[JobRun]) -> dict[int, Pod]:
+        node = next((x for x in jobs if x.t.name == "node"), None)
+        return {i: p for i, p in node.pods.items() if p.exit_code is None} if node else {}
+
+    def _inject_worker_kill(self, f: Fault, jobs: list[JobRun], step: int) -> None:
+        """SIGKILL one training worker inside node pod ``f.rank``, not the pod (:mod:`testbed.k8s_worker_kill`)."""
+        kill = WorkerKill.inject(self._node_pods(jobs), f.rank, step)
+        if kill is None:
+            self._event("fault skipped", f"no training worker in a running node {f.rank} pod")
+            return
+        self.worker_kills.append(kill)
+        self.fault_log.append(kill.entry)
+        self._event(f"fault {KILL_WORKER}", f"{kill.entry['evidence']} at step {step}")
+
+    def _observe_worker_kills(self, jobs: list[JobRun]) -> None:
+        """After a kill-worker fault: the agents' notice (a detection) and the workers once the job recovered."""
+        pending = [k for k in self.worker_kills if k.noticed is None or k.after is None]
+        if not pending:
+            return
+        pods, path = self._node_pods(jobs), self.metrics_path()
+        for k in pending:
+            was = k.noticed
+            k.observe(pods, lambda: read_records(path))
+            if was is None and k.noticed is not None:
+                self.events.append(Event(k.noticed, "worker failure noticed", f"an agent in {k.entry['pod']}"))
+                took = k.noticed - k.entry["time"]
+                self.echo(f"[emulator] worker failure noticed: an agent's log line, {took:.2f} s after the kill")
 
     def _inject_freeze(self, jobs: list[JobRun], step: int) -> None:
         """The split brain (:func:`chaos.split_brain.freeze_agents`), in a thread so that the Job controller goes on
@@ -1475,7 +1521,9 @@ def main(argv: list[str] | None = None) -> int:
         help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
         "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
         "repeatable; "
-        f"KIND kill|delete|evict; {FREEZE_AGENTS}:{TRAINING_TARGET}@4: the split brain (the agents of every "
+        f"KIND kill|delete|evict; {KILL_WORKER}:0@4: one training worker inside node 0's pod SIGKILLed, not the pod "
+        "(failover.in_place: its agent replaces it alone); "
+        f"{FREEZE_AGENTS}:{TRAINING_TARGET}@4: the split brain (the agents of every "
         "training pod SIGSTOPped until the hot-spare pods train; needs --spares per training pod)",
     )
     p.add_argument(

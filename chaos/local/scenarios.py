@@ -745,7 +745,8 @@ def check_survivors_kept_in_place(obs: Observation) -> Check:
         return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
     before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
     survivors, new = before - {seen["pid"]}, after - before
-    new_on_node = _pids(ps for node, ps in seen["after"].items() if int(node) == int(seen["node"]))
+    # nodes by index (local, the emulator's pods) or host name (Slurm); a report read back from JSON has str keys
+    new_on_node = _pids(ps for node, ps in seen["after"].items() if str(node) == str(seen["node"]))
     ok = len(recovered) == 1 and attempts == 1 and survivors <= after and len(new) == 1 and new <= new_on_node
     return Check(
         name,

@@ -208,6 +208,20 @@ def _torchrun_rendezvous_defaults(args) -> None:
         args.master_port = 29500
 
 
+#: The address other nodes reach a ``failover.in_place`` worker's own store server at (training.job.failover reads it).
+INPLACE_HOST_ENV = "T5F_INPLACE_HOST"
+
+
+def in_place_store_host(local_addr: str | None) -> str:
+    """This node's address for its in-place workers' store servers: the one the ``t5-etcd`` rendezvous gives its
+    peers for this node (torchrun's ``--local-addr``, else the fully qualified host name), never the loopback the
+    worker would take by itself: on separate hosts (the Slurm lab's network namespaces, a cluster's pods) a peer
+    connecting to 127.0.0.1 reaches its own host, and the first epoch's group never forms."""
+    import socket
+
+    return local_addr or socket.getfqdn()
+
+
 def _in_place(args) -> bool:
     """Whether this node's workers recover in place (``failover.in_place`` of a training job on the ``t5-etcd``
     rendezvous, whose etcd keeps their membership board): then one dead worker is replaced alone
@@ -314,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     node_watchdogs += [watchdog] if watchdog is not None else []
     if on_etcd and watchdog is not None:
         etcd_handler.set_on_lost(lambda lost: watchdog.kill_all(f"their round lost {lost}"))
+    if _in_place(args):  # before the warm workers' forkserver (and so every worker) takes this environment
+        os.environ.setdefault(INPLACE_HOST_ENV, in_place_store_host(args.local_addr))
     if warm:
         warm_workers.start_forkserver()
         warm_workers.drop_exit_tracebacks()

@@ -37,10 +37,11 @@ def emulate(
     *faults: str,
     reference: Path | None = None,
     cli: tuple[str, ...] = (),
+    train_args: tuple[str, ...] = TRAIN_ARGS,
 ) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """Render with the CLI (``cli``: extra submit options), run the emulator CLI; returns (process, report, fsx
-    dir)."""
-    _, _, text = render(name, *TRAIN_ARGS, cli=cli)
+    """Render with the CLI (``cli``: extra submit options; ``train_args``: the TrainJob's training arguments), run
+    the emulator CLI; returns (process, report, fsx dir)."""
+    _, _, text = render(name, *train_args, cli=cli)
     manifests = tmp / f"{name}.yaml"
     manifests.write_text(text)
     fsx, rep = tmp / "fsx", tmp / f"{name}-report.json"
