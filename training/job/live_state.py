@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 
@@ -38,8 +39,21 @@ class LiveState:
     rng: dict[str, torch.Tensor]
 
     @classmethod
-    def capture(cls, *, step: int, model, optimizer, scheduler, progress, rng: dict[str, torch.Tensor]) -> "LiveState":
+    def capture(
+        cls, *, step: int, model, optimizer, scheduler, progress, rng: dict[str, torch.Tensor]
+    ) -> "LiveState | None":
+        """None when the shards cannot be had (the rank then restores as before). A collective that failed inside
+        the forward or backward leaves FSDP2's unsharded parameters registered on its modules: the root's public
+        ``reset_iter_state()`` (torch's recovery step after an exception mid-forward or mid-backward: it reshards
+        every group and discards the failed iteration's gradients) comes first."""
+        if isinstance(model, FSDPModule):
+            try:
+                model.reset_iter_state()
+            except Exception:  # noqa: BLE001 - an in-flight collective's error again: restore instead
+                return None
         params = list(model.named_parameters())
+        if not all(isinstance(p, DTensor) for _, p in params):
+            return None
         return cls(
             step=step,
             params=[(n, _local(p.detach())) for n, p in params],
@@ -51,21 +65,18 @@ class LiveState:
             rng=rng,
         )
 
-    def install(self, *, model, optimizer, scheduler, progress, rng_state) -> None:
-        """Copy this state into the freshly built objects (same rank, same world: the local shards' shapes match;
-        a mismatch raises, naming the parameter)."""
+    def install(self, *, model, optimizer, scheduler, progress, rng_state) -> str:
+        """Copy this state into the freshly built objects; "" when done, else why not (the shards' names or shapes
+        differ: nothing is copied and the rank restores as before)."""
         params = list(model.named_parameters())
-        names = [n for n, _ in params]
-        if names != [n for n, _ in self.params]:
-            raise RuntimeError("live state: the rebuilt model's parameters differ from the survivor's")
+        if [n for n, _ in params] != [n for n, _ in self.params]:
+            return "the rebuilt model's parameters are not the survivor's"
+        for (name, p), (_, old) in zip(params, self.params):
+            if _local(p).shape != old.shape:
+                return f"{name}'s local shard is {tuple(_local(p).shape)}, was {tuple(old.shape)}"
         with torch.no_grad():
-            for (name, p), (_, old) in zip(params, self.params):
-                dst = _local(p)
-                if dst.shape != old.shape:
-                    raise RuntimeError(
-                        f"live state: {name}'s local shard is {tuple(dst.shape)}, was {tuple(old.shape)}"
-                    )
-                dst.copy_(old)
+            for (_, p), (_, old) in zip(params, self.params):
+                _local(p).copy_(old)
             for (_, b), (_, old) in zip(model.named_buffers(), self.buffers):
                 _local(b).copy_(old)
             for (_, p), state in zip(params, self.optim):
@@ -76,6 +87,7 @@ class LiveState:
         scheduler.load_state_dict(self.scheduler)
         progress.load_state_dict(self.progress)
         rng_state.load_state_dict(self.rng)
+        return ""
 
 
 def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:

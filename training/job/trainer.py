@@ -635,7 +635,10 @@ class Trainer:
         self._build_model(prebuilt)
         t = part("model", t)
         if live is not None:
-            live.install(rng_state=self.rng, **self._train_objects())
+            not_kept = live.install(rng_state=self.rng, **self._train_objects())
+            if not_kept:
+                say(f"rank {self.rank}: live state not kept ({not_kept}): restoring it")
+                live = None
             t = part("keep", t)
         self._build_checkpointing()
         t = part("checkpointing", t)
