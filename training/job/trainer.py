@@ -605,6 +605,11 @@ class Trainer:
         newest step every shard holds in memory: this rank's own, a peer's, re-cut when the world changed)."""
         t0, held = time.time(), self.progress.step
         parts: dict[str, float] = {}
+        # The old watchdog watches the old group's heartbeats, the dead rank's too: left running it ended this
+        # survivor when the replacement's start took the heartbeat bound (make chaos-test under load, a group
+        # restart). The recovery has its own bound (failover.in_place_bound_s); a new one starts on the new group.
+        self.watchdog.close()
+        self.watchdog = None
 
         def part(name: str, since: float) -> float:
             now = time.time()

@@ -6,7 +6,8 @@ one node, rank 1 SIGKILLed after step 2), both bitwise equal to an uninterrupted
   is on the node, the survivors keep ranks 0 and 2 (the replacement takes rank 1), read nothing and copy their live
   shards (the ``in_place`` record's ``sources``: live, own, live); the replacement's restore still pairs up.
 * The kill lands halfway through that snapshot (``fault.kill_in_snapshot_at_step``): step 2 is not whole, every
-  rank restores step 1 from its node (sources: own, own, own), the survivors rolling back one step."""
+  rank restores step 1 from its node (sources: own, own, own), the survivors rolling back one step; the workers
+  start cold, so the survivors wait for the replacement longer than the peer heartbeat bound."""
 
 from __future__ import annotations
 
@@ -38,18 +39,25 @@ def reference(tmp_path_factory) -> Path:
     return latest_complete(str(out / "checkpoints"))
 
 
-def recover_in_place(out: Path, fault: str) -> dict:
+def recover_in_place(out: Path, fault: str, *extra: str, env: dict[str, str] | None = None) -> dict:
     """Launch with failover.in_place and the fault on rank 1 after step 2; the run's one ``in_place`` record."""
     argv = [sys.executable, "-m", "training.launch", "--nodes", "1", "--nproc-per-node", str(WORLD), "--", *ARGS]
     argv += ["--job.out_dir", str(out), fault, str(KILL_AFTER), "--fault.rank", "1", "--failover.in_place", "true"]
-    r = subprocess.run(argv, cwd=ROOT, env=ENV | {"T5F_MEMORY_DIR": str(out / "shm")}, capture_output=True, text=True)
+    env = ENV | {"T5F_MEMORY_DIR": str(out / "shm")} | (env or {})
+    r = subprocess.run([*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True)
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-4000:]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     (rec,) = [m for m in metrics if m["event"] == "in_place"]
     assert sum(m["event"] == "start" for m in metrics) == 1, log[-4000:]  # rank 0 kept its process
     assert rec["held_step"] == KILL_AFTER and rec["world_size"] == WORLD
-    print(f"{fault}: recovery {rec['seconds']:.2f} s {rec['parts']}; sources {rec['sources']}")
+    steps = [m for m in metrics if m["event"] == "step"]
+    killed_at = next(m["time"] for m in steps if m["step"] == KILL_AFTER)
+    next_step = next(m["time"] for m in steps if m["time"] > killed_at) - killed_at
+    print(
+        f"{fault}: kill -> next step {next_step:.2f} s; recovery {rec['seconds']:.2f} s {rec['parts']}; "
+        f"{rec['sources']}"
+    )
     return rec
 
 
@@ -61,8 +69,13 @@ def test_survivors_holding_the_resumed_step_keep_their_live_state(tmp_path, refe
     assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
 
 
-def test_survivors_that_must_roll_back_a_step_restore_it(tmp_path, reference):
-    rec = recover_in_place(tmp_path, "--fault.kill_in_snapshot_at_step")
+def test_survivors_that_must_roll_back_a_step_restore_it_and_outwait_a_cold_replacement(tmp_path, reference):
+    # A cold replacement (torch imported again: 6-7 s here) starts after the peer heartbeat bound (5 s): the
+    # survivors' old watchdog, still watching the dead rank, ended them into a group restart before it was closed
+    # at the recovery's start. The recovery's own bound is raised to outwait it on a loaded host.
+    cold = {"T5_WARM_WORKERS": "0"}
+    bounds = ("--failover.in_place_bound_s", "40", "--parallel.heartbeat_timeout_s", "3")
+    rec = recover_in_place(tmp_path, "--fault.kill_in_snapshot_at_step", *bounds, env=cold)
     assert rec["resumed_from"] == KILL_AFTER - 1
     assert rec["sources"] == ["own", "own", "own"]
     assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
