@@ -364,6 +364,10 @@ class FaultConfig:
     """If > 0: rank `fault.rank` stops itself (SIGSTOP, as a node that goes silent: its sockets stay open) at the
     start of this step's checkpoint write (once per out_dir): its peers must give up after the checkpoint
     collectives' bound (checkpoint.min_timeout_s), not checkpoint.timeout_s."""
+    sigkill_after_snapshot_at_step: int = 0
+    """If > 0: rank `fault.rank` SIGKILLs itself right after this step once its in-memory snapshot of the step is
+    written (once per out_dir): its shard of the step is on its node, so the survivors of an in-place recovery
+    resume at the step they hold (with `sigkill_at_step` the copy may still be running: one step back)."""
     kill_in_snapshot_at_step: int = 0
     """If > 0: rank `fault.rank` SIGKILLs itself halfway through copying this step's in-memory snapshot
     (once per out_dir): the previous snapshot must be the one restored."""

@@ -110,6 +110,9 @@ class CheckpointManager:
         self.memory.round = gen.round if gen else None  # each snapshot carries it (the fence's restore rule)
         self.restored_from: dict | None = None
         """Where the state came from: {"tier": memory|peer|storage, "step", ...}; None for a fresh start."""
+        self.sources: list[str] | None = None
+        """Where each rank's state came from, by rank: 'own', 'peer', 'live' (memory: see
+        :meth:`training.checkpoint.memory.MemoryTier.restore`), 'storage'; None for a fresh start."""
 
     def _before_commit(self, step: int) -> dict:
         """Rank 0, a checkpoint's data written: the fault point, then the fence (its fields go into the marker)."""
@@ -122,9 +125,11 @@ class CheckpointManager:
         return self.storage.accepted
 
     # ---- restore ---------------------------------------------------------------------------------
-    def restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
+    def restore(self, state: dict[str, Any], model_only: dict[str, Any], *, held: int | None = None) -> int | None:
         """Collective. Load the newest state (policy above) into ``state``; a fresh start with
         checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh.
+        ``held``: the step ``state`` already holds at this rank and world size (a survivor of an in-place recovery
+        whose shards did not move): when the memory tier chooses it, this rank reads nothing (``sources``: 'live').
 
         A resumed state has every buffer an async save copies: the storage tier allocates its copies now, not on
         the first save's step."""
@@ -134,18 +139,19 @@ class CheckpointManager:
         self.fence.set_aside_stale(self.storage.root, restored)  # rank 0, before any rank scans the directory
         self.memory.stale = lambda rnd, step: stale_checkpoints({step: rnd}, restored).get(step)
         dist.barrier(group=self.storage.group)
-        step = self._restore(state, model_only)
+        step = self._restore(state, model_only, held)
         self.fence.record_restore(step or 0)
         if step is not None:
             self.storage.prepare(state)
         return step
 
-    def _restore(self, state: dict[str, Any], model_only: dict[str, Any]) -> int | None:
+    def _restore(self, state: dict[str, Any], model_only: dict[str, Any], held: int | None) -> int | None:
         newest = latest_complete(self.cfg.dir)
         storage_step = parse_step(newest) if newest else 0
         if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory
-            got = self.memory.restore(state, storage_step=storage_step)
+            got = self.memory.restore(state, storage_step=storage_step, held=held)
             if got is not None:
+                self.sources = list(got.sources)
                 where = (
                     "every rank from its own node"
                     if got.tier == "memory"
@@ -189,6 +195,7 @@ class CheckpointManager:
             f"{self.storage.world_size}) in {self.cfg.dir}"
         )
         self.restored_from = {"tier": "storage", "step": info["step"]}
+        self.sources = ["storage"] * self.storage.world_size
         if self.memory.skipped and not self.cfg.load_step:
             self.restored_from["skipped"] = list(self.memory.skipped)
         self._say_initial_load_unused(info["step"])

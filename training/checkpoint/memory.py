@@ -98,6 +98,10 @@ WARMUP_SNAPSHOTS = 2
 FIXED_JUDGED_AFTER = 3
 
 
+#: Where a rank's restored state came from (:attr:`Restored.sources`): its own node's snapshot, a holder, or live.
+SOURCES = ("own", "peer", "live")
+
+
 @dataclass(frozen=True)
 class Restored:
     step: int
@@ -108,6 +112,9 @@ class Restored:
     """The world size the snapshot was taken at, when it differs from now (the shards were re-cut)."""
     skipped: tuple[dict, ...] = ()
     """The damaged generations skipped on the way (see :meth:`MemoryTier.restore`)."""
+    sources: tuple[str, ...] = ()
+    """Where each rank's state came from, by rank: 'own' (its node's snapshot), 'peer' (some of it sent by a
+    holder), 'live' (its state objects already held the step: a survivor of an in-place recovery, nothing read)."""
 
 
 def run_key(checkpoint_dir: str) -> str:
@@ -715,13 +722,17 @@ class MemoryTier:
         )
         return record
 
-    def _check_mine(self, inventory: list[tuple[int, int, int, str]], storage_step: int) -> list[dict]:
+    def _check_mine(
+        self, inventory: list[tuple[int, int, int, str]], storage_step: int, held: int | None = None
+    ) -> list[dict]:
         """Verify the generations of this node that this rank answers for (its node's ranks split them by saved
         rank) and that could be restored (newer than storage); the damaged ones are named, moved aside and
-        returned."""
+        returned. Not this rank's own copy of the step ``held`` live: only this rank would read it, and it will not."""
         damaged = []
         for s, w, step, kind in inventory:
             if step <= storage_step or s % self.local_world != self.rank % self.local_world:
+                continue
+            if (s, w, step, kind) == (self.rank, self.world, held, "own"):
                 continue
             gens = _Generations(self.root, f"{kind}-r{s}-w{w}")
             for slot in (0, 1):
@@ -753,15 +764,20 @@ class MemoryTier:
                         log.warning("WARNING: memory snapshot %s of step %d not used: %s", prefix, step, why)
         return sorted(found)
 
-    def restore(self, state: dict[str, Any], *, storage_step: int) -> Restored | None:
+    def restore(self, state: dict[str, Any], *, storage_step: int, held: int | None = None) -> Restored | None:
         """Collective. Load the newest step whose every shard is in some node's memory (own node or a peer's
         replica), if newer than `storage_step`; None means: load from storage. A snapshot taken at another
-        world size is re-cut to this one (FSDP's even split on dim 0), with the shards it needs sent over."""
+        world size is re-cut to this one (FSDP's even split on dim 0), with the shards it needs sent over.
+
+        ``held``: the step ``state`` already holds at this rank and world size (a survivor of an in-place recovery
+        whose shards did not move). When that step is chosen and this rank's own copy of it is on its node, nothing
+        is read or checked for this rank (``mine`` 'live'); it still sends what its peers need, so every
+        collective pairs up as in any restore."""
         if not self.enabled:
             return None
         t0 = time.perf_counter()
         mine = self._inventory()
-        damaged = self._check_mine(mine, storage_step)
+        damaged = self._check_mine(mine, storage_step, held)
         node = f"{socket.gethostname()}:{self.root}"  # the ranks of one node list the same files
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, (node, mine, damaged), group=self.group)
@@ -784,7 +800,7 @@ class MemoryTier:
         ok, tier = 1, "memory"
         try:
             if world == self.world:
-                tier = self._restore_same_world(state, step, search.holders)
+                tier = self._restore_same_world(state, step, search.holders, live=step == held)
             else:
                 tier = self._restore_resharded(state, step, world, search.holders, search.usable)
         except Exception as e:  # noqa: BLE001 - any rank failing sends every rank to storage
@@ -796,28 +812,37 @@ class MemoryTier:
                 e,
             )
             ok = 0
-        agreed = torch.tensor([ok, 1 if tier == "peer" else 0], dtype=torch.int64)
-        dist.all_reduce(agreed[:1], op=dist.ReduceOp.MIN, group=self.group)
-        dist.all_reduce(agreed[1:], op=dist.ReduceOp.MAX, group=self.group)
-        if not int(agreed[0]):
+        # every rank's outcome and source in one collective: any failure sends every rank to storage
+        everyone = [torch.zeros(2, dtype=torch.int64) for _ in range(self.world)]
+        mine = torch.tensor([ok, SOURCES.index(tier if tier in SOURCES else "own")], dtype=torch.int64)
+        dist.all_gather(everyone, mine, group=self.group)
+        if not all(int(t[0]) for t in everyone):
             return None
+        sources = tuple(SOURCES[int(t[1])] for t in everyone)
         self._forget_other_worlds()
         self.restored = Restored(
             step=step,
-            tier="peer" if int(agreed[1]) else "memory",
+            tier="peer" if "peer" in sources else "memory",
             seconds=time.perf_counter() - t0,
             resharded_from=None if world == self.world else world,
             skipped=tuple(self.skipped),
+            sources=sources,
         )
         return self.restored
 
-    def _restore_same_world(self, state: dict[str, Any], step: int, holders) -> str:
+    def _restore_same_world(self, state: dict[str, Any], step: int, holders, *, live: bool = False) -> str:
+        """This rank's shard of ``step`` from its node or its holder; 'live' (nothing read) when ``live`` (the
+        state already holds it) and its own node has it. Either way it sends the shards it holds for others."""
         plan = same_world_sources(holders, world=self.world, step=step)
-        meta, data = self._fetch(step, plan)
+        own = plan[self.rank] == (self.rank, "own")
+        got = self._fetch(step, plan, read_own=not (live and own))
+        if got is None:
+            return "live"
+        meta, data = got
         tensors = [v.clone() for v in _views(data, meta["layout"])]
         for key, obj in state.items():
             obj.load_state_dict(_join(meta["skeleton"][key], obj.state_dict(), tensors))
-        return "memory" if plan[self.rank] == (self.rank, "own") else "peer"
+        return "memory" if own else "peer"
 
     def _restore_resharded(self, state: dict[str, Any], step: int, old_world: int, holders, everyone) -> str:
         """Re-cut the `old_world` shards of `step` to this world: every rank gets the old shards its new rows
@@ -864,20 +889,26 @@ class MemoryTier:
             if w.isdigit() and int(w) != self.world:
                 p.unlink(missing_ok=True)
 
-    def _fetch(self, step: int, plan: dict[int, tuple[int, str]]) -> tuple[dict, torch.Tensor]:
-        """This rank's snapshot bytes: from this node's directory, or sent by the rank whose node holds them."""
+    def _fetch(
+        self, step: int, plan: dict[int, tuple[int, str]], read_own: bool = True
+    ) -> tuple[dict, torch.Tensor] | None:
+        """This rank's snapshot bytes: from this node's directory, or sent by the rank whose node holds them;
+        None when its own node holds them and ``read_own`` is False (what it holds for others is still sent)."""
         mine = None
         for s in range(self.world):
             holder, kind = plan[s]
             if holder == s and s == self.rank:
-                got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
-                mine = (got[1], got[2])
+                if read_own:
+                    got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
+                    mine = (got[1], got[2])
             elif holder != s and self.rank in (holder, s):
                 if self.rank == holder:
                     got = _Generations(self.root, f"{kind}-r{s}-w{self.world}").find(step)
                     _send_blob(_to_bytes(got[1]), got[2][: got[1]["nbytes"]], s, self.group)
                 else:
                     mine = _recv_blob(holder, self.group, self.copier.pool)
+        if plan[self.rank] == (self.rank, "own") and not read_own:
+            return None
         if mine is None or mine[0]["step"] != step:
             raise RuntimeError(f"snapshot of step {step} for rank {self.rank} not found")
         return mine

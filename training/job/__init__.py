@@ -18,6 +18,9 @@
   through the store, rebuild the process group in the same process;
 * :mod:`~training.job.failover`: the trainer's failover policy: today's full restart, or in-place recovery
   (``failover.in_place``) with its fall-back to that restart;
+* :mod:`~training.job.live_state`: what a survivor of an in-place recovery keeps instead of restoring it (its live
+  shards, optimizer state, schedule, progress, the step-end RNG);
+* :mod:`~training.job.prebuild`: the model's meta build on a thread while the process waits for its group;
 * :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
 * :mod:`~training.job.stragglers`: a rank persistently slower than the others: named, its node taken out for a spare;
 * :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out);

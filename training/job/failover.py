@@ -35,6 +35,7 @@ class FullRestart:
     """Today's behaviour: nothing is caught, nothing is re-formed."""
 
     catches: tuple[type[BaseException], ...] = ()  # `except ()` catches nothing: a failure ends the worker
+    overlaps_group = False  # the start's phases stay in order (the startup clock's figures as before)
 
     @staticmethod
     def peer_lost(error: BaseException) -> str:
@@ -69,6 +70,9 @@ class InPlace:
 
     # gloo reports a peer's reset connection as a plain RuntimeError: peer_lost() tells it from other errors
     catches: tuple[type[BaseException], ...] = (RuntimeError,)
+    # the model's meta build runs while the group forms (training.job.prebuild): a replacement's start is on the
+    # survivors' critical path
+    overlaps_group = True
 
     @staticmethod
     def peer_lost(error: BaseException) -> str:

@@ -86,13 +86,19 @@ class Faults:
     def ends_process_at(self, step: int) -> bool:
         """Whether :meth:`after_step` may SIGKILL or SIGSTOP a rank after `step` (the same answer on every rank): the
         trainer reads the step figures first, so that the metrics file holds the step's record as before."""
-        return _at(self.cfg.sigkill_at_step, step) or _at(self.cfg.stop_at_step, step)
+        return any(_at(x, step) for x in (self.cfg.sigkill_at_step, self.cfg.sigkill_after_snapshot_at_step)) or _at(
+            self.cfg.stop_at_step, step
+        )
 
-    def after_step(self, step: int) -> None:
-        """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once), the per-step sleep and the hold while
+    def after_step(self, step: int, snapshot_written: Callable[[], None] = lambda: None) -> None:
+        """After `step` is recorded: SIGKILL or SIGSTOP (fault.rank, once; ``snapshot_written`` waits for the step's
+        in-memory snapshot, for fault.sigkill_after_snapshot_at_step), the per-step sleep and the hold while
         fault.hold_file exists (every rank)."""
         if self._mine and _at(self.cfg.sigkill_at_step, step):
             self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step}")
+        if self._mine and _at(self.cfg.sigkill_after_snapshot_at_step, step):
+            snapshot_written()
+            self._signal_self_once(f"sigkill-step{step}", f"SIGKILLs itself after step {step} and its snapshot")
         if self.cfg.step_sleep_s:
             time.sleep(self.cfg.step_sleep_s)
         self._hold(step)

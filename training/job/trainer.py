@@ -55,6 +55,8 @@ from training.job.progress import (
 from training.job.failover import build as build_failover
 from training.job.inplace.agreement import InPlaceFailed
 from training.job.inplace.group import say
+from training.job.live_state import LiveState
+from training.job.prebuild import Prebuild
 from training.job.recovery import RecoveryNote
 from training.job.watchdog import PeerWatchdog
 from training.torch_private import optimizer_step_unless
@@ -130,6 +132,8 @@ class Trainer:
         self.clock.mark("device_init")
         # failover.in_place: the group forms through the job's etcd, and a lost peer is recovered in this process
         self.failover = build_failover(cfg, backend=backend)
+        # failover.in_place: the model's meta build overlaps the wait for the group (a replacement's, mostly)
+        prebuilt = self._prebuild() if self.failover.overlaps_group else None
         self.failover.join(timeout=timedelta(seconds=p.init_timeout_s))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.clock.mark("process_group")  # waits for every rank of the new group
@@ -153,7 +157,7 @@ class Trainer:
                 "--parallel.compile_cache_dir at a readable directory, or 'off'"
             )
             self.compile_cache, self.compile_cache_record = NoCompileCache(), None
-        self._build_model()
+        self._build_model(prebuilt)
         self.clock.mark("model_build")
         # One run per checkpoint.dir; half the start-up timeout for a lost previous incarnation's lock, since
         # the other ranks wait in a collective meanwhile. Taken at the job's first start (a joiner's rank 0 holds it).
@@ -208,11 +212,16 @@ class Trainer:
         self.watchdog.start()
         self.mesh = init_device_mesh(self.device.type, (self.world,), mesh_dim_names=self.failover.mesh_dims())
 
-    def _build_model(self) -> None:
-        """The model sharded over the mesh (FSDP2), its optimizer and schedule, and the state they make up."""
+    def _prebuild(self) -> Prebuild:
+        """The model's meta-device build on a thread (training.job.prebuild): it needs no group."""
+        return Prebuild(lambda: build_model_for_sharding(self.cfg.model, seed=self.cfg.job.seed), "model-prebuild")
+
+    def _build_model(self, prebuilt: Prebuild | None = None) -> None:
+        """The model sharded over the mesh (FSDP2), its optimizer and schedule, and the state they make up;
+        ``prebuilt``: its meta build, started while the group formed."""
         cfg, p = self.cfg, self.cfg.parallel
         # Built on the meta device; after sharding each rank materialises only its shards (training.model.meta_init).
-        built = build_model_for_sharding(cfg.model, seed=cfg.job.seed)
+        built = prebuilt.result() if prebuilt else build_model_for_sharding(cfg.model, seed=cfg.job.seed)
         self.model = built.model
         self.n_params = count_params(self.model)
         if p.activation_checkpointing:
@@ -292,8 +301,12 @@ class Trainer:
         self._joiner_agreed = bool(flag[3].item())
         return int(flag[0].item())
 
-    def _resume(self) -> int | None:
-        step = self.ckpt.restore(self.state, {"train": ModelOnly(self.model)})
+    def _train_objects(self) -> dict:
+        return dict(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, progress=self.progress)
+
+    def _resume(self, held: int | None = None) -> int | None:
+        """Restore (collective); ``held``: the step this rank's state objects already hold (CheckpointManager)."""
+        step = self.ckpt.restore(self.state, {"train": ModelOnly(self.model)}, held=held)
         if self.ckpt.restored_from and self.ckpt.restored_from["tier"] == "storage":
             self._apply_accepted_changes()
         return step
@@ -505,6 +518,7 @@ class Trainer:
             say=self.metrics.info,
         )
         self.resumed_at = self.recorded_step = self.progress.step
+        self._step_end_rng = self.rng.state_dict()
 
     def _loop(self) -> int:
         t = self.cfg.train
@@ -542,6 +556,7 @@ class Trainer:
         self.progress.tokens_seen += n_tokens
         self.progress.data_offset += t.global_batch
         step = self.progress.step
+        self._step_end_rng = self.rng.state_dict()  # what this step's snapshot holds; a survivor keeps it
         step_time = time.perf_counter() - t0
         # Past start-up: a hung or vanished peer must fail fast, within what the steps so far took
         self.tracker.step_done(step)
@@ -572,7 +587,7 @@ class Trainer:
         self._record_read_steps()  # the records whose figures are read (this step's too at a read point)
         if self.progress.step == self.resumed_at + 1:  # this attempt's first step compiled what it needs
             self._after_first_step()
-        self.faults.after_step(step)
+        self.faults.after_step(step, snapshot_written=self.ckpt.memory.wait)
         self.recovery.after_step(step)
         if sig:
             name = signal.Signals(sig).name
@@ -590,17 +605,26 @@ class Trainer:
         newest step every shard holds in memory: this rank's own, a peer's, re-cut when the world changed)."""
         t0, held = time.time(), self.progress.step
         parts: dict[str, float] = {}
+        # The old watchdog watches the old group's heartbeats, the dead rank's too: left running it ended this
+        # survivor when the replacement's start took the heartbeat bound (make chaos-test under load, a group
+        # restart). The recovery has its own bound (failover.in_place_bound_s); a new one starts on the new group.
+        self.watchdog.close()
+        self.watchdog = None
 
         def part(name: str, since: float) -> float:
             now = time.time()
             parts[name] = round(now - since, 3)
             return now
 
+        prebuilt = self._prebuild()  # overlaps the agreement's wait for the replacement
         membership = self.failover.recover(held)
         t = part("regroup", t0)
         old = self.ckpt
         old.close_after_recovery()  # its groups went with the old group; the snapshot in flight is written
+        moved = (self.rank, self.world) != (dist.get_rank(), dist.get_world_size())
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # Its shards did not move: keep the held step's state (training.job.live_state) instead of reading it back
+        live = None if moved else LiveState.capture(step=held, rng=self._step_end_rng, **self._train_objects())
         try:
             check_world(self.cfg, self.world)
         except ConfigError as e:
@@ -613,11 +637,17 @@ class Trainer:
         t = part("release", t)
         self._build_group_parts()
         t = part("group_parts", t)
-        self._build_model()
+        self._build_model(prebuilt)
         t = part("model", t)
+        if live is not None:
+            not_kept = live.install(rng_state=self.rng, **self._train_objects())
+            if not_kept:
+                say(f"rank {self.rank}: live state not kept ({not_kept}): restoring it")
+                live = None
+            t = part("keep", t)
         self._build_checkpointing()
         t = part("checkpointing", t)
-        resumed = self._resume()
+        resumed = self._resume(held=None if live is None else held)
         self.ckpt.check_no_clash(self.progress.step + 1, self.cfg.train.steps)
         part("restore", t)
         self._unrecorded, self._read_values = [], {}  # steps after the restored one are trained again
@@ -633,6 +663,7 @@ class Trainer:
             agreed_step=membership.step,
             resumed_from=resumed,
             restored_from=self.ckpt.restored_from,
+            sources=self.ckpt.sources,  # where each rank's state came from (live: kept, nothing read)
             seconds=round(seconds, 3),
             parts=parts,
         )

@@ -80,7 +80,7 @@ def test_the_agent_replaces_only_the_killed_worker_and_the_run_ends_bitwise_equa
     survivors = set(members[1]) - {dead}
     assert dead in members[1] and len(survivors) == WORLD - 1
     assert set(members[2]) == survivors | {replacement}  # the survivors' processes, and one new one
-    assert members[2][replacement] == (1, WORLD - 1, WORLD)  # started as rank 1, joins last
+    assert members[2][replacement] == (1, 1, WORLD)  # started as rank 1, takes rank 1 (the survivors keep theirs)
     assert "will restart worker group" not in log and "[recovery] worker group restarted" not in log
 
     metrics = records(out)

@@ -87,7 +87,8 @@ class Membership:
 
     Attributes:
         epoch: its number (1 for the first group).
-        members: member ids in rank order: the old members in their old order, then joiners by id.
+        members: member ids in rank order (:func:`in_rank_order`): the old members at their old ranks and the
+            joiners in the gone members' ranks when that fits, else the old members in their old order, then joiners.
         step: the step every member resumes at (-1: nobody holds state yet).
         store: ``host:port`` of rank 0's store server, where the new process group forms (under a prefix of
             this epoch's own).
@@ -159,8 +160,20 @@ MAX_STEP_GAP = 1
 
 
 def in_rank_order(entries: dict[str, CheckIn]) -> tuple[str, ...]:
-    """Old members by their old rank (they keep their relative order, so their shards move least), then joiners."""
-    return tuple(sorted(entries, key=lambda m: (entries[m].prev_rank < 0, entries[m].prev_rank, m)))
+    """Every old member keeps its old rank and the joiners (by id) take the ranks of the members gone, when that
+    fits: old rank 0 is in and no old rank is past the new world. Then a survivor's shards are where they were (it
+    keeps its live state instead of restoring it) and a replacement, whose id starts with the rank it replaces,
+    takes that rank's shard. Otherwise the old members keep their relative order (their shards move least) and
+    the joiners follow."""
+    old = sorted((e.prev_rank, m) for m, e in entries.items() if e.prev_rank >= 0)
+    joiners = sorted(m for m, e in entries.items() if e.prev_rank < 0)
+    if old and old[0][0] == 0 and old[-1][0] < len(entries):
+        slots: list[str | None] = [None] * len(entries)
+        for rank, m in old:
+            slots[rank] = m
+        free = iter(joiners)
+        return tuple(m if m is not None else next(free) for m in slots)
+    return tuple(m for _, m in old) + tuple(joiners)
 
 
 def propose(epoch: int, entries: dict[str, CheckIn]) -> Membership:
