@@ -81,6 +81,9 @@ class WorkerKill:
         ranked = sorted(workers, key=lambda p: (worker_rank(p) is None, worker_rank(p) or 0))
         pid = ranked[-1]
         rank = worker_rank(pid)
+        # what the agents say from now on: read before the kill, since an agent may log its notice before the wait
+        # for the pid below returns (a line read as already seen would leave the kill unnoticed)
+        offsets = {p.log_path: _size(p.log_path) for p in pods.values()}
         t = time.time()
         try:
             os.kill(pid, signal.SIGKILL)
@@ -101,7 +104,6 @@ class WorkerKill:
             + ("gone" if dead else "still running 2 s after SIGKILL")
             + f"; the pod's PID 1 (pid {pod.proc.pid}) {'running' if pod.proc.poll() is None else 'ended'}",
         }
-        offsets = {p.log_path: _size(p.log_path) for p in pods.values()}  # what the agents say from now on
         return cls(entry, index, pid, rank, before, _offsets=offsets)
 
     def observe(self, pods: dict[int, Any], records: Callable[[], list[dict]]) -> None:
