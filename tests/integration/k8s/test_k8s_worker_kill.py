@@ -22,7 +22,9 @@ def test_worker_kill_sees_an_agent_line_logged_while_the_fault_is_still_being_in
 
         def poll(self):
             with open(log, "a") as f:
-                f.write(f"E1129 api.py:836] failed (exitcode: -9) local_rank: 0 (pid: {worker.pid}) of fn: run_worker\n")
+                f.write(
+                    f"E1129 api.py:836] failed (exitcode: -9) local_rank: 0 (pid: {worker.pid}) of fn: run_worker\n"
+                )
             return None
 
     class Pod:
