@@ -9,9 +9,10 @@ its final weights equal the shared uninterrupted 2-rank run's (``tiny_reference`
 ``failover.in_place`` off is the agents' worker-group restart (every worker new, in both pods; still no pod
 replaced), and the in-place evidence fails there.
 
-2 pods x 2 workers is not what this runs: there, on gloo, a survivor whose collective peers were all survivors stays
-blocked past the agreement's bound and the job falls back to a full restart (docs/inprocess.md, "Left for the next
-slices").
+2 pods x 2 workers is not what this runs: there, on gloo, a survivor whose collective peers were all survivors can
+stay blocked; its agent now kills and replaces it (docs/inprocess.md, "Blocked survivors"; run with 4 ranks by
+tests/e2e/failover/test_inplace_blocked_rank_e2e.py), which this verdict (exactly one worker replaced) would count
+as a second replacement.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig
 
 from training.job.failover import member_id
-from training.job.inplace.agreement import Membership
+from training.job.inplace.agreement import CheckIn, Membership
 from training.launch import inplace_agent
 from training.launch.inplace_board import EtcdBoard
 from training.launch.rendezvous.client import EtcdClient
@@ -188,3 +188,32 @@ def test_the_job_finishing_without_a_replacement_that_never_joined_stops_it(etcd
     assert (
         f"{inplace_agent.PREFIX} the job finished without needing the replacement of rank 1: stopped it" in agent.err()
     )
+
+
+def test_a_worker_left_blocked_while_its_peers_recover_is_killed_and_replaced(etcd, tmp_path, monkeypatch, capfd):
+    """gloo cannot cut a blocked collective: a survivor not talking to the dead rank can stay blocked on survivors
+    that already left for the next epoch. Two workers of epoch 1 check in to epoch 2; the third never does (it is
+    blocked): ``blocked_s`` later its agent SIGKILLs it, reports it gone and starts its replacement, no restart
+    counted; the two that checked in keep their processes. Without a peer's check-in nobody is killed."""
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-blocked", max_restarts=0)
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        board = agent.rounds[0]
+        members = tuple(member_id(r, first[r][0]) for r in range(3))
+        board.decide(Membership(epoch=1, members=members, step=-1, store="127.0.0.1:1"))
+        time.sleep(1.5)  # an epoch with nobody checked in to the next one: nothing to kill
+        assert workers(tmp_path) == first and "has not checked in" not in agent.err()
+
+        for r in (0, 1):  # their collectives failed: they check in to epoch 2
+            board.check_in(2, CheckIn(members[r], 4, r, "127.0.0.1:1"))
+        second = wait_for(lambda: workers(tmp_path)[2] != first[2] and workers(tmp_path), timeout_s=10)
+        assert second[0] == first[0] and second[1] == first[1] and second[2][1] == 0  # no restart counted
+        assert board.gone() == {members[2]}
+        assert agent.thread.is_alive() and not agent.outcome
+    finally:
+        (tmp_path / "done").touch()
+        agent.thread.join(timeout=30)
+    said = [line for line in agent.err().splitlines() if line.startswith(inplace_agent.PREFIX)]
+    assert any(f"worker rank 2 (pid {first[2][0]}) has not checked in to epoch 2" in line for line in said), said
+    assert any(f"rank 2 (local rank 2, pid {first[2][0]}) died of SIGKILL: reported gone" in line for line in said)

@@ -1,0 +1,66 @@
+"""In-process recovery with more ranks than the dead one's collective peers: one simulated node, four ranks of the
+tiny model, rank 1 SIGKILLs itself after step 2 (``python -m training.launch``, its etcd, the project's agent).
+
+gloo cannot cut a blocked collective, and a survivor that was not talking to the dead rank can stay blocked on
+survivors that already left for the next epoch (their old group stays alive). Before the agent killed such a worker,
+this run fell back to a full restart every time (the survivors' agreement ran out of its bound waiting for rank 3).
+Now: the agent kills the blocked worker and replaces it like a killed one, every survivor that checked in keeps its
+process, nothing restarts the group, and the final weights equal an uninterrupted run's bit for bit."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, torchrun
+from tests.e2e.failover.test_inplace_agent_e2e import ENV, EPOCH, KILL, KILL_AFTER, STEPS, TINY, records
+from training.checkpoint import latest_complete
+from training.compare import compare
+
+pytestmark = pytest.mark.e2e
+WORLD = 4
+ARGS = [*TINY, "--train.global_batch", str(2 * WORLD), "--train.steps", str(STEPS), "--checkpoint.interval", "100"]
+ARGS += ["--checkpoint.memory_interval", "1"]
+REPLACED = re.compile(r"\[agent\] in-place: worker rank (\d+) \(local rank \d+, pid (\d+)\) died of SIGKILL")
+BLOCKED = re.compile(r"\[agent\] in-place: worker rank (\d+) \(pid (\d+)\) has not checked in to epoch 2")
+
+
+def test_four_ranks_the_agent_replaces_the_killed_and_the_blocked_workers_and_the_run_ends_bitwise_equal(tmp_path):
+    reference = torchrun(WORLD, *ARGS, "--job.out_dir", str(tmp_path / "reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    out = tmp_path / "inplace"
+    argv = [sys.executable, "-m", "training.launch", "--nodes", "1", "--nproc-per-node", str(WORLD), "--", *ARGS]
+    argv += ["--job.out_dir", str(out), *KILL, "--failover.in_place", "true"]
+    r = subprocess.run(
+        argv, cwd=ROOT, env=ENV | {"T5F_MEMORY_DIR": str(out / "shm")}, capture_output=True, text=True, timeout=240
+    )
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-4000:]
+    assert "will restart worker group" not in log and "[recovery] worker group restarted" not in log, log[-4000:]
+
+    first = {int(pid): int(rank) for e, _, pid, rank, _ in EPOCH.findall(log) if e == "1"}
+    second = {int(pid): int(rank) for e, _, pid, rank, _ in EPOCH.findall(log) if e == "2"}
+    replaced = {int(pid): int(rank) for rank, pid in REPLACED.findall(log)}
+    blocked = {int(pid): int(rank) for rank, pid in BLOCKED.findall(log)}
+    assert len(first) == WORLD and len(second) == WORLD, log[-4000:]
+    assert 1 in replaced.values() and set(blocked) <= set(replaced)  # the kill, and only blocked ones besides it
+    assert set(replaced) - set(blocked) == {pid for pid, rank in first.items() if rank == 1}
+    kept = set(first) - set(replaced)
+    assert kept and kept <= set(second)  # every survivor that was not killed kept its process and its rank
+    assert all(second[pid] == first[pid] for pid in kept)
+    assert sorted(second[pid] for pid in set(second) - kept) == sorted(replaced.values())
+
+    metrics = records(out)
+    assert sum(m["event"] == "start" for m in metrics) == 1
+    (rec,) = [m for m in metrics if m["event"] == "in_place"]
+    assert rec["held_step"] == KILL_AFTER and rec["world_size"] == WORLD
+    print(
+        f"4 ranks in place: ranks replaced {sorted(replaced.values())} (blocked: {sorted(blocked.values())}), "
+        f"recovery {rec['seconds']:.2f} s {rec['parts']}, resumed at {rec['resumed_from']}"
+    )
+    final = latest_complete(str(out / "checkpoints"))
+    assert final is not None and final.name.endswith(f"{STEPS:08d}")
+    assert compare(latest_complete(str(tmp_path / "reference" / "checkpoints")), final) == []
