@@ -167,7 +167,8 @@ def _check_etcd_start(args) -> int | None:
     from training.launch.rendezvous.start import StartRefused, check_start
 
     try:
-        check_start(args.rdzv_id, _job_identity(args), _rdzv_conf(args))
+        job_dir = job_out_dir(args.training_script_args) if _is_training(args) else None
+        check_start(args.rdzv_id, _job_identity(args), _rdzv_conf(args), job_dir=job_dir)
     except StartRefused as e:
         print(f"error: {e}" if e.code else str(e), file=sys.stderr, flush=True)
         return e.code

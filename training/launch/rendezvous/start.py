@@ -10,6 +10,13 @@ the rendezvous id is this job's. Each failure is one line naming the setting and
   (``join_timeout``, 600 s on Slurm) of "no etcd member answered". Members that answer as etcd but cannot serve
   yet (no leader) are an outage: waited for up to the join timeout. Once the store has answered, the handler
   treats an outage as one: it keeps trying and training goes on (:mod:`.handler`).
+* ...unless the store answered this job before. Every agent whose first contact succeeded notes it in the job's
+  output directory (:data:`ANSWERED_FILE`: the run id, the endpoints, when), which the job's nodes share. An agent
+  that starts later (a hot spare, a restarted node, a requeued Slurm step) and finds that note for its own run id
+  and endpoints takes members that refuse or do not take the connection for what they are then, an outage (the
+  same settings reached the store before), and waits up to the join timeout with one line saying so. Before, such
+  a spare ended with exit 2 after the window, and on Slurm its ``srun`` step ending requeued the whole job. A
+  certificate or protocol failure is still a setting: the note does not vouch for those files.
 * Credentials: a missing ``T5_ETCD_*`` variable or file, a wrong password, another job's prefix: one line.
 * Identity. A rendezvous id names one job. Its first agent records the job's identity (``T5_JOB_IDENTITY``, by
   default what the agent derives: the training's absolute ``--job.out_dir``) under the id's prefix (``job``,
@@ -42,6 +49,8 @@ FIRST_CONTACT_KEY, FIRST_CONTACT_ENV = "first_contact_timeout", "T5_ETCD_FIRST_C
 IDENTITY_ENV = "T5_JOB_IDENTITY"
 #: Where a new id comes from (said in the refusals).
 NEW_ID = "the launcher's --rdzv-id or T5_RDZV_ID; torchrun's --rdzv-id"
+#: The note, in the job's output directory, that this job's store answered one of its agents (module docstring).
+ANSWERED_FILE = ".membership-store-answered.json"
 T = TypeVar("T")
 
 
@@ -55,9 +64,10 @@ class StartRefused(RendezvousError):
         self.code = code
 
 
-def check_start(run_id: str, identity: str, conf: dict[str, str], env=None) -> None:
+def check_start(run_id: str, identity: str, conf: dict[str, str], env=None, job_dir: str | None = None) -> None:
     """Reach the store with the ``T5_ETCD_*`` settings and check that ``run_id`` is this job's (see the module
-    docstring); raises :class:`StartRefused`. ``conf``: torchrun's ``--rdzv-conf`` as a dict."""
+    docstring); raises :class:`StartRefused`. ``conf``: torchrun's ``--rdzv-conf`` as a dict; ``job_dir``: the
+    job's output directory, shared by its nodes (where the store's answer is noted; None: nowhere)."""
     env = os.environ if env is None else env
     window = first_contact_s(conf, env)
     try:
@@ -71,9 +81,44 @@ def check_start(run_id: str, identity: str, conf: dict[str, str], env=None) -> N
             creds,
             window,
             join_timeout_s=float(conf.get("join_timeout", 600)),
+            answered_before=answered_before(job_dir, run_id, creds),
         )
     finally:
         client.close()
+    note_answered(job_dir, run_id, creds)
+
+
+def _answer_note(run_id: str, creds: ClientCredentials) -> dict:
+    return {"run_id": run_id, "endpoints": sorted(creds.endpoints)}
+
+
+def answered_before(job_dir: str | None, run_id: str, creds: ClientCredentials) -> str:
+    """When this job's store answered one of its agents with these settings (the note in ``job_dir``), "" when
+    it never did (or nothing says so)."""
+    if not job_dir:
+        return ""
+    try:
+        with open(os.path.join(job_dir, ANSWERED_FILE)) as f:
+            note = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    same = isinstance(note, dict) and {k: note.get(k) for k in ("run_id", "endpoints")} == _answer_note(run_id, creds)
+    return str(note.get("at", "an unrecorded time")) if same else ""
+
+
+def note_answered(job_dir: str | None, run_id: str, creds: ClientCredentials) -> None:
+    """Note in ``job_dir`` that the store answered this job (best effort: a directory this agent cannot write,
+    e.g. not created yet, only loses the note)."""
+    if not job_dir:
+        return
+    path = os.path.join(job_dir, ANSWERED_FILE)
+    try:
+        os.makedirs(job_dir, exist_ok=True)
+        with open(f"{path}.{os.getpid()}", "w") as f:
+            json.dump({**_answer_note(run_id, creds), "at": _now(), "host": socket.gethostname()}, f)
+        os.replace(f"{path}.{os.getpid()}", path)
+    except OSError:
+        pass
 
 
 def first_contact_s(conf: dict[str, str], env) -> float:
@@ -97,10 +142,17 @@ def first_contact_s(conf: dict[str, str], env) -> float:
     return value
 
 
-def first_contact(call: Callable[[], T], creds: ClientCredentials, window_s: float, join_timeout_s: float) -> T:
+def first_contact(
+    call: Callable[[], T],
+    creds: ClientCredentials,
+    window_s: float,
+    join_timeout_s: float,
+    answered_before: str = "",
+) -> T:
     """``call()`` (the agent's first calls to the store), tried again while no member answers: for ``window_s``
     while what the endpoints did points at a setting (:func:`unreachable_setting`), up to ``join_timeout_s``
-    while members answer as etcd but cannot serve. A refusal ends at once (:func:`refused_setting`)."""
+    while members answer as etcd but cannot serve, or do not take the connection when the store answered this
+    job before (``answered_before``: when). A refusal ends at once (:func:`refused_setting`)."""
     start, said = time.monotonic(), False
     while True:
         try:
@@ -110,6 +162,18 @@ def first_contact(call: Callable[[], T], creds: ClientCredentials, window_s: flo
         except StoreUnavailable as e:
             waited = time.monotonic() - start
             line = unreachable_setting(e, creds)
+            if line is not None and answered_before and _no_connection(e):
+                if not said:
+                    seen = line.split(": ", 1)[1].rsplit(": ", 1)[0]  # what was seen where, without the fix
+                    print(
+                        f"[rendezvous] waiting for the membership store (up to the join timeout, "
+                        f"{join_timeout_s:g} s): {seen}; these settings reached it for this job at "
+                        f"{answered_before}, so this is an outage, not a setting",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                line = None
             if line is not None and waited > window_s:
                 raise StartRefused(
                     f"the membership store never answered this agent within {window_s:g} s: {line}"
@@ -193,6 +257,14 @@ def unreachable_setting(e: StoreUnavailable, creds: ClientCredentials) -> str | 
         else getattr(creds, next(n for n, v in ClientCredentials.ENV.items() if v == var))
     )
     return f"{var}={value}: {seen} at {url}: {fix}"
+
+
+def _no_connection(e: StoreUnavailable) -> bool:
+    """Whether no endpoint took the connection (refused, timed out, a name not found: members down, or their pods
+    gone), as opposed to a certificate or protocol failure, which the same settings would not have got past."""
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+    return bool(e.causes) and all(isinstance(err, (NewConnectionError, ConnectTimeoutError)) for _, err in e.causes)
 
 
 def _accepted_but_silent(error: BaseException) -> bool:
