@@ -282,8 +282,8 @@ class InPlaceAgent(SimpleElasticAgent):
         for local_rank, context in list(self._contexts.items()):
             pid = context.pids()[0]
             member = self._member_id(by_local[local_rank].global_rank, pid)
-            if member not in latest.members or member in ins:
-                continue
+            if member not in latest.members or member in ins or pid in self._killed_blocked:
+                continue  # (a worker killed already is replaced once the loop sees it end)
             since = self._blocked_since.setdefault(member, now)
             if now - since < self._blocked_s:
                 continue
