@@ -387,6 +387,9 @@ class MemoryTier:
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if self.enabled else None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # set when close() gave up on the snapshot in flight (its exchange blocked on a peer that left the group):
+        # that thread, if it ever gets through, publishes nothing into the directories the next tier uses
+        self._abandoned = threading.Event()
         self._checked = False
         # the copy's threads (this rank's share of the node's cores), its reused page-locked pieces and side stream
         self.copier = PieceCopier(copy_threads(len(os.sched_getaffinity(0)), local_world))
@@ -588,7 +591,7 @@ class MemoryTier:
             if published:
                 return published[0]
             published.append(None)
-            if copy is None:
+            if copy is None or self._abandoned.is_set():
                 return None
             try:
                 published[0] = _to_bytes({**meta, "crc32c": copy.crc()})
@@ -660,6 +663,8 @@ class MemoryTier:
                     got.get("round"),
                     self.round,
                 )
+            elif self._abandoned.is_set():
+                return
             elif damage is None:
                 self.peer.publish(slot, int(got["step"]), peer_meta)
             else:  # the previous generation stays the current one; this one is kept aside, never offered
@@ -914,9 +919,25 @@ class MemoryTier:
         return mine
 
     # ------------------------------------------------------------------ end
-    def close(self, *, discard: bool) -> None:
+    def close(self, *, discard: bool, wait_s: float | None = None) -> None:
         """Wait for the copy in flight; `discard` (a finished run, or a diverged one) removes its snapshots; a
-        failed run keeps them for its restart."""
+        failed run keeps them for its restart. ``wait_s`` bounds the wait (an in-place recovery: the group went,
+        and the ring exchange may be blocked on a surviving peer that left it before its own exchange began; gloo
+        cannot cut it, and its peers' new group would wait on this rank for its collective timeout): past it the
+        snapshot is abandoned, said in one line, and never published."""
+        if wait_s is not None and self._thread is not None:
+            self._thread.join(wait_s)
+            if self._thread.is_alive():
+                self._abandoned.set()
+                log.warning(
+                    "WARNING: rank %d: the in-memory snapshot in flight did not finish within %.3g s of the "
+                    "recovery (its exchange with the peer node is blocked on the old group): abandoned, the "
+                    "restore uses an older snapshot",
+                    self.rank,
+                    wait_s,
+                )
+                self._thread = None  # its pool stays: the abandoned thread may still use it
+                return
         self.wait()
         self.copier.close()
         if discard and self.root.exists():

@@ -620,7 +620,9 @@ class Trainer:
         membership = self.failover.recover(held)
         t = part("regroup", t0)
         old = self.ckpt
-        old.close_after_recovery()  # its groups went with the old group; the snapshot in flight is written
+        # its groups went with the old group; the snapshot in flight is written, unless its exchange is blocked
+        # on a survivor that left the old group before its own began (then abandoned at the recovery's bound)
+        old.close_after_recovery(wait_s=self.cfg.failover.in_place_bound_s)
         moved = (self.rank, self.world) != (dist.get_rank(), dist.get_world_size())
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # Its shards did not move: keep the held step's state (training.job.live_state) instead of reading it back

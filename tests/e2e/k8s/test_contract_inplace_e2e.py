@@ -12,7 +12,7 @@ replaced), and the in-place evidence fails there.
 2 pods x 2 workers is not what this runs: there, on gloo, a survivor whose collective peers were all survivors can
 stay blocked; its agent now kills and replaces it (docs/inprocess.md, "Blocked survivors"; run with 4 ranks by
 tests/e2e/failover/test_inplace_blocked_rank_e2e.py), which this verdict (exactly one worker replaced) would count
-as a second replacement, and on this emulator a race after that kill still sends 2 of 4 runs to the full restart
+as a second replacement, and on this emulator a race after that kill still sends 3 of 11 runs to the full restart
 (docs/inprocess.md, "Left for the next slices").
 """
 

@@ -107,3 +107,53 @@ def test_a_peer_lost_during_the_exchange_costs_the_replica_not_this_nodes_own_sn
     mp.spawn(_peer_dies_worker, args=(str(tmp_path / "shm"), str(tmp_path / "store"), str(tmp_path)), nprocs=2)
     got = json.loads((tmp_path / "rank0.json").read_text())
     assert got == {"own": [1, 2], "failed": True}  # the exchange failed (said), step 2's own copy is complete
+
+
+def _peer_stays_worker(rank: int, root: str, store: str, out: str) -> None:
+    """Rank 1 lives on but does not begin its snapshot of step 2 (in-place recovery: it left the old group at that
+    step's boundary): rank 0's exchange of step 2 blocks. Its close with a bound returns at the bound; when rank 1
+    then takes step 2 after all and the blocked exchange goes through, rank 0's abandoned thread publishes nothing."""
+    import os
+    import time
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from training.checkpoint import memory
+    from training.checkpoint.snapshot_copy import PieceCopier
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    memory.REPLICA_CHUNK = 4096
+    t = two_node_tier(root, rank)
+    t.root.mkdir(parents=True)
+    t.copier = PieceCopier(threads=2, piece_bytes=1000)
+    t.snapshot(1, {"s": Shards(shards(1, rows=5000))})
+    t.wait()
+    closed = Path(out, "closed")
+    if rank == 0:
+        t.snapshot(2, {"s": Shards(shards(2, rows=5000))})
+        thread = t._thread
+        t0 = time.monotonic()
+        t.close(discard=False, wait_s=1.0)
+        took = time.monotonic() - t0
+        closed.touch()
+        thread.join(30)  # rank 1's step 2 lets the exchange through
+        result = {"took": took, "own": sorted(g[0] for g in t.own.complete()), "alive": thread.is_alive()}
+        result["peer"] = sorted(g[0] for g in t.peer.complete())
+        Path(out, "rank0.json").write_text(json.dumps(result))
+    else:
+        while not closed.exists():
+            time.sleep(0.05)
+        t.snapshot(2, {"s": Shards(shards(12, rows=5000))})
+        t.wait()
+    os._exit(0)  # rank 0's group may hold a half-used exchange: no teardown
+
+
+def test_a_recovery_does_not_wait_for_a_snapshot_whose_exchange_is_blocked_and_never_publishes_it(tmp_path, caplog):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_peer_stays_worker, args=(str(tmp_path / "shm"), str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert 1.0 <= got["took"] < 5.0, got  # the bound, not the group's timeout (60 s)
+    assert not got["alive"], got  # the exchange did go through once rank 1 took its step 2...
+    assert got["own"] == [1] and got["peer"] == [1], got  # ...and step 2 was published by neither side of it
