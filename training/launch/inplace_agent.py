@@ -20,9 +20,9 @@ and be started again while its peers run:
 * a replacement never let in (survivors allowed a smaller world finished first) is stopped once the node's other
   workers ended 0: the job is done.
 * a worker blocked in a collective that gloo cannot cut: once a peer of the newest epoch checked in to the next one
-  (its collective failed) and this node's worker has not within ``blocked_s`` (0.5 s; survivors that are not
-  blocked check in within tens of milliseconds of each other, and a needless kill costs only a replacement), the
-  agent SIGKILLs it, says so, and replaces it as above (not counted as a second failure). On gloo a survivor that
+  (its collective failed) and this node's worker has not within ``blocked_s`` (1 s, the agreement's ``gather_s``:
+  survivors that are not blocked check in within tens of milliseconds of each other, and a loaded host must not
+  turn a slow survivor into a replacement), the agent SIGKILLs it, says so, and replaces it as above (not counted as a second failure). On gloo a survivor that
   was not talking to the dead rank can stay blocked on survivors that left for the next epoch: their old group
   stays alive with its connections open after ``destroy_process_group`` (measured with 4 ranks on one node, torch
   2.13: no Python referrer left, the survivors' agreement ran out of ``in_place_bound_s`` waiting for the blocked
@@ -124,7 +124,7 @@ class InPlaceAgent(SimpleElasticAgent):
         log_line_prefix_template: str | None = None,
         shutdown_timeout: int = 30,
         exit_barrier_timeout: float = 300,
-        blocked_s: float = 0.5,
+        blocked_s: float = 1.0,
     ):
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
         self._logs_specs = logs_specs
