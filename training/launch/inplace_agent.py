@@ -22,12 +22,12 @@ and be started again while its peers run:
 * a worker blocked in a collective that gloo cannot cut: once a peer of the newest epoch checked in to the next one
   (its collective failed) and this node's worker has not within ``blocked_s`` (1 s, the agreement's ``gather_s``:
   survivors that are not blocked check in within tens of milliseconds of each other, and a loaded host must not
-  turn a slow survivor into a replacement), the agent SIGKILLs it, says so, and replaces it as above (not counted as a second failure). On gloo a survivor that
-  was not talking to the dead rank can stay blocked on survivors that left for the next epoch: their old group
-  stays alive with its connections open after ``destroy_process_group`` (measured with 4 ranks on one node, torch
-  2.13: no Python referrer left, the survivors' agreement ran out of ``in_place_bound_s`` waiting for the blocked
-  rank and the job fell back to a full restart). Its replacement restores its shard from its own node's snapshot
-  like any replacement.
+  turn a slow survivor into a replacement), the agent SIGKILLs it, says so, and replaces it as above (not counted
+  as a second failure). On gloo a survivor that was not talking to the dead rank can stay blocked on survivors
+  that left for the next epoch: their old group stays alive with its connections open after
+  ``destroy_process_group`` (measured with 4 ranks on one node, torch 2.13: no Python referrer left, the
+  survivors' agreement ran out of ``in_place_bound_s`` waiting for the blocked rank and the job fell back to a
+  full restart). Its replacement restores its shard from its own node's snapshot like any replacement.
 
 Built by :func:`launch` from torchrun's public pieces (``WorkerSpec``, the rendezvous handler from the registry,
 ``LaunchConfig``) as ``launch_agent`` builds its ``LocalElasticAgent``, and only for ``failover.in_place`` on the
