@@ -10,7 +10,8 @@ rendezvous), with :data:`PRELOAD` imported once; torchrun then starts each worke
 training arguments. The forkserver is a fresh interpreter (not a fork of the agent, whose threads could hold
 locks), it runs no torch operation and initializes no CUDA (checked after the preload: a CUDA context cannot
 cross a fork), it ignores the job-stop signals that Slurm sends to every process (the workers handle them),
-and it lives as long as its agent (:mod:`training.launch.forkserver_init`). Turn it off with
+and it lives as long as its agent, leaving without interpreter finalization
+(:mod:`training.launch.forkserver_init`). Turn it off with
 ``T5_WARM_WORKERS=0`` in the agents' environment: each worker is then a fresh interpreter again.
 
 What changes for the worker, and is handled:

@@ -197,8 +197,9 @@ def test_damaged_snapshots_with_no_storage_checkpoint_start_over_and_say_so(tiny
 
 
 def test_two_adjacent_nodes_lost_fall_back_to_storage(tmp_path, node_memory):
+    # the uninterrupted run of the same world (3 ranks): one standalone agent, no etcd nor 3 agents to start
     reference = tmp_path / "reference"
-    r = launch(reference, 3, global_batch=6)
+    r = tiny_run(reference, 3, "--train.global_batch", "6")
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "run"
     r = launch(out, 3, *MEMORY, *STEP_3_COMMITTED, "--fault.sigkill_at_step", "5", "--fault.rank", "1", global_batch=6)

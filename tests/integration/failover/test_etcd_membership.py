@@ -109,7 +109,10 @@ def test_a_client_waits_longer_only_when_every_member_is_slow(etcd):
     handshake. So a pass in which every member timed out doubles the next pass's timeouts (up to 4 times), a
     member refusing the connection (gone, not slow) does not, and any answer sets them back."""
     creds = etcd.add_job_user("patience")
-    client = EtcdClient(creds)
+    # Half the default call timeouts (REQUEST_TIMEOUT_S, 1 s connect and 2 s read): the same doubling in half the
+    # waiting (the three timed-out passes are most of this test's time).
+    connect = 0.5
+    client = EtcdClient(creds, request_timeout_s=(connect, 2 * connect))
     client.put(client.key("x"), "1")
     with socket.socket() as s:  # a port nobody listens on: refused at once
         s.bind(("127.0.0.1", 0))
@@ -129,8 +132,9 @@ def test_a_client_waits_longer_only_when_every_member_is_slow(etcd):
     finally:
         etcd.resume()
     assert client._patience == 4.0
-    # each pass: three members' connects (1 s each, then 2 s, then 4 s); only lower bounds, a loaded machine adds
-    assert took[1] >= 0.95 * 3 * 2 and took[2] >= 0.95 * 3 * 4, took
+    # each pass: three members' connects (`connect` each, then twice, then 4 times that); only lower bounds, a
+    # loaded machine adds
+    assert took[1] >= 0.95 * 3 * 2 * connect and took[2] >= 0.95 * 3 * 4 * connect, took
     assert client.get(client.key("x")).value == "1"
     assert client._patience == 1.0
 

@@ -419,18 +419,22 @@ def test_a_job_that_could_not_close_its_rendezvous_says_so(tmp_path, monkeypatch
     assert "could not close the rendezvous of unclosed" in capsys.readouterr().err
 
 
-def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_error(etcd):
+def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_error(etcd, monkeypatch):
     """A round forms with a rank-0 node that never takes its place (here a member written by the test, its
     store a real TCPStore that nobody publishes the workers' address in). The other participant gives up after
-    its store timeout (30 s) with a ``RendezvousError`` that says so, which torch's agent handles as a
-    rendezvous failure. Before: the raw ``DistStoreError`` of torch's store."""
+    its store timeout (30 s; 5 s here, with a join timeout of 5 s: the same path without waiting out the 30) with
+    a ``RendezvousError`` that says so, which torch's agent handles as a rendezvous failure. Before: the raw
+    ``DistStoreError`` of torch's store."""
     import json
 
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
+    from training.launch.rendezvous import round_store
+
+    monkeypatch.setattr(round_store, "STORE_TIMEOUT_FLOOR_S", 5.0)
     creds = etcd.add_job_user("absent")
-    node = _agent(creds, "absent", min_nodes=2, max_nodes=2)  # the oldest member: the closer
+    node = _agent(creds, "absent", min_nodes=2, max_nodes=2, join_timeout_s=5)  # the oldest member: the closer
     absent_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     client, prefix = EtcdClient(creds), creds.prefix + "rdzv/absent/"
     try:
@@ -445,7 +449,7 @@ def test_a_participant_whose_rank_0_never_takes_its_place_gets_a_rendezvous_erro
             lease=lease,
         )
         client.put(prefix + "joined/0/absent", "", lease=lease)
-        with pytest.raises(RendezvousError, match="its rank-0 node .* did not take its place"):
+        with pytest.raises(RendezvousError, match="its rank-0 node .* did not take its place within 5 s"):
             node.next_rendezvous()
         r = rounds.Round.loads(client.get(prefix + "round").value)
         assert r.participants == ["absent", node.me]  # the scenario: it was rank 0 of the formed round

@@ -42,6 +42,10 @@ def test_a_thread_waiting_for_a_peer_in_torch_distributed_is_not_wedged_a_thread
     assert found["peer"].stall(clock_now) is None
     assert found["own"].stall(clock_now).phase == STARTUP
     stuck.set()
-    barrier(store, 2, key_prefix="test", barrier_timeout=20)  # the peer arrives: both threads end
+    # The peer arrives on a connection of its own: on the waiting thread's, its request would queue behind that
+    # thread's blocked wait until the barrier timed out (20 s of test time).
+    peer = dist.TCPStore("127.0.0.1", store.port, is_master=False)
+    barrier(peer, 2, key_prefix="test", barrier_timeout=20)  # both threads end
     for th in threads:
         th.join(timeout=10)
+    assert not any(th.is_alive() for th in threads)

@@ -19,6 +19,10 @@ from training.launch.rendezvous import rounds
 #: Seconds one try to connect to the round's store may take before the agent looks whether the round is still
 #: the one it took a place in (its rank-0 node may have been lost since: then a new round is on its way).
 STORE_CONNECT_TRY_S = 3.0
+#: The least time a round's store waits for a key (torch's own store default): the store's timeout is this or the
+#: rendezvous join timeout, whichever is longer. A participant whose rank-0 node never takes its place gives up
+#: after it (:meth:`RoundStore.info`).
+STORE_TIMEOUT_FLOOR_S = 30.0
 
 
 class RoundChanged(Exception):
@@ -41,7 +45,7 @@ class RoundStore:
         return dist.TCPStore(self.addr, 0, is_master=True, timeout=self.timeout(), wait_for_workers=False)
 
     def timeout(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=max(30.0, self.join_timeout_s))
+        return datetime.timedelta(seconds=max(STORE_TIMEOUT_FLOOR_S, self.join_timeout_s))
 
     def connect(self, r: rounds.Round):
         """Formed round ``r``'s store: its key prefix on the store of its rank-0 agent (named in the round), which
