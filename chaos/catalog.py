@@ -17,6 +17,8 @@ SCENARIOS: dict[str, str] = {
     "the job re-forms",
     "node-kill-with-spare": "a node dies while a hot spare waits in the rendezvous: the spare takes its place, "
     "the world size never shrinks",
+    "node-kill-in-place": "a node of a failover.in_place job dies while a hot spare waits: the spare's workers join "
+    "the survivors' running epoch in the lost ranks, the survivors keep their processes, the job goes on",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
     "it is declared lost in seconds, the spare takes its place",
     "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "
@@ -52,6 +54,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "node-loss-rejoin",
         "silent-node",
         "node-kill-with-spare",
+        "node-kill-in-place",
         "silent-node-during-save",
         "straggler",
         "first-node-kill",

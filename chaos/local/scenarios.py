@@ -650,6 +650,30 @@ def inject_worker_kill_in_place(run: ScenarioRun) -> None:
     run.facts["memory_interval"] = run.cfg.memory_interval
 
 
+def inject_node_kill_in_place(run: ScenarioRun) -> None:
+    """SIGKILL a training node (not rank 0's) of a ``failover.in_place`` job while a hot spare waits: the round
+    that replaces it keeps the survivors' workers running, the spare's workers join their epoch in the lost ranks.
+    Notes every node's worker pids before the kill and once the job logged its recovery, for
+    :func:`check_survivors_kept_after_node_loss`."""
+    _needs_etcd(run, "node-kill-in-place (its membership board is on etcd)")
+    run.start_until_kill_step()
+    c = run.cluster
+    spares, victim = spares_and_a_victim(run)
+    nodes = sorted({n.index for n in c.alive()})
+    before = {i: c.workers(i) for i in nodes}
+    run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
+    c.kill_node(victim)
+    t_kill = c.events[-1]["time"]
+    run.wait_for(
+        lambda: any(r.get("event") == "in_place" and r["time"] > t_kill for r in run.records()),
+        "the survivors' in-place recovery with the spare",
+    )
+    after = {i: c.workers(i) for i in nodes if i != victim}
+    run.facts["in_place_kill"] = {"pids": before[victim], "node": victim, "new_nodes": spares}
+    run.facts["in_place_kill"] |= {"before": before, "after": after}
+    run.facts["memory_interval"] = run.cfg.memory_interval
+
+
 def inject_store_member_kill(run: ScenarioRun) -> None:
     """SIGKILL the etcd member that leads, mid-training; it stays down (the job finishes on two)."""
     _needs_etcd(run)
@@ -754,6 +778,33 @@ def check_survivors_kept_in_place(obs: Observation) -> Check:
         f"before the kill {sorted(before)}, killed {seen['pid']} (node{seen['node']}), after {sorted(after)}: "
         f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, new {sorted(new)}; "
         f"{len(recovered)} in-place recovery(ies), {attempts} attempt(s) (a group restart starts another)",
+    )
+
+
+def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
+    """node-kill-in-place: one attempt and one ``in_place`` record after the kill, every worker of the surviving
+    nodes has the pid it had before, and as many new workers as the lost node had run, all on the spare(s)
+    (``facts["in_place_kill"]``: ``pids`` of the lost node, ``new_nodes`` where the new workers must be)."""
+    name = "survivors kept their processes, the lost node's ranks taken by the spare's workers"
+    seen = obs.facts.get("in_place_kill")
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    recovered = [r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0]
+    attempts = len(split_attempts(obs.records))
+    if not seen:
+        return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
+    lost = {int(p) for p in seen["pids"]}
+    before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
+    survivors, new = before - lost, after - before
+    on_spares = _pids(ps for node, ps in seen["after"].items() if str(node) in {str(n) for n in seen["new_nodes"]})
+    ok = len(recovered) == 1 and attempts == 1 and bool(lost) and survivors <= after
+    ok = ok and len(new) == len(lost) and new <= on_spares
+    return Check(
+        name,
+        ok,
+        f"before the kill {sorted(before)}, node{seen['node']} lost with {sorted(lost)}, after {sorted(after)}: "
+        f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, new {sorted(new)} (on the spare(s) "
+        f"{seen['new_nodes']}: {sorted(new & on_spares)}); {len(recovered)} in-place recovery(ies), {attempts} "
+        f"attempt(s) (a group restart starts another)",
     )
 
 
@@ -1159,6 +1210,15 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
         ),
         # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
         # timeout, declare it.
+        # failover.in_place: the spare's workers join the survivors' epoch; nothing restarts (one attempt)
+        LocalScenario(
+            "node-kill-in-place",
+            inject_node_kill_in_place,
+            Expectation(restart=False),
+            (check_survivors_kept_after_node_loss, check_recomputed_in_place),
+            spares=1,
+            flags=("--failover.in_place", "true"),
+        ),
         LocalScenario(
             "silent-node-during-save",
             inject_silent_node_during_save,

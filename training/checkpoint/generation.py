@@ -36,10 +36,18 @@ class Generation:
     Attributes:
         round: the round's number (the generation; larger is newer).
         prefix: the job's key prefix in etcd (``<user prefix>rdzv/<run id>/``), where the fence writes.
+        scope: the in-place recovery scope of the group's workers (``failover.in_place``): the round's number (-1),
+            or the round the survivors' workers started in when this round replaced lost nodes around them
+            (:func:`training.launch.rendezvous.rounds.keeps_workers`).
     """
 
     round: int
     prefix: str
+    scope: int = -1
+
+    @property
+    def in_place_scope(self) -> int:
+        return self.scope if self.scope >= 0 else self.round
 
 
 def _path() -> str:

@@ -186,7 +186,35 @@ class InPlaceAgent(SimpleElasticAgent):
                 )
             args = tuple(str(a).replace("${local_rank}", str(w.local_rank)) for a in spec.args)  # torch's macro
             self._launch[w.local_rank] = (args, envs[w.local_rank], {0: prefix} if prefix else None)
+        self._report_previous_holders_gone(
+            {w.global_rank for w in worker_group.workers}, worker_group.workers[0].world_size
+        )
         return {lr: self._start_one(spec, lr) for lr in self._launch}
+
+    def _report_previous_holders_gone(self, ranks: set[int], world: int) -> None:
+        """In a scope whose epoch is running (a round that replaced lost nodes around running survivors: this node
+        is a spare taking a lost node's place, or its workers were stopped after all), the members of the newest
+        epoch that hold this node's ranks are not running (their node was lost, or this agent stopped them): report
+        them gone, so the survivors do not wait for their check-in and this node's workers, joiners, may decide an
+        epoch that no old member can (docs/inprocess.md, "A lost node")."""
+        try:
+            latest = self._board.latest()
+            if latest is None or latest.world_size != world:  # (survivors that went on smaller hold other ranks)
+                return
+            held = [m for m in latest.members if latest.rank(m) in ranks]
+            for member in held:
+                self._board.report_gone(member, node_lost=True)
+        except Exception as e:  # noqa: BLE001 - the store away: the survivors then wait gather_s for them
+            _say(
+                f"could not report the previous holders of ranks {sorted(ranks)} gone ({' '.join(str(e).split())[:99]})"
+            )
+            return
+        if held:
+            _say(
+                f"ranks {', '.join(str(latest.rank(m)) for m in held)} of epoch {latest.epoch} were held by workers "
+                f"not running now (a lost node's, or stopped): reported gone; this node's workers join that epoch's "
+                f"survivors"
+            )
 
     def _start_one(self, spec: WorkerSpec, local_rank: int) -> int:
         """Start the process of ``local_rank`` (the same call for the group's start and a replacement)."""
@@ -264,8 +292,9 @@ class InPlaceAgent(SimpleElasticAgent):
 
     def _kill_blocked(self, by_local: dict) -> None:
         """SIGKILL a worker of this node that a peer's recovery left blocked (module docstring): a member of the
-        newest epoch, running, that has not checked in to the next one ``blocked_s`` after a peer of its epoch did.
-        Its death is then replaced alone at the next look."""
+        newest epoch, running, that has not checked in to the next one ``blocked_s`` after a peer of its epoch did,
+        or after a member of its epoch was reported lost with its node (by the spare that took its ranks: a silent
+        node leaves its peers blocked, not failed). Its death is then replaced alone at the next look."""
         now = time.monotonic()
         if now < self._next_look or self._board is None:
             return
@@ -275,7 +304,12 @@ class InPlaceAgent(SimpleElasticAgent):
             ins = self._board.check_ins(latest.epoch + 1) if latest is not None else {}
         except Exception:  # noqa: BLE001 - the store away: look again later
             return
-        if latest is None or not any(m in latest.members for m in ins):
+        peers_in = latest is not None and any(m in latest.members for m in ins)
+        try:  # else a member of the newest epoch lost with its node (reported by the spare that took its ranks)
+            lost = latest is not None and not peers_in and self._board.lost_with_their_node() & set(latest.members)
+        except Exception:  # noqa: BLE001 - the store away: look again later
+            return
+        if not (peers_in or lost):
             self._blocked_since = {}
             return
         self._next_look = now  # a recovery under way: look again at the next turn of the loop
@@ -290,8 +324,8 @@ class InPlaceAgent(SimpleElasticAgent):
             self._killed_blocked.add(pid)
             _say(
                 f"worker rank {by_local[local_rank].global_rank} (pid {pid}) has not checked in to epoch "
-                f"{latest.epoch + 1} {now - since:.1f} s after its peers did (blocked in a collective its backend "
-                "cannot cut): killed, to be replaced"
+                f"{latest.epoch + 1} {now - since:.1f} s after {'its peers did' if peers_in else 'a node was lost'}"
+                " (blocked in a collective its backend cannot cut): killed, to be replaced"
             )
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -370,7 +404,7 @@ def launch(
         min_nodes=config.min_nodes,
         max_nodes=config.max_nodes,
         local_addr=config.local_addr,
-        **config.rdzv_configs,
+        **{**config.rdzv_configs, "in_place": True},  # a lost node's round may keep the survivors' workers
     )
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle  # read by each context's start
     spec = WorkerSpec(

@@ -16,6 +16,10 @@ from training.job.inplace.agreement import BoardUnavailable, CheckIn, Membership
 from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUnavailable
 
 
+#: The value of a ``gone/<member>`` key reported for a lost node's worker (an empty value: one process gone).
+NODE_LOST = "node lost"
+
+
 class EtcdBoard:
     """:class:`~training.job.inplace.agreement.MembershipBoard` over ``client`` (see the module docstring)."""
 
@@ -60,23 +64,32 @@ class EtcdBoard:
         kv = self._call(self.client.get, self._epoch(epoch) + "decision")
         return Membership.loads(kv.value) if kv else None
 
-    def report_gone(self, member: str) -> None:
-        self._call(self.client.put, self.root + "gone/" + member, "")
+    def report_gone(self, member: str, *, node_lost: bool = False) -> None:
+        """``node_lost``: its node was lost (reported by the spare that takes its ranks), not one process."""
+        self._call(self.client.put, self.root + "gone/" + member, NODE_LOST if node_lost else "")
 
     def gone(self) -> set[str]:
+        return set(self._gone())
+
+    def lost_with_their_node(self) -> set[str]:
+        """The members reported gone with their node (their peers may be blocked with them, not failed)."""
+        return {m for m, why in self._gone().items() if why == NODE_LOST}
+
+    def _gone(self) -> dict[str, str]:
         kvs, _ = self._call(self.client.get_prefix, self.root + "gone/")
-        return {kv.key.rpartition("/")[2] for kv in kvs}
+        return {kv.key.rpartition("/")[2]: kv.value for kv in kvs}
 
 
 def board_from_env() -> EtcdBoard:
     """The job's board for a worker: the etcd credentials its agent put in the environment (``T5_ETCD_*``), scoped
     by the rendezvous round its agent noted (``training.checkpoint.generation``; ``0`` outside an etcd round), so
-    the workers of a full restart never wait on the epochs of the group they replace."""
+    the workers of a full restart never wait on the epochs of the group they replace; a round that replaced lost
+    nodes around running survivors keeps their round's scope, so a spare's workers join their epoch."""
     from training.checkpoint import generation
     from training.launch.rendezvous.client import ClientCredentials
 
     gen = generation.read()
-    return EtcdBoard(EtcdClient(ClientCredentials.from_env()), scope=str(gen.round) if gen else "0")
+    return EtcdBoard(EtcdClient(ClientCredentials.from_env()), scope=str(gen.in_place_scope) if gen else "0")
 
 
 def install() -> None:

@@ -217,3 +217,34 @@ def test_a_worker_left_blocked_while_its_peers_recover_is_killed_and_replaced(et
     said = [line for line in agent.err().splitlines() if line.startswith(inplace_agent.PREFIX)]
     assert any(f"worker rank 2 (pid {first[2][0]}) has not checked in to epoch 2" in line for line in said), said
     assert any(f"rank 2 (local rank 2, pid {first[2][0]}) died of SIGKILL: reported gone" in line for line in said)
+
+
+def test_workers_left_blocked_with_a_lost_node_are_killed_and_replaced(etcd, tmp_path, monkeypatch, capfd):
+    """A lost node (silent: its peers' collectives block instead of failing): the spare that takes its ranks reports
+    their workers lost with their node. This node's workers, members of that epoch, never check in to the next:
+    ``blocked_s`` after the report each is SIGKILLed and replaced (no restart counted), and their replacements join
+    as the lost ranks' do. Without the report, or with a plain one (one process gone), nobody is killed."""
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-lost-node", max_restarts=0)
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        board = agent.rounds[0]
+        lost = member_id(3, 999_999)  # the lost node's worker, rank 3
+        members = (*(member_id(r, first[r][0]) for r in range(3)), lost)
+        board.decide(Membership(epoch=1, members=members, step=-1, store="127.0.0.1:1"))
+        time.sleep(1.5)  # nobody gone, nobody checked in: nothing to kill
+        assert workers(tmp_path) == first and "has not checked in" not in agent.err()
+
+        board.report_gone(lost)  # one process gone: its peers' collectives fail, they check in; no kill here
+        time.sleep(1.5)
+        assert workers(tmp_path) == first and "has not checked in" not in agent.err()
+        board.report_gone(lost, node_lost=True)  # the spare's agent, taking rank 3 of a lost node
+        second = wait_for(lambda: all(workers(tmp_path)[r] != first[r] for r in range(3)) and workers(tmp_path))
+        assert all(second[r][1] == 0 for r in range(3))  # replaced, no restart counted
+        assert board.gone() == set(members)
+        assert agent.thread.is_alive() and not agent.outcome
+    finally:
+        (tmp_path / "done").touch()
+        agent.thread.join(timeout=30)
+    said = [line for line in agent.err().splitlines() if line.startswith(inplace_agent.PREFIX)]
+    assert sum("has not checked in to epoch 2" in line for line in said) == 3, said

@@ -6,9 +6,12 @@ member of epoch N writes the decision once every member of N has checked in or b
 go: its agent's ``waitpid`` sees a killed worker at once), or once ``gather_s`` has passed since its own check-in (a
 member lost with nobody to report it: waiting for its lease to expire would cost the lease's TTL), and at least
 ``min_members`` are in. The decision is created once (compare-and-set on an absent key): whoever writes
-first, every member reads the same one. A joiner (no rank in epoch N) checks in too but never decides while an
-epoch exists, so a joiner cannot form a group without the survivors; for the very first epoch (no decision yet)
-everyone may decide, and ``min_members`` says how many make a job.
+first, every member reads the same one. A joiner (no rank in epoch N) checks in too but never decides while a
+member of epoch N may still check in, so a joiner cannot form a group without the survivors; for the very first
+epoch (no decision yet) everyone may decide, and ``min_members`` says how many make a job. Once every member of
+epoch N is reported gone (a lost node's workers, reported by the spare that takes their ranks, and survivors that
+stayed blocked in a collective with it, killed and replaced by their agents), the joiners decide: no old member is
+left to.
 
 The resume step is the smallest step checked in. Ranks of a synchronous job are at most one step apart (a
 collective can complete on one rank and fail on another), so a member one step ahead rolls back one step; members
@@ -216,6 +219,7 @@ def agree(
     :class:`NotChosen` when the epoch was decided without ``me``."""
     epoch = (previous.epoch if previous else 0) + 1
     decider = previous is None or me.member in previous.members
+    checked_gone = float("-inf")  # when a joiner last looked whether every old member is gone
     start = clock()
     deadline, checked_at, seen, trouble = start + settings.bound_s, None, 0, ""
     decided = None
@@ -225,6 +229,9 @@ def agree(
                 board.check_in(epoch, me)
                 checked_at = clock()
             decided = board.decision(epoch)
+            if decided is None and not decider and clock() - checked_gone >= settings.gather_s / 4:
+                checked_gone = clock()  # (a joiner looks now and then: the survivors usually decide first)
+                decider = set(previous.members) <= board.gone()
             if decided is None and decider:
                 entries = board.check_ins(epoch)
                 seen = len(entries)

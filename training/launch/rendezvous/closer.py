@@ -37,10 +37,12 @@ class Closer:
         max_nodes: int,
         last_call_s: float,
         threads_stop_s: float,
+        in_place: bool = False,
     ):
         self.client, self.prefix, self.me, self.membership, self.stop = client, prefix, me, membership, stop
         self.min_nodes, self.max_nodes, self.last_call_s = min_nodes, max_nodes, last_call_s
         self.threads_stop_s = threads_stop_s
+        self.in_place = in_place  # the job's workers recover in place: a lost node's round may keep its scope
 
     def run(self) -> None:
         """The closer thread: wait until this agent is the oldest live member, then close and reopen rounds
@@ -162,6 +164,7 @@ class Closer:
             min_nodes=self.min_nodes,
             max_nodes=self.max_nodes,
             now=time.time(),
+            in_place=self.in_place,
         )
         if new is None:
             new = rounds.next_round(r, [*lost, *stuck], taken_out)

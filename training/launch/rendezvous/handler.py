@@ -24,7 +24,11 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   0. When the newer
   round replaces lost nodes of this one, it first says so in one line and SIGKILLs this node's workers
   (:func:`set_on_lost`): they wait in a collective with the lost node and cannot finish. Answered from the
-  watch's view, so it never waits for etcd.
+  watch's view, so it never waits for etcd. In a ``failover.in_place`` job (``--rdzv-conf in_place=1``) a
+  round that replaces lost nodes around this node's running workers (:func:`.rounds.keeps_workers`: its in-place
+  scope is this round's) is taken over in place instead: this agent takes its place in it (the same seat and
+  store prefix, its workers' generation noted, its place confirmed), says so, kills nothing and answers 0; its
+  workers recover in place with the spares' workers (docs/inprocess.md, "A lost node").
 * ``shutdown()`` (torchrun calls it when the job ends) closes the rendezvous: hot spares still standing by
   leave with :class:`RendezvousClosedError`, which the agent turns into "not needed" and exit 0; a participant
   re-forming its worker group in the job's newest round gets :class:`JobStoppedByAnotherNode` (the job failed
@@ -119,6 +123,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         local_addr: str | None = None,
         standby: bool = False,
         node_index: int | None = None,
+        in_place: bool = False,
     ):
         self.run_id = run_id
         self.client = client
@@ -127,6 +132,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.addr = local_addr or socket.getfqdn()
         self.standby = standby
         self.node_index = node_index
+        self.in_place = in_place
         self.me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.prefix = client.key(f"rdzv/{run_id}/")
         self.round: rounds.Round | None = None  # the formed round it trains in, as its head gave it
@@ -162,6 +168,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             max_nodes=max_nodes,
             last_call_s=last_call_s,
             threads_stop_s=THREADS_STOP_S,
+            in_place=in_place,
         )
         self._taken_out = False
         self._spares_told = -1
@@ -257,8 +264,32 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
+        if self._take_over_in_place(mine, current):
+            return 0
         self._say_lost(mine, current)
         return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
+
+    def _take_over_in_place(self, mine: rounds.Round, current: rounds.Head) -> bool:
+        """Take a place in ``current`` without stopping this node's workers, when it replaces lost nodes around
+        them in an in-place job (its scope is ``mine``'s: :func:`.rounds.keeps_workers`); False otherwise, or when
+        the place cannot be taken now (the store away, the round replaced meanwhile): then torchrun restarts the
+        workers as in any job, and they join the same scope's epoch."""
+        if not (self.in_place and current.formed and current.lost and current.in_place_scope == mine.in_place_scope):
+            return False
+        try:
+            r, _, seats = self._read_open_round()
+            if r is None or r.n != current.n or seats is None or self.me not in seats.ranks:
+                return False
+            self._take_place(r, seats)
+        except (StoreUnavailable, StoreRefused, _RoundChanged, RendezvousError):
+            return False
+        self._joining.confirm(r.n)
+        say(
+            f"lost node(s) of round {mine.n}: {', '.join(current.lost)} (membership lease expired, TTL "
+            f"{self.ttl_s} s): round {r.n} keeps this node's workers running (in-place recovery, scope "
+            f"{r.in_place_scope}); the lost ranks' replacements join them"
+        )
+        return True
 
     def _say_lost(self, mine: rounds.Round, current: rounds.Head) -> None:
         """Once per round of this node's: say which of its nodes newer round ``current`` replaces and why; unless
@@ -444,7 +475,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         rank = seats.ranks[self.me]
         store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
-        generation.note(generation.Generation(round=r.n, prefix=self.prefix))  # its workers' commit fence
+        generation.note(generation.Generation(round=r.n, prefix=self.prefix, scope=r.scope))  # the commit fence's
         say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
 
@@ -486,6 +517,7 @@ def create_handler(params) -> EtcdRendezvousHandler:
         local_addr=params.local_addr,
         standby=os.environ.get(STANDBY_ENV) == "1",
         node_index=_node_index(),
+        in_place=params.get_as_bool("in_place", False),
     )
 
 

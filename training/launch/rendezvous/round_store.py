@@ -63,8 +63,10 @@ class RoundStore:
                     host, int(port), is_master=False, timeout=datetime.timedelta(seconds=STORE_CONNECT_TRY_S)
                 )
                 store.set_timeout(self.timeout())
-                # torch's own handler does the same: keys of earlier rounds on the same server are not this round's
-                return dist.PrefixStore(f"t5f/round/{r.n}", store)
+                # torch's own handler does the same: keys of earlier rounds on the same server are not this round's.
+                # A round whose survivors' workers go on in place shares the prefix of the round they started in
+                # (its in-place scope): their agents keep that store for torchrun's exit barrier with the spare's.
+                return dist.PrefixStore(f"t5f/round/{r.in_place_scope}", store)
             except RuntimeError as e:  # torch's DistStoreError / DistNetworkError: not answering (yet)
                 current, _ = self._current()
                 if current is None or current.n != r.n or current.closed:

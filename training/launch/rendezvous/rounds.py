@@ -99,6 +99,10 @@ class Round:
             in time: they are left out as lost nodes are.
         arriving: how many nodes wait to join the job in this open round (:func:`arriving`), kept by the closer:
             what ``num_nodes_waiting()`` tells torchrun's agents still in the round before.
+        scope: the in-place recovery scope its workers use (``failover.in_place``, docs/inprocess.md): -1 for
+            the round's own number; the scope of the round before for a round that replaces lost nodes of an
+            in-place job in which the survivors' workers keep running (:func:`keeps_workers`), so a hot spare's
+            workers join their running epoch instead of a new one.
     """
 
     n: int
@@ -115,6 +119,12 @@ class Round:
     presumed_at: float | None = None
     stuck: list[str] = field(default_factory=list)
     arriving: int = 0
+    scope: int = -1
+
+    @property
+    def in_place_scope(self) -> int:
+        """The in-place scope of this round's workers (``scope``, or the round's number)."""
+        return self.scope if self.scope >= 0 else self.n
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -150,6 +160,11 @@ class Head:
     moved: dict[str, int] | None = None
     stuck: list[str] = field(default_factory=list)
     arriving: int = 0
+    scope: int = -1
+
+    @property
+    def in_place_scope(self) -> int:
+        return self.scope if self.scope >= 0 else self.n
 
     @classmethod
     def of(cls, r: Round) -> "Head":
@@ -166,6 +181,7 @@ class Head:
             moved=seat_changes(r) if r.formed else None,
             stuck=r.stuck,
             arriving=r.arriving,
+            scope=r.scope,
         )
 
     def as_round(self) -> Round:
@@ -181,6 +197,7 @@ class Head:
             stuck=self.stuck,
             arriving=self.arriving,
             prev_n=self.prev_n,
+            scope=self.scope,
         )
 
     def dumps(self) -> str:
@@ -310,11 +327,13 @@ def reformed(
     min_nodes: int,
     max_nodes: int,
     now: float,
+    in_place: bool = False,
 ) -> Round | None:
     """The formed round that replaces formed round ``r`` at once (see the module docstring): its live
     participants in their old ranks, then the other live members (``live``, oldest first) as :func:`choose`
     orders them, without ``stuck``; ``lost``: the participants it replaces. None when fewer than ``min_nodes``
-    are left: the closer opens the next round instead."""
+    are left: the closer opens the next round instead. ``in_place``: the job recovers in place
+    (``failover.in_place``): the round keeps ``r``'s in-place scope when :func:`keeps_workers` says so."""
     nxt = next_round(r, [*lost, *stuck], taken_out)
     nxt.stuck = list(stuck)
     left_out = set(stuck)
@@ -324,7 +343,23 @@ def reformed(
         return None
     out = formed(nxt, chosen, set(present))
     out.presumed_at = now
+    if in_place and keeps_workers(r, out):
+        out.scope = r.in_place_scope
     return out
+
+
+def keeps_workers(before: Round, after: Round) -> bool:
+    """Whether the survivors' workers of formed round ``before`` go on in ``after`` (an in-place job): ``after``
+    replaces only lost nodes (none stuck, none taken out: their workers may still run or stop by themselves), at
+    the same size, with every survivor in its old rank and rank 0's node among them (its agent serves the
+    round's store, which the survivors' agents keep using). Then the spares' workers join the survivors' running
+    epoch as the replacements of the lost ranks; otherwise every worker starts again, as in any other job."""
+    if not after.lost or after.stuck or after.taken_out or len(after.participants) != len(before.participants):
+        return False
+    if not after.participants or after.participants[0] != before.participants[0]:
+        return False
+    lost = set(after.lost)
+    return all(after.participants[i] == p for i, p in enumerate(before.participants) if p not in lost)
 
 
 def agent_step(
