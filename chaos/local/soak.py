@@ -19,6 +19,9 @@ uninterrupted run of the same length.
    each fault's detect and recover seconds (table, ``report.json``, ``timeline.png``).
 
 Goodput is a figure, not a pass condition: the target (>= 90% of the reference's) is reported as met or not.
+Training flags after ``--`` go to the soaked job: with ``--failover.in_place true`` the faults it recovers from in
+place (a killed or hung worker, a lost or silent node with the spare) count as recovered at the first step after
+the job's ``in_place`` record (:func:`training.goodput.analysis.recovered_in_place`), with no new attempt.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from chaos.verdict import Expectation, judge
 SOAK_FAULTS = ("worker-kill", "node-kill", "silent-node", "hang", "straggler")
 NODE_FAULTS = ("node-kill", "silent-node", "straggler")  # each takes a node out: the spare must be there
 GOODPUT_TARGET = 0.90  # of the uninterrupted run's goodput
+#: The records that say the job recovered from a fault: a new attempt's start, or (``failover.in_place``) the
+#: survivors' recovery in their processes.
+RECOVERED = ("start", "in_place")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
@@ -210,7 +216,10 @@ class SoakInjector:
                 "the job to notice the silent node",
             )
             self.cluster.kill_node(victim, record=False)
-        start = self.run.wait_start_after(t)  # the old attempt may log a step after the fault
+        start = self.run.wait_for(  # the old attempt may log a step after the fault
+            lambda: next((r for r in self.run.records() if r.get("event") in RECOVERED and r["time"] > t), None),
+            "the job to recover (a new attempt, or its workers in place)",
+        )
         self.run.wait_step(1, world=self.run.cfg.world, after=start["time"])
         self.cluster.start_node(self._next_index(), kind="spare")
 

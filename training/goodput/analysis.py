@@ -426,6 +426,10 @@ def recovery(
         done_before = [s["step"] for b in attempts if b.start["time"] < rec_attempt.start["time"] for s in b.steps]
         steps_lost = max(0, (max(done_before) if done_before else 0) - rec_attempt.resumed_from)
     det = first_detection(t_fail, detections, records) if detect else None
+    if rec_step is None and want_world is None:
+        in_place = recovered_in_place(kind, t_fail, records, until, det)
+        if in_place is not None:
+            return in_place
     parts = None if rec_step is None else breakdown(t_fail, det, rec_attempt.start, rec_attempt.steps, rec_step)
     return Recovery(
         kind=kind,
@@ -437,6 +441,36 @@ def recovery(
         restarts=len(after),
         world_after=None if rec_step is None else rec_step["world_size"],
         tier=None if rec_step is None else (rec_attempt.start.get("restored_from") or {}).get("tier"),
+    )
+
+
+def recovered_in_place(
+    kind: str, t_fail: float, records: list[dict], until: float | None, det: float | None
+) -> Recovery | None:
+    """The figures of a disruption the job recovered from in place (``failover.in_place``: no new attempt, an
+    ``in_place`` record of rank 0 after ``t_fail`` and before ``until``): recovered at the first step after it,
+    ``held_step - resumed_from`` steps recomputed, the state's tier; None when there is no such record."""
+    rec = next(
+        (
+            r
+            for r in records
+            if r.get("event") == "in_place" and r["time"] >= t_fail and (until is None or r["time"] < until)
+        ),
+        None,
+    )
+    step = rec and next((r for r in records if r.get("event") == "step" and r["time"] > rec["time"]), None)
+    if rec is None or step is None:
+        return None
+    return Recovery(
+        kind=kind,
+        time=t_fail,
+        detect_s=None if det is None else det - t_fail,
+        breakdown=None,
+        recover_s=step["time"] - t_fail,
+        steps_lost=max(0, rec["held_step"] - rec["resumed_from"]),
+        restarts=0,
+        world_after=step["world_size"],
+        tier=(rec.get("restored_from") or {}).get("tier"),
     )
 
 

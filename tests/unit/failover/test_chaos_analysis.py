@@ -115,6 +115,20 @@ def test_signal_counts_as_detection_and_loses_nothing():
     assert r.steps_lost == 0 and r.recover_s == pytest.approx(37 - 5.1)
 
 
+def test_a_recovery_in_place_counts_from_its_record_without_a_new_attempt():
+    """failover.in_place: no new attempt; rank 0's ``in_place`` record says the held and resumed steps and the tier,
+    the next step says when training went on. Without the record (a job that never recovered) nothing counts."""
+    in_place = {"event": "in_place", "time": 7.5, "held_step": 6, "resumed_from": 5, "world_size": 2}
+    in_place["restored_from"] = {"tier": "peer", "step": 5}
+    recs = [start(0)] + [step(n, n) for n in range(1, 7)] + [in_place] + [step(8 + n, n) for n in range(6, 9)]
+    r = recovery("SIGKILL node", 6.2, split_attempts(recs), [6.4], recs, until=30)
+    assert (r.recover_s, r.steps_lost, r.restarts, r.tier) == (pytest.approx(14 - 6.2), 1, 0, "peer")
+    assert r.detect_s == pytest.approx(0.2)
+    assert recovery("SIGKILL node", 6.2, split_attempts(recs), [6.4], recs, until=7.0).recover_s is None  # later
+    plain = [x for x in recs if x is not in_place]
+    assert recovery("SIGKILL node", 6.2, split_attempts(plain), [6.4], plain, until=30).recover_s is None
+
+
 def test_goodput_and_loss_diff():
     eff = [step(n, n, dt=2.0) for n in range(1, 6)]
     useful, ratio = goodput(eff, wall_s=20.0)
