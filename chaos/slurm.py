@@ -69,7 +69,6 @@ from cluster_assets.slurm.render import render
 from tools.env_flags import EnvFlagError, env_count
 from tools.slurm import slurmctl
 from training.checkpoint import MARKER
-from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreUnavailable
 from training.job.lifecycle import worker_rank
 
 LAB_DIR = REPO_DIR / "testbed" / "slurm_lab"
@@ -844,9 +843,9 @@ class SlurmScenario(Scenario):
     noticed: Callable[[list[tuple[float, str]]], list[float]] = nothing_logged  # from the job's log
     node_fault: bool = False  # the node is lost: Slurm marking it DOWN counts as noticed; it is revived after
     needs_spare: bool = False  # the job continues inside its allocation only with a hot spare
-    # the etcd members are started again this long after the fault stopped them. The job is held after its first
-    # step until every agent (the spare's, which starts once training does, included) holds its member key: an
-    # agent that first reaches the store during the outage gives up (exit 2) and srun ends the step
+    # the etcd members are started again this long after the fault stopped them. An agent that first reaches the
+    # store during the outage (the spare's starts once training does) waits for it: the job's note that the store
+    # answered it before (training.launch.rendezvous.start), so the job is not held until every agent is a member
     outage_s: float | None = None
     train_args: tuple[str, ...] = ()  # the scenario's job only (wall time, never the math: the same reference)
     fault_step: int | None = None  # inject once the job logged this step (None: the run's --fault-step)
@@ -1164,8 +1163,6 @@ class Runner:
         if sc.hold:
             job = replace(job, train_args=(*job.train_args, "--fault.hold_file", str(Path(job.run_dir) / HOLD_FILE)))
         self.fresh(job)
-        if sc.outage_s is not None:  # held after step 1 until every agent is in the store (SlurmScenario.outage_s)
-            (Path(job.run_dir) / HOLD_FILE).touch()
         res = ScenarioResult(
             name=sc.name, title=sc.title, outcome=sc.expect.outcome, workdir=job.run_dir, t0=time.time()
         )
@@ -1176,8 +1173,6 @@ class Runner:
         seen = Seen(
             jid, Tail(Path(job.metrics_path)), Tail(Path(job.log_pattern.replace("%j", str(jid)))), Path(job.run_dir)
         )
-        if sc.outage_s is not None:
-            seen.watch["agents_expected"] = self.cfg.nodes + (self.cfg.spares if sc.spares is None else sc.spares)
         self.follow(sc, seen, res, deadline=t_start + self.cfg.scenario_timeout_s)
         time.sleep(0.5)
         seen.read()
@@ -1237,9 +1232,7 @@ class Runner:
         watch = seen.watch
         last_step = max((r["step"] for r in seen.records if r["event"] == "step"), default=0)
         due = sc.fault_step or self.cfg.fault_step
-        if not seen.faults and "agents_expected" in watch and info.state == "RUNNING":
-            self.release_once_every_agent_joined(sc, seen, info)
-        if not seen.faults and "agents_expected" not in watch and info.state == "RUNNING" and last_step >= due:
+        if not seen.faults and info.state == "RUNNING" and last_step >= due:
             seen.faults.append(self.inject(sc, info, last_step, watch, seen.run_dir))
             seen.detections += watch.pop("detections", [])
             watch["fault_time"] = seen.faults[0].time
@@ -1361,14 +1354,6 @@ class Runner:
                 raise RuntimeError(f"reviving {watch['killed_node']} failed: {rv.stdout.read()[-1000:]}")
             say(f"{sc.name}: {watch['killed_node']} is back")
 
-    def release_once_every_agent_joined(self, sc: SlurmScenario, seen: Seen, info: slurmctl.JobInfo) -> None:
-        """Let the held job go (its hold file) once every agent holds its member key in etcd (``agents_expected``)."""
-        n = agents_in_store(seen.run_dir, seen.jid, info.restarts)
-        if n >= seen.watch["agents_expected"]:
-            (seen.run_dir / HOLD_FILE).unlink(missing_ok=True)
-            seen.watch.pop("agents_expected")
-            say(f"{sc.name}: all {n} agents are members in the store; job let go")
-
     def hold_through_outage(self, sc: SlurmScenario, seen: Seen) -> None:
         """``sc.hold_through_outage``: once the job logged a step with no etcd member running (what the scenario
         shows: no collective needs the store), hold it at its next step boundary (the hold file) until an agent
@@ -1411,23 +1396,6 @@ class Runner:
                 f"{sc.name}: every etcd member answers again ({watch['store_back'] - watch['store_started']:.1f} s "
                 "after the start)"
             )
-
-
-def agents_in_store(run_dir: Path, jid: int, restarts: int) -> int:
-    """How many agents of job ``jid`` (incarnation ``restarts``) hold a member key in etcd now, read with the job's
-    own etcd user (its ``job.env``, written by the batch script); 0 before that exists or while no member answers."""
-    env_file = run_dir / f".etcd-{jid}" / "job.env"
-    if not env_file.is_file():
-        return 0
-    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
-    client = EtcdClient(ClientCredentials.from_env(env), request_timeout_s=2.0)
-    try:
-        run_id = f"slurm-{jid}" + (f"-r{restarts}" if restarts else "")  # the batch script's RDZV_ID
-        return len(client.get_prefix(client.key(f"rdzv/{run_id}/members/"))[0])
-    except StoreUnavailable:
-        return 0
-    finally:
-        client.close()
 
 
 def phases(t0: float, seen: Seen, noticed: list[float], ended: float, judged: float) -> dict[str, float | None]:

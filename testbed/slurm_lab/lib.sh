@@ -28,7 +28,7 @@ SLAB_PFX="${SLAB_PFX:-sl$(printf '%04x' $((_SLAB_H % 65536)))}"  # netns/link na
 SLAB_CTLD_PORT="${SLAB_CTLD_PORT:-$((16000 + (_SLAB_H % 300) * 10))}"
 SLAB_SLURMD_PORT="${SLAB_SLURMD_PORT:-$((SLAB_CTLD_PORT + 1))}"  # netns: same port in every namespace; loopback: port+i-1
 SLAB_SLURMD_TIMEOUT="${SLAB_SLURMD_TIMEOUT:-6}" # a dead node is marked DOWN ~2x this after it dies
-SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-10}"     # >= 5; a requeued job is held cred_expire+1 s before rerun
+SLAB_CRED_EXPIRE="${SLAB_CRED_EXPIRE:-5}"      # >= 5 (Slurm's minimum); a requeued job is held cred_expire+1 s before rerun
 
 CONF="$R/etc/slurm.conf"
 MSOCK="$R/run/munge.sock"
