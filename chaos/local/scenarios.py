@@ -756,15 +756,20 @@ def _pids(lists) -> set[int]:
     return {int(p) for ps in lists for p in ps}
 
 
+def _in_place_evidence(obs: Observation) -> tuple[dict | None, list[dict], int]:
+    """The pids the harness noted (``facts["in_place_kill"]``), the ``in_place`` records after the fault and the
+    job's attempts."""
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    recovered = [r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0]
+    return obs.facts.get("in_place_kill"), recovered, len(split_attempts(obs.records))
+
+
 def check_survivors_kept_in_place(obs: Observation) -> Check:
     """worker-kill-in-place: the job recovered in place (one attempt, one ``in_place`` record after the kill), every
     worker but the killed one has the pid it had before the kill, and exactly one new worker runs, on the killed
     worker's node (``facts["in_place_kill"]``: the pids before and after, the killed pid and its node)."""
     name = "survivors kept their processes, one worker replaced"
-    seen = obs.facts.get("in_place_kill")
-    t0 = obs.faults[0].time if obs.faults else float("inf")
-    recovered = [r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0]
-    attempts = len(split_attempts(obs.records))
+    seen, recovered, attempts = _in_place_evidence(obs)
     if not seen:
         return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
     before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
@@ -786,10 +791,7 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
     nodes has the pid it had before, and as many new workers as the lost node had run, all on the spare(s)
     (``facts["in_place_kill"]``: ``pids`` of the lost node, ``new_nodes`` where the new workers must be)."""
     name = "survivors kept their processes, the lost node's ranks taken by the spare's workers"
-    seen = obs.facts.get("in_place_kill")
-    t0 = obs.faults[0].time if obs.faults else float("inf")
-    recovered = [r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0]
-    attempts = len(split_attempts(obs.records))
+    seen, recovered, attempts = _in_place_evidence(obs)
     if not seen:
         return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
     lost = {int(p) for p in seen["pids"]}
