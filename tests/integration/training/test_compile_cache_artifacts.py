@@ -26,8 +26,14 @@ def _first_step(cache: CompileCache) -> dict:
 def test_published_artefacts_are_loaded_by_a_node_that_never_compiled(tmp_path, monkeypatch):
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # open() points them at the key's directory
         monkeypatch.delenv(var, raising=False)
-    # compile in this process: a pool of compile workers (each importing torch) costs more than this kernel
-    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
+    # compile in this process: a pool of compile workers (each importing torch) costs more than this kernel. The
+    # config module's own patch, not monkeypatch: its undo deletes the attribute the module computed at import
+    # (compile_threads not in vars()), and every later compile of this process then fails (AttributeError)
+    with torch._inductor.config.patch(compile_threads=1):
+        _published_then_loaded(tmp_path)
+
+
+def _published_then_loaded(tmp_path) -> None:
     shared = tmp_path / "shared"
     node_a = CompileCache("k1", shared, tmp_path / "node-a", rank=0, local_rank=0)
     assert _first_step(node_a) == {"key": "k1", "local_hit": False, "loaded": None}
