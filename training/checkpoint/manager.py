@@ -304,17 +304,20 @@ class CheckpointManager:
                 "a peer's checkpoint write failed (see its log)"
             )
 
-    def close_after_recovery(self, wait_s: float) -> None:
+    def close_after_recovery(self, wait_s: float, lost_ranks: frozenset[int] = frozenset()) -> None:
         """After an in-place recovery dropped the process group, and with it this manager's groups: wait up to
         ``wait_s`` for the snapshot in flight (the next manager's restore reads it; past that it is abandoned:
-        :meth:`MemoryTier.close`) and let both tiers go, keeping the snapshots. The trainer then builds a manager
-        for the new group and asks it to :meth:`restore`."""
-        self.close(discard_memory=False, memory_wait_s=wait_s)
+        :meth:`MemoryTier.close`; at once when its exchange is with one of ``lost_ranks``, the old group's ranks
+        the recovery lost) and let both tiers go, keeping the snapshots. The trainer then builds a manager for the
+        new group and asks it to :meth:`restore`."""
+        self.close(discard_memory=False, memory_wait_s=wait_s, lost_ranks=lost_ranks)
 
-    def close(self, *, discard_memory: bool, memory_wait_s: float | None = None) -> None:
+    def close(
+        self, *, discard_memory: bool, memory_wait_s: float | None = None, lost_ranks: frozenset[int] = frozenset()
+    ) -> None:
         """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""
         try:
-            self.memory.close(discard=discard_memory, wait_s=memory_wait_s)
+            self.memory.close(discard=discard_memory, wait_s=memory_wait_s, lost_ranks=lost_ranks)
         finally:
             self.storage.close()
             self.fence.close()

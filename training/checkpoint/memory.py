@@ -53,6 +53,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -919,22 +920,30 @@ class MemoryTier:
         return mine
 
     # ------------------------------------------------------------------ end
-    def close(self, *, discard: bool, wait_s: float | None = None) -> None:
+    def close(self, *, discard: bool, wait_s: float | None = None, lost_ranks: frozenset[int] = frozenset()) -> None:
         """Wait for the copy in flight; `discard` (a finished run, or a diverged one) removes its snapshots; a
         failed run keeps them for its restart. ``wait_s`` bounds the wait (an in-place recovery: the group went,
         and the ring exchange may be blocked on a surviving peer that left it before its own exchange began; gloo
         cannot cut it, and its peers' new group would wait on this rank for its collective timeout): past it the
-        snapshot is abandoned, said in one line, and never published."""
+        snapshot is abandoned, said in one line, and never published. ``lost_ranks``: the ranks the recovery lost;
+        a snapshot whose ring exchange is with one of them cannot complete: abandoned at once."""
         if wait_s is not None and self._thread is not None:
-            self._thread.join(wait_s)
+            partner = sorted({self.dest, self.src} & set(lost_ranks)) if self.replicate else []
+            self._thread.join(0 if partner else wait_s)
             if self._thread.is_alive():
                 self._abandoned.set()
+                why = (
+                    f"its ring exchange is with rank {partner[0]}, which the recovery lost"
+                    if partner
+                    else f"it did not finish within {wait_s:.3g} s of the recovery (its exchange with the peer node "
+                    "is blocked on the old group)"
+                )
                 log.warning(
-                    "WARNING: rank %d: the in-memory snapshot in flight did not finish within %.3g s of the "
-                    "recovery (its exchange with the peer node is blocked on the old group): abandoned, the "
-                    "restore uses an older snapshot",
+                    "WARNING: rank %d: the in-memory snapshot in flight was abandoned: %s; the restore uses an older "
+                    "snapshot (its thread was at: %s)",
                     self.rank,
-                    wait_s,
+                    why,
+                    _where(self._thread),
                 )
                 self._thread = None  # its pool stays: the abandoned thread may still use it
                 return
@@ -949,6 +958,17 @@ class MemoryTier:
                     self.root.rmdir()
             except OSError:
                 pass
+
+
+def _where(thread: threading.Thread, frames: int = 4) -> str:
+    """Where ``thread`` is now, innermost first (``function file:line``): the line that says a snapshot was
+    abandoned names what it was blocked on."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    out = []
+    while frame is not None and len(out) < frames:
+        out.append(f"{frame.f_code.co_name} {Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " < ".join(out) or "not running"
 
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, dst: int, src: int, group) -> None:

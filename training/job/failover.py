@@ -36,6 +36,7 @@ class FullRestart:
 
     catches: tuple[type[BaseException], ...] = ()  # `except ()` catches nothing: a failure ends the worker
     overlaps_group = False  # the start's phases stay in order (the startup clock's figures as before)
+    lost_ranks: frozenset[int] = frozenset()  # never re-formed: no rank is ever lost to a recovery
 
     @staticmethod
     def peer_lost(error: BaseException) -> str:
@@ -86,6 +87,7 @@ class InPlace:
     def __init__(self, group: InPlaceGroup, first_world: int, join_bound_s: float):
         self.group, self.first_world, self.join_bound_s = group, first_world, join_bound_s
         self.membership: Membership | None = None
+        self.lost_ranks: frozenset[int] = frozenset()  # the last recovery's: ranks of the epoch before, gone
 
     def join(self, timeout: timedelta) -> None:
         # the workers of a start come up within the start-up timeout of each other, not the recovery's bound
@@ -107,8 +109,12 @@ class InPlace:
 
     def recover(self, step: int) -> Membership:
         """Drop the broken group, agree the next epoch with ``step`` (the last step completed here) and build its
-        group; call it outside the except block that caught the failure (training.job.inplace.group says why)."""
+        group; call it outside the except block that caught the failure (training.job.inplace.group says why).
+        Notes the ranks of the epoch before whose members the new one does not hold (``lost_ranks``)."""
+        before = self.membership
         self.membership = self.group.recover(step)
+        kept = set(self.membership.members)
+        self.lost_ranks = frozenset(i for i, m in enumerate(before.members) if m not in kept) if before else frozenset()
         return self.membership
 
     def close(self) -> None:

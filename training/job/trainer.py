@@ -620,9 +620,11 @@ class Trainer:
         membership = self.failover.recover(held)
         t = part("regroup", t0)
         old = self.ckpt
-        # its groups went with the old group; the snapshot in flight is written, unless its exchange is blocked
-        # on a survivor that left the old group before its own began (then abandoned at the recovery's bound)
-        old.close_after_recovery(wait_s=self.cfg.failover.in_place_bound_s)
+        # its groups went with the old group; the snapshot in flight is written, unless its exchange is with a rank
+        # that was lost (abandoned at once) or blocked on a survivor that left the old group before its own began
+        # (abandoned at half the recovery's bound: the new group's first collective, which a joiner may already
+        # wait in, times out at the whole bound; waiting the whole bound here ended both, a full restart)
+        old.close_after_recovery(wait_s=self.cfg.failover.in_place_bound_s / 2, lost_ranks=self.failover.lost_ranks)
         moved = (self.rank, self.world) != (dist.get_rank(), dist.get_world_size())
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # Its shards did not move: keep the held step's state (training.job.live_state) instead of reading it back

@@ -14,6 +14,7 @@ import pytest
 
 from chaos import catalog
 from chaos.local.config import REPO, LocalChaosConfig
+from chaos.local.log_digest import digest
 from chaos.local.scenarios import base_facts, reference, run_scenario, scenarios
 from chaos.verdict import Fault, Observation, compare_weights, judge
 from training.checkpoint import MARKER
@@ -38,7 +39,7 @@ def run(name: str, ref, tmp_path: Path, *flags: str):
     # node-loss-rejoin's own dropout-off reference is the shared one here: its math flags are in extra_args
     res = run_scenario(CFG, sc, ref, tmp_path)
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
-    assert res.passed, f"scenario {name} failed ({res.workdir}/logs): {failed}"
+    assert res.passed, f"scenario {name} failed ({res.workdir}/logs): {failed}\n{digest(res.workdir)}"
     names = {c.name for c in res.checks}
     assert {"fault injected", "failure noticed", "job restarted"} <= names
     # a passing scenario keeps its logs and metrics, not its bulk (checkpoints, snapshots, etcd data)
@@ -138,7 +139,8 @@ def test_in_place_a_spares_workers_join_the_survivors_of_a_killed_node(ref, tmp_
     (tests/unit/failover/test_inplace_node_verdict.py)."""
     sc = scenarios(CFG)["node-kill-in-place"]
     res = run_scenario(CFG, sc, ref, tmp_path)
-    assert res.passed, [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
+    failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
+    assert res.passed, f"{failed}\n{digest(res.workdir)}"
     kept = next(c for c in res.checks if c.name.startswith("survivors kept their processes, the lost node's"))
     assert kept.ok and "1 in-place recovery(ies), 1 attempt(s)" in kept.detail, kept.detail
     assert res.world_sizes == [CFG.world]

@@ -517,6 +517,62 @@ def test_a_survivor_that_never_comes_for_its_place_is_left_out_as_stuck(etcd, mo
             a.shutdown()
 
 
+def test_an_in_place_survivor_whose_store_read_fails_takes_its_place_at_the_next_look(etcd, capsys):
+    """An in-place job of 2 nodes and a hot spare (real agents); the node of rank 1 is lost (its lease expires).
+    The round that replaces it with the spare keeps rank 0's workers (its scope); rank 0's agent's first look at it
+    finds the store away (one read raises StoreUnavailable, as a slow etcd under load gives): it answers "no node
+    waiting", restarts nothing, and takes its place at the next look. Before, that first failed read answered
+    "a node waiting", and torchrun restarted every worker of the job."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    creds = etcd.add_job_user("slowread")
+    agents = [
+        EtcdRendezvousHandler(
+            "slowread",
+            EtcdClient(creds),
+            min_nodes=2,
+            max_nodes=2,
+            ttl_s=2,
+            last_call_s=1,
+            join_timeout_s=30,
+            local_addr="127.0.0.1",
+            in_place=True,
+        )
+        for _ in range(3)
+    ]
+    pool, lost = ThreadPoolExecutor(3), None
+    try:
+        calls = {a: pool.submit(a.next_rendezvous) for a in agents}
+        deadline = time.monotonic() + 30
+        while sum(c.done() for c in calls.values()) < 2:
+            assert time.monotonic() < deadline, "round 0 did not form"
+            time.sleep(0.05)
+        ranks = {a: c.result().rank for a, c in calls.items() if c.done()}
+        (spare,) = [a for a in agents if a not in ranks]
+        survivor, lost = sorted(ranks, key=ranks.get)
+        lost._stop.set()  # a SIGKILLed node's agent: keep-alives and watch stop, its lease expires
+        lost.round_view.stop()
+        assert calls[spare].result(timeout=30).rank == 1  # round 1: the spare in the lost rank
+        head = rounds.Head.loads(EtcdClient(creds).get(creds.prefix + "rdzv/slowread/head").value)
+        assert head.n == 1 and head.lost == [lost.me] and head.in_place_scope == 0
+        read = survivor._head.read
+        failures = iter([StoreUnavailable("etcd did not answer in time (injected once)")])
+
+        def read_failing_once(seat):
+            for e in failures:
+                raise e
+            return read(seat)
+
+        survivor._head.read = read_failing_once
+        assert survivor.num_nodes_waiting() == 0 and survivor.round.n == 0  # the read failed: nothing restarted
+        assert survivor.num_nodes_waiting() == 0 and survivor.round.n == 1  # the next look took the place
+        assert "round 1 keeps this node's workers running (in-place recovery, scope 0)" in capsys.readouterr().err
+    finally:
+        for a in sorted((a for a in agents if a is not lost), key=lambda a: a._hosting):
+            a.shutdown()
+        pool.shutdown(wait=False)
+
+
 def test_the_admin_command_gives_a_job_its_own_user(etcd, tmp_path):
     root = etcd.root_credentials()
     env = {**os.environ, **root.as_env(), "T5_ETCD_ROOT_PASSWORD_FILE": root.password_file}

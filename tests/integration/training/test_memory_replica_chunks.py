@@ -109,10 +109,11 @@ def test_a_peer_lost_during_the_exchange_costs_the_replica_not_this_nodes_own_sn
     assert got == {"own": [1, 2], "failed": True}  # the exchange failed (said), step 2's own copy is complete
 
 
-def _peer_stays_worker(rank: int, root: str, store: str, out: str) -> None:
+def _peer_stays_worker(rank: int, root: str, store: str, out: str, lost: bool = False) -> None:
     """Rank 1 lives on but does not begin its snapshot of step 2 (in-place recovery: it left the old group at that
-    step's boundary): rank 0's exchange of step 2 blocks. Its close with a bound returns at the bound; when rank 1
-    then takes step 2 after all and the blocked exchange goes through, rank 0's abandoned thread publishes nothing."""
+    step's boundary): rank 0's exchange of step 2 blocks. Its close with a bound returns at the bound (``lost``:
+    at once, told the recovery lost rank 1, with a bound of 60 s); when rank 1 then takes step 2 after all and the
+    blocked exchange goes through, rank 0's abandoned thread publishes nothing."""
     import os
     import time
     from pathlib import Path
@@ -134,7 +135,7 @@ def _peer_stays_worker(rank: int, root: str, store: str, out: str) -> None:
         t.snapshot(2, {"s": Shards(shards(2, rows=5000))})
         thread = t._thread
         t0 = time.monotonic()
-        t.close(discard=False, wait_s=1.0)
+        t.close(discard=False, wait_s=60.0, lost_ranks=frozenset({1})) if lost else t.close(discard=False, wait_s=1.0)
         took = time.monotonic() - t0
         closed.touch()
         thread.join(30)  # rank 1's step 2 lets the exchange through
@@ -157,3 +158,15 @@ def test_a_recovery_does_not_wait_for_a_snapshot_whose_exchange_is_blocked_and_n
     assert 1.0 <= got["took"] < 5.0, got  # the bound, not the group's timeout (60 s)
     assert not got["alive"], got  # the exchange did go through once rank 1 took its step 2...
     assert got["own"] == [1] and got["peer"] == [1], got  # ...and step 2 was published by neither side of it
+
+
+def test_a_recovery_that_lost_the_exchange_partner_abandons_the_snapshot_in_flight_at_once(tmp_path, caplog):
+    """The same blocked exchange, rank 0 told that the recovery lost rank 1 (its ring partner): it does not wait
+    for the snapshot at all. (It waited the whole bound, 10 s, while a joiner's first collective on the new group
+    timed out at 10 s: both ended, a full restart, in 1 of 6 runs of the node-kill-in-place e2e.)"""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_peer_stays_worker, args=(str(tmp_path / "shm"), str(tmp_path / "store"), str(tmp_path), True), nprocs=2)
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert got["took"] < 1.0, got  # at once, not the 60 s bound
+    assert not got["alive"] and got["own"] == [1] and got["peer"] == [1], got

@@ -264,24 +264,31 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._tell_workers_spares(mine, current)
         if mine is None or current is None or current.n <= mine.n or current.closed:
             return 0
-        if self._take_over_in_place(mine, current):
+        if self._take_over_in_place(mine, current) is not False:  # taken, or to try again at the next look
             return 0
         self._say_lost(mine, current)
         return max(1, current.arriving)  # torch counts the late nodes; 1 for a newer round for any other reason
 
-    def _take_over_in_place(self, mine: rounds.Round, current: rounds.Head) -> bool:
+    def _take_over_in_place(self, mine: rounds.Round, current: rounds.Head) -> bool | None:
         """Take a place in ``current`` without stopping this node's workers, when it replaces lost nodes around
-        them in an in-place job (its scope is ``mine``'s: :func:`.rounds.keeps_workers`); False otherwise, or when
-        the place cannot be taken now (the store away, the round replaced meanwhile): then torchrun restarts the
-        workers as in any job, and they join the same scope's epoch."""
+        them in an in-place job (its scope is ``mine``'s: :func:`.rounds.keeps_workers`): True once taken; False
+        when ``current`` is no such round, or not this node's, or the rendezvous refuses: then torchrun restarts
+        the workers as in any job. None when the place cannot be read now (the store away or slow, the head not
+        caught up): the monitor asks again at its next look, the workers go on. (That gave up the first time, and a
+        store read slow under load cost a full restart.) The wait is bounded by the round itself: a participant
+        that never confirms counts as stuck and the next round leaves it out, which is a round of its own scope."""
         if not (self.in_place and current.formed and current.lost and current.in_place_scope == mine.in_place_scope):
             return False
         try:
             r, _, seats = self._read_open_round()
-            if r is None or r.n != current.n or seats is None or self.me not in seats.ranks:
+            if r is None or seats is None or r.n != current.n:
+                return None  # the read and the head this agent was told of disagree: the next look has both newer
+            if self.me not in seats.ranks:
                 return False
             self._take_place(r, seats)
-        except (StoreUnavailable, StoreRefused, _RoundChanged, RendezvousError):
+        except (StoreUnavailable, _RoundChanged):
+            return None
+        except (StoreRefused, RendezvousError):
             return False
         self._joining.confirm(r.n)
         say(
