@@ -16,6 +16,9 @@ What an ordinary run's records can say, and so what the ledger calls what:
   and was followed by another attempt, or one that was stopped by a signal and restarted by its agent (a
   membership change). A relaunch after a clean stop (finished, or a signal with the agent exiting: Ctrl-C, a
   preemption) starts a new **session**: the time between sessions is not the run's wall time.
+* a failure **recovered in place** (``failover.in_place``) starts no attempt: rank 0's ``in_place`` record after a
+  lost peer is its row (:func:`in_place_failures`: start-up 0, the agreement and new group in stop+rendezvous, the
+  rest of the recovery in restore); a joiner let in at a step boundary is no failure.
 * its **time** is the interrupted attempt's last record (its last sign of life; a fault injected after a step
   is within milliseconds of it). The job's own records cannot say when the fault itself struck.
 * **detect**: from the failure to the first notice: an agent log line (``analysis.DETECT_RE``), a signal the job
@@ -36,6 +39,7 @@ What an ordinary run's records can say, and so what the ledger calls what:
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +55,8 @@ PNG = "goodput.png"
 CLEAN_END = ("finished", "already_finished", "signal")
 #: The phases of a failure's cost, in order (seconds; see the module doc).
 PHASES = ("detect", "stop_and_rendezvous", "startup", "restore", "compile", "first_step", "recompute")
+#: Where a gloo error names its source file ("[/.../gloo/transport/tcp/pair.cc:553] "): not for a reader.
+_GLOO_SOURCE = re.compile(r"\[/[^\]]*\]\s*")
 #: The worker's own start-up phases that ``startup`` adds up (``analysis.STARTUP_PHASES`` before restore).
 WORKER_STARTUP = analysis.STARTUP_PHASES[: analysis.STARTUP_PHASES.index("restore")]
 
@@ -245,6 +251,48 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
     return out
 
 
+def in_place_failures(records: list[dict]) -> list[Failure]:
+    """Every failure the job recovered from in place (``failover.in_place``: rank 0's ``in_place`` record after a
+    lost peer, and no new attempt; a joiner let in at a step boundary is a membership change, not a failure). Its
+    time is the last step record before the recovery began (its ``seconds`` before the record); detect: from there
+    to the failed collective; stop+rendezvous: the agreement and the new group (``regroup``); start-up 0 (no process
+    started: the survivors kept theirs); restore: the rest of the recovery (group parts, model, state); first step:
+    from the record to the first step's; recompute: from there back to the held step."""
+    steps = [r for r in records if r.get("event") == "step"]
+    out = []
+    for rec in records:
+        if rec.get("event") != "in_place" or not rec.get("failed"):
+            continue
+        began = rec["time"] - float(rec.get("seconds") or 0.0)
+        t_fail = max([s["time"] for s in steps if s["time"] <= began], default=began)
+        failed = " ".join(_GLOO_SOURCE.sub("", str(rec["failed"])).split())  # gloo's "[/path/pair.cc:553] "
+        how = f"recovered in place after {failed[:80]}"
+        recovery = analysis.recovered_in_place("in place", t_fail, [rec, *steps], None, began)
+        after = [s for s in steps if s["time"] > rec["time"]]
+        if recovery is None or not after:  # no step since: still recovering, or the job ended there
+            recovery = Recovery("in place", t_fail, round(began - t_fail, 3), None, None, 0, None)
+            out.append(Failure(how, t_fail, rec["held_step"], recovery, dict.fromkeys(PHASES), None, None))
+            continue
+        first = after[0]
+        if recovery.steps_lost:
+            back = next((s for s in after if s["step"] == rec["held_step"]), None)
+            cost = None if back is None else round(back["time"] - t_fail, 3)
+        else:
+            back, cost = first, round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
+        parts = rec.get("parts") or {}
+        phases = {
+            "detect": round(began - t_fail, 2),
+            "stop_and_rendezvous": parts.get("regroup"),
+            "startup": 0.0,
+            "restore": round(sum(v for k, v in parts.items() if k != "regroup"), 2),
+            "compile": None,
+            "first_step": round(first["time"] - rec["time"], 2),
+            "recompute": None if back is None else round(back["time"] - first["time"], 2),
+        }
+        out.append(Failure(how, t_fail, rec["held_step"], recovery, phases, cost, None))
+    return out
+
+
 def sessions(attempts: list[Attempt]) -> list[list[Attempt]]:
     """The attempts grouped by launch: a new session starts at an attempt after a clean stop its agent did not
     restart (a relaunch by a person or a scheduler)."""
@@ -352,7 +400,7 @@ def ledger_from_records(
     walls = _session_walls(sessions(attempts), records)
     wall = sum(end - begin for begin, end in walls)
     useful, gp = analysis.goodput(effective, wall)
-    found = failures(attempts, records, detections)
+    found = sorted(failures(attempts, records, detections) + in_place_failures(records), key=lambda f: f.time)
     last = attempts[-1]
     status = (
         "unfinished"
