@@ -293,6 +293,15 @@ def test_a_member_that_exits_at_start_says_why_in_the_error(tmp_path, monkeypatc
     assert str(tmp_path / f"etcd{attempt}" / "etcd.log") in str(refused.value)
 
 
+def _agents(run_id: str, creds, n: int, *, min_nodes: int, max_nodes: int, **kw) -> list[EtcdRendezvousHandler]:
+    """``n`` real agents of job ``run_id`` on loopback: a 2 s lease, a 1 s last call, 30 s to join (``kw``: others)."""
+    timings = {"ttl_s": 2, "last_call_s": 1, "join_timeout_s": 30, "local_addr": "127.0.0.1"} | kw
+    return [
+        EtcdRendezvousHandler(run_id, EtcdClient(creds), min_nodes=min_nodes, max_nodes=max_nodes, **timings)
+        for _ in range(n)
+    ]
+
+
 def test_the_largest_round_forms_in_one_transaction_and_one_page_more_is_refused(etcd):
     """A round's seat pages are written in the transaction that forms it: MAX_ROUND_NODES participants fit in
     etcd's operations per transaction, one page more is refused (the launcher refuses such a --nodes first).
@@ -319,19 +328,7 @@ def test_a_round_is_formed_with_its_rank_0_store_in_one_write_and_every_agent_us
     from concurrent.futures import ThreadPoolExecutor
 
     creds = etcd.add_job_user("formed")
-    agents = [
-        EtcdRendezvousHandler(
-            "formed",
-            EtcdClient(creds),
-            min_nodes=2,
-            max_nodes=2,
-            ttl_s=2,
-            last_call_s=1,
-            join_timeout_s=30,
-            local_addr="127.0.0.1",
-        )
-        for _ in range(2)
-    ]
+    agents = _agents("formed", creds, 2, min_nodes=2, max_nodes=2)
     try:
         with ThreadPoolExecutor(2) as pool:
             infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
@@ -424,19 +421,7 @@ def _three_agents_and_the_last_lost(etcd, run_id: str):
     from concurrent.futures import ThreadPoolExecutor
 
     creds = etcd.add_job_user(run_id)
-    agents = [
-        EtcdRendezvousHandler(
-            run_id,
-            EtcdClient(creds),
-            min_nodes=1,
-            max_nodes=3,
-            ttl_s=2,
-            last_call_s=1,
-            join_timeout_s=30,
-            local_addr="127.0.0.1",
-        )
-        for _ in range(3)
-    ]
+    agents = _agents(run_id, creds, 3, min_nodes=1, max_nodes=3)
     try:
         with ThreadPoolExecutor(3) as pool:
             infos = list(pool.map(lambda a: a.next_rendezvous(), agents))
@@ -526,20 +511,7 @@ def test_an_in_place_survivor_whose_store_read_fails_takes_its_place_at_the_next
     from concurrent.futures import ThreadPoolExecutor
 
     creds = etcd.add_job_user("slowread")
-    agents = [
-        EtcdRendezvousHandler(
-            "slowread",
-            EtcdClient(creds),
-            min_nodes=2,
-            max_nodes=2,
-            ttl_s=2,
-            last_call_s=1,
-            join_timeout_s=30,
-            local_addr="127.0.0.1",
-            in_place=True,
-        )
-        for _ in range(3)
-    ]
+    agents = _agents("slowread", creds, 3, min_nodes=2, max_nodes=2, in_place=True)
     pool, lost = ThreadPoolExecutor(3), None
     try:
         calls = {a: pool.submit(a.next_rendezvous) for a in agents}
