@@ -18,6 +18,9 @@ MARKS = (
     "Error",
     "restored step",
     "fresh start",
+    "in-memory snapshot",
+    "[fault]",
+    "[watchdog]",
 )
 
 

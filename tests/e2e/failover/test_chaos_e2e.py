@@ -170,7 +170,7 @@ def test_a_straggler_is_named_and_replaced_by_the_spare_after_a_snapshot(ref, tm
             f"machine's cores are oversubscribed, a node stopped 2/3 of the time is not a third as fast here"
         )
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
-    assert res.passed, f"scenario straggler failed ({res.workdir}/logs): {failed}"
+    assert res.passed, f"scenario straggler failed ({res.workdir}/logs): {failed}\n{digest(res.workdir)}"
     assert res.world_sizes == [CFG.world]
     rec = res.recoveries[0]
     # the straggler's shard from its peer's replica, or the storage checkpoint when the take-out step has one

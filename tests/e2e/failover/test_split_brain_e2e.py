@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos.local.config import REPO, LocalChaosConfig
+from chaos.local.log_digest import digest
 from chaos.local.scenarios import reference, run_scenario, scenarios
 from chaos.local.split_brain import STALE_GROUP_FENCED
 
@@ -31,7 +32,7 @@ def test_the_fence_stops_the_old_group_and_only_the_new_groups_checkpoints_count
     sc = replace(scenarios(CFG)["split-brain"])
     res = run_scenario(CFG, sc, ref, tmp_path)
     failed = [f"{c.name}: {c.detail}" for c in res.checks if not c.ok]
-    assert res.passed, f"split-brain failed ({res.workdir}/logs): {failed}"
+    assert res.passed, f"split-brain failed ({res.workdir}/logs): {failed}\n{digest(res.workdir)}"
     fenced = next(c for c in res.checks if c.name == STALE_GROUP_FENCED)
     assert "was replaced by round" in fenced.detail
     assert "weights bitwise == reference" in {c.name for c in res.checks}
