@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -589,19 +590,34 @@ def stop_store(lab: Lab, t: Target) -> Fault:
     )
 
 
-def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
-    """Every etcd member stopped, then the training processes on a node SIGKILLed while none answers: the fault's
-    time is the worker kill (the restart it needs waits for the store). The job is held at its next step boundary
-    (its hold file) from before the outage until the kill, so its workers are still there to be killed however
-    fast the rest of a 12-step job would run; the held peers meet the lost rank at the next step once let go, as
-    they would have mid-step."""
+@contextmanager
+def _held(t: Target):
+    """The job held at its next step boundary (its hold file, the scenario's ``hold``) while the block runs: a
+    fault that takes seconds to land (``fault.sh`` on a loaded machine) still finds a 12-step tiny job training; the
+    held peers meet a lost rank at the next step once let go, as they would have mid-step."""
     hold = t.run_dir / HOLD_FILE
     hold.touch()
     try:
-        outage = stop_store(lab, t)
-        kill = kill_workers(lab, t)
+        yield
     finally:
         hold.unlink(missing_ok=True)
+
+
+def kill_workers_held(lab: Lab, t: Target) -> Fault:
+    """:func:`kill_workers` with the job held until the kill landed. (CI, 2026-11-29: ``fault.sh kill-workers`` took
+    2 s after the fault step, the job had trained its last 5 steps and committed step 12 meanwhile, and the restart
+    found nothing to train: "no attempt started and trained after it".)"""
+    with _held(t):
+        return kill_workers(lab, t)
+
+
+def stop_store_then_kill_workers(lab: Lab, t: Target) -> Fault:
+    """Every etcd member stopped, then the training processes on a node SIGKILLed while none answers: the fault's
+    time is the worker kill (the restart it needs waits for the store). The job is held from before the outage until
+    the kill (:func:`_held`), so its workers are still there to be killed however fast the rest of it would run."""
+    with _held(t):
+        outage = stop_store(lab, t)
+        kill = kill_workers(lab, t)
     return Fault(
         f"{outage.label}, then {kill.label}",
         kill.time,
@@ -903,10 +919,11 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
             ),
             SlurmScenario(
                 "worker-kill",
-                kill_workers,
+                kill_workers_held,
                 Expectation(max_steps_lost=lost),
                 (check_restarted_in_allocation, check_resumed_newest),
                 noticed=agents_noticed,
+                hold=True,
                 title="kill the training processes on a node -> torchrun restart, no requeue",
             ),
             SlurmScenario(

@@ -56,3 +56,9 @@ def test_only_the_outage_is_held_by_the_harness_and_no_store_scenario_paces_its_
     assert not (tmp_path / HOLD_FILE).exists()  # its fault holds the job only until the worker kill
     for name in ("store-outage", "store-outage-then-worker-kill"):
         assert table[name].hold and "--fault.step_sleep_s" not in table[name].train_args, name
+
+
+def test_a_worker_kill_holds_the_job_until_it_landed():
+    """fault.sh took 2 s to kill the workers on a loaded machine, after the 12-step job had finished (CI)."""
+    sc = scenarios(CFG)["worker-kill"]
+    assert sc.hold and sc.inject.__name__ == "kill_workers_held"
