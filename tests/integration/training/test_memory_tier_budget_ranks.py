@@ -73,4 +73,8 @@ def test_ranks_with_different_costs_snapshot_at_the_same_steps(tmp_path):
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1, (r0, r1)
     # rank 1's cost and rank 0's step time: neither rank's own choice (1 and 50)
-    assert 1 < r0["interval"] < 50 and r0["taken"][:4] == [1, 2, 3, 4] and r0["taken"][4] == 4 + r0["news"][0]
+    assert 1 < r0["interval"] < 50 and r0["taken"][:4] == [1, 2, 3, 4]
+    # the chosen interval takes effect from step 4: the next snapshot that many steps later, if within the run (on
+    # a loaded machine rank 1's copy costs more and the interval came out above 12: no fifth snapshot; CI-like run)
+    fifth = 4 + r0["news"][0]
+    assert r0["taken"][4:5] == ([fifth] if fifth <= STEPS else []), r0
