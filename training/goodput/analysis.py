@@ -87,6 +87,10 @@ def _restored_ok(v) -> bool:
     return isinstance(v, dict) and (v.get("tier") is None or isinstance(v["tier"], str))
 
 
+def _parts_ok(v) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and _is_finite(x) for k, x in v.items())
+
+
 _FINITE, _NUMBER, _INT = (_is_finite, "a finite number"), (_is_number, "a number"), (_is_int, "an integer")
 _STR = (lambda v: isinstance(v, str), "a string")
 
@@ -126,6 +130,14 @@ RECORD_FIELDS: dict[str | None, dict[str, tuple]] = {
     "end": {"status": (*_STR, False), "step": (*_or_null(_INT), False)},
     "signal": {"step": (*_or_null(_INT), False)},
     "checkpoint": {"step": (*_INT, True)},
+    "in_place": {
+        "held_step": (*_INT, True),
+        "resumed_from": (*_INT, True),
+        "seconds": (*_FINITE, False),
+        "failed": (*_STR, False),
+        "parts": (_parts_ok, "an object of finite seconds", False),
+        "restored_from": (*_or_null((_restored_ok, "an object with a string tier")), False),
+    },
     "straggler": {"step": (*_or_null(_INT), False)},
 }
 

@@ -75,3 +75,15 @@ def test_a_recovery_that_fell_back_is_the_crashed_attempt_that_says_so():
     ledger = ledger_from_records("run", records, 10)
     (f,) = ledger.failures
     assert ledger.attempts == 2 and f.how.startswith("crashed: in-place recovery: epoch 2 not agreed within 10 s")
+
+
+def test_an_in_place_record_of_the_wrong_shape_is_skipped_not_read():
+    import json
+
+    from training.goodput.analysis import scan_records
+
+    bad = {**_in_place(109.0, 3.0, GLOO, held=5, resumed=4), "held_step": "five", "parts": {"regroup": "slow"}}
+    text = "\n".join(json.dumps(r) for r in [*_records()[:6], bad, *_records()[7:]]) + "\n"
+    records, skipped = scan_records(text)
+    assert [s.line for s in skipped] == [7] and 'held_step is "five", not an integer' in skipped[0].why
+    assert ledger_from_records("run", records, 10, skipped=skipped).failures == []
