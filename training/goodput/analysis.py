@@ -132,7 +132,7 @@ RECORD_FIELDS: dict[str | None, dict[str, tuple]] = {
     "checkpoint": {"step": (*_INT, True)},
     "in_place": {
         "held_step": (*_INT, True),
-        "resumed_from": (*_INT, True),
+        "resumed_from": (*_or_null(_INT), True),  # null: nothing restored (a recovery before any snapshot)
         "seconds": (*_FINITE, False),
         "failed": (*_STR, False),
         "parts": (_parts_ok, "an object of finite seconds", False),
@@ -479,7 +479,7 @@ def recovered_in_place(
         detect_s=None if det is None else det - t_fail,
         breakdown=None,
         recover_s=step["time"] - t_fail,
-        steps_lost=max(0, rec["held_step"] - rec["resumed_from"]),
+        steps_lost=max(0, rec["held_step"] - (rec["resumed_from"] or 0)),
         restarts=0,
         world_after=step["world_size"],
         tier=(rec.get("restored_from") or {}).get("tier"),

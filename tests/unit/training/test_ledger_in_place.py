@@ -87,3 +87,11 @@ def test_an_in_place_record_of_the_wrong_shape_is_skipped_not_read():
     records, skipped = scan_records(text)
     assert [s.line for s in skipped] == [7] and 'held_step is "five", not an integer' in skipped[0].why
     assert ledger_from_records("run", records, 10, skipped=skipped).failures == []
+
+
+def test_a_recovery_that_restored_nothing_is_still_a_row():
+    """resumed_from null: the recovery found no state to restore (before any snapshot): held_step steps lost."""
+    records = _records()
+    records[6] = {**records[6], "resumed_from": None, "held_step": 1}
+    (f,) = ledger_from_records("run", records, 10).failures
+    assert f.recovery.steps_lost == 1 and f.step == 1
