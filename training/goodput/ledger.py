@@ -239,16 +239,22 @@ def failures(attempts: list[Attempt], records: list[dict], detections: list[floa
             out.append(Failure(_how(prev), t_fail, step, rec, dict.fromkeys(PHASES), None, None))
             continue
         first = recovering.steps[0]
-        if rec.steps_lost:  # back where it was once it recorded that step again (None: still recomputing)
-            back = next((s for s in recovering.steps if s["step"] == step), None)
-            cost = None if back is None else round(back["time"] - t_fail, 3)
-        else:  # back where it was as its first step began
-            back = first
-            cost = round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
+        back, cost = _back(rec.steps_lost, recovering.steps, step, t_fail)
         phases = _phases(rec, t_fail, detected, recovering, first, back)
         startup = analysis.startup_phases(recovering.start, recovering.steps)
         out.append(Failure(_how(prev), t_fail, step, rec, phases, cost, startup))
     return out
+
+
+def _back(steps_lost: int | None, steps: list[dict], step: int, t_fail: float) -> tuple[dict | None, float | None]:
+    """The record at which the job was back at ``step`` (its last before the failure at ``t_fail``), among the
+    recovery's ``steps``, and the failure's cost: with steps lost, once it recorded that step again (None: still
+    recomputing); without, as its first step began."""
+    if steps_lost:
+        back = next((s for s in steps if s["step"] == step), None)
+        return back, None if back is None else round(back["time"] - t_fail, 3)
+    first = steps[0]
+    return first, round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
 
 
 def in_place_failures(records: list[dict]) -> list[Failure]:
@@ -274,11 +280,7 @@ def in_place_failures(records: list[dict]) -> list[Failure]:
             out.append(Failure(how, t_fail, rec["held_step"], recovery, dict.fromkeys(PHASES), None, None))
             continue
         first = after[0]
-        if recovery.steps_lost:
-            back = next((s for s in after if s["step"] == rec["held_step"]), None)
-            cost = None if back is None else round(back["time"] - t_fail, 3)
-        else:
-            back, cost = first, round(first["time"] - first.get("step_time_s", 0.0) - t_fail, 3)
+        back, cost = _back(recovery.steps_lost, after, rec["held_step"], t_fail)
         parts = rec.get("parts") or {}
         phases = {
             "detect": round(began - t_fail, 2),
