@@ -12,7 +12,7 @@ world size, and a rank's memory holds its shards plus one parameter.
     record = record_init(lambda: T5ForConditionalGeneration(config), seed=seed)
     model = record.model                 # on the meta device
     fully_shard(...)                     # FSDP2 shards meta parameters as they are
-    record.materialize(model, device)    # to_empty + replay
+    record.materialize(model, device)    # to_empty + replay (allocate() + initialize())
 
 Anything the replay could not reproduce exactly (a write into part of a parameter, an op other than a
 random draw, fill or zero on one, a parameter nothing wrote, buffers) raises :class:`MetaInitUnsupported`
@@ -104,16 +104,27 @@ class RecordedInit:
         if missing:
             raise MetaInitUnsupported(f"nothing writes {', '.join(missing[:3])}: their value comes from a factory")
 
-    @torch.no_grad()
     def materialize(self, model: torch.nn.Module, device: torch.device) -> None:
         """Allocate `model`'s (sharded) parameters on `device` and fill them by replaying the record.
         `model` is :attr:`model`, possibly wrapped or sharded since (parameter names unchanged)."""
+        self.allocate(model, device)
+        self.initialize(model)
+
+    def allocate(self, model: torch.nn.Module, device: torch.device) -> None:
+        """`model`'s (sharded) parameters on `device`, their values undefined until :meth:`initialize` or a
+        restore writes every one of them."""
         model.to_empty(device=device)
         for name, others in self.tied.items():
             # Module.to_empty gives each module its own new parameter (FSDP2 keeps shared ones shared).
             for other in others:
                 owner, _, attr = other.rpartition(".")
                 setattr(model.get_submodule(owner), attr, model.get_parameter(name))
+
+    @torch.no_grad()
+    def initialize(self, model: torch.nn.Module) -> None:
+        """Fill `model`'s allocated parameters by replaying the record: every random draw of the whole model runs
+        on the CPU generator, whatever the rank's share (t5-large: ~18 s on one core), so a start that restores
+        its state skips it. Reseeds the CPU generator (to the job's seed, as the CPU build does)."""
         params = {i: model.get_parameter(name) for i, name in self.names.items()}
         torch.manual_seed(self.seed)
         for op in self.ops:

@@ -111,11 +111,19 @@ class BuiltOnCpu:
     model: torch.nn.Module
 
     def materialize(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.allocate(model, device)
+
+    def allocate(self, model: torch.nn.Module, device: torch.device) -> None:
+        """The weights on `device`, values and all (they were never left undefined)."""
         model.to(device)
+
+    def initialize(self, model: torch.nn.Module) -> None:
+        """Nothing to draw: the weights came with the build."""
 
 
 def build_model_for_sharding(cfg: ModelConfig, *, seed: int) -> RecordedInit | BuiltOnCpu:
-    """The model, ready for ``fully_shard``; call ``.materialize(model, device)`` after sharding.
+    """The model, ready for ``fully_shard``; call ``.materialize(model, device)`` after sharding (or
+    ``.allocate(model, device)``, and ``.initialize(model)`` only when no restore fills the weights).
 
     Random init is built on the meta device and each rank materialises only its shards, with the weights
     :func:`build_model` would give for `seed` (training.model.meta_init); pretrained weights (``init_from``) are

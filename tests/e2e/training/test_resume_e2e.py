@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import STEP_3_COMMITTED, TINY, TINY_STEPS, tiny_run, torchrun
 from training.checkpoint import latest_complete, step_dir
@@ -125,9 +126,14 @@ def assert_reload_at_world1_is_lossless(saved: Path, resave_root: Path, monkeypa
             str(resave_root / "m.jsonl"),
         ]
     )
+    torch.manual_seed(1234)
+    untouched = torch.get_rng_state()
     trainer = Trainer(cfg)
     try:
         assert trainer.world == 1 and trainer._resume() == 6
+        # The restore filled every weight (the resave below is bitwise the checkpoint): the seed's initial weights
+        # were never drawn, which reseeds and advances the CPU generator (18 s of a t5-large start on a GPU host)
+        assert torch.equal(torch.get_rng_state(), untouched), "the initial weights were drawn, then overwritten"
         trainer.ckpt.storage.root = resave_root
         trainer.ckpt.storage.save(6, trainer.state, force=True, sync=True)
     finally:

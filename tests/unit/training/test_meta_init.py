@@ -32,6 +32,21 @@ def test_meta_build_replayed_unsharded_equals_the_cpu_build_and_leaves_the_rng_w
     assert not torch.equal(other.model.shared.weight, ours["shared.weight"])
 
 
+def test_weights_allocated_then_drawn_after_a_restore_found_nothing_equal_the_cpu_build():
+    """The trainer allocates first and draws the seed's weights only when no restore filled them: drawn later,
+    after other draws, they are still bitwise the CPU build's, and the generator ends where the CPU build leaves it."""
+    built = build_model_for_sharding(ModelConfig(**SMALL), seed=5)
+    built.allocate(built.model, torch.device("cpu"))
+    assert not any(p.is_meta for p in built.model.parameters())
+    torch.rand(7)  # a restore that found nothing ran in between
+    built.initialize(built.model)
+    after_meta = torch.random.get_rng_state()
+    cpu = build_model(ModelConfig(**SMALL), seed=5)
+    ours, ref = built.model.state_dict(), cpu.state_dict()
+    assert [k for k in ref if not torch.equal(ours[k], ref[k])] == []
+    assert torch.equal(after_meta, torch.random.get_rng_state())
+
+
 class _PartWrite(torch.nn.Module):
     def __init__(self):
         super().__init__()
