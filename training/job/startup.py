@@ -18,8 +18,9 @@ The phases, in order (:data:`PHASES`; the trainer marks them):
 * ``imports``: the training modules and torch (nothing for a warm worker);
 * ``device_init``: threads, deterministic kernels, CUDA's initialisation on GPUs (``torch.cuda.set_device``);
 * ``process_group``: ``init_process_group``, which waits for every rank of the new group;
-* ``model_build``: the model on the meta device, activation checkpointing, compile wrappers, FSDP2, materialising
-  this rank's shards, the optimizer;
+* ``model_build``: the model on the meta device, activation checkpointing, compile wrappers, FSDP2, allocating
+  this rank's shards, the optimizer, and (a fresh start only, timed after the restore found nothing) drawing the
+  seed's initial weights;
 * ``job_setup``: metrics, the watchdog, the data set, the run lock and the checkpoint tiers;
 * ``restore``: loading the newest state (memory, a peer or storage).
 
