@@ -43,6 +43,7 @@ def measure_peaks(cfg, probes: list[int]) -> dict:
     cfg.train.micro_batch = 0
     cfg.train.steps = 10**9
     trainer = Trainer(cfg)
+    trainer.start_from_seed()
     try:
         loader = build_dataloader(
             trainer.dataset, cfg.data, seed=cfg.job.seed, global_batch=max(probes), rank=0, world=1, start_offset=0

@@ -159,6 +159,7 @@ def run(argv: list[str]) -> int:
     cfg.train.steps = 10**9
     cfg.checkpoint.memory_interval = 1  # measured below, after the storage saves; idle until then
     trainer = Trainer(cfg)
+    trainer.start_from_seed()
     try:
         t = cfg.train
         loader = iter(

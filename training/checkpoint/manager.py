@@ -125,9 +125,18 @@ class CheckpointManager:
         return self.storage.accepted
 
     # ---- restore ---------------------------------------------------------------------------------
-    def restore(self, state: dict[str, Any], model_only: dict[str, Any], *, held: int | None = None) -> int | None:
-        """Collective. Load the newest state (policy above) into ``state``; a fresh start with
-        checkpoint.initial_load_path loads ``model_only`` from there. Returns the step resumed, None if fresh.
+    def restore(
+        self,
+        state: dict[str, Any],
+        model_only: dict[str, Any],
+        *,
+        held: int | None = None,
+        fresh_weights: Callable[[], None] = lambda: None,
+    ) -> int | None:
+        """Collective. Load the newest state (policy above) into ``state``; a fresh start calls ``fresh_weights``
+        (the model's initial values: the trainer allocates the weights and draws them only when nothing is
+        restored), then, with checkpoint.initial_load_path, loads ``model_only`` from there. Returns the step
+        resumed, None if fresh.
         ``held``: the step ``state`` already holds at this rank and world size (a survivor of an in-place recovery
         whose shards did not move): when the memory tier chooses it, this rank reads nothing (``sources``: 'live').
 
@@ -139,13 +148,15 @@ class CheckpointManager:
         self.fence.set_aside_stale(self.storage.root, restored)  # rank 0, before any rank scans the directory
         self.memory.stale = lambda rnd, step: stale_checkpoints({step: rnd}, restored).get(step)
         dist.barrier(group=self.storage.group)
-        step = self._restore(state, model_only, held)
+        step = self._restore(state, model_only, held, fresh_weights)
         self.fence.record_restore(step or 0)
         if step is not None:
             self.storage.prepare(state)
         return step
 
-    def _restore(self, state: dict[str, Any], model_only: dict[str, Any], held: int | None) -> int | None:
+    def _restore(
+        self, state: dict[str, Any], model_only: dict[str, Any], held: int | None, fresh_weights: Callable[[], None]
+    ) -> int | None:
         newest = latest_complete(self.cfg.dir)
         storage_step = parse_step(newest) if newest else 0
         if not self.cfg.load_step:  # a chosen storage step wins over anything newer in memory
@@ -185,6 +196,7 @@ class CheckpointManager:
         info = self.storage.load(state)
         if info is None:
             self.say(f"fresh start: no complete checkpoint in {self.cfg.dir}")
+            fresh_weights()
             src = self.cfg.initial_load_path
             if src:
                 step = self.storage.load_initial(src, model_only)

@@ -109,7 +109,9 @@ def padding_mask_or_none(host_mask: torch.Tensor) -> torch.Tensor | None:
 
 
 class Trainer:
-    """Builds everything from a Config; `train()` runs to `train.steps` and returns the exit code."""
+    """Builds everything from a Config; `train()` runs to `train.steps` and returns the exit code. The weights
+    get their values in `train()`'s restore (or the seed's, on a fresh start); a tool that steps the model
+    without `train()` calls `start_from_seed()` first."""
 
     def __init__(self, cfg: Config, clock: StartupClock | None = None):
         self.cfg = cfg
@@ -310,15 +312,22 @@ class Trainer:
 
     def _resume(self, held: int | None = None) -> int | None:
         """Restore (collective); ``held``: the step this rank's state objects already hold (CheckpointManager).
-        When nothing was restored or held, the model gets the seed's initial weights (a fresh start)."""
-        step = self.ckpt.restore(self.state, {"train": ModelOnly(self.model)}, held=held)
+        A fresh start draws the seed's initial weights (the kept state of ``held`` needs none)."""
+        fresh = self._timed_initial_weights if held is None else lambda: None
+        step = self.ckpt.restore(self.state, {"train": ModelOnly(self.model)}, held=held, fresh_weights=fresh)
         if self.ckpt.restored_from and self.ckpt.restored_from["tier"] == "storage":
             self._apply_accepted_changes()
-        if step is None and held is None:
-            self.clock.mark("restore")
-            self._initial_weights.initialize(self.model)  # bitwise the weights a CPU build of the seed has
-            self.clock.mark("model_build")  # counted where it was before it moved here (StartupClock adds up)
         return step
+
+    def start_from_seed(self) -> None:
+        """Give the model the seed's initial weights, bitwise those of a CPU build: what a fresh start's restore
+        does, for tools that train without one (training.bench, training.batch_fit)."""
+        self._initial_weights.initialize(self.model)
+
+    def _timed_initial_weights(self) -> None:
+        self.clock.mark("restore")
+        self.start_from_seed()
+        self.clock.mark("model_build")  # counted where it was before it moved here (StartupClock adds up)
 
     def _apply_accepted_changes(self) -> None:
         """Make accepted setting changes take effect: the loaded optimizer/scheduler state carries the old ones."""
