@@ -19,8 +19,9 @@ Policy:
 * **restore**: ``checkpoint.load_step`` names a storage step and wins; else the newest step some node's memory
   holds intact for every shard (CRC32C-checked: a damaged own-node copy is skipped for the peer's replica, a
   damaged replica too for an older step or storage, each named), when newer than the newest complete storage
-  checkpoint; else storage (verified, with fallback); else ``checkpoint.initial_load_path`` seeds the model of a
-  fresh run. ``restored_from`` (the ``start`` event's) lists the damaged generations skipped on the way.
+  checkpoint; else storage (verified, with fallback); else a fresh start: the seed's initial weights (drawn only
+  now: a restore overwrites them all), then ``checkpoint.initial_load_path``'s model weights when set.
+  ``restored_from`` (the ``start`` event's) lists the damaged generations skipped on the way.
 * **failures**: a failed async save stops the run at the next step boundary (exit 6); a failed snapshot turns
   the memory tier off on every rank at the same step and training goes on with storage.
 * **fence** (:mod:`training.checkpoint.fence`, on an etcd rendezvous; otherwise it does nothing): rank 0 asks
