@@ -99,6 +99,9 @@ class Start:
         compiled: its blocks were compiled.
         phases: seconds per phase.
         total_s: from its spawn to its first step's record (None: no step yet).
+        first_step_waits_s: of the first step, the seconds it waited for a storage save and an in-memory snapshot
+            (its record's ``ckpt_block_s`` + ``snapshot_block_s``: a first save pins its buffers; None: not
+            recorded).
     """
 
     attempt: int
@@ -107,6 +110,7 @@ class Start:
     compiled: bool
     phases: dict[str, float | None]
     total_s: float | None
+    first_step_waits_s: float | None = None
 
 
 @dataclass
@@ -212,8 +216,19 @@ def starts(attempts: list[Attempt]) -> list[Start]:
         began = analysis.startup_began(a.start)
         total = round(a.steps[0]["time"] - began, 2) if a.steps and began else None
         preloaded = su.get("preloaded") if isinstance(su.get("preloaded"), bool) else None  # not a figure: unchecked
-        out.append(Start(n, a.start.get("restart_count") or 0, preloaded, su.get("compiled") is True, phases, total))
+        restarts, compiled = a.start.get("restart_count") or 0, su.get("compiled") is True
+        out.append(Start(n, restarts, preloaded, compiled, phases, total, _waits(a.steps[0]) if a.steps else None))
     return out
+
+
+def _seconds(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _waits(step: dict) -> float | None:
+    """The step's waits for a storage save and a snapshot (None when its record has neither as a number)."""
+    waits = [v for k in ("ckpt_block_s", "snapshot_block_s") if _seconds(v := step.get(k))]
+    return round(sum(waits), 2) if waits else None
 
 
 def failures(attempts: list[Attempt], records: list[dict], detections: list[float]) -> list[Failure]:
@@ -558,17 +573,18 @@ def startup_table(starts: list[Start]) -> list[str]:
     if not starts:
         return []
     heads = [_STARTUP_HEADS[k] for k in analysis.STARTUP_PHASES]
-    head = f"{'':<10}" + "".join(f"{h:>9}" for h in heads) + f"{'total':>8}  worker"
+    head = f"{'':<10}" + "".join(f"{h:>9}" for h in heads) + f"{'total':>8}{'waits':>7}  worker"
     lines = ["", "start-up by phase (seconds, rank 0):", head, "-" * len(head)]
     for st in starts:
         lines.append(
             f"{f'attempt {st.attempt}':<10}"  # not a number first: the failure rows above are numbered
             + "".join(f"{_fmt(st.phases.get(k)):>9}" for k in analysis.STARTUP_PHASES)
-            + f"{_fmt(st.total_s):>8}  {start_kind(st)}"
+            + f"{_fmt(st.total_s):>8}{_fmt(st.first_step_waits_s):>7}  {start_kind(st)}"
         )
     lines.append(
-        "(process: spawn to main(); pgroup: process group; model: build, shard, materialise; setup: metrics, "
-        "data, checkpoint tiers; compile: the first step's extra time; total: spawn to the first step's record)"
+        "(process: spawn to main(); pgroup: process group; model: build, shard, allocate; setup: metrics, "
+        "data, checkpoint tiers; compile: the first step's extra time; total: spawn to the first step's record; "
+        "waits: of the 1st step, waiting for a storage save and a memory snapshot)"
     )
     return lines
 

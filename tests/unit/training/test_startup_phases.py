@@ -81,6 +81,7 @@ def _run(compiled: bool) -> list[dict]:
         {"event": "step", "time": 123.1 + first_step + 1.1 * (n - 3), "step": n, "world_size": 2, "step_time_s": t}
         for n, t in zip((3, 4, 5, 6), (first_step, 1.1, 0.9, 1.0))
     ]
+    recs[-4] |= {"ckpt_block_s": 0.7, "snapshot_block_s": 0.2}  # the restart's first step waited for a save
     return parse_records("\n".join(json.dumps(r) for r in recs) + "\n")
 
 
@@ -132,6 +133,9 @@ def test_the_ledger_and_the_status_screen_show_each_start_by_phase():
     assert "start-up by phase" in text and "restart, warm, compiled" in text and "launch, cold, compiled" in text
     row = next(line for line in text.splitlines() if line.startswith("attempt 2 "))
     assert row.split()[:11] == ["attempt", "2", "0.2", "0.0", "0.1", "0.4", "1.5", "0.3", "0.6", "11.0", "1.0"]
+    # then the total and, of the first step, its waits for a save and a snapshot; '-' where none was recorded
+    assert row.split()[12] == "0.9" and (cold.first_step_waits_s, restart.first_step_waits_s) == (None, 0.9)
+    assert next(line for line in text.splitlines() if line.startswith("attempt 1 ")).split()[12] == "-"
     # the failure table's rows are the lines that begin with a number
     assert [line.split()[1] for line in text.splitlines() if line.strip()[:2] in ("1 ", "2 ")] == ["3"]
     shown = screen(ledger, Where(label="local run", running=False), now=200.0)
