@@ -230,7 +230,7 @@ class Trainer:
             apply_activation_checkpointing(self.model)
         apply_regional_compile(self.model, self.clock.compiled)  # inside checkpointing, outside FSDP hooks
         apply_fsdp(self.model, self.mesh, p)
-        # Values come from the restore, or from the seed when there is none (_fill_unrestored_weights): drawing
+        # Values come from the restore, or from the seed when there is none (_resume's fresh_weights): drawing
         # them first cost every restart the whole model's draws on one CPU core (t5-large: 18 of an H200
         # worker's 43 s start), and every in-place survivor too, for weights the restore overwrites.
         built.allocate(self.model, self.device)
