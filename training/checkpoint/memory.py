@@ -170,6 +170,17 @@ def _join(skel: Any, template: Any, tensors: list[torch.Tensor]) -> Any:
     return skel
 
 
+class _Copied:
+    """The snapshot's views, each copied off the mapped file as it is read (what a host restore keeps must not
+    alias the snapshot, which the next snapshot overwrites)."""
+
+    def __init__(self, views: list[torch.Tensor]):
+        self.views = views
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.views[i].clone()
+
+
 def _layout(tensors: list[torch.Tensor]) -> tuple[list[tuple[int, str, list[int]]], int]:
     out, off = [], 0
     for t in tensors:
@@ -848,9 +859,15 @@ class MemoryTier:
         views = _views(data, meta["layout"])
         # On a GPU _join's .to(device) is the one copy; a clone first doubled the bytes moved and the host memory
         # (t5-large: 8.6 GB more per rank). On the host, state must not alias the mapped snapshot file.
-        tensors = [v.clone() for v in views] if self.device.type == "cpu" else views
+        tensors = _Copied(views) if self.device.type == "cpu" else views
         for key, obj in state.items():
-            obj.load_state_dict(_join(meta["skeleton"][key], obj.state_dict(), tensors))
+            skeleton = meta["skeleton"][key]
+            if hasattr(obj, "load_local_shards"):  # the same layout: copied in once, no optimizer initialisation
+                why = obj.load_local_shards(_join(skeleton, None, views))
+                if not why:
+                    continue
+                log.info("memory snapshot of step %d: %s is loaded the general way (%s)", step, key, why)
+            obj.load_state_dict(_join(skeleton, obj.state_dict(), tensors))
         return "memory" if own else "peer"
 
     def _restore_resharded(self, state: dict[str, Any], step: int, old_world: int, holders, everyone) -> str:

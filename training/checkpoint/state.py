@@ -13,6 +13,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
+from training.checkpoint.local_shards import load_local_shards
+
 
 @dataclass
 class Progress:
@@ -52,6 +54,15 @@ class TrainState(Stateful):
         set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         self.scheduler.load_state_dict(sd["scheduler"])
         self.progress.load_state_dict(sd["progress"])
+
+    def load_local_shards(self, sd) -> str:
+        """``sd`` as this rank saved it at this world size, every tensor a plain local shard (a memory snapshot):
+        copied straight in (training.checkpoint.local_shards). "" when done, else why not (nothing loaded)."""
+        why = load_local_shards(sd, model=self.model, optimizer=self.optimizer)
+        if not why:
+            self.scheduler.load_state_dict(sd["scheduler"])
+            self.progress.load_state_dict(sd["progress"])
+        return why
 
 
 class ModelOnly(Stateful):
