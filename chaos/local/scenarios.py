@@ -810,6 +810,10 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
     )
 
 
+#: What a survivor's agent says when it took a dead node out before its lease's TTL (training.launch.rendezvous.handler).
+TAKEN_OUT_LINE = "refuses connections; its membership lease revoked"
+
+
 def check_recomputed_in_place(obs: Observation) -> Check:
     """worker-kill-in-place: the survivors resumed at most ``memory_interval`` steps before the step they held, and
     trained on from there; the detail gives the kill -> survivors' next step time (the issue's <= 1.0 s target)."""
@@ -823,12 +827,14 @@ def check_recomputed_in_place(obs: Observation) -> Check:
     redone = rec["held_step"] - rec["resumed_from"]
     ok = 0 <= redone <= bound and bool(after) and after[0]["step"] == rec["resumed_from"] + 1
     took = f"{after[0]['time'] - t0:.2f} s" if after else "never"
+    out = [t for t, line in obs.logs if t > t0 and TAKEN_OUT_LINE in line]  # training.launch.rendezvous.dead_agent
+    how = f"; the lost node taken out by a peer {out[0] - t0:.2f} s after the kill (its agent dead)" if out else ""
     return Check(
         name,
         ok,
         f"held step {rec['held_step']}, resumed from {rec['resumed_from']} ({redone} recomputed, state from "
         f"{(rec.get('restored_from') or {}).get('tier')}); kill -> survivors' next step {took} (their recovery "
-        f"{rec['seconds']:.2f} s)",
+        f"{rec['seconds']:.2f} s){how}",
     )
 
 

@@ -140,6 +140,7 @@ class InPlaceAgent(SimpleElasticAgent):
         self._blocked_s = blocked_s
         self._blocked_since: dict[str, float] = {}  # member -> when a peer checked in to the next epoch without it
         self._killed_blocked: set[int] = set()  # pids this agent killed for being blocked (replaced, not a failure)
+        self._probed: set[tuple[int, int]] = set()  # (epoch, node rank) whose agent was asked after (dead_agent)
         self._next_look = 0.0
         self._failed_results = 0  # results returned FAILED: torch's restart count at the group's next start
 
@@ -175,7 +176,7 @@ class InPlaceAgent(SimpleElasticAgent):
         spec = worker_group.spec
         self._board = self._board_for_round()  # the round just formed: its workers' in-place scope
         self._contexts, self._returns, self._joining, self._launch = {}, {}, {}, {}
-        self._blocked_since, self._killed_blocked = {}, set()
+        self._blocked_since, self._killed_blocked, self._probed = {}, set(), set()
         envs = {w.local_rank: self._worker_env(worker_group, w, self._failed_results) for w in worker_group.workers}
         self._logs = self._logs_specs.reify(envs)  # the attempt's log folders once; it sets each error file's path
         for w in worker_group.workers:
@@ -313,6 +314,8 @@ class InPlaceAgent(SimpleElasticAgent):
             self._blocked_since = {}
             return
         self._next_look = now  # a recovery under way: look again at the next turn of the loop
+        if peers_in:
+            self._take_out_dead_nodes(latest, ins, by_local)
         for local_rank, context in list(self._contexts.items()):
             pid = context.pids()[0]
             member = self._member_id(by_local[local_rank].global_rank, pid)
@@ -331,6 +334,31 @@ class InPlaceAgent(SimpleElasticAgent):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _take_out_dead_nodes(self, latest, ins: dict, by_local: dict) -> None:
+        """A peer checked in to the next epoch (its collective failed) while members on other nodes have not and
+        were not reported gone: ask the rendezvous whether each such node's agent is dead, once per node and
+        epoch. A dead one's lease is revoked there (:mod:`training.launch.rendezvous.dead_agent`), so its hot
+        spare comes in now instead of after the lease's TTL; a live one (its worker killed alone, or blocked) is
+        left to its own agent and to the rules above."""
+        take_out = getattr(self._worker_group.spec.rdzv_handler, "take_out_if_dead", None)
+        if take_out is None:
+            return
+        mine = {w.global_rank for w in by_local.values()}
+        local_world = self._worker_group.spec.local_world_size
+        try:
+            gone = self._board.gone()
+        except Exception:  # noqa: BLE001 - the store away: look again later
+            return
+        for member in latest.members:
+            rank = latest.rank(member)
+            node = (latest.epoch, rank // local_world)
+            if member in ins or member in gone or rank in mine or node in self._probed:
+                continue
+            self._probed.add(node)
+            line = take_out(node[1])
+            if line:
+                _say(line)
 
     def _on_failures(self, worker_group: WorkerGroup, by_local: dict, failed: dict) -> RunResult:
         """Replace a lone worker killed by a signal, and the workers this agent killed for being blocked; anything
@@ -448,3 +476,4 @@ def launch(
     finally:
         if shutdown_rdzv:
             spec.rdzv_handler.shutdown()
+

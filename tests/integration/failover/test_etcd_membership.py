@@ -596,3 +596,39 @@ def test_the_admin_command_gives_a_job_its_own_user(etcd, tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == (
         "error: T5_ETCD_ROOT_PASSWORD_FILE is not set: point it at root's password file"
     )
+
+
+# ---------------------------------------------------------------------------------------------- a dead agent
+def test_a_dead_agents_lease_is_revoked_at_once_a_live_ones_is_left_to_its_ttl(etcd):
+    """training.launch.rendezvous.dead_agent: an agent whose store port refuses connections is dead, and its member
+    key goes now (its lease revoked) instead of at its TTL; one whose port accepts (alive, or stopped: the socket
+    here is never accepted from, as a SIGSTOPped agent's) proves nothing and keeps its lease. member_at names the
+    agent at a node rank of the newest formed round only. (A probe that times out, a host gone, is not shown: this
+    machine's network refuses connections to unrouted addresses instead of dropping them.)"""
+    import json
+
+    from training.launch.rendezvous.dead_agent import member_at, take_out_if_dead
+
+    client = EtcdClient(etcd.add_job_user("dead-agent"))
+    prefix = client.key("rdzv/job/")
+    listening = socket.create_server(("127.0.0.1", 0))
+    freed = socket.create_server(("127.0.0.1", 0))
+    stores = {
+        "alive": f"127.0.0.1:{listening.getsockname()[1]}",
+        "dead": f"127.0.0.1:{freed.getsockname()[1]}",
+    }
+    freed.close()  # nothing listens there now: what a SIGKILLed agent's port answers
+    for member, store in stores.items():
+        client.put(prefix + f"members/{member}", json.dumps({"store": store}), lease=client.grant(30))
+    put_round(client, prefix, 0, rounds.Round(n=4, formed=True, participants=["alive", "dead"]))
+    try:
+        assert [member_at(client, prefix, 4, i) for i in range(3)] == ["alive", "dead", ""]
+        assert member_at(client, prefix, 3, 1) == ""  # a round that is no longer the newest
+
+        assert take_out_if_dead(client, prefix, "alive") == ""
+        assert take_out_if_dead(client, prefix, "dead") == stores["dead"]
+        assert take_out_if_dead(client, prefix, "dead") == ""  # gone already
+    finally:
+        listening.close()
+    assert client.get(prefix + "members/dead") is None
+    assert client.get(prefix + "members/alive") is not None

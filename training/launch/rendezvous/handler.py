@@ -78,7 +78,7 @@ from torch.distributed.elastic.rendezvous.api import (
 
 from training.checkpoint import generation
 from training.job import agent_notes
-from training.launch.rendezvous import ending, rounds
+from training.launch.rendezvous import dead_agent, ending, rounds
 from training.launch.rendezvous.client import ClientCredentials, EtcdClient, StoreRefused, StoreUnavailable
 from training.launch.rendezvous.closer import Closer
 from training.launch.rendezvous.head_view import HeadView
@@ -258,6 +258,25 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         ending.close_round(self.client, self.prefix)
 
+    def take_out_if_dead(self, node_rank: int) -> str:
+        """Revoke the lease of the agent at ``node_rank`` of the round this agent trains in when that agent is
+        dead (its store refuses connections, :mod:`.dead_agent`), so the round re-forms now rather than after the
+        lease's TTL; "" when nothing was done (this node, alive, unreachable, gone already), else one line."""
+        r = self.round
+        if r is None:
+            return ""
+        try:
+            member = dead_agent.member_at(self.client, self.prefix, r.n, node_rank)
+            refused = dead_agent.take_out_if_dead(self.client, self.prefix, member) if member != self.me else ""
+        except (StoreUnavailable, StoreRefused):
+            return ""  # the store away: the lease's TTL decides, as before
+        if not refused:
+            return ""
+        return (
+            f"node {member} (rank {node_rank} of round {r.n}) is gone: its agent's store {refused} refuses "
+            f"connections; its membership lease revoked, so the round re-forms now, not after its TTL ({self.ttl_s} s)"
+        )
+
     def num_nodes_waiting(self) -> int:
         mine = self.round
         current, _ = self._current()
@@ -292,9 +311,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return False
         self._joining.confirm(r.n)
         say(
-            f"lost node(s) of round {mine.n}: {', '.join(current.lost)} (membership lease expired, TTL "
-            f"{self.ttl_s} s): round {r.n} keeps this node's workers running (in-place recovery, scope "
-            f"{r.in_place_scope}); the lost ranks' replacements join them"
+            f"lost node(s) of round {mine.n}: {', '.join(current.lost)} (membership lease ended: TTL "
+            f"{self.ttl_s} s, or revoked as its agent is dead): round {r.n} keeps this node's workers running "
+            f"(in-place recovery, scope {r.in_place_scope}); the lost ranks' replacements join them"
         )
         return True
 
@@ -312,7 +331,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._said_lost_of = mine.n
             stuck = [p for p in lost if p in set(current.stuck)]
             expired = [p for p in lost if p not in set(stuck)]
-            why = ([f"{', '.join(expired)} (membership lease expired, TTL {self.ttl_s} s)"] if expired else []) + (
+            why = (
+                [f"{', '.join(expired)} (membership lease ended: TTL {self.ttl_s} s, or revoked as its agent is dead)"]
+                if expired
+                else []
+            ) + (
                 [
                     f"{', '.join(stuck)} (alive but did not take its place within "
                     f"{self.last_call_s + rounds.STOPPING_WORKERS_S:g} s: stuck)"
@@ -542,3 +565,4 @@ def register() -> None:
         rendezvous_handler_registry.register(BACKEND, create_handler)
     except ValueError:
         pass  # already registered in this process
+
