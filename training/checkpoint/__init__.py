@@ -10,6 +10,8 @@
   (their decisions; pure); an async save's background write runs in :mod:`~training.checkpoint.background`'s
   writer process per rank (its own side: :mod:`~training.checkpoint.write_process`) or a thread;
 * :mod:`~training.checkpoint.memory`: :class:`MemoryTier`, in-memory snapshots on the node and a peer;
+* :mod:`~training.checkpoint.local_shards`: a snapshot of this rank's own shards copied straight into the model
+  and optimizer (no DCP optimizer initialisation);
 * :mod:`~training.checkpoint.snapshot_copy`: a snapshot's copy in pieces on a few threads (GPU: reused pinned
   blocks on a side stream), each piece checksummed as it lands;
 * :mod:`~training.checkpoint.copy_plan`: how a snapshot is cut into those pieces and the replica into chunks (pure);

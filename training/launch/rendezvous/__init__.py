@@ -2,7 +2,7 @@
 
 * :mod:`.handler`: ``--rdzv-backend=t5-etcd`` (leases, one watch, rounds, the round's store), composed of
   :mod:`.membership`, :mod:`.head_view`, :mod:`.joining`, :mod:`.closer`, :mod:`.round_store`, :mod:`.ending`,
-  :mod:`.watched` and :mod:`.layout`;
+  :mod:`.watched`, :mod:`.layout` and :mod:`.dead_agent` (a node whose agent is dead taken out at once);
 * :mod:`.rounds`: what an agent does next, as pure functions of the round record and the live members;
 * :mod:`.client`: etcd's v3 API as JSON over HTTPS, failing over between members;
 * :mod:`.members`: a local 3-member etcd with TLS and auth (local runs, the tests);
