@@ -15,8 +15,7 @@ processes keep running, silent, as in a partition; the other agents see its keep
 spare takes its place; the node is fenced (everything on it SIGKILLed) before it is revived. worker-kill kills only
 the training processes on a node: torchrun restarts the worker group inside the allocation, no requeue.
 worker-kill-in-place kills one training process of a failover.in_place job: its agent starts it again alone, every
-other worker keeps its process and recovers in place (no restart, no requeue). node-kill-in-place kills a training
-node (not rank 0's) of such a job: the spare's workers take its ranks and join the survivors in place.
+other worker keeps its process and recovers in place (no restart, no requeue).
 preemption sends SIGUSR1 to the batch script as Slurm's ``--signal=B:USR1@T`` does: the job checkpoints and
 requeues itself. batch-host-kill kills the node that runs the batch script, which ends any allocation: Slurm
 requeues the job and it resumes. store-member-kill SIGKILLs the etcd leader: the others elect a new one and training
@@ -57,11 +56,7 @@ from typing import Callable
 
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
-from chaos.local.scenarios import (
-    check_recomputed_in_place,
-    check_survivors_kept_after_node_loss,
-    check_survivors_kept_in_place,
-)
+from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
 from chaos.local.split_brain import check_stale_group_fenced
 from chaos.slurm_split_brain import check_fenced_nodes_left, split_brain
 from chaos.split_brain import HOLD_FILE
@@ -439,30 +434,6 @@ def kill_one_worker(lab: Lab, t: Target) -> Fault:
         gone,
         f"worker pid {pid} (rank {rank}) " + ("gone" if gone else "still running 2 s after SIGKILL"),
     )
-
-
-def kill_node_in_place(lab: Lab, t: Target) -> Fault:
-    """:func:`kill_node` in a ``failover.in_place`` job: the spare's workers take the lost node's ranks and join the
-    survivors, whose workers keep their processes. Notes every job node's worker pids before the kill
-    (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) for
-    :func:`chaos.local.scenarios.check_survivors_kept_after_node_loss`: the new workers must be on the nodes that
-    ran none before (the spares)."""
-    hosts = t.watch.get("hosts") or [t.node]
-    before = lab.workers_by_host(hosts)
-    fault = kill_node(lab, t)
-    t.watch["in_place_pending"] = True
-    t.watch["facts"] = {
-        **t.watch.get("facts", {}),
-        "in_place_kill": {
-            "pids": before.get(t.node, []),
-            "node": t.node,
-            "new_nodes": [h for h in hosts if h != t.node and not before.get(h)],
-            "before": before,
-            "after": {},
-        },
-        "memory_interval": 1,
-    }
-    return fault
 
 
 def _cpu_cgroup(pid: int) -> str | None:
@@ -968,19 +939,6 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 train_args=("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1"),
                 title="SIGKILL one training process of a failover.in_place job -> its node's agent replaces it alone, "
                 "the other workers keep their processes and recover in place: no restart, no requeue",
-            ),
-            SlurmScenario(
-                "node-kill-in-place",
-                kill_node_in_place,
-                Expectation(restart=False),
-                (check_survivors_kept_after_node_loss, check_recomputed_in_place, check_no_requeue),
-                target=training_host_off_rank0,
-                noticed=agents_or_watchdog_noticed,
-                node_fault=True,
-                needs_spare=True,
-                train_args=("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1"),
-                title="kill a training node (not rank 0's) of a failover.in_place job -> the spare's workers take "
-                "its ranks and join the survivors, whose workers keep their processes: no restart, no requeue",
             ),
             SlurmScenario(
                 "preemption",

@@ -128,7 +128,6 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
         "network-cut",
         "worker-kill",
         "worker-kill-in-place",
-        "node-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",
@@ -155,13 +154,7 @@ def test_slurm_verdict_fails_without_its_fault(name):
     failed = {c.name for c in v.failed()}
     assert not v.passed and "fault injected" not in failed
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
-    in_place = {
-        "worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"},
-        "node-kill-in-place": {
-            "failure noticed",
-            "survivors kept their processes, the lost node's ranks taken by the spare's workers",
-        },
-    }
+    in_place = {"worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"}}
     want = {"failure noticed"} if name in untouched else {"job restarted", "failure noticed"}
     assert in_place.get(name, want) <= failed
 
@@ -312,7 +305,6 @@ def test_default_runs_every_slurm_scenario():
         "network-cut",
         "worker-kill",
         "worker-kill-in-place",
-        "node-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",
