@@ -565,4 +565,3 @@ def register() -> None:
         rendezvous_handler_registry.register(BACKEND, create_handler)
     except ValueError:
         pass  # already registered in this process
-
