@@ -134,7 +134,8 @@ def test_hot_spare_replaces_a_killed_node_at_the_same_world_size(ref, tmp_path):
 def test_in_place_a_spares_workers_join_the_survivors_of_a_killed_node(ref, tmp_path):
     """The same loss in a ``failover.in_place`` job: the round that replaces the node keeps the survivor's worker
     running, the spare's worker joins its epoch in the lost rank (its shard from the peer replica); one attempt, the
-    survivor's pid kept, the final weights bitwise equal to the uninterrupted run's. Without the in-place path the
+    survivor's pid kept, the final weights bitwise equal to the uninterrupted run's; the node was taken out by the
+    survivor's agent (its agent dead), not by its lease's expiry. Without the in-place path the
     same fault restarts every worker (the test above), which this scenario's verdict fails
     (tests/unit/failover/test_inplace_node_verdict.py)."""
     sc = scenarios(CFG)["node-kill-in-place"]
@@ -144,7 +145,11 @@ def test_in_place_a_spares_workers_join_the_survivors_of_a_killed_node(ref, tmp_
     kept = next(c for c in res.checks if c.name.startswith("survivors kept their processes, the lost node's"))
     assert kept.ok and "1 in-place recovery(ies), 1 attempt(s)" in kept.detail, kept.detail
     assert res.world_sizes == [CFG.world]
-    print(next(c.detail for c in res.checks if c.name.startswith("steps recomputed in place")))
+    recomputed = next(c.detail for c in res.checks if c.name.startswith("steps recomputed in place"))
+    # the killed node's agent is dead (its store refuses connections): a survivor's agent took it out at once, not
+    # after its lease's TTL (training.launch.rendezvous.dead_agent)
+    assert "the lost node taken out by a peer" in recomputed, f"{recomputed}\n{digest(res.workdir)}"
+    print(recomputed)
 
 
 def test_a_straggler_is_named_and_replaced_by_the_spare_after_a_snapshot(ref, tmp_path):
