@@ -810,7 +810,7 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
     )
 
 
-#: What a survivor's agent says when it took a dead node out before its lease's TTL (training.launch.rendezvous.handler).
+#: What a survivor's agent says when it took a dead node out before its lease's TTL (rendezvous handler's line).
 TAKEN_OUT_LINE = "refuses connections; its membership lease revoked"
 
 
