@@ -37,7 +37,7 @@ def load_local_shards(sd: dict[str, Any], *, model, optimizer) -> str:
     why = _model_mismatch(live, sd["model"])
     if why:
         return why
-    why = _optimizer_mismatch(optimizer, sd["optim"])
+    why = _optimizer_mismatch(optimizer, sd["optim"], live)
     if why:
         return why
     with torch.no_grad():
@@ -65,9 +65,10 @@ def _model_mismatch(live: dict[str, torch.Tensor], saved: dict[str, torch.Tensor
     return ""
 
 
-def _optimizer_mismatch(optimizer, saved: dict[str, Any]) -> str:
+def _optimizer_mismatch(optimizer, saved: dict[str, Any], live: dict[str, torch.Tensor]) -> str:
     """Why the saved optimizer is not this one's, "" when it is: DCP saves each group's parameters by name, in the
-    group's own order."""
+    group's own order, and each name must be the parameter's in the model (``live``: its shard is the parameter's
+    own storage)."""
     groups = saved.get("param_groups")
     if not isinstance(groups, list) or len(groups) != len(optimizer.param_groups):
         return "the snapshot's optimizer groups are not this optimizer's"
@@ -75,6 +76,9 @@ def _optimizer_mismatch(optimizer, saved: dict[str, Any]) -> str:
         if len(saved_group.get("params", ())) != len(group["params"]):
             return "an optimizer group's parameters differ from the snapshot's"
         for p, fqn in zip(group["params"], saved_group["params"]):
+            shard, named = _local(p), live.get(fqn)
+            if named is None or (shard.numel() and _local(named).data_ptr() != shard.data_ptr()):
+                return f"the snapshot's optimizer entry {fqn} is not this optimizer's parameter of that name"
             for k, v in saved["state"].get(fqn, {}).items():
                 if k != "step" and (not isinstance(v, torch.Tensor) or v.shape != _local(p).shape):
                     return f"{fqn}'s optimizer state {k} does not fit this rank's shard"

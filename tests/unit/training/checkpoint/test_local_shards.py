@@ -15,9 +15,9 @@ from training.checkpoint.state import Progress, TrainState
 from training.job.optimizer import IMPLS, build_adamw
 
 
-def build(seed: int, impl: str, width: int = 6) -> TrainState:
+def build(seed: int, impl: str, width: int = 6, out: int = 3) -> TrainState:
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.ReLU(), torch.nn.Linear(width, 3))
+    model = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.ReLU(), torch.nn.Linear(width, out))
     mesh = init_device_mesh("cpu", (1,))
     fully_shard(model[0], mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -91,4 +91,24 @@ def test_a_snapshot_that_does_not_fit_is_refused_with_its_reason_and_nothing_is_
 
     assert "0.weight" in why and "(7, 4)" in why and "(6, 4)" in why
     assert all(torch.equal(a, p.to_local()) for a, p in zip(before, target.model.parameters()))
+    assert not target.optimizer.state and target.progress.step == 0
+
+
+
+@pytest.mark.usefixtures("world_of_one")
+def test_optimizer_entries_that_name_other_parameters_are_refused():
+    """Two parameters of one shape swapped in the snapshot's optimizer group (0.weight and 2.weight, both 4 x 4):
+    counts and shapes fit, the names do not (each must be the model's parameter of that name): refused, nothing
+    copied, rather than each one's moments given to the other."""
+    saved = build(seed=0, impl="fused", width=4, out=4)
+    train(saved, 1)
+    sd = local_copy(saved.state_dict())
+    names = sd["optim"]["param_groups"][0]["params"]
+    i, j = names.index("0.weight"), names.index("2.weight")
+    names[i], names[j] = names[j], names[i]
+    target = build(seed=1, impl="fused", width=4, out=4)
+
+    why = target.load_local_shards(sd)
+
+    assert why == "the snapshot's optimizer entry 2.weight is not this optimizer's parameter of that name"
     assert not target.optimizer.state and target.progress.step == 0
