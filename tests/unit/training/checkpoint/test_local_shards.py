@@ -94,7 +94,6 @@ def test_a_snapshot_that_does_not_fit_is_refused_with_its_reason_and_nothing_is_
     assert not target.optimizer.state and target.progress.step == 0
 
 
-
 @pytest.mark.usefixtures("world_of_one")
 def test_optimizer_entries_that_name_other_parameters_are_refused():
     """Two parameters of one shape swapped in the snapshot's optimizer group (0.weight and 2.weight, both 4 x 4):
