@@ -20,9 +20,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
+from training.checkpoint.local_shards import laid_out_like, local_shard
 
 
 @dataclass
@@ -56,9 +54,9 @@ class LiveState:
             return None
         return cls(
             step=step,
-            params=[(n, _local(p.detach())) for n, p in params],
-            buffers=[(n, _local(b)) for n, b in model.named_buffers()],
-            optim=[{k: _local(v) for k, v in optimizer.state.get(p, {}).items()} for _, p in params],
+            params=[(n, local_shard(p.detach())) for n, p in params],
+            buffers=[(n, local_shard(b)) for n, b in model.named_buffers()],
+            optim=[{k: local_shard(v) for k, v in optimizer.state.get(p, {}).items()} for _, p in params],
             groups=[{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
             scheduler=scheduler.state_dict(),
             progress=progress.state_dict(),
@@ -72,16 +70,16 @@ class LiveState:
         if [n for n, _ in params] != [n for n, _ in self.params]:
             return "the rebuilt model's parameters are not the survivor's"
         for (name, p), (_, old) in zip(params, self.params):
-            if _local(p).shape != old.shape:
-                return f"{name}'s local shard is {tuple(_local(p).shape)}, was {tuple(old.shape)}"
+            if local_shard(p).shape != old.shape:
+                return f"{name}'s local shard is {tuple(local_shard(p).shape)}, was {tuple(old.shape)}"
         with torch.no_grad():
             for (_, p), (_, old) in zip(params, self.params):
-                _local(p).copy_(old)
+                local_shard(p).copy_(old)
             for (_, b), (_, old) in zip(model.named_buffers(), self.buffers):
-                _local(b).copy_(old)
+                local_shard(b).copy_(old)
             for (_, p), state in zip(params, self.optim):
                 if state:
-                    optimizer.state[p] = {k: _like(p, v) if k != "step" else v.clone() for k, v in state.items()}
+                    optimizer.state[p] = {k: _kept(p, k, v) for k, v in state.items()}
         for group, kept in zip(optimizer.param_groups, self.groups):
             group.update(kept)
         scheduler.load_state_dict(self.scheduler)
@@ -90,10 +88,6 @@ class LiveState:
         return ""
 
 
-def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-    """A copy of ``local`` laid out as ``param`` is (a DTensor on the new mesh when ``param`` is one)."""
-    if isinstance(param, DTensor):
-        return DTensor.from_local(
-            local.clone(), param.device_mesh, param.placements, shape=param.shape, stride=param.stride()
-        )
-    return local.clone()
+def _kept(param: torch.Tensor, key: str, value: torch.Tensor) -> torch.Tensor:
+    """A copy of one kept optimizer entry for ``param``: the step count as it was, a moment laid out as ``param``."""
+    return value.clone() if key == "step" else laid_out_like(param, value)
