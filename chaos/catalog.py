@@ -19,6 +19,9 @@ SCENARIOS: dict[str, str] = {
     "the world size never shrinks",
     "node-kill-in-place": "a node of a failover.in_place job dies while a hot spare waits: the spare's workers join "
     "the survivors' running epoch in the lost ranks, the survivors keep their processes, the job goes on",
+    "silent-node-in-place": "a node of a failover.in_place job goes silent (SIGSTOP) while a hot spare waits: once "
+    "its lease ends the spare's workers join the survivors' epoch, a survivor blocked on it is replaced alone by its "
+    "agent, the group never restarts",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
     "it is declared lost in seconds, the spare takes its place",
     "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "
@@ -55,6 +58,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "silent-node",
         "node-kill-with-spare",
         "node-kill-in-place",
+        "silent-node-in-place",
         "silent-node-during-save",
         "straggler",
         "first-node-kill",

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from training.goodput.analysis import effective_steps, load_records, split_attempts, world_sizes
+from training.goodput.analysis import effective_steps, held_before, load_records, split_attempts, world_sizes
 from chaos.local.cluster import ClusterError, LocalCluster, confirm
 
 # Their names stay importable from here (callers import them from this module).
@@ -674,6 +674,31 @@ def inject_node_kill_in_place(run: ScenarioRun) -> None:
     run.facts["memory_interval"] = run.cfg.memory_interval
 
 
+def inject_silent_node_in_place(run: ScenarioRun) -> None:
+    """SIGSTOP a training node (not rank 0's) of a ``failover.in_place`` job while a hot spare waits: once its
+    membership lease ends, the spare's workers take its ranks and join the survivors' epoch, and a survivor's worker
+    left blocked in a collective with the silent node (gloo cannot cut it) is replaced alone by its own agent: the
+    group never restarts. The stopped node is fenced (SIGKILLed, memory wiped) once the job recovered, as a
+    cluster's health system would. Notes the pids for :func:`check_silent_node_replaced_in_place`."""
+    _needs_etcd(run, "silent-node-in-place (its membership board is on etcd)")
+    run.start_until_kill_step()
+    c = run.cluster
+    spares, victim = spares_and_a_victim(run)
+    nodes = sorted({n.index for n in c.alive()})
+    before = {i: c.workers(i) for i in nodes}
+    c.stop_node(victim)
+    t_stop = c.events[-1]["time"]
+    run.wait_for(
+        lambda: any(r.get("event") == "in_place" and r["time"] > t_stop for r in run.records()),
+        "the survivors' in-place recovery with the spare",
+    )
+    c.kill_node(victim, record=False)
+    after = {i: c.workers(i) for i in nodes if i != victim}
+    run.facts["in_place_kill"] = {"pids": before[victim], "node": victim, "new_nodes": spares}
+    run.facts["in_place_kill"] |= {"before": before, "after": after}
+    run.facts["memory_interval"] = run.cfg.memory_interval
+
+
 def inject_store_member_kill(run: ScenarioRun) -> None:
     """SIGKILL the etcd member that leads, mid-training; it stays down (the job finishes on two)."""
     _needs_etcd(run)
@@ -810,6 +835,38 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
     )
 
 
+#: What a survivor's agent says when it killed a worker of its node left blocked by a lost node (inplace_agent).
+BLOCKED_KILL_LINE = "after a node was lost (blocked in a collective its backend cannot cut): killed, to be replaced"
+
+
+def check_silent_node_replaced_in_place(obs: Observation) -> Check:
+    """silent-node-in-place: one attempt and an ``in_place`` record after the stop; the silent node's ranks were
+    taken by as many new workers on the spare(s); every worker of the surviving nodes either kept its pid or was
+    killed by its own agent as blocked by the lost node (its line names the pid) and replaced alone on its node."""
+    name = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+    seen, recovered, attempts = _in_place_evidence(obs)
+    if not seen:
+        return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    lost = {int(p) for p in seen["pids"]}
+    before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
+    survivors, new = before - lost, after - before
+    killed = {
+        p for p in survivors for t, line in obs.logs if t > t0 and BLOCKED_KILL_LINE in line and f"(pid {p})" in line
+    }
+    on_spares = _pids(ps for node, ps in seen["after"].items() if str(node) in {str(n) for n in seen["new_nodes"]})
+    ok = bool(recovered) and attempts == 1 and bool(lost) and survivors - killed <= after and not killed & after
+    ok = ok and len(new & on_spares) == len(lost) and len(new) == len(lost) + len(killed)
+    return Check(
+        name,
+        ok,
+        f"before the stop {sorted(before)}, node{seen['node']} silent with {sorted(lost)}, after {sorted(after)}: "
+        f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, killed as blocked {sorted(killed)}, "
+        f"new {sorted(new)} (on the spare(s) {seen['new_nodes']}: {sorted(new & on_spares)}); {len(recovered)} "
+        f"in-place record(s), {attempts} attempt(s) (a group restart starts another)",
+    )
+
+
 #: What a survivor's agent says when it took a dead node out before its lease's TTL (rendezvous handler's line).
 TAKEN_OUT_LINE = "refuses connections; its membership lease revoked"
 
@@ -824,7 +881,8 @@ def check_recomputed_in_place(obs: Observation) -> Check:
     if rec is None:
         return Check(name, False, "no in-place recovery after the fault")
     after = [r for r in obs.records if r.get("event") == "step" and r["time"] > rec["time"]]
-    redone = rec["held_step"] - rec["resumed_from"]
+    held = held_before(rec, obs.records, t0)  # a joiner's record (rank 0 replaced) holds no step of its own
+    redone = held - rec["resumed_from"]
     ok = 0 <= redone <= bound and bool(after) and after[0]["step"] == rec["resumed_from"] + 1
     took = f"{after[0]['time'] - t0:.2f} s" if after else "never"
     out = [t for t, line in obs.logs if t > t0 and TAKEN_OUT_LINE in line]  # training.launch.rendezvous.dead_agent
@@ -832,9 +890,9 @@ def check_recomputed_in_place(obs: Observation) -> Check:
     return Check(
         name,
         ok,
-        f"held step {rec['held_step']}, resumed from {rec['resumed_from']} ({redone} recomputed, state from "
-        f"{(rec.get('restored_from') or {}).get('tier')}); kill -> survivors' next step {took} (their recovery "
-        f"{rec['seconds']:.2f} s){how}",
+        f"held step {held}, resumed from {rec['resumed_from']} ({redone} recomputed, state from "
+        f"{(rec.get('restored_from') or {}).get('tier')}); kill -> survivors' next step {took} "
+        f"({'rank 0 replaced too, its start' if rec.get('joined') else 'their recovery'} {rec['seconds']:.2f} s){how}",
     )
 
 
@@ -1224,6 +1282,16 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             inject_node_kill_in_place,
             Expectation(restart=False),
             (check_survivors_kept_after_node_loss, check_recomputed_in_place),
+            spares=1,
+            flags=("--failover.in_place", "true"),
+        ),
+        # failover.in_place: the spare's workers join once the silent node's lease ends; a survivor blocked on it
+        # (gloo cannot cut the collective) is replaced alone by its agent; the group never restarts
+        LocalScenario(
+            "silent-node-in-place",
+            inject_silent_node_in_place,
+            Expectation(restart=False),
+            (check_silent_node_replaced_in_place, check_recomputed_in_place),
             spares=1,
             flags=("--failover.in_place", "true"),
         ),

@@ -131,7 +131,7 @@ RECORD_FIELDS: dict[str | None, dict[str, tuple]] = {
     "signal": {"step": (*_or_null(_INT), False)},
     "checkpoint": {"step": (*_INT, True)},
     "in_place": {
-        "held_step": (*_INT, True),
+        "held_step": (*_or_null(_INT), True),  # null: a joiner's record (it held no state: held_before says)
         "resumed_from": (*_or_null(_INT), True),  # null: nothing restored (a recovery before any snapshot)
         "seconds": (*_FINITE, False),
         "failed": (*_STR, False),
@@ -456,6 +456,14 @@ def recovery(
     )
 
 
+def held_before(rec: dict, records: list[dict], t_fail: float) -> int:
+    """The step the job held when it failed, for an ``in_place`` record: the survivors' ``held_step``; for a
+    joiner's (rank 0 replaced: ``held_step`` null, it held nothing) the last step recorded before ``t_fail``."""
+    if rec.get("held_step") is not None:
+        return rec["held_step"]
+    return max((r["step"] for r in records if r.get("event") == "step" and r["time"] < t_fail), default=0)
+
+
 def recovered_in_place(
     kind: str, t_fail: float, records: list[dict], until: float | None, det: float | None
 ) -> Recovery | None:
@@ -473,13 +481,14 @@ def recovered_in_place(
     step = rec and next((r for r in records if r.get("event") == "step" and r["time"] > rec["time"]), None)
     if rec is None or step is None:
         return None
+    held = held_before(rec, records, t_fail)
     return Recovery(
         kind=kind,
         time=t_fail,
         detect_s=None if det is None else det - t_fail,
         breakdown=None,
         recover_s=step["time"] - t_fail,
-        steps_lost=max(0, rec["held_step"] - (rec["resumed_from"] or 0)),
+        steps_lost=max(0, held - (rec["resumed_from"] or 0)),
         restarts=0,
         world_after=step["world_size"],
         tier=(rec.get("restored_from") or {}).get("tier"),

@@ -55,6 +55,10 @@ class FullRestart:
     def joiner_seen(self) -> bool:
         return False
 
+    def joined_epoch(self) -> int | None:
+        """The epoch this process joined a running job in (None: it started with the job's group)."""
+        return None
+
     def mesh_dims(self) -> tuple[str, ...] | None:
         """The device mesh's dimension names (None: unnamed, as it always was)."""
         return None
@@ -88,15 +92,22 @@ class InPlace:
         self.group, self.first_world, self.join_bound_s = group, first_world, join_bound_s
         self.membership: Membership | None = None
         self.lost_ranks: frozenset[int] = frozenset()  # the last recovery's: ranks of the epoch before, gone
+        self._joined: int | None = None
 
     def join(self, timeout: timedelta) -> None:
         # the workers of a start come up within the start-up timeout of each other, not the recovery's bound
         self.membership = self.group.form(self.first_world, bound_s=max(self.join_bound_s, timeout.total_seconds()))
+        self._joined = self.membership.epoch if self.membership.epoch > 1 else None
 
     def first_start(self, take: Callable[[], T]) -> T | None:
         """``take`` on the members of the job's first group only: a joiner's peers are past their start (the run
         lock stays with the process that took it)."""
-        return take() if self.membership is not None and self.membership.epoch == 1 else None
+        return take() if self.membership is not None and self.joined_epoch() is None else None
+
+    def joined_epoch(self) -> int | None:
+        """The epoch this process joined a running job in (a replacement, a spare's worker), None when it formed the
+        job's first group (epoch 1). Read at the start: a later recovery changes ``membership``, not how it came."""
+        return self._joined
 
     def joiner_seen(self) -> bool:
         return self.group.joiner_seen()

@@ -463,8 +463,7 @@ class Trainer:
         resumed = self._resume()
         self.ckpt.check_no_clash(self.progress.step + 1, t.steps)
         self.clock.mark("restore")
-        self.metrics.event(
-            "start",
+        record = dict(
             world_size=self.world,
             restart_count=self.restart_count,
             resumed_from=resumed,
@@ -476,6 +475,10 @@ class Trainer:
             startup=self.clock.summary(),
             compile_cache=self.compile_cache_record,
         )
+        if self.failover.joined_epoch() is None:
+            self.metrics.event("start", **record)
+        else:  # a replacement or a spare's worker that joined the running job: no new attempt of the job starts
+            self.metrics.event("in_place", **record, **self._joined_record(record["startup"]))
         if self.rank == 0:  # what this attempt runs with, readable and reusable as --config
             Path(cfg.job.out_dir).mkdir(parents=True, exist_ok=True)
             (Path(cfg.job.out_dir) / "config.toml").write_text(to_toml(cfg))
@@ -615,6 +618,23 @@ class Trainer:
             return 128 + sig
         self.stragglers.after_step(step)  # may stop every rank here (Regroup): a straggler's node leaves
         return None
+
+    def _joined_record(self, startup: dict) -> dict:
+        """What this process's ``in_place`` record says when it joined a running job (its rank 0 is the job's
+        rank 0 now: the survivors' own record of the recovery is not written): the epoch it joined, the step the
+        members agreed, no held step (it held no state), its start-up as the recovery's seconds."""
+        membership = self.failover.membership
+        began = startup.get("began") or time.time()
+        return dict(
+            epoch=membership.epoch,
+            members=list(membership.members),
+            joined=True,
+            failed="",
+            held_step=None,
+            agreed_step=membership.step,
+            sources=self.ckpt.sources,
+            seconds=round(time.time() - began, 3),
+        )
 
     def _recover_in_place(self, failed: str) -> None:
         """failover.in_place, after a collective failed here (``failed``: what it raised) or every rank agreed a

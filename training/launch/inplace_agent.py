@@ -23,7 +23,10 @@ and be started again while its peers run:
   (its collective failed) and this node's worker has not within ``blocked_s`` (1 s, the agreement's ``gather_s``:
   survivors that are not blocked check in within tens of milliseconds of each other, and a loaded host must not
   turn a slow survivor into a replacement), the agent SIGKILLs it, says so, and replaces it as above (not counted
-  as a second failure). On gloo a survivor that was not talking to the dead rank can stay blocked on survivors
+  as a second failure). When instead a member of its epoch was reported lost with its node (by the spare that took
+  its ranks, after its lease ended: a silent node) and no peer checked in, the wait is ``lost_blocked_s`` (0.25 s):
+  a collective with a silent peer cannot end by itself before its timeout, and the lease's TTL already waited.
+  On gloo a survivor that was not talking to the dead rank can stay blocked on survivors
   that left for the next epoch: their old group stays alive with its connections open after
   ``destroy_process_group`` (measured with 4 ranks on one node, torch 2.13: no Python referrer left, the
   survivors' agreement ran out of ``in_place_bound_s`` waiting for the blocked rank and the job fell back to a
@@ -61,6 +64,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torch.distributed.launcher.api import LaunchConfig
+
+from training.job.startup import SPAWN_TIME_ENV
 
 #: Where a line of this agent starts (the agent's other lines say ``[agent]`` too).
 PREFIX = "[agent] in-place:"
@@ -125,6 +130,7 @@ class InPlaceAgent(SimpleElasticAgent):
         shutdown_timeout: int = 30,
         exit_barrier_timeout: float = 300,
         blocked_s: float = 1.0,
+        lost_blocked_s: float = 0.25,
     ):
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
         self._logs_specs = logs_specs
@@ -138,6 +144,7 @@ class InPlaceAgent(SimpleElasticAgent):
         self._logs: LogsDest | None = None
         self._joining: dict[int, tuple[int, str]] = {}  # replacements not yet joined: local rank -> rank, member
         self._blocked_s = blocked_s
+        self._lost_blocked_s = lost_blocked_s
         self._blocked_since: dict[str, float] = {}  # member -> when a peer checked in to the next epoch without it
         self._killed_blocked: set[int] = set()  # pids this agent killed for being blocked (replaced, not a failure)
         self._probed: set[tuple[int, int]] = set()  # (epoch, node rank) whose agent was asked after (dead_agent)
@@ -220,11 +227,14 @@ class InPlaceAgent(SimpleElasticAgent):
     def _start_one(self, spec: WorkerSpec, local_rank: int) -> int:
         """Start the process of ``local_rank`` (the same call for the group's start and a replacement)."""
         args, env, prefixes = self._launch[local_rank]
+        env = dict(env)
+        if SPAWN_TIME_ENV in env:  # stamped once per group start (training.launch.spawn_time): a replacement's is now
+            env[SPAWN_TIME_ENV] = repr(time.time())
         context = start_processes(
             name=spec.role,
             entrypoint=spec.entrypoint,
             args={0: args},
-            envs={0: dict(env)},
+            envs={0: env},
             logs_specs=_OneRankLogs(self._logs, local_rank, self._logs_specs.root_log_dir),
             log_line_prefixes=prefixes,
             start_method=self._start_method,
@@ -294,8 +304,10 @@ class InPlaceAgent(SimpleElasticAgent):
     def _kill_blocked(self, by_local: dict) -> None:
         """SIGKILL a worker of this node that a peer's recovery left blocked (module docstring): a member of the
         newest epoch, running, that has not checked in to the next one ``blocked_s`` after a peer of its epoch did,
-        or after a member of its epoch was reported lost with its node (by the spare that took its ranks: a silent
-        node leaves its peers blocked, not failed). Its death is then replaced alone at the next look."""
+        or ``lost_blocked_s`` after a member of its epoch was reported lost with its node while no peer checked in
+        (by the spare that took its ranks, once the lost node's lease ended: a silent node leaves its peers blocked,
+        not failed, and their collectives cannot end by themselves before their timeout, so waiting longer keeps
+        nothing). Its death is then replaced alone at the next look."""
         now = time.monotonic()
         if now < self._next_look or self._board is None:
             return
@@ -322,7 +334,7 @@ class InPlaceAgent(SimpleElasticAgent):
             if member not in latest.members or member in ins or pid in self._killed_blocked:
                 continue  # (a worker killed already is replaced once the loop sees it end)
             since = self._blocked_since.setdefault(member, now)
-            if now - since < self._blocked_s:
+            if now - since < (self._blocked_s if peers_in else self._lost_blocked_s):
                 continue
             self._killed_blocked.add(pid)
             _say(
@@ -418,11 +430,13 @@ def launch(
     *,
     board_for_round: Callable[[], Any],
     member_id: Callable[[int, int], str],
+    blocked_s: float = 1.0,
+    lost_blocked_s: float = 0.25,
 ) -> dict[int, Any]:
     """Run an :class:`InPlaceAgent` as torch's ``launch_agent`` runs its ``LocalElasticAgent`` (the rendezvous
     handler from the registry, the worker spec from ``config``; ``ChildFailedError`` when the workers failed for
     good; the rendezvous shut down unless a signal stopped the agent). Returns the workers' return values by
-    global rank."""
+    global rank. ``blocked_s``, ``lost_blocked_s``: how long a blocked worker is waited for (:class:`InPlaceAgent`)."""
     if not config.run_id:
         config.run_id = str(uuid.uuid4().int)
     params = RendezvousParameters(
@@ -455,6 +469,8 @@ def launch(
         start_method=config.start_method,
         log_line_prefix_template=config.log_line_prefix_template,
         shutdown_timeout=config.shutdown_timeout,
+        blocked_s=blocked_s,
+        lost_blocked_s=lost_blocked_s,
     )
     shutdown_rdzv = True
     try:

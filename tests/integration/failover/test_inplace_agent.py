@@ -70,7 +70,7 @@ class Agent:
     """The in-place agent over three such workers in a thread (torch's c10d rendezvous, one node), its board on the
     test's etcd in a scope per start of the group (``rounds``), its outcome and what it said."""
 
-    def __init__(self, etcd, tmp_path: Path, capfd, job: str, max_restarts: int):
+    def __init__(self, etcd, tmp_path: Path, capfd, job: str, max_restarts: int, blocked_s: float = 1.0):
         client = EtcdClient(etcd.add_job_user(job))
         self.rounds: list[EtcdBoard] = []
 
@@ -102,6 +102,7 @@ class Agent:
                         ["-c", WORKER, str(tmp_path)],
                         board_for_round=board_for_round,
                         member_id=member_id,
+                        blocked_s=blocked_s,
                     )
                 )
             except BaseException as e:  # noqa: BLE001 - the test reads it
@@ -222,10 +223,12 @@ def test_a_worker_left_blocked_while_its_peers_recover_is_killed_and_replaced(et
 def test_workers_left_blocked_with_a_lost_node_are_killed_and_replaced(etcd, tmp_path, monkeypatch, capfd):
     """A lost node (silent: its peers' collectives block instead of failing): the spare that takes its ranks reports
     their workers lost with their node. This node's workers, members of that epoch, never check in to the next:
-    ``blocked_s`` after the report each is SIGKILLed and replaced (no restart counted), and their replacements join
-    as the lost ranks' do. Without the report, or with a plain one (one process gone), nobody is killed."""
+    ``lost_blocked_s`` (0.25 s) after the report each is SIGKILLed and replaced (no restart counted), and their
+    replacements join as the lost ranks' do; ``blocked_s`` (a peer's check-in) is set far beyond the test's wait, so
+    the lost node's report alone kills them. Without the report, or with a plain one (one process gone), nobody is
+    killed."""
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
-    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-lost-node", max_restarts=0)
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-lost-node", max_restarts=0, blocked_s=600)
     try:
         first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
         board = agent.rounds[0]
@@ -248,3 +251,4 @@ def test_workers_left_blocked_with_a_lost_node_are_killed_and_replaced(etcd, tmp
         agent.thread.join(timeout=30)
     said = [line for line in agent.err().splitlines() if line.startswith(inplace_agent.PREFIX)]
     assert sum("has not checked in to epoch 2" in line for line in said) == 3, said
+    assert all("after a node was lost" in line for line in said if "has not checked in" in line), said
