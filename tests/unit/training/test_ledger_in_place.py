@@ -95,3 +95,23 @@ def test_a_recovery_that_restored_nothing_is_still_a_row():
     records[6] = {**records[6], "resumed_from": None, "held_step": 1}
     (f,) = ledger_from_records("run", records, 10).failures
     assert f.recovery.steps_lost == 1 and f.step == 1
+
+
+def test_a_joiner_rank_0s_record_is_no_new_attempt_and_counts_the_steps_held_before_the_fault():
+    """Rank 0 itself replaced (a silent node in place on gloo): the new rank 0 joined the running epoch, so its
+    record is an ``in_place`` one with no held step (it held nothing), not a ``start``. The job stays one attempt,
+    its effective steps one history, and the steps recomputed are counted from the last step recorded before the
+    fault (step 6), not from the joiner's record."""
+    from training.goodput.analysis import effective_steps, record_problem, recovered_in_place, split_attempts
+
+    records = [{"event": "start", "time": 100.0, "resumed_from": 0, "restart_count": 0, "world_size": 2}]
+    records += [_step(s, 100.0 + s) for s in range(1, 7)]
+    joined = _in_place(110.0, 0.5, "", held=5, resumed=5) | {"held_step": None, "joined": True}
+    records += [joined] + [_step(s, 105.5 + s) for s in range(6, 11)]
+    records.append({"event": "end", "time": 117.0, "status": "finished", "step": 10})
+    assert [record_problem(r) for r in records] == [None] * len(records)
+    assert len(split_attempts(records)) == 1
+    assert [r["step"] for r in effective_steps(split_attempts(records))] == list(range(1, 11))
+    recovery = recovered_in_place("silent node", 106.5, records, None, 108.4)
+    assert recovery is not None and recovery.steps_lost == 1 and recovery.restarts == 0
+    assert recovery.recover_s == (105.5 + 6) - 106.5
