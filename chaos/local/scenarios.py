@@ -650,28 +650,40 @@ def inject_worker_kill_in_place(run: ScenarioRun) -> None:
     run.facts["memory_interval"] = run.cfg.memory_interval
 
 
-def inject_node_kill_in_place(run: ScenarioRun) -> None:
-    """SIGKILL a training node (not rank 0's) of a ``failover.in_place`` job while a hot spare waits: the round
-    that replaces it keeps the survivors' workers running, the spare's workers join their epoch in the lost ranks.
-    Notes every node's worker pids before the kill and once the job logged its recovery, for
-    :func:`check_survivors_kept_after_node_loss`."""
-    _needs_etcd(run, "node-kill-in-place (its membership board is on etcd)")
+def _lose_a_node_in_place(
+    run: ScenarioRun, scenario: str, lose: Callable[[int], None], *, fence: bool
+) -> tuple[list[int], int]:
+    """Take a training node (not rank 0's) of a ``failover.in_place`` job out with ``lose(node)`` while a hot spare
+    waits, wait for the job's ``in_place`` record, fence the node (SIGKILL, memory wiped) when ``fence``, and note
+    every node's worker pids before and after (``facts["in_place_kill"]``). Returns (the spares, the node lost)."""
+    _needs_etcd(run, f"{scenario} (its membership board is on etcd)")
     run.start_until_kill_step()
     c = run.cluster
     spares, victim = spares_and_a_victim(run)
     nodes = sorted({n.index for n in c.alive()})
     before = {i: c.workers(i) for i in nodes}
-    run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
-    c.kill_node(victim)
-    t_kill = c.events[-1]["time"]
+    lose(victim)
+    t_fault = c.events[-1]["time"]
     run.wait_for(
-        lambda: any(r.get("event") == "in_place" and r["time"] > t_kill for r in run.records()),
+        lambda: any(r.get("event") == "in_place" and r["time"] > t_fault for r in run.records()),
         "the survivors' in-place recovery with the spare",
     )
+    if fence:
+        c.kill_node(victim, record=False)
     after = {i: c.workers(i) for i in nodes if i != victim}
     run.facts["in_place_kill"] = {"pids": before[victim], "node": victim, "new_nodes": spares}
     run.facts["in_place_kill"] |= {"before": before, "after": after}
     run.facts["memory_interval"] = run.cfg.memory_interval
+    return spares, victim
+
+
+def inject_node_kill_in_place(run: ScenarioRun) -> None:
+    """SIGKILL a training node (not rank 0's) of a ``failover.in_place`` job while a hot spare waits: the round
+    that replaces it keeps the survivors' workers running, the spare's workers join their epoch in the lost ranks.
+    Notes every node's worker pids before the kill and once the job logged its recovery, for
+    :func:`check_survivors_kept_after_node_loss`."""
+    spares, victim = _lose_a_node_in_place(run, "node-kill-in-place", run.cluster.kill_node, fence=False)
+    run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
 
 
 def inject_silent_node_in_place(run: ScenarioRun) -> None:
@@ -680,23 +692,7 @@ def inject_silent_node_in_place(run: ScenarioRun) -> None:
     left blocked in a collective with the silent node (gloo cannot cut it) is replaced alone by its own agent: the
     group never restarts. The stopped node is fenced (SIGKILLed, memory wiped) once the job recovered, as a
     cluster's health system would. Notes the pids for :func:`check_silent_node_replaced_in_place`."""
-    _needs_etcd(run, "silent-node-in-place (its membership board is on etcd)")
-    run.start_until_kill_step()
-    c = run.cluster
-    spares, victim = spares_and_a_victim(run)
-    nodes = sorted({n.index for n in c.alive()})
-    before = {i: c.workers(i) for i in nodes}
-    c.stop_node(victim)
-    t_stop = c.events[-1]["time"]
-    run.wait_for(
-        lambda: any(r.get("event") == "in_place" and r["time"] > t_stop for r in run.records()),
-        "the survivors' in-place recovery with the spare",
-    )
-    c.kill_node(victim, record=False)
-    after = {i: c.workers(i) for i in nodes if i != victim}
-    run.facts["in_place_kill"] = {"pids": before[victim], "node": victim, "new_nodes": spares}
-    run.facts["in_place_kill"] |= {"before": before, "after": after}
-    run.facts["memory_interval"] = run.cfg.memory_interval
+    _lose_a_node_in_place(run, "silent-node-in-place", run.cluster.stop_node, fence=True)
 
 
 def inject_store_member_kill(run: ScenarioRun) -> None:
@@ -1274,8 +1270,6 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             (check_spare_took_over,),
             spares=1,
         ),
-        # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
-        # timeout, declare it.
         # failover.in_place: the spare's workers join the survivors' epoch; nothing restarts (one attempt)
         LocalScenario(
             "node-kill-in-place",
@@ -1295,6 +1289,8 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             spares=1,
             flags=("--failover.in_place", "true"),
         ),
+        # A node silent mid-save: its stopped keep-alives (or the heartbeat watchdog), not the checkpoint group's
+        # timeout, declare it.
         LocalScenario(
             "silent-node-during-save",
             inject_silent_node_during_save,

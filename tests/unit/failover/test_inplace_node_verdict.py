@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from chaos.local.scenarios import scenarios
 from chaos.verdict import judge
-from tests.unit.failover.test_inplace_verdict import in_place_records
-from tests.unit.failover.test_verdicts import CFG, no_fault_observation, start, step
+from tests.unit.failover.test_inplace_verdict import full_restart_records, in_place_records
+from tests.unit.failover.test_verdicts import CFG, no_fault_observation
 
 SCENARIO = scenarios(CFG)["node-kill-in-place"]
 KEPT = "survivors kept their processes, the lost node's ranks taken by the spare's workers"
@@ -38,13 +38,7 @@ def test_the_spare_joining_in_place_passes():
 
 def test_without_the_fault_or_with_a_full_restart_or_a_survivor_replaced_it_fails():
     assert KEPT in failed(no_fault_observation("node-kill-in-place"))
-    restarted = (
-        [start(0)]
-        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
-        + [dict(start(KILL_T + 4, CFG.kill_step, restart=1), restored_from={"tier": "memory"})]
-        + [step(KILL_T + 5 + n, n) for n in range(CFG.kill_step + 1, CFG.steps + 1)]
-        + [{"event": "end", "time": 40, "step": CFG.steps}]
-    )
+    restarted = full_restart_records(KILL_T + 4)
     assert KEPT in failed(observed(restarted, {0: [21], 2: [22]}))  # every worker new: today's full restart
     assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]})) == {KEPT}  # the survivor too
     assert failed(observed(in_place_records(CFG.kill_step), {0: [11], 2: []})) == {KEPT}  # nobody took rank 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from chaos.local.scenarios import BLOCKED_KILL_LINE, scenarios
 from chaos.verdict import judge
-from tests.unit.failover.test_inplace_verdict import in_place_records
-from tests.unit.failover.test_verdicts import CFG, no_fault_observation, start, step
+from tests.unit.failover.test_inplace_verdict import full_restart_records, in_place_records
+from tests.unit.failover.test_verdicts import CFG, no_fault_observation
 
 SCENARIO = scenarios(CFG)["silent-node-in-place"]
 TAKEN = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
@@ -53,13 +53,7 @@ def test_the_spare_joining_with_the_blocked_survivor_replaced_passes():
 
 def test_without_the_fault_or_with_a_full_restart_or_an_unexplained_new_survivor_it_fails():
     assert TAKEN in failed(no_fault_observation("silent-node-in-place"))
-    restarted = (
-        [start(0)]
-        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
-        + [dict(start(STOP_T + 4, CFG.kill_step, restart=1), restored_from={"tier": "memory"})]
-        + [step(STOP_T + 5 + n, n) for n in range(CFG.kill_step + 1, CFG.steps + 1)]
-        + [{"event": "end", "time": 40, "step": CFG.steps}]
-    )
+    restarted = full_restart_records(STOP_T + 4)
     assert TAKEN in failed(observed(restarted, {0: [21], 2: [22]}, [blocked_kill(11)]))  # a new attempt
     assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]})) == {TAKEN}  # no kill said
     assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: []}, [blocked_kill(11)])) == {TAKEN}

@@ -26,6 +26,18 @@ def in_place_records(resumed: int) -> list[dict]:
     )
 
 
+def full_restart_records(restart_at: float) -> list[dict]:
+    """Rank 0's records of the same fault recovered by today's full restart: a second attempt starting at
+    ``restart_at``, resumed from the kill step's snapshot."""
+    return (
+        [start(0)]
+        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
+        + [dict(start(restart_at, CFG.kill_step, restart=1), restored_from={"tier": "memory"})]
+        + [step(restart_at + 1 + n, n) for n in range(CFG.kill_step + 1, CFG.steps + 1)]
+        + [{"event": "end", "time": 40, "step": CFG.steps}]
+    )
+
+
 def kill_facts(after: dict[int, list[int]]) -> dict:
     return {"pid": 12, "node": 1, "before": {0: [11], 1: [12]}, "after": after, "memory_interval": 1}
 
@@ -52,13 +64,7 @@ def test_without_the_fault_the_in_place_checks_fail():
 def test_a_full_restart_or_a_survivor_replaced_fails():
     obs = no_fault_observation("worker-kill-in-place")
     obs.detections = [KILL_T + 0.1]
-    obs.records = (
-        [start(0)]
-        + [step(n, n) for n in range(1, CFG.kill_step + 1)]
-        + [dict(start(KILL_T + 2, CFG.kill_step, restart=1), restored_from={"tier": "memory"})]
-        + [step(KILL_T + 3 + n, n) for n in range(CFG.kill_step + 1, CFG.steps + 1)]
-        + [{"event": "end", "time": 40, "step": CFG.steps}]
-    )
+    obs.records = full_restart_records(KILL_T + 2)
     obs.facts["in_place_kill"] = kill_facts({0: [21], 1: [22]})  # every worker new
     assert IN_PLACE_CHECKS <= failed(obs)
     obs.records = in_place_records(CFG.kill_step)
