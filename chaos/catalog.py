@@ -19,6 +19,9 @@ SCENARIOS: dict[str, str] = {
     "the world size never shrinks",
     "node-kill-in-place": "a node of a failover.in_place job dies while a hot spare waits: the spare's workers join "
     "the survivors' running epoch in the lost ranks, the survivors keep their processes, the job goes on",
+    "first-node-kill-in-place": "the node running rank 0 of a failover.in_place job dies while a hot spare waits: "
+    "the spare takes node rank 0 and the round's store, its workers join the survivors' epoch in the lost ranks, "
+    "the survivors keep their processes and ranks, the job goes on",
     "silent-node-in-place": "a node of a failover.in_place job goes silent (SIGSTOP) while a hot spare waits: once "
     "its lease ends the spare's workers join the survivors' epoch, a survivor blocked on it is replaced alone by its "
     "agent, the group never restarts",
@@ -58,6 +61,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "silent-node",
         "node-kill-with-spare",
         "node-kill-in-place",
+        "first-node-kill-in-place",
         "silent-node-in-place",
         "silent-node-during-save",
         "straggler",

@@ -224,6 +224,18 @@ def spares_and_a_victim(run: ScenarioRun) -> tuple[list[int], int]:
     return spares, victim
 
 
+def spares_and_rank0s_node(run: ScenarioRun) -> tuple[list[int], int]:
+    """(the hot spares, the node running rank 0): the target of first-node-kill-in-place."""
+    training, spares = training_and_spares(run)
+    first = run.cluster.node_of_rank(0)
+    if not spares or first is None or len(training) < 2:
+        raise ScenarioFailed(
+            f"need a spare, rank 0's node and a training node besides it: training {training}, spares {spares}, "
+            f"rank 0 on node{first}"
+        )
+    return spares, first
+
+
 def _record_spare_takeover(run: ScenarioRun, spares: list[int]) -> dict:
     """After the fault just recorded: wait for the job's next step and record which ranks the spares host.
     Returns the start record of the attempt that trained it."""
@@ -651,15 +663,16 @@ def inject_worker_kill_in_place(run: ScenarioRun) -> None:
 
 
 def _lose_a_node_in_place(
-    run: ScenarioRun, scenario: str, lose: Callable[[int], None], *, fence: bool
+    run: ScenarioRun, scenario: str, lose: Callable[[int], None], *, fence: bool, rank0: bool = False
 ) -> tuple[list[int], int]:
-    """Take a training node (not rank 0's) of a ``failover.in_place`` job out with ``lose(node)`` while a hot spare
-    waits, wait for the job's ``in_place`` record, fence the node (SIGKILL, memory wiped) when ``fence``, and note
-    every node's worker pids before and after (``facts["in_place_kill"]``). Returns (the spares, the node lost)."""
+    """Take a training node of a ``failover.in_place`` job out with ``lose(node)`` while a hot spare waits (rank 0's
+    when ``rank0``, else the last one besides it), wait for the job's ``in_place`` record, fence the node (SIGKILL,
+    memory wiped) when ``fence``, and note every node's worker pids before and after (``facts["in_place_kill"]``).
+    Returns (the spares, the node lost)."""
     _needs_etcd(run, f"{scenario} (its membership board is on etcd)")
     run.start_until_kill_step()
     c = run.cluster
-    spares, victim = spares_and_a_victim(run)
+    spares, victim = spares_and_rank0s_node(run) if rank0 else spares_and_a_victim(run)
     nodes = sorted({n.index for n in c.alive()})
     before = {i: c.workers(i) for i in nodes}
     lose(victim)
@@ -683,6 +696,17 @@ def inject_node_kill_in_place(run: ScenarioRun) -> None:
     Notes every node's worker pids before the kill and once the job logged its recovery, for
     :func:`check_survivors_kept_after_node_loss`."""
     spares, victim = _lose_a_node_in_place(run, "node-kill-in-place", run.cluster.kill_node, fence=False)
+    run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
+
+
+def inject_first_node_kill_in_place(run: ScenarioRun) -> None:
+    """SIGKILL the node running rank 0 of a ``failover.in_place`` job while a hot spare waits: its agent served the
+    round's store, and the spare that takes node rank 0 serves it now; the survivors' agents move to it without
+    stopping their workers, the spare's workers join the survivors' epoch in the lost ranks (rank 0 among them).
+    Notes the pids for :func:`check_survivors_kept_after_node_loss` and :func:`check_rank0_joined_in_place`."""
+    spares, victim = _lose_a_node_in_place(
+        run, "first-node-kill-in-place", run.cluster.kill_node, fence=False, rank0=True
+    )
     run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
 
 
@@ -828,6 +852,26 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
         f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, new {sorted(new)} (on the spare(s) "
         f"{seen['new_nodes']}: {sorted(new & on_spares)}); {len(recovered)} in-place recovery(ies), {attempts} "
         f"attempt(s) (a group restart starts another)",
+    )
+
+
+def check_rank0_joined_in_place(obs: Observation) -> Check:
+    """first-node-kill-in-place: the job's rank 0 after the kill is a worker that joined the running epoch (its
+    ``in_place`` record says ``joined``) on a spare, and the survivors kept their ranks, so their shards did not
+    move (the recovery's ``sources`` has ``live`` for each: no survivor read its state back)."""
+    name = "rank 0 taken by the spare's worker, the survivors' shards kept where they were"
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    rec = next((r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0), None)
+    if rec is None:
+        return Check(name, False, "no in-place recovery after the kill")
+    sources = list(rec.get("sources") or [])
+    kept = sources[1:]  # rank 0 is the joiner: every other rank a survivor in its old rank
+    ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(kept) and all(s == "live" for s in kept)
+    return Check(
+        name,
+        ok,
+        f"the recovery's record (epoch {rec.get('epoch')}, world {rec.get('world_size')}): written by a joiner: "
+        f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process)",
     )
 
 
@@ -1276,6 +1320,15 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             inject_node_kill_in_place,
             Expectation(restart=False),
             (check_survivors_kept_after_node_loss, check_recomputed_in_place),
+            spares=1,
+            flags=("--failover.in_place", "true"),
+        ),
+        # failover.in_place, rank 0's node lost: the spare takes node rank 0 (and the round's store) in place
+        LocalScenario(
+            "first-node-kill-in-place",
+            inject_first_node_kill_in_place,
+            Expectation(restart=False),
+            (check_survivors_kept_after_node_loss, check_rank0_joined_in_place, check_recomputed_in_place),
             spares=1,
             flags=("--failover.in_place", "true"),
         ),

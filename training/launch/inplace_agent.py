@@ -63,6 +63,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+from torch.distributed.elastic.utils.store import barrier as store_barrier
 from torch.distributed.launcher.api import LaunchConfig
 
 from training.job.startup import SPAWN_TIME_ENV
@@ -72,6 +73,9 @@ PREFIX = "[agent] in-place:"
 #: Seconds between two looks at the board for a worker blocked while its peers recover (two reads of the store
 #: per node per look, only while the node runs workers); once a peer checked in, every look of the agent's loop.
 BLOCKED_LOOK_S = 0.25
+#: The key prefix of the agents' exit barrier on their round's store (every agent of an in-place job is an
+#: :class:`InPlaceAgent`, so the barrier is theirs: :meth:`InPlaceAgent._exit_barrier`).
+EXIT_BARRIER_KEY = "t5f/agents-finished"
 
 
 def _say(line: str) -> None:
@@ -133,6 +137,7 @@ class InPlaceAgent(SimpleElasticAgent):
         lost_blocked_s: float = 0.25,
     ):
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
+        self._exit_barrier_s = exit_barrier_timeout
         self._logs_specs = logs_specs
         self._start_method = start_method
         self._log_line_prefix_template = log_line_prefix_template
@@ -250,6 +255,30 @@ class InPlaceAgent(SimpleElasticAgent):
         for context in self._contexts.values():
             context.close(death_sig, timeout)
         self._contexts = {}
+
+    def _exit_barrier(self) -> None:
+        """Wait, as torch's agent does, for every agent of the round to finish its workers (at most the exit
+        barrier's timeout), on the store of the round this node holds its place in *now* (the rendezvous handler's
+        ``place_store()``): when rank 0's node was lost and a spare took its place in place, the round's store
+        moved to the spare's agent, and the one torchrun got when the workers started went with the lost node
+        (waiting there, this agent would fail at once and the new host would wait its whole timeout for it).
+        Every agent of an in-place job runs this one, so the barrier's keys are this module's."""
+        group = self.get_worker_group()
+        handler = group.spec.rdzv_handler
+        store = handler.place_store() if hasattr(handler, "place_store") else None
+        if store is None:
+            super()._exit_barrier()
+            return
+        began = time.monotonic()
+        try:
+            store_barrier(store, group.group_world_size, EXIT_BARRIER_KEY, barrier_timeout=self._exit_barrier_s)
+        except SignalException:
+            raise
+        except Exception as e:  # noqa: BLE001 - as torch's: the workers finished; a barrier that failed ends nothing
+            _say(
+                f"the agents' exit barrier failed after {time.monotonic() - began:.1f} s "
+                f"({' '.join(str(e).split())[:160]}); this node's workers finished, so the agent ends"
+            )
 
     # -- watching it -----------------------------------------------------------------------------------------------
 

@@ -69,7 +69,8 @@ def test_spares_is_checked_like_nodes_and_refused_by_the_scenarios_which_choose_
     refused(chaos_sh(DRY_RUN="1", SPARES="abc"), "error: SPARES=abc must be 0 or a positive integer (hot-spare nodes)")
     line = (
         "error: SPARES=1: chaos-test's scenarios choose their own hot spares (node-kill-with-spare, "
-        "node-kill-in-place, silent-node-in-place, silent-node-during-save, straggler, split-brain run one); unset "
+        "node-kill-in-place, first-node-kill-in-place, silent-node-in-place, silent-node-during-save, straggler, "
+        "split-brain run one); unset "
         "SPARES, or use it with "
         "SOAK=<duration> "
         "(the soak's hot spares, --soak-spares)"

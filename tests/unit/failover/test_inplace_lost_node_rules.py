@@ -38,10 +38,15 @@ def test_a_spare_in_a_lost_nodes_place_keeps_the_survivors_scope_and_the_round_s
     assert Generation(round=5, prefix="p/", scope=r.scope).in_place_scope == 2  # its workers' board scope
 
 
+def test_a_spare_in_rank_0s_place_keeps_the_scope_and_serves_the_rounds_store():
+    r = reform(["s", "c", "b"], ["a"])  # rank 0's node lost: its agent served the round's store
+    assert r.participants == ["s", "b", "c"] and r.in_place_scope == 2  # the survivors in their ranks
+    assert r.participants[0] == "s"  # node rank 0: the closer names its agent's store for the round
+
+
 def test_every_other_re_formation_gives_the_round_its_own_scope():
     assert reform(["s", "c", "a"], ["b"], in_place=False).in_place_scope == 5  # not an in-place job
     assert reform(["c", "a"], ["b"]).in_place_scope == 5  # no spare: the world shrinks
-    assert reform(["s", "c", "b"], ["a"]).in_place_scope == 5  # rank 0's node lost (it served the round's store)
     assert reform(["s", "c", "a", "b"], [], stuck=["b"]).in_place_scope == 5  # b lives: its workers may run
     assert reform(["s", "c", "a"], ["b"], taken_out={"b"}).in_place_scope == 5  # a straggler stops by itself
     assert rounds.next_round(BEFORE, ["b"]).in_place_scope == 5  # an open round: every worker starts again

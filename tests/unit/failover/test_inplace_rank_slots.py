@@ -1,6 +1,6 @@
 """The agreement's rank order (training.job.inplace.agreement.in_rank_order): a replacement takes the rank of the
 member it replaces, so the survivors' shards stay where they are (the trainer's fast path keeps their live state);
-when that cannot be (old rank 0 gone, or the world shrank under an old rank), the old order is kept compact."""
+rank 0's included; when that cannot be (the world shrank under an old rank), the old order is kept compact."""
 
 from training.job.inplace.agreement import CheckIn, in_rank_order
 
@@ -20,9 +20,16 @@ def test_two_replacements_fill_the_gaps_in_id_order():
     assert got == ("a", "r00001-x", "r00002-x", "d")
 
 
-def test_without_old_rank_0_or_in_a_smaller_world_the_old_order_is_compacted_and_joiners_follow():
-    # rank 0 gone: a survivor, not the joiner, gets rank 0 (its store forms the group, it writes the metrics)
-    assert in_rank_order(entries(("b", 1), ("c", 2), ("j", -1))) == ("b", "c", "j")
+def test_rank_0_lost_its_replacement_takes_rank_0_and_the_survivors_keep_theirs():
+    # rank 0's node lost, a spare's worker (id r00000-...) joins: the survivors' shards stay where they are
+    assert in_rank_order(entries(("b", 1), ("c", 2), ("r00000-s-7", -1))) == ("r00000-s-7", "b", "c")
+    # ranks 0 and 2 gone: the joiners fill both, in id order
+    assert in_rank_order(entries(("b", 1), ("r00002-s-8", -1), ("r00000-s-7", -1))) == ("r00000-s-7", "b", "r00002-s-8")
+
+
+def test_in_a_smaller_world_the_old_order_is_compacted_and_joiners_follow():
+    # rank 0 gone and nobody in its place: the survivors close up
+    assert in_rank_order(entries(("b", 1), ("c", 2))) == ("b", "c")
     # a shrink (no joiner yet): old rank 2 cannot keep its rank in a world of 2
     assert in_rank_order(entries(("a", 0), ("c", 2))) == ("a", "c")
     # the first epoch: only joiners, by id

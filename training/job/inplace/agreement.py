@@ -164,13 +164,15 @@ MAX_STEP_GAP = 1
 
 def in_rank_order(entries: dict[str, CheckIn]) -> tuple[str, ...]:
     """Every old member keeps its old rank and the joiners (by id) take the ranks of the members gone, when that
-    fits: old rank 0 is in and no old rank is past the new world. Then a survivor's shards are where they were (it
-    keeps its live state instead of restoring it) and a replacement, whose id starts with the rank it replaces,
-    takes that rank's shard. Otherwise the old members keep their relative order (their shards move least) and
-    the joiners follow."""
+    fits: no old rank is past the new world (so the joiners fill exactly the ranks left free, rank 0 among them
+    when its holder was lost: a joiner's store forms the group and it writes the metrics as any rank 0 does, its
+    record marked ``joined``). Then a survivor's shards are where they were (it keeps its live state instead of
+    restoring it) and a replacement, whose id starts with the rank it replaces, takes that rank's shard.
+    Otherwise (the world shrank under an old rank) the old members keep their relative order (their shards move
+    least) and the joiners follow."""
     old = sorted((e.prev_rank, m) for m, e in entries.items() if e.prev_rank >= 0)
     joiners = sorted(m for m, e in entries.items() if e.prev_rank < 0)
-    if old and old[0][0] == 0 and old[-1][0] < len(entries):
+    if old and old[-1][0] < len(entries):
         slots: list[str | None] = [None] * len(entries)
         for rank, m in old:
             slots[rank] = m

@@ -140,6 +140,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._said_lost_of = -1
         self._stores = RoundStore(self.addr, join_timeout_s, self._current)  # serves rounds it has rank 0 in
         self._hosting = False  # rank 0 of the round it trains in: others use its store until they leave
+        self._place_store = None  # that round's store (its key prefix on its rank 0's agent's server)
         self._stop = threading.Event()
         value = {
             "addr": self.addr,
@@ -505,9 +506,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
         rank = seats.ranks[self.me]
         store = self._stores.connect(r)
         self.round, self._hosting, self._seat = r, rank == 0, (r.n, self.me, rank)
+        self._place_store = store
         generation.note(generation.Generation(round=r.n, prefix=self.prefix, scope=r.scope))  # the commit fence's
         say(f"round {r.n}: rank {rank} of {seats.size} node(s)")
         return RendezvousInfo(store, rank, seats.size, self._stores.info(r, rank, store))
+
+    def place_store(self):
+        """The store of the round this agent holds its place in now (None before it has one): what
+        ``next_rendezvous()`` gave torchrun, or, after an in-place take-over (:meth:`_take_over_in_place`), the new
+        round's, whose rank-0 agent may be another node's when rank 0's node was the one lost. The in-place agent's
+        exit barrier waits on it (:meth:`training.launch.inplace_agent.InPlaceAgent._exit_barrier`)."""
+        return self._place_store
 
     @property
     def _store_server(self):

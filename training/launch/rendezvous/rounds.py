@@ -351,12 +351,11 @@ def reformed(
 def keeps_workers(before: Round, after: Round) -> bool:
     """Whether the survivors' workers of formed round ``before`` go on in ``after`` (an in-place job): ``after``
     replaces only lost nodes (none stuck, none taken out: their workers may still run or stop by themselves), at
-    the same size, with every survivor in its old rank and rank 0's node among them (its agent serves the
-    round's store, which the survivors' agents keep using). Then the spares' workers join the survivors' running
-    epoch as the replacements of the lost ranks; otherwise every worker starts again, as in any other job."""
+    the same size, with every survivor in its old rank. Then the spares' workers join the survivors' running
+    epoch as the replacements of the lost ranks; otherwise every worker starts again, as in any other job. Rank
+    0's node may be among the lost: a spare then takes node rank 0 and serves the round's store, and the
+    survivors' agents move to it (their exit barrier: :meth:`.handler.EtcdRendezvousHandler.place_store`)."""
     if not after.lost or after.stuck or after.taken_out or len(after.participants) != len(before.participants):
-        return False
-    if not after.participants or after.participants[0] != before.participants[0]:
         return False
     lost = set(after.lost)
     return all(after.participants[i] == p for i, p in enumerate(before.participants) if p not in lost)
