@@ -252,3 +252,27 @@ def test_workers_left_blocked_with_a_lost_node_are_killed_and_replaced(etcd, tmp
     said = [line for line in agent.err().splitlines() if line.startswith(inplace_agent.PREFIX)]
     assert sum("has not checked in to epoch 2" in line for line in said) == 3, said
     assert all("after a node was lost" in line for line in said if "has not checked in" in line), said
+
+
+def test_a_round_that_does_not_keep_the_workers_kills_them_at_once(etcd, tmp_path, monkeypatch, capfd):
+    """A lost node that cannot be replaced in place (no spare, a stuck node) forms a round in which every worker
+    starts again, and the rendezvous tells the agent to SIGKILL this node's workers (``notify_lost``). The node
+    watchdog finds workers by their heartbeat files, which a worker in an in-place recovery has closed (these plain
+    workers have none either), so only the in-place agent's own kill reaches them: without it they ran on until
+    their recovery's bound ran out (``node-loss-rejoin`` with in place: 9.7 s of a 12.0 s recovery)."""
+    from training.launch.rendezvous import handler as etcd_handler
+
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    agent = Agent(etcd, tmp_path, capfd, "inplace-agent-lost-round", max_restarts=1)
+    try:
+        first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
+        etcd_handler.notify_lost("node-x")
+        wait_for(lambda: not any(alive(pid) for pid, _ in first.values()), timeout_s=5.0)
+        pids = ", ".join(str(first[r][0]) for r in sorted(first))
+        assert f"{inplace_agent.PREFIX} SIGKILLed worker pid(s) {pids}: their round lost node-x" in agent.err()
+    finally:
+        (tmp_path / "done").touch()
+        agent.thread.join(timeout=30)
+    assert not agent.thread.is_alive()
+    etcd_handler.notify_lost("node-y")  # the agent ended: its kill is no longer registered
+    assert "their round lost node-y" not in agent.err()

@@ -107,6 +107,20 @@ def set_on_lost(callback: Callable[[str], None]) -> None:
     _on_lost[:] = [callback]
 
 
+def add_on_lost(callback: Callable[[str], None]) -> Callable[[], None]:
+    """One more thing to do then (the in-place agent's: its workers that have no heartbeat file, those in a
+    recovery); returns what takes it away again."""
+    _on_lost.append(callback)
+    return lambda: _on_lost.remove(callback) if callback in _on_lost else None
+
+
+def notify_lost(lost: str) -> None:
+    """Do what :func:`set_on_lost` and :func:`add_on_lost` registered: a round that does not keep this node's
+    workers replaced lost node(s) ``lost`` (their ids)."""
+    for callback in list(_on_lost):
+        callback(lost)
+
+
 class EtcdRendezvousHandler(RendezvousHandler):
     """See the module docstring. Built by :func:`create_handler` from torchrun's rendezvous parameters."""
 
@@ -348,8 +362,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 f"lost node(s) of round {mine.n}: {'; '.join(why)}: re-forming now; this node's workers are "
                 f"SIGKILLed, as their collectives with the lost node cannot finish"
             )
-            for callback in _on_lost:
-                callback(", ".join(lost))
+            notify_lost(", ".join(lost))
 
     def _tell_workers_spares(self, mine: rounds.Round | None, current: rounds.Head | None) -> None:
         """Publish the formed round's spare count for this node's workers when it changes (their straggler watch
