@@ -218,7 +218,12 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     workers ran on, the spares formed a second group: noticed then, by etcd), and judged by the fence's evidence
     (:func:`chaos.local.split_brain.check_stale_group_fenced`) and :func:`check_fenced_pods_replaced`.
     """
-    from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
+    from chaos.local.scenarios import (
+        check_rank0_joined_in_place,
+        check_recomputed_in_place,
+        check_survivors_kept_after_node_loss,
+        check_survivors_kept_in_place,
+    )
     from chaos.local.split_brain import check_stale_group_fenced
     from training.goodput.analysis import load_records
 
@@ -263,6 +268,12 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
     split = split_brain_only(emu)
     workers = worker_kills_only(emu)
     kills = getattr(emu, "worker_kills", [])
+    # in place, a node pod lost while a spare pod waited: the spare's workers join the survivors' running epoch
+    losses = [loss for loss in getattr(emu, "pod_losses", []) if loss.spares] if in_place and single else []
+    if losses and len(losses) == len(emu.fault_log):
+        names = [loss.in_place_scenario for loss in losses]
+    else:
+        losses = []
     obs = Observation(
         records=records,
         faults=faults,
@@ -289,6 +300,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
             "trainjob_state": emu.state,
             "memory_interval": memory_interval,
             **({"in_place_kill": kills[0].facts()} if kills else {}),
+            **({"in_place_kill": losses[0].facts()} if losses else {}),
         },
     )
     res = ScenarioResult(
@@ -308,6 +320,15 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
                 obs,
                 Expectation(restart=False),
                 [check_no_pod_replaced, check_survivors_kept_in_place, check_recomputed_in_place],
+            )
+        )
+    elif judged and losses:  # the lost pod alone replaced, the survivors' workers kept, no restart
+        res.apply(
+            judge(
+                obs,
+                Expectation(restart=False),
+                [check_single_pod_replaced, check_survivors_kept_after_node_loss, check_recomputed_in_place]
+                + ([check_rank0_joined_in_place] if losses[0].rank0 else []),
             )
         )
     elif judged and workers:  # the agents' worker-group restart, inside the pods
@@ -338,6 +359,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
             if workers
             else "the fenced pods replaced (Ignore)"
             if split
+            else "the lost pod alone replaced, its ranks taken in place by a spare pod's workers"
+            if losses
             else "only the failed pod replaced"
             if single
             else "JobSet gang restart"
@@ -358,6 +381,8 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
             {**k.facts(), "noticed_s": None if k.noticed is None else round(k.noticed - k.entry["time"], 3)}
             for k in kills
         ],
+        # in place: every node pod's worker pids before a lost pod's kill (spare pods waiting) and after the recovery
+        pod_losses=[loss.facts() for loss in losses],
     )
     return rep
 

@@ -56,6 +56,10 @@ v2.3, JobSet and the Job controller would do with them, with processes in place 
   worker of that node pod SIGKILLed, its PID 1 (the agent) left running, so the kubelet and the Job controller see
   nothing; the report's ``worker_kills`` has every node pod's worker pids before the kill and once the job recovered.
   With ``failover.in_place`` the pod's agent replaces that worker alone; without it the agents restart their groups.
+* **A training pod lost in place** (a node pod fault in a ``failover.in_place`` TrainJob with hot-spare pods,
+  :mod:`testbed.k8s_pod_loss`): the report's ``pod_losses`` has every node pod's worker pids before the kill and once
+  the job recovered; the spare pod's workers take the lost ranks in the survivors' running epoch, the Job controller
+  replaces the lost pod alone (it waits as the next spare). ``kill:rank0@N`` targets the pod running rank 0.
 * **runtimePatches** (TrainJob): volumes added to a replicated job's pod, env and volumeMounts to its containers.
 * **TrainJob status** (Trainer's ``TrainJobStatus`` feature, on in the stack): the ``node`` containers get
   ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN`` of an HTTPS endpoint with a bearer token
@@ -93,9 +97,10 @@ from typing import Any, Callable
 import yaml
 
 from cluster_assets.k8s import schema
+from testbed.k8s_pod_loss import PodLoss
 from testbed.k8s_worker_kill import KILL_WORKER, WorkerKill, read_records
 from testbed.trainer_status_server import TrainerStatusServer
-from training.job.lifecycle import WORKER_NAME_PREFIX
+from training.job.lifecycle import WORKER_NAME_PREFIX, worker_rank
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_PORT = 29500  # constants.ContainerTrainerPort in Trainer v2.3
@@ -103,6 +108,7 @@ COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completi
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes Job default
 DEFAULT_GRACE_S = 30  # Kubernetes pod default terminationGracePeriodSeconds
 TRAINING_TARGET = "training"  # fault target: a node pod that trains (see Fault)
+RANK0_TARGET = "rank0"  # fault target: the node pod running worker rank 0 (see Fault)
 FREEZE_AGENTS = "freeze-agents"  # fault kind: the split brain (see Fault)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -688,6 +694,10 @@ class Pod:
         """Whether a training worker runs in the pod now (a hot spare's has none)."""
         return bool(self.worker_pids())
 
+    def runs_rank0(self) -> bool:
+        """Whether the job's worker rank 0 runs in the pod now (its agent serves the rendezvous round's store)."""
+        return any(worker_rank(pid) == 0 for pid in self.worker_pids())
+
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         """Signal every process the pod ever had that is still the same process (container teardown)."""
         table = _proc_table()
@@ -733,7 +743,8 @@ class Fault:
     """An injected failure: ``kill`` (SIGKILL every process of the pod: node crash), ``delete`` (graceful
     pod deletion: SIGTERM, grace, SIGKILL) or ``evict`` (like delete, plus the DisruptionTarget pod
     condition a drain/eviction sets), on the pod of node ``rank`` (or, with ``job``, pod ``rank`` of that
-    replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare)
+    replicated job; ``training``: the highest-index node pod running training workers, i.e. not a hot spare;
+    ``rank0``: the node pod running worker rank 0, which with hot spares need not be node 0's)
     once the job logged step ``at_step``. ``freeze-agents`` (target ``training`` only) is the split brain: the
     torchrun agents of every training pod SIGSTOPped until the hot-spare pods run a second worker group
     (:meth:`Emulator._inject_freeze`). ``kill-worker`` (a node index only) SIGKILLs one training worker inside that
@@ -752,7 +763,8 @@ class Fault:
             raise argparse.ArgumentTypeError(
                 f"fault {text!r}: expected KIND:TARGET@STEP, e.g. kill:1@4 (node 1's "
                 "pod), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-1@4 or "
-                "kill:training@4 (a node pod that trains, not a hot spare); KIND "
+                "kill:training@4 (a node pod that trains, not a hot spare), kill:rank0@4 (the node pod running "
+                "rank 0); KIND "
                 f"kill|delete|evict, {KILL_WORKER}:0@4 (one worker inside node 0's pod), or "
                 f"{FREEZE_AGENTS}:{TRAINING_TARGET}@4 (split brain)"
             )
@@ -846,6 +858,7 @@ class Emulator:
         self.hold_file: Path | None = None  # the freeze-agents fault's hold (--fault.hold_file), when one is asked
         self._fault_threads: list[threading.Thread] = []  # faults that outlast the step they fire at
         self.worker_kills: list[WorkerKill] = []  # kill-worker faults and what followed them
+        self.pod_losses: list[PodLoss] = []  # node pods faulted and every pod's workers around it (in place)
 
     # ----------------------------------------------------------------------------------- the cluster's etcd
     def needs_etcd(self) -> bool:
@@ -1222,6 +1235,7 @@ class Emulator:
             while pending and step >= pending[0].at_step:
                 self._inject(pending.pop(0), jobs, step)
             self._observe_worker_kills(jobs)
+            self._observe_pod_losses(jobs)
             for j in jobs:
                 failure = self._job_controller(j, attempt)
                 if failure:
@@ -1291,10 +1305,10 @@ class Emulator:
         if f.job in ("etcd", "etcd-leader"):
             self._inject_etcd(f, step)
             return
-        if f.job == TRAINING_TARGET:  # the highest-index node pod that trains (with hot spares, not a spare)
+        if f.job in (TRAINING_TARGET, RANK0_TARGET):  # the highest-index node pod that trains, or rank 0's
             j = next((x for x in jobs if x.t.name == "node"), None)
             running = [p for _, p in sorted(j.pods.items(), reverse=True) if p.exit_code is None] if j else []
-            pod = next((p for p in running if p.trains()), None)
+            pod = next((p for p in running if (p.trains() if f.job == TRAINING_TARGET else p.runs_rank0())), None)
             f = Fault(f.kind, pod.rank if pod else -1, f.at_step)
         j = next((x for x in jobs if x.t.name == f.job), None)
         target = j.pods.get(f.rank) if j else None
@@ -1314,6 +1328,8 @@ class Emulator:
                 "job": f.job,
             }
         )
+        if f.job == "node":
+            self.pod_losses.append(PodLoss.before_kill(self._node_pods(jobs), f.rank, self.events[-1].time))
         if f.kind == "kill":
             target.kill_all(signal.SIGKILL)
         else:
@@ -1348,6 +1364,19 @@ class Emulator:
                 self.events.append(Event(k.noticed, "worker failure noticed", f"an agent in {k.entry['pod']}"))
                 took = k.noticed - k.entry["time"]
                 self.echo(f"[emulator] worker failure noticed: an agent's log line, {took:.2f} s after the kill")
+
+    def _observe_pod_losses(self, jobs: list[JobRun]) -> None:
+        """After a node pod's fault: every node pod's workers once the job recovered (the in-place verdict's)."""
+        pending = [loss for loss in self.pod_losses if loss.after is None and loss.pids]
+        if not pending:
+            return
+        try:
+            path = self.metrics_path()
+        except ContractError:  # a TrainJob that is no training job (the emulator's own tests): nothing to observe
+            return
+        pods = self._node_pods(jobs)
+        for loss in pending:
+            loss.observe(pods, lambda: read_records(path))
 
     def _inject_freeze(self, jobs: list[JobRun], step: int) -> None:
         """The split brain (:func:`chaos.split_brain.freeze_agents`), in a thread so that the Job controller goes on
@@ -1519,7 +1548,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Fault.parse,
         default=[],
         help="KIND:TARGET@STEP: kill:1@4 (node 1's pod), kill:training@4 (a node pod that trains, not a "
-        "hot spare), kill:etcd-leader@4 (the etcd member that leads), kill:etcd-2@4 (member 2); "
+        "hot spare), kill:rank0@4 (the node pod running rank 0), kill:etcd-leader@4 (the etcd member that "
+        "leads), kill:etcd-2@4 (member 2); "
         "repeatable; "
         f"KIND kill|delete|evict; {KILL_WORKER}:0@4: one training worker inside node 0's pod SIGKILLed, not the pod "
         "(failover.in_place: its agent replaces it alone); "

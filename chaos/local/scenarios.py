@@ -40,6 +40,7 @@ from chaos.scenario import Scenario
 from chaos.scenario import table as scenario_table
 from chaos.verdict import Check, Expectation, Fault, Observation, compare_weights, judge
 from training.checkpoint import MARKER
+from training.checkpoint.run_lock import LOCK_NAME
 from training.launch import LaunchConfig
 from training.launch.rendezvous.members import process_state
 
@@ -708,6 +709,15 @@ def inject_first_node_kill_in_place(run: ScenarioRun) -> None:
         run, "first-node-kill-in-place", run.cluster.kill_node, fence=False, rank0=True
     )
     run.facts["spare_nodes"], run.facts["killed_node"] = spares, victim
+    run.facts["run_lock_holder"] = _run_lock_holder(run.ckpt)
+
+
+def _run_lock_holder(ckpt: Path) -> int | None:
+    """The pid the run lock's file names, read once the job recovered (training.checkpoint.run_lock), or None."""
+    try:
+        return int(json.loads((ckpt / LOCK_NAME).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def inject_silent_node_in_place(run: ScenarioRun) -> None:
@@ -867,11 +877,17 @@ def check_rank0_joined_in_place(obs: Observation) -> Check:
     sources = list(rec.get("sources") or [])
     kept = sources[1:]  # rank 0 is the joiner: every other rank a survivor in its old rank
     ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(kept) and all(s == "live" for s in kept)
+    seen = obs.facts.get("in_place_kill") or {}
+    new = _pids((seen.get("after") or {}).values()) - _pids((seen.get("before") or {}).values())
+    holder = obs.facts.get("run_lock_holder", "not read")
+    if holder != "not read":  # the local harness reads it: the new rank 0 (a new process) holds the run lock
+        ok = ok and holder in new
     return Check(
         name,
         ok,
         f"the recovery's record (epoch {rec.get('epoch')}, world {rec.get('world_size')}): written by a joiner: "
-        f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process)",
+        f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process)"
+        + ("" if holder == "not read" else f"; the run lock held by pid {holder} (new workers {sorted(new)})"),
     )
 
 

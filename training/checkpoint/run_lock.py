@@ -239,3 +239,12 @@ def lock_for_job(directory: str, rank: int, wait_same_run_s: float) -> RunLock |
     if kind == "storage":
         raise CheckpointStorageError(message)
     return lock
+
+
+def lock_alone(directory: str, wait_same_run_s: float) -> RunLock | None:
+    """Take the lock in this process alone, not as a collective: a rank 0 that joined a running job (its holder, the
+    rank 0 before, was lost with its process) or became rank 0 in an in-place recovery. The lost holder's lock is
+    waited for up to ``wait_same_run_s`` as at any restart of the same run; another run's raises
+    :class:`CheckpointDirBusy` (two runs must not share the directory). None where the file system has no locks."""
+    lock = RunLock(directory, run=os.environ.get("TORCHELASTIC_RUN_ID", ""))
+    return lock if lock.acquire(wait_same_run_s) else None

@@ -41,7 +41,7 @@ from training.model.t5 import (
 from training.checkpoint.run_identity import digest_tokens, run_fingerprint, show
 from training.job.startup import StartupClock
 from training.checkpoint.state import ModelOnly, Progress, RngState, TrainState
-from training.checkpoint.run_lock import lock_for_job
+from training.checkpoint.run_lock import lock_alone, lock_for_job
 from training.job.progress import (
     CHECKPOINT,
     CLOSING,
@@ -166,6 +166,7 @@ class Trainer:
         self.run_lock = self.failover.first_start(
             lambda: lock_for_job(cfg.checkpoint.dir, self.rank, wait_same_run_s=p.init_timeout_s / 2)
         )
+        self._hold_run_lock()
         self.dataset = build_dataset(cfg.data, cfg.job.seed)
         self.guard = NonFiniteGuard(cfg.train.max_bad_steps)
         # Per-step loss and gradient norm stay on the device until a read point (training.job.step_figures);
@@ -187,6 +188,14 @@ class Trainer:
         for s in HANDLED_SIGNALS:
             signal.signal(s, self._on_signal)
         self.clock.mark("job_setup")
+
+    def _hold_run_lock(self) -> None:
+        """Rank 0 holds the run lock. The job's first rank 0 took it with every rank (``lock_for_job``); a process
+        that is rank 0 without it joined a running job in the place of a lost rank 0 (its flock went with that
+        process), or became rank 0 in an in-place recovery: it takes it alone, as a restart's rank 0 would, so a
+        second run can never start on this checkpoint.dir while the job goes on."""
+        if self.rank == 0 and self.run_lock is None:
+            self.run_lock = lock_alone(self.cfg.checkpoint.dir, wait_same_run_s=self.cfg.parallel.init_timeout_s / 2)
 
     def _build_group_parts(self) -> None:
         """What holds the process group or this rank's place in it: the metrics (rank 0 writes), the progress
@@ -676,6 +685,7 @@ class Trainer:
             )
             say(str(lost))
             raise lost from None
+        self._hold_run_lock()
         t = part("release", t)
         self._build_group_parts()
         t = part("group_parts", t)

@@ -82,3 +82,35 @@ def test_without_in_place_the_same_kill_restarts_every_worker_no_pod_replaced(tm
     assert not verdict.ok, verdict.detail  # the in-place evidence fails on a group restart
     (kill,) = rep["worker_kills"]
     assert not set(kill["after"]["1"]) & set(kill["before"]["1"])  # the other pod's workers were restarted too
+
+
+def test_rank_0s_pod_lost_with_a_spare_pod_waiting_only_that_pod_is_replaced_the_others_keep_their_workers(
+    tmp_path, reference, capsys
+):
+    """``--spares 1``: three node pods, two train. The pod running rank 0 is SIGKILLed (its node crashed; its agent
+    served the rendezvous round's store): the spare pod takes node rank 0 and the store in place, its worker joins
+    the survivor's running epoch as rank 0, the survivor's worker keeps its process, rank and live state, the Job
+    controller replaces the lost pod alone (it waits as the next spare), no JobSet restart, one attempt, bitwise.
+    Without in place the same loss restarts every worker (the contract's ``test_with_a_hot_spare_pod_...``)."""
+    name = "t5-contract-inplace-pod"
+    chaos, rep, _ = emulate(
+        tmp_path,
+        name,
+        f"kill:rank0@{KILL_AT}",
+        reference=reference,
+        cli=("--spares", "1"),
+        train_args=(*TRAIN, *IN_PLACE),
+    )
+    checks = passed(chaos, rep, tmp_path, name, "first-node-kill-in-place", capsys)
+    assert {
+        "only the failed pod was replaced",
+        "survivors kept their processes, the lost node's ranks taken by the spare's workers",
+        "rank 0 taken by the spare's worker, the survivors' shards kept where they were",
+        "steps recomputed in place <= 1",
+        "weights bitwise == reference",
+    } <= set(checks)
+    assert rep["jobset_restarts"] == 0 and rep["pod_failures"] == 1
+    (loss,) = rep["pod_losses"]
+    lost, survivors = set(loss["pids"]), {p for i, ps in loss["before"].items() for p in ps} - set(loss["pids"])
+    assert lost and survivors and survivors <= {p for ps in loss["after"].values() for p in ps}, loss
+    print(checks["steps recomputed in place <= 1"])

@@ -8,10 +8,15 @@ import argparse
 import pytest
 
 from chaos.kubernetes import check_no_pod_replaced
-from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
+from chaos.local.scenarios import (
+    check_recomputed_in_place,
+    check_survivors_kept_after_node_loss,
+    check_survivors_kept_in_place,
+)
 from chaos.slurm import SlurmChaosConfig, in_place_noticed, scenarios
 from chaos.verdict import Check, Fault, Observation
 from testbed.k8s_emulator import Fault as PodFault
+from testbed.k8s_pod_loss import PodLoss
 from testbed.k8s_worker_kill import WorkerKill
 
 T = 1000.0
@@ -108,3 +113,29 @@ def test_in_place_workers_advertise_the_nodes_address_not_loopback():
 
     assert in_place_store_host("10.0.0.7") == "10.0.0.7"
     assert in_place_store_host(None) == socket.getfqdn()
+
+
+def test_a_lost_pods_in_place_evidence_passes_and_a_restart_or_no_fault_fails():
+    """A node pod (index 1, pid 12) lost while pod 2 waited as a spare; pod 1's replacement waits as the next spare."""
+    loss = PodLoss(index=1, time=T, pids=[12], spares=[2], before={0: [11], 1: [12], 2: []}, rank0=False)
+    assert loss.in_place_scenario == "node-kill-in-place"
+    assert PodLoss(0, T, [11], [2], {0: [11], 1: [12], 2: []}, rank0=True).in_place_scenario == (
+        "first-node-kill-in-place"
+    )
+    kept = "survivors kept their processes, the lost node's ranks taken by the spare's workers"
+    loss.after = {0: [11], 1: [], 2: [13]}  # the spare pod's worker took the lost ranks
+    assert check_survivors_kept_after_node_loss(
+        obs([KILLED], records(in_place=True), {"in_place_kill": loss.facts()})
+    ).ok
+    loss.after = {0: [11], 1: [13], 2: []}  # the lost pod's replacement won the join: also a pod that waited
+    assert check_survivors_kept_after_node_loss(
+        obs([KILLED], records(in_place=True), {"in_place_kill": loss.facts()})
+    ).ok
+    loss.after = {0: [21], 1: [], 2: [22]}  # every worker new: the full restart
+    restarted = obs([KILLED], records(in_place=False), {"in_place_kill": loss.facts()})
+    assert not check_survivors_kept_after_node_loss(restarted).ok
+    assert kept in failed(run([check_survivors_kept_after_node_loss], obs([], records(in_place=False), {})))
+
+
+def test_a_pod_fault_can_target_the_pod_running_rank_0():
+    assert PodFault.parse("kill:rank0@3") == PodFault("kill", 0, 3, job="rank0")

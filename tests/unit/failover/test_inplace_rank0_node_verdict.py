@@ -44,10 +44,19 @@ def failed(obs) -> set[str]:
 
 
 def test_the_spares_worker_taking_rank_0_in_place_passes():
-    v = judge(observed(joined_records(["peer", "live"]), {1: [12], 2: [13]}), SCENARIO.expect, SCENARIO.checks)
+    obs = observed(joined_records(["peer", "live"]), {1: [12], 2: [13]})
+    obs.facts["run_lock_holder"] = 13  # the new rank 0 took the run lock
+    v = judge(obs, SCENARIO.expect, SCENARIO.checks)
     assert v.passed, v.failed()
     detail = next(c.detail for c in v.checks if c.name == RANK0)
-    assert "written by a joiner: True" in detail and "['peer', 'live']" in detail
+    assert "written by a joiner: True" in detail and "['peer', 'live']" in detail and "held by pid 13" in detail
+
+
+def test_the_run_lock_left_with_the_lost_rank_0_fails():
+    for holder in (11, None):  # the lost process's record in the lock file, or no holder at all
+        obs = observed(joined_records(["peer", "live"]), {1: [12], 2: [13]})
+        obs.facts["run_lock_holder"] = holder
+        assert failed(obs) == {RANK0}
 
 
 def test_without_the_fault_on_a_full_restart_or_with_the_survivor_moved_to_rank_0_it_fails():
