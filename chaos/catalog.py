@@ -86,6 +86,8 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "network-cut",
         "worker-kill",
         "worker-kill-in-place",
+        "node-kill-in-place",
+        "first-node-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",

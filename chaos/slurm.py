@@ -56,7 +56,12 @@ from typing import Callable
 
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
-from chaos.local.scenarios import check_recomputed_in_place, check_survivors_kept_in_place
+from chaos.local.scenarios import (
+    check_rank0_joined_in_place,
+    check_recomputed_in_place,
+    check_silent_node_replaced_in_place,
+    check_survivors_kept_in_place,
+)
 from chaos.local.split_brain import check_stale_group_fenced
 from chaos.slurm_split_brain import check_fenced_nodes_left, split_brain
 from chaos.split_brain import HOLD_FILE
@@ -366,6 +371,22 @@ def kill_node(lab: Lab, t: Target) -> Fault:
     )
 
 
+def kill_node_in_place(lab: Lab, t: Target) -> Fault:
+    """:func:`kill_node` in a ``failover.in_place`` job with a spare: notes every job node's worker pids before the
+    kill (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) and the nodes
+    that ran none (the spares, where the lost node's ranks must go), for
+    :func:`chaos.local.scenarios.check_silent_node_replaced_in_place`: the lab's node kill also takes its link down,
+    so a survivor's gloo collective with it blocks instead of failing, and its agent replaces it alone."""
+    hosts = t.watch.get("hosts") or [t.node]
+    before = lab.workers_by_host(hosts)
+    fault = kill_node(lab, t)
+    t.watch["in_place_pending"] = True
+    spares = [h for h, pids in before.items() if not pids and h != t.node]
+    loss = {"pids": before.get(t.node, []), "node": t.node, "new_nodes": spares, "before": before, "after": {}}
+    t.watch["facts"] = {**t.watch.get("facts", {}), "in_place_kill": loss, "memory_interval": 1}
+    return fault
+
+
 def cut_link(lab: Lab, t: Target) -> Fault:
     """The node's link taken down; confirmed when the link is DOWN and its training workers still run, cut off."""
     before = lab.worker_pids(t.node)
@@ -643,6 +664,11 @@ def in_place_noticed(logs: list[tuple[float, str]]) -> list[float]:
     return sorted(agents_noticed(logs) + [t for t, line in logs if "[agent] in-place: worker rank " in line])
 
 
+def node_lost_in_place_noticed(logs: list[tuple[float, str]]) -> list[float]:
+    """A survivor's agent (the rendezvous keeping its workers, a dead agent taken out) or the spare's."""
+    return sorted(agents_or_watchdog_noticed(logs) + [t for t, line in logs if "[agent] in-place:" in line])
+
+
 def store_unreachable_logged(logs: list[tuple[float, str]]) -> list[float]:
     """An agent said that no etcd member answers (its keep-alives, its watch, or a new round waiting)."""
     return [
@@ -878,6 +904,9 @@ STRAGGLER_FROM_STEP = 3  # early: the job needs straggler.steps slow steps, then
 # The in-memory tier on (the default; a lean test job may turn it off): the straggler's node is taken out after a
 # step's snapshot, a wedged rank's restart resumes from it.
 MEMORY_TIER = ("--checkpoint.memory_interval", "1")
+# failover.in_place with the in-memory tier; 1 s between steps (wall time only) keeps the job training while the
+# harness notes the workers after the recovery (a tiny job's last steps were over before the look, 2026-11-29)
+IN_PLACE_ARGS = ("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1")
 WEDGED_RANK = 1  # every job here has it (>= 2 nodes); with one worker per lab node it is not on rank 0's node
 
 
@@ -933,12 +962,38 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 (check_survivors_kept_in_place, check_recomputed_in_place, check_no_requeue),
                 target=training_host_off_rank0,
                 noticed=in_place_noticed,
-                # never the math (the same reference): in-place recovery restores from the in-memory snapshots; 1 s
-                # between steps (wall time only) keeps the job training while the harness notes the workers after
-                # the recovery (a tiny job's last steps were over before the look, 2026-11-29)
-                train_args=("--failover.in_place", "true", *MEMORY_TIER, "--fault.step_sleep_s", "1"),
+                # never the math (the same reference): in-place recovery restores from the in-memory snapshots
+                train_args=IN_PLACE_ARGS,
                 title="SIGKILL one training process of a failover.in_place job -> its node's agent replaces it alone, "
                 "the other workers keep their processes and recover in place: no restart, no requeue",
+            ),
+            SlurmScenario(
+                "node-kill-in-place",
+                kill_node_in_place,
+                Expectation(restart=False),
+                (check_silent_node_replaced_in_place, check_recomputed_in_place, check_no_requeue),
+                target=training_host_off_rank0,
+                **{**node_lost, "noticed": node_lost_in_place_noticed},
+                train_args=IN_PLACE_ARGS,
+                title="kill a training node of a failover.in_place job (not rank 0's) -> the spare's worker joins "
+                "the survivors' running epoch in its rank inside the allocation; a survivor blocked on the dead "
+                "link (gloo) is replaced alone by its agent: no restart, no requeue",
+            ),
+            SlurmScenario(
+                "first-node-kill-in-place",
+                kill_node_in_place,
+                Expectation(restart=False),
+                (
+                    check_silent_node_replaced_in_place,
+                    check_rank0_joined_in_place,
+                    check_recomputed_in_place,
+                    check_no_requeue,
+                ),
+                target=rank0_host,
+                **{**node_lost, "noticed": node_lost_in_place_noticed},
+                train_args=IN_PLACE_ARGS,
+                title="kill the node running rank 0 of a failover.in_place job -> the spare takes node rank 0 and "
+                "the round's store, its worker rank 0 in the survivors' running epoch: no restart, no requeue",
             ),
             SlurmScenario(
                 "preemption",

@@ -128,6 +128,8 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
         "network-cut",
         "worker-kill",
         "worker-kill-in-place",
+        "node-kill-in-place",
+        "first-node-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",
@@ -154,7 +156,16 @@ def test_slurm_verdict_fails_without_its_fault(name):
     failed = {c.name for c in v.failed()}
     assert not v.passed and "fault injected" not in failed
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
-    in_place = {"worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"}}
+    lost = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+    in_place = {
+        "worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"},
+        "node-kill-in-place": {"failure noticed", lost},
+        "first-node-kill-in-place": {
+            "failure noticed",
+            lost,
+            "rank 0 taken by the spare's worker, the survivors' shards kept where they were",
+        },
+    }
     want = {"failure noticed"} if name in untouched else {"job restarted", "failure noticed"}
     assert in_place.get(name, want) <= failed
 
@@ -305,6 +316,8 @@ def test_default_runs_every_slurm_scenario():
         "network-cut",
         "worker-kill",
         "worker-kill-in-place",
+        "node-kill-in-place",
+        "first-node-kill-in-place",
         "preemption",
         "batch-host-kill",
         "store-member-kill",
