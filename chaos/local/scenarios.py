@@ -867,16 +867,20 @@ def check_survivors_kept_after_node_loss(obs: Observation) -> Check:
 
 def check_rank0_joined_in_place(obs: Observation) -> Check:
     """first-node-kill-in-place: the job's rank 0 after the kill is a worker that joined the running epoch (its
-    ``in_place`` record says ``joined``) on a spare, and the survivors kept their ranks, so their shards did not
-    move (the recovery's ``sources`` has ``live`` for each: no survivor read its state back)."""
+    ``in_place`` record says ``joined``) on a spare, and the survivors kept their ranks, so the shards of those that
+    kept their processes did not move (the recovery's ``sources`` has ``live`` for each: no such survivor read its
+    state back). A survivor its agent replaced as blocked by the lost node (gloo on a dead link: the Slurm lab's node
+    kill takes the link down; its line names it) restores like any replacement."""
     name = "rank 0 taken by the spare's worker, the survivors' shards kept where they were"
     t0 = obs.faults[0].time if obs.faults else float("inf")
     rec = next((r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0), None)
     if rec is None:
         return Check(name, False, "no in-place recovery after the kill")
     sources = list(rec.get("sources") or [])
-    kept = sources[1:]  # rank 0 is the joiner: every other rank a survivor in its old rank
-    ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(kept) and all(s == "live" for s in kept)
+    others = sources[1:]  # rank 0 is the joiner: every other rank a survivor in its old rank
+    blocked = sum(1 for t, line in obs.logs if t > t0 and BLOCKED_KILL_LINE in line)
+    live = sum(1 for s in others if s == "live")
+    ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(others) and live >= len(others) - blocked
     seen = obs.facts.get("in_place_kill") or {}
     new = _pids((seen.get("after") or {}).values()) - _pids((seen.get("before") or {}).values())
     holder = obs.facts.get("run_lock_holder", "not read")
@@ -886,7 +890,8 @@ def check_rank0_joined_in_place(obs: Observation) -> Check:
         name,
         ok,
         f"the recovery's record (epoch {rec.get('epoch')}, world {rec.get('world_size')}): written by a joiner: "
-        f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process)"
+        f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process; survivors "
+        f"replaced as blocked: {blocked})"
         + ("" if holder == "not read" else f"; the run lock held by pid {holder} (new workers {sorted(new)})"),
     )
 
@@ -899,7 +904,7 @@ def check_silent_node_replaced_in_place(obs: Observation) -> Check:
     """silent-node-in-place: one attempt and an ``in_place`` record after the stop; the silent node's ranks were
     taken by as many new workers on the spare(s); every worker of the surviving nodes either kept its pid or was
     killed by its own agent as blocked by the lost node (its line names the pid) and replaced alone on its node."""
-    name = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+    name = "the lost node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
     seen, recovered, attempts = _in_place_evidence(obs)
     if not seen:
         return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
@@ -916,7 +921,8 @@ def check_silent_node_replaced_in_place(obs: Observation) -> Check:
     return Check(
         name,
         ok,
-        f"before the stop {sorted(before)}, node{seen['node']} silent with {sorted(lost)}, after {sorted(after)}: "
+        f"before the fault {sorted(before)}, node {seen['node']} lost (silent or dead) with {sorted(lost)}, "
+        f"after {sorted(after)}: "
         f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, killed as blocked {sorted(killed)}, "
         f"new {sorted(new)} (on the spare(s) {seen['new_nodes']}: {sorted(new & on_spares)}); {len(recovered)} "
         f"in-place record(s), {attempts} attempt(s) (a group restart starts another)",

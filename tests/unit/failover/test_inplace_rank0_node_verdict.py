@@ -67,3 +67,16 @@ def test_without_the_fault_on_a_full_restart_or_with_the_survivor_moved_to_rank_
     assert failed(observed(joined_records(["own", "peer"], joined=False), {1: [12], 2: [13]})) == {RANK0}
     # a survivor that read its state back although it kept its rank
     assert failed(observed(joined_records(["peer", "own"]), {1: [12], 2: [13]})) == {RANK0}
+
+
+def test_a_survivor_replaced_as_blocked_by_its_agent_may_restore_its_state():
+    """The Slurm lab's node kill takes the link down: the survivor's gloo collective blocks, its agent replaces it
+    (its line names it), and the replacement restores its shard like any other."""
+    from chaos.local.scenarios import BLOCKED_KILL_LINE
+
+    obs = observed(joined_records(["own", "own"]), {1: [14], 2: [13]})
+    assert RANK0 in failed(obs)  # no blocked kill said: the survivor should have kept its state
+    obs.logs = [(KILL_T + 2.5, f"[agent] in-place: worker rank 1 (pid 12) has not checked in ... {BLOCKED_KILL_LINE}")]
+    assert RANK0 not in failed(obs)
+    obs.logs = [(KILL_T - 5, f"[agent] in-place: worker rank 1 (pid 12) ... {BLOCKED_KILL_LINE}")]  # before the kill
+    assert RANK0 in failed(obs)

@@ -12,7 +12,7 @@ from tests.unit.failover.test_inplace_verdict import full_restart_records, in_pl
 from tests.unit.failover.test_verdicts import CFG, no_fault_observation
 
 SCENARIO = scenarios(CFG)["silent-node-in-place"]
-TAKEN = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+TAKEN = "the lost node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
 STOP_T = CFG.kill_step + 0.5
 
 

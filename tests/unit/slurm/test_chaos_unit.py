@@ -156,7 +156,7 @@ def test_slurm_verdict_fails_without_its_fault(name):
     failed = {c.name for c in v.failed()}
     assert not v.passed and "fault injected" not in failed
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
-    lost = "the silent node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+    lost = "the lost node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
     in_place = {
         "worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"},
         "node-kill-in-place": {"failure noticed", lost},
