@@ -291,7 +291,7 @@ def emulator_result(emu: Any, metrics_path: Path, t0: float, reference: Path | N
         weight_diffs=compare_weights(final, reference) if reference else None,
         reference_records=ref_records,
         wall_s=(emu.events[-1].time - t0) if emu.events else 0.0,
-        logs=pod_logs(emu) if split else [],
+        logs=pod_logs(emu) if split or workers else [],  # (in place: the agents' lines about blocked workers)
         checkpoint_dir=out_dir / "checkpoints",
         facts={
             "jobset_restarts": emu.restarts,

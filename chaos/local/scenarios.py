@@ -822,23 +822,41 @@ def _in_place_evidence(obs: Observation) -> tuple[dict | None, list[dict], int]:
 def check_survivors_kept_in_place(obs: Observation) -> Check:
     """worker-kill-in-place: the job recovered in place (one attempt, one ``in_place`` record after the kill), every
     worker but the killed one has the pid it had before the kill, and exactly one new worker runs, on the killed
-    worker's node (``facts["in_place_kill"]``: the pids before and after, the killed pid and its node)."""
+    worker's node (``facts["in_place_kill"]``: the pids before and after, the killed pid and its node). With more
+    than one worker a node, gloo can leave a survivor blocked on survivors that left for the next epoch: one its own
+    agent killed as blocked (its line after the kill names its pid) is replaced alone too, and counted apart."""
     name = "survivors kept their processes, one worker replaced"
     seen, recovered, attempts = _in_place_evidence(obs)
     if not seen:
         return Check(name, False, f"no pids noted; {len(recovered)} in-place recovery(ies), {attempts} attempt(s)")
     before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
     survivors, new = before - {seen["pid"]}, after - before
+    blocked = _killed_as_blocked(obs, survivors)
     # nodes by index (local, the emulator's pods) or host name (Slurm); a report read back from JSON has str keys
-    new_on_node = _pids(ps for node, ps in seen["after"].items() if str(node) == str(seen["node"]))
-    ok = len(recovered) == 1 and attempts == 1 and survivors <= after and len(new) == 1 and new <= new_on_node
+    node_of = {p: str(node) for side in ("before", "after") for node, ps in seen[side].items() for p in ps}
+    replaced_on = sorted(node_of[p] for p in {seen["pid"], *blocked})  # each replaced on its own node
+    ok = len(recovered) == 1 and attempts == 1 and survivors - blocked <= after and not blocked & after
+    ok = ok and sorted(node_of[p] for p in new) == replaced_on
     return Check(
         name,
         ok,
         f"before the kill {sorted(before)}, killed {seen['pid']} (node{seen['node']}), after {sorted(after)}: "
-        f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, new {sorted(new)}; "
+        f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}"
+        + (f", killed as blocked by their agents {sorted(blocked)}" if blocked else "")
+        + f", new {sorted(new)}; "
         f"{len(recovered)} in-place recovery(ies), {attempts} attempt(s) (a group restart starts another)",
     )
+
+
+#: The end of what an in-place agent says when it killed a worker of its node left blocked in a collective (by peers
+#: that left for the next epoch, or by a lost node): :mod:`training.launch.inplace_agent`.
+BLOCKED_KILLED = "(blocked in a collective its backend cannot cut): killed, to be replaced"
+
+
+def _killed_as_blocked(obs: Observation, pids: set[int]) -> set[int]:
+    """Those of ``pids`` that their agent said it killed as blocked, after the fault."""
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    return {p for p in pids for t, line in obs.logs if t > t0 and BLOCKED_KILLED in line and f"(pid {p})" in line}
 
 
 def check_survivors_kept_after_node_loss(obs: Observation) -> Check:

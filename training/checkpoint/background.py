@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training.checkpoint.staging import ReusedBufferStager
 from training.checkpoint.storage_site import StorageSite
+from training.checkpoint.step_writer import StepDirWriter
 from training.checkpoint.write_process import rebuilt, serve
 
 
@@ -49,7 +50,8 @@ class InThread:
         _stage(self.stager, state)
 
     def save(self, state: dict[str, Any], path: str, timeout_s: float) -> Future:
-        return dcp.async_save(state, checkpoint_id=path, process_group=self.site.group, async_stager=self.stager)
+        writer = StepDirWriter(path)
+        return dcp.async_save(state, storage_writer=writer, process_group=self.site.group, async_stager=self.stager)
 
     def take_start_wait(self) -> float:
         """Seconds the last write waited for its writer to start: none, a thread starts at once."""

@@ -321,18 +321,26 @@ class CheckpointManager:
         """After an in-place recovery dropped the process group, and with it this manager's groups: wait up to
         ``wait_s`` for the snapshot in flight (the next manager's restore reads it; past that it is abandoned:
         :meth:`MemoryTier.close`; at once when its exchange is with one of ``lost_ranks``, the old group's ranks
-        the recovery lost) and let both tiers go, keeping the snapshots. The trainer then builds a manager for the
-        new group and asks it to :meth:`restore`."""
-        self.close(discard_memory=False, memory_wait_s=wait_s, lost_ranks=lost_ranks)
+        the recovery lost) and let both tiers go, keeping the snapshots. A storage save in flight is abandoned at once
+        when the recovery lost a rank (its commit needs every rank of the old group), else waited for up to
+        ``wait_s`` (a joiner let in: every old rank finishes it). The trainer then builds a manager for the new group
+        and asks it to :meth:`restore`."""
+        storage_wait_s = 0.0 if lost_ranks else wait_s
+        self.close(discard_memory=False, memory_wait_s=wait_s, lost_ranks=lost_ranks, storage_wait_s=storage_wait_s)
 
     def close(
-        self, *, discard_memory: bool, memory_wait_s: float | None = None, lost_ranks: frozenset[int] = frozenset()
+        self,
+        *,
+        discard_memory: bool,
+        memory_wait_s: float | None = None,
+        lost_ranks: frozenset[int] = frozenset(),
+        storage_wait_s: float | None = None,
     ) -> None:
         """Wait for what is in flight; ``discard_memory`` (a finished or diverged run) removes the snapshots."""
         try:
             self.memory.close(discard=discard_memory, wait_s=memory_wait_s, lost_ranks=lost_ranks)
         finally:
-            self.storage.close()
+            self.storage.close(storage_wait_s)
             self.fence.close()
 
 

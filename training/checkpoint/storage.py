@@ -185,5 +185,6 @@ class StorageTier:
     def _discard(self, step: int) -> None:
         self.writer._discard(step)
 
-    def close(self) -> None:
-        self.writer.close()
+    def close(self, wait_s: float | None = None) -> None:
+        """Release the writer after the save in flight (at most ``wait_s``: :meth:`StorageWriter.close`)."""
+        self.writer.close(wait_s)

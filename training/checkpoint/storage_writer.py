@@ -38,6 +38,7 @@ from training.checkpoint.layout import (
     step_dir,
 )
 from training.checkpoint.staging import ReusedBufferStager
+from training.checkpoint.step_writer import StepDirWriter
 from training.checkpoint.storage_site import StorageSite
 from training.errors import CheckpointStorageError, PeerLost, StaleGroup
 
@@ -70,6 +71,7 @@ class StorageWriter:
         self.before_save, self.during_save = before_save, during_save
         self.before_commit, self.on_commit = before_commit, on_commit
         self._pending: tuple[int, Any, threading.Event] | None = None
+        self._abandoned = False  # an in-place recovery let the save in flight go: it never commits nor discards
         self.failure: str | None = None  # why the last async save failed, once known
         self._failure_kind: type[Exception] = CheckpointStorageError
         self.collective_timeout_s = self.cfg.timeout_s  # lowered once a save has been timed (_bound_collectives)
@@ -140,7 +142,7 @@ class StorageWriter:
             self._pending = (step, fut, done)
         else:
             try:
-                dcp.save(state, checkpoint_id=str(path), process_group=group)
+                dcp.save(state, storage_writer=StepDirWriter(str(path)), process_group=group)
                 self._commit(step)
                 self._timed(begun)
             except (Exception, CheckpointException) as e:  # noqa: BLE001 - reported with its reason
@@ -220,9 +222,13 @@ class StorageWriter:
     def _on_async_done(self, fut, step: int, done: threading.Event) -> None:
         try:
             fut.result()
+            if self._abandoned:  # (its group is gone; the step may be saved again by the new group's manager)
+                return
             self._commit(step)
             self._timed(self._save_t0 + self._writes.take_start_wait())
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - the trainer stops at the next step
+            if self._abandoned:  # nobody reads it; and its directory may be the new group's save of the same step
+                return
             self._failure_kind, self.failure = self._classify(step, e)  # raised at the next step, said once
             self._discard(step)
         finally:
@@ -297,11 +303,37 @@ class StorageWriter:
         for s in choose.prune_victims([parse_step(p) for p in good], unfinished, self.cfg.keep_last):
             remove_ours(paths[s], ignore_errors=True)
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
+        """Wait for the save in flight, then release the writer. ``wait_s`` bounds the wait (an in-place recovery:
+        the save's collectives run on the old group, and a rank the recovery lost never joins them, so it would
+        wait for that group's timeout while the new group's first collective waits for this rank): past it the
+        save is abandoned, said in one line; it never commits nor removes anything afterwards, and its writer is
+        released once its thread ends."""
+        if wait_s is not None and self._pending is not None:
+            step, _, done = self._pending
+            if not done.wait(wait_s):
+                self._abandoned, self._pending = True, None
+                log.warning(
+                    "WARNING: rank %d: the checkpoint save of step %d in flight was abandoned by the in-place "
+                    "recovery (its collectives are on the old group; it is never committed, as after a restart)",
+                    self.site.rank,
+                    step,
+                )
+                threading.Thread(
+                    target=self._release_after, args=(done,), name="t5f-abandoned-save", daemon=True
+                ).start()
+                return
         try:
             self.wait()
         finally:
-            try:
-                self._writes.close()
-            finally:
-                self._stager.close()
+            self._release()
+
+    def _release_after(self, done: threading.Event) -> None:
+        done.wait()
+        self._release()
+
+    def _release(self) -> None:
+        try:
+            self._writes.close()
+        finally:
+            self._stager.close()

@@ -67,6 +67,7 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
     logging.getLogger().setLevel(logging.WARNING)
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    from training.checkpoint.step_writer import StepDirWriter
 
     try:
         # The writers' own store, hosted by rank 0's writer: never the launcher's (a worker's environment says to use
@@ -95,7 +96,7 @@ def serve(conn, trainer_pid: int, rank: int, world: int, addr: str, port: int, t
                 if wait_s != bound:  # the trainer's bound for checkpoint collectives (see StorageWriter)
                     dist.group.WORLD.set_timeout(timedelta(seconds=wait_s))
                     bound = wait_s
-                dcp.save(staged, checkpoint_id=path)
+                dcp.save(staged, storage_writer=StepDirWriter(path))
                 reply: tuple = ("done",)
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the trainer, this writer stays
                 reply = ("failed", portable(e))

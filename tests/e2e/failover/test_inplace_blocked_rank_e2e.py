@@ -22,7 +22,10 @@ from training.compare import compare
 
 pytestmark = pytest.mark.e2e
 WORLD = 4
-ARGS = [*TINY, "--train.global_batch", str(2 * WORLD), "--train.steps", str(STEPS), "--checkpoint.interval", "100"]
+# a storage save of the kill step is in flight at the kill (async, interval = the kill step): its collectives are on
+# the old group, which the lost rank never joins again; a survivor waiting for it held the new group's first collective
+# until the timeout, a full restart (the Kubernetes contract's 2 pods x 2 workers, 3 of 3 runs, 2026-11-30)
+ARGS = [*TINY, "--train.global_batch", str(2 * WORLD), "--train.steps", str(STEPS), "--checkpoint.interval", "2"]
 ARGS += ["--checkpoint.memory_interval", "1"]
 REPLACED = re.compile(r"\[agent\] in-place: worker rank (\d+) \(local rank \d+, pid (\d+)\) died of SIGKILL")
 BLOCKED = re.compile(r"\[agent\] in-place: worker rank (\d+) \(pid (\d+)\) has not checked in to epoch 2")

@@ -9,11 +9,12 @@ its final weights equal the shared uninterrupted 2-rank run's (``tiny_reference`
 ``failover.in_place`` off is the agents' worker-group restart (every worker new, in both pods; still no pod
 replaced), and the in-place evidence fails there.
 
-2 pods x 2 workers is not what this runs: there, on gloo, a survivor whose collective peers were all survivors can
-stay blocked; its agent now kills and replaces it (docs/inprocess.md, "Blocked survivors"; run with 4 ranks by
-tests/e2e/failover/test_inplace_blocked_rank_e2e.py), which this verdict (exactly one worker replaced) would count
-as a second replacement, and on this emulator a race after that kill still sends 3 of 11 runs to the full restart
-(docs/inprocess.md, "Left for the next slices").
+2 pods x 2 workers (the shape of a real node: several workers a pod): on gloo a survivor whose collective peers were
+all survivors can stay blocked; its agent kills and replaces it (docs/inprocess.md, "Blocked survivors"), which the
+verdict counts apart on the agent's own line. Until 2026-11-30 that shape fell back to the full restart on this
+emulator (3 of 11 runs, then 3 of 3): a survivor waited, in its old checkpoint manager's close, for the storage save
+in flight, whose collectives on the old group could never complete, while its peers waited for it in the new
+group's first collective until their timeout.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 
 from chaos.local.scenarios import check_survivors_kept_in_place
 from chaos.verdict import Fault, Observation
-from tests.conftest import TINY, TINY_STEPS
+from tests.conftest import TINY, TINY_STEPS, torchrun
 from tests.e2e.k8s.test_contract_e2e import emulate, passed
 
 pytestmark = pytest.mark.e2e
@@ -114,3 +115,32 @@ def test_rank_0s_pod_lost_with_a_spare_pod_waiting_only_that_pod_is_replaced_the
     lost, survivors = set(loss["pids"]), {p for i, ps in loss["before"].items() for p in ps} - set(loss["pids"])
     assert lost and survivors and survivors <= {p for ps in loss["after"].values() for p in ps}, loss
     print(checks["steps recomputed in place <= 1"])
+
+
+def test_two_workers_a_pod_a_killed_worker_is_replaced_in_place_no_pod_replaced_bitwise(tmp_path, capsys):
+    """2 pods x 2 workers, rank 1 (pod 0) SIGKILLed at step 3 while the storage save of step 3 is in flight: one
+    attempt, no pod replaced, every survivor kept its process (or was replaced alone by its agent as blocked, which
+    it says), bitwise equal to an uninterrupted 4-rank run."""
+    ref_out = tmp_path / "reference"
+    ref = torchrun(4, *TRAIN, "--job.out_dir", str(ref_out))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    reference = ref_out / "checkpoints" / f"step_{TINY_STEPS:08d}"
+    name = "t5-contract-inplace-2x2"
+    chaos, rep, _ = emulate(
+        tmp_path,
+        name,
+        f"kill-worker:0@{KILL_AT}",
+        reference=reference,
+        cli=("--nproc-per-node", "2"),
+        train_args=(*TRAIN, *IN_PLACE),
+    )
+    checks = passed(chaos, rep, tmp_path, name, "worker-kill-in-place", capsys)
+    assert {
+        "no pod replaced, no JobSet restart",
+        "survivors kept their processes, one worker replaced",
+        "steps recomputed in place <= 1",
+        "weights bitwise == reference",
+    } <= set(checks)
+    (kill,) = rep["worker_kills"]
+    assert [len(kill["before"][k]) for k in sorted(kill["before"])] == [2, 2], kill
+    print(checks["survivors kept their processes, one worker replaced"])

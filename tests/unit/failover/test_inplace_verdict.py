@@ -73,3 +73,22 @@ def test_a_full_restart_or_a_survivor_replaced_fails():
     obs.facts["in_place_kill"] = kill_facts({0: [11], 1: [13]})
     obs.records = in_place_records(CFG.kill_step - 2)  # two steps recomputed: beyond the snapshot interval
     assert failed(obs) == {"steps recomputed in place <= 1"}
+
+
+def test_a_survivor_its_agent_replaced_as_blocked_counts_only_with_its_line():
+    """2 nodes x 2 workers: rank 1 (pid 12, node 0) killed; pid 14 on node 1 left blocked on survivors that left the
+    old group (gloo) and replaced by its own agent, which says so after the kill naming its pid."""
+    kept = "survivors kept their processes, one worker replaced"
+    obs = no_fault_observation("worker-kill-in-place")
+    obs.records, obs.detections = in_place_records(CFG.kill_step), [KILL_T + 0.1]
+    before, after = {0: [11, 12], 1: [13, 14]}, {0: [11, 15], 1: [13, 16]}
+    obs.facts["in_place_kill"] = {"pid": 12, "node": 0, "before": before, "after": after, "memory_interval": 1}
+    assert kept in failed(obs)  # no line: a survivor replaced
+    line = "[agent] in-place: worker rank 3 (pid 14) has not checked in to epoch 2 1.0 s after its peers did "
+    obs.logs = [(KILL_T + 1.2, line + "(blocked in a collective its backend cannot cut): killed, to be replaced")]
+    assert kept not in failed(obs)
+    obs.facts["in_place_kill"]["after"] = {0: [11, 15, 16], 1: [13]}  # its replacement on the wrong node
+    assert kept in failed(obs)
+    obs.facts["in_place_kill"]["after"] = after
+    obs.logs = [(KILL_T - 3.0, obs.logs[0][1])]  # a line from before the kill is not this fault's
+    assert kept in failed(obs)
