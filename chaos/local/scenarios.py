@@ -898,7 +898,11 @@ def check_rank0_joined_in_place(obs: Observation) -> Check:
     others = sources[1:]  # rank 0 is the joiner: every other rank a survivor in its old rank
     blocked = sum(1 for t, line in obs.logs if t > t0 and BLOCKED_KILL_LINE in line)
     live = sum(1 for s in others if s == "live")
-    ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(others) and live >= len(others) - blocked
+    # the ranks rolled back a step (the lost rank's snapshot of the held step was in flight): every rank restores it
+    agreed, resumed = rec.get("agreed_step"), rec.get("resumed_from")
+    rolled_back = agreed is not None and resumed is not None and resumed < agreed
+    kept = rolled_back or live >= len(others) - blocked
+    ok = bool(rec.get("joined")) and sources[:1] != ["live"] and bool(others) and kept
     seen = obs.facts.get("in_place_kill") or {}
     new = _pids((seen.get("after") or {}).values()) - _pids((seen.get("before") or {}).values())
     holder = obs.facts.get("run_lock_holder", "not read")
@@ -909,7 +913,9 @@ def check_rank0_joined_in_place(obs: Observation) -> Check:
         ok,
         f"the recovery's record (epoch {rec.get('epoch')}, world {rec.get('world_size')}): written by a joiner: "
         f"{bool(rec.get('joined'))}; each rank's state from {sources} (live: kept in the process; survivors "
-        f"replaced as blocked: {blocked})"
+        f"replaced as blocked: {blocked}"
+        + (f"; rolled back from step {agreed} to {resumed}: every rank restored it" if rolled_back else "")
+        + ")"
         + ("" if holder == "not read" else f"; the run lock held by pid {holder} (new workers {sorted(new)})"),
     )
 

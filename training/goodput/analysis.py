@@ -458,10 +458,14 @@ def recovery(
 
 def held_before(rec: dict, records: list[dict], t_fail: float) -> int:
     """The step the job held when it failed, for an ``in_place`` record: the survivors' ``held_step``; for a
-    joiner's (rank 0 replaced: ``held_step`` null, it held nothing) the last step recorded before ``t_fail``."""
+    joiner's (rank 0 replaced: ``held_step`` null, it held nothing) the last step recorded before ``t_fail``, or the
+    step the survivors agreed on if that is newer (the lost rank 0 wrote the records: a step the survivors finished
+    after it died has none)."""
     if rec.get("held_step") is not None:
         return rec["held_step"]
-    return max((r["step"] for r in records if r.get("event") == "step" and r["time"] < t_fail), default=0)
+    recorded = max((r["step"] for r in records if r.get("event") == "step" and r["time"] < t_fail), default=0)
+    agreed = rec.get("agreed_step")
+    return max(recorded, agreed) if isinstance(agreed, int) else recorded
 
 
 def recovered_in_place(

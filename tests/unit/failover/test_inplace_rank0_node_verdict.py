@@ -26,7 +26,7 @@ def joined_records(sources: list[str], joined: bool = True) -> list[dict]:
     records = in_place_records(CFG.kill_step)
     for r in records:
         if r.get("event") == "in_place":
-            r |= {"joined": joined, "sources": sources, "world_size": 2}
+            r |= {"joined": joined, "sources": sources, "world_size": 2, "agreed_step": CFG.kill_step}
             if joined:
                 r["held_step"] = None
     return records
@@ -80,3 +80,13 @@ def test_a_survivor_replaced_as_blocked_by_its_agent_may_restore_its_state():
     assert RANK0 not in failed(obs)
     obs.logs = [(KILL_T - 5, f"[agent] in-place: worker rank 1 (pid 12) ... {BLOCKED_KILL_LINE}")]  # before the kill
     assert RANK0 in failed(obs)
+
+
+def test_ranks_rolled_back_a_step_restore_it_and_that_passes():
+    """The lost rank's snapshot of the held step was in flight: the agreed step is one back and every rank restores
+    it (a survivor too: its live state is a step ahead)."""
+    records = joined_records(["storage", "storage"])
+    for r in records:
+        if r.get("event") == "in_place":
+            r["agreed_step"] = CFG.kill_step + 1
+    assert RANK0 not in failed(observed(records, {1: [12], 2: [13]}))

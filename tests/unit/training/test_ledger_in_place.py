@@ -115,3 +115,16 @@ def test_a_joiner_rank_0s_record_is_no_new_attempt_and_counts_the_steps_held_bef
     recovery = recovered_in_place("silent node", 106.5, records, None, 108.4)
     assert recovery is not None and recovery.steps_lost == 1 and recovery.restarts == 0
     assert recovery.recover_s == (105.5 + 6) - 106.5
+
+
+def test_a_joiner_rank_0s_record_counts_from_the_step_the_survivors_agreed_when_rank_0_died_first():
+    """Rank 0's node lost after step 6: the survivors finished step 7 (nobody recorded it: rank 0 writes the
+    records) and agreed on 7, which the joiner's record says. Recomputed: 7 - 7 = 0, not 6 - 7 = -1."""
+    from training.goodput.analysis import held_before
+
+    records = [{"event": "start", "time": 100.0, "resumed_from": 0, "restart_count": 0, "world_size": 2}]
+    records += [_step(s, 100.0 + s) for s in range(1, 7)]
+    joined = _in_place(110.0, 0.5, "", held=7, resumed=7) | {"held_step": None, "joined": True}
+    assert joined["agreed_step"] == 7
+    assert held_before(joined, records, 106.5) == 7
+    assert held_before(joined | {"agreed_step": 5}, records, 106.5) == 6  # an older agreement: the records' step
