@@ -40,6 +40,13 @@ def reference(tiny_reference) -> Path:
     return tiny_reference / "checkpoints" / f"step_{TINY_STEPS:08d}"
 
 
+def in_place_run(tmp_path, name: str, fault: str, scenario: str, reference: Path, capsys, cli: tuple[str, ...] = ()):
+    """The in-place TrainJob (``cli``: more submit options) run by the emulator with ``fault``; it completed as
+    ``scenario`` and its verdict passed. Returns (checks, report)."""
+    chaos, rep, _ = emulate(tmp_path, name, fault, reference=reference, cli=cli, train_args=(*TRAIN, *IN_PLACE))
+    return passed(chaos, rep, tmp_path, name, scenario, capsys), rep
+
+
 def survivors_check(rep: dict):
     """The in-place evidence (every worker but the killed one kept, one new in its pod) on the report's pids."""
     (kill,) = rep["worker_kills"]
@@ -48,11 +55,9 @@ def survivors_check(rep: dict):
 
 
 def test_a_worker_killed_in_a_pod_is_replaced_in_place_no_pod_replaced_bitwise(tmp_path, reference, capsys):
-    name = "t5-contract-inplace"
-    chaos, rep, fsx = emulate(
-        tmp_path, name, f"kill-worker:0@{KILL_AT}", reference=reference, train_args=(*TRAIN, *IN_PLACE)
+    checks, rep = in_place_run(
+        tmp_path, "t5-contract-inplace", f"kill-worker:0@{KILL_AT}", "worker-kill-in-place", reference, capsys
     )
-    checks = passed(chaos, rep, tmp_path, name, "worker-kill-in-place", capsys)
     assert {
         "fault injected",
         "failure noticed",
@@ -93,16 +98,15 @@ def test_rank_0s_pod_lost_with_a_spare_pod_waiting_only_that_pod_is_replaced_the
     the survivor's running epoch as rank 0, the survivor's worker keeps its process, rank and live state, the Job
     controller replaces the lost pod alone (it waits as the next spare), no JobSet restart, one attempt, bitwise.
     Without in place the same loss restarts every worker (the contract's ``test_with_a_hot_spare_pod_...``)."""
-    name = "t5-contract-inplace-pod"
-    chaos, rep, _ = emulate(
+    checks, rep = in_place_run(
         tmp_path,
-        name,
+        "t5-contract-inplace-pod",
         f"kill:rank0@{KILL_AT}",
-        reference=reference,
+        "first-node-kill-in-place",
+        reference,
+        capsys,
         cli=("--spares", "1"),
-        train_args=(*TRAIN, *IN_PLACE),
     )
-    checks = passed(chaos, rep, tmp_path, name, "first-node-kill-in-place", capsys)
     assert {
         "only the failed pod was replaced",
         "survivors kept their processes, the lost node's ranks taken by the spare's workers",
@@ -125,16 +129,15 @@ def test_two_workers_a_pod_a_killed_worker_is_replaced_in_place_no_pod_replaced_
     ref = torchrun(4, *TRAIN, "--job.out_dir", str(ref_out))
     assert ref.returncode == 0, ref.stderr[-3000:]
     reference = ref_out / "checkpoints" / f"step_{TINY_STEPS:08d}"
-    name = "t5-contract-inplace-2x2"
-    chaos, rep, _ = emulate(
+    checks, rep = in_place_run(
         tmp_path,
-        name,
+        "t5-contract-inplace-2x2",
         f"kill-worker:0@{KILL_AT}",
-        reference=reference,
+        "worker-kill-in-place",
+        reference,
+        capsys,
         cli=("--nproc-per-node", "2"),
-        train_args=(*TRAIN, *IN_PLACE),
     )
-    checks = passed(chaos, rep, tmp_path, name, "worker-kill-in-place", capsys)
     assert {
         "no pod replaced, no JobSet restart",
         "survivors kept their processes, one worker replaced",
