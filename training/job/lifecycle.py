@@ -81,14 +81,14 @@ def die_with_agent() -> bool:
         return False
     armed = die_with_parent(signal.SIGKILL)
     agent = os.environ.get(AGENT_ENV, "")
-    if armed and agent.isdigit() and not _alive(int(agent)):
+    if armed and agent.isdigit() and not process_running(int(agent)):
         # The agent died before the request above (we were already reparented, so the kernel will not
         # signal us). Its pid, not our parent's, is checked: a wrapper may sit between agent and worker.
         os.kill(os.getpid(), signal.SIGKILL)
     return armed
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:

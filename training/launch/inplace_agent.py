@@ -66,6 +66,7 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torch.distributed.elastic.utils.store import barrier as store_barrier
 from torch.distributed.launcher.api import LaunchConfig
 
+from training.job.lifecycle import process_running
 from training.job.startup import SPAWN_TIME_ENV
 from training.launch.rendezvous import handler as etcd_handler
 
@@ -81,15 +82,6 @@ EXIT_BARRIER_KEY = "t5f/agents-finished"
 
 def _say(line: str) -> None:
     print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has: its parent reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def _how(exitcode: int) -> str:
@@ -272,7 +264,7 @@ class InPlaceAgent(SimpleElasticAgent):
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 5.0
-        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(process_running(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
         if pids:
             _say(
