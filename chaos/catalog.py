@@ -30,6 +30,9 @@ SCENARIOS: dict[str, str] = {
     "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "
     "every 0.3 s; Slurm lab: a CPU quota): it is named from the ranks' work times and taken out after a "
     "snapshot; the spare replaces it",
+    "straggler-in-place": "a training node of a failover.in_place job runs at a fraction of its speed while a hot "
+    "spare waits: it is named and taken out after a snapshot, only its workers stop; the spare's workers join the "
+    "survivors' epoch in its ranks, the survivors keep their processes, the job goes on",
     "first-node-kill": "the node running rank 0 dies; a replacement joins (the rendezvous store lives elsewhere)",
     "preemption": "a termination notice (SIGTERM / Slurm's pre-timeout SIGUSR1): checkpoint, exit, resume, 0 lost",
     "hang": "SIGSTOP one worker: the process-group timeout detects the hang and the job restarts",
@@ -65,6 +68,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "silent-node-in-place",
         "silent-node-during-save",
         "straggler",
+        "straggler-in-place",
         "first-node-kill",
         "preemption",
         "hang",
@@ -94,6 +98,7 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
         "store-outage",
         "store-outage-then-worker-kill",
         "straggler",
+        "straggler-in-place",
         "wedged-rank",
         "split-brain",
     ),

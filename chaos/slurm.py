@@ -60,6 +60,8 @@ from chaos.local.scenarios import (
     check_rank0_joined_in_place,
     check_recomputed_in_place,
     check_silent_node_replaced_in_place,
+    check_straggler_left_in_place,
+    check_survivors_kept_after_node_loss,
     check_survivors_kept_in_place,
 )
 from chaos.local.split_brain import check_stale_group_fenced
@@ -515,6 +517,21 @@ def slow_node(lab: Lab, t: Target, *, percent: int) -> Fault:
         f"{sorted(inside)} (their cpu cgroups {where}), running (not stopped): {sorted(running)}; the "
         f"quota throttled them in {throttled} periods of 10 ms within 3 s",
     )
+
+
+def slow_node_in_place(lab: Lab, t: Target, *, percent: int) -> Fault:
+    """:func:`slow_node` in a ``failover.in_place`` job with a spare: notes every job node's worker pids before the
+    slowdown (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) and the nodes
+    that ran none (the spares, where the straggler's ranks must go), for
+    :func:`chaos.local.scenarios.check_survivors_kept_after_node_loss`."""
+    hosts = t.watch.get("hosts") or [t.node]
+    before = lab.workers_by_host(hosts)
+    fault = slow_node(lab, t, percent=percent)
+    t.watch["in_place_pending"] = True
+    spares = [h for h, pids in before.items() if not pids and h != t.node]
+    loss = {"pids": before.get(t.node, []), "node": t.node, "new_nodes": spares, "before": before, "after": {}}
+    t.watch["facts"] = {**t.watch.get("facts", {}), "in_place_kill": loss, "memory_interval": 1}
+    return fault
 
 
 def _proc_state(pid: int) -> str | None:
@@ -1085,6 +1102,29 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 "-> named a straggler, taken out after a snapshot, the spare takes its place inside the "
                 "allocation: 0 steps recomputed",
             ),
+            # failover.in_place: only the straggler's workers stop; the spare's join the survivors' running epoch
+            SlurmScenario(
+                "straggler-in-place",
+                functools.partial(slow_node_in_place, percent=cfg.slow_percent),
+                Expectation(restart=False, max_steps_lost=0),
+                (
+                    check_straggler_named,
+                    check_spare_replaced_slow_node,
+                    check_straggler_left_in_place,
+                    check_survivors_kept_after_node_loss,
+                    check_recomputed_in_place,
+                    check_no_requeue,
+                    check_back_to_speed,
+                ),
+                target=training_host_off_rank0,
+                noticed=straggler_logged,
+                needs_spare=True,
+                fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                train_args=IN_PLACE_ARGS,
+                title=f"hold a training node of a failover.in_place job (not rank 0's) to {cfg.slow_percent}% of one "
+                "CPU -> named a straggler, taken out after a snapshot: only its worker stops, the spare's joins the "
+                "survivors' running epoch in its rank inside the allocation: no restart, no requeue",
+            ),
             # The wedge bound's floor lowered to 3 s (a tiny step's bound is its floor; wall time only).
             # Two worker groups of one job (the old one's agents frozen, its workers training on): the old group runs
             # to its next commit, which the fence refuses, so up to two intervals are recomputed by the new group.
@@ -1389,7 +1429,8 @@ class Runner:
         records: list[dict] | None = None,
     ) -> None:
         fault_t = watch.get("fault_time", float("inf"))
-        restarted = [r["time"] for r in records or [] if r["event"] == "start" and r["time"] > fault_t]
+        # the job trained again after the fault: a new attempt, or the survivors' in-place recovery
+        restarted = [r["time"] for r in records or [] if r["event"] in ("start", "in_place") and r["time"] > fault_t]
         if watch.get("slowed_node") and restarted:  # the job re-formed without it: its slowdown no longer counts
             watch["facts"].setdefault("slow_until", restarted[0])
         if (

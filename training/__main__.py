@@ -69,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trainer = Trainer(cfg, clock)
         code = trainer.train()
-    except Regroup as e:  # the ranks agreed to stop here; close() below waits for this step's snapshot
+    except Regroup as e:  # the ranks agreed to stop here (training.job.stragglers); their writes are settled
         code = e.exit_code
+        if trainer is not None:
+            trainer.metrics.end("regroup", trainer.progress.step, detail=str(e))
     except InPlaceFailed as e:  # failover.in_place could not recover: it said why in one line; a full restart
         _crash(trainer, said=str(e))
     except Exception as e:  # noqa: BLE001 - the job's one reporter: a known error's line and code, else a crash

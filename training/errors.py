@@ -56,6 +56,13 @@ class Regroup(RuntimeError):
     exit_code = 8
 
 
+class PeerTakenOut(Regroup):
+    """A straggler's node leaves at this step boundary and this rank is not on it. Without ``failover.in_place`` it
+    is a :class:`Regroup` like any (every rank stops, exit code 8); an in-place job catches it instead
+    (:meth:`training.job.failover.InPlace.peer_lost`) and this rank recovers in place, keeping its process, while
+    the spare's workers take the straggler's ranks."""
+
+
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: 2,
     CheckpointIncompatible: 3,

@@ -281,6 +281,46 @@ def inject_straggler(run: ScenarioRun) -> None:
         run.facts["slow_until"] = took_over["time"] if took_over else time.time()
 
 
+def inject_straggler_in_place(run: ScenarioRun) -> None:
+    """The straggler scenario's slowdown in a ``failover.in_place`` job: once the slow node is taken out only its
+    workers stop, the spare's workers join the survivors' epoch in its ranks. Notes every node's worker pids before
+    the slowdown and once the job logged its recovery (``facts["in_place_kill"]``, as a lost node's scenarios do,
+    for :func:`check_survivors_kept_after_node_loss`)."""
+    _needs_etcd(run, "straggler-in-place (its membership board is on etcd)")
+    c = run.cluster
+    c.start_all()
+    run.wait_step(STRAGGLER_FROM_STEP)
+    spares, victim = spares_and_a_victim(run)
+    run.facts["spare_nodes"], run.facts["slow_node"] = spares, victim
+    run.facts["slow_ranks"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) == victim]
+    nodes = sorted({n.index for n in c.alive()})
+    before = {i: c.workers(i) for i in nodes}
+    slow = c.slow_node(victim)
+    t_fault = c.events[-1]["time"]
+    recovered = None
+    try:
+        run.wait_for(
+            lambda: any(r.get("event") == "in_place" and r["time"] > t_fault for r in run.records()),
+            "the survivors' in-place recovery with the spare",
+        )
+        recovered = next(r for r in run.records() if r.get("event") == "in_place" and r["time"] > t_fault)
+        first_after = run.wait_step(recovered["resumed_from"] + 1, after=recovered["time"])
+    finally:
+        run.facts["slow_cycles"] = slow.stop()
+        run.facts["slow_until"] = recovered["time"] if recovered else time.time()
+    after = {i: c.workers(i) for i in nodes if i != victim}
+    run.facts["spare_ranks_after"] = [r for r in range(run.cfg.world) if c.node_of_rank(r) in spares]
+    c.event(
+        "observed",
+        None,
+        f"step {first_after['step']} at world {first_after['world_size']} after the in-place recovery; ranks on "
+        f"the former spare(s) {spares}: {run.facts['spare_ranks_after']}",
+    )
+    run.facts["in_place_kill"] = {"pids": before[victim], "node": victim, "new_nodes": spares}
+    run.facts["in_place_kill"] |= {"before": before, "after": after}
+    run.facts["memory_interval"] = run.cfg.memory_interval
+
+
 def inject_silent_node_during_save(run: ScenarioRun) -> None:
     """A worker stops itself (SIGSTOP) as the checkpoint write of ``save_stop_step`` starts
     (``--fault.stop_in_save_at_step``); the harness then stops its node's agent and other workers too: a whole
@@ -1106,6 +1146,27 @@ def check_spare_replaced_straggler(obs: Observation) -> Check:
     )
 
 
+#: How a survivor's in-place record names a straggler's node leaving (training.job.failover.InPlace.peer_lost).
+STRAGGLER_LEFT_FAILED = "a straggler's node left"
+
+
+def check_straggler_left_in_place(obs: Observation) -> Check:
+    """straggler-in-place: the slow node's agent said it left the job, and the survivors' ``in_place`` record after
+    the slowdown says they recovered because a straggler's node left (not a lost peer)."""
+    name = "the straggler's node left, the survivors recovered in place for it"
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    left = obs.log_has("[agent] this node left the job")
+    rec = next((r for r in obs.records if r.get("event") == "in_place" and r["time"] > t0), None)
+    why = (rec or {}).get("failed") or ""
+    ok = bool(left) and why.startswith(STRAGGLER_LEFT_FAILED)
+    return Check(
+        name,
+        ok,
+        f"{left[0].strip()[:160] if left else 'no node said it left the job'}; the survivors' record: "
+        f"{why[:160] if rec else 'none after the slowdown'}",
+    )
+
+
 def check_rank0_node_killed(obs: Observation) -> Check:
     """The killed node was the one running rank 0, and the job re-formed at full size on the same store."""
     killed, rank0 = obs.facts.get("killed_node"), obs.facts.get("rank0_node")
@@ -1406,6 +1467,21 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             Expectation(max_steps_lost=0),
             (check_straggler_named, check_spare_replaced_straggler, check_back_to_speed),
             spares=1,
+        ),
+        # failover.in_place: only the straggler's workers stop; the spare's join the survivors' epoch in its ranks
+        LocalScenario(
+            "straggler-in-place",
+            inject_straggler_in_place,
+            Expectation(restart=False, max_steps_lost=0),
+            (
+                check_straggler_named,
+                check_straggler_left_in_place,
+                check_survivors_kept_after_node_loss,
+                check_recomputed_in_place,
+                check_back_to_speed,
+            ),
+            spares=1,
+            flags=("--failover.in_place", "true"),
         ),
         LocalScenario(
             "first-node-kill",

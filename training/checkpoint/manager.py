@@ -317,6 +317,12 @@ class CheckpointManager:
                 "a peer's checkpoint write failed (see its log)"
             )
 
+    def settle(self) -> None:
+        """Every rank, at the same step boundary before a node leaves the group on purpose (a straggler taken
+        out): wait for the in-memory snapshot and the storage save in flight, whose collectives need that node."""
+        self.memory.wait()
+        self.storage.wait()
+
     def close_after_recovery(self, wait_s: float, lost_ranks: frozenset[int] = frozenset()) -> None:
         """After an in-place recovery dropped the process group, and with it this manager's groups: wait up to
         ``wait_s`` for the snapshot in flight (the next manager's restore reads it; past that it is abandoned:

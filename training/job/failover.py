@@ -22,6 +22,7 @@ from typing import Callable, TypeVar
 import torch.distributed as dist
 
 from training.config import Config, ConfigError
+from training.errors import PeerTakenOut
 from training.job.inplace import agreement
 from training.job.inplace.agreement import AgreementSettings, InPlaceFailed, Membership
 from training.job.inplace.group import GroupSettings, InPlaceGroup
@@ -82,8 +83,11 @@ class InPlace:
     @staticmethod
     def peer_lost(error: BaseException) -> str:
         """One line saying what a collective raised when ``error`` is a lost peer (torch's DistError: a timeout, a
-        store; gloo's transport errors: a reset or closed connection), else "" (any other error ends the worker:
-        a bug recovered in place would fail again at the same step, for ever)."""
+        store; gloo's transport errors: a reset or closed connection) or a straggler's node leaving
+        (:class:`~training.errors.PeerTakenOut`), else "" (any other error ends the worker: a bug recovered in
+        place would fail again at the same step, for ever)."""
+        if isinstance(error, PeerTakenOut):  # every rank agreed it at this step boundary (training.job.stragglers)
+            return f"a straggler's node left: {' '.join(str(error).split())[:180]}"
         text = " ".join(f"{type(error).__name__}: {error}".split())
         lost = isinstance(error, dist.DistError) or any(mark in text for mark in PEER_LOSS_MARKS)
         return text[:200] if lost else ""

@@ -30,10 +30,13 @@ that hits every rank (a slow storage write, a long batch) raises the median with
   median and for how many steps (once per episode);
 * with a hot spare waiting (the agent's note, :mod:`training.job.agent_notes`), a restart left on every rank, the
   eviction window open (at most one node taken out per ``straggler.evict_window_s``, kept across restarts) and
-  the step's in-memory snapshot taken: every rank stops at this step boundary (:class:`~training.errors.Regroup`,
-  exit code 8) once the snapshot is complete; the straggler's node's workers first leave the take-out note, so
-  its agent leaves the job instead of joining the next round, where the spare takes its place. Otherwise the job
-  keeps its size and trains on.
+  the step's in-memory snapshot taken: every rank waits for the step's checkpoint writes in flight, then stops at
+  this step boundary (:class:`~training.errors.Regroup`, exit code 8); the straggler's node's workers first leave
+  the take-out note, so its agent leaves the job instead of joining the next round, where the spare takes its
+  place. With ``failover.in_place`` only the straggler's node's workers stop: the others' stop is a
+  :class:`~training.errors.PeerTakenOut` that the in-place failover catches, and they recover in place (their
+  processes, ranks and live state kept) while the spare's workers join in the straggler's ranks, as after a lost
+  node (docs/inprocess.md). Otherwise the job keeps its size and trains on.
 
 ``straggler.factor`` 0 or one rank: :meth:`StragglerWatch.build` returns a watch that does nothing.
 """
@@ -53,7 +56,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from training.errors import Regroup
+from training.errors import PeerTakenOut, Regroup
 from training.job.agent_notes import request_take_out, spares_waiting
 
 #: Where the time of the last node taken out is kept (the eviction window outlives the attempt).
@@ -217,7 +220,8 @@ class StragglerWatch:
 
         watch = StragglerWatch.build(cfg, model=model, ...)   # after fully_shard
         ...
-        watch.after_step(step)      # may raise Regroup: stop here, close (waits for the snapshot), exit 8
+        watch.after_step(step)      # may raise Regroup (the straggler's node: close, exit 8) or PeerTakenOut
+                                    # (the others: a Regroup too, or an in-place job's recovery)
     """
 
     enabled = True
@@ -231,13 +235,14 @@ class StragglerWatch:
         world: int,
         out_dir: str,
         snapshot_due: Callable[[int], bool],
+        settle: Callable[[], None],
         metrics,
         restarts_left: int,
         last_step: int,
     ):
         self.cfg, self.clock, self.rank, self.world = cfg, clock, rank, world
         self.rule = StragglerRule(cfg.factor, cfg.steps)
-        self.snapshot_due, self.metrics = snapshot_due, metrics
+        self.snapshot_due, self.settle, self.metrics = snapshot_due, settle, metrics
         self.node = int(os.environ.get("GROUP_RANK", "0"))  # the torchrun agent (node) this worker belongs to
         self.hosts = [""] * world
         dist.all_gather_object(self.hosts, socket.gethostname())  # once: the line names the straggler's host
@@ -262,10 +267,12 @@ class StragglerWatch:
         world: int,
         out_dir: str,
         snapshot_due: Callable[[int], bool],
+        settle: Callable[[], None],
         metrics,
         last_step: int,
     ) -> "StragglerWatch | NoStragglerWatch":
-        """From the straggler config slice; call after ``fully_shard`` (the hooks go on the FSDP blocks)."""
+        """From the straggler config slice; call after ``fully_shard`` (the hooks go on the FSDP blocks).
+        ``settle``: waits for the checkpoint writes in flight (the manager's :meth:`settle`)."""
         if cfg.factor <= 0 or world < 2 or not dist.is_initialized():
             return NoStragglerWatch()
         # torchrun tells its workers how many restarts the agent has left; a take-out needs one on every node
@@ -279,6 +286,7 @@ class StragglerWatch:
             world=world,
             out_dir=out_dir,
             snapshot_due=snapshot_due,
+            settle=settle,
             metrics=metrics,
             restarts_left=left,
             last_step=last_step,
@@ -334,7 +342,10 @@ class StragglerWatch:
         )
 
     def _leave(self, s: Straggler, node: int, step: int) -> None:
-        """Every rank: stop at this boundary (Regroup); the straggler's node's workers leave the take-out note."""
+        """Every rank: wait for what this step's checkpointing has in flight (the straggler's node must not leave
+        its peers' collectives half done), then stop at this boundary: the straggler's node's workers leave the
+        take-out note and raise Regroup (their agent leaves the job), the others PeerTakenOut (a Regroup, unless
+        the job recovers in place)."""
         reason = (
             f"rank {s.rank} (node {node}, host {self.hosts[s.rank]}) is a straggler: "
             f"x{s.ratio:.1f} the others' median work time for {s.steps} steps; taken out after step {step}"
@@ -342,7 +353,8 @@ class StragglerWatch:
         if self.rank == 0:
             self.window_file.parent.mkdir(parents=True, exist_ok=True)
             self.window_file.write_text(f"{time.time():.3f}\n")
+        self.settle()
         if node == self.node:
             request_take_out(reason)
-        self.metrics.end("regroup", step, detail=reason)
-        raise Regroup(reason)
+            raise Regroup(reason)
+        raise PeerTakenOut(reason)

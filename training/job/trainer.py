@@ -286,6 +286,7 @@ class Trainer:
             world=self.world,
             out_dir=cfg.job.out_dir,
             snapshot_due=self.ckpt.memory.due,
+            settle=self.ckpt.settle,
             metrics=self.metrics,
             last_step=cfg.train.steps,
         )

@@ -17,6 +17,9 @@ and be started again while its peers run:
   without ``failover.in_place``, said in one ``[agent] in-place:`` line: a worker that exited with a code (e.g. 1
   after its ``falling back to a full restart`` line), two workers lost at once, a second failure while a
   replacement has not joined yet (not in the board's newest epoch), or the replacement's own failure.
+* workers that stopped because their node is taken out as a straggler (exit code 8 with the take-out note:
+  :mod:`training.job.stragglers`) end the group here: the rendezvous then leaves the job, and the other nodes'
+  workers recover in place while a hot spare's take the straggler's ranks.
 * a replacement never let in (survivors allowed a smaller world finished first) is stopped once the node's other
   workers ended 0: the job is done.
 * a worker blocked in a collective that gloo cannot cut: once a peer of the newest epoch checked in to the next one
@@ -66,6 +69,8 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torch.distributed.elastic.utils.store import barrier as store_barrier
 from torch.distributed.launcher.api import LaunchConfig
 
+from training.errors import Regroup
+from training.job.agent_notes import take_out_request
 from training.job.lifecycle import process_running
 from training.job.startup import SPAWN_TIME_ENV
 from training.launch.rendezvous import handler as etcd_handler
@@ -431,6 +436,13 @@ class InPlaceAgent(SimpleElasticAgent):
         else is the group's ordinary failure (restart)."""
         ranks = {by_local[lr].global_rank: f for lr, f in failed.items()}
         outside = {r: f.exitcode for r, f in ranks.items() if f.pid not in self._killed_blocked}
+        if outside and set(outside.values()) == {Regroup.exit_code} and take_out_request() is not None:
+            self._failed_results += 1  # torch's loop then rendezvous again, which this node leaves (NodeTakenOut)
+            _say(
+                f"worker(s) {', '.join(f'rank {r}' for r in sorted(outside))} stopped as this node is taken out as a "
+                "straggler: it leaves the job, a hot spare's workers take its ranks, the others' recover in place"
+            )
+            return RunResult(state=WorkerState.FAILED, failures=ranks)
         joining = {rank for rank, _ in self._joining.values()}
         why = full_restart_reason(outside, joining) if outside else ""
         if why:

@@ -70,6 +70,7 @@ def test_spares_is_checked_like_nodes_and_refused_by_the_scenarios_which_choose_
     line = (
         "error: SPARES=1: chaos-test's scenarios choose their own hot spares (node-kill-with-spare, "
         "node-kill-in-place, first-node-kill-in-place, silent-node-in-place, silent-node-during-save, straggler, "
+        "straggler-in-place, "
         "split-brain run one); unset "
         "SPARES, or use it with "
         "SOAK=<duration> "

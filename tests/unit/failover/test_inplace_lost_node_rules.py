@@ -44,11 +44,16 @@ def test_a_spare_in_rank_0s_place_keeps_the_scope_and_serves_the_rounds_store():
     assert r.participants[0] == "s"  # node rank 0: the closer names its agent's store for the round
 
 
+def test_a_spare_in_a_stragglers_place_keeps_the_scope_in_an_in_place_job_only():
+    """A straggler's node taken out: in an in-place job only its workers stop, the survivors recover in place."""
+    assert reform(["s", "c", "a"], ["b"], taken_out={"b"}).in_place_scope == 2
+    assert reform(["s", "c", "a"], ["b"], taken_out={"b"}, in_place=False).in_place_scope == 5  # every worker stops
+
+
 def test_every_other_re_formation_gives_the_round_its_own_scope():
     assert reform(["s", "c", "a"], ["b"], in_place=False).in_place_scope == 5  # not an in-place job
     assert reform(["c", "a"], ["b"]).in_place_scope == 5  # no spare: the world shrinks
     assert reform(["s", "c", "a", "b"], [], stuck=["b"]).in_place_scope == 5  # b lives: its workers may run
-    assert reform(["s", "c", "a"], ["b"], taken_out={"b"}).in_place_scope == 5  # a straggler stops by itself
     assert rounds.next_round(BEFORE, ["b"]).in_place_scope == 5  # an open round: every worker starts again
     assert rounds.Round(n=7).in_place_scope == 7
 

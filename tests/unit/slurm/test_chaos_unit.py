@@ -136,6 +136,7 @@ def test_batch_host_kill_leaves_training_alone_and_needs_the_requeue():
         "store-outage",
         "store-outage-then-worker-kill",
         "straggler",
+        "straggler-in-place",
         "wedged-rank",
     ],
 )
@@ -164,6 +165,11 @@ def test_slurm_verdict_fails_without_its_fault(name):
             "failure noticed",
             lost,
             "rank 0 taken by the spare's worker, the survivors' shards kept where they were",
+        },
+        "straggler-in-place": {
+            "failure noticed",
+            "the straggler's node left, the survivors recovered in place for it",
+            "survivors kept their processes, the lost node's ranks taken by the spare's workers",
         },
     }
     want = {"failure noticed"} if name in untouched else {"job restarted", "failure noticed"}
@@ -324,6 +330,7 @@ def test_default_runs_every_slurm_scenario():
         "store-outage",
         "store-outage-then-worker-kill",
         "straggler",
+        "straggler-in-place",
         "wedged-rank",
         "split-brain",
     ]

@@ -159,3 +159,54 @@ def test_slow_steps_further_apart_than_m_in_2m_minus_1_name_nobody():
     ordinary, slow = [0.2, 0.21], [0.2, 0.6]
     for t in [slow, ordinary, ordinary] * 5:  # one slow step in three: never 3 of the last 5
         assert rule.observe(list(t)) is None
+
+
+def test_a_take_out_settles_the_writes_then_stops_the_stragglers_node_and_hands_the_others_over(tmp_path, monkeypatch):
+    """Every rank waits for the step's checkpoint writes first; the straggler's node's workers leave the take-out
+    note and raise Regroup (their agent leaves); the others raise PeerTakenOut, a Regroup that an in-place job
+    catches instead (training.job.failover.InPlace.peer_lost) so they recover in place."""
+    from training.config import Config
+    from training.errors import PeerTakenOut, Regroup
+    from training.job.failover import FullRestart, InPlace
+    from training.job.stragglers import Straggler, StragglerWatch
+
+    monkeypatch.setenv(agent_notes.HEARTBEAT_DIR_ENV, str(tmp_path / "notes"))
+    (tmp_path / "notes").mkdir()
+    monkeypatch.setenv("GROUP_RANK", "1")
+    settled = []
+
+    class Metrics:
+        def info(self, line):
+            pass
+
+        def event(self, *a, **kw):
+            pass
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        watch = StragglerWatch(
+            Config().straggler,
+            clock=None,
+            rank=0,
+            world=1,
+            out_dir=str(tmp_path),
+            snapshot_due=lambda step: True,
+            settle=lambda: settled.append("settled"),
+            metrics=Metrics(),
+            restarts_left=1,
+            last_step=16,
+        )
+        slow = Straggler(rank=0, work_s=0.6, median_s=0.2, steps=3)  # (a world of one: rank 0 is all there is)
+        with pytest.raises(PeerTakenOut) as other:
+            watch._leave(slow, node=0, step=9)  # this worker is on node 1: a survivor
+        assert settled == ["settled"] and agent_notes.take_out_request() is None
+        assert isinstance(other.value, Regroup) and other.value.exit_code == 8  # without in-place: stops as before
+        assert InPlace.peer_lost(other.value).startswith("a straggler's node left: rank 0 (node 0")
+        assert FullRestart.peer_lost(other.value) == "" and not FullRestart.catches
+        with pytest.raises(Regroup) as mine:
+            watch._leave(slow, node=1, step=9)  # this worker's node is the straggler's
+        assert not isinstance(mine.value, PeerTakenOut) and InPlace.peer_lost(mine.value) == ""
+        assert settled == ["settled"] * 2 and "taken out after step 9" in agent_notes.take_out_request()
+        assert (tmp_path / TAKEN_OUT_FILE).exists()  # rank 0 opened a new eviction window
+    finally:
+        dist.destroy_process_group()

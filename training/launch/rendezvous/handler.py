@@ -43,8 +43,9 @@ size), not from the whole record (O(N)). The decisions are :mod:`.rounds`. What 
   leaves the job at its next ``next_rendezvous()``: a ``taken-out/<id>`` key first, then its lease revoked,
   :class:`NodeTakenOut` raised (the agent's exit 0), the rendezvous left open. A round that replaces it records it
   as ``taken_out``: the other agents say so and do not SIGKILL their workers, which stop at the same step
-  boundary by themselves (after the step's snapshot). Every agent tells its workers how many spares wait (the
-  round record's ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
+  boundary by themselves (after the step's snapshot), or in an in-place job recover in place while the spare's
+  workers take the straggler's ranks (:func:`.rounds.keeps_workers`). Every agent tells its workers how many
+  spares wait (the round record's ``spares``, kept by the closer) through :mod:`training.job.agent_notes`.
 
 While no etcd member answers, training goes on (no collective needs etcd); the keep-alive thread and the
 watches say so once and reconnect; only a new round waits for the store, and says so. A member key missing
@@ -325,10 +326,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
         except (StoreRefused, RendezvousError):
             return False
         self._joining.confirm(r.n)
+        left = [p for p in current.lost if p in set(current.taken_out)]
+        why = (
+            "taken out as a straggler"
+            if len(left) == len(current.lost)
+            else f"membership lease ended: TTL {self.ttl_s} s, or revoked as its agent is dead"
+        )
         say(
-            f"lost node(s) of round {mine.n}: {', '.join(current.lost)} (membership lease ended: TTL "
-            f"{self.ttl_s} s, or revoked as its agent is dead): round {r.n} keeps this node's workers running "
-            f"(in-place recovery, scope {r.in_place_scope}); the lost ranks' replacements join them"
+            f"lost node(s) of round {mine.n}: {', '.join(current.lost)} ({why}): round {r.n} keeps this node's "
+            f"workers running (in-place recovery, scope {r.in_place_scope}); the lost ranks' replacements join them"
         )
         return True
 

@@ -90,7 +90,8 @@ class Round:
         spares: live members waiting beside the formed round (hot spares), kept up to date by the closer; the
             agents tell their workers how many (a straggler's node is taken out only when one waits).
         taken_out: those of ``lost`` that left on purpose (a straggler's node, ``taken-out/<id>`` keys): their
-            workers stop at a step boundary by themselves, so the others' workers are not killed for them.
+            workers stop at a step boundary by themselves, so the others' workers are not killed for them (they
+            stop at the same boundary too, or, in an in-place job, recover in place).
         prev_n: the number of the formed round whose participants ``prev`` lists (-1: none).
         presumed_at: when the closer formed this round from the live members without their joins (wall clock,
             the closer's; :func:`reformed`); None for a round formed from joins. Its participants confirm with
@@ -350,12 +351,14 @@ def reformed(
 
 def keeps_workers(before: Round, after: Round) -> bool:
     """Whether the survivors' workers of formed round ``before`` go on in ``after`` (an in-place job): ``after``
-    replaces only lost nodes (none stuck, none taken out: their workers may still run or stop by themselves), at
-    the same size, with every survivor in its old rank. Then the spares' workers join the survivors' running
-    epoch as the replacements of the lost ranks; otherwise every worker starts again, as in any other job. Rank
-    0's node may be among the lost: a spare then takes node rank 0 and serves the round's store, and the
-    survivors' agents move to it (their exit barrier: :meth:`.handler.EtcdRendezvousHandler.place_store`)."""
-    if not after.lost or after.stuck or after.taken_out or len(after.participants) != len(before.participants):
+    replaces only lost nodes (none stuck: its workers may still run), at the same size, with every survivor in its
+    old rank. Then the spares' workers join the survivors' running epoch as the replacements of the lost ranks;
+    otherwise every worker starts again, as in any other job. A node taken out as a straggler counts as lost: in
+    an in-place job only its own workers stop at the agreed step boundary, the others recover in place
+    (:mod:`training.job.stragglers`). Rank 0's node may be among the lost: a spare then takes node rank 0 and
+    serves the round's store, and the survivors' agents move to it (their exit barrier:
+    :meth:`.handler.EtcdRendezvousHandler.place_store`)."""
+    if not after.lost or after.stuck or len(after.participants) != len(before.participants):
         return False
     lost = set(after.lost)
     return all(after.participants[i] == p for i, p in enumerate(before.participants) if p not in lost)
