@@ -932,6 +932,13 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
     lost = 2 * cfg.interval - 1  # one async save may still be in flight when the fault hits
     in_alloc = (check_continued_in_allocation, check_spare_took_over, check_resumed_newest)
     node_lost = dict(noticed=agents_or_watchdog_noticed, node_fault=True, needs_spare=True)
+    # a training node slowed early (an eviction needs straggler.steps slow steps after the first judged ones)
+    slowed = dict(
+        target=training_host_off_rank0,
+        noticed=straggler_logged,
+        needs_spare=True,
+        fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+    )
     return scenario_table(
         "slurm",
         [
@@ -1090,10 +1097,7 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                     check_continued_in_allocation,
                     check_back_to_speed,
                 ),
-                target=training_host_off_rank0,
-                noticed=straggler_logged,
-                needs_spare=True,
-                fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                **slowed,
                 # 1 s between steps (wall time only; the work times compared exclude it): a tiny job's steps
                 # were over before the slowdown, which takes seconds to inject on a busy machine, could bite
                 train_args=(*MEMORY_TIER, "--fault.step_sleep_s", "1"),
@@ -1116,10 +1120,7 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                     check_no_requeue,
                     check_back_to_speed,
                 ),
-                target=training_host_off_rank0,
-                noticed=straggler_logged,
-                needs_spare=True,
-                fault_step=min(cfg.fault_step, STRAGGLER_FROM_STEP),
+                **slowed,
                 train_args=IN_PLACE_ARGS,
                 title=f"hold a training node of a failover.in_place job (not rank 0's) to {cfg.slow_percent}% of one "
                 "CPU -> named a straggler, taken out after a snapshot: only its worker stops, the spare's joins the "
