@@ -23,8 +23,8 @@ SCENARIOS: dict[str, str] = {
     "the spare takes node rank 0 and the round's store, its workers join the survivors' epoch in the lost ranks, "
     "the survivors keep their processes and ranks, the job goes on",
     "silent-node-in-place": "a node of a failover.in_place job goes silent (SIGSTOP) while a hot spare waits: once "
-    "its lease ends the spare's workers join the survivors' epoch, a survivor blocked on it is replaced alone by its "
-    "agent, the group never restarts",
+    "its lease ends the spare's workers join the survivors' epoch, a survivor blocked on it cuts its group at its "
+    "agent's request and keeps its process, the group never restarts",
     "silent-node-during-save": "a node goes silent (SIGSTOP) as a checkpoint write starts, a hot spare waits: "
     "it is declared lost in seconds, the spare takes its place",
     "straggler": "a training node runs at a fraction of its speed while a hot spare waits (local: stopped 0.2 s of "

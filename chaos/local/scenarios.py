@@ -763,8 +763,8 @@ def _run_lock_holder(ckpt: Path) -> int | None:
 def inject_silent_node_in_place(run: ScenarioRun) -> None:
     """SIGSTOP a training node (not rank 0's) of a ``failover.in_place`` job while a hot spare waits: once its
     membership lease ends, the spare's workers take its ranks and join the survivors' epoch, and a survivor's worker
-    left blocked in a collective with the silent node (gloo cannot cut it) is replaced alone by its own agent: the
-    group never restarts. The stopped node is fenced (SIGKILLed, memory wiped) once the job recovered, as a
+    left blocked in a collective with the silent node cuts its group at its agent's request and recovers in its
+    process: the group never restarts. The stopped node is fenced (SIGKILLed, memory wiped) once the job recovered, as a
     cluster's health system would. Notes the pids for :func:`check_silent_node_replaced_in_place`."""
     _lose_a_node_in_place(run, "silent-node-in-place", run.cluster.stop_node, fence=True)
 
@@ -990,6 +990,32 @@ def check_silent_node_replaced_in_place(obs: Observation) -> Check:
         f"survivors kept {sorted(survivors & after)} of {sorted(survivors)}, killed as blocked {sorted(killed)}, "
         f"new {sorted(new)} (on the spare(s) {seen['new_nodes']}: {sorted(new & on_spares)}); {len(recovered)} "
         f"in-place record(s), {attempts} attempt(s) (a group restart starts another)",
+    )
+
+
+#: What a survivor's worker says when it cut its group at its agent's request (training.job.inplace.group).
+CUT_LINE = "cut its group at its agent's request"
+
+
+def check_blocked_survivors_cut_in_place(obs: Observation) -> Check:
+    """silent-node-in-place: the survivors' collective blocked on the silent node was cut in their processes (a
+    worker's ``cut its group`` line after the stop) and every survivor kept its pid: none was killed as blocked
+    (the agent's fall-back when a cut does not end the collective)."""
+    name = "the survivors' blocked collective cut in their processes, every survivor's pid kept"
+    seen = obs.facts.get("in_place_kill")
+    if not seen:
+        return Check(name, False, "no pids noted")
+    t0 = obs.faults[0].time if obs.faults else float("inf")
+    before, after = _pids(seen["before"].values()), _pids(seen["after"].values())
+    survivors = before - {int(p) for p in seen["pids"]}
+    cuts = [line for t, line in obs.logs if t > t0 and CUT_LINE in line]
+    killed = [line for t, line in obs.logs if t > t0 and BLOCKED_KILL_LINE in line]
+    ok = bool(cuts) and bool(survivors) and survivors <= after and not killed
+    return Check(
+        name,
+        ok,
+        f"{len(cuts)} cut(s) said after the stop{': ' + cuts[0].split('[inplace] ', 1)[-1][:140] if cuts else ''}; "
+        f"survivors {sorted(survivors)}, still running {sorted(survivors & after)}; killed as blocked: {len(killed)}",
     )
 
 
@@ -1440,12 +1466,12 @@ def scenarios(cfg: LocalChaosConfig) -> dict[str, LocalScenario]:
             flags=("--failover.in_place", "true"),
         ),
         # failover.in_place: the spare's workers join once the silent node's lease ends; a survivor blocked on it
-        # (gloo cannot cut the collective) is replaced alone by its agent; the group never restarts
+        # cuts its group at its agent's request and keeps its process; the group never restarts
         LocalScenario(
             "silent-node-in-place",
             inject_silent_node_in_place,
             Expectation(restart=False),
-            (check_silent_node_replaced_in_place, check_recomputed_in_place),
+            (check_silent_node_replaced_in_place, check_blocked_survivors_cut_in_place, check_recomputed_in_place),
             spares=1,
             flags=("--failover.in_place", "true"),
         ),

@@ -7,6 +7,10 @@ imports it before torch.
   straggler watch (:mod:`training.job.stragglers`) to decide between taking a slow node out and only naming it.
 * ``take-out``: written by a worker of a node the job takes out (a straggler, with a spare waiting) right before it
   exits; its agent finds it when torchrun asks for the next round, leaves the job instead of joining, and says why.
+* ``cut-<pid>``: written by the agent of a ``failover.in_place`` job for a worker left blocked in a collective of an
+  epoch its peers left (:mod:`training.launch.inplace_agent`): the epoch, then why. The worker's in-place watcher
+  reads it and cuts that epoch's group (:meth:`training.job.inplace.group.InPlaceGroup.cut`), so its collective
+  raises and it recovers in its process; the agent kills it only if it has not checked in a grace period later.
 
 Without the directory (a plain ``python -m training``, another launcher) there is no spare and nothing to leave.
 """
@@ -19,6 +23,7 @@ import os
 HEARTBEAT_DIR_ENV = "T5F_HEARTBEAT_DIR"
 SPARES_FILE = "spares"
 TAKE_OUT_FILE = "take-out"
+CUT_FILE = "cut-{pid}"
 
 
 def _path(name: str) -> str:
@@ -65,4 +70,30 @@ def take_out_request() -> str | None:
         with open(path) as f:
             return f.read().strip() or "taken out"
     except OSError:
+        return None
+
+
+def request_cut(pid: int, epoch: int, reason: str) -> bool:
+    """Agent: ask worker ``pid`` to cut its process group of ``epoch`` (atomic replace). False without the
+    directory (nobody to ask: the agent's kill is all there is)."""
+    path = _path(CUT_FILE.format(pid=int(pid)))
+    if not path:
+        return False
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{int(epoch)}\n{reason.strip()}\n")
+    os.replace(tmp, path)
+    return True
+
+
+def cut_request(pid: int | None = None) -> tuple[int, str] | None:
+    """Worker: the epoch whose group its agent asked it to cut and why, or None (this process's by default)."""
+    path = _path(CUT_FILE.format(pid=os.getpid() if pid is None else int(pid)))
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            epoch, _, reason = f.read().partition("\n")
+        return int(epoch), reason.strip()
+    except (OSError, ValueError):
         return None

@@ -18,6 +18,7 @@ import os
 import socket
 from datetime import timedelta
 from typing import Callable, TypeVar
+from urllib.parse import urlsplit
 
 import torch.distributed as dist
 
@@ -144,6 +145,20 @@ def member_id(rank: int | None = None, pid: int | None = None) -> str:
     return f"r{rank:05d}-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
+def endpoint_ports(endpoints: str) -> frozenset[int]:
+    """The ports of a comma-separated list of ``scheme://host:port`` endpoints (the job's etcd members): a cut of
+    a blocked group keeps their connections (:meth:`InPlaceGroup.cut`)."""
+    ports = set()
+    for url in filter(None, (e.strip() for e in endpoints.split(","))):
+        try:
+            port = urlsplit(url).port
+        except ValueError:  # not a port: the board's own checks name the variable
+            continue
+        if port:
+            ports.add(port)
+    return frozenset(ports)
+
+
 def build(cfg: Config, *, backend: str) -> FullRestart | InPlace:
     """From ``cfg.failover``; in-place needs the job's board installed
     (:func:`training.job.inplace.agreement.register_board`) and its etcd in the environment (``T5_ETCD_*``, as the
@@ -167,5 +182,6 @@ def build(cfg: Config, *, backend: str) -> FullRestart | InPlace:
         backend=backend,
         pg_timeout_s=cfg.parallel.train_timeout_s,
         store_host=os.environ.get("T5F_INPLACE_HOST", "127.0.0.1"),
+        keep_ports=endpoint_ports(os.environ.get("T5_ETCD_ENDPOINTS", "")),
     )
     return InPlace(InPlaceGroup(board, member_id(), settings), world, fo.in_place_bound_s)

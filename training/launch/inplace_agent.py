@@ -22,18 +22,22 @@ and be started again while its peers run:
   workers recover in place while a hot spare's take the straggler's ranks.
 * a replacement never let in (survivors allowed a smaller world finished first) is stopped once the node's other
   workers ended 0: the job is done.
-* a worker blocked in a collective that gloo cannot cut: once a peer of the newest epoch checked in to the next one
-  (its collective failed) and this node's worker has not within ``blocked_s`` (1 s, the agreement's ``gather_s``:
-  survivors that are not blocked check in within tens of milliseconds of each other, and a loaded host must not
-  turn a slow survivor into a replacement), the agent SIGKILLs it, says so, and replaces it as above (not counted
-  as a second failure). When instead a member of its epoch was reported lost with its node (by the spare that took
-  its ranks, after its lease ended: a silent node) and no peer checked in, the wait is ``lost_blocked_s`` (0.25 s):
-  a collective with a silent peer cannot end by itself before its timeout, and the lease's TTL already waited.
-  On gloo a survivor that was not talking to the dead rank can stay blocked on survivors
-  that left for the next epoch: their old group stays alive with its connections open after
-  ``destroy_process_group`` (measured with 4 ranks on one node, torch 2.13: no Python referrer left, the
-  survivors' agreement ran out of ``in_place_bound_s`` waiting for the blocked rank and the job fell back to a
-  full restart). Its replacement restores its shard from its own node's snapshot like any replacement.
+* a worker left blocked in a collective of an epoch its peers left: once a peer of the newest epoch checked in to
+  the next one (its collective failed) and this node's worker has not within ``CUT_AFTER_S`` (0.25 s: survivors
+  that are not blocked check in within tens of milliseconds of each other), or at once when a member of its epoch
+  was reported lost with its node (by the spare that took its ranks, after its lease ended: a silent node, whose
+  peers' collectives cannot end by themselves before their timeout) and no peer checked in, the agent asks it to
+  cut its group (``cut-<pid>``, :mod:`training.job.agent_notes`): the worker's in-place watcher aborts the group
+  and shuts its connections (:meth:`training.job.inplace.group.InPlaceGroup.cut`; gloo's ``abort()`` alone does
+  not end a blocked collective, NCCL's does), its collective fails as on a killed peer and it recovers **in its
+  process**. Only if it has not checked in to the next epoch ``cut_grace_s`` (1 s) after the request, and at least
+  ``blocked_s`` (1 s) after a peer's check-in or ``lost_blocked_s`` (0.25 s) after the lost node's report, does
+  the agent SIGKILL it, say so, and replace it as above (not counted as a second failure): a worker whose cut did
+  not end its collective (a backend or a platform without either), or that cannot read the request. On gloo a
+  survivor that was not talking to the dead rank can stay blocked on survivors that left for the next epoch:
+  their old group stays alive with its connections open after ``destroy_process_group`` (measured with 4 ranks
+  on one node, torch 2.13: no Python referrer left, the survivors' agreement ran out of ``in_place_bound_s``
+  waiting for the blocked rank and the job fell back to a full restart); the cut ends that too.
 
 Built by :func:`launch` from torchrun's public pieces (``WorkerSpec``, the rendezvous handler from the registry,
 ``LaunchConfig``) as ``launch_agent`` builds its ``LocalElasticAgent``, and only for ``failover.in_place`` on the
@@ -70,7 +74,7 @@ from torch.distributed.elastic.utils.store import barrier as store_barrier
 from torch.distributed.launcher.api import LaunchConfig
 
 from training.errors import Regroup
-from training.job.agent_notes import take_out_request
+from training.job.agent_notes import request_cut, take_out_request
 from training.job.lifecycle import process_running
 from training.job.startup import SPAWN_TIME_ENV
 from training.launch.rendezvous import handler as etcd_handler
@@ -80,6 +84,9 @@ PREFIX = "[agent] in-place:"
 #: Seconds between two looks at the board for a worker blocked while its peers recover (two reads of the store
 #: per node per look, only while the node runs workers); once a peer checked in, every look of the agent's loop.
 BLOCKED_LOOK_S = 0.25
+#: Seconds after a peer checked in to the next epoch before a worker that has not is asked to cut its group
+#: (survivors that are not blocked check in within tens of milliseconds of each other).
+CUT_AFTER_S = 0.25
 #: The key prefix of the agents' exit barrier on their round's store (every agent of an in-place job is an
 #: :class:`InPlaceAgent`, so the barrier is theirs: :meth:`InPlaceAgent._exit_barrier`).
 EXIT_BARRIER_KEY = "t5f/agents-finished"
@@ -142,6 +149,7 @@ class InPlaceAgent(SimpleElasticAgent):
         exit_barrier_timeout: float = 300,
         blocked_s: float = 1.0,
         lost_blocked_s: float = 0.25,
+        cut_grace_s: float = 1.0,
     ):
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
         self._exit_barrier_s = exit_barrier_timeout
@@ -157,6 +165,8 @@ class InPlaceAgent(SimpleElasticAgent):
         self._joining: dict[int, tuple[int, str]] = {}  # replacements not yet joined: local rank -> rank, member
         self._blocked_s = blocked_s
         self._lost_blocked_s = lost_blocked_s
+        self._cut_grace_s = cut_grace_s
+        self._cut_asked: dict[str, float] = {}  # member -> when it was asked to cut its group (agent_notes)
         self._blocked_since: dict[str, float] = {}  # member -> when a peer checked in to the next epoch without it
         self._killed_blocked: set[int] = set()  # pids this agent killed for being blocked (replaced, not a failure)
         self._probed: set[tuple[int, int]] = set()  # (epoch, node rank) whose agent was asked after (dead_agent)
@@ -195,7 +205,7 @@ class InPlaceAgent(SimpleElasticAgent):
         spec = worker_group.spec
         self._board = self._board_for_round()  # the round just formed: its workers' in-place scope
         self._contexts, self._returns, self._joining, self._launch = {}, {}, {}, {}
-        self._blocked_since, self._killed_blocked, self._probed = {}, set(), set()
+        self._blocked_since, self._killed_blocked, self._probed, self._cut_asked = {}, set(), set(), {}
         envs = {w.local_rank: self._worker_env(worker_group, w, self._failed_results) for w in worker_group.workers}
         self._logs = self._logs_specs.reify(envs)  # the attempt's log folders once; it sets each error file's path
         for w in worker_group.workers:
@@ -382,7 +392,7 @@ class InPlaceAgent(SimpleElasticAgent):
         except Exception:  # noqa: BLE001 - the store away: look again later
             return
         if not (peers_in or lost):
-            self._blocked_since = {}
+            self._blocked_since, self._cut_asked = {}, {}
             return
         self._next_look = now  # a recovery under way: look again at the next turn of the loop
         if peers_in:
@@ -393,7 +403,13 @@ class InPlaceAgent(SimpleElasticAgent):
             if member not in latest.members or member in ins or pid in self._killed_blocked:
                 continue  # (a worker killed already is replaced once the loop sees it end)
             since = self._blocked_since.setdefault(member, now)
-            if now - since < (self._blocked_s if peers_in else self._lost_blocked_s):
+            rank, why = by_local[local_rank].global_rank, "its peers left it" if peers_in else "a node was lost"
+            if member not in self._cut_asked and now - since >= (CUT_AFTER_S if peers_in else 0.0):
+                self._ask_to_cut(member, pid, rank, latest.epoch, now - since, why, now)
+            bound = self._blocked_s if peers_in else self._lost_blocked_s
+            if member in self._cut_asked:  # give its cut the time to end the collective and check in
+                bound = max(bound, self._cut_asked[member] - since + self._cut_grace_s)
+            if now - since < bound:
                 continue
             self._killed_blocked.add(pid)
             _say(
@@ -405,6 +421,17 @@ class InPlaceAgent(SimpleElasticAgent):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _ask_to_cut(self, member: str, pid: int, rank: int, epoch: int, waited: float, why: str, now: float) -> None:
+        """Ask the worker to cut its group of ``epoch`` (:func:`training.job.agent_notes.request_cut`): its
+        in-place watcher shuts the group's connections, its collective fails and it recovers in its process; it
+        is killed only if it has not checked in ``cut_grace_s`` later."""
+        if request_cut(pid, epoch, f"{why}: epoch {epoch + 1} is forming without it"):
+            self._cut_asked[member] = now
+            _say(
+                f"worker rank {rank} (pid {pid}) still in epoch {epoch} {waited:.1f} s after {why}: asked it to cut "
+                f"its group (killed if it has not checked in to epoch {epoch + 1} {self._cut_grace_s:g} s later)"
+            )
 
     def _take_out_dead_nodes(self, latest, ins: dict, by_local: dict) -> None:
         """A peer checked in to the next epoch (its collective failed) while members on other nodes have not and

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
+from training.job.agent_notes import request_cut
 from training.job.inplace.agreement import AgreementSettings, InPlaceFailed, Membership
 from training.job.inplace.group import GroupSettings, InPlaceGroup
 from training.launch.inplace_board import EtcdBoard
@@ -109,6 +110,83 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
     assert runs == [3, 2, 3]
     expected = sum(w * (s + 1) for s, w in worlds.items())
     assert {m: d["acc"] for m, d in done.items()} == {m: float(expected) for m in done}
+
+
+def test_survivors_blocked_on_a_silent_member_cut_their_group_at_their_agents_note_and_keep_their_processes(
+    etcd, tmp_path, monkeypatch
+):
+    """A member stops (SIGSTOP: its sockets stay open), so its peers' all_reduce blocks: gloo's abort cannot end it
+    and nothing does for ``pg_timeout_s`` (10 s here). Their agent's note (``cut-<pid>``, what the in-place agent
+    writes once the silent node's ranks are reported lost) makes each survivor's watcher shut its group's
+    connections: the collective raises, and both recover at world 2 in their processes, with correct sums after."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    creds = etcd.add_job_user("inplace-cut")
+    env = {**os.environ, **creds.as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env["T5F_HEARTBEAT_DIR"] = str(notes)
+    err = tmp_path / "ranks.err"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.inplace_worker", "--dir", str(tmp_path), "--first", "w0,w1,w2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(err, "w"),
+    )
+
+    def log(member: str) -> list[dict]:
+        return events(tmp_path / f"{member}.jsonl")
+
+    def last_step(member: str) -> int:
+        return max((e["step"] for e in log(member) if e["event"] == "step"), default=-1)
+
+    def until(what: str, check, timeout_s: float = 15.0):
+        return wait_for(what, check, agent, err, timeout_s)
+
+    board = EtcdBoard(EtcdClient(creds))
+    try:
+        until("three ranks at step 10", lambda: min(last_step(m) for m in ("w0", "w1", "w2")) >= 10, timeout_s=40)
+        pids = {m: log(m)[0]["pid"] for m in ("w0", "w1", "w2")}
+        silent = pids.pop("w2")
+        os.kill(silent, signal.SIGSTOP)
+        stopped_at = last_step("w2")
+        time.sleep(1.5)  # without the note nothing ends the survivors' collective (their pg_timeout_s is 10 s)
+        assert not any(e["event"] == "recovered" for m in pids for e in log(m))
+        assert all(last_step(m) <= stopped_at + 1 for m in pids)  # blocked, not training on
+
+        epoch = board.latest().epoch
+        board.report_gone(board.latest().members[2], node_lost=True)  # the spare's agent, taking its ranks
+        monkeypatch.setenv("T5F_HEARTBEAT_DIR", str(notes))
+        for pid in pids.values():  # what the survivors' agent writes (training.job.agent_notes)
+            assert request_cut(pid, epoch, "a node was lost")
+        until("both survivors' recovery", lambda: all(any(e["event"] == "recovered" for e in log(m)) for m in pids))
+        recovered = {m: next(e for e in log(m) if e["event"] == "recovered") for m in pids}
+        assert all(e["world"] == 2 and e["pid"] == pids[m] for m, e in recovered.items())
+        at_two = last_step("w0")
+        until("steps at world 2", lambda: min(last_step(m) for m in pids) >= at_two + 3)
+        os.kill(silent, signal.SIGKILL)
+        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in pids) + 5))
+        assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+    # the first survivor's cut closes its connections to the other, whose collective then raises as on a lost peer
+    # (its own note finds its group released already: nothing left to cut)
+    said = err.read_text()
+    cut = [
+        m
+        for m in pids
+        if f"[inplace] epoch {epoch}: {m} cut its group at its agent's request (a node was lost)" in said
+    ]
+    assert cut, said[-3000:]
+    done = {m: next(e for e in log(m) if e["event"] == "done") for m in pids}
+    assert {m: d["pid"] for m, d in done.items()} == pids
+    worlds = {int(s): w for s, w in done["w0"]["worlds"].items()}
+    assert sorted(worlds) == list(range(done["w0"]["step"]))
+    assert {m: d["acc"] for m, d in done.items()} == {
+        m: float(sum(w * (s + 1) for s, w in worlds.items())) for m in done
+    }
 
 
 def test_a_reformation_not_agreed_within_its_bound_says_so_and_falls_back(etcd, capfd):

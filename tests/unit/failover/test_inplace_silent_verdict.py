@@ -1,18 +1,20 @@
 """silent-node-in-place's verdict (chaos/local/scenarios.py): it passes only on the job's evidence that the spare's
 workers took the silent node's ranks in place (one attempt, an ``in_place`` record, as many new workers on the
-spare as the silent node had) and that every surviving worker either kept its pid or was killed by its own agent
-as blocked by the lost node and replaced alone; it fails without the fault, on a full restart, and when a
-survivor's process changed with no such kill said."""
+spare as the silent node had) and that the survivors' blocked collective was cut in their processes (a worker's
+cut line after the stop, every survivor's pid kept); it fails without the fault, on a full restart, when a
+survivor's process changed (with or without its agent's kill as blocked: the fall-back, which keeps the job going
+but not the process), and when no cut was said."""
 
 from __future__ import annotations
 
-from chaos.local.scenarios import BLOCKED_KILL_LINE, scenarios
+from chaos.local.scenarios import BLOCKED_KILL_LINE, CUT_LINE, scenarios
 from chaos.verdict import judge
 from tests.unit.failover.test_inplace_verdict import full_restart_records, in_place_records
 from tests.unit.failover.test_verdicts import CFG, no_fault_observation
 
 SCENARIO = scenarios(CFG)["silent-node-in-place"]
 TAKEN = "the lost node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+CUT = "the survivors' blocked collective cut in their processes, every survivor's pid kept"
 STOP_T = CFG.kill_step + 0.5
 
 
@@ -40,22 +42,24 @@ def observed(records, after, logs=()) -> object:
     return obs
 
 
-def test_the_spare_joining_with_the_blocked_survivor_replaced_passes():
-    v = judge(
-        observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]}, [blocked_kill(11)]),
-        SCENARIO.expect,
-        SCENARIO.checks,
-    )
+def cut(member: str = "r00000-vm-11") -> tuple[float, str]:
+    """Node 0's worker's line when it cut its group (training.job.inplace.group)."""
+    return (STOP_T + 2.2, f"[inplace] epoch 1: {member} {CUT_LINE} (a node was lost: epoch 2 is forming without it)")
+
+
+def test_the_spare_joining_with_the_blocked_survivors_collective_cut_passes():
+    v = judge(observed(in_place_records(CFG.kill_step), {0: [11], 2: [13]}, [cut()]), SCENARIO.expect, SCENARIO.checks)
     assert v.passed, v.failed()
-    v = judge(observed(in_place_records(CFG.kill_step), {0: [11], 2: [13]}), SCENARIO.expect, SCENARIO.checks)
-    assert v.passed, v.failed()  # a survivor that was not blocked keeps its process (NCCL's abort, on a GPU)
 
 
-def test_without_the_fault_or_with_a_full_restart_or_an_unexplained_new_survivor_it_fails():
-    assert TAKEN in failed(no_fault_observation("silent-node-in-place"))
+def test_without_the_fault_or_with_a_full_restart_or_a_survivor_replaced_or_no_cut_it_fails():
+    assert {TAKEN, CUT} <= failed(no_fault_observation("silent-node-in-place"))
     restarted = full_restart_records(STOP_T + 4)
     assert TAKEN in failed(observed(restarted, {0: [21], 2: [22]}, [blocked_kill(11)]))  # a new attempt
-    assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]})) == {TAKEN}  # no kill said
-    assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: []}, [blocked_kill(11)])) == {TAKEN}
-    early = [(STOP_T - 1.0, blocked_kill(11)[1])]  # a kill line from before the stop is not this fault's
-    assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]}, early)) == {TAKEN}
+    # the agent's fall-back: the blocked survivor killed and replaced (the job goes on, its process does not)
+    assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]}, [blocked_kill(11)])) == {CUT}
+    assert failed(observed(in_place_records(CFG.kill_step), {0: [21], 2: [13]}, [cut()])) == {TAKEN, CUT}
+    assert failed(observed(in_place_records(CFG.kill_step), {0: [11], 2: [13]})) == {CUT}  # kept, but no cut said
+    assert failed(observed(in_place_records(CFG.kill_step), {0: [11], 2: []}, [cut()])) == {TAKEN}  # no spare
+    early = [(STOP_T - 1.0, cut()[1])]  # a cut from before the stop is not this fault's
+    assert failed(observed(in_place_records(CFG.kill_step), {0: [11], 2: [13]}, early)) == {CUT}

@@ -47,6 +47,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from training.job.agent_notes import cut_request
 from training.job.inplace.agreement import (
     AgreementSettings,
     BoardUnavailable,
@@ -57,6 +58,7 @@ from training.job.inplace.agreement import (
     NotChosen,
     agree,
 )
+from training.job.inplace.sockets import GroupSockets
 
 #: Key prefix of one epoch's group on rank 0's store.
 GROUP_PREFIX = "t5f/inplace/{epoch}/"
@@ -78,7 +80,9 @@ class GroupSettings:
             collective before it raises and the survivors re-form (a killed peer is found at once).
         store_host: the address the other members reach this member's store server at.
         watch_s: seconds between two looks at the store for a joiner (rank 0's background thread, off the step's
-            path).
+            path), and at this node's agent's note asking this member to cut its group (every member: a local file).
+        keep_ports: ports of services this process reaches besides the group (etcd's): a cut of the group never
+            shuts their connections (the epoch's store and this member's own store server are kept without it).
     """
 
     agreement: AgreementSettings = field(default_factory=AgreementSettings)
@@ -86,6 +90,7 @@ class GroupSettings:
     pg_timeout_s: float = 30.0
     store_host: str = "127.0.0.1"
     watch_s: float = 0.05
+    keep_ports: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -114,6 +119,11 @@ class InPlaceGroup:
         self._joiner = threading.Event()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        # the connections of the group being used, and its epoch (None while none can be cut: forming, released)
+        self._sockets = GroupSockets()
+        self._cut_lock = threading.Lock()
+        self._cuttable: int | None = None
+        self._store_port = 0
 
     def _store_timeout(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.settings.agreement.bound_s)
@@ -156,6 +166,8 @@ class InPlaceGroup:
                 "timeout: note the failure in the except block and call recover() after it"
             )
         t0 = time.monotonic()
+        with self._cut_lock:  # out of its collective already: nothing of the old group to cut any more
+            self._cuttable = None
         release()
         t1 = time.monotonic()
         me = CheckIn(self.member, step, self.membership.rank(self.member), self.store_addr)
@@ -188,6 +200,10 @@ class InPlaceGroup:
             else:
                 host, _, port = decided.store.rpartition(":")
                 base = dist.TCPStore(host, int(port), is_master=False, timeout=self._store_timeout())
+            with self._cut_lock:  # the group's connections are the sockets made from here on
+                self._cuttable = None
+                self._sockets.mark()
+                self._store_port = int(decided.store.rpartition(":")[2])
             # bounded like the agreement: a member lost after the decision never connects (a second failure)
             dist.init_process_group(
                 self.settings.backend,
@@ -207,6 +223,8 @@ class InPlaceGroup:
         dist.group.WORLD.set_timeout(datetime.timedelta(seconds=self.settings.pg_timeout_s))
         self.timings.build_s = time.monotonic() - t
         self.membership = decided
+        with self._cut_lock:
+            self._cuttable = decided.epoch
         self._joiner.clear()
         self._start_watching()
         tm = self.timings
@@ -241,9 +259,13 @@ class InPlaceGroup:
             self._watcher.start()
 
     def _watch(self) -> None:
-        """Rank 0 alone reads the store (one reader per job, however many ranks): :meth:`joiner_waiting`'s
-        all_reduce gives every rank its answer."""
+        """Every member reads its agent's note asking it to cut its group (:meth:`cut`); rank 0 alone reads the
+        store for joiners (one reader per job, however many ranks): :meth:`joiner_waiting`'s all_reduce gives every
+        rank its answer."""
         while not self._stop.wait(self.settings.watch_s):
+            asked = cut_request()
+            if asked is not None:
+                self.cut(*asked)
             seen = self.membership
             if seen is None or seen.rank(self.member) != 0:
                 continue
@@ -254,8 +276,36 @@ class InPlaceGroup:
             if waiting and self.membership is seen:  # not a look at an epoch that has since formed
                 self._joiner.set()
 
+    # ------------------------------------------------------------------ cutting a blocked collective
+    def cut(self, epoch: int, why: str) -> int | None:
+        """End a collective of ``epoch``'s group that is blocked on a peer the others already left for (a lost
+        node's silent worker, a survivor gone to the next epoch): abort the group (NCCL's abort ends its
+        collectives; gloo's does not) and shut down its connections (:mod:`.sockets`: gloo's then raise "Connection
+        closed by peer"), so this member's step fails as on a killed peer and it recovers in its process. Called
+        from the watcher thread at its agent's request. Returns the connections shut down, or None when ``epoch``
+        is not the group in use (formed since, or being released: nothing to cut)."""
+        import torch.distributed as dist
+
+        with self._cut_lock:
+            if epoch != self._cuttable:
+                return None
+            self._cuttable = None
+            try:
+                dist.group.WORLD.abort()
+            except (RuntimeError, AttributeError):  # a backend without abort, or the group already gone
+                pass
+            keep = self.settings.keep_ports | {self._store_port, self._server.port}
+            cut = self._sockets.cut(frozenset(keep))
+        say(
+            f"epoch {epoch}: {self.member} cut its group at its agent's request ({why}): {cut} connection(s) shut "
+            f"down, so its blocked collective fails and it recovers in its process"
+        )
+        return cut
+
     def close(self) -> None:
         """Stop watching and drop the group (the store server goes with this object)."""
+        with self._cut_lock:
+            self._cuttable = None
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=self.settings.watch_s * 4)
