@@ -57,6 +57,7 @@ from typing import Callable
 from chaos import catalog, report
 from chaos.grey import check_back_to_speed, check_straggler_named, check_wedge_declared
 from chaos.local.scenarios import (
+    check_blocked_survivors_cut_in_place,
     check_rank0_joined_in_place,
     check_recomputed_in_place,
     check_silent_node_replaced_in_place,
@@ -378,7 +379,8 @@ def kill_node_in_place(lab: Lab, t: Target) -> Fault:
     kill (:meth:`Runner.after_fault` notes them again once the job logged its in-place recovery) and the nodes
     that ran none (the spares, where the lost node's ranks must go), for
     :func:`chaos.local.scenarios.check_silent_node_replaced_in_place`: the lab's node kill also takes its link down,
-    so a survivor's gloo collective with it blocks instead of failing, and its agent replaces it alone."""
+    so a survivor's gloo collective with it blocks instead of failing, and its agent asks it to cut its group
+    (:func:`chaos.local.scenarios.check_blocked_survivors_cut_in_place`): it keeps its process."""
     hosts = t.watch.get("hosts") or [t.node]
     before = lab.workers_by_host(hosts)
     fault = kill_node(lab, t)
@@ -995,13 +997,18 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 "node-kill-in-place",
                 kill_node_in_place,
                 Expectation(restart=False),
-                (check_silent_node_replaced_in_place, check_recomputed_in_place, check_no_requeue),
+                (
+                    check_silent_node_replaced_in_place,
+                    check_blocked_survivors_cut_in_place,
+                    check_recomputed_in_place,
+                    check_no_requeue,
+                ),
                 target=training_host_off_rank0,
                 **{**node_lost, "noticed": node_lost_in_place_noticed},
                 train_args=IN_PLACE_ARGS,
                 title="kill a training node of a failover.in_place job (not rank 0's) -> the spare's worker joins "
                 "the survivors' running epoch in its rank inside the allocation; a survivor blocked on the dead "
-                "link (gloo) is replaced alone by its agent: no restart, no requeue",
+                "link cuts its group at its agent's request and keeps its process: no restart, no requeue",
             ),
             SlurmScenario(
                 "first-node-kill-in-place",
@@ -1009,6 +1016,7 @@ def scenarios(cfg: SlurmChaosConfig) -> dict[str, SlurmScenario]:
                 Expectation(restart=False),
                 (
                     check_silent_node_replaced_in_place,
+                    check_blocked_survivors_cut_in_place,
                     check_rank0_joined_in_place,
                     check_recomputed_in_place,
                     check_no_requeue,

@@ -656,7 +656,7 @@ class Trainer:
         # The old watchdog watches the old group's heartbeats, the dead rank's too: left running it ended this
         # survivor when the replacement's start took the heartbeat bound (make chaos-test under load, a group
         # restart). The recovery has its own bound (failover.in_place_bound_s); a new one starts on the new group.
-        self.watchdog.close()
+        self.watchdog.close(wait=False)
         self.watchdog = None
 
         def part(name: str, since: float) -> float:

@@ -187,11 +187,20 @@ class PeerWatchdog:
         self._thread = threading.Thread(target=self._run, name="t5f-heartbeat", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
-        """Stop beating and tell the watcher this rank ended on purpose (best effort)."""
+    def close(self, wait: bool = True) -> None:
+        """Stop beating and tell the watcher this rank ended on purpose (best effort). ``wait=False`` (an in-place
+        recovery, which must check in at once): the rest in a daemon thread, since the store is rank 0's worker's
+        and a host that vanished with its link (a node lost on a real network) blocks its calls for the store's
+        timeout; measured on the Slurm lab, a lost rank 0's node held a survivor here past its agent's grace."""
         if not self.enabled or self._thread is None:
             return
         self._stop.set()
+        if wait:
+            self._finish()
+        else:
+            threading.Thread(target=self._finish, name="t5f-heartbeat-close", daemon=True).start()
+
+    def _finish(self) -> None:
         self._thread.join(timeout=2 * BEAT_S)
         if self.beat_file:
             try:

@@ -10,8 +10,9 @@ its final weights equal the shared uninterrupted 2-rank run's (``tiny_reference`
 replaced), and the in-place evidence fails there.
 
 2 pods x 2 workers (the shape of a real node: several workers a pod): on gloo a survivor whose collective peers were
-all survivors can stay blocked; its agent kills and replaces it (docs/inprocess.md, "Blocked survivors"), which the
-verdict counts apart on the agent's own line. Until 2026-11-30 that shape fell back to the full restart on this
+all survivors can stay blocked; its agent asks it to cut its group and it keeps its process (docs/inprocess.md,
+"Cutting a blocked collective"); the fall-back, the agent's kill and a replacement, the verdict counts apart on the
+agent's own line. Until 2026-11-30 that shape fell back to the full restart on this
 emulator (3 of 11 runs, then 3 of 3): a survivor waited, in its old checkpoint manager's close, for the storage save
 in flight, whose collectives on the old group could never complete, while its peers waited for it in the new
 group's first collective until their timeout.

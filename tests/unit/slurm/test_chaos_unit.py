@@ -158,12 +158,14 @@ def test_slurm_verdict_fails_without_its_fault(name):
     assert not v.passed and "fault injected" not in failed
     untouched = {"batch-host-kill", "store-member-kill", "store-outage"}  # no restart expected: noticed is the proof
     lost = "the lost node's ranks taken by the spare's workers, the survivors kept or replaced alone, no restart"
+    cut = "the survivors' blocked collective cut in their processes, every survivor's pid kept"
     in_place = {
         "worker-kill-in-place": {"failure noticed", "survivors kept their processes, one worker replaced"},
-        "node-kill-in-place": {"failure noticed", lost},
+        "node-kill-in-place": {"failure noticed", lost, cut},
         "first-node-kill-in-place": {
             "failure noticed",
             lost,
+            cut,
             "rank 0 taken by the spare's worker, the survivors' shards kept where they were",
         },
         "straggler-in-place": {
