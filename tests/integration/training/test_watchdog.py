@@ -271,3 +271,61 @@ def test_a_worker_with_its_own_exit_code_sigterms_its_agent_itself_once(tmp_path
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_an_in_place_recovery_closes_the_watchdog_without_waiting_on_a_store_host_gone_silent():
+    """The workers' store is rank 0's worker's: on a real network a lost rank 0's host leaves its connections open
+    and silent (here: the store's process SIGSTOPped), and a call that waits for an answer blocks for the store's
+    timeout or longer (here, until the store answers: the heartbeat thread's look at its peer holds the client, and
+    the last write waits behind it). The recovery's close (``wait=False``) returns at once and says "done" in the
+    background once the store answers; the ordinary close waits as long (what held a survivor past its agent's grace
+    on the Slurm lab)."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from datetime import timedelta
+
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time, torch.distributed as d\n"
+            "s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)\n"
+            "print(s.port, flush=True)\ntime.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(server.stdout.readline())
+
+        def watchdog(rank: int) -> PeerWatchdog:
+            client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=3))
+            return PeerWatchdog(timeout_s=3, rank=rank, world=2, store=client, exit_fn=lambda code: None)
+
+        recovering, ending = watchdog(0), watchdog(1)
+        recovering.start()
+        ending.start()
+        time.sleep(1.5)  # beats landed
+        server.send_signal(signal.SIGSTOP)
+        time.sleep(1.2)  # each heartbeat thread is now in its look at its peer's counter, which waits for an answer
+        t0 = time.monotonic()
+        recovering.close(wait=False)
+        assert time.monotonic() - t0 < 0.5
+        closing = threading.Thread(target=ending.close, daemon=True)
+        closing.start()
+        closing.join(timeout=3.0)  # past its 2 beats' wait for the heartbeat thread: its "done" waits on the store
+        assert closing.is_alive()
+        server.send_signal(signal.SIGCONT)
+        closing.join(timeout=10)
+        assert not closing.is_alive()
+        reader = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        deadline = time.monotonic() + 10
+        while reader.get("hb/0") != b"done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reader.get("hb/0") == b"done"  # said in the background once the store answered
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait()
