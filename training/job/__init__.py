@@ -5,7 +5,9 @@
 * :mod:`~training.job.faults`: fault injection at named points (does nothing unless a ``fault.*`` is set);
 * :mod:`~training.job.micro_batch_fit`: which ``train.micro_batch`` fits the GPU and keeps survivors' micro-batches
   the size they were (``python -m training.batch_fit``; the launcher's preflight warns on one that does not);
-* :mod:`~training.job.optimizer`: AdamW on the implementation ``train.adamw_impl`` names (fused, foreach, for_loop);
+* :mod:`~training.job.optimizer`: AdamW on the implementation ``train.adamw_impl`` names (fused, foreach, for_loop),
+  stepped on the parameters' local shards;
+* :mod:`~training.job.grad_clip`: gradient clipping on the gradients' local shards (one all-reduce of the norm);
 * :mod:`~training.job.guard`: the non-finite guard (loss, gradients, weights);
 * :mod:`~training.job.step_figures`: each step's loss and gradient norm kept on the device until a read point;
 * :mod:`~training.job.metrics`: progress lines, the summary and ``metrics.jsonl``;
@@ -23,7 +25,8 @@
 * :mod:`~training.job.prebuild`: the model's meta build on a thread while the process waits for its group;
 * :mod:`~training.job.recovery`: the one line after an automatic restart (what happened, what it cost);
 * :mod:`~training.job.stragglers`: a rank persistently slower than the others: named, its node taken out for a spare;
-* :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out);
+* :mod:`~training.job.agent_notes`: the notes between a node's agent and its workers (spares waiting, take-out, a
+  request to cut a blocked group);
 * :mod:`~training.job.lifecycle`: a worker's process lifecycle (parent death, exit without finalization);
 * :mod:`~training.job.startup`: the start-up clock (the restart breakdown's phases);
 * :mod:`~training.job.determinism`: deterministic kernels on request.

@@ -26,6 +26,7 @@ from training.job.determinism import apply_determinism
 from training.job.check import check_device
 from training.job.guard import NonFiniteGuard
 from training.job.step_figures import StepFigures
+from training.job.grad_clip import clip_grad_norm
 from training.job.optimizer import build_adamw
 from training.checkpoint.integrity import storage_reason
 from training.job.faults import Faults
@@ -451,9 +452,7 @@ class Trainer:
             loss_sum += mb_loss.detach()
         self.tracker.enter(OPTIMIZER)
         max_norm = self.cfg.train.max_grad_norm or float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
+        grad_norm = clip_grad_norm(self.model.parameters(), max_norm)  # on the local shards: no DTensor dispatch
         dist.all_reduce(loss_sum)
         figures = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)])
         self.figures.add(step, figures, n_targets)  # read at the next read point, not here

@@ -244,3 +244,15 @@ def test_dynamo_explain_counts_a_break_and_the_graph_counter_counts_compiles():
     before = torch_private.dynamo_graphs_compiled()
     torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.ones(3))
     assert torch_private.dynamo_graphs_compiled() == before + 1
+
+
+def test_scale_in_place_multiplies_every_tensor_by_the_scalar_tensor_in_place():
+    import torch
+
+    from training.torch_private import scale_in_place
+
+    a, b = torch.ones(3), torch.full((2, 2), 2.0)
+    views = [a[:2], b]
+    scale_in_place(views, torch.tensor(0.5))
+    assert a.tolist() == [0.5, 0.5, 1.0] and b.tolist() == [[1.0, 1.0], [1.0, 1.0]]  # through views, in place
+    scale_in_place([], torch.tensor(2.0))  # nothing to scale
