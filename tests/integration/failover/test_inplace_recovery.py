@@ -35,6 +35,12 @@ def events(path) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
+def stop_at(root, step: int) -> None:
+    """Tell every rank the step to stop at (``<root>/STOP``), whole: the ranks poll for the file and read it once."""
+    (root / "STOP.tmp").write_text(str(step))
+    os.replace(root / "STOP.tmp", root / "STOP")
+
+
 def wait_for(what: str, check, agent: subprocess.Popen, err, timeout_s: float = 15.0):
     """``check()``'s first truthy answer; fails naming ``what`` (and the ranks' errors, if their agent ended)."""
     deadline = time.monotonic() + timeout_s
@@ -94,7 +100,7 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
         # a world of 3 again; the survivors kept ranks 0 and 1, and w3 took their step
         assert (joined["world"], joined["rank"]) == (3, 2) and joined["step"] > at_two
         until("steps at world 3", lambda: last_step("w3") >= joined["step"] + 3)
-        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in ("w0", "w1", "w3")) + 25))
+        stop_at(tmp_path, max(last_step(m) for m in ("w0", "w1", "w3")) + 25)
         assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
         if agent.poll() is None:
@@ -164,7 +170,7 @@ def test_survivors_blocked_on_a_silent_member_cut_their_group_at_their_agents_no
         at_two = last_step("w0")
         until("steps at world 2", lambda: min(last_step(m) for m in pids) >= at_two + 3)
         os.kill(silent, signal.SIGKILL)
-        (tmp_path / "STOP").write_text(str(max(last_step(m) for m in pids) + 5))
+        stop_at(tmp_path, max(last_step(m) for m in pids) + 5)
         assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
         if agent.poll() is None:
