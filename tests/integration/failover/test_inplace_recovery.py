@@ -53,27 +53,39 @@ def wait_for(what: str, check, agent: subprocess.Popen, err, timeout_s: float = 
     pytest.fail(f"{what} did not happen within {timeout_s:.0f} s: {err.read_text()[-3000:]}")
 
 
+class Ranks:
+    """The harness's ranks (tests/support/inplace_worker) in ``root``: their events, their steps, a bounded wait."""
+
+    def __init__(self, root, env: dict, *args: str):
+        self.root, self.err = root, root / "ranks.err"
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.inplace_worker", "--dir", str(root), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.err, "w"),
+        )
+
+    def log(self, member: str) -> list[dict]:
+        return events(self.root / f"{member}.jsonl")
+
+    def last_step(self, member: str) -> int:
+        return max((e["step"] for e in self.log(member) if e["event"] == "step"), default=-1)
+
+    def until(self, what: str, check, timeout_s: float = 15.0):
+        return wait_for(what, check, self.agent, self.err, timeout_s)
+
+    def close(self) -> None:
+        if self.agent.poll() is None:
+            self.agent.kill()  # its members die with it (parent-death signal)
+            self.agent.wait()
+
+
 def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_path):
     env = {**os.environ, **etcd.add_job_user("inplace").as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    err = tmp_path / "ranks.err"
     # w0-w2 form the first group; w3, a process with no state, joins once GO appears (tests/support/inplace_worker)
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.inplace_worker", "--dir", str(tmp_path), "--first", "w0,w1,w2"]
-        + ["--joiners", "w3"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(err, "w"),
-    )
-
-    def log(member: str) -> list[dict]:
-        return events(tmp_path / f"{member}.jsonl")
-
-    def last_step(member: str) -> int:
-        return max((e["step"] for e in log(member) if e["event"] == "step"), default=-1)
-
-    def until(what: str, check, timeout_s: float = 15.0):
-        return wait_for(what, check, agent, err, timeout_s)
+    ranks = Ranks(tmp_path, env, "--first", "w0,w1,w2", "--joiners", "w3")
+    agent, err, log, last_step, until = ranks.agent, ranks.err, ranks.log, ranks.last_step, ranks.until
 
     try:
         until("three ranks at step 10", lambda: min(last_step(m) for m in ("w0", "w1", "w2")) >= 10, timeout_s=40)
@@ -103,9 +115,7 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
         stop_at(tmp_path, max(last_step(m) for m in ("w0", "w1", "w3")) + 25)
         assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
-        if agent.poll() is None:
-            agent.kill()  # its members die with it (parent-death signal)
-            agent.wait()
+        ranks.close()
 
     done = {m: next(e for e in log(m) if e["event"] == "done") for m in ("w0", "w1", "w3")}
     assert {m: done[m]["pid"] for m in pids} == pids  # the survivors finished in the processes they started in
@@ -130,23 +140,8 @@ def test_survivors_blocked_on_a_silent_member_cut_their_group_at_their_agents_no
     creds = etcd.add_job_user("inplace-cut")
     env = {**os.environ, **creds.as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env["T5F_HEARTBEAT_DIR"] = str(notes)
-    err = tmp_path / "ranks.err"
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.inplace_worker", "--dir", str(tmp_path), "--first", "w0,w1,w2"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(err, "w"),
-    )
-
-    def log(member: str) -> list[dict]:
-        return events(tmp_path / f"{member}.jsonl")
-
-    def last_step(member: str) -> int:
-        return max((e["step"] for e in log(member) if e["event"] == "step"), default=-1)
-
-    def until(what: str, check, timeout_s: float = 15.0):
-        return wait_for(what, check, agent, err, timeout_s)
+    ranks = Ranks(tmp_path, env, "--first", "w0,w1,w2")
+    agent, err, log, last_step, until = ranks.agent, ranks.err, ranks.log, ranks.last_step, ranks.until
 
     board = EtcdBoard(EtcdClient(creds))
     try:
@@ -173,9 +168,7 @@ def test_survivors_blocked_on_a_silent_member_cut_their_group_at_their_agents_no
         stop_at(tmp_path, max(last_step(m) for m in pids) + 5)
         assert agent.wait(timeout=20) == 0, err.read_text()[-3000:]
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+        ranks.close()
 
     # the first survivor's cut closes its connections to the other, whose collective then raises as on a lost peer
     # (its own note finds its group released already: nothing left to cut)
