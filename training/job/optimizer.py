@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
-from torch.distributed.tensor import DTensor
 from torch.optim.adamw import adamw
+
+from training.checkpoint.local_shards import laid_out_like, local_shard
 
 IMPLS = ("fused", "foreach", "for_loop")
 BETAS = (0.9, 0.95)
@@ -37,19 +38,6 @@ def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay
         raise ValueError(f"train.adamw_impl={impl!r}: use one of {', '.join(IMPLS)}")
     flags = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for_loop": dict(foreach=False)}[impl]
     return ShardLocalAdamW(params, lr=lr, weight_decay=weight_decay, betas=BETAS, **flags)
-
-
-def local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (the tensor itself, no copy: in-place updates land in the DTensor), else ``t``."""
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
-def zeros_like_sharded(p: torch.Tensor) -> torch.Tensor:
-    """``torch.zeros_like(p)``, a DTensor laid out as ``p`` when it is one, made from its local shard (no dispatch)."""
-    if not isinstance(p, DTensor):
-        return torch.zeros_like(p, memory_format=torch.preserve_format)
-    shard = torch.zeros_like(p.to_local(), memory_format=torch.preserve_format)
-    return DTensor.from_local(shard, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride())
 
 
 class ShardLocalAdamW(torch.optim.AdamW):
@@ -81,10 +69,10 @@ class ShardLocalAdamW(torch.optim.AdamW):
                 state = self.state[p]
                 if not state:
                     state.update(self._initial_state(p, group))
-                params.append(local(p))
-                grads.append(local(p.grad))
-                exp_avgs.append(local(state["exp_avg"]))
-                exp_avg_sqs.append(local(state["exp_avg_sq"]))
+                params.append(local_shard(p))
+                grads.append(local_shard(p.grad))
+                exp_avgs.append(local_shard(state["exp_avg"]))
+                exp_avg_sqs.append(local_shard(state["exp_avg_sq"]))
                 steps.append(state["step"])
             if not params:
                 continue
@@ -120,4 +108,5 @@ class ShardLocalAdamW(torch.optim.AdamW):
         else:
             scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
             step = torch.tensor(0.0, dtype=scalar, device="cpu")
-        return {"step": step, "exp_avg": zeros_like_sharded(p), "exp_avg_sq": zeros_like_sharded(p)}
+        zeros = torch.zeros_like(local_shard(p))
+        return {"step": step, "exp_avg": laid_out_like(p, zeros), "exp_avg_sq": laid_out_like(p, zeros)}
