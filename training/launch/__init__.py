@@ -20,6 +20,7 @@
   of :mod:`training.job.inplace`, for ``failover.in_place``);
 * :mod:`~training.launch.inplace_agent`: the agent of a ``failover.in_place`` job: a worker killed by a signal is
   reported gone on that board and replaced alone (torch's ``SimpleElasticAgent`` extension point);
+  :mod:`~training.launch.worker_exits` wakes it the moment a worker ends (Linux pidfds), not at its next look;
 * :mod:`~training.launch.nccl_plugin`: warns when a node has RDMA devices but NCCL's network plugin does not load;
 * :mod:`~training.launch.rendezvous`: membership on etcd (``--rdzv-backend=t5-etcd``): :mod:`.rendezvous.handler`
   (torch's handler interface, registered through its public registry), :mod:`.rendezvous.rounds` (the round

@@ -78,6 +78,7 @@ from training.job.agent_notes import request_cut, take_out_request
 from training.job.lifecycle import process_running
 from training.job.startup import SPAWN_TIME_ENV
 from training.launch.rendezvous import handler as etcd_handler
+from training.launch.worker_exits import WorkerExits
 
 #: Where a line of this agent starts (the agent's other lines say ``[agent]`` too).
 PREFIX = "[agent] in-place:"
@@ -90,6 +91,9 @@ CUT_AFTER_S = 0.25
 #: The key prefix of the agents' exit barrier on their round's store (every agent of an in-place job is an
 #: :class:`InPlaceAgent`, so the barrier is theirs: :meth:`InPlaceAgent._exit_barrier`).
 EXIT_BARRIER_KEY = "t5f/agents-finished"
+#: What torch's monitor loop sleeps between two looks here: the look itself waits the monitor interval, or less
+#: when a worker ends (:class:`training.launch.worker_exits.WorkerExits`). torch requires more than 0.
+LOOP_SLEEP_S = 0.001
 
 
 def _say(line: str) -> None:
@@ -150,8 +154,11 @@ class InPlaceAgent(SimpleElasticAgent):
         blocked_s: float = 1.0,
         lost_blocked_s: float = 0.25,
         cut_grace_s: float = 1.0,
+        look_s: float = 0.1,
     ):
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
+        self._look_s = look_s  # the monitor interval: a look waits it, unless a worker ends first
+        self._exits = WorkerExits()
         self._exit_barrier_s = exit_barrier_timeout
         self._logs_specs = logs_specs
         self._start_method = start_method
@@ -295,6 +302,7 @@ class InPlaceAgent(SimpleElasticAgent):
         for context in self._contexts.values():
             context.close(death_sig, timeout)
         self._contexts = {}
+        self._exits.close()
 
     def _exit_barrier(self) -> None:
         """Wait, as torch's agent does, for every agent of the round to finish its workers (at most the exit
@@ -323,6 +331,9 @@ class InPlaceAgent(SimpleElasticAgent):
     # -- watching it -----------------------------------------------------------------------------------------------
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        # torch's loop sleeps LOOP_SLEEP_S only: the interval is waited here, cut short by a worker's end, whose
+        # replacement the survivors wait for (0-0.1 s saved on every in-place recovery)
+        self._exits.wait([pid for c in self._contexts.values() for pid in c.pids().values()], self._look_s)
         by_local = {w.local_rank: w for w in worker_group.workers}
         failed = {}
         for local_rank, context in list(self._contexts.items()):
@@ -549,7 +560,7 @@ def launch(
         args=tuple(args),
         rdzv_handler=get_rendezvous_handler(params),
         max_restarts=config.max_restarts,
-        monitor_interval=config.monitor_interval,
+        monitor_interval=LOOP_SLEEP_S,  # the interval is the agent's look (look_s)
         local_addr=config.local_addr,
         event_log_handler=config.event_log_handler,
         numa_options=config.numa_options,
@@ -564,6 +575,7 @@ def launch(
         shutdown_timeout=config.shutdown_timeout,
         blocked_s=blocked_s,
         lost_blocked_s=lost_blocked_s,
+        look_s=config.monitor_interval,
     )
     shutdown_rdzv = True
     forget_on_lost = etcd_handler.add_on_lost(agent.kill_workers)
