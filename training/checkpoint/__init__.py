@@ -21,6 +21,8 @@
 * :mod:`~training.checkpoint.restore_plan`: which snapshot a restart restores and which copy of each shard (pure);
 * :mod:`~training.checkpoint.layout`: a checkpoint directory's names and discovery (torch-free);
 * :mod:`~training.checkpoint.staging`: the reused host buffers async saves copy into;
+* :mod:`~training.checkpoint.host_buffers`: both tiers' host buffers, handed from an in-place survivor's old tiers
+  to its new ones (page-locked on GPUs: pinned once per process, not once per recovery);
 * :mod:`~training.checkpoint.step_writer`: DCP's writer for a step directory rank 0 made (never made again);
 * :mod:`~training.checkpoint.integrity`: CRC32C of files and the words for storage and peer failures;
 * :mod:`~training.checkpoint.run_lock`: one run at a time per checkpoint.dir;

@@ -47,7 +47,7 @@ class InThread:
         self.site, self.stager = site, stager
 
     def prepare(self, state: dict[str, Any]) -> None:
-        _stage(self.stager, state)
+        _allocate(self.stager, state)
 
     def save(self, state: dict[str, Any], path: str, timeout_s: float) -> Future:
         writer = StepDirWriter(path)
@@ -97,7 +97,7 @@ class InProcess:
         atexit.register(self.close)
 
     def prepare(self, state: dict[str, Any]) -> None:
-        _stage(self.stager, state)
+        _allocate(self.stager, state)
 
     def save(self, state: dict[str, Any], path: str, timeout_s: float) -> Future:
         staged = _stage(self.stager, state)
@@ -147,9 +147,19 @@ class InProcess:
         self._conn.close()
 
 
+def _state_dicts(state: dict[str, Any]) -> dict[str, Any]:
+    """The state as DCP saves it: the Stateful entries' state dicts."""
+    return {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state.items()}
+
+
+def _allocate(stager: ReusedBufferStager, state: dict[str, Any]) -> None:
+    """The stager's buffers for the state, nothing copied (a copy before the first save is thrown away by it)."""
+    stager.allocate(_state_dicts(state))
+
+
 def _stage(stager: ReusedBufferStager, state: dict[str, Any]) -> dict[str, Any]:
     """The state's copy in the stager's buffers (the Stateful entries' state dicts, as DCP saves them)."""
-    return stager.stage({k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state.items()})
+    return stager.stage(_state_dicts(state))
 
 
 def _writers_listener() -> socket.socket:

@@ -8,6 +8,8 @@ node and a peer). The trainer only asks::
     ckpt.before_optimizer_step()                 # the snapshot in flight must be copied before the state changes
     storage_s, memory_s = ckpt.save(step, state, stop=..., final=..., progress=...)  # seconds blocked
     ckpt.close(discard_memory=finished)
+    # an in-place recovery instead: kept = ckpt.hand_over_host_buffers(); ckpt.close_after_recovery(bound_s);
+    # then CheckpointManager(..., host=kept) for the new group reuses both tiers' host buffers
 
 Policy:
 
@@ -42,6 +44,7 @@ import torch.distributed as dist
 
 from training.checkpoint import fence as commit_fence
 from training.checkpoint import generation
+from training.checkpoint.host_buffers import HostBuffers
 from training.checkpoint.stale_rule import stale_checkpoints
 from training.checkpoint.storage import StorageTier, latest_complete, parse_step
 from training.config import CheckpointConfig
@@ -78,8 +81,11 @@ class CheckpointManager:
         on_save: Callable[[bool], None] = lambda sync: None,
         on_snapshot: Callable[[], None] = lambda: None,
         record: Callable[..., None] = lambda event, **fields: None,
+        host: HostBuffers | None = None,
     ):
         self.cfg, self.signature, self.say, self.record = cfg, signature, say, record
+        # both tiers' reused host buffers; an in-place survivor's previous manager handed them over
+        self.host = host or HostBuffers.new(shared=cfg.writer == "process")
         # where a step's storage save (synchronous or not) and its memory snapshot begin (the trainer's progress)
         self.on_save, self.on_snapshot = on_save, on_snapshot
         self.fence = commit_fence.build(rank)
@@ -95,6 +101,7 @@ class CheckpointManager:
             during_save=faults.during_save,
             before_commit=self._before_commit,
             on_commit=on_commit,
+            stager=self.host.stager,
         )
         self.storage.check_storage(checkpoint_bytes=checkpoint_bytes)
         self.memory = MemoryTier.build(
@@ -106,6 +113,7 @@ class CheckpointManager:
             device=device,
             identity={"signature": signature, "fingerprint": fingerprint, "lineage": self.storage.lineage()},
             mid_copy_hook=faults.mid_snapshot,
+            host_pieces=self.host.pieces,
         )
         gen = generation.read()
         self.memory.round = gen.round if gen else None  # each snapshot carries it (the fence's restore rule)
@@ -322,6 +330,11 @@ class CheckpointManager:
         out): wait for the in-memory snapshot and the storage save in flight, whose collectives need that node."""
         self.memory.wait()
         self.storage.wait()
+
+    def hand_over_host_buffers(self) -> HostBuffers:
+        """An in-place recovery, before :meth:`close_after_recovery`: both tiers' host buffers (page-locked on GPUs)
+        for the next manager, which reuses what still fits (training.checkpoint.host_buffers); this one keeps none."""
+        return self.host.hand_over()
 
     def close_after_recovery(self, wait_s: float, lost_ranks: frozenset[int] = frozenset()) -> None:
         """After an in-place recovery dropped the process group, and with it this manager's groups: wait up to

@@ -68,7 +68,15 @@ from torch.distributed.tensor import DTensor, Shard
 from training.checkpoint.restore_plan import restores_from_memory, same_world_sources, search_snapshots
 from training.checkpoint.copy_plan import copy_threads, plan_pieces, replica_chunks
 from training.checkpoint.fast_crc import crc32c_tensor
-from training.checkpoint.snapshot_copy import PIECE_BYTES, Copy, PieceCopier, Staged, copy_on_this_thread, spans
+from training.checkpoint.snapshot_copy import (
+    PIECE_BYTES,
+    Copy,
+    HostPieces,
+    PieceCopier,
+    Staged,
+    copy_on_this_thread,
+    spans,
+)
 from training.checkpoint.snapshot_budget import Choice, Pace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 
@@ -375,6 +383,7 @@ class MemoryTier:
         max_interval: int = 10,
         mid_copy_hook: Callable[[int], None] | None = None,
         replica_hook: Callable[[int, torch.Tensor], None] | None = None,
+        host_pieces: HostPieces | None = None,
     ):
         self.mid_copy_hook = mid_copy_hook  # fault injection: called halfway through a copy, with its step
         self.replica_hook = replica_hook  # fault injection: a received replica's (step, bytes), before its check
@@ -404,7 +413,7 @@ class MemoryTier:
         self._abandoned = threading.Event()
         self._checked = False
         # the copy's threads (this rank's share of the node's cores), its reused page-locked pieces and side stream
-        self.copier = PieceCopier(copy_threads(len(os.sched_getaffinity(0)), local_world))
+        self.copier = PieceCopier(copy_threads(len(os.sched_getaffinity(0)), local_world), host=host_pieces)
         self.failed = False  # a snapshot of this rank failed; the trainer turns the tier off on every rank
         self.unusable: str | None = None  # why this node's memory directory cannot be used (set by build)
         self.waited_s = 0.0  # total time training waited for a copy to finish (before an optimizer step)
@@ -429,9 +438,10 @@ class MemoryTier:
         identity: dict[str, Any],
         device: torch.device,
         mid_copy_hook: Callable[[int], None] | None = None,
+        host_pieces: HostPieces | None = None,
     ) -> "MemoryTier":
         """From the checkpoint config slice (memory_interval, memory_budget, interval, memory_dir, memory_replica,
-        min_timeout_s)."""
+        min_timeout_s); ``host_pieces``: the page-locked blocks a survivor of an in-place recovery kept."""
         root = memory_dir(cfg.memory_dir) / run_key(checkpoint_dir)
         unusable = None
         if cfg.memory_interval:  # auto or a number of steps
@@ -454,6 +464,7 @@ class MemoryTier:
             budget=cfg.memory_budget,
             max_interval=cfg.interval,
             mid_copy_hook=mid_copy_hook,
+            host_pieces=host_pieces,
         )
         tier.unusable = unusable
         return tier

@@ -47,6 +47,16 @@ class HostPieces:
         self.blocks: list[torch.Tensor] = []
         self.allocations = 0  # blocks made so far (a reused set makes none)
 
+    def hand_over(self) -> "HostPieces":
+        """Holders of the same blocks for the next memory tier (training.checkpoint.host_buffers); these keep none."""
+        kept = HostPieces(pin=self.pin)
+        kept.blocks, self.blocks = self.blocks, []
+        return kept
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() for b in self.blocks)
+
     def fit(self, sizes: list[int]) -> list[torch.Tensor]:
         if [b.numel() for b in self.blocks] != sizes:
             self.blocks = [torch.empty(n, dtype=torch.uint8, pin_memory=self.pin) for n in sizes]
@@ -141,10 +151,10 @@ def _staged_piece(buf: torch.Tensor, piece: Piece, block: torch.Tensor, event, b
 class PieceCopier:
     """Runs snapshot copies on a pool of `threads` (made at the first copy, so a forked worker makes its own)."""
 
-    def __init__(self, threads: int, piece_bytes: int = PIECE_BYTES):
+    def __init__(self, threads: int, piece_bytes: int = PIECE_BYTES, host: HostPieces | None = None):
         self.threads, self.piece_bytes = max(1, threads), piece_bytes
         self._pool: ThreadPoolExecutor | None = None
-        self.host = HostPieces()
+        self.host = host or HostPieces()  # kept across an in-place recovery (training.checkpoint.host_buffers)
         self._stream = None
         self._planned: tuple[Any, list[Piece]] | None = None
 

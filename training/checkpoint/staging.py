@@ -36,6 +36,7 @@ class ReusedBufferStager(AsyncStager):
 
     def __init__(self, *, shared: bool = False):
         self._buffers: dict[str, torch.Tensor] = {}
+        self.allocations = 0  # buffers made so far (a reused set makes none)
         self._from_cuda = False
         # For a writer process (checkpoint.writer=process): buffers in shared memory, so a save sends the writer
         # their handles, never the bytes. Not page-locked then: a GPU's copy into them is a plain one.
@@ -56,7 +57,25 @@ class ReusedBufferStager(AsyncStager):
             if self.shared:
                 buf.share_memory_()
             self._buffers[path] = buf
+            self.allocations += 1
         return buf
+
+    def allocate(self, state_dict: dict[str, Any]) -> None:
+        """Make now, copying nothing, the buffers :meth:`stage` will copy this state into (page-locked or shared as
+        there): what the first save would otherwise pay on a training step. Buffers that fit are kept."""
+        self._walk(state_dict, "")
+
+    def _walk(self, x: Any, path: str) -> None:
+        if isinstance(x, DTensor):
+            self._walk(x.to_local(), path)
+        elif isinstance(x, torch.Tensor):
+            self._buffer_for(path, x)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                self._walk(v, f"{path}/{k}")
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                self._walk(v, f"{path}/{i}")
 
     def _copy(self, x: Any, path: str) -> Any:
         if isinstance(x, DTensor):
@@ -75,6 +94,17 @@ class ReusedBufferStager(AsyncStager):
         if isinstance(x, (list, tuple)):
             return type(x)(self._copy(v, f"{path}/{i}") for i, v in enumerate(x))
         return copy.deepcopy(x)  # numbers, strings, small objects: a private copy for the writer thread
+
+    def hand_over(self) -> "ReusedBufferStager":
+        """A stager with this one's buffers, for the next storage tier (training.checkpoint.host_buffers); this one
+        keeps none, so its close frees nothing the next one uses."""
+        kept = ReusedBufferStager(shared=self.shared)
+        kept._buffers, self._buffers = self._buffers, {}
+        return kept
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
 
     def synchronize_staging(self) -> None:
         """Nothing to wait for: ``stage`` is synchronous."""

@@ -44,6 +44,7 @@ from training.checkpoint.layout import (  # noqa: F401 - re-exported: callers im
     step_dir,
 )
 from training.checkpoint.run_identity import Change
+from training.checkpoint.staging import ReusedBufferStager
 from training.checkpoint.storage_choices import SAVE_TIMEOUT_FACTOR  # noqa: F401 - re-exported
 from training.checkpoint.storage_reader import StorageReader
 from training.checkpoint.storage_site import StorageSite
@@ -76,6 +77,7 @@ class StorageTier:
         during_save: Callable[[int], None] | None = None,
         before_commit: Callable[[int], dict | None] | None = None,
         on_commit: Callable[[int], None] | None = None,
+        stager: ReusedBufferStager | None = None,
     ):
         self.cfg = cfg
         self.rank, self.world_size = rank, world_size
@@ -93,6 +95,7 @@ class StorageTier:
             during_save=during_save or (lambda step: None),  # fault injection: after the directory is agreed
             before_commit=before_commit or (lambda step: None),
             on_commit=on_commit or (lambda step: None),
+            stager=stager,
         )
         self.reader = StorageReader(self.site, signature=signature, fingerprint=fingerprint, accept=accept)
 

@@ -63,6 +63,7 @@ class StorageWriter:
         during_save: Callable[[int], None],
         before_commit: Callable[[int], dict | None],
         on_commit: Callable[[int], None],
+        stager: ReusedBufferStager | None = None,
     ):
         self.site = site
         self.cfg = site.cfg
@@ -80,8 +81,9 @@ class StorageWriter:
         self._progress: dict[str, int] = {}
         self.checksum_s = 0.0  # this rank's seconds spent on checksums by the last commit
         # Host buffers for async saves, reused by every save of the run (pinned for GPU tensors; shared memory for
-        # a writer process). The writer process, if chosen, starts here: once, before the first step.
-        self._stager = ReusedBufferStager(shared=self.cfg.writer == "process")
+        # a writer process), an in-place survivor's kept across recoveries (``stager``: checkpoint.host_buffers).
+        # The writer process, if chosen, starts here: once, before the first step.
+        self._stager = stager or ReusedBufferStager(shared=self.cfg.writer == "process")
         self._writes = start_writes(self.cfg.writer if self.cfg.async_save else "thread", site, self._stager)
 
     @property

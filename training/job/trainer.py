@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
+from training.checkpoint.host_buffers import HostBuffers
 from training.checkpoint.manager import CheckpointManager
 from training.config import Config, ConfigError, check_world, to_toml
 from training.model.compile import apply_regional_compile, compile_enabled
@@ -256,8 +257,9 @@ class Trainer:
             RngState.key(self.rank): self.rng,
         }
 
-    def _build_checkpointing(self) -> None:
-        """Fault points, both checkpoint tiers (their gloo groups) and the straggler watch. Collective."""
+    def _build_checkpointing(self, host: HostBuffers | None = None) -> None:
+        """Fault points, both checkpoint tiers (their gloo groups) and the straggler watch. Collective. ``host``: the
+        host buffers an in-place survivor's previous tiers handed over (training.checkpoint.host_buffers)."""
         cfg = self.cfg
         self.faults = Faults(cfg.fault, rank=self.rank, out_dir=cfg.job.out_dir, interrupted=lambda: bool(self._signal))
         # Both checkpoint tiers and the policy over them; fp32 weights + AdamW's two fp32 moments is what one
@@ -277,6 +279,7 @@ class Trainer:
             on_save=lambda sync: self.tracker.enter(FINAL_CHECKPOINT if sync else CHECKPOINT),
             on_snapshot=lambda: self.tracker.enter(SNAPSHOT),
             record=self.metrics.event,
+            host=host,
         )
         self.stragglers = StragglerWatch.build(
             cfg.straggler,
@@ -667,6 +670,7 @@ class Trainer:
         membership = self.failover.recover(held)
         t = part("regroup", t0)
         old = self.ckpt
+        kept = old.hand_over_host_buffers()  # its host buffers (page-locked on GPUs) serve the new group's tiers
         # its groups went with the old group; the snapshot in flight is written, unless its exchange is with a rank
         # that was lost (abandoned at once) or blocked on a survivor that left the old group before its own began
         # (abandoned at half the recovery's bound: the new group's first collective, which a joiner may already
@@ -697,7 +701,7 @@ class Trainer:
                 say(f"rank {self.rank}: live state not kept ({not_kept}): restoring it")
                 live = None
             t = part("keep", t)
-        self._build_checkpointing()
+        self._build_checkpointing(host=kept)
         t = part("checkpointing", t)
         resumed = self._resume(held=None if live is None else held)
         self.ckpt.check_no_clash(self.progress.step + 1, self.cfg.train.steps)
@@ -716,6 +720,8 @@ class Trainer:
             resumed_from=resumed,
             restored_from=self.ckpt.restored_from,
             sources=self.ckpt.sources,  # where each rank's state came from (live: kept, nothing read)
+            # this rank's host buffers (page-locked on GPUs) the new tiers reuse, and how many they made anew
+            host_buffers=dict(kept_bytes=kept.nbytes, made=self.ckpt.host.allocations),
             seconds=round(seconds, 3),
             parts=parts,
         )

@@ -62,10 +62,13 @@ def recover_in_place(out: Path, fault: str, *extra: str, env: dict[str, str] | N
 
 
 def test_survivors_holding_the_resumed_step_keep_their_live_state(tmp_path, reference):
-    rec = recover_in_place(tmp_path, "--fault.sigkill_after_snapshot_at_step")
+    # a storage save at step 2 (in flight at the kill): the survivors' staging buffers exist, and are kept
+    rec = recover_in_place(tmp_path, "--fault.sigkill_after_snapshot_at_step", "--checkpoint.interval", "2")
     assert rec["resumed_from"] == KILL_AFTER
     assert rec["sources"] == ["live", "own", "live"]  # the replacement (rank 1) reads its node's snapshot
     assert "keep" in rec["parts"]
+    # rank 0's host buffers went to its new tiers: none made again by the restore's allocation for the next save
+    assert rec["host_buffers"]["kept_bytes"] > 0 and rec["host_buffers"]["made"] == 0, rec["host_buffers"]
     assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
 
 

@@ -131,3 +131,36 @@ def test_state_on_a_gpu_is_staged_entirely_in_pinned_host_memory(mesh):
     assert all(t.is_pinned() for t in leaves)
     assert torch.cuda.memory_allocated() == before  # staging allocated nothing on the GPU
     assert torch.equal(staged["model"]["w"]._local_tensor, state["model"]["w"].to_local().cpu())
+
+
+def _ptrs(staged) -> list[int]:
+    out = []
+    for x in (staged["model"]["w"].to_local(), staged["model"]["b"], staged["optim"]["state"]["w"]["exp_avg"]):
+        out.append(x.data_ptr())
+    return out
+
+
+def test_allocate_makes_the_buffers_and_the_first_save_makes_none(mesh):
+    state = _state(mesh)
+    stager = ReusedBufferStager()
+    stager.allocate(state)
+    made = stager.allocations
+    assert made == 4 and stager.nbytes == 4 * (24 + 4 + 1 + 24)  # w, b, step, exp_avg (float32)
+    staged = stager.stage(state)
+    assert stager.allocations == made  # the save copies into what allocate made
+    assert torch.equal(staged["model"]["b"], state["model"]["b"])
+
+
+def test_a_stager_handed_over_keeps_the_buffers_and_the_old_ones_close_frees_none_of_them(mesh):
+    state = _state(mesh)
+    old = ReusedBufferStager()
+    before = _ptrs(old.stage(state))
+    new = old.hand_over()
+    assert old.nbytes == 0 and new.nbytes > 0
+    old.close()  # the old storage tier's release, after an in-place recovery
+    staged = new.stage(state)
+    assert _ptrs(staged) == before and new.allocations == 0  # the same memory, nothing allocated anew
+    assert torch.equal(staged["optim"]["state"]["w"]["exp_avg"], state["optim"]["state"]["w"]["exp_avg"])
+    grown = {**state, "model": {**state["model"], "b": torch.ones(8)}}  # a world-size change: another shape
+    new.stage(grown)
+    assert new.allocations == 1  # only what no longer fits is made anew

@@ -66,6 +66,15 @@ def test_host_blocks_are_reused_for_the_same_state_and_made_anew_when_the_state_
     copier.close()
 
 
+def test_host_blocks_handed_over_are_the_same_memory_and_the_old_holder_keeps_none():
+    host = HostPieces(pin=False)
+    blocks = host.fit([1024, 1024, 512])
+    kept = host.hand_over()
+    assert host.blocks == [] and host.nbytes == 0 and kept.nbytes == 2560
+    again = kept.fit([1024, 1024, 512])
+    assert [b.data_ptr() for b in again] == [b.data_ptr() for b in blocks] and kept.allocations == 0
+
+
 # ----------------------------------------------------------------------------- through the tier
 pytestmark = pytest.mark.usefixtures("world_of_one")
 
