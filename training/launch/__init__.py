@@ -10,7 +10,8 @@
 * :mod:`~training.launch.preflight`: training-argument checks before any agent starts;
 * :mod:`~training.launch.store_check`: does the standalone store answer, and serve this job (``--job-id``)?
 * :mod:`~training.launch.local`: simulated nodes here (3 etcd members on loopback, or with
-  ``T5_COORDINATOR=store`` a standalone c10d store, plus one agent per node);
+  ``T5_COORDINATOR=store`` a standalone c10d store, plus one agent per node); its work directory, and the removal
+  of those a killed launcher left: :mod:`~training.launch.workdir`;
 * :mod:`~training.launch.agent`: the torchrun agent every platform runs, with clean stops on Ctrl-C;
 * :mod:`~training.launch.spawn_time`: each worker's spawn time in its environment (its start-up clock's origin);
 * :mod:`~training.launch.warm_workers`: workers forked from a per-node forkserver that imported torch once;

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -25,6 +24,7 @@ from dataclasses import replace
 from training.config import DEFAULT_MEMORY_DIR, MEMORY_DIR_ENV
 from training.launch.commands import format_argv, launch_env, store_argv, torchrun_argv
 from training.launch.config import RDZV_ENV, LaunchConfig, LaunchError
+from training.launch.workdir import make_workdir
 from training.job.lifecycle import PARENT_ENV
 
 
@@ -110,7 +110,7 @@ def run_local(cfg: LaunchConfig, nodes: int, own_store_needed: bool = True) -> i
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)  # before anything starts: a signal during start-up starts no more agents
     own_store = None
-    workdir = tempfile.mkdtemp(prefix="t5-launch-")
+    workdir = make_workdir(say=lambda line: print(line, flush=True))  # and a killed launcher's are removed
     etcd = None
     if own_store_needed and cfg.coordinator == "etcd":
         try:
