@@ -83,7 +83,8 @@ from training.launch.worker_exits import WorkerExits
 #: Where a line of this agent starts (the agent's other lines say ``[agent]`` too).
 PREFIX = "[agent] in-place:"
 #: Seconds between two looks at the board for a worker blocked while its peers recover (two reads of the store
-#: per node per look, only while the node runs workers); once a peer checked in, every look of the agent's loop.
+#: per node per look, only while the node runs workers); once a peer checked in, every look of the agent's loop;
+#: at once when a process or node is reported gone (the agent watches those reports: ``_watch_reports``).
 BLOCKED_LOOK_S = 0.25
 #: Seconds after a peer checked in to the next epoch before a worker that has not is asked to cut its group
 #: (survivors that are not blocked check in within tens of milliseconds of each other).
@@ -178,6 +179,9 @@ class InPlaceAgent(SimpleElasticAgent):
         self._killed_blocked: set[int] = set()  # pids this agent killed for being blocked (replaced, not a failure)
         self._probed: set[tuple[int, int]] = set()  # (epoch, node rank) whose agent was asked after (dead_agent)
         self._next_look = 0.0
+        # set by the watch of the board's gone/ reports (its thread): look at blocked workers now, not at _next_look
+        self._report_seen = False
+        self._gone_watch: Any = None
         self._failed_results = 0  # results returned FAILED: torch's restart count at the group's next start
 
     # -- the group -------------------------------------------------------------------------------------------------
@@ -211,6 +215,7 @@ class InPlaceAgent(SimpleElasticAgent):
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         spec = worker_group.spec
         self._board = self._board_for_round()  # the round just formed: its workers' in-place scope
+        self._watch_reports()
         self._contexts, self._returns, self._joining, self._launch = {}, {}, {}, {}
         self._blocked_since, self._killed_blocked, self._probed, self._cut_asked = {}, set(), set(), {}
         envs = {w.local_rank: self._worker_env(worker_group, w, self._failed_results) for w in worker_group.workers}
@@ -227,6 +232,30 @@ class InPlaceAgent(SimpleElasticAgent):
             {w.global_rank for w in worker_group.workers}, worker_group.workers[0].world_size
         )
         return {lr: self._start_one(spec, lr) for lr in self._launch}
+
+    def _watch_reports(self) -> None:
+        """Watch the scope's ``gone/`` reports, where the board can (``EtcdBoard.watch_gone``): each one wakes the
+        loop and brings the next look at blocked workers forward to now. A silent node's ranks are reported lost by
+        the spare that takes them: its peers' agents ask them to cut their group within milliseconds, not at their
+        next look (``BLOCKED_LOOK_S``, 0.25 s). Without it (the store away at the start) the looks go on as before."""
+        self._stop_watching()
+        watch = getattr(self._board, "watch_gone", None)
+        if watch is None:
+            return
+        try:
+            self._gone_watch = watch(self._on_report)
+        except Exception:  # noqa: BLE001 - the looks still read the reports, at their cadence
+            self._gone_watch = None
+
+    def _on_report(self) -> None:
+        """The watch's thread: a process or node was reported gone (or the watch resynced)."""
+        self._report_seen = True
+        self._exits.wake()
+
+    def _stop_watching(self) -> None:
+        if self._gone_watch is not None:
+            self._gone_watch.stop()
+            self._gone_watch = None
 
     def _report_previous_holders_gone(self, ranks: set[int], world: int) -> None:
         """In a scope whose epoch is running (a round that replaced lost nodes around running survivors: this node
@@ -303,6 +332,7 @@ class InPlaceAgent(SimpleElasticAgent):
             context.close(death_sig, timeout)
         self._contexts = {}
         self._exits.close()
+        self._stop_watching()
 
     def _exit_barrier(self) -> None:
         """Wait, as torch's agent does, for every agent of the round to finish its workers (at most the exit
@@ -389,8 +419,9 @@ class InPlaceAgent(SimpleElasticAgent):
         not failed, and their collectives cannot end by themselves before their timeout, so waiting longer keeps
         nothing). Its death is then replaced alone at the next look."""
         now = time.monotonic()
-        if now < self._next_look or self._board is None:
+        if (now < self._next_look and not self._report_seen) or self._board is None:
             return
+        self._report_seen = False  # before the reads: a report after them sets it again, for another look
         self._next_look = now + BLOCKED_LOOK_S
         try:
             latest = self._board.latest()

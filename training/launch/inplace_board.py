@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from training.job.inplace.agreement import BoardUnavailable, CheckIn, Membership
 from training.launch.rendezvous.client import EtcdClient, StoreRefused, StoreUnavailable
+from training.launch.rendezvous.watched import Watched
 
 
 #: The value of a ``gone/<member>`` key reported for a lost node's worker (an empty value: one process gone).
@@ -74,6 +75,12 @@ class EtcdBoard:
     def lost_with_their_node(self) -> set[str]:
         """The members reported gone with their node (their peers may be blocked with them, not failed)."""
         return {m for m, why in self._gone().items() if why == NODE_LOST}
+
+    def watch_gone(self, on_change) -> Watched:
+        """A started watch of the ``gone/`` reports (one per process or node lost: rare), calling ``on_change()`` on
+        its thread at each: what wakes an agent whose worker may be blocked by a lost node (InPlaceAgent). The caller
+        stops it."""
+        return Watched(self.client, self.root + "gone/", "t5f-inplace-gone", on_change=on_change).start()
 
     def _gone(self) -> dict[str, str]:
         kvs, _ = self._call(self.client.get_prefix, self.root + "gone/")

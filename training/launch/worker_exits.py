@@ -14,6 +14,9 @@ the interval, torch's own behaviour::
     exits.wait(pids, 0.1)   # returns at once when one of pids ends, else after 0.1 s
     exits.close()
 
+Another thread can end a wait early with :meth:`WorkerExits.wake` (the agent's watch of the board's reports of
+lost processes and nodes: a worker blocked by a lost node is asked to cut its group at once, not at the next look).
+
 A process seen ended is not waited on again: its exit status reaches torch through its own channel (with the
 ``forkserver`` start method, the forkserver reaps it and writes the status: measured 0-0.1 s later on a busy
 2-core machine), so until torch collects it the wait is short (``SOON_S``), for at most one interval, then the
@@ -38,22 +41,37 @@ class WorkerExits:
         self._fds: dict[int, int] = {}  # pid -> its open pidfd
         self._ended: dict[int, float] = {}  # pid whose end was seen -> when (monotonic; not waited on again)
         self._available = hasattr(os, "pidfd_open")
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        """End the current (or the next) wait now; from any thread."""
+        try:
+            os.write(self._wake_w, b"!")
+        except (BlockingIOError, OSError):  # full: a wake is pending already; closed: nothing waits any more
+            pass
+
+    def _drain_wakes(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except (BlockingIOError, OSError):  # empty
+            pass
 
     def wait(self, pids: Iterable[int], timeout: float) -> set[int]:
-        """Wait at most ``timeout`` seconds, less when one of ``pids`` ends; returns the pids seen ending (empty on
-        the timeout or where pidfds are not available)."""
+        """Wait at most ``timeout`` seconds, less when one of ``pids`` ends or :meth:`wake` is called; returns the
+        pids seen ending (empty on the timeout, a wake, or where pidfds are not available)."""
         asked, now = set(pids), time.monotonic()
         self._ended = {pid: at for pid, at in self._ended.items() if pid in asked}  # a reused pid: another process
         if any(now - at < timeout for at in self._ended.values()):
-            time.sleep(min(SOON_S, timeout))  # one seen ended and not collected yet: look again soon
-            return set()
-        fds = self._open(asked - set(self._ended))
-        if fds is None:
-            time.sleep(timeout)
-            return set()
+            timeout = min(SOON_S, timeout)  # one seen ended and not collected yet: look again soon
+            fds: dict[int, int | None] = {}
+        else:
+            fds = self._open(asked - set(self._ended)) or {}  # {}: none to watch, or no pidfds here (a plain wait)
         ended = {pid for pid, fd in fds.items() if fd is None}  # gone before it could be opened
         if not ended:
-            ready, _, _ = select.select([fd for fd in fds.values()], [], [], timeout)
+            ready, _, _ = select.select([self._wake_r, *(fd for fd in fds.values())], [], [], timeout)
+            if self._wake_r in ready:
+                self._drain_wakes()
             ended = {pid for pid, fd in fds.items() if fd in ready}
         self._ended.update((pid, time.monotonic()) for pid in ended)
         return ended
@@ -81,6 +99,15 @@ class WorkerExits:
         return fds if fds else None
 
     def close(self) -> None:
+        """Close the pidfds (a later wait opens them again); the wake pipe stays for the object's life."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

@@ -226,8 +226,10 @@ def test_workers_left_blocked_with_a_lost_node_are_killed_and_replaced(etcd, tmp
     ``lost_blocked_s`` (0.25 s) after the report each is SIGKILLed and replaced (no restart counted), and their
     replacements join as the lost ranks' do; ``blocked_s`` (a peer's check-in) is set far beyond the test's wait, so
     the lost node's report alone kills them. Without the report, or with a plain one (one process gone), nobody is
-    killed."""
+    killed. The agent's own looks at the board are 600 s apart here: only its watch of the gone/ reports
+    (``_watch_reports``) can bring the look that finds them blocked."""
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    monkeypatch.setattr(inplace_agent, "BLOCKED_LOOK_S", 600.0)
     agent = Agent(etcd, tmp_path, capfd, "inplace-agent-lost-node", max_restarts=0, blocked_s=600)
     try:
         first = wait_for(lambda: len(workers(tmp_path)) == 3 and workers(tmp_path))
@@ -276,3 +278,20 @@ def test_a_round_that_does_not_keep_the_workers_kills_them_at_once(etcd, tmp_pat
     assert not agent.thread.is_alive()
     etcd_handler.notify_lost("node-y")  # the agent ended: its kill is no longer registered
     assert "their round lost node-y" not in agent.err()
+
+
+def test_the_boards_watch_of_gone_reports_calls_back_on_each_report(etcd):
+    """``EtcdBoard.watch_gone``: what wakes an in-place agent when a process or node is reported gone."""
+    board = EtcdBoard(EtcdClient(etcd.add_job_user("inplace-watch-gone")), scope="7")
+    seen = threading.Semaphore(0)
+    watch = board.watch_gone(seen.release)
+    try:
+        assert seen.acquire(timeout=20)  # the watch's first resync
+        board.report_gone("r00003-h-1", node_lost=True)
+        assert seen.acquire(timeout=20)
+        EtcdBoard(board.client, scope="8").report_gone("r00001-h-2")  # another scope's report: not this watch's
+        board.report_gone("r00002-h-3")
+        assert seen.acquire(timeout=20)
+        assert {kv.key.rpartition("/")[2] for kv in watch.under(board.root + "gone/")} == {"r00003-h-1", "r00002-h-3"}
+    finally:
+        watch.stop(join_s=5)

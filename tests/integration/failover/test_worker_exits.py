@@ -1,6 +1,7 @@
 """The in-place agent's wake-up on a worker's end (training/launch/worker_exits.py), with real processes: a pidfd
 wakes the wait when one of them ends (not when the timeout runs out), a process seen ended is not reported again,
-and the pidfds of processes no longer asked about are closed."""
+the pidfds of processes no longer asked about are closed, and another thread's wake ends a wait (the agent's watch
+of the board's gone/ reports: tests/integration/failover/test_inplace_agent.py)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,19 @@ def test_without_pidfds_it_sleeps_the_interval_as_torch_does(monkeypatch):
         assert exits.wait([p.pid], 0.05) == set()  # not seen: the agent's next look collects it
     finally:
         exits.close()
+
+
+def test_a_wake_from_another_thread_ends_the_wait_without_naming_any_process():
+    alive = _sleeper()
+    exits = WorkerExits()
+    try:
+        threading.Timer(0.2, exits.wake).start()
+        assert exits.wait([alive.pid], 60) == set()  # woken: a 60 s wait could not end otherwise within the test
+        exits.wake()
+        exits.wake()  # wakes that came while nothing waited end the next wait only
+        assert exits.wait([alive.pid], 60) == set()
+        assert exits.wait([alive.pid], 0.05) == set()
+    finally:
+        exits.close()
+        alive.kill()
+        alive.wait()

@@ -17,8 +17,16 @@ class Watched:
     """Keys under ``prefix`` (or the one key ``prefix``, ``single_key``) as a watch last delivered them;
     ``changed`` is notified on every change. ``connected``: the last resync succeeded."""
 
-    def __init__(self, client: EtcdClient, prefix: str, name: str, single_key: bool = False):
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str,
+        name: str,
+        single_key: bool = False,
+        on_change: Callable[[], None] | None = None,
+    ):
         self.client, self.prefix, self.single_key = client, prefix, single_key
+        self.on_change = on_change  # called on the watch's thread after each change is applied (and each resync)
         self.keys: dict[str, KeyValue] = {}
         self.changed = threading.Condition()
         self.connected = False
@@ -75,6 +83,8 @@ class Watched:
             else:
                 self.keys[kv.key] = kv
             self.changed.notify_all()
+        if self.on_change is not None:
+            self.on_change()
 
     def _resync(self) -> int:
         if self.single_key:
@@ -86,6 +96,8 @@ class Watched:
             self.keys = {kv.key: kv for kv in kvs}
             self.connected = True
             self.changed.notify_all()
+        if self.on_change is not None:
+            self.on_change()
         return rev
 
     def _run(self) -> None:
