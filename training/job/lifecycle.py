@@ -88,14 +88,21 @@ def die_with_agent() -> bool:
     return armed
 
 
-def process_running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3, the state, is the first), None once the
+    process is gone. ``pid`` may be "self"."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        return None
+    return fields or None
+
+
+def process_running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 #: Process name (``/proc/PID/comm``, what ``ps`` and ``top`` show) of a worker: the prefix and its global rank.

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.job.lifecycle import process_running
+from training.job.lifecycle import proc_stat, process_running
 
 #: The prefix of a launcher's work directory under the temp dir.
 PREFIX = "t5-launch-"
@@ -35,11 +35,8 @@ UNNAMED_AFTER_S = 24 * 3600.0
 
 def _start_ticks(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (``/proc/PID/stat`` field 22), None if it is not running."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def make_workdir(root: str | None = None, say=print) -> str:
