@@ -63,36 +63,25 @@ class ReusedBufferStager(AsyncStager):
     def allocate(self, state_dict: dict[str, Any]) -> None:
         """Make now, copying nothing, the buffers :meth:`stage` will copy this state into (page-locked or shared as
         there): what the first save would otherwise pay on a training step. Buffers that fit are kept."""
-        self._walk(state_dict, "")
+        self._copy(state_dict, "", fill=False)
 
-    def _walk(self, x: Any, path: str) -> None:
-        if isinstance(x, DTensor):
-            self._walk(x.to_local(), path)
-        elif isinstance(x, torch.Tensor):
-            self._buffer_for(path, x)
-        elif isinstance(x, dict):
-            for k, v in x.items():
-                self._walk(v, f"{path}/{k}")
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
-                self._walk(v, f"{path}/{i}")
-
-    def _copy(self, x: Any, path: str) -> Any:
+    def _copy(self, x: Any, path: str, fill: bool = True) -> Any:
         if isinstance(x, DTensor):
             # Wrap the host buffer with the original's spec (mesh, placements, global shape and stride).
             # DTensor.from_local would move the buffer to the mesh's device: on CUDA every save would
             # allocate a new GPU copy of the whole shard and copy it back (torch's own CPU staging,
             # _state_dict_utils._create_cpu_state_dict, also keeps a CPU local tensor under a CUDA mesh).
-            return DTensor(self._copy(x.to_local(), path), x._spec, requires_grad=False)
+            return DTensor(self._copy(x.to_local(), path, fill), x._spec, requires_grad=False)
         if isinstance(x, torch.Tensor):
             buf = self._buffer_for(path, x)
-            buf.copy_(x.detach(), non_blocking=x.is_cuda and not self.shared)
-            self._from_cuda |= x.is_cuda
+            if fill:
+                buf.copy_(x.detach(), non_blocking=x.is_cuda and not self.shared)
+                self._from_cuda |= x.is_cuda
             return buf
         if isinstance(x, dict):
-            return {k: self._copy(v, f"{path}/{k}") for k, v in x.items()}
+            return {k: self._copy(v, f"{path}/{k}", fill) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
-            return type(x)(self._copy(v, f"{path}/{i}") for i, v in enumerate(x))
+            return type(x)(self._copy(v, f"{path}/{i}", fill) for i, v in enumerate(x))
         return copy.deepcopy(x)  # numbers, strings, small objects: a private copy for the writer thread
 
     def hand_over(self) -> "ReusedBufferStager":

@@ -40,6 +40,8 @@ import os
 import sys
 import time
 
+from training.job.lifecycle import proc_stat
+
 #: Set by the agent in each worker's environment: the epoch time it started the worker (training.launch.spawn_time).
 SPAWN_TIME_ENV = "T5_SPAWN_TIME"
 #: The phases the start event's ``startup`` holds, in order (``<phase>_s``).
@@ -48,13 +50,13 @@ PHASES = ("process_start", "imports", "device_init", "process_group", "model_bui
 
 def process_age_s() -> float | None:
     """Seconds since this process was started (Linux ``/proc``, 10 ms resolution), else None."""
+    fields = proc_stat("self")
     try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        start_ticks = int(fields[19])  # field 22, starttime
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
         return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, TypeError):  # TypeError: no /proc/self/stat (fields None)
         return None
 
 
