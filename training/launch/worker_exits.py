@@ -35,7 +35,7 @@ SOON_S = 0.005
 
 
 class WorkerExits:
-    """See the module docstring. Not thread-safe: one agent loop calls it."""
+    """See the module docstring. One agent loop waits; :meth:`wake` may come from any thread."""
 
     def __init__(self) -> None:
         self._fds: dict[int, int] = {}  # pid -> its open pidfd
@@ -66,7 +66,7 @@ class WorkerExits:
             timeout = min(SOON_S, timeout)  # one seen ended and not collected yet: look again soon
             fds: dict[int, int | None] = {}
         else:
-            fds = self._open(asked - set(self._ended)) or {}  # {}: none to watch, or no pidfds here (a plain wait)
+            fds = self._open(asked - set(self._ended))  # {}: none to watch, or no pidfds here (a plain wait)
         ended = {pid for pid, fd in fds.items() if fd is None}  # gone before it could be opened
         if not ended:
             ready, _, _ = select.select([self._wake_r, *(fd for fd in fds.values())], [], [], timeout)
@@ -76,14 +76,14 @@ class WorkerExits:
         self._ended.update((pid, time.monotonic()) for pid in ended)
         return ended
 
-    def _open(self, pids: set[int]) -> dict[int, int | None] | None:
-        """The pidfd of each pid (None: the process is gone already); those no longer asked for are closed. None
+    def _open(self, pids: set[int]) -> dict[int, int | None]:
+        """The pidfd of each pid (None: the process is gone already); those no longer asked for are closed. Empty
         where pidfds are not available here (no ``os.pidfd_open``, or a kernel older than 5.3)."""
         for pid in set(self._fds) - pids:
             os.close(self._fds.pop(pid))
-        if not self._available:
-            return None
         fds: dict[int, int | None] = {}
+        if not self._available:
+            return fds
         for pid in pids:
             if pid not in self._fds:
                 try:
@@ -94,9 +94,9 @@ class WorkerExits:
                 except OSError:  # ENOSYS (kernel < 5.3), EPERM under some sandboxes: torch's plain sleep
                     self._available = False
                     self.close()
-                    return None
+                    return {}
             fds[pid] = self._fds[pid]
-        return fds if fds else None
+        return fds
 
     def close(self) -> None:
         """Close the pidfds (a later wait opens them again); the wake pipe stays for the object's life."""
