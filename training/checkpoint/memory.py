@@ -751,14 +751,14 @@ class MemoryTier:
         return record
 
     def _check_mine(
-        self, inventory: list[tuple[int, int, int, str]], storage_step: int, held: int | None = None
+        self, inventory: list[tuple[int, int, int, str]], floor: int, held: int | None = None
     ) -> list[dict]:
         """Verify the generations of this node that this rank answers for (its node's ranks split them by saved
-        rank) and that could be restored (newer than storage); the damaged ones are named, moved aside and
+        rank) and that could be restored (newer than ``floor``); the damaged ones are named, moved aside and
         returned. Not this rank's own copy of the step ``held`` live: only this rank would read it, and it will not."""
         damaged = []
         for s, w, step, kind in inventory:
-            if step <= storage_step or s % self.local_world != self.rank % self.local_world:
+            if step <= floor or s % self.local_world != self.rank % self.local_world:
                 continue
             if (s, w, step, kind) == (self.rank, self.world, held, "own"):
                 continue
@@ -792,10 +792,18 @@ class MemoryTier:
                         log.warning("WARNING: memory snapshot %s of step %d not used: %s", prefix, step, why)
         return sorted(found)
 
+    def _held_by_some_rank(self, held: int | None) -> int | None:
+        """Collective: the step the survivors of an in-place recovery hold live (they agreed on it), None when no
+        rank holds one (a restart, or every rank re-cut to a new world)."""
+        newest = torch.tensor([-1 if held is None else held], dtype=torch.int64)
+        dist.all_reduce(newest, op=dist.ReduceOp.MAX, group=self.group)
+        return None if int(newest) < 0 else int(newest)
+
     def restore(self, state: dict[str, Any], *, storage_step: int, held: int | None = None) -> Restored | None:
         """Collective. Load the newest step whose every shard is in some node's memory (own node or a peer's
-        replica), if newer than `storage_step`; None means: load from storage. A snapshot taken at another
-        world size is re-cut to this one (FSDP's even split on dim 0), with the shards it needs sent over.
+        replica), if newer than `storage_step`, or that step when the survivors of an in-place recovery hold it
+        (``held``); None means: load from storage. A snapshot taken at another world size is re-cut to this one
+        (FSDP's even split on dim 0), with the shards it needs sent over.
 
         ``held``: the step ``state`` already holds at this rank and world size (a survivor of an in-place recovery
         whose shards did not move). When that step is chosen and this rank's own copy of it is on its node, nothing
@@ -805,13 +813,15 @@ class MemoryTier:
             return None
         t0 = time.perf_counter()
         mine = self._inventory()
-        damaged = self._check_mine(mine, storage_step, held)
+        live_step = self._held_by_some_rank(held)
+        # the storage step itself is a candidate when survivors hold it live: its generations are checked too
+        damaged = self._check_mine(mine, storage_step - (live_step == storage_step), held)
         node = f"{socket.gethostname()}:{self.root}"  # the ranks of one node list the same files
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, (node, mine, damaged), group=self.group)
         search = search_snapshots(gathered, world=self.world)
         self.skipped = search.skipped
-        if not restores_from_memory(search, storage_step=storage_step):
+        if not restores_from_memory(search, storage_step=storage_step, live_step=live_step):
             if self.rank == 0 and search.chosen is None and any(search.usable):
                 why = (
                     "once the damaged copies are skipped"

@@ -16,7 +16,8 @@ state; a **holder** is a rank of this world whose node has that shard's entry. T
 * damaged generations (found by the rank that checked them, CRC32C) count as absent, on the node that has them;
 * a step is complete at a saved world ``w`` when each of its ``w`` shards has a holder;
 * the newest complete step wins; at the same step, the one taken at this world size (no re-cut);
-* it is used only when newer than the newest complete storage checkpoint (the caller compares);
+* it is used only when newer than the newest complete storage checkpoint, or the same step when some rank holds that
+  step live (an in-place recovery's survivors: their state stays, the lost ranks' shards come from the replicas);
 * each shard is read by its own rank where that rank's node has it (no transfer), else sent by its first holder.
 """
 
@@ -78,7 +79,12 @@ def same_world_sources(holders: Holders, *, world: int, step: int) -> dict[int, 
     }
 
 
-def restores_from_memory(search: SnapshotSearch, *, storage_step: int) -> bool:
-    """Whether the snapshot found is what a restart loads: not when storage holds the same step or a newer one
-    (a ``checkpoint.load_step`` never asks: the checkpoint manager goes to storage then)."""
-    return search.chosen is not None and search.chosen[0] > storage_step
+def restores_from_memory(search: SnapshotSearch, *, storage_step: int, live_step: int | None = None) -> bool:
+    """Whether the snapshot found is what a restart loads: not when storage holds a newer step, nor the same step
+    unless ``live_step`` (the step some rank's state objects already hold: an in-place recovery's survivors) is that
+    step, where storage would make every survivor read back what it holds (a ``checkpoint.load_step`` never asks: the
+    checkpoint manager goes to storage then)."""
+    if search.chosen is None:
+        return False
+    step = search.chosen[0]
+    return step > storage_step or step == storage_step == live_step

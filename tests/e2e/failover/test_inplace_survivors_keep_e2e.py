@@ -5,6 +5,7 @@ one node, rank 1 SIGKILLed after step 2), both bitwise equal to an uninterrupted
 * The kill waits for rank 1's snapshot of step 2 (``fault.sigkill_after_snapshot_at_step``): every shard of step 2
   is on the node, the survivors keep ranks 0 and 2 (the replacement takes rank 1), read nothing and copy their live
   shards (the ``in_place`` record's ``sources``: live, own, live); the replacement's restore still pairs up.
+* The same with a synchronous save at step 2: storage holds the held step too, and the survivors still keep it.
 * The kill lands halfway through that snapshot (``fault.kill_in_snapshot_at_step``): step 2 is not whole, every
   rank restores step 1 from its node (sources: own, own, own), the survivors rolling back one step; the workers
   start cold, so the survivors wait for the replacement longer than the peer heartbeat bound."""
@@ -69,6 +70,17 @@ def test_survivors_holding_the_resumed_step_keep_their_live_state(tmp_path, refe
     assert "keep" in rec["parts"]
     # rank 0's host buffers went to its new tiers: none made again by the restore's allocation for the next save
     assert rec["host_buffers"]["kept_bytes"] > 0 and rec["host_buffers"]["made"] == 0, rec["host_buffers"]
+    assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
+
+
+def test_survivors_keep_their_state_when_storage_holds_the_same_step(tmp_path, reference):
+    # a synchronous save at step 2 commits before the snapshot: storage holds the held step itself (a restart
+    # would take storage on that tie; the survivors must not read back what they hold)
+    sync_save = ("--checkpoint.interval", "2", "--checkpoint.async_save", "false")
+    rec = recover_in_place(tmp_path, "--fault.sigkill_after_snapshot_at_step", *sync_save)
+    assert latest_complete(str(tmp_path / "checkpoints")) is not None
+    assert rec["resumed_from"] == KILL_AFTER
+    assert rec["sources"] == ["live", "own", "live"], rec  # storage x3 when a tie went to storage
     assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
 
 

@@ -3,8 +3,6 @@ section's field docs, and it is called hundreds of times by the tests and by the
 
 from __future__ import annotations
 
-import time
-
 from training.config import Config, load_config
 from training.field_docs import _field_docs, field_docs
 
@@ -12,13 +10,11 @@ from training.field_docs import _field_docs, field_docs
 def test_load_config_reads_each_sections_docs_once_per_process():
     load_config(["--preset", "debug"])
     before = _field_docs.cache_info()
-    t0 = time.perf_counter()
     for preset in ("t5-3b", "t5-60m", "debug"):
         load_config(["--preset", preset])
-    per_call = (time.perf_counter() - t0) / 3
     after = _field_docs.cache_info()
-    assert after.misses == before.misses and after.hits > before.hits  # no source read again
-    assert per_call < 0.1, f"{per_call:.3f} s per load_config (0.2-0.4 s when each call parsed the sources)"
+    # no source read again (each read and parse cost 0.2-0.4 s a call: counted here, not timed, on a shared CI host)
+    assert after.misses == before.misses and after.hits > before.hits, (before, after)
 
 
 def test_each_caller_gets_its_own_dict():

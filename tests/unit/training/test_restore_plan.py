@@ -82,6 +82,14 @@ def test_storage_wins_when_it_holds_the_same_step_or_a_newer_one():
     assert not restores_from_memory(search, storage_step=9)
 
 
+def test_a_tie_with_storage_goes_to_memory_only_where_survivors_hold_that_step_live():
+    search = search_snapshots(ring(2, 7), world=2)
+    assert restores_from_memory(search, storage_step=7, live_step=7)  # in place: the survivors keep step 7
+    assert not restores_from_memory(search, storage_step=7, live_step=None)  # a restart: storage
+    assert not restores_from_memory(search, storage_step=7, live_step=6)
+    assert not restores_from_memory(search, storage_step=8, live_step=8)  # storage newer than any snapshot
+
+
 def test_nothing_in_memory_is_a_restore_from_storage():
     search = search_snapshots([("n0", [], []), ("n1", [], [])], world=2)
     assert search.chosen is None and not restores_from_memory(search, storage_step=0)
