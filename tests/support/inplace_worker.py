@@ -32,6 +32,7 @@ def run_member(member: str, a: argparse.Namespace, joiner: bool) -> int:
     import torch
     import torch.distributed as dist
 
+    from training.job.failover import endpoint_ports
     from training.job.inplace.agreement import AgreementSettings, InPlaceFailed
     from training.job.inplace.group import GroupSettings, InPlaceGroup
     from training.launch.inplace_board import EtcdBoard
@@ -42,11 +43,12 @@ def run_member(member: str, a: argparse.Namespace, joiner: bool) -> int:
     def emit(event: str, **fields) -> None:
         out.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
 
-    group = InPlaceGroup(
-        EtcdBoard(EtcdClient(ClientCredentials.from_env())),
-        member,
-        GroupSettings(agreement=AgreementSettings(bound_s=a.bound_s), pg_timeout_s=10.0),
+    settings = GroupSettings(
+        agreement=AgreementSettings(bound_s=a.bound_s),
+        pg_timeout_s=10.0,
+        keep_ports=endpoint_ports(os.environ.get("T5_ETCD_ENDPOINTS", "")),  # as training.job.failover's
     )
+    group = InPlaceGroup(EtcdBoard(EtcdClient(ClientCredentials.from_env())), member, settings)
     acc = torch.zeros(1, dtype=torch.float64)
     prev = acc.clone()
     step, worlds = 0, {}
@@ -61,6 +63,7 @@ def run_member(member: str, a: argparse.Namespace, joiner: bool) -> int:
     while joiner and not os.path.exists(os.path.join(a.dir, "GO")):
         time.sleep(0.01)
     formed(group.form(first_world=1 if joiner else len(a.first.split(","))))
+    left_over = block_on_a_survivor(emit) if a.left_over and not joiner else None  # noqa: F841 - kept alive
     stop_file = os.path.join(a.dir, "STOP")
     stop_at, recovery = None, None
     while stop_at is None or step < stop_at:
@@ -90,6 +93,7 @@ def run_member(member: str, a: argparse.Namespace, joiner: bool) -> int:
             failed_at = time.time()
         if failed_at is not None:  # after the except block: its traceback would keep the old group's connections
             m = group.recover(step)
+            emit("cut_left_over", connections=group.cut_left_over())  # as the trainer, its old work let go
             if m.step == step - 1:  # a peer did not complete the collective this rank completed: roll back
                 acc, step = prev, step - 1
                 worlds.pop(step, None)
@@ -101,6 +105,32 @@ def run_member(member: str, a: argparse.Namespace, joiner: bool) -> int:
     return 0
 
 
+def block_on_a_survivor(emit):
+    """``--left-over``: work left running on the first group, as an abandoned checkpoint save can be: a subgroup
+    of ranks 0 and 1 (every first member builds it; each keeps it, so its connections stay open), on which rank 0
+    starts an ``all_reduce`` in a thread that rank 1 never joins. Only a cut of the old epoch's connections ends it
+    before its 300 s timeout; rank 0 writes ``left_over_ended`` (with the error) when it does."""
+    import datetime
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    sub = dist.new_group([0, 1], backend="gloo", timeout=datetime.timedelta(seconds=300))
+    if dist.get_rank() == 0:
+
+        def wait() -> None:
+            try:
+                dist.all_reduce(torch.ones(1), group=sub)
+                emit("left_over_ended", error="")
+            except (RuntimeError, ValueError) as e:  # ValueError: torch's logging wrapper (the group destroyed
+                cause = e.__context__ or e  # since) raised it while handling the collective's own error
+                emit("left_over_ended", error=f"{type(cause).__name__}: {cause}"[:200])
+
+        threading.Thread(target=wait, name="left-over").start()
+    return sub
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
@@ -108,6 +138,7 @@ def main() -> int:
     p.add_argument("--joiners", default="", help="members that join once <dir>/GO appears")
     p.add_argument("--bound-s", type=float, default=10.0)
     p.add_argument("--step-sleep", type=float, default=0.02)
+    p.add_argument("--left-over", action="store_true", help="rank 0 blocks a thread on rank 1 (block_on_a_survivor)")
     a = p.parse_args()
     import torch  # once, before the forks
 

@@ -57,6 +57,10 @@ class InThread:
         """Seconds the last write waited for its writer to start: none, a thread starts at once."""
         return 0.0
 
+    def abandon(self) -> None:
+        """Nothing of its own to stop: DCP's thread ends when its collectives fail (the recovery cuts the old
+        group's connections, training.job.inplace.group.InPlaceGroup.cut_left_over)."""
+
     def close(self) -> None:
         """Nothing of its own to end: DCP's thread ends with the save."""
 
@@ -130,6 +134,14 @@ class InProcess:
             raise rebuilt(reply[1])
         if reply[0] != what:
             raise RuntimeError(f"the background writer process answered {reply[0]!r}, not {what!r}")
+
+    def abandon(self) -> None:
+        """The save in flight is let go (an in-place recovery: its collectives are with the old group's writers,
+        one of them maybe gone or silent): kill the writer now, so the save ends at once (its step is never
+        committed) instead of at its collectives' timeout, holding this process's pipe thread, which a worker's
+        exit joins."""
+        if self.process.is_alive():
+            self.process.kill()
 
     def close(self) -> None:
         """End the writer process (the storage writer has waited for the save in flight): asked, else killed."""

@@ -321,6 +321,7 @@ class StorageWriter:
                     self.site.rank,
                     step,
                 )
+                self._writes.abandon()
                 threading.Thread(
                     target=self._release_after, args=(done,), name="t5f-abandoned-save", daemon=True
                 ).start()

@@ -68,6 +68,9 @@ class FullRestart:
     def recover(self, step: int) -> Membership:  # never reached: nothing is caught
         raise InPlaceFailed("in-place recovery is off (failover.in_place): a full restart follows")
 
+    def cut_left_over(self) -> int:
+        return 0
+
     def close(self) -> None:
         pass
 
@@ -132,6 +135,11 @@ class InPlace:
         kept = set(self.membership.members)
         self.lost_ranks = frozenset(i for i, m in enumerate(before.members) if m not in kept) if before else frozenset()
         return self.membership
+
+    def cut_left_over(self) -> int:
+        """Once the old epoch's work is let go (the old checkpoint manager closed): cut what of it is still
+        connected, so an abandoned save or snapshot ends now (:meth:`InPlaceGroup.cut_left_over`)."""
+        return self.group.cut_left_over()
 
     def close(self) -> None:
         self.group.close()

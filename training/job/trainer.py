@@ -676,6 +676,9 @@ class Trainer:
         # (abandoned at half the recovery's bound: the new group's first collective, which a joiner may already
         # wait in, times out at the whole bound; waiting the whole bound here ended both, a full restart)
         old.close_after_recovery(wait_s=self.cfg.failover.in_place_bound_s / 2, lost_ranks=self.failover.lost_ranks)
+        # what it left running on the old groups (a save blocked on a survivor) fails now, not at its timeout:
+        # left blocked, it held this worker's exit (its threads are joined) for checkpoint.timeout_s (CI, once)
+        self.failover.cut_left_over()
         moved = (self.rank, self.world) != (dist.get_rank(), dist.get_world_size())
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # Its shards did not move: keep the held step's state (training.job.live_state) instead of reading it back

@@ -1,7 +1,8 @@
 """In-process recovery's survivor-side primitive (training/job/inplace, docs/inprocess.md) with real processes on
 gloo and the real local 3-member etcd: three ranks all-reduce in a loop, one is SIGKILLed, the two survivors keep
 their processes (PIDs compared), re-form at world 2 and go on with correct sums; a fresh process then joins and the
-three go on at world 3 from the survivors' state. And the fall-backs: a re-formation that cannot be agreed within
+three go on at world 3 from the survivors' state; work left blocked on the first group ends once the survivors cut
+what it held open. And the fall-backs: a re-formation that cannot be agreed within
 its bound, or whose group cannot form (a member lost after the decision), says so in one line and raises
 InPlaceFailed (the caller's full restart). The agreement's rules alone are
 tests/unit/failover/test_inplace_agreement.py."""
@@ -83,8 +84,9 @@ class Ranks:
 
 def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_path):
     env = {**os.environ, **etcd.add_job_user("inplace").as_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    # w0-w2 form the first group; w3, a process with no state, joins once GO appears (tests/support/inplace_worker)
-    ranks = Ranks(tmp_path, env, "--first", "w0,w1,w2", "--joiners", "w3")
+    # w0-w2 form the first group; w3, a process with no state, joins once GO appears (tests/support/inplace_worker);
+    # w0 leaves a thread blocked on w1 in a subgroup of the first group (as an abandoned checkpoint save can be)
+    ranks = Ranks(tmp_path, env, "--first", "w0,w1,w2", "--joiners", "w3", "--left-over")
     agent, err, log, last_step, until = ranks.agent, ranks.err, ranks.log, ranks.last_step, ranks.until
 
     try:
@@ -103,6 +105,14 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_their_state(etcd, tmp_
             assert e["world"] == 2 and e["pid"] == pids[m]
         worst = max(e["next_collective_at"] for e in recovered.values()) - killed_at
         assert worst <= TARGET_S, f"the survivors' next collective came {worst:.2f} s after the kill"
+        # the survivors cut what their first group still held open: the work left on it ends now, not at its
+        # collective's timeout (300 s; it held the worker's exit that long, which joins its threads)
+        ended = until(
+            "w0's left-over collective ended", lambda: [e for e in log("w0") if e["event"] == "left_over_ended"]
+        )
+        print(f"w0's left-over collective: ended {ended[0]['t'] - killed_at:.3f} s after the kill: {ended[0]['error']}")
+        assert "Connection closed" in ended[0]["error"] and ended[0]["t"] > killed_at
+        assert sum(e["connections"] for m in pids for e in log(m) if e["event"] == "cut_left_over") >= 1
 
         at_two = last_step("w0")
         until("steps at world 2", lambda: last_step("w0") >= at_two + 3)

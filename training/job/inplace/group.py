@@ -58,7 +58,7 @@ from training.job.inplace.agreement import (
     NotChosen,
     agree,
 )
-from training.job.inplace.sockets import GroupSockets
+from training.job.inplace.sockets import GroupSockets, shut_down
 
 #: Key prefix of one epoch's group on rank 0's store.
 GROUP_PREFIX = "t5f/inplace/{epoch}/"
@@ -124,6 +124,8 @@ class InPlaceGroup:
         self._cut_lock = threading.Lock()
         self._cuttable: int | None = None
         self._store_port = 0
+        # the connections of the epochs this member left that were still open when it left (cut_left_over)
+        self._left_over: set[int] = set()
 
     def _store_timeout(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.settings.agreement.bound_s)
@@ -169,6 +171,8 @@ class InPlaceGroup:
         with self._cut_lock:  # out of its collective already: nothing of the old group to cut any more
             self._cuttable = None
         release()
+        with self._cut_lock:  # what the old epoch's groups still hold open: work left running on them
+            self._left_over |= self._sockets.connections(self._kept_ports())
         t1 = time.monotonic()
         me = CheckIn(self.member, step, self.membership.rank(self.member), self.store_addr)
         try:
@@ -294,13 +298,32 @@ class InPlaceGroup:
                 dist.group.WORLD.abort()
             except (RuntimeError, AttributeError):  # a backend without abort, or the group already gone
                 pass
-            keep = self.settings.keep_ports | {self._store_port, self._server.port}
-            cut = self._sockets.cut(frozenset(keep))
+            cut = self._sockets.cut(self._kept_ports())
         say(
             f"epoch {epoch}: {self.member} cut its group at its agent's request ({why}): {cut} connection(s) shut "
             f"down, so its blocked collective fails and it recovers in its process"
         )
         return cut
+
+    def cut_left_over(self) -> int:
+        """Shut down the connections of the epochs this member left that are still open: an old group's work left
+        running (a checkpoint save or snapshot the recovery abandoned, blocked in a collective on a survivor whose
+        own is blocked elsewhere) then fails at once, instead of holding its thread, its buffers and, at the end,
+        the worker's exit (a worker process joins its threads) until that collective's timeout. Call it once the
+        caller let the old epoch's work go (nothing of the old groups is used after that). Returns how many."""
+        with self._cut_lock:
+            left, self._left_over = self._left_over, set()
+        cut = shut_down(left)
+        if cut:
+            say(
+                f"{self.member}: {cut} connection(s) of the groups it left shut down (work abandoned on them ends "
+                "now, not at its collectives' timeout)"
+            )
+        return cut
+
+    def _kept_ports(self) -> frozenset[int]:
+        """The services a cut leaves alone: etcd's, the epoch's store, this member's own store server."""
+        return frozenset(self.settings.keep_ports | {self._store_port, self._server.port})
 
     def close(self) -> None:
         """Stop watching and drop the group (the store server goes with this object)."""

@@ -144,6 +144,19 @@ def test_a_writer_killed_mid_write_fails_that_save_with_its_reason_and_the_previ
         tier.close()
 
 
+def test_a_save_abandoned_by_an_in_place_recovery_ends_its_writer_at_once_and_never_commits(world1, tmp_path):
+    # the recovery lets the save in flight go (close with no wait): its collectives are with the old group's
+    # writers; left writing, it held the trainer's pipe thread, which a worker's exit joins, until their timeout
+    tier = _tier(tmp_path)
+    tier.save(1, {"w": torch.arange(4.0), "slow": SlowToWrite(120)}, force=True)
+    time.sleep(1.0)  # the writer is serializing step 1
+    writer, pending = tier.writer._writes.process, tier.writer._pending
+    tier.close(0.0)
+    assert _gone(writer.pid, within_s=10), "the abandoned save's writer process still runs"
+    assert pending[2].wait(10), "the abandoned save's thread still waits for its writer"
+    assert not (step_dir(tmp_path, 1) / MARKER).exists() and latest_complete(tmp_path) is None
+
+
 TRAINER = textwrap.dedent(
     """
     import os, socket, sys, time
