@@ -815,7 +815,8 @@ class MemoryTier:
         mine = self._inventory()
         live_step = self._held_by_some_rank(held)
         # the storage step itself is a candidate when survivors hold it live: its generations are checked too
-        damaged = self._check_mine(mine, storage_step - (live_step == storage_step), held)
+        floor = storage_step - 1 if live_step == storage_step else storage_step
+        damaged = self._check_mine(mine, floor, held)
         node = f"{socket.gethostname()}:{self.root}"  # the ranks of one node list the same files
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, (node, mine, damaged), group=self.group)

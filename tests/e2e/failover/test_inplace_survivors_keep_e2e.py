@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, TINY, torchrun
 from training.checkpoint import latest_complete
+from training.checkpoint.layout import MARKER, step_dir
 from training.compare import compare
 
 pytestmark = pytest.mark.e2e
@@ -78,7 +79,7 @@ def test_survivors_keep_their_state_when_storage_holds_the_same_step(tmp_path, r
     # would take storage on that tie; the survivors must not read back what they hold)
     sync_save = ("--checkpoint.interval", "2", "--checkpoint.async_save", "false")
     rec = recover_in_place(tmp_path, "--fault.sigkill_after_snapshot_at_step", *sync_save)
-    assert latest_complete(str(tmp_path / "checkpoints")) is not None
+    assert (step_dir(tmp_path / "checkpoints", KILL_AFTER) / MARKER).is_file()  # storage held the held step: the tie
     assert rec["resumed_from"] == KILL_AFTER
     assert rec["sources"] == ["live", "own", "live"], rec  # storage x3 when a tie went to storage
     assert compare(reference, latest_complete(str(tmp_path / "checkpoints"))) == []
